@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The demo: installs what volley needs, builds it, then runs a coordinator
+# and 4 peers on 127.0.0.1 over TLS, training the default byte-level GPT on
+# the license texts that every Debian system ships in
+# /usr/share/common-licenses, until the run's last version. Prints each
+# version's validation loss, stops everything and exits 0 (non-zero if any
+# part failed or the model did not learn).
+#
+# Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (30),
+# VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+peers=${VOLLEY_DEMO_PEERS:-4}
+versions=${VOLLEY_DEMO_VERSIONS:-30}
+work=${VOLLEY_DEMO_DIR:-$root/demo-run}
+build=${VOLLEY_BUILD_DIR:-$root/build}
+
+bash deploy/install-deps.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" --target volley-coordinator volley-peer >/dev/null
+coord=$build/coordinator/volley-coordinator
+peer=$build/peer/volley-peer
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}" ${cpid:-}; do kill "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+bash "$root/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
+# Regular files only: the symlinks (GPL -> GPL-3, ...) would repeat texts.
+find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+echo "demo: corpus $(wc -c < corpus.txt) bytes from /usr/share/common-licenses"
+
+cat > run.json <<JSON
+{
+  "name": "demo",
+  "corpus": "$work/corpus.txt",
+  "val_fraction": 0.1,
+  "seed": 1337,
+  "model": {"vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 128},
+  "mode": "sync",
+  "updates_per_version": $peers,
+  "max_versions": $versions,
+  "train": {"steps": 10, "batch": 8, "optimizer": "adamw", "lr": 0.002,
+            "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
+  "outer": {"lr": 0.7, "momentum": 0.9},
+  "compression": {"kind": "dense", "dtype": "F32"},
+  "task_bytes": 65536,
+  "lease_s": 120,
+  "val_batches": 16
+}
+JSON
+"$coord" init --db run.db --config run.json
+start=$(date +%s.%N)
+"$coord" serve --db run.db --cert tls/server.pem --key tls/server.key \
+  --listen 127.0.0.1:0 2> coordinator.log &
+cpid=$!
+port=""
+for _ in $(seq 1 100); do
+  port=$(grep -o 'listening on 127.0.0.1:[0-9]*' coordinator.log | head -n1 | cut -d: -f2 || true)
+  [ -n "$port" ] && break
+  kill -0 "$cpid" 2>/dev/null || { cat coordinator.log; echo "demo: coordinator died" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "demo: coordinator did not start" >&2; exit 1; }
+echo "demo: coordinator on https://127.0.0.1:$port"
+
+threads=$(( $(nproc) / peers )); [ "$threads" -ge 1 ] || threads=1
+for i in $(seq 1 "$peers"); do
+  dir=peer$i
+  "$peer" keygen --dir "$dir" >/dev/null
+  token=$("$coord" token create --db run.db --uses 1 --ttl 1h)
+  "$peer" join --dir "$dir" --coordinator "https://127.0.0.1:$port" --token "$token" \
+    --cacert tls/ca.pem --name "demo-peer-$i" >/dev/null
+  "$peer" run --dir "$dir" --threads "$threads" --wait 20 2> "$dir.log" &
+  pids+=($!)
+done
+echo "demo: $peers peers training; each version merges $peers dense updates"
+
+fail=0
+for p in "${pids[@]}"; do wait "$p" || fail=1; done
+pids=()
+kill -TERM "$cpid"
+wait "$cpid" || { echo "demo: coordinator exited with an error" >&2; fail=1; }
+cpid=""
+end=$(date +%s.%N)
+[ "$fail" = 0 ] || { tail -n 5 peer*.log coordinator.log >&2; exit 1; }
+
+echo
+echo "version  val_loss  train_loss  updates"
+sqlite3 -separator ' ' run.db \
+  "SELECT version, printf('%.4f', val_loss), printf('%.4f', coalesce(train_loss, 0)), num_updates
+   FROM versions ORDER BY version" | awk '{printf "%7d  %8s  %10s  %7d\n", $1, $2, $3, $4}'
+final=$(sqlite3 run.db "SELECT val_loss FROM versions ORDER BY version DESC LIMIT 1")
+first=$(sqlite3 run.db "SELECT val_loss FROM versions ORDER BY version LIMIT 1")
+up=$(sqlite3 run.db "SELECT count(*), coalesce(avg(nbytes), 0) FROM updates")
+echo
+printf 'demo: validation loss %.4f -> %.4f (ln 256 = 5.5452) over %s versions in %.1f s\n' \
+  "$first" "$final" "$versions" "$(echo "$end - $start" | bc)"
+printf 'demo: %s updates, %.0f bytes each\n' "${up%%|*}" "${up##*|}"
+awk -v f="$final" 'BEGIN { exit !(f < 3.5) }' || { echo "demo: the model did not learn" >&2; exit 1; }
+echo "demo: ok"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every system package that building, testing and running volley
+# needs on Debian 12. Non-interactive and idempotent: packages already present
+# are left alone, so running it twice is cheap.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git ca-certificates
+  libevent-dev libssl-dev openssl
+  libsqlite3-dev sqlite3
+  libjansson-dev libsodium-dev
+  libcurl4-openssl-dev
+  libopenblas-dev
+  libcmocka-dev
+  python3
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: must run as root or with sudo available" >&2; exit 1
+  fi
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

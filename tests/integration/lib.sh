@@ -1,0 +1,84 @@
+# Shared helpers for the integration tests: a work directory with real TLS
+# certificates, a small run configuration, and a coordinator process on a
+# free port of 127.0.0.1. Sourced by the test scripts.
+set -euo pipefail
+
+COORD=${COORD:?}
+PEER=${PEER:?}
+ROOT=${ROOT:?}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/volley-it.XXXXXX")
+PIDS=()
+CPID=""
+
+it_cleanup() {
+  local rc=$?
+  for p in "${PIDS[@]}" $CPID; do kill -9 "$p" 2>/dev/null || true; done
+  if [ "$rc" != 0 ]; then
+    echo "---- logs from $WORK" >&2
+    tail -n 30 "$WORK"/*.log >&2 2>/dev/null || true
+  else
+    rm -rf "$WORK"
+  fi
+}
+trap it_cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# it_setup NAME VERSIONS UPDATES_PER_VERSION
+it_setup() {
+  cd "$WORK"
+  bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
+  find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+  cat > run.json <<JSON
+{
+  "name": "$1",
+  "corpus": "$WORK/corpus.txt",
+  "seed": 7,
+  "model": {"vocab_size": 256, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 32},
+  "mode": "sync",
+  "updates_per_version": $3,
+  "max_versions": $2,
+  "train": {"steps": 4, "batch": 4, "lr": 0.003},
+  "outer": {"lr": 1.0, "momentum": 0.0},
+  "task_bytes": 16384,
+  "lease_s": 60,
+  "max_body_bytes": 4194304,
+  "val_batches": 4
+}
+JSON
+  "$COORD" init --db run.db --config run.json 2> init.log || fail "init"
+}
+
+it_start_coordinator() {
+  "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
+    --listen 127.0.0.1:0 2> coordinator.log &
+  CPID=$!
+  PORT=""
+  for _ in $(seq 1 200); do
+    PORT=$(grep -o 'listening on 127.0.0.1:[0-9]*' coordinator.log | head -n1 | cut -d: -f2 || true)
+    [ -n "$PORT" ] && break
+    kill -0 "$CPID" 2>/dev/null || fail "coordinator exited at start"
+    sleep 0.1
+  done
+  [ -n "$PORT" ] || fail "coordinator did not report its port"
+  URL="https://127.0.0.1:$PORT"
+}
+
+it_stop_coordinator() {
+  kill -TERM "$CPID"
+  local rc=0
+  wait "$CPID" || rc=$?
+  CPID=""
+  [ "$rc" = 0 ] || fail "coordinator exited with $rc after SIGTERM"
+}
+
+# it_peer N: keygen + join peer N (directory peerN).
+it_peer() {
+  local token
+  token=$("$COORD" token create --db run.db --uses 1 --ttl 1h) || fail "token create"
+  "$PEER" keygen --dir "peer$1" > /dev/null || fail "keygen $1"
+  "$PEER" join --dir "peer$1" --coordinator "$URL" --token "$token" --cacert tls/ca.pem \
+    --name "it-peer-$1" > /dev/null 2> "join$1.log" || fail "join $1"
+}
+
+q() { sqlite3 run.db "$@"; }

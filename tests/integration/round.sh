@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The real coordinator and 3 real peers over TLS on 127.0.0.1 for a few
+# synchronous versions; then the database must hold every version with its
+# updates and validation loss, every update merged exactly once.
+source "$(dirname "$0")/lib.sh"
+VERSIONS=4
+it_setup itround "$VERSIONS" 3
+it_start_coordinator
+for i in 1 2 3; do it_peer "$i"; done
+for i in 1 2 3; do
+  "$PEER" run --dir "peer$i" --threads 1 --wait 10 2> "peer$i.log" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do
+  wait "$p" || fail "a peer exited with an error"
+done
+PIDS=()
+it_stop_coordinator
+
+[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+[ "$(q 'SELECT count(*) FROM versions')" = $((VERSIONS + 1)) ] || fail "expected $((VERSIONS + 1)) versions"
+[ "$(q 'SELECT count(*) FROM versions WHERE val_loss IS NULL')" = 0 ] || fail "a version lacks its validation loss"
+[ "$(q 'SELECT count(*) FROM versions WHERE version > 0 AND num_updates <> 3')" = 0 ] || fail "a version merged other than 3 updates"
+[ "$(q 'SELECT count(*) FROM updates')" = $((3 * VERSIONS)) ] || fail "expected $((3 * VERSIONS)) updates"
+[ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL OR merged_version <> base_version + 1')" = 0 ] \
+  || fail "an update was not merged into the version after its base"
+for v in $(seq 1 "$VERSIONS"); do
+  [ "$(q "SELECT count(DISTINCT task) FROM updates WHERE merged_version = $v")" = 3 ] || fail "version $v: duplicate tasks"
+done
+[ "$(q 'SELECT count(*) FROM peers')" = 3 ] || fail "expected 3 peers"
+first=$(q 'SELECT val_loss FROM versions WHERE version = 0')
+last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
+awk -v a="$first" 'BEGIN { exit !(a > 5.4 && a < 5.7) }' || fail "initial loss $first is not about ln 256"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall: $first -> $last"
+for i in 1 2 3; do grep -q 'run_finished\|run finished' "peer$i.log" || fail "peer $i did not see the run finish"; done
+echo "round: $VERSIONS versions, loss $first -> $last"
+echo "1 passed, 0 failed"

@@ -1,0 +1,1 @@
+volley_unit_test(test_compress volley_compress)
