@@ -1,0 +1,2 @@
+volley_unit_test(test_common volley_common)
+volley_unit_test(test_safetensors volley_common)
