@@ -1,0 +1,6 @@
+# Kernel tests. The CUDA test is only built with the CUDA kernels; on a
+# machine without a device it reports itself skipped (exit 77).
+volley_unit_test(test_kernels volley_kernels volley_common)
+if(VOLLEY_HAVE_CUDA AND TARGET volley_kernels_cuda)
+  volley_unit_test(test_kernels_cuda volley_kernels_cuda volley_kernels volley_common)
+endif()

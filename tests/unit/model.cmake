@@ -1,0 +1,3 @@
+# GPT, optimiser, data sampling and checkpoint tests.
+volley_unit_test(test_model volley_model)
+volley_unit_test(test_model_io volley_model)
