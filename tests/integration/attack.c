@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,10 @@ int main(int argc, char **argv) {
                         "BADTOKEN\n");
         return 2;
     }
+    /* The server closes connections it refuses; a write after that must be
+     * an error to look at, not a signal that kills the client. */
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (crypto_init() != VL_OK || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 2;
     ctx c = {.url = argv[2], .ca = argv[3]};
     if (strcmp(argv[1], "prepare") == 0) {

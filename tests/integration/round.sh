@@ -25,7 +25,7 @@ it_stop_coordinator
 [ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL OR merged_version <> base_version + 1')" = 0 ] \
   || fail "an update was not merged into the version after its base"
 for v in $(seq 1 "$VERSIONS"); do
-  [ "$(q "SELECT count(DISTINCT task) FROM updates WHERE merged_version = $v")" = 3 ] || fail "version $v: duplicate tasks"
+  [ "$(q "SELECT count(DISTINCT task_id) FROM updates WHERE merged_version = $v")" = 3 ] || fail "version $v: duplicate tasks"
 done
 [ "$(q 'SELECT count(*) FROM peers')" = 3 ] || fail "expected 3 peers"
 first=$(q 'SELECT val_loss FROM versions WHERE version = 0')

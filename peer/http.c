@@ -1,0 +1,456 @@
+/* The peer's HTTPS client: one libcurl easy handle reused across requests
+ * (keep-alive matters on 50-300 ms links), every request signed afresh,
+ * transient failures retried with capped, jittered backoff, and every
+ * response body read under a hard cap. TLS verification is always on; a
+ * self-signed coordinator is trusted by naming its certificate (--cacert),
+ * never by switching verification off. */
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "peer/peer.h"
+
+/* ---- stopping ---------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_flag;
+
+void peer_stop_request(void) { stop_flag = 1; }
+int peer_stop_requested(void) { return stop_flag != 0; }
+void peer_stop_reset(void) { stop_flag = 0; }
+
+int peer_sleep(double s) {
+    double end = clock_mono_s() + (s > 0 ? s : 0);
+    for (;;) {
+        if (peer_stop_requested()) return 1;
+        double left = end - clock_mono_s();
+        if (left <= 0) return 0;
+        clock_sleep_ms(left > 0.1 ? 100 : (long)(left * 1000) + 1);
+    }
+}
+
+int peer_exit_status(int rc) {
+    switch (rc) {
+    case VL_OK:
+    case PEER_ESTOPPED: return PEER_EXIT_OK;
+    case PEER_EREFUSED: return PEER_EXIT_REFUSED;
+    case PEER_ENETWORK: return PEER_EXIT_NETWORK;
+    default: return PEER_EXIT_FAIL;
+    }
+}
+
+/* ---- retries ----------------------------------------------------------- */
+
+void peer_retry_default(peer_retry_policy *p) {
+    p->max_attempts = PEER_RETRIES_DEFAULT;
+    p->base_s = 0.5;
+    p->factor = 2.0;
+    p->cap_s = 30.0;
+    p->retry_after_max_s = 300.0;
+}
+
+double peer_backoff_window(const peer_retry_policy *p, int n) {
+    if (n < 1) n = 1;
+    double w = p->base_s;
+    for (int i = 1; i < n && w < p->cap_s; i++) w *= p->factor;
+    return w < p->cap_s ? w : p->cap_s;
+}
+
+double peer_backoff_delay(const peer_retry_policy *p, int n, double retry_after_s, double u) {
+    if (!(u >= 0)) u = 0;
+    if (u >= 1) u = nextafter(1.0, 0.0);
+    double d = u * peer_backoff_window(p, n);
+    if (retry_after_s >= 0) {
+        double ra = retry_after_s < p->retry_after_max_s ? retry_after_s : p->retry_after_max_s;
+        if (ra > d) d = ra;
+    }
+    return d;
+}
+
+int peer_status_retryable(long status) { return status == 429 || (status >= 500 && status <= 599); }
+
+double peer_retry_after_parse(const char *value, int64_t now) {
+    while (*value == ' ' || *value == '\t') value++;
+    char tmp[64];
+    size_t n = strnlen(value, sizeof tmp);
+    if (n == 0 || n >= sizeof tmp) return -1;
+    memcpy(tmp, value, n + 1);
+    while (n > 0 && isspace((unsigned char)tmp[n - 1])) tmp[--n] = '\0';
+    int64_t secs;
+    if (parse_i64(tmp, 0, 1000000000, &secs) == VL_OK) return (double)secs;
+    time_t t = curl_getdate(tmp, NULL);
+    if (t == (time_t)-1) return -1;
+    return (int64_t)t > now ? (double)((int64_t)t - now) : 0.0;
+}
+
+/* ---- error bodies ------------------------------------------------------ */
+
+/* Copies at most cap-1 bytes of s, turning control characters into spaces
+ * and stopping at the first newline, so the result prints as one line. */
+static void copy_line(const char *s, size_t n, char *out, size_t cap) {
+    size_t j = 0;
+    for (size_t i = 0; i < n && j + 1 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n' || c == '\r') break;
+        out[j++] = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+    }
+    while (j > 0 && out[j - 1] == ' ') j--;
+    out[j] = '\0';
+}
+
+void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_cap, char *msg,
+                      size_t msg_cap) {
+    code[0] = '\0';
+    msg[0] = '\0';
+    if (!body || len == 0) return;
+    json_error_t je;
+    json_t *root = json_loadb((const char *)body, len, 0, &je);
+    json_t *e = root ? json_object_get(root, "error") : NULL;
+    json_t *c = json_is_object(e) ? json_object_get(e, "code") : NULL;
+    json_t *m = json_is_object(e) ? json_object_get(e, "message") : NULL;
+    if (json_is_string(c) || json_is_string(m)) {
+        if (json_is_string(c)) copy_line(json_string_value(c), json_string_length(c), code, code_cap);
+        if (json_is_string(m)) copy_line(json_string_value(m), json_string_length(m), msg, msg_cap);
+    } else {
+        /* A proxy's HTML page or plain text: the first line still helps. */
+        size_t i = 0;
+        while (i < len && isspace(body[i])) i++;
+        copy_line((const char *)body + i, len - i, msg, msg_cap);
+    }
+    json_decref(root);
+}
+
+int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *body, size_t len) {
+    char code[64], msg[200];
+    peer_error_parse(body, len, code, sizeof code, msg, sizeof msg);
+    if (code[0] && msg[0])
+        return vl_fail(err, PEER_EREFUSED, "%s: %ld %s: %s", what, status, code, msg);
+    if (code[0] || msg[0])
+        return vl_fail(err, PEER_EREFUSED, "%s: %ld %s", what, status, code[0] ? code : msg);
+    return vl_fail(err, PEER_EREFUSED, "%s: HTTP %ld", what, status);
+}
+
+/* ---- the client ---------------------------------------------------------- */
+
+struct peer_http {
+    CURL *curl;
+    char base[256];
+    char cacert[PEER_PATH_MAX];
+    const crypto_identity *id;
+    int64_t peer_id;
+    peer_retry_policy retry;
+    rng jitter;
+    char curl_err[CURL_ERROR_SIZE];
+    /* Per-transfer state the callbacks write. */
+    peer_response *rs;
+    size_t cap;
+    int over_cap;
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc = CURLE_OK;
+
+static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+void peer_response_init(peer_response *r) {
+    r->status = 0;
+    buf_init(&r->body, 1);
+    r->etag[0] = '\0';
+    r->content_range[0] = '\0';
+    r->retry_after_s = -1;
+}
+
+void peer_response_free(peer_response *r) { buf_free(&r->body); }
+
+static void response_clear(peer_response *r, size_t cap) {
+    r->status = 0;
+    buf_reset(&r->body);
+    r->body.cap = cap;
+    r->etag[0] = '\0';
+    r->content_range[0] = '\0';
+    r->retry_after_s = -1;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
+    peer_http *h = ud;
+    size_t n = size * nmemb;
+    if (n > h->cap || h->rs->body.len > h->cap - n || buf_append(&h->rs->body, p, n) != VL_OK) {
+        h->over_cap = 1;
+        return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
+    }
+    return n;
+}
+
+/* Copies a header's value (trimmed) into out if line is "name: value". */
+static int header_value(const char *line, size_t n, const char *name, char *out, size_t cap) {
+    size_t nl = strlen(name);
+    if (n <= nl || strncasecmp(line, name, nl) != 0 || line[nl] != ':') return 0;
+    const char *v = line + nl + 1;
+    size_t vl = n - nl - 1;
+    while (vl > 0 && (*v == ' ' || *v == '\t')) v++, vl--;
+    while (vl > 0 && isspace((unsigned char)v[vl - 1])) vl--;
+    if (vl >= cap) vl = cap - 1;
+    memcpy(out, v, vl);
+    out[vl] = '\0';
+    return 1;
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
+    peer_http *h = ud;
+    size_t n = size * nmemb;
+    peer_response *r = h->rs;
+    /* A new status line (after "100 Continue") starts a new header set. */
+    if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        r->etag[0] = '\0';
+        r->content_range[0] = '\0';
+        r->retry_after_s = -1;
+        return n;
+    }
+    char v[128];
+    int64_t clen;
+    if (header_value(line, n, "Content-Length", v, sizeof v)) {
+        /* Sizing the buffer once spares a multi-GiB model the copies of
+         * geometric growth; the cap still rules (over it: fail later). */
+        if (parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
+            buf_reserve(&r->body, (size_t)clen) != VL_OK)
+            log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
+        return n;
+    }
+    if (header_value(line, n, "ETag", r->etag, sizeof r->etag)) return n;
+    if (header_value(line, n, "Content-Range", r->content_range, sizeof r->content_range))
+        return n;
+    if (header_value(line, n, "Retry-After", v, sizeof v))
+        r->retry_after_s = peer_retry_after_parse(v, clock_unix_s());
+    return n;
+}
+
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    return peer_stop_requested() ? 1 : 0;
+}
+
+static int setopt_ok(CURL *c) {
+    /* Options that hold for every request on this handle. */
+    int bad = 0;
+    bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https") != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "https") != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 20L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header) != CURLE_OK;
+    bad |= curl_easy_setopt(c, CURLOPT_USERAGENT, "volley-peer/0.1") != CURLE_OK;
+    return !bad;
+}
+
+int peer_http_open(const char *base_url, const char *cacert, const crypto_identity *id,
+                   int64_t peer_id, const peer_retry_policy *retry, peer_http **out,
+                   vl_error *err) {
+    *out = NULL;
+    pthread_once(&global_once, global_init);
+    if (global_rc != CURLE_OK)
+        return vl_fail(err, VL_ERR, "libcurl initialisation failed: %s",
+                       curl_easy_strerror(global_rc));
+    peer_http *h = calloc(1, sizeof *h);
+    if (!h) return vl_fail(err, VL_ENOMEM, "out of memory");
+    int rc = peer_url_check(base_url, h->base, sizeof h->base, err);
+    if (rc) {
+        free(h);
+        return rc;
+    }
+    if (cacert && *cacert) {
+        if (strlen(cacert) >= sizeof h->cacert) {
+            free(h);
+            return vl_fail(err, VL_ETOOBIG, "--cacert path is too long");
+        }
+        if (access(cacert, R_OK) != 0) {
+            free(h);
+            return vl_fail(err, VL_ENOTFOUND, "cannot read CA certificate %s", cacert);
+        }
+        memcpy(h->cacert, cacert, strlen(cacert) + 1);
+    }
+    h->id = id;
+    h->peer_id = peer_id;
+    if (retry) h->retry = *retry;
+    else peer_retry_default(&h->retry);
+    if (h->retry.max_attempts < 1) h->retry.max_attempts = 1;
+    rng_seed(&h->jitter, (uint64_t)getpid() ^ (uint64_t)(clock_mono_s() * 1e9) ^
+                             ((uint64_t)clock_unix_s() << 20));
+    h->curl = curl_easy_init();
+    if (!h->curl) {
+        free(h);
+        return vl_fail(err, VL_ENOMEM, "cannot create a libcurl handle");
+    }
+    int ok = setopt_ok(h->curl);
+    ok = ok && curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, h->curl_err) == CURLE_OK;
+    ok = ok && curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, h) == CURLE_OK;
+    ok = ok && curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, h) == CURLE_OK;
+    ok = ok && curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, h) == CURLE_OK;
+    if (ok && h->cacert[0])
+        ok = curl_easy_setopt(h->curl, CURLOPT_CAINFO, h->cacert) == CURLE_OK;
+    if (!ok) {
+        peer_http_close(h);
+        return vl_fail(err, VL_ERR, "libcurl lacks a required option (HTTPS, TLS 1.2)");
+    }
+    *out = h;
+    return VL_OK;
+}
+
+void peer_http_close(peer_http *h) {
+    if (!h) return;
+    if (h->curl) curl_easy_cleanup(h->curl);
+    free(h);
+}
+
+void peer_http_set_peer(peer_http *h, int64_t peer_id) { h->peer_id = peer_id; }
+
+/* Transport failures that another attempt may cure. Certificate problems,
+ * bad URLs and our own cap are permanent and fail at once. */
+static int curl_retryable(CURLcode c) {
+    switch (c) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_WEIRD_SERVER_REPLY:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* One attempt: fresh signature, headers, transfer. Returns the CURLcode. */
+static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs, int *local_rc,
+                        vl_error *err) {
+    *local_rc = VL_OK;
+    char url[512];
+    int n = snprintf(url, sizeof url, "%s%s", h->base, rq->target);
+    if (n < 0 || (size_t)n >= sizeof url) {
+        *local_rc = vl_fail(err, VL_ETOOBIG, "request URL is too long");
+        return CURLE_OK;
+    }
+    char auth[CRYPTO_AUTH_MAX + 32];
+    memcpy(auth, "Authorization: ", 15);
+    if (crypto_sign_request(h->id, h->peer_id, rq->method, rq->target, rq->body, rq->body_len,
+                            clock_unix_s(), auth + 15, sizeof auth - 15) != VL_OK) {
+        *local_rc = vl_fail(err, VL_EINVAL, "cannot sign %s %s", rq->method, rq->target);
+        return CURLE_OK;
+    }
+    char ct[128], range[128], inm[96];
+    struct curl_slist *hdrs = NULL, *tmp;
+    int ok = (tmp = curl_slist_append(hdrs, auth)) != NULL;
+    if (ok) hdrs = tmp;
+    if (ok && rq->content_type) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", rq->content_type);
+        ok = (tmp = curl_slist_append(hdrs, ct)) != NULL;
+        if (ok) hdrs = tmp;
+    }
+    if (ok && rq->range) {
+        snprintf(range, sizeof range, "Range: %s", rq->range);
+        ok = (tmp = curl_slist_append(hdrs, range)) != NULL;
+        if (ok) hdrs = tmp;
+    }
+    if (ok && rq->if_none_match) {
+        snprintf(inm, sizeof inm, "If-None-Match: %s", rq->if_none_match);
+        ok = (tmp = curl_slist_append(hdrs, inm)) != NULL;
+        if (ok) hdrs = tmp;
+    }
+    if (!ok) {
+        curl_slist_free_all(hdrs);
+        *local_rc = vl_fail(err, VL_ENOMEM, "out of memory building request headers");
+        return CURLE_OK;
+    }
+    CURL *c = h->curl;
+    CURLcode cc = curl_easy_setopt(c, CURLOPT_URL, url);
+    if (!cc) cc = curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    if (!cc && strcmp(rq->method, "POST") == 0) {
+        cc = curl_easy_setopt(c, CURLOPT_POST, 1L);
+        if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+        if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? (const char *)rq->body
+                                                                       : "");
+    } else if (!cc) {
+        cc = curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    }
+    /* Long-polls and slow links are fine; a connection that moves nothing
+     * for idle_s is dead. */
+    if (!cc) cc = curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    if (!cc) cc = curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, rq->idle_s > 0 ? rq->idle_s : 60L);
+    if (!cc) cc = curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)rq->cap);
+    if (cc) {
+        curl_slist_free_all(hdrs);
+        *local_rc = vl_fail(err, VL_ERR, "libcurl option failed: %s", curl_easy_strerror(cc));
+        return CURLE_OK;
+    }
+    response_clear(rs, rq->cap);
+    h->rs = rs;
+    h->cap = rq->cap;
+    h->over_cap = 0;
+    h->curl_err[0] = '\0';
+    cc = curl_easy_perform(c);
+    if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rs->status);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hdrs);
+    h->rs = NULL;
+    return cc;
+}
+
+int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_error *err) {
+    if (!rq->target || rq->target[0] != '/')
+        return vl_fail(err, VL_EINVAL, "request target must start with '/'");
+    char last[CURL_ERROR_SIZE + 64] = "";
+    for (int n = 1;; n++) {
+        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped");
+        int local_rc;
+        double t0 = clock_mono_s();
+        CURLcode cc = attempt(h, rq, rs, &local_rc, err);
+        if (local_rc) return local_rc;
+        if (cc == CURLE_ABORTED_BY_CALLBACK) return vl_fail(err, PEER_ESTOPPED, "stopped");
+        if (cc == CURLE_FILESIZE_EXCEEDED || (cc == CURLE_WRITE_ERROR && h->over_cap))
+            return vl_fail(err, VL_ETOOBIG, "%s %s: response body exceeds the %zu-byte limit",
+                           rq->method, rq->target, rq->cap);
+        if (cc == CURLE_OK)
+            log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
+                      rs->body.len, clock_mono_s() - t0);
+        if (cc != CURLE_OK) {
+            snprintf(last, sizeof last, "%s", h->curl_err[0] ? h->curl_err
+                                                             : curl_easy_strerror(cc));
+            if (!curl_retryable(cc))
+                return vl_fail(err, VL_EIO, "%s %s: %s", rq->method, rq->target, last);
+        } else if (peer_status_retryable(rs->status)) {
+            char code[64], msg[120];
+            peer_error_parse(rs->body.data, rs->body.len, code, sizeof code, msg, sizeof msg);
+            snprintf(last, sizeof last, "%ld%s%s%s%s", rs->status, code[0] ? " " : "", code,
+                     msg[0] ? ": " : "", msg);
+        } else {
+            return VL_OK;
+        }
+        if (n >= h->retry.max_attempts)
+            return vl_fail(err, PEER_ENETWORK, "%s %s failed after %d attempts: %s", rq->method,
+                           rq->target, n, last);
+        double u = (double)(rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
+        double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
+        log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
+                 h->retry.max_attempts - 1, d);
+        if (peer_sleep(d)) return vl_fail(err, PEER_ESTOPPED, "stopped");
+    }
+}

@@ -1,0 +1,431 @@
+/* The network-facing commands: join (register the key with a token) and
+ * run (lease a task, fetch its model and data, train, upload, repeat).
+ * Volunteers come and go and their updates may arrive late, so a task the
+ * coordinator no longer wants is dropped and the loop goes on; only a
+ * refusal that says something is wrong with this peer ends it. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <jansson.h>
+#include <omp.h>
+
+#include "peer/peer.h"
+
+#define JSON_CAP ((size_t)1 << 20)
+#define MODEL_CAP ((size_t)2 << 30)
+#define UPLOAD_CAP ((size_t)3 << 30)
+#define IDLE_S 120L
+#define FINISHED_RING 64
+
+/* ---- join -------------------------------------------------------------- */
+
+static int load_key(const char *dir, crypto_identity *id, vl_error *err) {
+    char path[PEER_PATH_MAX];
+    int rc = peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, err);
+    if (rc) return rc;
+    if (access(path, F_OK) != 0)
+        return vl_fail(err, VL_ENOTFOUND, "no key at %s; run 'volley-peer keygen --dir %s' first",
+                       path, dir);
+    return crypto_identity_load(id, path, err);
+}
+
+/* Copies s into out (cap bytes) with control characters removed. */
+static void clean_copy(const char *s, char *out, size_t cap) {
+    size_t j = 0;
+    for (; *s && j + 1 < cap; s++)
+        if ((unsigned char)*s >= 0x20 && *s != 0x7f) out[j++] = *s;
+    out[j] = '\0';
+}
+
+static int parse_join_reply(const peer_response *rs, peer_state *st, vl_error *err) {
+    json_error_t je;
+    json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, JSON_REJECT_DUPLICATES, &je);
+    json_t *id = json_object_get(o, "peer_id");
+    json_t *run = json_object_get(o, "run");
+    json_t *name = json_is_object(run) ? json_object_get(run, "name") : NULL;
+    int rc = VL_OK;
+    if (!json_is_integer(id) || json_integer_value(id) <= 0)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks a positive integer 'peer_id'");
+    else if (!json_is_string(name) || json_string_length(name) == 0 ||
+             json_string_length(name) >= sizeof st->run)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
+    else {
+        st->peer_id = (int64_t)json_integer_value(id);
+        clean_copy(json_string_value(name), st->run, sizeof st->run);
+    }
+    json_decref(o);
+    return rc;
+}
+
+int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
+    peer_state st;
+    memset(&st, 0, sizeof st);
+    int rc = peer_url_check(o->coordinator, st.coordinator, sizeof st.coordinator, err);
+    if (rc) return rc;
+    size_t tl = o->token ? strnlen(o->token, 1024) : 0;
+    if (tl == 0 || tl > 512) return vl_fail(err, VL_EINVAL, "a join token of 1 to 512 characters is required");
+    for (size_t i = 0; i < tl; i++)
+        if ((unsigned char)o->token[i] < 0x21 || o->token[i] == 0x7f)
+            return vl_fail(err, VL_EINVAL, "the join token contains whitespace or a control "
+                                           "character");
+    if (o->cacert && *o->cacert) {
+        char abs[PATH_MAX];
+        if (!realpath(o->cacert, abs))
+            return vl_fail(err, VL_ENOTFOUND, "cannot find CA certificate %s", o->cacert);
+        if (strlen(abs) >= sizeof st.cacert)
+            return vl_fail(err, VL_ETOOBIG, "CA certificate path is too long");
+        memcpy(st.cacert, abs, strlen(abs) + 1);
+    }
+    if (o->name && *o->name) {
+        clean_copy(o->name, st.name, sizeof st.name);
+    } else {
+        char host[256];
+        if (gethostname(host, sizeof host) == 0) {
+            host[sizeof host - 1] = '\0';
+            clean_copy(host, st.name, sizeof st.name);
+        }
+    }
+    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    crypto_identity id;
+    if ((rc = load_key(o->dir, &id, err))) return rc;
+
+    char pk[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(id.pk, pk);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:{s:I, s:s}}", "public_key", pk, "token", o->token,
+                             "name", st.name, "hardware", "cpus", (json_int_t)(cpus > 0 ? cpus : 1),
+                             "gpu", "none");
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        crypto_identity_wipe(&id);
+        return vl_fail(err, VL_ENOMEM, "cannot build the join request");
+    }
+    peer_retry_policy pol;
+    peer_retry_default(&pol);
+    if (o->retries > 0) pol.max_attempts = o->retries;
+    peer_http *h = NULL;
+    peer_response rs;
+    peer_response_init(&rs);
+    rc = peer_http_open(st.coordinator, st.cacert, &id, 0, &pol, &h, err);
+    if (!rc) {
+        peer_request rq = {.method = "POST", .target = "/v1/peers",
+                           .content_type = "application/json", .body = (const uint8_t *)text,
+                           .body_len = strlen(text), .cap = JSON_CAP, .idle_s = IDLE_S};
+        rc = peer_http_do(h, &rq, &rs, err);
+    }
+    free(text);
+    if (!rc && rs.status != 200 && rs.status != 201)
+        rc = peer_refusal(err, "join refused", rs.status, rs.body.data, rs.body.len);
+    if (!rc) rc = parse_join_reply(&rs, &st, err);
+    if (!rc) rc = peer_state_save(o->dir, &st, err);
+    if (!rc) *out = st;
+    peer_response_free(&rs);
+    peer_http_close(h);
+    crypto_identity_wipe(&id);
+    return rc;
+}
+
+/* ---- run --------------------------------------------------------------- */
+
+typedef struct loop {
+    const peer_run_opts *o;
+    peer_state st;
+    peer_http *http;
+    peer_trainer tr;
+    peer_response rs;
+    buf upload;
+    int64_t done;
+    /* Leases this peer has finished with (uploaded or dropped). A refused
+     * request changes nothing on the coordinator, so it may offer the same
+     * lease again until its deadline; retraining it would be wasted work. */
+    struct { int64_t task_id, deadline; } finished[FINISHED_RING];
+    int nfinished;
+} loop;
+
+static void remember(loop *L, const peer_task *k) {
+    int i = L->nfinished++ % FINISHED_RING;
+    L->finished[i].task_id = k->task_id;
+    L->finished[i].deadline = k->deadline;
+}
+
+static int seen(const loop *L, const peer_task *k) {
+    int n = L->nfinished < FINISHED_RING ? L->nfinished : FINISHED_RING;
+    for (int i = 0; i < n; i++)
+        if (L->finished[i].task_id == k->task_id && L->finished[i].deadline == k->deadline) return 1;
+    return 0;
+}
+
+static int error_code_is(const peer_response *rs, const char *code) {
+    char c[64], m[8];
+    peer_error_parse(rs->body.data, rs->body.len, c, sizeof c, m, sizeof m);
+    return strcmp(c, code) == 0;
+}
+
+static int run_finished(const peer_response *rs) {
+    return rs->status == 410 && error_code_is(rs, "run_finished");
+}
+
+/* 1 when an upload refusal only means the coordinator no longer wants this
+ * task: normal for volunteers whose work arrives late. */
+static int droppable_upload(const peer_response *rs) {
+    switch (rs->status) {
+    case 409:
+        return error_code_is(rs, "stale_update") || error_code_is(rs, "task_expired") ||
+               error_code_is(rs, "duplicate_update");
+    case 404: return error_code_is(rs, "unknown_task");
+    case 403: return error_code_is(rs, "not_your_task");
+    default: return 0;
+    }
+}
+
+/* Outcomes of one step of the loop besides errors. */
+enum { STEP_AGAIN = 1, STEP_FINISHED = 2 };
+
+static int fetch_task(loop *L, peer_task *k, vl_error *err) {
+    char target[64];
+    snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
+    peer_request rq = {.method = "GET", .target = target, .cap = JSON_CAP,
+                       .idle_s = L->o->wait_s + 30L};
+    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (rc) return rc;
+    if (L->rs.status == 204) return STEP_AGAIN;
+    if (run_finished(&L->rs)) return STEP_FINISHED;
+    if (L->rs.status != 200)
+        return peer_refusal(err, "task request refused", L->rs.status, L->rs.body.data,
+                            L->rs.body.len);
+    return peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
+}
+
+/* Makes the trainer hold the task's base version, downloading it only when
+ * the cached one differs (If-None-Match). */
+static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
+    char target[64], inm[32], want[32];
+    snprintf(target, sizeof target, "/v1/model?version=%lld", (long long)k->base_version);
+    snprintf(want, sizeof want, "\"%lld\"", (long long)k->base_version);
+    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S};
+    if (L->tr.base_version >= 0) {
+        snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
+        rq.if_none_match = inm;
+    }
+    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (rc) return rc;
+    peer_response *rs = &L->rs;
+    if (rs->status == 304) {
+        if (L->tr.base_version != k->base_version)
+            return vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, but the "
+                                           "cached model is version %lld",
+                           (long long)k->base_version, (long long)L->tr.base_version);
+        return VL_OK;
+    }
+    if (run_finished(rs)) return STEP_FINISHED;
+    if (rs->status == 404 && error_code_is(rs, "unknown_version")) {
+        /* The base was pruned while the lease was in flight. */
+        vl_error e = {0};
+        peer_refusal(&e, "model request refused", rs->status, rs->body.data, rs->body.len);
+        log_warn("task %lld dropped: %s", (long long)k->task_id, e.msg);
+        return STEP_AGAIN;
+    }
+    if (rs->status != 200)
+        return peer_refusal(err, "model request refused", rs->status, rs->body.data,
+                            rs->body.len);
+    if (rs->etag[0] && strcmp(rs->etag, want) != 0)
+        return vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
+                       (long long)k->base_version, rs->etag);
+    double t0 = clock_mono_s();
+    rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
+    size_t bytes = rs->body.len;
+    /* The trainer holds its own copy; keeping a model-sized response
+     * buffer through training would double the peer's footprint. */
+    buf_free(&rs->body);
+    if (rc) return rc;
+    log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
+             (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
+    return VL_OK;
+}
+
+/* Parses "bytes FIRST-LAST/TOTAL" (TOTAL may be "*"). */
+static int content_range(const char *s, int64_t *first, int64_t *last) {
+    char a[24], b[24];
+    const char *p = s;
+    if (strncmp(p, "bytes ", 6) != 0) return VL_EINVAL;
+    p += 6;
+    size_t n = strcspn(p, "-");
+    if (n == 0 || n >= sizeof a || p[n] != '-') return VL_EINVAL;
+    memcpy(a, p, n);
+    a[n] = '\0';
+    p += n + 1;
+    n = strcspn(p, "/");
+    if (n == 0 || n >= sizeof b || p[n] != '/') return VL_EINVAL;
+    memcpy(b, p, n);
+    b[n] = '\0';
+    if (parse_i64(a, 0, INT64_MAX, first) || parse_i64(b, 0, INT64_MAX, last)) return VL_EINVAL;
+    return VL_OK;
+}
+
+static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
+    char target[64], range[64];
+    int64_t last = k->offset + k->length - 1;
+    snprintf(target, sizeof target, "/v1/data/%s", k->shard);
+    snprintf(range, sizeof range, "bytes=%lld-%lld", (long long)k->offset, (long long)last);
+    peer_request rq = {.method = "GET", .target = target, .range = range,
+                       .cap = (size_t)k->length, .idle_s = IDLE_S};
+    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (rc) return rc;
+    peer_response *rs = &L->rs;
+    if (run_finished(rs)) return STEP_FINISHED;
+    if (rs->status != 206) {
+        if (rs->status >= 400)
+            return peer_refusal(err, "data request refused", rs->status, rs->body.data,
+                                rs->body.len);
+        return vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range, rs->status);
+    }
+    int64_t f, l;
+    if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
+        return vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
+                       rs->content_range, range);
+    if (rs->body.len != (size_t)k->length)
+        return vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range", rs->body.len,
+                       (long long)k->length);
+    return VL_OK;
+}
+
+static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_error *err) {
+    compress_update_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.run, sizeof m.run, "%s", k->run);
+    m.task = k->task_id;
+    m.peer = L->st.peer_id;
+    m.base_version = k->base_version;
+    m.kind = k->kind;
+    m.num_samples = res->tokens;
+    m.local_steps = res->steps;
+    m.loss = res->mean_loss;
+    buf_reset(&L->upload);
+    int rc = compress_update_encode_dense(&m, L->tr.delta, L->tr.n_params, k->dtype, &L->upload,
+                                          err);
+    if (rc) return rc;
+    peer_request rq = {.method = "POST", .target = "/v1/updates",
+                       .content_type = "application/octet-stream", .body = L->upload.data,
+                       .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
+    if ((rc = peer_http_do(L->http, &rq, &L->rs, err))) return rc;
+    peer_response *rs = &L->rs;
+    double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
+    if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
+        json_error_t je;
+        json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
+        json_t *uid = json_object_get(o, "update_id"), *ver = json_object_get(o, "version");
+        log_info("task %lld: base v%lld, %d steps, loss %.4f, upload %zu bytes, %.0f tok/s, "
+                 "update %lld accepted (version %lld)",
+                 (long long)k->task_id, (long long)k->base_version, res->steps, res->mean_loss,
+                 L->upload.len, tps,
+                 json_is_integer(uid) ? (long long)json_integer_value(uid) : -1LL,
+                 json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL);
+        json_decref(o);
+        return VL_OK;
+    }
+    if (run_finished(rs)) return STEP_FINISHED;
+    if (droppable_upload(rs)) {
+        /* duplicate_update: an earlier attempt was stored but its 202 was
+         * lost on the way back, so the retry found it already there. */
+        int dup = error_code_is(rs, "duplicate_update");
+        vl_error e = {0};
+        peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
+        log_msg(dup ? LOG_INFO : LOG_WARN,
+                "task %lld: base v%lld, %d steps, loss %.4f, upload %zu bytes, %.0f tok/s; %s: %s",
+                (long long)k->task_id, (long long)k->base_version, res->steps, res->mean_loss,
+                L->upload.len, tps, dup ? "already stored" : "dropped", e.msg);
+        return VL_OK;
+    }
+    return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
+}
+
+/* One lease from request to upload. */
+static int one_task(loop *L, vl_error *err) {
+    peer_task k;
+    int rc = fetch_task(L, &k, err);
+    if (rc) return rc;
+    if (seen(L, &k)) {
+        /* Wait the lease out, a slice at a time, rather than redo it. */
+        double left = (double)(k.deadline - clock_unix_s()) + 1;
+        log_debug("task %lld offered again; waiting for its lease to end", (long long)k.task_id);
+        if (peer_sleep(left < 1 ? 1 : left > 30 ? 30 : left)) return PEER_ESTOPPED;
+        return STEP_AGAIN;
+    }
+    if ((rc = fetch_model(L, &k, err))) {
+        if (rc == STEP_AGAIN) remember(L, &k);
+        return rc;
+    }
+    if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
+    if ((rc = fetch_data(L, &k, err))) return rc;
+    peer_train_result res;
+    rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
+    if (rc == VL_ERANGE) {
+        log_warn("task %lld dropped: %s", (long long)k.task_id, err->msg);
+        remember(L, &k);
+        return VL_OK;
+    }
+    if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
+    if (rc) return rc;
+    rc = upload(L, &k, &res, err);
+    if (rc == VL_OK) remember(L, &k);
+    return rc;
+}
+
+static int run_loop(loop *L, vl_error *err) {
+    while (L->o->max_tasks <= 0 || L->done < L->o->max_tasks) {
+        if (peer_stop_requested()) return PEER_ESTOPPED;
+        int rc = one_task(L, err);
+        if (rc == STEP_AGAIN) continue;
+        if (rc == STEP_FINISHED) {
+            log_info("run '%s' has finished (410 run_finished); %lld tasks done here",
+                     L->st.run, (long long)L->done);
+            return VL_OK;
+        }
+        if (rc) return rc;
+        L->done++;
+    }
+    log_info("done: %lld tasks", (long long)L->done);
+    return VL_OK;
+}
+
+int peer_run(const peer_run_opts *o, vl_error *err) {
+    if (o->wait_s < 0 || o->wait_s > 60) return vl_fail(err, VL_EINVAL, "--wait must be 0..60");
+    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    loop L;
+    memset(&L, 0, sizeof L);
+    L.o = o;
+    int rc = peer_state_load(o->dir, &L.st, err);
+    if (rc) return rc;
+    crypto_identity id;
+    if ((rc = load_key(o->dir, &id, err))) return rc;
+    if (o->threads > 0) {
+        omp_set_num_threads(o->threads);
+        openblas_set_num_threads(o->threads);
+    }
+    peer_retry_policy pol;
+    peer_retry_default(&pol);
+    if (o->retries > 0) pol.max_attempts = o->retries;
+    rc = peer_http_open(L.st.coordinator, L.st.cacert, &id, L.st.peer_id, &pol, &L.http, err);
+    if (rc) {
+        crypto_identity_wipe(&id);
+        return rc;
+    }
+    peer_trainer_init(&L.tr);
+    peer_response_init(&L.rs);
+    buf_init(&L.upload, UPLOAD_CAP);
+    log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,
+             L.st.run);
+    rc = run_loop(&L, err);
+    if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
+    buf_free(&L.upload);
+    peer_response_free(&L.rs);
+    peer_trainer_free(&L.tr);
+    peer_http_close(L.http);
+    crypto_identity_wipe(&id);
+    return rc == PEER_ESTOPPED ? VL_OK : rc;
+}

@@ -1,0 +1,255 @@
+/* volley-peer: command-line entry point. Parses arguments, installs the
+ * signal handlers that let a run stop between steps, and turns every
+ * failure into one line on stderr and a stable exit status (peer.h). */
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer/peer.h"
+
+#define PROG "volley-peer"
+
+static const char USAGE[] =
+    "usage: volley-peer <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  keygen [--dir DIR] [--force]\n"
+    "      create DIR (default $HOME/.volley, mode 0700) and the Ed25519 key\n"
+    "      DIR/peer.key (mode 0600); print the public key\n"
+    "  join --coordinator https://HOST:PORT (--token T | --token-file FILE)\n"
+    "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
+    "      register the key with a join token; write DIR/peer.json; print the peer id\n"
+    "  run [--dir DIR] [--threads N] [--max-tasks N] [--wait S] [--retries N]\n"
+    "      lease tasks, train, upload updates until the run finishes, N tasks\n"
+    "      are done, or SIGINT/SIGTERM\n"
+    "\n"
+    "options:\n"
+    "  --dir DIR        the peer's directory (key and state)\n"
+    "  --force          replace an existing key (keygen)\n"
+    "  --coordinator U  coordinator origin, https only\n"
+    "  --token T        join token (visible to other local users; prefer --token-file)\n"
+    "  --token-file F   read the join token from the first line of F\n"
+    "  --cacert FILE    trust this PEM certificate (a self-signed coordinator)\n"
+    "  --name NAME      display name sent at join (default: host name)\n"
+    "  --threads N      OpenMP and OpenBLAS threads (default: library defaults)\n"
+    "  --max-tasks N    stop after N tasks (default: no limit)\n"
+    "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
+    "  --retries N      attempts per request, 1..100 (default 8)\n"
+    "  -v, --verbose    debug logging\n"
+    "\n"
+    "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
+    "2 usage, 3 refused by the coordinator, 4 coordinator unreachable\n";
+
+enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
+       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_VERBOSE, OPT_HELP };
+
+static const struct option OPTIONS[] = {
+    {"dir", required_argument, NULL, OPT_DIR},
+    {"force", no_argument, NULL, OPT_FORCE},
+    {"coordinator", required_argument, NULL, OPT_COORD},
+    {"token", required_argument, NULL, OPT_TOKEN},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"cacert", required_argument, NULL, OPT_CACERT},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"max-tasks", required_argument, NULL, OPT_MAX_TASKS},
+    {"wait", required_argument, NULL, OPT_WAIT},
+    {"retries", required_argument, NULL, OPT_RETRIES},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct args {
+    const char *dir, *coordinator, *token, *token_file, *cacert, *name;
+    int force, verbose;
+    int64_t threads, max_tasks, wait_s, retries;
+    unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
+} args;
+
+static int usage_error(const char *fmt, ...) VL_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, PROG ": %s (see '" PROG " --help')\n", msg);
+    return PEER_EXIT_USAGE;
+}
+
+static int number(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out) {
+    if (parse_i64(s, min, max, out) == VL_OK) return 0;
+    fprintf(stderr, PROG ": %s needs an integer in [%lld, %lld], got '%s'\n", opt,
+            (long long)min, (long long)max, s);
+    return PEER_EXIT_USAGE;
+}
+
+static int parse_args(int argc, char **argv, args *a) {
+    memset(a, 0, sizeof *a);
+    a->wait_s = 20;
+    opterr = 0;
+    optind = 1;
+    int c, rc = 0;
+    while ((c = getopt_long(argc, argv, ":v", OPTIONS, NULL)) != -1 && !rc) {
+        if (c == 'v') c = OPT_VERBOSE;
+        if (c > 0 && c <= OPT_HELP) a->seen |= 1u << c;
+        switch (c) {
+        case OPT_DIR: a->dir = optarg; break;
+        case OPT_FORCE: a->force = 1; break;
+        case OPT_COORD: a->coordinator = optarg; break;
+        case OPT_TOKEN: a->token = optarg; break;
+        case OPT_TOKEN_FILE: a->token_file = optarg; break;
+        case OPT_CACERT: a->cacert = optarg; break;
+        case OPT_NAME: a->name = optarg; break;
+        case OPT_THREADS: rc = number("--threads", optarg, 1, 1024, &a->threads); break;
+        case OPT_MAX_TASKS: rc = number("--max-tasks", optarg, 1, INT64_MAX, &a->max_tasks); break;
+        case OPT_WAIT: rc = number("--wait", optarg, 0, 60, &a->wait_s); break;
+        case OPT_RETRIES: rc = number("--retries", optarg, 1, 100, &a->retries); break;
+        case OPT_VERBOSE: a->verbose = 1; break;
+        case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
+        case ':':
+            return usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (rc) return rc;
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+/* Refuses options that the command would silently ignore. */
+static int only(const args *a, const char *cmd, unsigned allowed) {
+    allowed |= 1u << OPT_DIR | 1u << OPT_VERBOSE | 1u << OPT_HELP;
+    for (int o = 1; o <= OPT_HELP; o++) {
+        if ((a->seen & (1u << o)) && !(allowed & (1u << o))) {
+            fprintf(stderr, PROG ": %s does not take --%s\n", cmd, OPTIONS[o - 1].name);
+            return PEER_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+static int fail(const vl_error *e, int rc) {
+    fprintf(stderr, PROG ": %s\n", e->msg[0] ? e->msg : vl_strerror(rc));
+    return peer_exit_status(rc);
+}
+
+static int resolve_dir(const args *a, char *dir, size_t cap, vl_error *e) {
+    if (a->dir && *a->dir) {
+        int n = snprintf(dir, cap, "%s", a->dir);
+        if (n < 0 || (size_t)n >= cap) return vl_fail(e, VL_ETOOBIG, "--dir is too long");
+        return VL_OK;
+    }
+    return peer_dir_default(dir, cap, e);
+}
+
+static int cmd_keygen(const args *a) {
+    int rc = only(a, "keygen", 1u << OPT_FORCE);
+    if (rc) return rc;
+    vl_error e = {0};
+    char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
+    if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if (crypto_init() != VL_OK) {
+        vl_fail(&e, VL_ERR, "libsodium failed to initialise");
+        return fail(&e, VL_ERR);
+    }
+    if ((rc = peer_keygen(dir, a->force, pk, &e))) return fail(&e, rc);
+    printf("%s\n", pk);
+    return PEER_EXIT_OK;
+}
+
+/* Reads the first line of a token file, so the secret never appears in
+ * the process list. */
+static int read_token(const char *path, char *out, size_t cap, vl_error *e) {
+    buf b;
+    buf_init(&b, 4096);
+    int rc = buf_read_file(&b, path, e);
+    if (!rc) {
+        size_t n = strcspn((const char *)b.data, "\r\n");
+        if (n == 0 || n >= cap) rc = vl_fail(e, VL_EINVAL, "%s: no token on its first line", path);
+        else {
+            memcpy(out, b.data, n);
+            out[n] = '\0';
+        }
+    }
+    if (b.data) memset(b.data, 0, b.len);
+    buf_free(&b);
+    return rc;
+}
+
+static int cmd_join(const args *a) {
+    int rc = only(a, "join", 1u << OPT_COORD | 1u << OPT_TOKEN | 1u << OPT_TOKEN_FILE |
+                                 1u << OPT_CACERT | 1u << OPT_NAME | 1u << OPT_RETRIES);
+    if (rc) return rc;
+    if (!a->coordinator) return usage_error("join needs --coordinator");
+    if (!a->token == !a->token_file) return usage_error("join needs one of --token, --token-file");
+    vl_error e = {0};
+    char dir[PEER_PATH_MAX], token[600];
+    if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if (a->token_file && (rc = read_token(a->token_file, token, sizeof token, &e)))
+        return fail(&e, rc);
+    peer_join_opts o = {.dir = dir, .coordinator = a->coordinator,
+                        .token = a->token ? a->token : token, .cacert = a->cacert,
+                        .name = a->name, .retries = (int)a->retries};
+    peer_state st;
+    rc = peer_join(&o, &st, &e);
+    memset(token, 0, sizeof token);
+    if (rc) return fail(&e, rc);
+    log_info("joined %s as peer %lld (run '%s')", st.coordinator, (long long)st.peer_id, st.run);
+    printf("%lld\n", (long long)st.peer_id);
+    return PEER_EXIT_OK;
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    peer_stop_request();
+}
+
+static int cmd_run(const args *a) {
+    int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
+                                1u << OPT_RETRIES);
+    if (rc) return rc;
+    vl_error e = {0};
+    char dir[PEER_PATH_MAX];
+    if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    /* The first signal asks for a clean stop; SA_RESETHAND lets a second
+     * one end a process stuck in a long step the hard way. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
+                       .wait_s = (int)a->wait_s, .retries = (int)a->retries};
+    rc = peer_run(&o, &e);
+    return rc ? fail(&e, rc) : PEER_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    log_set_program(PROG);
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return PEER_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(USAGE, stdout);
+        return PEER_EXIT_OK;
+    }
+    args a;
+    int rc = parse_args(argc - 1, argv + 1, &a);
+    if (rc) return rc;
+    if (a.verbose) log_set_level(LOG_DEBUG);
+    if (!strcmp(cmd, "keygen")) return cmd_keygen(&a);
+    if (!strcmp(cmd, "join")) return cmd_join(&a);
+    if (!strcmp(cmd, "run")) return cmd_run(&a);
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,341 @@
+/*
+ * peer: the volunteer side of volley. A peer keeps an Ed25519 key and a
+ * small state file in its directory, joins a run on an HTTPS coordinator,
+ * then loops: lease a task, fetch the task's base model (cached between
+ * tasks) and its slice of training data, run a few local AdamW steps, and
+ * upload the pseudo-gradient delta = theta_base - theta_local as a
+ * compressed update. Everything received is validated before use, every
+ * response body is read under a hard cap, and transient failures (network
+ * errors, 5xx, 429) are retried with capped, jittered exponential backoff,
+ * re-signing each attempt. docs/protocol.md is the contract with the
+ * coordinator.
+ *
+ * Conventions: fallible functions return 0 or a negative code — a VL_E*
+ * code from common, or one of the PEER_E* codes below — and leave a
+ * one-line message in the vl_error they are given.
+ */
+#ifndef VOLLEY_PEER_H
+#define VOLLEY_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "compress/compress.h"
+#include "crypto/crypto.h"
+#include "model/model.h"
+
+/* ---- error codes and exit statuses ------------------------------------ */
+
+/* Codes the peer adds to common's VL_E* set, because scripts driving
+ * volley-peer must tell "the coordinator said no" from "the coordinator
+ * could not be reached" from "this machine has a problem". */
+#define PEER_EREFUSED (-64) /* the coordinator refused a request (a 4xx) */
+#define PEER_ENETWORK (-65) /* unreachable, or still failing after every retry */
+#define PEER_ESTOPPED (-66) /* SIGINT/SIGTERM arrived; the work was abandoned */
+
+/* Exit statuses of volley-peer; stable, for scripts. */
+enum {
+    PEER_EXIT_OK = 0,      /* done, the run finished, or stopped by a signal */
+    PEER_EXIT_FAIL = 1,    /* a local problem or invalid data from the coordinator */
+    PEER_EXIT_USAGE = 2,   /* bad command line */
+    PEER_EXIT_REFUSED = 3, /* the coordinator refused a request */
+    PEER_EXIT_NETWORK = 4, /* the coordinator could not be reached or kept failing */
+};
+
+/* Maps a return code of this module to the exit status above. */
+int peer_exit_status(int rc);
+
+/* ---- stopping -------------------------------------------------------- */
+
+/* Asks every loop, transfer and sleep of the peer to stop at the next
+ * check. Async-signal-safe: meant to be called from a SIGINT/SIGTERM
+ * handler. */
+void peer_stop_request(void);
+/* 1 once peer_stop_request has been called. */
+int peer_stop_requested(void);
+/* Clears the request (tests run several loops in one process). */
+void peer_stop_reset(void);
+/* Sleeps for s seconds in short slices; returns 1 early if a stop was
+ * requested, else 0. */
+int peer_sleep(double s);
+
+/* ---- retries ----------------------------------------------------------- */
+
+/* Exponential backoff with full jitter: the n-th retry (n >= 1) waits a
+ * uniformly random time in [0, min(cap_s, base_s * factor^(n-1))), but
+ * never less than a Retry-After the server sent (itself clamped to
+ * retry_after_max_s, so a server cannot park a peer forever). */
+typedef struct peer_retry_policy {
+    int max_attempts;         /* tries in all, first included; >= 1 */
+    double base_s;            /* first window, seconds */
+    double factor;            /* growth per retry, >= 1 */
+    double cap_s;             /* largest window, seconds */
+    double retry_after_max_s; /* longest Retry-After honoured, seconds */
+} peer_retry_policy;
+
+#define PEER_RETRIES_DEFAULT 8
+
+/* Fills p with the defaults: 8 attempts, 0.5 s base, factor 2, 30 s cap,
+ * Retry-After honoured up to 300 s. */
+void peer_retry_default(peer_retry_policy *p);
+
+/* Upper bound of the jitter window before retry n (n >= 1). */
+double peer_backoff_window(const peer_retry_policy *p, int n);
+
+/* Delay in seconds before retry n: u * window(n) for u in [0, 1) drawn by
+ * the caller, raised to retry_after_s when that is >= 0 (negative: the
+ * server sent none), which is first clamped to retry_after_max_s. */
+double peer_backoff_delay(const peer_retry_policy *p, int n, double retry_after_s, double u);
+
+/* 1 when an HTTP status is worth retrying (429 and 5xx), else 0. */
+int peer_status_retryable(long status);
+
+/* Parses a Retry-After value: delta-seconds or an HTTP-date (relative to
+ * now, unix seconds). Returns seconds >= 0, or -1 when value is unusable. */
+double peer_retry_after_parse(const char *value, int64_t now);
+
+/* ---- error bodies ------------------------------------------------------ */
+
+/* Extracts error.code and error.message from an error body
+ * {"error":{"code":..., "message":...}}. A body that is not that JSON is
+ * tolerated: code becomes "" and message the body's first line (or "" for
+ * an empty body). Both outputs are NUL-terminated, truncated to their
+ * capacity (>= 1) and stripped of control characters, so they are safe to
+ * print on one line. */
+void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_cap, char *msg,
+                      size_t msg_cap);
+
+/* Records in err the one-line refusal "<what>: <status> <code>: <message>"
+ * (parts the body lacks are left out) and returns PEER_EREFUSED. */
+int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *body,
+                 size_t len);
+
+/* ---- tasks ------------------------------------------------------------- */
+
+/* A task lease, as GET /v1/task returns it (docs/protocol.md). */
+typedef struct peer_task {
+    int64_t task_id;
+    char run[64];
+    int64_t base_version;
+    char shard[32];       /* [A-Za-z0-9_-]+, safe in a URL path */
+    int64_t offset;       /* first byte of the data range */
+    int64_t length;       /* bytes in the range, >= context + 1 */
+    int steps;            /* H_max: most local steps */
+    int batch;
+    int context;          /* tokens per sequence; <= the model's block size */
+    double lr, beta1, beta2, eps, weight_decay;
+    double grad_clip;     /* global L2 norm bound; 0: no clipping */
+    uint64_t seed;        /* seeds the batch sampler */
+    compress_kind kind;
+    st_dtype dtype;       /* F32 or F16 for dense */
+    double selsync_delta; /* SelSync threshold; 0 with h_min == steps: fixed H */
+    int h_min;            /* fewest local steps, 1..steps */
+    int64_t deadline;     /* lease end, unix seconds */
+} peer_task;
+
+/* Hard limits on what a task may ask of this machine. */
+#define PEER_MAX_STEPS 100000
+#define PEER_MAX_BATCH 4096
+#define PEER_MAX_CONTEXT 65536
+#define PEER_MAX_BATCH_TOKENS ((int64_t)1 << 22) /* batch * context */
+#define PEER_MAX_DATA_BYTES ((int64_t)1 << 30)   /* one task's data range */
+
+/* Parses and validates a task lease (len bytes of JSON). Every field of the
+ * protocol's example is required except `selsync` (default: delta 0,
+ * h_min = h_max = steps); unknown fields are ignored. On failure err names
+ * the offending field and out is unspecified. */
+int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) VL_MUST_CHECK;
+
+/* Checks that a task fits a model: context <= block_size, and a byte
+ * vocabulary (vocab_size >= 256) since the data bytes are the tokens. */
+int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg,
+                          vl_error *err) VL_MUST_CHECK;
+
+/* Parses the model configuration JSON that a model file carries in its
+ * `model` metadata: {vocab_size, block_size, n_layer, n_head, n_embd},
+ * each a positive integer within sane bounds, n_embd divisible by n_head. */
+int peer_model_config_parse(const char *json, model_gpt_config *out,
+                            vl_error *err) VL_MUST_CHECK;
+
+/* ---- the peer's directory ------------------------------------------------ */
+
+#define PEER_KEY_FILE "peer.key"
+#define PEER_STATE_FILE "peer.json"
+#define PEER_PATH_MAX 4096
+
+/* What `join` learned, kept in DIR/peer.json. */
+typedef struct peer_state {
+    char coordinator[256]; /* origin only: https://HOST[:PORT] */
+    int64_t peer_id;       /* > 0 */
+    char cacert[PEER_PATH_MAX]; /* absolute path, or "" for the system CAs */
+    char run[64];          /* run name at join time */
+    char name[64];         /* display name sent at join, may be "" */
+} peer_state;
+
+/* $HOME/.volley into out (cap bytes); VL_ENOTFOUND without $HOME. */
+int peer_dir_default(char *out, size_t cap, vl_error *err) VL_MUST_CHECK;
+/* Creates dir with mode 0700 if missing (not its parents); an existing
+ * directory is left as it is. */
+int peer_dir_create(const char *dir, vl_error *err) VL_MUST_CHECK;
+/* dir + "/" + file into out, VL_ETOOBIG if it does not fit. */
+int peer_path_join(char *out, size_t cap, const char *dir, const char *file,
+                   vl_error *err) VL_MUST_CHECK;
+
+/* Checks a coordinator URL: https, a host, an optional port, nothing
+ * after (a trailing "/" is tolerated). On success the canonical form
+ * without the trailing slash goes to out (cap bytes). */
+int peer_url_check(const char *url, char *out, size_t cap, vl_error *err) VL_MUST_CHECK;
+
+/* Writes DIR/peer.json atomically (mode 0600). */
+int peer_state_save(const char *dir, const peer_state *s, vl_error *err) VL_MUST_CHECK;
+/* Reads and validates DIR/peer.json into s. */
+int peer_state_load(const char *dir, peer_state *s, vl_error *err) VL_MUST_CHECK;
+
+/* ---- HTTP client --------------------------------------------------------- */
+
+/* One libcurl easy handle, kept alive across requests, that signs every
+ * request with the peer's key and retries transient failures. HTTPS only,
+ * certificate and host verified, TLS 1.2 or newer. */
+typedef struct peer_http peer_http;
+
+/* Opens a client for base_url (checked by peer_url_check). cacert: a PEM
+ * file to trust instead of the system store, or NULL/"". id is borrowed
+ * and must outlive the client. The caller owns *out; peer_http_close. */
+int peer_http_open(const char *base_url, const char *cacert, const crypto_identity *id,
+                   int64_t peer_id, const peer_retry_policy *retry, peer_http **out,
+                   vl_error *err) VL_MUST_CHECK;
+/* Closes the connection and frees h (NULL is fine). */
+void peer_http_close(peer_http *h);
+/* Changes the peer id used in the Authorization header (after join). */
+void peer_http_set_peer(peer_http *h, int64_t peer_id);
+
+/* One request. target is the path and query exactly as sent and signed
+ * ("/v1/task?wait=20"). body may be NULL for a GET. */
+typedef struct peer_request {
+    const char *method;        /* "GET" or "POST" */
+    const char *target;
+    const char *content_type;  /* for a body, else NULL */
+    const uint8_t *body;       /* borrowed for the call */
+    size_t body_len;
+    const char *range;         /* Range header value, or NULL */
+    const char *if_none_match; /* If-None-Match value, or NULL */
+    size_t cap;                /* most response body bytes accepted */
+    long idle_s;               /* abort after this long without progress */
+} peer_request;
+
+/* The final response. body is owned by the response (peer_response_free). */
+typedef struct peer_response {
+    long status;
+    buf body;
+    char etag[64];
+    char content_range[128];
+    double retry_after_s; /* -1 when absent */
+} peer_response;
+
+/* Prepares an empty response for peer_http_do; reusable across requests
+ * (the body's memory is kept between them). */
+void peer_response_init(peer_response *r);
+/* Releases the body; r may be initialised again. */
+void peer_response_free(peer_response *r);
+
+/* Sends rq, retrying connection errors, timeouts, 429 and 5xx as the
+ * policy says, signing each attempt afresh. Returns 0 with the final
+ * response in rs for every other status (the caller judges it);
+ * PEER_ENETWORK when the retries ran out; PEER_ESTOPPED on a stop request;
+ * VL_ETOOBIG for a body over rq->cap; VL_EIO for a TLS or other permanent
+ * transport failure. */
+int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs,
+                 vl_error *err) VL_MUST_CHECK;
+
+/* ---- local training ---------------------------------------------------- */
+
+/* The model a peer trains, the base parameters it started from (for the
+ * delta and for the next task on the same version), and the AdamW state,
+ * which survives across tasks while the model's shape stays the same. */
+typedef struct peer_trainer {
+    model_gpt *gpt;          /* owned; NULL until a model is installed */
+    model_gpt_config cfg;
+    size_t n_params;
+    float *base;             /* owned: theta of base_version */
+    float *delta;            /* owned: the last task's theta_base - theta_local */
+    int64_t base_version;    /* -1 when no model is held */
+    model_adamw opt;
+    int have_opt;
+    int *inputs, *targets;   /* owned batch buffers */
+    size_t tokens_alloc;
+} peer_trainer;
+
+/* An empty trainer holding no model (base_version -1). */
+void peer_trainer_init(peer_trainer *t);
+/* Frees the model, buffers and optimizer state; t is empty again. */
+void peer_trainer_free(peer_trainer *t);
+
+/* Installs a model file (safetensors as GET /v1/model sends it) as the base
+ * of version: its metadata must name run and version, and its `model`
+ * configuration must parse. A different configuration replaces the model
+ * and resets the optimizer. On failure the trainer is unchanged. bytes are
+ * only read during the call. */
+int peer_trainer_load(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
+                      int64_t version, vl_error *err) VL_MUST_CHECK;
+
+/* Installs a freshly initialised model of configuration cfg as the base of
+ * version (for tests and local experiments). */
+int peer_trainer_init_model(peer_trainer *t, const model_gpt_config *cfg, int64_t version,
+                            vl_error *err) VL_MUST_CHECK;
+
+/* What one task's training did, for the update metadata and the log. */
+typedef struct peer_train_result {
+    int steps;          /* local steps done */
+    double mean_loss;   /* mean training loss over those steps */
+    double first_loss;  /* loss of the first step, before any update */
+    double last_loss;
+    int64_t tokens;     /* steps * batch * context */
+    double seconds;     /* wall time of the training */
+} peer_train_result;
+
+/* Trains one task from the base parameters on batches sampled (with the
+ * task's seed) from data, len bytes, the task's range: AdamW with the
+ * task's hyper-parameters, gradients clipped to grad_clip, SelSync early
+ * stop. Leaves delta = base - local in t->delta (n_params floats).
+ * PEER_ESTOPPED when a stop was requested between steps; VL_ERANGE when
+ * the loss or the delta stops being finite (the optimizer is reset). */
+int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
+                     peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
+/* ---- the commands ------------------------------------------------------ */
+
+/* `volley-peer keygen`: creates dir (0700) and dir/peer.key (0600); refuses
+ * to replace a key unless force. The base64 public key goes to pk_b64
+ * (CRYPTO_PK_B64_LEN + 1 bytes). */
+int peer_keygen(const char *dir, int force, char *pk_b64, vl_error *err) VL_MUST_CHECK;
+
+/* Options of peer_join; the strings are borrowed for the call. */
+typedef struct peer_join_opts {
+    const char *dir;
+    const char *coordinator;
+    const char *token;
+    const char *cacert; /* NULL or "" for the system CAs */
+    const char *name;   /* NULL or "" for the host name */
+    int retries;        /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+} peer_join_opts;
+
+/* `volley-peer join`: POST /v1/peers signed with peer=0, then writes
+ * dir/peer.json. The new state goes to out. */
+int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
+
+/* Options of peer_run; dir is borrowed for the call. */
+typedef struct peer_run_opts {
+    const char *dir;
+    int threads;       /* OpenMP and OpenBLAS threads; 0: leave the defaults */
+    int64_t max_tasks; /* stop after this many tasks; 0: no limit */
+    int wait_s;        /* long-poll wait for GET /v1/task, 0..60 */
+    int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+} peer_run_opts;
+
+/* `volley-peer run`: the task loop. Returns 0 when max_tasks were done,
+ * when the run finished (410 run_finished) or when a stop was requested;
+ * otherwise the error that ended it. */
+int peer_run(const peer_run_opts *o, vl_error *err) VL_MUST_CHECK;
+
+#endif

@@ -1,0 +1,243 @@
+/* Validation of what the coordinator tells a peer to do: task leases and
+ * the model configuration carried in model files. A coordinator is trusted
+ * to schedule work, not to size allocations, so every count is bounded
+ * here before anything is allocated or fetched. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "peer/peer.h"
+
+#define TASK_MAX_JSON (1024 * 1024)
+
+/* Field access with the dotted path in every message, so an operator can
+ * see at once which part of the lease the peer did not accept. */
+static json_t *member(json_t *obj, const char *sect, const char *key, vl_error *err) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        if (sect) vl_fail(err, VL_EINVAL, "task: missing field '%s.%s'", sect, key);
+        else vl_fail(err, VL_EINVAL, "task: missing field '%s'", key);
+    }
+    return v;
+}
+
+static int get_int(json_t *obj, const char *sect, const char *key, int64_t min, int64_t max,
+                   int64_t *out, vl_error *err) {
+    json_t *v = member(obj, sect, key, err);
+    if (!v) return VL_EINVAL;
+    const char *dot = sect ? "." : "";
+    if (!json_is_integer(v))
+        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' must be an integer", sect ? sect : "",
+                       dot, key);
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' = %lld is outside [%lld, %lld]",
+                       sect ? sect : "", dot, key, (long long)x, (long long)min, (long long)max);
+    *out = (int64_t)x;
+    return VL_OK;
+}
+
+/* Reals within [min, max]; min_open excludes min itself (lr, eps > 0). */
+static int get_real(json_t *obj, const char *sect, const char *key, double min, int min_open,
+                    double max, int max_open, double *out, vl_error *err) {
+    json_t *v = member(obj, sect, key, err);
+    if (!v) return VL_EINVAL;
+    if (!json_is_number(v))
+        return vl_fail(err, VL_EINVAL, "task: '%s.%s' must be a number", sect, key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < min || (min_open && x == min) || x > max || (max_open && x == max))
+        return vl_fail(err, VL_EINVAL, "task: '%s.%s' = %g is outside %c%g, %g%c", sect, key, x,
+                       min_open ? '(' : '[', min, max, max_open ? ')' : ']');
+    *out = x;
+    return VL_OK;
+}
+
+static int get_string(json_t *obj, const char *sect, const char *key, char *out, size_t cap,
+                      vl_error *err) {
+    json_t *v = member(obj, sect, key, err);
+    if (!v) return VL_EINVAL;
+    const char *dot = sect ? "." : "";
+    if (!json_is_string(v))
+        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' must be a string", sect ? sect : "", dot,
+                       key);
+    size_t n = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (n == 0 || n >= cap)
+        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' must be 1 to %zu characters",
+                       sect ? sect : "", dot, key, cap - 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return vl_fail(err, VL_EINVAL, "task: '%s%s%s' contains a control character",
+                           sect ? sect : "", dot, key);
+    }
+    memcpy(out, s, n + 1);
+    return VL_OK;
+}
+
+static json_t *section(json_t *root, const char *name, int required, vl_error *err) {
+    json_t *v = json_object_get(root, name);
+    if (!v) {
+        if (required) vl_fail(err, VL_EINVAL, "task: missing section '%s'", name);
+        return NULL;
+    }
+    if (!json_is_object(v)) {
+        vl_fail(err, VL_EINVAL, "task: '%s' must be an object", name);
+        return NULL;
+    }
+    return v;
+}
+
+static int shard_name_ok(const char *s) {
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int parse_root(json_t *root, peer_task *t, vl_error *err) {
+    int64_t v;
+    int rc;
+    if ((rc = get_int(root, NULL, "task_id", 0, INT64_MAX, &t->task_id, err))) return rc;
+    if ((rc = get_string(root, NULL, "run", t->run, sizeof t->run, err))) return rc;
+    if ((rc = get_int(root, NULL, "base_version", 0, INT64_MAX, &t->base_version, err)))
+        return rc;
+    if ((rc = get_int(root, NULL, "deadline", 0, INT64_MAX, &t->deadline, err))) return rc;
+
+    json_t *data = section(root, "data", 1, err);
+    if (!data) return VL_EINVAL;
+    if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
+    if (!shard_name_ok(t->shard))
+        return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
+                                       "'_' and '-'");
+    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - PEER_MAX_DATA_BYTES, &t->offset,
+                      err)))
+        return rc;
+    if ((rc = get_int(data, "data", "length", 1, PEER_MAX_DATA_BYTES, &t->length, err)))
+        return rc;
+
+    json_t *tr = section(root, "train", 1, err);
+    if (!tr) return VL_EINVAL;
+    if ((rc = get_int(tr, "train", "steps", 1, PEER_MAX_STEPS, &v, err))) return rc;
+    t->steps = (int)v;
+    if ((rc = get_int(tr, "train", "batch", 1, PEER_MAX_BATCH, &v, err))) return rc;
+    t->batch = (int)v;
+    if ((rc = get_int(tr, "train", "context", 1, PEER_MAX_CONTEXT, &v, err))) return rc;
+    t->context = (int)v;
+    char opt[32];
+    if ((rc = get_string(tr, "train", "optimizer", opt, sizeof opt, err))) return rc;
+    if (strcmp(opt, "adamw") != 0)
+        return vl_fail(err, VL_EINVAL, "task: optimizer '%s' is not supported (only adamw)",
+                       opt);
+    if ((rc = get_real(tr, "train", "lr", 0, 1, 1e3, 0, &t->lr, err))) return rc;
+    if ((rc = get_real(tr, "train", "beta1", 0, 0, 1, 1, &t->beta1, err))) return rc;
+    if ((rc = get_real(tr, "train", "beta2", 0, 0, 1, 1, &t->beta2, err))) return rc;
+    if ((rc = get_real(tr, "train", "eps", 0, 1, 1, 0, &t->eps, err))) return rc;
+    if ((rc = get_real(tr, "train", "weight_decay", 0, 0, 1e3, 0, &t->weight_decay, err)))
+        return rc;
+    if ((rc = get_real(tr, "train", "grad_clip", 0, 0, 1e9, 0, &t->grad_clip, err))) return rc;
+    if ((rc = get_int(tr, "train", "seed", 0, INT64_MAX, &v, err))) return rc;
+    t->seed = (uint64_t)v;
+    if ((int64_t)t->batch * t->context > PEER_MAX_BATCH_TOKENS)
+        return vl_fail(err, VL_EINVAL, "task: batch * context = %lld tokens exceeds %lld",
+                       (long long)t->batch * t->context, (long long)PEER_MAX_BATCH_TOKENS);
+    if (t->length < (int64_t)t->context + 1)
+        return vl_fail(err, VL_EINVAL,
+                       "task: 'data.length' = %lld is shorter than context + 1 = %d",
+                       (long long)t->length, t->context + 1);
+
+    json_t *cmp = section(root, "compression", 1, err);
+    if (!cmp) return VL_EINVAL;
+    char kind[32], dtype[16];
+    if ((rc = get_string(cmp, "compression", "kind", kind, sizeof kind, err))) return rc;
+    if (compress_kind_parse(kind, &t->kind) != VL_OK)
+        return vl_fail(err, VL_EINVAL,
+                       "task: compression kind '%s' is not supported by this peer (supported: "
+                       "dense)",
+                       kind);
+    if ((rc = get_string(cmp, "compression", "dtype", dtype, sizeof dtype, err))) return rc;
+    if (st_dtype_parse(dtype, &t->dtype) != VL_OK || (t->dtype != ST_F32 && t->dtype != ST_F16))
+        return vl_fail(err, VL_EINVAL, "task: compression dtype '%s' must be F32 or F16",
+                       dtype);
+
+    /* SelSync is optional: without it the peer runs exactly `steps`. */
+    t->selsync_delta = 0;
+    t->h_min = t->steps;
+    json_t *ss = json_object_get(root, "selsync");
+    if (ss && !json_is_null(ss)) {
+        if (!json_is_object(ss)) return vl_fail(err, VL_EINVAL, "task: 'selsync' must be an object");
+        if ((rc = get_real(ss, "selsync", "delta", 0, 0, 1e9, 0, &t->selsync_delta, err)))
+            return rc;
+        if ((rc = get_int(ss, "selsync", "h_max", t->steps, t->steps, &v, err))) return rc;
+        if ((rc = get_int(ss, "selsync", "h_min", 1, t->steps, &v, err))) return rc;
+        t->h_min = (int)v;
+    }
+    return VL_OK;
+}
+
+int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (len > TASK_MAX_JSON) return vl_fail(err, VL_ETOOBIG, "task: JSON over %d bytes",
+                                            TASK_MAX_JSON);
+    json_error_t je;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return vl_fail(err, VL_EINVAL, "task: not valid JSON (%s)", je.text);
+    int rc = json_is_object(root) ? parse_root(root, out, err)
+                                  : vl_fail(err, VL_EINVAL, "task: not a JSON object");
+    json_decref(root);
+    return rc;
+}
+
+int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_error *err) {
+    if (t->context > cfg->block_size)
+        return vl_fail(err, VL_EINVAL, "task: context %d exceeds the model's block size %d",
+                       t->context, (int)cfg->block_size);
+    if (cfg->vocab_size < 256)
+        return vl_fail(err, VL_EINVAL,
+                       "task: the data is bytes but the model's vocabulary has only %d tokens",
+                       (int)cfg->vocab_size);
+    return VL_OK;
+}
+
+int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *err) {
+    static const struct {
+        const char *key;
+        int64_t max;
+    } F[] = {{"vocab_size", 1 << 20}, {"block_size", PEER_MAX_CONTEXT}, {"n_layer", 1024},
+             {"n_head", 1024},        {"n_embd", 1 << 16}};
+    int64_t v[5];
+    json_error_t je;
+    json_t *o = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return vl_fail(err, VL_EINVAL, "model configuration is not a JSON object");
+    }
+    int rc = VL_OK;
+    for (size_t i = 0; i < 5 && !rc; i++) {
+        json_t *x = json_object_get(o, F[i].key);
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > F[i].max)
+            rc = vl_fail(err, VL_EINVAL, "model configuration: '%s' must be an integer in "
+                                         "[1, %lld]",
+                         F[i].key, (long long)F[i].max);
+        else
+            v[i] = (int64_t)json_integer_value(x);
+    }
+    json_decref(o);
+    if (rc) return rc;
+    if (v[4] % v[3] != 0)
+        return vl_fail(err, VL_EINVAL, "model configuration: n_embd %lld is not divisible by "
+                                       "n_head %lld",
+                       (long long)v[4], (long long)v[3]);
+    memset(out, 0, sizeof *out);
+    out->vocab_size = (int)v[0];
+    out->block_size = (int)v[1];
+    out->n_layer = (int)v[2];
+    out->n_head = (int)v[3];
+    out->n_embd = (int)v[4];
+    return VL_OK;
+}

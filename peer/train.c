@@ -1,0 +1,235 @@
+/* Local training of one task: restore the base parameters, run up to H
+ * AdamW steps on batches drawn from the task's data range with the task's
+ * seed (so a task is reproducible on any machine), clip the global gradient
+ * norm, stop early when SelSync says the gradient has shifted, and leave
+ * the pseudo-gradient delta = theta_base - theta_local for the upload. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "peer/peer.h"
+
+/* EWMA weight of the newest squared gradient norm in SelSync's smoothed
+ * norm; 0.1 keeps one noisy batch from triggering an early upload. */
+#define SELSYNC_EWMA 0.1
+
+/* Seed of the weights peer_trainer_init_model draws; tests rely on it being
+ * fixed, the coordinator's models always come from a file. */
+#define LOCAL_INIT_SEED 1337
+
+void peer_trainer_init(peer_trainer *t) {
+    memset(t, 0, sizeof *t);
+    t->base_version = -1;
+}
+
+void peer_trainer_free(peer_trainer *t) {
+    model_gpt_destroy(t->gpt);
+    free(t->base);
+    free(t->delta);
+    model_adamw_free(&t->opt);
+    free(t->inputs);
+    free(t->targets);
+    peer_trainer_init(t);
+}
+
+static int cfg_equal(const model_gpt_config *a, const model_gpt_config *b) {
+    return a->vocab_size == b->vocab_size && a->block_size == b->block_size &&
+           a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd;
+}
+
+/* Makes g (already holding the new base weights) the trainer's model.
+ * When g is a new model it replaces the old one, and the optimizer state,
+ * which belongs to the old shape, is dropped. Fails only before changing
+ * anything (allocation), in which case the caller still owns g. */
+static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) {
+    size_t n = model_gpt_num_params(g);
+    if (g != t->gpt) {
+        float *base = malloc(n * sizeof *base);
+        float *delta = malloc(n * sizeof *delta);
+        if (!base || !delta) {
+            free(base);
+            free(delta);
+            return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
+        }
+        model_gpt_destroy(t->gpt);
+        free(t->base);
+        free(t->delta);
+        model_adamw_free(&t->opt);
+        t->have_opt = 0;
+        t->gpt = g;
+        t->cfg = model_gpt_config_get(g);
+        t->n_params = n;
+        t->base = base;
+        t->delta = delta;
+    }
+    memcpy(t->base, model_gpt_params(g), n * sizeof *t->base);
+    t->base_version = version;
+    return VL_OK;
+}
+
+/* The configuration a model file describes: the protocol's `model`
+ * metadata (JSON), or else the per-field keys checkpoints carry. */
+static int file_config(const st_file *f, model_gpt_config *cfg, vl_error *err) {
+    const char *js = st_meta_get(f, "model");
+    int rc = js ? peer_model_config_parse(js, cfg, err)
+                : model_gpt_config_from_safetensors(f, cfg, err);
+    if (rc) return rc;
+    return model_gpt_config_validate(cfg, err);
+}
+
+static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t version,
+                     vl_error *err) {
+    const char *mrun = st_meta_get(f, "run");
+    if (run && (!mrun || strcmp(mrun, run) != 0))
+        return vl_fail(err, VL_EINVAL, "metadata run '%s' is not the task's run '%s'",
+                       mrun ? mrun : "(none)", run);
+    const char *mver = st_meta_get(f, "version");
+    int64_t v;
+    if (!mver || parse_i64(mver, 0, INT64_MAX, &v) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "metadata lacks a valid 'version'");
+    if (v != version)
+        return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
+    model_gpt_config cfg;
+    int rc = file_config(f, &cfg, err);
+    if (rc) return rc;
+    if (t->gpt && cfg_equal(&cfg, &t->cfg)) {
+        rc = model_gpt_load_safetensors(t->gpt, f, err);
+        return rc ? rc : adopt(t, t->gpt, version, err);
+    }
+    model_gpt *g = NULL;
+    rc = model_gpt_create(&cfg, &g, err);
+    if (!rc) rc = model_gpt_load_safetensors(g, f, err);
+    if (!rc) rc = adopt(t, g, version, err);
+    if (rc) model_gpt_destroy(g);
+    return rc;
+}
+
+int peer_trainer_load(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
+                      int64_t version, vl_error *err) {
+    vl_error e = {0};
+    st_file f;
+    int rc = st_parse(bytes, len, &f, &e);
+    if (rc) return vl_fail(err, VL_EINVAL, "model version %lld: %s", (long long)version, e.msg);
+    rc = load_file(t, &f, run, version, &e);
+    st_free(&f);
+    if (rc) return vl_fail(err, rc, "model version %lld: %s", (long long)version, e.msg);
+    return VL_OK;
+}
+
+int peer_trainer_init_model(peer_trainer *t, const model_gpt_config *cfg, int64_t version,
+                            vl_error *err) {
+    model_gpt *g = NULL;
+    int rc = model_gpt_create(cfg, &g, err);
+    if (rc) return rc;
+    model_gpt_init_weights(g, LOCAL_INIT_SEED);
+    rc = adopt(t, g, version, err);
+    if (rc) model_gpt_destroy(g);
+    return rc;
+}
+
+static int ensure_tokens(peer_trainer *t, size_t n, vl_error *err) {
+    if (n <= t->tokens_alloc) return VL_OK;
+    int *in = malloc(n * sizeof *in);
+    int *tg = malloc(n * sizeof *tg);
+    if (!in || !tg) {
+        free(in);
+        free(tg);
+        return vl_fail(err, VL_ENOMEM, "out of memory for a batch of %zu tokens", n);
+    }
+    free(t->inputs);
+    free(t->targets);
+    t->inputs = in;
+    t->targets = tg;
+    t->tokens_alloc = n;
+    return VL_OK;
+}
+
+/* The optimizer state carries over from task to task (the inner optimizer
+ * of DiLoCo-style training); only the hyper-parameters follow the task. */
+static int prepare_optimizer(peer_trainer *t, const peer_task *k, vl_error *err) {
+    if (!t->have_opt) {
+        int rc = model_adamw_init(&t->opt, t->n_params, (float)k->lr, (float)k->beta1,
+                                  (float)k->beta2, (float)k->eps, (float)k->weight_decay, err);
+        if (rc) return rc;
+        t->have_opt = 1;
+        return VL_OK;
+    }
+    t->opt.lr = (float)k->lr;
+    t->opt.beta1 = (float)k->beta1;
+    t->opt.beta2 = (float)k->beta2;
+    t->opt.eps = (float)k->eps;
+    t->opt.weight_decay = (float)k->weight_decay;
+    return VL_OK;
+}
+
+/* Global L2 clipping; returns the squared norm before clipping, which is
+ * also SelSync's g_t. */
+static double clip_grads(float *g, size_t n, double max_norm) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    if (max_norm > 0 && isfinite(s) && s > max_norm * max_norm) {
+        float scale = (float)(max_norm / sqrt(s));
+        for (size_t i = 0; i < n; i++) g[i] *= scale;
+    }
+    return s;
+}
+
+/* A diverged step leaves moments that would poison the next task too. */
+static int diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step) {
+    model_adamw_reset(&t->opt);
+    return vl_fail(err, VL_ERANGE, "training diverged: %s is %g at step %d", what, x, step);
+}
+
+int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
+                     peer_train_result *res, vl_error *err) {
+    memset(res, 0, sizeof *res);
+    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
+    int rc = peer_task_check_model(task, &t->cfg, err);
+    if (rc) return rc;
+    const int B = task->batch, T = task->context;
+    if (len < (size_t)T + 1)
+        return vl_fail(err, VL_EINVAL, "task data has %zu bytes; a sequence needs %d", len,
+                       T + 1);
+    if ((rc = ensure_tokens(t, (size_t)B * (size_t)T, err))) return rc;
+    if ((rc = prepare_optimizer(t, task, err))) return rc;
+
+    float *params = model_gpt_params(t->gpt);
+    memcpy(params, t->base, t->n_params * sizeof *params);
+    rng r;
+    rng_seed(&r, task->seed);
+    double t0 = clock_mono_s(), sum = 0, ewma = 0;
+    int step = 0;
+    while (step < task->steps) {
+        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        float loss = 0;
+        rc = model_data_sample(data, len, B, T, &r, t->inputs, t->targets, err);
+        if (!rc) rc = model_gpt_zero_grad(t->gpt, err);
+        if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
+        if (rc) return rc;
+        step++;
+        if (!isfinite(loss)) return diverged(t, err, "the loss", loss, step);
+        if ((rc = model_gpt_backward(t->gpt, err))) return rc;
+        double g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
+        if (!isfinite(g2)) return diverged(t, err, "the gradient norm", g2, step);
+        if ((rc = model_adamw_step(&t->opt, t->gpt, err))) return rc;
+        sum += loss;
+        if (step == 1) res->first_loss = loss;
+        res->last_loss = loss;
+
+        /* SelSync: upload once the smoothed gradient norm moves by a
+         * relative delta or more, never before h_min steps. */
+        double prev = ewma;
+        ewma = step == 1 ? g2 : (1 - SELSYNC_EWMA) * prev + SELSYNC_EWMA * g2;
+        double change = (step > 1 && prev > 0) ? fabs(ewma - prev) / prev : 0;
+        if (step >= task->h_min && change >= task->selsync_delta) break;
+    }
+    compress_dense_delta(t->base, params, t->delta, t->n_params);
+    if (!compress_all_finite(t->delta, t->n_params))
+        return diverged(t, err, "a parameter", NAN, step);
+    res->steps = step;
+    res->mean_loss = sum / step;
+    res->tokens = (int64_t)step * B * T;
+    res->seconds = clock_mono_s() - t0;
+    return VL_OK;
+}

@@ -1,0 +1,655 @@
+/* The peer's pure parts: the retry schedule, task and error-body parsing,
+ * the state file, key generation, and one task of local training on a tiny
+ * model. The network loop itself is exercised by the integration tests
+ * against a real coordinator. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "peer/peer.h"
+
+/* ---- fixtures ------------------------------------------------------------ */
+
+static const char GOOD_TASK[] =
+    "{\"task_id\": 17, \"run\": \"demo\", \"base_version\": 5,"
+    " \"data\": {\"shard\": \"train\", \"offset\": 123456, \"length\": 65536},"
+    " \"train\": {\"steps\": 10, \"batch\": 8, \"context\": 64, \"optimizer\": \"adamw\","
+    "   \"lr\": 0.001, \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8,"
+    "   \"weight_decay\": 0.0, \"grad_clip\": 1.0, \"seed\": 99173},"
+    " \"compression\": {\"kind\": \"dense\", \"dtype\": \"F32\"},"
+    " \"selsync\": {\"delta\": 0.0, \"h_min\": 10, \"h_max\": 10},"
+    " \"deadline\": 1795000000}";
+
+/* GOOD_TASK with the first occurrence of from replaced by to. */
+static char *task_with(const char *from, const char *to) {
+    const char *p = strstr(GOOD_TASK, from);
+    assert_non_null(p);
+    size_t a = (size_t)(p - GOOD_TASK), fl = strlen(from), tl = strlen(to);
+    char *s = malloc(sizeof GOOD_TASK + tl);
+    assert_non_null(s);
+    memcpy(s, GOOD_TASK, a);
+    memcpy(s + a, to, tl);
+    memcpy(s + a + tl, p + fl, sizeof GOOD_TASK - a - fl);
+    return s;
+}
+
+/* Parses a variant that must fail and checks the message names the fault. */
+static void task_rejected(const char *from, const char *to, const char *needle) {
+    char *s = task_with(from, to);
+    peer_task t;
+    vl_error e = {0};
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_EINVAL);
+    if (!strstr(e.msg, needle)) fail_msg("message '%s' lacks '%s'", e.msg, needle);
+    free(s);
+}
+
+static char *temp_dir(void) {
+    char *d = strdup("/tmp/test_peer.XXXXXX");
+    assert_non_null(d);
+    assert_non_null(mkdtemp(d));
+    return d;
+}
+
+static void remove_tree(const char *d) {
+    char cmd[PEER_PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- retries ------------------------------------------------------------- */
+
+static void test_backoff_window(void **state) {
+    (void)state;
+    peer_retry_policy p;
+    peer_retry_default(&p);
+    assert_int_equal(p.max_attempts, 8);
+    assert_float_equal(peer_backoff_window(&p, 1), 0.5, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 2), 1.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 3), 2.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 6), 16.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 7), 30.0, 1e-12); /* 32 capped */
+    assert_float_equal(peer_backoff_window(&p, 1000000), 30.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 0), 0.5, 1e-12);
+}
+
+static void test_backoff_jitter_range(void **state) {
+    (void)state;
+    peer_retry_policy p;
+    peer_retry_default(&p);
+    rng r;
+    rng_seed(&r, 42);
+    for (int n = 1; n <= 12; n++) {
+        double w = peer_backoff_window(&p, n), lo = w, hi = 0;
+        for (int i = 0; i < 2000; i++) {
+            double d = peer_backoff_delay(&p, n, -1, rng_uniform(&r));
+            assert_true(d >= 0 && d < w);
+            lo = d < lo ? d : lo;
+            hi = d > hi ? d : hi;
+        }
+        /* Full jitter spreads over the whole window, not just its top. */
+        assert_true(lo < 0.05 * w);
+        assert_true(hi > 0.95 * w);
+    }
+    assert_float_equal(peer_backoff_delay(&p, 3, -1, 0.0), 0.0, 1e-12);
+    assert_true(peer_backoff_delay(&p, 3, -1, 1.0) < 2.0);
+    assert_float_equal(peer_backoff_delay(&p, 3, -1, 0.5), 1.0, 1e-12);
+}
+
+static void test_backoff_retry_after(void **state) {
+    (void)state;
+    peer_retry_policy p;
+    peer_retry_default(&p);
+    /* Honoured when longer than the jittered delay, even past the cap. */
+    assert_float_equal(peer_backoff_delay(&p, 1, 5, 0.9), 5.0, 1e-12);
+    assert_float_equal(peer_backoff_delay(&p, 8, 120, 0.9), 120.0, 1e-12);
+    /* A shorter Retry-After does not shorten the backoff. */
+    assert_float_equal(peer_backoff_delay(&p, 8, 1, 0.5), 15.0, 1e-12);
+    /* An absurd one is clamped. */
+    assert_float_equal(peer_backoff_delay(&p, 1, 1e9, 0.1), 300.0, 1e-12);
+    assert_float_equal(peer_backoff_delay(&p, 1, 0, 0.5), 0.25, 1e-12);
+}
+
+static void test_retry_after_parse(void **state) {
+    (void)state;
+    const int64_t now = 1445412470; /* 2015-10-21 07:27:50 UTC */
+    assert_float_equal(peer_retry_after_parse("120", now), 120, 0);
+    assert_float_equal(peer_retry_after_parse("  7 \r\n", now), 7, 0);
+    assert_float_equal(peer_retry_after_parse("Wed, 21 Oct 2015 07:28:00 GMT", now), 10, 0);
+    assert_float_equal(peer_retry_after_parse("Wed, 21 Oct 2015 07:00:00 GMT", now), 0, 0);
+    assert_true(peer_retry_after_parse("soon", now) < 0);
+    assert_true(peer_retry_after_parse("", now) < 0);
+    assert_true(peer_retry_after_parse("-5", now) < 0);
+}
+
+static void test_retryable_statuses(void **state) {
+    (void)state;
+    assert_true(peer_status_retryable(429));
+    assert_true(peer_status_retryable(500));
+    assert_true(peer_status_retryable(502));
+    assert_true(peer_status_retryable(503));
+    assert_false(peer_status_retryable(200));
+    assert_false(peer_status_retryable(204));
+    assert_false(peer_status_retryable(304));
+    assert_false(peer_status_retryable(400));
+    assert_false(peer_status_retryable(401));
+    assert_false(peer_status_retryable(404));
+    assert_false(peer_status_retryable(409));
+    assert_false(peer_status_retryable(413));
+}
+
+static void test_exit_status(void **state) {
+    (void)state;
+    assert_int_equal(peer_exit_status(VL_OK), PEER_EXIT_OK);
+    assert_int_equal(peer_exit_status(PEER_ESTOPPED), PEER_EXIT_OK);
+    assert_int_equal(peer_exit_status(PEER_EREFUSED), PEER_EXIT_REFUSED);
+    assert_int_equal(peer_exit_status(PEER_ENETWORK), PEER_EXIT_NETWORK);
+    assert_int_equal(peer_exit_status(VL_EINVAL), PEER_EXIT_FAIL);
+    assert_int_equal(peer_exit_status(VL_EIO), PEER_EXIT_FAIL);
+}
+
+/* ---- error bodies -------------------------------------------------------- */
+
+static void parse_body(const char *body, char *code, char *msg) {
+    peer_error_parse((const uint8_t *)body, strlen(body), code, 64, msg, 200);
+}
+
+static void test_error_parse(void **state) {
+    (void)state;
+    char code[64], msg[200];
+    parse_body("{\"error\": {\"code\": \"stale_update\", \"message\": \"update is based on "
+               "version 3; current is 5\"}}",
+               code, msg);
+    assert_string_equal(code, "stale_update");
+    assert_string_equal(msg, "update is based on version 3; current is 5");
+
+    parse_body("<html>\n<body>Bad Gateway</body></html>", code, msg);
+    assert_string_equal(code, "");
+    assert_string_equal(msg, "<html>");
+
+    parse_body("  \n upstream timed out\tbadly\n", code, msg);
+    assert_string_equal(code, "");
+    assert_string_equal(msg, "upstream timed out badly");
+
+    parse_body("", code, msg);
+    assert_string_equal(code, "");
+    assert_string_equal(msg, "");
+
+    parse_body("{\"error\": \"nope\"}", code, msg);
+    assert_string_equal(code, "");
+    assert_string_equal(msg, "{\"error\": \"nope\"}");
+
+    /* Newlines in a message cannot break the one-line rule. */
+    parse_body("{\"error\": {\"code\": \"bad\\nrequest\", \"message\": \"a\\u0001b\"}}", code,
+               msg);
+    assert_string_equal(code, "bad");
+    assert_string_equal(msg, "a b");
+
+    /* Truncation to the caller's capacity. */
+    char small[8];
+    const char *dup = "{\"error\":{\"code\":\"duplicate_update\"}}";
+    peer_error_parse((const uint8_t *)dup, strlen(dup), small, sizeof small, msg, sizeof msg);
+    assert_string_equal(small, "duplica");
+    assert_string_equal(msg, "");
+
+    uint8_t bin[] = {0xff, 0x00, 0x01, 'x'};
+    peer_error_parse(bin, sizeof bin, code, sizeof code, msg, sizeof msg);
+    assert_string_equal(code, "");
+}
+
+static void test_refusal_line(void **state) {
+    (void)state;
+    vl_error e = {0};
+    const char *body = "{\"error\":{\"code\":\"stale_update\",\"message\":\"update is based on "
+                       "version 3; current is 5\"}}";
+    assert_int_equal(peer_refusal(&e, "upload refused", 409, (const uint8_t *)body,
+                                  strlen(body)),
+                     PEER_EREFUSED);
+    assert_string_equal(e.msg, "upload refused: 409 stale_update: update is based on version 3; "
+                               "current is 5");
+    assert_int_equal(e.code, PEER_EREFUSED);
+    peer_refusal(&e, "task request refused", 401, (const uint8_t *)"denied", 6);
+    assert_string_equal(e.msg, "task request refused: 401 denied");
+    peer_refusal(&e, "join refused", 403, NULL, 0);
+    assert_string_equal(e.msg, "join refused: HTTP 403");
+}
+
+/* ---- tasks --------------------------------------------------------------- */
+
+static void test_task_good(void **state) {
+    (void)state;
+    peer_task t;
+    vl_error e = {0};
+    assert_int_equal(peer_task_parse(GOOD_TASK, strlen(GOOD_TASK), &t, &e), VL_OK);
+    assert_int_equal(t.task_id, 17);
+    assert_string_equal(t.run, "demo");
+    assert_int_equal(t.base_version, 5);
+    assert_string_equal(t.shard, "train");
+    assert_int_equal(t.offset, 123456);
+    assert_int_equal(t.length, 65536);
+    assert_int_equal(t.steps, 10);
+    assert_int_equal(t.batch, 8);
+    assert_int_equal(t.context, 64);
+    assert_float_equal(t.lr, 0.001, 1e-15);
+    assert_float_equal(t.beta2, 0.95, 1e-15);
+    assert_float_equal(t.eps, 1e-8, 1e-20);
+    assert_float_equal(t.grad_clip, 1.0, 0);
+    assert_int_equal(t.seed, 99173);
+    assert_int_equal(t.kind, COMPRESS_DENSE);
+    assert_int_equal(t.dtype, ST_F32);
+    assert_int_equal(t.h_min, 10);
+    assert_int_equal(t.deadline, 1795000000);
+
+    model_gpt_config cfg = {256, 64, 2, 4, 128};
+    assert_int_equal(peer_task_check_model(&t, &cfg, &e), VL_OK);
+
+    /* selsync is optional, extra fields are ignored, F16 is fine. */
+    char *s = task_with(", \"selsync\": {\"delta\": 0.0, \"h_min\": 10, \"h_max\": 10}",
+                        ", \"future\": [1, 2]");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.h_min, 10);
+    assert_float_equal(t.selsync_delta, 0, 0);
+    free(s);
+    s = task_with("\"F32\"", "\"F16\"");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.dtype, ST_F16);
+    free(s);
+    s = task_with("\"h_min\": 10", "\"h_min\": 2");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.h_min, 2);
+    free(s);
+}
+
+static void test_task_rejected(void **state) {
+    (void)state;
+    task_rejected(", \"seed\": 99173", "", "train.seed");
+    task_rejected("\"task_id\": 17, ", "", "task_id");
+    task_rejected("\"steps\": 10", "\"steps\": -3", "train.steps");
+    task_rejected("\"steps\": 10", "\"steps\": 0", "train.steps");
+    task_rejected("\"steps\": 10", "\"steps\": 1.5", "train.steps");
+    task_rejected("\"batch\": 8", "\"batch\": \"8\"", "train.batch");
+    task_rejected("\"dense\"", "\"sketchy\"", "compression kind 'sketchy' is not supported");
+    task_rejected("\"F32\"", "\"U8\"", "dtype");
+    task_rejected("\"adamw\"", "\"sgd\"", "optimizer 'sgd'");
+    task_rejected("\"lr\": 0.001", "\"lr\": 0", "train.lr");
+    task_rejected("\"beta2\": 0.95", "\"beta2\": 1.0", "train.beta2");
+    task_rejected("\"grad_clip\": 1.0", "\"grad_clip\": -1", "train.grad_clip");
+    task_rejected("\"offset\": 123456", "\"offset\": -1", "data.offset");
+    task_rejected("\"length\": 65536", "\"length\": 64", "context + 1");
+    task_rejected("\"length\": 65536", "\"length\": 4611686018427387904", "data.length");
+    task_rejected(" \"data\": {\"shard\": \"train\", \"offset\": 123456, \"length\": 65536},", "",
+                  "missing section 'data'");
+    task_rejected("\"shard\": \"train\"", "\"shard\": \"../x\"", "data.shard");
+    task_rejected("\"run\": \"demo\"", "\"run\": \"\"", "'run'");
+    task_rejected("\"h_max\": 10", "\"h_max\": 20", "selsync.h_max");
+    task_rejected("\"h_min\": 10", "\"h_min\": 0", "selsync.h_min");
+    task_rejected("\"batch\": 8, \"context\": 64", "\"batch\": 4096, \"context\": 2048",
+                  "batch * context");
+    task_rejected("{\"kind\": \"dense\", \"dtype\": \"F32\"}", "\"dense\"",
+                  "'compression' must be an object");
+    task_rejected("\"data\"", "\"task_id\"", "not valid JSON");
+
+    peer_task t;
+    vl_error e = {0};
+    assert_int_equal(peer_task_parse("[1]", 3, &t, &e), VL_EINVAL);
+    assert_int_equal(peer_task_parse("not json", 8, &t, &e), VL_EINVAL);
+
+    /* Context beyond what the model was built for. */
+    assert_int_equal(peer_task_parse(GOOD_TASK, strlen(GOOD_TASK), &t, &e), VL_OK);
+    model_gpt_config cfg = {256, 32, 2, 4, 128};
+    assert_int_equal(peer_task_check_model(&t, &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "context 64 exceeds the model's block size 32"));
+    cfg.block_size = 64;
+    cfg.vocab_size = 100;
+    assert_int_equal(peer_task_check_model(&t, &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "vocabulary"));
+}
+
+static void test_model_config_parse(void **state) {
+    (void)state;
+    model_gpt_config c;
+    vl_error e = {0};
+    assert_int_equal(peer_model_config_parse("{\"vocab_size\":256,\"block_size\":64,\"n_layer\":2,"
+                                             "\"n_head\":4,\"n_embd\":128,\"extra\":1}",
+                                             &c, &e),
+                     VL_OK);
+    assert_int_equal(c.vocab_size, 256);
+    assert_int_equal(c.block_size, 64);
+    assert_int_equal(c.n_layer, 2);
+    assert_int_equal(c.n_head, 4);
+    assert_int_equal(c.n_embd, 128);
+    assert_int_equal(peer_model_config_parse("{\"vocab_size\":256,\"block_size\":64,\"n_layer\":2,"
+                                             "\"n_head\":3,\"n_embd\":128}",
+                                             &c, &e),
+                     VL_EINVAL);
+    assert_int_equal(peer_model_config_parse("{\"vocab_size\":256,\"block_size\":64,"
+                                             "\"n_head\":4,\"n_embd\":128}",
+                                             &c, &e),
+                     VL_EINVAL);
+    assert_non_null(strstr(e.msg, "n_layer"));
+    assert_int_equal(peer_model_config_parse("nope", &c, &e), VL_EINVAL);
+}
+
+/* ---- directory and state --------------------------------------------------- */
+
+static void test_url_check(void **state) {
+    (void)state;
+    char out[256];
+    vl_error e = {0};
+    assert_int_equal(peer_url_check("https://coord.example.org:8443", out, sizeof out, &e), 0);
+    assert_string_equal(out, "https://coord.example.org:8443");
+    assert_int_equal(peer_url_check("https://127.0.0.1:8443/", out, sizeof out, &e), 0);
+    assert_string_equal(out, "https://127.0.0.1:8443");
+    assert_int_equal(peer_url_check("https://[::1]:8443", out, sizeof out, &e), 0);
+    assert_int_equal(peer_url_check("https://host", out, sizeof out, &e), 0);
+    assert_int_equal(peer_url_check("http://host:80", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://host:0", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://host:99999", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://host/v1", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://user@host", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://host?x=1", out, sizeof out, &e), VL_EINVAL);
+    assert_int_equal(peer_url_check("https://host:12a", out, sizeof out, &e), VL_EINVAL);
+}
+
+static void test_state_round_trip(void **state) {
+    (void)state;
+    char *d = temp_dir();
+    peer_state s, r;
+    memset(&s, 0, sizeof s);
+    snprintf(s.coordinator, sizeof s.coordinator, "https://127.0.0.1:8443");
+    s.peer_id = 42;
+    snprintf(s.cacert, sizeof s.cacert, "/etc/volley/ca \"quoted\".pem");
+    snprintf(s.run, sizeof s.run, "demo");
+    snprintf(s.name, sizeof s.name, "lab-3");
+    vl_error e = {0};
+    assert_int_equal(peer_state_load(d, &r, &e), VL_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "join"));
+    assert_int_equal(peer_state_save(d, &s, &e), VL_OK);
+    assert_int_equal(peer_state_load(d, &r, &e), VL_OK);
+    assert_string_equal(r.coordinator, s.coordinator);
+    assert_int_equal(r.peer_id, 42);
+    assert_string_equal(r.cacert, s.cacert);
+    assert_string_equal(r.run, "demo");
+    assert_string_equal(r.name, "lab-3");
+
+    char path[PEER_PATH_MAX];
+    assert_int_equal(peer_path_join(path, sizeof path, d, PEER_STATE_FILE, &e), VL_OK);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+
+    /* Without a CA file the key is omitted and reads back empty. */
+    s.cacert[0] = '\0';
+    assert_int_equal(peer_state_save(d, &s, &e), VL_OK);
+    assert_int_equal(peer_state_load(d, &r, &e), VL_OK);
+    assert_string_equal(r.cacert, "");
+
+    /* A damaged file is refused with its path in the message. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"coordinator\": \"https://h:1\", \"peer_id\": -4}", f);
+    fclose(f);
+    assert_int_equal(peer_state_load(d, &r, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "peer_id"));
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"coordinator\": \"ftp://h:1\", \"peer_id\": 4}", f);
+    fclose(f);
+    assert_int_equal(peer_state_load(d, &r, &e), VL_EINVAL);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("garbage", f);
+    fclose(f);
+    assert_int_equal(peer_state_load(d, &r, &e), VL_EINVAL);
+    remove_tree(d);
+    free(d);
+}
+
+static void test_keygen(void **state) {
+    (void)state;
+    assert_int_equal(crypto_init(), VL_OK);
+    char *d = temp_dir();
+    char dir[PEER_PATH_MAX], path[PEER_PATH_MAX], pk1[CRYPTO_PK_B64_LEN + 1],
+        pk2[CRYPTO_PK_B64_LEN + 1];
+    vl_error e = {0};
+    snprintf(dir, sizeof dir, "%s/peer", d);
+    assert_int_equal(peer_keygen(dir, 0, pk1, &e), VL_OK);
+    assert_int_equal(strlen(pk1), CRYPTO_PK_B64_LEN);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, &e), VL_OK);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    crypto_identity id;
+    assert_int_equal(crypto_identity_load(&id, path, &e), VL_OK);
+    char pk[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(id.pk, pk);
+    assert_string_equal(pk, pk1);
+
+    assert_int_equal(peer_keygen(dir, 0, pk2, &e), VL_ECONFLICT);
+    assert_non_null(strstr(e.msg, "--force"));
+    assert_int_equal(peer_keygen(dir, 1, pk2, &e), VL_OK);
+    assert_string_not_equal(pk1, pk2);
+    remove_tree(d);
+    free(d);
+}
+
+/* ---- training ------------------------------------------------------------ */
+
+static const model_gpt_config TINY = {256, 16, 1, 2, 16};
+
+static peer_task tiny_task(int steps) {
+    peer_task t;
+    memset(&t, 0, sizeof t);
+    t.task_id = 1;
+    snprintf(t.run, sizeof t.run, "unit");
+    t.base_version = 0;
+    snprintf(t.shard, sizeof t.shard, "train");
+    t.length = 17;
+    t.steps = steps;
+    t.batch = 4;
+    t.context = 16;
+    t.lr = 1e-2;
+    t.beta1 = 0.9;
+    t.beta2 = 0.95;
+    t.eps = 1e-8;
+    t.weight_decay = 0.0;
+    t.grad_clip = 1.0;
+    t.seed = 7;
+    t.kind = COMPRESS_DENSE;
+    t.dtype = ST_F32;
+    t.h_min = steps;
+    return t;
+}
+
+static const uint8_t TEXT[] = "the quick brown f"; /* 17 bytes: one window */
+
+static void test_train_lowers_loss(void **state) {
+    (void)state;
+    peer_trainer tr;
+    peer_trainer_init(&tr);
+    vl_error e = {0};
+    assert_int_equal(peer_trainer_init_model(&tr, &TINY, 0, &e), VL_OK);
+    peer_task task = tiny_task(20);
+    size_t n = tr.n_params;
+    assert_true(n > 0);
+
+    /* The task's first batch, drawn the way the trainer draws it. */
+    int in[64], tg[64];
+    rng r;
+    rng_seed(&r, task.seed);
+    assert_int_equal(model_data_sample(TEXT, 17, 4, 16, &r, in, tg, &e), VL_OK);
+    float before, after;
+    assert_int_equal(model_gpt_forward(tr.gpt, in, tg, 4, 16, &before, &e), VL_OK);
+
+    peer_train_result res;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(res.steps, 20);
+    assert_int_equal(res.tokens, 20 * 4 * 16);
+    assert_float_equal(res.first_loss, before, 1e-4);
+    assert_true(isfinite(res.mean_loss));
+    assert_true(res.last_loss < res.first_loss);
+    assert_int_equal(model_gpt_forward(tr.gpt, in, tg, 4, 16, &after, &e), VL_OK);
+    assert_true(after < before - 0.1f);
+
+    /* delta = base - local, finite and not zero. */
+    const float *local = model_gpt_params(tr.gpt);
+    double norm = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(isfinite(tr.delta[i]));
+        assert_float_equal(tr.delta[i], tr.base[i] - local[i], 1e-6);
+        norm += (double)tr.delta[i] * tr.delta[i];
+    }
+    assert_true(norm > 0);
+
+    /* The next task starts again from the base, with the optimizer state
+     * carried over. */
+    long steps_before = tr.opt.step;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(tr.opt.step, steps_before + 20);
+    assert_float_equal(res.first_loss, before, 1e-4);
+    peer_trainer_free(&tr);
+}
+
+static void test_train_selsync_and_limits(void **state) {
+    (void)state;
+    peer_trainer tr;
+    peer_trainer_init(&tr);
+    vl_error e = {0};
+    peer_train_result res;
+    peer_task task = tiny_task(10);
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_EINVAL);
+    assert_int_equal(peer_trainer_init_model(&tr, &TINY, 3, &e), VL_OK);
+
+    /* delta 0 means "upload as soon as allowed": after h_min steps. */
+    task.h_min = 3;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(res.steps, 3);
+    assert_int_equal(res.tokens, 3 * 4 * 16);
+    /* A threshold nothing reaches runs all steps. */
+    task.selsync_delta = 1e9;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(res.steps, 10);
+
+    task.context = 17; /* over the block size */
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "block size"));
+    task.context = 16;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 16, &res, &e), VL_EINVAL);
+
+    /* A stop request abandons the task between steps. */
+    peer_stop_request();
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), PEER_ESTOPPED);
+    assert_int_equal(peer_sleep(10), 1);
+    peer_stop_reset();
+    assert_int_equal(peer_sleep(0.01), 0);
+    peer_trainer_free(&tr);
+}
+
+/* A model file as the coordinator serves it. */
+static void model_file(peer_trainer *src, const char *run, const char *version, buf *out) {
+    st_writer w;
+    st_writer_init(&w);
+    char cfg[200];
+    snprintf(cfg, sizeof cfg,
+             "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
+             src->cfg.vocab_size, src->cfg.block_size, src->cfg.n_layer, src->cfg.n_head,
+             src->cfg.n_embd);
+    assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
+    assert_int_equal(st_writer_meta(&w, "version", version), VL_OK);
+    assert_int_equal(st_writer_meta(&w, "model", cfg), VL_OK);
+    assert_int_equal(model_gpt_write_safetensors(src->gpt, &w), VL_OK);
+    vl_error e = {0};
+    assert_int_equal(st_writer_finish(&w, out, &e), VL_OK);
+    st_writer_free(&w);
+}
+
+static void test_trainer_load(void **state) {
+    (void)state;
+    peer_trainer src, tr;
+    peer_trainer_init(&src);
+    peer_trainer_init(&tr);
+    vl_error e = {0};
+    assert_int_equal(peer_trainer_init_model(&src, &TINY, 0, &e), VL_OK);
+    buf f;
+    buf_init(&f, 0);
+    model_file(&src, "demo", "4", &f);
+
+    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 5, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "version 4"));
+    assert_int_equal(tr.base_version, -1);
+    assert_null(tr.gpt);
+    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "other", 4, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "run"));
+    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 4, &e), VL_OK);
+    assert_int_equal(tr.base_version, 4);
+    assert_int_equal(tr.n_params, src.n_params);
+    assert_memory_equal(tr.base, src.base, src.n_params * sizeof(float));
+    assert_memory_equal(model_gpt_params(tr.gpt), src.base, src.n_params * sizeof(float));
+
+    /* Damaged bytes leave the held model as it was. */
+    model_gpt *held = tr.gpt;
+    f.data[f.len / 2] ^= 0x5a;
+    f.data[9] = '#';
+    assert_int_not_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 6, &e), VL_OK);
+    assert_int_equal(tr.base_version, 4);
+    assert_ptr_equal(tr.gpt, held);
+    assert_int_not_equal(peer_trainer_load(&tr, f.data, 100, "demo", 6, &e), VL_OK);
+    assert_int_equal(tr.base_version, 4);
+
+    /* A new shape replaces the model and resets the optimizer. */
+    peer_task task = tiny_task(2);
+    peer_train_result res;
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+    assert_true(tr.have_opt);
+    peer_trainer big;
+    peer_trainer_init(&big);
+    model_gpt_config cfg2 = TINY;
+    cfg2.n_layer = 2;
+    assert_int_equal(peer_trainer_init_model(&big, &cfg2, 0, &e), VL_OK);
+    buf_reset(&f);
+    model_file(&big, "demo", "7", &f);
+    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 7, &e), VL_OK);
+    assert_int_equal(tr.cfg.n_layer, 2);
+    assert_int_equal(tr.n_params, big.n_params);
+    assert_false(tr.have_opt);
+    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
+
+    buf_free(&f);
+    peer_trainer_free(&big);
+    peer_trainer_free(&src);
+    peer_trainer_free(&tr);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backoff_window),
+        cmocka_unit_test(test_backoff_jitter_range),
+        cmocka_unit_test(test_backoff_retry_after),
+        cmocka_unit_test(test_retry_after_parse),
+        cmocka_unit_test(test_retryable_statuses),
+        cmocka_unit_test(test_exit_status),
+        cmocka_unit_test(test_error_parse),
+        cmocka_unit_test(test_refusal_line),
+        cmocka_unit_test(test_task_good),
+        cmocka_unit_test(test_task_rejected),
+        cmocka_unit_test(test_model_config_parse),
+        cmocka_unit_test(test_url_check),
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_keygen),
+        cmocka_unit_test(test_train_lowers_loss),
+        cmocka_unit_test(test_train_selsync_and_limits),
+        cmocka_unit_test(test_trainer_load),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
