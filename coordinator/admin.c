@@ -1,0 +1,154 @@
+/* Operator commands that work on the database directly: init, token
+ * create, peer revoke. */
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/coord.h"
+
+#define CONFIG_MAX_BYTES ((size_t)1 << 20)
+
+/* A relative corpus path is taken relative to the config file, so a run
+ * directory can be moved as a whole; the stored path is absolute. */
+static int resolve_corpus(const char *config_path, const char *corpus, char *out, size_t cap,
+                          vl_error *err) {
+    char joined[COORD_PATH_MAX * 2];
+    if (corpus[0] == '/') {
+        snprintf(joined, sizeof joined, "%s", corpus);
+    } else {
+        char tmp[COORD_PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", config_path);
+        snprintf(joined, sizeof joined, "%s/%s", dirname(tmp), corpus);
+    }
+    char real[PATH_MAX];
+    if (!realpath(joined, real))
+        return vl_fail(err, VL_EIO, "config: corpus %s: %s", joined, strerror(errno));
+    if (strlen(real) >= cap) return vl_fail(err, VL_EINVAL, "config: corpus path too long");
+    snprintf(out, cap, "%s", real);
+    return VL_OK;
+}
+
+int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) {
+    buf text;
+    buf_init(&text, CONFIG_MAX_BYTES);
+    int rc = buf_read_file(&text, config_path, err);
+    if (rc != VL_OK) {
+        buf_free(&text);
+        return rc;
+    }
+    coord_config cfg;
+    rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
+    buf_free(&text);
+    if (rc != VL_OK) return rc;
+    rc = resolve_corpus(config_path, cfg.corpus, cfg.corpus, sizeof cfg.corpus, err);
+    if (rc != VL_OK) return rc;
+
+    storage *db = NULL;
+    coord_corpus corpus;
+    memset(&corpus, 0, sizeof corpus);
+    model_gpt *gpt = NULL;
+    char *config_json = NULL;
+    rc = storage_open(db_path, 1, &db, err);
+    if (rc != VL_OK) return rc;
+    storage_run existing;
+    vl_error probe = {0};
+    int prc = storage_run_get(db, &existing, &probe);
+    if (prc == VL_OK) {
+        storage_run_free(&existing);
+        rc = vl_fail(err, VL_ECONFLICT, "%s already holds run \"%s\"; refusing to overwrite it",
+                     db_path, existing.name);
+        goto out;
+    }
+    if (prc != VL_ENOTFOUND) {
+        rc = vl_fail(err, prc, "%s", probe.msg);
+        goto out;
+    }
+    rc = coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+    if (rc != VL_OK) goto out;
+    rc = model_gpt_create(&cfg.model, &gpt, err);
+    if (rc != VL_OK) goto out;
+    model_gpt_init_weights(gpt, (uint64_t)cfg.seed);
+    float val_loss = NAN;
+    vl_error everr = {0};
+    if (model_gpt_eval_bytes(gpt, corpus.val, (size_t)corpus.val_len, 8, cfg.model.block_size,
+                             (int)cfg.val_batches, &val_loss, &everr) != VL_OK)
+        log_warn("validation of version 0 failed: %s", everr.msg);
+    config_json = coord_config_to_json(&cfg, 1);
+    if (!config_json) {
+        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+        goto out;
+    }
+    storage_run run;
+    memset(&run, 0, sizeof run);
+    snprintf(run.name, sizeof run.name, "%s", cfg.name);
+    run.config = config_json;
+    run.corpus_path = cfg.corpus;
+    run.corpus_size = corpus.size;
+    snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", corpus.hash);
+    run.created_at = clock_unix_s();
+    storage_version v0 = {.version = 0, .created_at = run.created_at,
+                          .params = model_gpt_params(gpt), .momentum = NULL,
+                          .n = model_gpt_num_params(gpt), .val_loss = val_loss,
+                          .train_loss = NAN, .num_updates = 0};
+    /* The run and its first version appear together or not at all. */
+    rc = storage_begin(db, err);
+    if (rc == VL_OK) rc = storage_run_insert(db, &run, err);
+    if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, cfg.keep_versions, 0, err);
+    if (rc == VL_OK) rc = storage_commit(db, err);
+    else storage_rollback(db);
+    if (rc == VL_OK)
+        log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
+                 "version 0 val_loss %.6f",
+                 cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
+                 (double)val_loss);
+out:
+    free(config_json);
+    model_gpt_destroy(gpt);
+    coord_corpus_close(&corpus);
+    storage_close(db);
+    return rc;
+}
+
+static int open_initialised(const char *db_path, storage **db, vl_error *err) {
+    int rc = storage_open(db_path, 0, db, err);
+    if (rc != VL_OK) return rc;
+    storage_run run;
+    rc = storage_run_get(*db, &run, err);
+    if (rc != VL_OK) {
+        storage_close(*db);
+        *db = NULL;
+        return rc;
+    }
+    storage_run_free(&run);
+    return VL_OK;
+}
+
+int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
+                           vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    char token[CRYPTO_TOKEN_LEN + 1];
+    crypto_token_generate(token);
+    char hash[CRYPTO_HASH_HEX + 1];
+    crypto_hash_hex(token, strlen(token), hash);
+    int64_t now = clock_unix_s();
+    rc = storage_token_insert(db, hash, uses, now + ttl_s, now, NULL, err);
+    storage_close(db);
+    if (rc == VL_OK) memcpy(out, token, sizeof token);
+    explicit_bzero(token, sizeof token);
+    return rc;
+}
+
+int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    rc = storage_peer_revoke(db, id, err);
+    storage_close(db);
+    return rc;
+}

@@ -1,0 +1,381 @@
+/* Run configuration parsing, validation and normalisation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "coordinator/config.h"
+
+/* Room for an update's safetensors header: the metadata strings and one
+ * tensor entry, padded. Generous, because refusing a valid update for a
+ * few bytes would stall the run. */
+#define UPDATE_HEADER_SLACK 8192
+
+void coord_config_defaults(coord_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->val_fraction = 0.1;
+    cfg->seed = 1337;
+    cfg->model = (model_gpt_config){256, 64, 2, 4, 128};
+    snprintf(cfg->mode, sizeof cfg->mode, "sync");
+    cfg->updates_per_version = 4;
+    cfg->max_versions = 30;
+    cfg->train = (coord_train_config){.steps = 10, .batch = 8, .lr = 0.001, .beta1 = 0.9,
+                                      .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
+                                      .grad_clip = 1.0};
+    snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
+    cfg->outer_lr = 0.7;
+    cfg->outer_momentum = 0.9;
+    snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "dense");
+    snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
+    cfg->task_bytes = 65536;
+    cfg->lease_s = 120;
+    cfg->max_body_bytes = 67108864;
+    cfg->val_batches = 16;
+    cfg->keep_versions = 4;
+}
+
+/* ---- field readers: each names the field in its error ------------------- */
+
+static int check_keys(json_t *obj, const char *where, const char *const *allowed,
+                      vl_error *err) {
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (strcmp(key, *a) == 0) ok = 1;
+        if (!ok)
+            return vl_fail(err, VL_EINVAL, "config: unknown field '%s%s%s'", where,
+                           *where ? "." : "", key);
+    }
+    return VL_OK;
+}
+
+static int get_int(json_t *obj, const char *key, const char *field, int64_t min, int64_t max,
+                   int64_t *out, vl_error *err) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) return VL_OK;
+    if (!json_is_integer(v))
+        return vl_fail(err, VL_EINVAL, "config: %s must be an integer", field);
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max)
+        return vl_fail(err, VL_EINVAL, "config: %s must be between %lld and %lld (got %lld)",
+                       field, (long long)min, (long long)max, (long long)x);
+    *out = x;
+    return VL_OK;
+}
+
+static int get_model_int(json_t *obj, const char *key, int64_t max, int *out, vl_error *err) {
+    int64_t x = *out;
+    char field[48];
+    snprintf(field, sizeof field, "model.%s", key);
+    int rc = get_int(obj, key, field, 1, max, &x, err);
+    if (rc == VL_OK) *out = (int)x;
+    return rc;
+}
+
+/* lo_open/hi_open make the bound exclusive. */
+static int get_real(json_t *obj, const char *key, const char *field, double lo, int lo_open,
+                    double hi, int hi_open, double *out, vl_error *err) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) return VL_OK;
+    if (!json_is_number(v)) return vl_fail(err, VL_EINVAL, "config: %s must be a number", field);
+    double x = json_number_value(v);
+    int bad = !isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi);
+    if (bad)
+        return vl_fail(err, VL_EINVAL, "config: %s must be in %s%g, %g%s (got %g)", field,
+                       lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]", x);
+    *out = x;
+    return VL_OK;
+}
+
+static int get_str(json_t *obj, const char *key, const char *field, char *out, size_t cap,
+                   const char *const *choices, vl_error *err) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) return VL_OK;
+    if (!json_is_string(v)) return vl_fail(err, VL_EINVAL, "config: %s must be a string", field);
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n >= cap || strlen(s) != n)
+        return vl_fail(err, VL_EINVAL, "config: %s must be a non-empty string under %zu bytes",
+                       field, cap);
+    if (choices) {
+        int ok = 0;
+        for (const char *const *c = choices; *c; c++)
+            if (strcmp(s, *c) == 0) ok = 1;
+        if (!ok) {
+            char list[128] = "";
+            for (const char *const *c = choices; *c; c++) {
+                size_t used = strlen(list);
+                snprintf(list + used, sizeof list - used, "%s\"%s\"", c == choices ? "" : ", ",
+                         *c);
+            }
+            return vl_fail(err, VL_EINVAL, "config: %s must be one of %s (got \"%s\")", field,
+                           list, s);
+        }
+    }
+    memcpy(out, s, n + 1);
+    return VL_OK;
+}
+
+static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
+    *out = json_object_get(root, key);
+    if (*out && !json_is_object(*out))
+        return vl_fail(err, VL_EINVAL, "config: %s must be an object", key);
+    return VL_OK;
+}
+
+/* ---- parse -------------------------------------------------------------- */
+
+static const char *const TOP_KEYS[] = {
+    "name", "corpus", "val_fraction", "seed", "model", "mode", "updates_per_version",
+    "max_versions", "train", "outer", "compression", "task_bytes", "lease_s",
+    "max_body_bytes", "val_batches", "keep_versions", NULL};
+static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
+                                         "n_embd", NULL};
+static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
+                                         "eps", "weight_decay", "grad_clip", NULL};
+static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
+static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", NULL};
+static const char *const MODES[] = {"sync", NULL};
+static const char *const OPTIMIZERS[] = {"adamw", NULL};
+static const char *const KINDS[] = {"dense", NULL};
+static const char *const DTYPES[] = {"F32", "F16", NULL};
+
+static int check_name(const char *name, vl_error *err) {
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '_' || c == '.';
+        if (!ok)
+            return vl_fail(err, VL_EINVAL,
+                           "config: name may hold only letters, digits, '-', '_' and '.'");
+    }
+    return VL_OK;
+}
+
+static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
+    int rc;
+    json_t *model, *train, *outer, *comp;
+    if ((rc = get_obj(root, "model", &model, err)) || (rc = get_obj(root, "train", &train, err)) ||
+        (rc = get_obj(root, "outer", &outer, err)) ||
+        (rc = get_obj(root, "compression", &comp, err)))
+        return rc;
+    if (model) {
+        if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
+            (rc = get_model_int(model, "vocab_size", MODEL_MAX_VOCAB, &cfg->model.vocab_size,
+                                err)) ||
+            (rc = get_model_int(model, "block_size", MODEL_MAX_BLOCK, &cfg->model.block_size,
+                                err)) ||
+            (rc = get_model_int(model, "n_layer", MODEL_MAX_LAYER, &cfg->model.n_layer, err)) ||
+            (rc = get_model_int(model, "n_head", MODEL_MAX_EMBD, &cfg->model.n_head, err)) ||
+            (rc = get_model_int(model, "n_embd", MODEL_MAX_EMBD, &cfg->model.n_embd, err)))
+            return rc;
+    }
+    if (train) {
+        coord_train_config *t = &cfg->train;
+        if ((rc = check_keys(train, "train", TRAIN_KEYS, err)) ||
+            (rc = get_int(train, "steps", "train.steps", 1, 100000, &t->steps, err)) ||
+            (rc = get_int(train, "batch", "train.batch", 1, 4096, &t->batch, err)) ||
+            (rc = get_str(train, "optimizer", "train.optimizer", t->optimizer,
+                          sizeof t->optimizer, OPTIMIZERS, err)) ||
+            (rc = get_real(train, "lr", "train.lr", 0, 1, 10, 0, &t->lr, err)) ||
+            (rc = get_real(train, "beta1", "train.beta1", 0, 0, 1, 1, &t->beta1, err)) ||
+            (rc = get_real(train, "beta2", "train.beta2", 0, 0, 1, 1, &t->beta2, err)) ||
+            (rc = get_real(train, "eps", "train.eps", 0, 1, 1, 0, &t->eps, err)) ||
+            (rc = get_real(train, "weight_decay", "train.weight_decay", 0, 0, 10, 0,
+                           &t->weight_decay, err)) ||
+            (rc = get_real(train, "grad_clip", "train.grad_clip", 0, 0, 1e6, 0, &t->grad_clip,
+                           err)))
+            return rc;
+    }
+    if (outer) {
+        if ((rc = check_keys(outer, "outer", OUTER_KEYS, err)) ||
+            (rc = get_real(outer, "lr", "outer.lr", 0, 1, 10, 0, &cfg->outer_lr, err)) ||
+            (rc = get_real(outer, "momentum", "outer.momentum", 0, 0, 1, 1, &cfg->outer_momentum,
+                           err)))
+            return rc;
+    }
+    if (comp) {
+        if ((rc = check_keys(comp, "compression", COMPRESSION_KEYS, err)) ||
+            (rc = get_str(comp, "kind", "compression.kind", cfg->compression_kind,
+                          sizeof cfg->compression_kind, KINDS, err)) ||
+            (rc = get_str(comp, "dtype", "compression.dtype", cfg->compression_dtype,
+                          sizeof cfg->compression_dtype, DTYPES, err)))
+            return rc;
+    }
+    return VL_OK;
+}
+
+int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error *err) {
+    coord_config_defaults(cfg);
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return vl_fail(err, VL_EINVAL, "config: invalid JSON at line %d: %s", jerr.line,
+                       jerr.text);
+    int rc = VL_OK;
+    if (!json_is_object(root)) {
+        rc = vl_fail(err, VL_EINVAL, "config: the top level must be an object");
+        goto out;
+    }
+    if ((rc = check_keys(root, "", TOP_KEYS, err))) goto out;
+    if (!json_object_get(root, "name")) {
+        rc = vl_fail(err, VL_EINVAL, "config: name is required");
+        goto out;
+    }
+    if (!json_object_get(root, "corpus")) {
+        rc = vl_fail(err, VL_EINVAL, "config: corpus is required");
+        goto out;
+    }
+    if ((rc = get_str(root, "name", "name", cfg->name, sizeof cfg->name, NULL, err)) ||
+        (rc = check_name(cfg->name, err)) ||
+        (rc = get_str(root, "corpus", "corpus", cfg->corpus, sizeof cfg->corpus, NULL, err)) ||
+        (rc = get_real(root, "val_fraction", "val_fraction", 0, 1, 0.5, 0, &cfg->val_fraction,
+                       err)) ||
+        (rc = get_int(root, "seed", "seed", 0, INT64_MAX, &cfg->seed, err)) ||
+        (rc = get_str(root, "mode", "mode", cfg->mode, sizeof cfg->mode, MODES, err)) ||
+        (rc = get_int(root, "updates_per_version", "updates_per_version", 1, 100000,
+                      &cfg->updates_per_version, err)) ||
+        (rc = get_int(root, "max_versions", "max_versions", 1, 100000000, &cfg->max_versions,
+                      err)) ||
+        (rc = get_int(root, "task_bytes", "task_bytes", 2, INT64_MAX / 2, &cfg->task_bytes,
+                      err)) ||
+        (rc = get_int(root, "lease_s", "lease_s", 1, 7 * 86400, &cfg->lease_s, err)) ||
+        (rc = get_int(root, "max_body_bytes", "max_body_bytes", 1024, (int64_t)1 << 40,
+                      &cfg->max_body_bytes, err)) ||
+        (rc = get_int(root, "val_batches", "val_batches", 1, 1000000, &cfg->val_batches, err)) ||
+        (rc = get_int(root, "keep_versions", "keep_versions", 1, 100000000, &cfg->keep_versions,
+                      err)) ||
+        (rc = parse_sections(root, cfg, err)))
+        goto out;
+    vl_error merr = {0};
+    if (model_gpt_config_validate(&cfg->model, &merr) != VL_OK) {
+        rc = vl_fail(err, VL_EINVAL, "config: model: %s", merr.msg);
+        goto out;
+    }
+    if (cfg->model.vocab_size < 256) {
+        rc = vl_fail(err, VL_EINVAL, "config: model.vocab_size must be at least 256 for a "
+                                     "byte corpus");
+        goto out;
+    }
+    /* Peers refuse leases whose batch of windows would not fit their
+     * activation budget (protocol.md, "Task lease"). */
+    if (cfg->train.batch * (int64_t)cfg->model.block_size > ((int64_t)1 << 22)) {
+        rc = vl_fail(err, VL_EINVAL, "config: train.batch x model.block_size must be at most "
+                                     "4194304 (got %lld)",
+                     (long long)(cfg->train.batch * cfg->model.block_size));
+        goto out;
+    }
+    if (cfg->task_bytes < (int64_t)cfg->model.block_size + 1) {
+        rc = vl_fail(err, VL_EINVAL, "config: task_bytes must be at least model.block_size + 1 "
+                                     "(%d)", cfg->model.block_size + 1);
+        goto out;
+    }
+    int64_t need = coord_dense_update_bytes(model_gpt_config_num_params(&cfg->model),
+                                            cfg->compression_dtype);
+    if (cfg->max_body_bytes < need) {
+        rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "
+                                     "dense update of this model (%lld bytes)",
+                     (long long)cfg->max_body_bytes, cfg->compression_dtype, (long long)need);
+        goto out;
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+int64_t coord_dense_update_bytes(size_t n_params, const char *dtype) {
+    int64_t elem = strcmp(dtype, "F16") == 0 ? 2 : 4;
+    return (int64_t)n_params * elem + 8 + UPDATE_HEADER_SLACK;
+}
+
+void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
+                        int64_t *val_len) {
+    int64_t v = (int64_t)floor((double)corpus_size * cfg->val_fraction);
+    if (v < 0) v = 0;
+    if (v > corpus_size) v = corpus_size;
+    *val_len = v;
+    *train_len = corpus_size - v;
+}
+
+int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size, vl_error *err) {
+    int64_t train_len, val_len;
+    coord_config_split(cfg, corpus_size, &train_len, &val_len);
+    if (val_len < (int64_t)cfg->model.block_size + 1)
+        return vl_fail(err, VL_EINVAL,
+                       "config: val_fraction leaves %lld validation bytes of a %lld-byte corpus; "
+                       "at least model.block_size + 1 = %d are needed",
+                       (long long)val_len, (long long)corpus_size, cfg->model.block_size + 1);
+    if (train_len < cfg->task_bytes)
+        return vl_fail(err, VL_EINVAL,
+                       "config: task_bytes (%lld) exceeds the %lld training bytes of the corpus",
+                       (long long)cfg->task_bytes, (long long)train_len);
+    return VL_OK;
+}
+
+void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap) {
+    snprintf(out, cap,
+             "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
+             m->vocab_size, m->block_size, m->n_layer, m->n_head, m->n_embd);
+}
+
+char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
+    const coord_train_config *t = &cfg->train;
+    json_t *root = json_pack(
+        "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
+        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f}, s:{s:s, s:s},"
+        " s:I, s:I, s:I, s:I, s:I}",
+        "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
+        "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
+        "n_layer", cfg->model.n_layer, "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd,
+        "mode", cfg->mode, "updates_per_version", (json_int_t)cfg->updates_per_version,
+        "max_versions", (json_int_t)cfg->max_versions, "train", "steps", (json_int_t)t->steps,
+        "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
+        "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
+        t->grad_clip, "outer", "lr", cfg->outer_lr, "momentum", cfg->outer_momentum,
+        "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype,
+        "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
+        "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
+        (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions);
+    if (!root) return NULL;
+    if (with_corpus && json_object_set_new(root, "corpus", json_string(cfg->corpus)) != 0) {
+        json_decref(root);
+        return NULL;
+    }
+    char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
+    json_decref(root);
+    return s;
+}
+
+int coord_parse_duration(const char *s, int64_t *out_s) {
+    if (!s || !*s) return VL_EINVAL;
+    size_t n = strlen(s);
+    int64_t mult = 1;
+    char unit = s[n - 1];
+    char num[32];
+    if (unit >= '0' && unit <= '9') {
+        unit = 's';
+    } else {
+        n--;
+        switch (unit) {
+        case 's': mult = 1; break;
+        case 'm': mult = 60; break;
+        case 'h': mult = 3600; break;
+        case 'd': mult = 86400; break;
+        default: return VL_EINVAL;
+        }
+    }
+    if (n == 0 || n >= sizeof num) return VL_EINVAL;
+    memcpy(num, s, n);
+    num[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (num[i] < '0' || num[i] > '9') return VL_EINVAL;
+    int64_t v;
+    const int64_t max_s = (int64_t)10 * 366 * 86400;
+    if (parse_i64(num, 1, max_s, &v) != VL_OK || v > max_s / mult) return VL_EINVAL;
+    *out_s = v * mult;
+    return VL_OK;
+}

@@ -1,0 +1,85 @@
+/*
+ * The run configuration (docs/protocol.md, "Run configuration"): parsing
+ * with defaults, validation that names the offending field, and the
+ * normalised JSON form stored in the database and sent to joining peers.
+ */
+#ifndef VOLLEY_COORD_CONFIG_H
+#define VOLLEY_COORD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "model/model.h"
+
+#define COORD_NAME_MAX 64
+#define COORD_PATH_MAX 4096
+
+typedef struct coord_train_config {
+    int64_t steps;
+    int64_t batch;
+    char optimizer[16];
+    double lr, beta1, beta2, eps, weight_decay, grad_clip;
+} coord_train_config;
+
+typedef struct coord_config {
+    char name[COORD_NAME_MAX];
+    char corpus[COORD_PATH_MAX];
+    double val_fraction;
+    int64_t seed;
+    model_gpt_config model;
+    char mode[8];
+    int64_t updates_per_version;
+    int64_t max_versions;
+    coord_train_config train;
+    double outer_lr, outer_momentum;
+    char compression_kind[16];
+    char compression_dtype[8];
+    int64_t task_bytes;
+    int64_t lease_s;
+    int64_t max_body_bytes;
+    int64_t val_batches;
+    int64_t keep_versions;
+} coord_config;
+
+/* Fills cfg with the defaults of every field (name and corpus empty). */
+void coord_config_defaults(coord_config *cfg);
+
+/* Parses and validates a configuration from len bytes of JSON: unknown
+ * fields, wrong types and out-of-range values are VL_EINVAL with a message
+ * naming the field ("config: train.lr must be > 0"). Missing fields take
+ * their defaults; name and corpus are required. */
+int coord_config_parse(const char *json, size_t len, coord_config *cfg,
+                       vl_error *err) VL_MUST_CHECK;
+
+/* Checks the configuration against a corpus of corpus_size bytes: the
+ * validation slice must hold a window of block_size + 1 bytes and the
+ * training part a task of task_bytes; the body cap must fit a dense update
+ * of the model. VL_EINVAL with the field named otherwise. */
+int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size,
+                              vl_error *err) VL_MUST_CHECK;
+
+/* Byte counts of the training part and the held-out validation slice (the
+ * last val_fraction of the corpus). */
+void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
+                        int64_t *val_len);
+
+/* The configuration as normalised JSON (every field present). With
+ * with_corpus clear the corpus path, which only matters on this machine,
+ * is left out (that is the form peers get). Returns a heap string the
+ * caller frees, or NULL when out of memory. */
+char *coord_config_to_json(const coord_config *cfg, int with_corpus);
+
+/* The model configuration as the compact JSON object carried in model
+ * metadata, written into out (cap bytes). */
+void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap);
+
+/* Parses a duration such as "7d", "24h", "30m" or "3600s" (a bare number is
+ * seconds) into seconds, between 1 s and 10 years. */
+int coord_parse_duration(const char *s, int64_t *out_s) VL_MUST_CHECK;
+
+/* Size in bytes of a dense update of n parameters in dtype ("F32"/"F16"),
+ * safetensors header included, used to check max_body_bytes. */
+int64_t coord_dense_update_bytes(size_t n_params, const char *dtype);
+
+#endif

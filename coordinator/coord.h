@@ -1,0 +1,240 @@
+/*
+ * coordinator: the volley-coordinator program. It serves the HTTP API of
+ * docs/protocol.md over TLS on one libevent loop, hands out task leases,
+ * takes in updates, and merges them into new model versions, keeping every
+ * durable fact in storage/. This header joins the program's files; the pure
+ * parts (config.h, guard.h, scheduler.h, aggregator.h) have their own.
+ *
+ * Everything runs on the loop's thread. Handlers answer synchronously,
+ * except task requests that long-poll: those wait in a list and are
+ * answered when a lease frees, a version is made, their wait ends, or the
+ * coordinator drains.
+ */
+#ifndef VOLLEY_COORD_H
+#define VOLLEY_COORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "coordinator/config.h"
+#include "coordinator/guard.h"
+#include "crypto/crypto.h"
+#include "model/model.h"
+#include "storage/storage.h"
+
+struct event_base;
+struct event;
+struct evhttp;
+struct evhttp_request;
+struct evhttp_bound_socket;
+struct evhttp_connection;
+struct evbuffer;
+struct ssl_ctx_st;
+
+/* Longest a task request may wait, seconds (protocol.md). */
+#define COORD_MAX_WAIT_S 60
+/* Largest JSON request body (join). */
+#define COORD_MAX_JSON_BODY 65536
+/* Largest request head the guard accepts. */
+#define COORD_HEAD_CAP 16384
+/* Read/write inactivity timeout of a connection; above the longest wait. */
+#define COORD_IO_TIMEOUT_S 120
+/* How long a drain may take before the coordinator exits anyway. */
+#define COORD_DRAIN_GRACE_S 30
+/* Retry-After for 503 draining and 429. */
+#define COORD_RETRY_AFTER_S "5"
+
+/* ---- the corpus (corpus.c) ---------------------------------------------- */
+
+typedef struct coord_corpus {
+    int is_open;
+    int fd;
+    int64_t size;
+    int64_t train_len; /* bytes [0, train_len) are served */
+    int64_t val_len;   /* bytes [train_len, size) are the validation slice */
+    uint8_t *val;      /* the validation slice, in memory */
+    char hash[65];     /* hex BLAKE2b-256 of the whole file */
+    int64_t mtime_ns;
+    uint64_t ino;
+} coord_corpus;
+
+/* Opens the corpus at path, hashing it and loading its validation slice
+ * (split per cfg). With expect_hash set, a size or hash that differs is
+ * VL_ECONFLICT ("the corpus changed since init"). c is owned by the caller
+ * (coord_corpus_close). */
+int coord_corpus_open(coord_corpus *c, const char *path, const coord_config *cfg,
+                      int64_t expect_size, const char *expect_hash, vl_error *err) VL_MUST_CHECK;
+/* Checks the open file still has the size and modification time it had
+ * when opened (it is served straight from disk). */
+int coord_corpus_check(const coord_corpus *c, vl_error *err) VL_MUST_CHECK;
+void coord_corpus_close(coord_corpus *c);
+
+/* ---- shared model bytes -------------------------------------------------- */
+
+/* An immutable byte string shared by responses still being sent; freed
+ * when the last reference goes. */
+typedef struct coord_blob {
+    int refs;
+    size_t len;
+    uint8_t *data;
+    int64_t version;
+} coord_blob;
+
+void coord_blob_unref(coord_blob *b);
+
+/* ---- the server ---------------------------------------------------------- */
+
+typedef struct coord_waiter coord_waiter;
+
+typedef struct coord_server {
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    struct ssl_ctx_st *ssl;
+    storage *db;
+    coord_config cfg;
+    char *peer_config;   /* run configuration as peers get it (JSON text) */
+    coord_corpus corpus;
+    model_gpt *gpt;      /* its parameters are the current version's */
+    size_t n_params;
+    float *momentum;     /* outer momentum after the current version */
+    int64_t version;
+    int finished;
+    int draining;
+    double drain_deadline;
+    crypto_nonce_cache *nonces;
+    coord_blob *model_blob; /* current version as safetensors, built on demand */
+    coord_waiter *waiters, *waiters_tail;
+    size_t n_waiters;
+    coord_guard *guards; /* one per open connection */
+    size_t n_conns;
+    int64_t inflight;    /* requests handed to a handler and not yet fully answered */
+    struct event *lease_timer;
+    struct event *merge_event;
+    struct event *drain_timer;
+    struct event *sig_term, *sig_int;
+    int merge_scheduled;
+    struct coord_linger *lingers; /* refused connections being drained */
+} coord_server;
+
+/* One request as a handler sees it. */
+typedef struct coord_req {
+    coord_server *srv;
+    struct evhttp_request *req;
+    double t0;
+    char method[12];
+    char path[160];      /* for the log, possibly truncated */
+    const char *full_path; /* the request's path, valid while the request lives */
+    int64_t peer_id; /* the authenticated peer, 0 before auth */
+} coord_req;
+
+/* Options of the serve command. */
+typedef struct coord_serve_opts {
+    const char *db_path;
+    const char *cert_path;
+    const char *key_path;
+    const char *listen; /* HOST:PORT, [V6]:PORT */
+} coord_serve_opts;
+
+/* Runs the server until SIGTERM/SIGINT has drained it. Returns 0 on a clean
+ * shutdown, else a VL_E* code with err set. */
+int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
+
+/* ---- state (state.c) ----------------------------------------------------- */
+
+/* Loads the run, its corpus (verified), the model and momentum of the
+ * latest version from srv->db into srv. */
+int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
+/* Frees what coord_state_load set up (not the database). */
+void coord_state_free(coord_server *srv);
+/* The current model as safetensors, built and cached on first use; the
+ * caller gets a new reference (coord_blob_unref). NULL on failure. */
+coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
+/* Safetensors of an older version from its stored params; the caller owns
+ * the reference. VL_ENOTFOUND when never made or pruned. */
+int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out,
+                             vl_error *err) VL_MUST_CHECK;
+
+/* ---- replies (reply.c) --------------------------------------------------- */
+
+/* Sends status with body (may be NULL) and content type, logs the request
+ * line, and ends the request. The body buffer's contents are consumed. */
+void coord_reply(coord_req *cr, int status, const char *content_type, struct evbuffer *body);
+/* Sends obj (reference stolen) as JSON. */
+void coord_reply_json(coord_req *cr, int status, json_t *obj);
+/* Sends {"error":{"code","message"}}. */
+void coord_reply_error(coord_req *cr, int status, const char *code, const char *fmt, ...)
+    VL_PRINTF(4, 5);
+/* Sends a 500 for err and logs its message. */
+void coord_reply_internal(coord_req *cr, const vl_error *err);
+/* Sets a response header. */
+void coord_set_header(coord_req *cr, const char *name, const char *value);
+/* Request header value or NULL. */
+const char *coord_get_header(coord_req *cr, const char *name);
+/* The request body as one contiguous block (NULL when empty). */
+const uint8_t *coord_body(coord_req *cr, size_t *len);
+/* Marks the request as handed to a handler (drain accounting). */
+void coord_req_begin(coord_req *cr);
+
+/* Parses a query string of key=value pairs: each key must be in allowed
+ * (NULL-terminated) and appear at most once, each value a decimal integer
+ * in [0, max]. values[i] is set for allowed[i] when present (present bit i
+ * set). Returns 0 or VL_EINVAL with a message. */
+int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
+                     int64_t *values, unsigned *present, vl_error *err) VL_MUST_CHECK;
+
+/* ---- auth (auth.c) ------------------------------------------------------- */
+
+/* Authenticates the request as a registered, unrevoked peer (signature,
+ * clock, replay). On success sets cr->peer_id and returns 0; otherwise
+ * answers the request and returns -1. */
+int coord_authenticate(coord_req *cr, const uint8_t *body, size_t len);
+/* Checks a join request's peer=0 signature by pk, its clock and nonce.
+ * Returns 0, or answers and returns -1. */
+int coord_authenticate_key(coord_req *cr, const crypto_auth_header *auth,
+                           const uint8_t pk[CRYPTO_PK_BYTES], const uint8_t *body, size_t len);
+
+/* ---- routes -------------------------------------------------------------- */
+
+void coord_route_join(coord_req *cr);    /* POST /v1/peers */
+void coord_route_task(coord_req *cr);    /* GET /v1/task */
+void coord_route_model(coord_req *cr);   /* GET /v1/model */
+void coord_route_data(coord_req *cr);    /* GET /v1/data/<shard> */
+void coord_route_updates(coord_req *cr); /* POST /v1/updates */
+void coord_route_status(coord_req *cr);  /* GET /v1/status */
+
+/* ---- tasks and waiting (routes_task.c) ----------------------------------- */
+
+/* Answers waiting task requests that can now be served (a lease freed, a
+ * version was made, the run finished). */
+void coord_wake_waiters(coord_server *srv);
+/* Answers every waiting task request with 503 draining. */
+void coord_drain_waiters(coord_server *srv);
+/* Arms the lease timer for the earliest unexpired lease of the current
+ * version (or disarms it when there is none). */
+void coord_arm_lease_timer(coord_server *srv);
+
+/* ---- merging (aggregator.c) ---------------------------------------------- */
+
+/* Makes the next version if the current one has all its updates: returns 1
+ * when a version was made, 0 when not ready, or a negative VL_E* code. */
+int coord_merge_if_ready(coord_server *srv, vl_error *err);
+/* Runs coord_merge_if_ready from the loop soon (after pending replies are
+ * flushed). */
+void coord_schedule_merge(coord_server *srv);
+
+/* ---- admin commands (admin.c) -------------------------------------------- */
+
+/* `init`: creates the database for the run described by config_path. */
+int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) VL_MUST_CHECK;
+/* `token create`: stores a new token's hash and writes the token to out
+ * (CRYPTO_TOKEN_LEN + 1 bytes). */
+int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
+                           vl_error *err) VL_MUST_CHECK;
+/* `peer revoke`: refuses every later request of peer id. */
+int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+
+#endif

@@ -1,0 +1,141 @@
+/*
+ * The input guard: sits between each TLS connection and libevent's HTTP
+ * parser and decides, from the request head alone, whether a body will be
+ * accepted, so an oversized or unframed body is refused before a byte of
+ * it is read.
+ *
+ * libevent 2.1 reads a whole body before any handler runs and answers its
+ * own size limit with a fixed HTML page. The guard instead parses every
+ * request head on the connection (just enough to find Content-Length and
+ * Transfer-Encoding) and passes the bytes through unchanged, counting body
+ * bytes so it stays in step with keep-alive and pipelined requests. When a
+ * head announces a body over the cap, comes chunked, has a duplicated or
+ * malformed Content-Length, or is itself malformed or too long, the guard
+ * replaces that head with one that carries "Content-Length: 0" and an
+ * internal marker header naming the reason, and discards everything after
+ * it on the connection; the request handler then answers with the JSON
+ * error and closes. A client-sent header with the marker's name is always
+ * stripped. Anything the guard cannot parse with certainty is refused, so
+ * it and libevent never disagree about where a request ends.
+ */
+#ifndef VOLLEY_COORD_GUARD_H
+#define VOLLEY_COORD_GUARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+struct bufferevent;
+struct evbuffer;
+struct evbuffer_cb_entry;
+
+/* Name of the internal marker header; its value is a verdict name. */
+#define COORD_GUARD_HEADER "X-Volley-Guard"
+
+typedef enum {
+    COORD_GUARD_OK = 0,
+    COORD_GUARD_TOO_LARGE,       /* Content-Length over the body cap: 413 */
+    COORD_GUARD_HEAD_TOO_LARGE,  /* head longer than the head cap: 413 */
+    COORD_GUARD_LENGTH_REQUIRED, /* Transfer-Encoding, or a POST/PUT/PATCH without
+                                    Content-Length: 411 */
+    COORD_GUARD_BAD_LENGTH,      /* duplicated or malformed Content-Length: 400 */
+    COORD_GUARD_BAD_HEAD,        /* malformed request line or header: 400 */
+    COORD_GUARD_BAD_METHOD,      /* a method the HTTP parser does not know: 405 */
+} coord_guard_verdict;
+
+/* Wire name of a verdict ("too_large", ...), used as the marker's value. */
+const char *coord_guard_verdict_name(coord_guard_verdict v);
+/* Verdict from a marker value; COORD_GUARD_BAD_HEAD for anything unknown. */
+coord_guard_verdict coord_guard_verdict_parse(const char *name);
+
+/* Body size limits. Bodies are small everywhere but on one endpoint (the
+ * upload), so an unauthenticated client cannot make the server read a
+ * large body anywhere else. */
+typedef struct coord_guard_caps {
+    uint64_t body_cap;      /* every request but those to large_path */
+    const char *large_path; /* path (without query) allowed large_cap; may be NULL */
+    uint64_t large_cap;
+} coord_guard_caps;
+
+/* What coord_guard_parse_head found in one complete head. */
+typedef struct coord_guard_head {
+    coord_guard_verdict verdict;
+    uint64_t body_len;   /* announced Content-Length (0 when absent) */
+    int has_marker;      /* the client sent a header named like the marker */
+    size_t reqline_len;  /* length of a valid request line (without EOL), else 0 */
+} coord_guard_head;
+
+/* Analyses a complete head: len bytes ending with the empty line that
+ * closes it (lines end in LF with an optional CR before it, as libevent
+ * reads them). Pure; never reads past len. */
+void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_caps *caps,
+                            coord_guard_head *out);
+
+typedef enum { COORD_GUARD_IN_HEAD = 0, COORD_GUARD_IN_BODY, COORD_GUARD_DISCARD } coord_guard_state;
+
+/* Per-connection state. Owned by whoever created it; coord_guard_free
+ * releases its buffers. */
+typedef struct coord_guard {
+    size_t head_cap;
+    coord_guard_caps caps; /* large_path is borrowed: it must outlive g */
+    coord_guard_state state;
+    uint64_t body_left; /* body bytes of the current request still to pass */
+    size_t line_start;  /* offset in head of the line being read */
+    buf head;           /* the current head so far (at most head_cap bytes) */
+    buf out;            /* scratch for rewritten heads */
+    uint64_t requests;  /* heads completed on this connection */
+    coord_guard_verdict last_verdict;
+    /* Called from the bufferevent's free path before the guard is freed,
+     * so an owner can drop its reference; may be NULL. */
+    void *owner;
+    struct coord_guard *prev, *next; /* for the owner's list */
+    /* Attachment to a connection (coord_guard_attach). */
+    struct bufferevent *bev;
+    /* After a refusal: a duplicate of the socket, so that the owner can
+     * keep draining what the client still sends once libevent has closed
+     * its descriptor (a close with unread data would reset the connection
+     * and could destroy the answer before the client reads it). -1 if
+     * none; whoever takes it over sets it back to -1. */
+    int linger_fd;
+    struct evbuffer *input;
+    struct evbuffer *scratch;
+    struct evbuffer_cb_entry *hook;
+    int in_callback;
+} coord_guard;
+
+/* Initialises g for a new connection. head_cap bounds one request head;
+ * caps (copied) bound bodies. */
+void coord_guard_init(coord_guard *g, size_t head_cap, const coord_guard_caps *caps);
+/* Releases g's buffers (not g itself). */
+void coord_guard_free(coord_guard *g);
+
+/* Consumes head bytes from in (n > 0), appending what the HTTP parser should
+ * see to out. Stops right after a head completes (the state then changes)
+ * and returns the number of bytes consumed. Call only in the IN_HEAD state. */
+size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *out);
+
+/* Processes n bytes of the connection's input in any state, appending the
+ * bytes the HTTP parser should see to out. Returns 0, or VL_ENOMEM/VL_ETOOBIG
+ * if out cannot take them. The attached hook below does the same work with
+ * zero-copy body forwarding; this form exists for tests and tools. */
+int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) VL_MUST_CHECK;
+
+/* 1 when no request is partly received: between requests, or discarding
+ * after a refused one. */
+int coord_guard_idle(const coord_guard *g);
+
+/* Attaches g to bev: every byte bev reads (after TLS) passes through g,
+ * in a callback on bev's input buffer that runs before the HTTP parser
+ * sees the bytes, so refused heads are rewritten and what follows them is
+ * dropped. The bufferevent's output is untouched, so replies take
+ * libevent's ordinary path. (A bufferevent_filter would be the obvious
+ * tool, but in libevent 2.1 a filter reports a reply written once it has
+ * reached the layer below, so a reply followed by a close is lost.)
+ * Returns 0 or VL_ENOMEM. Call coord_guard_detach before bev or g goes. */
+int coord_guard_attach(coord_guard *g, struct bufferevent *bev) VL_MUST_CHECK;
+/* Removes the hook installed by coord_guard_attach and closes linger_fd if
+ * still set; safe if never attached. */
+void coord_guard_detach(coord_guard *g);
+
+#endif

@@ -1,0 +1,149 @@
+/* volley-coordinator: command-line entry point. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/coord.h"
+
+#define PROG "volley-coordinator"
+
+static const char USAGE[] =
+    "usage: " PROG " COMMAND [OPTIONS]\n"
+    "\n"
+    "  init --db FILE --config FILE\n"
+    "      create the run database from a run configuration (docs/protocol.md)\n"
+    "  token create --db FILE [--uses N] [--ttl 7d|24h|30m|3600s]\n"
+    "      print a new join token (default: 1 use, 7 days); only its hash is stored\n"
+    "  peer revoke --db FILE --peer ID\n"
+    "      refuse every later request of a peer\n"
+    "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT]\n"
+    "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
+    "      and the real one is printed as \"listening on HOST:PORT\" on stderr)\n"
+    "\n"
+    "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
+
+/* Options of one command: names, and where each value goes. */
+typedef struct opt {
+    const char *name;
+    int required;
+    const char *value;
+} opt;
+
+static int usage_error(const char *fmt, ...) VL_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, PROG ": %s (see '" PROG " help')\n", msg);
+    return 2;
+}
+
+/* Parses "--name value" pairs into opts; every option takes a value, may
+ * appear once, and must be known. Returns 0 or the exit status. */
+static int parse_opts(int argc, char **argv, opt *opts, size_t n) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        opt *o = NULL;
+        for (size_t j = 0; j < n; j++)
+            if (strncmp(a, "--", 2) == 0 && strcmp(a + 2, opts[j].name) == 0) o = &opts[j];
+        if (!o) return usage_error("unknown argument '%s'", a);
+        if (o->value) return usage_error("option '%s' given twice", a);
+        if (i + 1 >= argc || argv[i + 1][0] == '\0')
+            return usage_error("option '%s' needs a value", a);
+        o->value = argv[++i];
+    }
+    for (size_t j = 0; j < n; j++)
+        if (opts[j].required && !opts[j].value)
+            return usage_error("missing required option --%s", opts[j].name);
+    return 0;
+}
+
+static int fail(const vl_error *err) {
+    fprintf(stderr, PROG ": %s\n", err->msg[0] ? err->msg : vl_strerror(err->code));
+    return 1;
+}
+
+static int cmd_init(int argc, char **argv) {
+    opt o[] = {{"db", 1, NULL}, {"config", 1, NULL}};
+    int rc = parse_opts(argc, argv, o, 2);
+    if (rc) return rc;
+    vl_error err = {0};
+    if (coord_cmd_init(o[0].value, o[1].value, &err) != VL_OK) return fail(&err);
+    return 0;
+}
+
+static int cmd_token(int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "create") != 0)
+        return usage_error("unknown token command '%s' (expected 'create')",
+                           argc ? argv[0] : "");
+    opt o[] = {{"db", 1, NULL}, {"uses", 0, NULL}, {"ttl", 0, NULL}};
+    int rc = parse_opts(argc - 1, argv + 1, o, 3);
+    if (rc) return rc;
+    int64_t uses = 1, ttl = 7 * 86400;
+    if (o[1].value && parse_i64(o[1].value, 1, 1000000000, &uses) != VL_OK)
+        return usage_error("--uses must be a whole number from 1 (got '%s')", o[1].value);
+    if (o[2].value && coord_parse_duration(o[2].value, &ttl) != VL_OK)
+        return usage_error("--ttl must look like 7d, 24h, 30m or 3600s (got '%s')", o[2].value);
+    char token[CRYPTO_TOKEN_LEN + 1];
+    vl_error err = {0};
+    if (coord_cmd_token_create(o[0].value, uses, ttl, token, &err) != VL_OK) return fail(&err);
+    printf("%s\n", token);
+    fflush(stdout);
+    explicit_bzero(token, sizeof token);
+    return 0;
+}
+
+static int cmd_peer(int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "revoke") != 0)
+        return usage_error("unknown peer command '%s' (expected 'revoke')", argc ? argv[0] : "");
+    opt o[] = {{"db", 1, NULL}, {"peer", 1, NULL}};
+    int rc = parse_opts(argc - 1, argv + 1, o, 2);
+    if (rc) return rc;
+    int64_t id;
+    if (parse_i64(o[1].value, 1, INT64_MAX, &id) != VL_OK)
+        return usage_error("--peer must be a peer id (got '%s')", o[1].value);
+    vl_error err = {0};
+    if (coord_cmd_peer_revoke(o[0].value, id, &err) != VL_OK) return fail(&err);
+    fprintf(stderr, "peer %lld revoked\n", (long long)id);
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv) {
+    opt o[] = {{"db", 1, NULL}, {"cert", 1, NULL}, {"key", 1, NULL}, {"listen", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 4);
+    if (rc) return rc;
+    coord_serve_opts so = {.db_path = o[0].value, .cert_path = o[1].value,
+                           .key_path = o[2].value,
+                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443"};
+    /* A peer that disconnects mid-reply must not kill the server. */
+    signal(SIGPIPE, SIG_IGN);
+    vl_error err = {0};
+    if (coord_serve(&so, &err) != VL_OK) return fail(&err);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    log_set_program(PROG);
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    if (crypto_init() != VL_OK) {
+        fprintf(stderr, PROG ": cannot initialise libsodium\n");
+        return 1;
+    }
+    if (!strcmp(cmd, "init")) return cmd_init(argc - 2, argv + 2);
+    if (!strcmp(cmd, "token")) return cmd_token(argc - 2, argv + 2);
+    if (!strcmp(cmd, "peer")) return cmd_peer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,192 @@
+/* GET /v1/model and GET /v1/data/<shard>: the bytes peers train from. */
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include "coordinator/coord.h"
+
+/* ---- model ------------------------------------------------------------------ */
+
+static void blob_release(const void *data, size_t len, void *arg) {
+    (void)data;
+    (void)len;
+    coord_blob_unref(arg);
+}
+
+/* If-None-Match: a comma-separated list of entity tags (weak ones
+ * compared weakly), or "*". */
+static int etag_matches(const char *header, const char *etag) {
+    if (!header) return 0;
+    size_t elen = strlen(etag);
+    const char *p = header;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        if (*p == '*') return 1;
+        if (p[0] == 'W' && p[1] == '/') p += 2;
+        const char *end = p;
+        if (*end == '"') {
+            end = strchr(p + 1, '"');
+            if (!end) return 0;
+            end++;
+        } else {
+            while (*end && *end != ',') end++;
+        }
+        if ((size_t)(end - p) == elen && memcmp(p, etag, elen) == 0) return 1;
+        p = end;
+        while (*p && *p != ',') p++;
+    }
+    return 0;
+}
+
+void coord_route_model(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr, body, len) != 0) return;
+    const char *const keys[] = {"version", NULL};
+    int64_t vals[1] = {0};
+    unsigned present = 0;
+    vl_error e = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    int64_t version = present ? vals[0] : srv->version;
+    if (version > srv->version) {
+        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
+                          "is %lld)", (long long)version, (long long)srv->version);
+        return;
+    }
+    char etag[32];
+    snprintf(etag, sizeof etag, "\"%lld\"", (long long)version);
+    coord_set_header(cr, "ETag", etag);
+    if (etag_matches(coord_get_header(cr, "If-None-Match"), etag)) {
+        coord_reply(cr, 304, NULL, NULL);
+        return;
+    }
+    coord_blob *blob = NULL;
+    int rc = coord_model_blob_version(srv, version, &blob, &e);
+    if (rc == VL_ENOTFOUND) {
+        coord_reply_error(cr, 404, "unknown_version", "%s", e.msg);
+        return;
+    }
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    /* The response references the shared bytes instead of copying them;
+     * the reference is dropped when libevent has sent them. */
+    if (!b || evbuffer_add_reference(b, blob->data, blob->len, blob_release, blob) != 0) {
+        coord_blob_unref(blob);
+        if (b) evbuffer_free(b);
+        vl_error oom = {.code = VL_ENOMEM};
+        snprintf(oom.msg, sizeof oom.msg, "out of memory sending the model");
+        coord_reply_internal(cr, &oom);
+        return;
+    }
+    coord_reply(cr, 200, "application/octet-stream", b);
+    evbuffer_free(b);
+}
+
+/* ---- data ------------------------------------------------------------------- */
+
+/* Strict decimal, at most 18 digits so it cannot overflow. */
+static int parse_pos(const char *s, size_t n, int64_t *out) {
+    if (n == 0 || n > 18) return -1;
+    int64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        x = x * 10 + (s[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+/* One range "bytes=a-b", "bytes=a-" or "bytes=-n" over total bytes. A last
+ * position past the end is clipped (RFC 9110); a first position at or past
+ * the end, an inverted or empty range, or several ranges are refused. */
+static int parse_range(const char *h, int64_t total, int64_t *first, int64_t *last) {
+    if (strncmp(h, "bytes=", 6) != 0) return -1;
+    const char *spec = h + 6;
+    const char *dash = strchr(spec, '-');
+    if (!dash || strchr(spec, ',')) return -1;
+    size_t a_len = (size_t)(dash - spec);
+    const char *b = dash + 1;
+    size_t b_len = strlen(b);
+    int64_t a = 0, z = 0;
+    if (a_len == 0) {
+        if (parse_pos(b, b_len, &z) != 0 || z == 0) return -1;
+        *first = z >= total ? 0 : total - z;
+        *last = total - 1;
+        return total > 0 ? 0 : -1;
+    }
+    if (parse_pos(spec, a_len, &a) != 0 || a >= total) return -1;
+    if (b_len == 0) {
+        z = total - 1;
+    } else {
+        if (parse_pos(b, b_len, &z) != 0 || z < a) return -1;
+        if (z >= total) z = total - 1;
+    }
+    *first = a;
+    *last = z;
+    return 0;
+}
+
+void coord_route_data(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr, body, len) != 0) return;
+    const char *shard = cr->full_path + strlen("/v1/data/");
+    if (strcmp(shard, "train") != 0) {
+        coord_reply_error(cr, 404, "unknown_shard", "the only shard is \"train\"");
+        return;
+    }
+    vl_error e = {0};
+    if (coord_corpus_check(&srv->corpus, &e) != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    int64_t total = srv->corpus.train_len;
+    int64_t first = 0, last = total - 1;
+    int status = 200;
+    const char *range = coord_get_header(cr, "Range");
+    char cr_hdr[96];
+    if (range) {
+        if (parse_range(range, total, &first, &last) != 0) {
+            snprintf(cr_hdr, sizeof cr_hdr, "bytes */%lld", (long long)total);
+            coord_set_header(cr, "Content-Range", cr_hdr);
+            coord_reply_error(cr, 416, "bad_range",
+                              "Range must be one range bytes=first-last inside 0-%lld",
+                              (long long)(total - 1));
+            return;
+        }
+        status = 206;
+        snprintf(cr_hdr, sizeof cr_hdr, "bytes %lld-%lld/%lld", (long long)first,
+                 (long long)last, (long long)total);
+        coord_set_header(cr, "Content-Range", cr_hdr);
+    }
+    coord_set_header(cr, "Accept-Ranges", "bytes");
+    struct evbuffer *b = evbuffer_new();
+    /* Served from the file by reference: the corpus descriptor stays ours
+     * (no close on free) and lives until shutdown. */
+    struct evbuffer_file_segment *seg =
+        b ? evbuffer_file_segment_new(srv->corpus.fd, first, last - first + 1,
+                                      EVBUF_FS_DISABLE_SENDFILE)
+          : NULL;
+    int ok = seg && evbuffer_add_file_segment(b, seg, 0, last - first + 1) == 0;
+    if (seg) evbuffer_file_segment_free(seg);
+    if (!ok) {
+        if (b) evbuffer_free(b);
+        vl_fail(&e, VL_EIO, "cannot map the corpus range %lld-%lld", (long long)first,
+                (long long)last);
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    coord_reply(cr, status, "application/octet-stream", b);
+    evbuffer_free(b);
+}

@@ -1,0 +1,212 @@
+/* POST /v1/peers (join) and GET /v1/status. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "coordinator/coord.h"
+
+#define NAME_MAX_LEN 64
+#define HARDWARE_MAX_LEN 4096
+#define TOKEN_MAX_LEN 256
+
+static int printable(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7F) return 0;
+    return 1;
+}
+
+typedef struct join_body {
+    uint8_t pk[CRYPTO_PK_BYTES];
+    const char *token;
+    size_t token_len;
+    const char *name;
+    char *hardware; /* heap JSON text */
+} join_body;
+
+/* Reads and checks the join body; answers 400 and returns -1 on failure. */
+static int parse_join(coord_req *cr, json_t *root, join_body *out) {
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(root)) {
+        coord_reply_error(cr, 400, "bad_request", "the body must be a JSON object");
+        return -1;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "public_key") && strcmp(key, "token") && strcmp(key, "name") &&
+            strcmp(key, "hardware")) {
+            coord_reply_error(cr, 400, "bad_request", "unknown field '%.40s'", key);
+            return -1;
+        }
+    }
+    json_t *pk = json_object_get(root, "public_key");
+    if (!json_is_string(pk) || crypto_pk_decode(json_string_value(pk), out->pk) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "public_key must be base64 of 32 bytes");
+        return -1;
+    }
+    json_t *tok = json_object_get(root, "token");
+    if (!json_is_string(tok) || json_string_length(tok) == 0 ||
+        json_string_length(tok) > TOKEN_MAX_LEN) {
+        coord_reply_error(cr, 400, "bad_request", "token must be a non-empty string");
+        return -1;
+    }
+    out->token = json_string_value(tok);
+    out->token_len = json_string_length(tok);
+    json_t *name = json_object_get(root, "name");
+    if (!json_is_string(name) || json_string_length(name) == 0 ||
+        json_string_length(name) > NAME_MAX_LEN ||
+        strlen(json_string_value(name)) != json_string_length(name) ||
+        !printable(json_string_value(name))) {
+        coord_reply_error(cr, 400, "bad_request",
+                          "name must be 1 to %d printable characters", NAME_MAX_LEN);
+        return -1;
+    }
+    out->name = json_string_value(name);
+    json_t *hw = json_object_get(root, "hardware");
+    if (hw && !json_is_object(hw)) {
+        coord_reply_error(cr, 400, "bad_request", "hardware must be an object");
+        return -1;
+    }
+    out->hardware = hw ? json_dumps(hw, JSON_COMPACT) : strdup("{}");
+    if (!out->hardware || strlen(out->hardware) > HARDWARE_MAX_LEN) {
+        free(out->hardware);
+        out->hardware = NULL;
+        coord_reply_error(cr, 400, "bad_request", "hardware must serialise to at most %d bytes",
+                          HARDWARE_MAX_LEN);
+        return -1;
+    }
+    return 0;
+}
+
+static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
+    json_t *run = json_loads(cr->srv->peer_config, 0, NULL);
+    if (!run) {
+        vl_error e = {.code = VL_ENOMEM};
+        snprintf(e.msg, sizeof e.msg, "cannot rebuild the run configuration");
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    cr->peer_id = peer_id;
+    coord_reply_json(cr, status, json_pack("{s:I, s:o}", "peer_id", (json_int_t)peer_id, "run", run));
+}
+
+void coord_route_join(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (len > COORD_MAX_JSON_BODY) {
+        coord_reply_error(cr, 413, "too_large", "a join body is at most %d bytes",
+                          COORD_MAX_JSON_BODY);
+        return;
+    }
+    crypto_auth_header a;
+    vl_error e = {0};
+    if (crypto_auth_parse(coord_get_header(cr, "Authorization"), &a, &e) != VL_OK) {
+        coord_reply_error(cr, 401, "unauthorized", "%s", e.msg);
+        return;
+    }
+    json_error_t jerr;
+    json_t *root = body ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    if (!root) {
+        coord_reply_error(cr, 400, "bad_request", "the body is not valid JSON");
+        return;
+    }
+    join_body jb;
+    if (parse_join(cr, root, &jb) != 0) {
+        json_decref(root);
+        return;
+    }
+    if (coord_authenticate_key(cr, &a, jb.pk, body, len) != 0) goto out;
+
+    storage_peer existing;
+    int rc = storage_peer_find_key(srv->db, jb.pk, &existing, &e);
+    if (rc != VL_OK && rc != VL_ENOTFOUND) {
+        coord_reply_internal(cr, &e);
+        goto out;
+    }
+    int known = rc == VL_OK;
+    int64_t known_id = known ? existing.id : 0;
+    int revoked = known && existing.revoked;
+    if (known) storage_peer_free(&existing);
+    if (revoked) {
+        coord_reply_error(cr, 403, "revoked", "this key belongs to a revoked peer");
+        goto out;
+    }
+    char hash[CRYPTO_HASH_HEX + 1];
+    crypto_hash_hex(jb.token, jb.token_len, hash);
+    int64_t token_id = 0;
+    int64_t now = clock_unix_s();
+    rc = storage_token_check(srv->db, hash, now, &token_id, &e);
+    if (rc == VL_ENOTFOUND) {
+        coord_reply_error(cr, 403, "invalid_token", "the token is unknown, expired or used up");
+        goto out;
+    }
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        goto out;
+    }
+    if (known) {
+        reply_joined(cr, 200, known_id);
+        goto out;
+    }
+    /* The use is taken in the transaction that registers the peer, so a
+     * token can never admit more peers than it has uses. */
+    int64_t id = 0;
+    rc = storage_begin(srv->db, &e);
+    if (rc == VL_OK) rc = storage_token_use(srv->db, token_id, &e);
+    if (rc == VL_OK)
+        rc = storage_peer_insert(srv->db, jb.pk, jb.name, jb.hardware, token_id, now, &id, &e);
+    if (rc == VL_OK) rc = storage_commit(srv->db, &e);
+    else storage_rollback(srv->db);
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        goto out;
+    }
+    log_info("peer %lld joined as \"%s\"", (long long)id, jb.name);
+    reply_joined(cr, 201, id);
+out:
+    free(jb.hardware);
+    json_decref(root);
+}
+
+/* ---- status --------------------------------------------------------------- */
+
+static int add_version(void *ctx, const storage_version *v) {
+    json_t *arr = ctx;
+    json_t *o = json_pack("{s:I, s:I, s:I}", "version", (json_int_t)v->version, "created_at",
+                          (json_int_t)v->created_at, "num_updates", (json_int_t)v->num_updates);
+    if (!o) return VL_ENOMEM;
+    json_object_set_new(o, "val_loss", isfinite(v->val_loss) ? json_real(v->val_loss) : json_null());
+    json_object_set_new(o, "train_loss",
+                        isfinite(v->train_loss) ? json_real(v->train_loss) : json_null());
+    return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;
+}
+
+void coord_route_status(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    vl_error e = {0};
+    int64_t peers = 0, updates = 0, slots = 0;
+    json_t *versions = json_array();
+    int rc = versions ? VL_OK : vl_fail(&e, VL_ENOMEM, "out of memory");
+    if (rc == VL_OK) rc = storage_peer_count(srv->db, &peers, &e);
+    if (rc == VL_OK) rc = storage_update_count(srv->db, &updates, &e);
+    if (rc == VL_OK) rc = storage_task_count_slots(srv->db, srv->version, clock_unix_s(), &slots, &e);
+    if (rc == VL_OK) rc = storage_version_each(srv->db, add_version, versions, &e);
+    if (rc != VL_OK) {
+        json_decref(versions);
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "run",
+                          srv->cfg.name, "mode", srv->cfg.mode, "status",
+                          srv->finished ? "finished" : "running", "version",
+                          (json_int_t)srv->version, "max_versions",
+                          (json_int_t)srv->cfg.max_versions, "updates_per_version",
+                          (json_int_t)srv->cfg.updates_per_version, "slots_taken",
+                          (json_int_t)slots, "peers", (json_int_t)peers, "updates",
+                          (json_int_t)updates, "versions", versions);
+    coord_reply_json(cr, 200, o);
+}

@@ -1,0 +1,43 @@
+/* Sync-mode scheduling rules. */
+#include "coordinator/scheduler.h"
+
+#include "common/common.h"
+
+coord_sched_action coord_sched_decide(int finished, int has_lease, int64_t slots_taken,
+                                      int64_t updates_per_version) {
+    if (finished) return COORD_SCHED_FINISHED;
+    if (has_lease) return COORD_SCHED_SAME_TASK;
+    if (slots_taken < updates_per_version) return COORD_SCHED_NEW_TASK;
+    return COORD_SCHED_WAIT;
+}
+
+int coord_sched_accept_late(int current, int64_t slots_taken, int64_t updates_per_version) {
+    return current && slots_taken < updates_per_version;
+}
+
+/* Separate streams for ranges and seeds, so neither is a function of the
+ * other. */
+#define RANGE_STREAM 0x52414E4745ULL /* "RANGE" */
+#define SEED_STREAM 0x53454544ULL    /* "SEED" */
+
+static uint64_t mix(uint64_t run_seed, int64_t task_id, uint64_t stream) {
+    return splitmix64(splitmix64(run_seed ^ stream) ^ (uint64_t)task_id);
+}
+
+int coord_sched_task_range(uint64_t run_seed, int64_t task_id, int64_t train_len,
+                           int64_t task_bytes, int64_t *offset, int64_t *length) {
+    if (train_len <= 0 || task_bytes <= 0) return -1;
+    int64_t len = task_bytes < train_len ? task_bytes : train_len;
+    uint64_t choices = (uint64_t)(train_len - len) + 1;
+    /* Rejection sampling keeps the offset exactly uniform for any range. */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % choices;
+    uint64_t x = mix(run_seed, task_id, RANGE_STREAM);
+    while (x >= limit) x = splitmix64(x);
+    *offset = (int64_t)(x % choices);
+    *length = len;
+    return 0;
+}
+
+int64_t coord_sched_task_seed(uint64_t run_seed, int64_t task_id) {
+    return (int64_t)(mix(run_seed, task_id, SEED_STREAM) >> 33);
+}

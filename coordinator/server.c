@@ -1,0 +1,524 @@
+/* The HTTPS server: TLS context, one guarded TLS bufferevent per
+ * connection, request dispatch, signals and draining. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/util.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "coordinator/coord.h"
+
+/* ---- TLS ------------------------------------------------------------------ */
+
+/* A guard lives exactly as long as its connection's SSL object: libevent
+ * frees the SSL when it frees the connection, and OpenSSL then calls
+ * guard_ex_free for the ex_data slot holding the guard. */
+static int guard_ex_index = -1;
+static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                          void *argp);
+
+static void ssl_error(vl_error *err, const char *what, const char *path) {
+    char detail[200] = "no detail";
+    unsigned long code = ERR_get_error();
+    if (code) ERR_error_string_n(code, detail, sizeof detail);
+    ERR_clear_error();
+    vl_fail(err, VL_EINVAL, "%s %s: %s", what, path, detail);
+}
+
+static SSL_CTX *make_ssl_ctx(const char *cert, const char *key, vl_error *err) {
+    if (guard_ex_index < 0)
+        guard_ex_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, guard_ex_free);
+    if (guard_ex_index < 0) {
+        ssl_error(err, "cannot register TLS connection data", "");
+        return NULL;
+    }
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        ssl_error(err, "cannot create a TLS context", "");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    /* Idle keep-alive connections (peers between tasks) need no buffers. */
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                                 SSL_OP_CIPHER_SERVER_PREFERENCE);
+    /* TLS 1.2 suites: forward secret AEAD only (1.3 suites are all fine). */
+    if (SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20") != 1) {
+        ssl_error(err, "cannot set TLS ciphers", "");
+        goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        ssl_error(err, "cannot load the certificate chain from", cert);
+        goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+            vl_fail(err, VL_EINVAL, "the key in %s does not match the certificate in %s", key,
+                    cert);
+            ERR_clear_error();
+        } else {
+            ssl_error(err, "cannot load the private key from", key);
+        }
+        goto fail;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        vl_fail(err, VL_EINVAL, "the key in %s does not match the certificate in %s", key, cert);
+        ERR_clear_error();
+        goto fail;
+    }
+    return ctx;
+fail:
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+/* ---- lingering close --------------------------------------------------------- */
+
+/* After a refusal the client may still be sending the body it announced.
+ * libevent closes the socket right after the answer; closing with unread
+ * input makes the kernel send a reset, which can destroy the answer before
+ * the client reads it. The guard kept a duplicate of the socket: read and
+ * drop what arrives on it until the client closes, or for a few seconds. */
+#define LINGER_S 5.0
+
+typedef struct coord_linger {
+    struct event *ev;
+    int fd;
+    double deadline;
+    coord_server *srv;
+    struct coord_linger *prev, *next;
+} coord_linger;
+
+static void linger_end(coord_linger *l) {
+    coord_server *srv = l->srv;
+    if (l->prev) l->prev->next = l->next;
+    else srv->lingers = l->next;
+    if (l->next) l->next->prev = l->prev;
+    event_free(l->ev);
+    close(l->fd);
+    free(l);
+}
+
+static void linger_cb(evutil_socket_t fd, short what, void *arg) {
+    coord_linger *l = arg;
+    if ((what & EV_READ) && clock_mono_s() < l->deadline) {
+        char sink[16384];
+        /* A bounded number of reads per wake-up keeps the loop fair. */
+        for (int i = 0; i < 64; i++) {
+            ssize_t n = recv(fd, sink, sizeof sink, 0);
+            if (n > 0) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+            linger_end(l); /* the client closed, or the socket failed */
+            return;
+        }
+        return;
+    }
+    linger_end(l); /* time is up */
+}
+
+static void linger_start(coord_server *srv, int fd) {
+    coord_linger *l = calloc(1, sizeof *l);
+    if (l) l->ev = event_new(srv->base, fd, EV_READ | EV_PERSIST, linger_cb, l);
+    struct timeval tv = {(time_t)LINGER_S, 0};
+    if (!l || !l->ev || event_add(l->ev, &tv) != 0) {
+        if (l && l->ev) event_free(l->ev);
+        free(l);
+        close(fd);
+        return;
+    }
+    /* The write side is already shut by libevent; make sure of it. */
+    shutdown(fd, SHUT_WR);
+    l->fd = fd;
+    l->srv = srv;
+    l->deadline = clock_mono_s() + LINGER_S;
+    l->next = srv->lingers;
+    if (srv->lingers) srv->lingers->prev = l;
+    srv->lingers = l;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                          void *argp) {
+    (void)parent;
+    (void)ad;
+    (void)idx;
+    (void)argl;
+    (void)argp;
+    coord_guard *g = ptr;
+    if (!g) return;
+    coord_server *srv = g->owner;
+    if (g->prev) g->prev->next = g->next;
+    else srv->guards = g->next;
+    if (g->next) g->next->prev = g->prev;
+    srv->n_conns--;
+    if (g->linger_fd >= 0) {
+        linger_start(srv, g->linger_fd);
+        g->linger_fd = -1;
+    }
+    coord_guard_detach(g);
+    coord_guard_free(g);
+    free(g);
+}
+
+static void discard_input(struct evbuffer *input, const struct evbuffer_cb_info *info,
+                          void *arg) {
+    (void)arg;
+    if (info->n_added) evbuffer_drain(input, evbuffer_get_length(input));
+}
+
+static struct bufferevent *guarded_tls(struct event_base *base, coord_server *srv) {
+    SSL *ssl = SSL_new(srv->ssl);
+    coord_guard *g = malloc(sizeof *g);
+    if (!ssl || !g) goto fail;
+    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_path = "/v1/updates",
+                             .large_cap = (uint64_t)srv->cfg.max_body_bytes};
+    coord_guard_init(g, COORD_HEAD_CAP, &caps);
+    g->owner = srv;
+    struct bufferevent *bev = bufferevent_openssl_socket_new(base, -1, ssl,
+                                                             BUFFEREVENT_SSL_ACCEPTING,
+                                                             BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        coord_guard_free(g);
+        goto fail;
+    }
+    /* From here the bufferevent owns ssl, and ssl owns g. */
+    if (coord_guard_attach(g, bev) != VL_OK || SSL_set_ex_data(ssl, guard_ex_index, g) != 1) {
+        coord_guard_detach(g);
+        coord_guard_free(g);
+        free(g);
+        bufferevent_free(bev);
+        return NULL;
+    }
+    g->next = srv->guards;
+    if (srv->guards) srv->guards->prev = g;
+    srv->guards = g;
+    srv->n_conns++;
+    /* Clients that drop the TCP connection without close_notify are
+     * normal (a killed peer), not errors worth a log line. */
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
+fail:
+    free(g);
+    if (ssl) SSL_free(ssl);
+    return NULL;
+}
+
+/* Every connection is TLS, then the guard, then libevent's parser.
+ * Returning NULL would make libevent fall back to a plain-text socket, so
+ * a failure returns a socket that discards all input instead: the
+ * connection then just times out. */
+static struct bufferevent *make_bev(struct event_base *base, void *arg) {
+    struct bufferevent *bev = guarded_tls(base, arg);
+    if (bev) return bev;
+    log_error("cannot set up TLS for a connection; refusing it");
+    bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev && !evbuffer_add_cb(bufferevent_get_input(bev), discard_input, NULL)) {
+        bufferevent_free(bev);
+        bev = NULL;
+    }
+    return bev;
+}
+
+/* ---- dispatch ----------------------------------------------------------------- */
+
+static const char *method_name(enum evhttp_cmd_type m) {
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "OTHER";
+    }
+}
+
+typedef struct route {
+    const char *path;
+    int prefix;
+    enum evhttp_cmd_type method;
+    void (*fn)(coord_req *cr);
+} route;
+
+static const route ROUTES[] = {
+    {"/v1/peers", 0, EVHTTP_REQ_POST, coord_route_join},
+    {"/v1/task", 0, EVHTTP_REQ_GET, coord_route_task},
+    {"/v1/model", 0, EVHTTP_REQ_GET, coord_route_model},
+    {"/v1/data/", 1, EVHTTP_REQ_GET, coord_route_data},
+    {"/v1/updates", 0, EVHTTP_REQ_POST, coord_route_updates},
+    {"/v1/status", 0, EVHTTP_REQ_GET, coord_route_status},
+};
+
+/* A head the guard refused: answer without reading anything more, and
+ * close (the guard already discards the rest of the connection). */
+static void refuse_guarded(coord_req *cr, const char *marker) {
+    coord_set_header(cr, "Connection", "close");
+    long long cap = (long long)cr->srv->cfg.max_body_bytes;
+    switch (coord_guard_verdict_parse(marker)) {
+    case COORD_GUARD_TOO_LARGE:
+        if (strcmp(cr->full_path, "/v1/updates") == 0)
+            coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes", cap);
+        else
+            coord_reply_error(cr, 413, "too_large", "a request body here is at most %d bytes",
+                              COORD_MAX_JSON_BODY);
+        break;
+    case COORD_GUARD_HEAD_TOO_LARGE:
+        coord_reply_error(cr, 413, "too_large", "the request head is larger than %d bytes",
+                          COORD_HEAD_CAP);
+        break;
+    case COORD_GUARD_LENGTH_REQUIRED:
+        coord_reply_error(cr, 411, "length_required",
+                          "a body needs Content-Length; chunked bodies are refused");
+        break;
+    case COORD_GUARD_BAD_LENGTH:
+        coord_reply_error(cr, 400, "bad_request", "Content-Length is duplicated or malformed");
+        break;
+    case COORD_GUARD_BAD_METHOD:
+        coord_reply_error(cr, 405, "method_not_allowed", "unknown method");
+        break;
+    default:
+        coord_reply_error(cr, 400, "bad_request", "malformed request head");
+        break;
+    }
+}
+
+static void on_request(struct evhttp_request *req, void *arg) {
+    coord_server *srv = arg;
+    coord_req cr;
+    memset(&cr, 0, sizeof cr);
+    cr.srv = srv;
+    cr.req = req;
+    cr.t0 = clock_mono_s();
+    snprintf(cr.method, sizeof cr.method, "%s", method_name(evhttp_request_get_command(req)));
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    cr.full_path = path && *path ? path : "/";
+    snprintf(cr.path, sizeof cr.path, "%s", cr.full_path);
+    coord_req_begin(&cr);
+
+    const char *marker = coord_get_header(&cr, COORD_GUARD_HEADER);
+    if (marker) {
+        refuse_guarded(&cr, marker);
+        return;
+    }
+    enum evhttp_cmd_type method = evhttp_request_get_command(req);
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const route *r = &ROUTES[i];
+        int match = r->prefix ? strncmp(cr.full_path, r->path, strlen(r->path)) == 0
+                              : strcmp(cr.full_path, r->path) == 0;
+        if (!match) continue;
+        path_known = 1;
+        if (r->method == method) {
+            r->fn(&cr);
+            return;
+        }
+        coord_set_header(&cr, "Allow", method_name(r->method));
+    }
+    if (path_known)
+        coord_reply_error(&cr, 405, "method_not_allowed", "%s is not allowed here", cr.method);
+    else
+        coord_reply_error(&cr, 404, "not_found", "no such endpoint");
+}
+
+/* ---- draining --------------------------------------------------------------- */
+
+static int all_idle(coord_server *srv) {
+    if (srv->n_waiters > 0 || srv->inflight > 0) return 0;
+    for (coord_guard *g = srv->guards; g; g = g->next)
+        if (!coord_guard_idle(g)) return 0;
+    return 1;
+}
+
+static void drain_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_server *srv = arg;
+    if (all_idle(srv)) {
+        log_info("drained; shutting down");
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    if (clock_mono_s() >= srv->drain_deadline) {
+        log_warn("drain grace of %d s over with %lld request(s) unfinished; shutting down",
+                 COORD_DRAIN_GRACE_S, (long long)srv->inflight);
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 50000};
+    evtimer_add(srv->drain_timer, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    coord_server *srv = arg;
+    if (srv->draining) {
+        log_warn("second signal: shutting down now");
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    log_info("signal %d: draining (no new connections; finishing requests in flight)", (int)sig);
+    srv->draining = 1;
+    srv->drain_deadline = clock_mono_s() + COORD_DRAIN_GRACE_S;
+    if (srv->bound) {
+        evhttp_del_accept_socket(srv->http, srv->bound);
+        srv->bound = NULL;
+    }
+    coord_drain_waiters(srv);
+    srv->drain_timer = evtimer_new(srv->base, drain_tick, srv);
+    if (!srv->drain_timer) {
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    drain_tick(-1, 0, srv);
+}
+
+/* ---- listening -------------------------------------------------------------- */
+
+/* HOST:PORT or [V6]:PORT; port 0 picks a free one. */
+static int split_listen(const char *s, char *host, size_t cap, int *port, vl_error *err) {
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':') goto bad;
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon) goto bad;
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= cap) goto bad;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    int64_t p;
+    if (parse_i64(colon + 1, 0, 65535, &p) != VL_OK) goto bad;
+    *port = (int)p;
+    return VL_OK;
+bad:
+    return vl_fail(err, VL_EINVAL, "--listen must be HOST:PORT (got \"%s\")", s);
+}
+
+static int start_listening(coord_server *srv, const char *listen, vl_error *err) {
+    char host[256];
+    int port = 0;
+    int rc = split_listen(listen, host, sizeof host, &port, err);
+    if (rc != VL_OK) return rc;
+    srv->bound = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
+    if (!srv->bound)
+        return vl_fail(err, VL_EIO, "cannot listen on %s", listen);
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(srv->bound);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char addr[INET6_ADDRSTRLEN] = "?";
+    int real_port = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof addr);
+            real_port = ntohs(a->sin6_port);
+        } else {
+            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a->sin_addr, addr, sizeof addr);
+            real_port = ntohs(a->sin_port);
+        }
+    }
+    /* Scripts wait for this exact line. */
+    fprintf(stderr, ss.ss_family == AF_INET6 ? "listening on [%s]:%d\n" : "listening on %s:%d\n",
+            addr, real_port);
+    fflush(stderr);
+    return VL_OK;
+}
+
+/* ---- serve -------------------------------------------------------------------- */
+
+static int setup_http(coord_server *srv, vl_error *err) {
+    srv->http = evhttp_new(srv->base);
+    if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
+    evhttp_set_bevcb(srv->http, make_bev, srv);
+    evhttp_set_gencb(srv->http, on_request, srv);
+    /* Every method reaches the handler, so even a wrong one gets JSON. */
+    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                              EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    /* Backstops behind the guard, which refuses first and in JSON. */
+    evhttp_set_max_headers_size(srv->http, COORD_HEAD_CAP + 1024);
+    evhttp_set_max_body_size(srv->http, srv->cfg.max_body_bytes);
+    evhttp_set_timeout(srv->http, COORD_IO_TIMEOUT_S);
+    return VL_OK;
+}
+
+int coord_serve(const coord_serve_opts *opts, vl_error *err) {
+    /* Cheap checks first: a typo should not wait for the corpus hash. */
+    char host[256];
+    int port = 0;
+    int rc = split_listen(opts->listen, host, sizeof host, &port, err);
+    if (rc != VL_OK) return rc;
+    coord_server *srv = calloc(1, sizeof *srv);
+    if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
+    if (!(srv->ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err))) rc = VL_EINVAL;
+    if (rc == VL_OK) rc = storage_open(opts->db_path, 0, &srv->db, err);
+    if (rc == VL_OK) rc = coord_state_load(srv, err);
+    if (rc == VL_OK && !(srv->base = event_base_new()))
+        rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
+    if (rc == VL_OK) rc = setup_http(srv, err);
+    if (rc == VL_OK) {
+        srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+        srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+        if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
+            evsignal_add(srv->sig_int, NULL))
+            rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
+    }
+    if (rc == VL_OK) {
+        /* Updates committed just before a crash may complete a version. */
+        vl_error merr = {0};
+        int m = coord_merge_if_ready(srv, &merr);
+        if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
+    }
+    if (rc == VL_OK) {
+        log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
+                 (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
+                 srv->finished ? " (finished)" : "");
+        coord_arm_lease_timer(srv);
+        rc = start_listening(srv, opts->listen, err);
+    }
+    if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
+        rc = vl_fail(err, VL_ERR, "the event loop failed");
+
+    coord_drain_waiters(srv);
+    if (srv->http) evhttp_free(srv->http);
+    while (srv->lingers) linger_end(srv->lingers);
+    if (srv->lease_timer) event_free(srv->lease_timer);
+    if (srv->merge_event) event_free(srv->merge_event);
+    if (srv->drain_timer) event_free(srv->drain_timer);
+    if (srv->sig_term) event_free(srv->sig_term);
+    if (srv->sig_int) event_free(srv->sig_int);
+    if (srv->base) event_base_free(srv->base);
+    if (srv->ssl) SSL_CTX_free(srv->ssl);
+    coord_state_free(srv);
+    storage_close(srv->db);
+    free(srv);
+    return rc;
+}

@@ -1,0 +1,148 @@
+/* The coordinator's in-memory state: run configuration, corpus, and the
+ * current model and momentum, loaded from the latest committed version so
+ * a restart continues where the run left off. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/coord.h"
+
+/* Replay cache slots: enough for a few thousand requests per second over
+ * the whole timestamp window. */
+#define NONCE_SLOTS ((size_t)1 << 21)
+
+int coord_state_load(coord_server *srv, vl_error *err) {
+    storage_run run;
+    int rc = storage_run_get(srv->db, &run, err);
+    if (rc != VL_OK) return rc;
+    vl_error cerr = {0};
+    rc = coord_config_parse(run.config, strlen(run.config), &srv->cfg, &cerr);
+    if (rc != VL_OK) {
+        vl_fail(err, rc, "the stored run configuration is invalid: %s", cerr.msg);
+        goto out;
+    }
+    srv->peer_config = coord_config_to_json(&srv->cfg, 0);
+    if (!srv->peer_config) {
+        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg, run.corpus_size,
+                           run.corpus_hash, err);
+    if (rc != VL_OK) goto out;
+    rc = model_gpt_create(&srv->cfg.model, &srv->gpt, err);
+    if (rc != VL_OK) goto out;
+    srv->n_params = model_gpt_num_params(srv->gpt);
+
+    storage_version v;
+    rc = storage_version_get(srv->db, run.current_version, 1, &v, err);
+    if (rc != VL_OK) goto out;
+    if (!v.params || v.n != srv->n_params) {
+        storage_version_free(&v);
+        rc = vl_fail(err, VL_EDB, "version %lld has no parameters of the model's size",
+                     (long long)run.current_version);
+        goto out;
+    }
+    memcpy(model_gpt_params(srv->gpt), v.params, v.n * sizeof(float));
+    srv->momentum = v.momentum;
+    v.momentum = NULL;
+    if (!srv->momentum) srv->momentum = calloc(srv->n_params ? srv->n_params : 1, sizeof(float));
+    storage_version_free(&v);
+    if (!srv->momentum) {
+        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+        goto out;
+    }
+    srv->version = run.current_version;
+    srv->finished = run.status == STORAGE_RUN_FINISHED ||
+                    run.current_version >= srv->cfg.max_versions;
+    srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
+    if (!srv->nonces) rc = vl_fail(err, VL_ENOMEM, "out of memory");
+out:
+    storage_run_free(&run);
+    return rc;
+}
+
+void coord_state_free(coord_server *srv) {
+    if (srv->model_blob) coord_blob_unref(srv->model_blob);
+    srv->model_blob = NULL;
+    model_gpt_destroy(srv->gpt);
+    srv->gpt = NULL;
+    free(srv->momentum);
+    srv->momentum = NULL;
+    free(srv->peer_config);
+    srv->peer_config = NULL;
+    coord_corpus_close(&srv->corpus);
+    crypto_nonce_cache_free(srv->nonces);
+    srv->nonces = NULL;
+}
+
+void coord_blob_unref(coord_blob *b) {
+    if (!b || --b->refs > 0) return;
+    free(b->data);
+    free(b);
+}
+
+/* Serialises gpt as the /v1/model file: the parameters under their
+ * Hugging Face names plus run, version and model metadata. */
+static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, coord_blob **out,
+                      vl_error *err) {
+    char vstr[24], mjson[160];
+    snprintf(vstr, sizeof vstr, "%lld", (long long)version);
+    coord_config_model_json(&srv->cfg.model, mjson, sizeof mjson);
+    st_writer w;
+    st_writer_init(&w);
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    int rc = model_gpt_write_config_meta(gpt, &w);
+    if (!rc) rc = st_writer_meta(&w, "run", srv->cfg.name);
+    if (!rc) rc = st_writer_meta(&w, "version", vstr);
+    if (!rc) rc = st_writer_meta(&w, "model", mjson);
+    if (!rc) rc = model_gpt_write_safetensors(gpt, &w);
+    if (rc) rc = vl_fail(err, rc, "cannot describe the model for download");
+    else rc = st_writer_finish(&w, &b, err);
+    st_writer_free(&w);
+    coord_blob *blob = rc ? NULL : calloc(1, sizeof *blob);
+    if (!rc && !blob) rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    if (rc) {
+        buf_free(&b);
+        return rc;
+    }
+    blob->refs = 1;
+    blob->version = version;
+    blob->data = buf_steal(&b, &blob->len);
+    *out = blob;
+    return VL_OK;
+}
+
+coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
+    if (!srv->model_blob && build_blob(srv, srv->gpt, srv->version, &srv->model_blob, err))
+        return NULL;
+    srv->model_blob->refs++;
+    return srv->model_blob;
+}
+
+int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out,
+                             vl_error *err) {
+    if (version == srv->version) {
+        *out = coord_model_blob(srv, err);
+        return *out ? VL_OK : VL_ERR;
+    }
+    if (version < 0 || version > srv->version)
+        return vl_fail(err, VL_ENOTFOUND, "version %lld was never made", (long long)version);
+    storage_version v;
+    int rc = storage_version_get(srv->db, version, 1, &v, err);
+    if (rc != VL_OK) return rc;
+    if (!v.params || v.n != srv->n_params) {
+        storage_version_free(&v);
+        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained",
+                       (long long)version);
+    }
+    model_gpt *gpt = NULL;
+    rc = model_gpt_create(&srv->cfg.model, &gpt, err);
+    if (rc == VL_OK) {
+        memcpy(model_gpt_params(gpt), v.params, v.n * sizeof(float));
+        rc = build_blob(srv, gpt, version, out, err);
+    }
+    model_gpt_destroy(gpt);
+    storage_version_free(&v);
+    return rc;
+}

@@ -1,0 +1,345 @@
+/* Opening the database, migrations, transactions and the statement cache. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/internal.h"
+
+#define BUSY_TIMEOUT_MS 5000
+
+static const char *const SQL[Q_COUNT] = {
+    [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_COMMIT] = "COMMIT",
+    [Q_ROLLBACK] = "ROLLBACK",
+    [Q_SAVEPOINT] = "SAVEPOINT storage_atomic",
+    [Q_RELEASE] = "RELEASE storage_atomic",
+    [Q_ROLLBACK_TO] = "ROLLBACK TO storage_atomic",
+    [Q_RUN_INSERT] = "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash,"
+                     " current_version, status, created_at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_RUN_GET] = "SELECT name, config, corpus_path, corpus_size, corpus_hash, current_version,"
+                  " status, created_at FROM run WHERE id = 1",
+    [Q_RUN_SET_VERSION] = "UPDATE run SET current_version = ?, status = ? WHERE id = 1",
+    [Q_TOKEN_INSERT] = "INSERT INTO tokens (hash, uses_left, expires_at, created_at)"
+                       " VALUES (?, ?, ?, ?)",
+    [Q_TOKEN_CHECK] = "SELECT id FROM tokens WHERE hash = ? AND revoked = 0 AND uses_left > 0"
+                      " AND expires_at > ?",
+    [Q_TOKEN_USE] = "UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ? AND uses_left > 0",
+    [Q_PEER_INSERT] = "INSERT INTO peers (public_key, name, hardware, token_id, joined_at,"
+                      " last_seen) VALUES (?, ?, ?, ?, ?, ?)",
+    [Q_PEER_GET] = "SELECT id, public_key, name, hardware, token_id, joined_at, last_seen,"
+                   " revoked FROM peers WHERE id = ?",
+    [Q_PEER_FIND_KEY] = "SELECT id, public_key, name, hardware, token_id, joined_at, last_seen,"
+                        " revoked FROM peers WHERE public_key = ?",
+    [Q_PEER_TOUCH] = "UPDATE peers SET last_seen = max(last_seen, ?) WHERE id = ?",
+    [Q_PEER_REVOKE] = "UPDATE peers SET revoked = 1 WHERE id = ?",
+    [Q_PEER_COUNT] = "SELECT count(*) FROM peers",
+    [Q_TASK_NEXT_ID] = "SELECT coalesce(max(id), 0) + 1 FROM tasks",
+    [Q_TASK_INSERT] = "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length,"
+                      " seed, issued_at, deadline, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_TASK_GET] = "SELECT id, peer_id, base_version, data_offset, data_length, seed, issued_at,"
+                   " deadline, state FROM tasks WHERE id = ?",
+    [Q_TASK_FIND_LEASE] = "SELECT id, peer_id, base_version, data_offset, data_length, seed,"
+                          " issued_at, deadline, state FROM tasks WHERE peer_id = ? AND"
+                          " base_version = ? AND state = 'leased' AND deadline > ?"
+                          " ORDER BY id LIMIT 1",
+    [Q_TASK_COUNT_SLOTS] = "SELECT count(*) FROM tasks WHERE base_version = ? AND"
+                           " (state = 'done' OR (state = 'leased' AND deadline > ?))",
+    [Q_TASK_COUNT_DONE] = "SELECT count(*) FROM tasks WHERE base_version = ? AND state = 'done'",
+    [Q_TASK_NEXT_DEADLINE] = "SELECT min(deadline) FROM tasks WHERE base_version = ? AND"
+                             " state = 'leased' AND deadline > ?",
+    [Q_TASK_EXPIRE] = "UPDATE tasks SET state = 'expired' WHERE state = 'leased' AND"
+                      " deadline <= ?",
+    [Q_TASK_EXPIRE_OLD] = "UPDATE tasks SET state = 'expired' WHERE state = 'leased' AND"
+                          " base_version < ?",
+    [Q_TASK_SET_STATE] = "UPDATE tasks SET state = ? WHERE id = ?",
+    [Q_UPDATE_INSERT] = "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples,"
+                        " local_steps, loss, nbytes, blob, received_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
+    [Q_UPDATE_PENDING] = "SELECT id, task_id, peer_id, base_version, kind, num_samples,"
+                         " local_steps, loss, nbytes, blob, received_at FROM updates"
+                         " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
+    [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
+    [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
+                       " merged_version IS NULL",
+    [Q_UPDATE_PRUNE] = "UPDATE updates SET blob = NULL WHERE merged_version <= ? AND"
+                       " blob IS NOT NULL",
+    [Q_VERSION_MAX] = "SELECT max(version) FROM versions",
+    [Q_VERSION_INSERT] = "INSERT INTO versions (version, created_at, params, momentum, val_loss,"
+                         " train_loss, num_updates) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [Q_VERSION_GET] = "SELECT version, created_at, val_loss, train_loss, num_updates, params,"
+                      " momentum FROM versions WHERE version = ?",
+    [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates"
+                       " FROM versions ORDER BY version",
+    [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
+                        " AND (params IS NOT NULL OR momentum IS NOT NULL)",
+};
+
+sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err) {
+    sqlite3_stmt *s = st->stmts[id];
+    if (!s) {
+        int rc = sqlite3_prepare_v3(st->db, SQL[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
+        if (rc != SQLITE_OK) {
+            vl_fail(err, VL_EDB, "database: cannot prepare statement: %s",
+                    sqlite3_errmsg(st->db));
+            return NULL;
+        }
+        st->stmts[id] = s;
+    }
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
+
+void q_done(sqlite3_stmt *s) {
+    if (s) sqlite3_reset(s);
+}
+
+int q_fail(storage *st, vl_error *err, const char *what) {
+    return vl_fail(err, VL_EDB, "database: %s: %s", what, sqlite3_errmsg(st->db));
+}
+
+int q_exec(storage *st, sqlite3_stmt *s, const char *what, vl_error *err) {
+    int rc = sqlite3_step(s);
+    int ext = sqlite3_extended_errcode(st->db);
+    int out = VL_OK;
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        if ((ext & 0xff) == SQLITE_CONSTRAINT &&
+            (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY))
+            out = vl_fail(err, VL_ECONFLICT, "database: %s: already exists", what);
+        else
+            out = q_fail(st, err, what);
+    }
+    sqlite3_reset(s);
+    return out;
+}
+
+int q_int(storage *st, sqlite3_stmt *s, int64_t null_value, int64_t *out, const char *what,
+          vl_error *err) {
+    int rc = sqlite3_step(s);
+    int ret = VL_OK;
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_type(s, 0) == SQLITE_NULL ? null_value : sqlite3_column_int64(s, 0);
+    } else if (rc == SQLITE_DONE) {
+        ret = vl_fail(err, VL_ENOTFOUND, "database: %s: not found", what);
+    } else {
+        ret = q_fail(st, err, what);
+    }
+    sqlite3_reset(s);
+    return ret;
+}
+
+int64_t q_changes(storage *st) {
+    return sqlite3_changes64(st->db);
+}
+
+int q_strdup(sqlite3_stmt *s, int col, char **out, vl_error *err) {
+    const unsigned char *t = sqlite3_column_text(s, col);
+    int n = sqlite3_column_bytes(s, col);
+    char *p = malloc((size_t)n + 1);
+    if (!p) return vl_fail(err, VL_ENOMEM, "database: out of memory");
+    if (n > 0 && t) memcpy(p, t, (size_t)n);
+    p[n] = '\0';
+    *out = p;
+    return VL_OK;
+}
+
+static int run_simple(storage *st, q_id id, const char *what, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, id, err);
+    if (!s) return VL_EDB;
+    return q_exec(st, s, what, err);
+}
+
+int storage_begin(storage *st, vl_error *err) {
+    if (!sqlite3_get_autocommit(st->db))
+        return vl_fail(err, VL_EDB, "database: a transaction is already open");
+    return run_simple(st, Q_BEGIN, "begin", err);
+}
+
+int storage_commit(storage *st, vl_error *err) {
+    int rc = run_simple(st, Q_COMMIT, "commit", err);
+    if (rc != VL_OK) storage_rollback(st);
+    return rc;
+}
+
+void storage_rollback(storage *st) {
+    if (!st || sqlite3_get_autocommit(st->db)) return;
+    /* Statements still stepping would keep the transaction open. */
+    for (int i = 0; i < Q_COUNT; i++)
+        if (st->stmts[i]) sqlite3_reset(st->stmts[i]);
+    if (run_simple(st, Q_ROLLBACK, "rollback", NULL) != VL_OK)
+        log_error("database: rollback failed: %s", sqlite3_errmsg(st->db));
+}
+
+int storage_in_transaction(storage *st) {
+    return !sqlite3_get_autocommit(st->db);
+}
+
+int q_tx_begin(storage *st, int *nested, vl_error *err) {
+    *nested = storage_in_transaction(st);
+    return run_simple(st, *nested ? Q_SAVEPOINT : Q_BEGIN, "begin", err);
+}
+
+int q_tx_end(storage *st, int nested, int ok, vl_error *err) {
+    if (!nested) {
+        if (ok) return storage_commit(st, err);
+        storage_rollback(st);
+        return VL_OK;
+    }
+    if (!ok && run_simple(st, Q_ROLLBACK_TO, "rollback to savepoint", NULL) != VL_OK)
+        log_error("database: rollback to savepoint failed: %s", sqlite3_errmsg(st->db));
+    int rc = run_simple(st, Q_RELEASE, "release savepoint", err);
+    return ok ? rc : VL_OK;
+}
+
+int storage_user_version(storage *st, int *out, vl_error *err) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return q_fail(st, err, "user_version");
+    int rc = sqlite3_step(s);
+    int ret = VL_OK;
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int(s, 0);
+    else ret = q_fail(st, err, "user_version");
+    sqlite3_finalize(s);
+    return ret;
+}
+
+/* A migration and the user_version bump that records it commit together,
+ * so a crash or a failing statement leaves the previous version intact. */
+static int apply_one(storage *st, const storage_migration *m, vl_error *err) {
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK) {
+        vl_fail(err, VL_EDB, "database: migration %d: begin: %s", m->version,
+                msg ? msg : "unknown error");
+        sqlite3_free(msg);
+        return VL_EDB;
+    }
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", m->version);
+    if (sqlite3_exec(st->db, m->sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(st->db, bump, NULL, NULL, &msg) != SQLITE_OK) {
+        vl_fail(err, VL_EDB, "database: migration %d failed: %s", m->version,
+                msg ? msg : "unknown error");
+        sqlite3_free(msg);
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return VL_EDB;
+    }
+    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+        vl_fail(err, VL_EDB, "database: migration %d: commit: %s", m->version,
+                msg ? msg : "unknown error");
+        sqlite3_free(msg);
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return VL_EDB;
+    }
+    return VL_OK;
+}
+
+int storage_migrate_with(storage *st, const storage_migration *migrations, size_t n,
+                         vl_error *err) {
+    int cur;
+    int rc = storage_user_version(st, &cur, err);
+    if (rc != VL_OK) return rc;
+    if (n > 0 && cur > migrations[n - 1].version)
+        return vl_fail(err, VL_EDB,
+                       "database schema version %d is newer than this program knows (%d)", cur,
+                       migrations[n - 1].version);
+    for (size_t i = 0; i < n; i++) {
+        if (migrations[i].version != (int)i + 1)
+            return vl_fail(err, VL_EINVAL, "migration list is not numbered 1, 2, ...");
+        if (migrations[i].version <= cur) continue;
+        rc = apply_one(st, &migrations[i], err);
+        if (rc != VL_OK) return rc;
+        log_debug("database: applied migration %d", migrations[i].version);
+    }
+    return VL_OK;
+}
+
+static int pragma(storage *st, const char *sql, vl_error *err) {
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        vl_fail(err, VL_EDB, "database: %s: %s", sql, msg ? msg : "unknown error");
+        sqlite3_free(msg);
+        return VL_EDB;
+    }
+    return VL_OK;
+}
+
+/* journal_mode answers with the mode actually in force; a file on a
+ * filesystem without shared memory support silently stays in rollback
+ * mode, which we refuse rather than run with weaker guarantees. */
+static int enable_wal(storage *st, vl_error *err) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA journal_mode=WAL", -1, &s, NULL) != SQLITE_OK)
+        return q_fail(st, err, "journal_mode");
+    int ret = VL_OK;
+    if (sqlite3_step(s) != SQLITE_ROW) {
+        ret = q_fail(st, err, "journal_mode");
+    } else {
+        const char *mode = (const char *)sqlite3_column_text(s, 0);
+        if (!mode || strcmp(mode, "wal") != 0)
+            ret = vl_fail(err, VL_EDB, "database: cannot enable WAL mode (got %s)",
+                          mode ? mode : "nothing");
+    }
+    sqlite3_finalize(s);
+    return ret;
+}
+
+static int create_file(const char *path, vl_error *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST) return VL_OK;
+        return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    close(fd);
+    return VL_OK;
+}
+
+int storage_open(const char *path, int create, storage **out, vl_error *err) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (errno != ENOENT) return vl_fail(err, VL_EIO, "cannot stat %s: %s", path, strerror(errno));
+        if (!create) return vl_fail(err, VL_ENOTFOUND, "database %s does not exist", path);
+        int rc = create_file(path, err);
+        if (rc != VL_OK) return rc;
+    } else if (!S_ISREG(sb.st_mode)) {
+        return vl_fail(err, VL_EINVAL, "database %s is not a regular file", path);
+    }
+    storage *st = calloc(1, sizeof *st);
+    if (!st) return vl_fail(err, VL_ENOMEM, "out of memory");
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
+    if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
+        vl_fail(err, VL_EDB, "cannot open database %s: %s", path,
+                st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        sqlite3_close(st->db);
+        free(st);
+        return VL_EDB;
+    }
+    sqlite3_extended_result_codes(st->db, 1);
+    sqlite3_busy_timeout(st->db, BUSY_TIMEOUT_MS);
+    size_t nmig;
+    const storage_migration *mig = storage_builtin_migrations(&nmig);
+    int rc = enable_wal(st, err);
+    if (rc == VL_OK) rc = pragma(st, "PRAGMA synchronous=FULL", err);
+    if (rc == VL_OK) rc = pragma(st, "PRAGMA foreign_keys=ON", err);
+    if (rc == VL_OK) rc = storage_migrate_with(st, mig, nmig, err);
+    if (rc != VL_OK) {
+        storage_close(st);
+        return rc;
+    }
+    *out = st;
+    return VL_OK;
+}
+
+void storage_close(storage *st) {
+    if (!st) return;
+    storage_rollback(st);
+    for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(st->stmts[i]);
+    if (sqlite3_close(st->db) != SQLITE_OK)
+        log_error("database: close failed: %s", sqlite3_errmsg(st->db));
+    free(st);
+}

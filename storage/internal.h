@@ -1,0 +1,90 @@
+/* Private to storage/: the handle, the statement cache and small helpers
+ * shared by the query files. */
+#ifndef VOLLEY_STORAGE_INTERNAL_H
+#define VOLLEY_STORAGE_INTERNAL_H
+
+#include <sqlite3.h>
+
+#include "storage/storage.h"
+
+/* Every statement the module runs, prepared once on first use and kept for
+ * the life of the handle. */
+typedef enum {
+    Q_BEGIN,
+    Q_COMMIT,
+    Q_ROLLBACK,
+    Q_SAVEPOINT,
+    Q_RELEASE,
+    Q_ROLLBACK_TO,
+    Q_RUN_INSERT,
+    Q_RUN_GET,
+    Q_RUN_SET_VERSION,
+    Q_TOKEN_INSERT,
+    Q_TOKEN_CHECK,
+    Q_TOKEN_USE,
+    Q_PEER_INSERT,
+    Q_PEER_GET,
+    Q_PEER_FIND_KEY,
+    Q_PEER_TOUCH,
+    Q_PEER_REVOKE,
+    Q_PEER_COUNT,
+    Q_TASK_NEXT_ID,
+    Q_TASK_INSERT,
+    Q_TASK_GET,
+    Q_TASK_FIND_LEASE,
+    Q_TASK_COUNT_SLOTS,
+    Q_TASK_COUNT_DONE,
+    Q_TASK_NEXT_DEADLINE,
+    Q_TASK_EXPIRE,
+    Q_TASK_EXPIRE_OLD,
+    Q_TASK_SET_STATE,
+    Q_UPDATE_INSERT,
+    Q_UPDATE_EXISTS,
+    Q_UPDATE_PENDING,
+    Q_UPDATE_COUNT,
+    Q_UPDATE_MERGE,
+    Q_UPDATE_PRUNE,
+    Q_VERSION_MAX,
+    Q_VERSION_INSERT,
+    Q_VERSION_GET,
+    Q_VERSION_EACH,
+    Q_VERSION_PRUNE,
+    Q_COUNT
+} q_id;
+
+struct storage {
+    sqlite3 *db;
+    sqlite3_stmt *stmts[Q_COUNT];
+};
+
+/* The prepared statement for id, reset and with bindings cleared; NULL (and
+ * err set) if it cannot be prepared. */
+sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err);
+/* Resets s after use so it holds no lock or reference into a row. */
+void q_done(sqlite3_stmt *s);
+/* Records the connection's last error as VL_EDB, prefixed with what. */
+int q_fail(storage *st, vl_error *err, const char *what);
+/* Steps s once expecting no row (SQLITE_DONE); a constraint violation is
+ * VL_ECONFLICT. Resets s in every case. */
+int q_exec(storage *st, sqlite3_stmt *s, const char *what, vl_error *err);
+/* Steps s expecting one row with one integer column; no row is
+ * VL_ENOTFOUND, a NULL value gives null_value. Resets s. */
+int q_int(storage *st, sqlite3_stmt *s, int64_t null_value, int64_t *out, const char *what,
+          vl_error *err);
+/* Rows changed by the last statement. */
+int64_t q_changes(storage *st);
+/* Duplicates column col of the current row as a heap string (never NULL on
+ * success; SQL NULL becomes ""). */
+int q_strdup(sqlite3_stmt *s, int col, char **out, vl_error *err);
+
+/* The built-in migrations (schema.c), versions ascending from 1. */
+const storage_migration *storage_builtin_migrations(size_t *n);
+
+/* Opens an atomic section: BEGIN IMMEDIATE in autocommit mode, a savepoint
+ * inside a caller's transaction. *nested records which, for q_tx_end. */
+int q_tx_begin(storage *st, int *nested, vl_error *err);
+/* Ends the section opened by q_tx_begin: commits (or releases) when ok is
+ * set, else rolls it back. Returns the commit's result when ok. */
+int q_tx_end(storage *st, int nested, int ok, vl_error *err);
+
+#endif

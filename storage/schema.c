@@ -1,0 +1,78 @@
+/* The schema, as numbered migrations. Append new migrations; never edit one
+ * that has shipped, since databases in the field already ran it. */
+#include "storage/internal.h"
+
+static const storage_migration MIGRATIONS[] = {
+    {1,
+     /* One run per database file. */
+     "CREATE TABLE run ("
+     " id INTEGER PRIMARY KEY CHECK (id = 1),"
+     " name TEXT NOT NULL,"
+     " config TEXT NOT NULL,"
+     " corpus_path TEXT NOT NULL,"
+     " corpus_size INTEGER NOT NULL CHECK (corpus_size >= 0),"
+     " corpus_hash TEXT NOT NULL,"
+     " current_version INTEGER NOT NULL DEFAULT 0,"
+     " status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'finished')),"
+     " created_at INTEGER NOT NULL);"
+     "CREATE TABLE tokens ("
+     " id INTEGER PRIMARY KEY,"
+     " hash TEXT NOT NULL UNIQUE,"
+     " uses_left INTEGER NOT NULL CHECK (uses_left >= 0),"
+     " expires_at INTEGER NOT NULL,"
+     " created_at INTEGER NOT NULL,"
+     " revoked INTEGER NOT NULL DEFAULT 0 CHECK (revoked IN (0, 1)));"
+     "CREATE TABLE peers ("
+     " id INTEGER PRIMARY KEY,"
+     " public_key BLOB NOT NULL UNIQUE CHECK (length(public_key) = 32),"
+     " name TEXT NOT NULL,"
+     " hardware TEXT NOT NULL,"
+     " token_id INTEGER REFERENCES tokens(id),"
+     " joined_at INTEGER NOT NULL,"
+     " last_seen INTEGER NOT NULL,"
+     " revoked INTEGER NOT NULL DEFAULT 0 CHECK (revoked IN (0, 1)));"
+     "CREATE TABLE versions ("
+     " version INTEGER PRIMARY KEY CHECK (version >= 0),"
+     " created_at INTEGER NOT NULL,"
+     " params BLOB,"
+     " momentum BLOB,"
+     " val_loss REAL,"
+     " train_loss REAL,"
+     " num_updates INTEGER NOT NULL DEFAULT 0);"
+     "CREATE TABLE tasks ("
+     " id INTEGER PRIMARY KEY,"
+     " peer_id INTEGER NOT NULL REFERENCES peers(id),"
+     " base_version INTEGER NOT NULL REFERENCES versions(version),"
+     " data_offset INTEGER NOT NULL CHECK (data_offset >= 0),"
+     " data_length INTEGER NOT NULL CHECK (data_length > 0),"
+     " seed INTEGER NOT NULL,"
+     " issued_at INTEGER NOT NULL,"
+     " deadline INTEGER NOT NULL,"
+     " state TEXT NOT NULL CHECK (state IN ('leased', 'done', 'expired')));"
+     "CREATE INDEX tasks_by_version ON tasks(base_version, state, deadline);"
+     "CREATE INDEX tasks_by_peer ON tasks(peer_id, base_version, state);"
+     "CREATE TABLE updates ("
+     " id INTEGER PRIMARY KEY,"
+     " task_id INTEGER NOT NULL UNIQUE REFERENCES tasks(id),"
+     " peer_id INTEGER NOT NULL REFERENCES peers(id),"
+     " base_version INTEGER NOT NULL,"
+     " kind TEXT NOT NULL,"
+     " num_samples INTEGER NOT NULL CHECK (num_samples > 0),"
+     " local_steps INTEGER NOT NULL CHECK (local_steps > 0),"
+     " loss REAL NOT NULL,"
+     " nbytes INTEGER NOT NULL CHECK (nbytes >= 0),"
+     " blob BLOB,"
+     " received_at INTEGER NOT NULL,"
+     " merged_version INTEGER REFERENCES versions(version));"
+     "CREATE INDEX updates_pending ON updates(base_version, merged_version);"
+     "CREATE INDEX updates_merged ON updates(merged_version);"},
+};
+
+const storage_migration *storage_builtin_migrations(size_t *n) {
+    *n = sizeof MIGRATIONS / sizeof MIGRATIONS[0];
+    return MIGRATIONS;
+}
+
+int storage_schema_version(void) {
+    return MIGRATIONS[sizeof MIGRATIONS / sizeof MIGRATIONS[0] - 1].version;
+}

@@ -1,0 +1,294 @@
+/*
+ * storage: every durable fact of a coordinator, in one SQLite database.
+ *
+ * The database runs in WAL mode with synchronous=FULL, so a transaction that
+ * has committed survives a crash or power loss: the coordinator acknowledges
+ * an upload only after the transaction holding it commits. The schema is
+ * created and upgraded by numbered migrations tracked in PRAGMA user_version;
+ * each migration runs in its own transaction, so a failure leaves the file
+ * at the previous version. All access goes through typed functions backed by
+ * cached prepared statements; nothing outside this module sees SQL.
+ *
+ * Transactions: functions that write one row run in autocommit mode unless
+ * the caller opened a transaction with storage_begin, in which case they
+ * join it. storage_version_commit always makes its changes atomically, on its
+ * own or inside the caller's transaction.
+ *
+ * Floats in BLOB columns (params, momentum) are raw little-endian IEEE-754
+ * binary32, the layout of the model's flat parameter vector.
+ */
+#ifndef VOLLEY_STORAGE_H
+#define VOLLEY_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* An open database. Not thread safe: one storage per thread. */
+typedef struct storage storage;
+
+/* ---- opening, migrations, transactions ---------------------------------- */
+
+/* Opens the database at path. With create set, a missing file is created
+ * with mode 0600 (the owner alone may read peers' keys and updates);
+ * without it a missing file is VL_ENOTFOUND. Sets WAL, synchronous=FULL,
+ * foreign keys and a busy timeout, then applies pending migrations. On
+ * success *out is owned by the caller (storage_close). */
+int storage_open(const char *path, int create, storage **out, vl_error *err) VL_MUST_CHECK;
+
+/* Closes the database, rolling back a transaction left open. NULL is a
+ * no-op. */
+void storage_close(storage *st);
+
+/* A numbered schema migration: the SQL that takes the schema from
+ * version - 1 to version. */
+typedef struct storage_migration {
+    int version;
+    const char *sql;
+} storage_migration;
+
+/* Schema version the built-in migrations reach. */
+int storage_schema_version(void);
+
+/* Current PRAGMA user_version of the open database. */
+int storage_user_version(storage *st, int *out, vl_error *err) VL_MUST_CHECK;
+
+/* For tests: applies the given migrations (versions ascending, starting at
+ * 1) instead of the built-in ones, each in its own transaction. A failing
+ * migration is rolled back and the database stays at the version before it;
+ * the return value is then VL_EDB. The list is borrowed for the call. */
+int storage_migrate_with(storage *st, const storage_migration *migrations, size_t n,
+                         vl_error *err) VL_MUST_CHECK;
+
+/* Opens an explicit write transaction (BEGIN IMMEDIATE, so the write lock is
+ * taken up front and a later statement cannot fail with SQLITE_BUSY on lock
+ * upgrade). Transactions do not nest. */
+int storage_begin(storage *st, vl_error *err) VL_MUST_CHECK;
+/* Commits the transaction opened by storage_begin. On failure the
+ * transaction is rolled back before returning. */
+int storage_commit(storage *st, vl_error *err) VL_MUST_CHECK;
+/* Rolls back the open transaction; a no-op when none is open. */
+void storage_rollback(storage *st);
+/* 1 while an explicit transaction is open. */
+int storage_in_transaction(storage *st);
+
+/* ---- run ---------------------------------------------------------------- */
+
+#define STORAGE_NAME_MAX 64
+
+typedef enum { STORAGE_RUN_RUNNING = 0, STORAGE_RUN_FINISHED = 1 } storage_run_status;
+
+/* The single run a database holds. config and corpus_path are heap strings
+ * owned by the struct (storage_run_free). */
+typedef struct storage_run {
+    char name[STORAGE_NAME_MAX];
+    char *config;      /* normalised run configuration, JSON */
+    char *corpus_path; /* absolute path of the corpus file */
+    int64_t corpus_size;
+    char corpus_hash[65]; /* hex BLAKE2b-256 of the corpus */
+    int64_t current_version;
+    storage_run_status status;
+    int64_t created_at;
+} storage_run;
+
+/* Inserts the run row. VL_ECONFLICT when the database already holds one. The
+ * struct is only read; current_version and status are taken from it. */
+int storage_run_insert(storage *st, const storage_run *run, vl_error *err) VL_MUST_CHECK;
+/* Reads the run into *out (caller frees with storage_run_free).
+ * VL_ENOTFOUND when the database has not been initialised. */
+int storage_run_get(storage *st, storage_run *out, vl_error *err) VL_MUST_CHECK;
+/* Releases the strings of a run read by storage_run_get. */
+void storage_run_free(storage_run *run);
+
+/* ---- tokens ------------------------------------------------------------- */
+
+/* Stores a join token by the hex hash of its text; the token itself is never
+ * stored. *id (may be NULL) receives the row id. */
+int storage_token_insert(storage *st, const char *hash_hex, int64_t uses, int64_t expires_at,
+                         int64_t now, int64_t *id, vl_error *err) VL_MUST_CHECK;
+/* Looks up a token by hash and checks it can still be used at now: not
+ * revoked, not expired, uses left. VL_ENOTFOUND for an unknown, expired,
+ * revoked or used-up token (callers must not tell these apart to clients).
+ * *id receives the row id. */
+int storage_token_check(storage *st, const char *hash_hex, int64_t now, int64_t *id,
+                        vl_error *err) VL_MUST_CHECK;
+/* Takes one use of token id, which must still have one (VL_ENOTFOUND when it
+ * has none left). Run it in the transaction that inserts the peer. */
+int storage_token_use(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+
+/* ---- peers -------------------------------------------------------------- */
+
+#define STORAGE_PK_BYTES 32
+
+/* A registered peer. name and hardware are heap strings owned by the struct
+ * (storage_peer_free). */
+typedef struct storage_peer {
+    int64_t id;
+    uint8_t public_key[STORAGE_PK_BYTES];
+    char *name;
+    char *hardware; /* JSON object */
+    int64_t token_id;
+    int64_t joined_at;
+    int64_t last_seen;
+    int revoked;
+} storage_peer;
+
+/* Inserts a peer; *id receives its id. VL_ECONFLICT when the key is already
+ * registered. Strings are copied. */
+int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES],
+                        const char *name, const char *hardware_json, int64_t token_id,
+                        int64_t now, int64_t *id, vl_error *err) VL_MUST_CHECK;
+/* Reads peer id into *out (caller frees with storage_peer_free);
+ * VL_ENOTFOUND if there is no such peer. */
+int storage_peer_get(storage *st, int64_t id, storage_peer *out, vl_error *err) VL_MUST_CHECK;
+/* Reads the peer with this public key; VL_ENOTFOUND if none. */
+int storage_peer_find_key(storage *st, const uint8_t public_key[STORAGE_PK_BYTES],
+                          storage_peer *out, vl_error *err) VL_MUST_CHECK;
+/* Releases the strings of a peer read by storage_peer_get/find_key. */
+void storage_peer_free(storage_peer *p);
+/* Records activity of peer id at now. */
+int storage_peer_touch(storage *st, int64_t id, int64_t now, vl_error *err) VL_MUST_CHECK;
+/* Marks peer id revoked (every later request is refused with 403).
+ * VL_ENOTFOUND if there is no such peer. */
+int storage_peer_revoke(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* Number of registered peers, revoked ones included. */
+int storage_peer_count(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
+
+/* ---- tasks -------------------------------------------------------------- */
+
+typedef enum {
+    STORAGE_TASK_LEASED = 0,
+    STORAGE_TASK_DONE = 1,
+    STORAGE_TASK_EXPIRED = 2,
+} storage_task_state;
+
+typedef struct storage_task {
+    int64_t id;
+    int64_t peer_id;
+    int64_t base_version;
+    int64_t data_offset;
+    int64_t data_length;
+    int64_t seed;
+    int64_t issued_at;
+    int64_t deadline; /* the lease ends when the clock reaches it */
+    storage_task_state state;
+} storage_task;
+
+/* The id the next inserted task will get. Call inside the transaction that
+ * inserts it, so that nothing else can take the id in between. */
+int storage_task_next_id(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
+/* Inserts t (t->id > 0 to choose the id, 0 for the next free one); *id
+ * (may be NULL) receives the id. */
+int storage_task_insert(storage *st, const storage_task *t, int64_t *id,
+                        vl_error *err) VL_MUST_CHECK;
+/* Reads task id into *out; VL_ENOTFOUND if none. */
+int storage_task_get(storage *st, int64_t id, storage_task *out, vl_error *err) VL_MUST_CHECK;
+/* The oldest task of peer_id for base_version that is leased with deadline
+ * after now; VL_ENOTFOUND if none. */
+int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, int64_t now,
+                            storage_task *out, vl_error *err) VL_MUST_CHECK;
+/* Counts the tasks for base_version that hold a slot at now: done ones and
+ * leased ones whose deadline is after now. */
+int storage_task_count_slots(storage *st, int64_t base_version, int64_t now, int64_t *out,
+                             vl_error *err) VL_MUST_CHECK;
+/* Counts the done tasks for base_version. */
+int storage_task_count_done(storage *st, int64_t base_version, int64_t *out,
+                            vl_error *err) VL_MUST_CHECK;
+/* Earliest deadline after now among leased tasks for base_version, or 0 in
+ * *out when there is none. */
+int storage_task_next_deadline(storage *st, int64_t base_version, int64_t now, int64_t *out,
+                               vl_error *err) VL_MUST_CHECK;
+/* Marks every leased task whose deadline is at or before now as expired;
+ * *n (may be NULL) receives how many. */
+int storage_task_expire(storage *st, int64_t now, int64_t *n, vl_error *err) VL_MUST_CHECK;
+/* Sets the state of task id. VL_ENOTFOUND if there is no such task. */
+int storage_task_set_state(storage *st, int64_t id, storage_task_state state,
+                           vl_error *err) VL_MUST_CHECK;
+
+/* ---- updates ------------------------------------------------------------ */
+
+#define STORAGE_KIND_MAX 16
+
+/* An uploaded update. blob points to nbytes of the update as received; on
+ * insert it is only read, on reads it points into storage-owned memory that
+ * stays valid only during the callback it was handed to. */
+typedef struct storage_update {
+    int64_t id;
+    int64_t task_id;
+    int64_t peer_id;
+    int64_t base_version;
+    char kind[STORAGE_KIND_MAX];
+    int64_t num_samples;
+    int64_t local_steps;
+    double loss;
+    int64_t nbytes;
+    const uint8_t *blob; /* NULL once pruned */
+    int64_t received_at;
+    int64_t merged_version; /* -1 while not merged */
+} storage_update;
+
+/* Inserts u (id and merged_version are ignored); *id (may be NULL) receives
+ * the id. VL_ECONFLICT if the task already has an update. */
+int storage_update_insert(storage *st, const storage_update *u, int64_t *id,
+                          vl_error *err) VL_MUST_CHECK;
+/* Sets *out to 1 if task_id has an update, else 0. */
+int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err) VL_MUST_CHECK;
+
+/* Called once per row; returning non-zero stops the walk and becomes the
+ * walk's return value. The row and its blob are valid only during the
+ * call. */
+typedef int (*storage_update_fn)(void *ctx, const storage_update *u);
+/* Calls fn for every update based on base_version that is not merged yet,
+ * in id order, blob included. */
+int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
+                                void *ctx, vl_error *err) VL_MUST_CHECK;
+/* Total number of updates stored. */
+int storage_update_count(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
+
+/* ---- versions ----------------------------------------------------------- */
+
+/* A model version. params and momentum hold n floats each (momentum may be
+ * NULL, meaning zeros). When read with storage_version_get they are heap
+ * copies owned by the struct (storage_version_free), NULL once pruned; when
+ * passed to storage_version_commit they are only read. */
+typedef struct storage_version {
+    int64_t version;
+    int64_t created_at;
+    float *params;
+    float *momentum;
+    size_t n;
+    double val_loss;   /* NaN when unknown */
+    double train_loss; /* NaN for version 0 */
+    int64_t num_updates;
+} storage_version;
+
+/* Atomically: inserts version v->version with its params and momentum,
+ * marks each of the n_updates updates merged into it (each must exist and
+ * be unmerged, else VL_ECONFLICT), expires leases still held on older
+ * versions, sets the run's current version to it (it must be the current
+ * version + 1, or 0 for the first), marks the run finished when finished is
+ * set, and prunes: params and momentum of versions at or below
+ * v->version - keep_versions are set NULL, and so are the blobs of updates
+ * merged into those versions. Version 0 is stored the same way with no
+ * updates. On any failure nothing of it is visible. Inside a caller's
+ * transaction it runs in a savepoint. */
+int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
+                           size_t n_updates, int64_t keep_versions, int finished,
+                           vl_error *err) VL_MUST_CHECK;
+/* Reads version into *out; with blobs set also copies params and momentum
+ * (either NULL when pruned or absent). Caller frees with
+ * storage_version_free. VL_ENOTFOUND if the version was never made. */
+int storage_version_get(storage *st, int64_t version, int blobs, storage_version *out,
+                        vl_error *err) VL_MUST_CHECK;
+/* Releases the blobs of a version read by storage_version_get. */
+void storage_version_free(storage_version *v);
+
+/* Called once per version, oldest first, without blobs; non-zero stops the
+ * walk and becomes its return value. */
+typedef int (*storage_version_fn)(void *ctx, const storage_version *v);
+/* Walks all versions, oldest first, without blobs. */
+int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
+                         vl_error *err) VL_MUST_CHECK;
+
+#endif

@@ -1,0 +1,369 @@
+/* Typed queries on tasks, updates and versions, and the atomic version
+ * commit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/internal.h"
+
+/* ---- tasks -------------------------------------------------------------- */
+
+static const char *task_state_name(storage_task_state s) {
+    switch (s) {
+    case STORAGE_TASK_DONE: return "done";
+    case STORAGE_TASK_EXPIRED: return "expired";
+    default: return "leased";
+    }
+}
+
+static storage_task_state task_state_parse(const char *s) {
+    if (s && strcmp(s, "done") == 0) return STORAGE_TASK_DONE;
+    if (s && strcmp(s, "expired") == 0) return STORAGE_TASK_EXPIRED;
+    return STORAGE_TASK_LEASED;
+}
+
+int storage_task_next_id(storage *st, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_NEXT_ID, err);
+    if (!s) return VL_EDB;
+    return q_int(st, s, 1, out, "next task id", err);
+}
+
+int storage_task_insert(storage *st, const storage_task *t, int64_t *id, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_INSERT, err);
+    if (!s) return VL_EDB;
+    if (t->id > 0) sqlite3_bind_int64(s, 1, t->id);
+    else sqlite3_bind_null(s, 1);
+    sqlite3_bind_int64(s, 2, t->peer_id);
+    sqlite3_bind_int64(s, 3, t->base_version);
+    sqlite3_bind_int64(s, 4, t->data_offset);
+    sqlite3_bind_int64(s, 5, t->data_length);
+    sqlite3_bind_int64(s, 6, t->seed);
+    sqlite3_bind_int64(s, 7, t->issued_at);
+    sqlite3_bind_int64(s, 8, t->deadline);
+    sqlite3_bind_text(s, 9, task_state_name(t->state), -1, SQLITE_STATIC);
+    int rc = q_exec(st, s, "insert task", err);
+    if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
+    return rc;
+}
+
+static int read_task(storage *st, sqlite3_stmt *s, storage_task *out, vl_error *err) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        out->id = sqlite3_column_int64(s, 0);
+        out->peer_id = sqlite3_column_int64(s, 1);
+        out->base_version = sqlite3_column_int64(s, 2);
+        out->data_offset = sqlite3_column_int64(s, 3);
+        out->data_length = sqlite3_column_int64(s, 4);
+        out->seed = sqlite3_column_int64(s, 5);
+        out->issued_at = sqlite3_column_int64(s, 6);
+        out->deadline = sqlite3_column_int64(s, 7);
+        out->state = task_state_parse((const char *)sqlite3_column_text(s, 8));
+        rc = VL_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = vl_fail(err, VL_ENOTFOUND, "no such task");
+    } else {
+        rc = q_fail(st, err, "read task");
+    }
+    q_done(s);
+    return rc;
+}
+
+int storage_task_get(storage *st, int64_t id, storage_task *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_GET, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, id);
+    return read_task(st, s, out, err);
+}
+
+int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, int64_t now,
+                            storage_task *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_FIND_LEASE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, peer_id);
+    sqlite3_bind_int64(s, 2, base_version);
+    sqlite3_bind_int64(s, 3, now);
+    return read_task(st, s, out, err);
+}
+
+int storage_task_count_slots(storage *st, int64_t base_version, int64_t now, int64_t *out,
+                             vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_COUNT_SLOTS, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, base_version);
+    sqlite3_bind_int64(s, 2, now);
+    return q_int(st, s, 0, out, "count slots", err);
+}
+
+int storage_task_count_done(storage *st, int64_t base_version, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_COUNT_DONE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, base_version);
+    return q_int(st, s, 0, out, "count done", err);
+}
+
+int storage_task_next_deadline(storage *st, int64_t base_version, int64_t now, int64_t *out,
+                               vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_NEXT_DEADLINE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, base_version);
+    sqlite3_bind_int64(s, 2, now);
+    return q_int(st, s, 0, out, "next deadline", err);
+}
+
+int storage_task_expire(storage *st, int64_t now, int64_t *n, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_EXPIRE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, now);
+    int rc = q_exec(st, s, "expire tasks", err);
+    if (rc == VL_OK && n) *n = q_changes(st);
+    return rc;
+}
+
+int storage_task_set_state(storage *st, int64_t id, storage_task_state state, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_SET_STATE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_text(s, 1, task_state_name(state), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    int rc = q_exec(st, s, "set task state", err);
+    if (rc == VL_OK && q_changes(st) != 1)
+        return vl_fail(err, VL_ENOTFOUND, "no task %lld", (long long)id);
+    return rc;
+}
+
+/* ---- updates ------------------------------------------------------------ */
+
+int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_error *err) {
+    if (u->nbytes < 0 || (u->nbytes > 0 && !u->blob))
+        return vl_fail(err, VL_EINVAL, "update blob missing");
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_INSERT, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, u->task_id);
+    sqlite3_bind_int64(s, 2, u->peer_id);
+    sqlite3_bind_int64(s, 3, u->base_version);
+    sqlite3_bind_text(s, 4, u->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 5, u->num_samples);
+    sqlite3_bind_int64(s, 6, u->local_steps);
+    sqlite3_bind_double(s, 7, u->loss);
+    sqlite3_bind_int64(s, 8, u->nbytes);
+    sqlite3_bind_blob64(s, 9, u->blob ? (const void *)u->blob : (const void *)"",
+                        (sqlite3_uint64)u->nbytes, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 10, u->received_at);
+    int rc = q_exec(st, s, "insert update", err);
+    if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the task already has an update");
+    if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
+    return rc;
+}
+
+int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_EXISTS, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, task_id);
+    int64_t n = 0;
+    int rc = q_int(st, s, 0, &n, "find update", err);
+    if (rc == VL_OK) *out = n > 0;
+    return rc;
+}
+
+int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
+                                void *ctx, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_PENDING, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, base_version);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        storage_update u;
+        memset(&u, 0, sizeof u);
+        u.id = sqlite3_column_int64(s, 0);
+        u.task_id = sqlite3_column_int64(s, 1);
+        u.peer_id = sqlite3_column_int64(s, 2);
+        u.base_version = sqlite3_column_int64(s, 3);
+        const char *kind = (const char *)sqlite3_column_text(s, 4);
+        snprintf(u.kind, sizeof u.kind, "%s", kind ? kind : "");
+        u.num_samples = sqlite3_column_int64(s, 5);
+        u.local_steps = sqlite3_column_int64(s, 6);
+        u.loss = sqlite3_column_double(s, 7);
+        u.nbytes = sqlite3_column_int64(s, 8);
+        u.blob = sqlite3_column_blob(s, 9);
+        if (u.blob && sqlite3_column_bytes(s, 9) != u.nbytes) {
+            q_done(s);
+            return vl_fail(err, VL_EDB, "database: update %lld is truncated", (long long)u.id);
+        }
+        u.received_at = sqlite3_column_int64(s, 10);
+        u.merged_version = -1;
+        int r = fn(ctx, &u);
+        if (r != 0) {
+            q_done(s);
+            return r;
+        }
+    }
+    int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read updates");
+    q_done(s);
+    return ret;
+}
+
+int storage_update_count(storage *st, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_COUNT, err);
+    if (!s) return VL_EDB;
+    return q_int(st, s, 0, out, "count updates", err);
+}
+
+/* ---- versions ----------------------------------------------------------- */
+
+static void bind_floats(sqlite3_stmt *s, int col, const float *x, size_t n) {
+    if (x) sqlite3_bind_blob64(s, col, x, (sqlite3_uint64)n * sizeof(float), SQLITE_STATIC);
+    else sqlite3_bind_null(s, col);
+}
+
+static void bind_real(sqlite3_stmt *s, int col, double x) {
+    if (isfinite(x)) sqlite3_bind_double(s, col, x);
+    else sqlite3_bind_null(s, col);
+}
+
+static int version_steps(storage *st, const storage_version *v, const int64_t *update_ids,
+                         size_t n_updates, int64_t keep_versions, int finished, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_VERSION_MAX, err);
+    if (!s) return VL_EDB;
+    int64_t latest;
+    int rc = q_int(st, s, -1, &latest, "latest version", err);
+    if (rc != VL_OK) return rc;
+    if (v->version != latest + 1)
+        return vl_fail(err, VL_ECONFLICT, "version %lld cannot follow version %lld",
+                       (long long)v->version, (long long)latest);
+
+    if (!(s = q_get(st, Q_VERSION_INSERT, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, v->version);
+    sqlite3_bind_int64(s, 2, v->created_at);
+    bind_floats(s, 3, v->params, v->n);
+    bind_floats(s, 4, v->momentum, v->n);
+    bind_real(s, 5, v->val_loss);
+    bind_real(s, 6, v->train_loss);
+    sqlite3_bind_int64(s, 7, v->num_updates);
+    if ((rc = q_exec(st, s, "insert version", err)) != VL_OK) return rc;
+
+    for (size_t i = 0; i < n_updates; i++) {
+        if (!(s = q_get(st, Q_UPDATE_MERGE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, v->version);
+        sqlite3_bind_int64(s, 2, update_ids[i]);
+        if ((rc = q_exec(st, s, "merge update", err)) != VL_OK) return rc;
+        if (q_changes(st) != 1)
+            return vl_fail(err, VL_ECONFLICT, "update %lld is unknown or already merged",
+                           (long long)update_ids[i]);
+    }
+
+    if (!(s = q_get(st, Q_TASK_EXPIRE_OLD, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, v->version);
+    if ((rc = q_exec(st, s, "expire old leases", err)) != VL_OK) return rc;
+
+    if (!(s = q_get(st, Q_RUN_SET_VERSION, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, v->version);
+    sqlite3_bind_text(s, 2, finished ? "finished" : "running", -1, SQLITE_STATIC);
+    if ((rc = q_exec(st, s, "set current version", err)) != VL_OK) return rc;
+    if (q_changes(st) != 1) return vl_fail(err, VL_ENOTFOUND, "the database holds no run");
+
+    if (keep_versions > 0 && v->version >= keep_versions) {
+        int64_t upto = v->version - keep_versions;
+        if (!(s = q_get(st, Q_VERSION_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, upto);
+        if ((rc = q_exec(st, s, "prune versions", err)) != VL_OK) return rc;
+        if (!(s = q_get(st, Q_UPDATE_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, upto);
+        if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
+    }
+    return VL_OK;
+}
+
+int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
+                           size_t n_updates, int64_t keep_versions, int finished,
+                           vl_error *err) {
+    int nested;
+    int rc = q_tx_begin(st, &nested, err);
+    if (rc != VL_OK) return rc;
+    rc = version_steps(st, v, update_ids, n_updates, keep_versions, finished, err);
+    if (rc != VL_OK) {
+        q_tx_end(st, nested, 0, NULL);
+        return rc;
+    }
+    return q_tx_end(st, nested, 1, err);
+}
+
+static int copy_floats(sqlite3_stmt *s, int col, float **out, size_t *n, vl_error *err) {
+    *out = NULL;
+    const void *p = sqlite3_column_blob(s, col);
+    int bytes = sqlite3_column_bytes(s, col);
+    if (!p) return VL_OK;
+    if (bytes % (int)sizeof(float) != 0 || (*n && (size_t)bytes / sizeof(float) != *n))
+        return vl_fail(err, VL_EDB, "database: a stored vector has the wrong size");
+    *n = (size_t)bytes / sizeof(float);
+    float *x = malloc((size_t)bytes + 1);
+    if (!x) return vl_fail(err, VL_ENOMEM, "out of memory reading a version");
+    memcpy(x, p, (size_t)bytes);
+    *out = x;
+    return VL_OK;
+}
+
+static double column_real(sqlite3_stmt *s, int col) {
+    return sqlite3_column_type(s, col) == SQLITE_NULL ? NAN : sqlite3_column_double(s, col);
+}
+
+int storage_version_get(storage *st, int64_t version, int blobs, storage_version *out,
+                        vl_error *err) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *s = q_get(st, Q_VERSION_GET, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, version);
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        q_done(s);
+        return vl_fail(err, VL_ENOTFOUND, "no version %lld", (long long)version);
+    }
+    if (rc != SQLITE_ROW) {
+        rc = q_fail(st, err, "read version");
+        q_done(s);
+        return rc;
+    }
+    out->version = sqlite3_column_int64(s, 0);
+    out->created_at = sqlite3_column_int64(s, 1);
+    out->val_loss = column_real(s, 2);
+    out->train_loss = column_real(s, 3);
+    out->num_updates = sqlite3_column_int64(s, 4);
+    rc = VL_OK;
+    if (blobs) {
+        rc = copy_floats(s, 5, &out->params, &out->n, err);
+        if (rc == VL_OK) rc = copy_floats(s, 6, &out->momentum, &out->n, err);
+    }
+    q_done(s);
+    if (rc != VL_OK) storage_version_free(out);
+    return rc;
+}
+
+void storage_version_free(storage_version *v) {
+    if (!v) return;
+    free(v->params);
+    free(v->momentum);
+    v->params = NULL;
+    v->momentum = NULL;
+}
+
+int storage_version_each(storage *st, storage_version_fn fn, void *ctx, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_VERSION_EACH, err);
+    if (!s) return VL_EDB;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        storage_version v;
+        memset(&v, 0, sizeof v);
+        v.version = sqlite3_column_int64(s, 0);
+        v.created_at = sqlite3_column_int64(s, 1);
+        v.val_loss = column_real(s, 2);
+        v.train_loss = column_real(s, 3);
+        v.num_updates = sqlite3_column_int64(s, 4);
+        int r = fn(ctx, &v);
+        if (r != 0) {
+            q_done(s);
+            return r;
+        }
+    }
+    int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read versions");
+    q_done(s);
+    return ret;
+}

@@ -1,0 +1,1 @@
+volley_unit_test(test_coordinator volley_coordinator_core)

@@ -1,0 +1,1 @@
+volley_unit_test(test_storage volley_storage)

@@ -1,0 +1,538 @@
+/* coordinator: the input guard's head parsing and stream rewriting, the
+ * outer Nesterov step, run-configuration validation, the scheduler's slot
+ * rules and query parsing. None of it needs a socket. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compress/compress.h"
+#include "coordinator/aggregator.h"
+#include "coordinator/config.h"
+#include "coordinator/coord.h"
+#include "coordinator/guard.h"
+#include "coordinator/scheduler.h"
+
+#define CAP 100
+#define HEAD_CAP 256
+
+/* ---- guard ---------------------------------------------------------------- */
+
+/* Feeds s to a fresh guard in chunks of step bytes (0: all at once) and
+ * returns what the HTTP parser would see, as a heap string. */
+static char *guard_run(const char *s, size_t len, size_t step, coord_guard *g) {
+    buf out;
+    buf_init(&out, 1 << 20);
+    coord_guard_caps caps = {.body_cap = CAP, .large_path = "/up", .large_cap = 10 * CAP};
+    coord_guard_init(g, HEAD_CAP, &caps);
+    if (step == 0) step = len ? len : 1;
+    for (size_t i = 0; i < len; i += step) {
+        size_t n = len - i < step ? len - i : step;
+        assert_int_equal(coord_guard_feed(g, (const uint8_t *)s + i, n, &out), VL_OK);
+    }
+    size_t n;
+    char *text = (char *)buf_steal(&out, &n);
+    if (!text) text = calloc(1, 1);
+    return text;
+}
+
+static char *guard_once(const char *s, coord_guard *g) {
+    return guard_run(s, strlen(s), 0, g);
+}
+
+static void expect_refusal(const char *input, const char *reqline, const char *verdict) {
+    coord_guard g;
+    char *out = guard_once(input, &g);
+    char want[512];
+    snprintf(want, sizeof want, "%s\r\nContent-Length: 0\r\nConnection: close\r\n%s: %s\r\n\r\n",
+             reqline, COORD_GUARD_HEADER, verdict);
+    assert_string_equal(out, want);
+    assert_int_equal(g.state, COORD_GUARD_DISCARD);
+    assert_true(coord_guard_idle(&g));
+    free(out);
+    coord_guard_free(&g);
+}
+
+static void test_guard_over_cap_content_length(void **state) {
+    (void)state;
+    /* The body and a following request are both dropped, unread. */
+    expect_refusal("POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n"
+                   "0123456789GET /v1/status HTTP/1.1\r\n\r\n",
+                   "POST /v1/updates HTTP/1.1", "too_large");
+    /* Exactly the cap is fine. */
+    coord_guard g;
+    const char *ok = "POST /v1/updates HTTP/1.1\r\nContent-Length: 100\r\n\r\n";
+    char *out = guard_once(ok, &g);
+    assert_string_equal(out, ok);
+    assert_int_equal(g.state, COORD_GUARD_IN_BODY);
+    assert_int_equal(g.body_left, 100);
+    assert_false(coord_guard_idle(&g));
+    free(out);
+    coord_guard_free(&g);
+    /* The upload path alone takes the large cap, whatever its query. */
+    const char *up = "POST /up?x=1 HTTP/1.1\r\nContent-Length: 1000\r\n\r\n";
+    out = guard_once(up, &g);
+    assert_string_equal(out, up);
+    assert_int_equal(g.body_left, 1000);
+    free(out);
+    coord_guard_free(&g);
+    expect_refusal("POST /up HTTP/1.1\r\nContent-Length: 1001\r\n\r\n", "POST /up HTTP/1.1",
+                   "too_large");
+    expect_refusal("POST /upx HTTP/1.1\r\nContent-Length: 101\r\n\r\n", "POST /upx HTTP/1.1",
+                   "too_large");
+    /* Huge values are refused, not wrapped. */
+    expect_refusal("POST / HTTP/1.1\r\nContent-Length: 9999999999999999999\r\n\r\n",
+                   "POST / HTTP/1.1", "too_large");
+}
+
+static void test_guard_chunked_and_missing_length(void **state) {
+    (void)state;
+    expect_refusal("POST /v1/updates HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "5\r\nhello\r\n0\r\n\r\n",
+                   "POST /v1/updates HTTP/1.1", "length_required");
+    /* Transfer-Encoding wins over a Content-Length beside it (smuggling). */
+    expect_refusal("POST /x HTTP/1.1\r\nContent-Length: 5\r\ntransfer-encoding: gzip\r\n\r\n",
+                   "POST /x HTTP/1.1", "length_required");
+    expect_refusal("POST /v1/peers HTTP/1.1\r\nHost: x\r\n\r\n", "POST /v1/peers HTTP/1.1",
+                   "length_required");
+    /* A GET without a length has no body and passes. */
+    coord_guard g;
+    const char *get = "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n";
+    char *out = guard_once(get, &g);
+    assert_string_equal(out, get);
+    assert_true(coord_guard_idle(&g));
+    free(out);
+    coord_guard_free(&g);
+}
+
+static void test_guard_bad_content_length(void **state) {
+    (void)state;
+    expect_refusal("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+                   "POST / HTTP/1.1", "bad_length");
+    expect_refusal("POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 6\r\n\r\nhello",
+                   "POST / HTTP/1.1", "bad_length");
+    const char *bad[] = {"12a", "+5", "-1", "5, 5", "", "0x10", "1 2", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char in[128];
+        snprintf(in, sizeof in, "POST / HTTP/1.1\r\nContent-Length: %s\r\n\r\n", bad[i]);
+        expect_refusal(in, "POST / HTTP/1.1", "bad_length");
+    }
+    /* Optional whitespace around the value is allowed. */
+    coord_guard g;
+    const char *ws = "POST / HTTP/1.1\r\nContent-Length: \t3 \r\n\r\nabc";
+    char *out = guard_once(ws, &g);
+    assert_string_equal(out, ws);
+    assert_true(coord_guard_idle(&g));
+    free(out);
+    coord_guard_free(&g);
+}
+
+static void test_guard_malformed_heads(void **state) {
+    (void)state;
+    /* Folded line, space before the colon, bare CR, control byte, no colon. */
+    expect_refusal("POST / HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n", "POST / HTTP/1.1", "bad_head");
+    expect_refusal("POST / HTTP/1.1\r\nContent-Length : 5\r\n\r\nhello", "POST / HTTP/1.1",
+                   "bad_head");
+    expect_refusal("GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET / HTTP/1.1\r\nX-A: a\x01" "b\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET / HTTP/1.1\r\nnocolon\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    /* Request lines the parser might read differently get a synthetic one. */
+    expect_refusal("\r\nGET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET /  HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET / HTTP/2.0\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET /a\rb HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("BREW /pot HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_method");
+    /* Only origin-form targets; only the 100-continue expectation. */
+    expect_refusal("GET http://x/v1/status HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("OPTIONS * HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("POST /up HTTP/1.1\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\nx",
+                   "POST /up HTTP/1.1", "bad_head");
+    coord_guard g;
+    const char *cont = "POST /up HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\nx";
+    char *out = guard_once(cont, &g);
+    assert_string_equal(out, cont);
+    free(out);
+    coord_guard_free(&g);
+}
+
+static void test_guard_head_too_large(void **state) {
+    (void)state;
+    char in[1024];
+    char filler[600];
+    memset(filler, 'a', sizeof filler - 1);
+    filler[sizeof filler - 1] = '\0';
+    snprintf(in, sizeof in, "GET /v1/status HTTP/1.1\r\nX-Long: %s\r\n\r\n", filler);
+    expect_refusal(in, "GET /v1/status HTTP/1.1", "head_too_large");
+    /* Byte by byte the result is the same. */
+    coord_guard g;
+    char *out = guard_run(in, strlen(in), 1, &g);
+    assert_non_null(strstr(out, "head_too_large"));
+    assert_int_equal(g.state, COORD_GUARD_DISCARD);
+    free(out);
+    coord_guard_free(&g);
+    /* Without even a complete request line. */
+    memset(in, 'A', 400);
+    in[400] = '\0';
+    expect_refusal(in, "GET / HTTP/1.1", "head_too_large");
+}
+
+static void test_guard_strips_client_marker(void **state) {
+    (void)state;
+    coord_guard g;
+    char *out = guard_once("GET /v1/status HTTP/1.1\r\nHost: x\r\n"
+                           "x-volley-guard: too_large\r\nAccept: */*\r\n\r\n",
+                           &g);
+    assert_string_equal(out, "GET /v1/status HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n");
+    assert_true(coord_guard_idle(&g));
+    free(out);
+    coord_guard_free(&g);
+}
+
+/* Two requests with bodies back to back on one connection pass through
+ * unchanged however the bytes are split, and the guard ends between
+ * requests. Body bytes that look like a request head are not parsed. */
+static void test_guard_keepalive_pipelining(void **state) {
+    (void)state;
+    const char *in = "POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Length: 29\r\n\r\n"
+                     "GET /evil HTTP/1.1\r\nX: y\r\n\r\n\n"
+                     "POST /v1/peers HTTP/1.1\nContent-Length: 4\n\n{}\r\n"
+                     "GET /v1/status HTTP/1.1\r\n\r\n";
+    size_t len = strlen(in);
+    size_t steps[] = {0, 1, 2, 3, 7, 13, 64};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        coord_guard g;
+        char *out = guard_run(in, len, steps[i], &g);
+        assert_string_equal(out, in);
+        assert_int_equal(g.requests, 3);
+        assert_true(coord_guard_idle(&g));
+        assert_int_equal(g.state, COORD_GUARD_IN_HEAD);
+        free(out);
+        coord_guard_free(&g);
+    }
+    /* A refused second request stops the stream right there. */
+    const char *two = "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"
+                      "POST /b HTTP/1.1\r\nContent-Length: 500\r\n\r\nxxxx";
+    coord_guard g;
+    char *out = guard_once(two, &g);
+    assert_string_equal(out, "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"
+                             "POST /b HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n"
+                             "X-Volley-Guard: too_large\r\n\r\n");
+    free(out);
+    coord_guard_free(&g);
+}
+
+static void test_guard_parse_head_direct(void **state) {
+    (void)state;
+    coord_guard_head h;
+    const char *head = "PUT /x HTTP/1.0\r\nContent-Length: 42\r\nX-Volley-Guard: ok\r\n\r\n";
+    coord_guard_caps caps = {.body_cap = 1000};
+    coord_guard_parse_head((const uint8_t *)head, strlen(head), &caps, &h);
+    assert_int_equal(h.verdict, COORD_GUARD_OK);
+    assert_int_equal(h.body_len, 42);
+    assert_int_equal(h.has_marker, 1);
+    assert_int_equal(h.reqline_len, strlen("PUT /x HTTP/1.0"));
+    /* Incomplete input is never read past its end. */
+    coord_guard_parse_head((const uint8_t *)head, 20, &caps, &h);
+    assert_int_equal(h.verdict, COORD_GUARD_BAD_HEAD);
+    assert_string_equal(coord_guard_verdict_name(COORD_GUARD_TOO_LARGE), "too_large");
+    assert_int_equal(coord_guard_verdict_parse("length_required"), COORD_GUARD_LENGTH_REQUIRED);
+    assert_int_equal(coord_guard_verdict_parse("nonsense"), COORD_GUARD_BAD_HEAD);
+}
+
+/* ---- outer step --------------------------------------------------------- */
+
+static void test_outer_step_by_hand(void **state) {
+    (void)state;
+    float theta[2] = {1.0f, 2.0f};
+    float m[2] = {0.5f, -1.0f};
+    const float dbar[2] = {0.2f, 0.4f};
+    coord_outer_step(theta, m, dbar, 2, 0.7, 0.9);
+    /* m = 0.9*0.5 + 0.2 = 0.65;  theta = 1 - 0.7*(0.2 + 0.9*0.65) = 0.4505
+     * m = 0.9*-1 + 0.4 = -0.5;   theta = 2 - 0.7*(0.4 + 0.9*-0.5) = 2.035 */
+    assert_float_equal(m[0], 0.65f, 1e-6);
+    assert_float_equal(m[1], -0.5f, 1e-6);
+    assert_float_equal(theta[0], 0.4505f, 1e-6);
+    assert_float_equal(theta[1], 2.035f, 1e-6);
+    /* A second step uses the momentum left by the first. */
+    coord_outer_step(theta, m, dbar, 2, 0.7, 0.9);
+    /* m = 0.9*0.65 + 0.2 = 0.785; theta = 0.4505 - 0.7*(0.2 + 0.9*0.785) = -0.1840 */
+    assert_float_equal(m[0], 0.785f, 1e-6);
+    assert_float_equal(theta[0], -0.18405f, 1e-5);
+    /* eta = 1, mu = 0 is FedAvg: theta - dbar. */
+    float t2[2] = {1.0f, 2.0f}, m2[2] = {9.0f, 9.0f};
+    coord_outer_step(t2, m2, dbar, 2, 1.0, 0.0);
+    assert_float_equal(t2[0], 0.8f, 1e-6);
+    assert_float_equal(t2[1], 1.6f, 1e-6);
+    assert_float_equal(m2[0], 0.2f, 1e-6);
+}
+
+/* The weighted mean the merge computes: updates decoded and accumulated
+ * with weight n_i, then scaled by 1 / sum n_i. */
+static void test_weighted_mean_of_updates(void **state) {
+    (void)state;
+    enum { N = 5 };
+    float d1[N] = {1, 2, 3, 4, 5}, d2[N] = {-1, 0, 1, 0, -2};
+    compress_update_meta meta = {.run = "demo", .task = 1, .peer = 1, .base_version = 0,
+                                 .kind = COMPRESS_DENSE, .num_samples = 30, .local_steps = 1,
+                                 .loss = 1.0};
+    buf b1, b2;
+    buf_init(&b1, 0);
+    buf_init(&b2, 0);
+    vl_error e = {0};
+    assert_int_equal(compress_update_encode_dense(&meta, d1, N, ST_F32, &b1, &e), VL_OK);
+    meta.num_samples = 10;
+    assert_int_equal(compress_update_encode_dense(&meta, d2, N, ST_F16, &b2, &e), VL_OK);
+    compress_update u1, u2;
+    assert_int_equal(compress_update_decode(b1.data, b1.len, N, &u1, &e), VL_OK);
+    assert_int_equal(compress_update_decode(b2.data, b2.len, N, &u2, &e), VL_OK);
+    float sum[N] = {0};
+    assert_int_equal(compress_update_accumulate(&u1, 30.0f, sum, N, &e), VL_OK);
+    assert_int_equal(compress_update_accumulate(&u2, 10.0f, sum, N, &e), VL_OK);
+    coord_scale(sum, N, 1.0 / 40.0);
+    for (int i = 0; i < N; i++) assert_float_equal(sum[i], (30 * d1[i] + 10 * d2[i]) / 40, 1e-5);
+    compress_update_free(&u1);
+    compress_update_free(&u2);
+    buf_free(&b1);
+    buf_free(&b2);
+}
+
+/* ---- configuration ------------------------------------------------------- */
+
+static int parse(const char *json, coord_config *cfg, vl_error *e) {
+    memset(e, 0, sizeof *e);
+    return coord_config_parse(json, strlen(json), cfg, e);
+}
+
+static void expect_config_error(const char *json, const char *needle) {
+    coord_config cfg;
+    vl_error e;
+    assert_int_equal(parse(json, &cfg, &e), VL_EINVAL);
+    if (!strstr(e.msg, needle)) fprintf(stderr, "message: %s (wanted '%s')\n", e.msg, needle);
+    assert_non_null(strstr(e.msg, needle));
+}
+
+static void test_config_defaults(void **state) {
+    (void)state;
+    coord_config cfg;
+    vl_error e;
+    assert_int_equal(parse("{\"name\": \"demo\", \"corpus\": \"c.txt\"}", &cfg, &e), VL_OK);
+    assert_string_equal(cfg.name, "demo");
+    assert_string_equal(cfg.corpus, "c.txt");
+    assert_true(cfg.val_fraction == 0.1);
+    assert_int_equal(cfg.seed, 1337);
+    assert_int_equal(cfg.model.block_size, 64);
+    assert_int_equal(cfg.model.n_embd, 128);
+    assert_string_equal(cfg.mode, "sync");
+    assert_int_equal(cfg.updates_per_version, 4);
+    assert_int_equal(cfg.max_versions, 30);
+    assert_int_equal(cfg.train.steps, 10);
+    assert_string_equal(cfg.train.optimizer, "adamw");
+    assert_true(cfg.train.eps == 1e-8);
+    assert_true(cfg.outer_lr == 0.7);
+    assert_true(cfg.outer_momentum == 0.9);
+    assert_string_equal(cfg.compression_kind, "dense");
+    assert_string_equal(cfg.compression_dtype, "F32");
+    assert_int_equal(cfg.task_bytes, 65536);
+    assert_int_equal(cfg.lease_s, 120);
+    assert_int_equal(cfg.max_body_bytes, 67108864);
+    assert_int_equal(cfg.val_batches, 16);
+    assert_int_equal(cfg.keep_versions, 4);
+    /* The normalised JSON parses back to the same configuration. */
+    char *json = coord_config_to_json(&cfg, 1);
+    assert_non_null(json);
+    coord_config again;
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+    /* Peers' copy leaves the corpus path out. */
+    json = coord_config_to_json(&cfg, 0);
+    assert_null(strstr(json, "corpus"));
+    free(json);
+}
+
+static void test_config_errors_name_the_field(void **state) {
+    (void)state;
+    expect_config_error("[1]", "top level");
+    expect_config_error("{\"name\": \"d\"", "invalid JSON");
+    expect_config_error("{\"corpus\": \"c\"}", "name is required");
+    expect_config_error("{\"name\": \"d\"}", "corpus is required");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"colour\": 1}", "'colour'");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"speed\": 1}}",
+                        "'train.speed'");
+    expect_config_error("{\"name\": \"d e\", \"corpus\": \"c\"}", "name may hold");
+    expect_config_error("{\"name\": \"d\", \"name\": \"e\", \"corpus\": \"c\"}", "invalid JSON");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"lr\": \"fast\"}}",
+                        "train.lr must be a number");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"lr\": 0}}",
+                        "train.lr must be in");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"momentum\": 1.0}}",
+                        "outer.momentum");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"val_fraction\": 0}",
+                        "val_fraction");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"updates_per_version\": 2.5}",
+                        "updates_per_version must be an integer");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"lease_s\": 0}", "lease_s");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", "mode");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"kind\": \"topk\"}}",
+                        "compression.kind");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"dtype\": \"BF16\"}}",
+                        "compression.dtype");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"model\": {\"n_head\": 3}}",
+                        "config: model:");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"model\": {\"vocab_size\": 100}}",
+                        "model.vocab_size");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"model\": 4}",
+                        "model must be an object");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"task_bytes\": 10}", "task_bytes");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"max_body_bytes\": 2048}",
+                        "max_body_bytes");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"seed\": -1}", "seed");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"batch\": 4096},"
+                        " \"model\": {\"block_size\": 2048}}",
+                        "train.batch x model.block_size");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"steps\": 100001}}",
+                        "train.steps");
+}
+
+static void test_config_corpus_checks(void **state) {
+    (void)state;
+    coord_config cfg;
+    vl_error e;
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"task_bytes\": 1000}", &cfg, &e),
+                     VL_OK);
+    int64_t train, val;
+    coord_config_split(&cfg, 10000, &train, &val);
+    assert_int_equal(val, 1000);
+    assert_int_equal(train, 9000);
+    assert_int_equal(coord_config_check_corpus(&cfg, 10000, &e), VL_OK);
+    /* 500 bytes: 50 held out, fewer than a 65-byte window. */
+    assert_int_equal(coord_config_check_corpus(&cfg, 500, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "val_fraction"));
+    /* 1050 bytes: 105 held out, 945 training bytes < task_bytes. */
+    assert_int_equal(coord_config_check_corpus(&cfg, 1050, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "task_bytes"));
+}
+
+static void test_durations(void **state) {
+    (void)state;
+    int64_t s;
+    assert_int_equal(coord_parse_duration("7d", &s), VL_OK);
+    assert_int_equal(s, 7 * 86400);
+    assert_int_equal(coord_parse_duration("24h", &s), VL_OK);
+    assert_int_equal(s, 86400);
+    assert_int_equal(coord_parse_duration("30m", &s), VL_OK);
+    assert_int_equal(s, 1800);
+    assert_int_equal(coord_parse_duration("3600s", &s), VL_OK);
+    assert_int_equal(s, 3600);
+    assert_int_equal(coord_parse_duration("90", &s), VL_OK);
+    assert_int_equal(s, 90);
+    const char *bad[] = {"", "d", "0s", "-1h", "1.5h", "7w", "1 d", "99999999999d", "+5s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(coord_parse_duration(bad[i], &s), VL_EINVAL);
+}
+
+/* ---- scheduler ------------------------------------------------------------ */
+
+static void test_scheduler_slots(void **state) {
+    (void)state;
+    /* N = 4: a free slot issues, a held lease comes back, full means wait. */
+    assert_int_equal(coord_sched_decide(0, 0, 0, 4), COORD_SCHED_NEW_TASK);
+    assert_int_equal(coord_sched_decide(0, 0, 3, 4), COORD_SCHED_NEW_TASK);
+    assert_int_equal(coord_sched_decide(0, 0, 4, 4), COORD_SCHED_WAIT);
+    assert_int_equal(coord_sched_decide(0, 1, 4, 4), COORD_SCHED_SAME_TASK);
+    assert_int_equal(coord_sched_decide(0, 1, 0, 4), COORD_SCHED_SAME_TASK);
+    assert_int_equal(coord_sched_decide(1, 1, 0, 4), COORD_SCHED_FINISHED);
+    assert_int_equal(coord_sched_decide(1, 0, 0, 4), COORD_SCHED_FINISHED);
+    /* A late upload keeps its slot only if nobody took it over. */
+    assert_true(coord_sched_accept_late(1, 3, 4));
+    assert_false(coord_sched_accept_late(1, 4, 4));
+    assert_false(coord_sched_accept_late(0, 0, 4));
+}
+
+static void test_scheduler_ranges(void **state) {
+    (void)state;
+    int64_t off, len, off2, len2;
+    int64_t train = 100000, task = 4096;
+    int hits_low = 0, hits_high = 0;
+    for (int64_t id = 1; id <= 2000; id++) {
+        assert_int_equal(coord_sched_task_range(1337, id, train, task, &off, &len), 0);
+        assert_int_equal(len, task);
+        assert_true(off >= 0 && off + len <= train);
+        if (off < (train - task) / 2) hits_low++;
+        else hits_high++;
+        /* Deterministic from (seed, task id). */
+        assert_int_equal(coord_sched_task_range(1337, id, train, task, &off2, &len2), 0);
+        assert_int_equal(off, off2);
+        int64_t seed = coord_sched_task_seed(1337, id);
+        assert_true(seed >= 0 && seed < ((int64_t)1 << 31));
+        assert_int_equal(seed, coord_sched_task_seed(1337, id));
+    }
+    assert_true(hits_low > 800 && hits_high > 800);
+    /* Different run seeds, different layouts. */
+    int same = 0;
+    for (int64_t id = 1; id <= 100; id++) {
+        coord_sched_task_range(1, id, train, task, &off, &len);
+        coord_sched_task_range(2, id, train, task, &off2, &len2);
+        same += off == off2;
+    }
+    assert_true(same < 5);
+    /* A task as long as the training part starts at 0; longer is clipped. */
+    assert_int_equal(coord_sched_task_range(7, 1, 500, 500, &off, &len), 0);
+    assert_int_equal(off, 0);
+    assert_int_equal(len, 500);
+    assert_int_equal(coord_sched_task_range(7, 1, 500, 900, &off, &len), 0);
+    assert_int_equal(len, 500);
+    assert_int_equal(coord_sched_task_range(7, 1, 0, 10, &off, &len), -1);
+}
+
+/* ---- query strings ------------------------------------------------------------ */
+
+static void test_query_ints(void **state) {
+    (void)state;
+    const char *const keys[] = {"wait", "version", NULL};
+    int64_t v[2] = {0, 0};
+    unsigned present = 0;
+    vl_error e = {0};
+    assert_int_equal(coord_query_ints(NULL, keys, 60, v, &present, &e), VL_OK);
+    assert_int_equal(present, 0);
+    assert_int_equal(coord_query_ints("wait=20&version=3", keys, 60, v, &present, &e), VL_OK);
+    assert_int_equal(present, 3);
+    assert_int_equal(v[0], 20);
+    assert_int_equal(v[1], 3);
+    const char *bad[] = {"wait=61", "wait=-1", "wait=", "wait", "wait=1&wait=2", "other=1",
+                         "wait=1x", "wait=+1", "wait=%31"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(coord_query_ints(bad[i], keys, 60, v, &present, &e), VL_EINVAL);
+}
+
+int main(void) {
+    log_set_level(LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_guard_over_cap_content_length),
+        cmocka_unit_test(test_guard_chunked_and_missing_length),
+        cmocka_unit_test(test_guard_bad_content_length),
+        cmocka_unit_test(test_guard_malformed_heads),
+        cmocka_unit_test(test_guard_head_too_large),
+        cmocka_unit_test(test_guard_strips_client_marker),
+        cmocka_unit_test(test_guard_keepalive_pipelining),
+        cmocka_unit_test(test_guard_parse_head_direct),
+        cmocka_unit_test(test_outer_step_by_hand),
+        cmocka_unit_test(test_weighted_mean_of_updates),
+        cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_errors_name_the_field),
+        cmocka_unit_test(test_config_corpus_checks),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_scheduler_slots),
+        cmocka_unit_test(test_scheduler_ranges),
+        cmocka_unit_test(test_query_ints),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

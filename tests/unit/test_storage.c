@@ -1,0 +1,475 @@
+/* storage: migrations, typed round trips, and the atomicity of a version
+ * commit. Each test works on a fresh database in a temporary directory. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "storage/storage.h"
+
+typedef struct fixture {
+    char dir[64];
+    char path[128];
+    storage *st;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    if (!f) return -1;
+    snprintf(f->dir, sizeof f->dir, "/tmp/volley-test-storage-XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    snprintf(f->path, sizeof f->path, "%s/run.db", f->dir);
+    vl_error e = {0};
+    if (storage_open(f->path, 1, &f->st, &e) != VL_OK) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    storage_close(f->st);
+    char p[160];
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s%s", f->path, suffix[i]);
+        unlink(p);
+    }
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void insert_run(storage *st) {
+    storage_run r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.name, sizeof r.name, "demo");
+    r.config = "{\"name\":\"demo\"}";
+    r.corpus_path = "/data/corpus.txt";
+    r.corpus_size = 12345;
+    snprintf(r.corpus_hash, sizeof r.corpus_hash, "%064d", 7);
+    r.created_at = 1000;
+    vl_error e = {0};
+    assert_int_equal(storage_run_insert(st, &r, &e), VL_OK);
+}
+
+static void commit_version(storage *st, int64_t v, float fill, const int64_t *ids, size_t n,
+                           int64_t keep) {
+    float params[4] = {fill, fill + 1, fill + 2, fill + 3};
+    float mom[4] = {-fill, 0, 0, 0};
+    storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
+                           .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
+                           .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
+    vl_error e = {0};
+    int rc = storage_version_commit(st, &ver, ids, n, keep, 0, &e);
+    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, VL_OK);
+}
+
+static int64_t add_peer(storage *st, uint8_t seed) {
+    uint8_t pk[STORAGE_PK_BYTES];
+    memset(pk, seed, sizeof pk);
+    int64_t id = 0;
+    vl_error e = {0};
+    assert_int_equal(storage_peer_insert(st, pk, "lab", "{\"cpus\":8}", 0, 1000, &id, &e), VL_OK);
+    return id;
+}
+
+static int64_t add_task(storage *st, int64_t peer, int64_t version, int64_t deadline,
+                        storage_task_state state) {
+    storage_task t = {.peer_id = peer, .base_version = version, .data_offset = 10,
+                      .data_length = 100, .seed = 42, .issued_at = 1000, .deadline = deadline,
+                      .state = state};
+    int64_t id = 0;
+    vl_error e = {0};
+    assert_int_equal(storage_task_insert(st, &t, &id, &e), VL_OK);
+    return id;
+}
+
+static int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t version) {
+    static const uint8_t blob[] = {1, 2, 3, 4, 5};
+    storage_update u = {.task_id = task, .peer_id = peer, .base_version = version,
+                        .kind = "dense", .num_samples = 64, .local_steps = 10, .loss = 2.5,
+                        .nbytes = sizeof blob, .blob = blob, .received_at = 1500};
+    int64_t id = 0;
+    vl_error e = {0};
+    int rc = storage_update_insert(st, &u, &id, &e);
+    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
+    assert_int_equal(rc, VL_OK);
+    return id;
+}
+
+static void test_fresh_database_reaches_latest_schema(void **state) {
+    fixture *f = *state;
+    int v = -1;
+    vl_error e = {0};
+    assert_int_equal(storage_user_version(f->st, &v, &e), VL_OK);
+    assert_int_equal(v, storage_schema_version());
+    assert_true(v >= 1);
+    struct stat sb;
+    assert_int_equal(stat(f->path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    /* Reopening applies nothing and keeps the version. */
+    storage_close(f->st);
+    assert_int_equal(storage_open(f->path, 0, &f->st, &e), VL_OK);
+    assert_int_equal(storage_user_version(f->st, &v, &e), VL_OK);
+    assert_int_equal(v, storage_schema_version());
+    /* Without create, a missing file is not made. */
+    char other[160];
+    snprintf(other, sizeof other, "%s/missing.db", f->dir);
+    storage *st2 = NULL;
+    assert_int_equal(storage_open(other, 0, &st2, &e), VL_ENOTFOUND);
+    assert_null(st2);
+    assert_int_equal(access(other, F_OK), -1);
+}
+
+static void test_failing_migration_rolls_back(void **state) {
+    fixture *f = *state;
+    int base = storage_schema_version();
+    storage_migration list[8];
+    size_t n = 0;
+    for (int i = 1; i <= base; i++) list[n++] = (storage_migration){i, "SELECT 1"};
+    list[n++] = (storage_migration){base + 1, "CREATE TABLE extra_a (x INTEGER);"};
+    /* The first statement succeeds, the second fails: neither may stay. */
+    list[n++] = (storage_migration){base + 2,
+                                    "CREATE TABLE extra_b (x INTEGER);"
+                                    "INSERT INTO no_such_table VALUES (1);"};
+    list[n++] = (storage_migration){base + 3, "CREATE TABLE extra_c (x INTEGER);"};
+    vl_error e = {0};
+    assert_int_equal(storage_migrate_with(f->st, list, n, &e), VL_EDB);
+    assert_non_null(strstr(e.msg, "migration"));
+    int v = -1;
+    assert_int_equal(storage_user_version(f->st, &v, &e), VL_OK);
+    assert_int_equal(v, base + 1);
+    /* extra_a exists (its migration committed); extra_b and extra_c do not. A
+     * new migration run that creates extra_b must therefore succeed. */
+    list[n - 2] = (storage_migration){base + 2, "CREATE TABLE extra_b (x INTEGER);"};
+    assert_int_equal(storage_migrate_with(f->st, list, n, &e), VL_OK);
+    assert_int_equal(storage_user_version(f->st, &v, &e), VL_OK);
+    assert_int_equal(v, base + 3);
+    /* A database newer than the program is refused. */
+    assert_int_equal(storage_migrate_with(f->st, list, n - 1, &e), VL_EDB);
+}
+
+static void test_run_round_trip(void **state) {
+    fixture *f = *state;
+    storage_run r;
+    vl_error e = {0};
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_ENOTFOUND);
+    insert_run(f->st);
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
+    assert_string_equal(r.name, "demo");
+    assert_string_equal(r.config, "{\"name\":\"demo\"}");
+    assert_string_equal(r.corpus_path, "/data/corpus.txt");
+    assert_int_equal(r.corpus_size, 12345);
+    assert_int_equal(strlen(r.corpus_hash), 64);
+    assert_int_equal(r.current_version, 0);
+    assert_int_equal(r.status, STORAGE_RUN_RUNNING);
+    storage_run_free(&r);
+    /* A second run is refused. */
+    storage_run r2 = {.config = "{}", .corpus_path = "/x"};
+    assert_int_equal(storage_run_insert(f->st, &r2, &e), VL_ECONFLICT);
+}
+
+static void test_tokens(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    int64_t id = 0, got = 0;
+    assert_int_equal(storage_token_insert(f->st, "aa", 2, 5000, 1000, &id, &e), VL_OK);
+    assert_int_equal(storage_token_check(f->st, "aa", 1000, &got, &e), VL_OK);
+    assert_int_equal(got, id);
+    assert_int_equal(storage_token_check(f->st, "bb", 1000, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_check(f->st, "aa", 5000, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_use(f->st, id, &e), VL_OK);
+    assert_int_equal(storage_token_use(f->st, id, &e), VL_OK);
+    assert_int_equal(storage_token_check(f->st, "aa", 1000, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_use(f->st, id, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_insert(f->st, "aa", 1, 5000, 1000, &id, &e), VL_ECONFLICT);
+}
+
+static void test_peers(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    int64_t tok = 0;
+    assert_int_equal(storage_token_insert(f->st, "cc", 1, 5000, 1000, &tok, &e), VL_OK);
+    uint8_t pk[STORAGE_PK_BYTES];
+    memset(pk, 0xAB, sizeof pk);
+    int64_t id = 0;
+    assert_int_equal(storage_peer_insert(f->st, pk, "lab-3", "{\"gpu\":\"none\"}", tok, 1000,
+                                         &id, &e), VL_OK);
+    assert_true(id > 0);
+    assert_int_equal(storage_peer_insert(f->st, pk, "again", "{}", tok, 1001, NULL, &e),
+                     VL_ECONFLICT);
+    storage_peer p;
+    assert_int_equal(storage_peer_get(f->st, id, &p, &e), VL_OK);
+    assert_memory_equal(p.public_key, pk, sizeof pk);
+    assert_string_equal(p.name, "lab-3");
+    assert_string_equal(p.hardware, "{\"gpu\":\"none\"}");
+    assert_int_equal(p.token_id, tok);
+    assert_int_equal(p.revoked, 0);
+    storage_peer_free(&p);
+    assert_int_equal(storage_peer_touch(f->st, id, 1234, &e), VL_OK);
+    assert_int_equal(storage_peer_revoke(f->st, id, &e), VL_OK);
+    assert_int_equal(storage_peer_find_key(f->st, pk, &p, &e), VL_OK);
+    assert_int_equal(p.id, id);
+    assert_int_equal(p.last_seen, 1234);
+    assert_int_equal(p.revoked, 1);
+    storage_peer_free(&p);
+    assert_int_equal(storage_peer_get(f->st, id + 100, &p, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_peer_revoke(f->st, id + 100, &e), VL_ENOTFOUND);
+    int64_t n = 0;
+    assert_int_equal(storage_peer_count(f->st, &n, &e), VL_OK);
+    assert_int_equal(n, 1);
+}
+
+static void test_tasks_and_slots(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p1 = add_peer(f->st, 1), p2 = add_peer(f->st, 2);
+    int64_t next = 0;
+    assert_int_equal(storage_task_next_id(f->st, &next, &e), VL_OK);
+    assert_int_equal(next, 1);
+    storage_task t = {.id = next, .peer_id = p1, .base_version = 0, .data_offset = 7,
+                      .data_length = 64, .seed = 99, .issued_at = 1000, .deadline = 1120,
+                      .state = STORAGE_TASK_LEASED};
+    int64_t t1 = 0;
+    assert_int_equal(storage_task_insert(f->st, &t, &t1, &e), VL_OK);
+    assert_int_equal(t1, 1);
+    int64_t t2 = add_task(f->st, p2, 0, 1060, STORAGE_TASK_LEASED);
+    int64_t t3 = add_task(f->st, p2, 0, 1200, STORAGE_TASK_DONE);
+    storage_task got;
+    assert_int_equal(storage_task_get(f->st, t1, &got, &e), VL_OK);
+    assert_int_equal(got.data_offset, 7);
+    assert_int_equal(got.seed, 99);
+    assert_int_equal(got.state, STORAGE_TASK_LEASED);
+    int64_t n = 0;
+    assert_int_equal(storage_task_count_slots(f->st, 0, 1000, &n, &e), VL_OK);
+    assert_int_equal(n, 3);
+    /* Past t2's deadline its slot is free even before it is marked. */
+    assert_int_equal(storage_task_count_slots(f->st, 0, 1060, &n, &e), VL_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(storage_task_find_lease(f->st, p2, 0, 1000, &got, &e), VL_OK);
+    assert_int_equal(got.id, t2);
+    assert_int_equal(storage_task_find_lease(f->st, p2, 0, 1060, &got, &e), VL_ENOTFOUND);
+    int64_t dl = 0;
+    assert_int_equal(storage_task_next_deadline(f->st, 0, 1000, &dl, &e), VL_OK);
+    assert_int_equal(dl, 1060);
+    assert_int_equal(storage_task_expire(f->st, 1060, &n, &e), VL_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(storage_task_get(f->st, t2, &got, &e), VL_OK);
+    assert_int_equal(got.state, STORAGE_TASK_EXPIRED);
+    assert_int_equal(storage_task_count_done(f->st, 0, &n, &e), VL_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(storage_task_set_state(f->st, t1, STORAGE_TASK_DONE, &e), VL_OK);
+    assert_int_equal(storage_task_set_state(f->st, 999, STORAGE_TASK_DONE, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_task_count_done(f->st, 0, &n, &e), VL_OK);
+    assert_int_equal(n, 2);
+    (void)t3;
+    /* A task for a version that does not exist violates its foreign key. */
+    storage_task bad = t;
+    bad.id = 0;
+    bad.base_version = 7;
+    assert_int_equal(storage_task_insert(f->st, &bad, NULL, &e), VL_EDB);
+}
+
+struct collect {
+    int n;
+    int64_t ids[8];
+    int64_t bytes;
+};
+
+static int collect_cb(void *ctx, const storage_update *u) {
+    struct collect *c = ctx;
+    if (c->n < 8) c->ids[c->n++] = u->id;
+    c->bytes += u->blob ? u->nbytes : 0;
+    assert_string_equal(u->kind, "dense");
+    assert_int_equal(u->num_samples, 64);
+    return 0;
+}
+
+static void test_updates_round_trip(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 3);
+    int64_t t1 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t t2 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t u1 = add_update(f->st, t1, p, 0);
+    int64_t u2 = add_update(f->st, t2, p, 0);
+    static const uint8_t blob[] = {9};
+    storage_update dup = {.task_id = t1, .peer_id = p, .kind = "dense", .num_samples = 1,
+                          .local_steps = 1, .nbytes = 1, .blob = blob};
+    assert_int_equal(storage_update_insert(f->st, &dup, NULL, &e), VL_ECONFLICT);
+    int exists = 0;
+    assert_int_equal(storage_update_exists(f->st, t1, &exists, &e), VL_OK);
+    assert_int_equal(exists, 1);
+    assert_int_equal(storage_update_exists(f->st, 999, &exists, &e), VL_OK);
+    assert_int_equal(exists, 0);
+    struct collect c = {0};
+    assert_int_equal(storage_update_each_pending(f->st, 0, collect_cb, &c, &e), VL_OK);
+    assert_int_equal(c.n, 2);
+    assert_int_equal(c.ids[0], u1);
+    assert_int_equal(c.ids[1], u2);
+    assert_int_equal(c.bytes, 10);
+    int64_t total = 0;
+    assert_int_equal(storage_update_count(f->st, &total, &e), VL_OK);
+    assert_int_equal(total, 2);
+}
+
+static void test_version_commit_and_prune(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 2);
+    int64_t p = add_peer(f->st, 4);
+    int64_t ids[3];
+    for (int v = 1; v <= 3; v++) {
+        int64_t t = add_task(f->st, p, v - 1, 2000, STORAGE_TASK_DONE);
+        ids[v - 1] = add_update(f->st, t, p, v - 1);
+        commit_version(f->st, v, (float)v * 10, &ids[v - 1], 1, 2);
+    }
+    storage_run r;
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
+    assert_int_equal(r.current_version, 3);
+    storage_run_free(&r);
+    storage_version v;
+    assert_int_equal(storage_version_get(f->st, 3, 1, &v, &e), VL_OK);
+    assert_int_equal(v.n, 4);
+    assert_true(v.params[1] == 31.0f);
+    assert_true(v.momentum[0] == -30.0f);
+    assert_true(v.val_loss == 2.0);
+    assert_true(v.train_loss == 4.0);
+    assert_int_equal(v.num_updates, 1);
+    storage_version_free(&v);
+    /* keep_versions = 2: versions 2 and 3 keep params, 0 and 1 are pruned,
+     * and so is the blob of the update merged into version 1. */
+    assert_int_equal(storage_version_get(f->st, 2, 1, &v, &e), VL_OK);
+    assert_non_null(v.params);
+    storage_version_free(&v);
+    assert_int_equal(storage_version_get(f->st, 1, 1, &v, &e), VL_OK);
+    assert_null(v.params);
+    assert_null(v.momentum);
+    assert_true(v.val_loss == 4.0);
+    storage_version_free(&v);
+    assert_int_equal(storage_version_get(f->st, 0, 1, &v, &e), VL_OK);
+    assert_null(v.params);
+    assert_true(isnan(v.train_loss));
+    storage_version_free(&v);
+    assert_int_equal(storage_version_get(f->st, 9, 0, &v, &e), VL_ENOTFOUND);
+    /* Version numbers must follow on. */
+    float x[4] = {0};
+    storage_version skip = {.version = 5, .params = x, .n = 4};
+    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, 2, 0, &e), VL_ECONFLICT);
+}
+
+static int count_cb(void *ctx, const storage_version *v) {
+    (void)v;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* A failure after the version row is written (here: one update that is
+ * already merged) must leave nothing of the commit visible: no version row,
+ * the run's version unchanged, no update marked, no lease expired. */
+static void test_version_commit_is_atomic(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 5);
+    int64_t ta = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t tb = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t tl = add_task(f->st, p, 0, 3000, STORAGE_TASK_LEASED);
+    int64_t ua = add_update(f->st, ta, p, 0);
+    int64_t ub = add_update(f->st, tb, p, 0);
+    int64_t bad_ids[3] = {ua, ub, ub + 1000};
+    float params[4] = {1, 2, 3, 4};
+    storage_version v1 = {.version = 1, .created_at = 3000, .params = params, .n = 4,
+                          .val_loss = 1.0, .train_loss = 2.0, .num_updates = 3};
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, &e), VL_ECONFLICT);
+    assert_false(storage_in_transaction(f->st));
+    storage_version got;
+    assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
+    storage_run r;
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
+    assert_int_equal(r.current_version, 0);
+    storage_run_free(&r);
+    struct collect c = {0};
+    assert_int_equal(storage_update_each_pending(f->st, 0, collect_cb, &c, &e), VL_OK);
+    assert_int_equal(c.n, 2);
+    storage_task t;
+    assert_int_equal(storage_task_get(f->st, tl, &t, &e), VL_OK);
+    assert_int_equal(t.state, STORAGE_TASK_LEASED);
+
+    /* The same failure inside a caller's transaction rolls back only the
+     * commit's savepoint; the caller's earlier write survives. */
+    assert_int_equal(storage_begin(f->st, &e), VL_OK);
+    assert_int_equal(storage_peer_touch(f->st, p, 7777, &e), VL_OK);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, &e), VL_ECONFLICT);
+    assert_true(storage_in_transaction(f->st));
+    assert_int_equal(storage_commit(f->st, &e), VL_OK);
+    assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
+    storage_peer pe;
+    assert_int_equal(storage_peer_get(f->st, p, &pe, &e), VL_OK);
+    assert_int_equal(pe.last_seen, 7777);
+    storage_peer_free(&pe);
+
+    /* A correct commit then does everything at once. */
+    int64_t good[2] = {ua, ub};
+    v1.num_updates = 2;
+    assert_int_equal(storage_version_commit(f->st, &v1, good, 2, 4, 1, &e), VL_OK);
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
+    assert_int_equal(r.current_version, 1);
+    assert_int_equal(r.status, STORAGE_RUN_FINISHED);
+    storage_run_free(&r);
+    assert_int_equal(storage_task_get(f->st, tl, &t, &e), VL_OK);
+    assert_int_equal(t.state, STORAGE_TASK_EXPIRED);
+    memset(&c, 0, sizeof c);
+    assert_int_equal(storage_update_each_pending(f->st, 0, collect_cb, &c, &e), VL_OK);
+    assert_int_equal(c.n, 0);
+    int nv = 0;
+    assert_int_equal(storage_version_each(f->st, count_cb, &nv, &e), VL_OK);
+    assert_int_equal(nv, 2);
+}
+
+static void test_explicit_transaction_rollback(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    assert_int_equal(storage_begin(f->st, &e), VL_OK);
+    assert_int_equal(storage_begin(f->st, &e), VL_EDB);
+    assert_int_equal(storage_token_insert(f->st, "dd", 1, 5000, 1000, NULL, &e), VL_OK);
+    storage_rollback(f->st);
+    int64_t id;
+    assert_int_equal(storage_token_check(f->st, "dd", 1000, &id, &e), VL_ENOTFOUND);
+}
+
+int main(void) {
+    log_set_level(LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tasks_and_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_updates_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
