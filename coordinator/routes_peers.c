@@ -129,6 +129,7 @@ void coord_route_join(coord_req *cr) {
     }
     int known = rc == VL_OK;
     int64_t known_id = known ? existing.id : 0;
+    int64_t known_token = known ? existing.token_id : 0;
     int revoked = known && existing.revoked;
     if (known) storage_peer_free(&existing);
     if (revoked) {
@@ -139,6 +140,20 @@ void coord_route_join(coord_req *cr) {
     crypto_hash_hex(jb.token, jb.token_len, hash);
     int64_t token_id = 0;
     int64_t now = clock_unix_s();
+    if (known) {
+        /* A peer whose join reply was lost retries with the token that
+         * registered it, which may have no uses left by now: the same token
+         * and the same key prove it is the same join. */
+        rc = storage_token_find(srv->db, hash, &token_id, &e);
+        if (rc != VL_OK && rc != VL_ENOTFOUND) {
+            coord_reply_internal(cr, &e);
+            goto out;
+        }
+        if (rc == VL_OK && token_id == known_token) {
+            reply_joined(cr, 200, known_id);
+            goto out;
+        }
+    }
     rc = storage_token_check(srv->db, hash, now, &token_id, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 403, "invalid_token", "the token is unknown, expired or used up");

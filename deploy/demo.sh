@@ -6,13 +6,15 @@
 # version's validation loss, stops everything and exits 0 (non-zero if any
 # part failed or the model did not learn).
 #
-# Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (30),
+# Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (40),
+# VOLLEY_DEMO_STEPS (local steps per task, 20),
 # VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 peers=${VOLLEY_DEMO_PEERS:-4}
-versions=${VOLLEY_DEMO_VERSIONS:-30}
+versions=${VOLLEY_DEMO_VERSIONS:-40}
+steps=${VOLLEY_DEMO_STEPS:-20}
 work=${VOLLEY_DEMO_DIR:-$root/demo-run}
 build=${VOLLEY_BUILD_DIR:-$root/build}
 
@@ -46,7 +48,7 @@ cat > run.json <<JSON
   "mode": "sync",
   "updates_per_version": $peers,
   "max_versions": $versions,
-  "train": {"steps": 10, "batch": 8, "optimizer": "adamw", "lr": 0.002,
+  "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,
             "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
   "outer": {"lr": 0.7, "momentum": 0.9},
   "compression": {"kind": "dense", "dtype": "F32"},
@@ -101,7 +103,7 @@ first=$(sqlite3 run.db "SELECT val_loss FROM versions ORDER BY version LIMIT 1")
 up=$(sqlite3 run.db "SELECT count(*), coalesce(avg(nbytes), 0) FROM updates")
 echo
 printf 'demo: validation loss %.4f -> %.4f (ln 256 = 5.5452) over %s versions in %.1f s\n' \
-  "$first" "$final" "$versions" "$(echo "$end - $start" | bc)"
+  "$first" "$final" "$versions" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
 printf 'demo: %s updates, %.0f bytes each\n' "${up%%|*}" "${up##*|}"
 awk -v f="$final" 'BEGIN { exit !(f < 3.5) }' || { echo "demo: the model did not learn" >&2; exit 1; }
 echo "demo: ok"

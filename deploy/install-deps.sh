@@ -12,7 +12,6 @@ PKGS=(
   libcurl4-openssl-dev
   libopenblas-dev
   libcmocka-dev
-  python3
 )
 
 SUDO=""

@@ -27,6 +27,7 @@ static const char *const SQL[Q_COUNT] = {
                        " VALUES (?, ?, ?, ?)",
     [Q_TOKEN_CHECK] = "SELECT id FROM tokens WHERE hash = ? AND revoked = 0 AND uses_left > 0"
                       " AND expires_at > ?",
+    [Q_TOKEN_FIND] = "SELECT id FROM tokens WHERE hash = ? AND revoked = 0",
     [Q_TOKEN_USE] = "UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ? AND uses_left > 0",
     [Q_PEER_INSERT] = "INSERT INTO peers (public_key, name, hardware, token_id, joined_at,"
                       " last_seen) VALUES (?, ?, ?, ?, ?, ?)",

@@ -21,6 +21,7 @@ typedef enum {
     Q_RUN_SET_VERSION,
     Q_TOKEN_INSERT,
     Q_TOKEN_CHECK,
+    Q_TOKEN_FIND,
     Q_TOKEN_USE,
     Q_PEER_INSERT,
     Q_PEER_GET,

@@ -89,6 +89,13 @@ int storage_token_check(storage *st, const char *hash_hex, int64_t now, int64_t 
     return q_int(st, s, 0, id, "token", err);
 }
 
+int storage_token_find(storage *st, const char *hash_hex, int64_t *id, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TOKEN_FIND, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_text(s, 1, hash_hex, -1, SQLITE_STATIC);
+    return q_int(st, s, 0, id, "token", err);
+}
+
 int storage_token_use(storage *st, int64_t id, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_TOKEN_USE, err);
     if (!s) return VL_EDB;

@@ -113,6 +113,11 @@ int storage_token_insert(storage *st, const char *hash_hex, int64_t uses, int64_
  * *id receives the row id. */
 int storage_token_check(storage *st, const char *hash_hex, int64_t now, int64_t *id,
                         vl_error *err) VL_MUST_CHECK;
+/* Id of the unrevoked token with this hash whatever its uses and expiry
+ * (VL_ENOTFOUND if none): lets a peer whose join reply was lost join again
+ * with the one-use token that registered it. */
+int storage_token_find(storage *st, const char *hash_hex, int64_t *id,
+                       vl_error *err) VL_MUST_CHECK;
 /* Takes one use of token id, which must still have one (VL_ENOTFOUND when it
  * has none left). Run it in the transaction that inserts the peer. */
 int storage_token_use(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;

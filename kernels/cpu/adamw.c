@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels/adamw_elem.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
@@ -16,16 +17,9 @@ void kernels_adamw_step(float *param, const float *grad, float *m, float *v,
     float bc2 = (float)(1.0 - pow((double)b2, (double)step));
 #pragma omp parallel for schedule(static) if (n > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        float p = param[i];
         float decay = (decay_mask == NULL || decay_mask[i]) ? wd : 0.0f;
-        param[i] = p - lr * (mhat / (sqrtf(vhat) + eps)) - lr * decay * p;
+        param[i] = kernels_adamw_elem(param[i], grad[i], &m[i], &v[i], lr, b1, b2, eps, decay,
+                                      bc1, bc2);
     }
 }
 

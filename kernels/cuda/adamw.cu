@@ -1,10 +1,11 @@
-/* AdamW on the GPU: the same update, element for element, as the CPU
- * kernel in kernels/cpu/adamw.c. */
+/* AdamW on the GPU: the element update of kernels/adamw_elem.h, which the
+ * CPU kernel uses too. */
 #include <math.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
 
+#include "kernels/adamw_elem.h"
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/kernels.h"
 
@@ -14,16 +15,9 @@ __global__ static void adamw_kernel(float *param, const float *grad, float *m, f
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float g = grad[i];
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1;
-        float vhat = vi / bc2;
-        float p = param[i];
         float decay = (decay_mask == NULL || decay_mask[i]) ? wd : 0.0f;
-        param[i] = p - lr * (mhat / (sqrtf(vhat) + eps)) - lr * decay * p;
+        param[i] = kernels_adamw_elem(param[i], grad[i], &m[i], &v[i], lr, b1, b2, eps, decay,
+                                      bc1, bc2);
     }
 }
 

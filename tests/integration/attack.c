@@ -28,6 +28,7 @@
 
 typedef struct {
     const char *url, *ca;
+    char token[CRYPTO_TOKEN_LEN + 1];
     crypto_identity id;
     int64_t peer, task, base_version;
     size_t n_params;
@@ -177,6 +178,8 @@ static int load_state(ctx *c, const char *dir) {
     c->task = json_integer_value(json_object_get(j, "task"));
     c->base_version = json_integer_value(json_object_get(j, "base_version"));
     c->n_params = (size_t)json_integer_value(json_object_get(j, "n_params"));
+    const char *tok = json_string_value(json_object_get(j, "token"));
+    snprintf(c->token, sizeof c->token, "%s", tok ? tok : "");
     snprintf(c->run, sizeof c->run, "%s", json_string_value(json_object_get(j, "run")));
     json_decref(j);
     return 0;
@@ -203,6 +206,16 @@ static int prepare(ctx *c, const char *dir, const char *token, const char *badto
     c->peer = json_integer_value(json_object_get(j, "peer_id"));
     json_decref(j);
     expect("join with a valid token", &r, 201, NULL);
+    /* The reply was lost: the same key joins again with its one-use token. */
+    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
+    j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
+    int same = json_integer_value(json_object_get(j, "peer_id")) == c->peer;
+    json_decref(j);
+    expect("join again with the used-up token", &r, 200, NULL);
+    if (!same) {
+        printf("FAIL join again returned another peer id\n");
+        failed++;
+    }
     request(c, "GET", "/v1/task?wait=30", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
     c->task = json_integer_value(json_object_get(j, "task_id"));
@@ -219,9 +232,9 @@ static int prepare(ctx *c, const char *dir, const char *token, const char *badto
     }
     c->n_params = n;
     expect("download the model", &r, 200, NULL);
-    j = json_pack("{sI sI sI sI ss}", "peer", (json_int_t)c->peer, "task", (json_int_t)c->task,
-                  "base_version", (json_int_t)c->base_version, "n_params", (json_int_t)n,
-                  "run", c->run);
+    j = json_pack("{sI sI sI sI ss ss}", "peer", (json_int_t)c->peer, "task",
+                  (json_int_t)c->task, "base_version", (json_int_t)c->base_version, "n_params",
+                  (json_int_t)n, "run", c->run, "token", token);
     snprintf(path, sizeof path, "%s/attack.state", dir);
     json_dump_file(j, path, 0);
     json_decref(j);
@@ -311,6 +324,13 @@ static void attack(ctx *c, const char *badtoken) {
              badtoken);
     request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, &other, 0, 0, &r);
     expect("join with an unknown token", &r, 403, "invalid_token");
+    /* The used-up token cannot admit a new key. */
+    snprintf(body, sizeof body, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"x\"}", pk,
+             c->token);
+    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, &other, 0, 0, &r);
+    expect("used-up token for a new key", &r, 403, "invalid_token");
+    snprintf(body, sizeof body, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"x\"}", pk,
+             badtoken);
     /* Registering someone else's public key: signed by a different key. */
     request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, &c->id, 0, 0, &r);
     expect("join for a key the caller lacks", &r, 401, "bad_signature");
