@@ -1,6 +1,7 @@
 # Shared helpers for the integration tests: a work directory with real TLS
 # certificates, a small run configuration, and a coordinator process on a
-# free port of 127.0.0.1. Sourced by the test scripts.
+# free port of 127.0.0.1. Sourced by the test scripts. A failing test keeps
+# its work directory and prints its logs; IT_KEEP=1 keeps a passing one's.
 set -euo pipefail
 
 COORD=${COORD:?}
@@ -17,7 +18,7 @@ it_cleanup() {
     echo "---- logs from $WORK" >&2
     tail -n 30 "$WORK"/*.log >&2 2>/dev/null || true
   else
-    rm -rf "$WORK"
+    [ -n "${IT_KEEP:-}" ] || rm -rf "$WORK"
   fi
 }
 trap it_cleanup EXIT
