@@ -6,6 +6,14 @@ source "$(dirname "$0")/lib.sh"
 VERSIONS=4
 it_setup itround "$VERSIONS" 3
 it_start_coordinator
+# Without the run's CA the peer must refuse the coordinator, in one line.
+token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+"$PEER" keygen --dir nocert > /dev/null
+if "$PEER" join --dir nocert --coordinator "$URL" --token "$token" --retries 1 2> nocert.log; then
+  fail "join without --cacert succeeded against a private CA"
+fi
+grep -qi 'certificate' nocert.log || fail "no certificate error: $(cat nocert.log)"
+[ "$(wc -l < nocert.log)" = 1 ] || fail "the error is not one line: $(cat nocert.log)"
 for i in 1 2 3; do it_peer "$i"; done
 for i in 1 2 3; do
   "$PEER" run --dir "peer$i" --threads 1 --wait 10 2> "peer$i.log" &
@@ -33,5 +41,6 @@ last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
 awk -v a="$first" 'BEGIN { exit !(a > 5.4 && a < 5.7) }' || fail "initial loss $first is not about ln 256"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall: $first -> $last"
 for i in 1 2 3; do grep -q 'run_finished\|run finished' "peer$i.log" || fail "peer $i did not see the run finish"; done
+echo "round: without the CA: $(cat nocert.log)"
 echo "round: $VERSIONS versions, loss $first -> $last"
 echo "1 passed, 0 failed"
