@@ -83,3 +83,20 @@ it_peer() {
 }
 
 q() { sqlite3 run.db "$@"; }
+
+# it_check_run VERSIONS PER_VERSION: the finished run's database is sound,
+# holds every version once with its validation loss, and every update was
+# merged exactly once, into the version after its base.
+it_check_run() {
+  local versions=$1 per=$2
+  [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+  [ "$(q 'SELECT count(*) FROM versions')" = $((versions + 1)) ] || fail "expected $((versions + 1)) versions"
+  [ "$(q 'SELECT count(*) FROM versions WHERE val_loss IS NULL')" = 0 ] || fail "a version lacks its validation loss"
+  [ "$(q "SELECT count(*) FROM versions WHERE version > 0 AND num_updates <> $per")" = 0 ] \
+    || fail "a version merged other than $per updates"
+  [ "$(q 'SELECT count(*) FROM updates')" = $((per * versions)) ] || fail "expected $((per * versions)) updates"
+  [ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL OR merged_version <> base_version + 1')" = 0 ] \
+    || fail "an update was not merged into the version after its base"
+  [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
+    || fail "a task has two updates"
+}

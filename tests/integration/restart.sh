@@ -31,11 +31,7 @@ done
 PIDS=()
 it_stop_coordinator
 
-[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
-[ "$(q 'SELECT count(*) FROM versions')" = $((VERSIONS + 1)) ] || fail "versions"
-[ "$(q 'SELECT count(*) FROM updates')" = $((3 * VERSIONS)) ] || fail "expected $((3 * VERSIONS)) updates"
-[ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')" = 0 ] || fail "an update was never merged"
-[ "$(q 'SELECT count(*) FROM versions WHERE version > 0 AND num_updates <> 3')" = 0 ] || fail "a version merged other than 3 updates"
+it_check_run "$VERSIONS" 3
 acked=$(cat peer*.log | grep -c 'accepted' || true)
 [ "$acked" = $((3 * VERSIONS)) ] || fail "peers saw $acked acknowledgements, expected $((3 * VERSIONS))"
 echo "restart: stopped at version $cut, finished at $VERSIONS"

@@ -25,16 +25,7 @@ done
 PIDS=()
 it_stop_coordinator
 
-[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
-[ "$(q 'SELECT count(*) FROM versions')" = $((VERSIONS + 1)) ] || fail "expected $((VERSIONS + 1)) versions"
-[ "$(q 'SELECT count(*) FROM versions WHERE val_loss IS NULL')" = 0 ] || fail "a version lacks its validation loss"
-[ "$(q 'SELECT count(*) FROM versions WHERE version > 0 AND num_updates <> 3')" = 0 ] || fail "a version merged other than 3 updates"
-[ "$(q 'SELECT count(*) FROM updates')" = $((3 * VERSIONS)) ] || fail "expected $((3 * VERSIONS)) updates"
-[ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL OR merged_version <> base_version + 1')" = 0 ] \
-  || fail "an update was not merged into the version after its base"
-for v in $(seq 1 "$VERSIONS"); do
-  [ "$(q "SELECT count(DISTINCT task_id) FROM updates WHERE merged_version = $v")" = 3 ] || fail "version $v: duplicate tasks"
-done
+it_check_run "$VERSIONS" 3
 [ "$(q 'SELECT count(*) FROM peers')" = 3 ] || fail "expected 3 peers"
 first=$(q 'SELECT val_loss FROM versions WHERE version = 0')
 last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
