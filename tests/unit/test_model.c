@@ -35,13 +35,7 @@ static model_gpt *make(model_gpt_config c, uint64_t seed)
     return m;
 }
 
-#define OK(call)                                                                                  \
-    do {                                                                                          \
-        vl_error e_ = {0};                                                                        \
-        int rc_ = (call);                                                                         \
-        if (rc_ != 0)                                                                             \
-            fail_msg("%s failed (%d): %s", #call, rc_, e_.msg);                                   \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 /* ---- configuration and table -------------------------------------------- */
 

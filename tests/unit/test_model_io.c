@@ -16,13 +16,7 @@
 #include "common/common.h"
 #include "model/model.h"
 
-#define OK(call)                                                                                  \
-    do {                                                                                          \
-        vl_error e_ = {0};                                                                        \
-        int rc_ = (call);                                                                         \
-        if (rc_ != 0)                                                                             \
-            fail_msg("%s failed (%d): %s", #call, rc_, e_.msg);                                   \
-    } while (0)
+#include "tests/unit/test_util.h"
 
 static const model_gpt_config CFG = {.vocab_size = 256, .block_size = 8, .n_layer = 2,
                                      .n_head = 2, .n_embd = 16};
