@@ -5,8 +5,10 @@
  * peer, base version, kind, sample count, local steps and final local loss,
  * and whose tensors carry the pseudo-gradient delta = theta_base -
  * theta_local in one of the kinds of DESIGN.md. This module encodes and
- * strictly validates updates and holds the vector arithmetic that merging
- * needs. Pure C: no I/O, no allocation beyond the decoded file's tables.
+ * strictly validates updates, and holds the compressors (Count Sketch,
+ * exact top-k, Gaussian-k, error feedback) and the vector arithmetic that
+ * merging needs. Pure C: no I/O. Hot loops are built for several x86-64
+ * levels and picked at run time, and use OpenMP where it pays.
  */
 #ifndef VOLLEY_COMPRESS_H
 #define VOLLEY_COMPRESS_H
@@ -17,12 +19,111 @@
 #include "common/common.h"
 
 typedef enum {
-    COMPRESS_DENSE = 0, /* F32/F16 `delta` of every parameter */
+    COMPRESS_DENSE = 0,  /* F32/F16 `delta` of every parameter */
+    COMPRESS_TOPK = 1,   /* U32 `indices` ascending + F32/F16 `values` (topk and gaussk) */
+    COMPRESS_SKETCH = 2, /* F32/F16 `table` [rows, cols]; seed in metadata */
 } compress_kind;
 
-/* Kind from its wire name ("dense"); VL_EINVAL if unknown. */
+/* Kind from its wire name ("dense", "topk", "sketch"); VL_EINVAL if unknown. */
 int compress_kind_parse(const char *name, compress_kind *out) VL_MUST_CHECK;
 const char *compress_kind_name(compress_kind k);
+
+/* ---- Count Sketch (sketch.c) --------------------------------------------
+ *
+ * r rows of c columns; coordinate i of row j lands in one bucket with one
+ * sign, both from the hash of DESIGN.md, computed on the fly and identical
+ * on every machine. Sketches of the same (seed, rows, cols) add:
+ * S(a) + S(b) = S(a + b). */
+
+#define COMPRESS_SKETCH_MAX_ROWS 15
+#define COMPRESS_SKETCH_MAX_CELLS ((uint64_t)1 << 28)
+
+typedef struct compress_sketch {
+    uint32_t rows, cols;
+    uint64_t seed;
+    float *table; /* rows * cols, row-major; owned (compress_sketch_free) */
+} compress_sketch;
+
+/* key_j = splitmix64(seed ^ (j + 1)). */
+uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row);
+/* Bucket and sign (+1/-1) of coordinate i in row j. */
+void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
+                          uint32_t *bucket, int *sign);
+
+/* A zeroed sketch. VL_EINVAL for rows outside 1..COMPRESS_SKETCH_MAX_ROWS,
+ * cols < 1 or more than COMPRESS_SKETCH_MAX_CELLS cells; VL_ENOMEM. */
+int compress_sketch_init(compress_sketch *s, uint32_t rows, uint32_t cols, uint64_t seed,
+                         vl_error *err) VL_MUST_CHECK;
+void compress_sketch_free(compress_sketch *s);
+void compress_sketch_zero(compress_sketch *s);
+/* 1 when a and b have the same seed, rows and cols. */
+int compress_sketch_same_shape(const compress_sketch *a, const compress_sketch *b);
+
+/* table += S(x) for the d values of x (coordinates 0..d-1). */
+void compress_sketch_encode(compress_sketch *s, const float *x, size_t d);
+/* dst += w * src; VL_EINVAL when their seed or shape differ. */
+int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float w,
+                        vl_error *err) VL_MUST_CHECK;
+/* out[i] = median over rows of sign * table[row][bucket], i < d (for an
+ * even row count, the mean of the two middle values). */
+void compress_sketch_estimate(const compress_sketch *s, size_t d, float *out);
+/* Heavy hitters: the k coordinates (k <= d) with the largest |estimate|,
+ * ties to the lower index, indices ascending in idx and their estimates
+ * in val. scratch holds d floats (the estimates). *nnz = min(k, d). */
+int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *scratch,
+                          uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
+/* Sets to 0 the cells, in every row, that the n coordinates idx hash to. */
+void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n);
+
+/* FetchSGD server step with momentum and error kept in sketch space:
+ * V <- mu*V + S;  E <- E + lr*(S + mu*V)  (Nesterov);
+ * change = heavy hitters of E (k of them, estimates as values);
+ * then the cells of E and V that the change's coordinates hash to are
+ * zeroed. The caller applies theta[idx] -= val. V, E and S share a shape.
+ * scratch: d floats. idx/val: k entries. */
+int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                           double lr, double mu, size_t d, size_t k, float *scratch,
+                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
+
+/* Sketched-SGD second round: the P*k candidates are compress_sketch_heavy
+ * of E with k = P*k; once their exact values are known, this keeps, from
+ * n candidates (ascending) with exact values, the
+ * k of largest |value| (ties to lower index), ascending, in place; returns
+ * the count kept in *nnz. */
+int compress_select_exact(uint32_t *idx, float *val, size_t n, size_t k, size_t *nnz,
+                          vl_error *err) VL_MUST_CHECK;
+
+/* ---- selection (topk.c, gaussk.c) -------------------------------------- */
+
+/* Exact top-k by |x| in O(d) (radix select on the float bits, no sort):
+ * the min(k, d) coordinates of largest |x|, ties to the lower index, in
+ * ascending index order in idx (room for min(k, d)). d <= UINT32_MAX.
+ * VL_ENOMEM when its scratch cannot be allocated. */
+int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz,
+                  vl_error *err) VL_MUST_CHECK;
+
+/* Room compress_gaussk needs in idx for a given k: it may return up to 5 %
+ * more than k. */
+#define COMPRESS_GAUSSK_CAP(k) ((k) + (k) / 20 + 2)
+/* Gaussian-k: thr = |mean| + std * Phi^-1(1 - rho/2), rho = k/d, then the
+ * threshold is refined until the count of |x| >= thr is within +-5 % of
+ * k (exactly k or fewer when d is tiny or values tie). Indices ascending
+ * in idx (room for COMPRESS_GAUSSK_CAP(k)); the final threshold goes to
+ * *thr (may be NULL). */
+int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz,
+                    double *thr, vl_error *err) VL_MUST_CHECK;
+
+/* ---- peer-side error feedback (feedback.c) ------------------------------ */
+
+/* e += delta over d values: e becomes the vector to compress. */
+void compress_feedback_add(float *e, const float *delta, size_t d);
+/* Takes the selected coordinates out of e: val[j] = e[idx[j]] rounded to
+ * dtype (F32 or F16, clamped to its finite range), and e[idx[j]] -= val[j],
+ * so sent + residual equals the input exactly. */
+void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype dtype,
+                            float *val);
+
+/* ---- updates (update.c) -------------------------------------------------- */
 
 typedef struct compress_update_meta {
     char run[64];
@@ -33,37 +134,77 @@ typedef struct compress_update_meta {
     int64_t num_samples; /* > 0 */
     int64_t local_steps; /* > 0 */
     double loss;         /* mean local training loss, finite */
+    uint64_t seed;       /* sketch only: the sketch's hash seed */
 } compress_update_meta;
 
 /* Appends a dense update (delta as F32 or F16) to out. */
 int compress_update_encode_dense(const compress_update_meta *meta, const float *delta, size_t n,
                                  st_dtype dtype, buf *out, vl_error *err) VL_MUST_CHECK;
+/* Appends a sparse (topk) update: nnz ascending unique indices and their
+ * values, stored as dtype (F32 or F16). */
+int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t *idx,
+                                const float *val, size_t nnz, st_dtype dtype, buf *out,
+                                vl_error *err) VL_MUST_CHECK;
+/* Appends a sketch update of s (meta->seed is taken from s). */
+int compress_update_encode_sketch(const compress_update_meta *meta, const compress_sketch *s,
+                                  st_dtype dtype, buf *out, vl_error *err) VL_MUST_CHECK;
 
-/* A decoded update. delta points into the caller's bytes (through file),
+/* A decoded update. Tensors point into the caller's bytes (through file),
  * which must outlive it; compress_update_free releases the tables. */
 typedef struct compress_update {
     compress_update_meta meta;
     st_file file;
-    const st_tensor *delta;
+    const st_tensor *delta;   /* dense */
+    const st_tensor *indices; /* topk */
+    const st_tensor *values;  /* topk */
+    const st_tensor *table;   /* sketch */
+    size_t nnz;               /* topk: entries; dense: n_params */
+    uint32_t rows, cols;      /* sketch */
 } compress_update;
 
 /* Parses and validates len bytes against a model of n_params parameters.
  * Returns VL_EINVAL for a malformed file or metadata (HTTP 400) and
- * VL_ERANGE for a well-formed update that does not fit the run: wrong
- * shape or dtype, or a non-finite value (HTTP 422). err names the field. */
+ * VL_ERANGE for a well-formed update whose content does not fit: wrong
+ * tensor shape or dtype, indices out of range, not ascending or repeated,
+ * a non-finite value (HTTP 422). *code (may be NULL) gets the error code
+ * the coordinator answers with ("bad_shape", "bad_indices",
+ * "non_finite"); err names the field. */
 int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
-                           compress_update *out, vl_error *err) VL_MUST_CHECK;
+                           compress_update *out, const char **code,
+                           vl_error *err) VL_MUST_CHECK;
 void compress_update_free(compress_update *u);
 
-/* dst[i] += w * delta[i] for the update's values (converting F16), so the
- * coordinator accumulates a weighted sum without a float copy per update. */
+/* What a run accepts (from its compression configuration). */
+typedef struct compress_spec {
+    compress_kind kind;
+    size_t max_nnz;      /* topk: most entries (gaussk may send 5 % over k) */
+    uint32_t rows, cols; /* sketch */
+    uint64_t seed;       /* sketch */
+} compress_spec;
+
+/* Checks a decoded update against the run: kind, sketch seed and shape,
+ * entry count. VL_ERANGE with *code "wrong_kind", "wrong_sketch" or
+ * "too_many_entries". */
+int compress_update_check_spec(const compress_update *u, const compress_spec *spec,
+                               const char **code, vl_error *err) VL_MUST_CHECK;
+
+/* dst[i] += w * delta[i] for the update's values (converting F16): the
+ * whole vector for dense, the listed coordinates for topk. n is the model
+ * size. VL_EINVAL for a sketch update or a size mismatch. */
 int compress_update_accumulate(const compress_update *u, float w, float *dst, size_t n,
                                vl_error *err) VL_MUST_CHECK;
+/* s->table += w * the update's table; VL_EINVAL unless the update is a
+ * sketch of s's seed and shape. */
+int compress_update_accumulate_sketch(const compress_update *u, float w, compress_sketch *s,
+                                      vl_error *err) VL_MUST_CHECK;
 
 /* delta[i] = base[i] - local[i]. */
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n);
 
 /* 1 when all n values are finite. */
 int compress_all_finite(const float *x, size_t n);
+
+/* 1 when the nnz indices are strictly ascending and below d. */
+int compress_indices_valid(const uint32_t *idx, size_t nnz, size_t d);
 
 #endif

@@ -1,1 +1,3 @@
 volley_unit_test(test_compress volley_compress)
+volley_unit_test(test_sketch volley_compress)
+volley_unit_test(test_topk volley_compress)
