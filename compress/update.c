@@ -1,4 +1,5 @@
 /* Encoding and strict validation of uploaded updates. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -6,7 +7,7 @@
 
 #include "compress/compress.h"
 
-static const char *const KIND_NAMES[] = {"dense"};
+static const char *const KIND_NAMES[] = {"dense", "topk", "sketch"};
 
 int compress_kind_parse(const char *name, compress_kind *out) {
     for (size_t i = 0; i < sizeof KIND_NAMES / sizeof KIND_NAMES[0]; i++) {
@@ -22,42 +23,106 @@ const char *compress_kind_name(compress_kind k) {
     return (unsigned)k < sizeof KIND_NAMES / sizeof KIND_NAMES[0] ? KIND_NAMES[k] : "unknown";
 }
 
-int compress_update_encode_dense(const compress_update_meta *meta, const float *delta, size_t n,
-                                 st_dtype dtype, buf *out, vl_error *err) {
-    if (dtype != ST_F32 && dtype != ST_F16)
-        return vl_fail(err, VL_EINVAL, "dense updates are F32 or F16");
-    char v[8][64];
+/* Starts a writer with the update's metadata. */
+static int write_meta(st_writer *w, const compress_update_meta *meta) {
+    char v[7][32];
     snprintf(v[0], sizeof v[0], "%lld", (long long)meta->task);
     snprintf(v[1], sizeof v[1], "%lld", (long long)meta->peer);
     snprintf(v[2], sizeof v[2], "%lld", (long long)meta->base_version);
     snprintf(v[3], sizeof v[3], "%lld", (long long)meta->num_samples);
     snprintf(v[4], sizeof v[4], "%lld", (long long)meta->local_steps);
     snprintf(v[5], sizeof v[5], "%.9g", meta->loss);
-    uint16_t *half = NULL;
-    const void *data = delta;
-    size_t nbytes = n * sizeof(float);
-    if (dtype == ST_F16) {
-        half = malloc(n * sizeof *half + 1);
-        if (!half) return vl_fail(err, VL_ENOMEM, "out of memory encoding update");
-        for (size_t i = 0; i < n; i++) half[i] = f32_to_f16(delta[i]);
-        data = half;
-        nbytes = n * sizeof *half;
-    }
+    snprintf(v[6], sizeof v[6], "%llu", (unsigned long long)meta->seed);
+    int rc = st_writer_meta(w, "run", meta->run);
+    if (!rc) rc = st_writer_meta(w, "task", v[0]);
+    if (!rc) rc = st_writer_meta(w, "peer", v[1]);
+    if (!rc) rc = st_writer_meta(w, "base_version", v[2]);
+    if (!rc) rc = st_writer_meta(w, "kind", compress_kind_name(meta->kind));
+    if (!rc) rc = st_writer_meta(w, "num_samples", v[3]);
+    if (!rc) rc = st_writer_meta(w, "local_steps", v[4]);
+    if (!rc) rc = st_writer_meta(w, "loss", v[5]);
+    if (!rc && meta->kind == COMPRESS_SKETCH) rc = st_writer_meta(w, "seed", v[6]);
+    return rc;
+}
+
+/* n floats as F32 (x itself) or F16 (a converted copy in *half, which the
+ * caller frees). */
+static int as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
+                    const void **data, size_t *nbytes, vl_error *err) {
+    *half = NULL;
+    *data = x;
+    *nbytes = n * sizeof(float);
+    if (dtype == ST_F32) return VL_OK;
+    if (dtype != ST_F16) return vl_fail(err, VL_EINVAL, "update values are F32 or F16");
+    *half = malloc(n * sizeof **half + 1);
+    if (!*half) return vl_fail(err, VL_ENOMEM, "out of memory encoding update");
+    for (size_t i = 0; i < n; i++) (*half)[i] = f32_to_f16(x[i]);
+    *data = *half;
+    *nbytes = n * sizeof **half;
+    return VL_OK;
+}
+
+/* Writes meta plus up to two tensors and finishes into out. */
+static int encode(const compress_update_meta *meta, const char *name1, st_dtype dt1, int ndim1,
+                  const uint64_t *shape1, const void *data1, size_t bytes1, const char *name2,
+                  st_dtype dt2, const void *data2, size_t bytes2, buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
-    uint64_t shape[1] = {n};
-    int rc = st_writer_meta(&w, "run", meta->run);
-    if (!rc) rc = st_writer_meta(&w, "task", v[0]);
-    if (!rc) rc = st_writer_meta(&w, "peer", v[1]);
-    if (!rc) rc = st_writer_meta(&w, "base_version", v[2]);
-    if (!rc) rc = st_writer_meta(&w, "kind", compress_kind_name(meta->kind));
-    if (!rc) rc = st_writer_meta(&w, "num_samples", v[3]);
-    if (!rc) rc = st_writer_meta(&w, "local_steps", v[4]);
-    if (!rc) rc = st_writer_meta(&w, "loss", v[5]);
-    if (!rc) rc = st_writer_add(&w, "delta", dtype, 1, shape, data, nbytes);
+    int rc = write_meta(&w, meta);
+    if (!rc) rc = st_writer_add(&w, name1, dt1, ndim1, shape1, data1, bytes1);
+    if (!rc && name2) rc = st_writer_add(&w, name2, dt2, 1, shape1, data2, bytes2);
     if (!rc) rc = st_writer_finish(&w, out, err);
     else rc = vl_fail(err, rc, "cannot build update");
     st_writer_free(&w);
+    return rc;
+}
+
+int compress_update_encode_dense(const compress_update_meta *meta, const float *delta, size_t n,
+                                 st_dtype dtype, buf *out, vl_error *err) {
+    if (meta->kind != COMPRESS_DENSE) return vl_fail(err, VL_EINVAL, "meta kind is not dense");
+    uint16_t *half;
+    const void *data;
+    size_t nbytes;
+    int rc = as_dtype(delta, n, dtype, &half, &data, &nbytes, err);
+    if (rc) return rc;
+    uint64_t shape[1] = {n};
+    rc = encode(meta, "delta", dtype, 1, shape, data, nbytes, NULL, ST_F32, NULL, 0, out, err);
+    free(half);
+    return rc;
+}
+
+int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t *idx,
+                                const float *val, size_t nnz, st_dtype dtype, buf *out,
+                                vl_error *err) {
+    if (meta->kind != COMPRESS_TOPK) return vl_fail(err, VL_EINVAL, "meta kind is not topk");
+    if (!compress_indices_valid(idx, nnz, (size_t)UINT32_MAX + 1))
+        return vl_fail(err, VL_EINVAL, "topk indices must be strictly ascending");
+    uint16_t *half;
+    const void *data;
+    size_t nbytes;
+    int rc = as_dtype(val, nnz, dtype, &half, &data, &nbytes, err);
+    if (rc) return rc;
+    uint64_t shape[1] = {nnz};
+    rc = encode(meta, "indices", ST_U32, 1, shape, idx, nnz * sizeof *idx, "values", dtype, data,
+                nbytes, out, err);
+    free(half);
+    return rc;
+}
+
+int compress_update_encode_sketch(const compress_update_meta *meta, const compress_sketch *s,
+                                  st_dtype dtype, buf *out, vl_error *err) {
+    if (meta->kind != COMPRESS_SKETCH)
+        return vl_fail(err, VL_EINVAL, "meta kind is not sketch");
+    compress_update_meta m = *meta;
+    m.seed = s->seed;
+    size_t cells = (size_t)s->rows * s->cols;
+    uint16_t *half;
+    const void *data;
+    size_t nbytes;
+    int rc = as_dtype(s->table, cells, dtype, &half, &data, &nbytes, err);
+    if (rc) return rc;
+    uint64_t shape[2] = {s->rows, s->cols};
+    rc = encode(&m, "table", dtype, 2, shape, data, nbytes, NULL, ST_F32, NULL, 0, out, err);
     free(half);
     return rc;
 }
@@ -71,83 +136,176 @@ static int meta_i64(const st_file *f, const char *key, int64_t min, int64_t *out
     return VL_OK;
 }
 
-int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
-                           compress_update *out, vl_error *err) {
-    memset(out, 0, sizeof *out);
-    int rc = st_parse(bytes, len, &out->file, err);
-    if (rc != VL_OK) return VL_EINVAL;
-    const st_file *f = &out->file;
-    compress_update_meta *m = &out->meta;
+/* Index of the first value that is not finite, or n. Works on the raw
+ * encoding (an all-ones exponent is Inf or NaN), which may be unaligned. */
+static size_t first_non_finite(const uint8_t *data, st_dtype dtype, size_t n) {
+    if (dtype == ST_F32) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, data + 4 * i, 4);
+            if ((u & 0x7F800000u) == 0x7F800000u) return i;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t u;
+            memcpy(&u, data + 2 * i, 2);
+            if ((u & 0x7C00u) == 0x7C00u) return i;
+        }
+    }
+    return n;
+}
+
+static int is_value_dtype(st_dtype d) { return d == ST_F32 || d == ST_F16; }
+
+/* Metadata common to every kind. */
+static int decode_meta(const st_file *f, compress_update_meta *m, vl_error *err) {
     const char *run = st_meta_get(f, "run");
     const char *kind = st_meta_get(f, "kind");
     const char *loss = st_meta_get(f, "loss");
-    if (!run || strlen(run) >= sizeof m->run) {
-        rc = vl_fail(err, VL_EINVAL, "update metadata lacks a valid 'run'");
-        goto fail;
-    }
+    int rc;
+    if (!run || strlen(run) >= sizeof m->run)
+        return vl_fail(err, VL_EINVAL, "update metadata lacks a valid 'run'");
     snprintf(m->run, sizeof m->run, "%s", run);
     if ((rc = meta_i64(f, "task", 1, &m->task, err)) ||
         (rc = meta_i64(f, "peer", 1, &m->peer, err)) ||
         (rc = meta_i64(f, "base_version", 0, &m->base_version, err)) ||
         (rc = meta_i64(f, "num_samples", 1, &m->num_samples, err)) ||
         (rc = meta_i64(f, "local_steps", 1, &m->local_steps, err)))
-        goto fail;
-    if (!kind || compress_kind_parse(kind, &m->kind) != VL_OK) {
-        rc = vl_fail(err, VL_EINVAL, "update metadata 'kind' is missing or unknown");
-        goto fail;
-    }
-    if (!loss) {
-        rc = vl_fail(err, VL_EINVAL, "update metadata lacks 'loss'");
-        goto fail;
-    }
+        return rc;
+    if (!kind || compress_kind_parse(kind, &m->kind) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "update metadata 'kind' is missing or unknown");
+    if (!loss) return vl_fail(err, VL_EINVAL, "update metadata lacks 'loss'");
     if (parse_f64(loss, &m->loss) != VL_OK) {
         /* Tell a number that is not finite (422) from text that is no
          * number at all (400). */
         char *end = NULL;
         double v = strtod(loss, &end);
         int is_number = end != loss && *end == '\0';
-        rc = vl_fail(err, is_number && !isfinite(v) ? VL_ERANGE : VL_EINVAL,
-                     "update metadata 'loss' is %s", is_number ? "not finite" : "not a number");
-        goto fail;
+        return vl_fail(err, is_number && !isfinite(v) ? VL_ERANGE : VL_EINVAL,
+                       "update metadata 'loss' is %s", is_number ? "not finite" : "not a number");
     }
-    out->delta = st_find(f, "delta");
-    if (!out->delta || f->ntensors != 1) {
-        rc = vl_fail(err, VL_EINVAL, "a dense update holds exactly one tensor, 'delta'");
-        goto fail;
-    }
-    const st_tensor *t = out->delta;
-    if (t->dtype != ST_F32 && t->dtype != ST_F16) {
-        rc = vl_fail(err, VL_ERANGE, "'delta' must be F32 or F16, not %s", st_dtype_name(t->dtype));
-        goto fail;
-    }
-    if (t->ndim != 1 || t->shape[0] != n_params) {
-        rc = vl_fail(err, VL_ERANGE, "'delta' must have shape [%zu]", n_params);
-        goto fail;
-    }
-    /* Finite check on the raw encoding: all-ones exponent means Inf/NaN. */
-    if (t->dtype == ST_F32) {
-        for (size_t i = 0; i < n_params; i++) {
-            uint32_t u;
-            memcpy(&u, t->data + 4 * i, 4);
-            if ((u & 0x7F800000u) == 0x7F800000u) {
-                rc = vl_fail(err, VL_ERANGE, "'delta' has a non-finite value at %zu", i);
-                goto fail;
-            }
-        }
-    } else {
-        for (size_t i = 0; i < n_params; i++) {
-            uint16_t u;
-            memcpy(&u, t->data + 2 * i, 2);
-            if ((u & 0x7C00u) == 0x7C00u) {
-                rc = vl_fail(err, VL_ERANGE, "'delta' has a non-finite value at %zu", i);
-                goto fail;
-            }
-        }
+    if (m->kind == COMPRESS_SKETCH) {
+        const char *seed = st_meta_get(f, "seed");
+        char *end = NULL;
+        if (!seed || !*seed || *seed == '-' || *seed == '+' || strlen(seed) > 20)
+            return vl_fail(err, VL_EINVAL, "a sketch update needs metadata 'seed'");
+        errno = 0;
+        unsigned long long v = strtoull(seed, &end, 10);
+        if (errno || *end) return vl_fail(err, VL_EINVAL, "sketch metadata 'seed' is invalid");
+        m->seed = (uint64_t)v;
     }
     return VL_OK;
-fail:
-    st_free(&out->file);
+}
+
+/* Tensors of each kind. code is set for range failures (VL_ERANGE). */
+static int decode_dense(compress_update *u, size_t n_params, const char **code, vl_error *err) {
+    const st_file *f = &u->file;
+    u->delta = st_find(f, "delta");
+    if (!u->delta || f->ntensors != 1)
+        return vl_fail(err, VL_EINVAL, "a dense update holds exactly one tensor, 'delta'");
+    const st_tensor *t = u->delta;
+    *code = "bad_shape";
+    if (!is_value_dtype(t->dtype))
+        return vl_fail(err, VL_ERANGE, "'delta' must be F32 or F16, not %s",
+                       st_dtype_name(t->dtype));
+    if (t->ndim != 1 || t->shape[0] != n_params)
+        return vl_fail(err, VL_ERANGE, "'delta' must have shape [%zu]", n_params);
+    u->nnz = n_params;
+    size_t bad = first_non_finite(t->data, t->dtype, n_params);
+    *code = "non_finite";
+    if (bad < n_params)
+        return vl_fail(err, VL_ERANGE, "'delta' has a non-finite value at %zu", bad);
+    *code = NULL;
+    return VL_OK;
+}
+
+static int decode_topk(compress_update *u, size_t n_params, const char **code, vl_error *err) {
+    const st_file *f = &u->file;
+    u->indices = st_find(f, "indices");
+    u->values = st_find(f, "values");
+    if (!u->indices || !u->values || f->ntensors != 2)
+        return vl_fail(err, VL_EINVAL, "a topk update holds exactly 'indices' and 'values'");
+    const st_tensor *ix = u->indices, *vx = u->values;
+    *code = "bad_shape";
+    if (ix->dtype != ST_U32 || ix->ndim != 1)
+        return vl_fail(err, VL_ERANGE, "'indices' must be U32 with one dimension");
+    if (!is_value_dtype(vx->dtype) || vx->ndim != 1)
+        return vl_fail(err, VL_ERANGE, "'values' must be F32 or F16 with one dimension");
+    if (ix->shape[0] != vx->shape[0])
+        return vl_fail(err, VL_ERANGE, "'indices' has %llu entries but 'values' %llu",
+                       (unsigned long long)ix->shape[0], (unsigned long long)vx->shape[0]);
+    if (ix->shape[0] > n_params)
+        return vl_fail(err, VL_ERANGE, "%llu entries for a model of %zu parameters",
+                       (unsigned long long)ix->shape[0], n_params);
+    size_t n = (size_t)ix->shape[0];
+    u->nnz = n;
+    *code = "bad_indices";
+    uint32_t prev = 0;
+    for (size_t j = 0; j < n; j++) {
+        uint32_t i;
+        memcpy(&i, ix->data + 4 * j, 4);
+        if (i >= n_params)
+            return vl_fail(err, VL_ERANGE, "'indices'[%zu] = %u is out of range (the model has "
+                                           "%zu parameters)", j, i, n_params);
+        if (j > 0 && i <= prev)
+            return vl_fail(err, VL_ERANGE, "'indices'[%zu] = %u is not above the previous "
+                                           "index %u (they must be strictly ascending)",
+                           j, i, prev);
+        prev = i;
+    }
+    size_t bad = first_non_finite(vx->data, vx->dtype, n);
+    *code = "non_finite";
+    if (bad < n) return vl_fail(err, VL_ERANGE, "'values' has a non-finite value at %zu", bad);
+    *code = NULL;
+    return VL_OK;
+}
+
+static int decode_sketch(compress_update *u, const char **code, vl_error *err) {
+    const st_file *f = &u->file;
+    u->table = st_find(f, "table");
+    if (!u->table || f->ntensors != 1)
+        return vl_fail(err, VL_EINVAL, "a sketch update holds exactly one tensor, 'table'");
+    const st_tensor *t = u->table;
+    *code = "bad_shape";
+    if (!is_value_dtype(t->dtype) || t->ndim != 2)
+        return vl_fail(err, VL_ERANGE, "'table' must be F32 or F16 of shape [rows, cols]");
+    if (t->shape[0] < 1 || t->shape[0] > COMPRESS_SKETCH_MAX_ROWS || t->shape[1] < 1 ||
+        t->numel > COMPRESS_SKETCH_MAX_CELLS)
+        return vl_fail(err, VL_ERANGE, "'table' of %llu x %llu is not a valid sketch shape",
+                       (unsigned long long)t->shape[0], (unsigned long long)t->shape[1]);
+    u->rows = (uint32_t)t->shape[0];
+    u->cols = (uint32_t)t->shape[1];
+    size_t cells = (size_t)t->numel;
+    size_t bad = first_non_finite(t->data, t->dtype, cells);
+    *code = "non_finite";
+    if (bad < cells) return vl_fail(err, VL_ERANGE, "'table' has a non-finite value at %zu", bad);
+    *code = NULL;
+    return VL_OK;
+}
+
+int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
+                           compress_update *out, const char **code, vl_error *err) {
+    const char *c = NULL;
     memset(out, 0, sizeof *out);
+    int rc = st_parse(bytes, len, &out->file, err);
+    if (rc != VL_OK) {
+        if (code) *code = NULL;
+        return VL_EINVAL;
+    }
+    rc = decode_meta(&out->file, &out->meta, err);
+    if (rc == VL_ERANGE) c = "non_finite";
+    if (rc == VL_OK) {
+        switch (out->meta.kind) {
+        case COMPRESS_DENSE: rc = decode_dense(out, n_params, &c, err); break;
+        case COMPRESS_TOPK: rc = decode_topk(out, n_params, &c, err); break;
+        case COMPRESS_SKETCH: rc = decode_sketch(out, &c, err); break;
+        }
+    }
+    if (code) *code = rc == VL_ERANGE ? c : NULL;
+    if (rc != VL_OK) {
+        st_free(&out->file);
+        memset(out, 0, sizeof *out);
+    }
     return rc;
 }
 
@@ -157,24 +315,77 @@ void compress_update_free(compress_update *u) {
     memset(u, 0, sizeof *u);
 }
 
+int compress_update_check_spec(const compress_update *u, const compress_spec *spec,
+                               const char **code, vl_error *err) {
+    const char *c = NULL;
+    int rc = VL_OK;
+    if (u->meta.kind != spec->kind) {
+        c = "wrong_kind";
+        rc = vl_fail(err, VL_ERANGE, "this run takes \"%s\" updates, not \"%s\"",
+                     compress_kind_name(spec->kind), compress_kind_name(u->meta.kind));
+    } else if (spec->kind == COMPRESS_TOPK && u->nnz > spec->max_nnz) {
+        c = "too_many_entries";
+        rc = vl_fail(err, VL_ERANGE, "the update has %zu entries; this run takes at most %zu",
+                     u->nnz, spec->max_nnz);
+    } else if (spec->kind == COMPRESS_SKETCH &&
+               (u->meta.seed != spec->seed || u->rows != spec->rows || u->cols != spec->cols)) {
+        c = "wrong_sketch";
+        rc = vl_fail(err, VL_ERANGE, "the sketch has seed %llu and shape [%u, %u]; this run "
+                                     "uses seed %llu and shape [%u, %u]",
+                     (unsigned long long)u->meta.seed, u->rows, u->cols,
+                     (unsigned long long)spec->seed, spec->rows, spec->cols);
+    }
+    if (code) *code = c;
+    return rc;
+}
+
+/* Value j of a tensor, converting F16; data may be unaligned. */
+static inline float value_at(const st_tensor *t, size_t j) {
+    if (t->dtype == ST_F32) {
+        float x;
+        memcpy(&x, t->data + 4 * j, 4);
+        return x;
+    }
+    uint16_t h;
+    memcpy(&h, t->data + 2 * j, 2);
+    return f16_to_f32(h);
+}
+
 int compress_update_accumulate(const compress_update *u, float w, float *dst, size_t n,
                                vl_error *err) {
-    const st_tensor *t = u->delta;
-    if (!t || t->numel != n) return vl_fail(err, VL_EINVAL, "update does not match model size");
-    if (t->dtype == ST_F32) {
-        /* data may be unaligned in the request buffer: memcpy each value. */
-        for (size_t i = 0; i < n; i++) {
-            float x;
-            memcpy(&x, t->data + 4 * i, 4);
-            dst[i] += w * x;
+    if (u->meta.kind == COMPRESS_DENSE) {
+        const st_tensor *t = u->delta;
+        if (!t || t->numel != n)
+            return vl_fail(err, VL_EINVAL, "update does not match model size");
+        if (t->dtype == ST_F32) {
+            for (size_t i = 0; i < n; i++) {
+                float x;
+                memcpy(&x, t->data + 4 * i, 4);
+                dst[i] += w * x;
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) dst[i] += w * value_at(t, i);
         }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, t->data + 2 * i, 2);
-            dst[i] += w * f16_to_f32(h);
-        }
+        return VL_OK;
     }
+    if (u->meta.kind != COMPRESS_TOPK || !u->indices || !u->values)
+        return vl_fail(err, VL_EINVAL, "a sketch update cannot be added to a vector");
+    for (size_t j = 0; j < u->nnz; j++) {
+        uint32_t i;
+        memcpy(&i, u->indices->data + 4 * j, 4);
+        if (i >= n) return vl_fail(err, VL_EINVAL, "update index %u beyond model size", i);
+        dst[i] += w * value_at(u->values, j);
+    }
+    return VL_OK;
+}
+
+int compress_update_accumulate_sketch(const compress_update *u, float w, compress_sketch *s,
+                                      vl_error *err) {
+    if (u->meta.kind != COMPRESS_SKETCH || !u->table || u->meta.seed != s->seed ||
+        u->rows != s->rows || u->cols != s->cols)
+        return vl_fail(err, VL_EINVAL, "update is not a sketch of this seed and shape");
+    size_t cells = (size_t)s->rows * s->cols;
+    for (size_t c = 0; c < cells; c++) s->table[c] += w * value_at(u->table, c);
     return VL_OK;
 }
 
@@ -186,4 +397,11 @@ int compress_all_finite(const float *x, size_t n) {
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= isfinite(x[i]) ? 1 : 0;
     return ok;
+}
+
+int compress_indices_valid(const uint32_t *idx, size_t nnz, size_t d) {
+    for (size_t j = 0; j < nnz; j++) {
+        if ((size_t)idx[j] >= d || (j > 0 && idx[j] <= idx[j - 1])) return 0;
+    }
+    return 1;
 }

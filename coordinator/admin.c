@@ -97,7 +97,8 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     /* The run and its first version appear together or not at all. */
     rc = storage_begin(db, err);
     if (rc == VL_OK) rc = storage_run_insert(db, &run, err);
-    if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, cfg.keep_versions, 0, err);
+    if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, cfg.keep_versions,
+                                                   cfg.keep_changes, 0, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
     if (rc == VL_OK)

@@ -27,12 +27,45 @@ void coord_scale(float *x, size_t n, double s) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)x[i] * s);
 }
 
+int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar, size_t n,
+                            double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
+                            vl_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        double mi = mu * (double)m[i] + (double)dbar[i];
+        m[i] = (float)mi;
+        e[i] = (float)((double)e[i] + lr * ((double)dbar[i] + mu * mi));
+    }
+    int rc = compress_topk(e, n, apply_k, idx, nnz, err);
+    if (rc != VL_OK) return rc;
+    for (size_t j = 0; j < *nnz; j++) {
+        uint32_t i = idx[j];
+        theta[i] -= e[i];
+        e[i] = 0;
+    }
+    return VL_OK;
+}
+
+size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
+                    size_t n_cand, uint32_t *idx, float *val) {
+    size_t k = 0;
+    size_t m = cand ? n_cand : n;
+    for (size_t j = 0; j < m; j++) {
+        size_t i = cand ? cand[j] : j;
+        if (i >= n || after[i] == before[i]) continue;
+        idx[k] = (uint32_t)i;
+        val[k++] = after[i] - before[i];
+    }
+    return k;
+}
+
 typedef struct merge_ctx {
+    const coord_config *cfg;
     size_t n_params;
-    float *sum;      /* Σ nᵢ Δᵢ */
+    float *sum;          /* Σ nᵢ Δᵢ (dense and topk runs) */
+    compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
     int64_t *ids;
     size_t n_ids, cap;
-    double samples;  /* Σ nᵢ */
+    double samples;      /* Σ nᵢ */
     double loss_sum;
     vl_error *err;
 } merge_ctx;
@@ -52,10 +85,12 @@ static int merge_one(void *arg, const storage_update *u) {
      * database was damaged, which must stop the merge, not skew it. */
     compress_update cu;
     vl_error e = {0};
-    if (compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, &e) != VL_OK)
+    if (compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e) != VL_OK)
         return vl_fail(m->err, VL_EDB, "stored update %lld no longer decodes: %s",
                        (long long)u->id, e.msg);
-    int rc = compress_update_accumulate(&cu, (float)u->num_samples, m->sum, m->n_params, m->err);
+    float w = (float)u->num_samples;
+    int rc = m->sk ? compress_update_accumulate_sketch(&cu, w, m->sk, m->err)
+                   : compress_update_accumulate(&cu, w, m->sum, m->n_params, m->err);
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
     m->ids[m->n_ids++] = u->id;
@@ -77,6 +112,78 @@ static float eval_val(coord_server *srv) {
     return loss;
 }
 
+/* Buffers of one merge, freed together. */
+typedef struct merge_bufs {
+    float *backup;   /* theta before the step */
+    float *state;    /* the new optimiser state (n_state) */
+    uint32_t *cand;  /* coordinates the step may have changed */
+    uint32_t *idx;   /* the change */
+    float *val;
+    float *scratch;
+    compress_sketch sk, mom, err;
+} merge_bufs;
+
+static void bufs_free(merge_bufs *b) {
+    free(b->backup);
+    free(b->state);
+    free(b->cand);
+    free(b->idx);
+    free(b->val);
+    free(b->scratch);
+    compress_sketch_free(&b->sk);
+    /* mom and err borrow their tables from state. */
+}
+
+/* A sketch header over a slice of the state vector, so that the momentum
+ * and error sketches are stored in the version row like any state. */
+static void sketch_view(compress_sketch *s, const coord_config *cfg, float *table) {
+    s->rows = (uint32_t)cfg->comp_rows;
+    s->cols = (uint32_t)cfg->comp_cols;
+    s->seed = (uint64_t)cfg->comp_seed;
+    s->table = table;
+}
+
+/* Applies the merged updates to theta (the model's parameters) according
+ * to the run's compression; leaves the candidate coordinates in b->cand
+ * (NULL: all of them). */
+static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_cand,
+                      vl_error *err) {
+    const coord_config *cfg = &srv->cfg;
+    size_t n = srv->n_params;
+    float *theta = model_gpt_params(srv->gpt);
+    const char *kind = cfg->compression_kind;
+    if (strcmp(kind, "none") == 0) {
+        coord_scale(m->sum, n, 1.0 / m->samples);
+        coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
+        *n_cand = n;
+        return VL_OK;
+    }
+    size_t apply_k = (size_t)cfg->apply_k;
+    b->cand = malloc(apply_k * sizeof *b->cand + 1);
+    if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
+    if (strcmp(kind, "sketch") != 0) {
+        coord_scale(m->sum, n, 1.0 / m->samples);
+        return coord_outer_step_sparse(theta, b->state, b->state + n, m->sum, n, cfg->outer_lr,
+                                       cfg->outer_momentum, apply_k, b->cand, n_cand, err);
+    }
+    coord_scale(b->sk.table, (size_t)b->sk.rows * b->sk.cols, 1.0 / m->samples);
+    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    sketch_view(&b->mom, cfg, b->state);
+    sketch_view(&b->err, cfg, b->state + cells);
+    b->scratch = malloc(n * sizeof(float) + 1);
+    float *val = malloc(apply_k * sizeof(float) + 1);
+    int rc = VL_OK;
+    if (!b->scratch || !val) rc = vl_fail(err, VL_ENOMEM, "out of memory merging");
+    if (rc == VL_OK)
+        rc = compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
+                                    cfg->outer_momentum, n, apply_k, b->scratch, b->cand, val,
+                                    n_cand, err);
+    if (rc == VL_OK)
+        for (size_t j = 0; j < *n_cand; j++) theta[b->cand[j]] -= val[j];
+    free(val);
+    return rc;
+}
+
 int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     if (srv->finished) return 0;
     int64_t done = 0;
@@ -85,11 +192,24 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     if (done < srv->cfg.updates_per_version) return 0;
 
     size_t n = srv->n_params;
-    merge_ctx m = {.n_params = n, .err = err};
-    m.sum = calloc(n, sizeof(float));
-    float *backup = malloc(n * sizeof(float));
-    float *mom = malloc(n * sizeof(float));
-    if (!m.sum || !backup || !mom) {
+    int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
+    merge_ctx m = {.cfg = &srv->cfg, .n_params = n, .err = err};
+    merge_bufs b;
+    memset(&b, 0, sizeof b);
+    b.backup = malloc(n * sizeof(float) + 1);
+    b.state = malloc(srv->n_state * sizeof(float) + 1);
+    b.idx = malloc(n * sizeof *b.idx + 1);
+    b.val = malloc(n * sizeof *b.val + 1);
+    if (is_sketch) {
+        rc = compress_sketch_init(&b.sk, (uint32_t)srv->cfg.comp_rows,
+                                  (uint32_t)srv->cfg.comp_cols, (uint64_t)srv->cfg.comp_seed,
+                                  err);
+        if (rc != VL_OK) goto out;
+        m.sk = &b.sk;
+    } else {
+        m.sum = calloc(n, sizeof(float));
+    }
+    if (!b.backup || !b.state || !b.idx || !b.val || (!is_sketch && !m.sum)) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
                      (long long)srv->version);
         goto out;
@@ -101,45 +221,51 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
                      (long long)srv->version, (long long)done, m.n_ids);
         goto out;
     }
-    coord_scale(m.sum, n, 1.0 / m.samples);
 
     float *theta = model_gpt_params(srv->gpt);
-    memcpy(backup, theta, n * sizeof(float));
-    memcpy(mom, srv->momentum, n * sizeof(float));
-    coord_outer_step(theta, mom, m.sum, n, srv->cfg.outer_lr, srv->cfg.outer_momentum);
+    memcpy(b.backup, theta, n * sizeof(float));
+    memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
+    size_t n_cand = 0;
+    rc = apply_step(srv, &m, &b, &n_cand, err);
+    if (rc != VL_OK) {
+        memcpy(theta, b.backup, n * sizeof(float));
+        goto out;
+    }
+    size_t nnz = coord_change(b.backup, theta, n, b.cand, n_cand, b.idx, b.val);
     float val_loss = eval_val(srv);
 
     int64_t next = srv->version + 1;
     int finished = next >= srv->cfg.max_versions;
     storage_version ver = {.version = next, .created_at = clock_unix_s(), .params = theta,
-                           .momentum = mom, .n = n, .val_loss = val_loss,
-                           .train_loss = m.loss_sum / (double)m.n_ids,
-                           .num_updates = (int64_t)m.n_ids};
-    rc = storage_version_commit(srv->db, &ver, m.ids, m.n_ids, srv->cfg.keep_versions, finished,
-                                err);
+                           .momentum = b.state, .n = n, .n_state = srv->n_state,
+                           .val_loss = val_loss, .train_loss = m.loss_sum / (double)m.n_ids,
+                           .num_updates = (int64_t)m.n_ids, .has_change = 1,
+                           .change_idx = b.idx, .change_val = b.val, .change_nnz = nnz};
+    rc = storage_version_commit(srv->db, &ver, m.ids, m.n_ids, srv->cfg.keep_versions,
+                                srv->cfg.keep_changes, finished, err);
     if (rc != VL_OK) {
         /* Memory goes back to the committed state, so what is served stays
          * what the database holds. */
-        memcpy(theta, backup, n * sizeof(float));
+        memcpy(theta, b.backup, n * sizeof(float));
         goto out;
     }
     float *old = srv->momentum;
-    srv->momentum = mom;
-    mom = old;
+    srv->momentum = b.state;
+    b.state = old;
     srv->version = next;
     srv->finished = finished;
     if (srv->model_blob) {
         coord_blob_unref(srv->model_blob);
         srv->model_blob = NULL;
     }
-    log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates)%s", (long long)next,
-             (double)val_loss, ver.train_loss, m.n_ids, finished ? "; the run is finished" : "");
+    log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates, %zu coordinates "
+             "changed)%s", (long long)next, (double)val_loss, ver.train_loss, m.n_ids, nnz,
+             finished ? "; the run is finished" : "");
     rc = 1;
 out:
     free(m.sum);
     free(m.ids);
-    free(backup);
-    free(mom);
+    bufs_free(&b);
     if (rc == 1) {
         coord_wake_waiters(srv);
         coord_arm_lease_timer(srv);

@@ -5,11 +5,22 @@
  * Nesterov momentum: m ← μ·m + Δ̄, θ ← θ − η·(Δ̄ + μ·m). η = 1, μ = 0 is
  * FedAvg (θ ← θ − Δ̄, the plain average of the local models); DiLoCo uses
  * η = 0.7, μ = 0.9.
+ *
+ * Runs with compressed updates change only a few coordinates per version,
+ * so that peers which are behind can fetch a small delta. topk and gaussk
+ * runs keep the momentum m and an error vector e on the coordinator:
+ * e ← e + η·(Δ̄ + μ·m) accumulates exactly what the dense step would have
+ * applied, and each version applies only the apply_k largest entries of e
+ * and clears them. With apply_k = n this is the dense step. sketch runs do
+ * the same in sketch space (FetchSGD, compress_fetchsgd_step).
  */
 #ifndef VOLLEY_COORD_AGGREGATOR_H
 #define VOLLEY_COORD_AGGREGATOR_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
 
 /* One outer step over n parameters, in place: momentum becomes
  * μ·momentum + dbar and theta becomes theta − lr·(dbar + μ·momentum_new).
@@ -19,5 +30,19 @@ void coord_outer_step(float *theta, float *momentum, const float *dbar, size_t n
 
 /* x[i] *= s for n values (turns a weighted sum into a weighted mean). */
 void coord_scale(float *x, size_t n, double s);
+
+/* The outer step of topk/gaussk runs, in place: m ← μ·m + dbar,
+ * e ← e + lr·(dbar + μ·m), then the apply_k entries of largest |e| (ties
+ * to the lower index) are added to theta, taken out of e, and their
+ * indices, ascending, go to idx (room for apply_k; *nnz gets the count). */
+int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar, size_t n,
+                            double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
+                            vl_error *err) VL_MUST_CHECK;
+
+/* The change a version made, as the coordinates among the cand ascending
+ * candidates (all n when cand is NULL) where after differs from before:
+ * idx[j] and val[j] = after - before. Returns the count. */
+size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
+                    size_t n_cand, uint32_t *idx, float *val);
 
 #endif

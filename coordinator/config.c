@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "compress/compress.h"
 #include "coordinator/config.h"
 
 /* Room for an update's safetensors header: the metadata strings and one
@@ -27,8 +28,11 @@ void coord_config_defaults(coord_config *cfg) {
     snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
     cfg->outer_lr = 0.7;
     cfg->outer_momentum = 0.9;
-    snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "dense");
+    snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
     snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
+    cfg->comp_rows = 5;
+    cfg->comp_seed = -1;
+    cfg->keep_changes = -1;
     cfg->task_bytes = 65536;
     cfg->lease_s = 120;
     cfg->max_body_bytes = 67108864;
@@ -132,16 +136,18 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 static const char *const TOP_KEYS[] = {
     "name", "corpus", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "lease_s",
-    "max_body_bytes", "val_batches", "keep_versions", NULL};
+    "max_body_bytes", "val_batches", "keep_versions", "keep_changes", NULL};
 static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
                                          "n_embd", NULL};
 static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
                                          "eps", "weight_decay", "grad_clip", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
-static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", NULL};
+static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
+                                               "ratio", "apply_k", NULL};
 static const char *const MODES[] = {"sync", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", NULL};
-static const char *const KINDS[] = {"dense", NULL};
+/* "dense" is the older name of "none". */
+static const char *const KINDS[] = {"none", "dense", "topk", "gaussk", "sketch", NULL};
 static const char *const DTYPES[] = {"F32", "F16", NULL};
 
 static int check_name(const char *name, vl_error *err) {
@@ -203,9 +209,111 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_str(comp, "kind", "compression.kind", cfg->compression_kind,
                           sizeof cfg->compression_kind, KINDS, err)) ||
             (rc = get_str(comp, "dtype", "compression.dtype", cfg->compression_dtype,
-                          sizeof cfg->compression_dtype, DTYPES, err)))
+                          sizeof cfg->compression_dtype, DTYPES, err)) ||
+            (rc = get_int(comp, "k", "compression.k", 0, UINT32_MAX, &cfg->comp_k, err)) ||
+            (rc = get_int(comp, "rows", "compression.rows", 1, COMPRESS_SKETCH_MAX_ROWS,
+                          &cfg->comp_rows, err)) ||
+            (rc = get_int(comp, "cols", "compression.cols", 0, (int64_t)1 << 28,
+                          &cfg->comp_cols, err)) ||
+            (rc = get_int(comp, "seed", "compression.seed", 0, INT64_MAX, &cfg->comp_seed,
+                          err)) ||
+            (rc = get_real(comp, "ratio", "compression.ratio", 1, 0, 1e9, 0, &cfg->comp_ratio,
+                           err)) ||
+            (rc = get_int(comp, "apply_k", "compression.apply_k", 0, UINT32_MAX,
+                          &cfg->apply_k, err)))
             return rc;
+        if (strcmp(cfg->compression_kind, "dense") == 0)
+            snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
+        if (json_object_get(comp, "ratio") &&
+            (json_object_get(comp, "k") || json_object_get(comp, "cols")))
+            return vl_fail(err, VL_EINVAL, "config: compression.ratio excludes compression.k "
+                                           "and compression.cols");
     }
+    return VL_OK;
+}
+
+static int64_t dtype_bytes(const char *dtype) { return strcmp(dtype, "F16") == 0 ? 2 : 4; }
+
+const char *coord_config_update_kind(const coord_config *cfg) {
+    if (strcmp(cfg->compression_kind, "none") == 0) return "dense";
+    if (strcmp(cfg->compression_kind, "sketch") == 0) return "sketch";
+    return "topk";
+}
+
+void coord_config_spec(const coord_config *cfg, compress_spec *out) {
+    memset(out, 0, sizeof *out);
+    const char *kind = coord_config_update_kind(cfg);
+    out->kind = strcmp(kind, "dense") == 0 ? COMPRESS_DENSE
+                : strcmp(kind, "sketch") == 0 ? COMPRESS_SKETCH
+                                              : COMPRESS_TOPK;
+    out->max_nnz = (size_t)cfg->comp_k;
+    if (strcmp(cfg->compression_kind, "gaussk") == 0)
+        out->max_nnz = COMPRESS_GAUSSK_CAP((size_t)cfg->comp_k);
+    out->rows = (uint32_t)cfg->comp_rows;
+    out->cols = (uint32_t)cfg->comp_cols;
+    out->seed = (uint64_t)cfg->comp_seed;
+}
+
+int64_t coord_config_update_bytes(const coord_config *cfg) {
+    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t elem = dtype_bytes(cfg->compression_dtype);
+    const char *kind = coord_config_update_kind(cfg);
+    int64_t data = n * elem;
+    if (strcmp(kind, "topk") == 0) {
+        int64_t k = cfg->comp_k;
+        if (strcmp(cfg->compression_kind, "gaussk") == 0) k = COMPRESS_GAUSSK_CAP(k);
+        data = k * (4 + elem);
+    } else if (strcmp(kind, "sketch") == 0) {
+        data = cfg->comp_rows * cfg->comp_cols * elem;
+    }
+    return data + 8 + UPDATE_HEADER_SLACK;
+}
+
+/* Fills in k, cols and apply_k from what was given. A ratio R means the
+ * update is R times smaller than a dense F32 one: topk entries cost an
+ * index and a value, sketch cells one value. */
+static int resolve_compression(coord_config *cfg, vl_error *err) {
+    const char *kind = cfg->compression_kind;
+    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t elem = dtype_bytes(cfg->compression_dtype);
+    double dense = 4.0 * (double)n;
+    if (cfg->keep_changes < 0) cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions
+                                                                             : 1000;
+    if (cfg->comp_seed < 0) cfg->comp_seed = cfg->seed;
+    if (strcmp(kind, "none") == 0) {
+        cfg->comp_k = cfg->comp_cols = cfg->apply_k = 0;
+        return VL_OK;
+    }
+    if (strcmp(kind, "sketch") == 0) {
+        if (cfg->comp_ratio > 0)
+            cfg->comp_cols = (int64_t)floor(dense / (cfg->comp_ratio * (double)(cfg->comp_rows *
+                                                                                elem)));
+        if (cfg->comp_cols < 1)
+            return vl_fail(err, VL_EINVAL, "config: compression.sketch needs cols >= 1 (give "
+                                           "compression.cols or a smaller compression.ratio)");
+        if (cfg->comp_rows * cfg->comp_cols > (int64_t)COMPRESS_SKETCH_MAX_CELLS)
+            return vl_fail(err, VL_EINVAL, "config: compression.rows x compression.cols must "
+                                           "be at most %llu cells",
+                           (unsigned long long)COMPRESS_SKETCH_MAX_CELLS);
+        /* Heavy-hitter recovery is reliable for about cols/2 coordinates. */
+        if (cfg->comp_k == 0) cfg->comp_k = cfg->comp_cols / 2 > 0 ? cfg->comp_cols / 2 : 1;
+        if (cfg->apply_k == 0) cfg->apply_k = cfg->comp_k;
+    } else {
+        if (cfg->comp_ratio > 0)
+            cfg->comp_k = (int64_t)floor(dense / (cfg->comp_ratio * (double)(4 + elem)));
+        if (cfg->comp_k < 1)
+            return vl_fail(err, VL_EINVAL, "config: compression.%s needs k >= 1 (give "
+                                           "compression.k or a smaller compression.ratio)", kind);
+        if (cfg->apply_k == 0) cfg->apply_k = cfg->comp_k * cfg->updates_per_version;
+    }
+    if (cfg->comp_k > n)
+        return vl_fail(err, VL_EINVAL, "config: compression.k (%lld) exceeds the %lld "
+                                       "parameters of the model", (long long)cfg->comp_k,
+                       (long long)n);
+    if (cfg->apply_k > n) cfg->apply_k = n;
+    /* The ratio is spent: what it resolved to is the configuration, and
+     * that is what the normalised form stores. */
+    cfg->comp_ratio = 0;
     return VL_OK;
 }
 
@@ -249,6 +357,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         (rc = get_int(root, "val_batches", "val_batches", 1, 1000000, &cfg->val_batches, err)) ||
         (rc = get_int(root, "keep_versions", "keep_versions", 1, 100000000, &cfg->keep_versions,
                       err)) ||
+        (rc = get_int(root, "keep_changes", "keep_changes", 1, 100000000, &cfg->keep_changes,
+                      err)) ||
         (rc = parse_sections(root, cfg, err)))
         goto out;
     vl_error merr = {0};
@@ -274,12 +384,13 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                                      "(%d)", cfg->model.block_size + 1);
         goto out;
     }
-    int64_t need = coord_dense_update_bytes(model_gpt_config_num_params(&cfg->model),
-                                            cfg->compression_dtype);
+    if ((rc = resolve_compression(cfg, err))) goto out;
+    int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {
         rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "
-                                     "dense update of this model (%lld bytes)",
-                     (long long)cfg->max_body_bytes, cfg->compression_dtype, (long long)need);
+                                     "%s update of this model (%lld bytes)",
+                     (long long)cfg->max_body_bytes, cfg->compression_dtype,
+                     cfg->compression_kind, (long long)need);
         goto out;
     }
 out:
@@ -288,7 +399,7 @@ out:
 }
 
 int64_t coord_dense_update_bytes(size_t n_params, const char *dtype) {
-    int64_t elem = strcmp(dtype, "F16") == 0 ? 2 : 4;
+    int64_t elem = dtype_bytes(dtype);
     return (int64_t)n_params * elem + 8 + UPDATE_HEADER_SLACK;
 }
 
@@ -326,8 +437,9 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     const coord_train_config *t = &cfg->train;
     json_t *root = json_pack(
         "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
-        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f}, s:{s:s, s:s},"
-        " s:I, s:I, s:I, s:I, s:I}",
+        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f},"
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I},"
+        " s:I, s:I, s:I, s:I, s:I, s:I}",
         "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
         "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
         "n_layer", cfg->model.n_layer, "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd,
@@ -336,10 +448,13 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
         "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
         t->grad_clip, "outer", "lr", cfg->outer_lr, "momentum", cfg->outer_momentum,
-        "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype,
-        "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
+        "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype, "k",
+        (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
+        (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",
+        (json_int_t)cfg->apply_k, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
         "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
-        (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions);
+        (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
+        "keep_changes", (json_int_t)cfg->keep_changes);
     if (!root) return NULL;
     if (with_corpus && json_object_set_new(root, "corpus", json_string(cfg->corpus)) != 0) {
         json_decref(root);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "compress/compress.h"
 #include "model/model.h"
 
 #define COORD_NAME_MAX 64
@@ -33,14 +34,33 @@ typedef struct coord_config {
     int64_t max_versions;
     coord_train_config train;
     double outer_lr, outer_momentum;
-    char compression_kind[16];
+    char compression_kind[16]; /* none | topk | gaussk | sketch */
     char compression_dtype[8];
+    /* Resolved at parse time from k/rows/cols or from ratio (the upload
+     * compression against a dense F32 update): topk/gaussk send k entries;
+     * a sketch is rows x cols cells with hash seed comp_seed, from which
+     * comp_k coordinates are recovered per version. apply_k bounds the
+     * coordinates a version changes in the sparse kinds. */
+    int64_t comp_k;
+    int64_t comp_rows, comp_cols;
+    int64_t comp_seed;
+    double comp_ratio; /* as given; 0 once resolved into k/cols */
+    int64_t apply_k;
     int64_t task_bytes;
     int64_t lease_s;
     int64_t max_body_bytes;
     int64_t val_batches;
     int64_t keep_versions;
+    int64_t keep_changes; /* versions whose sparse change stays stored */
 } coord_config;
+
+/* The wire kind of the updates a run takes ("dense", "topk", "sketch"). */
+const char *coord_config_update_kind(const coord_config *cfg);
+/* What the run's uploads must look like, for compress_update_check_spec. */
+void coord_config_spec(const coord_config *cfg, compress_spec *out);
+/* Size in bytes of one update of the run's compression, header included;
+ * the body cap must fit it. */
+int64_t coord_config_update_bytes(const coord_config *cfg);
 
 /* Fills cfg with the defaults of every field (name and corpus empty). */
 void coord_config_defaults(coord_config *cfg);

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "common/common.h"
+#include "compress/compress.h"
 #include "coordinator/config.h"
 #include "coordinator/guard.h"
 #include "crypto/crypto.h"
@@ -100,13 +101,17 @@ typedef struct coord_server {
     coord_corpus corpus;
     model_gpt *gpt;      /* its parameters are the current version's */
     size_t n_params;
-    float *momentum;     /* outer momentum after the current version */
+    float *momentum;     /* outer optimiser state after the current version (n_state) */
+    size_t n_state;      /* coord_state_size() of the run */
+    compress_spec spec;  /* what uploads must look like */
     int64_t version;
     int finished;
     int draining;
     double drain_deadline;
     crypto_nonce_cache *nonces;
     coord_blob *model_blob; /* current version as safetensors, built on demand */
+    coord_blob *delta_blob; /* the last delta served (its since and version below) */
+    int64_t delta_since, delta_version;
     coord_waiter *waiters, *waiters_tail;
     size_t n_waiters;
     coord_guard *guards; /* one per open connection */
@@ -148,6 +153,10 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
 /* Loads the run, its corpus (verified), the model and momentum of the
  * latest version from srv->db into srv. */
 int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
+/* Floats of outer optimiser state the run's compression keeps: momentum
+ * (none), momentum and error vectors (topk, gaussk), or momentum and error
+ * sketches (sketch). */
+size_t coord_state_size(const coord_config *cfg, size_t n_params);
 /* Frees what coord_state_load set up (not the database). */
 void coord_state_free(coord_server *srv);
 /* The current model as safetensors, built and cached on first use; the
@@ -160,6 +169,9 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
 
 /* ---- replies (reply.c) --------------------------------------------------- */
 
+/* Sends blob (a reference the call takes over) as a 200 octet stream
+ * without copying it. */
+void coord_reply_blob(coord_req *cr, coord_blob *blob);
 /* Sends status with body (may be NULL) and content type, logs the request
  * line, and ends the request. The body buffer's contents are consumed. */
 void coord_reply(coord_req *cr, int status, const char *content_type, struct evbuffer *body);
@@ -202,6 +214,7 @@ int coord_authenticate_key(coord_req *cr, const crypto_auth_header *auth,
 void coord_route_join(coord_req *cr);    /* POST /v1/peers */
 void coord_route_task(coord_req *cr);    /* GET /v1/task */
 void coord_route_model(coord_req *cr);   /* GET /v1/model */
+void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
 void coord_route_data(coord_req *cr);    /* GET /v1/data/<shard> */
 void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */

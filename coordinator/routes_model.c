@@ -77,6 +77,10 @@ void coord_route_model(coord_req *cr) {
         coord_reply_internal(cr, &e);
         return;
     }
+    coord_reply_blob(cr, blob);
+}
+
+void coord_reply_blob(coord_req *cr, coord_blob *blob) {
     struct evbuffer *b = evbuffer_new();
     /* The response references the shared bytes instead of copying them;
      * the reference is dropped when libevent has sent them. */
@@ -84,7 +88,7 @@ void coord_route_model(coord_req *cr) {
         coord_blob_unref(blob);
         if (b) evbuffer_free(b);
         vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory sending the model");
+        snprintf(oom.msg, sizeof oom.msg, "out of memory sending a model file");
         coord_reply_internal(cr, &oom);
         return;
     }

@@ -25,14 +25,16 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     return json_pack(
         "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
-        " s:{s:s, s:s}, s:{s:f, s:I, s:I}, s:I}",
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
         "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
         (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
         tr->lr, "beta1", tr->beta1, "beta2", tr->beta2, "eps", tr->eps, "weight_decay",
         tr->weight_decay, "grad_clip", tr->grad_clip, "seed", (json_int_t)t->seed, "compression",
-        "kind", c->compression_kind, "dtype", c->compression_dtype, "selsync", "delta", 0.0,
+        "kind", c->compression_kind, "dtype", c->compression_dtype, "k", (json_int_t)c->comp_k,
+        "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",
+        (json_int_t)c->comp_seed, "selsync", "delta", 0.0,
         "h_min", (json_int_t)tr->steps, "h_max", (json_int_t)tr->steps, "deadline",
         (json_int_t)t->deadline);
 }

@@ -28,19 +28,6 @@ static int read_meta(const uint8_t *body, size_t len, compress_update_meta *m) {
     return ok ? 0 : -1;
 }
 
-/* Which 422 a range failure is: the delta's dtype or shape, or a value. */
-static const char *range_code(const uint8_t *body, size_t len, size_t n_params) {
-    st_file f;
-    if (st_parse(body, len, &f, NULL) != VL_OK) return "bad_shape";
-    const st_tensor *t = st_find(&f, "delta");
-    const char *code = "non_finite";
-    if (!t || (t->dtype != ST_F32 && t->dtype != ST_F16) || t->ndim != 1 ||
-        t->shape[0] != n_params)
-        code = "bad_shape";
-    st_free(&f);
-    return code;
-}
-
 /* Checks the task side of an update in protocol order; answers and
  * returns -1 on the first failure. */
 static int check_task(coord_req *cr, const compress_update_meta *m, storage_task *t,
@@ -104,9 +91,10 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
             return -1;
         }
     }
-    if (strcmp(compress_kind_name(m->kind), srv->cfg.compression_kind) != 0) {
+    const char *want = coord_config_update_kind(&srv->cfg);
+    if (strcmp(compress_kind_name(m->kind), want) != 0) {
         coord_reply_error(cr, 422, "wrong_kind", "this run takes \"%s\" updates, not \"%s\"",
-                          srv->cfg.compression_kind, compress_kind_name(m->kind));
+                          want, compress_kind_name(m->kind));
         return -1;
     }
     return 0;
@@ -145,21 +133,30 @@ void coord_route_updates(coord_req *cr) {
     }
     compress_update cu;
     vl_error e = {0};
-    int rc = compress_update_decode(body, len, srv->n_params, &cu, &e);
+    const char *code = "malformed_update";
+    int rc = compress_update_decode(body, len, srv->n_params, &cu, &code, &e);
     compress_update_meta meta;
     memset(&meta, 0, sizeof meta);
     if (rc == VL_OK) {
         meta = cu.meta;
-        compress_update_free(&cu);
     } else if (rc != VL_ERANGE || read_meta(body, len, &meta) != 0) {
         coord_reply_error(cr, 400, "malformed_update", "%s", e.msg);
         return;
     }
     int64_t now = clock_unix_s();
     storage_task t;
-    if (check_task(cr, &meta, &t, now) != 0) return;
+    if (check_task(cr, &meta, &t, now) != 0) {
+        if (rc == VL_OK) compress_update_free(&cu);
+        return;
+    }
     if (rc == VL_ERANGE) {
-        coord_reply_error(cr, 422, range_code(body, len, srv->n_params), "%s", e.msg);
+        coord_reply_error(cr, 422, code ? code : "bad_shape", "%s", e.msg);
+        return;
+    }
+    rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
+    compress_update_free(&cu);
+    if (rc != VL_OK) {
+        coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
         return;
     }
     int64_t id = 0;

@@ -262,6 +262,7 @@ static const route ROUTES[] = {
     {"/v1/peers", 0, EVHTTP_REQ_POST, coord_route_join},
     {"/v1/task", 0, EVHTTP_REQ_GET, coord_route_task},
     {"/v1/model", 0, EVHTTP_REQ_GET, coord_route_model},
+    {"/v1/model/delta", 0, EVHTTP_REQ_GET, coord_route_delta},
     {"/v1/data/", 1, EVHTTP_REQ_GET, coord_route_data},
     {"/v1/updates", 0, EVHTTP_REQ_POST, coord_route_updates},
     {"/v1/status", 0, EVHTTP_REQ_GET, coord_route_status},

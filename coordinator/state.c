@@ -43,9 +43,17 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     memcpy(model_gpt_params(srv->gpt), v.params, v.n * sizeof(float));
+    srv->n_state = coord_state_size(&srv->cfg, srv->n_params);
+    coord_config_spec(&srv->cfg, &srv->spec);
+    if (v.momentum && v.n_state != srv->n_state) {
+        storage_version_free(&v);
+        rc = vl_fail(err, VL_EDB, "version %lld has optimiser state of the wrong size",
+                     (long long)run.current_version);
+        goto out;
+    }
     srv->momentum = v.momentum;
     v.momentum = NULL;
-    if (!srv->momentum) srv->momentum = calloc(srv->n_params ? srv->n_params : 1, sizeof(float));
+    if (!srv->momentum) srv->momentum = calloc(srv->n_state ? srv->n_state : 1, sizeof(float));
     storage_version_free(&v);
     if (!srv->momentum) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
@@ -61,9 +69,18 @@ out:
     return rc;
 }
 
+size_t coord_state_size(const coord_config *cfg, size_t n_params) {
+    if (strcmp(cfg->compression_kind, "none") == 0) return n_params;
+    if (strcmp(cfg->compression_kind, "sketch") == 0)
+        return 2 * (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    return 2 * n_params;
+}
+
 void coord_state_free(coord_server *srv) {
     if (srv->model_blob) coord_blob_unref(srv->model_blob);
     srv->model_blob = NULL;
+    if (srv->delta_blob) coord_blob_unref(srv->delta_blob);
+    srv->delta_blob = NULL;
     model_gpt_destroy(srv->gpt);
     srv->gpt = NULL;
     free(srv->momentum);

@@ -140,6 +140,8 @@ typedef struct loop {
     peer_response rs;
     buf upload;
     int64_t done;
+    /* Traffic, for the summary at exit. */
+    uint64_t up_bytes, model_bytes, delta_bytes;
     /* Leases this peer has finished with (uploaded or dropped). A refused
      * request changes nothing on the coordinator, so it may offer the same
      * lease again until its deadline; retraining it would be wasted work. */
@@ -201,9 +203,48 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     return peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
 }
 
+/* Brings an older cached base up to the task's version with the sum of
+ * the changes in between. Returns 1 when that worked, 0 when the whole
+ * model has to be fetched instead (the changes were pruned, or the delta
+ * did not apply), or an error that ends the loop. */
+static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
+    char target[96];
+    snprintf(target, sizeof target, "/v1/model/delta?since=%lld&version=%lld",
+             (long long)L->tr.base_version, (long long)k->base_version);
+    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S};
+    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (rc) return rc;
+    peer_response *rs = &L->rs;
+    if (run_finished(rs)) return STEP_FINISHED;
+    if (rs->status != 200) {
+        log_debug("no delta from version %lld (status %ld); fetching the model",
+                  (long long)L->tr.base_version, rs->status);
+        return 0;
+    }
+    int64_t from = L->tr.base_version;
+    vl_error e = {0};
+    if (peer_trainer_apply_delta(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version,
+                                 &e) != VL_OK) {
+        log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
+                 e.msg);
+        return 0;
+    }
+    log_info("model version %lld from version %lld by delta: %zu bytes",
+             (long long)k->base_version, (long long)from, rs->body.len);
+    L->delta_bytes += rs->body.len;
+    return 1;
+}
+
 /* Makes the trainer hold the task's base version, downloading it only when
- * the cached one differs (If-None-Match). */
+ * the cached one differs (If-None-Match), and only the changes when the
+ * run's updates are sparse. */
 static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
+    if (k->method != PEER_METHOD_NONE && L->tr.base_version >= 0 &&
+        L->tr.base_version < k->base_version) {
+        int rc = fetch_delta(L, k, err);
+        if (rc == 1) return VL_OK;
+        if (rc) return rc;
+    }
     char target[64], inm[32], want[32];
     snprintf(target, sizeof target, "/v1/model?version=%lld", (long long)k->base_version);
     snprintf(want, sizeof want, "\"%lld\"", (long long)k->base_version);
@@ -243,6 +284,7 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
      * buffer through training would double the peer's footprint. */
     buf_free(&rs->body);
     if (rc) return rc;
+    L->model_bytes += bytes;
     log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
              (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
     return VL_OK;
@@ -305,9 +347,9 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     m.num_samples = res->tokens;
     m.local_steps = res->steps;
     m.loss = res->mean_loss;
+    m.seed = k->comp_seed;
     buf_reset(&L->upload);
-    int rc = compress_update_encode_dense(&m, L->tr.delta, L->tr.n_params, k->dtype, &L->upload,
-                                          err);
+    int rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
     if (rc) return rc;
     peer_request rq = {.method = "POST", .target = "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
@@ -315,6 +357,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     if ((rc = peer_http_do(L->http, &rq, &L->rs, err))) return rc;
     peer_response *rs = &L->rs;
     double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
+    L->up_bytes += L->upload.len;
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
         json_error_t je;
         json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
@@ -333,6 +376,9 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
         /* duplicate_update: an earlier attempt was stored but its 202 was
          * lost on the way back, so the retry found it already there. */
         int dup = error_code_is(rs, "duplicate_update");
+        /* What a dropped upload carried goes back into the residual, to
+         * be sent with a later task. */
+        if (!dup) peer_encode_unsent(&L->tr);
         vl_error e = {0};
         peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
         log_msg(dup ? LOG_INFO : LOG_WARN,
@@ -422,6 +468,9 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
              L.st.run);
     rc = run_loop(&L, err);
     if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
+    log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models and %llu bytes of "
+             "deltas", (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
+             (unsigned long long)L.delta_bytes);
     buf_free(&L.upload);
     peer_response_free(&L.rs);
     peer_trainer_free(&L.tr);

@@ -113,6 +113,14 @@ int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *bo
 
 /* ---- tasks ------------------------------------------------------------- */
 
+/* How a task asks for the delta to be compressed. */
+typedef enum {
+    PEER_METHOD_NONE = 0, /* dense */
+    PEER_METHOD_TOPK,     /* exact top-k with error feedback */
+    PEER_METHOD_GAUSSK,   /* Gaussian-k with error feedback */
+    PEER_METHOD_SKETCH,   /* Count Sketch of the delta, no local state */
+} peer_method;
+
 /* A task lease, as GET /v1/task returns it (docs/protocol.md). */
 typedef struct peer_task {
     int64_t task_id;
@@ -127,8 +135,12 @@ typedef struct peer_task {
     double lr, beta1, beta2, eps, weight_decay;
     double grad_clip;     /* global L2 norm bound; 0: no clipping */
     uint64_t seed;        /* seeds the batch sampler */
-    compress_kind kind;
-    st_dtype dtype;       /* F32 or F16 for dense */
+    compress_kind kind;   /* the wire kind of the update */
+    peer_method method;
+    st_dtype dtype;       /* F32 or F16 values */
+    int64_t comp_k;       /* topk/gaussk: entries to send */
+    uint32_t comp_rows, comp_cols; /* sketch shape */
+    uint64_t comp_seed;   /* sketch hash seed */
     double selsync_delta; /* SelSync threshold; 0 with h_min == steps: fixed H */
     int h_min;            /* fewest local steps, 1..steps */
     int64_t deadline;     /* lease end, unix seconds */
@@ -264,6 +276,13 @@ typedef struct peer_trainer {
     int have_opt;
     int *inputs, *targets;   /* owned batch buffers */
     size_t tokens_alloc;
+    /* Error feedback (topk, gaussk): what was not sent yet, n_params
+     * floats or NULL before the first sparse upload; and the entries of
+     * the last upload, to take back if the coordinator drops it. */
+    float *residual;
+    uint32_t *sel_idx;
+    float *sel_val;
+    size_t sel_nnz, sel_cap;
 } peer_trainer;
 
 /* An empty trainer holding no model (base_version -1). */
@@ -302,6 +321,26 @@ typedef struct peer_train_result {
  * the loss or the delta stops being finite (the optimizer is reset). */
 int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
                      peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
+/* Applies a delta file (GET /v1/model/delta) to the held base: it must
+ * name run, since == t->base_version and version, and hold ascending
+ * in-range U32 `indices` with finite F32 `values`; base[indices] +=
+ * values and the base becomes that version. On failure the trainer is
+ * unchanged. */
+int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
+                             int64_t version, vl_error *err) VL_MUST_CHECK;
+
+/* ---- compression (encode.c) --------------------------------------------- */
+
+/* Appends to out the update for task k built from t->delta and the meta:
+ * dense, a sketch, or the top-k / Gaussian-k of residual + delta with the
+ * sent entries taken out of the residual (remembered for
+ * peer_encode_unsent). */
+int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_update_meta *m,
+                       buf *out, vl_error *err) VL_MUST_CHECK;
+/* Puts the entries of the last sparse upload back into the residual, for
+ * an upload the coordinator did not take. */
+void peer_encode_unsent(peer_trainer *t);
 
 /* ---- the commands ------------------------------------------------------ */
 

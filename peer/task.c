@@ -155,11 +155,39 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     if (!cmp) return VL_EINVAL;
     char kind[32], dtype[16];
     if ((rc = get_string(cmp, "compression", "kind", kind, sizeof kind, err))) return rc;
-    if (compress_kind_parse(kind, &t->kind) != VL_OK)
+    static const struct { const char *name; peer_method method; compress_kind kind; } METHODS[] = {
+        {"none", PEER_METHOD_NONE, COMPRESS_DENSE}, {"dense", PEER_METHOD_NONE, COMPRESS_DENSE},
+        {"topk", PEER_METHOD_TOPK, COMPRESS_TOPK}, {"gaussk", PEER_METHOD_GAUSSK, COMPRESS_TOPK},
+        {"sketch", PEER_METHOD_SKETCH, COMPRESS_SKETCH}};
+    int found = 0;
+    for (size_t i = 0; i < sizeof METHODS / sizeof METHODS[0]; i++) {
+        if (strcmp(kind, METHODS[i].name) != 0) continue;
+        t->method = METHODS[i].method;
+        t->kind = METHODS[i].kind;
+        found = 1;
+    }
+    if (!found)
         return vl_fail(err, VL_EINVAL,
                        "task: compression kind '%s' is not supported by this peer (supported: "
-                       "dense)",
+                       "none, topk, gaussk, sketch)",
                        kind);
+    if (t->method != PEER_METHOD_NONE) {
+        if ((rc = get_int(cmp, "compression", "k", 1, UINT32_MAX, &t->comp_k, err))) return rc;
+    }
+    if (t->method == PEER_METHOD_SKETCH) {
+        if ((rc = get_int(cmp, "compression", "rows", 1, COMPRESS_SKETCH_MAX_ROWS, &v, err)))
+            return rc;
+        t->comp_rows = (uint32_t)v;
+        if ((rc = get_int(cmp, "compression", "cols", 1, (int64_t)COMPRESS_SKETCH_MAX_CELLS, &v,
+                          err)))
+            return rc;
+        t->comp_cols = (uint32_t)v;
+        if ((uint64_t)t->comp_rows * t->comp_cols > COMPRESS_SKETCH_MAX_CELLS)
+            return vl_fail(err, VL_EINVAL, "task: a sketch of %u x %u cells is too large",
+                           t->comp_rows, t->comp_cols);
+        if ((rc = get_int(cmp, "compression", "seed", 0, INT64_MAX, &v, err))) return rc;
+        t->comp_seed = (uint64_t)v;
+    }
     if ((rc = get_string(cmp, "compression", "dtype", dtype, sizeof dtype, err))) return rc;
     if (st_dtype_parse(dtype, &t->dtype) != VL_OK || (t->dtype != ST_F32 && t->dtype != ST_F16))
         return vl_fail(err, VL_EINVAL, "task: compression dtype '%s' must be F32 or F16",
@@ -194,6 +222,11 @@ int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err)
 }
 
 int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_error *err) {
+    size_t n = model_gpt_config_num_params(cfg);
+    if ((t->method == PEER_METHOD_TOPK || t->method == PEER_METHOD_GAUSSK) &&
+        (uint64_t)t->comp_k > (uint64_t)n)
+        return vl_fail(err, VL_EINVAL, "task: compression k %lld exceeds the model's %zu "
+                                       "parameters", (long long)t->comp_k, n);
     if (t->context > cfg->block_size)
         return vl_fail(err, VL_EINVAL, "task: context %d exceeds the model's block size %d",
                        t->context, (int)cfg->block_size);

@@ -30,6 +30,9 @@ void peer_trainer_free(peer_trainer *t) {
     model_adamw_free(&t->opt);
     free(t->inputs);
     free(t->targets);
+    free(t->residual);
+    free(t->sel_idx);
+    free(t->sel_val);
     peer_trainer_init(t);
 }
 
@@ -57,6 +60,10 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
         free(t->delta);
         model_adamw_free(&t->opt);
         t->have_opt = 0;
+        /* The residual belongs to the old parameter layout. */
+        free(t->residual);
+        t->residual = NULL;
+        t->sel_nnz = 0;
         t->gpt = g;
         t->cfg = model_gpt_config_get(g);
         t->n_params = n;

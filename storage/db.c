@@ -76,6 +76,10 @@ static const char *const SQL[Q_COUNT] = {
                       " momentum FROM versions WHERE version = ?",
     [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates"
                        " FROM versions ORDER BY version",
+    [Q_CHANGE_INSERT] = "INSERT INTO changes (version, nnz, indices, vals) VALUES (?, ?, ?, ?)",
+    [Q_CHANGE_RANGE] = "SELECT version, nnz, indices, vals FROM changes WHERE version > ? AND"
+                       " version <= ? ORDER BY version",
+    [Q_CHANGE_PRUNE] = "DELETE FROM changes WHERE version <= ?",
     [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
                         " AND (params IS NOT NULL OR momentum IS NOT NULL)",
 };

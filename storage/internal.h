@@ -50,6 +50,9 @@ typedef enum {
     Q_VERSION_GET,
     Q_VERSION_EACH,
     Q_VERSION_PRUNE,
+    Q_CHANGE_INSERT,
+    Q_CHANGE_RANGE,
+    Q_CHANGE_PRUNE,
     Q_COUNT
 } q_id;
 

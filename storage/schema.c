@@ -66,6 +66,15 @@ static const storage_migration MIGRATIONS[] = {
      " merged_version INTEGER REFERENCES versions(version));"
      "CREATE INDEX updates_pending ON updates(base_version, merged_version);"
      "CREATE INDEX updates_merged ON updates(merged_version);"},
+    {2,
+     /* What each version changed, theta_v - theta_(v-1), as ascending U32
+      * indices and F32 values: peers that are behind fetch the sum of a few
+      * of these instead of the whole model. */
+     "CREATE TABLE changes ("
+     " version INTEGER PRIMARY KEY REFERENCES versions(version) CHECK (version > 0),"
+     " nnz INTEGER NOT NULL CHECK (nnz >= 0),"
+     " indices BLOB NOT NULL CHECK (length(indices) = 4 * nnz),"
+     " vals BLOB NOT NULL CHECK (length(vals) = 4 * nnz));"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

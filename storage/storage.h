@@ -253,34 +253,46 @@ int storage_update_count(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK
 
 /* ---- versions ----------------------------------------------------------- */
 
-/* A model version. params and momentum hold n floats each (momentum may be
- * NULL, meaning zeros). When read with storage_version_get they are heap
- * copies owned by the struct (storage_version_free), NULL once pruned; when
- * passed to storage_version_commit they are only read. */
+/* A model version. params holds n floats and momentum, the outer
+ * optimiser's state, n_state floats (NULL: zeros; its layout is the
+ * aggregator's, e.g. momentum and error vectors or sketches). When read
+ * with storage_version_get they are heap copies owned by the struct
+ * (storage_version_free), NULL once pruned; when passed to
+ * storage_version_commit they are only read. */
 typedef struct storage_version {
     int64_t version;
     int64_t created_at;
     float *params;
     float *momentum;
     size_t n;
+    size_t n_state;    /* on commit, 0 means n */
     double val_loss;   /* NaN when unknown */
     double train_loss; /* NaN for version 0 */
     int64_t num_updates;
+    /* Only read by storage_version_commit: what this version changed,
+     * theta_v - theta_(v-1), as change_nnz ascending indices and values.
+     * Stored when has_change is set (every version but 0). */
+    int has_change;
+    const uint32_t *change_idx;
+    const float *change_val;
+    size_t change_nnz;
 } storage_version;
 
-/* Atomically: inserts version v->version with its params and momentum,
+/* Atomically: inserts version v->version with its params, momentum and
+ * change,
  * marks each of the n_updates updates merged into it (each must exist and
  * be unmerged, else VL_ECONFLICT), expires leases still held on older
  * versions, sets the run's current version to it (it must be the current
  * version + 1, or 0 for the first), marks the run finished when finished is
  * set, and prunes: params and momentum of versions at or below
  * v->version - keep_versions are set NULL, and so are the blobs of updates
- * merged into those versions. Version 0 is stored the same way with no
+ * merged into those versions; changes of versions at or below
+ * v->version - keep_changes are deleted (keep_changes <= 0 keeps all). Version 0 is stored the same way with no
  * updates. On any failure nothing of it is visible. Inside a caller's
  * transaction it runs in a savepoint. */
 int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
-                           size_t n_updates, int64_t keep_versions, int finished,
-                           vl_error *err) VL_MUST_CHECK;
+                           size_t n_updates, int64_t keep_versions, int64_t keep_changes,
+                           int finished, vl_error *err) VL_MUST_CHECK;
 /* Reads version into *out; with blobs set also copies params and momentum
  * (either NULL when pruned or absent). Caller frees with
  * storage_version_free. VL_ENOTFOUND if the version was never made. */
@@ -295,5 +307,24 @@ typedef int (*storage_version_fn)(void *ctx, const storage_version *v);
 /* Walks all versions, oldest first, without blobs. */
 int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
                          vl_error *err) VL_MUST_CHECK;
+
+/* ---- changes ------------------------------------------------------------ */
+
+/* One version's stored change. idx and val point to nnz entries in
+ * storage-owned memory, valid only during the callback, and may be
+ * unaligned: read them with memcpy. */
+typedef struct storage_change {
+    int64_t version;
+    size_t nnz;
+    const uint8_t *idx; /* nnz little-endian U32, ascending */
+    const uint8_t *val; /* nnz little-endian F32 */
+} storage_change;
+
+typedef int (*storage_change_fn)(void *ctx, const storage_change *c);
+/* Calls fn for the changes of versions since+1 .. until, in order.
+ * VL_ENOTFOUND (before any call) when one of them is not stored: never
+ * made, or pruned. since < until. */
+int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
+                        void *ctx, vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -221,7 +221,8 @@ static void bind_real(sqlite3_stmt *s, int col, double x) {
 }
 
 static int version_steps(storage *st, const storage_version *v, const int64_t *update_ids,
-                         size_t n_updates, int64_t keep_versions, int finished, vl_error *err) {
+                         size_t n_updates, int64_t keep_versions, int64_t keep_changes,
+                         int finished, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_VERSION_MAX, err);
     if (!s) return VL_EDB;
     int64_t latest;
@@ -235,11 +236,27 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
     sqlite3_bind_int64(s, 1, v->version);
     sqlite3_bind_int64(s, 2, v->created_at);
     bind_floats(s, 3, v->params, v->n);
-    bind_floats(s, 4, v->momentum, v->n);
+    bind_floats(s, 4, v->momentum, v->n_state ? v->n_state : v->n);
     bind_real(s, 5, v->val_loss);
     bind_real(s, 6, v->train_loss);
     sqlite3_bind_int64(s, 7, v->num_updates);
     if ((rc = q_exec(st, s, "insert version", err)) != VL_OK) return rc;
+
+    if (v->has_change) {
+        if (v->change_nnz > (size_t)INT32_MAX / 4)
+            return vl_fail(err, VL_EINVAL, "a change of %zu entries is too large to store",
+                           v->change_nnz);
+        if (!(s = q_get(st, Q_CHANGE_INSERT, err))) return VL_EDB;
+        sqlite3_uint64 bytes = (sqlite3_uint64)v->change_nnz * 4;
+        static const char empty[1] = {0};
+        sqlite3_bind_int64(s, 1, v->version);
+        sqlite3_bind_int64(s, 2, (int64_t)v->change_nnz);
+        sqlite3_bind_blob64(s, 3, bytes ? (const void *)v->change_idx : empty, bytes,
+                            SQLITE_STATIC);
+        sqlite3_bind_blob64(s, 4, bytes ? (const void *)v->change_val : empty, bytes,
+                            SQLITE_STATIC);
+        if ((rc = q_exec(st, s, "insert change", err)) != VL_OK) return rc;
+    }
 
     for (size_t i = 0; i < n_updates; i++) {
         if (!(s = q_get(st, Q_UPDATE_MERGE, err))) return VL_EDB;
@@ -270,16 +287,22 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         sqlite3_bind_int64(s, 1, upto);
         if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
     }
+    if (keep_changes > 0 && v->version >= keep_changes) {
+        if (!(s = q_get(st, Q_CHANGE_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, v->version - keep_changes);
+        if ((rc = q_exec(st, s, "prune changes", err)) != VL_OK) return rc;
+    }
     return VL_OK;
 }
 
 int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
-                           size_t n_updates, int64_t keep_versions, int finished,
-                           vl_error *err) {
+                           size_t n_updates, int64_t keep_versions, int64_t keep_changes,
+                           int finished, vl_error *err) {
     int nested;
     int rc = q_tx_begin(st, &nested, err);
     if (rc != VL_OK) return rc;
-    rc = version_steps(st, v, update_ids, n_updates, keep_versions, finished, err);
+    rc = version_steps(st, v, update_ids, n_updates, keep_versions, keep_changes, finished,
+                       err);
     if (rc != VL_OK) {
         q_tx_end(st, nested, 0, NULL);
         return rc;
@@ -330,7 +353,7 @@ int storage_version_get(storage *st, int64_t version, int blobs, storage_version
     rc = VL_OK;
     if (blobs) {
         rc = copy_floats(s, 5, &out->params, &out->n, err);
-        if (rc == VL_OK) rc = copy_floats(s, 6, &out->momentum, &out->n, err);
+        if (rc == VL_OK) rc = copy_floats(s, 6, &out->momentum, &out->n_state, err);
     }
     q_done(s);
     if (rc != VL_OK) storage_version_free(out);
@@ -364,6 +387,58 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx, vl_error
         }
     }
     int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read versions");
+    q_done(s);
+    return ret;
+}
+
+/* ---- changes ------------------------------------------------------------ */
+
+/* Counts the stored changes in (since, until] first, so that a pruned one
+ * is reported before the caller has consumed any. */
+int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
+                        void *ctx, vl_error *err) {
+    if (since < 0 || until <= since)
+        return vl_fail(err, VL_EINVAL, "no versions between %lld and %lld", (long long)since,
+                       (long long)until);
+    sqlite3_stmt *s = q_get(st, Q_CHANGE_RANGE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, since);
+    sqlite3_bind_int64(s, 2, until);
+    int64_t expect = since + 1;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sqlite3_column_int64(s, 0) != expect++) break;
+    }
+    q_done(s);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return q_fail(st, err, "read changes");
+    if (rc == SQLITE_ROW || expect != until + 1)
+        return vl_fail(err, VL_ENOTFOUND, "the changes since version %lld are no longer stored",
+                       (long long)since);
+
+    if (!(s = q_get(st, Q_CHANGE_RANGE, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, since);
+    sqlite3_bind_int64(s, 2, until);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        storage_change c;
+        c.version = sqlite3_column_int64(s, 0);
+        int64_t nnz = sqlite3_column_int64(s, 1);
+        c.idx = sqlite3_column_blob(s, 2);
+        int ib = sqlite3_column_bytes(s, 2);
+        c.val = sqlite3_column_blob(s, 3);
+        int vb = sqlite3_column_bytes(s, 3);
+        if (nnz < 0 || (int64_t)ib != 4 * nnz || (int64_t)vb != 4 * nnz) {
+            q_done(s);
+            return vl_fail(err, VL_EDB, "database: the change of version %lld is damaged",
+                           (long long)c.version);
+        }
+        c.nnz = (size_t)nnz;
+        int r = fn(ctx, &c);
+        if (r != 0) {
+            q_done(s);
+            return r;
+        }
+    }
+    int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read changes");
     q_done(s);
     return ret;
 }

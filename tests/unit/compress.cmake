@@ -1,3 +1,4 @@
 volley_unit_test(test_compress volley_compress)
 volley_unit_test(test_sketch volley_compress)
 volley_unit_test(test_topk volley_compress)
+volley_unit_test(test_update volley_compress)

@@ -45,7 +45,7 @@ static void test_round_trip_f32_and_f16(void **state) {
         assert_int_equal(compress_update_encode_dense(&m, delta, N, dt ? ST_F16 : ST_F32, &b, &e),
                          VL_OK);
         compress_update u;
-        assert_int_equal(compress_update_decode(b.data, b.len, N, &u, &e), VL_OK);
+        assert_int_equal(compress_update_decode(b.data, b.len, N, &u, NULL, &e), VL_OK);
         assert_string_equal(u.meta.run, "demo");
         assert_int_equal(u.meta.task, 3);
         assert_int_equal(u.meta.peer, 2);
@@ -65,7 +65,7 @@ static void test_round_trip_f32_and_f16(void **state) {
 static int decode_code(const buf *b, size_t n) {
     compress_update u;
     vl_error e = {0};
-    int rc = compress_update_decode(b->data, b->len, n, &u, &e);
+    int rc = compress_update_decode(b->data, b->len, n, &u, NULL, &e);
     if (rc == VL_OK) compress_update_free(&u);
     else assert_true(e.msg[0] != '\0');
     return rc;
@@ -178,7 +178,7 @@ static void test_malformed_is_400(void **state) {
     for (size_t cut = 0; cut < b.len; cut += 97) {
         compress_update u;
         vl_error e = {0};
-        assert_int_equal(compress_update_decode(b.data, cut, N, &u, &e), VL_EINVAL);
+        assert_int_equal(compress_update_decode(b.data, cut, N, &u, NULL, &e), VL_EINVAL);
     }
     buf_free(&b);
 }

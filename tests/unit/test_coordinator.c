@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "compress/compress.h"
+#include "test_util.h"
 #include "coordinator/aggregator.h"
 #include "coordinator/config.h"
 #include "coordinator/coord.h"
@@ -289,8 +290,8 @@ static void test_weighted_mean_of_updates(void **state) {
     meta.num_samples = 10;
     assert_int_equal(compress_update_encode_dense(&meta, d2, N, ST_F16, &b2, &e), VL_OK);
     compress_update u1, u2;
-    assert_int_equal(compress_update_decode(b1.data, b1.len, N, &u1, &e), VL_OK);
-    assert_int_equal(compress_update_decode(b2.data, b2.len, N, &u2, &e), VL_OK);
+    assert_int_equal(compress_update_decode(b1.data, b1.len, N, &u1, NULL, &e), VL_OK);
+    assert_int_equal(compress_update_decode(b2.data, b2.len, N, &u2, NULL, &e), VL_OK);
     float sum[N] = {0};
     assert_int_equal(compress_update_accumulate(&u1, 30.0f, sum, N, &e), VL_OK);
     assert_int_equal(compress_update_accumulate(&u2, 10.0f, sum, N, &e), VL_OK);
@@ -336,7 +337,7 @@ static void test_config_defaults(void **state) {
     assert_true(cfg.train.eps == 1e-8);
     assert_true(cfg.outer_lr == 0.7);
     assert_true(cfg.outer_momentum == 0.9);
-    assert_string_equal(cfg.compression_kind, "dense");
+    assert_string_equal(cfg.compression_kind, "none");
     assert_string_equal(cfg.compression_dtype, "F32");
     assert_int_equal(cfg.task_bytes, 65536);
     assert_int_equal(cfg.lease_s, 120);
@@ -354,6 +355,100 @@ static void test_config_defaults(void **state) {
     json = coord_config_to_json(&cfg, 0);
     assert_null(strstr(json, "corpus"));
     free(json);
+}
+
+/* A compression ratio R makes an update R times smaller than a dense F32
+ * one; what the ratio resolves to is stored, so it parses back the same. */
+static void test_config_compression(void **state) {
+    (void)state;
+    coord_config cfg, again;
+    vl_error e;
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+    size_t n = model_gpt_config_num_params(&cfg.model);
+    assert_int_equal(cfg.comp_k, (int64_t)(4.0 * (double)n / (100.0 * 8.0)));
+    assert_int_equal(cfg.apply_k, cfg.comp_k * cfg.updates_per_version);
+    assert_string_equal(coord_config_update_kind(&cfg), "topk");
+    assert_int_equal(cfg.keep_changes, 1000);
+    char *json = coord_config_to_json(&cfg, 1);
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"seed\": 5, "
+                           "\"compression\": {\"kind\": \"sketch\", \"dtype\": \"F16\", "
+                           "\"ratio\": 1000, \"rows\": 3}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.comp_rows, 3);
+    assert_int_equal(cfg.comp_cols, (int64_t)(4.0 * (double)n / (1000.0 * 3 * 2)));
+    assert_int_equal(cfg.comp_k, cfg.comp_cols / 2);
+    assert_int_equal(cfg.comp_seed, 5);
+    assert_string_equal(coord_config_update_kind(&cfg), "sketch");
+    compress_spec spec;
+    coord_config_spec(&cfg, &spec);
+    assert_int_equal(spec.kind, COMPRESS_SKETCH);
+    assert_int_equal(spec.cols, cfg.comp_cols);
+    assert_true(spec.seed == 5);
+    assert_true(coord_config_update_bytes(&cfg) < coord_dense_update_bytes(n, "F32") / 100);
+    json = coord_config_to_json(&cfg, 1);
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"gaussk\", \"k\": 1000}}", &cfg, &e), VL_OK);
+    coord_config_spec(&cfg, &spec);
+    assert_int_equal(spec.kind, COMPRESS_TOPK);
+    assert_int_equal(spec.max_nnz, COMPRESS_GAUSSK_CAP(1000));
+    /* "dense" is the older name of "none". */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"dense\"}}", &cfg, &e), VL_OK);
+    assert_string_equal(cfg.compression_kind, "none");
+    assert_int_equal(cfg.keep_changes, cfg.keep_versions);
+}
+
+/* The sparse outer step applies apply_k coordinates and keeps the rest in
+ * the error vector; with apply_k = n it is the dense Nesterov step. */
+static void test_outer_step_sparse(void **state) {
+    (void)state;
+    enum { D = 64 };
+    float th1[D], th2[D], m1[D], m2[D], e2[D], dbar[D];
+    uint32_t idx[D];
+    for (int i = 0; i < D; i++) {
+        th1[i] = th2[i] = (float)i * 0.01f;
+        m1[i] = m2[i] = (float)(i % 5) * 0.1f;
+        e2[i] = 0;
+        dbar[i] = (float)((i * 7) % 11 - 5) * 0.05f;
+    }
+    size_t nnz = 0;
+    OK(coord_outer_step_sparse(th2, m2, e2, dbar, D, 0.7, 0.9, D, idx, &nnz, &e_));
+    coord_outer_step(th1, m1, dbar, D, 0.7, 0.9);
+    for (int i = 0; i < D; i++) {
+        assert_float_equal(th1[i], th2[i], 1e-6);
+        assert_float_equal(m1[i], m2[i], 1e-6);
+        assert_true(e2[i] == 0.0f);
+    }
+    /* With apply_k = 4 only four coordinates move, the largest |update|,
+     * and the rest waits in e. */
+    float th3[D], m3[D], e3[D], before[D];
+    for (int i = 0; i < D; i++) {
+        th3[i] = before[i] = 1.0f;
+        m3[i] = 0;
+        e3[i] = 0;
+    }
+    OK(coord_outer_step_sparse(th3, m3, e3, dbar, D, 1.0, 0.0, 4, idx, &nnz, &e_));
+    assert_int_equal(nnz, 4);
+    float val[D];
+    uint32_t cidx[D];
+    size_t changed = coord_change(before, th3, D, idx, nnz, cidx, val);
+    assert_int_equal(changed, 4);
+    for (size_t j = 0; j < 4; j++) {
+        assert_true(fabsf(dbar[cidx[j]]) >= 0.25f - 1e-6f);
+        assert_true(e3[cidx[j]] == 0.0f);
+        assert_float_equal(val[j], -dbar[cidx[j]], 1e-6);
+    }
+    double mass = 0;
+    for (int i = 0; i < D; i++) mass += (double)e3[i] + (double)(before[i] - th3[i]) - dbar[i];
+    assert_true(fabs(mass) < 1e-5);
 }
 
 static void test_config_errors_name_the_field(void **state) {
@@ -380,8 +475,20 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"lease_s\": 0}", "lease_s");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", "mode");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                        "{\"kind\": \"topk\"}}",
+                        "{\"kind\": \"randk\"}}",
                         "compression.kind");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"kind\": \"topk\"}}",
+                        "compression.topk needs k");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"kind\": \"sketch\", \"ratio\": 10, \"cols\": 5}}",
+                        "compression.ratio excludes");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"kind\": \"topk\", \"k\": 100000000}}",
+                        "exceeds the");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                        "{\"kind\": \"sketch\", \"rows\": 16, \"cols\": 10}}",
+                        "compression.rows");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                         "{\"dtype\": \"BF16\"}}",
                         "compression.dtype");
@@ -527,6 +634,8 @@ int main(void) {
         cmocka_unit_test(test_outer_step_by_hand),
         cmocka_unit_test(test_weighted_mean_of_updates),
         cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_compression),
+        cmocka_unit_test(test_outer_step_sparse),
         cmocka_unit_test(test_config_errors_name_the_field),
         cmocka_unit_test(test_config_corpus_checks),
         cmocka_unit_test(test_durations),

@@ -71,7 +71,7 @@ static void commit_version(storage *st, int64_t v, float fill, const int64_t *id
                            .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
                            .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
     vl_error e = {0};
-    int rc = storage_version_commit(st, &ver, ids, n, keep, 0, &e);
+    int rc = storage_version_commit(st, &ver, ids, n, keep, 0, 0, &e);
     if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
     assert_int_equal(rc, VL_OK);
 }
@@ -372,7 +372,7 @@ static void test_version_commit_and_prune(void **state) {
     /* Version numbers must follow on. */
     float x[4] = {0};
     storage_version skip = {.version = 5, .params = x, .n = 4};
-    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, 2, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, 2, 0, 0, &e), VL_ECONFLICT);
 }
 
 static int count_cb(void *ctx, const storage_version *v) {
@@ -399,7 +399,7 @@ static void test_version_commit_is_atomic(void **state) {
     float params[4] = {1, 2, 3, 4};
     storage_version v1 = {.version = 1, .created_at = 3000, .params = params, .n = 4,
                           .val_loss = 1.0, .train_loss = 2.0, .num_updates = 3};
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, 0, &e), VL_ECONFLICT);
     assert_false(storage_in_transaction(f->st));
     storage_version got;
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -418,7 +418,7 @@ static void test_version_commit_is_atomic(void **state) {
      * commit's savepoint; the caller's earlier write survives. */
     assert_int_equal(storage_begin(f->st, &e), VL_OK);
     assert_int_equal(storage_peer_touch(f->st, p, 7777, &e), VL_OK);
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, 0, &e), VL_ECONFLICT);
     assert_true(storage_in_transaction(f->st));
     assert_int_equal(storage_commit(f->st, &e), VL_OK);
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -430,7 +430,7 @@ static void test_version_commit_is_atomic(void **state) {
     /* A correct commit then does everything at once. */
     int64_t good[2] = {ua, ub};
     v1.num_updates = 2;
-    assert_int_equal(storage_version_commit(f->st, &v1, good, 2, 4, 1, &e), VL_OK);
+    assert_int_equal(storage_version_commit(f->st, &v1, good, 2, 4, 0, 1, &e), VL_OK);
     assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
     assert_int_equal(r.current_version, 1);
     assert_int_equal(r.status, STORAGE_RUN_FINISHED);

@@ -1,0 +1,312 @@
+/* Count Sketch of DESIGN.md: the linear, seeded summary that peers upload
+ * instead of a dense delta and that the coordinator sums, keeps momentum
+ * and error in, and decodes into heavy hitters. Hashes are recomputed for
+ * every coordinate on every call, so the loops that touch all d coordinates
+ * (encode, estimate) are the hot ones: they hash a block of coordinates at
+ * a time into small arrays, a loop the compiler vectorises (64-bit
+ * multiplies included), and only the table updates stay scalar, since
+ * buckets collide within a block. Those loops are built for several x86-64
+ * levels and the best is chosen when the library loads, and they split the
+ * coordinates across OpenMP threads once d is large. The FetchSGD server
+ * step, which keeps momentum and error in sketch space, is here too. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compress/compress.h"
+
+/* Hashed together, then scattered; 64 keeps the arrays in registers' reach
+ * of L1 while amortising the per-block loop overhead. */
+#define BLK 64
+
+/* Below these sizes the cost of waking threads is more than the work. */
+#define ENCODE_PAR_MIN ((size_t)1 << 20)
+#define ESTIMATE_PAR_MIN ((size_t)1 << 16)
+#define TABLE_PAR_MIN ((size_t)1 << 18)
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SKETCH_HOT __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
+#else
+#define SKETCH_HOT
+#endif
+
+/* The same function as splitmix64() in common, repeated here so that the
+ * compiler sees its body and can vectorise the block loops around it; the
+ * tests check every path against splitmix64() itself. */
+static inline uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint32_t bucket_of(uint64_t h, uint32_t cols) {
+    return (uint32_t)(((h >> 32) * (uint64_t)cols) >> 32);
+}
+
+uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row) {
+    return splitmix64(seed ^ ((uint64_t)row + 1));
+}
+
+void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
+                          uint32_t *bucket, int *sign) {
+    uint64_t h = mix64(compress_sketch_row_key(seed, row) ^ i);
+    *bucket = bucket_of(h, cols);
+    *sign = (h & 1) ? -1 : 1;
+}
+
+static void row_keys(const compress_sketch *s, uint64_t *keys) {
+    for (uint32_t j = 0; j < s->rows; j++) keys[j] = compress_sketch_row_key(s->seed, j);
+}
+
+int compress_sketch_init(compress_sketch *s, uint32_t rows, uint32_t cols, uint64_t seed,
+                         vl_error *err) {
+    memset(s, 0, sizeof *s);
+    if (rows < 1 || rows > COMPRESS_SKETCH_MAX_ROWS)
+        return vl_fail(err, VL_EINVAL, "sketch rows must be 1..%d, not %u",
+                       COMPRESS_SKETCH_MAX_ROWS, rows);
+    if (cols < 1) return vl_fail(err, VL_EINVAL, "sketch needs at least one column");
+    uint64_t cells = (uint64_t)rows * cols;
+    if (cells > COMPRESS_SKETCH_MAX_CELLS)
+        return vl_fail(err, VL_EINVAL, "sketch of %u x %u has more than %llu cells", rows, cols,
+                       (unsigned long long)COMPRESS_SKETCH_MAX_CELLS);
+    s->table = calloc((size_t)cells, sizeof(float));
+    if (!s->table)
+        return vl_fail(err, VL_ENOMEM, "out of memory for a %u x %u sketch", rows, cols);
+    s->rows = rows;
+    s->cols = cols;
+    s->seed = seed;
+    return VL_OK;
+}
+
+void compress_sketch_free(compress_sketch *s) {
+    if (!s) return;
+    free(s->table);
+    memset(s, 0, sizeof *s);
+}
+
+static size_t cells_of(const compress_sketch *s) {
+    return (size_t)s->rows * s->cols;
+}
+
+void compress_sketch_zero(compress_sketch *s) {
+    if (s->table) memset(s->table, 0, cells_of(s) * sizeof(float));
+}
+
+int compress_sketch_same_shape(const compress_sketch *a, const compress_sketch *b) {
+    return a && b && a->seed == b->seed && a->rows == b->rows && a->cols == b->cols;
+}
+
+/* ---- encode ------------------------------------------------------------ */
+
+/* Buckets and signed values of n <= BLK consecutive coordinates from i0 in
+ * one row. Always inlined so that each clone of the callers vectorises it
+ * for its own instruction set, and so that n = BLK is a constant there. */
+static inline __attribute__((always_inline)) void
+hash_block(uint64_t key, uint64_t i0, size_t n, uint32_t cols, const float *x,
+           uint32_t *restrict bk, float *restrict sv) {
+    for (size_t b = 0; b < n; b++) {
+        uint64_t h = mix64(key ^ (i0 + b));
+        bk[b] = bucket_of(h, cols);
+        /* (float)(1 - 2 * bit) is exactly +-1, so the product is x or -x. */
+        sv[b] = (float)(1 - 2 * (int32_t)(h & 1)) * x[b];
+    }
+}
+
+SKETCH_HOT
+static void encode_range(float *table, uint32_t rows, uint32_t cols, const uint64_t *keys,
+                         const float *x, size_t lo, size_t hi) {
+    uint32_t bk[BLK];
+    float sv[BLK];
+    size_t i0 = lo;
+    for (; i0 + BLK <= hi; i0 += BLK) {
+        for (uint32_t j = 0; j < rows; j++) {
+            float *row = table + (size_t)j * cols;
+            hash_block(keys[j], i0, BLK, cols, x + i0, bk, sv);
+            for (size_t b = 0; b < BLK; b++) row[bk[b]] += sv[b];
+        }
+    }
+    if (i0 < hi) {
+        size_t n = hi - i0;
+        for (uint32_t j = 0; j < rows; j++) {
+            float *row = table + (size_t)j * cols;
+            hash_block(keys[j], i0, n, cols, x + i0, bk, sv);
+            for (size_t b = 0; b < n; b++) row[bk[b]] += sv[b];
+        }
+    }
+}
+
+/* Thread t's share of [0, d), cut at multiples of BLK so every thread but
+ * the last runs only full blocks. */
+static void share(size_t d, int t, int nt, size_t *lo, size_t *hi) {
+    size_t nblk = (d + BLK - 1) / BLK;
+    size_t per = (nblk + (size_t)nt - 1) / (size_t)nt;
+    size_t a = per * (size_t)t * BLK, b = a + per * BLK;
+    *lo = a < d ? a : d;
+    *hi = b < d ? b : d;
+}
+
+void compress_sketch_encode(compress_sketch *s, const float *x, size_t d) {
+    if (d == 0) return;
+    uint64_t keys[COMPRESS_SKETCH_MAX_ROWS];
+    row_keys(s, keys);
+    size_t cells = cells_of(s);
+    int nt = omp_get_max_threads();
+    /* Threads add into private tables that are summed at the end, which
+     * only pays when summing them is small next to hashing d coordinates;
+     * otherwise, or when the tables cannot be had, one thread does it. */
+    float *priv = NULL;
+    if (nt > 1 && d >= ENCODE_PAR_MIN && cells <= d / (4 * (size_t)nt))
+        priv = calloc((size_t)(nt - 1) * cells, sizeof(float));
+    if (!priv) {
+        encode_range(s->table, s->rows, s->cols, keys, x, 0, d);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), n = omp_get_num_threads();
+        size_t lo, hi;
+        share(d, t, n, &lo, &hi);
+        /* Nobody else touches s->table until the barrier, so thread 0 can
+         * add straight into it and one private table is saved. */
+        float *tab = t == 0 ? s->table : priv + (size_t)(t - 1) * cells;
+        encode_range(tab, s->rows, s->cols, keys, x, lo, hi);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (size_t c = 0; c < cells; c++) {
+            float a = 0.0f;
+            for (int u = 1; u < n; u++) a += priv[(size_t)(u - 1) * cells + c];
+            s->table[c] += a;
+        }
+    }
+    free(priv);
+}
+
+int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float w,
+                        vl_error *err) {
+    if (!compress_sketch_same_shape(dst, src))
+        return vl_fail(err, VL_EINVAL,
+                       "cannot add sketches of different seed or shape (%u x %u vs %u x %u)",
+                       dst ? dst->rows : 0, dst ? dst->cols : 0, src ? src->rows : 0,
+                       src ? src->cols : 0);
+    size_t cells = cells_of(dst);
+    float *restrict a = dst->table;
+    const float *restrict b = src->table;
+#pragma omp parallel for simd schedule(static) if (cells >= TABLE_PAR_MIN)
+    for (size_t c = 0; c < cells; c++) a[c] += w * b[c];
+    return VL_OK;
+}
+
+/* ---- estimate ------------------------------------------------------------ */
+
+SKETCH_HOT
+static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
+                           const uint64_t *keys, size_t lo, size_t hi, float *out) {
+    float v[COMPRESS_SKETCH_MAX_ROWS][BLK];
+    uint32_t bk[BLK];
+    float sg[BLK];
+    for (size_t i0 = lo; i0 < hi; i0 += BLK) {
+        size_t n = hi - i0 < BLK ? hi - i0 : BLK;
+        for (uint32_t j = 0; j < rows; j++) {
+            const float *row = table + (size_t)j * cols;
+            for (size_t b = 0; b < BLK; b++) {
+                uint64_t h = mix64(keys[j] ^ (i0 + b));
+                bk[b] = bucket_of(h, cols);
+                sg[b] = (float)(1 - 2 * (int32_t)(h & 1));
+            }
+            for (size_t b = 0; b < n; b++) v[j][b] = sg[b] * row[bk[b]];
+        }
+        /* Odd-even transposition sort across the rows, one comparator per
+         * lane, so the median of every coordinate in the block comes out
+         * of the same straight-line vector code; rows passes sort fully. */
+        for (uint32_t pass = 0; pass < rows; pass++) {
+            for (uint32_t p = pass & 1; p + 1 < rows; p += 2) {
+                for (size_t b = 0; b < n; b++) {
+                    float a = v[p][b], c = v[p + 1][b];
+                    v[p][b] = a < c ? a : c;
+                    v[p + 1][b] = a < c ? c : a;
+                }
+            }
+        }
+        if (rows & 1) {
+            memcpy(out + i0, v[rows / 2], n * sizeof(float));
+        } else {
+            for (size_t b = 0; b < n; b++)
+                out[i0 + b] = 0.5f * (v[rows / 2 - 1][b] + v[rows / 2][b]);
+        }
+    }
+}
+
+void compress_sketch_estimate(const compress_sketch *s, size_t d, float *out) {
+    if (d == 0) return;
+    uint64_t keys[COMPRESS_SKETCH_MAX_ROWS];
+    row_keys(s, keys);
+    if (d < ESTIMATE_PAR_MIN || omp_get_max_threads() < 2) {
+        estimate_range(s->table, s->rows, s->cols, keys, 0, d, out);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        share(d, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        estimate_range(s->table, s->rows, s->cols, keys, lo, hi, out);
+    }
+}
+
+int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *scratch,
+                          uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
+    *nnz = 0;
+    if (d > UINT32_MAX)
+        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit",
+                       d);
+    if (d == 0 || k == 0) return VL_OK;
+    compress_sketch_estimate(s, d, scratch);
+    int rc = compress_topk(scratch, d, k, idx, nnz, err);
+    if (rc) return rc;
+    for (size_t t = 0; t < *nnz; t++) val[t] = scratch[idx[t]];
+    return VL_OK;
+}
+
+void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n) {
+    for (uint32_t j = 0; j < s->rows; j++) {
+        uint64_t key = compress_sketch_row_key(s->seed, j);
+        float *row = s->table + (size_t)j * s->cols;
+        for (size_t t = 0; t < n; t++) row[bucket_of(mix64(key ^ idx[t]), s->cols)] = 0.0f;
+    }
+}
+
+/* ---- FetchSGD ------------------------------------------------------------ */
+
+int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                           double lr, double mu, size_t d, size_t k, float *scratch,
+                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
+    *nnz = 0;
+    if (!compress_sketch_same_shape(V, E) || !compress_sketch_same_shape(V, S))
+        return vl_fail(err, VL_EINVAL,
+                       "fetchsgd: momentum, error and update sketches must share seed and shape");
+    if (V == E || S == V || S == E)
+        return vl_fail(err, VL_EINVAL, "fetchsgd: momentum, error and update must be distinct");
+    if (k > d)
+        return vl_fail(err, VL_EINVAL, "fetchsgd: k = %zu is more than the %zu coordinates", k,
+                       d);
+    if (!isfinite(lr) || !isfinite(mu))
+        return vl_fail(err, VL_EINVAL, "fetchsgd: learning rate and momentum must be finite");
+    size_t cells = cells_of(V);
+    float muf = (float)mu, lrf = (float)lr;
+    float *restrict v = V->table;
+    float *restrict e = E->table;
+    const float *s = S->table;
+#pragma omp parallel for simd schedule(static) if (cells >= TABLE_PAR_MIN)
+    for (size_t c = 0; c < cells; c++) {
+        float g = s[c];
+        float m = muf * v[c] + g;
+        v[c] = m;
+        e[c] += lrf * (g + muf * m);
+    }
+    int rc = compress_sketch_heavy(E, d, k, scratch, idx, val, nnz, err);
+    if (rc) return rc;
+    compress_sketch_zero_coords(E, idx, *nnz);
+    compress_sketch_zero_coords(V, idx, *nnz);
+    return VL_OK;
+}

@@ -1,0 +1,156 @@
+/* GET /v1/model/delta?since=V[&version=W]: the sum of the stored sparse
+ * changes of versions V+1..W (W defaults to the current version), so a
+ * peer holding V catches up without downloading the model. 410 when a
+ * change in the range has been pruned. The last delta built is cached:
+ * peers of one round ask for the same range. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/http.h>
+
+#include "coordinator/coord.h"
+
+typedef struct delta_acc {
+    size_t n;
+    float *sum;      /* n floats */
+    uint8_t *touched;
+    size_t nnz;
+    vl_error *err;
+} delta_acc;
+
+static int add_change(void *arg, const storage_change *c) {
+    delta_acc *a = arg;
+    uint32_t prev = 0;
+    for (size_t j = 0; j < c->nnz; j++) {
+        uint32_t i;
+        float x;
+        memcpy(&i, c->idx + 4 * j, 4);
+        memcpy(&x, c->val + 4 * j, 4);
+        if (i >= a->n || (j > 0 && i <= prev))
+            return vl_fail(a->err, VL_EDB, "the stored change of version %lld is damaged",
+                           (long long)c->version);
+        prev = i;
+        a->sum[i] += x;
+        a->nnz += !a->touched[i];
+        a->touched[i] = 1;
+    }
+    return VL_OK;
+}
+
+/* Builds the delta file: metadata run/since/version, U32 `indices`
+ * (ascending) and F32 `values`. */
+static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_blob **out,
+                       vl_error *err) {
+    size_t n = srv->n_params;
+    delta_acc a = {.n = n, .err = err};
+    a.sum = calloc(n ? n : 1, sizeof *a.sum);
+    a.touched = calloc(n ? n : 1, 1);
+    uint32_t *idx = NULL;
+    float *val = NULL;
+    st_writer w;
+    st_writer_init(&w);
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    int rc = VL_OK;
+    if (!a.sum || !a.touched) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
+    if (rc == VL_OK) rc = storage_change_each(srv->db, since, version, add_change, &a, err);
+    if (rc == VL_OK) {
+        idx = malloc(a.nnz * sizeof *idx + 1);
+        val = malloc(a.nnz * sizeof *val + 1);
+        if (!idx || !val) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
+    }
+    if (rc == VL_OK) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!a.touched[i]) continue;
+            idx[k] = (uint32_t)i;
+            val[k++] = a.sum[i];
+        }
+        char s1[24], s2[24];
+        snprintf(s1, sizeof s1, "%lld", (long long)since);
+        snprintf(s2, sizeof s2, "%lld", (long long)version);
+        uint64_t shape[1] = {a.nnz};
+        rc = st_writer_meta(&w, "run", srv->cfg.name);
+        if (!rc) rc = st_writer_meta(&w, "since", s1);
+        if (!rc) rc = st_writer_meta(&w, "version", s2);
+        if (!rc) rc = st_writer_add(&w, "indices", ST_U32, 1, shape, idx, a.nnz * 4);
+        if (!rc) rc = st_writer_add(&w, "values", ST_F32, 1, shape, val, a.nnz * 4);
+        if (rc) rc = vl_fail(err, rc, "cannot describe the delta");
+        else rc = st_writer_finish(&w, &b, err);
+    }
+    coord_blob *blob = NULL;
+    if (rc == VL_OK) {
+        blob = calloc(1, sizeof *blob);
+        if (!blob) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
+    }
+    if (rc == VL_OK) {
+        blob->refs = 1;
+        blob->version = version;
+        blob->data = buf_steal(&b, &blob->len);
+        *out = blob;
+    }
+    buf_free(&b);
+    st_writer_free(&w);
+    free(idx);
+    free(val);
+    free(a.sum);
+    free(a.touched);
+    return rc;
+}
+
+void coord_route_delta(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr, body, len) != 0) return;
+    const char *const keys[] = {"since", "version", NULL};
+    int64_t vals[2] = {0, 0};
+    unsigned present = 0;
+    vl_error e = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    if (!(present & 1u)) {
+        coord_reply_error(cr, 400, "bad_request", "the query needs since=VERSION");
+        return;
+    }
+    int64_t since = vals[0];
+    int64_t version = (present & 2u) ? vals[1] : srv->version;
+    if (version > srv->version) {
+        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
+                          "is %lld)", (long long)version, (long long)srv->version);
+        return;
+    }
+    if (since >= version) {
+        coord_reply_error(cr, 400, "bad_request", "since (%lld) must be below version (%lld)",
+                          (long long)since, (long long)version);
+        return;
+    }
+    char etag[48];
+    snprintf(etag, sizeof etag, "\"%lld\"", (long long)version);
+    coord_set_header(cr, "ETag", etag);
+    coord_blob *blob = NULL;
+    if (srv->delta_blob && srv->delta_since == since && srv->delta_version == version) {
+        blob = srv->delta_blob;
+        blob->refs++;
+    } else {
+        int rc = build_delta(srv, since, version, &blob, &e);
+        if (rc == VL_ENOTFOUND) {
+            coord_reply_error(cr, 410, "version_pruned", "%s; fetch the whole model", e.msg);
+            return;
+        }
+        if (rc != VL_OK) {
+            coord_reply_internal(cr, &e);
+            return;
+        }
+        if (srv->delta_blob) coord_blob_unref(srv->delta_blob);
+        srv->delta_blob = blob;
+        srv->delta_since = since;
+        srv->delta_version = version;
+        blob->refs++;
+    }
+    coord_reply_blob(cr, blob);
+}

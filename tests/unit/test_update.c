@@ -1,0 +1,269 @@
+/* Sparse (topk) and sketch updates: round trips in F32 and F16, and every
+ * way an update can be wrong refused with the status class and the error
+ * code the coordinator answers with. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "compress/compress.h"
+#include "test_util.h"
+
+#define N 5003
+
+static compress_update_meta meta(compress_kind kind) {
+    compress_update_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.run, sizeof m.run, "demo");
+    m.task = 9;
+    m.peer = 4;
+    m.base_version = 2;
+    m.kind = kind;
+    m.num_samples = 512;
+    m.local_steps = 20;
+    m.loss = 1.75;
+    return m;
+}
+
+/* Decodes and returns the status class, leaving the error code in *code. */
+static int decode(const buf *b, size_t n, const char **code) {
+    compress_update u;
+    vl_error e = {0};
+    int rc = compress_update_decode(b->data, b->len, n, &u, code, &e);
+    if (rc == VL_OK) compress_update_free(&u);
+    else assert_true(e.msg[0] != '\0');
+    return rc;
+}
+
+static void test_topk_round_trip(void **state) {
+    (void)state;
+    uint32_t idx[] = {0, 3, 17, 1000, N - 1};
+    float val[] = {0.5f, -0.25f, 8.0f, -1.0f, 0.125f};
+    for (int dt = 0; dt < 2; dt++) {
+        buf b;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        compress_update_meta m = meta(COMPRESS_TOPK);
+        OK(compress_update_encode_topk(&m, idx, val, 5, dt ? ST_F16 : ST_F32, &b, &e_));
+        compress_update u;
+        const char *code = "x";
+        OK(compress_update_decode(b.data, b.len, N, &u, &code, &e_));
+        assert_null(code);
+        assert_int_equal(u.meta.kind, COMPRESS_TOPK);
+        assert_int_equal(u.nnz, 5);
+        float acc[N];
+        memset(acc, 0, sizeof acc);
+        OK(compress_update_accumulate(&u, 2.0f, acc, N, &e_));
+        for (size_t j = 0; j < 5; j++) assert_true(acc[idx[j]] == 2.0f * val[j]);
+        assert_true(acc[1] == 0.0f && acc[N - 2] == 0.0f);
+        compress_spec spec = {.kind = COMPRESS_TOPK, .max_nnz = 5};
+        OK(compress_update_check_spec(&u, &spec, &code, &e_));
+        spec.max_nnz = 4;
+        vl_error e = {0};
+        assert_int_equal(compress_update_check_spec(&u, &spec, &code, &e), VL_ERANGE);
+        assert_string_equal(code, "too_many_entries");
+        spec.kind = COMPRESS_SKETCH;
+        assert_int_equal(compress_update_check_spec(&u, &spec, &code, &e), VL_ERANGE);
+        assert_string_equal(code, "wrong_kind");
+        /* A sparse update cannot be added to a sketch. */
+        compress_sketch s;
+        OK(compress_sketch_init(&s, 3, 64, 1, &e_));
+        assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &s, &e), VL_EINVAL);
+        compress_sketch_free(&s);
+        compress_update_free(&u);
+        buf_free(&b);
+    }
+}
+
+/* Hand-built topk updates with indices the encoder would refuse. */
+static void build_topk(buf *b, const uint32_t *idx, size_t n_idx, const float *val,
+                       size_t n_val, st_dtype idx_dtype) {
+    compress_update_meta m = meta(COMPRESS_TOPK);
+    st_writer w;
+    st_writer_init(&w);
+    const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
+                          "local_steps", "loss"};
+    const char *vals[] = {m.run, "9", "4", "2", "topk", "512", "20", "1.75"};
+    for (int i = 0; i < 8; i++) assert_int_equal(st_writer_meta(&w, keys[i], vals[i]), VL_OK);
+    uint64_t s1[1] = {n_idx}, s2[1] = {n_val};
+    assert_int_equal(st_writer_add(&w, "indices", idx_dtype, 1, s1, idx, n_idx * 4), VL_OK);
+    assert_int_equal(st_writer_add(&w, "values", ST_F32, 1, s2, val, n_val * 4), VL_OK);
+    buf_init(b, BUF_DEFAULT_CAP);
+    OK(st_writer_finish(&w, b, &e_));
+    st_writer_free(&w);
+}
+
+static void test_topk_bad_indices_and_values(void **state) {
+    (void)state;
+    float val[4] = {1, 2, 3, 4};
+    struct {
+        uint32_t idx[4];
+        const char *code;
+    } cases[] = {
+        {{1, 2, 3, N}, "bad_indices"},      /* out of range */
+        {{1, 2, 3, 0xFFFFFFFFu}, "bad_indices"},
+        {{1, 3, 2, 4}, "bad_indices"},      /* not ascending */
+        {{1, 2, 2, 4}, "bad_indices"},      /* duplicated */
+        {{5, 0, 1, 2}, "bad_indices"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        buf b;
+        build_topk(&b, cases[c].idx, 4, val, 4, ST_U32);
+        const char *code = NULL;
+        assert_int_equal(decode(&b, N, &code), VL_ERANGE);
+        assert_string_equal(code, cases[c].code);
+        buf_free(&b);
+    }
+    uint32_t good[4] = {1, 2, 3, 4};
+    float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        float v[4] = {1, 2, 3, 4};
+        v[k + 1] = bad[k];
+        buf b;
+        build_topk(&b, good, 4, v, 4, ST_U32);
+        const char *code = NULL;
+        assert_int_equal(decode(&b, N, &code), VL_ERANGE);
+        assert_string_equal(code, "non_finite");
+        buf_free(&b);
+    }
+    /* Mismatched lengths, a signed index type and more entries than the
+     * model has parameters are shape errors. */
+    buf b;
+    const char *code = NULL;
+    build_topk(&b, good, 4, val, 3, ST_U32);
+    assert_int_equal(decode(&b, N, &code), VL_ERANGE);
+    assert_string_equal(code, "bad_shape");
+    buf_free(&b);
+    build_topk(&b, good, 4, val, 4, ST_I32);
+    assert_int_equal(decode(&b, N, &code), VL_ERANGE);
+    assert_string_equal(code, "bad_shape");
+    buf_free(&b);
+    build_topk(&b, good, 4, val, 4, ST_U32);
+    assert_int_equal(decode(&b, 3, &code), VL_ERANGE);
+    assert_string_equal(code, "bad_shape");
+    buf_free(&b);
+    /* The encoder refuses what the decoder would. */
+    uint32_t desc[2] = {5, 1};
+    buf_init(&b, BUF_DEFAULT_CAP);
+    compress_update_meta m = meta(COMPRESS_TOPK);
+    vl_error e = {0};
+    assert_int_equal(compress_update_encode_topk(&m, desc, val, 2, ST_F32, &b, &e), VL_EINVAL);
+    assert_false(compress_indices_valid(desc, 2, N));
+    assert_true(compress_indices_valid(good, 4, 5));
+    assert_false(compress_indices_valid(good, 4, 4));
+    buf_free(&b);
+}
+
+static void test_sketch_round_trip_and_spec(void **state) {
+    (void)state;
+    compress_sketch s, acc;
+    OK(compress_sketch_init(&s, 5, 101, 77, &e_));
+    OK(compress_sketch_init(&acc, 5, 101, 77, &e_));
+    float x[N];
+    for (size_t i = 0; i < N; i++) x[i] = (float)((int)(i % 9) - 4) * 0.25f;
+    compress_sketch_encode(&s, x, N);
+    for (int dt = 0; dt < 2; dt++) {
+        buf b;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        compress_update_meta m = meta(COMPRESS_SKETCH);
+        OK(compress_update_encode_sketch(&m, &s, dt ? ST_F16 : ST_F32, &b, &e_));
+        compress_update u;
+        OK(compress_update_decode(b.data, b.len, N, &u, NULL, &e_));
+        assert_int_equal(u.rows, 5);
+        assert_int_equal(u.cols, 101);
+        assert_true(u.meta.seed == 77);
+        compress_spec spec = {.kind = COMPRESS_SKETCH, .rows = 5, .cols = 101, .seed = 77};
+        const char *code = "x";
+        OK(compress_update_check_spec(&u, &spec, &code, &e_));
+        assert_null(code);
+        compress_sketch_zero(&acc);
+        OK(compress_update_accumulate_sketch(&u, 1.0f, &acc, &e_));
+        for (size_t c = 0; c < 5 * 101; c++) {
+            float want = dt ? f16_to_f32(f32_to_f16(s.table[c])) : s.table[c];
+            assert_true(acc.table[c] == want);
+        }
+        vl_error e = {0};
+        compress_spec other = spec;
+        other.seed = 78;
+        assert_int_equal(compress_update_check_spec(&u, &other, &code, &e), VL_ERANGE);
+        assert_string_equal(code, "wrong_sketch");
+        other = spec;
+        other.cols = 100;
+        assert_int_equal(compress_update_check_spec(&u, &other, &code, &e), VL_ERANGE);
+        assert_string_equal(code, "wrong_sketch");
+        other = spec;
+        other.rows = 3;
+        assert_int_equal(compress_update_check_spec(&u, &other, &code, &e), VL_ERANGE);
+        assert_string_equal(code, "wrong_sketch");
+        float dst[N];
+        assert_int_equal(compress_update_accumulate(&u, 1.0f, dst, N, &e), VL_EINVAL);
+        compress_sketch wrong;
+        OK(compress_sketch_init(&wrong, 5, 101, 78, &e_));
+        assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &wrong, &e), VL_EINVAL);
+        compress_sketch_free(&wrong);
+        compress_update_free(&u);
+        buf_free(&b);
+    }
+    /* A non-finite cell is refused. */
+    s.table[42] = NAN;
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    compress_update_meta m = meta(COMPRESS_SKETCH);
+    OK(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e_));
+    const char *code = NULL;
+    assert_int_equal(decode(&b, N, &code), VL_ERANGE);
+    assert_string_equal(code, "non_finite");
+    buf_free(&b);
+    compress_sketch_free(&s);
+    compress_sketch_free(&acc);
+}
+
+/* A sketch update without its seed, or with a table of the wrong rank,
+ * is malformed or misshapen. */
+static void test_sketch_malformed(void **state) {
+    (void)state;
+    float t[6] = {0};
+    for (int variant = 0; variant < 3; variant++) {
+        st_writer w;
+        st_writer_init(&w);
+        const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
+                              "local_steps", "loss"};
+        const char *vals[] = {"demo", "9", "4", "2", "sketch", "512", "20", "1.75"};
+        for (int i = 0; i < 8; i++) assert_int_equal(st_writer_meta(&w, keys[i], vals[i]), VL_OK);
+        if (variant != 0) assert_int_equal(st_writer_meta(&w, "seed", "7"), VL_OK);
+        uint64_t s2[2] = {2, 3}, s1[1] = {6};
+        if (variant == 2) {
+            assert_int_equal(st_writer_add(&w, "table", ST_F32, 1, s1, t, 24), VL_OK);
+        } else {
+            assert_int_equal(st_writer_add(&w, "table", ST_F32, 2, s2, t, 24), VL_OK);
+        }
+        buf b;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(st_writer_finish(&w, &b, &e_));
+        st_writer_free(&w);
+        const char *code = NULL;
+        int rc = decode(&b, N, &code);
+        if (variant == 0) assert_int_equal(rc, VL_EINVAL);
+        if (variant == 1) assert_int_equal(rc, VL_OK);
+        if (variant == 2) {
+            assert_int_equal(rc, VL_ERANGE);
+            assert_string_equal(code, "bad_shape");
+        }
+        buf_free(&b);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topk_round_trip),
+        cmocka_unit_test(test_topk_bad_indices_and_values),
+        cmocka_unit_test(test_sketch_round_trip_and_spec),
+        cmocka_unit_test(test_sketch_malformed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
