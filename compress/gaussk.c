@@ -15,6 +15,7 @@
  * tied across the whole band end in an exact top-k, so the count is then k.
  */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -417,6 +418,7 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
                 if (g->cval[i] > t && g->cval[i] < up)
                     up = g->cval[i];
             ct = up < INFINITY ? cand_count_ge(g, up) : 0;
+            fprintf(stderr, "DBG ties c0 %zu ct %zu\n", c0, ct);
             if (ct >= g->band_lo) {
                 t = up;
             } else {
@@ -450,6 +452,7 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
 /* Exact top-k: the last resort when no threshold has an in-band count. */
 static int gk_exact(const gk *g, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
 {
+    fprintf(stderr, "DBG exact\n");
     int rc = compress_topk(g->x, g->d, g->k, idx, nnz, err);
     if (rc == VL_OK && thr) {
         float m = INFINITY;
@@ -472,6 +475,7 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
         return vl_fail(err, VL_ENOMEM, "gaussk: no memory for counts");
     int rc = VL_OK;
     for (int pass = 0; pass < GK_MAX_PASSES; pass++) {
+        fprintf(stderr, "DBG pass %d kl %g cl %zu kh %g\n", pass, val_of(kl), cl, val_of(kh));
         if (cl <= g->cap) {
             int overflow;
             rc = gk_window(g, kl, &overflow, err);
@@ -485,14 +489,20 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
         }
         if (kh - kl < 2)
             break;
-        /* Even steps on the bit pattern are near-geometric steps in |x|;
-         * far from the answer a value bracket spans decades. */
+        /* Even steps on the bit pattern are near-geometric steps in |x|.
+         * A bracket wider than 32 octaves (nothing known below) is probed
+         * at 1/8, 1/4, ... 16 octaves under its top instead, where a guess
+         * that overshot usually sits. The top probe is always kh - 1, so
+         * a tie at the largest candidate value ends the search at once. */
         uint32_t pk[GK_PROBES];
         uint64_t span = (uint64_t)kh - kl;
-        for (size_t j = 0; j < GK_PROBES; j++) {
-            uint64_t p = kl + span * (j + 1) / (GK_PROBES + 1);
+        for (size_t j = 0; j + 1 < GK_PROBES; j++) {
+            uint64_t p = kl + span * (j + 1) / GK_PROBES;
+            if (span > ((uint64_t)32 << 23))
+                p = kh - ((uint64_t)1 << (20 + GK_PROBES - 1 - j));
             pk[j] = (uint32_t)(p > kl ? p : kl + 1);
         }
+        pk[GK_PROBES - 1] = kh - 1;
         size_t cnt[GK_PROBES];
         gk_probe(g, pk, cnt, per);
         size_t best = GK_PROBES;
@@ -564,8 +574,8 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
      * giving up on it keeps the copy small next to the input. */
     g.cap = 8 * k + 4096 < d ? 8 * k + 4096 : d;
 
-    double mean, sd;
-    uint32_t kmax;
+    double mean = 0, sd = 0;
+    uint32_t kmax = 0;
     int rc = gk_moments(&g, &mean, &sd, &kmax, err);
     if (rc)
         return rc;

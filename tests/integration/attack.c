@@ -6,6 +6,13 @@
  *                                              saves DIR/attack.state
  *   attack run URL CA DIR                      the bad requests; none may
  *                                              change anything stored
+ *   attack sparse URL CA DIR                   bad compressed updates and delta
+ *                                              requests for the run's kind
+ *   attack finish URL CA DIR                   uploads a valid update of the
+ *                                              run's kind for the lease
+ *   attack delta URL CA DIR SINCE STATUS       GET /v1/model/delta?since=SINCE
+ *                                              must answer STATUS (a 200 is
+ *                                              checked for ascending indices)
  *
  * Prints one line per case and "N passed, N failed" at the end. */
 #include <arpa/inet.h>
@@ -33,6 +40,9 @@ typedef struct {
     int64_t peer, task, base_version;
     size_t n_params;
     char run[64];
+    /* The task's compression. */
+    char kind[16];
+    int64_t k, rows, cols, seed;
 } ctx;
 
 typedef struct {
@@ -181,6 +191,13 @@ static int load_state(ctx *c, const char *dir) {
     const char *tok = json_string_value(json_object_get(j, "token"));
     snprintf(c->token, sizeof c->token, "%s", tok ? tok : "");
     snprintf(c->run, sizeof c->run, "%s", json_string_value(json_object_get(j, "run")));
+    json_t *cmp = json_object_get(j, "compression");
+    const char *kind = json_string_value(json_object_get(cmp, "kind"));
+    snprintf(c->kind, sizeof c->kind, "%s", kind ? kind : "none");
+    c->k = json_integer_value(json_object_get(cmp, "k"));
+    c->rows = json_integer_value(json_object_get(cmp, "rows"));
+    c->cols = json_integer_value(json_object_get(cmp, "cols"));
+    c->seed = json_integer_value(json_object_get(cmp, "seed"));
     json_decref(j);
     return 0;
 }
@@ -218,6 +235,7 @@ static int prepare(ctx *c, const char *dir, const char *token, const char *badto
     }
     request(c, "GET", "/v1/task?wait=30", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
+    json_t *cmp = json_incref(json_object_get(j, "compression"));
     c->task = json_integer_value(json_object_get(j, "task_id"));
     c->base_version = json_integer_value(json_object_get(j, "base_version"));
     snprintf(c->run, sizeof c->run, "%s", json_string_value(json_object_get(j, "run")));
@@ -232,9 +250,10 @@ static int prepare(ctx *c, const char *dir, const char *token, const char *badto
     }
     c->n_params = n;
     expect("download the model", &r, 200, NULL);
-    j = json_pack("{sI sI sI sI ss ss}", "peer", (json_int_t)c->peer, "task",
+    j = json_pack("{sI sI sI sI ss ss so}", "peer", (json_int_t)c->peer, "task",
                   (json_int_t)c->task, "base_version", (json_int_t)c->base_version, "n_params",
-                  (json_int_t)n, "run", c->run, "token", token);
+                  (json_int_t)n, "run", c->run, "token", token, "compression",
+                  cmp ? cmp : json_object());
     snprintf(path, sizeof path, "%s/attack.state", dir);
     json_dump_file(j, path, 0);
     json_decref(j);
@@ -367,6 +386,188 @@ static void attack(ctx *c, const char *badtoken) {
     expect("two Content-Length headers", &r, 400, "bad_request");
 }
 
+/* ---- compressed runs ---------------------------------------------------- */
+
+static compress_update_meta sparse_meta(const ctx *c, compress_kind kind) {
+    compress_update_meta m = {0};
+    snprintf(m.run, sizeof m.run, "%s", c->run);
+    m.task = c->task;
+    m.peer = c->peer;
+    m.base_version = c->base_version;
+    m.kind = kind;
+    m.num_samples = 10;
+    m.local_steps = 1;
+    m.loss = 5.0;
+    return m;
+}
+
+/* A topk body written by hand, so the indices can break the rules the
+ * encoder enforces. */
+static void topk_raw(const ctx *c, buf *out, const uint32_t *idx, const float *val, size_t n) {
+    compress_update_meta m = sparse_meta(c, COMPRESS_TOPK);
+    char v[5][32];
+    snprintf(v[0], sizeof v[0], "%lld", (long long)m.task);
+    snprintf(v[1], sizeof v[1], "%lld", (long long)m.peer);
+    snprintf(v[2], sizeof v[2], "%lld", (long long)m.base_version);
+    st_writer w;
+    st_writer_init(&w);
+    uint64_t shape[1] = {n};
+    if (st_writer_meta(&w, "run", m.run) || st_writer_meta(&w, "task", v[0]) ||
+        st_writer_meta(&w, "peer", v[1]) || st_writer_meta(&w, "base_version", v[2]) ||
+        st_writer_meta(&w, "kind", "topk") || st_writer_meta(&w, "num_samples", "10") ||
+        st_writer_meta(&w, "local_steps", "1") || st_writer_meta(&w, "loss", "5") ||
+        st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4) ||
+        st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4))
+        abort();
+    buf_init(out, BUF_DEFAULT_CAP);
+    vl_error e;
+    if (st_writer_finish(&w, out, &e) != VL_OK) abort();
+    st_writer_free(&w);
+}
+
+static void sketch_body(const ctx *c, buf *out, uint64_t seed, uint32_t rows, uint32_t cols,
+                        float poison) {
+    compress_sketch s;
+    vl_error e;
+    if (compress_sketch_init(&s, rows, cols, seed, &e) != VL_OK) abort();
+    float *x = calloc(c->n_params, sizeof *x);
+    if (!x) abort();
+    for (size_t i = 0; i < c->n_params; i++) x[i] = 1e-4f * (float)(i % 5);
+    compress_sketch_encode(&s, x, c->n_params);
+    s.table[0] = s.table[0] + poison;
+    compress_update_meta m = sparse_meta(c, COMPRESS_SKETCH);
+    buf_init(out, BUF_DEFAULT_CAP);
+    if (compress_update_encode_sketch(&m, &s, ST_F32, out, &e) != VL_OK) abort();
+    compress_sketch_free(&s);
+    free(x);
+}
+
+static void post(const ctx *c, const char *name, buf *b, long status, const char *code) {
+    reply r;
+    request(c, "POST", "/v1/updates", NULL, b->data, b->len, NULL, 0, NULL, c->peer, 0, &r);
+    expect(name, &r, status, code);
+    buf_free(b);
+}
+
+static void get(const ctx *c, const char *name, const char *target, long status,
+                const char *code) {
+    reply r;
+    request(c, "GET", target, NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect(name, &r, status, code);
+}
+
+static void attack_sparse(ctx *c) {
+    buf b;
+    size_t n = c->n_params;
+    int is_sketch = strcmp(c->kind, "sketch") == 0;
+    uint32_t rows = (uint32_t)(c->rows > 0 ? c->rows : 3);
+    uint32_t cols = (uint32_t)(c->cols > 0 ? c->cols : 64);
+
+    update_body(c, &b, c->run, c->base_version, n, 0.0f);
+    post(c, "dense update in a compressed run", &b, 422, "wrong_kind");
+    if (is_sketch) {
+        uint32_t idx[2] = {1, 2};
+        float val[2] = {1, 2};
+        topk_raw(c, &b, idx, val, 2);
+        post(c, "topk update in a sketch run", &b, 422, "wrong_kind");
+        sketch_body(c, &b, (uint64_t)c->seed + 1, rows, cols, 0.0f);
+        post(c, "sketch of another seed", &b, 422, "wrong_sketch");
+        sketch_body(c, &b, (uint64_t)c->seed, rows, cols + 1, 0.0f);
+        post(c, "sketch of another width", &b, 422, "wrong_sketch");
+        sketch_body(c, &b, (uint64_t)c->seed, rows == 1 ? 2 : rows - 1, cols, 0.0f);
+        post(c, "sketch of another depth", &b, 422, "wrong_sketch");
+        sketch_body(c, &b, (uint64_t)c->seed, rows, cols, NAN);
+        post(c, "NaN in the sketch", &b, 422, "non_finite");
+    } else {
+        uint32_t out_of_range[3] = {1, 2, (uint32_t)n};
+        uint32_t descending[3] = {5, 4, 9};
+        uint32_t repeated[3] = {3, 3, 9};
+        float val[3] = {0.1f, 0.2f, 0.3f};
+        topk_raw(c, &b, out_of_range, val, 3);
+        post(c, "index beyond the model", &b, 422, "bad_indices");
+        topk_raw(c, &b, descending, val, 3);
+        post(c, "indices not ascending", &b, 422, "bad_indices");
+        topk_raw(c, &b, repeated, val, 3);
+        post(c, "index repeated", &b, 422, "bad_indices");
+        uint32_t ok_idx[3] = {1, 2, 3};
+        float nan_val[3] = {0.1f, NAN, 0.3f};
+        topk_raw(c, &b, ok_idx, nan_val, 3);
+        post(c, "NaN among the values", &b, 422, "non_finite");
+        float inf_val[3] = {0.1f, 0.2f, INFINITY};
+        topk_raw(c, &b, ok_idx, inf_val, 3);
+        post(c, "Inf among the values", &b, 422, "non_finite");
+        size_t many = (size_t)c->k + (size_t)c->k / 10 + 8;
+        if (many > n) many = n;
+        uint32_t *idx = malloc(many * sizeof *idx);
+        float *v = malloc(many * sizeof *v);
+        if (!idx || !v) abort();
+        for (size_t j = 0; j < many; j++) {
+            idx[j] = (uint32_t)j;
+            v[j] = 1e-3f;
+        }
+        topk_raw(c, &b, idx, v, many);
+        post(c, "more entries than k", &b, 422, "too_many_entries");
+        free(idx);
+        free(v);
+        sketch_body(c, &b, 1, 3, 64, 0.0f);
+        post(c, "sketch update in a topk run", &b, 422, "wrong_kind");
+    }
+    get(c, "delta without since", "/v1/model/delta", 400, "bad_request");
+    get(c, "delta since the current version", "/v1/model/delta?since=0", 400, "bad_request");
+    get(c, "delta to a version never made", "/v1/model/delta?since=0&version=99", 404,
+        "unknown_version");
+    get(c, "delta with a negative since", "/v1/model/delta?since=-1", 400, "bad_request");
+}
+
+/* A valid update of the run's kind, so the lease is not left hanging. */
+static void finish(ctx *c) {
+    buf b;
+    if (strcmp(c->kind, "sketch") == 0) {
+        sketch_body(c, &b, (uint64_t)c->seed, (uint32_t)c->rows, (uint32_t)c->cols, 0.0f);
+    } else if (strcmp(c->kind, "none") == 0) {
+        update_body(c, &b, c->run, c->base_version, c->n_params, 0.0f);
+    } else {
+        uint32_t idx[2] = {0, (uint32_t)c->n_params - 1};
+        float val[2] = {1e-4f, -1e-4f};
+        compress_update_meta m = sparse_meta(c, COMPRESS_TOPK);
+        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_error e;
+        if (compress_update_encode_topk(&m, idx, val, 2, ST_F32, &b, &e) != VL_OK) abort();
+    }
+    post(c, "valid update of the run's kind", &b, 202, NULL);
+}
+
+static void delta(ctx *c, const char *since, long status) {
+    reply r;
+    char target[96];
+    snprintf(target, sizeof target, "/v1/model/delta?since=%s", since);
+    request(c, "GET", target, NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    if (r.status == 200 && status == 200) {
+        st_file f;
+        vl_error e;
+        const st_tensor *ix = NULL, *vx = NULL;
+        int ok = st_parse(r.body.data, r.body.len, &f, &e) == VL_OK;
+        if (ok) {
+            ix = st_find(&f, "indices");
+            vx = st_find(&f, "values");
+            ok = ix && vx && ix->dtype == ST_U32 && vx->dtype == ST_F32 &&
+                 ix->numel == vx->numel && ix->numel > 0;
+            for (size_t j = 1; ok && j < ix->numel; j++) {
+                uint32_t a, b;
+                memcpy(&a, ix->data + 4 * (j - 1), 4);
+                memcpy(&b, ix->data + 4 * j, 4);
+                ok = a < b && b < c->n_params;
+            }
+            printf("delta since %s: %llu entries in %zu bytes\n", since,
+                   ix ? (unsigned long long)ix->numel : 0ULL, r.body.len);
+            st_free(&f);
+        }
+        if (!ok) r.status = 0;
+    }
+    expect(status == 200 ? "delta is a sound sparse file" : "delta answers", &r, status,
+           status == 410 ? "version_pruned" : NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc < 5 || (strcmp(argv[1], "prepare") == 0 && argc < 7)) {
         fprintf(stderr, "usage: attack prepare URL CA DIR TOKEN BADTOKEN | attack run URL CA DIR "
@@ -386,7 +587,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "attack: no usable state in %s\n", argv[4]);
             return 2;
         }
-        attack(&c, argc > 5 ? argv[5] : "vlt_0");
+        if (strcmp(argv[1], "sparse") == 0) attack_sparse(&c);
+        else if (strcmp(argv[1], "finish") == 0) finish(&c);
+        else if (strcmp(argv[1], "delta") == 0 && argc > 6) delta(&c, argv[5], atol(argv[6]));
+        else attack(&c, argc > 5 ? argv[5] : "vlt_0");
     }
     printf("attack: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

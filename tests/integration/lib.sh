@@ -25,7 +25,8 @@ trap it_cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# it_setup NAME VERSIONS UPDATES_PER_VERSION
+# it_setup NAME VERSIONS UPDATES_PER_VERSION [EXTRA]: EXTRA is more
+# configuration fields, each followed by a comma.
 it_setup() {
   cd "$WORK"
   bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
@@ -39,6 +40,7 @@ it_setup() {
   "mode": "sync",
   "updates_per_version": $3,
   "max_versions": $2,
+  ${4:-}
   "train": {"steps": 4, "batch": 4, "lr": 0.003},
   "outer": {"lr": 1.0, "momentum": 0.0},
   "task_bytes": 16384,

@@ -76,6 +76,76 @@ static void commit_version(storage *st, int64_t v, float fill, const int64_t *id
     assert_int_equal(rc, VL_OK);
 }
 
+/* Sums the changes handed to it into a 4-vector and checks their order. */
+typedef struct change_sum {
+    float x[4];
+    int64_t last;
+    int calls;
+} change_sum;
+
+static int sum_change(void *ctx, const storage_change *c) {
+    change_sum *s = ctx;
+    assert_true(c->version > s->last);
+    s->last = c->version;
+    s->calls++;
+    for (size_t j = 0; j < c->nnz; j++) {
+        uint32_t i;
+        float v;
+        memcpy(&i, c->idx + 4 * j, 4);
+        memcpy(&v, c->val + 4 * j, 4);
+        assert_true(i < 4);
+        s->x[i] += v;
+    }
+    return 0;
+}
+
+/* Each version's sparse change commits with it; a range of them walks in
+ * order; pruned or missing ones make the whole range VL_ENOTFOUND before
+ * anything is handed out; a failed commit leaves no change behind. */
+static void test_changes(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0, NULL, 0, 0);
+    float params[4] = {0};
+    vl_error e = {0};
+    for (int64_t v = 1; v <= 5; v++) {
+        uint32_t idx[2] = {(uint32_t)(v % 4), 3};
+        float val[2] = {(float)v, 0.5f};
+        size_t nnz = v % 4 == 3 ? 1 : 2;
+        storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
+                               .n = 4, .val_loss = 1, .train_loss = 1, .has_change = 1,
+                               .change_idx = idx, .change_val = val, .change_nnz = nnz};
+        assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, 0, 3, 0, &e), VL_OK);
+    }
+    /* keep_changes 3 at version 5 keeps 3, 4 and 5. */
+    change_sum s = {{0}, 2, 0};
+    assert_int_equal(storage_change_each(f->st, 2, 5, sum_change, &s, &e), VL_OK);
+    assert_int_equal(s.calls, 3);
+    /* versions 3 (index 3 only), 4 (index 0 and 3), 5 (index 1 and 3) */
+    assert_true(s.x[0] == 4.0f && s.x[1] == 5.0f && s.x[2] == 0.0f);
+    assert_true(s.x[3] == 3.0f + 0.5f + 0.5f);
+    change_sum none = {{0}, 0, 0};
+    assert_int_equal(storage_change_each(f->st, 1, 5, sum_change, &none, &e), VL_ENOTFOUND);
+    assert_int_equal(none.calls, 0);
+    assert_int_equal(storage_change_each(f->st, 4, 6, sum_change, &none, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_change_each(f->st, 5, 5, sum_change, &none, &e), VL_EINVAL);
+    assert_int_equal(none.calls, 0);
+    /* A version that fails to commit (it skips one) stores no change. */
+    uint32_t idx[1] = {1};
+    float val[1] = {9};
+    storage_version bad = {.version = 7, .created_at = 1, .params = params, .n = 4,
+                           .has_change = 1, .change_idx = idx, .change_val = val,
+                           .change_nnz = 1};
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, 0, 3, 0, &e), VL_ECONFLICT);
+    bad.version = 6;
+    bad.change_nnz = 0;
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, 0, 3, 0, &e), VL_OK);
+    change_sum last = {{0}, 5, 0};
+    assert_int_equal(storage_change_each(f->st, 5, 6, sum_change, &last, &e), VL_OK);
+    assert_int_equal(last.calls, 1);
+    assert_true(last.x[1] == 0.0f);
+}
+
 static int64_t add_peer(storage *st, uint8_t seed) {
     uint8_t pk[STORAGE_PK_BYTES];
     memset(pk, seed, sizeof pk);
@@ -469,6 +539,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_updates_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

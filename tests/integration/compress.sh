@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A compressed run end to end (KIND = topk, gaussk or sketch): bad
+# compressed updates and delta requests are refused with their codes and
+# change nothing; real peers then train the run to its end uploading that
+# kind, catch up by delta instead of downloading the model, and the
+# coordinator stores one sparse change per version, pruning old ones.
+source "$(dirname "$0")/lib.sh"
+ATTACK=${ATTACK:?}
+KIND=${1:?usage: compress.sh topk|gaussk|sketch}
+VERSIONS=6
+case "$KIND" in
+  sketch) comp='"compression": {"kind": "sketch", "ratio": 20, "rows": 3, "seed": 99},' ;;
+  *) comp="\"compression\": {\"kind\": \"$KIND\", \"ratio\": 20, \"dtype\": \"F16\"}," ;;
+esac
+it_setup "itcomp-$KIND" $VERSIONS 2 "$comp \"keep_changes\": 3,"
+it_start_coordinator
+token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+mkdir -p atk
+"$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
+  || { cat prepare.log; fail "prepare"; }
+
+snapshot() {
+  for t in $(q "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"); do
+    cols=$(q "SELECT group_concat(name, ',') FROM pragma_table_info('$t')
+              WHERE name NOT IN ('last_seen')")
+    echo "$t $(q "SELECT $cols FROM $t ORDER BY 1" | sha256sum)"
+  done
+}
+before=$(snapshot)
+"$ATTACK" sparse "$URL" tls/ca.pem atk | tee sparse.log
+rc=${PIPESTATUS[0]}
+after=$(snapshot)
+[ "$rc" = 0 ] || fail "some bad compressed requests got the wrong answer"
+[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; fail "bad requests changed the database"; }
+"$ATTACK" finish "$URL" tls/ca.pem atk | tee finish.log
+[ "${PIPESTATUS[0]}" = 0 ] || fail "a valid $KIND update was refused"
+
+for i in 1 2; do it_peer $i; done
+for i in 1 2; do
+  "$PEER" run --dir "peer$i" --wait 5 --retries 3 > "peer$i.out" 2> "peer$i.log" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do wait "$p" || fail "a peer exited with an error"; done
+PIDS=()
+# The attacker's one update took a slot of version 1.
+[ "$(q 'SELECT count(*) FROM versions')" = $((VERSIONS + 1)) ] || fail "the run did not finish"
+[ "$(q "SELECT count(*) FROM updates WHERE kind <> '$( [ "$KIND" = sketch ] && echo sketch || echo topk)'")" = 0 ] \
+  || fail "an update of another kind was stored"
+dense=$(grep -o '[0-9]* parameters' peer1.log | head -n1 | cut -d' ' -f1)
+maxb=$(q 'SELECT max(nbytes) FROM updates')
+[ $((maxb * 10)) -lt $((dense * 4)) ] || fail "updates of $maxb bytes are not compressed (model $dense parameters)"
+# Changes: one per version, the oldest pruned (keep_changes 3).
+[ "$(q 'SELECT group_concat(version) FROM changes ORDER BY version')" = "4,5,6" ] \
+  || fail "stored changes are $(q 'SELECT group_concat(version) FROM changes')"
+grep -q "by delta" peer1.log peer2.log || fail "no peer caught up by delta"
+v0=$(q 'SELECT val_loss FROM versions WHERE version = 0')
+vN=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
+awk -v a="$v0" -v b="$vN" 'BEGIN { exit !(b < a) }' || fail "validation loss did not fall ($v0 -> $vN)"
+"$ATTACK" delta "$URL" tls/ca.pem atk 0 410 | tee -a sparse.log
+[ "${PIPESTATUS[0]}" = 0 ] || fail "a pruned delta was not 410"
+"$ATTACK" delta "$URL" tls/ca.pem atk 4 200 | tee -a sparse.log
+[ "${PIPESTATUS[0]}" = 0 ] || fail "the delta since version 4 is not sound"
+it_stop_coordinator
+echo "compress $KIND: $VERSIONS versions, val_loss $v0 -> $vN, largest update $maxb bytes"
