@@ -3,19 +3,19 @@
  * with |x| at or above a threshold guessed from the mean and standard
  * deviation, as if the values were normal, and then corrects the guess.
  *
- * The fast path is two streaming passes: one for the moments (and the
- * largest |x|), one that copies out every coordinate above a slightly lower
- * "window" threshold, where the model predicts about three times k values.
- * Every candidate count for thresholds at or above the window is then exact
- * and cheap, so the guessed threshold is kept when its count lies within
- * +-5 % of k and is otherwise moved to the nearest count inside that band.
- * When the data is far from normal (heavy tails, a few huge outliers, many
- * equal values), further passes count several probe thresholds at once and
- * narrow a bracket on the float bit pattern until the window fits; values
- * tied across the whole band end in an exact top-k, so the count is then k.
- */
+ * The fast path reads the vector once. A small sample's moments place a
+ * "window" threshold where the model predicts about three times k values;
+ * one streaming pass then sums the exact moments (and finds the largest
+ * |x|) and copies out every coordinate above the window. Every count for a
+ * threshold at or above the window is then exact and cheap, so the
+ * model's threshold thr = |mean| + std * Phi^-1(1 - rho/2) is kept when its
+ * count lies within +-5 % of k and is otherwise moved to the nearest count
+ * inside that band. When the data is far from normal (heavy tails, a few
+ * huge outliers, many equal values), further passes count several probe
+ * thresholds at once and narrow a bracket on the float bit pattern until a
+ * window fits; values tied across the whole band end in an exact top-k, so
+ * the count is then exactly k. */
 #include <float.h>
-#include <stdio.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -30,7 +30,10 @@
 /* Moments are summed per fixed block and the blocks in order, so the
  * threshold does not depend on the thread count. */
 #define GK_STAT_BLOCK ((size_t)1 << 16)
-#define GK_LANES 16
+#define GK_SUB 4096
+/* Values in the sample that seeds the first window: runs of GK_RUN. */
+#define GK_SAMPLE 16384
+#define GK_RUN 256
 #define GK_PROBES 8
 #define GK_MAX_PASSES 16
 #define BLOCK 32
@@ -85,7 +88,7 @@ static double probit_lower(double p)
             (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0);
     }
     double e = 0.5 * erfc(-z / sqrt(2.0)) - p;
-    double u = e * sqrt(2.0 * M_PI) * exp(0.5 * z * z);
+    double u = e * 2.5066282746310002 * exp(0.5 * z * z); /* sqrt(2 pi) */
     return z - u / (1.0 + 0.5 * z * u);
 }
 
@@ -105,33 +108,29 @@ typedef struct moments {
     uint32_t kmax;
 } moments;
 
-/* Sums of v and v^2 for v = x - pivot: shifting by a typical value keeps
- * the variance from cancelling when the mean is large next to the spread. */
-GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot)
+/* Sums of v and v^2 for v = x - pivot, and the largest key. Shifting by a
+ * typical value keeps the variance from cancelling when the mean is large
+ * next to the spread. Float partial sums over GK_SUB values (vectorised:
+ * the simd reduction lets them be reassociated) go into doubles, which
+ * is ample for a threshold. */
+GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, float pivot)
 {
-    double s[GK_LANES] = {0}, q[GK_LANES] = {0};
-    uint32_t m[GK_LANES] = {0};
-    size_t i = lo;
-    for (; i + GK_LANES <= hi; i += GK_LANES)
-        for (size_t j = 0; j < GK_LANES; j++) {
-            double v = (double)x[i + j] - pivot;
-            uint32_t u = key_at(x, i + j);
-            s[j] += v;
-            q[j] += v * v;
-            m[j] = u > m[j] ? u : m[j];
-        }
-    for (size_t j = 0; i < hi; i++, j++) {
-        double v = (double)x[i] - pivot;
-        uint32_t u = key_at(x, i);
-        s[j] += v;
-        q[j] += v * v;
-        m[j] = u > m[j] ? u : m[j];
-    }
     moments r = {0, 0, 0};
-    for (size_t j = 0; j < GK_LANES; j++) {
-        r.sum += s[j];
-        r.sumsq += q[j];
-        r.kmax = m[j] > r.kmax ? m[j] : r.kmax;
+    for (size_t a = lo; a < hi; a += GK_SUB) {
+        size_t b = a + GK_SUB < hi ? a + GK_SUB : hi;
+        float s = 0, q = 0;
+        uint32_t m = 0;
+#pragma omp simd reduction(+ : s, q) reduction(max : m)
+        for (size_t i = a; i < b; i++) {
+            float v = x[i] - pivot;
+            uint32_t u = key_at(x, i);
+            s += v;
+            q += v * v;
+            m = u > m ? u : m;
+        }
+        r.sum += s;
+        r.sumsq += q;
+        r.kmax = m > r.kmax ? m : r.kmax;
     }
     return r;
 }
@@ -158,31 +157,38 @@ GK_HOT static size_t collect_some(const float *x, size_t *pos, size_t hi, uint32
             i = end;
             continue;
         }
-        for (; i < end; i++)
-            if (key_at(x, i) >= kmin) {
-                cidx[n] = (uint32_t)i;
-                cval[n] = fabsf(x[i]);
-                n++;
-            }
+        /* Written unconditionally and kept by advancing n: a hit block
+         * has one or two hits at random places, which a branch would
+         * mispredict. room - n >= BLOCK leaves space for the stray writes. */
+        for (; i < end; i++) {
+            uint32_t u = key_at(x, i);
+            cidx[n] = (uint32_t)i;
+            cval[n] = val_of(u);
+            n += u >= kmin;
+        }
     }
     *pos = i;
     return n;
 }
 
-/* cnt[j] = number of keys >= pk[j] in x[lo, hi). */
-GK_HOT static void count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
-                                size_t *cnt)
+/* cnt[j] = number of keys >= pk[j] in x[lo, hi); returns the largest key
+ * below kh (0 if none). */
+GK_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
+                                    uint32_t kh, size_t *cnt)
 {
     uint32_t c[GK_PROBES] = {0};
     uint32_t p[GK_PROBES];
+    uint32_t below = 0;
     memcpy(p, pk, sizeof p);
     for (size_t i = lo; i < hi; i++) {
         uint32_t u = key_at(x, i);
         for (size_t j = 0; j < GK_PROBES; j++)
             c[j] += u >= p[j];
+        below = (u < kh && u > below) ? u : below;
     }
     for (size_t j = 0; j < GK_PROBES; j++)
         cnt[j] = c[j];
+    return below;
 }
 
 GK_HOT static size_t emit_ge(const float *x, size_t lo, size_t hi, uint32_t kmin, uint32_t *out)
@@ -208,51 +214,50 @@ typedef struct gk {
     size_t d, k;
     size_t band_lo, band_hi; /* counts accepted: k -+ 5 % */
     size_t nchunks;
+    int nthreads;
     size_t cap; /* most candidates a window may hold */
+    uint32_t kwin; /* the window: every key >= kwin is a candidate */
     uint32_t *cidx;
     float *cval;
     size_t ncand;
 } gk;
 
+/* Chunks are whole runs of GK_STAT_BLOCK values, so moment partial sums
+ * are the same however many chunks or threads there are. */
 static inline size_t gk_chunk(const gk *g, size_t c)
 {
-    return (size_t)((uint64_t)g->d * c / g->nchunks);
-}
-
-static int gk_moments(const gk *g, double *mean, double *sd, uint32_t *kmax, vl_error *err)
-{
     size_t nb = (g->d + GK_STAT_BLOCK - 1) / GK_STAT_BLOCK;
-    moments *part = malloc(nb * sizeof *part);
-    if (!part)
-        return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu partial sums", nb);
-    long nbl = (long)nb;
-    double pivot = g->x[0];
-#pragma omp parallel for schedule(static) num_threads((int)g->nchunks) if (g->nchunks > 1)
-    for (long b = 0; b < nbl; b++) {
-        size_t lo = (size_t)b * GK_STAT_BLOCK;
-        size_t hi = lo + GK_STAT_BLOCK < g->d ? lo + GK_STAT_BLOCK : g->d;
-        part[b] = block_moments(g->x, lo, hi, pivot);
-    }
-    double s = 0, q = 0;
-    uint32_t m = 0;
-    for (size_t b = 0; b < nb; b++) {
-        s += part[b].sum;
-        q += part[b].sumsq;
-        m = part[b].kmax > m ? part[b].kmax : m;
-    }
-    free(part);
-    double ms = s / (double)g->d;
-    *mean = pivot + ms;
-    double var = q / (double)g->d - ms * ms;
-    *sd = var > 0 ? sqrt(var) : 0.0;
-    *kmax = m;
-    return VL_OK;
+    size_t b = (size_t)((uint64_t)nb * c / g->nchunks) * GK_STAT_BLOCK;
+    return b < g->d ? b : g->d;
 }
 
-/* Copies out every coordinate with key >= kmin into g->cidx/cval, in index
- * order, unless there are more than g->cap: then *total is only known to
- * exceed the cap and nothing is kept. */
-static int gk_window(gk *g, uint32_t kmin, int *overflow, vl_error *err)
+/* Mean and standard deviation of a spread-out sample: runs of GK_RUN
+ * values (cheap to fetch) at even steps, or all of x when that is short. */
+static void gk_sample(const float *x, size_t d, double *mean, double *sd)
+{
+    size_t runs = d <= GK_SAMPLE ? 1 : GK_SAMPLE / GK_RUN;
+    size_t len = d <= GK_SAMPLE ? d : GK_RUN;
+    double s = 0, q = 0, p = x[0];
+    for (size_t r = 0; r < runs; r++) {
+        size_t lo = (size_t)((uint64_t)(d - len) * r / (runs > 1 ? runs - 1 : 1));
+        for (size_t i = lo; i < lo + len; i++) {
+            double v = (double)x[i] - p;
+            s += v;
+            q += v * v;
+        }
+    }
+    double n = (double)(runs * len), ms = s / n, var = q / n - ms * ms;
+    *mean = p + ms;
+    *sd = var > 0 ? sqrt(var) : 0.0;
+}
+
+/* One pass: copies out every coordinate with key >= kmin into
+ * g->cidx/cval in index order, unless there are more than g->cap (then
+ * *overflow is set and nothing is kept), and, when part is given, fills
+ * part[b] with the moments of block b about pivot. Each block is summed
+ * and then scanned for candidates while it is still in cache. */
+static int gk_window(gk *g, uint32_t kmin, moments *part, float pivot, int *overflow,
+                     vl_error *err)
 {
     size_t nc = g->nchunks;
     uint32_t *bi[GK_MAX_CHUNKS] = {0};
@@ -265,17 +270,23 @@ static int gk_window(gk *g, uint32_t kmin, int *overflow, vl_error *err)
     g->cidx = NULL;
     g->cval = NULL;
     g->ncand = 0;
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        for (size_t c = tid; c < nc; c += nth) {
-            size_t pos = gk_chunk(g, c), hi = gk_chunk(g, c + 1), alloc = 0;
-            while (pos < hi) {
-                int stop;
+    g->kwin = kmin;
+    long ncl = (long)nc;
+    /* More chunks than threads, handed out as threads free up: a core
+     * shared with other work then slows one chunk, not half the pass. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(g->nthreads) if (g->nthreads > 1)
+    for (long cl = 0; cl < ncl; cl++) {
+        size_t c = (size_t)cl, hi = gk_chunk(g, c + 1), alloc = 0;
+        for (size_t lo = gk_chunk(g, c); lo < hi; lo += GK_STAT_BLOCK) {
+            size_t bhi = lo + GK_STAT_BLOCK < hi ? lo + GK_STAT_BLOCK : hi;
+            int stop;
 #pragma omp atomic read
-                stop = fail;
-                if (stop)
-                    break;
+            stop = fail;
+            if (stop == 2 || (stop && !part))
+                break;
+            if (part)
+                part[lo / GK_STAT_BLOCK] = block_moments(g->x, lo, bhi, pivot);
+            for (size_t pos = lo; !stop && pos < bhi;) {
                 if (alloc - bn[c] < BLOCK) {
                     size_t na = alloc ? 2 * alloc : 1024;
                     uint32_t *ni = realloc(bi[c], na * sizeof *ni);
@@ -291,7 +302,7 @@ static int gk_window(gk *g, uint32_t kmin, int *overflow, vl_error *err)
                     }
                     alloc = na;
                 }
-                size_t got = collect_some(g->x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
+                size_t got = collect_some(g->x, &pos, bhi, kmin, bi[c] + bn[c], bv[c] + bn[c],
                                           alloc - bn[c]);
                 bn[c] += got;
                 size_t now;
@@ -300,6 +311,7 @@ static int gk_window(gk *g, uint32_t kmin, int *overflow, vl_error *err)
                 if (now > g->cap) {
 #pragma omp atomic write
                     fail = 1;
+                    stop = 1;
                 }
             }
         }
@@ -336,21 +348,25 @@ static int gk_window(gk *g, uint32_t kmin, int *overflow, vl_error *err)
 }
 
 /* cnt[j] = count of keys >= pk[j] over the whole vector; per[c*P + j] the
- * same within chunk c. */
-static void gk_probe(const gk *g, const uint32_t *pk, size_t *cnt, size_t *per)
+ * same within chunk c. Returns the largest key below kh. */
+static uint32_t gk_probe(const gk *g, const uint32_t *pk, uint32_t kh, size_t *cnt, size_t *per)
 {
     size_t nc = g->nchunks;
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        for (size_t c = tid; c < nc; c += nth)
-            count_probes(g->x, gk_chunk(g, c), gk_chunk(g, c + 1), pk, per + c * GK_PROBES);
-    }
+    uint32_t below[GK_MAX_CHUNKS] = {0};
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(g->nthreads) if (g->nthreads > 1)
+    for (long c = 0; c < ncl; c++)
+        below[c] = count_probes(g->x, gk_chunk(g, (size_t)c), gk_chunk(g, (size_t)c + 1), pk, kh,
+                                per + (size_t)c * GK_PROBES);
+    uint32_t m = 0;
+    for (size_t c = 0; c < nc; c++)
+        m = below[c] > m ? below[c] : m;
     for (size_t j = 0; j < GK_PROBES; j++) {
         cnt[j] = 0;
         for (size_t c = 0; c < nc; c++)
             cnt[j] += per[c * GK_PROBES + j];
     }
+    return m;
 }
 
 /* Writes every index with key >= kmin, given the count per chunk. */
@@ -362,12 +378,10 @@ static void gk_emit(const gk *g, uint32_t kmin, const size_t *per_chunk, size_t 
         off[c] = pos;
         pos += per_chunk[c * stride];
     }
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        for (size_t c = tid; c < nc; c += nth)
-            emit_ge(g->x, gk_chunk(g, c), gk_chunk(g, c + 1), kmin, idx + off[c]);
-    }
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(g->nthreads) if (g->nthreads > 1)
+    for (long c = 0; c < ncl; c++)
+        emit_ge(g->x, gk_chunk(g, (size_t)c), gk_chunk(g, (size_t)c + 1), kmin, idx + off[c]);
 }
 
 /* ---- choosing the threshold among candidates ----------------------------- */
@@ -395,13 +409,14 @@ static int cand_rank(const gk *g, size_t r, uint32_t *pos, float *out, vl_error 
 }
 
 /* Every coordinate >= the window is a candidate and there are at least
- * band_lo of them. (When thr0 lies below the window its count here is
- * only a lower bound, but then it already exceeds band_hi, which is all
- * the choice below uses.) Picks the threshold: thr0 when its count is in the
+ * band_lo of them. Picks the threshold: thr0 when its count is in the
  * band, else the in-band count nearest to it, else (ties straddle the
- * band) exactly k by index order. */
+ * band) exactly k by index order. Counts are only known at or above the
+ * window, so a thr0 below it starts from the window instead. */
 static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
 {
+    if (thr0 < val_of(g->kwin))
+        thr0 = val_of(g->kwin);
     size_t c0 = cand_count_ge(g, thr0);
     float t = thr0;
     if (c0 < g->band_lo || c0 > g->band_hi) {
@@ -418,7 +433,6 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
                 if (g->cval[i] > t && g->cval[i] < up)
                     up = g->cval[i];
             ct = up < INFINITY ? cand_count_ge(g, up) : 0;
-            fprintf(stderr, "DBG ties c0 %zu ct %zu\n", c0, ct);
             if (ct >= g->band_lo) {
                 t = up;
             } else {
@@ -452,7 +466,6 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
 /* Exact top-k: the last resort when no threshold has an in-band count. */
 static int gk_exact(const gk *g, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
 {
-    fprintf(stderr, "DBG exact\n");
     int rc = compress_topk(g->x, g->d, g->k, idx, nnz, err);
     if (rc == VL_OK && thr) {
         float m = INFINITY;
@@ -475,10 +488,9 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
         return vl_fail(err, VL_ENOMEM, "gaussk: no memory for counts");
     int rc = VL_OK;
     for (int pass = 0; pass < GK_MAX_PASSES; pass++) {
-        fprintf(stderr, "DBG pass %d kl %g cl %zu kh %g\n", pass, val_of(kl), cl, val_of(kh));
         if (cl <= g->cap) {
             int overflow;
-            rc = gk_window(g, kl, &overflow, err);
+            rc = gk_window(g, kl, NULL, 0.0f, &overflow, err);
             if (rc == VL_OK && !overflow) {
                 rc = gk_finish(g, thr0, idx, nnz, thr, err);
                 free(per);
@@ -489,22 +501,29 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
         }
         if (kh - kl < 2)
             break;
-        /* Even steps on the bit pattern are near-geometric steps in |x|.
-         * A bracket wider than 32 octaves (nothing known below) is probed
-         * at 1/8, 1/4, ... 16 octaves under its top instead, where a guess
-         * that overshot usually sits. The top probe is always kh - 1, so
-         * a tie at the largest candidate value ends the search at once. */
+        /* Even steps on the bit pattern are near-geometric steps in |x|
+         * (2^23 steps make an octave). A bracket wider than 16 octaves is
+         * probed at 1/8, 1/2, 2, 8, 16, 32 and 64 octaves under its top
+         * instead: a guess that overshot usually sits close, an outlier
+         * that inflated the spread puts it decades too high. The top
+         * probe is always kh - 1, the largest value left in the bracket,
+         * so ties there end the search at once. */
+        static const int ladder[GK_PROBES - 1] = {29, 28, 27, 26, 24, 22, 20};
         uint32_t pk[GK_PROBES];
         uint64_t span = (uint64_t)kh - kl;
         for (size_t j = 0; j + 1 < GK_PROBES; j++) {
             uint64_t p = kl + span * (j + 1) / GK_PROBES;
-            if (span > ((uint64_t)32 << 23))
-                p = kh - ((uint64_t)1 << (20 + GK_PROBES - 1 - j));
+            if (span > ((uint64_t)16 << 23)) {
+                uint64_t off = (uint64_t)1 << ladder[j];
+                p = off < span ? kh - off : kl + 1;
+            }
             pk[j] = (uint32_t)(p > kl ? p : kl + 1);
         }
         pk[GK_PROBES - 1] = kh - 1;
         size_t cnt[GK_PROBES];
-        gk_probe(g, pk, cnt, per);
+        /* Nothing lies between the largest key under kh and kh, so the
+         * bracket can shrink to just above it. */
+        uint32_t below = gk_probe(g, pk, kh, cnt, per);
         size_t best = GK_PROBES;
         for (size_t j = 0; j < GK_PROBES; j++) {
             if (cnt[j] >= g->band_lo && cnt[j] <= g->band_hi) {
@@ -521,6 +540,8 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
                 kh = pk[j];
             }
         }
+        if (below >= kl && below + 1 < kh)
+            kh = below + 1;
         if (best < GK_PROBES) {
             gk_emit(g, pk[best], per + best, GK_PROBES, idx);
             *nnz = cnt[best];
@@ -565,43 +586,80 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
     g.k = k;
     g.band_lo = k - k / 20;
     g.band_hi = k + k / 20;
-    g.nchunks = 1;
+    g.nthreads = 1;
     if (d >= GK_PAR_MIN) {
         int mt = omp_get_max_threads();
-        g.nchunks = mt < 1 ? 1 : (size_t)mt > GK_MAX_CHUNKS ? GK_MAX_CHUNKS : (size_t)mt;
+        g.nthreads = mt < 1 ? 1 : mt > GK_MAX_CHUNKS / 4 ? GK_MAX_CHUNKS / 4 : mt;
     }
-    /* The model puts about 3k values above the window; twice that before
-     * giving up on it keeps the copy small next to the input. */
+    size_t nb = (d + GK_STAT_BLOCK - 1) / GK_STAT_BLOCK;
+    g.nchunks = g.nthreads > 1 ? 4 * (size_t)g.nthreads : 1;
+    g.nchunks = g.nchunks < nb ? g.nchunks : nb;
+    /* The model puts about 3k values above the window; over twice that
+     * and the window is given up, which keeps the copy small next to the
+     * input. */
     g.cap = 8 * k + 4096 < d ? 8 * k + 4096 : d;
-
-    double mean = 0, sd = 0;
-    uint32_t kmax = 0;
-    int rc = gk_moments(&g, &mean, &sd, &kmax, err);
-    if (rc)
-        return rc;
     double rho = (double)k / (double)d;
-    double t0 = fabs(mean) + sd * two_sided_z(rho);
-    double tw = fabs(mean) + sd * two_sided_z(3.0 * rho);
-    float thr0 = (float)(t0 < FLT_MAX ? t0 : FLT_MAX);
-    uint32_t kw = g.cap >= d ? 0 : key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
+    double z = two_sided_z(rho), zw = two_sided_z(3.0 * rho);
 
+    /* The first window comes from a sample's moments, so the pass that
+     * computes the exact ones can collect the candidates as well. */
+    double mean, sd;
+    gk_sample(x, d, &mean, &sd);
+    float pivot = (float)mean;
+    double tw = fabs(mean) + sd * zw;
+    uint32_t kw = g.cap >= d ? 0 : key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
+    moments *part = malloc(nb * sizeof *part);
+    if (!part)
+        return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu partial sums", nb);
     int overflow;
-    rc = gk_window(&g, kw, &overflow, err);
-    if (rc == VL_OK && !overflow && g.ncand >= g.band_lo)
-        rc = gk_finish(&g, thr0, idx, nnz, thr, err);
-    else if (rc == VL_OK) {
-        /* The window was off. Bracket: everything above the largest key
-         * counts 0, and the window itself counts too few or too many. */
-        uint32_t kl = 0, kh = kmax + 1;
-        size_t cl = d;
-        if (overflow) {
+    int rc = gk_window(&g, kw, part, pivot, &overflow, err);
+    if (rc) {
+        free(part);
+        free(g.cidx);
+        free(g.cval);
+        return rc;
+    }
+    double s = 0, q = 0;
+    uint32_t kmax = 0;
+    for (size_t b = 0; b < nb; b++) {
+        s += part[b].sum;
+        q += part[b].sumsq;
+        kmax = part[b].kmax > kmax ? part[b].kmax : kmax;
+    }
+    free(part);
+    double ms = s / (double)d, var = q / (double)d - ms * ms;
+    mean = (double)pivot + ms;
+    sd = var > 0 ? sqrt(var) : 0.0;
+    double t0 = fabs(mean) + sd * z;
+    float thr0 = (float)(t0 < FLT_MAX ? t0 : FLT_MAX);
+
+    /* What the windows tried so far say about the answer: everything
+     * above the largest key counts 0, an overflowing window counts too
+     * many, a short one too few. */
+    uint32_t kl = 0, kh = kmax + 1;
+    size_t cl = d;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!overflow && g.ncand >= g.band_lo) {
+            rc = gk_finish(&g, thr0, idx, nnz, thr, err);
+            goto done;
+        }
+        if (overflow && kw >= kl) {
             kl = kw;
             cl = g.cap + 1;
-        } else {
+        } else if (!overflow && kw < kh) {
             kh = kw;
         }
-        rc = gk_bracket(&g, kl, cl, kh, thr0, idx, nnz, thr, err);
+        /* Then the window the exact moments give, if it is new. */
+        tw = fabs(mean) + sd * zw;
+        kw = key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
+        if (attempt > 0 || kw <= kl || kw >= kh)
+            break;
+        rc = gk_window(&g, kw, NULL, 0.0f, &overflow, err);
+        if (rc)
+            goto done;
     }
+    rc = gk_bracket(&g, kl, cl, kh, thr0, idx, nnz, thr, err);
+done:
     free(g.cidx);
     free(g.cval);
     return rc;

@@ -100,41 +100,70 @@ int compress_sketch_same_shape(const compress_sketch *a, const compress_sketch *
 
 /* ---- encode ------------------------------------------------------------ */
 
-/* Buckets and signed values of n <= BLK consecutive coordinates from i0 in
- * one row. Always inlined so that each clone of the callers vectorises it
- * for its own instruction set, and so that n = BLK is a constant there. */
+/* Buckets and signed values of n consecutive coordinates from i in one
+ * row. Always inlined, so that each clone of its callers vectorises it for
+ * its own instruction set with n a constant there. */
 static inline __attribute__((always_inline)) void
-hash_block(uint64_t key, uint64_t i0, size_t n, uint32_t cols, const float *x,
+hash_lanes(uint64_t key, uint64_t i, size_t n, uint32_t cols, const float *restrict x,
            uint32_t *restrict bk, float *restrict sv) {
     for (size_t b = 0; b < n; b++) {
-        uint64_t h = mix64(key ^ (i0 + b));
+        uint64_t h = mix64(key ^ (i + b));
         bk[b] = bucket_of(h, cols);
         /* (float)(1 - 2 * bit) is exactly +-1, so the product is x or -x. */
         sv[b] = (float)(1 - 2 * (int32_t)(h & 1)) * x[b];
     }
 }
 
+/* The table updates are random stores that the hashing cannot hide on its
+ * own: the block just hashed is added in while the next one is hashed, GRP
+ * lanes at a time, so that both are in flight together (about 15 % faster
+ * than hashing and then adding each block). Rows are visited one at a time
+ * over CHUNK coordinates so that the row being updated stays in cache when
+ * the whole table does not fit. */
+#define GRP 16
+#define CHUNK 4096
+
 SKETCH_HOT
 static void encode_range(float *table, uint32_t rows, uint32_t cols, const uint64_t *keys,
                          const float *x, size_t lo, size_t hi) {
-    uint32_t bk[BLK];
-    float sv[BLK];
-    size_t i0 = lo;
-    for (; i0 + BLK <= hi; i0 += BLK) {
+    uint32_t bk[2][BLK];
+    float sv[2][BLK], xpad[BLK];
+    float *prow = NULL; /* where the pending block goes */
+    size_t pn = 0;      /* its size; it sits in bk/sv[cur ^ 1] */
+    int cur = 0;
+    for (size_t c0 = lo; c0 < hi; c0 += CHUNK) {
+        size_t c1 = hi - c0 < CHUNK ? hi : c0 + CHUNK;
         for (uint32_t j = 0; j < rows; j++) {
             float *row = table + (size_t)j * cols;
-            hash_block(keys[j], i0, BLK, cols, x + i0, bk, sv);
-            for (size_t b = 0; b < BLK; b++) row[bk[b]] += sv[b];
+            for (size_t i0 = c0; i0 < c1; i0 += BLK) {
+                size_t n = c1 - i0 < BLK ? c1 - i0 : BLK;
+                const float *xb = x + i0;
+                if (n < BLK) {
+                    /* All BLK lanes are hashed; only n are ever added. */
+                    memset(xpad, 0, sizeof xpad);
+                    memcpy(xpad, xb, n * sizeof(float));
+                    xb = xpad;
+                }
+                uint32_t *o = bk[cur];
+                float *v = sv[cur];
+                const uint32_t *po = bk[cur ^ 1];
+                const float *pv = sv[cur ^ 1];
+                if (pn == BLK) {
+                    for (size_t g = 0; g < BLK; g += GRP) {
+                        hash_lanes(keys[j], i0 + g, GRP, cols, xb + g, o + g, v + g);
+                        for (size_t b = g; b < g + GRP; b++) prow[po[b]] += pv[b];
+                    }
+                } else {
+                    for (size_t b = 0; b < pn; b++) prow[po[b]] += pv[b];
+                    hash_lanes(keys[j], i0, BLK, cols, xb, o, v);
+                }
+                prow = row;
+                pn = n;
+                cur ^= 1;
+            }
         }
     }
-    if (i0 < hi) {
-        size_t n = hi - i0;
-        for (uint32_t j = 0; j < rows; j++) {
-            float *row = table + (size_t)j * cols;
-            hash_block(keys[j], i0, n, cols, x + i0, bk, sv);
-            for (size_t b = 0; b < n; b++) row[bk[b]] += sv[b];
-        }
-    }
+    for (size_t b = 0; b < pn; b++) prow[bk[cur ^ 1][b]] += sv[cur ^ 1][b];
 }
 
 /* Thread t's share of [0, d), cut at multiples of BLK so every thread but
@@ -200,41 +229,62 @@ int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float 
 
 /* ---- estimate ------------------------------------------------------------ */
 
+/* Median of each lane over rows values in v[0..rows-1], into out (n lanes).
+ * An odd-even transposition sort across the rows (rows passes sort fully)
+ * with one comparator per lane, so every lane runs the same straight-line
+ * vector code. Each pass writes the other buffer: sorting in place lets the
+ * compiler turn the compare-exchange into masked stores behind a branch. */
+static inline __attribute__((always_inline)) void
+median_lanes(float (*v)[BLK], float (*w)[BLK], uint32_t rows, size_t n, float *out) {
+    for (uint32_t pass = 0; pass < rows; pass++) {
+        uint32_t p = pass & 1;
+        if (p) memcpy(w[0], v[0], sizeof w[0]);
+        for (; p + 1 < rows; p += 2) {
+            for (size_t b = 0; b < BLK; b++) {
+                float a = v[p][b], c = v[p + 1][b];
+                w[p][b] = a < c ? a : c;
+                w[p + 1][b] = a < c ? c : a;
+            }
+        }
+        if (p < rows) memcpy(w[p], v[p], sizeof w[p]);
+        float(*t)[BLK] = v;
+        v = w;
+        w = t;
+    }
+    if (rows & 1) {
+        if (n == BLK) memcpy(out, v[rows / 2], BLK * sizeof(float));
+        else memcpy(out, v[rows / 2], n * sizeof(float));
+    } else {
+        for (size_t b = 0; b < n; b++) out[b] = 0.5f * (v[rows / 2 - 1][b] + v[rows / 2][b]);
+    }
+}
+
 SKETCH_HOT
 static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
                            const uint64_t *keys, size_t lo, size_t hi, float *out) {
-    float v[COMPRESS_SKETCH_MAX_ROWS][BLK];
+    float v[2][COMPRESS_SKETCH_MAX_ROWS][BLK];
     uint32_t bk[BLK];
-    float sg[BLK];
+    float sg[BLK], raw[BLK];
+    /* Read through volatile so that these stay plain loads: the compiler
+     * otherwise emulates a vector gather lane by lane, which is slower than
+     * the loads themselves. */
+    const volatile float *vt = table;
     for (size_t i0 = lo; i0 < hi; i0 += BLK) {
+        /* Lanes past hi hash to valid buckets too, so the whole block is
+         * computed and only n values are written out. */
         size_t n = hi - i0 < BLK ? hi - i0 : BLK;
         for (uint32_t j = 0; j < rows; j++) {
-            const float *row = table + (size_t)j * cols;
+            uint32_t base = j * cols; /* < 2^28 */
             for (size_t b = 0; b < BLK; b++) {
                 uint64_t h = mix64(keys[j] ^ (i0 + b));
-                bk[b] = bucket_of(h, cols);
+                bk[b] = base + bucket_of(h, cols);
                 sg[b] = (float)(1 - 2 * (int32_t)(h & 1));
             }
-            for (size_t b = 0; b < n; b++) v[j][b] = sg[b] * row[bk[b]];
+#pragma GCC unroll 8
+            for (size_t b = 0; b < BLK; b++) raw[b] = vt[bk[b]];
+            for (size_t b = 0; b < BLK; b++) v[0][j][b] = sg[b] * raw[b];
         }
-        /* Odd-even transposition sort across the rows, one comparator per
-         * lane, so the median of every coordinate in the block comes out
-         * of the same straight-line vector code; rows passes sort fully. */
-        for (uint32_t pass = 0; pass < rows; pass++) {
-            for (uint32_t p = pass & 1; p + 1 < rows; p += 2) {
-                for (size_t b = 0; b < n; b++) {
-                    float a = v[p][b], c = v[p + 1][b];
-                    v[p][b] = a < c ? a : c;
-                    v[p + 1][b] = a < c ? c : a;
-                }
-            }
-        }
-        if (rows & 1) {
-            memcpy(out + i0, v[rows / 2], n * sizeof(float));
-        } else {
-            for (size_t b = 0; b < n; b++)
-                out[i0 + b] = 0.5f * (v[rows / 2 - 1][b] + v[rows / 2][b]);
-        }
+        median_lanes(v[0], v[1], rows, n, out + i0);
     }
 }
 

@@ -11,9 +11,9 @@
  * coordinate above the threshold value T plus, among those equal to T, the
  * ones of lowest index, written in index order so no sort is ever needed.
  *
- * Large vectors are split into one contiguous chunk per OpenMP thread; each
- * chunk keeps its own histogram and counts, so the chunks' outputs can be
- * placed at precomputed offsets and still come out in index order.
+ * Large vectors are split into a few contiguous chunks per OpenMP thread;
+ * each chunk keeps its own histogram and counts, so the chunks' outputs can
+ * be placed at precomputed offsets and still come out in index order.
  */
 #include <math.h>
 #include <omp.h>
@@ -145,6 +145,7 @@ typedef struct sel {
     const float *x;
     size_t n;
     size_t nchunks;
+    int nthreads;
     uint32_t *hist; /* nchunks * NB0 */
     size_t gt[TOPK_MAX_CHUNKS], in[TOPK_MAX_CHUNKS];
     size_t gt_total, in_total;
@@ -159,18 +160,15 @@ static inline size_t chunk_lo(const sel *s, size_t c)
 static void sel_hist(sel *s, int level, uint32_t prefix)
 {
     size_t nc = s->nchunks;
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        /* Fewer threads than chunks (nested or limited) still covers all. */
-        for (size_t c = tid; c < nc; c += nth) {
-            uint32_t *h = s->hist + c * NB0;
-            if (level == 0)
-                hist_top(s->x, chunk_lo(s, c), chunk_lo(s, c + 1), h);
-            else
-                hist_sub(s->x, chunk_lo(s, c), chunk_lo(s, c + 1), level == 1 ? 10 : 0, prefix,
-                         h);
-        }
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads) if (s->nthreads > 1)
+    for (long cl = 0; cl < ncl; cl++) {
+        size_t c = (size_t)cl;
+        uint32_t *h = s->hist + c * NB0;
+        if (level == 0)
+            hist_top(s->x, chunk_lo(s, c), chunk_lo(s, c + 1), h);
+        else
+            hist_sub(s->x, chunk_lo(s, c), chunk_lo(s, c + 1), level == 1 ? 10 : 0, prefix, h);
     }
 }
 
@@ -224,13 +222,11 @@ static int sel_collect(sel *s, uint32_t kmin, size_t k, uint32_t *out, vl_error 
     for (size_t c = 0; c < s->nchunks; c++)
         off[c + 1] = off[c] + s->gt[c] + s->in[c];
     size_t nc = s->nchunks;
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        for (size_t c = tid; c < nc; c += nth)
-            collect(s->x, chunk_lo(s, c), chunk_lo(s, c + 1), kmin, cidx + off[c],
-                    cval + off[c]);
-    }
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads) if (s->nthreads > 1)
+    for (long c = 0; c < ncl; c++)
+        collect(s->x, chunk_lo(s, (size_t)c), chunk_lo(s, (size_t)c + 1), kmin, cidx + off[c],
+                cval + off[c]);
     int rc = select_run(cval, cidx, m, k, 0, out, err);
     free(cidx);
     free(cval);
@@ -253,9 +249,13 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
     s.x = x;
     s.n = n;
     s.nchunks = 1;
+    s.nthreads = 1;
     if (n >= TOPK_PAR_MIN) {
         int mt = omp_get_max_threads();
-        s.nchunks = mt < 1 ? 1 : (size_t)mt > TOPK_MAX_CHUNKS ? TOPK_MAX_CHUNKS : (size_t)mt;
+        s.nthreads = mt < 1 ? 1 : mt > TOPK_MAX_CHUNKS / 4 ? TOPK_MAX_CHUNKS / 4 : mt;
+        /* More chunks than threads, handed out as threads free up: a core
+         * shared with other work then slows one chunk, not half the pass. */
+        s.nchunks = s.nthreads > 1 ? 4 * (size_t)s.nthreads : 1;
     }
     s.hist = malloc(s.nchunks * NB0 * sizeof *s.hist);
     if (!s.hist)
@@ -290,12 +290,11 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
         pos += s.gt[c] + quota[c];
     }
     size_t nc = s.nchunks;
-#pragma omp parallel num_threads((int)nc) if (nc > 1)
-    {
-        size_t nth = (size_t)omp_get_num_threads(), tid = (size_t)omp_get_thread_num();
-        for (size_t c = tid; c < nc; c += nth)
-            emit(x, map, chunk_lo(&s, c), chunk_lo(&s, c + 1), t, quota[c], out + off[c]);
-    }
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s.nthreads) if (s.nthreads > 1)
+    for (long c = 0; c < ncl; c++)
+        emit(x, map, chunk_lo(&s, (size_t)c), chunk_lo(&s, (size_t)c + 1), t, quota[c],
+             out + off[c]);
     return VL_OK;
 }
 

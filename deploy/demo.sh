@@ -7,7 +7,9 @@
 # part failed or the model did not learn).
 #
 # Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (40),
-# VOLLEY_DEMO_STEPS (local steps per task, 20),
+# VOLLEY_DEMO_STEPS (local steps per task, 20), VOLLEY_DEMO_COMPRESSION
+# (the run's "compression" object, {"kind": "none", "dtype": "F32"}),
+# VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9}),
 # VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,8 @@ root=$PWD
 peers=${VOLLEY_DEMO_PEERS:-4}
 versions=${VOLLEY_DEMO_VERSIONS:-40}
 steps=${VOLLEY_DEMO_STEPS:-20}
+compression=${VOLLEY_DEMO_COMPRESSION:-'{"kind": "none", "dtype": "F32"}'}
+outer=${VOLLEY_DEMO_OUTER:-'{"lr": 0.7, "momentum": 0.9}'}
 work=${VOLLEY_DEMO_DIR:-$root/demo-run}
 build=${VOLLEY_BUILD_DIR:-$root/build}
 
@@ -50,8 +54,8 @@ cat > run.json <<JSON
   "max_versions": $versions,
   "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,
             "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
-  "outer": {"lr": 0.7, "momentum": 0.9},
-  "compression": {"kind": "dense", "dtype": "F32"},
+  "outer": $outer,
+  "compression": $compression,
   "task_bytes": 65536,
   "lease_s": 120,
   "val_batches": 16
@@ -82,7 +86,7 @@ for i in $(seq 1 "$peers"); do
   "$peer" run --dir "$dir" --threads "$threads" --wait 20 2> "$dir.log" &
   pids+=($!)
 done
-echo "demo: $peers peers training; each version merges $peers dense updates"
+echo "demo: $peers peers training; each version merges $peers updates ($compression)"
 
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
@@ -105,5 +109,7 @@ echo
 printf 'demo: validation loss %.4f -> %.4f (ln 256 = 5.5452) over %s versions in %.1f s\n' \
   "$first" "$final" "$versions" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
 printf 'demo: %s updates, %.0f bytes each\n' "${up%%|*}" "${up##*|}"
+# Each peer logs its traffic when it exits.
+grep -h "traffic:" peer*.log | sed 's/^.*traffic:/demo: peer traffic:/' || true
 awk -v f="$final" 'BEGIN { exit !(f < 3.5) }' || { echo "demo: the model did not learn" >&2; exit 1; }
 echo "demo: ok"

@@ -141,7 +141,7 @@ typedef struct loop {
     buf upload;
     int64_t done;
     /* Traffic, for the summary at exit. */
-    uint64_t up_bytes, model_bytes, delta_bytes;
+    uint64_t up_bytes, model_bytes, delta_bytes, data_bytes;
     /* Leases this peer has finished with (uploaded or dropped). A refused
      * request changes nothing on the coordinator, so it may offer the same
      * lease again until its deadline; retraining it would be wasted work. */
@@ -333,6 +333,7 @@ static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
     if (rs->body.len != (size_t)k->length)
         return vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range", rs->body.len,
                        (long long)k->length);
+    L->data_bytes += rs->body.len;
     return VL_OK;
 }
 
@@ -468,9 +469,10 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
              L.st.run);
     rc = run_loop(&L, err);
     if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
-    log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models and %llu bytes of "
-             "deltas", (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
-             (unsigned long long)L.delta_bytes);
+    log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
+             "deltas and %llu bytes of data", (unsigned long long)L.up_bytes,
+             (unsigned long long)L.model_bytes, (unsigned long long)L.delta_bytes,
+             (unsigned long long)L.data_bytes);
     buf_free(&L.upload);
     peer_response_free(&L.rs);
     peer_trainer_free(&L.tr);

@@ -268,6 +268,51 @@ static void test_task_good(void **state) {
     free(s);
 }
 
+/* Compressed kinds: what they need, and what they refuse. */
+static void test_task_compression(void **state) {
+    (void)state;
+    peer_task t;
+    vl_error e = {0};
+    char *s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
+                        "{\"kind\": \"topk\", \"dtype\": \"F16\", \"k\": 100}");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.method, PEER_METHOD_TOPK);
+    assert_int_equal(t.kind, COMPRESS_TOPK);
+    assert_int_equal(t.comp_k, 100);
+    free(s);
+    s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
+                  "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
+                  "\"cols\": 50, \"seed\": 5}");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.method, PEER_METHOD_SKETCH);
+    assert_int_equal(t.kind, COMPRESS_SKETCH);
+    assert_true(t.comp_rows == 3 && t.comp_cols == 50 && t.comp_seed == 5);
+    free(s);
+    const char *bad[][2] = {
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\"}", "compression.k"},
+        {"{\"kind\": \"gaussk\", \"dtype\": \"F32\", \"k\": 0}", "compression.k"},
+        {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 16, "
+         "\"cols\": 5, \"seed\": 1}", "compression.rows"},
+        {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 15, "
+         "\"cols\": 268435456, \"seed\": 1}", "too large"},
+        {"{\"kind\": \"randk\", \"dtype\": \"F32\"}", "not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}", bad[i][0]);
+        vl_error e2 = {0};
+        assert_int_not_equal(peer_task_parse(s, strlen(s), &t, &e2), VL_OK);
+        if (!strstr(e2.msg, bad[i][1])) fail_msg("'%s' lacks '%s'", e2.msg, bad[i][1]);
+        free(s);
+    }
+    /* k above the model's parameter count is refused against the model. */
+    s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
+                  "{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 99999999}");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    model_gpt_config cfg = {256, 64, 2, 4, 128};
+    assert_int_equal(peer_task_check_model(&t, &cfg, &e), VL_EINVAL);
+    free(s);
+}
+
 static void test_task_rejected(void **state) {
     (void)state;
     task_rejected(", \"seed\": 99173", "", "train.seed");
@@ -574,6 +619,145 @@ static void model_file(peer_trainer *src, const char *run, const char *version, 
     st_writer_free(&w);
 }
 
+/* Over several tasks the top-k uploads plus the residual hold exactly the
+ * sum of the deltas; a dropped upload goes back into the residual; a sketch
+ * upload leaves no state. */
+static void test_encode_feedback(void **state) {
+    (void)state;
+    peer_trainer tr;
+    peer_trainer_init(&tr);
+    vl_error e = {0};
+    assert_int_equal(peer_trainer_init_model(&tr, &TINY, 0, &e), VL_OK);
+    size_t n = tr.n_params;
+    double *total = calloc(n, sizeof *total), *sent = calloc(n, sizeof *sent);
+    assert_non_null(total);
+    assert_non_null(sent);
+    peer_task k = tiny_task(2);
+    k.method = PEER_METHOD_TOPK;
+    k.kind = COMPRESS_TOPK;
+    k.comp_k = (int64_t)(n / 20);
+    compress_update_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.run, sizeof m.run, "unit");
+    m.task = m.peer = 1;
+    m.kind = COMPRESS_TOPK;
+    m.num_samples = m.local_steps = 1;
+    rng r;
+    rng_seed(&r, 3);
+    buf b;
+    buf_init(&b, 0);
+    for (int round = 0; round < 4; round++) {
+        for (size_t i = 0; i < n; i++) {
+            tr.delta[i] = 0.01f * rng_normal(&r);
+            total[i] += tr.delta[i];
+        }
+        k.method = round == 2 ? PEER_METHOD_GAUSSK : PEER_METHOD_TOPK;
+        buf_reset(&b);
+        assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
+        compress_update u;
+        assert_int_equal(compress_update_decode(b.data, b.len, n, &u, NULL, &e), VL_OK);
+        assert_true(u.nnz > 0 && u.nnz <= COMPRESS_GAUSSK_CAP((size_t)k.comp_k));
+        if (round == 1) {
+            /* Dropped by the coordinator: nothing of it is lost. */
+            peer_encode_unsent(&tr);
+        } else {
+            float *acc = calloc(n, sizeof *acc);
+            assert_int_equal(compress_update_accumulate(&u, 1.0f, acc, n, &e), VL_OK);
+            for (size_t i = 0; i < n; i++) sent[i] += acc[i];
+            free(acc);
+        }
+        compress_update_free(&u);
+    }
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabs(sent[i] + tr.residual[i] - total[i]) < 1e-5);
+    /* Sketch: the upload holds the sketch of exactly this delta. */
+    k.method = PEER_METHOD_SKETCH;
+    k.kind = COMPRESS_SKETCH;
+    k.comp_rows = 3;
+    k.comp_cols = 97;
+    k.comp_seed = 11;
+    m.kind = COMPRESS_SKETCH;
+    buf_reset(&b);
+    assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
+    compress_update u;
+    assert_int_equal(compress_update_decode(b.data, b.len, n, &u, NULL, &e), VL_OK);
+    compress_sketch want, got;
+    assert_int_equal(compress_sketch_init(&want, 3, 97, 11, &e), VL_OK);
+    assert_int_equal(compress_sketch_init(&got, 3, 97, 11, &e), VL_OK);
+    compress_sketch_encode(&want, tr.delta, n);
+    assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &got, &e), VL_OK);
+    assert_memory_equal(want.table, got.table, 3 * 97 * sizeof(float));
+    compress_sketch_free(&want);
+    compress_sketch_free(&got);
+    compress_update_free(&u);
+    buf_free(&b);
+    free(total);
+    free(sent);
+    peer_trainer_free(&tr);
+}
+
+/* Writes a delta file by hand. */
+static void delta_file(buf *out, const char *run, const char *since, const char *version,
+                       const uint32_t *idx, const float *val, size_t n) {
+    st_writer w;
+    st_writer_init(&w);
+    uint64_t shape[1] = {n};
+    assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
+    assert_int_equal(st_writer_meta(&w, "since", since), VL_OK);
+    assert_int_equal(st_writer_meta(&w, "version", version), VL_OK);
+    assert_int_equal(st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4), VL_OK);
+    assert_int_equal(st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4), VL_OK);
+    vl_error e = {0};
+    buf_reset(out);
+    assert_int_equal(st_writer_finish(&w, out, &e), VL_OK);
+    st_writer_free(&w);
+}
+
+static void test_apply_delta(void **state) {
+    (void)state;
+    peer_trainer tr;
+    peer_trainer_init(&tr);
+    vl_error e = {0};
+    buf f;
+    buf_init(&f, 0);
+    uint32_t idx[3] = {0, 5, 9};
+    float val[3] = {0.5f, -1.0f, 2.0f};
+    delta_file(&f, "unit", "3", "6", idx, val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
+    assert_int_equal(peer_trainer_init_model(&tr, &TINY, 3, &e), VL_OK);
+    size_t n = tr.n_params;
+    float *before = malloc(n * sizeof *before);
+    memcpy(before, tr.base, n * sizeof *before);
+    /* Wrong run, wrong range, bad indices, non-finite values: unchanged. */
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "other", 6, &e), VL_EINVAL);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 7, &e), VL_EINVAL);
+    uint32_t desc[3] = {5, 0, 9}, far[3] = {0, 5, (uint32_t)n};
+    delta_file(&f, "unit", "3", "6", desc, val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
+    delta_file(&f, "unit", "3", "6", far, val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
+    float nan_val[3] = {0.5f, NAN, 2.0f};
+    delta_file(&f, "unit", "3", "6", idx, nan_val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
+    delta_file(&f, "unit", "2", "6", idx, val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
+    assert_memory_equal(tr.base, before, n * sizeof *before);
+    assert_int_equal(tr.base_version, 3);
+    /* A good one moves exactly the listed coordinates. */
+    delta_file(&f, "unit", "3", "6", idx, val, 3);
+    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_OK);
+    assert_int_equal(tr.base_version, 6);
+    for (size_t i = 0; i < n; i++) {
+        float want = before[i];
+        for (int j = 0; j < 3; j++)
+            if (idx[j] == i) want += val[j];
+        assert_true(tr.base[i] == want);
+    }
+    free(before);
+    buf_free(&f);
+    peer_trainer_free(&tr);
+}
+
 static void test_trainer_load(void **state) {
     (void)state;
     peer_trainer src, tr;
@@ -643,6 +827,9 @@ int main(void) {
         cmocka_unit_test(test_refusal_line),
         cmocka_unit_test(test_task_good),
         cmocka_unit_test(test_task_rejected),
+        cmocka_unit_test(test_task_compression),
+        cmocka_unit_test(test_encode_feedback),
+        cmocka_unit_test(test_apply_delta),
         cmocka_unit_test(test_model_config_parse),
         cmocka_unit_test(test_url_check),
         cmocka_unit_test(test_state_round_trip),

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# bench/convergence: the demo task (deploy/demo.sh: 4 peers, 40 versions, 20
+# local steps, same seeds) once with dense updates and once per compression
+# kind and upload ratio. Prints, per run, the final validation loss, the
+# loss relative to the dense run of this same invocation, and the bytes
+# each peer uploaded and downloaded (model files and deltas; the training
+# data is the same for every run and left out), as a Markdown table.
+#
+# Usage: bash bench/convergence.sh [RATIOS] [KINDS]
+#   RATIOS  upload compression against a dense F32 update (default "10 100 1000")
+#   KINDS   default "topk gaussk sketch"
+# Environment: VOLLEY_DEMO_VERSIONS, VOLLEY_DEMO_STEPS, VOLLEY_DEMO_PEERS as
+# for the demo; CONV_DTYPE (F16) for the compressed values; CONV_OUT
+# (bench-convergence) for the runs' directories.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+ratios=${1:-"10 100 1000"}
+kinds=${2:-"topk gaussk sketch"}
+dtype=${CONV_DTYPE:-F16}
+out=${CONV_OUT:-$root/bench-convergence}
+mkdir -p "$out"
+
+# run NAME COMPRESSION_JSON: one demo run; prints "loss up down seconds".
+run() {
+  local dir=$out/$1
+  local t0 t1
+  t0=$(date +%s.%N)
+  VOLLEY_DEMO_DIR=$dir VOLLEY_DEMO_COMPRESSION=$2 bash deploy/demo.sh > "$out/$1.log" 2>&1 \
+    || { tail -n 20 "$out/$1.log" >&2; echo "convergence: run $1 failed" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  local loss
+  loss=$(sqlite3 "$dir/run.db" "SELECT val_loss FROM versions ORDER BY version DESC LIMIT 1")
+  # Per peer, averaged over the peers.
+  grep -h "traffic:" "$dir"/peer*.log | awk -v loss="$loss" -v s="$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" '
+    { for (i = 1; i <= NF; i++) {
+        if ($i == "uploaded") up += $(i + 1)
+        if ($i == "models,") mod += $(i - 3)
+        if ($i == "deltas") del += $(i - 3)
+      }
+      n++ }
+    END { printf "%s %.0f %.0f %.1f\n", loss, up / n, (mod + del) / n, s }'
+}
+
+echo "convergence: demo task, $(nproc) cores, values $dtype; runs in $out" >&2
+read -r d_loss d_up d_down d_s < <(run dense '{"kind": "none", "dtype": "F32"}')
+printf '| kind | upload ratio | final val loss | vs dense | upload/peer (bytes) | upload vs dense | download/peer (bytes) | wall s |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+printf '| none (dense F32) | 1 | %.4f | 1.000 | %.0f | 1 | %.0f | %.1f |\n' "$d_loss" "$d_up" "$d_down" "$d_s"
+for kind in $kinds; do
+  for r in $ratios; do
+    extra=""
+    [ "$kind" = sketch ] && extra=', "rows": 1'
+    read -r loss up down s < <(run "$kind-$r" \
+      "{\"kind\": \"$kind\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}")
+    awk -v k="$kind" -v r="$r" -v l="$loss" -v dl="$d_loss" -v u="$up" -v du="$d_up" \
+        -v d="$down" -v s="$s" 'BEGIN {
+      printf "| %s | %s | %.4f | %.3f | %.0f | %.0fx less | %.0f | %.1f |\n",
+             k, r, l, l / dl, u, du / u, d, s }'
+  done
+done
