@@ -10,23 +10,29 @@
 #   RATIOS  upload compression against a dense F32 update (default "10 100 1000")
 #   KINDS   default "topk gaussk sketch"
 # Environment: VOLLEY_DEMO_VERSIONS, VOLLEY_DEMO_STEPS, VOLLEY_DEMO_PEERS as
-# for the demo; CONV_DTYPE (F16) for the compressed values; CONV_OUT
-# (bench-convergence) for the runs' directories.
+# for the demo; CONV_DTYPE (F16) for the compressed values; CONV_OUTER, the
+# outer optimiser of the compressed runs ({"lr": 1.0, "momentum": 0.5}:
+# server momentum on top of error-feedback bursts overshoots); CONV_OUT
+# (bench-convergence) for the runs' directories. The dense baseline runs
+# with the demo's DiLoCo outer step and, for reference, with CONV_OUTER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 ratios=${1:-"10 100 1000"}
 kinds=${2:-"topk gaussk sketch"}
 dtype=${CONV_DTYPE:-F16}
+comp_outer=${CONV_OUTER:-'{"lr": 1.0, "momentum": 0.5}'}
 out=${CONV_OUT:-$root/bench-convergence}
 mkdir -p "$out"
 
-# run NAME COMPRESSION_JSON: one demo run; prints "loss up down seconds".
+# run NAME COMPRESSION_JSON OUTER_JSON: one demo run; prints "loss up down
+# seconds".
 run() {
   local dir=$out/$1
   local t0 t1
   t0=$(date +%s.%N)
-  VOLLEY_DEMO_DIR=$dir VOLLEY_DEMO_COMPRESSION=$2 bash deploy/demo.sh > "$out/$1.log" 2>&1 \
+  VOLLEY_DEMO_DIR=$dir VOLLEY_DEMO_COMPRESSION=$2 VOLLEY_DEMO_OUTER=$3 \
+    bash deploy/demo.sh > "$out/$1.log" 2>&1 \
     || { tail -n 20 "$out/$1.log" >&2; echo "convergence: run $1 failed" >&2; exit 1; }
   t1=$(date +%s.%N)
   local loss
@@ -43,16 +49,23 @@ run() {
 }
 
 echo "convergence: demo task, $(nproc) cores, values $dtype; runs in $out" >&2
-read -r d_loss d_up d_down d_s < <(run dense '{"kind": "none", "dtype": "F32"}')
+read -r d_loss d_up d_down d_s < <(run dense '{"kind": "none", "dtype": "F32"}' \
+  '{"lr": 0.7, "momentum": 0.9}')
+read -r f_loss f_up f_down f_s < <(run dense-outer2 '{"kind": "none", "dtype": "F32"}' \
+  "$comp_outer")
 printf '| kind | upload ratio | final val loss | vs dense | upload/peer (bytes) | upload vs dense | download/peer (bytes) | wall s |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
-printf '| none (dense F32) | 1 | %.4f | 1.000 | %.0f | 1 | %.0f | %.1f |\n' "$d_loss" "$d_up" "$d_down" "$d_s"
+printf '| none (dense F32, outer 0.7/0.9) | 1 | %.4f | 1.000 | %.0f | 1 | %.0f | %.1f |\n' \
+  "$d_loss" "$d_up" "$d_down" "$d_s"
+awk -v l="$f_loss" -v dl="$d_loss" -v u="$f_up" -v d="$f_down" -v s="$f_s" -v o="$comp_outer" 'BEGIN {
+  printf "| none (dense F32, outer %s) | 1 | %.4f | %.3f | %.0f | 1 | %.0f | %.1f |\n",
+         o, l, l / dl, u, d, s }' 
 for kind in $kinds; do
   for r in $ratios; do
     extra=""
     [ "$kind" = sketch ] && extra=', "rows": 1'
     read -r loss up down s < <(run "$kind-$r" \
-      "{\"kind\": \"$kind\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}")
+      "{\"kind\": \"$kind\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$comp_outer")
     awk -v k="$kind" -v r="$r" -v l="$loss" -v dl="$d_loss" -v u="$up" -v du="$d_up" \
         -v d="$down" -v s="$s" 'BEGIN {
       printf "| %s | %s | %.4f | %.3f | %.0f | %.0fx less | %.0f | %.1f |\n",

@@ -4,10 +4,11 @@
  * What top-k or Gaussian-k leaves out of an upload stays in e and is sent
  * in a later round, so nothing of the local update is lost for good. The
  * values are taken out of e exactly as they will be decoded (F16 included),
- * so sent + residual reproduces the input bit for bit: for F16 the value
- * sent is e rounded to half precision, and e - that value is exact in
- * float (the two agree to within one half-precision ulp, Sterbenz), as
- * long as |e| stays below 2^28 when the clamp to 65504 applies.
+ * so sent + residual reproduces the input bit for bit. For F16 the value
+ * sent, h, is e rounded to half precision; e - h is exact in float because
+ * h lies on a coarser grid than e and within half a step of it, so the
+ * difference fits in e's 24 bits. Past the clamp to +-65504 this holds
+ * while |e| < 2^28.
  */
 #include <omp.h>
 
@@ -16,8 +17,13 @@
 #define FB_PAR_MIN ((size_t)1 << 20)
 #define F16_MAX 65504.0f
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FB_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FB_HOT
+#endif
+
+FB_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi)
 {
     for (size_t i = lo; i < hi; i++)
         e[i] += delta[i];

@@ -9,8 +9,8 @@
  * |x|) and copies out every coordinate above the window. Every count for a
  * threshold at or above the window is then exact and cheap, so the
  * model's threshold thr = |mean| + std * Phi^-1(1 - rho/2) is kept when its
- * count lies within +-5 % of k and is otherwise moved to the nearest count
- * inside that band. When the data is far from normal (heavy tails, a few
+ * count lies within +-5 % of k and is otherwise moved to where it counts k
+ * (or as near as the candidates allow). When the data is far from normal (heavy tails, a few
  * huge outliers, many equal values), further passes count several probe
  * thresholds at once and narrow a bracket on the float bit pattern until a
  * window fits; values tied across the whole band end in an exact top-k, so
@@ -23,7 +23,13 @@
 
 #include "compress/compress.h"
 
+/* Hot loops are built for AVX-512, AVX2 and the baseline, picked when the
+ * library loads; elsewhere they are plain functions. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GK_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GK_HOT
+#endif
 
 #define GK_PAR_MIN ((size_t)1 << 20)
 #define GK_MAX_CHUNKS 64
@@ -108,30 +114,37 @@ typedef struct moments {
     uint32_t kmax;
 } moments;
 
-/* Sums of v and v^2 for v = x - pivot, and the largest key. Shifting by a
- * typical value keeps the variance from cancelling when the mean is large
- * next to the spread. Float partial sums over GK_SUB values (vectorised:
- * the simd reduction lets them be reassociated) go into doubles, which
- * is ample for a threshold. */
-GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, float pivot)
+/* Sums of v and v^2 for v = x - pivot, and the largest key, over at most
+ * GK_SUB values. Shifting by a typical value keeps the variance from
+ * cancelling when the mean is large next to the spread. Float sums of a
+ * few hundred terms per lane are ample for a threshold and twice as wide
+ * per vector as doubles; a square that overflows float (|v| > 1.8e19)
+ * sends the piece to the double loop. The simd reduction lets the sums be
+ * reassociated, so they vectorise. */
+GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot)
 {
-    moments r = {0, 0, 0};
-    for (size_t a = lo; a < hi; a += GK_SUB) {
-        size_t b = a + GK_SUB < hi ? a + GK_SUB : hi;
-        float s = 0, q = 0;
-        uint32_t m = 0;
+    float s = 0, q = 0, pf = (float)pivot;
+    uint32_t m = 0;
 #pragma omp simd reduction(+ : s, q) reduction(max : m)
-        for (size_t i = a; i < b; i++) {
-            float v = x[i] - pivot;
-            uint32_t u = key_at(x, i);
-            s += v;
-            q += v * v;
-            m = u > m ? u : m;
-        }
-        r.sum += s;
-        r.sumsq += q;
-        r.kmax = m > r.kmax ? m : r.kmax;
+    for (size_t i = lo; i < hi; i++) {
+        float v = x[i] - pf;
+        uint32_t u = key_at(x, i);
+        s += v;
+        q += v * v;
+        m = u > m ? u : m;
     }
+    if (isfinite(q)) {
+        moments r = {s, q, m};
+        return r;
+    }
+    double sd = 0, qd = 0;
+#pragma omp simd reduction(+ : sd, qd)
+    for (size_t i = lo; i < hi; i++) {
+        double v = (double)x[i] - pivot;
+        sd += v;
+        qd += v * v;
+    }
+    moments r = {sd, qd, m};
     return r;
 }
 
@@ -172,22 +185,30 @@ GK_HOT static size_t collect_some(const float *x, size_t *pos, size_t hi, uint32
 }
 
 /* cnt[j] = number of keys >= pk[j] in x[lo, hi); returns the largest key
- * below kh (0 if none). */
+ * below kh (0 if none). One probe at a time over an L1-sized piece keeps
+ * every loop a plain vectorisable reduction. */
 GK_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
                                     uint32_t kh, size_t *cnt)
 {
-    uint32_t c[GK_PROBES] = {0};
-    uint32_t p[GK_PROBES];
     uint32_t below = 0;
-    memcpy(p, pk, sizeof p);
-    for (size_t i = lo; i < hi; i++) {
-        uint32_t u = key_at(x, i);
-        for (size_t j = 0; j < GK_PROBES; j++)
-            c[j] += u >= p[j];
-        below = (u < kh && u > below) ? u : below;
-    }
     for (size_t j = 0; j < GK_PROBES; j++)
-        cnt[j] = c[j];
+        cnt[j] = 0;
+    for (size_t a = lo; a < hi; a += GK_SUB) {
+        size_t b = a + GK_SUB < hi ? a + GK_SUB : hi;
+        for (size_t j = 0; j < GK_PROBES; j++) {
+            uint32_t p = pk[j], c = 0;
+            for (size_t i = a; i < b; i++)
+                c += key_at(x, i) >= p;
+            cnt[j] += c;
+        }
+        uint32_t m = 0;
+        for (size_t i = a; i < b; i++) {
+            uint32_t u = key_at(x, i);
+            u = u < kh ? u : 0;
+            m = u > m ? u : m;
+        }
+        below = m > below ? m : below;
+    }
     return below;
 }
 
@@ -254,9 +275,8 @@ static void gk_sample(const float *x, size_t d, double *mean, double *sd)
 /* One pass: copies out every coordinate with key >= kmin into
  * g->cidx/cval in index order, unless there are more than g->cap (then
  * *overflow is set and nothing is kept), and, when part is given, fills
- * part[b] with the moments of block b about pivot. Each block is summed
- * and then scanned for candidates while it is still in cache. */
-static int gk_window(gk *g, uint32_t kmin, moments *part, float pivot, int *overflow,
+ * part[b] with the moments of block b about pivot. */
+static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *overflow,
                      vl_error *err)
 {
     size_t nc = g->nchunks;
@@ -277,15 +297,27 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, float pivot, int *over
 #pragma omp parallel for schedule(dynamic, 1) num_threads(g->nthreads) if (g->nthreads > 1)
     for (long cl = 0; cl < ncl; cl++) {
         size_t c = (size_t)cl, hi = gk_chunk(g, c + 1), alloc = 0;
-        for (size_t lo = gk_chunk(g, c); lo < hi; lo += GK_STAT_BLOCK) {
-            size_t bhi = lo + GK_STAT_BLOCK < hi ? lo + GK_STAT_BLOCK : hi;
+        /* Steps of GK_SUB values, summed and then scanned while in L1:
+         * the stream from memory pauses only briefly, which keeps the
+         * hardware prefetcher running. */
+        for (size_t lo = gk_chunk(g, c); lo < hi; lo += GK_SUB) {
+            size_t bhi = lo + GK_SUB < hi ? lo + GK_SUB : hi;
             int stop;
 #pragma omp atomic read
             stop = fail;
             if (stop == 2 || (stop && !part))
                 break;
-            if (part)
-                part[lo / GK_STAT_BLOCK] = block_moments(g->x, lo, bhi, pivot);
+            if (part) {
+                moments m = block_moments(g->x, lo, bhi, pivot);
+                moments *pb = &part[lo / GK_STAT_BLOCK];
+                if (lo % GK_STAT_BLOCK == 0) {
+                    *pb = m;
+                } else {
+                    pb->sum += m.sum;
+                    pb->sumsq += m.sumsq;
+                    pb->kmax = m.kmax > pb->kmax ? m.kmax : pb->kmax;
+                }
+            }
             for (size_t pos = lo; !stop && pos < bhi;) {
                 if (alloc - bn[c] < BLOCK) {
                     size_t na = alloc ? 2 * alloc : 1024;
@@ -410,9 +442,10 @@ static int cand_rank(const gk *g, size_t r, uint32_t *pos, float *out, vl_error 
 
 /* Every coordinate >= the window is a candidate and there are at least
  * band_lo of them. Picks the threshold: thr0 when its count is in the
- * band, else the in-band count nearest to it, else (ties straddle the
- * band) exactly k by index order. Counts are only known at or above the
- * window, so a thr0 below it starts from the window instead. */
+ * band; else, the model being off, the k-th largest value (or, when ties
+ * there overshoot the band, the next value up); else (ties straddle the
+ * whole band) exactly k by index order. Counts are only known at or above
+ * the window, so a thr0 below it starts from the window instead. */
 static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
 {
     if (thr0 < val_of(g->kwin))
@@ -420,8 +453,8 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
     size_t c0 = cand_count_ge(g, thr0);
     float t = thr0;
     if (c0 < g->band_lo || c0 > g->band_hi) {
-        size_t r = c0 > g->band_hi ? g->band_hi : g->band_lo;
-        uint32_t *pos = malloc((g->k > r ? g->k : r) * sizeof *pos);
+        size_t r = g->k < g->ncand ? g->k : g->ncand;
+        uint32_t *pos = malloc(g->k * sizeof *pos);
         if (!pos)
             return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu positions", r);
         int rc = cand_rank(g, r, pos, &t, err);
@@ -490,7 +523,7 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
     for (int pass = 0; pass < GK_MAX_PASSES; pass++) {
         if (cl <= g->cap) {
             int overflow;
-            rc = gk_window(g, kl, NULL, 0.0f, &overflow, err);
+            rc = gk_window(g, kl, NULL, 0.0, &overflow, err);
             if (rc == VL_OK && !overflow) {
                 rc = gk_finish(g, thr0, idx, nnz, thr, err);
                 free(per);
@@ -605,7 +638,7 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
      * computes the exact ones can collect the candidates as well. */
     double mean, sd;
     gk_sample(x, d, &mean, &sd);
-    float pivot = (float)mean;
+    double pivot = mean;
     double tw = fabs(mean) + sd * zw;
     uint32_t kw = g.cap >= d ? 0 : key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
     moments *part = malloc(nb * sizeof *part);
@@ -628,7 +661,7 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
     }
     free(part);
     double ms = s / (double)d, var = q / (double)d - ms * ms;
-    mean = (double)pivot + ms;
+    mean = pivot + ms;
     sd = var > 0 ? sqrt(var) : 0.0;
     double t0 = fabs(mean) + sd * z;
     float thr0 = (float)(t0 < FLT_MAX ? t0 : FLT_MAX);
@@ -654,7 +687,7 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
         kw = key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
         if (attempt > 0 || kw <= kl || kw >= kh)
             break;
-        rc = gk_window(&g, kw, NULL, 0.0f, &overflow, err);
+        rc = gk_window(&g, kw, NULL, 0.0, &overflow, err);
         if (rc)
             goto done;
     }

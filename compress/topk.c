@@ -11,10 +11,17 @@
  * coordinate above the threshold value T plus, among those equal to T, the
  * ones of lowest index, written in index order so no sort is ever needed.
  *
+ * For a large vector and small k even the first histogram pass is avoided:
+ * the radix select on a small sample gives a bound that a little more than
+ * k values should reach, one streaming pass copies those out, and the exact
+ * select runs on them. When the sample misleads (too few values reach the
+ * bound, or far too many), the full histogram select runs instead, so the
+ * answer is exact either way.
+ *
  * Large vectors are split into a few contiguous chunks per OpenMP thread;
- * each chunk keeps its own histogram and counts, so the chunks' outputs can
- * be placed at precomputed offsets and still come out in index order.
- */
+ * each chunk keeps its own histogram, counts or candidate list, so the
+ * chunks' outputs can be placed at precomputed offsets or joined in order
+ * and still come out in index order. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -22,7 +29,13 @@
 
 #include "compress/compress.h"
 
+/* Hot loops are built for AVX-512, AVX2 and the baseline, picked when the
+ * library loads; elsewhere they are plain functions. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TOPK_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TOPK_HOT
+#endif
 
 /* Bits 20..30 (11), then 10..19 and 0..9. */
 #define NB0 2048u
@@ -30,6 +43,11 @@
 /* Below this many values threads cost more than they save. */
 #define TOPK_PAR_MIN ((size_t)1 << 20)
 #define TOPK_MAX_CHUNKS 64
+/* The sample that guides the one-pass select: runs of TOPK_RUN values, and
+ * the smallest vector worth sampling. */
+#define TOPK_SAMPLE 16384
+#define TOPK_RUN 256
+#define TOPK_SAMPLED_MIN ((size_t)1 << 17)
 /* Blocks let the common "nothing here" case run as one vector max. */
 #define BLOCK 32
 
@@ -108,6 +126,31 @@ TOPK_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_t km
     return n;
 }
 
+/* Like collect, for a buffer that grows: stops when fewer than BLOCK
+ * slots of room are left, advancing *pos. Hit blocks (one or two hits at
+ * random places) are copied without branches: every slot is written and
+ * kept by advancing n, which room - n >= BLOCK makes safe. */
+TOPK_HOT static size_t collect_some(const float *x, size_t *pos, size_t hi, uint32_t kmin,
+                                    uint32_t *cidx, float *cval, size_t room)
+{
+    size_t n = 0, i = *pos;
+    while (i < hi && room - n >= BLOCK) {
+        size_t end = i + BLOCK <= hi ? i + BLOCK : hi;
+        if (end - i == BLOCK && block_max(x, i) < kmin) {
+            i = end;
+            continue;
+        }
+        for (; i < end; i++) {
+            uint32_t u = key_at(x, i);
+            cidx[n] = (uint32_t)i;
+            cval[n] = fabsf(x[i]);
+            n += u >= kmin;
+        }
+    }
+    *pos = i;
+    return n;
+}
+
 static inline size_t emit_one(const float *x, const uint32_t *map, size_t i, uint32_t t,
                               size_t *eq_left, uint32_t *out, size_t n)
 {
@@ -150,6 +193,20 @@ typedef struct sel {
     size_t gt[TOPK_MAX_CHUNKS], in[TOPK_MAX_CHUNKS];
     size_t gt_total, in_total;
 } sel;
+
+/* Threads and chunks for n values. More chunks than threads, handed out
+ * as threads free up: a core shared with other work then slows one chunk,
+ * not half the pass. */
+static void split(size_t n, int *nthreads, size_t *nchunks)
+{
+    *nthreads = 1;
+    *nchunks = 1;
+    if (n >= TOPK_PAR_MIN) {
+        int mt = omp_get_max_threads();
+        *nthreads = mt < 1 ? 1 : mt > TOPK_MAX_CHUNKS / 4 ? TOPK_MAX_CHUNKS / 4 : mt;
+        *nchunks = *nthreads > 1 ? 4 * (size_t)*nthreads : 1;
+    }
+}
 
 static inline size_t chunk_lo(const sel *s, size_t c)
 {
@@ -248,15 +305,7 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
     memset(&s, 0, sizeof s);
     s.x = x;
     s.n = n;
-    s.nchunks = 1;
-    s.nthreads = 1;
-    if (n >= TOPK_PAR_MIN) {
-        int mt = omp_get_max_threads();
-        s.nthreads = mt < 1 ? 1 : mt > TOPK_MAX_CHUNKS / 4 ? TOPK_MAX_CHUNKS / 4 : mt;
-        /* More chunks than threads, handed out as threads free up: a core
-         * shared with other work then slows one chunk, not half the pass. */
-        s.nchunks = s.nthreads > 1 ? 4 * (size_t)s.nthreads : 1;
-    }
+    split(n, &s.nthreads, &s.nchunks);
     s.hist = malloc(s.nchunks * NB0 * sizeof *s.hist);
     if (!s.hist)
         return vl_fail(err, VL_ENOMEM, "topk: no memory for histograms");
@@ -298,6 +347,142 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
     return VL_OK;
 }
 
+/* ---- one pass guided by a sample ----------------------------------------- */
+
+/* A key that about r*d/m values reach, from m values in runs of TOPK_RUN
+ * spread over x: the r-th largest of the sample. */
+static int sample_bound(const float *x, size_t d, size_t r, uint32_t *bound, vl_error *err)
+{
+    size_t runs = TOPK_SAMPLE / TOPK_RUN;
+    float *smp = malloc(TOPK_SAMPLE * sizeof *smp);
+    uint32_t *pos = malloc(r * sizeof *pos);
+    if (!smp || !pos) {
+        free(smp);
+        free(pos);
+        return vl_fail(err, VL_ENOMEM, "topk: no memory for a sample");
+    }
+    for (size_t j = 0; j < runs; j++) {
+        size_t lo = (size_t)((uint64_t)(d - TOPK_RUN) * j / (runs - 1));
+        for (size_t i = 0; i < TOPK_RUN; i++)
+            smp[j * TOPK_RUN + i] = fabsf(x[lo + i]);
+    }
+    int rc = select_run(smp, NULL, TOPK_SAMPLE, r, 1, pos, err);
+    if (rc == VL_OK) {
+        uint32_t b = UINT32_MAX;
+        for (size_t j = 0; j < r; j++) {
+            uint32_t u = key_at(smp, pos[j]);
+            b = u < b ? u : b;
+        }
+        *bound = b;
+    }
+    free(smp);
+    free(pos);
+    return rc;
+}
+
+/* Top-k in one pass over x: a sample gives a key that a little more than
+ * k values should reach, one pass copies out every value at or above it,
+ * and the exact select runs on that short list. Sets *done to 0, having
+ * written nothing, when the guess was wrong (fewer than k values reach it,
+ * or far more than expected: data ordered or tied in ways the sample did
+ * not see); the caller then runs the histogram select on all of x. */
+static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *done,
+                        vl_error *err)
+{
+    *done = 0;
+    /* Expected sample hits above the true k-th value, plus four standard
+     * deviations and a margin, so the bound falls short of k values only
+     * for data the sample misrepresents. */
+    double mu = (double)k * TOPK_SAMPLE / (double)d;
+    size_t r = (size_t)(mu + 4.0 * sqrt(mu) + 8.0);
+    if (r >= TOPK_SAMPLE / 4)
+        return VL_OK;
+    uint32_t kmin;
+    int rc = sample_bound(x, d, r, &kmin, err);
+    if (rc)
+        return rc;
+    size_t expect = (size_t)((double)r * (double)d / TOPK_SAMPLE);
+    size_t cap = 4 * expect + 65536;
+
+    int nthreads;
+    size_t nc;
+    split(d, &nthreads, &nc);
+    uint32_t *bi[TOPK_MAX_CHUNKS] = {0};
+    float *bv[TOPK_MAX_CHUNKS] = {0};
+    size_t bn[TOPK_MAX_CHUNKS] = {0};
+    int fail = 0;
+    size_t total = 0;
+    long ncl = (long)nc;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads) if (nthreads > 1)
+    for (long cl = 0; cl < ncl; cl++) {
+        size_t c = (size_t)cl, alloc = 0;
+        size_t pos = (size_t)((uint64_t)d * c / nc), hi = (size_t)((uint64_t)d * (c + 1) / nc);
+        while (pos < hi) {
+            int stop;
+#pragma omp atomic read
+            stop = fail;
+            if (stop)
+                break;
+            if (alloc - bn[c] < BLOCK) {
+                size_t na = alloc ? 2 * alloc : 1024;
+                uint32_t *ni = realloc(bi[c], na * sizeof *ni);
+                if (ni)
+                    bi[c] = ni;
+                float *nv = ni ? realloc(bv[c], na * sizeof *nv) : NULL;
+                if (nv)
+                    bv[c] = nv;
+                if (!ni || !nv) {
+#pragma omp atomic write
+                    fail = 2;
+                    break;
+                }
+                alloc = na;
+            }
+            size_t got = collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
+                                      alloc - bn[c]);
+            bn[c] += got;
+            size_t now;
+#pragma omp atomic capture
+            now = total += got;
+            if (now > cap) {
+#pragma omp atomic write
+                fail = 1;
+            }
+        }
+    }
+    uint32_t *cidx = NULL;
+    float *cval = NULL;
+    if (fail == 2)
+        rc = vl_fail(err, VL_ENOMEM, "topk: no memory for candidates");
+    if (!fail && total >= k) {
+        cidx = malloc(total * sizeof *cidx);
+        cval = malloc(total * sizeof *cval);
+        if (!cidx || !cval)
+            rc = vl_fail(err, VL_ENOMEM, "topk: no memory for %zu candidates", total);
+    }
+    if (cidx && cval) {
+        size_t off = 0;
+        for (size_t c = 0; c < nc; c++) {
+            if (bn[c]) {
+                memcpy(cidx + off, bi[c], bn[c] * sizeof *cidx);
+                memcpy(cval + off, bv[c], bn[c] * sizeof *cval);
+            }
+            off += bn[c];
+        }
+    }
+    for (size_t c = 0; c < nc; c++) {
+        free(bi[c]);
+        free(bv[c]);
+    }
+    if (rc == VL_OK && cidx && cval) {
+        rc = select_run(cval, cidx, total, k, 0, out, err);
+        *done = rc == VL_OK;
+    }
+    free(cidx);
+    free(cval);
+    return rc;
+}
+
 int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz, vl_error *err)
 {
     if (nnz)
@@ -314,7 +499,11 @@ int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz
         *nnz = d;
         return VL_OK;
     }
-    int rc = select_run(x, NULL, d, k, 1, idx, err);
+    int done = 0, rc = VL_OK;
+    if (d >= TOPK_SAMPLED_MIN && k <= d / 64)
+        rc = topk_sampled(x, d, k, idx, &done, err);
+    if (rc == VL_OK && !done)
+        rc = select_run(x, NULL, d, k, 1, idx, err);
     if (rc == VL_OK)
         *nnz = k;
     return rc;

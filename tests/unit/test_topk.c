@@ -209,6 +209,53 @@ static void test_topk_large_threaded(void **state)
     omp_set_num_threads(saved);
 }
 
+/* Vectors large enough that top-k first guesses its threshold from a sample
+ * of runs at even steps; also data built to fool that sample both ways,
+ * which must fall back to the full select with the same answer. */
+static void test_topk_sampled(void **state)
+{
+    (void)state;
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(2);
+    size_t sizes[] = {(size_t)1 << 18, ((size_t)1 << 21) + 13};
+    for (size_t a = 0; a < 2; a++) {
+        size_t d = sizes[a];
+        float *x = gaussian(d, 70 + a);
+        check_topk(x, d, d / 1000);
+        check_topk(x, d, d / 100);
+        check_topk(x, d, d / 64);
+        rng r;
+        rng_seed(&r, 80 + a);
+        /* Many copies of each of 1000 levels: ties at the threshold. */
+        for (size_t i = 0; i < d; i++)
+            x[i] = (float)rng_below(&r, 1000) * ((i & 1) ? 0.001f : -0.001f);
+        check_topk(x, d, d / 200);
+        check_topk(x, d, 3);
+        /* The sampled runs start at (d - 256) * j / 63: big values only
+         * there, so the sample overrates the tail (too few reach it)... */
+        for (size_t i = 0; i < d; i++)
+            x[i] = 0.001f * rng_normal(&r);
+        for (size_t j = 0; j < 64; j++)
+            for (size_t i = 0; i < 256; i++)
+                x[(d - 256) * j / 63 + i] = 100.0f + (float)i;
+        check_topk(x, d, d / 100);
+        /* (also with more big values between the first two runs, but
+         * still fewer than k of them reach the bound) */
+        for (size_t i = 0; i < d / 128; i++)
+            x[256 + i] = 1000.0f;
+        check_topk(x, d, d / 100);
+        /* ...or only elsewhere, so it underrates it (far too many do). */
+        for (size_t i = 0; i < d; i++)
+            x[i] = 1.0f + 0.001f * (float)(i % 7);
+        for (size_t j = 0; j < 64; j++)
+            for (size_t i = 0; i < 256; i++)
+                x[(d - 256) * j / 63 + i] = 0.0f;
+        check_topk(x, d, d / 1000);
+        free(x);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* ---- exact candidate select ------------------------------------------------ */
 
 static void check_select(const uint32_t *idx0, const float *val0, size_t n, size_t k)
@@ -334,6 +381,77 @@ static void test_gaussk_gaussian(void **state)
     free(x);
 }
 
+/* Phi^-1(p) by bisection on erfc: slow, but an independent reference. */
+static double ref_probit(double p)
+{
+    double lo = -40, hi = 40;
+    for (int it = 0; it < 200; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/* Values at the normal quantiles (i + 1/2)/d: the model is exact, so the
+ * first threshold must already count k to within 1 %, far inside the band
+ * a refinement would settle on, and sit at the reference quantile. */
+static void test_gaussk_model_threshold(void **state)
+{
+    (void)state;
+    size_t d = 200000;
+    float *x = malloc(d * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < d / 2; i++) {
+        float v = (float)ref_probit(((double)i + 0.5) / (double)d);
+        x[2 * i] = v;
+        x[2 * i + 1] = -v;
+    }
+    double m2 = 0;
+    for (size_t i = 0; i < d; i++)
+        m2 += (double)x[i] * x[i];
+    double sd = sqrt(m2 / (double)d);
+    size_t ks[] = {d / 10000, d / 1000, d / 100, d / 10};
+    for (size_t b = 0; b < sizeof ks / sizeof *ks; b++) {
+        size_t k = ks[b];
+        uint32_t *idx = malloc(COMPRESS_GAUSSK_CAP(k) * sizeof *idx);
+        assert_non_null(idx);
+        size_t nnz;
+        double thr;
+        OK(compress_gaussk(x, d, k, idx, &nnz, &thr, &e_));
+        double want = -ref_probit(0.5 * (double)k / (double)d) * sd;
+        if (100 * (nnz > k ? nnz - k : k - nnz) > k || fabs(thr - want) > 1e-4 * want)
+            fail_msg("k=%zu: count %zu, thr %.6f (model %.6f)", k, nnz, thr, want);
+        free(idx);
+    }
+    /* Shifted a little, the count stays in the band, so the threshold
+     * must be the formula's own |mean| + std * z. */
+    double m1 = 0;
+    m2 = 0;
+    for (size_t i = 0; i < d; i++) {
+        x[i] += 0.01f;
+        m1 += x[i];
+        m2 += (double)x[i] * x[i];
+    }
+    double mean = m1 / (double)d;
+    sd = sqrt(m2 / (double)d - mean * mean);
+    for (size_t b = 1; b < sizeof ks / sizeof *ks; b++) {
+        size_t k = ks[b];
+        uint32_t *idx = malloc(COMPRESS_GAUSSK_CAP(k) * sizeof *idx);
+        assert_non_null(idx);
+        size_t nnz;
+        double thr;
+        OK(compress_gaussk(x, d, k, idx, &nnz, &thr, &e_));
+        double want = fabs(mean) - ref_probit(0.5 * (double)k / (double)d) * sd;
+        if (20 * (nnz > k ? nnz - k : k - nnz) > k || fabs(thr - want) > 1e-4 * want)
+            fail_msg("shifted, k=%zu: count %zu, thr %.6f (model %.6f)", k, nnz, thr, want);
+        free(idx);
+    }
+    free(x);
+}
+
 static void test_gaussk_heavy_tails(void **state)
 {
     (void)state;
@@ -358,6 +476,10 @@ static void test_gaussk_heavy_tails(void **state)
     for (size_t i = 0; i < d; i++)
         x[i] = rng_normal(&r);
     x[12345] = 1e30f;
+    check_gaussk(x, d, d / 1000, 1);
+    /* Where the first guess samples: the spread must not overflow. */
+    x[0] = -3e38f;
+    x[d / 2] = 2e38f;
     check_gaussk(x, d, d / 1000, 1);
     /* Uniform: lighter tails than normal; the threshold guess overshoots. */
     for (size_t i = 0; i < d; i++)
@@ -522,8 +644,10 @@ int main(void)
         cmocka_unit_test(test_topk_ties),
         cmocka_unit_test(test_topk_zeros_and_denormals),
         cmocka_unit_test(test_topk_large_threaded),
+        cmocka_unit_test(test_topk_sampled),
         cmocka_unit_test(test_select_exact),
         cmocka_unit_test(test_gaussk_gaussian),
+        cmocka_unit_test(test_gaussk_model_threshold),
         cmocka_unit_test(test_gaussk_heavy_tails),
         cmocka_unit_test(test_gaussk_degenerate),
         cmocka_unit_test(test_gaussk_large_threaded),
