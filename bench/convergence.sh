@@ -32,7 +32,9 @@ run() {
   local t0 t1
   t0=$(date +%s.%N)
   VOLLEY_DEMO_DIR=$dir VOLLEY_DEMO_COMPRESSION=$2 VOLLEY_DEMO_OUTER=$3 \
-    bash deploy/demo.sh > "$out/$1.log" 2>&1 \
+    bash deploy/demo.sh > "$out/$1.log" 2>&1 || true
+  # A run that finished but did not learn is a result; anything else is not.
+  [ "$(sqlite3 "$dir/run.db" "SELECT status FROM run" 2>/dev/null)" = finished ] \
     || { tail -n 20 "$out/$1.log" >&2; echo "convergence: run $1 failed" >&2; exit 1; }
   t1=$(date +%s.%N)
   local loss
@@ -63,7 +65,6 @@ awk -v l="$f_loss" -v dl="$d_loss" -v u="$f_up" -v d="$f_down" -v s="$f_s" -v o=
 for kind in $kinds; do
   for r in $ratios; do
     extra=""
-    [ "$kind" = sketch ] && extra=', "rows": 1'
     read -r loss up down s < <(run "$kind-$r" \
       "{\"kind\": \"$kind\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$comp_outer")
     awk -v k="$kind" -v r="$r" -v l="$loss" -v dl="$d_loss" -v u="$up" -v du="$d_up" \
