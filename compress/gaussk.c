@@ -22,14 +22,10 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "compress/scan.h"
 
 /* Hot loops are built for AVX-512, AVX2 and the baseline, picked when the
  * library loads; elsewhere they are plain functions. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GK_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GK_HOT
-#endif
 
 #define GK_PAR_MIN ((size_t)1 << 20)
 #define GK_MAX_CHUNKS 64
@@ -42,14 +38,7 @@
 #define GK_RUN 256
 #define GK_PROBES 8
 #define GK_MAX_PASSES 16
-#define BLOCK 32
 
-static inline uint32_t key_at(const float *x, size_t i)
-{
-    uint32_t u;
-    memcpy(&u, x + i, sizeof u);
-    return u & 0x7fffffffu;
-}
 
 static inline uint32_t key_of(float v)
 {
@@ -121,7 +110,7 @@ typedef struct moments {
  * per vector as doubles; a square that overflows float (|v| > 1.8e19)
  * sends the piece to the double loop. The simd reduction lets the sums be
  * reassociated, so they vectorise. */
-GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot)
+COMPRESS_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot)
 {
     float s = 0, q = 0, pf = (float)pivot;
     uint32_t m = 0;
@@ -148,46 +137,12 @@ GK_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double
     return r;
 }
 
-static inline uint32_t block_max(const float *x, size_t i)
-{
-    uint32_t m = 0;
-    for (size_t j = 0; j < BLOCK; j++) {
-        uint32_t u = key_at(x, i + j);
-        m = u > m ? u : m;
-    }
-    return m;
-}
 
-/* Copies (index, |x|) of keys >= kmin from x[*pos, hi) until fewer than
- * BLOCK slots of room are left; advances *pos and returns the count. */
-GK_HOT static size_t collect_some(const float *x, size_t *pos, size_t hi, uint32_t kmin,
-                                  uint32_t *cidx, float *cval, size_t room)
-{
-    size_t n = 0, i = *pos;
-    while (i < hi && room - n >= BLOCK) {
-        size_t end = i + BLOCK <= hi ? i + BLOCK : hi;
-        if (end - i == BLOCK && block_max(x, i) < kmin) {
-            i = end;
-            continue;
-        }
-        /* Written unconditionally and kept by advancing n: a hit block
-         * has one or two hits at random places, which a branch would
-         * mispredict. room - n >= BLOCK leaves space for the stray writes. */
-        for (; i < end; i++) {
-            uint32_t u = key_at(x, i);
-            cidx[n] = (uint32_t)i;
-            cval[n] = val_of(u);
-            n += u >= kmin;
-        }
-    }
-    *pos = i;
-    return n;
-}
 
 /* cnt[j] = number of keys >= pk[j] in x[lo, hi); returns the largest key
  * below kh (0 if none). One probe at a time over an L1-sized piece keeps
  * every loop a plain vectorisable reduction. */
-GK_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
+COMPRESS_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
                                     uint32_t kh, size_t *cnt)
 {
     uint32_t below = 0;
@@ -212,13 +167,13 @@ GK_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const 
     return below;
 }
 
-GK_HOT static size_t emit_ge(const float *x, size_t lo, size_t hi, uint32_t kmin, uint32_t *out)
+COMPRESS_HOT static size_t emit_ge(const float *x, size_t lo, size_t hi, uint32_t kmin, uint32_t *out)
 {
     size_t n = 0, i = lo;
-    for (; i + BLOCK <= hi; i += BLOCK) {
+    for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
         if (block_max(x, i) < kmin)
             continue;
-        for (size_t j = i; j < i + BLOCK; j++)
+        for (size_t j = i; j < i + SCAN_BLOCK; j++)
             if (key_at(x, j) >= kmin)
                 out[n++] = (uint32_t)j;
     }
@@ -319,7 +274,7 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
                 }
             }
             for (size_t pos = lo; !stop && pos < bhi;) {
-                if (alloc - bn[c] < BLOCK) {
+                if (alloc - bn[c] < SCAN_BLOCK) {
                     size_t na = alloc ? 2 * alloc : 1024;
                     uint32_t *ni = realloc(bi[c], na * sizeof *ni);
                     if (ni)
@@ -334,7 +289,7 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
                     }
                     alloc = na;
                 }
-                size_t got = collect_some(g->x, &pos, bhi, kmin, bi[c] + bn[c], bv[c] + bn[c],
+                size_t got = scan_collect_some(g->x, &pos, bhi, kmin, bi[c] + bn[c], bv[c] + bn[c],
                                           alloc - bn[c]);
                 bn[c] += got;
                 size_t now;

@@ -28,14 +28,10 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "compress/scan.h"
 
 /* Hot loops are built for AVX-512, AVX2 and the baseline, picked when the
  * library loads; elsewhere they are plain functions. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TOPK_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TOPK_HOT
-#endif
 
 /* Bits 20..30 (11), then 10..19 and 0..9. */
 #define NB0 2048u
@@ -49,30 +45,13 @@
 #define TOPK_RUN 256
 #define TOPK_SAMPLED_MIN ((size_t)1 << 17)
 /* Blocks let the common "nothing here" case run as one vector max. */
-#define BLOCK 32
 
-static inline uint32_t key_at(const float *x, size_t i)
-{
-    uint32_t u;
-    memcpy(&u, x + i, sizeof u);
-    return u & 0x7fffffffu;
-}
 
-/* Largest key of x[i .. i+BLOCK). */
-static inline uint32_t block_max(const float *x, size_t i)
-{
-    uint32_t m = 0;
-    for (size_t j = 0; j < BLOCK; j++) {
-        uint32_t u = key_at(x, i + j);
-        m = u > m ? u : m;
-    }
-    return m;
-}
 
 /* Histogram of key >> 20 over x[lo, hi). Four interleaved copies keep
  * runs of equal buckets (frequent: most Gaussian values share a handful of
  * exponents) from serialising on one counter. */
-TOPK_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t *h)
+COMPRESS_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t *h)
 {
     uint32_t part[4][NB0];
     memset(part, 0, sizeof part);
@@ -91,7 +70,7 @@ TOPK_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t *h)
 
 /* Histogram of (key >> shift) & 1023 over the keys of x[lo, hi) whose bits
  * above shift + 10 equal prefix. */
-TOPK_HOT static void hist_sub(const float *x, size_t lo, size_t hi, int shift, uint32_t prefix,
+COMPRESS_HOT static void hist_sub(const float *x, size_t lo, size_t hi, int shift, uint32_t prefix,
                               uint32_t *h)
 {
     memset(h, 0, NB1 * sizeof *h);
@@ -103,14 +82,14 @@ TOPK_HOT static void hist_sub(const float *x, size_t lo, size_t hi, int shift, u
 }
 
 /* Copies (index, |x|) of every key >= kmin in x[lo, hi), in order. */
-TOPK_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_t kmin,
+COMPRESS_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_t kmin,
                                uint32_t *cidx, float *cval)
 {
     size_t n = 0, i = lo;
-    for (; i + BLOCK <= hi; i += BLOCK) {
+    for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
         if (block_max(x, i) < kmin)
             continue;
-        for (size_t j = i; j < i + BLOCK; j++)
+        for (size_t j = i; j < i + SCAN_BLOCK; j++)
             if (key_at(x, j) >= kmin) {
                 cidx[n] = (uint32_t)j;
                 cval[n] = fabsf(x[j]);
@@ -126,30 +105,6 @@ TOPK_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_t km
     return n;
 }
 
-/* Like collect, for a buffer that grows: stops when fewer than BLOCK
- * slots of room are left, advancing *pos. Hit blocks (one or two hits at
- * random places) are copied without branches: every slot is written and
- * kept by advancing n, which room - n >= BLOCK makes safe. */
-TOPK_HOT static size_t collect_some(const float *x, size_t *pos, size_t hi, uint32_t kmin,
-                                    uint32_t *cidx, float *cval, size_t room)
-{
-    size_t n = 0, i = *pos;
-    while (i < hi && room - n >= BLOCK) {
-        size_t end = i + BLOCK <= hi ? i + BLOCK : hi;
-        if (end - i == BLOCK && block_max(x, i) < kmin) {
-            i = end;
-            continue;
-        }
-        for (; i < end; i++) {
-            uint32_t u = key_at(x, i);
-            cidx[n] = (uint32_t)i;
-            cval[n] = fabsf(x[i]);
-            n += u >= kmin;
-        }
-    }
-    *pos = i;
-    return n;
-}
 
 static inline size_t emit_one(const float *x, const uint32_t *map, size_t i, uint32_t t,
                               size_t *eq_left, uint32_t *out, size_t n)
@@ -165,16 +120,16 @@ static inline size_t emit_one(const float *x, const uint32_t *map, size_t i, uin
 
 /* Writes, in order, the index (through map when given) of every key > t
  * in x[lo, hi) and of the first eq_quota keys equal to t. */
-TOPK_HOT static size_t emit(const float *x, const uint32_t *map, size_t lo, size_t hi, uint32_t t,
+COMPRESS_HOT static size_t emit(const float *x, const uint32_t *map, size_t lo, size_t hi, uint32_t t,
                             size_t eq_quota, uint32_t *out)
 {
     size_t n = 0, i = lo, eq_left = eq_quota;
     /* With no ties left to take, only keys above t matter. */
-    for (; i + BLOCK <= hi; i += BLOCK) {
+    for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
         uint32_t m = block_max(x, i);
         if (m < t || (m == t && eq_left == 0))
             continue;
-        for (size_t j = i; j < i + BLOCK; j++)
+        for (size_t j = i; j < i + SCAN_BLOCK; j++)
             n = emit_one(x, map, j, t, &eq_left, out, n);
     }
     for (; i < hi; i++)
@@ -423,7 +378,7 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
             stop = fail;
             if (stop)
                 break;
-            if (alloc - bn[c] < BLOCK) {
+            if (alloc - bn[c] < SCAN_BLOCK) {
                 size_t na = alloc ? 2 * alloc : 1024;
                 uint32_t *ni = realloc(bi[c], na * sizeof *ni);
                 if (ni)
@@ -438,7 +393,7 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
                 }
                 alloc = na;
             }
-            size_t got = collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
+            size_t got = scan_collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
                                       alloc - bn[c]);
             bn[c] += got;
             size_t now;

@@ -1,0 +1,69 @@
+/*
+ * Private to compress/: the scanning primitives that exact top-k and
+ * Gaussian-k share. Selection works on the sign-cleared bit pattern of a
+ * float ("key"): for finite values it orders like |x|, so thresholds and
+ * histograms are integer compares, and -0.0 equals +0.0.
+ */
+#ifndef VOLLEY_COMPRESS_SCAN_H
+#define VOLLEY_COMPRESS_SCAN_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Hot loops are built for several x86-64 levels and the best is picked
+ * when the program starts, so one binary runs everywhere. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define COMPRESS_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define COMPRESS_HOT
+#endif
+
+/* Values scanned per block when skipping blocks with no candidate. */
+#define SCAN_BLOCK 32
+
+static inline uint32_t key_at(const float *x, size_t i) {
+    uint32_t u;
+    memcpy(&u, x + i, sizeof u);
+    return u & 0x7fffffffu;
+}
+
+/* Largest key of x[i .. i+SCAN_BLOCK). */
+static inline uint32_t block_max(const float *x, size_t i) {
+    uint32_t m = 0;
+    for (size_t j = 0; j < SCAN_BLOCK; j++) {
+        uint32_t u = key_at(x, i + j);
+        m = u > m ? u : m;
+    }
+    return m;
+}
+
+/* Copies (index, |x|) of the values with key >= kmin from x[*pos, hi)
+ * into cidx/cval until fewer than SCAN_BLOCK slots of room are left;
+ * advances *pos and returns the count. Blocks with a hit (usually one or
+ * two at random places) are copied without branches: every slot is
+ * written and kept by advancing n, which room - n >= SCAN_BLOCK makes
+ * safe. */
+__attribute__((unused)) COMPRESS_HOT static size_t
+scan_collect_some(const float *x, size_t *pos, size_t hi, uint32_t kmin, uint32_t *cidx,
+                  float *cval, size_t room) {
+    size_t n = 0, i = *pos;
+    while (i < hi && room - n >= SCAN_BLOCK) {
+        size_t end = i + SCAN_BLOCK <= hi ? i + SCAN_BLOCK : hi;
+        if (end - i == SCAN_BLOCK && block_max(x, i) < kmin) {
+            i = end;
+            continue;
+        }
+        for (; i < end; i++) {
+            uint32_t u = key_at(x, i);
+            cidx[n] = (uint32_t)i;
+            cval[n] = fabsf(x[i]);
+            n += u >= kmin;
+        }
+    }
+    *pos = i;
+    return n;
+}
+
+#endif
