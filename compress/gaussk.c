@@ -274,23 +274,13 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
                 }
             }
             for (size_t pos = lo; !stop && pos < bhi;) {
-                if (alloc - bn[c] < SCAN_BLOCK) {
-                    size_t na = alloc ? 2 * alloc : 1024;
-                    uint32_t *ni = realloc(bi[c], na * sizeof *ni);
-                    if (ni)
-                        bi[c] = ni;
-                    float *nv = ni ? realloc(bv[c], na * sizeof *nv) : NULL;
-                    if (nv)
-                        bv[c] = nv;
-                    if (!ni || !nv) {
+                if (scan_grow(&bi[c], &bv[c], &alloc, bn[c]) != 0) {
 #pragma omp atomic write
-                        fail = 2;
-                        break;
-                    }
-                    alloc = na;
+                    fail = 2;
+                    break;
                 }
                 size_t got = scan_collect_some(g->x, &pos, bhi, kmin, bi[c] + bn[c], bv[c] + bn[c],
-                                          alloc - bn[c]);
+                                               alloc - bn[c]);
                 bn[c] += got;
                 size_t now;
 #pragma omp atomic capture

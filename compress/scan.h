@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Hot loops are built for several x86-64 levels and the best is picked
@@ -37,6 +38,23 @@ static inline uint32_t block_max(const float *x, size_t i) {
         m = u > m ? u : m;
     }
     return m;
+}
+
+/* Makes room for at least SCAN_BLOCK more candidates in a chunk's growing
+ * (index, value) lists holding used entries of *alloc, doubling them. 0,
+ * or -1 when out of memory (the lists stay valid for the caller to free). */
+__attribute__((unused)) static int scan_grow(uint32_t **idx, float **val, size_t *alloc,
+                                             size_t used) {
+    if (*alloc - used >= SCAN_BLOCK) return 0;
+    size_t na = *alloc ? 2 * *alloc : 1024;
+    uint32_t *ni = realloc(*idx, na * sizeof *ni);
+    if (!ni) return -1;
+    *idx = ni;
+    float *nv = realloc(*val, na * sizeof *nv);
+    if (!nv) return -1;
+    *val = nv;
+    *alloc = na;
+    return 0;
 }
 
 /* Copies (index, |x|) of the values with key >= kmin from x[*pos, hi)

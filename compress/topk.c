@@ -378,23 +378,13 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
             stop = fail;
             if (stop)
                 break;
-            if (alloc - bn[c] < SCAN_BLOCK) {
-                size_t na = alloc ? 2 * alloc : 1024;
-                uint32_t *ni = realloc(bi[c], na * sizeof *ni);
-                if (ni)
-                    bi[c] = ni;
-                float *nv = ni ? realloc(bv[c], na * sizeof *nv) : NULL;
-                if (nv)
-                    bv[c] = nv;
-                if (!ni || !nv) {
+            if (scan_grow(&bi[c], &bv[c], &alloc, bn[c]) != 0) {
 #pragma omp atomic write
-                    fail = 2;
-                    break;
-                }
-                alloc = na;
+                fail = 2;
+                break;
             }
             size_t got = scan_collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
-                                      alloc - bn[c]);
+                                           alloc - bn[c]);
             bn[c] += got;
             size_t now;
 #pragma omp atomic capture

@@ -152,8 +152,10 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_
     size_t n = srv->n_params;
     float *theta = model_gpt_params(srv->gpt);
     const char *kind = cfg->compression_kind;
+    /* The weighted sum becomes the weighted mean, in vector or sketch. */
+    if (m->sk) coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, 1.0 / m->samples);
+    else coord_scale(m->sum, n, 1.0 / m->samples);
     if (strcmp(kind, "none") == 0) {
-        coord_scale(m->sum, n, 1.0 / m->samples);
         coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
         *n_cand = n;
         return VL_OK;
@@ -162,11 +164,9 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_
     b->cand = malloc(apply_k * sizeof *b->cand + 1);
     if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
     if (strcmp(kind, "sketch") != 0) {
-        coord_scale(m->sum, n, 1.0 / m->samples);
         return coord_outer_step_sparse(theta, b->state, b->state + n, m->sum, n, cfg->outer_lr,
                                        cfg->outer_momentum, apply_k, b->cand, n_cand, err);
     }
-    coord_scale(b->sk.table, (size_t)b->sk.rows * b->sk.cols, 1.0 / m->samples);
     size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     sketch_view(&b->mom, cfg, b->state);
     sketch_view(&b->err, cfg, b->state + cells);

@@ -398,11 +398,6 @@ out:
     return rc;
 }
 
-int64_t coord_dense_update_bytes(size_t n_params, const char *dtype) {
-    int64_t elem = dtype_bytes(dtype);
-    return (int64_t)n_params * elem + 8 + UPDATE_HEADER_SLACK;
-}
-
 void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
                         int64_t *val_len) {
     int64_t v = (int64_t)floor((double)corpus_size * cfg->val_fraction);

@@ -98,8 +98,5 @@ void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap);
  * seconds) into seconds, between 1 s and 10 years. */
 int coord_parse_duration(const char *s, int64_t *out_s) VL_MUST_CHECK;
 
-/* Size in bytes of a dense update of n parameters in dtype ("F32"/"F16"),
- * safetensors header included, used to check max_body_bytes. */
-int64_t coord_dense_update_bytes(size_t n_params, const char *dtype);
 
 #endif

@@ -388,7 +388,10 @@ static void test_config_compression(void **state) {
     assert_int_equal(spec.kind, COMPRESS_SKETCH);
     assert_int_equal(spec.cols, cfg.comp_cols);
     assert_true(spec.seed == 5);
-    assert_true(coord_config_update_bytes(&cfg) < coord_dense_update_bytes(n, "F32") / 100);
+    coord_config dense;
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\"}", &dense, &e), VL_OK);
+    assert_true(coord_config_update_bytes(&dense) > (int64_t)(4 * n));
+    assert_true(coord_config_update_bytes(&cfg) < coord_config_update_bytes(&dense) / 100);
     json = coord_config_to_json(&cfg, 1);
     assert_int_equal(parse(json, &again, &e), VL_OK);
     assert_memory_equal(&cfg, &again, sizeof cfg);
