@@ -85,6 +85,36 @@ int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compres
                            double lr, double mu, size_t d, size_t k, float *scratch,
                            uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
 
+/* The first half of compress_fetchsgd_step, in place: V <- mu*V + S and
+ * E <- E + lr*(S + mu*V). VL_EINVAL for sketches of different shape, the
+ * same sketch twice, or a non-finite lr or mu. */
+int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
+                                 const compress_sketch *S, double lr, double mu,
+                                 vl_error *err) VL_MUST_CHECK;
+
+/* Estimates at n given coordinates: out[t] is what compress_sketch_estimate
+ * gives for coordinate idx[t], bit for bit. */
+void compress_sketch_estimate_at(const compress_sketch *s, const uint32_t *idx, size_t n,
+                                 float *out);
+
+/* The Sketched-SGD second round in place of the heavy-hitter step of
+ * FetchSGD. V and E have been through compress_fetchsgd_accumulate with the
+ * round's mean sketch S; cand (n_cand ascending coordinates, normally the
+ * compress_sketch_heavy of E with P*k of them) were sent to the round's
+ * peers, and exact[t] is the round's mean update at cand[t] as they
+ * reported it. E is linear in S with factor c = lr*(1 + mu), so each
+ * candidate's value is the estimate of the part of E that came before
+ * this round, E - c*S, plus c * exact: this round's collision noise is
+ * gone. The k candidates of largest |value| (ties to the lower index) go,
+ * ascending, to idx and val (room for n_cand each) with *nnz their count;
+ * the caller applies theta[idx] -= val. The cells of E and V they hash to
+ * are zeroed, as in compress_fetchsgd_step. VL_ENOMEM for the scratch
+ * sketch; VL_EINVAL for mismatched shapes. */
+int compress_fetchsgd_exact(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                            double lr, double mu, const uint32_t *cand, const float *exact,
+                            size_t n_cand, size_t k, uint32_t *idx, float *val, size_t *nnz,
+                            vl_error *err) VL_MUST_CHECK;
+
 /* Sketched-SGD second round: the P*k candidates are compress_sketch_heavy
  * of E with k = P*k; once their exact values are known, this keeps, from
  * n candidates (ascending) with exact values, the

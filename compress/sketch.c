@@ -346,20 +346,14 @@ void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t
 
 /* ---- FetchSGD ------------------------------------------------------------ */
 
-int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
-                           double lr, double mu, size_t d, size_t k, float *scratch,
-                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
-    *nnz = 0;
+int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
+                                 const compress_sketch *S, double lr, double mu,
+                                 vl_error *err) {
     if (!compress_sketch_same_shape(V, E) || !compress_sketch_same_shape(V, S))
         return vl_fail(err, VL_EINVAL,
                        "fetchsgd: momentum, error and update sketches must share seed and shape");
     if (V == E || S == V || S == E)
         return vl_fail(err, VL_EINVAL, "fetchsgd: momentum, error and update must be distinct");
-    if (k > d)
-        return vl_fail(err, VL_EINVAL, "fetchsgd: k = %zu is more than the %zu coordinates", k,
-                       d);
-    if (d > UINT32_MAX)
-        return vl_fail(err, VL_EINVAL, "fetchsgd: %zu coordinates: indices are 32-bit", d);
     if (!isfinite(lr) || !isfinite(mu))
         return vl_fail(err, VL_EINVAL, "fetchsgd: learning rate and momentum must be finite");
     size_t cells = cells_of(V);
@@ -374,7 +368,22 @@ int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compres
         v[c] = m;
         e[c] += lrf * (g + muf * m);
     }
-    int rc = compress_sketch_heavy(E, d, k, scratch, idx, val, nnz, err);
+    return VL_OK;
+}
+
+int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                           double lr, double mu, size_t d, size_t k, float *scratch,
+                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
+    *nnz = 0;
+    if (k > d)
+        return vl_fail(err, VL_EINVAL, "fetchsgd: k = %zu is more than the %zu coordinates", k,
+                       d);
+    if (d > UINT32_MAX)
+        return vl_fail(err, VL_EINVAL, "fetchsgd: %zu coordinates: indices are 32-bit", d);
+    /* Checks the sketches before it changes anything. */
+    int rc = compress_fetchsgd_accumulate(V, E, S, lr, mu, err);
+    if (rc) return rc;
+    rc = compress_sketch_heavy(E, d, k, scratch, idx, val, nnz, err);
     if (rc) return rc;
     compress_sketch_zero_coords(E, idx, *nnz);
     compress_sketch_zero_coords(V, idx, *nnz);
