@@ -80,6 +80,17 @@ static const char *const SQL[Q_COUNT] = {
     [Q_CHANGE_RANGE] = "SELECT version, nnz, indices, vals FROM changes WHERE version > ? AND"
                        " version <= ? ORDER BY version",
     [Q_CHANGE_PRUNE] = "DELETE FROM changes WHERE version <= ?",
+    [Q_UPDATE_FIND] = "SELECT id, base_version, merged_version FROM updates WHERE task_id = ?",
+    [Q_ROUND_INSERT] = "INSERT INTO rounds (version, n, candidates, opened_at, deadline)"
+                       " VALUES (?, ?, ?, ?, ?)",
+    [Q_ROUND_GET] = "SELECT n, candidates, opened_at, deadline FROM rounds WHERE version = ?",
+    [Q_ROUND_PRUNE] = "DELETE FROM rounds WHERE version <= ?",
+    [Q_VALUES_INSERT] = "INSERT INTO round_values (update_id, version, n, vals, received_at)"
+                        " VALUES (?, ?, ?, ?, ?)",
+    [Q_VALUES_COUNT] = "SELECT count(*) FROM round_values WHERE version = ?",
+    [Q_VALUES_EACH] = "SELECT update_id, n, vals FROM round_values WHERE version = ?"
+                      " ORDER BY update_id",
+    [Q_VALUES_PRUNE] = "DELETE FROM round_values WHERE version <= ?",
     [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
                         " AND (params IS NOT NULL OR momentum IS NOT NULL)",
 };

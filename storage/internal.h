@@ -53,6 +53,14 @@ typedef enum {
     Q_CHANGE_INSERT,
     Q_CHANGE_RANGE,
     Q_CHANGE_PRUNE,
+    Q_UPDATE_FIND,
+    Q_ROUND_INSERT,
+    Q_ROUND_GET,
+    Q_ROUND_PRUNE,
+    Q_VALUES_INSERT,
+    Q_VALUES_COUNT,
+    Q_VALUES_EACH,
+    Q_VALUES_PRUNE,
     Q_COUNT
 } q_id;
 

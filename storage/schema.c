@@ -75,6 +75,24 @@ static const storage_migration MIGRATIONS[] = {
      " nnz INTEGER NOT NULL CHECK (nnz >= 0),"
      " indices BLOB NOT NULL CHECK (length(indices) = 4 * nnz),"
      " vals BLOB NOT NULL CHECK (length(vals) = 4 * nnz));"},
+    {3,
+     /* The Sketched-SGD second round of sketch runs: the candidate
+      * coordinates chosen once a version has all its updates, and the exact
+      * values each update's peer reported for them. Both outlive a restart,
+      * so a round carries on where it stopped. */
+     "CREATE TABLE rounds ("
+     " version INTEGER PRIMARY KEY REFERENCES versions(version),"
+     " n INTEGER NOT NULL CHECK (n > 0),"
+     " candidates BLOB NOT NULL CHECK (length(candidates) = 4 * n),"
+     " opened_at INTEGER NOT NULL,"
+     " deadline INTEGER NOT NULL);"
+     "CREATE TABLE round_values ("
+     " update_id INTEGER PRIMARY KEY REFERENCES updates(id),"
+     " version INTEGER NOT NULL REFERENCES rounds(version),"
+     " n INTEGER NOT NULL CHECK (n > 0),"
+     " vals BLOB NOT NULL CHECK (length(vals) = 4 * n),"
+     " received_at INTEGER NOT NULL);"
+     "CREATE INDEX round_values_by_version ON round_values(version);"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

@@ -286,7 +286,8 @@ typedef struct storage_version {
  * version + 1, or 0 for the first), marks the run finished when finished is
  * set, and prunes: params and momentum of versions at or below
  * v->version - keep_versions are set NULL, and so are the blobs of updates
- * merged into those versions; changes of versions at or below
+ * merged into those versions, with the second rounds of the updates
+ * based on the versions before them; changes of versions at or below
  * v->version - keep_changes are deleted (keep_changes <= 0 keeps all). Version 0 is stored the same way with no
  * updates. On any failure nothing of it is visible. Inside a caller's
  * transaction it runs in a savepoint. */
@@ -307,6 +308,46 @@ typedef int (*storage_version_fn)(void *ctx, const storage_version *v);
 /* Walks all versions, oldest first, without blobs. */
 int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
                          vl_error *err) VL_MUST_CHECK;
+
+/* The update stored for task_id: its id, base version and the version it
+ * was merged into (-1 while pending). VL_ENOTFOUND when the task has none. */
+int storage_update_find(storage *st, int64_t task_id, int64_t *id, int64_t *base_version,
+                        int64_t *merged_version, vl_error *err) VL_MUST_CHECK;
+
+/* ---- second rounds -------------------------------------------------------- */
+
+/* The second round of the updates based on `version`: the n candidate
+ * coordinates (ascending) whose exact values their peers are asked for
+ * until deadline. From storage_round_get, candidates is a heap copy owned
+ * by the struct (storage_round_free). */
+typedef struct storage_round {
+    int64_t version;
+    size_t n;
+    uint32_t *candidates;
+    int64_t opened_at, deadline;
+} storage_round;
+
+/* Stores the round; VL_ECONFLICT when version already has one. */
+int storage_round_insert(storage *st, const storage_round *r, vl_error *err) VL_MUST_CHECK;
+/* Reads the round of version into *out; VL_ENOTFOUND when there is none. */
+int storage_round_get(storage *st, int64_t version, storage_round *out,
+                      vl_error *err) VL_MUST_CHECK;
+void storage_round_free(storage_round *r);
+/* Stores the n values (F32, the candidates' order) reported for update
+ * update_id in the round of version; VL_ECONFLICT when that update already
+ * has its values. */
+int storage_round_values_insert(storage *st, int64_t update_id, int64_t version,
+                                const float *vals, size_t n, int64_t now,
+                                vl_error *err) VL_MUST_CHECK;
+/* How many updates of the round of version have their values. */
+int storage_round_values_count(storage *st, int64_t version, int64_t *out,
+                               vl_error *err) VL_MUST_CHECK;
+/* Called per update of the round that has values, by update id; vals (n
+ * little-endian F32, maybe unaligned: read with memcpy) is valid only
+ * during the call. Non-zero stops the walk and is returned. */
+typedef int (*storage_values_fn)(void *ctx, int64_t update_id, const uint8_t *vals, size_t n);
+int storage_round_values_each(storage *st, int64_t version, storage_values_fn fn, void *ctx,
+                              vl_error *err) VL_MUST_CHECK;
 
 /* ---- changes ------------------------------------------------------------ */
 

@@ -286,6 +286,14 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         if (!(s = q_get(st, Q_UPDATE_PRUNE, err))) return VL_EDB;
         sqlite3_bind_int64(s, 1, upto);
         if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
+        /* A round belongs to the updates of its base version, which were
+         * merged into the next one. */
+        if (!(s = q_get(st, Q_VALUES_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, upto - 1);
+        if ((rc = q_exec(st, s, "prune round values", err)) != VL_OK) return rc;
+        if (!(s = q_get(st, Q_ROUND_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, upto - 1);
+        if ((rc = q_exec(st, s, "prune rounds", err)) != VL_OK) return rc;
     }
     if (keep_changes > 0 && v->version >= keep_changes) {
         if (!(s = q_get(st, Q_CHANGE_PRUNE, err))) return VL_EDB;

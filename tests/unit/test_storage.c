@@ -445,6 +445,82 @@ static void test_version_commit_and_prune(void **state) {
     assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, 2, 0, 0, &e), VL_ECONFLICT);
 }
 
+typedef struct values_seen {
+    int64_t ids[4];
+    float first[4];
+    int n;
+} values_seen;
+
+static int values_cb(void *ctx, int64_t update_id, const uint8_t *vals, size_t n) {
+    values_seen *v = ctx;
+    assert_int_equal(n, 3);
+    assert_true(v->n < 4);
+    v->ids[v->n] = update_id;
+    memcpy(&v->first[v->n], vals, 4);
+    v->n++;
+    return 0;
+}
+
+/* A round's candidates and values round-trip; a second round for the same
+ * version and a second set of values for the same update are conflicts;
+ * both go with the update bodies when their version is pruned. */
+static void test_rounds(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 1);
+    int64_t p = add_peer(f->st, 5);
+    int64_t t1 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t t2 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t u1 = add_update(f->st, t1, p, 0);
+    int64_t u2 = add_update(f->st, t2, p, 0);
+    int64_t id = 0, base = 0, merged = 0;
+    assert_int_equal(storage_update_find(f->st, t2, &id, &base, &merged, &e), VL_OK);
+    assert_int_equal(id, u2);
+    assert_int_equal(base, 0);
+    assert_int_equal(merged, -1);
+    assert_int_equal(storage_update_find(f->st, 999, &id, &base, &merged, &e), VL_ENOTFOUND);
+
+    uint32_t cand[3] = {2, 7, 11};
+    storage_round r = {.version = 0, .n = 3, .candidates = cand, .opened_at = 10,
+                       .deadline = 40};
+    storage_round got;
+    assert_int_equal(storage_round_get(f->st, 0, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_round_insert(f->st, &r, &e), VL_OK);
+    assert_int_equal(storage_round_insert(f->st, &r, &e), VL_ECONFLICT);
+    storage_round empty = {.version = 1, .n = 0, .candidates = cand};
+    assert_int_equal(storage_round_insert(f->st, &empty, &e), VL_EINVAL);
+    assert_int_equal(storage_round_get(f->st, 0, &got, &e), VL_OK);
+    assert_int_equal(got.n, 3);
+    assert_int_equal(got.candidates[2], 11);
+    assert_int_equal(got.deadline, 40);
+    storage_round_free(&got);
+
+    float v1[3] = {1.5f, -2, 3}, v2[3] = {4, 5, 6};
+    assert_int_equal(storage_round_values_insert(f->st, u2, 0, v2, 3, 20, &e), VL_OK);
+    assert_int_equal(storage_round_values_insert(f->st, u2, 0, v1, 3, 21, &e), VL_ECONFLICT);
+    assert_int_equal(storage_round_values_insert(f->st, u1, 0, v1, 3, 22, &e), VL_OK);
+    int64_t count = 0;
+    assert_int_equal(storage_round_values_count(f->st, 0, &count, &e), VL_OK);
+    assert_int_equal(count, 2);
+    values_seen seen = {{0}, {0}, 0};
+    assert_int_equal(storage_round_values_each(f->st, 0, values_cb, &seen, &e), VL_OK);
+    assert_int_equal(seen.n, 2);
+    assert_int_equal(seen.ids[0], u1);
+    assert_true(seen.first[0] == 1.5f && seen.first[1] == 4.0f);
+
+    /* keep_versions 1: version 2 prunes version 1 and what was merged
+     * into it, so the round of version 0 goes too. */
+    int64_t ids[2] = {u1, u2};
+    commit_version(f->st, 1, 1.0f, ids, 2, 1);
+    assert_int_equal(storage_round_get(f->st, 0, &got, &e), VL_OK);
+    storage_round_free(&got);
+    commit_version(f->st, 2, 2.0f, NULL, 0, 1);
+    assert_int_equal(storage_round_get(f->st, 0, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_round_values_count(f->st, 0, &count, &e), VL_OK);
+    assert_int_equal(count, 0);
+}
+
 static int count_cb(void *ctx, const storage_version *v) {
     (void)v;
     (*(int *)ctx)++;
@@ -540,6 +616,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
