@@ -204,6 +204,40 @@ int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
                            vl_error *err) VL_MUST_CHECK;
 void compress_update_free(compress_update *u);
 
+/* ---- second-round messages (values.c) ------------------------------------- */
+
+/* Who a second-round message is about. */
+typedef struct compress_round_meta {
+    char run[64];
+    int64_t version;  /* the round's version (the updates' base version) */
+    int64_t task;     /* values: the task whose update they belong to */
+    int64_t peer;     /* values: the reporting peer */
+    int64_t deadline; /* candidates: when the round stops waiting, unix s */
+} compress_round_meta;
+
+/* Appends the candidates file: metadata run, version, deadline and n
+ * ascending U32 `indices`. */
+int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx,
+                                     size_t n, buf *out, vl_error *err) VL_MUST_CHECK;
+/* Parses a candidates file for a model of n_params parameters: *idx gets
+ * a heap copy of the indices (caller frees), strictly ascending and each
+ * below n_params, else VL_EINVAL. */
+int compress_round_decode_candidates(const uint8_t *bytes, size_t len, size_t n_params,
+                                     compress_round_meta *meta, uint32_t **idx, size_t *n,
+                                     vl_error *err) VL_MUST_CHECK;
+/* Appends the values file: metadata run, version, task, peer and n F32
+ * `values`, one per candidate in the candidates' order. */
+int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
+                                 buf *out, vl_error *err) VL_MUST_CHECK;
+/* Parses a values file into meta and *vals (a heap copy, caller frees) of
+ * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;
+ * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 with
+ * want_n entries ("bad_shape") or holds NaN/Inf ("non_finite"), with the
+ * code in *code (may be NULL); meta is filled in for both. */
+int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n,
+                                 compress_round_meta *meta, float **vals, size_t *n,
+                                 const char **code, vl_error *err) VL_MUST_CHECK;
+
 /* What a run accepts (from its compression configuration). */
 typedef struct compress_spec {
     compress_kind kind;

@@ -67,6 +67,7 @@ typedef struct merge_ctx {
     size_t n_ids, cap;
     double samples;      /* Σ nᵢ */
     double loss_sum;
+    coord_round_acc *round; /* sketch runs with a second round, else NULL */
     vl_error *err;
 } merge_ctx;
 
@@ -91,6 +92,7 @@ static int merge_one(void *arg, const storage_update *u) {
     float w = (float)u->num_samples;
     int rc = m->sk ? compress_update_accumulate_sketch(&cu, w, m->sk, m->err)
                    : compress_update_accumulate(&cu, w, m->sum, m->n_params, m->err);
+    if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, w, m->err);
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
     m->ids[m->n_ids++] = u->id;
@@ -161,7 +163,9 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_
         return VL_OK;
     }
     size_t apply_k = (size_t)cfg->apply_k;
-    b->cand = malloc(apply_k * sizeof *b->cand + 1);
+    /* A second round picks from its candidates in place. */
+    size_t room = m->round && m->round->n_cand > apply_k ? m->round->n_cand : apply_k;
+    b->cand = malloc(room * sizeof *b->cand + 1);
     if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
     if (strcmp(kind, "sketch") != 0) {
         return coord_outer_step_sparse(theta, b->state, b->state + n, m->sum, n, cfg->outer_lr,
@@ -171,17 +175,102 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_
     sketch_view(&b->mom, cfg, b->state);
     sketch_view(&b->err, cfg, b->state + cells);
     b->scratch = malloc(n * sizeof(float) + 1);
-    float *val = malloc(apply_k * sizeof(float) + 1);
+    float *val = malloc(room * sizeof(float) + 1);
     int rc = VL_OK;
     if (!b->scratch || !val) rc = vl_fail(err, VL_ENOMEM, "out of memory merging");
-    if (rc == VL_OK)
+    if (rc == VL_OK && m->round) {
+        coord_round_acc *a = m->round;
+        for (size_t t = 0; t < a->n_cand; t++) b->scratch[t] = (float)(a->sum[t] / m->samples);
+        rc = compress_fetchsgd_accumulate(&b->mom, &b->err, &b->sk, cfg->outer_lr,
+                                          cfg->outer_momentum, err);
+        if (rc == VL_OK)
+            rc = compress_fetchsgd_exact(&b->mom, &b->err, &b->sk, cfg->outer_lr,
+                                         cfg->outer_momentum, a->cand, b->scratch, a->n_cand,
+                                         apply_k, b->cand, val, n_cand, err);
+    } else if (rc == VL_OK) {
         rc = compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
                                     cfg->outer_momentum, n, apply_k, b->scratch, b->cand, val,
                                     n_cand, err);
+    }
     if (rc == VL_OK)
         for (size_t j = 0; j < *n_cand; j++) theta[b->cand[j]] -= val[j];
     free(val);
     return rc;
+}
+
+/* Opens the second round of the current version: the candidates are the
+ * heavy hitters of E after this round's accumulation, computed on copies
+ * (nothing of the state changes until the version is made). */
+static int open_round(coord_server *srv, vl_error *err) {
+    const coord_config *cfg = &srv->cfg;
+    size_t n = srv->n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    size_t n_cand = (size_t)coord_config_round_candidates(cfg);
+    merge_ctx m = {.cfg = cfg, .n_params = n, .err = err};
+    merge_bufs b;
+    memset(&b, 0, sizeof b);
+    b.state = malloc(srv->n_state * sizeof(float) + 1);
+    b.scratch = malloc(n * sizeof(float) + 1);
+    b.cand = malloc(n_cand * sizeof *b.cand + 1);
+    b.val = malloc(n_cand * sizeof *b.val + 1);
+    int rc = compress_sketch_init(&b.sk, (uint32_t)cfg->comp_rows, (uint32_t)cfg->comp_cols,
+                                  (uint64_t)cfg->comp_seed, err);
+    if (rc == VL_OK && (!b.state || !b.scratch || !b.cand || !b.val))
+        rc = vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
+    m.sk = &b.sk;
+    if (rc == VL_OK)
+        rc = storage_update_each_pending(srv->db, srv->version, merge_one, &m, err);
+    if (rc == VL_OK && m.samples <= 0)
+        rc = vl_fail(err, VL_EDB, "version %lld has no stored updates to open a round on",
+                     (long long)srv->version);
+    size_t got = 0;
+    if (rc == VL_OK) {
+        coord_scale(b.sk.table, cells, 1.0 / m.samples);
+        memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
+        sketch_view(&b.mom, cfg, b.state);
+        sketch_view(&b.err, cfg, b.state + cells);
+        rc = compress_fetchsgd_accumulate(&b.mom, &b.err, &b.sk, cfg->outer_lr,
+                                          cfg->outer_momentum, err);
+    }
+    if (rc == VL_OK)
+        rc = compress_sketch_heavy(&b.err, n, n_cand, b.scratch, b.cand, b.val, &got, err);
+    if (rc == VL_OK && got == 0)
+        rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
+    if (rc == VL_OK) {
+        int64_t now = clock_unix_s();
+        storage_round r = {.version = srv->version, .n = got, .candidates = b.cand,
+                           .opened_at = now, .deadline = now + cfg->round_s};
+        rc = storage_round_insert(srv->db, &r, err);
+        if (rc == VL_OK)
+            log_info("version %lld: second round open, %zu candidates, asking the peers of "
+                     "its %zu updates for %lld s", (long long)srv->version, got, m.n_ids,
+                     (long long)cfg->round_s);
+    }
+    free(m.ids);
+    bufs_free(&b);
+    return rc;
+}
+
+int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
+    int rc = storage_round_get(srv->db, srv->version, r, err);
+    if (rc == VL_ENOTFOUND) {
+        if ((rc = open_round(srv, err)) != VL_OK) return rc;
+        coord_wake_waiters(srv);
+        coord_arm_round_timer(srv, srv->cfg.round_s);
+        return 0;
+    }
+    if (rc != VL_OK) return rc;
+    int64_t have = 0;
+    if ((rc = storage_round_values_count(srv->db, srv->version, &have, err)) != VL_OK) {
+        storage_round_free(r);
+        return rc;
+    }
+    int64_t now = clock_unix_s();
+    if (have < n_updates && now < r->deadline) {
+        coord_arm_round_timer(srv, (double)(r->deadline - now));
+        storage_round_free(r);
+        return 0;
+    }
+    return 1;
 }
 
 int coord_merge_if_ready(coord_server *srv, vl_error *err) {
@@ -190,6 +279,19 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     int rc = storage_task_count_done(srv->db, srv->version, &done, err);
     if (rc != VL_OK) return rc;
     if (done < srv->cfg.updates_per_version) return 0;
+    storage_round rnd;
+    memset(&rnd, 0, sizeof rnd);
+    coord_round_acc racc;
+    memset(&racc, 0, sizeof racc);
+    if (coord_config_round_candidates(&srv->cfg) > 0) {
+        rc = coord_round_ready(srv, done, &rnd, err);
+        if (rc <= 0) return rc;
+        rc = coord_round_acc_init(&racc, srv, &rnd, err);
+        if (rc != VL_OK) {
+            storage_round_free(&rnd);
+            return rc;
+        }
+    }
 
     size_t n = srv->n_params;
     int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
@@ -206,6 +308,7 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
                                   err);
         if (rc != VL_OK) goto out;
         m.sk = &b.sk;
+        if (rnd.n) m.round = &racc;
     } else {
         m.sum = calloc(n, sizeof(float));
     }
@@ -261,11 +364,16 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates, %zu coordinates "
              "changed)%s", (long long)next, (double)val_loss, ver.train_loss, m.n_ids, nnz,
              finished ? "; the run is finished" : "");
+    if (m.round)
+        log_info("version %lld: second round used %zu reported and %zu estimated updates over "
+                 "%zu candidates", (long long)next, racc.reported, racc.estimated, racc.n_cand);
     rc = 1;
 out:
     free(m.sum);
     free(m.ids);
     bufs_free(&b);
+    coord_round_acc_free(&racc);
+    storage_round_free(&rnd);
     if (rc == 1) {
         coord_wake_waiters(srv);
         coord_arm_lease_timer(srv);

@@ -45,4 +45,42 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
 size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
                     size_t n_cand, uint32_t *idx, float *val);
 
+/* ---- the Sketched-SGD second round (round.c) ----------------------------- */
+
+struct coord_server;
+struct storage_round;
+struct compress_update;
+
+/* The round's exact values, summed over a version's updates as the merge
+ * walks them: Σ nᵢ·vᵢ at each candidate, where vᵢ is what update i's peer
+ * reported, or, for a peer that did not answer in time, the estimate from
+ * its own sketch. */
+typedef struct coord_round_acc {
+    const uint32_t *cand; /* the round's candidates (borrowed) */
+    size_t n_cand;
+    double *sum;          /* n_cand */
+    int64_t *ids;         /* updates that reported values, ascending */
+    float **vals;         /* their values, n_cand each (owned) */
+    size_t n_ids;
+    float *est;           /* n_cand scratch */
+    size_t reported, estimated;
+} coord_round_acc;
+
+/* Loads the values reported in the round of r->version. */
+int coord_round_acc_init(coord_round_acc *a, struct coord_server *srv,
+                         const struct storage_round *r, vl_error *err) VL_MUST_CHECK;
+/* Adds update u (id, decoded sketch, weight w) to the sums. */
+int coord_round_acc_add(coord_round_acc *a, int64_t update_id, const struct compress_update *u,
+                        float w, vl_error *err) VL_MUST_CHECK;
+void coord_round_acc_free(coord_round_acc *a);
+
+/* Where the current version stands with its second round, once all its
+ * updates are in: returns 1 when it can be merged now (every update has
+ * its values or the deadline passed; *r then holds the round, which the
+ * caller frees with storage_round_free), 0 when it must wait (the round was
+ * just opened, or is still open: a timer will merge at its deadline), or a
+ * negative VL_E* code. */
+int coord_round_ready(struct coord_server *srv, int64_t n_updates, struct storage_round *r,
+                      vl_error *err) VL_MUST_CHECK;
+
 #endif

@@ -33,6 +33,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
     cfg->keep_changes = -1;
+    cfg->round_s = 30;
     cfg->task_bytes = 65536;
     cfg->lease_s = 120;
     cfg->max_body_bytes = 67108864;
@@ -143,7 +144,8 @@ static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "b
                                          "eps", "weight_decay", "grad_clip", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
-                                               "ratio", "apply_k", NULL};
+                                               "ratio", "apply_k", "second_round",
+                                               "round_s", NULL};
 static const char *const MODES[] = {"sync", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", NULL};
 /* "dense" is the older name of "none". */
@@ -220,7 +222,11 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_real(comp, "ratio", "compression.ratio", 1, 0, 1e9, 0, &cfg->comp_ratio,
                            err)) ||
             (rc = get_int(comp, "apply_k", "compression.apply_k", 0, UINT32_MAX,
-                          &cfg->apply_k, err)))
+                          &cfg->apply_k, err)) ||
+            (rc = get_int(comp, "second_round", "compression.second_round", 0,
+                          COORD_MAX_SECOND_ROUND, &cfg->second_round, err)) ||
+            (rc = get_int(comp, "round_s", "compression.round_s", 1, 3600, &cfg->round_s,
+                          err)))
             return rc;
         if (strcmp(cfg->compression_kind, "dense") == 0)
             snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
@@ -252,6 +258,13 @@ void coord_config_spec(const coord_config *cfg, compress_spec *out) {
     out->rows = (uint32_t)cfg->comp_rows;
     out->cols = (uint32_t)cfg->comp_cols;
     out->seed = (uint64_t)cfg->comp_seed;
+}
+
+int64_t coord_config_round_candidates(const coord_config *cfg) {
+    if (cfg->second_round <= 0 || strcmp(cfg->compression_kind, "sketch") != 0) return 0;
+    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t c = cfg->second_round * cfg->apply_k;
+    return c < n ? c : n;
 }
 
 int64_t coord_config_update_bytes(const coord_config *cfg) {
@@ -311,6 +324,9 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
                                        "parameters of the model", (long long)cfg->comp_k,
                        (long long)n);
     if (cfg->apply_k > n) cfg->apply_k = n;
+    if (cfg->second_round > 0 && strcmp(kind, "sketch") != 0)
+        return vl_fail(err, VL_EINVAL, "config: compression.second_round is for sketch runs "
+                                       "(this one is %s)", kind);
     /* The ratio is spent: what it resolved to is the configuration, and
      * that is what the normalised form stores. */
     cfg->comp_ratio = 0;
@@ -393,6 +409,14 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                      cfg->compression_kind, (long long)need);
         goto out;
     }
+    /* The values of a second round travel under the same cap. */
+    int64_t values = 4 * coord_config_round_candidates(cfg) + 8 + UPDATE_HEADER_SLACK;
+    if (cfg->second_round > 0 && cfg->max_body_bytes < values) {
+        rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than the values "
+                                     "of one second round (%lld bytes)",
+                     (long long)cfg->max_body_bytes, (long long)values);
+        goto out;
+    }
 out:
     json_decref(root);
     return rc;
@@ -433,7 +457,7 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     json_t *root = json_pack(
         "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
         " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I},"
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
         " s:I, s:I, s:I, s:I, s:I, s:I}",
         "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
         "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
@@ -446,7 +470,8 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype, "k",
         (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
         (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",
-        (json_int_t)cfg->apply_k, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
+        (json_int_t)cfg->apply_k, "second_round", (json_int_t)cfg->second_round, "round_s",
+        (json_int_t)cfg->round_s, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
         "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
         (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
         "keep_changes", (json_int_t)cfg->keep_changes);

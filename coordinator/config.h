@@ -15,6 +15,8 @@
 
 #define COORD_NAME_MAX 64
 #define COORD_PATH_MAX 4096
+/* Largest P of compression.second_round: P * apply_k candidates per round. */
+#define COORD_MAX_SECOND_ROUND 64
 
 typedef struct coord_train_config {
     int64_t steps;
@@ -46,6 +48,11 @@ typedef struct coord_config {
     int64_t comp_seed;
     double comp_ratio; /* as given; 0 once resolved into k/cols */
     int64_t apply_k;
+    /* Sketch runs only: with second_round = P > 0, once a version has its
+     * updates the P * apply_k heavy hitters become candidates whose exact
+     * values the round's peers are asked for, for round_s seconds. */
+    int64_t second_round;
+    int64_t round_s;
     int64_t task_bytes;
     int64_t lease_s;
     int64_t max_body_bytes;
@@ -56,6 +63,9 @@ typedef struct coord_config {
 
 /* The wire kind of the updates a run takes ("dense", "topk", "sketch"). */
 const char *coord_config_update_kind(const coord_config *cfg);
+/* Candidates of a second round: min(second_round * apply_k, n_params);
+ * 0 when the run has no second round. */
+int64_t coord_config_round_candidates(const coord_config *cfg);
 /* What the run's uploads must look like, for compress_update_check_spec. */
 void coord_config_spec(const coord_config *cfg, compress_spec *out);
 /* Size in bytes of one update of the run's compression, header included;

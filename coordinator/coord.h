@@ -118,6 +118,7 @@ typedef struct coord_server {
     size_t n_conns;
     int64_t inflight;    /* requests handed to a handler and not yet fully answered */
     struct event *lease_timer;
+    struct event *round_timer; /* merges when an open second round's deadline comes */
     struct event *merge_event;
     struct event *drain_timer;
     struct event *sig_term, *sig_int;
@@ -218,13 +219,23 @@ void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
 void coord_route_data(coord_req *cr);    /* GET /v1/data/<shard> */
 void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */
+void coord_route_round(coord_req *cr);   /* GET /v1/round */
+void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
 
 /* ---- tasks and waiting (routes_task.c) ----------------------------------- */
 
-/* Answers waiting task requests that can now be served (a lease freed, a
- * version was made, the run finished). */
+/* Answers waiting requests that can now be served (a lease freed, a
+ * version was made, a round opened, the run finished). */
 void coord_wake_waiters(coord_server *srv);
-/* Answers every waiting task request with 503 draining. */
+/* Tries to answer a waiting request: answers it and returns 1, or returns 0
+ * to keep it waiting. */
+typedef int (*coord_serve_fn)(coord_req *cr);
+/* Parks cr (a long-poll) until serve answers it on a wake-up, or for
+ * wait_s seconds, after which serve gets one last try and otherwise 204 is
+ * sent. Returns 0, or -1 when out of memory (cr is then still the caller's
+ * to answer). */
+int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve);
+/* Answers every waiting request with 503 draining. */
 void coord_drain_waiters(coord_server *srv);
 /* Arms the lease timer for the earliest unexpired lease of the current
  * version (or disarms it when there is none). */
@@ -238,6 +249,8 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err);
 /* Runs coord_merge_if_ready from the loop soon (after pending replies are
  * flushed). */
 void coord_schedule_merge(coord_server *srv);
+/* Schedules a merge in delay_s seconds (an open round's deadline). */
+void coord_arm_round_timer(coord_server *srv, double delay_s);
 
 /* ---- admin commands (admin.c) -------------------------------------------- */
 

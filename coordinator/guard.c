@@ -104,18 +104,20 @@ static long line_at(const uint8_t *p, size_t n, size_t *adv) {
     return (long)len;
 }
 
-/* The cap for a request line's target: large_cap for exactly large_path
- * (any query), body_cap for everything else. */
+/* The cap for a request line's target: large_cap for exactly one of
+ * large_paths (any query), body_cap for everything else. */
 static uint64_t cap_for(const uint8_t *line, size_t n, const coord_guard_caps *caps) {
-    if (!caps->large_path) return caps->body_cap;
+    if (!caps->large_paths) return caps->body_cap;
     const uint8_t *target = memchr(line, ' ', n);
     if (!target) return caps->body_cap;
     target++;
     size_t tlen = 0;
     while (target + tlen < line + n && target[tlen] != ' ' && target[tlen] != '?') tlen++;
-    size_t plen = strlen(caps->large_path);
-    return tlen == plen && memcmp(target, caps->large_path, plen) == 0 ? caps->large_cap
-                                                                       : caps->body_cap;
+    for (const char *const *p = caps->large_paths; *p; p++) {
+        size_t plen = strlen(*p);
+        if (tlen == plen && memcmp(target, *p, plen) == 0) return caps->large_cap;
+    }
+    return caps->body_cap;
 }
 
 void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_caps *caps,

@@ -49,12 +49,13 @@ const char *coord_guard_verdict_name(coord_guard_verdict v);
 /* Verdict from a marker value; COORD_GUARD_BAD_HEAD for anything unknown. */
 coord_guard_verdict coord_guard_verdict_parse(const char *name);
 
-/* Body size limits. Bodies are small everywhere but on one endpoint (the
- * upload), so an unauthenticated client cannot make the server read a
+/* Body size limits. Bodies are small everywhere but on a few endpoints
+ * (uploads of updates and of second-round values), so an unauthenticated client cannot make the server read a
  * large body anywhere else. */
 typedef struct coord_guard_caps {
-    uint64_t body_cap;      /* every request but those to large_path */
-    const char *large_path; /* path (without query) allowed large_cap; may be NULL */
+    uint64_t body_cap;      /* every request but those to large_paths */
+    const char *const *large_paths; /* NULL-terminated paths (without query) allowed
+                                       large_cap; the list may be NULL */
     uint64_t large_cap;
 } coord_guard_caps;
 
@@ -78,7 +79,7 @@ typedef enum { COORD_GUARD_IN_HEAD = 0, COORD_GUARD_IN_BODY, COORD_GUARD_DISCARD
  * releases its buffers. */
 typedef struct coord_guard {
     size_t head_cap;
-    coord_guard_caps caps; /* large_path is borrowed: it must outlive g */
+    coord_guard_caps caps; /* large_paths is borrowed: it must outlive g */
     coord_guard_state state;
     uint64_t body_left; /* body bytes of the current request still to pass */
     size_t line_start;  /* offset in head of the line being read */

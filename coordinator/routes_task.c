@@ -14,6 +14,7 @@
 
 struct coord_waiter {
     coord_req cr;
+    coord_serve_fn serve; /* answers the request and returns 1, or returns 0 */
     struct event *timer;
     struct evhttp_connection *evcon; /* NULL once the connection is gone */
     coord_waiter *prev, *next;
@@ -25,7 +26,7 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     return json_pack(
         "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I}, s:{s:f, s:I, s:I}, s:I}",
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
         "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
         (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
@@ -34,7 +35,8 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         tr->weight_decay, "grad_clip", tr->grad_clip, "seed", (json_int_t)t->seed, "compression",
         "kind", c->compression_kind, "dtype", c->compression_dtype, "k", (json_int_t)c->comp_k,
         "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",
-        (json_int_t)c->comp_seed, "selsync", "delta", 0.0,
+        (json_int_t)c->comp_seed, "second_round", (json_int_t)c->second_round, "round_s",
+        (json_int_t)c->round_s, "selsync", "delta", 0.0,
         "h_min", (json_int_t)tr->steps, "h_max", (json_int_t)tr->steps, "deadline",
         (json_int_t)t->deadline);
 }
@@ -131,7 +133,7 @@ static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
     coord_server *srv = w->cr.srv;
     /* The wait may end just as a slot frees without a wake-up reaching it;
      * one last look costs a query. */
-    if (!try_serve(&w->cr)) coord_reply(&w->cr, 204, NULL, NULL);
+    if (!w->serve(&w->cr)) coord_reply(&w->cr, 204, NULL, NULL);
     waiter_unlink(srv, w);
 }
 
@@ -154,11 +156,12 @@ static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
     waiter_unlink(srv, w);
 }
 
-static int add_waiter(coord_req *cr, int64_t wait_s) {
+int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve) {
     coord_server *srv = cr->srv;
     coord_waiter *w = calloc(1, sizeof *w);
     if (!w) return -1;
     w->cr = *cr;
+    w->serve = serve;
     w->timer = evtimer_new(srv->base, waiter_timeout, w);
     w->evcon = evhttp_request_get_connection(cr->req);
     if (!w->timer || !w->evcon) {
@@ -193,12 +196,20 @@ static int add_waiter(coord_req *cr, int64_t wait_s) {
 }
 
 void coord_wake_waiters(coord_server *srv) {
-    /* First come, first served; once one has to keep waiting, so do the
-     * rest (none of them can hold a lease on the current version). */
-    while (srv->waiters) {
-        coord_waiter *w = srv->waiters;
-        if (!try_serve(&w->cr)) break;
-        waiter_unlink(srv, w);
+    /* Task requests are first come, first served: once one has to keep
+     * waiting, so do the task requests behind it (none of them can hold a
+     * lease on the current version). Other requests are each served as
+     * soon as they can be. */
+    int tasks_blocked = 0;
+    coord_waiter *w = srv->waiters;
+    while (w) {
+        coord_waiter *next = w->next;
+        int is_task = w->serve == try_serve;
+        if (!(is_task && tasks_blocked)) {
+            if (w->serve(&w->cr)) waiter_unlink(srv, w);
+            else if (is_task) tasks_blocked = 1;
+        }
+        w = next;
     }
 }
 
@@ -278,7 +289,7 @@ void coord_route_task(coord_req *cr) {
         coord_reply(cr, 204, NULL, NULL);
         return;
     }
-    if (add_waiter(cr, vals[0]) != 0) {
+    if (coord_waiter_add(cr, vals[0], try_serve) != 0) {
         vl_error oom = {.code = VL_ENOMEM};
         snprintf(oom.msg, sizeof oom.msg, "out of memory registering a waiter");
         coord_reply_internal(cr, &oom);

@@ -185,7 +185,9 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     SSL *ssl = SSL_new(srv->ssl);
     coord_guard *g = malloc(sizeof *g);
     if (!ssl || !g) goto fail;
-    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_path = "/v1/updates",
+    /* Updates and second-round values may be as large as the run allows. */
+    static const char *const large[] = {"/v1/updates", "/v1/round/values", NULL};
+    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large,
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes};
     coord_guard_init(g, COORD_HEAD_CAP, &caps);
     g->owner = srv;
@@ -266,6 +268,8 @@ static const route ROUTES[] = {
     {"/v1/data/", 1, EVHTTP_REQ_GET, coord_route_data},
     {"/v1/updates", 0, EVHTTP_REQ_POST, coord_route_updates},
     {"/v1/status", 0, EVHTTP_REQ_GET, coord_route_status},
+    {"/v1/round", 0, EVHTTP_REQ_GET, coord_route_round},
+    {"/v1/round/values", 0, EVHTTP_REQ_POST, coord_route_round_values},
 };
 
 /* A head the guard refused: answer without reading anything more, and
@@ -277,6 +281,8 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
     case COORD_GUARD_TOO_LARGE:
         if (strcmp(cr->full_path, "/v1/updates") == 0)
             coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes", cap);
+        else if (strcmp(cr->full_path, "/v1/round/values") == 0)
+            coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes", cap);
         else
             coord_reply_error(cr, 413, "too_large", "a request body here is at most %d bytes",
                               COORD_MAX_JSON_BODY);
@@ -513,6 +519,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     while (srv->lingers) linger_end(srv->lingers);
     if (srv->lease_timer) event_free(srv->lease_timer);
     if (srv->merge_event) event_free(srv->merge_event);
+    if (srv->round_timer) event_free(srv->round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->sig_term) event_free(srv->sig_term);
     if (srv->sig_int) event_free(srv->sig_int);

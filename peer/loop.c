@@ -140,6 +140,7 @@ typedef struct loop {
     peer_response rs;
     buf upload;
     int64_t done;
+    int answer_round; /* the last upload was accepted: its round may follow */
     /* Traffic, for the summary at exit. */
     uint64_t up_bytes, model_bytes, delta_bytes, data_bytes;
     /* Leases this peer has finished with (uploaded or dropped). A refused
@@ -359,7 +360,9 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     peer_response *rs = &L->rs;
     double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
     L->up_bytes += L->upload.len;
+    L->answer_round = 0;
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
+        L->answer_round = 1;
         json_error_t je;
         json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
         json_t *uid = json_object_get(o, "update_id"), *ver = json_object_get(o, "version");
@@ -420,6 +423,9 @@ static int one_task(loop *L, vl_error *err) {
     if (rc) return rc;
     rc = upload(L, &k, &res, err);
     if (rc == VL_OK) remember(L, &k);
+    if (rc == VL_OK && L->answer_round)
+        rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,
+                               &L->up_bytes, err);
     return rc;
 }
 

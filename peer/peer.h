@@ -141,6 +141,8 @@ typedef struct peer_task {
     int64_t comp_k;       /* topk/gaussk: entries to send */
     uint32_t comp_rows, comp_cols; /* sketch shape */
     uint64_t comp_seed;   /* sketch hash seed */
+    int second_round;     /* sketch: P > 0 when the run asks for exact values */
+    int round_s;          /* how long a round waits for them, seconds */
     double selsync_delta; /* SelSync threshold; 0 with h_min == steps: fixed H */
     int h_min;            /* fewest local steps, 1..steps */
     int64_t deadline;     /* lease end, unix seconds */
@@ -376,5 +378,23 @@ typedef struct peer_run_opts {
  * when the run finished (410 run_finished) or when a stop was requested;
  * otherwise the error that ended it. */
 int peer_run(const peer_run_opts *o, vl_error *err) VL_MUST_CHECK;
+
+/* ---- the second round (round.c) ------------------------------------------ */
+
+/* The exact values of the last task's delta at the n candidates idx (each
+ * below t->n_params, which the caller has checked) into out. */
+void peer_round_values(const peer_trainer *t, const uint32_t *idx, size_t n, float *out);
+
+/* After a sketch upload of task k was accepted in a run with a second
+ * round: waits (long-polls) for the round of k's base version to open, then
+ * reports the delta's exact values at its candidates. Gives up quietly at
+ * k's deadline plus the round's length, when the round closes without it,
+ * or when the coordinator refuses the values: the coordinator then uses
+ * the sketch's estimate, so none of these is an error. Errors are only
+ * transport failures and stop requests (PEER_ESTOPPED). *up_bytes grows
+ * by what was uploaded; scratch is reused for the upload body. */
+int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
+                      const peer_task *k, int64_t peer_id, buf *scratch, uint64_t *up_bytes,
+                      vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -187,6 +187,18 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
                            t->comp_rows, t->comp_cols);
         if ((rc = get_int(cmp, "compression", "seed", 0, INT64_MAX, &v, err))) return rc;
         t->comp_seed = (uint64_t)v;
+        /* Optional: coordinators without second rounds leave them out. */
+        t->second_round = 0;
+        t->round_s = 0;
+        json_t *sr = json_object_get(cmp, "second_round");
+        if (sr && !json_is_null(sr)) {
+            if ((rc = get_int(cmp, "compression", "second_round", 0, 64, &v, err))) return rc;
+            t->second_round = (int)v;
+            if (t->second_round > 0) {
+                if ((rc = get_int(cmp, "compression", "round_s", 1, 3600, &v, err))) return rc;
+                t->round_s = (int)v;
+            }
+        }
     }
     if ((rc = get_string(cmp, "compression", "dtype", dtype, sizeof dtype, err))) return rc;
     if (st_dtype_parse(dtype, &t->dtype) != VL_OK || (t->dtype != ST_F32 && t->dtype != ST_F16))

@@ -88,6 +88,7 @@ static const char *const SQL[Q_COUNT] = {
     [Q_VALUES_INSERT] = "INSERT INTO round_values (update_id, version, n, vals, received_at)"
                         " VALUES (?, ?, ?, ?, ?)",
     [Q_VALUES_COUNT] = "SELECT count(*) FROM round_values WHERE version = ?",
+    [Q_VALUES_HAS] = "SELECT count(*) FROM round_values WHERE update_id = ?",
     [Q_VALUES_EACH] = "SELECT update_id, n, vals FROM round_values WHERE version = ?"
                       " ORDER BY update_id",
     [Q_VALUES_PRUNE] = "DELETE FROM round_values WHERE version <= ?",

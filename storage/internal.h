@@ -59,6 +59,7 @@ typedef enum {
     Q_ROUND_PRUNE,
     Q_VALUES_INSERT,
     Q_VALUES_COUNT,
+    Q_VALUES_HAS,
     Q_VALUES_EACH,
     Q_VALUES_PRUNE,
     Q_COUNT

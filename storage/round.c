@@ -116,6 +116,16 @@ int storage_round_values_count(storage *st, int64_t version, int64_t *out, vl_er
     return q_int(st, s, 0, out, "count round values", err);
 }
 
+int storage_round_values_has(storage *st, int64_t update_id, int *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_VALUES_HAS, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, update_id);
+    int64_t n = 0;
+    int rc = q_int(st, s, 0, &n, "find round values", err);
+    if (rc == VL_OK) *out = n > 0;
+    return rc;
+}
+
 int storage_round_values_each(storage *st, int64_t version, storage_values_fn fn, void *ctx,
                               vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_VALUES_EACH, err);

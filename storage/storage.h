@@ -339,6 +339,9 @@ void storage_round_free(storage_round *r);
 int storage_round_values_insert(storage *st, int64_t update_id, int64_t version,
                                 const float *vals, size_t n, int64_t now,
                                 vl_error *err) VL_MUST_CHECK;
+/* *out = 1 when update update_id has reported its round values. */
+int storage_round_values_has(storage *st, int64_t update_id, int *out,
+                             vl_error *err) VL_MUST_CHECK;
 /* How many updates of the round of version have their values. */
 int storage_round_values_count(storage *st, int64_t version, int64_t *out,
                                vl_error *err) VL_MUST_CHECK;

@@ -13,6 +13,12 @@
  *   attack delta URL CA DIR SINCE STATUS       GET /v1/model/delta?since=SINCE
  *                                              must answer STATUS (a 200 is
  *                                              checked for ascending indices)
+ *   attack lease URL CA DIR                    takes a new task lease
+ *   attack values URL CA DIR STAGE             second-round requests for the
+ *                                              lease's version: STAGE early
+ *                                              (round not open), open (bad
+ *                                              values), answer (valid values
+ *                                              and a duplicate), closed
  *
  * Prints one line per case and "N passed, N failed" at the end. */
 #include <arpa/inet.h>
@@ -568,6 +574,131 @@ static void delta(ctx *c, const char *since, long status) {
            status == 410 ? "version_pruned" : NULL);
 }
 
+/* ---- second rounds ------------------------------------------------------ */
+
+/* The values file, with every field under the caller's control. */
+static void values_body(const ctx *c, buf *out, const char *run, int64_t version, int64_t task,
+                        int64_t peer, size_t n, float poison) {
+    float *v = calloc(n ? n : 1, sizeof *v);
+    if (!v) abort();
+    for (size_t i = 0; i < n; i++) v[i] = 1e-4f * (float)(i % 7);
+    if (n) v[n / 2] += poison;
+    compress_round_meta m = {.version = version, .task = task, .peer = peer};
+    snprintf(m.run, sizeof m.run, "%s", run);
+    buf_init(out, BUF_DEFAULT_CAP);
+    vl_error e;
+    if (compress_round_encode_values(&m, v, n, out, &e) != VL_OK) abort();
+    free(v);
+    (void)c;
+}
+
+static void post_values(const ctx *c, const char *name, buf *b, long status, const char *code) {
+    reply r;
+    request(c, "POST", "/v1/round/values", NULL, b->data, b->len, NULL, 0, NULL, c->peer, 0, &r);
+    expect(name, &r, status, code);
+    buf_free(b);
+}
+
+/* The round's candidate count, checked for a sound file; 0 when closed. */
+static size_t candidates(const ctx *c) {
+    reply r;
+    char target[96];
+    snprintf(target, sizeof target, "/v1/round?version=%lld&wait=5", (long long)c->base_version);
+    request(c, "GET", target, NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    size_t n = 0;
+    if (r.status == 200) {
+        compress_round_meta m;
+        uint32_t *idx = NULL;
+        vl_error e;
+        if (compress_round_decode_candidates(r.body.data, r.body.len, c->n_params, &m, &idx, &n,
+                                             &e) != VL_OK ||
+            m.version != c->base_version)
+            r.status = 0;
+        free(idx);
+        printf("round of version %lld: %zu candidates\n", (long long)c->base_version, n);
+    }
+    expect("candidates of an open round", &r, 200, NULL);
+    return n;
+}
+
+static void attack_values(ctx *c, const char *stage) {
+    buf b;
+    char target[96];
+    int64_t v = c->base_version;
+    if (strcmp(stage, "early") == 0) {
+        get(c, "round without version", "/v1/round", 400, "bad_request");
+        get(c, "round with an unknown key", "/v1/round?version=0&x=1", 400, "bad_request");
+        get(c, "round waiting too long", "/v1/round?version=0&wait=61", 400, "bad_request");
+        snprintf(target, sizeof target, "/v1/round?version=%lld", (long long)v + 5);
+        get(c, "round of a version never made", target, 404, "unknown_version");
+        snprintf(target, sizeof target, "/v1/round?version=%lld", (long long)v);
+        get(c, "round not open yet", target, 204, NULL);
+        values_body(c, &b, c->run, v, c->task, c->peer, 4, 0);
+        post_values(c, "values before the round opens", &b, 409, "round_not_open");
+        reply r;
+        request(c, "POST", "/v1/round/values", NULL, "", 0, NULL, 0, NULL, c->peer, 0, &r);
+        expect("values with an empty body", &r, 400, "malformed_values");
+        buf junk;
+        buf_init(&junk, 64);
+        if (buf_append(&junk, "not safetensors", 15) != VL_OK) abort();
+        post_values(c, "values that do not parse", &junk, 400, "malformed_values");
+        values_body(c, &b, "another-run", v, c->task, c->peer, 4, 0);
+        post_values(c, "values for another run", &b, 422, "wrong_run");
+        values_body(c, &b, c->run, v, c->task, c->peer + 1, 4, 0);
+        post_values(c, "values naming another peer", &b, 403, "not_your_task");
+        return;
+    }
+    size_t n = strcmp(stage, "closed") == 0 ? 0 : candidates(c);
+    if (strcmp(stage, "open") == 0) {
+        values_body(c, &b, c->run, v, c->task, c->peer, n + 1, 0);
+        post_values(c, "one value too many", &b, 422, "bad_shape");
+        values_body(c, &b, c->run, v, c->task, c->peer, n ? n - 1 : 0, 0);
+        post_values(c, "one value too few", &b, 422, "bad_shape");
+        values_body(c, &b, c->run, v, c->task, c->peer, n, NAN);
+        post_values(c, "NaN among the values", &b, 422, "non_finite");
+        values_body(c, &b, c->run, v, c->task, c->peer, n, INFINITY);
+        post_values(c, "Inf among the values", &b, 422, "non_finite");
+        values_body(c, &b, c->run, v, c->task + 100000, c->peer, n, 0);
+        post_values(c, "values for an unknown task", &b, 404, "unknown_task");
+        values_body(c, &b, c->run, v + 1, c->task, c->peer, n, 0);
+        post_values(c, "values for a later version", &b, 404, "unknown_version");
+        /* Task 1 went to the first peer that asked, never to this one. */
+        values_body(c, &b, c->run, v, c->task == 1 ? 2 : 1, c->peer, n, 0);
+        post_values(c, "values for another peer's task", &b, 403, "not_your_task");
+    } else if (strcmp(stage, "answer") == 0) {
+        values_body(c, &b, c->run, v, c->task, c->peer, n, 0);
+        post_values(c, "valid values", &b, 202, NULL);
+        values_body(c, &b, c->run, v, c->task, c->peer, n, 0);
+        post_values(c, "the same values again", &b, 409, "duplicate_values");
+    } else {
+        snprintf(target, sizeof target, "/v1/round?version=%lld", (long long)v);
+        get(c, "round after its version was made", target, 410, "round_closed");
+        values_body(c, &b, c->run, v, c->task, c->peer, 8, 0);
+        post_values(c, "values after the round closed", &b, 410, "round_closed");
+    }
+}
+
+/* A new lease for the attacker, saved over the old one. */
+static int lease(ctx *c, const char *dir) {
+    reply r;
+    request(c, "GET", "/v1/task?wait=30", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
+    c->task = json_integer_value(json_object_get(j, "task_id"));
+    c->base_version = json_integer_value(json_object_get(j, "base_version"));
+    json_t *cmp = json_incref(json_object_get(j, "compression"));
+    json_decref(j);
+    expect("take another task lease", &r, 200, NULL);
+    char path[512];
+    j = json_pack("{sI sI sI sI ss ss so}", "peer", (json_int_t)c->peer, "task",
+                  (json_int_t)c->task, "base_version", (json_int_t)c->base_version, "n_params",
+                  (json_int_t)c->n_params, "run", c->run, "token", c->token, "compression",
+                  cmp ? cmp : json_object());
+    snprintf(path, sizeof path, "%s/attack.state", dir);
+    int rc = json_dump_file(j, path, 0);
+    json_decref(j);
+    return rc == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5 || (strcmp(argv[1], "prepare") == 0 && argc < 7)) {
         fprintf(stderr, "usage: attack prepare URL CA DIR TOKEN BADTOKEN | attack run URL CA DIR "
@@ -590,6 +721,10 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], "sparse") == 0) attack_sparse(&c);
         else if (strcmp(argv[1], "finish") == 0) finish(&c);
         else if (strcmp(argv[1], "delta") == 0 && argc > 6) delta(&c, argv[5], atol(argv[6]));
+        else if (strcmp(argv[1], "values") == 0 && argc > 5) attack_values(&c, argv[5]);
+        else if (strcmp(argv[1], "lease") == 0) {
+            if (lease(&c, argv[4]) != 0) return 2;
+        }
         else attack(&c, argc > 5 ? argv[5] : "vlt_0");
     }
     printf("attack: %d passed, %d failed\n", passed, failed);

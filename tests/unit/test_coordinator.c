@@ -30,7 +30,8 @@
 static char *guard_run(const char *s, size_t len, size_t step, coord_guard *g) {
     buf out;
     buf_init(&out, 1 << 20);
-    coord_guard_caps caps = {.body_cap = CAP, .large_path = "/up", .large_cap = 10 * CAP};
+    static const char *const large[] = {"/up", NULL};
+    coord_guard_caps caps = {.body_cap = CAP, .large_paths = large, .large_cap = 10 * CAP};
     coord_guard_init(g, HEAD_CAP, &caps);
     if (step == 0) step = len ? len : 1;
     for (size_t i = 0; i < len; i += step) {

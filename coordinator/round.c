@@ -1,0 +1,124 @@
+/* The coordinator's side of the Sketched-SGD second round (sketch runs with
+ * compression.second_round): summing the exact values peers reported, with
+ * each silent peer's own sketch standing in for it, and the timer that
+ * closes a round at its deadline. Opening a round is in aggregator.c,
+ * next to the merge it shares its code with; the HTTP side is in
+ * routes_round.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "compress/compress.h"
+#include "coordinator/aggregator.h"
+#include "coordinator/coord.h"
+
+typedef struct load_ctx {
+    coord_round_acc *a;
+    vl_error *err;
+} load_ctx;
+
+static int load_values(void *arg, int64_t update_id, const uint8_t *vals, size_t n) {
+    load_ctx *c = arg;
+    coord_round_acc *a = c->a;
+    if (n != a->n_cand)
+        return vl_fail(c->err, VL_EDB, "update %lld reported %zu values for %zu candidates",
+                       (long long)update_id, n, a->n_cand);
+    float *v = malloc(n * sizeof *v);
+    if (!v) return vl_fail(c->err, VL_ENOMEM, "out of memory reading round values");
+    memcpy(v, vals, n * sizeof *v);
+    a->ids[a->n_ids] = update_id;
+    a->vals[a->n_ids++] = v;
+    return VL_OK;
+}
+
+int coord_round_acc_init(coord_round_acc *a, coord_server *srv, const storage_round *r,
+                         vl_error *err) {
+    memset(a, 0, sizeof *a);
+    a->cand = r->candidates;
+    a->n_cand = r->n;
+    int64_t have = 0;
+    int rc = storage_round_values_count(srv->db, r->version, &have, err);
+    if (rc != VL_OK) return rc;
+    a->sum = calloc(r->n, sizeof *a->sum);
+    a->est = malloc(r->n * sizeof *a->est);
+    a->ids = malloc(((size_t)have + 1) * sizeof *a->ids);
+    a->vals = calloc((size_t)have + 1, sizeof *a->vals);
+    if (!a->sum || !a->est || !a->ids || !a->vals) {
+        coord_round_acc_free(a);
+        return vl_fail(err, VL_ENOMEM, "out of memory for a round of %zu candidates", r->n);
+    }
+    load_ctx c = {a, err};
+    /* Rows come by update id, so a->ids ascends. A row that appeared since
+     * the count is left out (load_values would overrun): only the merge
+     * thread writes values, so it cannot happen. */
+    rc = storage_round_values_each(srv->db, r->version, load_values, &c, err);
+    if (rc != VL_OK) coord_round_acc_free(a);
+    return rc;
+}
+
+static const float *values_of(const coord_round_acc *a, int64_t update_id) {
+    size_t lo = 0, hi = a->n_ids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a->ids[mid] == update_id) return a->vals[mid];
+        if (a->ids[mid] < update_id) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+int coord_round_acc_add(coord_round_acc *a, int64_t update_id, const compress_update *u, float w,
+                        vl_error *err) {
+    const float *v = values_of(a, update_id);
+    if (v) {
+        a->reported++;
+    } else {
+        /* No answer in time: this update's own sketch estimates its
+         * values, which is what the one-round step would have used. */
+        compress_sketch s;
+        int rc = compress_sketch_init(&s, u->rows, u->cols, u->meta.seed, err);
+        if (rc != VL_OK) return rc;
+        rc = compress_update_accumulate_sketch(u, 1.0f, &s, err);
+        if (rc == VL_OK) compress_sketch_estimate_at(&s, a->cand, a->n_cand, a->est);
+        compress_sketch_free(&s);
+        if (rc != VL_OK) return rc;
+        v = a->est;
+        a->estimated++;
+    }
+    for (size_t t = 0; t < a->n_cand; t++) a->sum[t] += (double)w * (double)v[t];
+    return VL_OK;
+}
+
+void coord_round_acc_free(coord_round_acc *a) {
+    if (!a) return;
+    for (size_t i = 0; a->vals && i < a->n_ids; i++) free(a->vals[i]);
+    free(a->vals);
+    free(a->ids);
+    free(a->sum);
+    free(a->est);
+    memset(a, 0, sizeof *a);
+}
+
+static void round_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_schedule_merge(arg);
+}
+
+void coord_arm_round_timer(coord_server *srv, double delay_s) {
+    if (!srv->round_timer) {
+        srv->round_timer = evtimer_new(srv->base, round_timer_cb, srv);
+        if (!srv->round_timer) {
+            log_error("cannot create the round timer");
+            return;
+        }
+    }
+    /* Deadlines are whole seconds of the coordinator's clock; a little
+     * past it the round is surely over. */
+    if (delay_s < 0) delay_s = 0;
+    delay_s += 0.05;
+    struct timeval tv = {(time_t)delay_s, (suseconds_t)((delay_s - (double)(time_t)delay_s) * 1e6)};
+    evtimer_del(srv->round_timer);
+    evtimer_add(srv->round_timer, &tv);
+}
