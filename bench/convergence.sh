@@ -8,20 +8,23 @@
 #
 # Usage: bash bench/convergence.sh [RATIOS] [KINDS]
 #   RATIOS  upload compression against a dense F32 update (default "10 100 1000")
-#   KINDS   default "topk gaussk sketch"
+#   KINDS   default "topk gaussk sketch sketch2" (sketch2: sketch with the
+#           Sketched-SGD second round, P = 2; its values count as upload)
 # Environment: VOLLEY_DEMO_VERSIONS, VOLLEY_DEMO_STEPS, VOLLEY_DEMO_PEERS as
 # for the demo; CONV_DTYPE (F16) for the compressed values; CONV_OUTER, the
-# outer optimiser of the compressed runs ({"lr": 1.0, "momentum": 0.5}:
-# server momentum on top of error-feedback bursts overshoots); CONV_OUT
+# outer optimiser of the compressed runs ({"lr": 3.0, "momentum": 0.0}: a
+# coordinate sent by one peer of four is averaged down fourfold, so a larger
+# step makes up for it, and server momentum on top of error-feedback
+# bursts overshoots); CONV_OUT
 # (bench-convergence) for the runs' directories. The dense baseline runs
 # with the demo's DiLoCo outer step and, for reference, with CONV_OUTER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 ratios=${1:-"10 100 1000"}
-kinds=${2:-"topk gaussk sketch"}
+kinds=${2:-"topk gaussk sketch sketch2"}
 dtype=${CONV_DTYPE:-F16}
-comp_outer=${CONV_OUTER:-'{"lr": 1.0, "momentum": 0.5}'}
+comp_outer=${CONV_OUTER:-'{"lr": 3.0, "momentum": 0.0}'}
 out=${CONV_OUT:-$root/bench-convergence}
 mkdir -p "$out"
 
@@ -64,9 +67,10 @@ awk -v l="$f_loss" -v dl="$d_loss" -v u="$f_up" -v d="$f_down" -v s="$f_s" -v o=
          o, l, l / dl, u, d, s }' 
 for kind in $kinds; do
   for r in $ratios; do
-    extra=""
+    extra="" wire=$kind
+    if [ "$kind" = sketch2 ]; then extra=', "second_round": 2'; wire=sketch; fi
     read -r loss up down s < <(run "$kind-$r" \
-      "{\"kind\": \"$kind\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$comp_outer")
+      "{\"kind\": \"$wire\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$comp_outer")
     awk -v k="$kind" -v r="$r" -v l="$loss" -v dl="$d_loss" -v u="$up" -v du="$d_up" \
         -v d="$down" -v s="$s" 'BEGIN {
       printf "| %s | %s | %.4f | %.3f | %.0f | %.0fx less | %.0f | %.1f |\n",

@@ -403,6 +403,38 @@ static void test_config_compression(void **state) {
     coord_config_spec(&cfg, &spec);
     assert_int_equal(spec.kind, COMPRESS_TOPK);
     assert_int_equal(spec.max_nnz, COMPRESS_GAUSSK_CAP(1000));
+    /* The second round: sketch runs only; P * apply_k candidates (at most
+     * the model); round_s defaults to 30 s; both survive normalisation. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 3}}",
+                           &cfg, &e), VL_OK);
+    assert_int_equal(cfg.second_round, 3);
+    assert_int_equal(cfg.round_s, 30);
+    assert_int_equal(coord_config_round_candidates(&cfg), 3 * cfg.apply_k);
+    json = coord_config_to_json(&cfg, 1);
+    assert_non_null(strstr(json, "\"second_round\":3"));
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"sketch\", \"cols\": 100000, \"k\": 10000, "
+                           "\"second_round\": 64}}", &cfg, &e), VL_OK);
+    assert_int_equal(coord_config_round_candidates(&cfg), (int64_t)n);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"topk\", \"ratio\": 100, \"second_round\": 2}}",
+                           &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "second_round is for sketch runs"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 65}}",
+                           &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "compression.second_round"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 1, "
+                           "\"round_s\": 0}}", &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "compression.round_s"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"none\"}}", &cfg, &e), VL_OK);
+    assert_int_equal(coord_config_round_candidates(&cfg), 0);
     /* "dense" is the older name of "none". */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"dense\"}}", &cfg, &e), VL_OK);

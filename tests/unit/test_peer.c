@@ -287,6 +287,14 @@ static void test_task_compression(void **state) {
     assert_int_equal(t.method, PEER_METHOD_SKETCH);
     assert_int_equal(t.kind, COMPRESS_SKETCH);
     assert_true(t.comp_rows == 3 && t.comp_cols == 50 && t.comp_seed == 5);
+    assert_int_equal(t.second_round, 0);
+    free(s);
+    /* A second round comes with its length. */
+    s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
+                  "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
+                  "\"cols\": 50, \"seed\": 5, \"second_round\": 4, \"round_s\": 20}");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_true(t.second_round == 4 && t.round_s == 20);
     free(s);
     const char *bad[][2] = {
         {"{\"kind\": \"topk\", \"dtype\": \"F32\"}", "compression.k"},
@@ -296,6 +304,11 @@ static void test_task_compression(void **state) {
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 15, "
          "\"cols\": 268435456, \"seed\": 1}", "too large"},
         {"{\"kind\": \"randk\", \"dtype\": \"F32\"}", "not supported"},
+        {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
+         "\"cols\": 5, \"seed\": 1, \"second_round\": 2}", "compression.round_s"},
+        {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
+         "\"cols\": 5, \"seed\": 1, \"second_round\": 65, \"round_s\": 5}",
+         "compression.second_round"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}", bad[i][0]);
@@ -687,6 +700,29 @@ static void test_encode_feedback(void **state) {
     compress_sketch_encode(&want, tr.delta, n);
     assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &got, &e), VL_OK);
     assert_memory_equal(want.table, got.table, 3 * 97 * sizeof(float));
+    /* Second round: the values reported are the delta's own at the
+     * candidates, and they survive the values file's round trip. */
+    uint32_t cand[4] = {0, 7, 100, (uint32_t)n - 1};
+    float vals[4];
+    peer_round_values(&tr, cand, 4, vals);
+    compress_round_meta rm = {.version = 3, .task = 9, .peer = 2};
+    snprintf(rm.run, sizeof rm.run, "demo");
+    buf vb;
+    buf_init(&vb, BUF_DEFAULT_CAP);
+    assert_int_equal(compress_round_encode_values(&rm, vals, 4, &vb, &e), VL_OK);
+    compress_round_meta back;
+    float *got_vals = NULL;
+    size_t got_n = 0;
+    const char *code = NULL;
+    assert_int_equal(compress_round_decode_values(vb.data, vb.len, 4, &back, &got_vals, &got_n,
+                                                  &code, &e), VL_OK);
+    assert_true(got_n == 4 && back.task == 9 && back.peer == 2 && back.version == 3);
+    for (int j = 0; j < 4; j++) assert_true(got_vals[j] == tr.delta[cand[j]]);
+    free(got_vals);
+    assert_int_equal(compress_round_decode_values(vb.data, vb.len, 5, &back, &got_vals, &got_n,
+                                                  &code, &e), VL_ERANGE);
+    assert_string_equal(code, "bad_shape");
+    buf_free(&vb);
     compress_sketch_free(&want);
     compress_sketch_free(&got);
     compress_update_free(&u);
