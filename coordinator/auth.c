@@ -83,3 +83,34 @@ int coord_authenticate_key(coord_req *cr, const crypto_auth_header *a,
     }
     return verify(cr, a, pk, body, len);
 }
+
+int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int64_t peer,
+                           int64_t task, storage_task *t) {
+    coord_server *srv = cr->srv;
+    vl_error e = {0};
+    if (strcmp(run, srv->cfg.name) != 0) {
+        coord_reply_error(cr, 422, "wrong_run", "%s is for run \"%s\", this is \"%s\"", what,
+                          run, srv->cfg.name);
+        return -1;
+    }
+    if (peer != cr->peer_id) {
+        coord_reply_error(cr, 403, "not_your_task", "%s names peer %lld but is signed by peer "
+                          "%lld", what, (long long)peer, (long long)cr->peer_id);
+        return -1;
+    }
+    int rc = storage_task_get(srv->db, task, t, &e);
+    if (rc == VL_ENOTFOUND) {
+        coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task);
+        return -1;
+    }
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return -1;
+    }
+    if (t->peer_id != cr->peer_id) {
+        coord_reply_error(cr, 403, "not_your_task", "task %lld is leased to another peer",
+                          (long long)t->id);
+        return -1;
+    }
+    return 0;
+}

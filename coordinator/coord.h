@@ -210,6 +210,14 @@ int coord_authenticate(coord_req *cr, const uint8_t *body, size_t len);
 int coord_authenticate_key(coord_req *cr, const crypto_auth_header *auth,
                            const uint8_t pk[CRYPTO_PK_BYTES], const uint8_t *body, size_t len);
 
+/* The checks every upload about a task starts with, in protocol order:
+ * run is this run's (422 wrong_run), peer is the signer (403
+ * not_your_task), the task exists (404 unknown_task) and is the signer's
+ * (403 not_your_task). what names the upload in messages ("update").
+ * Returns 0 with the task in *t, or answers and returns -1. */
+int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int64_t peer,
+                           int64_t task, storage_task *t);
+
 /* ---- routes -------------------------------------------------------------- */
 
 void coord_route_join(coord_req *cr);    /* POST /v1/peers */

@@ -117,31 +117,9 @@ void coord_route_round(coord_req *cr) {
 static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *update_id) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
-    if (strcmp(m->run, srv->cfg.name) != 0) {
-        coord_reply_error(cr, 422, "wrong_run", "values are for run \"%s\", this is \"%s\"",
-                          m->run, srv->cfg.name);
-        return -1;
-    }
-    if (m->peer != cr->peer_id) {
-        coord_reply_error(cr, 403, "not_your_task", "values name peer %lld but are signed by "
-                          "peer %lld", (long long)m->peer, (long long)cr->peer_id);
-        return -1;
-    }
     storage_task t;
-    int rc = storage_task_get(srv->db, m->task, &t, &e);
-    if (rc == VL_ENOTFOUND) {
-        coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)m->task);
-        return -1;
-    }
-    if (rc != VL_OK) {
-        coord_reply_internal(cr, &e);
-        return -1;
-    }
-    if (t.peer_id != cr->peer_id) {
-        coord_reply_error(cr, 403, "not_your_task", "task %lld is leased to another peer",
-                          (long long)t.id);
-        return -1;
-    }
+    if (coord_check_task_owner(cr, "the values file", m->run, m->peer, m->task, &t) != 0) return -1;
+    int rc;
     int64_t base = -1, merged = -1;
     rc = storage_update_find(srv->db, t.id, update_id, &base, &merged, &e);
     if (rc != VL_OK && rc != VL_ENOTFOUND) {

@@ -34,30 +34,7 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
                       int64_t now) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
-    if (strcmp(m->run, srv->cfg.name) != 0) {
-        coord_reply_error(cr, 422, "wrong_run", "update is for run \"%s\", this is \"%s\"",
-                          m->run, srv->cfg.name);
-        return -1;
-    }
-    if (m->peer != cr->peer_id) {
-        coord_reply_error(cr, 403, "not_your_task", "update names peer %lld but is signed by "
-                          "peer %lld", (long long)m->peer, (long long)cr->peer_id);
-        return -1;
-    }
-    int rc = storage_task_get(srv->db, m->task, t, &e);
-    if (rc == VL_ENOTFOUND) {
-        coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)m->task);
-        return -1;
-    }
-    if (rc != VL_OK) {
-        coord_reply_internal(cr, &e);
-        return -1;
-    }
-    if (t->peer_id != cr->peer_id) {
-        coord_reply_error(cr, 403, "not_your_task", "task %lld is leased to another peer",
-                          (long long)t->id);
-        return -1;
-    }
+    if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0) return -1;
     int exists = 0;
     if (storage_update_exists(srv->db, t->id, &exists, &e) != VL_OK) {
         coord_reply_internal(cr, &e);

@@ -11,19 +11,10 @@ mkdir -p atk
 "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "$badtoken" > prepare.log 2>&1 \
   || { cat prepare.log; fail "prepare"; }
 
-# Everything durable, without the volatile last-seen times.
-snapshot() {
-  for t in $(q "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"); do
-    echo "== $t"
-    cols=$(q "SELECT group_concat(name, ',') FROM pragma_table_info('$t')
-              WHERE name NOT IN ('last_seen', 'last_seen_at')")
-    q "SELECT $cols FROM $t ORDER BY 1" | sha256sum
-  done
-}
-before=$(snapshot)
+before=$(it_snapshot)
 "$ATTACK" run "$URL" tls/ca.pem atk "$badtoken" | tee attack.log
 rc=${PIPESTATUS[0]}
-after=$(snapshot)
+after=$(it_snapshot)
 kill -0 "$CPID" 2>/dev/null || fail "the coordinator died under attack"
 it_stop_coordinator
 [ "$rc" = 0 ] || fail "some bad requests got the wrong answer"

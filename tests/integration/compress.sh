@@ -19,17 +19,10 @@ mkdir -p atk
 "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
   || { cat prepare.log; fail "prepare"; }
 
-snapshot() {
-  for t in $(q "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"); do
-    cols=$(q "SELECT group_concat(name, ',') FROM pragma_table_info('$t')
-              WHERE name NOT IN ('last_seen')")
-    echo "$t $(q "SELECT $cols FROM $t ORDER BY 1" | sha256sum)"
-  done
-}
-before=$(snapshot)
+before=$(it_snapshot)
 "$ATTACK" sparse "$URL" tls/ca.pem atk | tee sparse.log
 rc=${PIPESTATUS[0]}
-after=$(snapshot)
+after=$(it_snapshot)
 [ "$rc" = 0 ] || fail "some bad compressed requests got the wrong answer"
 [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; fail "bad requests changed the database"; }
 "$ATTACK" finish "$URL" tls/ca.pem atk | tee finish.log

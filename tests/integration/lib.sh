@@ -86,6 +86,16 @@ it_peer() {
 
 q() { sqlite3 run.db "$@"; }
 
+# it_snapshot: a digest of every table's rows (peers' last_seen aside), to
+# show that refused requests changed nothing stored.
+it_snapshot() {
+  for t in $(q "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"); do
+    cols=$(q "SELECT group_concat(name, ',') FROM pragma_table_info('$t')
+              WHERE name NOT IN ('last_seen')")
+    echo "$t $(q "SELECT $cols FROM $t ORDER BY 1" | sha256sum)"
+  done
+}
+
 # it_check_run VERSIONS PER_VERSION: the finished run's database is sound,
 # holds every version once with its validation loss, and every update was
 # merged exactly once, into the version after its base.

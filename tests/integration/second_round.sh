@@ -15,20 +15,13 @@ mkdir -p atk
 "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
   || { cat prepare.log; fail "prepare"; }
 
-snapshot() {
-  for t in $(q "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"); do
-    cols=$(q "SELECT group_concat(name, ',') FROM pragma_table_info('$t')
-              WHERE name NOT IN ('last_seen')")
-    echo "$t $(q "SELECT $cols FROM $t ORDER BY 1" | sha256sum)"
-  done
-}
 # unchanged STAGE: runs that attack stage and checks nothing stored moved.
 unchanged() {
   local before after
-  before=$(snapshot)
+  before=$(it_snapshot)
   "$ATTACK" values "$URL" tls/ca.pem atk "$1" | tee -a values.log
   [ "${PIPESTATUS[0]}" = 0 ] || fail "a $1 round request got the wrong answer"
-  after=$(snapshot)
+  after=$(it_snapshot)
   [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; fail "$1 round requests changed the database"; }
 }
 # wait_for SQL VALUE: polls until the query gives VALUE (30 s at most).
