@@ -16,15 +16,6 @@
 #include "compress/compress.h"
 #include "test_util.h"
 
-static float *random_vec(size_t d, uint64_t seed) {
-    float *x = malloc((d ? d : 1) * sizeof *x);
-    assert_non_null(x);
-    rng r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < d; i++) x[i] = rng_normal(&r);
-    return x;
-}
-
 static size_t cells(const compress_sketch *s) {
     return (size_t)s->rows * s->cols;
 }

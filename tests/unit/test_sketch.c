@@ -116,15 +116,6 @@ static void ref_zero(float *table, uint32_t rows, uint32_t cols, uint64_t seed,
     }
 }
 
-static float *random_vec(size_t d, uint64_t seed) {
-    float *x = malloc((d ? d : 1) * sizeof *x);
-    assert_non_null(x);
-    rng r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < d; i++) x[i] = rng_normal(&r);
-    return x;
-}
-
 static size_t cells(const compress_sketch *s) {
     return (size_t)s->rows * s->cols;
 }

@@ -15,4 +15,14 @@
             fail_msg("%s failed (%d): %s", #call, rc_, e_.msg);                                   \
     } while (0)
 
+/* d standard-normal floats from seed, on the heap (caller frees). */
+static inline float *random_vec(size_t d, uint64_t seed) {
+    float *x = malloc((d ? d : 1) * sizeof *x);
+    assert_non_null(x);
+    rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < d; i++) x[i] = rng_normal(&r);
+    return x;
+}
+
 #endif
