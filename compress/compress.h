@@ -132,6 +132,23 @@ int compress_select_exact(uint32_t *idx, float *val, size_t n, size_t k, size_t 
 int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz,
                   vl_error *err) VL_MUST_CHECK;
 
+/* Block top-k (blocks.c): d is cut into nb = compress_blocks_count(d, k,
+ * block) slices of equal length (slice b is [d*b/nb, d*(b+1)/nb)), slice b
+ * gets k*(b+1)/nb - k*b/nb of the k entries, and each takes the exact top
+ * of its share by |x|, ties to the lower index. Indices ascending in idx
+ * (room for min(k, d)); *nnz = min(k, d). With one block (block 0, block
+ * >= d, or k so close to d that slices could not hold their shares) this
+ * is compress_topk. VL_EINVAL for d > UINT32_MAX; VL_ENOMEM. */
+int compress_topk_blocks(const float *x, size_t d, size_t k, size_t block, uint32_t *idx,
+                         size_t *nnz, vl_error *err) VL_MUST_CHECK;
+/* How many slices compress_topk_blocks uses: 0 when d or k is 0, 1 for a
+ * plain top-k, else min(ceil(d / block), k), provided d >= k + that. */
+size_t compress_blocks_count(size_t d, size_t k, size_t block);
+/* Slice b of nb: its first coordinate, length, share of k and where its
+ * entries start in the output. */
+void compress_blocks_span(size_t d, size_t k, size_t nb, size_t b, size_t *lo, size_t *len,
+                          size_t *share, size_t *out_at);
+
 /* Room compress_gaussk needs in idx for a given k: it may return up to 5 %
  * more than k. */
 #define COMPRESS_GAUSSK_CAP(k) ((k) + (k) / 20 + 2)
@@ -145,8 +162,11 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
 
 /* ---- peer-side error feedback (feedback.c) ------------------------------ */
 
-/* e += delta over d values: e becomes the vector to compress. */
-void compress_feedback_add(float *e, const float *delta, size_t d);
+/* e = decay * e + delta over d values: e becomes the vector to compress.
+ * decay 1 is classic error feedback (e + delta, bit for bit); below 1 the
+ * part of the residual that stays unsent for many rounds fades, which
+ * keeps stale movement from arriving in one late burst. */
+void compress_feedback_add(float *e, const float *delta, size_t d, float decay);
 /* Takes the selected coordinates out of e: val[j] = e[idx[j]] rounded to
  * dtype (F32 or F16, clamped to its finite range), and e[idx[j]] -= val[j],
  * so sent + residual equals the input exactly. */

@@ -1,5 +1,6 @@
 /*
- * Peer-side error feedback for sparse uploads: e <- (e + delta) - C(e + delta).
+ * Peer-side error feedback for sparse uploads: e <- (e + delta) - C(e + delta),
+ * or with a decay b < 1, e <- (b e + delta) - C(b e + delta).
  *
  * What top-k or Gaussian-k leaves out of an upload stays in e and is sent
  * in a later round, so nothing of the local update is lost for good. The
@@ -23,16 +24,18 @@
 #define FB_HOT
 #endif
 
-FB_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi)
+FB_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi,
+                             float decay)
 {
+    /* decay * e is exact for decay 1, so classic feedback stays bit exact. */
     for (size_t i = lo; i < hi; i++)
-        e[i] += delta[i];
+        e[i] = decay * e[i] + delta[i];
 }
 
-void compress_feedback_add(float *e, const float *delta, size_t d)
+void compress_feedback_add(float *e, const float *delta, size_t d, float decay)
 {
     if (d < FB_PAR_MIN) {
-        add_range(e, delta, 0, d);
+        add_range(e, delta, 0, d, decay);
         return;
     }
     /* Fixed-size pieces keep each thread on whole cache lines. */
@@ -41,7 +44,7 @@ void compress_feedback_add(float *e, const float *delta, size_t d)
 #pragma omp parallel for schedule(static)
     for (long p = 0; p < np; p++) {
         size_t lo = (size_t)p * piece;
-        add_range(e, delta, lo, lo + piece < d ? lo + piece : d);
+        add_range(e, delta, lo, lo + piece < d ? lo + piece : d, decay);
     }
 }
 

@@ -573,7 +573,7 @@ static void run_feedback(st_dtype dt, float scale)
         for (size_t i = 0; i < d; i++)
             delta[i] = scale * rng_normal(&r);
         memcpy(before, e, d * sizeof *e);
-        compress_feedback_add(e, delta, d);
+        compress_feedback_add(e, delta, d, 1.0f);
         for (size_t i = 0; i < d; i++)
             assert_true(bits_of(e[i]) == bits_of(before[i] + delta[i]));
         memcpy(before, e, d * sizeof *e);
@@ -629,7 +629,7 @@ static void test_feedback_large_add(void **state)
     assert_non_null(want);
     for (size_t i = 0; i < d; i++)
         want[i] = e[i] + delta[i];
-    compress_feedback_add(e, delta, d);
+    compress_feedback_add(e, delta, d, 1.0f);
     assert_memory_equal(e, want, d * sizeof *e);
     free(e);
     free(delta);
