@@ -32,6 +32,7 @@ void coord_config_defaults(coord_config *cfg) {
     snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
+    cfg->comp_decay = 1.0;
     cfg->keep_changes = -1;
     cfg->round_s = 30;
     cfg->task_bytes = 65536;
@@ -145,7 +146,7 @@ static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "b
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
-                                               "round_s", NULL};
+                                               "round_s", "block", "decay", NULL};
 static const char *const MODES[] = {"sync", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", NULL};
 /* "dense" is the older name of "none". */
@@ -226,7 +227,11 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_int(comp, "second_round", "compression.second_round", 0,
                           COORD_MAX_SECOND_ROUND, &cfg->second_round, err)) ||
             (rc = get_int(comp, "round_s", "compression.round_s", 1, 3600, &cfg->round_s,
-                          err)))
+                          err)) ||
+            (rc = get_int(comp, "block", "compression.block", 0, UINT32_MAX, &cfg->comp_block,
+                          err)) ||
+            (rc = get_real(comp, "decay", "compression.decay", 0, 1, 1, 0, &cfg->comp_decay,
+                           err)))
             return rc;
         if (strcmp(cfg->compression_kind, "dense") == 0)
             snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
@@ -294,6 +299,10 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
                                                                              : 1000;
     if (cfg->comp_seed < 0) cfg->comp_seed = cfg->seed;
     if (strcmp(kind, "none") == 0) {
+        if (cfg->comp_block > 0 || cfg->comp_decay != 1.0)
+            return vl_fail(err, VL_EINVAL, "config: compression.block (topk) and "
+                                           "compression.decay (topk, gaussk) do not apply to "
+                                           "uncompressed runs");
         cfg->comp_k = cfg->comp_cols = cfg->apply_k = 0;
         return VL_OK;
     }
@@ -324,6 +333,12 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
                                        "parameters of the model", (long long)cfg->comp_k,
                        (long long)n);
     if (cfg->apply_k > n) cfg->apply_k = n;
+    if (cfg->comp_block > 0 && strcmp(kind, "topk") != 0)
+        return vl_fail(err, VL_EINVAL, "config: compression.block is for topk runs (this one "
+                                       "is %s)", kind);
+    if (cfg->comp_decay != 1.0 && strcmp(kind, "topk") != 0 && strcmp(kind, "gaussk") != 0)
+        return vl_fail(err, VL_EINVAL, "config: compression.decay is for topk and gaussk runs, "
+                                       "whose peers keep a residual (this one is %s)", kind);
     if (cfg->second_round > 0 && strcmp(kind, "sketch") != 0)
         return vl_fail(err, VL_EINVAL, "config: compression.second_round is for sketch runs "
                                        "(this one is %s)", kind);
@@ -457,7 +472,7 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     json_t *root = json_pack(
         "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
         " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f},"
         " s:I, s:I, s:I, s:I, s:I, s:I}",
         "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
         "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
@@ -471,7 +486,8 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
         (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",
         (json_int_t)cfg->apply_k, "second_round", (json_int_t)cfg->second_round, "round_s",
-        (json_int_t)cfg->round_s, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
+        (json_int_t)cfg->round_s, "block", (json_int_t)cfg->comp_block, "decay",
+        cfg->comp_decay, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
         "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
         (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
         "keep_changes", (json_int_t)cfg->keep_changes);

@@ -53,6 +53,11 @@ typedef struct coord_config {
      * values the round's peers are asked for, for round_s seconds. */
     int64_t second_round;
     int64_t round_s;
+    /* topk: block > 0 shares k out over slices of about block coordinates
+     * (compress_topk_blocks); topk and gaussk: the peers' residual decays
+     * by comp_decay per task (1: classic error feedback). */
+    int64_t comp_block;
+    double comp_decay;
     int64_t task_bytes;
     int64_t lease_s;
     int64_t max_body_bytes;

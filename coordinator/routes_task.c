@@ -26,7 +26,7 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     return json_pack(
         "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:f, s:I, s:I}, s:I}",
+        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
         "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
         (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
@@ -36,7 +36,8 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         "kind", c->compression_kind, "dtype", c->compression_dtype, "k", (json_int_t)c->comp_k,
         "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",
         (json_int_t)c->comp_seed, "second_round", (json_int_t)c->second_round, "round_s",
-        (json_int_t)c->round_s, "selsync", "delta", 0.0,
+        (json_int_t)c->round_s, "block", (json_int_t)c->comp_block, "decay", c->comp_decay,
+        "selsync", "delta", 0.0,
         "h_min", (json_int_t)tr->steps, "h_max", (json_int_t)tr->steps, "deadline",
         (json_int_t)t->deadline);
 }

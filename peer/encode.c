@@ -1,6 +1,7 @@
 /* Turning a task's delta into the update the run asked for. topk and
  * gaussk keep an error-feedback residual across tasks, so coordinates that
- * were not sent this time are sent later instead of being lost; a sketch
+ * were not sent this time are sent later instead of being lost (faded by
+ * the run's decay, when it has one); a sketch
  * needs no state on the peer (the coordinator keeps it, FetchSGD). */
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,11 @@ int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_updat
         size_t cap = k->method == PEER_METHOD_GAUSSK ? COMPRESS_GAUSSK_CAP(want) : want;
         int rc = ensure_feedback(t, cap, err);
         if (rc) return rc;
-        compress_feedback_add(t->residual, t->delta, n);
+        compress_feedback_add(t->residual, t->delta, n, k->comp_decay);
         size_t nnz = 0;
         rc = k->method == PEER_METHOD_TOPK
-                 ? compress_topk(t->residual, n, want, t->sel_idx, &nnz, err)
+                 ? compress_topk_blocks(t->residual, n, want, (size_t)k->comp_block, t->sel_idx,
+                                        &nnz, err)
                  : compress_gaussk(t->residual, n, want, t->sel_idx, &nnz, NULL, err);
         if (rc) {
             /* The delta stays in the residual: nothing of it is lost. */

@@ -148,6 +148,7 @@ typedef struct loop {
      * lease again until its deadline; retraining it would be wasted work. */
     struct { int64_t task_id, deadline; } finished[FINISHED_RING];
     int nfinished;
+    char comp_desc[160]; /* the compression last logged */
 } loop;
 
 static void remember(loop *L, const peer_task *k) {
@@ -405,6 +406,12 @@ static int one_task(loop *L, vl_error *err) {
         log_debug("task %lld offered again; waiting for its lease to end", (long long)k.task_id);
         if (peer_sleep(left < 1 ? 1 : left > 30 ? 30 : left)) return PEER_ESTOPPED;
         return STEP_AGAIN;
+    }
+    char desc[sizeof L->comp_desc];
+    peer_task_describe_compression(&k, desc, sizeof desc);
+    if (strcmp(desc, L->comp_desc) != 0) {
+        log_info("compression: %s", desc);
+        memcpy(L->comp_desc, desc, sizeof desc);
     }
     if ((rc = fetch_model(L, &k, err))) {
         if (rc == STEP_AGAIN) remember(L, &k);

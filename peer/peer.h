@@ -139,6 +139,8 @@ typedef struct peer_task {
     peer_method method;
     st_dtype dtype;       /* F32 or F16 values */
     int64_t comp_k;       /* topk/gaussk: entries to send */
+    int64_t comp_block;   /* topk: 0, or k shared out over slices of this size */
+    float comp_decay;     /* topk/gaussk: residual decay per task, (0, 1] */
     uint32_t comp_rows, comp_cols; /* sketch shape */
     uint64_t comp_seed;   /* sketch hash seed */
     int second_round;     /* sketch: P > 0 when the run asks for exact values */
@@ -160,6 +162,10 @@ typedef struct peer_task {
  * h_min = h_max = steps); unknown fields are ignored. On failure err names
  * the offending field and out is unspecified. */
 int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) VL_MUST_CHECK;
+
+/* One line naming the task's compression ("topk k=2918 F16, blocks of
+ * 512, residual decay 0.9"), for the log. */
+void peer_task_describe_compression(const peer_task *t, char *out, size_t cap);
 
 /* Checks that a task fits a model: context <= block_size, and a byte
  * vocabulary (vocab_size >= 256) since the data bytes are the tokens. */

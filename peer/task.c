@@ -174,6 +174,20 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     if (t->method != PEER_METHOD_NONE) {
         if ((rc = get_int(cmp, "compression", "k", 1, UINT32_MAX, &t->comp_k, err))) return rc;
     }
+    /* Optional: without them a peer runs plain top-k and classic error
+     * feedback, as coordinators that predate them expect. */
+    t->comp_block = 0;
+    t->comp_decay = 1.0f;
+    if (t->method == PEER_METHOD_TOPK && json_object_get(cmp, "block") &&
+        (rc = get_int(cmp, "compression", "block", 0, UINT32_MAX, &t->comp_block, err)))
+        return rc;
+    if (t->method == PEER_METHOD_TOPK || t->method == PEER_METHOD_GAUSSK) {
+        double decay = 1.0;
+        if (json_object_get(cmp, "decay") &&
+            (rc = get_real(cmp, "compression", "decay", 0, 1, 1, 0, &decay, err)))
+            return rc;
+        t->comp_decay = (float)decay;
+    }
     if (t->method == PEER_METHOD_SKETCH) {
         if ((rc = get_int(cmp, "compression", "rows", 1, COMPRESS_SKETCH_MAX_ROWS, &v, err)))
             return rc;
@@ -285,4 +299,28 @@ int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *e
     out->n_head = (int)v[3];
     out->n_embd = (int)v[4];
     return VL_OK;
+}
+
+void peer_task_describe_compression(const peer_task *t, char *out, size_t cap) {
+    const char *dt = t->dtype == ST_F16 ? "F16" : "F32";
+    switch (t->method) {
+    case PEER_METHOD_NONE:
+        snprintf(out, cap, "dense %s", dt);
+        return;
+    case PEER_METHOD_SKETCH:
+        snprintf(out, cap, "sketch %u x %u %s, seed %llu%s", t->comp_rows, t->comp_cols, dt,
+                 (unsigned long long)t->comp_seed, t->second_round ? ", second round" : "");
+        return;
+    case PEER_METHOD_TOPK:
+    case PEER_METHOD_GAUSSK: {
+        char blocks[48] = "";
+        if (t->comp_block > 0)
+            snprintf(blocks, sizeof blocks, ", blocks of %lld", (long long)t->comp_block);
+        snprintf(out, cap, "%s k=%lld %s%s, residual decay %g",
+                 t->method == PEER_METHOD_TOPK ? "topk" : "gaussk", (long long)t->comp_k, dt,
+                 blocks, (double)t->comp_decay);
+        return;
+    }
+    }
+    snprintf(out, cap, "unknown");
 }

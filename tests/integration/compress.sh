@@ -2,7 +2,8 @@
 # A compressed run end to end (KIND = topk, gaussk or sketch): bad
 # compressed updates and delta requests are refused with their codes and
 # change nothing; real peers then train the run to its end uploading that
-# kind, catch up by delta instead of downloading the model, and the
+# kind (topk over slices of 256, topk and gaussk with a decaying residual,
+# which the peers must report using), catch up by delta instead of downloading the model, and the
 # coordinator stores one sparse change per version, pruning old ones.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
@@ -10,7 +11,12 @@ KIND=${1:?usage: compress.sh topk|gaussk|sketch}
 VERSIONS=6
 case "$KIND" in
   sketch) comp='"compression": {"kind": "sketch", "ratio": 20, "rows": 3, "seed": 99},' ;;
-  *) comp="\"compression\": {\"kind\": \"$KIND\", \"ratio\": 20, \"dtype\": \"F16\"}," ;;
+  # topk over slices, both with a decaying residual; the peers must say
+  # they use what the run configured.
+  topk) comp='"compression": {"kind": "topk", "ratio": 20, "dtype": "F16", "block": 256,
+              "decay": 0.9},' ;;
+  *) comp="\"compression\": {\"kind\": \"$KIND\", \"ratio\": 20, \"dtype\": \"F16\",
+           \"decay\": 0.9}," ;;
 esac
 it_setup "itcomp-$KIND" $VERSIONS 2 "$comp \"keep_changes\": 3,"
 it_start_coordinator
@@ -46,6 +52,13 @@ maxb=$(q 'SELECT max(nbytes) FROM updates')
 [ "$(q 'SELECT group_concat(version) FROM changes ORDER BY version')" = "4,5,6" ] \
   || fail "stored changes are $(q 'SELECT group_concat(version) FROM changes')"
 grep -q "by delta" peer1.log peer2.log || fail "no peer caught up by delta"
+if [ "$KIND" != sketch ]; then
+  for i in 1 2; do
+    want="compression: $KIND k=[0-9]* F16, residual decay 0.9"
+    [ "$KIND" = topk ] && want="compression: topk k=[0-9]* F16, blocks of 256, residual decay 0.9"
+    grep -q "$want" "peer$i.log" || fail "peer $i does not use the run's blocks and decay"
+  done
+fi
 v0=$(q 'SELECT val_loss FROM versions WHERE version = 0')
 vN=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
 awk -v a="$v0" -v b="$vN" 'BEGIN { exit !(b < a) }' || fail "validation loss did not fall ($v0 -> $vN)"

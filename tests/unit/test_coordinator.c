@@ -435,6 +435,40 @@ static void test_config_compression(void **state) {
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"none\"}}", &cfg, &e), VL_OK);
     assert_int_equal(coord_config_round_candidates(&cfg), 0);
+    /* Block top-k and residual decay: classic by default, kept through
+     * normalisation, refused where the kind has no use for them. */
+    assert_int_equal(cfg.comp_block, 0);
+    assert_true(cfg.comp_decay == 1.0);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"topk\", \"ratio\": 100, \"block\": 512, "
+                           "\"decay\": 0.9}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.comp_block, 512);
+    assert_true(cfg.comp_decay == 0.9);
+    json = coord_config_to_json(&cfg, 1);
+    assert_non_null(strstr(json, "\"block\":512"));
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"gaussk\", \"ratio\": 100, \"decay\": 0.5}}", &cfg, &e),
+                     VL_OK);
+    static const char *const bad_fb[][2] = {
+        {"{\"kind\": \"gaussk\", \"ratio\": 100, \"block\": 512}", "block is for topk"},
+        {"{\"kind\": \"sketch\", \"ratio\": 100, \"block\": 512}", "block is for topk"},
+        {"{\"kind\": \"sketch\", \"ratio\": 100, \"decay\": 0.9}", "decay is for topk"},
+        {"{\"kind\": \"none\", \"decay\": 0.9}", "do not apply to uncompressed"},
+        {"{\"kind\": \"topk\", \"ratio\": 100, \"decay\": 0}", "compression.decay"},
+        {"{\"kind\": \"topk\", \"ratio\": 100, \"decay\": 1.5}", "compression.decay"},
+        {"{\"kind\": \"topk\", \"ratio\": 100, \"block\": -1}", "compression.block"},
+        {"{\"kind\": \"topk\", \"ratio\": 100, \"block\": 1.5}", "compression.block"},
+    };
+    for (size_t i = 0; i < sizeof bad_fb / sizeof bad_fb[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"name\": \"d\", \"corpus\": \"c\", \"compression\": %s}",
+                 bad_fb[i][0]);
+        assert_int_equal(parse(text, &cfg, &e), VL_EINVAL);
+        if (!strstr(e.msg, bad_fb[i][1])) fail_msg("'%s' lacks '%s'", e.msg, bad_fb[i][1]);
+    }
     /* "dense" is the older name of "none". */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"dense\"}}", &cfg, &e), VL_OK);

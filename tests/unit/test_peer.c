@@ -279,6 +279,16 @@ static void test_task_compression(void **state) {
     assert_int_equal(t.method, PEER_METHOD_TOPK);
     assert_int_equal(t.kind, COMPRESS_TOPK);
     assert_int_equal(t.comp_k, 100);
+    /* Without block and decay: plain top-k, classic feedback. */
+    assert_int_equal(t.comp_block, 0);
+    assert_true(t.comp_decay == 1.0f);
+    free(s);
+    s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
+                  "{\"kind\": \"topk\", \"dtype\": \"F16\", \"k\": 100, \"block\": 512, "
+                  "\"decay\": 0.9}");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_int_equal(t.comp_block, 512);
+    assert_true(t.comp_decay == 0.9f);
     free(s);
     s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
                   "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
@@ -304,6 +314,14 @@ static void test_task_compression(void **state) {
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 15, "
          "\"cols\": 268435456, \"seed\": 1}", "too large"},
         {"{\"kind\": \"randk\", \"dtype\": \"F32\"}", "not supported"},
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"block\": -2}",
+         "compression.block"},
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": 0}",
+         "compression.decay"},
+        {"{\"kind\": \"gaussk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": 1.01}",
+         "compression.decay"},
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": \"x\"}",
+         "compression.decay"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
          "\"cols\": 5, \"seed\": 1, \"second_round\": 2}", "compression.round_s"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
@@ -526,6 +544,7 @@ static peer_task tiny_task(int steps) {
     t.seed = 7;
     t.kind = COMPRESS_DENSE;
     t.dtype = ST_F32;
+    t.comp_decay = 1.0f;
     t.h_min = steps;
     return t;
 }
@@ -683,6 +702,44 @@ static void test_encode_feedback(void **state) {
     }
     for (size_t i = 0; i < n; i++)
         assert_true(fabs(sent[i] + tr.residual[i] - total[i]) < 1e-5);
+    /* Block top-k with a decaying residual: every slice gets its share,
+     * and sent + residual is exactly decay * old residual + delta. */
+    k.method = PEER_METHOD_TOPK;
+    k.comp_block = 64;
+    k.comp_decay = 0.5f;
+    float *input = malloc(n * sizeof *input);
+    assert_non_null(input);
+    for (size_t i = 0; i < n; i++) {
+        tr.delta[i] = 0.01f * rng_normal(&r);
+        input[i] = 0.5f * tr.residual[i] + tr.delta[i];
+    }
+    buf_reset(&b);
+    assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
+    {
+        compress_update u;
+        assert_int_equal(compress_update_decode(b.data, b.len, n, &u, NULL, &e), VL_OK);
+        assert_int_equal(u.nnz, (size_t)k.comp_k);
+        float *acc = calloc(n, sizeof *acc);
+        assert_non_null(acc);
+        assert_int_equal(compress_update_accumulate(&u, 1.0f, acc, n, &e), VL_OK);
+        for (size_t i = 0; i < n; i++) assert_true(acc[i] + tr.residual[i] == input[i]);
+        size_t nb = compress_blocks_count(n, (size_t)k.comp_k, 64);
+        assert_true(nb > 1);
+        size_t j = 0;
+        for (size_t q = 0; q < nb; q++) {
+            size_t lo, len, share, at, got = 0;
+            compress_blocks_span(n, (size_t)k.comp_k, nb, q, &lo, &len, &share, &at);
+            for (; j < u.nnz; j++, got++) {
+                uint32_t ix;
+                memcpy(&ix, u.indices->data + 4 * j, sizeof ix);
+                if (ix >= lo + len) break;
+            }
+            assert_int_equal(got, share);
+        }
+        free(acc);
+        compress_update_free(&u);
+    }
+    free(input);
     /* Sketch: the upload holds the sketch of exactly this delta. */
     k.method = PEER_METHOD_SKETCH;
     k.kind = COMPRESS_SKETCH;
