@@ -27,7 +27,9 @@
 /* Hot loops are built for AVX-512, AVX2 and the baseline, picked when the
  * library loads; elsewhere they are plain functions. */
 
-#define GK_PAR_MIN ((size_t)1 << 20)
+/* From a quarter million values on, two threads already pay: the pass
+ * is short, but so is waking a thread. */
+#define GK_PAR_MIN ((size_t)1 << 18)
 #define GK_MAX_CHUNKS 64
 /* Moments are summed per fixed block and the blocks in order, so the
  * threshold does not depend on the thread count. */
