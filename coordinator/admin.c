@@ -97,8 +97,10 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     /* The run and its first version appear together or not at all. */
     rc = storage_begin(db, err);
     if (rc == VL_OK) rc = storage_run_insert(db, &run, err);
-    if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, cfg.keep_versions,
-                                                   cfg.keep_changes, 0, err);
+    storage_commit_opts opts = {.keep_versions = cfg.keep_versions,
+                                .keep_changes = cfg.keep_changes,
+                                .keep_update_blobs = cfg.keep_update_blobs};
+    if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
     if (rc == VL_OK)

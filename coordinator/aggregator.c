@@ -8,6 +8,7 @@
 #include "compress/compress.h"
 #include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
+#include "coordinator/scheduler.h"
 
 /* Validation batches are 8 windows of block_size bytes (protocol.md). */
 #define VAL_BATCH 8
@@ -65,8 +66,10 @@ typedef struct merge_ctx {
     compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
     int64_t *ids;
     size_t n_ids, cap;
-    double samples;      /* Σ nᵢ */
+    double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
+    int64_t version;     /* the version being merged from */
+    size_t stale;        /* updates based on an older version */
     coord_round_acc *round; /* sketch runs with a second round, else NULL */
     vl_error *err;
 } merge_ctx;
@@ -89,23 +92,33 @@ static int merge_one(void *arg, const storage_update *u) {
     if (compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e) != VL_OK)
         return vl_fail(m->err, VL_EDB, "stored update %lld no longer decodes: %s",
                        (long long)u->id, e.msg);
-    float w = (float)u->num_samples;
+    /* FedBuff: an update's weight is its sample count times s(tau). */
+    float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness,
+                                                                      u->staleness));
     int rc = m->sk ? compress_update_accumulate_sketch(&cu, w, m->sk, m->err)
                    : compress_update_accumulate(&cu, w, m->sum, m->n_params, m->err);
     if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, w, m->err);
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
     m->ids[m->n_ids++] = u->id;
-    m->samples += (double)u->num_samples;
+    m->samples += (double)w;
     m->loss_sum += u->loss;
+    if (u->base_version < m->version) m->stale++;
     return VL_OK;
 }
 
-static float eval_val(coord_server *srv) {
+/* Validation loss of the parameters theta, on the scratch model so the
+ * served one keeps the current version's until the next is committed. */
+static float eval_val(coord_server *srv, const float *theta) {
     float loss = NAN;
     vl_error e = {0};
     const coord_corpus *c = &srv->corpus;
-    if (model_gpt_eval_bytes(srv->gpt, c->val, (size_t)c->val_len, VAL_BATCH,
+    if (!srv->eval && model_gpt_create(&srv->cfg.model, &srv->eval, &e) != VL_OK) {
+        log_warn("validation failed: %s", e.msg);
+        return NAN;
+    }
+    memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
+    if (model_gpt_eval_bytes(srv->eval, c->val, (size_t)c->val_len, VAL_BATCH,
                              srv->cfg.model.block_size, (int)srv->cfg.val_batches, &loss,
                              &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
@@ -116,7 +129,7 @@ static float eval_val(coord_server *srv) {
 
 /* Buffers of one merge, freed together. */
 typedef struct merge_bufs {
-    float *backup;   /* theta before the step */
+    float *next;     /* theta after the step */
     float *state;    /* the new optimiser state (n_state) */
     uint32_t *cand;  /* coordinates the step may have changed */
     uint32_t *idx;   /* the change */
@@ -126,7 +139,7 @@ typedef struct merge_bufs {
 } merge_bufs;
 
 static void bufs_free(merge_bufs *b) {
-    free(b->backup);
+    free(b->next);
     free(b->state);
     free(b->cand);
     free(b->idx);
@@ -145,14 +158,13 @@ static void sketch_view(compress_sketch *s, const coord_config *cfg, float *tabl
     s->table = table;
 }
 
-/* Applies the merged updates to theta (the model's parameters) according
- * to the run's compression; leaves the candidate coordinates in b->cand
- * (NULL: all of them). */
-static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_cand,
-                      vl_error *err) {
+/* Applies the merged updates to theta (a copy of the model's parameters)
+ * according to the run's compression; leaves the candidate coordinates in
+ * b->cand (NULL: all of them). */
+static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *theta,
+                      size_t *n_cand, vl_error *err) {
     const coord_config *cfg = &srv->cfg;
     size_t n = srv->n_params;
-    float *theta = model_gpt_params(srv->gpt);
     const char *kind = cfg->compression_kind;
     /* The weighted sum becomes the weighted mean, in vector or sketch. */
     if (m->sk) coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, 1.0 / m->samples);
@@ -198,6 +210,38 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, size_t *n_
     return rc;
 }
 
+/* A round's candidates on their way to the database; waiters for the
+ * round are woken once they are there. */
+typedef struct round_job {
+    coord_job job;
+    coord_server *srv;
+    storage_round r; /* candidates owned */
+    size_t n_updates;
+} round_job;
+
+static int round_run(storage *db, coord_job *job, vl_error *err) {
+    return storage_round_insert(db, &((round_job *)job)->r, err);
+}
+
+static void round_done(coord_job *job, int rc, const vl_error *err) {
+    round_job *j = (round_job *)job;
+    coord_server *srv = j->srv;
+    srv->opening_round = 0;
+    if (rc != VL_OK) {
+        log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
+                  err->msg);
+        coord_arm_round_timer(srv, MERGE_RETRY_S);
+    } else {
+        log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
+                 "updates for %lld s", (long long)j->r.version, j->r.n, j->n_updates,
+                 (long long)srv->cfg.round_s);
+        coord_wake_waiters(srv);
+        coord_arm_round_timer(srv, (double)srv->cfg.round_s);
+    }
+    free(j->r.candidates);
+    free(j);
+}
+
 /* Opens the second round of the current version: the candidates are the
  * heavy hitters of E after this round's accumulation, computed on copies
  * (nothing of the state changes until the version is made). */
@@ -236,14 +280,21 @@ static int open_round(coord_server *srv, vl_error *err) {
     if (rc == VL_OK && got == 0)
         rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {
-        int64_t now = clock_unix_s();
-        storage_round r = {.version = srv->version, .n = got, .candidates = b.cand,
-                           .opened_at = now, .deadline = now + cfg->round_s};
-        rc = storage_round_insert(srv->db, &r, err);
-        if (rc == VL_OK)
-            log_info("version %lld: second round open, %zu candidates, asking the peers of "
-                     "its %zu updates for %lld s", (long long)srv->version, got, m.n_ids,
-                     (long long)cfg->round_s);
+        round_job *j = calloc(1, sizeof *j);
+        if (!j) {
+            rc = vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
+        } else {
+            int64_t now = clock_unix_s();
+            j->job.run = round_run;
+            j->job.done = round_done;
+            j->srv = srv;
+            j->n_updates = m.n_ids;
+            j->r = (storage_round){.version = srv->version, .n = got, .candidates = b.cand,
+                                   .opened_at = now, .deadline = now + cfg->round_s};
+            b.cand = NULL; /* the job's now */
+            srv->opening_round = 1;
+            coord_writer_submit(srv->writer, &j->job);
+        }
     }
     free(m.ids);
     bufs_free(&b);
@@ -251,13 +302,9 @@ static int open_round(coord_server *srv, vl_error *err) {
 }
 
 int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
+    if (srv->opening_round) return 0; /* its job re-arms the timer */
     int rc = storage_round_get(srv->db, srv->version, r, err);
-    if (rc == VL_ENOTFOUND) {
-        if ((rc = open_round(srv, err)) != VL_OK) return rc;
-        coord_wake_waiters(srv);
-        coord_arm_round_timer(srv, srv->cfg.round_s);
-        return 0;
-    }
+    if (rc == VL_ENOTFOUND) return open_round(srv, err) == VL_OK ? 0 : VL_ERR;
     if (rc != VL_OK) return rc;
     int64_t have = 0;
     if ((rc = storage_round_values_count(srv->db, srv->version, &have, err)) != VL_OK) {
@@ -273,17 +320,94 @@ int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl
     return 1;
 }
 
-int coord_merge_if_ready(coord_server *srv, vl_error *err) {
-    if (srv->finished) return 0;
-    int64_t done = 0;
-    int rc = storage_task_count_done(srv->db, srv->version, &done, err);
+/* A computed version on its way to the database. */
+typedef struct merge_job {
+    coord_job job;
+    coord_server *srv;
+    merge_bufs b;
+    merge_ctx m;
+    storage_version ver;
+    storage_commit_opts opts;
+    size_t stale;
+} merge_job;
+
+static int merge_run(storage *db, coord_job *job, vl_error *err) {
+    merge_job *j = (merge_job *)job;
+    return storage_version_commit(db, &j->ver, j->m.ids, j->m.n_ids, &j->opts, err);
+}
+
+static void merge_job_free(merge_job *j) {
+    free(j->m.sum);
+    free(j->m.ids);
+    bufs_free(&j->b);
+    free(j);
+}
+
+static void merge_done(coord_job *job, int rc, const vl_error *err) {
+    merge_job *j = (merge_job *)job;
+    coord_server *srv = j->srv;
+    srv->merging = 0;
+    if (rc != VL_OK) {
+        log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
+                  MERGE_RETRY_S, err->msg);
+        merge_job_free(j);
+        coord_schedule_merge_in(srv, MERGE_RETRY_S);
+        return;
+    }
+    /* Committed: the served model, optimiser state and version move on. */
+    memcpy(model_gpt_params(srv->gpt), j->b.next, srv->n_params * sizeof(float));
+    float *old = srv->momentum;
+    srv->momentum = j->b.state;
+    j->b.state = old;
+    srv->version = j->ver.version;
+    srv->version_created_at = j->ver.created_at;
+    srv->finished = j->opts.finished;
+    if (srv->model_blob) {
+        coord_blob_unref(srv->model_blob);
+        srv->model_blob = NULL;
+    }
+    log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates of which %zu stale, %zu "
+             "coordinates changed)%s", (long long)j->ver.version, j->ver.val_loss,
+             j->ver.train_loss, j->m.n_ids, j->m.stale, j->ver.change_nnz,
+             srv->finished ? "; the run is finished" : "");
+    merge_job_free(j);
+    coord_wake_waiters(srv);
+    coord_arm_lease_timer(srv);
+    /* In an async run the next buffer may be full already. */
+    coord_schedule_merge(srv);
+}
+
+/* Whether the waiting updates are due; when they are not but a sync
+ * deadline will make them so, a merge is scheduled for then. */
+static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
+    int64_t unmerged = 0;
+    *done = 0;
+    int rc = storage_update_count_unmerged(srv->db, &unmerged, err);
+    if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
     if (rc != VL_OK) return rc;
-    if (done < srv->cfg.updates_per_version) return 0;
+    const coord_config *cfg = &srv->cfg;
+    int64_t age = clock_unix_s() - srv->version_created_at;
+    int async = coord_config_is_async(cfg);
+    if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
+                              cfg->round_deadline_s))
+        return 1;
+    if (!async && cfg->round_deadline_s > 0 && unmerged > 0)
+        coord_schedule_merge_in(srv, (double)(cfg->round_deadline_s - age) + 0.05);
+    return 0;
+}
+
+int coord_merge_if_ready(coord_server *srv, vl_error *err) {
+    if (srv->finished || srv->merging) return 0;
+    int64_t done = 0;
+    int rc = merge_due(srv, &done, err);
+    if (rc <= 0) return rc;
     storage_round rnd;
     memset(&rnd, 0, sizeof rnd);
     coord_round_acc racc;
     memset(&racc, 0, sizeof racc);
-    if (coord_config_round_candidates(&srv->cfg) > 0) {
+    /* A second round is for the current version's own updates; one closed
+     * by a deadline before they all came has none. */
+    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
         rc = coord_round_ready(srv, done, &rnd, err);
         if (rc <= 0) return rc;
         rc = coord_round_acc_init(&racc, srv, &rnd, err);
@@ -295,89 +419,78 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
 
     size_t n = srv->n_params;
     int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
-    merge_ctx m = {.cfg = &srv->cfg, .n_params = n, .err = err};
-    merge_bufs b;
-    memset(&b, 0, sizeof b);
-    b.backup = malloc(n * sizeof(float) + 1);
-    b.state = malloc(srv->n_state * sizeof(float) + 1);
-    b.idx = malloc(n * sizeof *b.idx + 1);
-    b.val = malloc(n * sizeof *b.val + 1);
+    merge_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        coord_round_acc_free(&racc);
+        storage_round_free(&rnd);
+        return vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
+                       (long long)srv->version);
+    }
+    merge_ctx *m = &j->m;
+    merge_bufs *b = &j->b;
+    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = err, .version = srv->version};
+    b->next = malloc(n * sizeof(float) + 1);
+    b->state = malloc(srv->n_state * sizeof(float) + 1);
+    b->idx = malloc(n * sizeof *b->idx + 1);
+    b->val = malloc(n * sizeof *b->val + 1);
     if (is_sketch) {
-        rc = compress_sketch_init(&b.sk, (uint32_t)srv->cfg.comp_rows,
+        rc = compress_sketch_init(&b->sk, (uint32_t)srv->cfg.comp_rows,
                                   (uint32_t)srv->cfg.comp_cols, (uint64_t)srv->cfg.comp_seed,
                                   err);
-        if (rc != VL_OK) goto out;
-        m.sk = &b.sk;
-        if (rnd.n) m.round = &racc;
+        if (rc != VL_OK) goto fail;
+        m->sk = &b->sk;
+        if (rnd.n) m->round = &racc;
     } else {
-        m.sum = calloc(n, sizeof(float));
+        m->sum = calloc(n, sizeof(float));
     }
-    if (!b.backup || !b.state || !b.idx || !b.val || (!is_sketch && !m.sum)) {
+    if (!b->next || !b->state || !b->idx || !b->val || (!is_sketch && !m->sum)) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
                      (long long)srv->version);
-        goto out;
+        goto fail;
     }
-    rc = storage_update_each_pending(srv->db, srv->version, merge_one, &m, err);
-    if (rc != VL_OK) goto out;
-    if ((int64_t)m.n_ids < srv->cfg.updates_per_version || m.samples <= 0) {
-        rc = vl_fail(err, VL_EDB, "version %lld has %lld done tasks but %zu stored updates",
-                     (long long)srv->version, (long long)done, m.n_ids);
-        goto out;
+    rc = storage_update_each_unmerged(srv->db, merge_one, m, err);
+    if (rc != VL_OK) goto fail;
+    if (m->n_ids == 0 || m->samples <= 0) {
+        rc = vl_fail(err, VL_EDB, "version %lld was due but no stored update could be merged",
+                     (long long)srv->version);
+        goto fail;
     }
-
-    float *theta = model_gpt_params(srv->gpt);
-    memcpy(b.backup, theta, n * sizeof(float));
-    memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
+    const float *theta = model_gpt_params(srv->gpt);
+    memcpy(b->next, theta, n * sizeof(float));
+    memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));
     size_t n_cand = 0;
-    rc = apply_step(srv, &m, &b, &n_cand, err);
-    if (rc != VL_OK) {
-        memcpy(theta, b.backup, n * sizeof(float));
-        goto out;
-    }
-    size_t nnz = coord_change(b.backup, theta, n, b.cand, n_cand, b.idx, b.val);
-    float val_loss = eval_val(srv);
-
+    rc = apply_step(srv, m, b, b->next, &n_cand, err);
+    if (rc != VL_OK) goto fail;
+    size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
     int64_t next = srv->version + 1;
-    int finished = next >= srv->cfg.max_versions;
-    storage_version ver = {.version = next, .created_at = clock_unix_s(), .params = theta,
-                           .momentum = b.state, .n = n, .n_state = srv->n_state,
-                           .val_loss = val_loss, .train_loss = m.loss_sum / (double)m.n_ids,
-                           .num_updates = (int64_t)m.n_ids, .has_change = 1,
-                           .change_idx = b.idx, .change_val = b.val, .change_nnz = nnz};
-    rc = storage_version_commit(srv->db, &ver, m.ids, m.n_ids, srv->cfg.keep_versions,
-                                srv->cfg.keep_changes, finished, err);
-    if (rc != VL_OK) {
-        /* Memory goes back to the committed state, so what is served stays
-         * what the database holds. */
-        memcpy(theta, b.backup, n * sizeof(float));
-        goto out;
-    }
-    float *old = srv->momentum;
-    srv->momentum = b.state;
-    b.state = old;
-    srv->version = next;
-    srv->finished = finished;
-    if (srv->model_blob) {
-        coord_blob_unref(srv->model_blob);
-        srv->model_blob = NULL;
-    }
-    log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates, %zu coordinates "
-             "changed)%s", (long long)next, (double)val_loss, ver.train_loss, m.n_ids, nnz,
-             finished ? "; the run is finished" : "");
-    if (m.round)
+    j->job.run = merge_run;
+    j->job.done = merge_done;
+    j->srv = srv;
+    j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
+                               .momentum = b->state, .n = n, .n_state = srv->n_state,
+                               .val_loss = eval_val(srv, b->next),
+                               .train_loss = m->loss_sum / (double)m->n_ids,
+                               .num_updates = (int64_t)m->n_ids, .has_change = 1,
+                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz};
+    j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
+                                    .keep_changes = srv->cfg.keep_changes,
+                                    .keep_update_blobs = srv->cfg.keep_update_blobs,
+                                    .finished = next >= srv->cfg.max_versions,
+                                    .expire_old_leases = !coord_config_is_async(&srv->cfg)};
+    if (m->round)
         log_info("version %lld: second round used %zu reported and %zu estimated updates over "
                  "%zu candidates", (long long)next, racc.reported, racc.estimated, racc.n_cand);
-    rc = 1;
-out:
-    free(m.sum);
-    free(m.ids);
-    bufs_free(&b);
+    m->err = NULL; /* err was the caller's */
+    m->round = NULL;
     coord_round_acc_free(&racc);
     storage_round_free(&rnd);
-    if (rc == 1) {
-        coord_wake_waiters(srv);
-        coord_arm_lease_timer(srv);
-    }
+    srv->merging = 1;
+    coord_writer_submit(srv->writer, &j->job);
+    return 1;
+fail:
+    coord_round_acc_free(&racc);
+    storage_round_free(&rnd);
+    merge_job_free(j);
     return rc;
 }
 
@@ -391,13 +504,11 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg) {
     if (rc < 0) {
         log_error("merge of version %lld failed, retrying in %d s: %s",
                   (long long)srv->version, MERGE_RETRY_S, err.msg);
-        struct timeval tv = {MERGE_RETRY_S, 0};
-        srv->merge_scheduled = 1;
-        evtimer_add(srv->merge_event, &tv);
+        coord_schedule_merge_in(srv, MERGE_RETRY_S);
     }
 }
 
-void coord_schedule_merge(coord_server *srv) {
+void coord_schedule_merge_in(coord_server *srv, double delay_s) {
     if (!srv->merge_event) {
         srv->merge_event = evtimer_new(srv->base, merge_cb, srv);
         if (!srv->merge_event) {
@@ -405,10 +516,30 @@ void coord_schedule_merge(coord_server *srv) {
             return;
         }
     }
-    if (srv->merge_scheduled) return;
+    if (delay_s < 0) delay_s = 0;
+    struct timeval tv = {(time_t)delay_s, (suseconds_t)((delay_s - (double)(time_t)delay_s) * 1e6)};
+    /* A sooner check already pending stays; a later one is brought forward. */
+    if (srv->merge_scheduled) {
+        struct timeval left;
+        if (evtimer_pending(srv->merge_event, &left)) {
+            struct timeval now;
+            evutil_gettimeofday(&now, NULL);
+            struct timeval want;
+            evutil_timeradd(&now, &tv, &want);
+            if (evutil_timercmp(&left, &want, <=)) return;
+        }
+    }
+    srv->merge_scheduled = 1;
+    evtimer_del(srv->merge_event);
+    evtimer_add(srv->merge_event, &tv);
+}
+
+void coord_schedule_merge(coord_server *srv) {
     /* A few milliseconds let the 202 that completed the version leave
      * before the merge holds the loop. */
-    struct timeval tv = {0, 5000};
-    srv->merge_scheduled = 1;
-    evtimer_add(srv->merge_event, &tv);
+    coord_schedule_merge_in(srv, 0.005);
+}
+
+void coord_note_update(coord_server *srv) {
+    coord_schedule_merge(srv);
 }

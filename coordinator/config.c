@@ -35,6 +35,10 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->comp_decay = 1.0;
     cfg->keep_changes = -1;
     cfg->round_s = 30;
+    cfg->staleness = (coord_staleness){.fn = COORD_STALE_POLYNOMIAL, .a = 0.5, .b = 4,
+                                       .max = 16};
+    cfg->selsync_h_min = -1;
+    cfg->keep_update_blobs = -1;
     cfg->task_bytes = 65536;
     cfg->lease_s = 120;
     cfg->max_body_bytes = 67108864;
@@ -138,7 +142,11 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 static const char *const TOP_KEYS[] = {
     "name", "corpus", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "lease_s",
-    "max_body_bytes", "val_batches", "keep_versions", "keep_changes", NULL};
+    "max_body_bytes", "val_batches", "keep_versions", "keep_changes", "staleness",
+    "round_deadline_s", "selsync", "keep_update_blobs", NULL};
+static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
+static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
+static const char *const STALE_FNS[] = {"polynomial", "hinge", "constant", NULL};
 static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
                                          "n_embd", NULL};
 static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
@@ -147,7 +155,7 @@ static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
-static const char *const MODES[] = {"sync", NULL};
+static const char *const MODES[] = {"sync", "async", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", NULL};
 /* "dense" is the older name of "none". */
 static const char *const KINDS[] = {"none", "dense", "topk", "gaussk", "sketch", NULL};
@@ -165,12 +173,63 @@ static int check_name(const char *name, vl_error *err) {
     return VL_OK;
 }
 
+static const char *stale_fn_name(coord_stale_fn f) {
+    return f == COORD_STALE_HINGE ? "hinge" : f == COORD_STALE_CONSTANT ? "constant" : "polynomial";
+}
+
+/* The staleness and selsync sections (selsync.h_min is checked against
+ * train.steps once both are known). */
+static int parse_merging(json_t *root, coord_config *cfg, vl_error *err) {
+    int rc;
+    json_t *st, *ss;
+    if ((rc = get_obj(root, "staleness", &st, err)) || (rc = get_obj(root, "selsync", &ss, err)))
+        return rc;
+    if (st) {
+        char fn[16] = "";
+        if ((rc = check_keys(st, "staleness", STALENESS_KEYS, err)) ||
+            (rc = get_str(st, "function", "staleness.function", fn, sizeof fn, STALE_FNS,
+                          err)) ||
+            (rc = get_real(st, "a", "staleness.a", 0, 0, 100, 0, &cfg->staleness.a, err)) ||
+            (rc = get_int(st, "b", "staleness.b", 0, 1000000, &cfg->staleness.b, err)) ||
+            (rc = get_int(st, "max", "staleness.max", 0, 1000000, &cfg->staleness.max, err)))
+            return rc;
+        if (fn[0])
+            cfg->staleness.fn = strcmp(fn, "hinge") == 0      ? COORD_STALE_HINGE
+                                : strcmp(fn, "constant") == 0 ? COORD_STALE_CONSTANT
+                                                              : COORD_STALE_POLYNOMIAL;
+    }
+    if (ss) {
+        if ((rc = check_keys(ss, "selsync", SELSYNC_KEYS, err)) ||
+            (rc = get_real(ss, "delta", "selsync.delta", 0, 0, 1e9, 0, &cfg->selsync_delta,
+                           err)) ||
+            (rc = get_int(ss, "h_min", "selsync.h_min", 1, 100000, &cfg->selsync_h_min, err)))
+            return rc;
+    }
+    return get_int(root, "round_deadline_s", "round_deadline_s", 0, 7 * 86400,
+                   &cfg->round_deadline_s, err);
+}
+
+double coord_staleness_weight(const coord_staleness *s, int64_t tau) {
+    if (tau < 0) tau = 0;
+    switch (s->fn) {
+    case COORD_STALE_CONSTANT: return 1.0;
+    case COORD_STALE_HINGE:
+        return tau <= s->b ? 1.0 : 1.0 / (s->a * (double)(tau - s->b) + 1.0);
+    case COORD_STALE_POLYNOMIAL: break;
+    }
+    return pow(1.0 + (double)tau, -s->a);
+}
+
+int coord_config_is_async(const coord_config *cfg) {
+    return strcmp(cfg->mode, "async") == 0;
+}
+
 static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
     int rc;
     json_t *model, *train, *outer, *comp;
     if ((rc = get_obj(root, "model", &model, err)) || (rc = get_obj(root, "train", &train, err)) ||
         (rc = get_obj(root, "outer", &outer, err)) ||
-        (rc = get_obj(root, "compression", &comp, err)))
+        (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)))
         return rc;
     if (model) {
         if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
@@ -390,6 +449,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                       err)) ||
         (rc = get_int(root, "keep_changes", "keep_changes", 1, 100000000, &cfg->keep_changes,
                       err)) ||
+        (rc = get_int(root, "keep_update_blobs", "keep_update_blobs", 1, 100000000,
+                      &cfg->keep_update_blobs, err)) ||
         (rc = parse_sections(root, cfg, err)))
         goto out;
     vl_error merr = {0};
@@ -415,7 +476,30 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                                      "(%d)", cfg->model.block_size + 1);
         goto out;
     }
+    if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;
+    if (cfg->selsync_h_min > cfg->train.steps) {
+        rc = vl_fail(err, VL_EINVAL, "config: selsync.h_min (%lld) exceeds train.steps (%lld), "
+                                     "which is H_max", (long long)cfg->selsync_h_min,
+                     (long long)cfg->train.steps);
+        goto out;
+    }
+    if (cfg->keep_update_blobs < 0) cfg->keep_update_blobs = cfg->keep_versions;
+    if (cfg->staleness.fn == COORD_STALE_HINGE && cfg->staleness.b > cfg->staleness.max) {
+        rc = vl_fail(err, VL_EINVAL, "config: staleness.b (%lld) exceeds staleness.max (%lld)",
+                     (long long)cfg->staleness.b, (long long)cfg->staleness.max);
+        goto out;
+    }
+    if (coord_config_is_async(cfg) && cfg->round_deadline_s > 0) {
+        rc = vl_fail(err, VL_EINVAL, "config: round_deadline_s is for sync runs; an async run "
+                                     "merges every updates_per_version updates");
+        goto out;
+    }
     if ((rc = resolve_compression(cfg, err))) goto out;
+    if (coord_config_is_async(cfg) && cfg->second_round > 0) {
+        rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
+                                     "peers answer for one version's updates together)");
+        goto out;
+    }
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {
         rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "
@@ -496,6 +580,19 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         json_decref(root);
         return NULL;
     }
+    json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
+                                "function", stale_fn_name(cfg->staleness.fn), "a",
+                                cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",
+                                (json_int_t)cfg->staleness.max, "round_deadline_s",
+                                (json_int_t)cfg->round_deadline_s, "selsync", "delta",
+                                cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min,
+                                "keep_update_blobs", (json_int_t)cfg->keep_update_blobs);
+    if (!merging || json_object_update(root, merging) != 0) {
+        json_decref(merging);
+        json_decref(root);
+        return NULL;
+    }
+    json_decref(merging);
     char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(root);
     return s;

@@ -25,6 +25,21 @@ typedef struct coord_train_config {
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
 } coord_train_config;
 
+/* s(tau): polynomial (1 + tau)^-a, hinge 1 up to b and 1 / (a (tau - b) + 1)
+ * beyond, or constant 1 (FedBuff's choices). */
+typedef enum {
+    COORD_STALE_POLYNOMIAL = 0,
+    COORD_STALE_HINGE = 1,
+    COORD_STALE_CONSTANT = 2,
+} coord_stale_fn;
+
+typedef struct coord_staleness {
+    coord_stale_fn fn;
+    double a;
+    int64_t b;
+    int64_t max; /* tau_max */
+} coord_staleness;
+
 typedef struct coord_config {
     char name[COORD_NAME_MAX];
     char corpus[COORD_PATH_MAX];
@@ -58,6 +73,19 @@ typedef struct coord_config {
      * by comp_decay per task (1: classic error feedback). */
     int64_t comp_block;
     double comp_decay;
+    /* Staleness tau = current version - base version on arrival: an
+     * update's weight is n_samples * s(tau), and tau > max_staleness is
+     * refused (409 stale_update). */
+    coord_staleness staleness;
+    /* sync: a version with at least one update is made this long after the
+     * last one even if fewer than updates_per_version arrived (0: never) */
+    int64_t round_deadline_s;
+    /* SelSync (DESIGN.md): relative change of the smoothed gradient norm
+     * that ends local training early, never before selsync_h_min steps
+     * (train.steps is H_max). delta 0 with h_min = steps is a fixed H. */
+    double selsync_delta;
+    int64_t selsync_h_min;
+    int64_t keep_update_blobs; /* versions a merged update's blob is kept */
     int64_t task_bytes;
     int64_t lease_s;
     int64_t max_body_bytes;
@@ -65,6 +93,11 @@ typedef struct coord_config {
     int64_t keep_versions;
     int64_t keep_changes; /* versions whose sparse change stays stored */
 } coord_config;
+
+/* s(tau) of the run's staleness function; tau >= 0. */
+double coord_staleness_weight(const coord_staleness *s, int64_t tau);
+/* 1 for an async run. */
+int coord_config_is_async(const coord_config *cfg);
 
 /* The wire kind of the updates a run takes ("dense", "topk", "sketch"). */
 const char *coord_config_update_kind(const coord_config *cfg);

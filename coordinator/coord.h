@@ -5,9 +5,11 @@
  * durable fact in storage/. This header joins the program's files; the pure
  * parts (config.h, guard.h, scheduler.h, aggregator.h) have their own.
  *
- * Everything runs on the loop's thread. Handlers answer synchronously,
- * except task requests that long-poll: those wait in a list and are
- * answered when a lease frees, a version is made, their wait ends, or the
+ * Everything but database writes runs on the loop's thread. Reads use the
+ * loop's own connection; every write is a job for the writer thread
+ * (writer.h), and a request that writes is answered when its job has
+ * committed. Task requests that long-poll wait in a list and are answered
+ * when a lease frees, a version is made, their wait ends, or the
  * coordinator drains.
  */
 #ifndef VOLLEY_COORD_H
@@ -22,6 +24,7 @@
 #include "compress/compress.h"
 #include "coordinator/config.h"
 #include "coordinator/guard.h"
+#include "coordinator/writer.h"
 #include "crypto/crypto.h"
 #include "model/model.h"
 #include "storage/storage.h"
@@ -124,6 +127,13 @@ typedef struct coord_server {
     struct event *sig_term, *sig_int;
     int merge_scheduled;
     struct coord_linger *lingers; /* refused connections being drained */
+    coord_writer *writer; /* runs every write (group commit) */
+    int64_t issuing;      /* leases submitted to the writer and not yet committed */
+    int expiring;         /* a lease expiry is with the writer */
+    int merging;          /* a version is with the writer */
+    int opening_round;    /* a second round's candidates are with the writer */
+    int64_t version_created_at; /* when the current version was made (unix s) */
+    model_gpt *eval;      /* scratch model that validates a version before it is made */
 } coord_server;
 
 /* One request as a handler sees it. */
@@ -218,6 +228,13 @@ int coord_authenticate_key(coord_req *cr, const crypto_auth_header *auth,
 int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int64_t peer,
                            int64_t task, storage_task *t);
 
+/* ---- peers (routes_peers.c) ----------------------------------------------- */
+
+/* A peer silent this many lease lengths (and holding no lease) is gone. */
+#define COORD_GONE_LEASES 3
+/* "active", "idle", "gone" or "revoked" for a peer's activity at now. */
+const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_t lease_s);
+
 /* ---- routes -------------------------------------------------------------- */
 
 void coord_route_join(coord_req *cr);    /* POST /v1/peers */
@@ -235,8 +252,11 @@ void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
 /* Answers waiting requests that can now be served (a lease freed, a
  * version was made, a round opened, the run finished). */
 void coord_wake_waiters(coord_server *srv);
-/* Tries to answer a waiting request: answers it and returns 1, or returns 0
- * to keep it waiting. */
+/* What a serve function did with a request. */
+#define COORD_WAITING 0  /* nothing yet: keep it waiting */
+#define COORD_SERVED 1   /* answered */
+#define COORD_DEFERRED 2 /* handed to a database job, which will answer it */
+/* Tries to answer a waiting request; returns one of the above. */
 typedef int (*coord_serve_fn)(coord_req *cr);
 /* Parks cr (a long-poll) until serve answers it on a wake-up, or for
  * wait_s seconds, after which serve gets one last try and otherwise 204 is
@@ -245,18 +265,32 @@ typedef int (*coord_serve_fn)(coord_req *cr);
 int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve);
 /* Answers every waiting request with 503 draining. */
 void coord_drain_waiters(coord_server *srv);
+/* Marks the leases whose deadline has passed as expired (a writer job),
+ * then wakes waiters and re-arms the lease timer. Also run at start, for
+ * leases that ran out while the coordinator was down. */
+void coord_expire_leases(coord_server *srv);
 /* Arms the lease timer for the earliest unexpired lease of the current
- * version (or disarms it when there is none). */
+ * version (every version in async runs), or disarms it when there is
+ * none. */
 void coord_arm_lease_timer(coord_server *srv);
 
 /* ---- merging (aggregator.c) ---------------------------------------------- */
 
-/* Makes the next version if the current one has all its updates: returns 1
- * when a version was made, 0 when not ready, or a negative VL_E* code. */
+/* Makes the next version if the waiting updates are due
+ * (coord_sched_merge_due): computes it and hands it to the writer, which
+ * commits it with the merged updates and the optimiser state; the server
+ * moves to it once that has committed. Returns 1 when a version was
+ * handed over, 0 when not due (or one is already being written), or a
+ * negative VL_E* code. */
 int coord_merge_if_ready(coord_server *srv, vl_error *err);
 /* Runs coord_merge_if_ready from the loop soon (after pending replies are
  * flushed). */
 void coord_schedule_merge(coord_server *srv);
+/* Runs coord_merge_if_ready in delay_s seconds, or sooner if already
+ * scheduled sooner. */
+void coord_schedule_merge_in(coord_server *srv, double delay_s);
+/* An update was stored: makes a version if that completed one. */
+void coord_note_update(coord_server *srv);
 /* Schedules a merge in delay_s seconds (an open round's deadline). */
 void coord_arm_round_timer(coord_server *srv, double delay_s);
 

@@ -15,12 +15,16 @@
 
 typedef struct load_ctx {
     coord_round_acc *a;
+    size_t cap;
     vl_error *err;
 } load_ctx;
 
 static int load_values(void *arg, int64_t update_id, const uint8_t *vals, size_t n) {
     load_ctx *c = arg;
     coord_round_acc *a = c->a;
+    /* Values committed by the writer after the count wait for the next
+     * look; they cannot be taken in now. */
+    if (a->n_ids >= c->cap) return VL_OK;
     if (n != a->n_cand)
         return vl_fail(c->err, VL_EDB, "update %lld reported %zu values for %zu candidates",
                        (long long)update_id, n, a->n_cand);
@@ -48,10 +52,8 @@ int coord_round_acc_init(coord_round_acc *a, coord_server *srv, const storage_ro
         coord_round_acc_free(a);
         return vl_fail(err, VL_ENOMEM, "out of memory for a round of %zu candidates", r->n);
     }
-    load_ctx c = {a, err};
-    /* Rows come by update id, so a->ids ascends. A row that appeared since
-     * the count is left out (load_values would overrun): only the merge
-     * thread writes values, so it cannot happen. */
+    load_ctx c = {a, (size_t)have, err};
+    /* Rows come by update id, so a->ids ascends. */
     rc = storage_round_values_each(srv->db, r->version, load_values, &c, err);
     if (rc != VL_OK) coord_round_acc_free(a);
     return rc;

@@ -1,4 +1,5 @@
-/* POST /v1/peers (join) and GET /v1/status. */
+/* POST /v1/peers (join) and GET /v1/status: the run, its versions, each
+ * peer's state, and the distributions of local steps and staleness. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,46 @@ static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
     coord_reply_json(cr, status, json_pack("{s:I, s:o}", "peer_id", (json_int_t)peer_id, "run", run));
 }
 
+/* A registration on its way to the database. */
+typedef struct join_job {
+    coord_job job;
+    coord_req cr;
+    uint8_t pk[CRYPTO_PK_BYTES];
+    char name[NAME_MAX_LEN + 1];
+    char *hardware; /* owned */
+    int64_t token_id, now, id;
+} join_job;
+
+/* The use is taken in the transaction that registers the peer, so a
+ * token can never admit more peers than it has uses. */
+static int join_run(storage *db, coord_job *job, vl_error *err) {
+    join_job *j = (join_job *)job;
+    int rc = storage_token_use(db, j->token_id, err);
+    if (rc == VL_OK)
+        rc = storage_peer_insert(db, j->pk, j->name, j->hardware, j->token_id, j->now, &j->id,
+                                 err);
+    return rc;
+}
+
+static void join_done(coord_job *job, int rc, const vl_error *err) {
+    join_job *j = (join_job *)job;
+    if (rc == VL_ENOTFOUND) {
+        /* Another join took the token's last use meanwhile. */
+        coord_reply_error(&j->cr, 403, "invalid_token", "the token is unknown, expired or used up");
+    } else if (rc == VL_ECONFLICT) {
+        /* The same key joined twice at once; the other request registered it. */
+        coord_reply_error(&j->cr, 409, "already_joined", "this key is being registered by "
+                          "another request; join again to get its peer id");
+    } else if (rc != VL_OK) {
+        coord_reply_internal(&j->cr, err);
+    } else {
+        log_info("peer %lld joined as \"%s\"", (long long)j->id, j->name);
+        reply_joined(&j->cr, 201, j->id);
+    }
+    free(j->hardware);
+    free(j);
+}
+
 void coord_route_join(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
@@ -167,21 +208,23 @@ void coord_route_join(coord_req *cr) {
         reply_joined(cr, 200, known_id);
         goto out;
     }
-    /* The use is taken in the transaction that registers the peer, so a
-     * token can never admit more peers than it has uses. */
-    int64_t id = 0;
-    rc = storage_begin(srv->db, &e);
-    if (rc == VL_OK) rc = storage_token_use(srv->db, token_id, &e);
-    if (rc == VL_OK)
-        rc = storage_peer_insert(srv->db, jb.pk, jb.name, jb.hardware, token_id, now, &id, &e);
-    if (rc == VL_OK) rc = storage_commit(srv->db, &e);
-    else storage_rollback(srv->db);
-    if (rc != VL_OK) {
-        coord_reply_internal(cr, &e);
+    join_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        vl_error oom = {.code = VL_ENOMEM};
+        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing a join");
+        coord_reply_internal(cr, &oom);
         goto out;
     }
-    log_info("peer %lld joined as \"%s\"", (long long)id, jb.name);
-    reply_joined(cr, 201, id);
+    j->job.run = join_run;
+    j->job.done = join_done;
+    j->cr = *cr;
+    memcpy(j->pk, jb.pk, sizeof j->pk);
+    snprintf(j->name, sizeof j->name, "%s", jb.name);
+    j->hardware = jb.hardware;
+    jb.hardware = NULL;
+    j->token_id = token_id;
+    j->now = now;
+    coord_writer_submit(srv->writer, &j->job);
 out:
     free(jb.hardware);
     json_decref(root);
@@ -200,28 +243,86 @@ static int add_version(void *ctx, const storage_version *v) {
     return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;
 }
 
+/* How a peer stands: active while it holds a lease or was seen within a
+ * lease's length, gone once silent for COORD_GONE_LEASES leases, idle in
+ * between. */
+const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_t lease_s) {
+    if (a->revoked) return "revoked";
+    if (a->leases > 0 || now - a->last_seen <= lease_s) return "active";
+    if (now - a->last_seen > COORD_GONE_LEASES * lease_s) return "gone";
+    return "idle";
+}
+
+typedef struct peers_ctx {
+    json_t *list;
+    int64_t now, lease_s;
+    int64_t active, idle, gone;
+} peers_ctx;
+
+static int add_peer(void *arg, const storage_peer_activity *a) {
+    peers_ctx *c = arg;
+    const char *state = coord_peer_state(a, c->now, c->lease_s);
+    c->active += strcmp(state, "active") == 0;
+    c->idle += strcmp(state, "idle") == 0;
+    c->gone += strcmp(state, "gone") == 0;
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I}", "id", (json_int_t)a->id, "name",
+                          a->name, "state", state, "last_seen", (json_int_t)a->last_seen,
+                          "leases", (json_int_t)a->leases, "updates", (json_int_t)a->updates);
+    if (!o) return VL_ENOMEM;
+    return json_array_append_new(c->list, o) == 0 ? VL_OK : VL_ENOMEM;
+}
+
+/* {"value": count, ...} as an object keyed by the value. */
+static int add_count(void *arg, int64_t value, int64_t count) {
+    char key[24];
+    snprintf(key, sizeof key, "%lld", (long long)value);
+    return json_object_set_new(arg, key, json_integer((json_int_t)count)) == 0 ? VL_OK
+                                                                                : VL_ENOMEM;
+}
+
 void coord_route_status(coord_req *cr) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
-    int64_t peers = 0, updates = 0, slots = 0;
-    json_t *versions = json_array();
-    int rc = versions ? VL_OK : vl_fail(&e, VL_ENOMEM, "out of memory");
+    int64_t peers = 0, updates = 0, slots = 0, unmerged = 0, now = clock_unix_s();
+    json_t *versions = json_array(), *steps = json_object(), *stale = json_object();
+    peers_ctx pc = {.list = json_array(), .now = now, .lease_s = srv->cfg.lease_s};
+    int rc = versions && steps && stale && pc.list ? VL_OK
+                                                   : vl_fail(&e, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) rc = storage_peer_count(srv->db, &peers, &e);
     if (rc == VL_OK) rc = storage_update_count(srv->db, &updates, &e);
-    if (rc == VL_OK) rc = storage_task_count_slots(srv->db, srv->version, clock_unix_s(), &slots, &e);
+    if (rc == VL_OK) rc = storage_update_count_unmerged(srv->db, &unmerged, &e);
+    if (rc == VL_OK)
+        rc = coord_config_is_async(&srv->cfg)
+                 ? storage_task_count_leased(srv->db, now, &slots, &e)
+                 : storage_task_count_slots(srv->db, srv->version, now, &slots, &e);
     if (rc == VL_OK) rc = storage_version_each(srv->db, add_version, versions, &e);
+    if (rc == VL_OK) rc = storage_peer_each(srv->db, now, add_peer, &pc, &e);
+    if (rc == VL_OK)
+        rc = storage_update_histogram(srv->db, STORAGE_HIST_LOCAL_STEPS, add_count, steps, &e);
+    if (rc == VL_OK)
+        rc = storage_update_histogram(srv->db, STORAGE_HIST_STALENESS, add_count, stale, &e);
     if (rc != VL_OK) {
         json_decref(versions);
+        json_decref(steps);
+        json_decref(stale);
+        json_decref(pc.list);
         coord_reply_internal(cr, &e);
         return;
     }
-    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "run",
-                          srv->cfg.name, "mode", srv->cfg.mode, "status",
-                          srv->finished ? "finished" : "running", "version",
-                          (json_int_t)srv->version, "max_versions",
-                          (json_int_t)srv->cfg.max_versions, "updates_per_version",
-                          (json_int_t)srv->cfg.updates_per_version, "slots_taken",
-                          (json_int_t)slots, "peers", (json_int_t)peers, "updates",
-                          (json_int_t)updates, "versions", versions);
+    coord_writer_stats ws;
+    coord_writer_stats_get(srv->writer, &ws);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:o},"
+        " s:o, s:o, s:{s:I, s:I, s:I, s:I}}",
+        "run", srv->cfg.name, "mode", srv->cfg.mode, "status",
+        srv->finished ? "finished" : "running", "version", (json_int_t)srv->version,
+        "max_versions", (json_int_t)srv->cfg.max_versions, "updates_per_version",
+        (json_int_t)srv->cfg.updates_per_version, "slots_taken", (json_int_t)slots, "peers",
+        (json_int_t)peers, "updates", (json_int_t)updates, "unmerged", (json_int_t)unmerged,
+        "versions", versions, "peer_states", "active", (json_int_t)pc.active, "idle",
+        (json_int_t)pc.idle, "gone", (json_int_t)pc.gone, "list", pc.list, "local_steps", steps,
+        "staleness", stale, "writer", "jobs", (json_int_t)ws.jobs, "commits",
+        (json_int_t)ws.commits, "failed", (json_int_t)ws.failed, "max_batch",
+        (json_int_t)ws.max_batch);
     coord_reply_json(cr, 200, o);
 }

@@ -169,6 +169,48 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
     return 0;
 }
 
+/* Reported values on their way to the database. */
+typedef struct values_job {
+    coord_job job;
+    coord_req cr;
+    int64_t update_id, version, task, now;
+    float *vals; /* owned */
+    size_t n;
+} values_job;
+
+static int values_run(storage *db, coord_job *job, vl_error *err) {
+    values_job *j = (values_job *)job;
+    return storage_round_values_insert(db, j->update_id, j->version, j->vals, j->n, j->now, err);
+}
+
+static void values_done(coord_job *job, int rc, const vl_error *err) {
+    values_job *j = (values_job *)job;
+    coord_req *cr = &j->cr;
+    coord_server *srv = cr->srv;
+    if (rc == VL_ECONFLICT) {
+        coord_reply_error(cr, 409, "duplicate_values", "task %lld already reported its values",
+                          (long long)j->task);
+    } else if (rc != VL_OK) {
+        coord_reply_internal(cr, err);
+    } else {
+        int64_t have = 0, done = 0;
+        vl_error se = {0};
+        if (storage_round_values_count(srv->db, j->version, &have, &se) != VL_OK ||
+            storage_task_count_done(srv->db, j->version, &done, &se) != VL_OK) {
+            /* Stored all the same; the deadline merges the round. */
+            log_error("cannot count round values: %s", se.msg);
+            coord_reply_json(cr, 202, json_pack("{s:I}", "version", (json_int_t)j->version));
+        } else {
+            coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "version",
+                                                (json_int_t)j->version, "reported",
+                                                (json_int_t)have, "updates", (json_int_t)done));
+            if (have >= done) coord_schedule_merge(srv);
+        }
+    }
+    free(j->vals);
+    free(j);
+}
+
 void coord_route_round_values(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
@@ -208,28 +250,22 @@ void coord_route_round_values(coord_req *cr) {
         coord_reply_error(cr, 422, code ? code : "bad_shape", "%s", e.msg);
         return;
     }
-    vl_error se = {0};
-    rc = storage_round_values_insert(srv->db, update_id, m.version, vals, n, clock_unix_s(), &se);
-    free(vals);
-    if (rc == VL_ECONFLICT) {
-        coord_reply_error(cr, 409, "duplicate_values", "task %lld already reported its values",
-                          (long long)m.task);
+    values_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        free(vals);
+        vl_error oom = {.code = VL_ENOMEM};
+        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing round values");
+        coord_reply_internal(cr, &oom);
         return;
     }
-    if (rc != VL_OK) {
-        coord_reply_internal(cr, &se);
-        return;
-    }
-    int64_t have = 0, done = 0;
-    if (storage_round_values_count(srv->db, m.version, &have, &se) != VL_OK ||
-        storage_task_count_done(srv->db, m.version, &done, &se) != VL_OK) {
-        /* Stored all the same; the deadline merges the round. */
-        log_error("cannot count round values: %s", se.msg);
-        coord_reply_json(cr, 202, json_pack("{s:I}", "version", (json_int_t)m.version));
-        return;
-    }
-    coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "version", (json_int_t)m.version,
-                                        "reported", (json_int_t)have, "updates",
-                                        (json_int_t)done));
-    if (have >= done) coord_schedule_merge(srv);
+    j->job.run = values_run;
+    j->job.done = values_done;
+    j->cr = *cr;
+    j->update_id = update_id;
+    j->version = m.version;
+    j->task = m.task;
+    j->vals = vals;
+    j->n = n;
+    j->now = clock_unix_s();
+    coord_writer_submit(srv->writer, &j->job);
 }

@@ -1,5 +1,6 @@
-/* GET /v1/task: leases, the long-poll waiters, and the lease timer that
- * frees expired slots. */
+/* GET /v1/task: leases (written by the writer thread, answered when
+ * committed), the long-poll waiters, and the lease timer that frees
+ * expired slots and hands their data to later tasks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +15,14 @@
 
 struct coord_waiter {
     coord_req cr;
-    coord_serve_fn serve; /* answers the request and returns 1, or returns 0 */
+    coord_serve_fn serve;
     struct event *timer;
     struct evhttp_connection *evcon; /* NULL once the connection is gone */
+    /* libevent's own callbacks of the connection, while waiting replaced
+     * by ours (see coord_waiter_add). */
+    bufferevent_data_cb rd, wr;
+    bufferevent_event_cb ev;
+    void *cbarg;
     coord_waiter *prev, *next;
 };
 
@@ -37,40 +43,94 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",
         (json_int_t)c->comp_seed, "second_round", (json_int_t)c->second_round, "round_s",
         (json_int_t)c->round_s, "block", (json_int_t)c->comp_block, "decay", c->comp_decay,
-        "selsync", "delta", 0.0,
-        "h_min", (json_int_t)tr->steps, "h_max", (json_int_t)tr->steps, "deadline",
-        (json_int_t)t->deadline);
+        "selsync", "delta", c->selsync_delta, "h_min", (json_int_t)c->selsync_h_min, "h_max",
+        (json_int_t)tr->steps, "deadline", (json_int_t)t->deadline);
 }
 
-/* Creates the lease in one transaction; the range and seed follow from
- * the task id, which the transaction holds fixed. */
-static int issue_task(coord_server *srv, int64_t peer_id, int64_t now, storage_task *t,
-                      vl_error *err) {
-    memset(t, 0, sizeof *t);
-    int rc = storage_begin(srv->db, err);
+/* A lease on its way to the database. Everything run needs is copied in
+ * on the loop, so the writer thread never reads the server. */
+typedef struct issue_job {
+    coord_job job;
+    coord_req cr;
+    storage_task t;
+    uint64_t run_seed;
+    int64_t train_len, task_bytes;
+    int reissued; /* t took over the data of an expired task */
+} issue_job;
+
+/* Takes over the data range and seed of the oldest expired lease that
+ * never got its update, so no part of the data is skipped because a peer
+ * vanished; otherwise the range and seed follow from the new id. */
+static int issue_run(storage *db, coord_job *job, vl_error *err) {
+    issue_job *j = (issue_job *)job;
+    storage_task *t = &j->t;
+    int rc = storage_task_next_id(db, &t->id, err);
     if (rc != VL_OK) return rc;
-    rc = storage_task_next_id(srv->db, &t->id, err);
-    if (rc == VL_OK &&
-        coord_sched_task_range((uint64_t)srv->cfg.seed, t->id, srv->corpus.train_len,
-                               srv->cfg.task_bytes, &t->data_offset, &t->data_length) != 0)
-        rc = vl_fail(err, VL_EINVAL, "the corpus has no training bytes");
+    storage_task old;
+    rc = storage_task_take_expired(db, &old, err);
     if (rc == VL_OK) {
-        t->peer_id = peer_id;
-        t->base_version = srv->version;
-        t->seed = coord_sched_task_seed((uint64_t)srv->cfg.seed, t->id);
-        t->issued_at = now;
-        t->deadline = now + srv->cfg.lease_s;
-        t->state = STORAGE_TASK_LEASED;
-        rc = storage_task_insert(srv->db, t, NULL, err);
+        t->data_offset = old.data_offset;
+        t->data_length = old.data_length;
+        t->seed = old.seed;
+        t->reissue_of = old.id;
+        j->reissued = 1;
+    } else if (rc == VL_ENOTFOUND) {
+        if (coord_sched_task_range(j->run_seed, t->id, j->train_len, j->task_bytes,
+                                   &t->data_offset, &t->data_length) != 0)
+            return vl_fail(err, VL_EINVAL, "the corpus has no training bytes");
+        t->seed = coord_sched_task_seed(j->run_seed, t->id);
+    } else {
+        return rc;
     }
-    if (rc == VL_OK) rc = storage_peer_touch(srv->db, peer_id, now, err);
-    if (rc == VL_OK) return storage_commit(srv->db, err);
-    storage_rollback(srv->db);
+    rc = storage_task_insert(db, t, NULL, err);
+    if (rc == VL_OK) rc = storage_peer_touch(db, t->peer_id, t->issued_at, err);
     return rc;
 }
 
-/* Answers cr now if the scheduler allows: 1 when answered (a task, 410 or
- * an error), 0 when the request has to wait. */
+static void issue_done(coord_job *job, int rc, const vl_error *err) {
+    issue_job *j = (issue_job *)job;
+    coord_server *srv = j->cr.srv;
+    srv->issuing--;
+    if (rc != VL_OK) {
+        coord_reply_internal(&j->cr, err);
+    } else {
+        if (j->reissued)
+            log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
+                     (long long)j->t.id, (long long)j->t.peer_id, (long long)j->t.reissue_of);
+        else
+            log_debug("task %lld leased to peer %lld until %lld", (long long)j->t.id,
+                      (long long)j->t.peer_id, (long long)j->t.deadline);
+        coord_reply_json(&j->cr, 200, task_json(srv, &j->t));
+        coord_arm_lease_timer(srv);
+    }
+    free(j);
+}
+
+static int issue_task(coord_req *cr, int64_t now) {
+    coord_server *srv = cr->srv;
+    issue_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        vl_error oom = {.code = VL_ENOMEM};
+        snprintf(oom.msg, sizeof oom.msg, "out of memory issuing a task");
+        coord_reply_internal(cr, &oom);
+        return COORD_SERVED;
+    }
+    j->job.run = issue_run;
+    j->job.done = issue_done;
+    j->cr = *cr;
+    j->t = (storage_task){.peer_id = cr->peer_id, .base_version = srv->version, .issued_at = now,
+                          .deadline = now + srv->cfg.lease_s, .state = STORAGE_TASK_LEASED};
+    j->run_seed = (uint64_t)srv->cfg.seed;
+    j->train_len = srv->corpus.train_len;
+    j->task_bytes = srv->cfg.task_bytes;
+    srv->issuing++;
+    coord_writer_submit(srv->writer, &j->job);
+    return COORD_DEFERRED;
+}
+
+/* Answers cr now if the scheduler allows (COORD_SERVED: a task, 410 or
+ * an error), hands it to a lease being written (COORD_DEFERRED), or
+ * leaves it waiting (COORD_WAITING). */
 static int try_serve(coord_req *cr) {
     coord_server *srv = cr->srv;
     int64_t now = clock_unix_s();
@@ -78,43 +138,55 @@ static int try_serve(coord_req *cr) {
     storage_task t;
     int has_lease = 0;
     int64_t slots = 0;
+    int async = coord_config_is_async(&srv->cfg);
     if (!srv->finished) {
-        int rc = storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
+        /* An async peer keeps its lease across versions; a sync lease is
+         * for the current version only. */
+        int rc = async ? storage_task_find_any_lease(srv->db, cr->peer_id, now, &t, &e)
+                       : storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
         if (rc != VL_OK && rc != VL_ENOTFOUND) {
             coord_reply_internal(cr, &e);
-            return 1;
+            return COORD_SERVED;
         }
         has_lease = rc == VL_OK;
-        if (!has_lease && storage_task_count_slots(srv->db, srv->version, now, &slots, &e)) {
+        if (!has_lease && !async &&
+            storage_task_count_slots(srv->db, srv->version, now, &slots, &e)) {
             coord_reply_internal(cr, &e);
-            return 1;
+            return COORD_SERVED;
         }
+        /* Leases being written hold their slots already. */
+        slots += srv->issuing;
     }
-    switch (coord_sched_decide(srv->finished, has_lease, slots, srv->cfg.updates_per_version)) {
+    coord_sched_action act =
+        async ? coord_sched_decide_async(srv->finished, has_lease)
+              : coord_sched_decide(srv->finished, has_lease, slots, srv->cfg.updates_per_version);
+    switch (act) {
     case COORD_SCHED_FINISHED:
         coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld)",
                           (long long)srv->version);
-        return 1;
+        return COORD_SERVED;
     case COORD_SCHED_SAME_TASK:
         coord_reply_json(cr, 200, task_json(srv, &t));
-        return 1;
+        return COORD_SERVED;
     case COORD_SCHED_NEW_TASK:
-        if (issue_task(srv, cr->peer_id, now, &t, &e) != VL_OK) {
-            coord_reply_internal(cr, &e);
-            return 1;
-        }
-        log_debug("task %lld leased to peer %lld until %lld", (long long)t.id,
-                  (long long)cr->peer_id, (long long)t.deadline);
-        coord_reply_json(cr, 200, task_json(srv, &t));
-        coord_arm_lease_timer(srv);
-        return 1;
+        return issue_task(cr, now);
     case COORD_SCHED_WAIT:
         break;
     }
-    return 0;
+    return COORD_WAITING;
 }
 
 /* ---- waiters ------------------------------------------------------------ */
+
+/* Gives the connection back to libevent as it was before the wait, for a
+ * request that will be answered later (by a job): with reading off again
+ * a client that goes away cannot free the request under the job. */
+static void waiter_restore(coord_waiter *w) {
+    struct bufferevent *bev = w->evcon ? evhttp_connection_get_bufferevent(w->evcon) : NULL;
+    if (!bev) return;
+    bufferevent_disable(bev, EV_READ);
+    bufferevent_setcb(bev, w->rd, w->wr, w->ev, w->cbarg);
+}
 
 static void waiter_unlink(coord_server *srv, coord_waiter *w) {
     if (w->prev) w->prev->next = w->next;
@@ -134,7 +206,9 @@ static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
     coord_server *srv = w->cr.srv;
     /* The wait may end just as a slot frees without a wake-up reaching it;
      * one last look costs a query. */
-    if (!w->serve(&w->cr)) coord_reply(&w->cr, 204, NULL, NULL);
+    int r = w->serve(&w->cr);
+    if (r == COORD_WAITING) coord_reply(&w->cr, 204, NULL, NULL);
+    else if (r == COORD_DEFERRED) waiter_restore(w);
     waiter_unlink(srv, w);
 }
 
@@ -181,11 +255,8 @@ int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve) {
      * restores libevent's own callbacks. */
     struct bufferevent *bev = evhttp_connection_get_bufferevent(w->evcon);
     if (bev) {
-        bufferevent_data_cb rd, wr;
-        bufferevent_event_cb ev;
-        void *cbarg;
-        bufferevent_getcb(bev, &rd, &wr, &ev, &cbarg);
-        bufferevent_setcb(bev, NULL, wr, ev, cbarg);
+        bufferevent_getcb(bev, &w->rd, &w->wr, &w->ev, &w->cbarg);
+        bufferevent_setcb(bev, NULL, w->wr, w->ev, w->cbarg);
         bufferevent_enable(bev, EV_READ);
     }
     w->prev = srv->waiters_tail;
@@ -207,7 +278,9 @@ void coord_wake_waiters(coord_server *srv) {
         coord_waiter *next = w->next;
         int is_task = w->serve == try_serve;
         if (!(is_task && tasks_blocked)) {
-            if (w->serve(&w->cr)) waiter_unlink(srv, w);
+            int r = w->serve(&w->cr);
+            if (r == COORD_DEFERRED) waiter_restore(w);
+            if (r != COORD_WAITING) waiter_unlink(srv, w);
             else if (is_task) tasks_blocked = 1;
         }
         w = next;
@@ -224,18 +297,59 @@ void coord_drain_waiters(coord_server *srv) {
 
 /* ---- lease expiry --------------------------------------------------------- */
 
+typedef struct expire_job {
+    coord_job job;
+    coord_server *srv;
+    int64_t now, n;
+} expire_job;
+
+static int expire_run(storage *db, coord_job *job, vl_error *err) {
+    expire_job *j = (expire_job *)job;
+    return storage_task_expire(db, j->now, &j->n, err);
+}
+
+static void expire_done(coord_job *job, int rc, const vl_error *err) {
+    expire_job *j = (expire_job *)job;
+    coord_server *srv = j->srv;
+    srv->expiring = 0;
+    if (rc != VL_OK) log_error("cannot expire leases: %s", err->msg);
+    else if (j->n > 0) log_info("%lld lease(s) expired; their data goes to the next tasks",
+                                (long long)j->n);
+    free(j);
+    coord_wake_waiters(srv);
+    coord_arm_lease_timer(srv);
+    /* A sync round that was waiting on a vanished peer may be due now. */
+    coord_schedule_merge(srv);
+}
+
 static void lease_timer_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
-    coord_server *srv = arg;
-    vl_error e = {0};
-    int64_t n = 0;
-    if (storage_task_expire(srv->db, clock_unix_s(), &n, &e) != VL_OK)
-        log_error("cannot expire leases: %s", e.msg);
-    else if (n > 0)
-        log_info("%lld lease(s) expired", (long long)n);
-    coord_wake_waiters(srv);
-    coord_arm_lease_timer(srv);
+    coord_expire_leases(arg);
+}
+
+void coord_expire_leases(coord_server *srv) {
+    if (srv->expiring) return; /* the job in flight re-arms the timer */
+    if (!srv->lease_timer) {
+        srv->lease_timer = evtimer_new(srv->base, lease_timer_cb, srv);
+        if (!srv->lease_timer) {
+            log_error("cannot create the lease timer");
+            return;
+        }
+    }
+    expire_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        log_error("cannot expire leases: out of memory; retrying");
+        struct timeval tv = {1, 0};
+        evtimer_add(srv->lease_timer, &tv);
+        return;
+    }
+    j->job.run = expire_run;
+    j->job.done = expire_done;
+    j->srv = srv;
+    j->now = clock_unix_s();
+    srv->expiring = 1;
+    coord_writer_submit(srv->writer, &j->job);
 }
 
 void coord_arm_lease_timer(coord_server *srv) {
@@ -250,7 +364,10 @@ void coord_arm_lease_timer(coord_server *srv) {
     if (srv->finished) return;
     vl_error e = {0};
     int64_t next = 0;
-    if (storage_task_next_deadline(srv->db, srv->version, clock_unix_s(), &next, &e) != VL_OK) {
+    int rc = coord_config_is_async(&srv->cfg)
+                 ? storage_task_next_deadline_any(srv->db, clock_unix_s(), &next, &e)
+                 : storage_task_next_deadline(srv->db, srv->version, clock_unix_s(), &next, &e);
+    if (rc != VL_OK) {
         log_error("cannot find the next lease deadline: %s", e.msg);
         return;
     }
@@ -285,7 +402,7 @@ void coord_route_task(coord_req *cr) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    if (try_serve(cr)) return;
+    if (try_serve(cr) != COORD_WAITING) return;
     if (vals[0] == 0) {
         coord_reply(cr, 204, NULL, NULL);
         return;

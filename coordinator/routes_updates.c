@@ -1,11 +1,12 @@
-/* POST /v1/updates: validation in the order of protocol.md, one
- * transaction per accepted update, 202 only after it commits. */
+/* POST /v1/updates: validation in the order of protocol.md on the loop,
+ * then the insert on the writer thread, and 202 only after the
+ * transaction that holds it has committed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compress/compress.h"
 #include "coordinator/coord.h"
-#include "coordinator/scheduler.h"
 
 /* The metadata of an update that parsed but failed a range check (shape,
  * dtype, finiteness): decoding stopped before filling it in, and the
@@ -29,9 +30,10 @@ static int read_meta(const uint8_t *body, size_t len, compress_update_meta *m) {
 }
 
 /* Checks the task side of an update in protocol order; answers and
- * returns -1 on the first failure. */
+ * returns -1 on the first failure. On success *tau is the update's
+ * staleness: how many versions were made since its base. */
 static int check_task(coord_req *cr, const compress_update_meta *m, storage_task *t,
-                      int64_t now) {
+                      int64_t *tau) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
     if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0) return -1;
@@ -51,22 +53,16 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
                           (long long)t->base_version);
         return -1;
     }
-    if (t->base_version != srv->version) {
-        coord_reply_error(cr, 409, "stale_update", "update is based on version %lld; current "
-                          "is %lld", (long long)t->base_version, (long long)srv->version);
+    /* Late and stale updates are merged, weighted down, as long as their
+     * base is within the bound: an expired lease's work is not wasted,
+     * and the task has no update yet, so it cannot be merged twice. */
+    *tau = srv->version - t->base_version;
+    if (*tau > srv->cfg.staleness.max) {
+        coord_reply_error(cr, 409, "stale_update", "update is based on version %lld, %lld "
+                          "versions behind the current %lld; at most %lld are taken",
+                          (long long)t->base_version, (long long)*tau, (long long)srv->version,
+                          (long long)srv->cfg.staleness.max);
         return -1;
-    }
-    if (t->state == STORAGE_TASK_EXPIRED || t->deadline <= now) {
-        int64_t slots = 0;
-        if (storage_task_count_slots(srv->db, srv->version, now, &slots, &e) != VL_OK) {
-            coord_reply_internal(cr, &e);
-            return -1;
-        }
-        if (!coord_sched_accept_late(1, slots, srv->cfg.updates_per_version)) {
-            coord_reply_error(cr, 409, "task_expired", "the lease of task %lld ended and its "
-                              "slot was given to another task", (long long)t->id);
-            return -1;
-        }
     }
     const char *want = coord_config_update_kind(&srv->cfg);
     if (strcmp(compress_kind_name(m->kind), want) != 0) {
@@ -77,21 +73,40 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     return 0;
 }
 
-static int store(coord_server *srv, const compress_update_meta *m, const storage_task *t,
-                 const uint8_t *body, size_t len, int64_t now, int64_t *id, vl_error *err) {
-    storage_update u = {.task_id = t->id, .peer_id = t->peer_id,
-                        .base_version = t->base_version, .num_samples = m->num_samples,
-                        .local_steps = m->local_steps, .loss = m->loss, .nbytes = (int64_t)len,
-                        .blob = body, .received_at = now};
-    snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(m->kind));
-    int rc = storage_begin(srv->db, err);
-    if (rc != VL_OK) return rc;
-    rc = storage_update_insert(srv->db, &u, id, err);
-    if (rc == VL_OK) rc = storage_task_set_state(srv->db, t->id, STORAGE_TASK_DONE, err);
-    if (rc == VL_OK) rc = storage_peer_touch(srv->db, t->peer_id, now, err);
-    if (rc == VL_OK) return storage_commit(srv->db, err);
-    storage_rollback(srv->db);
+/* One accepted update on its way to the database. The body stays in the
+ * request's input buffer, which libevent leaves alone until the request
+ * is answered, and the request is answered only in done. */
+typedef struct upload_job {
+    coord_job job;
+    coord_req cr;
+    storage_update u;
+    int64_t id;
+} upload_job;
+
+static int upload_run(storage *db, coord_job *job, vl_error *err) {
+    upload_job *j = (upload_job *)job;
+    int rc = storage_update_insert(db, &j->u, &j->id, err);
+    if (rc == VL_OK) rc = storage_task_set_state(db, j->u.task_id, STORAGE_TASK_DONE, err);
+    if (rc == VL_OK) rc = storage_peer_touch(db, j->u.peer_id, j->u.received_at, err);
     return rc;
+}
+
+static void upload_done(coord_job *job, int rc, const vl_error *err) {
+    upload_job *j = (upload_job *)job;
+    coord_req *cr = &j->cr;
+    coord_server *srv = cr->srv;
+    if (rc == VL_ECONFLICT) {
+        coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
+                          (long long)j->u.task_id);
+    } else if (rc != VL_OK) {
+        coord_reply_internal(cr, err);
+    } else {
+        coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id,
+                                            "version", (json_int_t)j->u.base_version,
+                                            "staleness", (json_int_t)j->u.staleness));
+        coord_note_update(srv);
+    }
+    free(j);
 }
 
 void coord_route_updates(coord_req *cr) {
@@ -120,9 +135,9 @@ void coord_route_updates(coord_req *cr) {
         coord_reply_error(cr, 400, "malformed_update", "%s", e.msg);
         return;
     }
-    int64_t now = clock_unix_s();
     storage_task t;
-    if (check_task(cr, &meta, &t, now) != 0) {
+    int64_t tau = 0;
+    if (check_task(cr, &meta, &t, &tau) != 0) {
         if (rc == VL_OK) compress_update_free(&cu);
         return;
     }
@@ -136,23 +151,21 @@ void coord_route_updates(coord_req *cr) {
         coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
         return;
     }
-    int64_t id = 0;
-    vl_error se = {0};
-    rc = store(srv, &meta, &t, body, len, now, &id, &se);
-    if (rc == VL_ECONFLICT) {
-        coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
-                          (long long)t.id);
+    upload_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        vl_error oom = {.code = VL_ENOMEM};
+        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing an update");
+        coord_reply_internal(cr, &oom);
         return;
     }
-    if (rc != VL_OK) {
-        coord_reply_internal(cr, &se);
-        return;
-    }
-    coord_reply_json(cr, 202, json_pack("{s:I, s:I}", "update_id", (json_int_t)id, "version",
-                                        (json_int_t)t.base_version));
-    int64_t done = 0;
-    if (storage_task_count_done(srv->db, srv->version, &done, &se) != VL_OK)
-        log_error("cannot count updates: %s", se.msg);
-    else if (done >= srv->cfg.updates_per_version)
-        coord_schedule_merge(srv);
+    j->job.run = upload_run;
+    j->job.done = upload_done;
+    j->cr = *cr;
+    j->u = (storage_update){.task_id = t.id, .peer_id = t.peer_id,
+                            .base_version = t.base_version, .num_samples = meta.num_samples,
+                            .local_steps = meta.local_steps, .loss = meta.loss,
+                            .nbytes = (int64_t)len, .blob = body,
+                            .received_at = clock_unix_s(), .staleness = tau};
+    snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
+    coord_writer_submit(srv->writer, &j->job);
 }

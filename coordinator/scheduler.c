@@ -1,4 +1,4 @@
-/* Sync-mode scheduling rules. */
+/* Scheduling rules of sync and async runs. */
 #include "coordinator/scheduler.h"
 
 #include "common/common.h"
@@ -11,8 +11,16 @@ coord_sched_action coord_sched_decide(int finished, int has_lease, int64_t slots
     return COORD_SCHED_WAIT;
 }
 
-int coord_sched_accept_late(int current, int64_t slots_taken, int64_t updates_per_version) {
-    return current && slots_taken < updates_per_version;
+coord_sched_action coord_sched_decide_async(int finished, int has_lease) {
+    if (finished) return COORD_SCHED_FINISHED;
+    return has_lease ? COORD_SCHED_SAME_TASK : COORD_SCHED_NEW_TASK;
+}
+
+int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
+                          int64_t updates_per_version, int64_t age_s, int64_t deadline_s) {
+    if (async) return unmerged >= updates_per_version;
+    if (done_current >= updates_per_version) return 1;
+    return deadline_s > 0 && age_s >= deadline_s && unmerged > 0;
 }
 
 /* Separate streams for ranges and seeds, so neither is a function of the

@@ -1,10 +1,11 @@
 /*
- * Scheduling rules of sync mode, as pure functions: which answer a task
- * request gets, whether a late upload may still take its slot, and where a
- * task's data comes from. Version v needs updates_per_version updates; each
- * task for v holds one slot while it is leased and unexpired or done, and a
- * new task is issued only while a slot is free. Keeping these free of I/O
- * lets the tests pin them down exactly.
+ * Scheduling rules, as pure functions: which answer a task request gets,
+ * when the waiting updates make a version, and where a task's data comes
+ * from. In a sync run version v needs updates_per_version updates; each
+ * task for v holds one slot while it is leased and unexpired or done, and
+ * a new task is issued only while a slot is free. In an async run every
+ * peer gets a task and every updates_per_version accepted updates make a
+ * version. Keeping these free of I/O lets the tests pin them down exactly.
  */
 #ifndef VOLLEY_COORD_SCHEDULER_H
 #define VOLLEY_COORD_SCHEDULER_H
@@ -25,10 +26,17 @@ typedef enum {
 coord_sched_action coord_sched_decide(int finished, int has_lease, int64_t slots_taken,
                                       int64_t updates_per_version);
 
-/* Whether an upload for a task whose lease has expired is still taken:
- * only while its version is current (current) and no other task has taken
- * the slot it gave up (slots_taken counts the others). */
-int coord_sched_accept_late(int current, int64_t slots_taken, int64_t updates_per_version);
+/* The answer to a task request in an async run: every peer gets a lease
+ * (the same one while it holds one), whatever the version. */
+coord_sched_action coord_sched_decide_async(int finished, int has_lease);
+
+/* Whether the unmerged updates make the next version now. async: once
+ * there are updates_per_version of them, whatever their bases (FedBuff's
+ * buffer of K). sync: once updates_per_version tasks of the current
+ * version are done (done_current), or when the version is deadline_s old
+ * (age_s; 0 means no deadline) and at least one update waits. */
+int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
+                          int64_t updates_per_version, int64_t age_s, int64_t deadline_s);
 
 /* The byte range of task task_id inside a training part of train_len
  * bytes: length min(task_bytes, train_len) at an offset drawn uniformly

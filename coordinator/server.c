@@ -349,7 +349,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
 /* ---- draining --------------------------------------------------------------- */
 
 static int all_idle(coord_server *srv) {
-    if (srv->n_waiters > 0 || srv->inflight > 0) return 0;
+    if (srv->n_waiters > 0 || srv->inflight > 0 || coord_writer_pending(srv->writer) > 0)
+        return 0;
     for (coord_guard *g = srv->guards; g; g = g->next)
         if (!coord_guard_idle(g)) return 0;
     return 1;
@@ -490,6 +491,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
         rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
+    if (rc == VL_OK) rc = coord_writer_start(opts->db_path, srv->base, &srv->writer, err);
     if (rc == VL_OK) rc = setup_http(srv, err);
     if (rc == VL_OK) {
         srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
@@ -508,13 +510,17 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
                  (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
                  srv->finished ? " (finished)" : "");
-        coord_arm_lease_timer(srv);
+        coord_expire_leases(srv);
         rc = start_listening(srv, opts->listen, err);
     }
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");
 
     coord_drain_waiters(srv);
+    /* Queued writes still commit, and their requests are answered, before
+     * the connections go. */
+    coord_writer_stop(srv->writer);
+    srv->writer = NULL;
     if (srv->http) evhttp_free(srv->http);
     while (srv->lingers) linger_end(srv->lingers);
     if (srv->lease_timer) event_free(srv->lease_timer);

@@ -60,6 +60,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     srv->version = run.current_version;
+    srv->version_created_at = v.created_at;
     srv->finished = run.status == STORAGE_RUN_FINISHED ||
                     run.current_version >= srv->cfg.max_versions;
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
@@ -83,6 +84,8 @@ void coord_state_free(coord_server *srv) {
     srv->delta_blob = NULL;
     model_gpt_destroy(srv->gpt);
     srv->gpt = NULL;
+    model_gpt_destroy(srv->eval);
+    srv->eval = NULL;
     free(srv->momentum);
     srv->momentum = NULL;
     free(srv->peer_config);

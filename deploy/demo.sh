@@ -10,6 +10,7 @@
 # VOLLEY_DEMO_STEPS (local steps per task, 20), VOLLEY_DEMO_COMPRESSION
 # (the run's "compression" object, {"kind": "none", "dtype": "F32"}),
 # VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9}),
+# VOLLEY_DEMO_MODE (sync or async),
 # VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ cat > run.json <<JSON
   "val_fraction": 0.1,
   "seed": 1337,
   "model": {"vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 128},
-  "mode": "sync",
+  "mode": "${VOLLEY_DEMO_MODE:-sync}",
   "updates_per_version": $peers,
   "max_versions": $versions,
   "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,

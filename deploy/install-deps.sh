@@ -9,7 +9,7 @@ PKGS=(
   libevent-dev libssl-dev openssl
   libsqlite3-dev sqlite3
   libjansson-dev libsodium-dev
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev curl
   libopenblas-dev
   libcmocka-dev
 )

@@ -141,6 +141,9 @@ typedef struct loop {
     buf upload;
     int64_t done;
     int answer_round; /* the last upload was accepted: its round may follow */
+    /* The trainer state read at start, until a model of its shape is
+     * installed and takes it over. */
+    peer_resume saved;
     /* Traffic, for the summary at exit. */
     uint64_t up_bytes, model_bytes, delta_bytes, data_bytes;
     /* Leases this peer has finished with (uploaded or dropped). A refused
@@ -339,6 +342,100 @@ static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
     return VL_OK;
 }
 
+/* Records the upload and the state after encoding it before it is sent:
+ * pending.st first, then trainer.st naming it, so a record the state does
+ * not name was never sent. Failing to save ends the run before the POST,
+ * leaving the files as they were, consistent with nothing sent. */
+static int write_ahead(loop *L, const peer_task *k, vl_error *err) {
+    peer_pending p;
+    peer_pending_init(&p);
+    p.task_id = k->task_id;
+    p.deadline = k->deadline;
+    p.kind = k->kind;
+    p.bytes = L->upload.data;
+    p.len = L->upload.len;
+    snprintf(p.run, sizeof p.run, "%s", k->run);
+    vl_error e = {0};
+    int64_t mark = k->task_id;
+    int rc = peer_pending_save(L->o->dir, &p, L->tr.n_params, &e);
+    if (rc == VL_ETOOBIG && k->kind != COMPRESS_TOPK) {
+        /* A sketch larger than the model: no residual depends on it, so
+         * losing it to a crash costs only the one update. */
+        log_warn("task %lld: upload not recorded before sending: %s", (long long)k->task_id,
+                 e.msg);
+        mark = 0;
+        rc = VL_OK;
+    }
+    if (rc) return vl_fail(err, rc, "cannot record the upload of task %lld: %s",
+                           (long long)k->task_id, e.msg);
+    if ((rc = peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, mark, &e)))
+        return vl_fail(err, rc, "cannot save the trainer state: %s", e.msg);
+    return VL_OK;
+}
+
+/* Settles the record of an upload whose outcome is known. Failures only
+ * cost a retry at the next start, which settles it the same way, so they
+ * are logged, not fatal. A refused upload's state is saved before the
+ * record goes: the other order could leave a state that still lacks the
+ * entries put back, with nothing left to say so. */
+static void settle_record(loop *L, peer_upload_outcome out) {
+    vl_error e = {0};
+    if (out == PEER_UPLOAD_NOT_TAKEN &&
+        peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, 0, &e) != VL_OK) {
+        log_warn("upload record kept, the trainer state cannot be saved: %s", e.msg);
+        return;
+    }
+    if (peer_pending_clear(L->o->dir, &e) != VL_OK)
+        log_warn("upload record not cleared (a restart will send it again): %s", e.msg);
+}
+
+/* Sends the upload an earlier process recorded but may not have sent, or
+ * whose answer it never saw, byte for byte, and settles it in the saved
+ * state. Returns like upload(). */
+static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
+    peer_request rq = {.method = "POST", .target = "/v1/updates",
+                       .content_type = "application/octet-stream", .body = p->bytes,
+                       .body_len = p->len, .cap = JSON_CAP, .idle_s = IDLE_S};
+    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (rc) return rc;
+    peer_response *rs = &L->rs;
+    L->up_bytes += p->len;
+    /* The lease may be offered again after a refusal; its work is done. */
+    peer_task k = {.task_id = p->task_id, .deadline = p->deadline};
+    remember(L, &k);
+    char code[64], msg[8];
+    peer_error_parse(rs->body.data, rs->body.len, code, sizeof code, msg, sizeof msg);
+    peer_upload_outcome out;
+    vl_error e = {0};
+    if ((rc = peer_pending_settle(&L->saved, p, rs->status, code, &out, &e)))
+        return vl_fail(err, rc, "cannot settle the recorded upload: %s", e.msg);
+    peer_refusal(&e, "refused", rs->status, rs->body.data, rs->body.len);
+    if (out == PEER_UPLOAD_UNKNOWN)
+        return vl_fail(err, PEER_EREFUSED, "recorded upload of task %lld answered ambiguously: "
+                                           "%s", (long long)p->task_id, e.msg);
+    if (out == PEER_UPLOAD_NOT_TAKEN) {
+        vl_error se = {0};
+        if ((rc = peer_resume_save(L->o->dir, &L->saved, &se)))
+            return vl_fail(err, rc, "cannot save the trainer state: %s", se.msg);
+    }
+    vl_error ce = {0};
+    if (peer_pending_clear(L->o->dir, &ce) != VL_OK)
+        log_warn("upload record not cleared (the next start will send it again): %s", ce.msg);
+    if (out == PEER_UPLOAD_STORED)
+        log_info("task %lld: recorded upload of %zu bytes sent again after the restart: %s",
+                 (long long)p->task_id, p->len,
+                 rs->status == 409 ? "it was already stored" : "accepted");
+    else
+        log_warn("task %lld: recorded upload of %zu bytes sent again after the restart: not "
+                 "taken (%s); %s", (long long)p->task_id, p->len, e.msg,
+                 p->kind == COMPRESS_TOPK ? "its entries are back in the residual"
+                                          : "it leaves nothing to put back");
+    if (run_finished(rs)) return STEP_FINISHED;
+    if (out == PEER_UPLOAD_NOT_TAKEN && !droppable_upload(rs))
+        return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
+    return VL_OK;
+}
+
 static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_error *err) {
     compress_update_meta m;
     memset(&m, 0, sizeof m);
@@ -354,14 +451,27 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     buf_reset(&L->upload);
     int rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
     if (rc) return rc;
+    if ((rc = write_ahead(L, k, err))) return rc;
     peer_request rq = {.method = "POST", .target = "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
                        .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
+    /* A transport failure leaves the outcome unknown: the record stays,
+     * for the next start to send again. */
     if ((rc = peer_http_do(L->http, &rq, &L->rs, err))) return rc;
     peer_response *rs = &L->rs;
     double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
     L->up_bytes += L->upload.len;
     L->answer_round = 0;
+    char code[64], msg[8];
+    peer_error_parse(rs->body.data, rs->body.len, code, sizeof code, msg, sizeof msg);
+    peer_upload_outcome out = peer_upload_classify(rs->status, code);
+    if (out == PEER_UPLOAD_UNKNOWN)
+        return peer_refusal(err, "upload answered ambiguously", rs->status, rs->body.data,
+                            rs->body.len);
+    /* What the coordinator did not take goes back into the residual, to
+     * be sent with a later task. */
+    if (out == PEER_UPLOAD_NOT_TAKEN) peer_encode_unsent(&L->tr);
+    settle_record(L, out);
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
         L->answer_round = 1;
         json_error_t je;
@@ -380,10 +490,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     if (droppable_upload(rs)) {
         /* duplicate_update: an earlier attempt was stored but its 202 was
          * lost on the way back, so the retry found it already there. */
-        int dup = error_code_is(rs, "duplicate_update");
-        /* What a dropped upload carried goes back into the residual, to
-         * be sent with a later task. */
-        if (!dup) peer_encode_unsent(&L->tr);
+        int dup = out == PEER_UPLOAD_STORED;
         vl_error e = {0};
         peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
         log_msg(dup ? LOG_INFO : LOG_WARN,
@@ -416,6 +523,14 @@ static int one_task(loop *L, vl_error *err) {
     if ((rc = fetch_model(L, &k, err))) {
         if (rc == STEP_AGAIN) remember(L, &k);
         return rc;
+    }
+    if (L->saved.n_params) {
+        vl_error e = {0};
+        rc = peer_resume_apply(&L->tr, &L->saved, &e);
+        if (rc == VL_ECONFLICT) log_warn("trainer state not applied: %s", e.msg);
+        else if (rc) return vl_fail(err, rc, "%s", e.msg);
+        else log_info("trainer state applied to model version %lld: AdamW at step %ld",
+                      (long long)L->tr.base_version, L->tr.have_opt ? L->tr.opt.step : 0L);
     }
     if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
     if ((rc = fetch_data(L, &k, err))) return rc;
@@ -455,6 +570,8 @@ static int run_loop(loop *L, vl_error *err) {
 
 int peer_run(const peer_run_opts *o, vl_error *err) {
     if (o->wait_s < 0 || o->wait_s > 60) return vl_fail(err, VL_EINVAL, "--wait must be 0..60");
+    if (o->step_delay_ms < 0 || o->step_delay_ms > 60000)
+        return vl_fail(err, VL_EINVAL, "--step-delay must be 0..60000");
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     loop L;
     memset(&L, 0, sizeof L);
@@ -476,11 +593,21 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
         return rc;
     }
     peer_trainer_init(&L.tr);
+    L.tr.step_delay_s = o->step_delay_ms / 1000.0;
     peer_response_init(&L.rs);
     buf_init(&L.upload, UPLOAD_CAP);
     log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,
              L.st.run);
-    rc = run_loop(&L, err);
+    peer_pending recorded;
+    rc = peer_resume_open(o->dir, &L.st, &L.saved, &recorded, err);
+    if (!rc && recorded.task_id) rc = retry_recorded(&L, &recorded, err);
+    peer_pending_free(&recorded);
+    if (rc == STEP_FINISHED) {
+        log_info("run '%s' has finished (410 run_finished)", L.st.run);
+        rc = VL_OK;
+    } else if (!rc) {
+        rc = run_loop(&L, err);
+    }
     if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
     log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
              "deltas and %llu bytes of data", (unsigned long long)L.up_bytes,
@@ -488,6 +615,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
              (unsigned long long)L.data_bytes);
     buf_free(&L.upload);
     peer_response_free(&L.rs);
+    peer_resume_free(&L.saved);
     peer_trainer_free(&L.tr);
     peer_http_close(L.http);
     crypto_identity_wipe(&id);

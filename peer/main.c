@@ -23,8 +23,11 @@ static const char USAGE[] =
     "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
     "  run [--dir DIR] [--threads N] [--max-tasks N] [--wait S] [--retries N]\n"
+    "      [--step-delay MS]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
-    "      are done, or SIGINT/SIGTERM\n"
+    "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
+    "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
+    "      sending it, so a killed peer started again resumes by itself\n"
     "\n"
     "options:\n"
     "  --dir DIR        the peer's directory (key and state)\n"
@@ -38,13 +41,16 @@ static const char USAGE[] =
     "  --max-tasks N    stop after N tasks (default: no limit)\n"
     "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
     "  --retries N      attempts per request, 1..100 (default 8)\n"
+    "  --step-delay MS  sleep MS milliseconds after every local training step,\n"
+    "                   0..60000 (default 0): simulates a slow volunteer\n"
     "  -v, --verbose    debug logging\n"
     "\n"
     "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
     "2 usage, 3 refused by the coordinator, 4 coordinator unreachable\n";
 
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
-       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_VERBOSE, OPT_HELP };
+       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_VERBOSE,
+       OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -58,6 +64,7 @@ static const struct option OPTIONS[] = {
     {"max-tasks", required_argument, NULL, OPT_MAX_TASKS},
     {"wait", required_argument, NULL, OPT_WAIT},
     {"retries", required_argument, NULL, OPT_RETRIES},
+    {"step-delay", required_argument, NULL, OPT_STEP_DELAY},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -66,7 +73,7 @@ static const struct option OPTIONS[] = {
 typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
     int force, verbose;
-    int64_t threads, max_tasks, wait_s, retries;
+    int64_t threads, max_tasks, wait_s, retries, step_delay_ms;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
 
@@ -109,6 +116,9 @@ static int parse_args(int argc, char **argv, args *a) {
         case OPT_MAX_TASKS: rc = number("--max-tasks", optarg, 1, INT64_MAX, &a->max_tasks); break;
         case OPT_WAIT: rc = number("--wait", optarg, 0, 60, &a->wait_s); break;
         case OPT_RETRIES: rc = number("--retries", optarg, 1, 100, &a->retries); break;
+        case OPT_STEP_DELAY:
+            rc = number("--step-delay", optarg, 0, 60000, &a->step_delay_ms);
+            break;
         case OPT_VERBOSE: a->verbose = 1; break;
         case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
         case ':':
@@ -212,7 +222,7 @@ static void on_signal(int sig) {
 
 static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
-                                1u << OPT_RETRIES);
+                                1u << OPT_RETRIES | 1u << OPT_STEP_DELAY);
     if (rc) return rc;
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
@@ -228,7 +238,8 @@ static int cmd_run(const args *a) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
-                       .wait_s = (int)a->wait_s, .retries = (int)a->retries};
+                       .wait_s = (int)a->wait_s, .retries = (int)a->retries,
+                       .step_delay_ms = (int)a->step_delay_ms};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }

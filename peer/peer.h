@@ -7,8 +7,10 @@
  * compressed update. Everything received is validated before use, every
  * response body is read under a hard cap, and transient failures (network
  * errors, 5xx, 429) are retried with capped, jittered exponential backoff,
- * re-signing each attempt. docs/protocol.md is the contract with the
- * coordinator.
+ * re-signing each attempt. Its local training state and the record of an
+ * upload in flight are kept in the directory too, so a peer killed at any
+ * moment resumes on its own (resume.c). docs/protocol.md is the contract
+ * with the coordinator.
  *
  * Conventions: fallible functions return 0 or a negative code — a VL_E*
  * code from common, or one of the PEER_E* codes below — and leave a
@@ -291,6 +293,9 @@ typedef struct peer_trainer {
     uint32_t *sel_idx;
     float *sel_val;
     size_t sel_nnz, sel_cap;
+    /* Seconds peer_trainer_run sleeps after every step (--step-delay),
+     * interruptibly; 0 after peer_trainer_init. */
+    double step_delay_s;
 } peer_trainer;
 
 /* An empty trainer holding no model (base_version -1). */
@@ -378,11 +383,15 @@ typedef struct peer_run_opts {
     int64_t max_tasks; /* stop after this many tasks; 0: no limit */
     int wait_s;        /* long-poll wait for GET /v1/task, 0..60 */
     int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+    int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
 } peer_run_opts;
 
-/* `volley-peer run`: the task loop. Returns 0 when max_tasks were done,
- * when the run finished (410 run_finished) or when a stop was requested;
- * otherwise the error that ended it. */
+/* `volley-peer run`: the task loop. It first restores DIR/trainer.st and
+ * settles an upload left in DIR/pending.st by an earlier process (see
+ * resume.c below), and records every upload there before sending it.
+ * Returns 0 when max_tasks were done, when the run finished (410
+ * run_finished) or when a stop was requested; otherwise the error that
+ * ended it. */
 int peer_run(const peer_run_opts *o, vl_error *err) VL_MUST_CHECK;
 
 /* ---- the second round (round.c) ------------------------------------------ */
@@ -402,5 +411,163 @@ void peer_round_values(const peer_trainer *t, const uint32_t *idx, size_t n, flo
 int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
                       const peer_task *k, int64_t peer_id, buf *scratch, uint64_t *up_bytes,
                       vl_error *err) VL_MUST_CHECK;
+
+/* ---- surviving a restart (resume.c) -------------------------------------- */
+
+/* A peer killed at any instant and started again goes on by itself. Two
+ * files in the peer's directory, both safetensors written atomically
+ * (temporary file in DIR, fsync, rename, fsync of DIR) with mode 0600:
+ *
+ * DIR/trainer.st  what local training carries from task to task: the AdamW
+ *                 moments, step count and hyper-parameters, the
+ *                 error-feedback residual, the model shape and run they
+ *                 belong to, and `pending_task`, the task whose upload was
+ *                 recorded together with this state (absent: none).
+ * DIR/pending.st  the upload of that task exactly as it is POSTed, with the
+ *                 task id and its lease deadline.
+ *
+ * Before POST /v1/updates the peer writes pending.st, then trainer.st with
+ * the residual as it is after the sent entries were taken out and
+ * pending_task naming the upload. A pending.st that trainer.st does not
+ * name was never sent (the process died between the two writes) and is
+ * removed. Once the outcome is known the record is settled: accepted (202,
+ * or 409 duplicate_update: stored by an earlier attempt) removes
+ * pending.st; a refusal puts the entries back into the residual, saves
+ * trainer.st without pending_task, then removes pending.st. A trainer.st
+ * naming a task whose pending.st is gone therefore means "settled". At
+ * start, a recorded upload is POSTed again first, byte for byte, and
+ * settled the same way, so an upload is neither lost nor counted twice. */
+
+#define PEER_TRAINER_FILE "trainer.st"
+#define PEER_PENDING_FILE "pending.st"
+/* The `format_version` both files carry; any other is refused. */
+#define PEER_RESUME_FORMAT_VERSION 1
+/* Either file may hold at most this many bytes per model parameter plus
+ * PEER_RESUME_HEADER_ALLOWANCE: trainer.st needs 12 (two moments and the
+ * residual as F32), an upload at most 8.4 (Gaussian-k indices and F32
+ * values, 5 % over k). */
+#define PEER_RESUME_BYTES_PER_PARAM 16
+#define PEER_RESUME_HEADER_ALLOWANCE ((size_t)1 << 20)
+
+/* The trainer state as read from trainer.st, held until a model of its
+ * shape is installed (peer_resume_apply). n_params 0 means empty. The state
+ * belongs to one registration (peer.json's coordinator, peer id and run):
+ * after a new join, even into a run of the same name, it is not used. */
+typedef struct peer_resume {
+    model_gpt_config cfg;
+    size_t n_params;
+    char coordinator[256];
+    int64_t peer_id;
+    char run[64];
+    model_adamw opt;      /* owned; opt.m NULL when the file had no moments */
+    float *residual;      /* owned; n_params floats, or NULL */
+    int64_t pending_task; /* the upload recorded with this state; 0: none */
+} peer_resume;
+
+/* An empty state. */
+void peer_resume_init(peer_resume *r);
+/* Frees what r owns; r is empty again. */
+void peer_resume_free(peer_resume *r);
+
+/* Writes r to DIR/trainer.st (r is only read). VL_EINVAL when r is empty
+ * or inconsistent; VL_EIO when the file cannot be written, in which case
+ * the previous file is still there, whole. */
+int peer_resume_save(const char *dir, const peer_resume *r, vl_error *err) VL_MUST_CHECK;
+
+/* Writes the state of t (which must hold a model: VL_EINVAL otherwise) to
+ * DIR/trainer.st as belonging to owner's registration, with pending_task
+ * (0: none). Reads t's vectors in place, without copying them first. */
+int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_state *owner,
+                             int64_t pending_task, vl_error *err) VL_MUST_CHECK;
+
+/* Reads and strictly validates DIR/trainer.st into out (initialised here;
+ * the caller frees it with peer_resume_free): format and version, owner's
+ * coordinator, peer id and run, a model
+ * configuration that validates, the file no larger than the cap its shape
+ * allows (checked from the header before the file is read), exactly the
+ * tensors adam.m, adam.v (both or neither) and residual (optional), each
+ * F32 of shape [n_params] with finite values (second moments >= 0), and
+ * usable AdamW hyper-parameters and step. Returns VL_ENOTFOUND when there
+ * is no file, VL_ECONFLICT when it belongs to another registration,
+ * VL_ETOOBIG over the cap, VL_ERANGE for a non-finite value, VL_EINVAL for
+ * anything else malformed, VL_ENOMEM; out is empty on any failure. */
+int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
+                     vl_error *err) VL_MUST_CHECK;
+
+/* Moves the state in r into t, whose model must already be installed
+ * (VL_EINVAL otherwise, r untouched), replacing t's optimizer state and
+ * residual, provided the shapes are the same; VL_ECONFLICT when they are
+ * not, t untouched. After VL_OK or VL_ECONFLICT r is empty. An empty r is
+ * VL_OK and changes nothing. */
+int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) VL_MUST_CHECK;
+
+/* A recorded upload. */
+typedef struct peer_pending {
+    int64_t task_id;    /* 0: none */
+    int64_t deadline;   /* the task's lease end, unix seconds */
+    char run[64];
+    compress_kind kind; /* set by peer_pending_load from the update itself */
+    uint8_t *bytes;     /* the update as sent: owned after peer_pending_load */
+    size_t len;
+} peer_pending;
+
+/* An empty record. */
+void peer_pending_init(peer_pending *p);
+/* Frees bytes (only for a record that owns them) and empties p. */
+void peer_pending_free(peer_pending *p);
+
+/* Writes p to DIR/pending.st; p and its bytes are only read (they may
+ * belong to the caller's upload buffer). VL_ETOOBIG when the upload is
+ * over the cap for a model of n_params, VL_EIO when it cannot be written. */
+int peer_pending_save(const char *dir, const peer_pending *p, size_t n_params,
+                      vl_error *err) VL_MUST_CHECK;
+
+/* Reads DIR/pending.st into out (initialised here; the caller owns
+ * out->bytes and frees them with peer_pending_free) and checks it: format
+ * and version, run, task and deadline, and an update that
+ * compress_update_decode accepts for a model of n_params and whose
+ * metadata names the same run and task. VL_ENOTFOUND when there is no
+ * file, VL_ETOOBIG over the cap, VL_EINVAL otherwise; out is empty on
+ * failure. */
+int peer_pending_load(const char *dir, const char *run, size_t n_params, peer_pending *out,
+                      vl_error *err) VL_MUST_CHECK;
+
+/* Removes DIR/pending.st (a missing file is fine) and syncs DIR, so the
+ * record cannot come back after a crash. */
+int peer_pending_clear(const char *dir, vl_error *err) VL_MUST_CHECK;
+
+/* What the final answer to POST /v1/updates says about the update. */
+typedef enum {
+    PEER_UPLOAD_STORED = 1,    /* 200-202, or 409 duplicate_update */
+    PEER_UPLOAD_NOT_TAKEN = 2, /* any other 4xx but 429: nothing was stored */
+    PEER_UPLOAD_UNKNOWN = 3,   /* no answer, 429, 5xx, or anything else */
+} peer_upload_outcome;
+
+/* Classifies an upload's final HTTP status and error.code (NULL or "" when
+ * the body had none). */
+peer_upload_outcome peer_upload_classify(long status, const char *code);
+
+/* Settles the recorded upload p in r after its retry was answered with
+ * status and code, and says how in *out. NOT_TAKEN: for a sparse update,
+ * its values are added back into r->residual at its indices (a zero
+ * residual is made when r has none), so residual + sent is again what it
+ * was before encoding; dense and sketch updates leave nothing to put back.
+ * STORED and NOT_TAKEN clear r->pending_task; UNKNOWN changes nothing. No
+ * I/O: the caller saves r and clears the files. VL_EINVAL when p does not
+ * decode for r's shape or r is empty, VL_ENOMEM; r is unchanged on
+ * failure. */
+int peer_pending_settle(peer_resume *r, const peer_pending *p, long status, const char *code,
+                        peer_upload_outcome *out, vl_error *err) VL_MUST_CHECK;
+
+/* What `run` does first: loads DIR/trainer.st into r (for owner) and,
+ * when it names a recorded upload, DIR/pending.st into p (for owner's run,
+ * with r's model size); both are initialised
+ * here and owned by the caller. Each problem is logged as one warning
+ * line and ignored: a missing, corrupt or mismatched trainer.st leaves r
+ * empty (a fresh start); a pending.st that trainer.st does not name, or
+ * that is unreadable, is removed, and r->pending_task cleared, leaving p
+ * empty. Fails only with VL_ENOMEM. */
+int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
+                     peer_pending *p, vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -223,6 +223,8 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         sum += loss;
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;
+        if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
+            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
 
         /* SelSync: upload once the smoothed gradient norm moves by a
          * relative delta or more, never before h_min steps. */

@@ -11,6 +11,15 @@
 
 #define BUSY_TIMEOUT_MS 5000
 
+/* Column lists shared by the statements that read whole rows, in the order
+ * read_task and read_update expect. */
+#define TASK_COLS                                                                                 \
+    "id, peer_id, base_version, data_offset, data_length, seed, issued_at, deadline, state,"     \
+    " coalesce(reissue_of, 0)"
+#define UPDATE_COLS                                                                               \
+    "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob,"    \
+    " received_at, staleness"
+
 static const char *const SQL[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
     [Q_COMMIT] = "COMMIT",
@@ -18,6 +27,9 @@ static const char *const SQL[Q_COUNT] = {
     [Q_SAVEPOINT] = "SAVEPOINT storage_atomic",
     [Q_RELEASE] = "RELEASE storage_atomic",
     [Q_ROLLBACK_TO] = "ROLLBACK TO storage_atomic",
+    [Q_JOB_SAVEPOINT] = "SAVEPOINT storage_job",
+    [Q_JOB_RELEASE] = "RELEASE storage_job",
+    [Q_JOB_ROLLBACK_TO] = "ROLLBACK TO storage_job",
     [Q_RUN_INSERT] = "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash,"
                      " current_version, status, created_at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_RUN_GET] = "SELECT name, config, corpus_path, corpus_size, corpus_hash, current_version,"
@@ -40,13 +52,21 @@ static const char *const SQL[Q_COUNT] = {
     [Q_PEER_COUNT] = "SELECT count(*) FROM peers",
     [Q_TASK_NEXT_ID] = "SELECT coalesce(max(id), 0) + 1 FROM tasks",
     [Q_TASK_INSERT] = "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length,"
-                      " seed, issued_at, deadline, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    [Q_TASK_GET] = "SELECT id, peer_id, base_version, data_offset, data_length, seed, issued_at,"
-                   " deadline, state FROM tasks WHERE id = ?",
-    [Q_TASK_FIND_LEASE] = "SELECT id, peer_id, base_version, data_offset, data_length, seed,"
-                          " issued_at, deadline, state FROM tasks WHERE peer_id = ? AND"
+                      " seed, issued_at, deadline, state, reissue_of)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_TASK_GET] = "SELECT " TASK_COLS " FROM tasks WHERE id = ?",
+    [Q_TASK_FIND_LEASE] = "SELECT " TASK_COLS " FROM tasks WHERE peer_id = ? AND"
                           " base_version = ? AND state = 'leased' AND deadline > ?"
                           " ORDER BY id LIMIT 1",
+    [Q_TASK_FIND_ANY_LEASE] = "SELECT " TASK_COLS " FROM tasks WHERE peer_id = ? AND"
+                              " state = 'leased' AND deadline > ? ORDER BY id LIMIT 1",
+    [Q_TASK_COUNT_LEASED] = "SELECT count(*) FROM tasks WHERE state = 'leased' AND deadline > ?",
+    [Q_TASK_NEXT_DEADLINE_ANY] = "SELECT min(deadline) FROM tasks WHERE state = 'leased' AND"
+                                 " deadline > ?",
+    [Q_TASK_TAKE_EXPIRED] = "SELECT " TASK_COLS " FROM tasks WHERE state = 'expired' AND"
+                            " reissued = 0 AND NOT EXISTS (SELECT 1 FROM updates u WHERE"
+                            " u.task_id = tasks.id) ORDER BY id LIMIT 1",
+    [Q_TASK_MARK_REISSUED] = "UPDATE tasks SET reissued = 1 WHERE id = ? AND reissued = 0",
     [Q_TASK_COUNT_SLOTS] = "SELECT count(*) FROM tasks WHERE base_version = ? AND"
                            " (state = 'done' OR (state = 'leased' AND deadline > ?))",
     [Q_TASK_COUNT_DONE] = "SELECT count(*) FROM tasks WHERE base_version = ? AND state = 'done'",
@@ -58,12 +78,23 @@ static const char *const SQL[Q_COUNT] = {
                           " base_version < ?",
     [Q_TASK_SET_STATE] = "UPDATE tasks SET state = ? WHERE id = ?",
     [Q_UPDATE_INSERT] = "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples,"
-                        " local_steps, loss, nbytes, blob, received_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " local_steps, loss, nbytes, blob, received_at, staleness)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
-    [Q_UPDATE_PENDING] = "SELECT id, task_id, peer_id, base_version, kind, num_samples,"
-                         " local_steps, loss, nbytes, blob, received_at FROM updates"
+    [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM updates"
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
+    [Q_UPDATE_UNMERGED] = "SELECT " UPDATE_COLS " FROM updates"
+                          " WHERE merged_version IS NULL ORDER BY id",
+    [Q_UPDATE_COUNT_UNMERGED] = "SELECT count(*) FROM updates WHERE merged_version IS NULL",
+    [Q_UPDATE_HIST_STEPS] = "SELECT local_steps, count(*) FROM updates GROUP BY local_steps"
+                            " ORDER BY local_steps",
+    [Q_UPDATE_HIST_STALENESS] = "SELECT staleness, count(*) FROM updates GROUP BY staleness"
+                                " ORDER BY staleness",
+    [Q_PEER_EACH] = "SELECT p.id, p.name, p.last_seen, p.revoked,"
+                    " (SELECT count(*) FROM tasks t WHERE t.peer_id = p.id AND"
+                    "  t.state = 'leased' AND t.deadline > ?),"
+                    " (SELECT count(*) FROM updates u WHERE u.peer_id = p.id)"
+                    " FROM peers p ORDER BY p.id",
     [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
     [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
                        " merged_version IS NULL",
@@ -211,6 +242,23 @@ int q_tx_end(storage *st, int nested, int ok, vl_error *err) {
         log_error("database: rollback to savepoint failed: %s", sqlite3_errmsg(st->db));
     int rc = run_simple(st, Q_RELEASE, "release savepoint", err);
     return ok ? rc : VL_OK;
+}
+
+int storage_savepoint(storage *st, vl_error *err) {
+    if (!storage_in_transaction(st))
+        return vl_fail(err, VL_EDB, "database: a savepoint needs an open transaction");
+    return run_simple(st, Q_JOB_SAVEPOINT, "savepoint", err);
+}
+
+int storage_savepoint_end(storage *st, int ok, vl_error *err) {
+    if (!ok) {
+        /* A failed statement may still be mid-step. */
+        for (int i = 0; i < Q_COUNT; i++)
+            if (st->stmts[i]) sqlite3_reset(st->stmts[i]);
+        if (run_simple(st, Q_JOB_ROLLBACK_TO, "rollback to savepoint", err) != VL_OK)
+            return VL_EDB;
+    }
+    return run_simple(st, Q_JOB_RELEASE, "release savepoint", err);
 }
 
 int storage_user_version(storage *st, int *out, vl_error *err) {

@@ -93,6 +93,19 @@ static const storage_migration MIGRATIONS[] = {
      " vals BLOB NOT NULL CHECK (length(vals) = 4 * n),"
      " received_at INTEGER NOT NULL);"
      "CREATE INDEX round_values_by_version ON round_values(version);"},
+    {4,
+     /* Asynchronous merging and churn: how many versions old each update's
+      * base was when it arrived (its weight depends on it), and which
+      * expired leases had their data handed to another task. Unmerged
+      * updates are looked up whatever their base. */
+     "ALTER TABLE updates ADD COLUMN staleness INTEGER NOT NULL DEFAULT 0"
+     " CHECK (staleness >= 0);"
+     "ALTER TABLE tasks ADD COLUMN reissue_of INTEGER REFERENCES tasks(id);"
+     "ALTER TABLE tasks ADD COLUMN reissued INTEGER NOT NULL DEFAULT 0"
+     " CHECK (reissued IN (0, 1));"
+     "CREATE INDEX updates_unmerged ON updates(id) WHERE merged_version IS NULL;"
+     "CREATE INDEX tasks_expired ON tasks(id) WHERE state = 'expired' AND reissued = 0;"
+     "CREATE INDEX tasks_by_deadline ON tasks(deadline) WHERE state = 'leased';"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

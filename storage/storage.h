@@ -54,6 +54,13 @@ int storage_schema_version(void);
 /* Current PRAGMA user_version of the open database. */
 int storage_user_version(storage *st, int *out, vl_error *err) VL_MUST_CHECK;
 
+/* Inside an open transaction, a savepoint that one unit of work can be
+ * undone to without the rest: storage_savepoint_end releases it when ok
+ * is set and otherwise first rolls back to it. Savepoints do not nest
+ * with each other (storage_version_commit nests inside one). */
+int storage_savepoint(storage *st, vl_error *err) VL_MUST_CHECK;
+int storage_savepoint_end(storage *st, int ok, vl_error *err) VL_MUST_CHECK;
+
 /* For tests: applies the given migrations (versions ascending, starting at
  * 1) instead of the built-in ones, each in its own transaction. A failing
  * migration is rolled back and the database stays at the version before it;
@@ -178,6 +185,7 @@ typedef struct storage_task {
     int64_t issued_at;
     int64_t deadline; /* the lease ends when the clock reaches it */
     storage_task_state state;
+    int64_t reissue_of; /* 0, or the expired task whose data this one redoes */
 } storage_task;
 
 /* The id the next inserted task will get. Call inside the transaction that
@@ -193,6 +201,23 @@ int storage_task_get(storage *st, int64_t id, storage_task *out, vl_error *err) 
  * after now; VL_ENOTFOUND if none. */
 int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, int64_t now,
                             storage_task *out, vl_error *err) VL_MUST_CHECK;
+/* The oldest leased task of peer_id, whatever its base version, with
+ * deadline after now (async runs); VL_ENOTFOUND if none. */
+int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, storage_task *out,
+                                vl_error *err) VL_MUST_CHECK;
+/* Leased tasks of every version whose deadline is after now. */
+int storage_task_count_leased(storage *st, int64_t now, int64_t *out,
+                              vl_error *err) VL_MUST_CHECK;
+/* Earliest deadline after now among leased tasks of every version; 0 when
+ * there is none. */
+int storage_task_next_deadline_any(storage *st, int64_t now, int64_t *out,
+                                   vl_error *err) VL_MUST_CHECK;
+/* The oldest task whose lease expired with no update and whose data no
+ * other task has taken over yet: marks it reissued and copies it into
+ * *out, so the caller can hand its data range and seed to a new task
+ * (run it in the transaction that inserts that task). VL_ENOTFOUND when
+ * there is none. */
+int storage_task_take_expired(storage *st, storage_task *out, vl_error *err) VL_MUST_CHECK;
 /* Counts the tasks for base_version that hold a slot at now: done ones and
  * leased ones whose deadline is after now. */
 int storage_task_count_slots(storage *st, int64_t base_version, int64_t now, int64_t *out,
@@ -231,6 +256,7 @@ typedef struct storage_update {
     const uint8_t *blob; /* NULL once pruned */
     int64_t received_at;
     int64_t merged_version; /* -1 while not merged */
+    int64_t staleness;      /* current version minus base_version on arrival */
 } storage_update;
 
 /* Inserts u (id and merged_version are ignored); *id (may be NULL) receives
@@ -248,6 +274,12 @@ typedef int (*storage_update_fn)(void *ctx, const storage_update *u);
  * in id order, blob included. */
 int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
                                 void *ctx, vl_error *err) VL_MUST_CHECK;
+/* Calls fn for every update not merged yet, whatever its base version, in
+ * id order, blob included. */
+int storage_update_each_unmerged(storage *st, storage_update_fn fn, void *ctx,
+                                 vl_error *err) VL_MUST_CHECK;
+/* Number of updates not merged yet. */
+int storage_update_count_unmerged(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
 /* Total number of updates stored. */
 int storage_update_count(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
 
@@ -278,22 +310,33 @@ typedef struct storage_version {
     size_t change_nnz;
 } storage_version;
 
+/* What a version commit keeps and does besides inserting the version. */
+typedef struct storage_commit_opts {
+    /* Params and momentum of versions at or below v - keep_versions are
+     * set NULL, with the second rounds of the updates based on the
+     * versions before them (<= 0 keeps all). */
+    int64_t keep_versions;
+    /* Changes of versions at or below v - keep_changes are deleted. */
+    int64_t keep_changes;
+    /* Blobs of updates merged into versions at or below v -
+     * keep_update_blobs are set NULL; an unmerged update keeps its blob
+     * however old. */
+    int64_t keep_update_blobs;
+    int finished;          /* the run ends with this version */
+    int expire_old_leases; /* sync runs: leases on older versions end now */
+} storage_commit_opts;
+
 /* Atomically: inserts version v->version with its params, momentum and
- * change,
- * marks each of the n_updates updates merged into it (each must exist and
- * be unmerged, else VL_ECONFLICT), expires leases still held on older
- * versions, sets the run's current version to it (it must be the current
- * version + 1, or 0 for the first), marks the run finished when finished is
- * set, and prunes: params and momentum of versions at or below
- * v->version - keep_versions are set NULL, and so are the blobs of updates
- * merged into those versions, with the second rounds of the updates
- * based on the versions before them; changes of versions at or below
- * v->version - keep_changes are deleted (keep_changes <= 0 keeps all). Version 0 is stored the same way with no
- * updates. On any failure nothing of it is visible. Inside a caller's
- * transaction it runs in a savepoint. */
+ * change, marks each of the n_updates updates merged into it (each must
+ * exist and be unmerged, else VL_ECONFLICT), expires leases still held on
+ * older versions when o asks, sets the run's current version to it (it
+ * must be the current version + 1, or 0 for the first), marks the run
+ * finished when o says so, and prunes as o says. Version 0 is stored the
+ * same way with no updates. On any failure nothing of it is visible.
+ * Inside a caller's transaction it runs in a savepoint. */
 int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
-                           size_t n_updates, int64_t keep_versions, int64_t keep_changes,
-                           int finished, vl_error *err) VL_MUST_CHECK;
+                           size_t n_updates, const storage_commit_opts *o,
+                           vl_error *err) VL_MUST_CHECK;
 /* Reads version into *out; with blobs set also copies params and momentum
  * (either NULL when pruned or absent). Caller frees with
  * storage_version_free. VL_ENOTFOUND if the version was never made. */
@@ -313,6 +356,30 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
  * was merged into (-1 while pending). VL_ENOTFOUND when the task has none. */
 int storage_update_find(storage *st, int64_t task_id, int64_t *id, int64_t *base_version,
                         int64_t *merged_version, vl_error *err) VL_MUST_CHECK;
+
+/* ---- summaries (stats.c) ------------------------------------------------- */
+
+typedef enum { STORAGE_HIST_LOCAL_STEPS = 0, STORAGE_HIST_STALENESS = 1 } storage_hist;
+/* Called per distinct value with how many updates have it, ascending. */
+typedef int (*storage_count_fn)(void *ctx, int64_t value, int64_t count);
+/* The distribution of local steps or of staleness over all stored
+ * updates. */
+int storage_update_histogram(storage *st, storage_hist what, storage_count_fn fn, void *ctx,
+                             vl_error *err) VL_MUST_CHECK;
+
+/* One peer's activity. */
+typedef struct storage_peer_activity {
+    int64_t id;
+    char name[64];
+    int64_t last_seen;
+    int revoked;
+    int64_t leases;  /* leased tasks with deadline after now */
+    int64_t updates; /* updates stored from it */
+} storage_peer_activity;
+typedef int (*storage_peer_fn)(void *ctx, const storage_peer_activity *a);
+/* Every registered peer, by id. */
+int storage_peer_each(storage *st, int64_t now, storage_peer_fn fn, void *ctx,
+                      vl_error *err) VL_MUST_CHECK;
 
 /* ---- second rounds -------------------------------------------------------- */
 

@@ -42,6 +42,8 @@ int storage_task_insert(storage *st, const storage_task *t, int64_t *id, vl_erro
     sqlite3_bind_int64(s, 7, t->issued_at);
     sqlite3_bind_int64(s, 8, t->deadline);
     sqlite3_bind_text(s, 9, task_state_name(t->state), -1, SQLITE_STATIC);
+    if (t->reissue_of > 0) sqlite3_bind_int64(s, 10, t->reissue_of);
+    else sqlite3_bind_null(s, 10);
     int rc = q_exec(st, s, "insert task", err);
     if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
     return rc;
@@ -59,6 +61,7 @@ static int read_task(storage *st, sqlite3_stmt *s, storage_task *out, vl_error *
         out->issued_at = sqlite3_column_int64(s, 6);
         out->deadline = sqlite3_column_int64(s, 7);
         out->state = task_state_parse((const char *)sqlite3_column_text(s, 8));
+        out->reissue_of = sqlite3_column_int64(s, 9);
         rc = VL_OK;
     } else if (rc == SQLITE_DONE) {
         rc = vl_fail(err, VL_ENOTFOUND, "no such task");
@@ -84,6 +87,42 @@ int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, 
     sqlite3_bind_int64(s, 2, base_version);
     sqlite3_bind_int64(s, 3, now);
     return read_task(st, s, out, err);
+}
+
+int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, storage_task *out,
+                                vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_FIND_ANY_LEASE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, peer_id);
+    sqlite3_bind_int64(s, 2, now);
+    return read_task(st, s, out, err);
+}
+
+int storage_task_count_leased(storage *st, int64_t now, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_COUNT_LEASED, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, now);
+    return q_int(st, s, 0, out, "count leases", err);
+}
+
+int storage_task_next_deadline_any(storage *st, int64_t now, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_NEXT_DEADLINE_ANY, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, now);
+    return q_int(st, s, 0, out, "next deadline", err);
+}
+
+int storage_task_take_expired(storage *st, storage_task *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_TAKE_EXPIRED, err);
+    if (!s) return VL_EDB;
+    int rc = read_task(st, s, out, err);
+    if (rc != VL_OK) return rc;
+    if (!(s = q_get(st, Q_TASK_MARK_REISSUED, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, out->id);
+    if ((rc = q_exec(st, s, "mark task reissued", err)) != VL_OK) return rc;
+    if (q_changes(st) != 1)
+        return vl_fail(err, VL_ECONFLICT, "task %lld was reissued already", (long long)out->id);
+    return VL_OK;
 }
 
 int storage_task_count_slots(storage *st, int64_t base_version, int64_t now, int64_t *out,
@@ -149,6 +188,7 @@ int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_
     sqlite3_bind_blob64(s, 9, u->blob ? (const void *)u->blob : (const void *)"",
                         (sqlite3_uint64)u->nbytes, SQLITE_STATIC);
     sqlite3_bind_int64(s, 10, u->received_at);
+    sqlite3_bind_int64(s, 11, u->staleness);
     int rc = q_exec(st, s, "insert update", err);
     if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the task already has an update");
     if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
@@ -165,11 +205,8 @@ int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err)
     return rc;
 }
 
-int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
-                                void *ctx, vl_error *err) {
-    sqlite3_stmt *s = q_get(st, Q_UPDATE_PENDING, err);
-    if (!s) return VL_EDB;
-    sqlite3_bind_int64(s, 1, base_version);
+static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void *ctx,
+                       vl_error *err) {
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         storage_update u;
@@ -190,6 +227,7 @@ int storage_update_each_pending(storage *st, int64_t base_version, storage_updat
             return vl_fail(err, VL_EDB, "database: update %lld is truncated", (long long)u.id);
         }
         u.received_at = sqlite3_column_int64(s, 10);
+        u.staleness = sqlite3_column_int64(s, 11);
         u.merged_version = -1;
         int r = fn(ctx, &u);
         if (r != 0) {
@@ -200,6 +238,26 @@ int storage_update_each_pending(storage *st, int64_t base_version, storage_updat
     int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read updates");
     q_done(s);
     return ret;
+}
+
+int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
+                                void *ctx, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_PENDING, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, base_version);
+    return each_update(st, s, fn, ctx, err);
+}
+
+int storage_update_each_unmerged(storage *st, storage_update_fn fn, void *ctx, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_UNMERGED, err);
+    if (!s) return VL_EDB;
+    return each_update(st, s, fn, ctx, err);
+}
+
+int storage_update_count_unmerged(storage *st, int64_t *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_COUNT_UNMERGED, err);
+    if (!s) return VL_EDB;
+    return q_int(st, s, 0, out, "count unmerged updates", err);
 }
 
 int storage_update_count(storage *st, int64_t *out, vl_error *err) {
@@ -221,8 +279,8 @@ static void bind_real(sqlite3_stmt *s, int col, double x) {
 }
 
 static int version_steps(storage *st, const storage_version *v, const int64_t *update_ids,
-                         size_t n_updates, int64_t keep_versions, int64_t keep_changes,
-                         int finished, vl_error *err) {
+                         size_t n_updates, const storage_commit_opts *o, vl_error *err) {
+    int64_t keep_versions = o->keep_versions, keep_changes = o->keep_changes;
     sqlite3_stmt *s = q_get(st, Q_VERSION_MAX, err);
     if (!s) return VL_EDB;
     int64_t latest;
@@ -268,13 +326,15 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
                            (long long)update_ids[i]);
     }
 
-    if (!(s = q_get(st, Q_TASK_EXPIRE_OLD, err))) return VL_EDB;
-    sqlite3_bind_int64(s, 1, v->version);
-    if ((rc = q_exec(st, s, "expire old leases", err)) != VL_OK) return rc;
+    if (o->expire_old_leases) {
+        if (!(s = q_get(st, Q_TASK_EXPIRE_OLD, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, v->version);
+        if ((rc = q_exec(st, s, "expire old leases", err)) != VL_OK) return rc;
+    }
 
     if (!(s = q_get(st, Q_RUN_SET_VERSION, err))) return VL_EDB;
     sqlite3_bind_int64(s, 1, v->version);
-    sqlite3_bind_text(s, 2, finished ? "finished" : "running", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, o->finished ? "finished" : "running", -1, SQLITE_STATIC);
     if ((rc = q_exec(st, s, "set current version", err)) != VL_OK) return rc;
     if (q_changes(st) != 1) return vl_fail(err, VL_ENOTFOUND, "the database holds no run");
 
@@ -283,9 +343,6 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         if (!(s = q_get(st, Q_VERSION_PRUNE, err))) return VL_EDB;
         sqlite3_bind_int64(s, 1, upto);
         if ((rc = q_exec(st, s, "prune versions", err)) != VL_OK) return rc;
-        if (!(s = q_get(st, Q_UPDATE_PRUNE, err))) return VL_EDB;
-        sqlite3_bind_int64(s, 1, upto);
-        if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
         /* A round belongs to the updates of its base version, which were
          * merged into the next one. */
         if (!(s = q_get(st, Q_VALUES_PRUNE, err))) return VL_EDB;
@@ -294,6 +351,13 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         if (!(s = q_get(st, Q_ROUND_PRUNE, err))) return VL_EDB;
         sqlite3_bind_int64(s, 1, upto - 1);
         if ((rc = q_exec(st, s, "prune rounds", err)) != VL_OK) return rc;
+    }
+    /* Only merged updates qualify: an update waiting to be merged keeps
+     * its blob however old it is. */
+    if (o->keep_update_blobs > 0 && v->version >= o->keep_update_blobs) {
+        if (!(s = q_get(st, Q_UPDATE_PRUNE, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, v->version - o->keep_update_blobs);
+        if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
     }
     if (keep_changes > 0 && v->version >= keep_changes) {
         if (!(s = q_get(st, Q_CHANGE_PRUNE, err))) return VL_EDB;
@@ -304,13 +368,11 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
 }
 
 int storage_version_commit(storage *st, const storage_version *v, const int64_t *update_ids,
-                           size_t n_updates, int64_t keep_versions, int64_t keep_changes,
-                           int finished, vl_error *err) {
+                           size_t n_updates, const storage_commit_opts *o, vl_error *err) {
     int nested;
     int rc = q_tx_begin(st, &nested, err);
     if (rc != VL_OK) return rc;
-    rc = version_steps(st, v, update_ids, n_updates, keep_versions, keep_changes, finished,
-                       err);
+    rc = version_steps(st, v, update_ids, n_updates, o, err);
     if (rc != VL_OK) {
         q_tx_end(st, nested, 0, NULL);
         return rc;

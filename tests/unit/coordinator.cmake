@@ -1,1 +1,2 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
+volley_unit_test(test_async volley_coordinator_core)

@@ -1,1 +1,2 @@
 volley_unit_test(test_peer volley_peer)
+volley_unit_test(test_peer_resume volley_peer)

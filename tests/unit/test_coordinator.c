@@ -543,7 +543,30 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"updates_per_version\": 2.5}",
                         "updates_per_version must be an integer");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"lease_s\": 0}", "lease_s");
-    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", "mode");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"batch\"}", "mode");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": "
+                        "{\"function\": \"exp\"}}", "staleness.function");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"a\": -1}}",
+                        "staleness.a");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"max\": -1}}",
+                        "staleness.max");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": "
+                        "{\"function\": \"hinge\", \"b\": 5, \"max\": 4}}", "staleness.b");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"tau\": 1}}",
+                        "'staleness.tau'");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"selsync\": {\"h_min\": 0}}",
+                        "selsync.h_min");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"selsync\": {\"h_min\": 11}}",
+                        "exceeds train.steps");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"selsync\": {\"delta\": -1}}",
+                        "selsync.delta");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
+                        "\"round_deadline_s\": 5}", "round_deadline_s is for sync");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
+                        "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10, "
+                        "\"second_round\": 2}}", "needs a sync run");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"keep_update_blobs\": 0}",
+                        "keep_update_blobs");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                         "{\"kind\": \"randk\"}}",
                         "compression.kind");
@@ -628,10 +651,20 @@ static void test_scheduler_slots(void **state) {
     assert_int_equal(coord_sched_decide(0, 1, 0, 4), COORD_SCHED_SAME_TASK);
     assert_int_equal(coord_sched_decide(1, 1, 0, 4), COORD_SCHED_FINISHED);
     assert_int_equal(coord_sched_decide(1, 0, 0, 4), COORD_SCHED_FINISHED);
-    /* A late upload keeps its slot only if nobody took it over. */
-    assert_true(coord_sched_accept_late(1, 3, 4));
-    assert_false(coord_sched_accept_late(1, 4, 4));
-    assert_false(coord_sched_accept_late(0, 0, 4));
+    /* async: a lease for every peer that holds none */
+    assert_int_equal(coord_sched_decide_async(1, 0), COORD_SCHED_FINISHED);
+    assert_int_equal(coord_sched_decide_async(0, 1), COORD_SCHED_SAME_TASK);
+    assert_int_equal(coord_sched_decide_async(0, 0), COORD_SCHED_NEW_TASK);
+    /* async: K unmerged updates, whatever their base */
+    assert_false(coord_sched_merge_due(1, 3, 0, 4, 0, 0));
+    assert_true(coord_sched_merge_due(1, 4, 0, 4, 0, 0));
+    /* sync: N done for the current version, or the deadline with one */
+    assert_true(coord_sched_merge_due(0, 4, 4, 4, 0, 0));
+    assert_false(coord_sched_merge_due(0, 9, 3, 4, 1000, 0));
+    assert_false(coord_sched_merge_due(0, 0, 0, 4, 1000, 60));
+    assert_false(coord_sched_merge_due(0, 2, 2, 4, 59, 60));
+    assert_true(coord_sched_merge_due(0, 2, 2, 4, 60, 60));
+    assert_true(coord_sched_merge_due(0, 1, 0, 4, 61, 60)); /* a stale update alone */
 }
 
 static void test_scheduler_ranges(void **state) {

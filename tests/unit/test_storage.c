@@ -15,6 +15,13 @@
 
 #include "storage/storage.h"
 
+/* Commit options as the tests use them: update blobs kept as long as
+ * versions, sync leases. */
+#define COMMIT_OPTS(kv, kc, fin)                                                                 \
+    (&(storage_commit_opts){.keep_versions = (kv), .keep_changes = (kc),                         \
+                            .keep_update_blobs = (kv), .finished = (fin),                        \
+                            .expire_old_leases = 1})
+
 typedef struct fixture {
     char dir[64];
     char path[128];
@@ -71,7 +78,7 @@ static void commit_version(storage *st, int64_t v, float fill, const int64_t *id
                            .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
                            .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
     vl_error e = {0};
-    int rc = storage_version_commit(st, &ver, ids, n, keep, 0, 0, &e);
+    int rc = storage_version_commit(st, &ver, ids, n, COMMIT_OPTS(keep, 0, 0), &e);
     if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
     assert_int_equal(rc, VL_OK);
 }
@@ -115,7 +122,8 @@ static void test_changes(void **state) {
         storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
                                .n = 4, .val_loss = 1, .train_loss = 1, .has_change = 1,
                                .change_idx = idx, .change_val = val, .change_nnz = nnz};
-        assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, 0, 3, 0, &e), VL_OK);
+        assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, COMMIT_OPTS(0, 3, 0), &e),
+                         VL_OK);
     }
     /* keep_changes 3 at version 5 keeps 3, 4 and 5. */
     change_sum s = {{0}, 2, 0};
@@ -136,10 +144,10 @@ static void test_changes(void **state) {
     storage_version bad = {.version = 7, .created_at = 1, .params = params, .n = 4,
                            .has_change = 1, .change_idx = idx, .change_val = val,
                            .change_nnz = 1};
-    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, 0, 3, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(0, 3, 0), &e), VL_ECONFLICT);
     bad.version = 6;
     bad.change_nnz = 0;
-    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, 0, 3, 0, &e), VL_OK);
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(0, 3, 0), &e), VL_OK);
     change_sum last = {{0}, 5, 0};
     assert_int_equal(storage_change_each(f->st, 5, 6, sum_change, &last, &e), VL_OK);
     assert_int_equal(last.calls, 1);
@@ -442,7 +450,7 @@ static void test_version_commit_and_prune(void **state) {
     /* Version numbers must follow on. */
     float x[4] = {0};
     storage_version skip = {.version = 5, .params = x, .n = 4};
-    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, 2, 0, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, COMMIT_OPTS(2, 0, 0), &e), VL_ECONFLICT);
 }
 
 typedef struct values_seen {
@@ -545,7 +553,7 @@ static void test_version_commit_is_atomic(void **state) {
     float params[4] = {1, 2, 3, 4};
     storage_version v1 = {.version = 1, .created_at = 3000, .params = params, .n = 4,
                           .val_loss = 1.0, .train_loss = 2.0, .num_updates = 3};
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e), VL_ECONFLICT);
     assert_false(storage_in_transaction(f->st));
     storage_version got;
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -564,7 +572,7 @@ static void test_version_commit_is_atomic(void **state) {
      * commit's savepoint; the caller's earlier write survives. */
     assert_int_equal(storage_begin(f->st, &e), VL_OK);
     assert_int_equal(storage_peer_touch(f->st, p, 7777, &e), VL_OK);
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, 4, 0, 0, &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e), VL_ECONFLICT);
     assert_true(storage_in_transaction(f->st));
     assert_int_equal(storage_commit(f->st, &e), VL_OK);
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -576,7 +584,7 @@ static void test_version_commit_is_atomic(void **state) {
     /* A correct commit then does everything at once. */
     int64_t good[2] = {ua, ub};
     v1.num_updates = 2;
-    assert_int_equal(storage_version_commit(f->st, &v1, good, 2, 4, 0, 1, &e), VL_OK);
+    assert_int_equal(storage_version_commit(f->st, &v1, good, 2, COMMIT_OPTS(4, 0, 1), &e), VL_OK);
     assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
     assert_int_equal(r.current_version, 1);
     assert_int_equal(r.status, STORAGE_RUN_FINISHED);

@@ -1,0 +1,265 @@
+/* The writer thread and its group commit (writer.h). The loop and the
+ * thread share two lists under one mutex: jobs to run and jobs done. The
+ * thread wakes the loop through a pipe, which libevent watches, so no
+ * callback ever runs on the writer thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "coordinator/writer.h"
+
+struct coord_writer {
+    storage *db;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    coord_job *queue, *queue_tail; /* submitted, not yet taken */
+    coord_job *done, *done_tail;   /* run, not yet handed back */
+    int stopping;
+    coord_writer_stats stats;
+    /* Loop side. */
+    int has_thread;
+    pthread_t thread;
+    int pipe_rd, pipe_wr;
+    struct event *ev;
+    size_t outstanding; /* submitted and not yet handed back (loop thread only) */
+};
+
+static void append(coord_job **head, coord_job **tail, coord_job *first, coord_job *last) {
+    if (!first) return;
+    if (*tail) (*tail)->next = first;
+    else *head = first;
+    *tail = last;
+}
+
+/* Runs jobs (a list) as one transaction. */
+static void run_batch(coord_writer *w, coord_job *jobs) {
+    vl_error e = {0};
+    size_t n = 0;
+    for (coord_job *j = jobs; j; j = j->next) n++;
+    int rc = storage_begin(w->db, &e);
+    int broken = rc != VL_OK;
+    for (coord_job *j = jobs; j && !broken; j = j->next) {
+        memset(&j->err, 0, sizeof j->err);
+        if (storage_savepoint(w->db, &j->err) != VL_OK) {
+            j->rc = j->err.code ? j->err.code : VL_EDB;
+            broken = 1;
+            e = j->err;
+            break;
+        }
+        j->rc = j->run(w->db, j, &j->err);
+        if (j->rc != VL_OK && j->err.code == 0) j->err.code = j->rc;
+        vl_error se = {0};
+        if (storage_savepoint_end(w->db, j->rc == VL_OK, &se) != VL_OK) {
+            /* The transaction is in no state to commit. */
+            broken = 1;
+            e = se;
+        }
+    }
+    if (!broken) {
+        rc = storage_commit(w->db, &e);
+        broken = rc != VL_OK;
+    } else {
+        storage_rollback(w->db);
+    }
+    uint64_t failed = 0;
+    for (coord_job *j = jobs; j; j = j->next) {
+        if (broken) {
+            /* Nothing of the batch is stored, whatever a job said. */
+            j->rc = e.code ? e.code : VL_EDB;
+            j->err = e;
+        }
+        failed += j->rc != VL_OK;
+    }
+    if (broken) log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
+    pthread_mutex_lock(&w->mu);
+    w->stats.jobs += n;
+    w->stats.failed += failed;
+    if (!broken) w->stats.commits++;
+    if (n > w->stats.max_batch) w->stats.max_batch = n;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Takes up to COORD_WRITER_MAX_BATCH queued jobs; call with mu held. */
+static coord_job *take_batch(coord_writer *w, coord_job **last) {
+    coord_job *first = w->queue, *j = first;
+    size_t n = 1;
+    while (j->next && n < COORD_WRITER_MAX_BATCH) {
+        j = j->next;
+        n++;
+    }
+    w->queue = j->next;
+    if (!w->queue) w->queue_tail = NULL;
+    j->next = NULL;
+    *last = j;
+    w->stats.queued -= n;
+    return first;
+}
+
+static void notify_loop(coord_writer *w) {
+    char b = 1;
+    /* A full pipe already holds a wake-up; nothing is lost. */
+    while (write(w->pipe_wr, &b, 1) < 0 && errno == EINTR) {
+    }
+}
+
+static void *thread_main(void *arg) {
+    coord_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->queue && !w->stopping) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->queue) break;
+        coord_job *last;
+        coord_job *batch = take_batch(w, &last);
+        pthread_mutex_unlock(&w->mu);
+        run_batch(w, batch);
+        pthread_mutex_lock(&w->mu);
+        int was_empty = w->done == NULL;
+        append(&w->done, &w->done_tail, batch, last);
+        if (was_empty) notify_loop(w);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Hands finished jobs back to their owners, oldest first. */
+static void deliver(coord_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    coord_job *j = w->done;
+    w->done = w->done_tail = NULL;
+    pthread_mutex_unlock(&w->mu);
+    while (j) {
+        coord_job *next = j->next;
+        j->next = NULL;
+        if (w->outstanding > 0) w->outstanding--;
+        j->done(j, j->rc, &j->err);
+        j = next;
+    }
+}
+
+static void on_pipe(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    char sink[256];
+    while (read(fd, sink, sizeof sink) > 0) {
+    }
+    deliver(arg);
+}
+
+static int open_common(const char *db_path, coord_writer **out, vl_error *err) {
+    coord_writer *w = calloc(1, sizeof *w);
+    if (!w) return vl_fail(err, VL_ENOMEM, "out of memory for the database writer");
+    w->pipe_rd = w->pipe_wr = -1;
+    int rc = storage_open(db_path, 0, &w->db, err);
+    if (rc != VL_OK) {
+        free(w);
+        return rc;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    *out = w;
+    return VL_OK;
+}
+
+int coord_writer_start_sync(const char *db_path, coord_writer **out, vl_error *err) {
+    return open_common(db_path, out, err);
+}
+
+int coord_writer_start(const char *db_path, struct event_base *base, coord_writer **out,
+                       vl_error *err) {
+    coord_writer *w = NULL;
+    int rc = open_common(db_path, &w, err);
+    if (rc != VL_OK) return rc;
+    int fds[2];
+    if (pipe(fds) != 0) {
+        rc = vl_fail(err, VL_EIO, "cannot make the writer's pipe: %s", strerror(errno));
+        goto fail;
+    }
+    w->pipe_rd = fds[0];
+    w->pipe_wr = fds[1];
+    if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(fds[1], F_SETFL, O_NONBLOCK) != 0 ||
+        fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
+        rc = vl_fail(err, VL_EIO, "cannot set up the writer's pipe: %s", strerror(errno));
+        goto fail;
+    }
+    w->ev = event_new(base, w->pipe_rd, EV_READ | EV_PERSIST, on_pipe, w);
+    if (!w->ev || event_add(w->ev, NULL) != 0) {
+        rc = vl_fail(err, VL_ENOMEM, "cannot watch the writer's pipe");
+        goto fail;
+    }
+    if (pthread_create(&w->thread, NULL, thread_main, w) != 0) {
+        rc = vl_fail(err, VL_ERR, "cannot start the database writer thread");
+        goto fail;
+    }
+    w->has_thread = 1;
+    *out = w;
+    return VL_OK;
+fail:
+    coord_writer_stop(w);
+    return rc;
+}
+
+void coord_writer_submit(coord_writer *w, coord_job *job) {
+    job->next = NULL;
+    job->rc = 0;
+    w->outstanding++;
+    pthread_mutex_lock(&w->mu);
+    append(&w->queue, &w->queue_tail, job, job);
+    w->stats.queued++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+size_t coord_writer_pending(const coord_writer *w) {
+    return w ? w->outstanding : 0;
+}
+
+void coord_writer_stats_get(coord_writer *w, coord_writer_stats *out) {
+    pthread_mutex_lock(&w->mu);
+    *out = w->stats;
+    pthread_mutex_unlock(&w->mu);
+}
+
+size_t coord_writer_run_once(coord_writer *w) {
+    pthread_mutex_lock(&w->mu);
+    if (!w->queue) {
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    coord_job *last;
+    coord_job *batch = take_batch(w, &last);
+    pthread_mutex_unlock(&w->mu);
+    size_t n = 0;
+    for (coord_job *j = batch; j; j = j->next) n++;
+    run_batch(w, batch);
+    pthread_mutex_lock(&w->mu);
+    append(&w->done, &w->done_tail, batch, last);
+    pthread_mutex_unlock(&w->mu);
+    deliver(w);
+    return n;
+}
+
+void coord_writer_stop(coord_writer *w) {
+    if (!w) return;
+    if (w->has_thread) {
+        pthread_mutex_lock(&w->mu);
+        w->stopping = 1;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    } else {
+        while (coord_writer_run_once(w) > 0) {
+        }
+    }
+    deliver(w);
+    if (w->ev) event_free(w->ev);
+    if (w->pipe_rd >= 0) close(w->pipe_rd);
+    if (w->pipe_wr >= 0) close(w->pipe_wr);
+    storage_close(w->db);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}

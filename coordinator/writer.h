@@ -1,0 +1,96 @@
+/*
+ * The coordinator's one database writer: a thread with its own SQLite
+ * connection that runs every write the server makes, batching whatever
+ * is queued into one transaction (group commit).
+ *
+ * Why: an upload may be acknowledged only once the transaction holding it
+ * has committed, and each commit costs an fsync. One commit per upload
+ * would cap ingest at the disk's fsync rate, and a commit on the event
+ * loop would stall every other request while the disk works. Here the
+ * loop validates a request, queues a job and goes on; the writer takes
+ * all queued jobs, runs each inside its own savepoint of a single
+ * transaction (a job that fails is undone without touching the others),
+ * commits once, and only then hands the jobs back to the loop, which
+ * answers them. A job is never told it succeeded before its commit.
+ *
+ * Reads stay on the loop's own connection (WAL lets them run while the
+ * writer writes), and a job's done callback runs after its commit, so
+ * what the loop reads then includes it.
+ */
+#ifndef VOLLEY_COORD_WRITER_H
+#define VOLLEY_COORD_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+#include "storage/storage.h"
+
+struct event_base;
+
+typedef struct coord_job coord_job;
+
+/* Runs on the writer thread inside the batch's transaction and its own
+ * savepoint: returns 0, or a VL_E* code (with err set) to have its
+ * writes undone. It must touch nothing but db and its own job. */
+typedef int (*coord_job_run_fn)(storage *db, coord_job *job, vl_error *err);
+/* Runs on the loop thread once the job's transaction has committed (rc 0)
+ * or failed (rc < 0: the job's own error, or the commit's, which undid
+ * every job of the batch). The job's memory is the caller's again. */
+typedef void (*coord_job_done_fn)(coord_job *job, int rc, const vl_error *err);
+
+/* A unit of writing. Embed it in a struct of your own and recover that in
+ * the callbacks; it must stay alive from submit until done has run. */
+struct coord_job {
+    coord_job_run_fn run;
+    coord_job_done_fn done;
+    /* Set by the writer. */
+    int rc;
+    vl_error err;
+    coord_job *next;
+};
+
+typedef struct coord_writer coord_writer;
+
+/* Counters since start, for /v1/status and the ingest benchmark. */
+typedef struct coord_writer_stats {
+    uint64_t jobs;        /* jobs run */
+    uint64_t commits;     /* transactions committed (one fsync of the WAL each) */
+    uint64_t failed;      /* jobs that ended with an error, their own or the commit's */
+    uint64_t max_batch;   /* most jobs in one transaction */
+    uint64_t queued;      /* jobs waiting now */
+} coord_writer_stats;
+
+/* Most jobs one transaction takes; the rest wait for the next. */
+#define COORD_WRITER_MAX_BATCH 1024
+
+/* Opens a second connection to the database at db_path and starts the
+ * thread; done callbacks are delivered on base's loop. *out is the
+ * caller's (coord_writer_stop). */
+int coord_writer_start(const char *db_path, struct event_base *base, coord_writer **out,
+                       vl_error *err) VL_MUST_CHECK;
+
+/* Queues job (run and done set). Never fails: the job is the writer's
+ * until its done callback. Loop thread only. */
+void coord_writer_submit(coord_writer *w, coord_job *job);
+
+/* Jobs submitted and not yet done (the loop waits for 0 to drain). */
+size_t coord_writer_pending(const coord_writer *w);
+
+void coord_writer_stats_get(coord_writer *w, coord_writer_stats *out);
+
+/* Runs every queued job, stops the thread, delivers the remaining done
+ * callbacks on the calling (loop) thread, closes the connection and frees
+ * w. NULL is a no-op. */
+void coord_writer_stop(coord_writer *w);
+
+/* For tests: processes the current queue on the calling thread as one
+ * batch, as the thread would (a writer made by coord_writer_start_sync
+ * has no thread). Returns the number of jobs run. */
+size_t coord_writer_run_once(coord_writer *w);
+/* A writer with no thread and no loop: jobs run when coord_writer_run_once
+ * is called, and their done callbacks run right after the batch. */
+int coord_writer_start_sync(const char *db_path, coord_writer **out,
+                            vl_error *err) VL_MUST_CHECK;
+
+#endif
