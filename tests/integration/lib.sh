@@ -26,8 +26,12 @@ trap it_cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # it_setup NAME VERSIONS UPDATES_PER_VERSION [EXTRA]: EXTRA is more
-# configuration fields, each followed by a comma.
+# configuration fields, each followed by a comma. IT_MODE (sync),
+# IT_LEASE_S (60) and IT_TRAIN (4 steps of 4 windows) set the mode, the
+# lease length and the train object.
 it_setup() {
+  local train='{"steps": 4, "batch": 4, "lr": 0.003}'
+  [ -n "${IT_TRAIN:-}" ] && train=$IT_TRAIN
   cd "$WORK"
   bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
   find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
@@ -37,14 +41,14 @@ it_setup() {
   "corpus": "$WORK/corpus.txt",
   "seed": 7,
   "model": {"vocab_size": 256, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 32},
-  "mode": "sync",
+  "mode": "${IT_MODE:-sync}",
   "updates_per_version": $3,
   "max_versions": $2,
   ${4:-}
-  "train": {"steps": 4, "batch": 4, "lr": 0.003},
+  "train": $train,
   "outer": {"lr": 1.0, "momentum": 0.0},
   "task_bytes": 16384,
-  "lease_s": 60,
+  "lease_s": ${IT_LEASE_S:-60},
   "max_body_bytes": 4194304,
   "val_batches": 4
 }
