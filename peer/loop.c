@@ -572,6 +572,8 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     if (o->wait_s < 0 || o->wait_s > 60) return vl_fail(err, VL_EINVAL, "--wait must be 0..60");
     if (o->step_delay_ms < 0 || o->step_delay_ms > 60000)
         return vl_fail(err, VL_EINVAL, "--step-delay must be 0..60000");
+    if (o->slowdown < 0 || o->slowdown > 100)
+        return vl_fail(err, VL_EINVAL, "--slowdown must be 1..100");
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     loop L;
     memset(&L, 0, sizeof L);
@@ -594,6 +596,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     }
     peer_trainer_init(&L.tr);
     L.tr.step_delay_s = o->step_delay_ms / 1000.0;
+    L.tr.slowdown = o->slowdown;
     peer_response_init(&L.rs);
     buf_init(&L.upload, UPLOAD_CAP);
     log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,

@@ -23,7 +23,7 @@ static const char USAGE[] =
     "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
     "  run [--dir DIR] [--threads N] [--max-tasks N] [--wait S] [--retries N]\n"
-    "      [--step-delay MS]\n"
+    "      [--step-delay MS] [--slowdown F]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
     "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
@@ -43,13 +43,17 @@ static const char USAGE[] =
     "  --retries N      attempts per request, 1..100 (default 8)\n"
     "  --step-delay MS  sleep MS milliseconds after every local training step,\n"
     "                   0..60000 (default 0): simulates a slow volunteer\n"
+    "  --slowdown F     make every local step take F times as long, 1..100\n"
+    "                   (default 1): after a step the peer sleeps F - 1 times\n"
+    "                   what the step took, so it is F times slower than an\n"
+    "                   identical peer on any machine\n"
     "  -v, --verbose    debug logging\n"
     "\n"
     "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
     "2 usage, 3 refused by the coordinator, 4 coordinator unreachable\n";
 
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
-       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_VERBOSE,
+       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
        OPT_HELP };
 
 static const struct option OPTIONS[] = {
@@ -65,6 +69,7 @@ static const struct option OPTIONS[] = {
     {"wait", required_argument, NULL, OPT_WAIT},
     {"retries", required_argument, NULL, OPT_RETRIES},
     {"step-delay", required_argument, NULL, OPT_STEP_DELAY},
+    {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -73,7 +78,7 @@ static const struct option OPTIONS[] = {
 typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
     int force, verbose;
-    int64_t threads, max_tasks, wait_s, retries, step_delay_ms;
+    int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
 
@@ -119,6 +124,7 @@ static int parse_args(int argc, char **argv, args *a) {
         case OPT_STEP_DELAY:
             rc = number("--step-delay", optarg, 0, 60000, &a->step_delay_ms);
             break;
+        case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
         case OPT_VERBOSE: a->verbose = 1; break;
         case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
         case ':':
@@ -222,7 +228,8 @@ static void on_signal(int sig) {
 
 static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
-                                1u << OPT_RETRIES | 1u << OPT_STEP_DELAY);
+                                1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
+                                1u << OPT_SLOWDOWN);
     if (rc) return rc;
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
@@ -239,7 +246,8 @@ static int cmd_run(const args *a) {
     signal(SIGPIPE, SIG_IGN);
     peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
-                       .step_delay_ms = (int)a->step_delay_ms};
+                       .step_delay_ms = (int)a->step_delay_ms,
+                       .slowdown = (int)a->slowdown};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }

@@ -296,6 +296,10 @@ typedef struct peer_trainer {
     /* Seconds peer_trainer_run sleeps after every step (--step-delay),
      * interruptibly; 0 after peer_trainer_init. */
     double step_delay_s;
+    /* Each step then takes this many times as long as it did (--slowdown):
+     * the trainer sleeps (slowdown - 1) times the step's own time, delay
+     * included; <= 1 after peer_trainer_init means no slowdown. */
+    double slowdown;
 } peer_trainer;
 
 /* An empty trainer holding no model (base_version -1). */
@@ -384,6 +388,7 @@ typedef struct peer_run_opts {
     int wait_s;        /* long-poll wait for GET /v1/task, 0..60 */
     int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
     int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
+    int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
 } peer_run_opts;
 
 /* `volley-peer run`: the task loop. It first restores DIR/trainer.st and

@@ -210,6 +210,7 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
     while (step < task->steps) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
         float loss = 0;
+        double step_t0 = clock_mono_s();
         rc = model_data_sample(data, len, B, T, &r, t->inputs, t->targets, err);
         if (!rc) rc = model_gpt_zero_grad(t->gpt, err);
         if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
@@ -224,6 +225,10 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;
         if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
+            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        /* Proportional to the step's own time, so a slowed peer stays the
+         * same factor slower however busy the machine is. */
+        if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
             return vl_fail(err, PEER_ESTOPPED, "stopped during training");
 
         /* SelSync: upload once the smoothed gradient norm moves by a

@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # Heterogeneity: three real peers, one of them four times slower per local
-# step (--step-delay), train the same task twice: once in sync mode, where
-# every version waits for the slow peer, and once in async mode (FedBuff:
-# every 3 accepted updates make a version, stale ones weighted down). The
+# step (--slowdown 4: after each step it sleeps three times what the step
+# took, the 20 ms step delay that every peer has included), train the same
+# task twice: once in sync mode, where every version waits for the slow
+# peer, and once in async mode (FedBuff: every 3 accepted updates make a
+# version, stale ones weighted down). The
 # async run must reach the sync run's final validation loss in less wall
 # time; the staleness of its updates is printed.
 source "$(dirname "$0")/lib.sh"
 VERSIONS=12
 PER=3
 FAST_MS=20
-SLOW_MS=$((4 * FAST_MS))
+SLOWDOWN=4
 EXTRA='"selsync": {"delta": 0.0},'
 export IT_TRAIN='{"steps": 10, "batch": 4, "lr": 0.003}'
 
 # run_peers: starts the three peers, the third one slow; sets T0.
 run_peers() {
   for i in 1 2 3; do
-    local d=$FAST_MS
-    [ "$i" = 3 ] && d=$SLOW_MS
-    "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 --step-delay "$d" \
-      2> "$1-peer$i.log" &
+    local slow=1
+    [ "$i" = 3 ] && slow=$SLOWDOWN
+    "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 --step-delay "$FAST_MS" \
+      --slowdown "$slow" 2> "$1-peer$i.log" &
     PIDS+=($!)
   done
   T0=$(date +%s.%N)

@@ -702,7 +702,7 @@ static void test_pending_unusable(void **state) {
     free(dir);
 }
 
-/* --step-delay: the trainer sleeps after every step. */
+/* --step-delay and --slowdown: the trainer sleeps after every step. */
 static void test_step_delay(void **state) {
     (void)state;
     peer_trainer t;
@@ -715,6 +715,12 @@ static void test_step_delay(void **state) {
     assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
     assert_int_equal(res.steps, 3);
     assert_true(res.seconds >= 0.15);
+    /* --slowdown 4: each step, its delay included, then takes four times
+     * as long, so three steps of at least 50 ms take at least 600 ms. */
+    t.slowdown = 4;
+    assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(res.steps, 3);
+    assert_true(res.seconds >= 0.6);
     peer_trainer_free(&t);
 }
 

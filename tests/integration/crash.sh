@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Crash: three clients upload sketch updates as fast as they can to an async
+# run while the coordinator is killed with SIGKILL at random moments, 20
+# times, and started again on the same port. After every kill the database
+# must pass PRAGMA integrity_check, hold every upload that was answered 202
+# (the clients log each acknowledgement as it arrives), and have merged
+# each stored update at most once, every version holding exactly the
+# updates it says. At the end, with the coordinator stopped cleanly, no
+# update that a version was due for is left unmerged.
+source "$(dirname "$0")/lib.sh"
+INGEST=${INGEST:?}
+KILLS=${CRASH_KILLS:-20}
+PER=8
+IT_MODE=async IT_LEASE_S=30 it_setup itcrash 1000000 "$PER" \
+  '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32"},
+   "staleness": {"max": 1000000},'
+it_start_coordinator
+for i in 1 2 3; do it_peer "$i"; done
+for i in 1 2 3; do
+  "$INGEST" client --dir "peer$i" --seconds 0 --out "client$i.txt" --log-acks "acks$i.txt" \
+    2> "client$i.log" &
+  PIDS+=($!)
+done
+
+# check_db WHEN: the invariants, on the database as a crash left it.
+check_db() {
+  [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "$1: integrity_check"
+  cat acks*.txt 2>/dev/null | awk '$1 == "ACK" { print $2 "|" $3 }' | sort -u > acked.txt
+  q 'SELECT task_id || "|" || id FROM updates' | sort -u > stored.txt
+  local lost
+  lost=$(comm -23 acked.txt stored.txt | wc -l)
+  [ "$lost" = 0 ] || fail "$1: $lost acknowledged uploads are not in the database: $(comm -23 acked.txt stored.txt | head -n 3 | tr '\n' ' ')"
+  [ "$(q 'SELECT count(*) FROM versions v WHERE v.version > 0 AND v.num_updates <>
+           (SELECT count(*) FROM updates u WHERE u.merged_version = v.version)')" = 0 ] \
+    || fail "$1: a version does not hold exactly the updates it counts"
+  [ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NOT NULL AND merged_version NOT IN
+           (SELECT version FROM versions)')" = 0 ] || fail "$1: an update is merged into no version"
+  [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
+    || fail "$1: a task has two updates"
+}
+
+total_acked=0
+for k in $(seq 1 "$KILLS"); do
+  # Somewhere in the storm: 0.3 to 1.5 s after the coordinator started.
+  sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.3 + 1.2 * r / 32767 }')"
+  kill -9 "$CPID"
+  wait "$CPID" 2>/dev/null || true
+  CPID=""
+  check_db "after kill $k"
+  total_acked=$(wc -l < acked.txt)
+  echo "crash: kill $k: $total_acked uploads acknowledged so far, all stored;" \
+       "$(q 'SELECT current_version FROM run') versions"
+  "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
+    --listen "127.0.0.1:$PORT" 2>> coordinator.log &
+  CPID=$!
+  for _ in $(seq 1 100); do
+    curl -s --cacert tls/ca.pem -o /dev/null "$URL/v1/status" && break
+    kill -0 "$CPID" 2>/dev/null || fail "the coordinator did not restart after kill $k"
+    sleep 0.05
+  done
+done
+sleep 2
+for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]}"; do wait "$p" || fail "a client exited with an error"; done
+PIDS=()
+# Let the last merge that the stored updates are due for land.
+sleep 1
+it_stop_coordinator
+check_db "at the end"
+total_acked=$(wc -l < acked.txt)
+unmerged=$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')
+[ "$unmerged" -lt "$PER" ] || fail "$unmerged updates are left unmerged (a version needs $PER)"
+[ "$total_acked" -ge $((KILLS * 5)) ] || fail "too few uploads were acknowledged ($total_acked)"
+restarts=$(grep -c 'listening on' coordinator.log)
+echo "crash: $KILLS kills, $restarts starts, $total_acked acknowledged uploads all stored," \
+     "$(q 'SELECT current_version FROM run') versions, $unmerged left for the next one"
+echo "1 passed, 0 failed"
