@@ -272,6 +272,22 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs,
 
 /* ---- local training ---------------------------------------------------- */
 
+/* SelSync's significance test (DESIGN.md): after each local step the
+ * squared gradient norm g_t is smoothed, g~_t = (1 - w) g~_{t-1} + w g_t
+ * with g~_1 = g_1, and the relative change d_t = |g~_t - g~_{t-1}| /
+ * g~_{t-1} decides whether the peer stops and uploads (d_t >= delta, never
+ * before h_min steps nor after H_max). w is PEER_SELSYNC_EWMA. */
+#define PEER_SELSYNC_EWMA 0.1
+typedef struct peer_selsync {
+    double smoothed; /* g~ of the last step */
+    int steps;       /* steps seen */
+} peer_selsync;
+
+/* Feeds one step's g2 and returns d_t (0 on the first step, and when the
+ * previous smoothed norm is 0). s must start zeroed. */
+double peer_selsync_feed(peer_selsync *s, double g2);
+
+
 /* The model a peer trains, the base parameters it started from (for the
  * delta and for the next task on the same version), and the AdamW state,
  * which survives across tasks while the model's shape stays the same. */

@@ -10,10 +10,6 @@
 
 #include "peer/peer.h"
 
-/* EWMA weight of the newest squared gradient norm in SelSync's smoothed
- * norm; 0.1 keeps one noisy batch from triggering an early upload. */
-#define SELSYNC_EWMA 0.1
-
 /* Seed of the weights peer_trainer_init_model draws; tests rely on it being
  * fixed, the coordinator's models always come from a file. */
 #define LOCAL_INIT_SEED 1337
@@ -170,6 +166,15 @@ static int prepare_optimizer(peer_trainer *t, const peer_task *k, vl_error *err)
     return VL_OK;
 }
 
+/* The weight 0.1 of the newest norm keeps one noisy batch from triggering
+ * an early upload. */
+double peer_selsync_feed(peer_selsync *s, double g2) {
+    double prev = s->smoothed;
+    s->steps++;
+    s->smoothed = s->steps == 1 ? g2 : (1 - PEER_SELSYNC_EWMA) * prev + PEER_SELSYNC_EWMA * g2;
+    return (s->steps > 1 && prev > 0) ? fabs(s->smoothed - prev) / prev : 0;
+}
+
 /* Global L2 clipping; returns the squared norm before clipping, which is
  * also SelSync's g_t. */
 static double clip_grads(float *g, size_t n, double max_norm) {
@@ -205,7 +210,8 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
     memcpy(params, t->base, t->n_params * sizeof *params);
     rng r;
     rng_seed(&r, task->seed);
-    double t0 = clock_mono_s(), sum = 0, ewma = 0;
+    double t0 = clock_mono_s(), sum = 0;
+    peer_selsync ss = {0};
     int step = 0;
     while (step < task->steps) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
@@ -231,11 +237,7 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
             return vl_fail(err, PEER_ESTOPPED, "stopped during training");
 
-        /* SelSync: upload once the smoothed gradient norm moves by a
-         * relative delta or more, never before h_min steps. */
-        double prev = ewma;
-        ewma = step == 1 ? g2 : (1 - SELSYNC_EWMA) * prev + SELSYNC_EWMA * g2;
-        double change = (step > 1 && prev > 0) ? fabs(ewma - prev) / prev : 0;
+        double change = peer_selsync_feed(&ss, g2);
         if (step >= task->h_min && change >= task->selsync_delta) break;
     }
     compress_dense_delta(t->base, params, t->delta, t->n_params);

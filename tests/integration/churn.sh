@@ -8,7 +8,10 @@
 source "$(dirname "$0")/lib.sh"
 VERSIONS=8
 PER=4
-IT_LEASE_S=3 it_setup itchurn "$VERSIONS" "$PER"
+# SelSync with delta 0 stops every task as soon as allowed: after h_min = 2
+# of its 4 steps. Each update must say so, and the status must count them.
+IT_LEASE_S=3 it_setup itchurn "$VERSIONS" "$PER" '"selsync": {"delta": 0.0, "h_min": 2},'
+
 it_start_coordinator
 for i in 1 2 3 4; do it_peer "$i"; done
 start_peer() { # start_peer N DELAY_MS
@@ -71,6 +74,11 @@ after=$(q "SELECT count(*) FROM updates WHERE peer_id = 3 AND base_version >= $k
 [ "$after" -ge 1 ] || fail "the restarted peer 3 uploaded nothing after coming back"
 grep -q "working for" peer3.log || fail "peer 3 did not start again"
 echo "$status" | grep -q '"peer_states"' || fail "status lacks peer states: $status"
+[ "$(q 'SELECT group_concat(DISTINCT local_steps) FROM updates')" = 2 ] \
+  || fail "SelSync: updates did not all stop after h_min = 2 local steps"
+n_updates=$(q 'SELECT count(*) FROM updates')
+echo "$status" | grep -Eq "\"local_steps\": *\{ *\"2\": *$n_updates *\}" \
+  || fail "status does not report the $n_updates updates' local steps: $status"
 state4=$(echo "$status" | grep -o '"id": *4, *"name": *"[^"]*", *"state": *"[a-z]*"' | grep -o '"state": *"[a-z]*"' || true)
 case "$state4" in *idle* | *gone*) ;; *) fail "killed peer 4 is not idle or gone: $state4" ;; esac
 echo "churn: $expired leases expired, $reissued tasks redid their data; peer 3 uploaded" \

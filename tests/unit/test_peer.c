@@ -598,6 +598,25 @@ static void test_train_lowers_loss(void **state) {
     peer_trainer_free(&tr);
 }
 
+/* SelSync's rule against values worked out by hand: smoothing weight 0.1,
+ * relative change of the smoothed squared norm. */
+static void test_selsync_feed(void **state) {
+    (void)state;
+    peer_selsync s = {0};
+    assert_float_equal(peer_selsync_feed(&s, 4), 0, 0);      /* g~ = 4 */
+    assert_float_equal(peer_selsync_feed(&s, 4), 0, 1e-15);  /* g~ = 4 */
+    assert_float_equal(peer_selsync_feed(&s, 14), 0.25, 1e-12); /* g~ = 3.6 + 1.4 = 5 */
+    assert_float_equal(s.smoothed, 5, 1e-12);
+    assert_float_equal(peer_selsync_feed(&s, 5), 0, 1e-12);  /* g~ stays 5 */
+    assert_float_equal(peer_selsync_feed(&s, 0), 0.1, 1e-12); /* g~ = 4.5 */
+    assert_int_equal(s.steps, 5);
+    /* A zero norm cannot be divided by: no change is reported after it. */
+    peer_selsync z = {0};
+    assert_float_equal(peer_selsync_feed(&z, 0), 0, 0);
+    assert_float_equal(peer_selsync_feed(&z, 10), 0, 0);
+    assert_float_equal(z.smoothed, 1, 1e-12);
+}
+
 static void test_train_selsync_and_limits(void **state) {
     (void)state;
     peer_trainer tr;
@@ -928,6 +947,7 @@ int main(void) {
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_keygen),
         cmocka_unit_test(test_train_lowers_loss),
+        cmocka_unit_test(test_selsync_feed),
         cmocka_unit_test(test_train_selsync_and_limits),
         cmocka_unit_test(test_trainer_load),
     };
