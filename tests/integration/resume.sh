@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A volunteer's machine dies: a peer in a top-k run, with an AdamW state and
+# an error-feedback residual built up over its earlier tasks, is killed with
+# SIGKILL in the middle of a task and started again with the same directory
+# and no other action. It must restore both from its state file, apply them
+# to the model it fetches, take part again with the same key, and the run
+# must finish with every update merged exactly once.
+source "$(dirname "$0")/lib.sh"
+VERSIONS=6
+PER=2
+it_setup itresume "$VERSIONS" "$PER" \
+  '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"},'
+it_start_coordinator
+for i in 1 2; do it_peer "$i"; done
+start_peer() { # start_peer N DELAY_MS
+  "$PEER" run --dir "peer$1" --threads 1 --wait 5 --retries 20 --step-delay "$2" \
+    2>> "peer$1.log" &
+  PIDS[$1]=$!
+}
+start_peer 1 0
+# Peer 2 trains slowly, so it is surely inside a task when it is killed.
+start_peer 2 150
+
+for _ in $(seq 1 300); do
+  [ "$(q 'SELECT count(*) FROM updates WHERE peer_id = 2')" -ge 2 ] && break
+  sleep 0.1
+done
+[ "$(q 'SELECT count(*) FROM updates WHERE peer_id = 2')" -ge 2 ] \
+  || fail "peer 2 did not upload two updates"
+for _ in $(seq 1 100); do
+  [ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 2")" = 1 ] && break
+  sleep 0.05
+done
+[ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 2")" = 1 ] \
+  || fail "peer 2 holds no lease"
+kill -9 "${PIDS[2]}"
+wait "${PIDS[2]}" 2>/dev/null || true
+[ -s peer2/trainer.st ] || fail "peer 2 left no trainer state"
+before=$(q 'SELECT count(*) FROM updates WHERE peer_id = 2')
+echo "resume: peer 2 killed inside a task after $before updates"
+
+start_peer 2 0
+for i in 1 2; do wait "${PIDS[$i]}" || fail "peer $i exited with an error"; done
+PIDS=()
+it_stop_coordinator
+
+# The second start of peer 2 is what follows its second "working for" line.
+restart=$(awk '/working for/ { n++ } n >= 2' peer2.log)
+echo "$restart" | grep -q 'trainer state restored for [0-9]* parameters: AdamW moments, an error-feedback residual' \
+  || fail "peer 2 did not restore its AdamW moments and residual"
+echo "$restart" | grep -q 'trainer state applied to model version' \
+  || fail "peer 2 did not apply its restored state"
+after=$(q "SELECT count(*) FROM updates WHERE peer_id = 2")
+[ "$after" -gt "$before" ] || fail "peer 2 uploaded nothing after its restart"
+[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+[ "$(q 'SELECT status FROM run')" = finished ] || fail "the run did not finish"
+[ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')" = 0 ] || fail "unmerged updates"
+[ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
+  || fail "a task has two updates"
+[ "$(q 'SELECT count(*) FROM versions v WHERE v.version > 0 AND v.num_updates <>
+         (SELECT count(*) FROM updates u WHERE u.merged_version = v.version)')" = 0 ] \
+  || fail "a version's update count does not match its merged updates"
+echo "resume: peer 2 restored its state and uploaded $((after - before)) more updates;" \
+     "$(echo "$restart" | grep -o 'trainer state restored.*residual')"
+echo "1 passed, 0 failed"
