@@ -10,6 +10,9 @@
  *                                              requests for the run's kind
  *   attack finish URL CA DIR                   uploads a valid update of the
  *                                              run's kind for the lease
+ *   attack late URL CA DIR STATUS [CODE]       the same upload, which must
+ *                                              answer STATUS (and CODE): a
+ *                                              lease that expired long ago
  *   attack delta URL CA DIR SINCE STATUS       GET /v1/model/delta?since=SINCE
  *                                              must answer STATUS (a 200 is
  *                                              checked for ascending indices)
@@ -526,7 +529,7 @@ static void attack_sparse(ctx *c) {
 }
 
 /* A valid update of the run's kind, so the lease is not left hanging. */
-static void finish(ctx *c) {
+static void finish(ctx *c, long status, const char *code) {
     buf b;
     if (strcmp(c->kind, "sketch") == 0) {
         sketch_body(c, &b, (uint64_t)c->seed, (uint32_t)c->rows, (uint32_t)c->cols, 0.0f);
@@ -540,7 +543,7 @@ static void finish(ctx *c) {
         vl_error e;
         if (compress_update_encode_topk(&m, idx, val, 2, ST_F32, &b, &e) != VL_OK) abort();
     }
-    post(c, "valid update of the run's kind", &b, 202, NULL);
+    post(c, "valid update of the run's kind", &b, status, code);
 }
 
 static void delta(ctx *c, const char *since, long status) {
@@ -719,7 +722,9 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (strcmp(argv[1], "sparse") == 0) attack_sparse(&c);
-        else if (strcmp(argv[1], "finish") == 0) finish(&c);
+        else if (strcmp(argv[1], "finish") == 0) finish(&c, 202, NULL);
+        else if (strcmp(argv[1], "late") == 0 && argc > 5)
+            finish(&c, atol(argv[5]), argc > 6 ? argv[6] : NULL);
         else if (strcmp(argv[1], "delta") == 0 && argc > 6) delta(&c, argv[5], atol(argv[6]));
         else if (strcmp(argv[1], "values") == 0 && argc > 5) attack_values(&c, argv[5]);
         else if (strcmp(argv[1], "lease") == 0) {
