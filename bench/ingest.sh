@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Durable upload ingest: CLIENTS bench_ingest clients (default 4) upload
+# 200 KB sketch updates (5 x 10000 F32) to an async (FedBuff) run for
+# SECONDS_RUN seconds (default 10), each answered 202 only once its
+# transaction has committed. Prints uploads/s, the p50/p99 latency of a
+# 202 across all clients, how many uploads the writer's group commit puts
+# in each fsync, and the disk's own fsync rate measured first, which is
+# what ingest would be capped at without batching. Then stops the
+# coordinator and checks the database holds every acknowledged upload.
+#   bash bench/ingest.sh [BUILD_DIR]     (default: build)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_ARG=${1:-build}
+if [ -d "$BUILD_ARG" ]; then BUILD=$(cd "$BUILD_ARG" && pwd)
+elif [ -d "$ROOT/$BUILD_ARG" ]; then BUILD=$(cd "$ROOT/$BUILD_ARG" && pwd)
+else echo "ingest.sh: no build directory '$BUILD_ARG'" >&2; exit 2; fi
+COORD=$BUILD/coordinator/volley-coordinator
+PEER=$BUILD/peer/volley-peer
+INGEST=$BUILD/bench/bench_ingest
+for b in "$COORD" "$PEER" "$INGEST"; do
+  [ -x "$b" ] || { echo "ingest.sh: $b is not built" >&2; exit 2; }
+done
+CLIENTS=${CLIENTS:-4}
+RUN_S=${SECONDS_RUN:-10}
+[[ "$CLIENTS" =~ ^[1-9][0-9]*$ ]] || { echo "ingest.sh: CLIENTS must be a positive integer" >&2; exit 2; }
+[[ "$RUN_S" =~ ^[1-9][0-9]*$ ]] || { echo "ingest.sh: SECONDS_RUN must be a positive integer" >&2; exit 2; }
+export COORD PEER ROOT
+# The work directory, certificates, corpus, coordinator start and joins of
+# the integration tests; its EXIT trap kills what PIDS and CPID name and
+# removes the directory (keeping it, with logs printed, after a failure).
+# shellcheck source=../tests/integration/lib.sh
+source "$ROOT/tests/integration/lib.sh"
+
+# The disk alone, on the file system the database lives on, before anything
+# else competes for it.
+FSYNC=$("$INGEST" fsync --dir "$WORK" --seconds 1 | sed -n 's/^fsyncs_per_s=//p')
+[ -n "$FSYNC" ] || fail "fsync baseline"
+
+# A FedBuff buffer of 64 updates per version and bounds that never end the
+# run or refuse an update as stale within the measurement.
+IT_MODE=async IT_LEASE_S=60 it_setup ingest 1000000 64 \
+  '"compression": {"kind": "sketch", "rows": 5, "cols": 10000, "dtype": "F32"},
+   "staleness": {"max": 1000000},'
+it_start_coordinator
+for i in $(seq 1 "$CLIENTS"); do it_peer "$i"; done
+
+# writer_field JSON NAME: one counter of the status reply's writer object.
+writer_field() {
+  printf '%s' "$1" | tr -d ' \n' | grep -o '"writer":{[^}]*}' | grep -o "\"$2\":[0-9]*" | cut -d: -f2
+}
+status_json() { curl -s --cacert tls/ca.pem "$URL/v1/status"; }
+
+before=$(status_json) || fail "GET /v1/status"
+jobs0=$(writer_field "$before" jobs)
+commits0=$(writer_field "$before" commits)
+[ -n "$jobs0" ] && [ -n "$commits0" ] || fail "no writer counters in /v1/status: $before"
+
+for i in $(seq 1 "$CLIENTS"); do
+  "$INGEST" client --dir "peer$i" --seconds "$RUN_S" --out "client$i.txt" 2> "client$i.log" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do wait "$p" || fail "a client exited with an error"; done
+PIDS=()
+
+after=$(status_json) || fail "GET /v1/status"
+jobs1=$(writer_field "$after" jobs)
+commits1=$(writer_field "$after" commits)
+max_batch=$(writer_field "$after" max_batch)
+[ -n "$jobs1" ] && [ -n "$commits1" ] || fail "no writer counters in /v1/status: $after"
+
+# key FILE NAME: a value of a client's key=value summary line.
+key() { tr ' ' '\n' < "$1" | sed -n "s/^$2=//p"; }
+uploads=0 errors=0 secs=0
+for i in $(seq 1 "$CLIENTS"); do
+  [ -s "client$i.txt" ] || fail "client $i wrote no summary"
+  uploads=$((uploads + $(key "client$i.txt" uploads)))
+  errors=$((errors + $(key "client$i.txt" errors)))
+  secs=$(awk -v a="$secs" -v b="$(key "client$i.txt" seconds)" 'BEGIN { print (b > a) ? b : a }')
+done
+lat=$("$INGEST" stats client*.txt.lat) || fail "latency stats"
+p50=$(printf '%s' "$lat" | tr ' ' '\n' | sed -n 's/^p50_ms=//p')
+p99=$(printf '%s' "$lat" | tr ' ' '\n' | sed -n 's/^p99_ms=//p')
+jobs=$((jobs1 - jobs0))
+commits=$((commits1 - commits0))
+
+it_stop_coordinator
+[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+stored=$(q 'SELECT count(*) FROM updates')
+[ "$stored" -ge "$uploads" ] || fail "$uploads uploads were acknowledged but only $stored are stored"
+versions=$(q 'SELECT current_version FROM run')
+
+ratio() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { if (b > 0) printf "%.*f", d, a / b; else print "n/a" }'; }
+rate=$(ratio "$uploads" "$secs" 1)
+verdict=$(awk -v r="$rate" -v p="$p99" 'BEGIN { print (r >= 1000 && p < 50) ? "PASS" : "MISS" }')
+echo "ingest: $CLIENTS clients, ${RUN_S} s, 200 KB sketch uploads (5 x 10000 F32), async, 64 per version"
+echo
+echo "| metric                           | value |"
+echo "|----------------------------------|-------|"
+echo "| uploads acknowledged (202)       | $uploads in ${secs} s |"
+echo "| uploads/s                        | $rate |"
+echo "| upload latency p50 (ms)          | $p50 |"
+echo "| upload latency p99 (ms)          | $p99 |"
+echo "| writer jobs per commit           | $(ratio "$jobs" "$commits" 2) ($jobs jobs, $commits commits, max batch $max_batch) |"
+echo "| uploads per commit               | $(ratio "$uploads" "$commits" 2) |"
+echo "| disk alone: fsyncs/s (4 KiB)     | $FSYNC |"
+echo "| client errors                    | $errors |"
+echo "| versions made / updates stored   | $versions / $stored |"
+echo
+echo "target: >= 1000 uploads/s, p99 < 50 ms: $verdict"
+echo "database: integrity_check ok, $stored updates stored >= $uploads acknowledged"
