@@ -12,13 +12,15 @@
 #define BUSY_TIMEOUT_MS 5000
 
 /* Column lists shared by the statements that read whole rows, in the order
- * read_task and read_update expect. */
+ * read_task and read_update expect. An update's body lives in update_blobs
+ * (no column names clash, so the list reads the same over the join). */
 #define TASK_COLS                                                                                 \
     "id, peer_id, base_version, data_offset, data_length, seed, issued_at, deadline, state,"     \
     " coalesce(reissue_of, 0)"
 #define UPDATE_COLS                                                                               \
     "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob,"    \
     " received_at, staleness"
+#define UPDATE_FROM "updates LEFT JOIN update_blobs ON update_id = id"
 
 static const char *const SQL[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -78,12 +80,13 @@ static const char *const SQL[Q_COUNT] = {
                           " base_version < ?",
     [Q_TASK_SET_STATE] = "UPDATE tasks SET state = ? WHERE id = ?",
     [Q_UPDATE_INSERT] = "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples,"
-                        " local_steps, loss, nbytes, blob, received_at, staleness)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " local_steps, loss, nbytes, received_at, staleness)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_UPDATE_BLOB_INSERT] = "INSERT INTO update_blobs (update_id, blob) VALUES (?, ?)",
     [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
-    [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM updates"
+    [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
-    [Q_UPDATE_UNMERGED] = "SELECT " UPDATE_COLS " FROM updates"
+    [Q_UPDATE_UNMERGED] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                           " WHERE merged_version IS NULL ORDER BY id",
     [Q_UPDATE_COUNT_UNMERGED] = "SELECT count(*) FROM updates WHERE merged_version IS NULL",
     [Q_UPDATE_HIST_STEPS] = "SELECT local_steps, count(*) FROM updates GROUP BY local_steps"
@@ -98,8 +101,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
     [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
                        " merged_version IS NULL",
-    [Q_UPDATE_PRUNE] = "UPDATE updates SET blob = NULL WHERE merged_version <= ? AND"
-                       " blob IS NOT NULL",
+    [Q_UPDATE_PRUNE] = "DELETE FROM update_blobs WHERE update_id IN"
+                       " (SELECT id FROM updates WHERE merged_version <= ?)",
     [Q_VERSION_MAX] = "SELECT max(version) FROM versions",
     [Q_VERSION_INSERT] = "INSERT INTO versions (version, created_at, params, momentum, val_loss,"
                          " train_loss, num_updates) VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -106,6 +106,18 @@ static const storage_migration MIGRATIONS[] = {
      "CREATE INDEX updates_unmerged ON updates(id) WHERE merged_version IS NULL;"
      "CREATE INDEX tasks_expired ON tasks(id) WHERE state = 'expired' AND reissued = 0;"
      "CREATE INDEX tasks_by_deadline ON tasks(deadline) WHERE state = 'leased';"},
+    {5,
+     /* Update bodies in a table of their own. SQLite rewrites a whole row,
+      * overflow pages included, when any column changes, so with the body
+      * inside `updates` marking a version's updates merged rewrote
+      * megabytes, and pruning a body was an UPDATE of the same size. Now
+      * both touch small rows, and pruning is a DELETE. */
+     "CREATE TABLE update_blobs ("
+     " update_id INTEGER PRIMARY KEY REFERENCES updates(id),"
+     " blob BLOB NOT NULL);"
+     "INSERT INTO update_blobs (update_id, blob)"
+     " SELECT id, blob FROM updates WHERE blob IS NOT NULL;"
+     "ALTER TABLE updates DROP COLUMN blob;"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

@@ -172,9 +172,8 @@ int storage_task_set_state(storage *st, int64_t id, storage_task_state state, vl
 
 /* ---- updates ------------------------------------------------------------ */
 
-int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_error *err) {
-    if (u->nbytes < 0 || (u->nbytes > 0 && !u->blob))
-        return vl_fail(err, VL_EINVAL, "update blob missing");
+static int update_insert_steps(storage *st, const storage_update *u, int64_t *id,
+                               vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_UPDATE_INSERT, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, u->task_id);
@@ -185,14 +184,34 @@ int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_
     sqlite3_bind_int64(s, 6, u->local_steps);
     sqlite3_bind_double(s, 7, u->loss);
     sqlite3_bind_int64(s, 8, u->nbytes);
-    sqlite3_bind_blob64(s, 9, u->blob ? (const void *)u->blob : (const void *)"",
-                        (sqlite3_uint64)u->nbytes, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 10, u->received_at);
-    sqlite3_bind_int64(s, 11, u->staleness);
+    sqlite3_bind_int64(s, 9, u->received_at);
+    sqlite3_bind_int64(s, 10, u->staleness);
     int rc = q_exec(st, s, "insert update", err);
     if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the task already has an update");
-    if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
-    return rc;
+    if (rc != VL_OK) return rc;
+    int64_t uid = sqlite3_last_insert_rowid(st->db);
+    if (!(s = q_get(st, Q_UPDATE_BLOB_INSERT, err))) return VL_EDB;
+    sqlite3_bind_int64(s, 1, uid);
+    sqlite3_bind_blob64(s, 2, u->blob ? (const void *)u->blob : (const void *)"",
+                        (sqlite3_uint64)u->nbytes, SQLITE_STATIC);
+    if ((rc = q_exec(st, s, "insert update body", err)) != VL_OK) return rc;
+    if (id) *id = uid;
+    return VL_OK;
+}
+
+int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_error *err) {
+    if (u->nbytes < 0 || (u->nbytes > 0 && !u->blob))
+        return vl_fail(err, VL_EINVAL, "update blob missing");
+    /* The row and its body are stored together or not at all. */
+    int nested;
+    int rc = q_tx_begin(st, &nested, err);
+    if (rc != VL_OK) return rc;
+    rc = update_insert_steps(st, u, id, err);
+    if (rc != VL_OK) {
+        q_tx_end(st, nested, 0, NULL);
+        return rc;
+    }
+    return q_tx_end(st, nested, 1, err);
 }
 
 int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err) {

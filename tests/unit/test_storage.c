@@ -13,6 +13,9 @@
 
 #include <cmocka.h>
 
+#include <sqlite3.h>
+
+#include "storage/internal.h"
 #include "storage/storage.h"
 
 /* Commit options as the tests use them: update blobs kept as long as
@@ -209,6 +212,76 @@ static void test_fresh_database_reaches_latest_schema(void **state) {
     assert_int_equal(storage_open(other, 0, &st2, &e), VL_ENOTFOUND);
     assert_null(st2);
     assert_int_equal(access(other, F_OK), -1);
+}
+
+typedef struct {
+    int n;
+    int64_t nbytes;
+    uint8_t first, last;
+} body_seen;
+
+static int see_body(void *ctx, const storage_update *u) {
+    body_seen *b = ctx;
+    b->n++;
+    b->nbytes = u->nbytes;
+    if (u->blob && u->nbytes > 0) {
+        b->first = u->blob[0];
+        b->last = u->blob[u->nbytes - 1];
+    }
+    return 0;
+}
+
+/* Migration 5 moves update bodies out of `updates`: a database made at
+ * schema 4 with a stored body opens at the latest schema with the same
+ * bytes readable, and the old column is gone. */
+static void test_migration_moves_update_bodies(void **state) {
+    fixture *f = *state;
+    char old_path[160];
+    snprintf(old_path, sizeof old_path, "%s/old.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
+    size_t n = 0;
+    const storage_migration *m = storage_builtin_migrations(&n);
+    for (size_t i = 0; i < n && m[i].version <= 4; i++)
+        assert_int_equal(sqlite3_exec(db, m[i].sql, NULL, NULL, NULL), SQLITE_OK);
+    const char *rows =
+        "PRAGMA user_version = 4;"
+        "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash, created_at)"
+        " VALUES (1, 'r', '{}', '/c', 1, 'h', 1);"
+        "INSERT INTO peers (id, public_key, name, hardware, joined_at, last_seen)"
+        " VALUES (1, zeroblob(32), 'p', '', 1, 1);"
+        "INSERT INTO versions (version, created_at) VALUES (0, 1);"
+        "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length, seed,"
+        " issued_at, deadline, state) VALUES (1, 1, 0, 0, 10, 1, 1, 2, 'done');"
+        "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
+        " local_steps, loss, nbytes, blob, received_at)"
+        " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, X'07FF09', 1);";
+    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    storage *st = NULL;
+    vl_error e = {0};
+    assert_int_equal(storage_open(old_path, 0, &st, &e), VL_OK);
+    int v = 0;
+    assert_int_equal(storage_user_version(st, &v, &e), VL_OK);
+    assert_int_equal(v, storage_schema_version());
+    body_seen b = {0};
+    assert_int_equal(storage_update_each_unmerged(st, see_body, &b, &e), VL_OK);
+    assert_int_equal(b.n, 1);
+    assert_int_equal(b.nbytes, 3);
+    assert_int_equal(b.first, 0x07);
+    assert_int_equal(b.last, 0x09);
+    storage_close(st);
+    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(db, "SELECT blob FROM updates", NULL, NULL, NULL),
+                         SQLITE_OK);
+    sqlite3_close(db);
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char p[200];
+        snprintf(p, sizeof p, "%s%s", old_path, suffix[i]);
+        unlink(p);
+    }
 }
 
 static void test_failing_migration_rolls_back(void **state) {
@@ -616,6 +689,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migration_moves_update_bodies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
