@@ -1,7 +1,13 @@
 /* The writer thread and its group commit (writer.h). The loop and the
  * thread share two lists under one mutex: jobs to run and jobs done. The
  * thread wakes the loop through a pipe, which libevent watches, so no
- * callback ever runs on the writer thread. */
+ * callback ever runs on the writer thread.
+ *
+ * A third thread, with a connection of its own, copies the WAL back into
+ * the database file (passive checkpoints). Left to SQLite, a commit that
+ * finds the WAL past 1000 pages runs that copy itself, and every job of
+ * the batch then waits for it; on its own thread it runs while the writer
+ * goes on, on the other core. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -27,7 +33,18 @@ struct coord_writer {
     int pipe_rd, pipe_wr;
     struct event *ev;
     size_t outstanding; /* submitted and not yet handed back (loop thread only) */
+    /* The checkpointer: its connection, and commits not yet checkpointed
+     * (under mu, with ckpt_cv to wake it). */
+    storage *ckpt_db;
+    int has_ckpt;
+    pthread_t ckpt_thread;
+    pthread_cond_t ckpt_cv;
+    uint64_t ckpt_due;
 };
+
+/* A checkpoint that leaves this many pages behind (the copy could not keep
+ * up, or a reader held an old snapshot) is worth a line in the log. */
+#define CKPT_WARN_PAGES (256 * 1024)
 
 static void append(coord_job **head, coord_job **tail, coord_job *first, coord_job *last) {
     if (!first) return;
@@ -79,7 +96,11 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     pthread_mutex_lock(&w->mu);
     w->stats.jobs += n;
     w->stats.failed += failed;
-    if (!broken) w->stats.commits++;
+    if (!broken) {
+        w->stats.commits++;
+        w->ckpt_due++;
+        pthread_cond_signal(&w->ckpt_cv);
+    }
     if (n > w->stats.max_batch) w->stats.max_batch = n;
     pthread_mutex_unlock(&w->mu);
 }
@@ -126,6 +147,30 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
+static void *ckpt_main(void *arg) {
+    coord_writer *w = arg;
+    int warned = 0;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->ckpt_due && !w->stopping) pthread_cond_wait(&w->ckpt_cv, &w->mu);
+        if (!w->ckpt_due) break;
+        w->ckpt_due = 0;
+        pthread_mutex_unlock(&w->mu);
+        vl_error e = {0};
+        int wal = 0, done = 0;
+        if (storage_checkpoint(w->ckpt_db, &wal, &done, &e) != VL_OK) {
+            log_warn("database checkpoint failed (the WAL keeps growing until one works): %s",
+                     e.msg);
+        } else if (wal - done > CKPT_WARN_PAGES && !warned) {
+            log_warn("database checkpoint is %d pages behind the WAL", wal - done);
+            warned = 1;
+        }
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
 /* Hands finished jobs back to their owners, oldest first. */
 static void deliver(coord_writer *w) {
     pthread_mutex_lock(&w->mu);
@@ -160,6 +205,7 @@ static int open_common(const char *db_path, coord_writer **out, vl_error *err) {
     }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    pthread_cond_init(&w->ckpt_cv, NULL);
     *out = w;
     return VL_OK;
 }
@@ -190,6 +236,13 @@ int coord_writer_start(const char *db_path, struct event_base *base, coord_write
         rc = vl_fail(err, VL_ENOMEM, "cannot watch the writer's pipe");
         goto fail;
     }
+    if ((rc = storage_open(db_path, 0, &w->ckpt_db, err)) != VL_OK) goto fail;
+    if ((rc = storage_set_autocheckpoint(w->db, 0, err)) != VL_OK) goto fail;
+    if (pthread_create(&w->ckpt_thread, NULL, ckpt_main, w) != 0) {
+        rc = vl_fail(err, VL_ERR, "cannot start the database checkpoint thread");
+        goto fail;
+    }
+    w->has_ckpt = 1;
     if (pthread_create(&w->thread, NULL, thread_main, w) != 0) {
         rc = vl_fail(err, VL_ERR, "cannot start the database writer thread");
         goto fail;
@@ -244,13 +297,18 @@ size_t coord_writer_run_once(coord_writer *w) {
 
 void coord_writer_stop(coord_writer *w) {
     if (!w) return;
-    if (w->has_thread) {
+    if (w->has_thread || w->has_ckpt) {
         pthread_mutex_lock(&w->mu);
         w->stopping = 1;
         pthread_cond_signal(&w->cv);
+        pthread_cond_signal(&w->ckpt_cv);
         pthread_mutex_unlock(&w->mu);
-        pthread_join(w->thread, NULL);
-    } else {
+        /* The writer drains the queue before it ends (its commits may
+         * still wake the checkpointer, which then ends too). */
+        if (w->has_thread) pthread_join(w->thread, NULL);
+        if (w->has_ckpt) pthread_join(w->ckpt_thread, NULL);
+    }
+    if (!w->has_thread) {
         while (coord_writer_run_once(w) > 0) {
         }
     }
@@ -258,7 +316,9 @@ void coord_writer_stop(coord_writer *w) {
     if (w->ev) event_free(w->ev);
     if (w->pipe_rd >= 0) close(w->pipe_rd);
     if (w->pipe_wr >= 0) close(w->pipe_wr);
+    storage_close(w->ckpt_db);
     storage_close(w->db);
+    pthread_cond_destroy(&w->ckpt_cv);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     free(w);

@@ -394,12 +394,32 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     int rc = enable_wal(st, err);
     if (rc == VL_OK) rc = pragma(st, "PRAGMA synchronous=FULL", err);
     if (rc == VL_OK) rc = pragma(st, "PRAGMA foreign_keys=ON", err);
+    /* The journal of a savepoint (each writer job runs in one) holds the
+     * old content of pages it reuses; in memory it costs no file writes. */
+    if (rc == VL_OK) rc = pragma(st, "PRAGMA temp_store=MEMORY", err);
     if (rc == VL_OK) rc = storage_migrate_with(st, mig, nmig, err);
     if (rc != VL_OK) {
         storage_close(st);
         return rc;
     }
     *out = st;
+    return VL_OK;
+}
+
+int storage_set_autocheckpoint(storage *st, int pages, vl_error *err) {
+    if (pages < 0) return vl_fail(err, VL_EINVAL, "autocheckpoint pages must be >= 0");
+    if (sqlite3_wal_autocheckpoint(st->db, pages) != SQLITE_OK)
+        return q_fail(st, err, "wal_autocheckpoint");
+    return VL_OK;
+}
+
+int storage_checkpoint(storage *st, int *wal_pages, int *done_pages, vl_error *err) {
+    int log = 0, done = 0;
+    int rc = sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+    /* BUSY only means another connection was checkpointing at the time. */
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) return q_fail(st, err, "checkpoint");
+    if (wal_pages) *wal_pages = log;
+    if (done_pages) *done_pages = done;
     return VL_OK;
 }
 

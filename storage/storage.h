@@ -41,6 +41,19 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) VL_
  * no-op. */
 void storage_close(storage *st);
 
+/* How many WAL pages a commit on this connection may leave before that
+ * commit copies them back into the database itself (SQLite's
+ * wal_autocheckpoint; default 1000). 0 turns it off, for a connection whose
+ * commits must not wait for a checkpoint while another one runs them. */
+int storage_set_autocheckpoint(storage *st, int pages, vl_error *err) VL_MUST_CHECK;
+
+/* A passive checkpoint: copies whatever committed pages the WAL holds back
+ * into the database file, neither waiting for nor blocking writers and
+ * readers. *wal_pages gets the WAL's size in pages and *done_pages how many
+ * of them are in the database now (either may be NULL). */
+int storage_checkpoint(storage *st, int *wal_pages, int *done_pages,
+                       vl_error *err) VL_MUST_CHECK;
+
 /* A numbered schema migration: the SQL that takes the schema from
  * version - 1 to version. */
 typedef struct storage_migration {

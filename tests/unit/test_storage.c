@@ -284,6 +284,20 @@ static void test_migration_moves_update_bodies(void **state) {
     }
 }
 
+/* With its own checkpoints off, a connection's commits leave pages in the
+ * WAL; a passive checkpoint then copies every one of them back. */
+static void test_checkpoint(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    assert_int_equal(storage_set_autocheckpoint(f->st, -1, &e), VL_EINVAL);
+    assert_int_equal(storage_set_autocheckpoint(f->st, 0, &e), VL_OK);
+    insert_run(f->st);
+    int wal = -1, done = -1;
+    assert_int_equal(storage_checkpoint(f->st, &wal, &done, &e), VL_OK);
+    assert_true(wal > 0);
+    assert_int_equal(done, wal);
+}
+
 static void test_failing_migration_rolls_back(void **state) {
     fixture *f = *state;
     int base = storage_schema_version();
@@ -690,6 +704,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migration_moves_update_bodies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
