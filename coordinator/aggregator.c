@@ -320,15 +320,18 @@ int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl
     return 1;
 }
 
-/* A computed version on its way to the database. */
+/* A version being made: computed on the compute thread from the updates
+ * stored when it was due, then committed by the writer. */
 typedef struct merge_job {
     coord_job job;
     coord_server *srv;
     merge_bufs b;
     merge_ctx m;
+    vl_error merr;          /* merge_ctx reports here on the compute thread */
+    storage_round rnd;      /* a second round's candidates (n = 0: none) */
+    coord_round_acc racc;   /* and its values */
     storage_version ver;
     storage_commit_opts opts;
-    size_t stale;
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -337,23 +340,30 @@ static int merge_run(storage *db, coord_job *job, vl_error *err) {
 }
 
 static void merge_job_free(merge_job *j) {
+    coord_round_acc_free(&j->racc);
+    storage_round_free(&j->rnd);
     free(j->m.sum);
     free(j->m.ids);
     bufs_free(&j->b);
     free(j);
 }
 
+static void merge_failed(coord_server *srv, merge_job *j, const vl_error *err) {
+    srv->merging = 0;
+    log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
+              MERGE_RETRY_S, err->msg);
+    merge_job_free(j);
+    coord_schedule_merge_in(srv, MERGE_RETRY_S);
+}
+
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
     merge_job *j = (merge_job *)job;
     coord_server *srv = j->srv;
-    srv->merging = 0;
     if (rc != VL_OK) {
-        log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
-                  MERGE_RETRY_S, err->msg);
-        merge_job_free(j);
-        coord_schedule_merge_in(srv, MERGE_RETRY_S);
+        merge_failed(srv, j, err);
         return;
     }
+    srv->merging = 0;
     /* Committed: the served model, optimiser state and version move on. */
     memcpy(model_gpt_params(srv->gpt), j->b.next, srv->n_params * sizeof(float));
     float *old = srv->momentum;
@@ -375,6 +385,65 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     coord_arm_lease_timer(srv);
     /* In an async run the next buffer may be full already. */
     coord_schedule_merge(srv);
+}
+
+/* On the compute thread: every update stored and not yet merged, read on
+ * its own connection, summed with its weight, the outer step applied to a
+ * copy of the parameters, and the result validated. Nothing here touches
+ * what the loop changes: the served parameters are only read (the loop
+ * replaces them in merge_done, after this), the eval model is used by
+ * merges alone, and one merge runs at a time. */
+static int merge_compute(storage *db, coord_job *job, vl_error *err) {
+    merge_job *j = (merge_job *)job;
+    coord_server *srv = j->srv;
+    merge_ctx *m = &j->m;
+    merge_bufs *b = &j->b;
+    size_t n = srv->n_params;
+    m->err = &j->merr;
+    int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
+    if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
+        rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",
+                     (long long)m->version);
+    const float *theta = model_gpt_params(srv->gpt);
+    size_t n_cand = 0;
+    if (rc == VL_OK) {
+        memcpy(b->next, theta, n * sizeof(float));
+        rc = apply_step(srv, m, b, b->next, &n_cand, &j->merr);
+    }
+    if (rc != VL_OK) {
+        *err = j->merr;
+        return rc;
+    }
+    size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
+    int64_t next = m->version + 1;
+    j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
+                               .momentum = b->state, .n = n, .n_state = srv->n_state,
+                               .val_loss = eval_val(srv, b->next),
+                               .train_loss = m->loss_sum / (double)m->n_ids,
+                               .num_updates = (int64_t)m->n_ids, .has_change = 1,
+                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz};
+    j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
+                                    .keep_changes = srv->cfg.keep_changes,
+                                    .keep_update_blobs = srv->cfg.keep_update_blobs,
+                                    .finished = next >= srv->cfg.max_versions,
+                                    .expire_old_leases = !coord_config_is_async(&srv->cfg)};
+    if (m->round)
+        log_info("version %lld: second round used %zu reported and %zu estimated updates over "
+                 "%zu candidates", (long long)next, j->racc.reported, j->racc.estimated,
+                 j->racc.n_cand);
+    return VL_OK;
+}
+
+/* Back on the loop: the computed version goes to the writer. */
+static void merge_computed(coord_job *job, int rc, const vl_error *err) {
+    merge_job *j = (merge_job *)job;
+    if (rc != VL_OK) {
+        merge_failed(j->srv, j, err);
+        return;
+    }
+    j->job.run = merge_run;
+    j->job.done = merge_done;
+    coord_writer_submit(j->srv->writer, &j->job);
 }
 
 /* Whether the waiting updates are due; when they are not but a sync
@@ -401,34 +470,30 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     int64_t done = 0;
     int rc = merge_due(srv, &done, err);
     if (rc <= 0) return rc;
-    storage_round rnd;
-    memset(&rnd, 0, sizeof rnd);
-    coord_round_acc racc;
-    memset(&racc, 0, sizeof racc);
-    /* A second round is for the current version's own updates; one closed
-     * by a deadline before they all came has none. */
-    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
-        rc = coord_round_ready(srv, done, &rnd, err);
-        if (rc <= 0) return rc;
-        rc = coord_round_acc_init(&racc, srv, &rnd, err);
-        if (rc != VL_OK) {
-            storage_round_free(&rnd);
-            return rc;
-        }
-    }
-
     size_t n = srv->n_params;
     int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
     merge_job *j = calloc(1, sizeof *j);
-    if (!j) {
-        coord_round_acc_free(&racc);
-        storage_round_free(&rnd);
+    if (!j)
         return vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
                        (long long)srv->version);
+    /* A second round is for the current version's own updates; one closed
+     * by a deadline before they all came has none. */
+    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
+        rc = coord_round_ready(srv, done, &j->rnd, err);
+        if (rc <= 0) {
+            free(j);
+            return rc;
+        }
+        rc = coord_round_acc_init(&j->racc, srv, &j->rnd, err);
+        if (rc != VL_OK) {
+            memset(&j->racc, 0, sizeof j->racc);
+            merge_job_free(j);
+            return rc;
+        }
     }
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
-    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = err, .version = srv->version};
+    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version};
     b->next = malloc(n * sizeof(float) + 1);
     b->state = malloc(srv->n_state * sizeof(float) + 1);
     b->idx = malloc(n * sizeof *b->idx + 1);
@@ -439,7 +504,7 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
                                   err);
         if (rc != VL_OK) goto fail;
         m->sk = &b->sk;
-        if (rnd.n) m->round = &racc;
+        if (j->rnd.n) m->round = &j->racc;
     } else {
         m->sum = calloc(n, sizeof(float));
     }
@@ -448,48 +513,15 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
                      (long long)srv->version);
         goto fail;
     }
-    rc = storage_update_each_unmerged(srv->db, merge_one, m, err);
-    if (rc != VL_OK) goto fail;
-    if (m->n_ids == 0 || m->samples <= 0) {
-        rc = vl_fail(err, VL_EDB, "version %lld was due but no stored update could be merged",
-                     (long long)srv->version);
-        goto fail;
-    }
-    const float *theta = model_gpt_params(srv->gpt);
-    memcpy(b->next, theta, n * sizeof(float));
+    /* The state is copied here, on the loop, which alone replaces it. */
     memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));
-    size_t n_cand = 0;
-    rc = apply_step(srv, m, b, b->next, &n_cand, err);
-    if (rc != VL_OK) goto fail;
-    size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
-    int64_t next = srv->version + 1;
-    j->job.run = merge_run;
-    j->job.done = merge_done;
     j->srv = srv;
-    j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
-                               .momentum = b->state, .n = n, .n_state = srv->n_state,
-                               .val_loss = eval_val(srv, b->next),
-                               .train_loss = m->loss_sum / (double)m->n_ids,
-                               .num_updates = (int64_t)m->n_ids, .has_change = 1,
-                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz};
-    j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
-                                    .keep_changes = srv->cfg.keep_changes,
-                                    .keep_update_blobs = srv->cfg.keep_update_blobs,
-                                    .finished = next >= srv->cfg.max_versions,
-                                    .expire_old_leases = !coord_config_is_async(&srv->cfg)};
-    if (m->round)
-        log_info("version %lld: second round used %zu reported and %zu estimated updates over "
-                 "%zu candidates", (long long)next, racc.reported, racc.estimated, racc.n_cand);
-    m->err = NULL; /* err was the caller's */
-    m->round = NULL;
-    coord_round_acc_free(&racc);
-    storage_round_free(&rnd);
+    j->job.run = merge_compute;
+    j->job.done = merge_computed;
     srv->merging = 1;
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_compute(srv->writer, &j->job);
     return 1;
 fail:
-    coord_round_acc_free(&racc);
-    storage_round_free(&rnd);
     merge_job_free(j);
     return rc;
 }

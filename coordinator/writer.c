@@ -37,6 +37,12 @@ struct coord_writer {
      * (under mu, with ckpt_cv to wake it). */
     storage *ckpt_db;
     int has_ckpt;
+    /* The compute thread: its read connection and queue (under mu). */
+    storage *compute_db;
+    int has_compute;
+    pthread_t compute_thread;
+    pthread_cond_t compute_cv;
+    coord_job *cqueue, *cqueue_tail;
     pthread_t ckpt_thread;
     pthread_cond_t ckpt_cv;
     uint64_t ckpt_due;
@@ -128,6 +134,14 @@ static void notify_loop(coord_writer *w) {
     }
 }
 
+/* Appends finished jobs to the done list and wakes the loop; call with mu
+ * held. */
+static void hand_back(coord_writer *w, coord_job *first, coord_job *last) {
+    int was_empty = w->done == NULL;
+    append(&w->done, &w->done_tail, first, last);
+    if (was_empty && w->pipe_wr >= 0) notify_loop(w);
+}
+
 static void *thread_main(void *arg) {
     coord_writer *w = arg;
     pthread_mutex_lock(&w->mu);
@@ -139,9 +153,7 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         run_batch(w, batch);
         pthread_mutex_lock(&w->mu);
-        int was_empty = w->done == NULL;
-        append(&w->done, &w->done_tail, batch, last);
-        if (was_empty) notify_loop(w);
+        hand_back(w, batch, last);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -169,6 +181,46 @@ static void *ckpt_main(void *arg) {
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+static void *compute_main(void *arg) {
+    coord_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->cqueue && !w->stopping) pthread_cond_wait(&w->compute_cv, &w->mu);
+        coord_job *j = w->cqueue;
+        if (!j) break;
+        w->cqueue = j->next;
+        if (!w->cqueue) w->cqueue_tail = NULL;
+        j->next = NULL;
+        pthread_mutex_unlock(&w->mu);
+        memset(&j->err, 0, sizeof j->err);
+        j->rc = j->run(w->compute_db, j, &j->err);
+        if (j->rc != VL_OK && j->err.code == 0) j->err.code = j->rc;
+        pthread_mutex_lock(&w->mu);
+        hand_back(w, j, j);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+void coord_writer_compute(coord_writer *w, coord_job *job) {
+    job->next = NULL;
+    job->rc = 0;
+    w->outstanding++;
+    if (!w->has_compute) {
+        memset(&job->err, 0, sizeof job->err);
+        job->rc = job->run(w->db, job, &job->err);
+        if (job->rc != VL_OK && job->err.code == 0) job->err.code = job->rc;
+        pthread_mutex_lock(&w->mu);
+        hand_back(w, job, job);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    append(&w->cqueue, &w->cqueue_tail, job, job);
+    pthread_cond_signal(&w->compute_cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Hands finished jobs back to their owners, oldest first. */
@@ -206,6 +258,7 @@ static int open_common(const char *db_path, coord_writer **out, vl_error *err) {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     pthread_cond_init(&w->ckpt_cv, NULL);
+    pthread_cond_init(&w->compute_cv, NULL);
     *out = w;
     return VL_OK;
 }
@@ -243,6 +296,12 @@ int coord_writer_start(const char *db_path, struct event_base *base, coord_write
         goto fail;
     }
     w->has_ckpt = 1;
+    if ((rc = storage_open(db_path, 0, &w->compute_db, err)) != VL_OK) goto fail;
+    if (pthread_create(&w->compute_thread, NULL, compute_main, w) != 0) {
+        rc = vl_fail(err, VL_ERR, "cannot start the compute thread");
+        goto fail;
+    }
+    w->has_compute = 1;
     if (pthread_create(&w->thread, NULL, thread_main, w) != 0) {
         rc = vl_fail(err, VL_ERR, "cannot start the database writer thread");
         goto fail;
@@ -297,27 +356,31 @@ size_t coord_writer_run_once(coord_writer *w) {
 
 void coord_writer_stop(coord_writer *w) {
     if (!w) return;
-    if (w->has_thread || w->has_ckpt) {
+    if (w->has_thread || w->has_ckpt || w->has_compute) {
         pthread_mutex_lock(&w->mu);
         w->stopping = 1;
         pthread_cond_signal(&w->cv);
         pthread_cond_signal(&w->ckpt_cv);
+        pthread_cond_signal(&w->compute_cv);
         pthread_mutex_unlock(&w->mu);
-        /* The writer drains the queue before it ends (its commits may
-         * still wake the checkpointer, which then ends too). */
+        /* Each thread finishes its queue before it ends (the writer's
+         * commits may still wake the checkpointer, which then ends too). */
+        if (w->has_compute) pthread_join(w->compute_thread, NULL);
         if (w->has_thread) pthread_join(w->thread, NULL);
         if (w->has_ckpt) pthread_join(w->ckpt_thread, NULL);
+        w->has_thread = w->has_ckpt = w->has_compute = 0;
     }
-    if (!w->has_thread) {
-        while (coord_writer_run_once(w) > 0) {
-        }
-    }
-    deliver(w);
+    /* A delivered computation may submit its writes; they run here. */
+    do {
+        deliver(w);
+    } while (coord_writer_run_once(w) > 0);
     if (w->ev) event_free(w->ev);
     if (w->pipe_rd >= 0) close(w->pipe_rd);
     if (w->pipe_wr >= 0) close(w->pipe_wr);
+    storage_close(w->compute_db);
     storage_close(w->ckpt_db);
     storage_close(w->db);
+    pthread_cond_destroy(&w->compute_cv);
     pthread_cond_destroy(&w->ckpt_cv);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);

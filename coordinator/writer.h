@@ -16,6 +16,11 @@
  * Reads stay on the loop's own connection (WAL lets them run while the
  * writer writes), and a job's done callback runs after its commit, so
  * what the loop reads then includes it.
+ *
+ * Long computations that only read (making a version: decoding its
+ * updates, the outer step, the validation loss) go to a compute thread
+ * with a read connection of its own, so the loop keeps answering while
+ * they run; their done callbacks come back to the loop the same way.
  */
 #ifndef VOLLEY_COORD_WRITER_H
 #define VOLLEY_COORD_WRITER_H
@@ -74,14 +79,23 @@ int coord_writer_start(const char *db_path, struct event_base *base, coord_write
  * until its done callback. Loop thread only. */
 void coord_writer_submit(coord_writer *w, coord_job *job);
 
-/* Jobs submitted and not yet done (the loop waits for 0 to drain). */
+/* Queues job to the compute thread, which runs job->run with its own read
+ * connection (db) outside any transaction; a job may only read the
+ * database there. done then runs on the loop with its rc. Jobs run one at
+ * a time, in order. A writer with no thread runs it at once, on the
+ * calling thread, and delivers done at the next coord_writer_run_once.
+ * Loop thread only. */
+void coord_writer_compute(coord_writer *w, coord_job *job);
+
+/* Jobs submitted (to either thread) and not yet done (the loop waits for
+ * 0 to drain). */
 size_t coord_writer_pending(const coord_writer *w);
 
 void coord_writer_stats_get(coord_writer *w, coord_writer_stats *out);
 
-/* Runs every queued job, stops the thread, delivers the remaining done
- * callbacks on the calling (loop) thread, closes the connection and frees
- * w. NULL is a no-op. */
+/* Runs every queued job, stops the threads, delivers the remaining done
+ * callbacks on the calling (loop) thread (running the writes those submit
+ * there too), closes the connections and frees w. NULL is a no-op. */
 void coord_writer_stop(coord_writer *w);
 
 /* For tests: processes the current queue on the calling thread as one

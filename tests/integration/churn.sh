@@ -6,7 +6,7 @@
 # same key. Then the database must show the reissues, each update merged
 # exactly once, and the dead peers as idle or gone.
 source "$(dirname "$0")/lib.sh"
-VERSIONS=8
+VERSIONS=12
 PER=4
 # SelSync with delta 0 stops every task as soon as allowed: after h_min = 2
 # of its 4 steps. Each update must say so, and the status must count them.
@@ -19,7 +19,7 @@ start_peer() { # start_peer N DELAY_MS
     2>> "peer$1.log" &
   PIDS[$1]=$!
 }
-for i in 1 2; do start_peer "$i" 20; done
+for i in 1 2; do start_peer "$i" 60; done
 # The two that will die train slowly, so they are surely mid-task.
 for i in 3 4; do start_peer "$i" 400; done
 
@@ -40,9 +40,15 @@ wait "${PIDS[4]}" 2>/dev/null || true
 killed_at=$(q 'SELECT current_version FROM run')
 echo "churn: killed peers 3 and 4 at version $killed_at, each holding a lease"
 
-# Peer 3 comes back on its own a little later (same directory, same key).
-sleep 4
-start_peer 3 20
+# Once the coordinator has seen both leases run out, peer 3 comes back on
+# its own (same directory, same key).
+for _ in $(seq 1 200); do
+  [ "$(q "SELECT count(*) FROM tasks WHERE state = 'expired' AND peer_id IN (3, 4)")" -ge 2 ] && break
+  sleep 0.05
+done
+[ "$(q "SELECT count(*) FROM tasks WHERE state = 'expired' AND peer_id IN (3, 4)")" -ge 2 ] \
+  || fail "the killed peers' leases did not expire"
+start_peer 3 60
 for i in 1 2 3; do wait "${PIDS[$i]}" || fail "peer $i exited with an error"; done
 PIDS=()
 status=$(curl -s --cacert tls/ca.pem "$URL/v1/status" || true)
