@@ -10,7 +10,8 @@
  *           test kills the coordinator under it) and, with --log-acks,
  *           records every 202 before the next upload, so a test can check
  *           that nothing acknowledged was lost.
- *   fsync   append 4 KiB and fdatasync in a loop: the disk alone.
+ *   fsync   append a record (4 KiB, or --bytes) and fdatasync it in a loop:
+ *           the disk alone.
  *   stats   global percentiles over the latency files of several clients.
  *
  * bench/ingest.sh drives all three against a real coordinator. */
@@ -36,6 +37,7 @@
 #define MAX_SECONDS 1e6
 #define MAX_STATUSES 32
 #define FSYNC_BLOCK 4096
+#define FSYNC_BLOCK_MAX (16L << 20)
 
 /* Exit statuses. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -46,8 +48,9 @@ static const char USAGE[] =
     "      lease tasks and upload random sketch updates for S seconds (default 0:\n"
     "      until SIGTERM/SIGINT); one key=value summary line to FILE, latencies (ms, one\n"
     "      per line) to FILE.lat, and with --log-acks a line 'ACK TASK UPDATE' per 202\n"
-    "  " PROG " fsync --dir D [--seconds S]\n"
-    "      append 4 KiB and fdatasync in D for S seconds (default 1); prints fsyncs_per_s\n"
+    "  " PROG " fsync --dir D [--seconds S] [--bytes N]\n"
+    "      append N bytes (default 4096, at most 16 MiB) and fdatasync in D for S\n"
+    "      seconds (default 1), over and over; prints fsyncs_per_s\n"
     "  " PROG " stats FILE...\n"
     "      count, p50, p99 and max over the latency files of several clients\n";
 
@@ -359,13 +362,14 @@ static void client_close(client *C) {
     peer_response_free(&C->rs);
 }
 
-enum { OPT_DIR = 1, OPT_SECONDS, OPT_OUT, OPT_ACKS };
+enum { OPT_DIR = 1, OPT_SECONDS, OPT_OUT, OPT_ACKS, OPT_BYTES };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
     {"seconds", required_argument, NULL, OPT_SECONDS},
     {"out", required_argument, NULL, OPT_OUT},
     {"log-acks", required_argument, NULL, OPT_ACKS},
+    {"bytes", required_argument, NULL, OPT_BYTES},
     {NULL, 0, NULL, 0},
 };
 
@@ -373,6 +377,7 @@ typedef struct args {
     const char *dir, *out, *acks;
     double seconds;
     int have_seconds;
+    int64_t bytes; /* fsync: record size, 0 when not given */
 } args;
 
 /* Parses the options after the subcommand; 0 or an exit status. */
@@ -390,6 +395,10 @@ static int parse_args(int argc, char **argv, args *a) {
                 return usage("--seconds needs a number of seconds in [0, 1e6]");
             a->have_seconds = 1;
             break;
+        case OPT_BYTES:
+            if (parse_i64(optarg, 1, FSYNC_BLOCK_MAX, &a->bytes) != VL_OK)
+                return usage("--bytes needs a whole number of bytes in [1, 16777216]");
+            break;
         case ':': return usage("an option is missing its value");
         default: return usage("unknown option");
         }
@@ -404,6 +413,7 @@ static int cmd_client(int argc, char **argv) {
     if (x) return x;
     if (!a.dir || !a.dir[0]) return usage("client needs --dir PEERDIR");
     if (!a.out || !a.out[0]) return usage("client needs --out FILE");
+    if (a.bytes) return usage("--bytes is for fsync");
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -445,30 +455,36 @@ static int cmd_client(int argc, char **argv) {
 
 /* Each round grows the file, so fdatasync must persist the new size too,
  * as a commit appending to SQLite's WAL does. */
-static int fsync_rate(const char *dir, double seconds, double *rate, vl_error *err) {
+static int fsync_rate(const char *dir, double seconds, size_t bytes, double *rate,
+                      vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, "bench_ingest.fsync", err);
     if (rc) return rc;
+    char *block = malloc(bytes);
+    if (!block) return vl_fail(err, VL_ENOMEM, "out of memory for a %zu-byte record", bytes);
+    memset(block, 'v', bytes);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
-    static char block[FSYNC_BLOCK];
-    memset(block, 'v', sizeof block);
+    if (fd < 0) {
+        free(block);
+        return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
     uint64_t n = 0;
     off_t off = 0;
     double t0 = clock_mono_s(), t = t0;
     while (rc == VL_OK && (n == 0 || t - t0 < seconds)) {
-        ssize_t w = pwrite(fd, block, sizeof block, off);
-        if (w != (ssize_t)sizeof block)
+        ssize_t w = pwrite(fd, block, bytes, off);
+        if (w != (ssize_t)bytes)
             rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path,
                          w < 0 ? strerror(errno) : "short write");
         else if (fdatasync(fd) != 0)
             rc = vl_fail(err, VL_EIO, "fdatasync %s: %s", path, strerror(errno));
-        off += (off_t)sizeof block;
+        off += (off_t)bytes;
         n++;
         t = clock_mono_s();
     }
     close(fd);
     unlink(path);
+    free(block);
     if (rc == VL_OK) *rate = (double)n / (t - t0);
     return rc;
 }
@@ -478,11 +494,12 @@ static int cmd_fsync(int argc, char **argv) {
     int x = parse_args(argc, argv, &a);
     if (x) return x;
     if (!a.dir || !a.dir[0]) return usage("fsync needs --dir D");
-    if (a.out || a.acks) return usage("fsync takes only --dir and --seconds");
+    if (a.out || a.acks) return usage("fsync takes only --dir, --seconds and --bytes");
     double seconds = a.have_seconds ? a.seconds : 1.0;
+    size_t bytes = a.bytes ? (size_t)a.bytes : FSYNC_BLOCK;
     double rate = 0;
     vl_error e = {0};
-    if (fsync_rate(a.dir, seconds, &rate, &e)) return fail_line(&e);
+    if (fsync_rate(a.dir, seconds, bytes, &rate, &e)) return fail_line(&e);
     printf("fsyncs_per_s=%.0f\n", rate);
     return EXIT_OK;
 }

@@ -34,6 +34,10 @@ source "$ROOT/tests/integration/lib.sh"
 # else competes for it.
 FSYNC=$("$INGEST" fsync --dir "$WORK" --seconds 1 | sed -n 's/^fsyncs_per_s=//p')
 [ -n "$FSYNC" ] || fail "fsync baseline"
+# The same with records the size of an upload: how many such records per
+# second the disk makes durable one at a time, with nothing else to do.
+FSYNC_UP=$("$INGEST" fsync --dir "$WORK" --seconds 1 --bytes 200000 | sed -n 's/^fsyncs_per_s=//p')
+[ -n "$FSYNC_UP" ] || fail "fsync baseline (200 KB records)"
 
 # A FedBuff buffer of 64 updates per version and bounds that never end the
 # run or refuse an update as stale within the measurement.
@@ -102,6 +106,8 @@ echo "| upload latency p99 (ms)          | $p99 |"
 echo "| writer jobs per commit           | $(ratio "$jobs" "$commits" 2) ($jobs jobs, $commits commits, max batch $max_batch) |"
 echo "| uploads per commit               | $(ratio "$uploads" "$commits" 2) |"
 echo "| disk alone: fsyncs/s (4 KiB)     | $FSYNC |"
+echo "| disk alone: 200 KB appends + fdatasync/s | $FSYNC_UP |"
+echo "| uploads/s vs the disk alone (ratio) | $(ratio "$rate" "$FSYNC_UP" 2) |"
 echo "| client errors                    | $errors |"
 echo "| versions made / updates stored   | $versions / $stored |"
 echo
