@@ -193,6 +193,9 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
     VL_PRINTF(4, 5);
 /* Sends a 500 for err and logs its message. */
 void coord_reply_internal(coord_req *cr, const vl_error *err);
+/* Sends a 500 for running out of memory while `what` ("queueing an
+ * update"), and logs it. */
+void coord_reply_oom(coord_req *cr, const char *what);
 /* Sets a response header. */
 void coord_set_header(coord_req *cr, const char *name, const char *value);
 /* Request header value or NULL. */

@@ -114,6 +114,12 @@ void coord_reply_internal(coord_req *cr, const vl_error *err) {
     coord_reply_error(cr, 500, "internal", "internal error");
 }
 
+void coord_reply_oom(coord_req *cr, const char *what) {
+    vl_error oom = {.code = VL_ENOMEM};
+    snprintf(oom.msg, sizeof oom.msg, "out of memory %s", what);
+    coord_reply_internal(cr, &oom);
+}
+
 int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
                      int64_t *values, unsigned *present, vl_error *err) {
     *present = 0;

@@ -87,9 +87,7 @@ void coord_reply_blob(coord_req *cr, coord_blob *blob) {
     if (!b || evbuffer_add_reference(b, blob->data, blob->len, blob_release, blob) != 0) {
         coord_blob_unref(blob);
         if (b) evbuffer_free(b);
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory sending a model file");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "sending a model file");
         return;
     }
     coord_reply(cr, 200, "application/octet-stream", b);

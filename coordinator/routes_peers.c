@@ -210,9 +210,7 @@ void coord_route_join(coord_req *cr) {
     }
     join_job *j = calloc(1, sizeof *j);
     if (!j) {
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing a join");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "queueing a join");
         goto out;
     }
     j->job.run = join_run;

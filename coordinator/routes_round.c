@@ -105,9 +105,7 @@ void coord_route_round(coord_req *cr) {
         return;
     }
     if (coord_waiter_add(cr, wait, serve_round) != 0) {
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory registering a waiter");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "registering a waiter");
     }
 }
 
@@ -253,9 +251,7 @@ void coord_route_round_values(coord_req *cr) {
     values_job *j = calloc(1, sizeof *j);
     if (!j) {
         free(vals);
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing round values");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "queueing round values");
         return;
     }
     j->job.run = values_run;

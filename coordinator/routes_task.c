@@ -110,9 +110,7 @@ static int issue_task(coord_req *cr, int64_t now) {
     coord_server *srv = cr->srv;
     issue_job *j = calloc(1, sizeof *j);
     if (!j) {
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory issuing a task");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "issuing a task");
         return COORD_SERVED;
     }
     j->job.run = issue_run;
@@ -408,8 +406,6 @@ void coord_route_task(coord_req *cr) {
         return;
     }
     if (coord_waiter_add(cr, vals[0], try_serve) != 0) {
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory registering a waiter");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "registering a waiter");
     }
 }

@@ -153,9 +153,7 @@ void coord_route_updates(coord_req *cr) {
     }
     upload_job *j = calloc(1, sizeof *j);
     if (!j) {
-        vl_error oom = {.code = VL_ENOMEM};
-        snprintf(oom.msg, sizeof oom.msg, "out of memory queueing an update");
-        coord_reply_internal(cr, &oom);
+        coord_reply_oom(cr, "queueing an update");
         return;
     }
     j->job.run = upload_run;

@@ -146,12 +146,7 @@ static int db_setup(void **state) {
 static int db_teardown(void **state) {
     db_fixture *f = *state;
     storage_close(f->st);
-    char p[160];
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", f->path, suffix[i]);
-        unlink(p);
-    }
+    test_remove_db(f->path);
     rmdir(f->dir);
     free(f);
     return 0;

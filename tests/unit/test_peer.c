@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "peer/peer.h"
+#include "test_util.h"
 
 /* ---- fixtures ------------------------------------------------------------ */
 
@@ -52,18 +53,6 @@ static void task_rejected(const char *from, const char *to, const char *needle) 
     free(s);
 }
 
-static char *temp_dir(void) {
-    char *d = strdup("/tmp/test_peer.XXXXXX");
-    assert_non_null(d);
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
-static void remove_tree(const char *d) {
-    char cmd[PEER_PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    assert_int_equal(system(cmd), 0);
-}
 
 /* ---- retries ------------------------------------------------------------- */
 
@@ -438,7 +427,7 @@ static void test_url_check(void **state) {
 
 static void test_state_round_trip(void **state) {
     (void)state;
-    char *d = temp_dir();
+    char *d = test_temp_dir("/tmp/test_peer.XXXXXX");
     peer_state s, r;
     memset(&s, 0, sizeof s);
     snprintf(s.coordinator, sizeof s.coordinator, "https://127.0.0.1:8443");
@@ -486,14 +475,14 @@ static void test_state_round_trip(void **state) {
     fputs("garbage", f);
     fclose(f);
     assert_int_equal(peer_state_load(d, &r, &e), VL_EINVAL);
-    remove_tree(d);
+    test_remove_tree(d);
     free(d);
 }
 
 static void test_keygen(void **state) {
     (void)state;
     assert_int_equal(crypto_init(), VL_OK);
-    char *d = temp_dir();
+    char *d = test_temp_dir("/tmp/test_peer.XXXXXX");
     char dir[PEER_PATH_MAX], path[PEER_PATH_MAX], pk1[CRYPTO_PK_B64_LEN + 1],
         pk2[CRYPTO_PK_B64_LEN + 1];
     vl_error e = {0};
@@ -516,7 +505,7 @@ static void test_keygen(void **state) {
     assert_non_null(strstr(e.msg, "--force"));
     assert_int_equal(peer_keygen(dir, 1, pk2, &e), VL_OK);
     assert_string_not_equal(pk1, pk2);
-    remove_tree(d);
+    test_remove_tree(d);
     free(d);
 }
 

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "peer/peer.h"
+#include "test_util.h"
 
 /* ---- fixtures ------------------------------------------------------------ */
 
@@ -33,18 +34,6 @@ static const peer_state OTHER_PEER = {.coordinator = "https://127.0.0.1:8443", .
 static const peer_state OTHER_COORD = {.coordinator = "https://127.0.0.1:9443", .peer_id = 3,
                                        .run = "unit"};
 
-static char *temp_dir(void) {
-    char *d = strdup("/tmp/test_peer_resume.XXXXXX");
-    assert_non_null(d);
-    assert_non_null(mkdtemp(d));
-    return d;
-}
-
-static void remove_tree(const char *d) {
-    char cmd[PEER_PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    assert_int_equal(system(cmd), 0);
-}
 
 static void path_of(char *out, const char *dir, const char *file) {
     vl_error e = {0};
@@ -160,7 +149,7 @@ static size_t data_offset(const buf *file, const char *name) {
 
 static void test_state_round_trip(void **state) {
     (void)state;
-    char *dir = temp_dir();
+    char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
     rng r;
     rng_seed(&r, 5);
     peer_trainer t;
@@ -250,7 +239,7 @@ static void test_state_round_trip(void **state) {
     peer_trainer_free(&z);
     peer_trainer_free(&u);
     peer_trainer_free(&t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -321,7 +310,7 @@ static void refused(const char *dir, const peer_state *run, int rc, const char *
 
 static void test_state_refused(void **state) {
     (void)state;
-    char *dir = temp_dir();
+    char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
     rng r;
     rng_seed(&r, 6);
     peer_trainer t;
@@ -438,7 +427,7 @@ static void test_state_refused(void **state) {
     buf_free(&bad);
     buf_free(&good);
     peer_trainer_free(&t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -493,7 +482,7 @@ static void write_ahead(const char *dir, peer_trainer *t, const peer_task *k, rn
 static void test_pending_refused(void **state) {
     (void)state;
     for (int f16 = 0; f16 < 2; f16++) {
-        char *dir = temp_dir();
+        char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
         rng r;
         rng_seed(&r, 8 + (uint64_t)f16);
         peer_trainer t;
@@ -557,7 +546,7 @@ static void test_pending_refused(void **state) {
         free(before);
         buf_free(&up);
         peer_trainer_free(&t);
-        remove_tree(dir);
+        test_remove_tree(dir);
         free(dir);
     }
 }
@@ -567,7 +556,7 @@ static void test_pending_accepted(void **state) {
     const char *codes[2] = {"", "duplicate_update"};
     const long statuses[2] = {202, 409};
     for (int c = 0; c < 2; c++) {
-        char *dir = temp_dir();
+        char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
         rng r;
         rng_seed(&r, 20 + (uint64_t)c);
         peer_trainer t;
@@ -602,7 +591,7 @@ static void test_pending_accepted(void **state) {
         free(before);
         buf_free(&up);
         peer_trainer_free(&t);
-        remove_tree(dir);
+        test_remove_tree(dir);
         free(dir);
     }
 }
@@ -613,7 +602,7 @@ static void test_pending_accepted(void **state) {
  * back. */
 static void test_pending_unusable(void **state) {
     (void)state;
-    char *dir = temp_dir();
+    char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
     rng r;
     rng_seed(&r, 30);
     peer_trainer t;
@@ -698,7 +687,7 @@ static void test_pending_unusable(void **state) {
     buf_free(&rec);
     buf_free(&up);
     peer_trainer_free(&t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 

@@ -17,6 +17,7 @@
 
 #include "storage/internal.h"
 #include "storage/storage.h"
+#include "test_util.h"
 
 /* Commit options as the tests use them: update blobs kept as long as
  * versions, sync leases. */
@@ -49,12 +50,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     storage_close(f->st);
-    char p[160];
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", f->path, suffix[i]);
-        unlink(p);
-    }
+    test_remove_db(f->path);
     rmdir(f->dir);
     free(f);
     return 0;
@@ -276,12 +272,7 @@ static void test_migration_moves_update_bodies(void **state) {
     assert_int_not_equal(sqlite3_exec(db, "SELECT blob FROM updates", NULL, NULL, NULL),
                          SQLITE_OK);
     sqlite3_close(db);
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        char p[200];
-        snprintf(p, sizeof p, "%s%s", old_path, suffix[i]);
-        unlink(p);
-    }
+    test_remove_db(old_path);
 }
 
 /* With its own checkpoints off, a connection's commits leave pages in the

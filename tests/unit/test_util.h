@@ -2,6 +2,11 @@
 #ifndef VOLLEY_TEST_UTIL_H
 #define VOLLEY_TEST_UTIL_H
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "common/common.h"
 
 /* Runs a call that returns 0 or a VL_E* code; on failure the test fails
@@ -23,6 +28,32 @@ static inline float *random_vec(size_t d, uint64_t seed) {
     rng_seed(&r, seed);
     for (size_t i = 0; i < d; i++) x[i] = rng_normal(&r);
     return x;
+}
+
+/* A new directory made from a mkdtemp template ("/tmp/name.XXXXXX"); the
+ * caller frees the returned path. */
+static inline char *test_temp_dir(const char *template_) {
+    char *d = strdup(template_);
+    assert_non_null(d);
+    assert_non_null(mkdtemp(d));
+    return d;
+}
+
+/* Removes a directory a test made, with everything in it. */
+static inline void test_remove_tree(const char *d) {
+    char cmd[4200];
+    assert_true(snprintf(cmd, sizeof cmd, "rm -rf '%s'", d) < (int)sizeof cmd);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Removes an SQLite database file and the -wal and -shm files beside it. */
+static inline void test_remove_db(const char *path) {
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s%s", path, suffix[i]);
+        unlink(p);
+    }
 }
 
 #endif
