@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "peer/peer.h"
+#include "peer_fixtures.h"
 #include "test_util.h"
 
 /* ---- fixtures ------------------------------------------------------------ */
@@ -511,34 +512,6 @@ static void test_keygen(void **state) {
 
 /* ---- training ------------------------------------------------------------ */
 
-static const model_gpt_config TINY = {256, 16, 1, 2, 16};
-
-static peer_task tiny_task(int steps) {
-    peer_task t;
-    memset(&t, 0, sizeof t);
-    t.task_id = 1;
-    snprintf(t.run, sizeof t.run, "unit");
-    t.base_version = 0;
-    snprintf(t.shard, sizeof t.shard, "train");
-    t.length = 17;
-    t.steps = steps;
-    t.batch = 4;
-    t.context = 16;
-    t.lr = 1e-2;
-    t.beta1 = 0.9;
-    t.beta2 = 0.95;
-    t.eps = 1e-8;
-    t.weight_decay = 0.0;
-    t.grad_clip = 1.0;
-    t.seed = 7;
-    t.kind = COMPRESS_DENSE;
-    t.dtype = ST_F32;
-    t.comp_decay = 1.0f;
-    t.h_min = steps;
-    return t;
-}
-
-static const uint8_t TEXT[] = "the quick brown f"; /* 17 bytes: one window */
 
 static void test_train_lowers_loss(void **state) {
     (void)state;

@@ -17,13 +17,12 @@
 #include <cmocka.h>
 
 #include "peer/peer.h"
+#include "peer_fixtures.h"
 #include "test_util.h"
 
 /* ---- fixtures ------------------------------------------------------------ */
 
-static const model_gpt_config TINY = {256, 16, 1, 2, 16};
 static const model_gpt_config WIDER = {256, 16, 1, 2, 32};
-static const uint8_t TEXT[] = "the quick brown f"; /* 17 bytes: one window */
 /* The registration the states belong to, and others. */
 static const peer_state OWNER = {.coordinator = "https://127.0.0.1:8443", .peer_id = 3,
                                  .run = "unit"};
@@ -47,27 +46,12 @@ static int exists(const char *dir, const char *file) {
     return lstat(p, &st) == 0;
 }
 
-static peer_task tiny_task(int steps) {
-    peer_task t;
-    memset(&t, 0, sizeof t);
+/* The fixtures' task, as a top-k one with a lease. */
+static peer_task topk_task(int steps) {
+    peer_task t = tiny_task(steps);
     t.task_id = 42;
-    snprintf(t.run, sizeof t.run, "unit");
-    snprintf(t.shard, sizeof t.shard, "train");
-    t.length = 17;
-    t.steps = steps;
-    t.batch = 4;
-    t.context = 16;
-    t.lr = 1e-2;
-    t.beta1 = 0.9;
-    t.beta2 = 0.95;
-    t.eps = 1e-8;
-    t.grad_clip = 1.0;
-    t.seed = 7;
     t.kind = COMPRESS_TOPK;
     t.method = PEER_METHOD_TOPK;
-    t.dtype = ST_F32;
-    t.comp_decay = 1.0f;
-    t.h_min = steps;
     t.deadline = 1795000000;
     return t;
 }
@@ -98,7 +82,7 @@ static void trained(peer_trainer *t, rng *r) {
     peer_trainer_init(t);
     vl_error e = {0};
     assert_int_equal(peer_trainer_init_model(t, &TINY, 0, &e), VL_OK);
-    peer_task k = tiny_task(3);
+    peer_task k = topk_task(3);
     peer_train_result res;
     assert_int_equal(peer_trainer_run(t, &k, TEXT, 17, &res, &e), VL_OK);
     buf b;
@@ -208,7 +192,7 @@ static void test_state_round_trip(void **state) {
     assert_true(u.have_opt);
     assert_int_equal(u.opt.step, 3);
     assert_memory_equal(u.residual, t.residual, n * sizeof(float));
-    peer_task k = tiny_task(2);
+    peer_task k = topk_task(2);
     peer_train_result res;
     assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
     assert_int_equal(peer_trainer_run(&u, &k, TEXT, 17, &res, &e), VL_OK);
@@ -362,26 +346,23 @@ static void test_state_refused(void **state) {
     peer_resume s;
     assert_int_equal(peer_resume_load(dir, &OWNER, &s, &e), VL_OK); /* the baseline loads */
     peer_resume_free(&s);
-    hand_state(dir, "format_version", "2", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "format_version");
-    hand_state(dir, "peer", "", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "peer");
-    hand_state(dir, "format", "volley-peer-pending", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "format");
-    hand_state(dir, "model", "", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "model");
-    hand_state(dir, "model", "{\"vocab_size\":256}", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "block_size");
-    hand_state(dir, "params", "12", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "params");
-    hand_state(dir, "adam_step", "-1", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "adam_step");
-    hand_state(dir, "adam_beta2", "nan", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "adam_beta2");
-    hand_state(dir, "adam_lr", "-1", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "AdamW");
-    hand_state(dir, "pending_task", "0", ok, 3);
-    refused(dir, &OWNER, VL_EINVAL, "pending_task");
+    /* One metadata field set wrong, and what the message must name. */
+    static const char *const bad_meta[][3] = {
+        {"format_version", "2", "format_version"},
+        {"peer", "", "peer"},
+        {"format", "volley-peer-pending", "format"},
+        {"model", "", "model"},
+        {"model", "{\"vocab_size\":256}", "block_size"},
+        {"params", "12", "params"},
+        {"adam_step", "-1", "adam_step"},
+        {"adam_beta2", "nan", "adam_beta2"},
+        {"adam_lr", "-1", "AdamW"},
+        {"pending_task", "0", "pending_task"},
+    };
+    for (size_t i = 0; i < sizeof bad_meta / sizeof bad_meta[0]; i++) {
+        hand_state(dir, bad_meta[i][0], bad_meta[i][1], ok, 3);
+        refused(dir, &OWNER, VL_EINVAL, bad_meta[i][2]);
+    }
     hand_tensor short_m[2] = {{"adam.m", ST_F32, n - 1}, {"adam.v", ST_F32, n}};
     hand_state(dir, NULL, NULL, short_m, 2);
     refused(dir, &OWNER, VL_EINVAL, "adam.m");
@@ -488,7 +469,7 @@ static void test_pending_refused(void **state) {
         peer_trainer t;
         trained(&t, &r);
         size_t n = t.n_params;
-        peer_task k = tiny_task(2);
+        peer_task k = topk_task(2);
         k.comp_k = (int64_t)(n / 10);
         k.dtype = f16 ? ST_F16 : ST_F32;
         buf up;
@@ -562,7 +543,7 @@ static void test_pending_accepted(void **state) {
         peer_trainer t;
         trained(&t, &r);
         size_t n = t.n_params;
-        peer_task k = tiny_task(2);
+        peer_task k = topk_task(2);
         k.comp_k = (int64_t)(n / 10);
         buf up;
         buf_init(&up, BUF_DEFAULT_CAP);
@@ -608,7 +589,7 @@ static void test_pending_unusable(void **state) {
     peer_trainer t;
     trained(&t, &r);
     size_t n = t.n_params;
-    peer_task k = tiny_task(2);
+    peer_task k = topk_task(2);
     k.comp_k = (int64_t)(n / 10);
     buf up, rec;
     buf_init(&up, BUF_DEFAULT_CAP);
@@ -699,7 +680,7 @@ static void test_step_delay(void **state) {
     vl_error e = {0};
     assert_int_equal(peer_trainer_init_model(&t, &TINY, 0, &e), VL_OK);
     t.step_delay_s = 0.05;
-    peer_task k = tiny_task(3);
+    peer_task k = topk_task(3);
     peer_train_result res;
     assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
     assert_int_equal(res.steps, 3);
