@@ -14,17 +14,13 @@
 #include <omp.h>
 
 #include "compress/compress.h"
+#include "compress/hot.h"
 
 #define FB_PAR_MIN ((size_t)1 << 20)
 #define F16_MAX 65504.0f
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FB_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FB_HOT
-#endif
 
-FB_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi,
+COMPRESS_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi,
                              float decay)
 {
     /* decay * e is exact for decay 1, so classic feedback stays bit exact. */

@@ -13,13 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Hot loops are built for several x86-64 levels and the best is picked
- * when the program starts, so one binary runs everywhere. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define COMPRESS_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define COMPRESS_HOT
-#endif
+#include "compress/hot.h"
 
 /* Values scanned per block when skipping blocks with no candidate. */
 #define SCAN_BLOCK 32

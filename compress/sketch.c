@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "compress/hot.h"
 
 /* Coordinates hashed together: enough to fill several vectors per loop,
  * few enough that the per-block arrays stay in L1. */
@@ -25,14 +26,6 @@
 #define ESTIMATE_PAR_MIN ((size_t)1 << 16)
 #define TABLE_PAR_MIN ((size_t)1 << 18)
 
-/* x86-64-v4 is listed before plain AVX-512F for AVX-512DQ's 64-bit
- * multiply, which the hash needs twice per coordinate and row; without it
- * each multiply is emulated with three 32-bit ones (about 30 % slower). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SKETCH_HOT __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
-#else
-#define SKETCH_HOT
-#endif
 
 /* The same function as splitmix64() in common, repeated here so that the
  * compiler sees its body and can vectorise the block loops around it; the
@@ -126,7 +119,7 @@ hash_lanes(uint64_t key, uint64_t i, size_t n, uint32_t cols, const float *restr
 #define GRP 16
 #define CHUNK 4096
 
-SKETCH_HOT
+COMPRESS_HOT_V4
 static void encode_range(float *table, uint32_t rows, uint32_t cols, const uint64_t *keys,
                          const float *x, size_t lo, size_t hi) {
     uint32_t bk[2][BLK];
@@ -260,7 +253,7 @@ median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
     else memcpy(out, m, n * sizeof(float));
 }
 
-SKETCH_HOT
+COMPRESS_HOT_V4
 static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
                            const uint64_t *keys, size_t lo, size_t hi, float *out) {
     float v[COMPRESS_SKETCH_MAX_ROWS][BLK];
