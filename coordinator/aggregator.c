@@ -370,7 +370,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     srv->momentum = j->b.state;
     j->b.state = old;
     srv->version = j->ver.version;
-    srv->version_created_at = j->ver.created_at;
+    srv->version_born = clock_mono_s();
     srv->finished = j->opts.finished;
     if (srv->model_blob) {
         coord_blob_unref(srv->model_blob);
@@ -455,13 +455,13 @@ static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
     if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
     if (rc != VL_OK) return rc;
     const coord_config *cfg = &srv->cfg;
-    int64_t age = clock_unix_s() - srv->version_created_at;
+    double age = clock_mono_s() - srv->version_born;
     int async = coord_config_is_async(cfg);
     if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
                               cfg->round_deadline_s))
         return 1;
     if (!async && cfg->round_deadline_s > 0 && unmerged > 0)
-        coord_schedule_merge_in(srv, (double)(cfg->round_deadline_s - age) + 0.05);
+        coord_schedule_merge_in(srv, (double)cfg->round_deadline_s - age + 0.05);
     return 0;
 }
 

@@ -132,7 +132,9 @@ typedef struct coord_server {
     int expiring;         /* a lease expiry is with the writer */
     int merging;          /* a version is with the writer */
     int opening_round;    /* a second round's candidates are with the writer */
-    int64_t version_created_at; /* when the current version was made (unix s) */
+    /* When the current version was made, on clock_mono_s()'s clock (its
+     * age decides a sync deadline). */
+    double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
 } coord_server;
 

@@ -17,10 +17,10 @@ coord_sched_action coord_sched_decide_async(int finished, int has_lease) {
 }
 
 int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
-                          int64_t updates_per_version, int64_t age_s, int64_t deadline_s) {
+                          int64_t updates_per_version, double age_s, int64_t deadline_s) {
     if (async) return unmerged >= updates_per_version;
     if (done_current >= updates_per_version) return 1;
-    return deadline_s > 0 && age_s >= deadline_s && unmerged > 0;
+    return deadline_s > 0 && age_s >= (double)deadline_s && unmerged > 0;
 }
 
 /* Separate streams for ranges and seeds, so neither is a function of the

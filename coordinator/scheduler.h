@@ -36,7 +36,7 @@ coord_sched_action coord_sched_decide_async(int finished, int has_lease);
  * version are done (done_current), or when the version is deadline_s old
  * (age_s; 0 means no deadline) and at least one update waits. */
 int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
-                          int64_t updates_per_version, int64_t age_s, int64_t deadline_s);
+                          int64_t updates_per_version, double age_s, int64_t deadline_s);
 
 /* The byte range of task task_id inside a training part of train_len
  * bytes: length min(task_bytes, train_len) at an offset drawn uniformly

@@ -60,7 +60,11 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     srv->version = run.current_version;
-    srv->version_created_at = v.created_at;
+    /* The stored time is whole seconds, cut down: taken as the end of that
+     * second, the age is never overstated, so a deadline is never early
+     * (at most a second late, once, after a restart). */
+    int64_t stored_age = clock_unix_s() - v.created_at - 1;
+    srv->version_born = clock_mono_s() - (double)(stored_age > 0 ? stored_age : 0);
     srv->finished = run.status == STORAGE_RUN_FINISHED ||
                     run.current_version >= srv->cfg.max_versions;
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);

@@ -665,6 +665,9 @@ static void test_scheduler_slots(void **state) {
     assert_false(coord_sched_merge_due(0, 2, 2, 4, 59, 60));
     assert_true(coord_sched_merge_due(0, 2, 2, 4, 60, 60));
     assert_true(coord_sched_merge_due(0, 1, 0, 4, 61, 60)); /* a stale update alone */
+    /* Ages are fractional: a deadline is due at its second, not before. */
+    assert_false(coord_sched_merge_due(0, 1, 0, 4, 1.999, 2));
+    assert_true(coord_sched_merge_due(0, 1, 0, 4, 2.0, 2));
 }
 
 static void test_scheduler_ranges(void **state) {
