@@ -26,6 +26,7 @@ void coord_config_defaults(coord_config *cfg) {
                                       .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
                                       .grad_clip = 1.0};
     snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
+    snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "constant");
     cfg->outer_lr = 0.7;
     cfg->outer_momentum = 0.9;
     snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
@@ -150,7 +151,9 @@ static const char *const STALE_FNS[] = {"polynomial", "hinge", "constant", NULL}
 static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
                                          "n_embd", NULL};
 static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
-                                         "eps", "weight_decay", "grad_clip", NULL};
+                                         "eps", "weight_decay", "grad_clip", "schedule",
+                                         "warmup", "min_lr", NULL};
+static const char *const SCHEDULES[] = {"constant", "cosine", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
@@ -256,7 +259,11 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_real(train, "weight_decay", "train.weight_decay", 0, 0, 10, 0,
                            &t->weight_decay, err)) ||
             (rc = get_real(train, "grad_clip", "train.grad_clip", 0, 0, 1e6, 0, &t->grad_clip,
-                           err)))
+                           err)) ||
+            (rc = get_str(train, "schedule", "train.schedule", t->schedule, sizeof t->schedule,
+                          SCHEDULES, err)) ||
+            (rc = get_int(train, "warmup", "train.warmup", 0, 100000000, &t->warmup, err)) ||
+            (rc = get_real(train, "min_lr", "train.min_lr", 0, 0, 10, 0, &t->min_lr, err)))
             return rc;
     }
     if (outer) {
@@ -483,6 +490,17 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                      (long long)cfg->train.steps);
         goto out;
     }
+    if (cfg->train.min_lr > cfg->train.lr) {
+        rc = vl_fail(err, VL_EINVAL, "config: train.min_lr (%g) exceeds train.lr (%g)",
+                     cfg->train.min_lr, cfg->train.lr);
+        goto out;
+    }
+    if (cfg->train.warmup >= cfg->max_versions) {
+        rc = vl_fail(err, VL_EINVAL, "config: train.warmup (%lld versions) must be below "
+                                     "max_versions (%lld)", (long long)cfg->train.warmup,
+                     (long long)cfg->max_versions);
+        goto out;
+    }
     if (cfg->keep_update_blobs < 0) cfg->keep_update_blobs = cfg->keep_versions;
     if (cfg->staleness.fn == COORD_STALE_HINGE && cfg->staleness.b > cfg->staleness.max) {
         rc = vl_fail(err, VL_EINVAL, "config: staleness.b (%lld) exceeds staleness.max (%lld)",
@@ -580,6 +598,14 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         json_decref(root);
         return NULL;
     }
+    json_t *sched = json_pack("{s:s, s:I, s:f}", "schedule", cfg->train.schedule, "warmup",
+                              (json_int_t)cfg->train.warmup, "min_lr", cfg->train.min_lr);
+    if (!sched || json_object_update(json_object_get(root, "train"), sched) != 0) {
+        json_decref(sched);
+        json_decref(root);
+        return NULL;
+    }
+    json_decref(sched);
     json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
                                 "function", stale_fn_name(cfg->staleness.fn), "a",
                                 cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",

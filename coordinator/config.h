@@ -23,6 +23,12 @@ typedef struct coord_train_config {
     int64_t batch;
     char optimizer[16];
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
+    /* The inner learning rate over the run (coord_sched_lr): "constant",
+     * or "cosine" from lr down to min_lr at max_versions; either after a
+     * linear warm-up over the first `warmup` versions. */
+    char schedule[16];
+    int64_t warmup;
+    double min_lr;
 } coord_train_config;
 
 /* s(tau): polynomial (1 + tau)^-a, hinge 1 up to b and 1 / (a (tau - b) + 1)

@@ -37,7 +37,7 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
         (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
-        tr->lr, "beta1", tr->beta1, "beta2", tr->beta2, "eps", tr->eps, "weight_decay",
+        coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2", tr->beta2, "eps", tr->eps, "weight_decay",
         tr->weight_decay, "grad_clip", tr->grad_clip, "seed", (json_int_t)t->seed, "compression",
         "kind", c->compression_kind, "dtype", c->compression_dtype, "k", (json_int_t)c->comp_k,
         "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",

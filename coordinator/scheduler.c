@@ -1,6 +1,11 @@
 /* Scheduling rules of sync and async runs. */
 #include "coordinator/scheduler.h"
 
+#include <math.h>
+#include <string.h>
+
+#include "coordinator/config.h"
+
 #include "common/common.h"
 
 coord_sched_action coord_sched_decide(int finished, int has_lease, int64_t slots_taken,
@@ -48,4 +53,14 @@ int coord_sched_task_range(uint64_t run_seed, int64_t task_id, int64_t train_len
 
 int64_t coord_sched_task_seed(uint64_t run_seed, int64_t task_id) {
     return (int64_t)(mix(run_seed, task_id, SEED_STREAM) >> 33);
+}
+
+double coord_sched_lr(const coord_train_config *t, int64_t v, int64_t max_versions) {
+    if (v < 0) v = 0;
+    if (t->warmup > 0 && v < t->warmup) return t->lr * (double)(v + 1) / (double)t->warmup;
+    if (strcmp(t->schedule, "cosine") != 0) return t->lr;
+    double span = (double)(max_versions - t->warmup);
+    double p = span > 0 ? (double)(v - t->warmup) / span : 1.0;
+    if (p > 1) p = 1;
+    return t->min_lr + (t->lr - t->min_lr) * 0.5 * (1.0 + cos(M_PI * p));
 }

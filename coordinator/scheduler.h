@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+struct coord_train_config;
+
 typedef enum {
     COORD_SCHED_FINISHED = 0, /* the run is over: 410 */
     COORD_SCHED_SAME_TASK,    /* the peer holds an unexpired lease: hand it back */
@@ -37,6 +39,12 @@ coord_sched_action coord_sched_decide_async(int finished, int has_lease);
  * (age_s; 0 means no deadline) and at least one update waits. */
 int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
                           int64_t updates_per_version, double age_s, int64_t deadline_s);
+
+/* The inner learning rate of a task based on version v of a run that ends
+ * at max_versions: t->lr × (v + 1) / warmup during the first t->warmup
+ * versions, then t->lr ("constant") or min_lr + (lr − min_lr)(1 + cos πp)/2
+ * with p = (v − warmup) / (max_versions − warmup) ("cosine"). */
+double coord_sched_lr(const struct coord_train_config *t, int64_t v, int64_t max_versions);
 
 /* The byte range of task task_id inside a training part of train_len
  * bytes: length min(task_bytes, train_len) at an offset drawn uniformly

@@ -567,6 +567,12 @@ static void test_config_errors_name_the_field(void **state) {
                         "\"second_round\": 2}}", "needs a sync run");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"keep_update_blobs\": 0}",
                         "keep_update_blobs");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"schedule\": \"linear\"}}", "train.schedule");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"lr\": 0.001, \"min_lr\": 0.01}}", "exceeds train.lr");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"max_versions\": 10, "
+                        "\"train\": {\"warmup\": 10}}", "train.warmup");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                         "{\"kind\": \"randk\"}}",
                         "compression.kind");
@@ -600,6 +606,30 @@ static void test_config_errors_name_the_field(void **state) {
                         "train.batch x model.block_size");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": {\"steps\": 100001}}",
                         "train.steps");
+}
+
+/* The inner learning rate over a run, against values worked out by hand:
+ * lr 1e-3, 4 warm-up versions, cosine to 1e-4 at version 14. */
+static void test_lr_schedule(void **state) {
+    (void)state;
+    coord_config cfg;
+    vl_error e = {0};
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"max_versions\": 14, "
+                           "\"train\": {\"lr\": 0.001, \"schedule\": \"cosine\", "
+                           "\"warmup\": 4, \"min_lr\": 0.0001}}", &cfg, &e), VL_OK);
+    const coord_train_config *t = &cfg.train;
+    assert_float_equal(coord_sched_lr(t, 0, 14), 2.5e-4, 1e-12);
+    assert_float_equal(coord_sched_lr(t, 3, 14), 1e-3, 1e-12);
+    assert_float_equal(coord_sched_lr(t, 4, 14), 1e-3, 1e-12);  /* p = 0 */
+    assert_float_equal(coord_sched_lr(t, 9, 14), 5.5e-4, 1e-12); /* p = 1/2 */
+    assert_float_equal(coord_sched_lr(t, 14, 14), 1e-4, 1e-12); /* p = 1 */
+    assert_float_equal(coord_sched_lr(t, 20, 14), 1e-4, 1e-12); /* past the end */
+    /* The default is a constant rate, and it travels with the run. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                           "{\"lr\": 0.002}}", &cfg, &e), VL_OK);
+    assert_string_equal(cfg.train.schedule, "constant");
+    assert_float_equal(coord_sched_lr(&cfg.train, 0, 30), 2e-3, 0);
+    assert_float_equal(coord_sched_lr(&cfg.train, 29, 30), 2e-3, 0);
 }
 
 static void test_config_corpus_checks(void **state) {
@@ -743,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_config_compression),
         cmocka_unit_test(test_outer_step_sparse),
         cmocka_unit_test(test_config_errors_name_the_field),
+        cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_config_corpus_checks),
         cmocka_unit_test(test_durations),
         cmocka_unit_test(test_scheduler_slots),
