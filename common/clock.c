@@ -86,6 +86,18 @@ uint32_t rng_below(rng *r, uint32_t n)
     return (uint32_t)(m >> 32);
 }
 
+uint64_t rng_below_u64(rng *r, uint64_t n)
+{
+    if (n <= UINT32_MAX)
+        return rng_below(r, (uint32_t)n);
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do
+        x = rng_u64(r);
+    while (x >= limit);
+    return x % n;
+}
+
 float rng_uniform(rng *r)
 {
     /* 24 random bits fill a float mantissa exactly, so the result is < 1. */

@@ -215,6 +215,10 @@ typedef struct rng {
 void rng_seed(rng *r, uint64_t seed);
 uint64_t rng_u64(rng *r);
 uint32_t rng_below(rng *r, uint32_t n); /* uniform in [0, n), n > 0 */
+/* Uniform in [0, n) for any 64-bit n > 0: rng_below below 2^32, so small
+ * ranges draw as before, and rejection above it, so large ranges are not
+ * biased towards small values. */
+uint64_t rng_below_u64(rng *r, uint64_t n);
 float rng_uniform(rng *r);              /* [0, 1) */
 float rng_normal(rng *r);               /* standard normal */
 

@@ -3,20 +3,6 @@
 
 #include "model/model.h"
 
-/* Uniform in [0, n) for any 64-bit n, by rejection so large ranges are not
- * biased towards small offsets. */
-static uint64_t below_u64(rng *r, uint64_t n)
-{
-    if (n <= UINT32_MAX)
-        return rng_below(r, (uint32_t)n);
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t x;
-    do
-        x = rng_u64(r);
-    while (x >= limit);
-    return x % n;
-}
-
 int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, int *inputs,
                       int *targets, vl_error *err)
 {
@@ -30,7 +16,7 @@ int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, in
                        T + 1);
     uint64_t starts = (uint64_t)(len - (size_t)T); /* offsets 0 .. len-T-1 */
     for (int b = 0; b < B; b++) {
-        const uint8_t *w = bytes + below_u64(r, starts);
+        const uint8_t *w = bytes + rng_below_u64(r, starts);
         int *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         for (int t = 0; t < T; t++) {
             in[t] = w[t];

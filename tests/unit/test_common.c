@@ -635,6 +635,22 @@ static void test_rng_ranges(void **state)
         assert_true(rng_below(&r, 3000000000u) < 3000000000u);
         assert_true(rng_below(&r, UINT32_MAX) < UINT32_MAX);
     }
+    /* 64-bit ranges: below 2^32 the same draws as rng_below; above it in
+     * range, and with both halves of the range reached. */
+    rng a, b;
+    rng_seed(&a, 9);
+    rng_seed(&b, 9);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(rng_below_u64(&a, 1000), rng_below(&b, 1000));
+    const uint64_t big = ((uint64_t)1 << 40) + 3;
+    int low = 0, high = 0;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t v = rng_below_u64(&r, big);
+        assert_true(v < big);
+        if (v < big / 2) low++;
+        else high++;
+    }
+    assert_true(low > 4700 && high > 4700); /* expected 5000 each, sd 50 */
     double sum = 0, sum2 = 0;
     float umin = 1, umax = 0;
     for (int i = 0; i < N; i++) {
