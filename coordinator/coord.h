@@ -172,6 +172,12 @@ int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
 size_t coord_state_size(const coord_config *cfg, size_t n_params);
 /* Frees what coord_state_load set up (not the database). */
 void coord_state_free(coord_server *srv);
+/* Appends gpt as the model file of version `version` to out: every tensor
+ * under its GPT-2 name, "format": "pt" (transformers refuses a file
+ * without it), the volley.* configuration keys, and the run and version it
+ * came from. The same bytes serve downloads and `export`. */
+int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version, buf *out,
+                     vl_error *err) VL_MUST_CHECK;
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
@@ -309,5 +315,19 @@ int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, cha
                            vl_error *err) VL_MUST_CHECK;
 /* `peer revoke`: refuses every later request of peer id. */
 int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+
+/* ---- export (export.c) ----------------------------------------------------- */
+
+/* `export`: writes stored version `version` (< 0: the current one) as
+ * out_dir/model.safetensors and out_dir/config.json, a checkpoint that
+ * transformers.GPT2LMHeadModel.from_pretrained(out_dir) loads. out_dir is
+ * created if missing (not its parents); an existing non-empty one is
+ * refused (VL_ECONFLICT) unless force is set, which overwrites those two
+ * files and leaves anything else there alone. An unknown or pruned version
+ * is VL_ENOTFOUND. On failure nothing this call wrote is left behind
+ * (with force, that includes the two files it was replacing). On success
+ * *exported (may be NULL) gets the version written. */
+int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, int force,
+                     int64_t *exported, vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -18,6 +18,10 @@ static const char USAGE[] =
     "      print a new join token (default: 1 use, 7 days); only its hash is stored\n"
     "  peer revoke --db FILE --peer ID\n"
     "      refuse every later request of a peer\n"
+    "  export --db FILE [--version V] --out DIR [--force]\n"
+    "      write version V (default: the current one) as DIR/model.safetensors and\n"
+    "      DIR/config.json for transformers.GPT2LMHeadModel; --force exports into a\n"
+    "      directory that is not empty\n"
     "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr)\n"
@@ -112,6 +116,30 @@ static int cmd_peer(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_export(int argc, char **argv) {
+    /* --force is the one option without a value: take it out at option
+     * positions only, so a value spelled "--force" stays a value. */
+    int force = 0, n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--force") == 0) {
+            if (force++) return usage_error("option '--force' given twice");
+            continue;
+        }
+        argv[n++] = argv[i];
+        if (i + 1 < argc) argv[n++] = argv[++i];
+    }
+    opt o[] = {{"db", 1, NULL}, {"version", 0, NULL}, {"out", 1, NULL}};
+    int rc = parse_opts(n, argv, o, 3);
+    if (rc) return rc;
+    int64_t version = -1;
+    if (o[1].value && parse_i64(o[1].value, 0, INT64_MAX, &version) != VL_OK)
+        return usage_error("--version must be a version number (got '%s')", o[1].value);
+    vl_error err = {0};
+    if (coord_cmd_export(o[0].value, version, o[2].value, force, NULL, &err) != VL_OK)
+        return fail(&err);
+    return 0;
+}
+
 static int cmd_serve(int argc, char **argv) {
     opt o[] = {{"db", 1, NULL}, {"cert", 1, NULL}, {"key", 1, NULL}, {"listen", 0, NULL}};
     int rc = parse_opts(argc, argv, o, 4);
@@ -144,6 +172,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "init")) return cmd_init(argc - 2, argv + 2);
     if (!strcmp(cmd, "token")) return cmd_token(argc - 2, argv + 2);
     if (!strcmp(cmd, "peer")) return cmd_peer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

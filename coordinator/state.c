@@ -107,23 +107,30 @@ void coord_blob_unref(coord_blob *b) {
 
 /* Serialises gpt as the /v1/model file: the parameters under their
  * Hugging Face names plus run, version and model metadata. */
-static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, coord_blob **out,
-                      vl_error *err) {
+int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version, buf *out,
+                     vl_error *err) {
     char vstr[24], mjson[160];
     snprintf(vstr, sizeof vstr, "%lld", (long long)version);
-    coord_config_model_json(&srv->cfg.model, mjson, sizeof mjson);
+    coord_config_model_json(&cfg->model, mjson, sizeof mjson);
     st_writer w;
     st_writer_init(&w);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
     int rc = model_gpt_write_config_meta(gpt, &w);
-    if (!rc) rc = st_writer_meta(&w, "run", srv->cfg.name);
+    if (!rc) rc = st_writer_meta(&w, "run", cfg->name);
     if (!rc) rc = st_writer_meta(&w, "version", vstr);
     if (!rc) rc = st_writer_meta(&w, "model", mjson);
     if (!rc) rc = model_gpt_write_safetensors(gpt, &w);
-    if (rc) rc = vl_fail(err, rc, "cannot describe the model for download");
-    else rc = st_writer_finish(&w, &b, err);
+    if (rc) rc = vl_fail(err, rc, "cannot describe the model of version %lld",
+                         (long long)version);
+    else rc = st_writer_finish(&w, out, err);
     st_writer_free(&w);
+    return rc;
+}
+
+static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, coord_blob **out,
+                      vl_error *err) {
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    int rc = coord_model_file(&srv->cfg, gpt, version, &b, err);
     coord_blob *blob = rc ? NULL : calloc(1, sizeof *blob);
     if (!rc && !blob) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc) {
