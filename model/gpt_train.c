@@ -5,32 +5,11 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "model/carve.h"
 #include "model/gpt_internal.h"
 #include "model/model.h"
 
 /* ---- activation planning ------------------------------------------------ */
-
-/* Lays buffers out in one allocation. Run once with base NULL to measure,
- * then again to assign pointers. Sizes are rounded up to 16 floats so every
- * buffer starts on a 64-byte boundary. */
-typedef struct carver {
-    float *base;
-    size_t used;
-    int overflow;
-} carver;
-
-static float *carve(carver *cv, size_t a, size_t b)
-{
-    size_t n;
-    if (__builtin_mul_overflow(a, b, &n) || n > SIZE_MAX - 16 || cv->used > SIZE_MAX - n - 16) {
-        cv->overflow = 1;
-        return NULL;
-    }
-    n = (n + 15) & ~(size_t)15;
-    float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += n;
-    return p;
-}
 
 static void layout_acts(const model_gpt *m, gpt_acts *a, carver *cv, size_t bt, size_t btt)
 {

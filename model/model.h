@@ -206,4 +206,205 @@ void model_adamw_free(model_adamw *opt);
 int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, int *inputs,
                       int *targets, vl_error *err) VL_MUST_CHECK;
 
+/* ---- token shards (shard.c) ------------------------------------------------------ */
+
+/* A training set of GPT-2 (or other) tokens in llm.c's shard format, read
+ * from disk window by window so a multi-gigabyte shard costs no memory: a
+ * header of 256 little-endian int32 (magic MODEL_SHARD_MAGIC, version
+ * MODEL_SHARD_VERSION, token count N, the rest unused) followed by N
+ * little-endian uint16 tokens, and nothing else. A model_shard is used by
+ * one thread at a time. */
+typedef struct model_shard model_shard;
+
+#define MODEL_SHARD_MAGIC 20240520
+#define MODEL_SHARD_VERSION 1
+#define MODEL_SHARD_HEADER_BYTES 1024
+/* The validating scan reads the tokens this many bytes at a time. */
+#define MODEL_SHARD_CHUNK_BYTES ((size_t)1 << 20)
+
+/* Opens path and validates all of it before anything trains on it: the
+ * header (present, magic, version, N >= 1), the file size (exactly
+ * 1024 + 2N bytes, so a truncated download or trailing bytes are caught)
+ * and every token < vocab_size (1 <= vocab_size <= MODEL_MAX_VOCAB), in
+ * one sequential pass of MODEL_SHARD_CHUNK_BYTES reads. Every message
+ * names the file; a bad token's message gives its index and value. On
+ * success *out is owned by the caller (release with model_shard_close),
+ * and keeps the file open; on failure *out is NULL. Returns 0,
+ * VL_ENOTFOUND (no such file), VL_EIO (cannot open or read, or the file
+ * shrank while being read), VL_EINVAL (not a regular file, bad header,
+ * size or token, bad vocab_size), VL_ENOMEM. */
+int model_shard_open(const char *path, int vocab_size, model_shard **out,
+                     vl_error *err) VL_MUST_CHECK;
+
+/* The number of tokens N in the shard. */
+int64_t model_shard_tokens(const model_shard *s);
+
+/* model_data_sample for a shard: B windows of T+1 consecutive tokens at
+ * uniformly random offsets in [0, N-T) (with replacement), drawn from r
+ * exactly as model_data_sample draws them for a byte string of length N,
+ * so a seed gives the same offsets in both. inputs[b*T + t] = window[t],
+ * targets[b*T + t] = window[t+1]; both are caller-owned arrays of B*T ints.
+ * Each window is one pread of 2(T+1) bytes. Tokens are checked against
+ * vocab_size again, since the file may have changed since it was opened.
+ * Requires B >= 1, T >= 1 and N >= T+1. Returns 0, VL_EINVAL (bad
+ * arguments, or a token out of range), VL_EIO (read failed or the file
+ * shrank), VL_ENOMEM; on failure inputs and targets are unspecified. */
+int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *targets,
+                       vl_error *err) VL_MUST_CHECK;
+
+/* Closes the file and frees the shard. NULL is a no-op. */
+void model_shard_close(model_shard *s);
+
+/* ---- MLP classifier and federated data (mlp.c) ------------------------------------- */
+
+/* A multi-layer perceptron classifier for the federated-learning
+ * experiments: x[D] -> (Linear -> GELU) x n_hidden -> Linear -> logits[C],
+ * trained on the mean softmax cross-entropy over a batch. GELU is the
+ * kernels' tanh approximation (kernels_gelu_forward). Like the GPT, the
+ * parameters are one flat float vector in tensor-table order ("fc.0.weight"
+ * [D,h0], "fc.0.bias" [h0], ..., "fc.<n_hidden>.weight" [h_last,C], then its
+ * bias; weights [in,out] row-major as in kernels.h), and the gradients a
+ * second vector with the same layout. Not thread safe; results are bitwise
+ * reproducible for a given thread count. */
+
+#define MODEL_MLP_MAX_HIDDEN 4
+#define MODEL_MLP_MAX_WIDTH (1 << 16) /* bound on D, every hidden width and C */
+#define MODEL_MLP_MAX_PARAMS ((size_t)1 << 30)
+
+typedef struct model_mlp_config {
+    int in_dim;                       /* D */
+    int n_hidden;                     /* 1 .. MODEL_MLP_MAX_HIDDEN */
+    int hidden[MODEL_MLP_MAX_HIDDEN]; /* widths of the hidden layers; first n_hidden used */
+    int n_classes;                    /* C >= 2 */
+} model_mlp_config;
+
+typedef struct model_mlp model_mlp;
+
+/* Checks every width is in [1, MODEL_MLP_MAX_WIDTH] (C in [2, ...]), the
+ * hidden-layer count, and that the parameter count stays under
+ * MODEL_MLP_MAX_PARAMS. Returns 0 or VL_EINVAL naming the field. */
+int model_mlp_config_validate(const model_mlp_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* Validates cfg and creates a model with zeroed parameters and zeroed
+ * gradients (both allocated here, so model_mlp_grads is never NULL);
+ * activations are planned on the first forward. On success *out is owned by
+ * the caller (model_mlp_destroy); on failure *out is NULL. Returns 0,
+ * VL_EINVAL, VL_ENOMEM. */
+int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err) VL_MUST_CHECK;
+
+/* Frees everything the model owns. NULL is a no-op. */
+void model_mlp_destroy(model_mlp *m);
+
+/* Deterministic initialisation from the common rng (same seed, same weights
+ * everywhere): hidden weights normal with variance 2/fan_in (He, suited to
+ * GELU), output weights with variance 0.01/fan_in so the initial logits are
+ * nearly equal and the loss starts near ln C, all biases 0. */
+void model_mlp_init_weights(model_mlp *m, uint64_t seed);
+
+model_mlp_config model_mlp_config_get(const model_mlp *m);
+size_t model_mlp_num_params(const model_mlp *m);
+
+/* The flat parameter and gradient vectors (model_mlp_num_params floats
+ * each, tensor-table order), owned by the model; read and write in place. */
+float *model_mlp_params(model_mlp *m);
+float *model_mlp_grads(model_mlp *m);
+
+/* Sets *out to the tensor table (owned by the model) and returns its length
+ * 2 * (n_hidden + 1). */
+int model_mlp_tensors(const model_mlp *m, const model_tensor **out);
+
+/* Forward pass over x[B,D] (row-major). With labels[B] (each in [0, C)) it
+ * writes the mean cross-entropy to *loss and keeps what model_mlp_backward
+ * needs; with labels NULL it only computes logits and probabilities (loss
+ * may be NULL). Activation memory is planned for the largest B seen so far
+ * and reused. Returns 0, VL_EINVAL (NULL x, B < 1, B too large, label out of
+ * range), VL_ENOMEM. */
+int model_mlp_forward(model_mlp *m, const float *x, const int *labels, int B, float *loss,
+                      vl_error *err) VL_MUST_CHECK;
+
+/* The [B,C] logits and softmax probabilities of the last forward pass,
+ * owned by the model and valid until the next forward or evaluation. NULL
+ * before any forward. Backward leaves them intact. */
+const float *model_mlp_logits(const model_mlp *m);
+const float *model_mlp_probs(const model_mlp *m);
+
+/* ADDS the gradient of the last forward-with-labels' mean loss into the
+ * gradient vector, so several backward passes accumulate. Consumes the
+ * forward state: a second backward needs a new forward. Returns 0 or
+ * VL_EINVAL when there is no forward-with-labels to differentiate. */
+int model_mlp_backward(model_mlp *m, vl_error *err) VL_MUST_CHECK;
+
+/* Zeroes the gradient vector. */
+void model_mlp_zero_grad(model_mlp *m);
+
+/* Mean cross-entropy and top-1 accuracy (ties go to the lower class) over
+ * n samples x[n,D], labels[n], evaluated in chunks so any n works without
+ * growing the activation plan past max(current plan, 256 rows). Either
+ * result pointer may be NULL. Deterministic. Clobbers the forward state (a
+ * backward afterwards fails). Returns 0, VL_EINVAL, VL_ENOMEM. */
+int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n,
+                       double *mean_loss, double *accuracy, vl_error *err) VL_MUST_CHECK;
+
+/* model_mlp_evaluate for the accuracy alone. */
+int model_mlp_accuracy(model_mlp *m, const float *x, const int *labels, int B, double *acc,
+                       vl_error *err) VL_MUST_CHECK;
+
+/* Synthetic federated classification data with per-peer label skew. The
+ * task is shared: the C * modes class centres (centre coordinates
+ * normal(0, separation^2)) come from cfg->seed alone, so every peer learns
+ * the same classes. A sample is x = centre[y][k] + normal(0, noise^2) per
+ * coordinate with its mode k uniform. What differs is the label mix: peer p
+ * draws y from its own distribution pi_p ~ Dirichlet(alpha, ..., alpha),
+ * sampled from (seed, p) as normalised Gamma(alpha) draws (Marsaglia-Tsang,
+ * with the U^(1/alpha) boost for alpha < 1, normalised in log space so tiny
+ * alphas cannot underflow to an all-zero vector). Small alpha (0.1) gives
+ * each peer a few dominant classes; large alpha (100) is close to IID.
+ * Sample i of peer p depends only on (seed, p, i), so any index range can be
+ * generated independently (a peer's data range, a resumed peer). */
+typedef struct model_fed_synth_config {
+    int dim;          /* D, 1 .. MODEL_MLP_MAX_WIDTH */
+    int n_classes;    /* C, 2 .. MODEL_MLP_MAX_WIDTH */
+    int modes;        /* centres per class, 1 .. MODEL_FED_MAX_MODES; several make a
+                       * class a mixture that can need a nonlinear boundary */
+    float alpha;      /* Dirichlet concentration, MODEL_FED_MIN_ALPHA .. MODEL_FED_MAX_ALPHA */
+    float separation; /* std of the centre coordinates, > 0 and finite */
+    float noise;      /* std of the per-coordinate sample noise, >= 0 and finite */
+    uint64_t seed;    /* the task: centres, peer distributions and samples */
+} model_fed_synth_config;
+
+#define MODEL_FED_MAX_MODES 16
+#define MODEL_FED_MIN_ALPHA 1e-3f
+#define MODEL_FED_MAX_ALPHA 1e6f
+#define MODEL_FED_MAX_PEER (1 << 30)
+#define MODEL_FED_MAX_CENTRE_FLOATS ((size_t)1 << 26) /* bound on n_classes * modes * dim */
+
+/* D 32, C 10, 1 mode, alpha 0.5, separation 1, noise 1, seed 1. */
+model_fed_synth_config model_fed_synth_config_default(void);
+
+/* Checks every field's range and n_classes * modes * dim <=
+ * MODEL_FED_MAX_CENTRE_FLOATS. Returns 0 or VL_EINVAL naming the field. */
+int model_fed_synth_config_validate(const model_fed_synth_config *cfg,
+                                    vl_error *err) VL_MUST_CHECK;
+
+/* Peer p's label distribution pi_p into probs[C] (caller-owned; sums to 1).
+ * 0 <= peer <= MODEL_FED_MAX_PEER. Returns 0 or VL_EINVAL. */
+int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, double *probs,
+                               vl_error *err) VL_MUST_CHECK;
+
+/* Samples first .. first+n-1 of peer p's stream into x[n,D] and y[n]
+ * (caller-owned). n >= 1, first + n <= 2^62. Every call regenerates the
+ * centres (C * modes * D normal draws, the only allocation), so large
+ * configurations should ask for many samples per call. Returns 0,
+ * VL_EINVAL, VL_ENOMEM. */
+int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t first, int n,
+                         float *x, int *y, vl_error *err) VL_MUST_CHECK;
+
+/* Samples first .. first+n-1 of the held-out IID validation stream (its own
+ * noise, never a peer's sample): balanced by construction, y[i] =
+ * (first + i) mod C, so every C consecutive samples hold each class once.
+ * Same arguments and errors as model_fed_synth_peer. cfg->alpha is
+ * validated but not used. */
+int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n,
+                               float *x, int *y, vl_error *err) VL_MUST_CHECK;
+
 #endif

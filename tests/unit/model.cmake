@@ -1,3 +1,5 @@
 # GPT, optimiser, data sampling and checkpoint tests.
 volley_unit_test(test_model volley_model)
 volley_unit_test(test_model_io volley_model)
+volley_unit_test(test_shard volley_model)
+volley_unit_test(test_mlp volley_model)
