@@ -32,6 +32,18 @@ last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
 awk -v a="$first" 'BEGIN { exit !(a > 5.4 && a < 5.7) }' || fail "initial loss $first is not about ln 256"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "loss did not fall: $first -> $last"
 for i in 1 2 3; do grep -q 'run_finished\|run finished' "peer$i.log" || fail "peer $i did not see the run finish"; done
+# The finished run exported for transformers through the real CLI; a
+# second export into the same directory is refused without --force.
+"$COORD" export --db run.db --out export 2> export.log || fail "export: $(cat export.log)"
+[ -s export/model.safetensors ] || fail "export wrote no model.safetensors"
+grep -q '"model_type": "gpt2"' export/config.json || fail "export wrote no GPT-2 config.json"
+if "$COORD" export --db run.db --out export 2> export2.log; then
+  fail "a second export into a non-empty directory was not refused"
+fi
+[ "$(wc -l < export2.log)" = 1 ] || fail "the refusal is not one line: $(cat export2.log)"
+"$COORD" export --db run.db --out export --version 999 --force 2> export3.log \
+  && fail "an unknown version was exported"
+echo "round: export: $(ls export | tr '\n' ' '); refused again: $(cat export2.log)"
 echo "round: without the CA: $(cat nocert.log)"
 echo "round: $VERSIONS versions, loss $first -> $last"
 echo "1 passed, 0 failed"
