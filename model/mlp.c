@@ -58,22 +58,26 @@ struct model_mlp {
 
 /* ---- configuration -------------------------------------------------------- */
 
+/* An integer field in [lo, hi], named in the message as "<cfg>: <what>". */
+static int check_field(const char *cfg, const char *what, int v, int lo, int hi, vl_error *err)
+{
+    if (v < lo || v > hi)
+        return vl_fail(err, VL_EINVAL, "%s: %s %d outside [%d, %d]", cfg, what, v, lo, hi);
+    return 0;
+}
+
 static int check_width(int v, int lo, const char *what, vl_error *err)
 {
-    if (v < lo || v > MODEL_MLP_MAX_WIDTH)
-        return vl_fail(err, VL_EINVAL, "mlp config: %s %d outside [%d, %d]", what, v, lo,
-                       MODEL_MLP_MAX_WIDTH);
-    return 0;
+    return check_field("mlp config", what, v, lo, MODEL_MLP_MAX_WIDTH, err);
 }
 
 int model_mlp_config_validate(const model_mlp_config *c, vl_error *err)
 {
     if (c == NULL)
         return vl_fail(err, VL_EINVAL, "mlp config: missing");
-    if (c->n_hidden < 1 || c->n_hidden > MODEL_MLP_MAX_HIDDEN)
-        return vl_fail(err, VL_EINVAL, "mlp config: n_hidden %d outside [1, %d]", c->n_hidden,
-                       MODEL_MLP_MAX_HIDDEN);
-    int rc = check_width(c->in_dim, 1, "in_dim", err);
+    int rc = check_field("mlp config", "n_hidden", c->n_hidden, 1, MODEL_MLP_MAX_HIDDEN, err);
+    if (rc == 0)
+        rc = check_width(c->in_dim, 1, "in_dim", err);
     if (rc == 0)
         rc = check_width(c->n_classes, 2, "n_classes", err);
     for (int l = 0; l < c->n_hidden && rc == 0; l++) {
@@ -440,15 +444,14 @@ int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *e
 {
     if (c == NULL)
         return vl_fail(err, VL_EINVAL, "fed synth config: missing");
-    if (c->dim < 1 || c->dim > MODEL_MLP_MAX_WIDTH)
-        return vl_fail(err, VL_EINVAL, "fed synth config: dim %d outside [1, %d]", c->dim,
-                       MODEL_MLP_MAX_WIDTH);
-    if (c->n_classes < 2 || c->n_classes > MODEL_MLP_MAX_WIDTH)
-        return vl_fail(err, VL_EINVAL, "fed synth config: n_classes %d outside [2, %d]",
-                       c->n_classes, MODEL_MLP_MAX_WIDTH);
-    if (c->modes < 1 || c->modes > MODEL_FED_MAX_MODES)
-        return vl_fail(err, VL_EINVAL, "fed synth config: modes %d outside [1, %d]", c->modes,
-                       MODEL_FED_MAX_MODES);
+    const char *cfg = "fed synth config";
+    int rc = check_field(cfg, "dim", c->dim, 1, MODEL_MLP_MAX_WIDTH, err);
+    if (rc == 0)
+        rc = check_field(cfg, "n_classes", c->n_classes, 2, MODEL_MLP_MAX_WIDTH, err);
+    if (rc == 0)
+        rc = check_field(cfg, "modes", c->modes, 1, MODEL_FED_MAX_MODES, err);
+    if (rc != 0)
+        return rc;
     /* Written so NaN fails every comparison and is refused. */
     if (!(c->alpha >= MODEL_FED_MIN_ALPHA && c->alpha <= MODEL_FED_MAX_ALPHA))
         return vl_fail(err, VL_EINVAL, "fed synth config: alpha %g outside [%g, %g]",
