@@ -41,6 +41,20 @@ int model_adamw_init(model_adamw *opt, size_t n, float lr, float beta1, float be
     return 0;
 }
 
+typedef struct adamw_run_ctx {
+    model_adamw *opt;
+    kernels_adamw_hparams hp;
+    model_gpt *m;
+} adamw_run_ctx;
+
+static void adamw_run(void *ctx, size_t off, size_t n, int decay)
+{
+    adamw_run_ctx *c = ctx;
+    c->hp.weight_decay = decay ? c->opt->weight_decay : 0.0f;
+    kernels_adamw_step(c->m->params + off, c->m->grads + off, c->opt->m + off, c->opt->v + off,
+                       NULL, n, &c->hp);
+}
+
 int model_adamw_step(model_adamw *opt, model_gpt *m, vl_error *err)
 {
     if (opt == NULL || opt->m == NULL)
@@ -51,23 +65,8 @@ int model_adamw_step(model_adamw *opt, model_gpt *m, vl_error *err)
     if (m->grads == NULL)
         return vl_fail(err, VL_EINVAL, "adamw: the model has no gradients yet");
     opt->step++;
-    kernels_adamw_hparams hp = {opt->lr, opt->beta1, opt->beta2, opt->eps, 0.0f, opt->step};
-    /* Runs of neighbouring tensors with the same decay rule go in one call. */
-    int i = 0;
-    while (i < m->ntensors) {
-        int decay = m->tensors[i].ndim == 2;
-        int j = i + 1;
-        while (j < m->ntensors && (m->tensors[j].ndim == 2) == decay)
-            j++;
-        size_t off = m->tensors[i].offset;
-        size_t n = m->tensors[j - 1].offset + m->tensors[j - 1].numel - off;
-        hp.weight_decay = decay ? opt->weight_decay : 0.0f;
-        kernels_adamw_step(m->params + off, m->grads + off, opt->m + off, opt->v + off, NULL, n,
-                           &hp);
-        i = j;
-    }
-    m->have_output = 0;
-    m->can_backward = 0;
+    adamw_run_ctx c = {opt, {opt->lr, opt->beta1, opt->beta2, opt->eps, 0.0f, opt->step}, m};
+    gpt_each_decay_run(m, adamw_run, &c);
     return 0;
 }
 

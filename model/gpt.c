@@ -220,3 +220,19 @@ int model_gpt_zero_grad(model_gpt *m, vl_error *err)
     memset(m->grads, 0, m->num_params * sizeof(float));
     return 0;
 }
+
+void gpt_each_decay_run(model_gpt *m, gpt_decay_run_fn fn, void *ctx)
+{
+    int i = 0;
+    while (i < m->ntensors) {
+        int decay = m->tensors[i].ndim == 2;
+        int j = i + 1;
+        while (j < m->ntensors && (m->tensors[j].ndim == 2) == decay)
+            j++;
+        size_t off = m->tensors[i].offset;
+        fn(ctx, off, m->tensors[j - 1].offset + m->tensors[j - 1].numel - off, decay);
+        i = j;
+    }
+    m->have_output = 0;
+    m->can_backward = 0;
+}

@@ -86,4 +86,12 @@ int gpt_ensure_grads(model_gpt *m, vl_error *err);
 /* Frees activation memory (both passes). */
 void gpt_free_acts(model_gpt *m);
 
+/* Calls fn for each run of neighbouring tensors that share a weight-decay
+ * rule (2-D tensors decay, biases and LayerNorm parameters do not), as
+ * (offset, count, decay) in parameter order, so an optimiser updates a run
+ * in one call. Then marks the forward state stale, since the parameters
+ * have changed. */
+typedef void (*gpt_decay_run_fn)(void *ctx, size_t off, size_t n, int decay);
+void gpt_each_decay_run(model_gpt *m, gpt_decay_run_fn fn, void *ctx);
+
 #endif

@@ -407,4 +407,44 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
 int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n,
                                float *x, int *y, vl_error *err) VL_MUST_CHECK;
 
+/* ---- SGD with momentum (sgd.c) ---------------------------------------------------- */
+
+/* SGD with momentum: b ← μ·b + g, then p ← p − lr·d − lr·wd·p with d = b,
+ * or d = g + μ·b for Nesterov momentum. Weight decay is decoupled, as in
+ * AdamW. The buffer b starts at zero, so the first step is plain SGD. The
+ * fields are public so a caller can change lr (schedules) between steps;
+ * buf is owned by the optimiser. */
+typedef struct model_sgd {
+    float *buf; /* momentum b, n floats */
+    size_t n;
+    float lr, momentum, weight_decay;
+    int nesterov;
+    long step; /* steps taken so far */
+} model_sgd;
+
+/* Allocates a zeroed buffer for n parameters. Returns 0, VL_EINVAL (lr or
+ * weight decay negative or not finite, momentum outside [0, 1), Nesterov
+ * with momentum 0, n == 0), VL_ENOMEM. On failure opt is left empty
+ * (model_sgd_free is still safe). */
+int model_sgd_init(model_sgd *opt, size_t n, float lr, float momentum, float weight_decay,
+                   int nesterov, vl_error *err) VL_MUST_CHECK;
+
+/* One step on any flat vector: params[n] updated in place from grads[n];
+ * decay says whether weight decay applies to them. Returns 0 or VL_EINVAL
+ * (n differs from the optimiser's, missing vectors). */
+int model_sgd_step(model_sgd *opt, float *params, const float *grads, size_t n, int decay,
+                   vl_error *err) VL_MUST_CHECK;
+
+/* One step on the GPT with its current gradients, decaying 2-D tensors
+ * only (as model_adamw_step does). Returns 0 or VL_EINVAL. */
+int model_sgd_step_gpt(model_sgd *opt, model_gpt *m, vl_error *err) VL_MUST_CHECK;
+
+/* Zeroes the buffer and the step count (memory kept). */
+void model_sgd_reset(model_sgd *opt);
+
+/* Releases the buffer; opt becomes empty. Safe on a zeroed or freed struct. */
+void model_sgd_free(model_sgd *opt);
+
+/* ---- K-FAC for linear layers (kfac.c) ---------------------------------------------- */
+
 #endif

@@ -1,0 +1,1 @@
+/* K-FAC for linear layers: see model.h. */
