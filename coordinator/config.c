@@ -24,7 +24,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->max_versions = 30;
     cfg->train = (coord_train_config){.steps = 10, .batch = 8, .lr = 0.001, .beta1 = 0.9,
                                       .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
-                                      .grad_clip = 1.0};
+                                      .grad_clip = 1.0, .momentum = 0.9};
     snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
     snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "constant");
     cfg->outer_lr = 0.7;
@@ -152,14 +152,14 @@ static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", 
                                          "n_embd", NULL};
 static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
                                          "eps", "weight_decay", "grad_clip", "schedule",
-                                         "warmup", "min_lr", NULL};
+                                         "warmup", "min_lr", "momentum", "nesterov", NULL};
 static const char *const SCHEDULES[] = {"constant", "cosine", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
 static const char *const MODES[] = {"sync", "async", NULL};
-static const char *const OPTIMIZERS[] = {"adamw", NULL};
+static const char *const OPTIMIZERS[] = {"adamw", "sgd", NULL};
 /* "dense" is the older name of "none". */
 static const char *const KINDS[] = {"none", "dense", "topk", "gaussk", "sketch", NULL};
 static const char *const DTYPES[] = {"F32", "F16", NULL};
@@ -263,8 +263,13 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_str(train, "schedule", "train.schedule", t->schedule, sizeof t->schedule,
                           SCHEDULES, err)) ||
             (rc = get_int(train, "warmup", "train.warmup", 0, 100000000, &t->warmup, err)) ||
-            (rc = get_real(train, "min_lr", "train.min_lr", 0, 0, 10, 0, &t->min_lr, err)))
+            (rc = get_real(train, "min_lr", "train.min_lr", 0, 0, 10, 0, &t->min_lr, err)) ||
+            (rc = get_real(train, "momentum", "train.momentum", 0, 0, 1, 1, &t->momentum, err)))
             return rc;
+        json_t *nv = json_object_get(train, "nesterov");
+        if (nv && !json_is_boolean(nv))
+            return vl_fail(err, VL_EINVAL, "config: train.nesterov must be true or false");
+        t->nesterov = nv && json_is_true(nv);
     }
     if (outer) {
         if ((rc = check_keys(outer, "outer", OUTER_KEYS, err)) ||
@@ -490,6 +495,12 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                      (long long)cfg->train.steps);
         goto out;
     }
+    if (cfg->train.nesterov && (strcmp(cfg->train.optimizer, "sgd") != 0 ||
+                                cfg->train.momentum == 0)) {
+        rc = vl_fail(err, VL_EINVAL, "config: train.nesterov needs optimizer \"sgd\" with "
+                                     "train.momentum > 0");
+        goto out;
+    }
     if (cfg->train.min_lr > cfg->train.lr) {
         rc = vl_fail(err, VL_EINVAL, "config: train.min_lr (%g) exceeds train.lr (%g)",
                      cfg->train.min_lr, cfg->train.lr);
@@ -598,8 +609,10 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         json_decref(root);
         return NULL;
     }
-    json_t *sched = json_pack("{s:s, s:I, s:f}", "schedule", cfg->train.schedule, "warmup",
-                              (json_int_t)cfg->train.warmup, "min_lr", cfg->train.min_lr);
+    json_t *sched = json_pack("{s:s, s:I, s:f, s:f, s:b}", "schedule", cfg->train.schedule,
+                              "warmup", (json_int_t)cfg->train.warmup, "min_lr",
+                              cfg->train.min_lr, "momentum", cfg->train.momentum, "nesterov",
+                              cfg->train.nesterov);
     if (!sched || json_object_update(json_object_get(root, "train"), sched) != 0) {
         json_decref(sched);
         json_decref(root);

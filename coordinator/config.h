@@ -21,8 +21,10 @@
 typedef struct coord_train_config {
     int64_t steps;
     int64_t batch;
-    char optimizer[16];
+    char optimizer[16]; /* "adamw" or "sgd" (with momentum) */
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
+    double momentum;    /* sgd */
+    int nesterov;       /* sgd: Nesterov momentum */
     /* The inner learning rate over the run (coord_sched_lr): "constant",
      * or "cosine" from lr down to min_lr at max_versions; either after a
      * linear warm-up over the first `warmup` versions. */

@@ -29,7 +29,7 @@ struct coord_waiter {
 static json_t *task_json(const coord_server *srv, const storage_task *t) {
     const coord_config *c = &srv->cfg;
     const coord_train_config *tr = &c->train;
-    return json_pack(
+    json_t *o = json_pack(
         "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
@@ -37,14 +37,27 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
         (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
-        coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2", tr->beta2, "eps", tr->eps, "weight_decay",
-        tr->weight_decay, "grad_clip", tr->grad_clip, "seed", (json_int_t)t->seed, "compression",
-        "kind", c->compression_kind, "dtype", c->compression_dtype, "k", (json_int_t)c->comp_k,
-        "rows", (json_int_t)c->comp_rows, "cols", (json_int_t)c->comp_cols, "seed",
-        (json_int_t)c->comp_seed, "second_round", (json_int_t)c->second_round, "round_s",
-        (json_int_t)c->round_s, "block", (json_int_t)c->comp_block, "decay", c->comp_decay,
-        "selsync", "delta", c->selsync_delta, "h_min", (json_int_t)c->selsync_h_min, "h_max",
-        (json_int_t)tr->steps, "deadline", (json_int_t)t->deadline);
+        coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
+        tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
+        "seed", (json_int_t)t->seed, "compression", "kind", c->compression_kind, "dtype",
+        c->compression_dtype, "k", (json_int_t)c->comp_k, "rows", (json_int_t)c->comp_rows,
+        "cols", (json_int_t)c->comp_cols, "seed", (json_int_t)c->comp_seed, "second_round",
+        (json_int_t)c->second_round, "round_s", (json_int_t)c->round_s, "block",
+        (json_int_t)c->comp_block, "decay", c->comp_decay, "selsync", "delta", c->selsync_delta,
+        "h_min", (json_int_t)c->selsync_h_min, "h_max", (json_int_t)tr->steps, "deadline",
+        (json_int_t)t->deadline);
+    /* SGD's settings travel only in SGD runs, which peers of an AdamW run
+     * would not know what to do with. */
+    if (o && strcmp(tr->optimizer, "sgd") == 0) {
+        json_t *sgd = json_pack("{s:f, s:b}", "momentum", tr->momentum, "nesterov",
+                                tr->nesterov);
+        if (!sgd || json_object_update(json_object_get(o, "train"), sgd) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+        json_decref(sgd);
+    }
+    return o;
 }
 
 /* A lease on its way to the database. Everything run needs is copied in

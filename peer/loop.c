@@ -529,8 +529,9 @@ static int one_task(loop *L, vl_error *err) {
         rc = peer_resume_apply(&L->tr, &L->saved, &e);
         if (rc == VL_ECONFLICT) log_warn("trainer state not applied: %s", e.msg);
         else if (rc) return vl_fail(err, rc, "%s", e.msg);
-        else log_info("trainer state applied to model version %lld: AdamW at step %ld",
-                      (long long)L->tr.base_version, L->tr.have_opt ? L->tr.opt.step : 0L);
+        else log_info("trainer state applied to model version %lld: %s at step %ld",
+                      (long long)L->tr.base_version, L->tr.have_sgd ? "SGD" : "AdamW",
+                      L->tr.have_sgd ? L->tr.sgd.step : L->tr.have_opt ? L->tr.opt.step : 0L);
     }
     if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
     if ((rc = fetch_data(L, &k, err))) return rc;

@@ -135,6 +135,9 @@ typedef struct peer_task {
     int batch;
     int context;          /* tokens per sequence; <= the model's block size */
     double lr, beta1, beta2, eps, weight_decay;
+    int sgd;              /* the inner optimizer: 0 AdamW, 1 SGD with momentum */
+    double momentum;      /* SGD: momentum in [0, 1) */
+    int nesterov;         /* SGD: Nesterov momentum */
     double grad_clip;     /* global L2 norm bound; 0: no clipping */
     uint64_t seed;        /* seeds the batch sampler */
     compress_kind kind;   /* the wire kind of the update */
@@ -300,6 +303,10 @@ typedef struct peer_trainer {
     int64_t base_version;    /* -1 when no model is held */
     model_adamw opt;
     int have_opt;
+    /* SGD's momentum when the tasks ask for SGD; a trainer holds the state
+     * of one optimizer at a time. */
+    model_sgd sgd;
+    int have_sgd;
     int *inputs, *targets;   /* owned batch buffers */
     size_t tokens_alloc;
     /* Error feedback (topk, gaussk): what was not sent yet, n_params
@@ -481,6 +488,7 @@ typedef struct peer_resume {
     int64_t peer_id;
     char run[64];
     model_adamw opt;      /* owned; opt.m NULL when the file had no moments */
+    model_sgd sgd;        /* owned; sgd.buf NULL when the file had no SGD momentum */
     float *residual;      /* owned; n_params floats, or NULL */
     int64_t pending_task; /* the upload recorded with this state; 0: none */
 } peer_resume;

@@ -73,6 +73,7 @@ void peer_resume_init(peer_resume *r) { memset(r, 0, sizeof *r); }
 
 void peer_resume_free(peer_resume *r) {
     model_adamw_free(&r->opt);
+    model_sgd_free(&r->sgd);
     free(r->residual);
     peer_resume_init(r);
 }
@@ -100,6 +101,9 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
     if (r->opt.m && (r->opt.n != n || !r->opt.v))
         return vl_fail(err, VL_EINVAL, "trainer state: optimizer of %zu parameters for a model "
                                        "of %zu", r->opt.n, n);
+    if (r->sgd.buf && r->sgd.n != n)
+        return vl_fail(err, VL_EINVAL, "trainer state: SGD momentum of %zu parameters for a "
+                                       "model of %zu", r->sgd.n, n);
     char path[PEER_PATH_MAX], model[160];
     int rc = peer_path_join(path, sizeof path, dir, PEER_TRAINER_FILE, err);
     if (rc) return rc;
@@ -125,6 +129,14 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
         if (!rc) rc = meta_float(&w, "adam_weight_decay", r->opt.weight_decay);
         if (!rc) rc = st_writer_add(&w, "adam.m", ST_F32, 1, shape, r->opt.m, n * sizeof(float));
         if (!rc) rc = st_writer_add(&w, "adam.v", ST_F32, 1, shape, r->opt.v, n * sizeof(float));
+    }
+    if (r->sgd.buf) {
+        if (!rc) rc = meta_i64(&w, "sgd_step", (long long)r->sgd.step);
+        if (!rc) rc = meta_float(&w, "sgd_lr", r->sgd.lr);
+        if (!rc) rc = meta_float(&w, "sgd_momentum", r->sgd.momentum);
+        if (!rc) rc = meta_float(&w, "sgd_weight_decay", r->sgd.weight_decay);
+        if (!rc) rc = meta_i64(&w, "sgd_nesterov", r->sgd.nesterov);
+        if (!rc) rc = st_writer_add(&w, "sgd.buf", ST_F32, 1, shape, r->sgd.buf, n * sizeof(float));
     }
     if (!rc && r->residual)
         rc = st_writer_add(&w, "residual", ST_F32, 1, shape, r->residual, n * sizeof(float));
@@ -157,6 +169,7 @@ int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_
     view.peer_id = owner->peer_id;
     snprintf(view.run, sizeof view.run, "%s", owner->run);
     if (t->have_opt) view.opt = t->opt;
+    if (t->have_sgd) view.sgd = t->sgd;
     view.residual = t->residual;
     view.pending_task = pending_task;
     return write_state(dir, &view, err);
@@ -268,6 +281,27 @@ static int read_optimizer(const st_file *f, size_t n, model_adamw *opt, vl_error
     return take_vector(f, "adam.v", n, opt->v, 1, err);
 }
 
+static int read_sgd(const st_file *f, size_t n, model_sgd *sgd, vl_error *err) {
+    if (!st_find(f, "sgd.buf")) return VL_OK;
+    float lr = 0, mu = 0, wd = 0;
+    int64_t step, nesterov;
+    int rc = meta_f32(f, "sgd_lr", &lr, err);
+    if (!rc) rc = meta_f32(f, "sgd_momentum", &mu, err);
+    if (!rc) rc = meta_f32(f, "sgd_weight_decay", &wd, err);
+    if (rc) return rc;
+    const char *s = st_meta_get(f, "sgd_step");
+    if (!s || parse_i64(s, 0, LONG_MAX, &step) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "metadata 'sgd_step' must be an integer >= 0");
+    s = st_meta_get(f, "sgd_nesterov");
+    if (!s || parse_i64(s, 0, 1, &nesterov) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "metadata 'sgd_nesterov' must be 0 or 1");
+    vl_error e = {0};
+    if ((rc = model_sgd_init(sgd, n, lr, mu, wd, (int)nesterov, &e)))
+        return vl_fail(err, rc == VL_ENOMEM ? rc : VL_EINVAL, "SGD: %s", e.msg);
+    sgd->step = (long)step;
+    return take_vector(f, "sgd.buf", n, sgd->buf, 0, err);
+}
+
 /* The registration the state belongs to: moments and a residual built for
  * another run (or another join to a run of the same name) mean nothing to
  * this one. */
@@ -304,10 +338,14 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
         return vl_fail(err, VL_EINVAL, "metadata 'pending_task' must be a positive integer");
     for (int i = 0; i < f->ntensors; i++) {
         const char *nm = f->tensors[i].name;
-        if (strcmp(nm, "adam.m") && strcmp(nm, "adam.v") && strcmp(nm, "residual"))
+        if (strcmp(nm, "adam.m") && strcmp(nm, "adam.v") && strcmp(nm, "residual") &&
+            strcmp(nm, "sgd.buf"))
             return vl_fail(err, VL_EINVAL, "unexpected tensor '%.64s'", nm);
     }
+    if (st_find(f, "adam.m") && st_find(f, "sgd.buf"))
+        return vl_fail(err, VL_EINVAL, "AdamW and SGD states together; a trainer has one");
     if ((rc = read_optimizer(f, n, &r->opt, err))) return rc;
+    if ((rc = read_sgd(f, n, &r->sgd, err))) return rc;
     if (!st_find(f, "residual")) return VL_OK;
     r->residual = malloc(n * sizeof *r->residual);
     if (!r->residual) return vl_fail(err, VL_ENOMEM, "out of memory for the residual");
@@ -356,6 +394,12 @@ int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) {
         t->opt = r->opt;
         memset(&r->opt, 0, sizeof r->opt);
         t->have_opt = 1;
+    }
+    if (r->sgd.buf) {
+        model_sgd_free(&t->sgd);
+        t->sgd = r->sgd;
+        memset(&r->sgd, 0, sizeof r->sgd);
+        t->have_sgd = 1;
     }
     if (r->residual) {
         free(t->residual);
@@ -561,9 +605,10 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
     else if (rc)
         log_warn("trainer state ignored, training starts fresh: %s", e.msg);
     else
-        log_info("trainer state restored for %zu parameters: AdamW %s, %s residual; it "
+        log_info("trainer state restored for %zu parameters: %s, %s residual; it "
                  "applies once a model of that shape is installed", r->n_params,
-                 r->opt.m ? "moments" : "no", r->residual ? "an error-feedback" : "no");
+                 r->opt.m ? "AdamW moments" : r->sgd.buf ? "SGD momentum" : "no optimizer state",
+                 r->residual ? "an error-feedback" : "no");
     if (r->pending_task == 0) {
         /* Recorded, but no usable state names it: either the process died
          * between the two writes, before sending it, or the state it went

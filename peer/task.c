@@ -131,9 +131,10 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     t->context = (int)v;
     char opt[32];
     if ((rc = get_string(tr, "train", "optimizer", opt, sizeof opt, err))) return rc;
-    if (strcmp(opt, "adamw") != 0)
-        return vl_fail(err, VL_EINVAL, "task: optimizer '%s' is not supported (only adamw)",
+    if (strcmp(opt, "adamw") != 0 && strcmp(opt, "sgd") != 0)
+        return vl_fail(err, VL_EINVAL, "task: optimizer '%.32s' is not supported (adamw, sgd)",
                        opt);
+    t->sgd = strcmp(opt, "sgd") == 0;
     if ((rc = get_real(tr, "train", "lr", 0, 1, 1e3, 0, &t->lr, err))) return rc;
     if ((rc = get_real(tr, "train", "beta1", 0, 0, 1, 1, &t->beta1, err))) return rc;
     if ((rc = get_real(tr, "train", "beta2", 0, 0, 1, 1, &t->beta2, err))) return rc;
@@ -141,6 +142,15 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     if ((rc = get_real(tr, "train", "weight_decay", 0, 0, 1e3, 0, &t->weight_decay, err)))
         return rc;
     if ((rc = get_real(tr, "train", "grad_clip", 0, 0, 1e9, 0, &t->grad_clip, err))) return rc;
+    if (t->sgd) {
+        if ((rc = get_real(tr, "train", "momentum", 0, 0, 1, 1, &t->momentum, err))) return rc;
+        json_t *nv = json_object_get(tr, "nesterov");
+        if (nv && !json_is_boolean(nv))
+            return vl_fail(err, VL_EINVAL, "task: 'train.nesterov' must be true or false");
+        t->nesterov = nv && json_is_true(nv);
+        if (t->nesterov && t->momentum == 0)
+            return vl_fail(err, VL_EINVAL, "task: Nesterov momentum needs train.momentum > 0");
+    }
     if ((rc = get_int(tr, "train", "seed", 0, INT64_MAX, &v, err))) return rc;
     t->seed = (uint64_t)v;
     if ((int64_t)t->batch * t->context > PEER_MAX_BATCH_TOKENS)

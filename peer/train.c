@@ -24,6 +24,7 @@ void peer_trainer_free(peer_trainer *t) {
     free(t->base);
     free(t->delta);
     model_adamw_free(&t->opt);
+    model_sgd_free(&t->sgd);
     free(t->inputs);
     free(t->targets);
     free(t->residual);
@@ -56,6 +57,8 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
         free(t->delta);
         model_adamw_free(&t->opt);
         t->have_opt = 0;
+        model_sgd_free(&t->sgd);
+        t->have_sgd = 0;
         /* The residual belongs to the old parameter layout. */
         free(t->residual);
         t->residual = NULL;
@@ -149,8 +152,32 @@ static int ensure_tokens(peer_trainer *t, size_t n, vl_error *err) {
 }
 
 /* The optimizer state carries over from task to task (the inner optimizer
- * of DiLoCo-style training); only the hyper-parameters follow the task. */
+ * of DiLoCo-style training); only the hyper-parameters follow the task. A
+ * run that switches optimizer drops the other one's state, which means
+ * nothing to the new one. */
 static int prepare_optimizer(peer_trainer *t, const peer_task *k, vl_error *err) {
+    if (k->sgd) {
+        if (t->have_opt) {
+            model_adamw_free(&t->opt);
+            t->have_opt = 0;
+        }
+        if (!t->have_sgd) {
+            int rc = model_sgd_init(&t->sgd, t->n_params, (float)k->lr, (float)k->momentum,
+                                    (float)k->weight_decay, k->nesterov, err);
+            if (rc) return rc;
+            t->have_sgd = 1;
+            return VL_OK;
+        }
+        t->sgd.lr = (float)k->lr;
+        t->sgd.momentum = (float)k->momentum;
+        t->sgd.weight_decay = (float)k->weight_decay;
+        t->sgd.nesterov = k->nesterov;
+        return VL_OK;
+    }
+    if (t->have_sgd) {
+        model_sgd_free(&t->sgd);
+        t->have_sgd = 0;
+    }
     if (!t->have_opt) {
         int rc = model_adamw_init(&t->opt, t->n_params, (float)k->lr, (float)k->beta1,
                                   (float)k->beta2, (float)k->eps, (float)k->weight_decay, err);
@@ -190,6 +217,7 @@ static double clip_grads(float *g, size_t n, double max_norm) {
 /* A diverged step leaves moments that would poison the next task too. */
 static int diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step) {
     model_adamw_reset(&t->opt);
+    model_sgd_reset(&t->sgd);
     return vl_fail(err, VL_ERANGE, "training diverged: %s is %g at step %d", what, x, step);
 }
 
@@ -226,7 +254,9 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         if ((rc = model_gpt_backward(t->gpt, err))) return rc;
         double g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
         if (!isfinite(g2)) return diverged(t, err, "the gradient norm", g2, step);
-        if ((rc = model_adamw_step(&t->opt, t->gpt, err))) return rc;
+        rc = task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
+                       : model_adamw_step(&t->opt, t->gpt, err);
+        if (rc) return rc;
         sum += loss;
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;

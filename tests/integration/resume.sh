@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# A volunteer's machine dies: a peer in a top-k run, with an AdamW state and
-# an error-feedback residual built up over its earlier tasks, is killed with
+# A volunteer's machine dies: a peer in a top-k run, with its optimizer's
+# state (AdamW's moments, or with `resume.sh sgd` SGD's momentum) and an
+# error-feedback residual built up over its earlier tasks, is killed with
 # SIGKILL in the middle of a task and started again with the same directory
 # and no other action. It must restore both from its state file, apply them
 # to the model it fetches, take part again with the same key, and the run
 # must finish with every update merged exactly once.
 source "$(dirname "$0")/lib.sh"
+OPT=${1:-adamw}
+case $OPT in
+  adamw) RESTORED="AdamW moments" ;;
+  sgd) RESTORED="SGD momentum"
+       export IT_TRAIN='{"steps": 4, "batch": 4, "lr": 0.05, "optimizer": "sgd", "momentum": 0.9}' ;;
+  *) fail "unknown optimizer $OPT" ;;
+esac
 VERSIONS=6
 PER=2
 it_setup itresume "$VERSIONS" "$PER" \
@@ -46,8 +54,8 @@ it_stop_coordinator
 
 # The second start of peer 2 is what follows its second "working for" line.
 restart=$(awk '/working for/ { n++ } n >= 2' peer2.log)
-echo "$restart" | grep -q 'trainer state restored for [0-9]* parameters: AdamW moments, an error-feedback residual' \
-  || fail "peer 2 did not restore its AdamW moments and residual"
+echo "$restart" | grep -q "trainer state restored for [0-9]* parameters: $RESTORED, an error-feedback residual" \
+  || fail "peer 2 did not restore its $RESTORED and residual"
 echo "$restart" | grep -q 'trainer state applied to model version' \
   || fail "peer 2 did not apply its restored state"
 after=$(q "SELECT count(*) FROM updates WHERE peer_id = 2")

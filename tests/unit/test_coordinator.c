@@ -570,6 +570,17 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
                         "{\"schedule\": \"linear\"}}", "train.schedule");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"optimizer\": \"lion\"}}", "train.optimizer");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"optimizer\": \"sgd\", \"momentum\": 1.0}}", "train.momentum");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"nesterov\": true}}", "train.nesterov needs");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"optimizer\": \"sgd\", \"momentum\": 0, \"nesterov\": true}}",
+                        "train.nesterov needs");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                        "{\"optimizer\": \"sgd\", \"nesterov\": 1}}", "true or false");
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
                         "{\"lr\": 0.001, \"min_lr\": 0.01}}", "exceeds train.lr");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"max_versions\": 10, "
                         "\"train\": {\"warmup\": 10}}", "train.warmup");
@@ -630,6 +641,14 @@ static void test_lr_schedule(void **state) {
     assert_string_equal(cfg.train.schedule, "constant");
     assert_float_equal(coord_sched_lr(&cfg.train, 0, 30), 2e-3, 0);
     assert_float_equal(coord_sched_lr(&cfg.train, 29, 30), 2e-3, 0);
+    assert_string_equal(cfg.train.optimizer, "adamw");
+    assert_float_equal(cfg.train.momentum, 0.9, 0);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
+                           "{\"optimizer\": \"sgd\", \"momentum\": 0.8, \"nesterov\": true}}",
+                           &cfg, &e), VL_OK);
+    assert_string_equal(cfg.train.optimizer, "sgd");
+    assert_float_equal(cfg.train.momentum, 0.8, 0);
+    assert_true(cfg.train.nesterov);
 }
 
 static void test_config_corpus_checks(void **state) {

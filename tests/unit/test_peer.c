@@ -256,6 +256,12 @@ static void test_task_good(void **state) {
     assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
     assert_int_equal(t.h_min, 2);
     free(s);
+    assert_false(t.sgd);
+    s = task_with("\"adamw\",", "\"sgd\", \"momentum\": 0.8, \"nesterov\": true,");
+    assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
+    assert_true(t.sgd && t.nesterov);
+    assert_float_equal(t.momentum, 0.8, 0);
+    free(s);
 }
 
 /* Compressed kinds: what they need, and what they refuse. */
@@ -344,7 +350,12 @@ static void test_task_rejected(void **state) {
     task_rejected("\"batch\": 8", "\"batch\": \"8\"", "train.batch");
     task_rejected("\"dense\"", "\"sketchy\"", "compression kind 'sketchy' is not supported");
     task_rejected("\"F32\"", "\"U8\"", "dtype");
-    task_rejected("\"adamw\"", "\"sgd\"", "optimizer 'sgd'");
+    task_rejected("\"adamw\"", "\"lion\"", "optimizer 'lion'");
+    /* SGD needs its momentum, in [0, 1), and Nesterov only with some. */
+    task_rejected("\"adamw\"", "\"sgd\"", "train.momentum");
+    task_rejected("\"adamw\",", "\"sgd\", \"momentum\": 1.0,", "train.momentum");
+    task_rejected("\"adamw\",", "\"sgd\", \"momentum\": 0.9, \"nesterov\": 1,", "nesterov");
+    task_rejected("\"adamw\",", "\"sgd\", \"momentum\": 0, \"nesterov\": true,", "Nesterov");
     task_rejected("\"lr\": 0.001", "\"lr\": 0", "train.lr");
     task_rejected("\"beta2\": 0.95", "\"beta2\": 1.0", "train.beta2");
     task_rejected("\"grad_clip\": 1.0", "\"grad_clip\": -1", "train.grad_clip");

@@ -96,6 +96,7 @@ static void trained(peer_trainer *t, rng *r) {
 static void assert_empty(const peer_resume *r) {
     assert_int_equal(r->n_params, 0);
     assert_null(r->opt.m);
+    assert_null(r->sgd.buf);
     assert_null(r->residual);
     assert_int_equal(r->pending_task, 0);
 }
@@ -414,6 +415,65 @@ static void test_state_refused(void **state) {
 
 /* ---- the recorded upload -------------------------------------------------- */
 
+/* A peer training with SGD keeps its momentum across a restart just as
+ * with AdamW: the restored trainer's next task is bit for bit the one the
+ * original would have trained. */
+static void test_sgd_state_round_trip(void **state) {
+    (void)state;
+    char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
+    vl_error e = {0};
+    peer_task k = tiny_task(3);
+    k.sgd = 1;
+    k.momentum = 0.9;
+    k.nesterov = 1;
+    peer_trainer t;
+    peer_trainer_init(&t);
+    assert_int_equal(peer_trainer_init_model(&t, &TINY, 0, &e), VL_OK);
+    peer_train_result res;
+    assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
+    assert_true(t.have_sgd && !t.have_opt);
+    assert_int_equal(t.sgd.step, 3);
+    size_t n = t.n_params;
+    assert_int_equal(peer_resume_save_trainer(dir, &t, &OWNER, 0, &e), VL_OK);
+
+    peer_resume s;
+    assert_int_equal(peer_resume_load(dir, &OWNER, &s, &e), VL_OK);
+    assert_null(s.opt.m);
+    assert_non_null(s.sgd.buf);
+    assert_int_equal(s.sgd.step, 3);
+    assert_true(s.sgd.momentum == t.sgd.momentum && s.sgd.lr == t.sgd.lr && s.sgd.nesterov == 1);
+    assert_memory_equal(s.sgd.buf, t.sgd.buf, n * sizeof(float));
+    peer_trainer u;
+    peer_trainer_init(&u);
+    assert_int_equal(peer_trainer_init_model(&u, &TINY, 0, &e), VL_OK);
+    assert_int_equal(peer_resume_apply(&u, &s, &e), VL_OK);
+    assert_true(u.have_sgd);
+    k.steps = k.h_min = 2;
+    assert_int_equal(peer_trainer_run(&t, &k, TEXT, 17, &res, &e), VL_OK);
+    assert_int_equal(peer_trainer_run(&u, &k, TEXT, 17, &res, &e), VL_OK);
+    assert_memory_equal(u.delta, t.delta, n * sizeof(float));
+    assert_memory_equal(u.sgd.buf, t.sgd.buf, n * sizeof(float));
+
+    /* Back to AdamW: the SGD state goes, and the file then holds moments. */
+    peer_task a = tiny_task(1);
+    assert_int_equal(peer_trainer_run(&t, &a, TEXT, 17, &res, &e), VL_OK);
+    assert_true(t.have_opt && !t.have_sgd);
+    assert_null(t.sgd.buf);
+
+    /* Hand-made files: both optimisers at once, or SGD's vector without
+     * its settings. */
+    hand_tensor both[3] = {{"adam.m", ST_F32, n}, {"adam.v", ST_F32, n}, {"sgd.buf", ST_F32, n}};
+    hand_state(dir, NULL, NULL, both, 3);
+    refused(dir, &OWNER, VL_EINVAL, "AdamW and SGD");
+    hand_tensor bare[1] = {{"sgd.buf", ST_F32, n}};
+    hand_state(dir, NULL, NULL, bare, 1);
+    refused(dir, &OWNER, VL_EINVAL, "sgd_lr");
+    peer_trainer_free(&t);
+    peer_trainer_free(&u);
+    test_remove_tree(dir);
+    free(dir);
+}
+
 static void test_upload_classify(void **state) {
     (void)state;
     assert_int_equal(peer_upload_classify(202, ""), PEER_UPLOAD_STORED);
@@ -698,6 +758,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_state_refused),
+        cmocka_unit_test(test_sgd_state_round_trip),
         cmocka_unit_test(test_upload_classify),
         cmocka_unit_test(test_pending_refused),
         cmocka_unit_test(test_pending_accepted),
