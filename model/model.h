@@ -447,4 +447,107 @@ void model_sgd_free(model_sgd *opt);
 
 /* ---- K-FAC for linear layers (kfac.c) ---------------------------------------------- */
 
+/* Kronecker-factored approximate curvature (Martens & Grosse 2015) for one
+ * linear layer y = x W + b, W [in,out] row-major as everywhere here. The
+ * bias is folded in as a last input row, so the layer's parameters are the
+ * stacked matrix [W; b] of shape [(in+1), out] and the Fisher block of that
+ * matrix (row-major vec) is approximated by A ⊗ G, where over a batch of N
+ *   A = (1/N) Σ_i x̄_i x̄_iᵀ,   x̄_i = [x_i, 1]        [(in+1), (in+1)]
+ *   G = (1/N) Σ_i g_i g_iᵀ,   g_i = N · dY_i         [out, out]
+ * with dY the gradient of the MEAN batch loss with respect to y, so g_i is
+ * example i's own loss gradient and G = N · dYᵀ dY. (Pass dY from labels
+ * sampled from the model's predictions for the true Fisher, from the
+ * training labels for the empirical Fisher.) The preconditioned gradient is
+ *   Δ = (A + λ_A I)⁻¹ ∇ (G + λ_G I)⁻¹,   ∇ = [∇W; ∇b]
+ * which is (A ⊗ G)⁻¹ vec(∇) when λ_A = λ_G = 0. The damping λ is split by
+ * Martens & Grosse's π rule, λ_A = π √λ, λ_G = √λ / π with
+ * π = sqrt((tr A / (in+1)) / (tr G / out)), so the larger factor takes the
+ * larger share (π = 1 when a trace is not positive). A layer is used by one
+ * thread at a time; calls go to OpenBLAS. */
+
+#define MODEL_KFAC_MAX_DIM (1 << 14) /* bound on in and out */
+
+/* One layer's K-FAC state, one allocation owned by the layer. Callers read
+ * the fields and never write them; matrices are row-major and stored in
+ * full (both triangles). */
+typedef struct model_kfac_layer {
+    int in, out;  /* the layer: W [in,out], b [out] */
+    float *A;     /* [(in+1),(in+1)] running input factor */
+    float *G;     /* [out,out] running output-gradient factor */
+    float *A_inv; /* (A + damping_a I)⁻¹ as of the last model_kfac_invert */
+    float *G_inv; /* (G + damping_g I)⁻¹ */
+    float damping_a, damping_g; /* the split the last inversion used */
+    long updates;    /* factor updates folded in; 0: A and G hold nothing yet */
+    long inversions; /* successful inversions; 0: no inverses yet */
+    float *work;     /* [(in+1),out] scratch for model_kfac_precondition */
+} model_kfac_layer;
+
+/* Creates the state of a layer with in inputs and out outputs (each in
+ * [1, MODEL_KFAC_MAX_DIM]): factors and inverses zeroed, no updates. On
+ * success *layer is owned by the caller (model_kfac_layer_free); on failure
+ * it is NULL. Returns 0, VL_EINVAL, VL_ENOMEM. */
+int model_kfac_layer_create(int in, int out, model_kfac_layer **layer,
+                            vl_error *err) VL_MUST_CHECK;
+
+/* Frees the layer and everything it owns. NULL is a no-op. */
+void model_kfac_layer_free(model_kfac_layer *layer);
+
+/* Folds one batch into the factors: X [N,in] holds the layer's inputs and
+ * dY [N,out] the gradient of the mean batch loss with respect to its
+ * outputs (see above for the scaling). The first update sets A and G to the
+ * batch's factors; later ones keep an exponential moving average,
+ * F ← ρ F + (1 − ρ) F_batch, ρ in [0, 1]. The inverses are not touched
+ * (K-FAC refreshes them every few steps with model_kfac_invert). Returns 0,
+ * VL_EINVAL (missing arrays, N < 1, ρ outside [0, 1]), VL_ERANGE (a NaN or
+ * infinity in X or dY; the factors are then unchanged). */
+int model_kfac_update_factors(model_kfac_layer *layer, const float *X, const float *dY, int N,
+                              float rho, vl_error *err) VL_MUST_CHECK;
+
+/* Computes A_inv and G_inv from the current factors with damping λ >= 0
+ * (split by the π rule into damping_a and damping_g), by Cholesky
+ * factorisation in double precision (LAPACK dpotrf/dpotri from OpenBLAS).
+ * A damped factor is refused as not positive definite when the
+ * factorisation breaks down or a pivot² falls below n · FLT_EPSILON times
+ * its row's damped diagonal entry: the factors are float sums, so a smaller
+ * pivot is rounding noise and its inverse would be meaningless. On failure
+ * the previous inverses, dampings and count are kept. Returns 0, VL_EINVAL
+ * (λ negative or not finite, no factor updates yet, a factor not positive
+ * definite: the message names the factor and says to raise the damping),
+ * VL_ERANGE (an inverse overflowed float), VL_ENOMEM. */
+int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err) VL_MUST_CHECK;
+
+/* The preconditioned gradient of the layer: [outW; outb] = A_inv [gW; gb]
+ * G_inv, with gW [in,out] and gb [out] the layer's gradients and outW
+ * [in,out], outb [out] caller-owned. outW may be gW and outb may be gb (in
+ * place). Uses the inverses of the last model_kfac_invert and the layer's
+ * scratch, so it allocates nothing. Returns 0 or VL_EINVAL (missing arrays,
+ * no inversion yet). */
+int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const float *gb,
+                            float *outW, float *outb, vl_error *err) VL_MUST_CHECK;
+
+/* The KL-clipping factor ν by which to scale the preconditioned step of all
+ * n_layers layers (Ba, Grosse & Martens 2017): with q = lr² Σ_l <nat_l,
+ * grad_l> (each inner product over lens[l] floats, accumulated in double),
+ * ν = min(1, sqrt(kl_clip / q)), so that the step lr ν nat has
+ * (lr ν)² <nat, grad> <= kl_clip: twice the quadratic estimate of the KL
+ * divergence between the model's predictions before and after the step.
+ * Returns 1 (nothing to clip) when kl_clip is not a finite positive number
+ * (clipping off), n_layers < 1, or q <= 0 (a zero step; q < 0 can only come
+ * from rounding, the preconditioner being positive definite); returns 0
+ * (take no step) when q is NaN or infinite or an array is missing, since a
+ * step along a non-finite direction must not be taken. */
+float model_kfac_kl_scale(const float *const *grads, const float *const *nat, const size_t *lens,
+                          int n_layers, float lr, float kl_clip);
+
+/* Replaces dst's factors by the weighted average of n sources' factors,
+ * A = Σ w_k A_k / Σ w_k and likewise G (averaging the factors, never the
+ * inverses, keeps the result a K-FAC estimate of the pooled data). dst may
+ * be one of the sources. dst->updates becomes the sources' largest, so the
+ * next update continues the moving average; dst's inverses are untouched
+ * until the next model_kfac_invert. Returns 0 or VL_EINVAL (n < 1, missing
+ * layers or weights, a weight negative or not finite, weights summing to
+ * zero, a source with no updates, or any shape differing from dst's). */
+int model_kfac_average(model_kfac_layer *dst, const model_kfac_layer *const *src,
+                       const double *weights, int n, vl_error *err) VL_MUST_CHECK;
+
 #endif
