@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "kernels/kernels.h"
 #include "model/carve.h"
 #include "model/model.h"
@@ -37,10 +39,11 @@ typedef struct mlp_acts {
     float *act[MODEL_MLP_MAX_HIDDEN];
     float *probs;  /* [cap,C] */
     float *losses; /* [cap] */
-    /* backward: dlogits, and two [cap, widest hidden] buffers that take
-     * turns as the gradient of a layer's output and of its pre-activation */
-    float *dlogits;
-    float *da, *dz;
+    /* backward: each layer's output gradient (kept, for K-FAC and other
+     * callers of model_mlp_layer_io), and a [cap, widest hidden] buffer for
+     * the gradient of a hidden layer's activation */
+    float *dout[MLP_MAX_LAYERS];
+    float *da;
 } mlp_acts;
 
 struct model_mlp {
@@ -53,6 +56,7 @@ struct model_mlp {
     mlp_acts acts;
     int B;
     int have_output, can_backward;
+    int have_dout; /* acts.dout holds the output gradients of the last forward */
     double loss_sum;
 };
 
@@ -124,6 +128,7 @@ static void free_acts(model_mlp *m)
     memset(&m->acts, 0, sizeof m->acts);
     m->have_output = 0;
     m->can_backward = 0;
+    m->have_dout = 0;
 }
 
 int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err)
@@ -186,6 +191,7 @@ void model_mlp_init_weights(model_mlp *m, uint64_t seed)
     }
     m->have_output = 0;
     m->can_backward = 0;
+    m->have_dout = 0;
 }
 
 model_mlp_config model_mlp_config_get(const model_mlp *m) { return m->cfg; }
@@ -225,9 +231,9 @@ static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, size_t c
     size_t C = (size_t)m->cfg.n_classes;
     a->probs = carve(&cv, cap, C);
     a->losses = carve(&cv, cap, 1);
-    a->dlogits = carve(&cv, cap, C);
+    for (int l = 0; l < m->n_layers; l++)
+        a->dout[l] = carve(&cv, cap, (size_t)m->width[l + 1]);
     a->da = carve(&cv, cap, widest);
-    a->dz = carve(&cv, cap, widest);
     return cv.overflow ? 0 : cv.used;
 }
 
@@ -289,6 +295,7 @@ static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, 
         return rc;
     m->have_output = 0;
     m->can_backward = 0;
+    m->have_dout = 0;
     rc = plan_acts(m, B, err);
     if (rc != 0)
         return rc;
@@ -321,6 +328,7 @@ static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, 
     }
     m->B = B;
     m->have_output = 1;
+    m->have_dout = 0;
     return 0;
 }
 
@@ -353,11 +361,11 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
     int B = m->B, C = m->cfg.n_classes;
     const float *P = m->params;
     float *G = m->grads;
-    kernels_softmax_xent_backward(a->dlogits, a->probs, a->labels, 1.0f / (float)B, B, C);
-    /* dout is the gradient of layer l's output (pre-activation); the layer
-     * below gets d(act) in da, which GELU's backward turns into d(pre) in
-     * dz, the next dout. The kernels add, so both are zeroed first. */
-    const float *dout = a->dlogits;
+    kernels_softmax_xent_backward(a->dout[m->n_layers - 1], a->probs, a->labels,
+                                  1.0f / (float)B, B, C);
+    /* dout[l] is the gradient of layer l's output (pre-activation); the
+     * layer below gets d(act) in da, which GELU's backward turns into
+     * dout[l - 1]. The kernels add, so both are zeroed first. */
     for (int l = m->n_layers - 1; l >= 0; l--) {
         int IN = m->width[l], OUT = m->width[l + 1];
         const float *in = l > 0 ? a->act[l - 1] : a->x;
@@ -365,14 +373,57 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
         if (l > 0)
             memset(a->da, 0, nin * sizeof(float));
         kernels_matmul_backward(l > 0 ? a->da : NULL, G + m->tensors[2 * l].offset,
-                                G + m->tensors[2 * l + 1].offset, dout, in,
+                                G + m->tensors[2 * l + 1].offset, a->dout[l], in,
                                 P + m->tensors[2 * l].offset, B, IN, OUT);
         if (l > 0) {
-            memset(a->dz, 0, nin * sizeof(float));
-            kernels_gelu_backward(a->dz, a->pre[l - 1], a->da, nin);
-            dout = a->dz;
+            memset(a->dout[l - 1], 0, nin * sizeof(float));
+            kernels_gelu_backward(a->dout[l - 1], a->pre[l - 1], a->da, nin);
         }
     }
+    m->have_dout = 1;
+    return 0;
+}
+
+int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
+{
+    if (!m->have_output)
+        return vl_fail(err, VL_EINVAL, "mlp output gradients: needs a forward pass first");
+    if (labels == NULL)
+        return vl_fail(err, VL_EINVAL, "mlp output gradients: no labels");
+    int rc = check_labels(m, labels, m->B, err);
+    if (rc != 0)
+        return rc;
+    mlp_acts *a = &m->acts;
+    int B = m->B, L = m->n_layers;
+    const float *P = m->params;
+    kernels_softmax_xent_backward(a->dout[L - 1], a->probs, labels, 1.0f / (float)B, B,
+                                  m->cfg.n_classes);
+    /* The same chain as model_mlp_backward without the weight gradients:
+     * d(act) = dout W^T, then GELU's backward. */
+    for (int l = L - 1; l > 0; l--) {
+        int IN = m->width[l], OUT = m->width[l + 1];
+        size_t nin = (size_t)B * IN;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, IN, OUT, 1.0f, a->dout[l], OUT,
+                    P + m->tensors[2 * l].offset, OUT, 0.0f, a->da, IN);
+        memset(a->dout[l - 1], 0, nin * sizeof(float));
+        kernels_gelu_backward(a->dout[l - 1], a->pre[l - 1], a->da, nin);
+    }
+    m->have_dout = 1;
+    return 0;
+}
+
+int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float **dy, int *B,
+                       vl_error *err)
+{
+    if (l < 0 || l >= m->n_layers)
+        return vl_fail(err, VL_EINVAL, "mlp layer %d: the model has layers 0..%d", l,
+                       m->n_layers - 1);
+    if (!m->have_dout)
+        return vl_fail(err, VL_EINVAL, "mlp layer %d: needs a backward pass (or "
+                                       "model_mlp_output_grads) after the last forward", l);
+    *x = l > 0 ? m->acts.act[l - 1] : m->acts.x;
+    *dy = m->acts.dout[l];
+    *B = m->B;
     return 0;
 }
 
@@ -412,6 +463,7 @@ int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n,
         }
     }
     m->can_backward = 0;
+    m->have_dout = 0;
     if (rc != 0)
         return rc;
     if (mean_loss)

@@ -334,6 +334,22 @@ const float *model_mlp_probs(const model_mlp *m);
  * VL_EINVAL when there is no forward-with-labels to differentiate. */
 int model_mlp_backward(model_mlp *m, vl_error *err) VL_MUST_CHECK;
 
+/* Recomputes the output gradients of every layer (what model_mlp_layer_io
+ * returns) for other labels[B] on the last forward pass, without touching
+ * the parameter gradients: K-FAC's Fisher wants labels drawn from the
+ * model's own predictions rather than the training labels. Returns 0 or
+ * VL_EINVAL (no forward pass, labels missing or out of range). */
+int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err) VL_MUST_CHECK;
+
+/* Layer l's (0 .. n_hidden) input x [B, in] and the gradient of the mean
+ * loss with respect to its output (before the activation) dy [B, out], as
+ * the last model_mlp_backward or model_mlp_output_grads left them: what
+ * K-FAC folds into its factors. Both are owned by the model and valid
+ * until the next forward or evaluation; *B gets the batch size. Returns 0
+ * or VL_EINVAL (l out of range, or no backward since the last forward). */
+int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float **dy, int *B,
+                       vl_error *err) VL_MUST_CHECK;
+
 /* Zeroes the gradient vector. */
 void model_mlp_zero_grad(model_mlp *m);
 

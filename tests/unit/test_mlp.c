@@ -347,6 +347,88 @@ static void test_gradient_accumulates(void **state)
     model_mlp_destroy(m);
 }
 
+/* What each layer saw and the gradient at its output, as K-FAC reads them:
+ * for every layer the weight gradient backward computed (checked against
+ * finite differences above) equals x^T dy from the accessor, and the bias
+ * gradient the column sums of dy; recomputing the output gradients for the
+ * same labels gives the same bits; the last layer's dy is (p - onehot)/B. */
+static void test_layer_io(void **state)
+{
+    (void)state;
+    model_mlp_config c = small_config();
+    model_mlp *m = make(c, 31);
+    randomise(m, 32);
+    enum { B = 6 };
+    float *x = random_vec(B * 5, 33);
+    int y[B], other[B];
+    random_labels(y, B, 4, 34);
+    random_labels(other, B, 4, 35);
+    const float *lx, *ly;
+    int nb = 0;
+    vl_error e = {0};
+    float loss;
+    OK(model_mlp_forward(m, x, y, B, &loss, &e_));
+    assert_int_equal(model_mlp_layer_io(m, 0, &lx, &ly, &nb, &e), VL_EINVAL); /* no backward yet */
+    model_mlp_zero_grad(m);
+    OK(model_mlp_backward(m, &e_));
+    const model_tensor *t = NULL;
+    int nt = model_mlp_tensors(m, &t);
+    const float *g = model_mlp_grads(m);
+    float *saved[3];
+    for (int l = 0; l < nt / 2; l++) {
+        OK(model_mlp_layer_io(m, l, &lx, &ly, &nb, &e_));
+        assert_int_equal(nb, B);
+        int in = (int)t[2 * l].shape[0], out = (int)t[2 * l].shape[1];
+        if (l == 0) assert_memory_equal(lx, x, sizeof(float) * B * 5);
+        for (int a = 0; a < in; a++)
+            for (int b = 0; b < out; b++) {
+                double w = 0;
+                for (int i = 0; i < B; i++) w += (double)lx[i * in + a] * ly[i * out + b];
+                assert_near(g[t[2 * l].offset + (size_t)a * out + b], w, 1e-5 * (1 + fabs(w)));
+            }
+        for (int b = 0; b < out; b++) {
+            double sb = 0;
+            for (int i = 0; i < B; i++) sb += ly[i * out + b];
+            assert_near(g[t[2 * l + 1].offset + b], sb, 1e-5 * (1 + fabs(sb)));
+        }
+        saved[l] = malloc(sizeof(float) * B * out);
+        assert_non_null(saved[l]);
+        memcpy(saved[l], ly, sizeof(float) * B * out);
+    }
+    const float *probs = model_mlp_probs(m);
+    OK(model_mlp_layer_io(m, 2, &lx, &ly, &nb, &e_));
+    for (int i = 0; i < B; i++)
+        for (int k = 0; k < 4; k++)
+            assert_near(ly[i * 4 + k], (probs[i * 4 + k] - (k == y[i])) / B, 1e-7);
+    /* Other labels change every dy; the same labels give the same bits, and
+     * the parameter gradients stay as they were. */
+    float *before = malloc(model_mlp_num_params(m) * sizeof(float));
+    assert_non_null(before);
+    memcpy(before, g, model_mlp_num_params(m) * sizeof(float));
+    OK(model_mlp_output_grads(m, other, &e_));
+    OK(model_mlp_layer_io(m, 2, &lx, &ly, &nb, &e_));
+    assert_true(memcmp(ly, saved[2], sizeof(float) * B * 4) != 0);
+    OK(model_mlp_output_grads(m, y, &e_));
+    for (int l = 0; l < nt / 2; l++) {
+        OK(model_mlp_layer_io(m, l, &lx, &ly, &nb, &e_));
+        assert_memory_equal(ly, saved[l], sizeof(float) * B * t[2 * l].shape[1]);
+        free(saved[l]);
+    }
+    assert_memory_equal(g, before, model_mlp_num_params(m) * sizeof(float));
+    /* Refusals: a layer that does not exist, bad labels, and anything after
+     * a new forward until its backward. */
+    assert_int_equal(model_mlp_layer_io(m, 3, &lx, &ly, &nb, &e), VL_EINVAL);
+    assert_int_equal(model_mlp_layer_io(m, -1, &lx, &ly, &nb, &e), VL_EINVAL);
+    other[0] = 4;
+    assert_int_equal(model_mlp_output_grads(m, other, &e), VL_EINVAL);
+    assert_int_equal(model_mlp_output_grads(m, NULL, &e), VL_EINVAL);
+    OK(model_mlp_forward(m, x, y, B, &loss, &e_));
+    assert_int_equal(model_mlp_layer_io(m, 0, &lx, &ly, &nb, &e), VL_EINVAL);
+    free(before);
+    free(x);
+    model_mlp_destroy(m);
+}
+
 static void test_forward_errors(void **state)
 {
     (void)state;
@@ -781,6 +863,7 @@ int main(void)
         cmocka_unit_test(test_init_loss_is_uniform),
         cmocka_unit_test(test_gradient_finite_differences),
         cmocka_unit_test(test_gradient_accumulates),
+        cmocka_unit_test(test_layer_io),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_replanning),
         cmocka_unit_test(test_overfit_one_batch),
