@@ -72,6 +72,8 @@ struct model_gpt {
     int have_output;   /* model_gpt_output is meaningful */
     int can_backward;  /* the last forward had targets and was not consumed */
     double loss_sum;   /* sum of per-token losses of the last forward */
+    model_gpt_linear_fn linear_fn; /* NULL: backward skips the hook entirely */
+    void *linear_ctx;
 };
 
 /* Pointer to tensor idx inside a flat vector laid out like the params. */

@@ -221,6 +221,21 @@ const float *model_gpt_output(const model_gpt *m)
 
 /* ---- backward ------------------------------------------------------------- */
 
+void model_gpt_set_linear_hook(model_gpt *m, model_gpt_linear_fn fn, void *ctx)
+{
+    m->linear_fn = fn;
+    m->linear_ctx = fn ? ctx : NULL;
+}
+
+/* Shows the hook layer l's linear product k (weight index) while its input
+ * and output gradient are still in their buffers. */
+static inline void linear_hook(const model_gpt *m, int l, int k, const float *x,
+                               const float *dy, int n, int in, int out)
+{
+    if (m->linear_fn)
+        m->linear_fn(m->linear_ctx, m->tensors[GPT_LAYER(l, k)].name, x, dy, n, in, out);
+}
+
 int model_gpt_backward(model_gpt *m, vl_error *err)
 {
     if (!m->can_backward)
@@ -258,21 +273,25 @@ int model_gpt_backward(model_gpt *m, vl_error *err)
         const float *x = l == 0 ? a->encoded : a->layers[l - 1].res3;
 #define W(k) gpt_tensor_ptr(m, P, GPT_LAYER(l, k))
 #define D(k) gpt_tensor_ptr(m, G, GPT_LAYER(l, k))
+        linear_hook(m, l, GPT_FCPROJ_W, la->fch_gelu, g->dres, N, 4 * C, C);
         memset(g->dfch_gelu, 0, NC * 4 * sizeof(float));
         kernels_matmul_backward(g->dfch_gelu, D(GPT_FCPROJ_W), D(GPT_FCPROJ_B), g->dres,
                                 la->fch_gelu, W(GPT_FCPROJ_W), N, 4 * C, C);
         memset(g->dfch, 0, NC * 4 * sizeof(float));
         kernels_gelu_backward(g->dfch, la->fch, g->dfch_gelu, NC * 4);
+        linear_hook(m, l, GPT_FC_W, la->ln2, g->dfch, N, C, 4 * C);
         memset(g->dln, 0, NC * sizeof(float));
         kernels_matmul_backward(g->dln, D(GPT_FC_W), D(GPT_FC_B), g->dfch, la->ln2, W(GPT_FC_W),
                                 N, C, 4 * C);
         kernels_layernorm_backward(g->dres, D(GPT_LN2_W), D(GPT_LN2_B), g->dln, la->res2,
                                    W(GPT_LN2_W), la->ln2_mean, la->ln2_rstd, N, C);
+        linear_hook(m, l, GPT_ATTPROJ_W, la->atty, g->dres, N, C, C);
         memset(g->datty, 0, NC * sizeof(float));
         kernels_matmul_backward(g->datty, D(GPT_ATTPROJ_W), D(GPT_ATTPROJ_B), g->dres, la->atty,
                                 W(GPT_ATTPROJ_W), N, C, C);
         memset(g->dqkv, 0, NC * 3 * sizeof(float));
         kernels_attention_backward(g->dqkv, g->scratch, g->datty, la->qkv, la->att, B, T, C, NH);
+        linear_hook(m, l, GPT_QKV_W, la->ln1, g->dqkv, N, C, 3 * C);
         memset(g->dln, 0, NC * sizeof(float));
         kernels_matmul_backward(g->dln, D(GPT_QKV_W), D(GPT_QKV_B), g->dqkv, la->ln1,
                                 W(GPT_QKV_W), N, C, 3 * C);

@@ -127,6 +127,31 @@ const float *model_gpt_output(const model_gpt *m);
  * no forward-with-targets to differentiate, VL_ENOMEM. */
 int model_gpt_backward(model_gpt *m, vl_error *err) VL_MUST_CHECK;
 
+/* Observer of one linear layer y = x W + b during model_gpt_backward, for
+ * curvature estimates such as K-FAC, which need per-layer inputs and output
+ * gradients that the backward pass keeps only briefly (it reuses one
+ * scratch buffer per kind across layers). weight_name is the layer's
+ * weight in the tensor table ("h.0.attn.c_attn.weight"); x [n,in] is the
+ * layer's input and dy [n,out] the gradient of the mean loss with respect
+ * to its output (bias included), n = B*T, row-major, W being [in,out]. So
+ * the pass adds x^T dy to the weight's gradient and dy's column sums to the
+ * bias's. x, dy and weight_name are owned by the model and valid only
+ * during the call; the parameter gradients may or may not yet include this
+ * layer's contribution. Runs on the caller's thread, inside backward, so
+ * it must not run a pass on, or change, the model. */
+typedef void (*model_gpt_linear_fn)(void *ctx, const char *weight_name, const float *x,
+                                    const float *dy, int n, int in, int out);
+
+/* Installs fn (with ctx passed back to it) to be called by every later
+ * model_gpt_backward once per plain linear layer: for each block i,
+ * h.i.mlp.c_proj, h.i.mlp.c_fc, h.i.attn.c_proj, h.i.attn.c_attn, in that
+ * order, from the last block down to block 0 (the order backward reaches
+ * them), so 4 n_layer calls a pass. The tied LM head is not reported: it
+ * multiplies by wte transposed, without a bias, and wte also takes the
+ * embedding gradient, so it is not a product of this form. fn NULL turns the
+ * hook off; unset, it costs one not-taken branch per linear layer. */
+void model_gpt_set_linear_hook(model_gpt *m, model_gpt_linear_fn fn, void *ctx);
+
 /* Zeroes the gradient vector, allocating it on first use. Returns 0 or
  * VL_ENOMEM. */
 int model_gpt_zero_grad(model_gpt *m, vl_error *err) VL_MUST_CHECK;

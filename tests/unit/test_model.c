@@ -1,6 +1,7 @@
 /*
  * Unit tests for the GPT: configuration, tensor table, initialisation, the
- * full-model gradient against finite differences, loss at initialisation,
+ * full-model gradient against finite differences, the linear-layer hook
+ * against the gradients it must reproduce, loss at initialisation,
  * overfitting one batch with AdamW, reproducibility, evaluation and the
  * AdamW decay policy.
  */
@@ -330,6 +331,173 @@ static void test_gradient_accumulates(void **state)
     model_gpt_destroy(m);
 }
 
+/* ---- linear-layer hook ------------------------------------------------------ */
+
+#define HOOK_MAX_CALLS 16
+
+/* What the hook saw: per call the name, shape, and x^T dy and the column
+ * sums of dy accumulated in double, which is what the pass adds into the
+ * weight and bias gradients. */
+typedef struct hook_rec {
+    int calls;
+    char name[HOOK_MAX_CALLS][MODEL_TENSOR_NAME_MAX];
+    int n[HOOK_MAX_CALLS], in[HOOK_MAX_CALLS], out[HOOK_MAX_CALLS];
+    double *dw[HOOK_MAX_CALLS], *db[HOOK_MAX_CALLS];
+    double *dw_abs[HOOK_MAX_CALLS]; /* sum of |x dy|, the scale of float rounding */
+} hook_rec;
+
+static void record_linear(void *ctx, const char *weight_name, const float *x, const float *dy,
+                          int n, int in, int out)
+{
+    hook_rec *h = ctx;
+    if (h->calls >= HOOK_MAX_CALLS)
+        fail_msg("linear hook called more than %d times", HOOK_MAX_CALLS);
+    int c = h->calls++;
+    snprintf(h->name[c], sizeof h->name[c], "%s", weight_name);
+    h->n[c] = n, h->in[c] = in, h->out[c] = out;
+    h->dw[c] = calloc((size_t)in * out, sizeof(double));
+    h->dw_abs[c] = calloc((size_t)in * out, sizeof(double));
+    h->db[c] = calloc((size_t)out, sizeof(double));
+    assert_true(h->dw[c] && h->dw_abs[c] && h->db[c]);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < in; i++)
+            for (int o = 0; o < out; o++) {
+                double v = (double)x[(size_t)r * in + i] * dy[(size_t)r * out + o];
+                h->dw[c][(size_t)i * out + o] += v;
+                h->dw_abs[c][(size_t)i * out + o] += fabs(v);
+            }
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < out; o++)
+            h->db[c][o] += dy[(size_t)r * out + o];
+}
+
+static void hook_rec_free(hook_rec *h)
+{
+    for (int c = 0; c < h->calls; c++) {
+        free(h->dw[c]);
+        free(h->dw_abs[c]);
+        free(h->db[c]);
+    }
+    memset(h, 0, sizeof *h);
+}
+
+/* zero_grad, forward and backward on fixed tokens; returns a copy of the
+ * gradient vector (caller frees). */
+static float *hook_pass(model_gpt *m, const int *in, const int *tg, int B, int T)
+{
+    float loss;
+    OK(model_gpt_zero_grad(m, &e_));
+    OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
+    OK(model_gpt_backward(m, &e_));
+    size_t np = model_gpt_num_params(m);
+    float *g = malloc(np * sizeof(float));
+    assert_non_null(g);
+    memcpy(g, model_gpt_grads(m), np * sizeof(float));
+    return g;
+}
+
+static const model_gpt_config hook_cfg = {.vocab_size = 97, .block_size = 16, .n_layer = 2,
+                                          .n_head = 2, .n_embd = 24};
+
+static model_gpt *hook_model(int *in, int *tg, size_t bt)
+{
+    model_gpt *m = make(hook_cfg, 31);
+    /* Larger weights than the initialisation, so every layer's gradient
+     * stands well clear of zero. */
+    rng r;
+    rng_seed(&r, 32);
+    const model_tensor *t;
+    int nt = model_gpt_tensors(m, &t);
+    float *p = model_gpt_params(m);
+    for (int i = 0; i < nt; i++)
+        for (size_t k = 0; k < t[i].numel; k++)
+            p[t[i].offset + k] += 0.1f * rng_normal(&r);
+    random_tokens(in, bt, hook_cfg.vocab_size, &r);
+    random_tokens(tg, bt, hook_cfg.vocab_size, &r);
+    return m;
+}
+
+static void test_linear_hook_matches_gradients(void **state)
+{
+    (void)state;
+    enum { B = 3, T = 5 };
+    int in[B * T], tg[B * T];
+    model_gpt *m = hook_model(in, tg, B * T);
+    const int L = hook_cfg.n_layer, C = hook_cfg.n_embd;
+    hook_rec h = {0};
+    model_gpt_set_linear_hook(m, record_linear, &h);
+    float *g = hook_pass(m, in, tg, B, T);
+    assert_int_equal(h.calls, 4 * L);
+
+    /* Backward reaches the layers from the top block down, the MLP first. */
+    static const struct { const char *layer; int in, out; } per_block[4] = {
+        {"mlp.c_proj", 4, 1}, {"mlp.c_fc", 1, 4}, {"attn.c_proj", 1, 1}, {"attn.c_attn", 1, 3}};
+    for (int c = 0; c < h.calls; c++) {
+        int l = L - 1 - c / 4, k = c % 4;
+        char want[MODEL_TENSOR_NAME_MAX], bias[MODEL_TENSOR_NAME_MAX];
+        snprintf(want, sizeof want, "h.%d.%s.weight", l, per_block[k].layer);
+        snprintf(bias, sizeof bias, "h.%d.%s.bias", l, per_block[k].layer);
+        assert_string_equal(h.name[c], want);
+        assert_int_equal(h.n[c], B * T);
+        assert_int_equal(h.in[c], per_block[k].in * C);
+        assert_int_equal(h.out[c], per_block[k].out * C);
+
+        const model_tensor *tw = model_gpt_find_tensor(m, want);
+        const model_tensor *tb = model_gpt_find_tensor(m, bias);
+        assert_non_null(tw);
+        assert_non_null(tb);
+        assert_int_equal(tw->shape[0], h.in[c]);
+        assert_int_equal(tw->shape[1], h.out[c]);
+        assert_int_equal(tb->numel, h.out[c]);
+        double biggest = 0;
+        for (size_t j = 0; j < tw->numel; j++) {
+            assert_near_at(g[tw->offset + j], h.dw[c][j], 1e-5 * h.dw_abs[c][j] + 1e-12, want,
+                           __LINE__);
+            biggest = fmax(biggest, fabs(h.dw[c][j]));
+        }
+        if (!(biggest > 1e-6))
+            fail_msg("%s: the hook's x^T dy is all but zero (%.3g)", want, biggest);
+        for (size_t j = 0; j < tb->numel; j++)
+            assert_near_at(g[tb->offset + j], h.db[c][j], 1e-5 * fabs(h.db[c][j]) + 1e-7, bias,
+                           __LINE__);
+    }
+    free(g);
+    hook_rec_free(&h);
+
+    /* Every backward reports again; after unsetting, none does. */
+    free(hook_pass(m, in, tg, B, T));
+    assert_int_equal(h.calls, 4 * L);
+    hook_rec_free(&h);
+    model_gpt_set_linear_hook(m, NULL, &h);
+    free(hook_pass(m, in, tg, B, T));
+    assert_int_equal(h.calls, 0);
+    model_gpt_destroy(m);
+}
+
+static void test_linear_hook_only_observes(void **state)
+{
+    (void)state;
+    enum { B = 3, T = 5 };
+    int in[B * T], tg[B * T];
+    model_gpt *m = hook_model(in, tg, B * T);
+    size_t bytes = model_gpt_num_params(m) * sizeof(float);
+    float *plain = hook_pass(m, in, tg, B, T); /* no hook ever set */
+    hook_rec h = {0};
+    model_gpt_set_linear_hook(m, record_linear, &h);
+    float *hooked = hook_pass(m, in, tg, B, T);
+    assert_int_equal(h.calls, 4 * hook_cfg.n_layer);
+    model_gpt_set_linear_hook(m, NULL, NULL);
+    float *unset = hook_pass(m, in, tg, B, T);
+    assert_int_equal(h.calls, 4 * hook_cfg.n_layer);
+    assert_memory_equal(plain, hooked, bytes);
+    assert_memory_equal(plain, unset, bytes);
+    free(plain);
+    free(hooked);
+    free(unset);
+    hook_rec_free(&h);
+    model_gpt_destroy(m);
+}
+
 /* ---- training ------------------------------------------------------------- */
 
 static void test_overfit_one_batch(void **state)
@@ -545,6 +713,8 @@ int main(void)
         cmocka_unit_test(test_replanning),
         cmocka_unit_test(test_full_model_gradient),
         cmocka_unit_test(test_gradient_accumulates),
+        cmocka_unit_test(test_linear_hook_matches_gradients),
+        cmocka_unit_test(test_linear_hook_only_observes),
         cmocka_unit_test(test_overfit_one_batch),
         cmocka_unit_test(test_deterministic_training),
         cmocka_unit_test(test_eval_bytes),
