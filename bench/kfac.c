@@ -34,6 +34,7 @@
 
 #include <cblas.h> /* openblas_get_config, for the header line */
 
+#include "bench/args.h"
 #include "common/common.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -431,21 +432,9 @@ static void make_data(problem *pb)
 
 int main(int argc, char **argv)
 {
-    int threads = omp_get_num_procs();
-    int quick = 0;
-    for (int i = 1; i < argc; i++) {
-        int64_t v;
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
-            parse_i64(argv[i + 1], 1, 1024, &v) == 0) {
-            threads = (int)v;
-            i++;
-        } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
-            return 2;
-        }
-    }
+    int threads, quick;
+    if (bench_parse_args(argc, argv, &threads, &quick) != 0)
+        return 2;
     kernels_set_num_threads(threads);
 
     problem pb;

@@ -635,12 +635,18 @@ static void draw_point(const model_fed_synth_config *cfg, const float *centres, 
         x[j] = c[j] + cfg->noise * rng_normal(r);
 }
 
+/* What both generators check before drawing anything. */
+static int check_request(const model_fed_synth_config *cfg, uint64_t first, int n,
+                         const float *x, const int *y, vl_error *err)
+{
+    int rc = model_fed_synth_config_validate(cfg, err);
+    return rc == 0 ? check_range(first, n, x, y, err) : rc;
+}
+
 int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t first, int n,
                          float *x, int *y, vl_error *err)
 {
-    int rc = model_fed_synth_config_validate(cfg, err);
-    if (rc == 0)
-        rc = check_range(first, n, x, y, err);
+    int rc = check_request(cfg, first, n, x, y, err);
     if (rc != 0)
         return rc;
     int C = cfg->n_classes;
@@ -680,9 +686,7 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
 int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n,
                                float *x, int *y, vl_error *err)
 {
-    int rc = model_fed_synth_config_validate(cfg, err);
-    if (rc == 0)
-        rc = check_range(first, n, x, y, err);
+    int rc = check_request(cfg, first, n, x, y, err);
     if (rc != 0)
         return rc;
     float *centres = make_centres(cfg, err);
