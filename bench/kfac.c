@@ -2,7 +2,8 @@
  * bench_kfac: how many steps, and how much training wall time, the MLP
  * classifier needs to reach a target evaluation loss with K-FAC-
  * preconditioned SGD, against AdamW measured in the same run from the same
- * initial weights on the same batch sequence.
+ * initial weights on the same batch sequence; then the same for the
+ * default byte GPT (kfac_gpt.c).
  *
  * Task: model_fed_synth data (several modes per class, so the boundary is
  * nonlinear), peer 0's near-IID stream (alpha 100) as training data, fresh
@@ -35,6 +36,7 @@
 #include <cblas.h> /* openblas_get_config, for the header line */
 
 #include "bench/args.h"
+#include "bench/kfac.h"
 #include "common/common.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -576,5 +578,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < nc; i++)
         result_free(&res[i]);
     free(res), free(pb.xtr), free(pb.ytr), free(pb.xev), free(pb.yev);
-    return 0;
+    fflush(stdout);
+    return bench_kfac_gpt(quick);
 }

@@ -175,6 +175,8 @@ void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype 
 
 /* ---- updates (update.c) -------------------------------------------------- */
 
+struct compress_factors;
+
 typedef struct compress_update_meta {
     char run[64];
     int64_t task;
@@ -185,6 +187,10 @@ typedef struct compress_update_meta {
     int64_t local_steps; /* > 0 */
     double loss;         /* mean local training loss, finite */
     uint64_t seed;       /* sketch only: the sketch's hash seed */
+    /* K-FAC runs that share factors: the peer's factors, written into the
+     * update beside its kind's tensors (borrowed; NULL: none). Decoding
+     * leaves it NULL; see compress_factors_decode. */
+    const struct compress_factors *factors;
 } compress_update_meta;
 
 /* Appends a dense update (delta as F32 or F16) to out. */
@@ -210,6 +216,7 @@ typedef struct compress_update {
     const st_tensor *table;   /* sketch */
     size_t nnz;               /* topk: entries; dense: n_params */
     uint32_t rows, cols;      /* sketch */
+    int has_factors;          /* the file holds K-FAC factor tensors (not checked here) */
 } compress_update;
 
 /* Parses and validates len bytes against a model of n_params parameters.
@@ -223,6 +230,109 @@ int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
                            compress_update *out, const char **code,
                            vl_error *err) VL_MUST_CHECK;
 void compress_update_free(compress_update *u);
+
+/* ---- K-FAC factors (factors.c) ---------------------------------------------- */
+
+/* A peer training with K-FAC (model_kfac_gpt) keeps, per linear layer, the
+ * Kronecker factors A [(in+1), (in+1)] and G [out, out] of its Fisher
+ * block. In runs that share them it attaches them to its update, and the
+ * coordinator serves their weighted average as a file of its own. Either
+ * way they are the tensors "kfac.<layer>.A" and "kfac.<layer>.G" (layer as
+ * model_gpt_kfac_layer names it, e.g. "kfac.h.0.attn.c_attn.A"), all F32
+ * or all F16, and the metadata COMPRESS_FACTORS_SAMPLES_KEY, the number of
+ * samples (tokens) behind them. F16 loses range, and G's entries are tiny
+ * (squared per-token gradients), so F16 factors are stored divided by
+ * their largest |entry| and an F32 tensor COMPRESS_FACTORS_SCALE [2n]
+ * holds those scales (A of layer i at 2i, G at 2i + 1). */
+#define COMPRESS_FACTORS_PREFIX "kfac."
+#define COMPRESS_FACTORS_SCALE "kfac.scale"
+#define COMPRESS_FACTORS_SAMPLES_KEY "kfac_samples"
+#define COMPRESS_FACTORS_FORMAT "volley-kfac-factors" /* "format" of a merged file */
+#define COMPRESS_FACTORS_MAX_LAYERS 2040 /* 2n + 1 tensors fit ST_MAX_TENSORS */
+#define COMPRESS_FACTORS_MAX_DIM ((1u << 14) + 1)
+#define COMPRESS_FACTORS_MAX_SAMPLES ((int64_t)1 << 50)
+
+/* One layer's factor sizes: A is a_dim x a_dim (a_dim = in + 1 >= 2), G
+ * g_dim x g_dim. */
+typedef struct compress_factor_layer {
+    char name[64];
+    uint32_t a_dim, g_dim;
+} compress_factor_layer;
+
+/* Factors to write: n layers, A[i] and G[i] full row-major matrices. All
+ * borrowed. */
+typedef struct compress_factors {
+    const compress_factor_layer *layers;
+    int n;
+    const float *const *A, *const *G;
+    int64_t samples; /* 1 .. COMPRESS_FACTORS_MAX_SAMPLES */
+    st_dtype dtype;  /* F32 or F16 */
+} compress_factors;
+
+/* Adds f's tensors and samples metadata to w. F16 copies are made into
+ * *scratch, which the caller frees after st_writer_finish (NULL for F32). */
+int compress_factors_write(st_writer *w, const compress_factors *f, void **scratch,
+                           vl_error *err) VL_MUST_CHECK;
+
+/* Appends a merged-factors file: metadata "format" COMPRESS_FACTORS_FORMAT,
+ * "run", "version" (the version they were merged into) and f. */
+int compress_factors_encode_file(const compress_factors *f, const char *run, int64_t version,
+                                 buf *out, vl_error *err) VL_MUST_CHECK;
+
+/* 1 when the file holds any tensor whose name starts with "kfac.". */
+int compress_factors_present(const st_file *f);
+
+/* Factors as a parsed file holds them: A[i], G[i] point at its tensors
+ * (valid while the file is), scale at the F16 scales (NULL for F32). */
+typedef struct compress_factors_view {
+    int n;
+    const st_tensor **A, **G; /* one allocation, owned */
+    const st_tensor *scale;
+    int64_t samples;
+} compress_factors_view;
+
+/* Checks the factor tensors of f against the n layers a run's model has:
+ * the samples metadata; for every layer both tensors, of its shape; one
+ * dtype, F32 or F16 (with its scales, finite and positive); no other
+ * "kfac." tensor; every value finite; diagonals >= 0; symmetric and within
+ * the Cauchy-Schwarz bound of a positive semi-definite matrix (to 1 % of
+ * sqrt(f_ii f_jj)); and A's last entry 1, the bias input's square.
+ * Returns VL_EINVAL for bad layers or metadata, VL_ERANGE (*code
+ * "bad_factors", may be NULL) for tensors that do not fit, VL_ENOMEM; out
+ * is empty on failure (compress_factors_view_free after success). */
+int compress_factors_decode(const st_file *f, const compress_factor_layer *layers, int n,
+                            compress_factors_view *out, const char **code,
+                            vl_error *err) VL_MUST_CHECK;
+void compress_factors_view_free(compress_factors_view *v);
+
+/* Layer i's A (which 0) or G (which 1) as floats into dst (n entries, its
+ * size), scaled back for F16. */
+int compress_factors_values(const compress_factors_view *v, int i, int which, float *dst,
+                            size_t n, vl_error *err) VL_MUST_CHECK;
+
+/* The coordinator's running weighted sum of peers' factors, in double, for
+ * their weighted mean Σ wₖ Fₖ / Σ wₖ. */
+typedef struct compress_factors_sum {
+    const compress_factor_layer *layers; /* borrowed */
+    int n, count;     /* layers; factor sets added */
+    size_t total;     /* floats of all the matrices */
+    double *sum;      /* owned */
+    float *scratch;   /* owned: conversions, then the mean */
+    double weight;    /* Σ wₖ */
+    int64_t samples;  /* Σ samples, capped at COMPRESS_FACTORS_MAX_SAMPLES */
+} compress_factors_sum;
+
+int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_layer *layers,
+                              int n, vl_error *err) VL_MUST_CHECK;
+void compress_factors_sum_free(compress_factors_sum *s);
+/* Adds w (finite, > 0) times the factors of v, which must have s's layers
+ * (as decoded against them). */
+int compress_factors_sum_add(compress_factors_sum *s, const compress_factors_view *v, double w,
+                             vl_error *err) VL_MUST_CHECK;
+/* Points A[i] and G[i] (n each, caller's arrays) at the weighted mean,
+ * held in s until the next add or free. VL_EINVAL when nothing was added. */
+int compress_factors_sum_mean(compress_factors_sum *s, const float **A, const float **G,
+                              vl_error *err) VL_MUST_CHECK;
 
 /* ---- second-round messages (values.c) ------------------------------------- */
 

@@ -68,12 +68,15 @@ static int encode(const compress_update_meta *meta, const char *name1, st_dtype 
                   st_dtype dt2, const void *data2, size_t bytes2, buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
+    void *scratch = NULL;
     int rc = write_meta(&w, meta);
     if (!rc) rc = st_writer_add(&w, name1, dt1, ndim1, shape1, data1, bytes1);
     if (!rc && name2) rc = st_writer_add(&w, name2, dt2, 1, shape1, data2, bytes2);
+    if (rc) rc = vl_fail(err, rc, "cannot build update");
+    if (!rc && meta->factors) rc = compress_factors_write(&w, meta->factors, &scratch, err);
     if (!rc) rc = st_writer_finish(&w, out, err);
-    else rc = vl_fail(err, rc, "cannot build update");
     st_writer_free(&w);
+    free(scratch);
     return rc;
 }
 
@@ -197,12 +200,22 @@ static int decode_meta(const st_file *f, compress_update_meta *m, vl_error *err)
     return VL_OK;
 }
 
+/* Tensors besides K-FAC factors, which compress_factors_decode checks. */
+static int kind_tensors(const st_file *f) {
+    size_t np = strlen(COMPRESS_FACTORS_PREFIX);
+    int n = 0;
+    for (int i = 0; i < f->ntensors; i++)
+        if (strncmp(f->tensors[i].name, COMPRESS_FACTORS_PREFIX, np) != 0) n++;
+    return n;
+}
+
 /* Tensors of each kind. code is set for range failures (VL_ERANGE). */
 static int decode_dense(compress_update *u, size_t n_params, const char **code, vl_error *err) {
     const st_file *f = &u->file;
     u->delta = st_find(f, "delta");
-    if (!u->delta || f->ntensors != 1)
-        return vl_fail(err, VL_EINVAL, "a dense update holds exactly one tensor, 'delta'");
+    if (!u->delta || kind_tensors(f) != 1)
+        return vl_fail(err, VL_EINVAL,
+                       "a dense update holds one tensor, 'delta', besides any K-FAC factors");
     const st_tensor *t = u->delta;
     *code = "bad_shape";
     if (!is_value_dtype(t->dtype))
@@ -223,8 +236,9 @@ static int decode_topk(compress_update *u, size_t n_params, const char **code, v
     const st_file *f = &u->file;
     u->indices = st_find(f, "indices");
     u->values = st_find(f, "values");
-    if (!u->indices || !u->values || f->ntensors != 2)
-        return vl_fail(err, VL_EINVAL, "a topk update holds exactly 'indices' and 'values'");
+    if (!u->indices || !u->values || kind_tensors(f) != 2)
+        return vl_fail(err, VL_EINVAL,
+                       "a topk update holds 'indices' and 'values', besides any K-FAC factors");
     const st_tensor *ix = u->indices, *vx = u->values;
     *code = "bad_shape";
     if (ix->dtype != ST_U32 || ix->ndim != 1)
@@ -263,8 +277,9 @@ static int decode_topk(compress_update *u, size_t n_params, const char **code, v
 static int decode_sketch(compress_update *u, const char **code, vl_error *err) {
     const st_file *f = &u->file;
     u->table = st_find(f, "table");
-    if (!u->table || f->ntensors != 1)
-        return vl_fail(err, VL_EINVAL, "a sketch update holds exactly one tensor, 'table'");
+    if (!u->table || kind_tensors(f) != 1)
+        return vl_fail(err, VL_EINVAL,
+                       "a sketch update holds one tensor, 'table', besides any K-FAC factors");
     const st_tensor *t = u->table;
     *code = "bad_shape";
     if (!is_value_dtype(t->dtype) || t->ndim != 2)
@@ -301,6 +316,7 @@ int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
         case COMPRESS_SKETCH: rc = decode_sketch(out, &c, err); break;
         }
     }
+    out->has_factors = compress_factors_present(&out->file);
     if (code) *code = rc == VL_ERANGE ? c : NULL;
     if (rc != VL_OK) {
         st_free(&out->file);

@@ -71,6 +71,7 @@ typedef struct merge_ctx {
     int64_t version;     /* the version being merged from */
     size_t stale;        /* updates based on an older version */
     coord_round_acc *round; /* sketch runs with a second round, else NULL */
+    compress_factors_sum *factors; /* K-FAC runs that share factors, else NULL */
     vl_error *err;
 } merge_ctx;
 
@@ -98,6 +99,7 @@ static int merge_one(void *arg, const storage_update *u) {
     int rc = m->sk ? compress_update_accumulate_sketch(&cu, w, m->sk, m->err)
                    : compress_update_accumulate(&cu, w, m->sum, m->n_params, m->err);
     if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, w, m->err);
+    if (rc == VL_OK && m->factors) rc = coord_factors_add(m->factors, &cu, u->id, m->err);
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
     m->ids[m->n_ids++] = u->id;
@@ -332,6 +334,8 @@ typedef struct merge_job {
     coord_round_acc racc;   /* and its values */
     storage_version ver;
     storage_commit_opts opts;
+    compress_factors_sum fsum; /* K-FAC runs that share factors */
+    buf fbuf;                  /* and the merged factors file */
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -340,6 +344,8 @@ static int merge_run(storage *db, coord_job *job, vl_error *err) {
 }
 
 static void merge_job_free(merge_job *j) {
+    compress_factors_sum_free(&j->fsum);
+    buf_free(&j->fbuf);
     coord_round_acc_free(&j->racc);
     storage_round_free(&j->rnd);
     free(j->m.sum);
@@ -376,9 +382,11 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         coord_blob_unref(srv->model_blob);
         srv->model_blob = NULL;
     }
+    if (j->ver.factors) srv->factors_version = j->ver.version;
     log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates of which %zu stale, %zu "
-             "coordinates changed)%s", (long long)j->ver.version, j->ver.val_loss,
+             "coordinates changed%s)%s", (long long)j->ver.version, j->ver.val_loss,
              j->ver.train_loss, j->m.n_ids, j->m.stale, j->ver.change_nnz,
+             j->ver.factors ? ", K-FAC factors merged" : "",
              srv->finished ? "; the run is finished" : "");
     merge_job_free(j);
     coord_wake_waiters(srv);
@@ -427,6 +435,11 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,
                                     .finished = next >= srv->cfg.max_versions,
                                     .expire_old_leases = !coord_config_is_async(&srv->cfg)};
+    if (m->factors && (rc = coord_factors_merged(srv, m->factors, next, &j->fbuf, &j->ver,
+                                                 &j->merr)) != VL_OK) {
+        *err = j->merr;
+        return rc;
+    }
     if (m->round)
         log_info("version %lld: second round used %zu reported and %zu estimated updates over "
                  "%zu candidates", (long long)next, j->racc.reported, j->racc.estimated,
@@ -512,6 +525,11 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
                      (long long)srv->version);
         goto fail;
+    }
+    if (srv->factor_layers) {
+        rc = compress_factors_sum_init(&j->fsum, srv->factor_layers, srv->n_factor_layers, err);
+        if (rc != VL_OK) goto fail;
+        m->factors = &j->fsum;
     }
     /* The state is copied here, on the loop, which alone replaces it. */
     memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));

@@ -45,6 +45,28 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
 size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
                     size_t n_cand, uint32_t *idx, float *val);
 
+/* ---- merged K-FAC factors (factors.c) -------------------------------------- */
+
+struct compress_update;
+struct compress_factors_sum;
+struct storage_version;
+struct coord_server;
+struct buf;
+
+/* Adds the factors of update u (stored as update_id, checked on arrival)
+ * to s, weighted by the samples they carry. VL_EDB when they no longer
+ * decode. */
+int coord_factors_add(struct compress_factors_sum *s, const struct compress_update *u,
+                      int64_t update_id, vl_error *err) VL_MUST_CHECK;
+/* The weighted mean of what s holds as the factors file of `version`
+ * (the run's factor dtype) into out (initialised here; the caller frees
+ * it), and v's factors fields pointing at it. Nothing when s is empty (a
+ * version made only of updates without factors cannot happen in runs that
+ * require them, but is not an error). */
+int coord_factors_merged(struct coord_server *srv, struct compress_factors_sum *s,
+                         int64_t version, struct buf *out, struct storage_version *v,
+                         vl_error *err) VL_MUST_CHECK;
+
 /* ---- the Sketched-SGD second round (round.c) ----------------------------- */
 
 struct coord_server;

@@ -26,6 +26,12 @@ void coord_config_defaults(coord_config *cfg) {
                                       .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
                                       .grad_clip = 1.0, .momentum = 0.9};
     snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
+    model_kfac_gpt_config k = model_kfac_gpt_config_default();
+    cfg->train.kfac.damping = k.damping;
+    cfg->train.kfac.decay = k.decay;
+    cfg->train.kfac.kl_clip = k.kl_clip;
+    cfg->train.kfac.inverse_every = k.inverse_every;
+    snprintf(cfg->train.kfac.dtype, sizeof cfg->train.kfac.dtype, "F32");
     snprintf(cfg->train.schedule, sizeof cfg->train.schedule, "constant");
     cfg->outer_lr = 0.7;
     cfg->outer_momentum = 0.9;
@@ -152,14 +158,17 @@ static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", 
                                          "n_embd", NULL};
 static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
                                          "eps", "weight_decay", "grad_clip", "schedule",
-                                         "warmup", "min_lr", "momentum", "nesterov", NULL};
+                                         "warmup", "min_lr", "momentum", "nesterov", "kfac",
+                                         NULL};
+static const char *const KFAC_KEYS[] = {"damping", "decay", "inverse_every", "kl_clip", "share",
+                                        "dtype", NULL};
 static const char *const SCHEDULES[] = {"constant", "cosine", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
 static const char *const MODES[] = {"sync", "async", NULL};
-static const char *const OPTIMIZERS[] = {"adamw", "sgd", NULL};
+static const char *const OPTIMIZERS[] = {"adamw", "sgd", "kfac", NULL};
 /* "dense" is the older name of "none". */
 static const char *const KINDS[] = {"none", "dense", "topk", "gaussk", "sketch", NULL};
 static const char *const DTYPES[] = {"F32", "F16", NULL};
@@ -227,6 +236,39 @@ int coord_config_is_async(const coord_config *cfg) {
     return strcmp(cfg->mode, "async") == 0;
 }
 
+/* train.kfac, and the K-FAC defaults of lr and momentum when the run
+ * uses K-FAC without giving them (AdamW's lr would be far too small). */
+static int parse_kfac(json_t *train, coord_train_config *t, vl_error *err) {
+    json_t *k;
+    int rc = get_obj(train, "kfac", &k, err);
+    if (rc) return vl_fail(err, VL_EINVAL, "config: train.kfac must be an object");
+    int is_kfac = strcmp(t->optimizer, "kfac") == 0;
+    if (k && !is_kfac)
+        return vl_fail(err, VL_EINVAL, "config: train.kfac is for optimizer \"kfac\" (this run "
+                                       "uses \"%s\")", t->optimizer);
+    if (!is_kfac) return VL_OK;
+    model_kfac_gpt_config d = model_kfac_gpt_config_default();
+    if (!json_object_get(train, "lr")) t->lr = d.lr;
+    if (!json_object_get(train, "momentum")) t->momentum = d.momentum;
+    if (!k) return VL_OK;
+    if ((rc = check_keys(k, "train.kfac", KFAC_KEYS, err)) ||
+        (rc = get_real(k, "damping", "train.kfac.damping", 0, 1, 1e3, 0, &t->kfac.damping,
+                       err)) ||
+        (rc = get_real(k, "decay", "train.kfac.decay", 0, 0, 1, 1, &t->kfac.decay, err)) ||
+        (rc = get_int(k, "inverse_every", "train.kfac.inverse_every", 1, 1000000,
+                      &t->kfac.inverse_every, err)) ||
+        (rc = get_real(k, "kl_clip", "train.kfac.kl_clip", 0, 0, 1e3, 0, &t->kfac.kl_clip,
+                       err)) ||
+        (rc = get_str(k, "dtype", "train.kfac.dtype", t->kfac.dtype, sizeof t->kfac.dtype,
+                      DTYPES, err)))
+        return rc;
+    json_t *sh = json_object_get(k, "share");
+    if (sh && !json_is_boolean(sh))
+        return vl_fail(err, VL_EINVAL, "config: train.kfac.share must be true or false");
+    t->kfac.share = sh && json_is_true(sh);
+    return VL_OK;
+}
+
 static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
     int rc;
     json_t *model, *train, *outer, *comp;
@@ -270,6 +312,7 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
         if (nv && !json_is_boolean(nv))
             return vl_fail(err, VL_EINVAL, "config: train.nesterov must be true or false");
         t->nesterov = nv && json_is_true(nv);
+        if ((rc = parse_kfac(train, t, err))) return rc;
     }
     if (outer) {
         if ((rc = check_keys(outer, "outer", OUTER_KEYS, err)) ||
@@ -343,6 +386,22 @@ int64_t coord_config_round_candidates(const coord_config *cfg) {
     return c < n ? c : n;
 }
 
+int coord_config_shares_factors(const coord_config *cfg) {
+    return strcmp(cfg->train.optimizer, "kfac") == 0 && cfg->train.kfac.share;
+}
+
+int64_t coord_config_factor_bytes(const coord_config *cfg) {
+    int64_t elem = dtype_bytes(cfg->train.kfac.dtype), bytes = 0;
+    int n = model_gpt_kfac_layer_count(&cfg->model);
+    for (int i = 0; i < n; i++) {
+        int in = 0, out = 0;
+        if (model_gpt_kfac_layer(&cfg->model, i, NULL, 0, &in, &out, NULL) != VL_OK) return 0;
+        /* Each tensor's header entry is well under 128 bytes. */
+        bytes += ((int64_t)(in + 1) * (in + 1) + (int64_t)out * out) * elem + 256;
+    }
+    return bytes + (elem == 2 ? 8 * (int64_t)n + 128 : 0);
+}
+
 int64_t coord_config_update_bytes(const coord_config *cfg) {
     int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
@@ -355,6 +414,7 @@ int64_t coord_config_update_bytes(const coord_config *cfg) {
     } else if (strcmp(kind, "sketch") == 0) {
         data = cfg->comp_rows * cfg->comp_cols * elem;
     }
+    if (coord_config_shares_factors(cfg)) data += coord_config_factor_bytes(cfg);
     return data + 8 + UPDATE_HEADER_SLACK;
 }
 
@@ -532,9 +592,11 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {
         rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "
-                                     "%s update of this model (%lld bytes)",
+                                     "%s update of this model%s (%lld bytes)",
                      (long long)cfg->max_body_bytes, cfg->compression_dtype,
-                     cfg->compression_kind, (long long)need);
+                     cfg->compression_kind,
+                     coord_config_shares_factors(cfg) ? " with its K-FAC factors" : "",
+                     (long long)need);
         goto out;
     }
     /* The values of a second round travel under the same cap. */
@@ -619,6 +681,16 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         return NULL;
     }
     json_decref(sched);
+    if (strcmp(cfg->train.optimizer, "kfac") == 0) {
+        json_t *k = json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping,
+                              "decay", t->kfac.decay, "inverse_every",
+                              (json_int_t)t->kfac.inverse_every, "kl_clip", t->kfac.kl_clip,
+                              "share", t->kfac.share, "dtype", t->kfac.dtype);
+        if (!k || json_object_set_new(json_object_get(root, "train"), "kfac", k) != 0) {
+            json_decref(root);
+            return NULL;
+        }
+    }
     json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
                                 "function", stale_fn_name(cfg->staleness.fn), "a",
                                 cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",

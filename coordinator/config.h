@@ -21,10 +21,20 @@
 typedef struct coord_train_config {
     int64_t steps;
     int64_t batch;
-    char optimizer[16]; /* "adamw" or "sgd" (with momentum) */
+    char optimizer[16]; /* "adamw", "sgd" (with momentum) or "kfac" */
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
-    double momentum;    /* sgd */
+    double momentum;    /* sgd, kfac */
     int nesterov;       /* sgd: Nesterov momentum */
+    /* kfac (model_kfac_gpt): damping λ, the factors' moving-average decay,
+     * inverses every inverse_every steps, the KL clip (0: off); with share
+     * set peers attach their factors (as dtype) to their updates and the
+     * coordinator serves their average with each version. */
+    struct {
+        double damping, decay, kl_clip;
+        int64_t inverse_every;
+        int share;
+        char dtype[8];
+    } kfac;
     /* The inner learning rate over the run (coord_sched_lr): "constant",
      * or "cosine" from lr down to min_lr at max_versions; either after a
      * linear warm-up over the first `warmup` versions. */
@@ -114,9 +124,15 @@ const char *coord_config_update_kind(const coord_config *cfg);
 int64_t coord_config_round_candidates(const coord_config *cfg);
 /* What the run's uploads must look like, for compress_update_check_spec. */
 void coord_config_spec(const coord_config *cfg, compress_spec *out);
-/* Size in bytes of one update of the run's compression, header included;
- * the body cap must fit it. */
+/* Size in bytes of one update of the run's compression, header included
+ * (and the K-FAC factors when the run shares them); the body cap must fit
+ * it. */
 int64_t coord_config_update_bytes(const coord_config *cfg);
+/* 1 for a K-FAC run whose peers share their factors. */
+int coord_config_shares_factors(const coord_config *cfg);
+/* Bytes of the K-FAC factors of the run's model as dtype ("F32"/"F16"),
+ * scales included. */
+int64_t coord_config_factor_bytes(const coord_config *cfg);
 
 /* Fills cfg with the defaults of every field (name and corpus empty). */
 void coord_config_defaults(coord_config *cfg);

@@ -136,6 +136,13 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
+    /* K-FAC runs that share factors: the layers every factor file must
+     * have, the newest version with merged factors (-1: none yet), and
+     * that version's file, built on first request. */
+    compress_factor_layer *factor_layers;
+    int n_factor_layers;
+    int64_t factors_version;
+    coord_blob *factors_blob;
 } coord_server;
 
 /* One request as a handler sees it. */
@@ -181,6 +188,11 @@ int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t vers
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
+/* The merged K-FAC factors file of version (the newest one is cached);
+ * the caller owns the reference. VL_ENOTFOUND when the run shares no
+ * factors or that version has none stored. */
+int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out,
+                       vl_error *err) VL_MUST_CHECK;
 /* Safetensors of an older version from its stored params; the caller owns
  * the reference. VL_ENOTFOUND when never made or pruned. */
 int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out,
@@ -257,6 +269,7 @@ void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */
 void coord_route_round(coord_req *cr);   /* GET /v1/round */
 void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
+void coord_route_factors(coord_req *cr); /* GET /v1/factors */
 
 /* ---- tasks and waiting (routes_task.c) ----------------------------------- */
 

@@ -46,6 +46,26 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         (json_int_t)c->comp_block, "decay", c->comp_decay, "selsync", "delta", c->selsync_delta,
         "h_min", (json_int_t)c->selsync_h_min, "h_max", (json_int_t)tr->steps, "deadline",
         (json_int_t)t->deadline);
+    /* K-FAC's settings likewise, with the newest merged factors when the
+     * run shares them, so the peer starts from the pooled estimate. */
+    if (o && strcmp(tr->optimizer, "kfac") == 0) {
+        json_t *k = json_pack("{s:f, s:{s:f, s:f, s:I, s:f, s:b, s:s}}", "momentum",
+                              tr->momentum, "kfac", "damping", tr->kfac.damping, "decay",
+                              tr->kfac.decay, "inverse_every", (json_int_t)tr->kfac.inverse_every,
+                              "kl_clip", tr->kfac.kl_clip, "share", tr->kfac.share, "dtype",
+                              tr->kfac.dtype);
+        if (k && tr->kfac.share && srv->factors_version >= 0 &&
+            json_object_set_new(json_object_get(k, "kfac"), "factors_version",
+                                json_integer((json_int_t)srv->factors_version)) != 0) {
+            json_decref(k);
+            k = NULL;
+        }
+        if (!k || json_object_update(json_object_get(o, "train"), k) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+        json_decref(k);
+    }
     /* SGD's settings travel only in SGD runs, which peers of an AdamW run
      * would not know what to do with. */
     if (o && strcmp(tr->optimizer, "sgd") == 0) {

@@ -73,6 +73,34 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     return 0;
 }
 
+/* The K-FAC factors an update carries: required in runs that share them
+ * (and checked against the model's layers), refused in the others. */
+static int check_factors(const coord_server *srv, const compress_update *cu, const char **code,
+                         vl_error *e) {
+    *code = NULL;
+    if (!coord_config_shares_factors(&srv->cfg)) {
+        if (!cu->has_factors) return VL_OK;
+        *code = "unexpected_factors";
+        return vl_fail(e, VL_ERANGE, "this run does not share K-FAC factors; the update carries "
+                                     "some");
+    }
+    if (!cu->has_factors) {
+        *code = "missing_factors";
+        return vl_fail(e, VL_ERANGE, "this run shares K-FAC factors: an update carries its "
+                                     "peer's (tensors kfac.<layer>.A and .G)");
+    }
+    compress_factors_view v;
+    int rc = compress_factors_decode(&cu->file, srv->factor_layers, srv->n_factor_layers, &v,
+                                     code, e);
+    if (rc == VL_OK) {
+        compress_factors_view_free(&v);
+        return VL_OK;
+    }
+    if (rc == VL_ENOMEM) return rc;
+    *code = "bad_factors";
+    return VL_ERANGE;
+}
+
 /* One accepted update on its way to the database. The body stays in the
  * request's input buffer, which libevent leaves alone until the request
  * is answered, and the request is answered only in done. */
@@ -146,7 +174,12 @@ void coord_route_updates(coord_req *cr) {
         return;
     }
     rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
+    if (rc == VL_OK) rc = check_factors(srv, &cu, &code, &e);
     compress_update_free(&cu);
+    if (rc == VL_ENOMEM) {
+        coord_reply_oom(cr, "checking an update's factors");
+        return;
+    }
     if (rc != VL_OK) {
         coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
         return;

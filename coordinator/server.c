@@ -271,6 +271,7 @@ static const route ROUTES[] = {
     {"/v1/status", 0, EVHTTP_REQ_GET, coord_route_status},
     {"/v1/round", 0, EVHTTP_REQ_GET, coord_route_round},
     {"/v1/round/values", 0, EVHTTP_REQ_POST, coord_route_round_values},
+    {"/v1/factors", 0, EVHTTP_REQ_GET, coord_route_factors},
 };
 
 /* A head the guard refused: answer without reading anything more, and

@@ -11,6 +11,25 @@
  * the whole timestamp window. */
 #define NONCE_SLOTS ((size_t)1 << 21)
 
+/* The factor layers of a run that shares K-FAC factors, and the newest
+ * version whose merged factors were committed. */
+static int load_factors(coord_server *srv, vl_error *err) {
+    srv->factors_version = -1;
+    if (!coord_config_shares_factors(&srv->cfg)) return VL_OK;
+    int n = model_gpt_kfac_layer_count(&srv->cfg.model);
+    srv->factor_layers = calloc((size_t)n, sizeof *srv->factor_layers);
+    if (!srv->factor_layers) return vl_fail(err, VL_ENOMEM, "out of memory");
+    int rc = model_gpt_kfac_factor_layers(&srv->cfg.model, srv->factor_layers, n, err);
+    if (rc < 0) return rc;
+    srv->n_factor_layers = rc;
+    rc = storage_factors_latest(srv->db, &srv->factors_version, err);
+    if (rc == VL_ENOTFOUND) {
+        srv->factors_version = -1;
+        return VL_OK;
+    }
+    return rc;
+}
+
 int coord_state_load(coord_server *srv, vl_error *err) {
     storage_run run;
     int rc = storage_run_get(srv->db, &run, err);
@@ -69,6 +88,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                     run.current_version >= srv->cfg.max_versions;
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
     if (!srv->nonces) rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    if (rc == VL_OK) rc = load_factors(srv, err);
 out:
     storage_run_free(&run);
     return rc;
@@ -86,6 +106,11 @@ void coord_state_free(coord_server *srv) {
     srv->model_blob = NULL;
     if (srv->delta_blob) coord_blob_unref(srv->delta_blob);
     srv->delta_blob = NULL;
+    if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
+    srv->factors_blob = NULL;
+    free(srv->factor_layers);
+    srv->factor_layers = NULL;
+    srv->n_factor_layers = 0;
     model_gpt_destroy(srv->gpt);
     srv->gpt = NULL;
     model_gpt_destroy(srv->eval);
@@ -176,4 +201,31 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     model_gpt_destroy(gpt);
     storage_version_free(&v);
     return rc;
+}
+
+int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
+    *out = NULL;
+    if (!srv->factor_layers)
+        return vl_fail(err, VL_ENOTFOUND, "this run does not share K-FAC factors");
+    if (srv->factors_blob && srv->factors_blob->version == version) {
+        srv->factors_blob->refs++;
+        *out = srv->factors_blob;
+        return VL_OK;
+    }
+    coord_blob *b = calloc(1, sizeof *b);
+    if (!b) return vl_fail(err, VL_ENOMEM, "out of memory");
+    int rc = storage_factors_get(srv->db, version, &b->data, &b->len, NULL, NULL, err);
+    if (rc != VL_OK) {
+        free(b);
+        return rc;
+    }
+    b->refs = 1;
+    b->version = version;
+    if (version == srv->factors_version) {
+        if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
+        srv->factors_blob = b;
+        b->refs++;
+    }
+    *out = b;
+    return VL_OK;
 }

@@ -333,3 +333,20 @@ int model_kfac_average(model_kfac_layer *dst, const model_kfac_layer *const *src
     dst->updates = updates;
     return 0;
 }
+
+int model_kfac_set_factors(model_kfac_layer *layer, const float *A, const float *G, long updates,
+                           vl_error *err)
+{
+    if (layer == NULL || A == NULL || G == NULL)
+        return vl_fail(err, VL_EINVAL, "kfac set factors: missing layer or factors");
+    if (updates < 1)
+        return vl_fail(err, VL_EINVAL, "kfac set factors: %ld updates (need >= 1)", updates);
+    size_t na = sq(layer->in + 1), ng = sq(layer->out);
+    /* Checked before copying, so a bad factor leaves the layer as it was. */
+    if (!all_finite(A, na) || !all_finite(G, ng))
+        return vl_fail(err, VL_ERANGE, "kfac set factors: NaN or infinity in the factors");
+    memmove(layer->A, A, na * sizeof(float));
+    memmove(layer->G, G, ng * sizeof(float));
+    layer->updates = updates;
+    return 0;
+}

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "compress/compress.h"
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -590,5 +591,140 @@ float model_kfac_kl_scale(const float *const *grads, const float *const *nat, co
  * zero, a source with no updates, or any shape differing from dst's). */
 int model_kfac_average(model_kfac_layer *dst, const model_kfac_layer *const *src,
                        const double *weights, int n, vl_error *err) VL_MUST_CHECK;
+
+/* Replaces the layer's factors by copies of A [(in+1),(in+1)] and G
+ * [out,out] (a peer adopting the factors averaged over all peers, or its
+ * own restored from disk), as if `updates` (>= 1) factor updates had built
+ * them, so the next update continues the moving average. The inverses are
+ * untouched until the next model_kfac_invert. Returns 0, VL_EINVAL
+ * (missing arrays, updates < 1), VL_ERANGE (a NaN or infinity; the layer is
+ * then unchanged). */
+int model_kfac_set_factors(model_kfac_layer *layer, const float *A, const float *G, long updates,
+                           vl_error *err) VL_MUST_CHECK;
+
+/* ---- K-FAC for the GPT (kfac_gpt.c) --------------------------------------------------- */
+
+/* K-FAC as the GPT's inner optimiser. Every plain linear layer (per block
+ * attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; see
+ * model_gpt_set_linear_hook) keeps a model_kfac_layer whose factors are
+ * folded in during model_kfac_gpt_backward from the empirical Fisher (the
+ * output gradients of the training targets, which backward computes
+ * anyway; each token counts as one example). A step preconditions those
+ * layers' gradients, scales them by the KL-clipping factor ν computed over
+ * the preconditioned layers, and then takes one SGD-with-momentum step
+ * over every parameter with the same lr and decoupled weight decay on 2-D
+ * tensors (model_sgd_step_gpt): the preconditioned layers move along the
+ * clipped natural gradient, the others (token and position embeddings,
+ * which the tied LM head shares, and LayerNorm gains and biases) along
+ * their plain gradient. Inverses are refreshed on the first step, every
+ * inverse_every steps after that, and on the step after
+ * model_kfac_gpt_refresh. */
+typedef struct model_kfac_gpt_config {
+    float lr;           /* > 0 */
+    float momentum;     /* [0, 1) */
+    float damping;      /* λ > 0, split between A and G by the π rule */
+    float decay;        /* ρ of the factors' moving average, [0, 1) */
+    int inverse_every;  /* T >= 1 */
+    float kl_clip;      /* > 0; 0 turns the clipping off */
+    float weight_decay; /* >= 0 */
+} model_kfac_gpt_config;
+
+/* lr 0.1, momentum 0, damping 1e-3, decay 0.95, inverse_every 1,
+ * kl_clip 1e-2, weight_decay 0: the best of bench_kfac's sweep on the
+ * default byte GPT (docs/results/kfac.md). */
+model_kfac_gpt_config model_kfac_gpt_config_default(void);
+
+/* Checks every field's range (finite, as above; inverse_every at most
+ * 1e6). Returns 0 or VL_EINVAL naming the field. */
+int model_kfac_gpt_config_validate(const model_kfac_gpt_config *cfg,
+                                   vl_error *err) VL_MUST_CHECK;
+
+/* The K-FAC layers of a GPT of configuration cfg: 4 n_layer of them, in
+ * tensor-table order. model_gpt_kfac_layer gives layer i's name (its
+ * weight's name without ".weight", e.g. "h.0.attn.c_attn") in name (cap
+ * bytes) and its widths: in inputs (A is (in+1) x (in+1)) and out outputs
+ * (G is out x out). Returns 0 or VL_EINVAL (i out of range, cfg invalid,
+ * name too small). */
+int model_gpt_kfac_layer_count(const model_gpt_config *cfg);
+int model_gpt_kfac_layer(const model_gpt_config *cfg, int i, char *name, size_t cap, int *in,
+                         int *out, vl_error *err) VL_MUST_CHECK;
+
+/* The factor files' layer list for cfg (compress/compress.h): layer i of
+ * model_gpt_kfac_layer as {name, in + 1, out}, into out (cap entries, at
+ * least model_gpt_kfac_layer_count). Returns the count, or VL_EINVAL. */
+int model_gpt_kfac_factor_layers(const model_gpt_config *cfg, compress_factor_layer *out,
+                                 int cap, vl_error *err);
+
+/* The optimiser's state. cfg may be changed between steps (lr schedules,
+ * hyper-parameters that follow the task); the rest is read-only to
+ * callers. layers[i] is the model_gpt_kfac_layer i. */
+typedef struct model_kfac_gpt {
+    model_kfac_gpt_config cfg;
+    int n_layers;
+    model_kfac_layer **layers; /* owned */
+    int *tensor;               /* layer i's weight is tensor[i], its bias tensor[i] + 1 */
+    size_t n_params;
+    model_sgd sgd;     /* momentum over every parameter (owned) */
+    float *nat;        /* n_params scratch: the preconditioned gradients */
+    long step;         /* steps taken */
+    long since_invert; /* steps since the inverses were refreshed; < 0: refresh next step */
+    long kept_inverses; /* refreshes that failed and kept a layer's previous inverses */
+    int64_t rows;      /* rows (tokens) folded into the factors so far */
+    float last_scale;  /* ν of the last step */
+    /* what the hook needs during model_kfac_gpt_backward */
+    const model_gpt *hook_model;
+    int hook_calls, hook_rc, hook_rows;
+    vl_error hook_err;
+} model_kfac_gpt;
+
+/* Sets up the state for model m (which is only read): empty factors, zero
+ * momentum. Returns 0, VL_EINVAL (bad cfg, layers wider than
+ * MODEL_KFAC_MAX_DIM), VL_ENOMEM; on failure opt is left empty
+ * (model_kfac_gpt_free is still safe). */
+int model_kfac_gpt_init(model_kfac_gpt *opt, const model_gpt *m,
+                        const model_kfac_gpt_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* Releases everything; opt becomes empty. Safe on a zeroed or freed struct. */
+void model_kfac_gpt_free(model_kfac_gpt *opt);
+
+/* Forgets the factors, inverses, momentum and counts (memory kept). */
+void model_kfac_gpt_reset(model_kfac_gpt *opt);
+
+/* Makes the next step refresh every inverse: after the factors were
+ * replaced (model_kfac_set_factors), or at the start of a task so that a
+ * task's steps depend only on the state saved between tasks. */
+void model_kfac_gpt_refresh(model_kfac_gpt *opt);
+
+/* model_gpt_backward on m that also folds every linear layer's input and
+ * output gradient into its factors (ρ = cfg.decay). The hook is installed
+ * for this call only. Returns what backward returns, or VL_ERANGE when a
+ * layer's inputs or gradients were not finite (the gradients are then
+ * computed, but no factor changed after that layer), or VL_EINVAL when m is
+ * not the model opt was made for. */
+int model_kfac_gpt_backward(model_kfac_gpt *opt, model_gpt *m, vl_error *err) VL_MUST_CHECK;
+
+/* Points A[i] and G[i] (caller's arrays of n_layers entries) at layer i's
+ * factors, owned by opt and valid until it changes them: what a peer
+ * attaches to its update. VL_EINVAL before the first factor update. */
+int model_kfac_gpt_factors(const model_kfac_gpt *opt, const float **A, const float **G,
+                           vl_error *err) VL_MUST_CHECK;
+
+/* Replaces every layer's factors by those of v, decoded against
+ * model_gpt_kfac_factor_layers of this model (the average over peers, or
+ * the state saved in trainer.st), as if `updates` (>= 1) factor updates
+ * had made them, and refreshes the inverses at the next step. All or
+ * nothing: on failure no factor changed. Returns 0, VL_EINVAL (v has
+ * another layer count), VL_ERANGE (a value that is not finite), VL_ENOMEM. */
+int model_kfac_gpt_adopt(model_kfac_gpt *opt, const compress_factors_view *v, long updates,
+                         vl_error *err) VL_MUST_CHECK;
+
+/* One step with m's current gradients (which it overwrites with the step
+ * direction before the update). Needs factors (a model_kfac_gpt_backward
+ * since the last reset). A layer whose refresh fails keeps its previous
+ * inverses (kept_inverses counts these); one that has none fails the step
+ * with VL_EINVAL before any parameter changed. Returns 0, VL_EINVAL (m of
+ * another shape, no gradients or factors), VL_ERANGE (the step direction
+ * is not finite; nothing changed), VL_ENOMEM. */
+int model_kfac_gpt_step(model_kfac_gpt *opt, model_gpt *m, vl_error *err) VL_MUST_CHECK;
 
 #endif

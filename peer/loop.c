@@ -145,7 +145,7 @@ typedef struct loop {
      * installed and takes it over. */
     peer_resume saved;
     /* Traffic, for the summary at exit. */
-    uint64_t up_bytes, model_bytes, delta_bytes, data_bytes;
+    uint64_t up_bytes, model_bytes, delta_bytes, data_bytes, factor_bytes;
     /* Leases this peer has finished with (uploaded or dropped). A refused
      * request changes nothing on the coordinator, so it may offer the same
      * lease again until its deadline; retraining it would be wasted work. */
@@ -449,7 +449,22 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     m.loss = res->mean_loss;
     m.seed = k->comp_seed;
     buf_reset(&L->upload);
-    int rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
+    /* K-FAC runs that share factors: this peer's go with the update. */
+    compress_factors cf;
+    compress_factor_layer *layers = NULL;
+    const float **ag = NULL;
+    int rc = VL_OK;
+    if (k->kfac && k->kfac_share) {
+        int n = L->tr.kfac.n_layers;
+        layers = calloc((size_t)n + 1, sizeof *layers);
+        ag = calloc(2 * (size_t)n + 1, sizeof *ag);
+        if (!layers || !ag) rc = vl_fail(err, VL_ENOMEM, "out of memory attaching factors");
+        if (!rc) rc = peer_kfac_factors(&L->tr, k, res->tokens, layers, ag, ag + n, &cf, err);
+        if (!rc) m.factors = &cf;
+    }
+    if (!rc) rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
+    free(layers);
+    free(ag);
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
     peer_request rq = {.method = "POST", .target = "/v1/updates",
@@ -530,10 +545,17 @@ static int one_task(loop *L, vl_error *err) {
         if (rc == VL_ECONFLICT) log_warn("trainer state not applied: %s", e.msg);
         else if (rc) return vl_fail(err, rc, "%s", e.msg);
         else log_info("trainer state applied to model version %lld: %s at step %ld",
-                      (long long)L->tr.base_version, L->tr.have_sgd ? "SGD" : "AdamW",
-                      L->tr.have_sgd ? L->tr.sgd.step : L->tr.have_opt ? L->tr.opt.step : 0L);
+                      (long long)L->tr.base_version,
+                      L->tr.have_kfac  ? "K-FAC"
+                      : L->tr.have_sgd ? "SGD"
+                                       : "AdamW",
+                      L->tr.have_kfac  ? L->tr.kfac.step
+                      : L->tr.have_sgd ? L->tr.sgd.step
+                      : L->tr.have_opt ? L->tr.opt.step
+                                       : 0L);
     }
     if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
+    if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, &k, &L->factor_bytes, err))) return rc;
     if ((rc = fetch_data(L, &k, err))) return rc;
     peer_train_result res;
     rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
@@ -614,9 +636,10 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     }
     if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
     log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
-             "deltas and %llu bytes of data", (unsigned long long)L.up_bytes,
-             (unsigned long long)L.model_bytes, (unsigned long long)L.delta_bytes,
-             (unsigned long long)L.data_bytes);
+             "deltas, %llu bytes of data and %llu bytes of K-FAC factors",
+             (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
+             (unsigned long long)L.delta_bytes, (unsigned long long)L.data_bytes,
+             (unsigned long long)L.factor_bytes);
     buf_free(&L.upload);
     peer_response_free(&L.rs);
     peer_resume_free(&L.saved);

@@ -136,8 +136,18 @@ typedef struct peer_task {
     int context;          /* tokens per sequence; <= the model's block size */
     double lr, beta1, beta2, eps, weight_decay;
     int sgd;              /* the inner optimizer: 0 AdamW, 1 SGD with momentum */
-    double momentum;      /* SGD: momentum in [0, 1) */
+    int kfac;             /* 1: K-FAC (model_kfac_gpt); sgd is then 0 */
+    double momentum;      /* SGD, K-FAC: momentum in [0, 1) */
     int nesterov;         /* SGD: Nesterov momentum */
+    /* K-FAC: damping, factor decay, inverse interval and KL clip; with
+     * kfac_share the update carries the factors as kfac_dtype, and
+     * kfac_factors (>= 0) names the version whose merged factors the peer
+     * should start from (-1: none yet). */
+    double kfac_damping, kfac_decay, kfac_kl_clip;
+    int kfac_inverse_every;
+    int kfac_share;
+    st_dtype kfac_dtype;
+    int64_t kfac_factors;
     double grad_clip;     /* global L2 norm bound; 0: no clipping */
     uint64_t seed;        /* seeds the batch sampler */
     compress_kind kind;   /* the wire kind of the update */
@@ -307,6 +317,11 @@ typedef struct peer_trainer {
      * of one optimizer at a time. */
     model_sgd sgd;
     int have_sgd;
+    /* K-FAC when the tasks ask for it, and the version whose merged factors
+     * it adopted last (-1: none). */
+    model_kfac_gpt kfac;
+    int have_kfac;
+    int64_t kfac_factors;
     int *inputs, *targets;   /* owned batch buffers */
     size_t tokens_alloc;
     /* Error feedback (topk, gaussk): what was not sent yet, n_params
@@ -369,6 +384,37 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
  * unchanged. */
 int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
                              int64_t version, vl_error *err) VL_MUST_CHECK;
+
+/* ---- K-FAC (kfac.c; peer_trainer_prepare in train.c) --------------------- */
+
+/* Makes the trainer's optimizer the one task k asks for, with k's
+ * hyper-parameters, keeping its state when it already is (done by
+ * peer_trainer_run too). */
+int peer_trainer_prepare(peer_trainer *t, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+
+/* Installs a merged-factors file (GET /v1/factors) for K-FAC task k: it
+ * must name k's run and version k->kfac_factors and hold factors for the
+ * trainer's model (compress_factors_decode); every layer then starts from
+ * them, and t->kfac_factors records the version. On failure nothing
+ * changed. */
+int peer_trainer_adopt_factors(peer_trainer *t, const peer_task *k, const uint8_t *bytes,
+                               size_t len, vl_error *err) VL_MUST_CHECK;
+
+/* Fetches and adopts the merged factors task k names, unless the trainer
+ * adopted them already. A coordinator that no longer has them (404) or
+ * factors that do not check out are logged and skipped: the peer trains
+ * on its own factors then. Errors are transport failures only.
+ * *down_bytes grows by what was downloaded. */
+int peer_kfac_sync(peer_http *h, peer_response *rs, peer_trainer *t, const peer_task *k,
+                   uint64_t *down_bytes, vl_error *err) VL_MUST_CHECK;
+
+/* The factors to attach to task k's update: the trainer's current ones
+ * with samples tokens behind them, as k's dtype; layers must have room
+ * for model_gpt_kfac_layer_count entries and A, G for as many pointers
+ * (all caller-owned, borrowed by *out). */
+int peer_kfac_factors(const peer_trainer *t, const peer_task *k, int64_t samples,
+                      compress_factor_layer *layers, const float **A, const float **G,
+                      compress_factors *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- compression (encode.c) --------------------------------------------- */
 
@@ -471,10 +517,12 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
 /* The `format_version` both files carry; any other is refused. */
 #define PEER_RESUME_FORMAT_VERSION 1
 /* Either file may hold at most this many bytes per model parameter plus
- * PEER_RESUME_HEADER_ALLOWANCE: trainer.st needs 12 (two moments and the
- * residual as F32), an upload at most 8.4 (Gaussian-k indices and F32
- * values, 5 % over k). */
-#define PEER_RESUME_BYTES_PER_PARAM 16
+ * PEER_RESUME_HEADER_ALLOWANCE. A GPT's K-FAC factors hold at most 3.9
+ * floats per parameter (46 C² per block against 12 C² weights), so
+ * trainer.st needs at most 24 (K-FAC momentum and factors, or two AdamW
+ * moments, and the residual, all F32), an upload at most 20 (a dense F32
+ * delta with F32 factors; Gaussian-k alone is 8.4). */
+#define PEER_RESUME_BYTES_PER_PARAM 32
 #define PEER_RESUME_HEADER_ALLOWANCE ((size_t)1 << 20)
 
 /* The trainer state as read from trainer.st, held until a model of its
@@ -489,6 +537,14 @@ typedef struct peer_resume {
     char run[64];
     model_adamw opt;      /* owned; opt.m NULL when the file had no moments */
     model_sgd sgd;        /* owned; sgd.buf NULL when the file had no SGD momentum */
+    /* K-FAC (owned; kfac_momentum NULL when the file had none): its
+     * settings, step, factor update count and adopted merged version, the
+     * momentum (n_params floats) and every layer's A then G, in layer
+     * order, in one allocation. */
+    model_kfac_gpt_config kfac_cfg;
+    long kfac_step, kfac_updates;
+    int64_t kfac_factors;
+    float *kfac_momentum, *kfac_factor_data;
     float *residual;      /* owned; n_params floats, or NULL */
     int64_t pending_task; /* the upload recorded with this state; 0: none */
 } peer_resume;

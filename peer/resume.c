@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "peer/kfac_internal.h"
 #include "peer/peer.h"
 
 #define STATE_FORMAT "volley-peer-state"
@@ -74,6 +75,7 @@ void peer_resume_init(peer_resume *r) { memset(r, 0, sizeof *r); }
 void peer_resume_free(peer_resume *r) {
     model_adamw_free(&r->opt);
     model_sgd_free(&r->sgd);
+    peer_kfac_state_free(r);
     free(r->residual);
     peer_resume_init(r);
 }
@@ -144,10 +146,16 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
         st_writer_free(&w);
         return vl_fail(err, rc, "trainer state: cannot describe the state");
     }
+    void *scratch = NULL;
+    if ((rc = peer_kfac_state_write(&w, r, &scratch, err))) {
+        st_writer_free(&w);
+        return rc;
+    }
     buf b;
     buf_init(&b, file_cap(n));
     rc = st_writer_finish(&w, &b, err);
     st_writer_free(&w);
+    free(scratch);
     if (!rc) rc = file_write_atomic(path, b.data, b.len, 0600, err);
     buf_free(&b);
     return rc;
@@ -172,7 +180,10 @@ int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_
     if (t->have_sgd) view.sgd = t->sgd;
     view.residual = t->residual;
     view.pending_task = pending_task;
-    return write_state(dir, &view, err);
+    int rc = peer_kfac_state_view(&view, t, err);
+    if (!rc) rc = write_state(dir, &view, err);
+    free(view.kfac_factor_data); /* the view's own copy; the rest is borrowed */
+    return rc;
 }
 
 /* ---- trainer.st: reading ------------------------------------------------- */
@@ -336,16 +347,22 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
         return vl_fail(err, VL_EINVAL, "metadata 'params' does not match the model's %zu", n);
     if ((s = st_meta_get(f, "pending_task")) && parse_i64(s, 1, INT64_MAX, &r->pending_task))
         return vl_fail(err, VL_EINVAL, "metadata 'pending_task' must be a positive integer");
+    size_t np = strlen(COMPRESS_FACTORS_PREFIX);
     for (int i = 0; i < f->ntensors; i++) {
         const char *nm = f->tensors[i].name;
+        /* K-FAC factors are checked by their own reader, all of them. */
         if (strcmp(nm, "adam.m") && strcmp(nm, "adam.v") && strcmp(nm, "residual") &&
-            strcmp(nm, "sgd.buf"))
+            strcmp(nm, "sgd.buf") && strcmp(nm, PEER_KFAC_MOMENTUM) &&
+            strncmp(nm, COMPRESS_FACTORS_PREFIX, np))
             return vl_fail(err, VL_EINVAL, "unexpected tensor '%.64s'", nm);
     }
-    if (st_find(f, "adam.m") && st_find(f, "sgd.buf"))
-        return vl_fail(err, VL_EINVAL, "AdamW and SGD states together; a trainer has one");
+    if ((st_find(f, "adam.m") != NULL) + (st_find(f, "sgd.buf") != NULL) +
+            (st_find(f, PEER_KFAC_MOMENTUM) != NULL) > 1)
+        return vl_fail(err, VL_EINVAL, "the states of several optimizers (AdamW, SGD, K-FAC); "
+                                       "a trainer has one");
     if ((rc = read_optimizer(f, n, &r->opt, err))) return rc;
     if ((rc = read_sgd(f, n, &r->sgd, err))) return rc;
+    if ((rc = peer_kfac_state_read(f, r, err))) return rc;
     if (!st_find(f, "residual")) return VL_OK;
     r->residual = malloc(n * sizeof *r->residual);
     if (!r->residual) return vl_fail(err, VL_ENOMEM, "out of memory for the residual");
@@ -400,6 +417,11 @@ int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) {
         t->sgd = r->sgd;
         memset(&r->sgd, 0, sizeof r->sgd);
         t->have_sgd = 1;
+    }
+    int rc = peer_kfac_state_apply(t, r, err);
+    if (rc) {
+        peer_resume_free(r);
+        return rc;
     }
     if (r->residual) {
         free(t->residual);
@@ -607,7 +629,10 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
     else
         log_info("trainer state restored for %zu parameters: %s, %s residual; it "
                  "applies once a model of that shape is installed", r->n_params,
-                 r->opt.m ? "AdamW moments" : r->sgd.buf ? "SGD momentum" : "no optimizer state",
+                 r->opt.m           ? "AdamW moments"
+                 : r->sgd.buf       ? "SGD momentum"
+                 : r->kfac_momentum ? "K-FAC factors and momentum"
+                                    : "no optimizer state",
                  r->residual ? "an error-feedback" : "no");
     if (r->pending_task == 0) {
         /* Recorded, but no usable state names it: either the process died

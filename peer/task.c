@@ -100,6 +100,39 @@ static int shard_name_ok(const char *s) {
     return 1;
 }
 
+/* train.momentum and train.kfac of a K-FAC task. */
+static int parse_kfac(json_t *tr, peer_task *t, vl_error *err) {
+    int64_t v;
+    int rc;
+    if ((rc = get_real(tr, "train", "momentum", 0, 0, 1, 1, &t->momentum, err))) return rc;
+    json_t *k = json_object_get(tr, "kfac");
+    if (!json_is_object(k))
+        return vl_fail(err, VL_EINVAL, "task: 'train.kfac' must be an object (a K-FAC task's "
+                                       "settings)");
+    if ((rc = get_real(k, "train.kfac", "damping", 0, 1, 1e3, 0, &t->kfac_damping, err)) ||
+        (rc = get_real(k, "train.kfac", "decay", 0, 0, 1, 1, &t->kfac_decay, err)) ||
+        (rc = get_real(k, "train.kfac", "kl_clip", 0, 0, 1e3, 0, &t->kfac_kl_clip, err)) ||
+        (rc = get_int(k, "train.kfac", "inverse_every", 1, 1000000, &v, err)))
+        return rc;
+    t->kfac_inverse_every = (int)v;
+    json_t *share = json_object_get(k, "share");
+    if (share && !json_is_boolean(share))
+        return vl_fail(err, VL_EINVAL, "task: 'train.kfac.share' must be true or false");
+    t->kfac_share = share && json_is_true(share);
+    t->kfac_dtype = ST_F32;
+    t->kfac_factors = -1;
+    if (!t->kfac_share) return VL_OK;
+    char dtype[16];
+    if ((rc = get_string(k, "train.kfac", "dtype", dtype, sizeof dtype, err))) return rc;
+    if (st_dtype_parse(dtype, &t->kfac_dtype) != VL_OK ||
+        (t->kfac_dtype != ST_F32 && t->kfac_dtype != ST_F16))
+        return vl_fail(err, VL_EINVAL, "task: 'train.kfac.dtype' '%s' must be F32 or F16", dtype);
+    if (json_object_get(k, "factors_version") &&
+        (rc = get_int(k, "train.kfac", "factors_version", 0, INT64_MAX, &t->kfac_factors, err)))
+        return rc;
+    return VL_OK;
+}
+
 static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     int64_t v;
     int rc;
@@ -131,10 +164,12 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     t->context = (int)v;
     char opt[32];
     if ((rc = get_string(tr, "train", "optimizer", opt, sizeof opt, err))) return rc;
-    if (strcmp(opt, "adamw") != 0 && strcmp(opt, "sgd") != 0)
-        return vl_fail(err, VL_EINVAL, "task: optimizer '%.32s' is not supported (adamw, sgd)",
+    if (strcmp(opt, "adamw") != 0 && strcmp(opt, "sgd") != 0 && strcmp(opt, "kfac") != 0)
+        return vl_fail(err, VL_EINVAL, "task: optimizer '%.32s' is not supported (adamw, sgd, "
+                                       "kfac)",
                        opt);
     t->sgd = strcmp(opt, "sgd") == 0;
+    t->kfac = strcmp(opt, "kfac") == 0;
     if ((rc = get_real(tr, "train", "lr", 0, 1, 1e3, 0, &t->lr, err))) return rc;
     if ((rc = get_real(tr, "train", "beta1", 0, 0, 1, 1, &t->beta1, err))) return rc;
     if ((rc = get_real(tr, "train", "beta2", 0, 0, 1, 1, &t->beta2, err))) return rc;
@@ -151,6 +186,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         if (t->nesterov && t->momentum == 0)
             return vl_fail(err, VL_EINVAL, "task: Nesterov momentum needs train.momentum > 0");
     }
+    if (t->kfac && (rc = parse_kfac(tr, t, err))) return rc;
     if ((rc = get_int(tr, "train", "seed", 0, INT64_MAX, &v, err))) return rc;
     t->seed = (uint64_t)v;
     if ((int64_t)t->batch * t->context > PEER_MAX_BATCH_TOKENS)

@@ -17,6 +17,7 @@
 void peer_trainer_init(peer_trainer *t) {
     memset(t, 0, sizeof *t);
     t->base_version = -1;
+    t->kfac_factors = -1;
 }
 
 void peer_trainer_free(peer_trainer *t) {
@@ -25,6 +26,7 @@ void peer_trainer_free(peer_trainer *t) {
     free(t->delta);
     model_adamw_free(&t->opt);
     model_sgd_free(&t->sgd);
+    model_kfac_gpt_free(&t->kfac);
     free(t->inputs);
     free(t->targets);
     free(t->residual);
@@ -59,6 +61,9 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
         t->have_opt = 0;
         model_sgd_free(&t->sgd);
         t->have_sgd = 0;
+        model_kfac_gpt_free(&t->kfac);
+        t->have_kfac = 0;
+        t->kfac_factors = -1;
         /* The residual belongs to the old parameter layout. */
         free(t->residual);
         t->residual = NULL;
@@ -153,14 +158,47 @@ static int ensure_tokens(peer_trainer *t, size_t n, vl_error *err) {
 
 /* The optimizer state carries over from task to task (the inner optimizer
  * of DiLoCo-style training); only the hyper-parameters follow the task. A
- * run that switches optimizer drops the other one's state, which means
+ * run that switches optimizer drops the others' state, which means
  * nothing to the new one. */
-static int prepare_optimizer(peer_trainer *t, const peer_task *k, vl_error *err) {
+static void drop_others(peer_trainer *t, const peer_task *k) {
+    if (t->have_opt && (k->sgd || k->kfac)) {
+        model_adamw_free(&t->opt);
+        t->have_opt = 0;
+    }
+    if (t->have_sgd && !k->sgd) {
+        model_sgd_free(&t->sgd);
+        t->have_sgd = 0;
+    }
+    if (t->have_kfac && !k->kfac) {
+        model_kfac_gpt_free(&t->kfac);
+        t->have_kfac = 0;
+        t->kfac_factors = -1;
+    }
+}
+
+static int prepare_kfac(peer_trainer *t, const peer_task *k, vl_error *err) {
+    model_kfac_gpt_config c = {.lr = (float)k->lr, .momentum = (float)k->momentum,
+                               .damping = (float)k->kfac_damping, .decay = (float)k->kfac_decay,
+                               .inverse_every = k->kfac_inverse_every,
+                               .kl_clip = (float)k->kfac_kl_clip,
+                               .weight_decay = (float)k->weight_decay};
+    if (t->have_kfac) {
+        int rc = model_kfac_gpt_config_validate(&c, err);
+        if (!rc) t->kfac.cfg = c;
+        return rc;
+    }
+    int rc = model_kfac_gpt_init(&t->kfac, t->gpt, &c, err);
+    if (rc) return rc;
+    t->have_kfac = 1;
+    t->kfac_factors = -1;
+    return VL_OK;
+}
+
+int peer_trainer_prepare(peer_trainer *t, const peer_task *k, vl_error *err) {
+    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
+    drop_others(t, k);
+    if (k->kfac) return prepare_kfac(t, k, err);
     if (k->sgd) {
-        if (t->have_opt) {
-            model_adamw_free(&t->opt);
-            t->have_opt = 0;
-        }
         if (!t->have_sgd) {
             int rc = model_sgd_init(&t->sgd, t->n_params, (float)k->lr, (float)k->momentum,
                                     (float)k->weight_decay, k->nesterov, err);
@@ -173,10 +211,6 @@ static int prepare_optimizer(peer_trainer *t, const peer_task *k, vl_error *err)
         t->sgd.weight_decay = (float)k->weight_decay;
         t->sgd.nesterov = k->nesterov;
         return VL_OK;
-    }
-    if (t->have_sgd) {
-        model_sgd_free(&t->sgd);
-        t->have_sgd = 0;
     }
     if (!t->have_opt) {
         int rc = model_adamw_init(&t->opt, t->n_params, (float)k->lr, (float)k->beta1,
@@ -218,6 +252,7 @@ static double clip_grads(float *g, size_t n, double max_norm) {
 static int diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step) {
     model_adamw_reset(&t->opt);
     model_sgd_reset(&t->sgd);
+    model_kfac_gpt_reset(&t->kfac);
     return vl_fail(err, VL_ERANGE, "training diverged: %s is %g at step %d", what, x, step);
 }
 
@@ -232,7 +267,10 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         return vl_fail(err, VL_EINVAL, "task data has %zu bytes; a sequence needs %d", len,
                        T + 1);
     if ((rc = ensure_tokens(t, (size_t)B * (size_t)T, err))) return rc;
-    if ((rc = prepare_optimizer(t, task, err))) return rc;
+    if ((rc = peer_trainer_prepare(t, task, err))) return rc;
+    /* Every task inverts afresh, so what it does depends only on the state
+     * kept between tasks (and restored from trainer.st). */
+    if (t->have_kfac) model_kfac_gpt_refresh(&t->kfac);
 
     float *params = model_gpt_params(t->gpt);
     memcpy(params, t->base, t->n_params * sizeof *params);
@@ -251,11 +289,16 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         if (rc) return rc;
         step++;
         if (!isfinite(loss)) return diverged(t, err, "the loss", loss, step);
-        if ((rc = model_gpt_backward(t->gpt, err))) return rc;
+        rc = task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
+                        : model_gpt_backward(t->gpt, err);
+        if (rc == VL_ERANGE) return diverged(t, err, "a layer's input or gradient", NAN, step);
+        if (rc) return rc;
         double g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
         if (!isfinite(g2)) return diverged(t, err, "the gradient norm", g2, step);
-        rc = task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
-                       : model_adamw_step(&t->opt, t->gpt, err);
+        rc = task->kfac  ? model_kfac_gpt_step(&t->kfac, t->gpt, err)
+             : task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
+                         : model_adamw_step(&t->opt, t->gpt, err);
+        if (rc == VL_ERANGE) return diverged(t, err, "the K-FAC step", NAN, step);
         if (rc) return rc;
         sum += loss;
         if (step == 1) res->first_loss = loss;

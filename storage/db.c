@@ -128,6 +128,10 @@ static const char *const SQL[Q_COUNT] = {
     [Q_VALUES_PRUNE] = "DELETE FROM round_values WHERE version <= ?",
     [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
                         " AND (params IS NOT NULL OR momentum IS NOT NULL)",
+    [Q_FACTORS_INSERT] = "INSERT INTO factors (version, samples, peers, blob) VALUES (?, ?, ?, ?)",
+    [Q_FACTORS_GET] = "SELECT samples, peers, blob FROM factors WHERE version = ?",
+    [Q_FACTORS_LATEST] = "SELECT max(version) FROM factors",
+    [Q_FACTORS_PRUNE] = "DELETE FROM factors WHERE version <= ?",
 };
 
 sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err) {

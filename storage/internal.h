@@ -76,6 +76,10 @@ typedef enum {
     Q_VALUES_HAS,
     Q_VALUES_EACH,
     Q_VALUES_PRUNE,
+    Q_FACTORS_INSERT,
+    Q_FACTORS_GET,
+    Q_FACTORS_LATEST,
+    Q_FACTORS_PRUNE,
     Q_COUNT
 } q_id;
 
@@ -103,6 +107,12 @@ int64_t q_changes(storage *st);
 /* Duplicates column col of the current row as a heap string (never NULL on
  * success; SQL NULL becomes ""). */
 int q_strdup(sqlite3_stmt *s, int col, char **out, vl_error *err);
+
+/* The part of a version commit that stores v's merged K-FAC factors (when
+ * it has them) and prunes factors older than keep_versions below it
+ * (factors.c). */
+int q_factors_commit(storage *st, const storage_version *v, int64_t keep_versions,
+                     vl_error *err);
 
 /* The built-in migrations (schema.c), versions ascending from 1. */
 const storage_migration *storage_builtin_migrations(size_t *n);

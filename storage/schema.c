@@ -118,6 +118,15 @@ static const storage_migration MIGRATIONS[] = {
      "INSERT INTO update_blobs (update_id, blob)"
      " SELECT id, blob FROM updates WHERE blob IS NOT NULL;"
      "ALTER TABLE updates DROP COLUMN blob;"},
+    {6,
+     /* K-FAC runs that share factors: the weighted mean of the factors the
+      * updates merged into a version carried, as the file peers download,
+      * committed with the version. */
+     "CREATE TABLE factors ("
+     " version INTEGER PRIMARY KEY REFERENCES versions(version),"
+     " samples INTEGER NOT NULL CHECK (samples > 0),"
+     " peers INTEGER NOT NULL CHECK (peers > 0),"
+     " blob BLOB NOT NULL);"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

@@ -321,6 +321,13 @@ typedef struct storage_version {
     const uint32_t *change_idx;
     const float *change_val;
     size_t change_nnz;
+    /* Only read by storage_version_commit: the merged K-FAC factors of the
+     * updates this version merged (a compress_factors_encode_file file of
+     * factors_len bytes), the samples behind them and how many updates'
+     * factors they average. NULL: none. */
+    const uint8_t *factors;
+    size_t factors_len;
+    int64_t factors_samples, factors_peers;
 } storage_version;
 
 /* What a version commit keeps and does besides inserting the version. */
@@ -339,8 +346,10 @@ typedef struct storage_commit_opts {
     int expire_old_leases; /* sync runs: leases on older versions end now */
 } storage_commit_opts;
 
-/* Atomically: inserts version v->version with its params, momentum and
- * change, marks each of the n_updates updates merged into it (each must
+/* Atomically: inserts version v->version with its params, momentum,
+ * change and merged factors (when it has them, which also prunes the
+ * factors of versions at or below v - keep_versions, so the newest factors
+ * stay whatever later versions lack), marks each of the n_updates updates merged into it (each must
  * exist and be unmerged, else VL_ECONFLICT), expires leases still held on
  * older versions when o asks, sets the run's current version to it (it
  * must be the current version + 1, or 0 for the first), marks the run
@@ -369,6 +378,18 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
  * was merged into (-1 while pending). VL_ENOTFOUND when the task has none. */
 int storage_update_find(storage *st, int64_t task_id, int64_t *id, int64_t *base_version,
                         int64_t *merged_version, vl_error *err) VL_MUST_CHECK;
+
+/* ---- K-FAC factors (factors.c) ---------------------------------------------- */
+
+/* The newest version that has merged factors stored; VL_ENOTFOUND when
+ * none has. */
+int storage_factors_latest(storage *st, int64_t *version, vl_error *err) VL_MUST_CHECK;
+/* The merged factors of version: *blob gets a heap copy of the file (the
+ * caller frees it) of *len bytes; samples and peers (either may be NULL)
+ * what was stored with it. VL_ENOTFOUND when that version has none (never,
+ * or pruned). */
+int storage_factors_get(storage *st, int64_t version, uint8_t **blob, size_t *len,
+                        int64_t *samples, int64_t *peers, vl_error *err) VL_MUST_CHECK;
 
 /* ---- summaries (stats.c) ------------------------------------------------- */
 

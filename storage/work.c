@@ -335,6 +335,8 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         if ((rc = q_exec(st, s, "insert change", err)) != VL_OK) return rc;
     }
 
+    if ((rc = q_factors_commit(st, v, keep_versions, err)) != VL_OK) return rc;
+
     for (size_t i = 0; i < n_updates; i++) {
         if (!(s = q_get(st, Q_UPDATE_MERGE, err))) return VL_EDB;
         sqlite3_bind_int64(s, 1, v->version);

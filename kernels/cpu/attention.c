@@ -5,6 +5,7 @@
  * needs the keys up to its last row, so the products skip most of the
  * masked upper triangle. */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -35,8 +36,14 @@ static void causal_softmax_row(float *p, int t, int T)
     for (int j = 0; j <= t; j++)
         sum += p[j];
     float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++)
-        p[j] *= inv;
+    /* Probabilities below FLT_MIN are flushed to zero: kv_exp stops at
+     * about FLT_MIN, and normalising such a value leaves a subnormal,
+     * which every later product touching it (here and in backward) pays
+     * for many times over on x86. A saturated softmax has many of them. */
+    for (int j = 0; j <= t; j++) {
+        float v = p[j] * inv;
+        p[j] = v < FLT_MIN ? 0.0f : v;
+    }
     for (int j = t + 1; j < T; j++)
         p[j] = 0.0f;
 }

@@ -1,4 +1,5 @@
 /* Softmax over the vocabulary fused with the cross-entropy loss. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 
@@ -27,8 +28,12 @@ void kernels_softmax_xent_forward(float *probs, float *losses, const float *logi
         for (int i = 0; i < V; i++)
             sum += p[i];
         float inv = (float)(1.0 / sum);
-        for (int i = 0; i < V; i++)
-            p[i] *= inv;
+        /* Flushed below FLT_MIN, as in the attention softmax: subnormal
+         * probabilities would slow every product of the backward pass. */
+        for (int i = 0; i < V; i++) {
+            float v = p[i] * inv;
+            p[i] = v < FLT_MIN ? 0.0f : v;
+        }
         if (targets)
             losses[n] = (float)((double)mx + log(sum) - (double)xt);
     }

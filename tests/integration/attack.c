@@ -22,6 +22,11 @@
  *                                              (round not open), open (bad
  *                                              values), answer (valid values
  *                                              and a duplicate), closed
+ *   attack kfac URL CA DIR STAGE               K-FAC factor sharing
+ *                                              (attack_kfac.c): STAGE bad
+ *                                              (refused factors and factor
+ *                                              requests), finish (the lease's
+ *                                              update with valid factors)
  *
  * Prints one line per case and "N passed, N failed" at the end. */
 #include <arpa/inet.h>
@@ -41,26 +46,9 @@
 
 #include "compress/compress.h"
 #include "crypto/crypto.h"
+#include "tests/integration/attack.h"
 
-typedef struct {
-    const char *url, *ca;
-    char token[CRYPTO_TOKEN_LEN + 1];
-    crypto_identity id;
-    int64_t peer, task, base_version;
-    size_t n_params;
-    char run[64];
-    /* The task's compression. */
-    char kind[16];
-    int64_t k, rows, cols, seed;
-} ctx;
-
-typedef struct {
-    long status;
-    char code[64];
-    buf body;
-} reply;
-
-static int passed, failed;
+int passed, failed;
 
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
     return buf_append((buf *)ud, p, sz * n) == VL_OK ? sz * n : 0;
@@ -69,7 +57,7 @@ static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
 /* One request. auth: NULL = sign honestly as c->peer, "" = none, else the
  * literal header value. sign_body, when given, is what the signature
  * covers instead of the body actually sent. */
-static void request(const ctx *c, const char *method, const char *target, const char *auth,
+void request(const ctx *c, const char *method, const char *target, const char *auth,
                     const void *body, size_t len, const void *sign_body, size_t sign_len,
                     const crypto_identity *key, int64_t peer, int64_t ts, reply *r) {
     memset(r, 0, sizeof *r);
@@ -117,7 +105,7 @@ static void request(const ctx *c, const char *method, const char *target, const 
     curl_easy_cleanup(h);
 }
 
-static void expect(const char *name, reply *r, long status, const char *code) {
+void expect(const char *name, reply *r, long status, const char *code) {
     int ok = r->status == status && (!code || strcmp(r->code, code) == 0);
     printf("%s %-34s want %ld %-18s got %ld %s\n", ok ? "PASS" : "FAIL", name, status,
            code ? code : "-", r->status, r->code[0] ? r->code : "-");
@@ -125,7 +113,7 @@ static void expect(const char *name, reply *r, long status, const char *code) {
     buf_free(&r->body);
 }
 
-static void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
                         float poison) {
     float *d = calloc(n, sizeof *d);
     if (!d) abort();
@@ -458,8 +446,8 @@ static void post(const ctx *c, const char *name, buf *b, long status, const char
     buf_free(b);
 }
 
-static void get(const ctx *c, const char *name, const char *target, long status,
-                const char *code) {
+void get(const ctx *c, const char *name, const char *target, long status,
+         const char *code) {
     reply r;
     request(c, "GET", target, NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect(name, &r, status, code);
@@ -727,6 +715,7 @@ int main(int argc, char **argv) {
             finish(&c, atol(argv[5]), argc > 6 ? argv[6] : NULL);
         else if (strcmp(argv[1], "delta") == 0 && argc > 6) delta(&c, argv[5], atol(argv[6]));
         else if (strcmp(argv[1], "values") == 0 && argc > 5) attack_values(&c, argv[5]);
+        else if (strcmp(argv[1], "kfac") == 0 && argc > 5) attack_kfac(&c, argv[5]);
         else if (strcmp(argv[1], "lease") == 0) {
             if (lease(&c, argv[4]) != 0) return 2;
         }

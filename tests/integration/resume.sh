@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A volunteer's machine dies: a peer in a top-k run, with its optimizer's
-# state (AdamW's moments, or with `resume.sh sgd` SGD's momentum) and an
+# state (AdamW's moments, with `resume.sh sgd` SGD's momentum, with
+# `resume.sh kfac` K-FAC's factors and momentum, sharing factors) and an
 # error-feedback residual built up over its earlier tasks, is killed with
 # SIGKILL in the middle of a task and started again with the same directory
 # and no other action. It must restore both from its state file, apply them
@@ -12,6 +13,9 @@ case $OPT in
   adamw) RESTORED="AdamW moments" ;;
   sgd) RESTORED="SGD momentum"
        export IT_TRAIN='{"steps": 4, "batch": 4, "lr": 0.05, "optimizer": "sgd", "momentum": 0.9}' ;;
+  kfac) RESTORED="K-FAC factors and momentum"
+        export IT_TRAIN='{"steps": 4, "batch": 4, "optimizer": "kfac", "momentum": 0,
+          "kfac": {"inverse_every": 2, "kl_clip": 0.01, "share": true}}' ;;
   *) fail "unknown optimizer $OPT" ;;
 esac
 VERSIONS=6

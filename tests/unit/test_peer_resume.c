@@ -377,8 +377,9 @@ static void test_state_refused(void **state) {
     hand_state(dir, NULL, NULL, extra, 2);
     refused(dir, &OWNER, VL_EINVAL, "delta");
     /* Larger than any state of this shape may be: refused unread. */
-    hand_tensor huge[2] = {{"residual", ST_F32, n},
-                           {"x", ST_U8, PEER_RESUME_HEADER_ALLOWANCE + 16 * (uint64_t)n}};
+    hand_tensor huge[2] = {
+        {"residual", ST_F32, n},
+        {"x", ST_U8, PEER_RESUME_HEADER_ALLOWANCE + PEER_RESUME_BYTES_PER_PARAM * (uint64_t)n}};
     hand_state(dir, NULL, NULL, huge, 2);
     refused(dir, &OWNER, VL_ETOOBIG, "allowed");
     /* Not a file at all. */
@@ -464,7 +465,7 @@ static void test_sgd_state_round_trip(void **state) {
      * its settings. */
     hand_tensor both[3] = {{"adam.m", ST_F32, n}, {"adam.v", ST_F32, n}, {"sgd.buf", ST_F32, n}};
     hand_state(dir, NULL, NULL, both, 3);
-    refused(dir, &OWNER, VL_EINVAL, "AdamW and SGD");
+    refused(dir, &OWNER, VL_EINVAL, "several optimizers");
     hand_tensor bare[1] = {{"sgd.buf", ST_F32, n}};
     hand_state(dir, NULL, NULL, bare, 1);
     refused(dir, &OWNER, VL_EINVAL, "sgd_lr");

@@ -292,8 +292,9 @@ static void test_checkpoint(void **state) {
 static void test_failing_migration_rolls_back(void **state) {
     fixture *f = *state;
     int base = storage_schema_version();
-    storage_migration list[8];
+    storage_migration list[32];
     size_t n = 0;
+    assert_true(base + 3 <= 32);
     for (int i = 1; i <= base; i++) list[n++] = (storage_migration){i, "SELECT 1"};
     list[n++] = (storage_migration){base + 1, "CREATE TABLE extra_a (x INTEGER);"};
     /* The first statement succeeds, the second fails: neither may stay. */
@@ -688,6 +689,63 @@ static void test_explicit_transaction_rollback(void **state) {
     assert_int_equal(storage_token_check(f->st, "dd", 1000, &id, &e), VL_ENOTFOUND);
 }
 
+/* Merged K-FAC factors commit with their version, or not at all, are read
+ * back byte for byte, and outlive later versions that have none until
+ * newer factors push them past keep_versions. */
+static void test_factors_with_versions(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    vl_error e = {0};
+    int64_t latest = 0;
+    assert_int_equal(storage_factors_latest(f->st, &latest, &e), VL_ENOTFOUND);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 2);
+    float params[4] = {0};
+    uint8_t blob[3][40];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 40; i++) blob[k][i] = (uint8_t)(k * 40 + i);
+    /* v1 with factors, v2 and v3 without, v4 with, v5 with */
+    for (int64_t v = 1; v <= 5; v++) {
+        int k = v == 1 ? 0 : v == 4 ? 1 : 2;
+        int has = v == 1 || v >= 4;
+        storage_version ver = {.version = v, .created_at = 3000 + v, .params = params, .n = 4,
+                               .val_loss = 1.0, .train_loss = 1.0, .has_change = 0,
+                               .factors = has ? blob[k] : NULL, .factors_len = 40,
+                               .factors_samples = 100 * v, .factors_peers = 2};
+        assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, COMMIT_OPTS(2, 0, 0), &e),
+                         VL_OK);
+        assert_int_equal(storage_factors_latest(f->st, &latest, &e), VL_OK);
+        assert_int_equal(latest, v <= 3 ? 1 : v);
+    }
+    uint8_t *got = NULL;
+    size_t len = 0;
+    int64_t samples = 0, peers = 0;
+    assert_int_equal(storage_factors_get(f->st, 5, &got, &len, &samples, &peers, &e), VL_OK);
+    assert_int_equal(len, 40);
+    assert_memory_equal(got, blob[2], 40);
+    assert_int_equal(samples, 500);
+    assert_int_equal(peers, 2);
+    free(got);
+    assert_int_equal(storage_factors_get(f->st, 4, &got, &len, NULL, NULL, &e), VL_OK);
+    assert_memory_equal(got, blob[1], 40);
+    free(got);
+    /* v1's went when v4's came (4 - 2 >= 1) */
+    assert_int_equal(storage_factors_get(f->st, 1, &got, &len, NULL, NULL, &e), VL_ENOTFOUND);
+    assert_null(got);
+    assert_int_equal(storage_factors_get(f->st, 3, &got, &len, NULL, NULL, &e), VL_ENOTFOUND);
+    /* a commit that fails stores no factors; bad factors fail it */
+    storage_version bad = {.version = 6, .params = params, .n = 4, .factors = blob[0],
+                           .factors_len = 40, .factors_samples = 1, .factors_peers = 1};
+    int64_t missing = 999;
+    assert_int_equal(storage_version_commit(f->st, &bad, &missing, 1, COMMIT_OPTS(2, 0, 0), &e),
+                     VL_ECONFLICT);
+    assert_int_equal(storage_factors_get(f->st, 6, &got, &len, NULL, NULL, &e), VL_ENOTFOUND);
+    bad.factors_samples = 0;
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(2, 0, 0), &e),
+                     VL_EINVAL);
+    assert_int_equal(storage_factors_latest(f->st, &latest, &e), VL_OK);
+    assert_int_equal(latest, 5);
+}
+
 int main(void) {
     log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -706,6 +764,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_factors_with_versions, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
