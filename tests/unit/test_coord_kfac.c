@@ -204,7 +204,7 @@ static void test_merge_factors(void **state) {
     }
     /* a stored update whose factors no longer check out stops the merge */
     compress_update u;
-    buf_reset(&up[0]);
+    buf_free(&up[0]);
     make_update(p[0], n, fl, 640, 31, ST_F32, &up[0]);
     OK(compress_update_decode(up[0].data, up[0].len, np, &u, NULL, &e_));
     compress_factor_layer wrong[4];
