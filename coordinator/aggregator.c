@@ -10,8 +10,6 @@
 #include "coordinator/coord.h"
 #include "coordinator/scheduler.h"
 
-/* Validation batches are 8 windows of block_size bytes (protocol.md). */
-#define VAL_BATCH 8
 /* A merge that failed (the database was busy or full) is retried. */
 #define MERGE_RETRY_S 5
 
@@ -112,15 +110,12 @@ static int merge_one(void *arg, const storage_update *u) {
 static float eval_val(coord_server *srv, const float *theta) {
     float loss = NAN;
     vl_error e = {0};
-    const coord_corpus *c = &srv->corpus;
     if (!srv->eval && model_gpt_create(&srv->cfg.model, &srv->eval, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
     memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
-    if (model_gpt_eval_bytes(srv->eval, c->val, (size_t)c->val_len, VAL_BATCH,
-                             srv->cfg.model.block_size, (int)srv->cfg.val_batches, &loss,
-                             &e) != VL_OK) {
+    if (coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, &loss, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
