@@ -126,7 +126,7 @@ typedef struct client {
     compress_sketch sk;
     rng r;
     FILE *acks;
-    uint64_t uploads, errors, network, no_task;
+    uint64_t uploads, errors, network, no_task, next_tasks;
     status_count statuses[MAX_STATUSES];
     int nstatuses;
     uint64_t other_statuses; /* past MAX_STATUSES distinct ones */
@@ -251,6 +251,7 @@ static int take_next(client *C, json_t *o, const peer_task *k, vl_error *err) {
         return vl_fail(err, rc, "upload of task %lld: bad next_task: %s", (long long)k->task_id,
                        err->msg);
     C->have_next = 1;
+    C->next_tasks++;
     return VL_OK;
 }
 
@@ -337,10 +338,10 @@ static int write_results(client *C, const char *out, double elapsed, vl_error *e
     buf line;
     buf_init(&line, 1 << 16);
     int rc = buf_printf(&line, "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
-                               "max_ms=%.3f network=%llu no_task=%llu",
+                               "max_ms=%.3f network=%llu no_task=%llu next_tasks=%llu",
                         (unsigned long long)C->uploads, (unsigned long long)C->errors, elapsed,
                         s.p50, s.p99, s.max, (unsigned long long)C->network,
-                        (unsigned long long)C->no_task);
+                        (unsigned long long)C->no_task, (unsigned long long)C->next_tasks);
     for (int i = 0; i < C->nstatuses && !rc; i++)
         rc = buf_printf(&line, " %s_%ld=%llu", C->statuses[i].what == 't' ? "task" : "upload",
                         C->statuses[i].status, (unsigned long long)C->statuses[i].n);

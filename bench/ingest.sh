@@ -82,11 +82,12 @@ max_batch=$(writer_field "$after" max_batch)
 
 # key FILE NAME: a value of a client's key=value summary line.
 key() { tr ' ' '\n' < "$1" | sed -n "s/^$2=//p"; }
-uploads=0 errors=0 secs=0
+uploads=0 errors=0 secs=0 nexts=0
 for i in $(seq 1 "$CLIENTS"); do
   [ -s "client$i.txt" ] || fail "client $i wrote no summary"
   uploads=$((uploads + $(key "client$i.txt" uploads)))
   errors=$((errors + $(key "client$i.txt" errors)))
+  nexts=$((nexts + $(key "client$i.txt" next_tasks)))
   secs=$(awk -v a="$secs" -v b="$(key "client$i.txt" seconds)" 'BEGIN { print (b > a) ? b : a }')
 done
 lat=$("$INGEST" stats client*.txt.lat) || fail "latency stats"
@@ -114,6 +115,7 @@ echo "| upload latency p50 (ms)          | $p50 |"
 echo "| upload latency p99 (ms)          | $p99 |"
 echo "| writer jobs per commit           | $(ratio "$jobs" "$commits" 2) ($jobs jobs, $commits commits, max batch $max_batch) |"
 echo "| uploads per commit               | $(ratio "$uploads" "$commits" 2) |"
+echo "| uploads answered with the next task | $nexts |"
 echo "| disk alone: fsyncs/s (4 KiB)     | $FSYNC |"
 echo "| disk alone: 200 KB appends + fdatasync/s | $FSYNC_UP |"
 echo "| uploads/s vs the disk alone (ratio) | $(ratio "$rate" "$FSYNC_UP" 2) |"
