@@ -269,16 +269,23 @@ void attack_limits(ctx *c) {
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("the peer itself after the forgeries (control)", &r, 200, NULL);
 
-    /* Burst 4 (one already taken above), 2 per second. */
+    /* Burst 4 (one already taken above), 2 per second: the rest of the
+     * burst and what refilled meanwhile pass, then 429. Cheap requests
+     * (an unknown version, after authentication) keep the refill small. */
     int served = 0;
-    for (int i = 0; i < 10; i++) {
-        request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
-        if (r.status != 200) break;
+    double t1 = mono();
+    for (int i = 0; i < 40; i++) {
+        request(c, "GET", "/v1/model?version=99999", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
+                &r);
+        if (r.status != 404) break;
         served++;
         buf_free(&r.body);
     }
+    int most = 3 + 1 + (int)(2 * (mono() - t1));
+    char want[64];
+    snprintf(want, sizeof want, "3 to %d more served", most);
     snprintf(got, sizeof got, "%d more served", served);
-    record("the peer's burst", "3 to 4 more served", got, served >= 3 && served <= 4);
+    record("the peer's burst", want, got, served >= 3 && served <= most);
     long wait = atol(r.retry_after);
     expect("requests over the peer's rate", &r, 429, "rate_limited");
     sleep((unsigned)(wait > 0 && wait < 10 ? wait : 1));
