@@ -166,6 +166,12 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("body altered after signing", &r, 401, "bad_signature");
     buf_free(&tampered);
 
+    request(c, "POST", "/v1/updates?next=2", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
+            0, &r);
+    expect("upload asking for next=2", &r, 400, "bad_request");
+    request(c, "POST", "/v1/updates?lease=1", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
+            0, &r);
+    expect("upload with an unknown query key", &r, 400, "bad_request");
     request(c, "POST", "/v1/updates", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer, 0, &r);
     expect("malformed update body", &r, 400, "malformed_update");
     request(c, "POST", "/v1/updates", NULL, good.data, 40, NULL, 0, NULL, c->peer, 0, &r);
