@@ -78,7 +78,7 @@ token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
 mkdir -p atk
 "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
   || { cat prepare.log; fail "prepare"; }
-"$ATTACK" tokens "$URL" tls/ca.pem atk | tee tokens.log
+ATTACK_DB=run.db "$ATTACK" tokens "$URL" tls/ca.pem atk | tee tokens.log
 [ "${PIPESTATUS[0]}" = 0 ] || fail "the token endpoint misbehaved"
 read -r shard off len <<< "$(sed -n 's/^tokens range //p' tokens.log)"
 [ "$len" = "$TASK" ] || fail "the lease names $len tokens, not $TASK"
