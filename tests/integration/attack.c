@@ -125,8 +125,8 @@ static void expect(const char *name, reply *r, long status, const char *code) {
     buf_free(&r->body);
 }
 
-static void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
-                        float poison) {
+static void update_body_of(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                           float poison, int64_t samples) {
     float *d = calloc(n, sizeof *d);
     if (!d) abort();
     for (size_t i = 0; i < n; i++) d[i] = 1e-4f * (float)(i % 7);
@@ -137,13 +137,18 @@ static void update_body(const ctx *c, buf *out, const char *run, int64_t base, s
     m.peer = c->peer;
     m.base_version = base;
     m.kind = COMPRESS_DENSE;
-    m.num_samples = 10;
+    m.num_samples = samples;
     m.local_steps = 1;
     m.loss = 5.0;
     buf_init(out, BUF_DEFAULT_CAP);
     vl_error e;
     if (compress_update_encode_dense(&m, d, n, ST_F32, out, &e) != VL_OK) abort();
     free(d);
+}
+
+static void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                        float poison) {
+    update_body_of(c, out, run, base, n, poison, 10);
 }
 
 /* Raw TLS: for requests whose framing libcurl would not send as written. */
@@ -324,6 +329,16 @@ static void attack(ctx *c, const char *badtoken) {
     expect("truncated update body", &r, 400, "malformed_update");
     request(c, "POST", "/v1/updates", NULL, nan_b.data, nan_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("NaN in the delta", &r, 422, "non_finite");
+    /* The run's robust.max_norm is 100 with excess refused (attack.sh). */
+    buf big, many;
+    update_body(c, &big, c->run, c->base_version, c->n_params, 1e4f);
+    request(c, "POST", "/v1/updates", NULL, big.data, big.len, NULL, 0, NULL, c->peer, 0, &r);
+    expect("norm over robust.max_norm", &r, 422, "norm_exceeded");
+    update_body_of(c, &many, c->run, c->base_version, c->n_params, 0.0f, 1000000000000LL);
+    request(c, "POST", "/v1/updates", NULL, many.data, many.len, NULL, 0, NULL, c->peer, 0, &r);
+    expect("more samples than a task has", &r, 422, "too_many_samples");
+    buf_free(&big);
+    buf_free(&many);
     request(c, "POST", "/v1/updates", NULL, shape_b.data, shape_b.len, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("delta of the wrong shape", &r, 422, "bad_shape");

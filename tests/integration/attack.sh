@@ -3,7 +3,7 @@
 # JSON error code, and the database must be exactly as it was before.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
-it_setup itattack 3 2
+it_setup itattack 3 2 '"robust": {"max_norm": 100, "on_excess": "refuse"},'
 it_start_coordinator
 token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
 badtoken="vlt_$(printf '%064d' 0)"
