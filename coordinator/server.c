@@ -494,6 +494,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     coord_server *srv = calloc(1, sizeof *srv);
     if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
     if (!(srv->ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err))) rc = VL_EINVAL;
+    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 1;
     if (rc == VL_OK) rc = storage_open(opts->db_path, 0, &srv->db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
