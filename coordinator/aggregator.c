@@ -543,7 +543,8 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     merge_bufs *b = &j->b;
     *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version};
     if (srv->cfg.robust.rule != COORD_RULE_MEAN) {
-        coord_robust_acc_init(&j->rb, &srv->cfg.robust, srv->spec.kind, n);
+        size_t d = is_sketch ? (size_t)srv->cfg.comp_rows * (size_t)srv->cfg.comp_cols : n;
+        coord_robust_acc_init(&j->rb, &srv->cfg.robust, srv->spec.kind, d);
         m->rb = &j->rb;
     }
     b->next = malloc(n * sizeof(float) + 1);

@@ -104,11 +104,11 @@ int coord_robust_combine(coord_rule rule, double trim, const float *const *rows,
 /* ---- one merge's updates ----------------------------------------------------- */
 
 void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg,
-                           compress_kind kind, size_t n_params) {
+                           compress_kind kind, size_t d) {
     memset(a, 0, sizeof *a);
     a->cfg = *cfg;
     a->kind = kind;
-    a->n_params = n_params;
+    a->d = d;
 }
 
 void coord_robust_acc_free(coord_robust_acc *a) {
@@ -149,9 +149,11 @@ int coord_robust_acc_add(coord_robust_acc *a, const compress_update *u, double w
     if (u->meta.kind != a->kind)
         return vl_fail(err, VL_EINVAL, "a %s update in a merge of %s updates",
                        compress_kind_name(u->meta.kind), compress_kind_name(a->kind));
+    size_t n = compress_update_count(u);
+    if (u->meta.kind != COMPRESS_TOPK && n != a->d)
+        return vl_fail(err, VL_EINVAL, "an update of %zu values in a merge of %zu", n, a->d);
     int rc = grow(a, err);
     if (rc != VL_OK) return rc;
-    size_t n = compress_update_count(u);
     float *v = malloc(n * sizeof *v + 1);
     uint32_t *ix = a->kind == COMPRESS_TOPK ? malloc(n * sizeof *ix + 1) : NULL;
     if (!v || (a->kind == COMPRESS_TOPK && !ix)) {
@@ -232,9 +234,9 @@ static int finish_sparse(coord_robust_acc *a, float *out, vl_error *err) {
                                   a->k, m, res, err);
     }
     if (rc == VL_OK) {
-        memset(out, 0, a->n_params * sizeof *out);
+        memset(out, 0, a->d * sizeof *out);
         for (size_t t = 0; t < m; t++)
-            if (un[t] < a->n_params) out[un[t]] = res[t];
+            if (un[t] < a->d) out[un[t]] = res[t];
     }
     free(un);
     free(grid);
@@ -260,11 +262,6 @@ int coord_robust_acc_finish(coord_robust_acc *a, float *out, vl_error *err) {
         free(scale);
     }
     if (a->kind == COMPRESS_TOPK) return finish_sparse(a, out, err);
-    size_t d = a->count[0];
-    for (size_t i = 1; i < a->k; i++)
-        if (a->count[i] != d)
-            return vl_fail(err, VL_EINVAL, "updates of %zu and %zu values cannot be combined", d,
-                           a->count[i]);
     return coord_robust_combine(a->cfg.rule, a->cfg.trim, (const float *const *)a->vals, a->w,
-                                a->k, d, out, err);
+                                a->k, a->d, out, err);
 }

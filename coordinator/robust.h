@@ -73,7 +73,7 @@ int coord_robust_combine(coord_rule rule, double trim, const float *const *rows,
 typedef struct coord_robust_acc {
     coord_robust_config cfg;
     compress_kind kind;
-    size_t n_params;
+    size_t d;       /* values per update (dense, sketch) or the index range (topk) */
     size_t k, cap;
     float **vals;   /* per update, compress_update_count values (owned) */
     uint32_t **idx; /* topk: per update, its indices (owned) */
@@ -86,17 +86,18 @@ typedef struct coord_robust_acc {
     size_t union_n; /* topk: coordinates in the union of the indices */
 } coord_robust_acc;
 
-/* An empty set for updates of the given kind to a model of n_params. */
+/* An empty set for updates of the given kind: d is the model's parameter
+ * count for dense and topk updates, rows * cols for sketches. */
 void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg,
-                           compress_kind kind, size_t n_params);
-/* Copies update u (of the set's kind) with weight w > 0 and norm (its
- * compress_update_norm) in, scaled down to max_norm if longer. */
+                           compress_kind kind, size_t d);
+/* Copies update u with weight w > 0 and norm (its compress_update_norm)
+ * in, scaled down to max_norm if longer. VL_EINVAL for an update of
+ * another kind, or a dense or sketch update of other than d values. */
 int coord_robust_acc_add(coord_robust_acc *a, const compress_update *u, double w, double norm,
                          vl_error *err) VL_MUST_CHECK;
 /* Writes the rule's combination of the updates added, a mean already (no
- * further division by the weights), to out: n_params values for dense and
- * topk (0 outside the union), rows·cols cells for a sketch. VL_EINVAL when
- * nothing was added; VL_ENOMEM. */
+ * further division by the weights), to out: d values (for topk, 0 outside
+ * the union of the indices). VL_EINVAL when nothing was added; VL_ENOMEM. */
 int coord_robust_acc_finish(coord_robust_acc *a, float *out, vl_error *err) VL_MUST_CHECK;
 void coord_robust_acc_free(coord_robust_acc *a);
 

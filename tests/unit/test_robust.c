@@ -339,6 +339,14 @@ static void test_acc_dense(void **state) {
     assert_float_equal(a.norm[0], 2.0, 1e-9);
     for (int j = 0; j < N; j++)
         assert_float_equal(a.vals[0][j], x[4][j] * (2.0 / norms[4]), 1e-5);
+    /* Nor does a dense update of another size. */
+    buf b2;
+    compress_update u2;
+    dense_update(x[0], N - 1, ST_F32, &b2, &u2);
+    vl_error e2 = {0};
+    assert_int_equal(coord_robust_acc_add(&a, &u2, 1, 1, &e2), VL_EINVAL);
+    compress_update_free(&u2);
+    buf_free(&b2);
     /* A sketch does not join dense updates. */
     compress_update_meta m = meta_of(COMPRESS_SKETCH);
     compress_update other = {.meta = m};
@@ -427,7 +435,7 @@ static void test_acc_sketch(void **state) {
     for (coord_rule q = COORD_RULE_MEAN; q <= COORD_RULE_MEDIAN; q++) {
         coord_robust_config cfg = {.rule = q, .trim = 0.25};
         coord_robust_acc a;
-        coord_robust_acc_init(&a, &cfg, COMPRESS_SKETCH, N);
+        coord_robust_acc_init(&a, &cfg, COMPRESS_SKETCH, ROWS * COLS);
         for (int i = 0; i < K; i++) {
             compress_update_meta m = meta_of(COMPRESS_SKETCH);
             buf b;
