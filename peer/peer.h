@@ -408,6 +408,17 @@ typedef struct peer_join_opts {
  * dir/peer.json. The new state goes to out. */
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
 
+/* `volley-peer rotate-key`: moves the joined peer in dir to a new key,
+ * by POST /v1/peers/rotate signed with the old key and carrying the new
+ * key's proof (crypto_rotation_sign). The new key waits in
+ * dir/peer.key.next until the coordinator has accepted it and then
+ * replaces dir/peer.key; after a crash or a lost answer, calling it again
+ * completes the change. retries: attempts per request (0: the default).
+ * The new public key goes to pk_b64 (CRYPTO_PK_B64_LEN + 1 bytes). A
+ * running `run` keeps signing with the old key, which is refused from
+ * then on: restart it. */
+int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
+
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {
     const char *dir;
