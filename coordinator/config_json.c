@@ -125,6 +125,14 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         return NULL;
     }
     json_decref(merging);
+    const coord_robust_config *r = &cfg->robust;
+    json_t *rb = json_pack("{s:s, s:f, s:f, s:f, s:s}", "rule", coord_rule_name(r->rule), "trim",
+                           r->trim, "clip_mult", r->clip_mult, "max_norm", r->max_norm,
+                           "on_excess", r->refuse_excess ? "refuse" : "clip");
+    if (!rb || json_object_set_new(root, "robust", rb) != 0) {
+        json_decref(root);
+        return NULL;
+    }
     char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(root);
     return s;

@@ -1,6 +1,7 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
 volley_unit_test(test_async volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
+volley_unit_test(test_robust volley_coordinator_core)
 volley_unit_test(test_limits volley_coordinator_core)
 volley_unit_test(test_coord_shards volley_coordinator_core)
 # GPT-2 small from a run configuration; its forward and backward pass is a
