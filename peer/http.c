@@ -241,8 +241,10 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     int64_t clen;
     if (header_value(line, n, "Content-Length", v, sizeof v)) {
         /* Sizing the buffer once spares a multi-GiB model the copies of
-         * geometric growth; the cap still rules (over it: fail later). */
-        if (parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
+         * geometric growth; the cap still rules (over it: fail later). A
+         * body bound for the sink needs no memory at all. */
+        int to_sink = h->sink && h->status >= 200 && h->status <= 299;
+        if (!to_sink && parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
             buf_reserve(&r->body, (size_t)clen) != VL_OK)
             log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
         return n;
