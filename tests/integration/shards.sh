@@ -72,12 +72,21 @@ write_config train1.bin 50257 missing.bin
 refused_init "a missing validation shard" "missing.bin"
 
 # ---- 2. the token endpoint, then a lease that expires
-# start_run LEASE_S: a fresh run and coordinator, a client holding a lease.
-start_run() {
+# new_run [LEASE_S]: a fresh database and coordinator. The last
+# coordinator's log is kept aside first: it_start_coordinator must not
+# read the old port from it before the new process truncates it.
+RUNS=0
+new_run() {
   rm -f run.db run.db-wal run.db-shm
-  LEASE=$1 write_config train1.bin
+  LEASE=${1:-$LEASE} write_config train1.bin
   "$COORD" init --db run.db --config run.json 2> init.log || fail "init: $(cat init.log)"
+  RUNS=$((RUNS + 1))
+  [ ! -e coordinator.log ] || mv coordinator.log "coordinator-$RUNS.log"
   it_start_coordinator
+}
+# start_run LEASE_S: new_run, and a client holding a lease.
+start_run() {
+  new_run "$1"
   token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
   rm -rf atk && mkdir atk
   "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
@@ -114,10 +123,7 @@ echo "shards: the expired lease's range ($shard $off $len) went to task $(q "SEL
 it_stop_coordinator
 
 # ---- 3. training
-rm -f run.db run.db-wal run.db-shm
-write_config train1.bin
-"$COORD" init --db run.db --config run.json 2> init.log || fail "init: $(cat init.log)"
-it_start_coordinator
+new_run
 it_peer 1
 it_peer 2
 for i in 1 2; do
