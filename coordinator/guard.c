@@ -36,9 +36,10 @@ coord_guard_verdict coord_guard_verdict_parse(const char *name) {
 /* ---- head analysis ------------------------------------------------------- */
 
 /* The methods libevent 2.1's parser knows; any other is refused here so
- * the error stays JSON. */
+ * the error stays JSON. CONNECT is left out too: libevent parses its
+ * target as an authority and refuses an origin-form one in HTML. */
 static const char *const METHODS[] = {"GET", "POST", "HEAD", "PUT", "DELETE",
-                                      "OPTIONS", "TRACE", "CONNECT", "PATCH"};
+                                      "OPTIONS", "TRACE", "PATCH"};
 
 static int is_tchar(uint8_t c) {
     if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
@@ -64,6 +65,9 @@ static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *n
     /* Origin form only ("/path?query"): the API has no use for absolute,
      * authority or asterisk forms, which libevent parses its own way. */
     if (!sp2 || sp2 == target || target[0] != '/') return COORD_GUARD_BAD_HEAD;
+    /* libevent reads "//x..." as an authority and answers a bad one with
+     * its own HTML page. */
+    if (sp2 - target > 1 && target[1] == '/') return COORD_GUARD_BAD_HEAD;
     for (const uint8_t *q = target; q < sp2; q++)
         if (*q < 0x21 || *q > 0x7E) return COORD_GUARD_BAD_HEAD;
     const uint8_t *ver = sp2 + 1;

@@ -301,9 +301,10 @@ static void attack(ctx *c, const char *badtoken) {
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("replayed nonce", &r, 401, "replayed_nonce");
 
-    buf good, nan_b, shape_b, run_b, ver_b;
+    buf good, nan_b, huge_b, shape_b, run_b, ver_b;
     update_body(c, &good, c->run, c->base_version, c->n_params, 0.0f);
     update_body(c, &nan_b, c->run, c->base_version, c->n_params, NAN);
+    update_body(c, &huge_b, c->run, c->base_version, c->n_params, 1e30f);
     update_body(c, &shape_b, c->run, c->base_version, c->n_params - 1, 0.0f);
     update_body(c, &run_b, "another-run", c->base_version, c->n_params, 0.0f);
     update_body(c, &ver_b, c->run, c->base_version + 7, c->n_params, 0.0f);
@@ -324,6 +325,9 @@ static void attack(ctx *c, const char *badtoken) {
     expect("truncated update body", &r, 400, "malformed_update");
     request(c, "POST", "/v1/updates", NULL, nan_b.data, nan_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("NaN in the delta", &r, 422, "non_finite");
+    request(c, "POST", "/v1/updates", NULL, huge_b.data, huge_b.len, NULL, 0, NULL, c->peer, 0,
+            &r);
+    expect("a finite delta value of 1e30", &r, 422, "out_of_bounds");
     request(c, "POST", "/v1/updates", NULL, shape_b.data, shape_b.len, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("delta of the wrong shape", &r, 422, "bad_shape");
@@ -340,6 +344,7 @@ static void attack(ctx *c, const char *badtoken) {
     buf_free(&unk);
     buf_free(&good);
     buf_free(&nan_b);
+    buf_free(&huge_b);
     buf_free(&shape_b);
     buf_free(&run_b);
     buf_free(&ver_b);
@@ -393,6 +398,11 @@ static void attack(ctx *c, const char *badtoken) {
              "Content-Length: 7\r\n\r\nhello");
     raw(c, head, NULL, &r);
     expect("two Content-Length headers", &r, 400, "bad_request");
+    /* Targets libevent reads as an authority, which it refuses in HTML. */
+    raw(c, "GET //\"x\"/v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, &r);
+    expect("a target starting with //", &r, 400, "bad_request");
+    raw(c, "CONNECT /v1/task HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, &r);
+    expect("CONNECT", &r, 405, "method_not_allowed");
 }
 
 /* ---- compressed runs ---------------------------------------------------- */
@@ -487,6 +497,8 @@ static void attack_sparse(ctx *c) {
         post(c, "sketch of another depth", &b, 422, "wrong_sketch");
         sketch_body(c, &b, (uint64_t)c->seed, rows, cols, NAN);
         post(c, "NaN in the sketch", &b, 422, "non_finite");
+        sketch_body(c, &b, (uint64_t)c->seed, rows, cols, 1e30f);
+        post(c, "a sketch cell of 1e30", &b, 422, "out_of_bounds");
     } else {
         uint32_t out_of_range[3] = {1, 2, (uint32_t)n};
         uint32_t descending[3] = {5, 4, 9};
@@ -505,6 +517,9 @@ static void attack_sparse(ctx *c) {
         float inf_val[3] = {0.1f, 0.2f, INFINITY};
         topk_raw(c, &b, ok_idx, inf_val, 3);
         post(c, "Inf among the values", &b, 422, "non_finite");
+        float huge_val[3] = {0.1f, -1e30f, 0.3f};
+        topk_raw(c, &b, ok_idx, huge_val, 3);
+        post(c, "a value of -1e30", &b, 422, "out_of_bounds");
         size_t many = (size_t)c->k + (size_t)c->k / 10 + 8;
         if (many > n) many = n;
         uint32_t *idx = malloc(many * sizeof *idx);
@@ -661,6 +676,8 @@ static void attack_values(ctx *c, const char *stage) {
         post_values(c, "NaN among the values", &b, 422, "non_finite");
         values_body(c, &b, c->run, v, c->task, c->peer, n, INFINITY);
         post_values(c, "Inf among the values", &b, 422, "non_finite");
+        values_body(c, &b, c->run, v, c->task, c->peer, n, 1e30f);
+        post_values(c, "a value of 1e30", &b, 422, "out_of_bounds");
         values_body(c, &b, c->run, v, c->task + 100000, c->peer, n, 0);
         post_values(c, "values for an unknown task", &b, 404, "unknown_task");
         values_body(c, &b, c->run, v + 1, c->task, c->peer, n, 0);
