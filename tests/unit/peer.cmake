@@ -1,2 +1,3 @@
 volley_unit_test(test_peer volley_peer)
 volley_unit_test(test_peer_resume volley_peer)
+volley_unit_test(test_peer_refuse volley_peer)
