@@ -69,6 +69,39 @@ static void insert_run(storage *st) {
     assert_int_equal(storage_run_insert(st, &r, &e), VL_OK);
 }
 
+/* A new database and the -wal and -shm files SQLite makes beside it are
+ * 0600 whatever the umask: they hold token hashes and peer keys. */
+static void test_file_modes(void **state) {
+    (void)state;
+    const mode_t masks[] = {0, 022, 0277};
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        char *d = test_temp_dir("/tmp/volley-test-modes-XXXXXX");
+        char path[256];
+        snprintf(path, sizeof path, "%s/run.db", d);
+        mode_t old = umask(masks[i]);
+        storage *st = NULL;
+        vl_error e = {0};
+        int rc = storage_open(path, 1, &st, &e);
+        umask(old);
+        if (rc != VL_OK) fail_msg("umask %03o: %s", (unsigned)masks[i], e.msg);
+        insert_run(st); /* a write, so the WAL is in use */
+        const char *suffix[] = {"", "-wal", "-shm"};
+        for (int k = 0; k < 3; k++) {
+            char p[300];
+            snprintf(p, sizeof p, "%s%s", path, suffix[k]);
+            struct stat sb;
+            assert_int_equal(stat(p, &sb), 0);
+            if ((sb.st_mode & 0777) != 0600)
+                fail_msg("umask %03o: %s has mode %03o", (unsigned)masks[i], p,
+                         (unsigned)(sb.st_mode & 0777));
+        }
+        storage_close(st);
+        test_remove_db(path);
+        test_remove_tree(d);
+        free(d);
+    }
+}
+
 static void commit_version(storage *st, int64_t v, float fill, const int64_t *ids, size_t n,
                            int64_t keep) {
     float params[4] = {fill, fill + 1, fill + 2, fill + 3};
@@ -691,6 +724,7 @@ static void test_explicit_transaction_rollback(void **state) {
 int main(void) {
     log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_modes),
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
