@@ -9,6 +9,7 @@
 #include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
 #include "coordinator/scheduler.h"
+#include "kernels/kernels.h"
 
 /* Validation batches are 8 windows of block_size bytes (protocol.md). */
 #define VAL_BATCH 8
@@ -400,6 +401,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     merge_bufs *b = &j->b;
     size_t n = srv->n_params;
     m->err = &j->merr;
+    /* Per thread: only the compute thread's parallel regions change. */
+    kernels_set_num_threads(srv->compute_threads);
     int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
     if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",

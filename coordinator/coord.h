@@ -136,6 +136,7 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
+    int compute_threads;  /* coord_serve_opts.compute_threads, at least 1 */
 } coord_server;
 
 /* One request as a handler sees it. */
@@ -155,6 +156,11 @@ typedef struct coord_serve_opts {
     const char *cert_path;
     const char *key_path;
     const char *listen; /* HOST:PORT, [V6]:PORT */
+    /* OpenMP threads that make a version (the validation loss above all);
+     * 0 means 1. More make versions sooner but take cores from the loop
+     * and the writer, and idle OpenMP workers spin on them between
+     * parallel regions, which costs ingest more than it gains. */
+    int compute_threads;
 } coord_serve_opts;
 
 /* Runs the server until SIGTERM/SIGINT has drained it. Returns 0 on a clean
@@ -320,6 +326,32 @@ void coord_drain_waiters(coord_server *srv);
  * then wakes waiters and re-arms the lease timer. Also run at start, for
  * leases that ran out while the coordinator was down. */
 void coord_expire_leases(coord_server *srv);
+/* A new lease prepared on the loop and written by the writer, on its own
+ * (GET /v1/task) or in the job of the upload that finished the peer's
+ * previous task (POST /v1/updates?next=1), which saves the peer a round
+ * trip and the coordinator a request and a commit per task. */
+typedef struct coord_lease {
+    storage_task t;     /* id, data range and seed are filled in by the writer */
+    uint64_t run_seed;
+    int64_t train_len, task_bytes;
+    int reissued;       /* t took over the data of an expired task */
+} coord_lease;
+/* Whether peer_id, whose lease done_task is being uploaded, gets its next
+ * task with the upload's answer: only in async runs (a sync peer waits for
+ * the next version), while the run goes on, and when the peer holds no
+ * other live lease. Returns 1 with *l prepared (then exactly one of
+ * coord_lease_committed or coord_lease_abandoned must follow), 0 when
+ * not, or a VL_E* code with err set. Loop thread. */
+int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
+                      vl_error *err) VL_MUST_CHECK;
+/* Writer thread, inside the job's savepoint: inserts l's task, taking over
+ * the data range and seed of an expired lease when one waits. */
+int coord_lease_write(storage *db, coord_lease *l, vl_error *err) VL_MUST_CHECK;
+/* Loop thread, after the commit: the task as peers get it (a new JSON
+ * reference, NULL when out of memory), and the lease timer re-armed. */
+json_t *coord_lease_committed(coord_server *srv, const coord_lease *l);
+/* Loop thread, when the job holding the lease failed. */
+void coord_lease_abandoned(coord_server *srv);
 /* Arms the lease timer for the earliest unexpired lease of the current
  * version (every version in async runs), or disarms it when there is
  * none. */

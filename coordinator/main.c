@@ -1,4 +1,5 @@
 /* volley-coordinator: command-line entry point. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,9 +23,10 @@ static const char USAGE[] =
     "      write version V (default: the current one) as DIR/model.safetensors and\n"
     "      DIR/config.json for transformers.GPT2LMHeadModel; --force exports into a\n"
     "      directory that is not empty\n"
-    "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT]\n"
+    "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
-    "      and the real one is printed as \"listening on HOST:PORT\" on stderr)\n"
+    "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
+    "      N threads (default 1) make each version, beside those answering requests\n"
     "\n"
     "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
 
@@ -141,14 +143,26 @@ static int cmd_export(int argc, char **argv) {
 }
 
 static int cmd_serve(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}, {"cert", 1, NULL}, {"key", 1, NULL}, {"listen", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 4);
+    opt o[] = {{"db", 1, NULL}, {"cert", 1, NULL}, {"key", 1, NULL}, {"listen", 0, NULL},
+               {"compute-threads", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 5);
     if (rc) return rc;
+    int64_t threads = 1;
+    if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
+        return usage_error("--compute-threads must be a whole number from 1 to 256 (got '%s')",
+                           o[4].value);
     coord_serve_opts so = {.db_path = o[0].value, .cert_path = o[1].value,
                            .key_path = o[2].value,
-                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443"};
+                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443",
+                           .compute_threads = (int)threads};
     /* A peer that disconnects mid-reply must not kill the server. */
     signal(SIGPIPE, SIG_IGN);
+    /* Every upload passes through buffers of its size (hundreds of KB).
+     * glibc would map and unmap each one, or trim the heap after it, and
+     * fault its pages in afresh every time: a fifth of the server's CPU
+     * under an upload storm. Kept in the heap, they are reused. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
     vl_error err = {0};
     if (coord_serve(&so, &err) != VL_OK) return fail(&err);
     return 0;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/http.h>
+
 #include "compress/compress.h"
 #include "coordinator/coord.h"
 
@@ -81,6 +83,8 @@ typedef struct upload_job {
     coord_req cr;
     storage_update u;
     int64_t id;
+    int has_next;     /* the peer's next task is written with the update */
+    coord_lease next;
 } upload_job;
 
 static int upload_run(storage *db, coord_job *job, vl_error *err) {
@@ -88,6 +92,7 @@ static int upload_run(storage *db, coord_job *job, vl_error *err) {
     int rc = storage_update_insert(db, &j->u, &j->id, err);
     if (rc == VL_OK) rc = storage_task_set_state(db, j->u.task_id, STORAGE_TASK_DONE, err);
     if (rc == VL_OK) rc = storage_peer_touch(db, j->u.peer_id, j->u.received_at, err);
+    if (rc == VL_OK && j->has_next) rc = coord_lease_write(db, &j->next, err);
     return rc;
 }
 
@@ -95,15 +100,24 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
     upload_job *j = (upload_job *)job;
     coord_req *cr = &j->cr;
     coord_server *srv = cr->srv;
+    if (rc != VL_OK && j->has_next) coord_lease_abandoned(srv);
     if (rc == VL_ECONFLICT) {
         coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
                           (long long)j->u.task_id);
     } else if (rc != VL_OK) {
         coord_reply_internal(cr, err);
     } else {
-        coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id,
-                                            "version", (json_int_t)j->u.base_version,
-                                            "staleness", (json_int_t)j->u.staleness));
+        json_t *o = json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
+                              (json_int_t)j->u.base_version, "staleness",
+                              (json_int_t)j->u.staleness);
+        json_t *next = j->has_next ? coord_lease_committed(srv, &j->next) : NULL;
+        if (o && j->has_next && (!next || json_object_set_new(o, "next_task", next) != 0)) {
+            /* The update is stored; the lease is too, and GET /v1/task
+             * hands it out again, so only the offer is lost. */
+            json_decref(o);
+            o = NULL;
+        }
+        coord_reply_json(cr, 202, o);
         coord_note_update(srv);
     }
     free(j);
@@ -114,6 +128,15 @@ void coord_route_updates(coord_req *cr) {
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr, body, len) != 0) return;
+    const char *const keys[] = {"next", NULL};
+    int64_t want_next = 0;
+    unsigned present = 0;
+    vl_error qe = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, keys, 1, &want_next, &present, &qe) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s (next is 0 or 1)", qe.msg);
+        return;
+    }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);
@@ -155,6 +178,15 @@ void coord_route_updates(coord_req *cr) {
     if (!j) {
         coord_reply_oom(cr, "queueing an update");
         return;
+    }
+    if (want_next) {
+        int offer = coord_lease_offer(srv, t.peer_id, t.id, &j->next, &e);
+        if (offer < 0) {
+            free(j);
+            coord_reply_internal(cr, &e);
+            return;
+        }
+        j->has_next = offer;
     }
     j->job.run = upload_run;
     j->job.done = upload_done;

@@ -488,6 +488,8 @@ int coord_server_open(const char *db_path, coord_server **out, vl_error *err) {
     *out = NULL;
     coord_server *srv = calloc(1, sizeof *srv);
     if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
+    /* One thread makes versions unless coord_serve is told otherwise. */
+    srv->compute_threads = 1;
     int rc = storage_open(db_path, 0, &srv->db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
@@ -539,6 +541,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         return rc;
     }
     srv->ssl = ssl;
+    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 1;
     evhttp_set_bevcb(srv->http, make_bev, srv);
     srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);

@@ -124,6 +124,10 @@ typedef struct loop {
     struct { int64_t task_id, deadline; } finished[FINISHED_RING];
     int nfinished;
     char comp_desc[160]; /* the compression last logged */
+    /* The next task, leased with the last upload's 202 (async runs), so
+     * the next round trip is the model or data, not the task. */
+    int have_next;
+    peer_task next;
 } loop;
 
 static void remember(loop *L, const peer_task *k) {
@@ -438,7 +442,9 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     int rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
-    peer_request rq = {.method = "POST", .target = "/v1/updates",
+    /* The next task comes with the answer unless this is the last one. */
+    int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
+    peer_request rq = {.method = "POST", .target = more ? "/v1/updates?next=1" : "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
                        .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
     /* A transport failure leaves the outcome unknown: the record stays,
@@ -469,6 +475,14 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
                  L->upload.len, tps,
                  json_is_integer(uid) ? (long long)json_integer_value(uid) : -1LL,
                  json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL);
+        json_t *next = json_object_get(o, "next_task");
+        if (next) {
+            /* A bad offer costs only the round trip it would have saved. */
+            vl_error e = {0};
+            L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK &&
+                           peer_task_check_run(&L->next, L->st.run, &e) == VL_OK;
+            if (!L->have_next) log_warn("next task ignored: %s", e.msg);
+        }
         json_decref(o);
         return VL_OK;
     }
@@ -491,15 +505,18 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
 /* One lease from request to upload. */
 static int one_task(loop *L, vl_error *err) {
     peer_task k;
-    int rc = fetch_task(L, &k, err);
-    if (rc == STEP_REFUSED) {
-        /* No usable task id: the lease cannot be remembered, only waited
-         * out by the pause after a refusal. */
-        log_warn("task refused: %s; keeping model version %lld", err->msg,
-                 (long long)L->tr.base_version);
+    int rc = VL_OK;
+    if (L->have_next) {
+        k = L->next;
+        L->have_next = 0;
+    } else if ((rc = fetch_task(L, &k, err))) {
+        /* A refused lease has no usable task id: it cannot be remembered,
+         * only waited out by the pause after a refusal. */
+        if (rc == STEP_REFUSED)
+            log_warn("task refused: %s; keeping model version %lld", err->msg,
+                     (long long)L->tr.base_version);
         return rc;
     }
-    if (rc) return rc;
     if (seen(L, &k)) {
         /* Wait the lease out, a slice at a time, rather than redo it. */
         double left = (double)(k.deadline - clock_unix_s()) + 1;

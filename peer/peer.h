@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/common.h"
 #include "compress/compress.h"
 #include "crypto/crypto.h"
@@ -167,6 +169,9 @@ typedef struct peer_task {
  * h_min = h_max = steps); unknown fields are ignored. On failure err names
  * the offending field and out is unspecified. */
 int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) VL_MUST_CHECK;
+/* The same for a task already parsed, such as the next_task of an
+ * upload's 202 (POST /v1/updates?next=1). obj is only read. */
+int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) VL_MUST_CHECK;
 
 /* One line naming the task's compression ("topk k=2918 F16, blocks of
  * 512, residual decay 0.9"), for the log. */

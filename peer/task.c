@@ -251,8 +251,7 @@ int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err)
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) return vl_fail(err, VL_EINVAL, "task: not valid JSON (%s)", je.text);
-    int rc = json_is_object(root) ? parse_root(root, out, err)
-                                  : vl_fail(err, VL_EINVAL, "task: not a JSON object");
+    int rc = peer_task_from_json(root, out, err);
     json_decref(root);
     return rc;
 }
@@ -262,6 +261,12 @@ int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "task %lld is for run '%s'; this peer joined run '%s'",
                        (long long)t->task_id, t->run, run);
     return VL_OK;
+}
+
+int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(obj)) return vl_fail(err, VL_EINVAL, "task: not a JSON object");
+    return parse_root(obj, out, err);
 }
 
 int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_error *err) {

@@ -19,8 +19,10 @@
     " coalesce(reissue_of, 0)"
 #define UPDATE_COLS                                                                               \
     "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob,"    \
-    " received_at, staleness"
-#define UPDATE_FROM "updates LEFT JOIN update_blobs ON update_id = id"
+    " received_at, staleness, seg, off"
+#define UPDATE_FROM                                                                               \
+    "updates LEFT JOIN update_blobs b ON b.update_id = id"                                        \
+    " LEFT JOIN update_bodies s ON s.update_id = id"
 
 static const char *const SQL[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -83,6 +85,10 @@ static const char *const SQL[Q_COUNT] = {
                         " local_steps, loss, nbytes, received_at, staleness)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_UPDATE_BLOB_INSERT] = "INSERT INTO update_blobs (update_id, blob) VALUES (?, ?)",
+    [Q_UPDATE_BODY_INSERT] = "INSERT INTO update_bodies (update_id, seg, off) VALUES (?, ?, ?)",
+    [Q_UPDATE_PRUNE_BODIES] = "DELETE FROM update_bodies WHERE update_id IN"
+                              " (SELECT id FROM updates WHERE merged_version <= ?)",
+    [Q_BODY_SEG_USED] = "SELECT 1 FROM update_bodies WHERE seg = ? LIMIT 1",
     [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
     [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
@@ -212,7 +218,10 @@ int storage_begin(storage *st, vl_error *err) {
 }
 
 int storage_commit(storage *st, vl_error *err) {
-    int rc = run_simple(st, Q_COMMIT, "commit", err);
+    /* Bodies first: a committed row must never point at bytes the disk
+     * might not have. */
+    int rc = body_sync(&st->bodies, err);
+    if (rc == VL_OK) rc = run_simple(st, Q_COMMIT, "commit", err);
     if (rc != VL_OK) storage_rollback(st);
     return rc;
 }
@@ -388,6 +397,7 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     }
     storage *st = calloc(1, sizeof *st);
     if (!st) return vl_fail(err, VL_ENOMEM, "out of memory");
+    body_init(&st->bodies, path);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
     if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
         vl_fail(err, VL_EDB, "cannot open database %s: %s", path,
@@ -438,5 +448,6 @@ void storage_close(storage *st) {
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(st->stmts[i]);
     if (sqlite3_close(st->db) != SQLITE_OK)
         log_error("database: close failed: %s", sqlite3_errmsg(st->db));
+    body_close(&st->bodies);
     free(st);
 }

@@ -1,5 +1,10 @@
 /*
- * storage: every durable fact of a coordinator, in one SQLite database.
+ * storage: every durable fact of a coordinator, in one SQLite database,
+ * except the bytes of update bodies: those are appended to segment files
+ * in the directory "<database>-bodies/" (made durable before the
+ * transaction that points at them commits), because WAL mode would write
+ * each of them twice. The directory belongs with the database file: copy
+ * or move both.
  *
  * The database runs in WAL mode with synchronous=FULL, so a transaction that
  * has committed survives a crash or power loss: the coordinator acknowledges

@@ -26,6 +26,7 @@
 #define _GNU_SOURCE /* memmem, strcasestr */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -125,20 +126,22 @@ static void write_file(const char *path, const void *data, size_t len) {
     FUZZ_CHECK(file_write_atomic(path, data, len, 0600, &e) == VL_OK, "%s", e.msg);
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb;
+    (void)f;
+    if (type == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
 static void remove_dir(void) {
     if (H.srv) coord_server_close(H.srv);
     H.srv = NULL;
     while (H.conns) conn_release(H.conns);
     if (H.tick) event_free(H.tick);
     buf_free(&H.resp);
-    static const char *const files[] = {"run.db", "run.db-wal", "run.db-shm", "run.json",
-                                        "corpus.txt", "http.sock"};
-    char p[700];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", H.dir, files[i]);
-        unlink(p);
-    }
-    rmdir(H.dir);
+    /* The database, its -wal, -shm and -bodies/, the corpus, the socket. */
+    nftw(H.dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A corpus of text-like bytes: enough for tasks and a validation slice. */

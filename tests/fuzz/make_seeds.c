@@ -420,6 +420,9 @@ static void seeds_http(void) {
         snprintf(name, sizeof name, "update-%d", p);
         http_signed(name, p - 1, "POST /v1/updates\nContent-Type: application/octet-stream\n\n",
                     b.data, b.len);
+        /* The same taking the next lease with the answer. */
+        snprintf(name, sizeof name, "update-%d-next", p);
+        http_signed(name, p - 1, "POST /v1/updates?next=1\n\n", b.data, b.len);
     }
     /* The same with a cell of 3e38: finite, but a merge of two of them
      * made the model Inf (refused now as out_of_bounds). */

@@ -72,6 +72,14 @@ unmerged=$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')
 [ "$unmerged" -lt "$PER" ] || fail "$unmerged updates are left unmerged (a version needs $PER)"
 [ "$total_acked" -ge $((KILLS * 5)) ] || fail "too few uploads were acknowledged ($total_acked)"
 restarts=$(grep -c 'listening on' coordinator.log)
-echo "crash: $KILLS kills, $restarts starts, $total_acked acknowledged uploads all stored," \
+# The clients ask for their next task with each upload (?next=1), so most
+# leases were written in the same transactions as the updates.
+nexts=0
+for f in client*.txt; do
+  nexts=$((nexts + $(tr ' ' '\n' < "$f" | sed -n 's/^next_tasks=//p')))
+done
+[ "$nexts" -gt 0 ] || fail "no upload was answered with the next task"
+echo "crash: $KILLS kills, $restarts starts, $total_acked acknowledged uploads all stored" \
+     "($nexts answered with the next task)," \
      "$(q 'SELECT current_version FROM run') versions, $unmerged left for the next one"
 echo "1 passed, 0 failed"

@@ -18,59 +18,12 @@
 #include "storage/internal.h"
 #include "storage/storage.h"
 #include "test_util.h"
+#include "storage_fixtures.h"
 
-/* Commit options as the tests use them: update blobs kept as long as
- * versions, sync leases. */
-#define COMMIT_OPTS(kv, kc, fin)                                                                 \
-    (&(storage_commit_opts){.keep_versions = (kv), .keep_changes = (kc),                         \
-                            .keep_update_blobs = (kv), .finished = (fin),                        \
-                            .expire_old_leases = 1})
-
-typedef struct fixture {
-    char dir[64];
-    char path[128];
-    storage *st;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/volley-test-storage-XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/run.db", f->dir);
-    vl_error e = {0};
-    if (storage_open(f->path, 1, &f->st, &e) != VL_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    storage_close(f->st);
-    test_remove_db(f->path);
-    rmdir(f->dir);
-    free(f);
-    return 0;
-}
-
-static void insert_run(storage *st) {
-    storage_run r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.name, sizeof r.name, "demo");
-    r.config = "{\"name\":\"demo\"}";
-    r.corpus_path = "/data/corpus.txt";
-    r.corpus_size = 12345;
-    snprintf(r.corpus_hash, sizeof r.corpus_hash, "%064d", 7);
-    r.created_at = 1000;
-    vl_error e = {0};
-    assert_int_equal(storage_run_insert(st, &r, &e), VL_OK);
-}
-
-/* A new database and the -wal and -shm files SQLite makes beside it are
- * 0600 whatever the umask: they hold token hashes and peer keys. */
+/* A new database, the -wal and -shm files SQLite makes beside it, and the
+ * update bodies' directory and segment files are the owner's alone (0600,
+ * the directory 0700) whatever the umask: they hold token hashes, peer
+ * keys and uploads. */
 static void test_file_modes(void **state) {
     (void)state;
     const mode_t masks[] = {0, 022, 0277};
@@ -81,18 +34,25 @@ static void test_file_modes(void **state) {
         mode_t old = umask(masks[i]);
         storage *st = NULL;
         vl_error e = {0};
-        int rc = storage_open(path, 1, &st, &e);
+        if (storage_open(path, 1, &st, &e) != VL_OK)
+            fail_msg("umask %03o: %s", (unsigned)masks[i], e.msg);
+        insert_run(st);
+        commit_version(st, 0, 0.0f, NULL, 0, 4);
+        int64_t p = add_peer(st, 1);
+        add_update(st, add_task(st, p, 0, 2000, STORAGE_TASK_DONE), p, 0);
         umask(old);
-        if (rc != VL_OK) fail_msg("umask %03o: %s", (unsigned)masks[i], e.msg);
-        insert_run(st); /* a write, so the WAL is in use */
-        const char *suffix[] = {"", "-wal", "-shm"};
-        for (int k = 0; k < 3; k++) {
-            char p[300];
-            snprintf(p, sizeof p, "%s%s", path, suffix[k]);
+        char seg[300];
+        snprintf(seg, sizeof seg, "%s-bodies/%016d.seg", path, 0);
+        const char *files[] = {"", "-wal", "-shm", "-bodies", seg};
+        for (int k = 0; k < 5; k++) {
+            char f[300];
+            snprintf(f, sizeof f, "%s", k < 4 ? path : "");
+            snprintf(f + strlen(f), sizeof f - strlen(f), "%s", files[k]);
             struct stat sb;
-            assert_int_equal(stat(p, &sb), 0);
-            if ((sb.st_mode & 0777) != 0600)
-                fail_msg("umask %03o: %s has mode %03o", (unsigned)masks[i], p,
+            if (stat(f, &sb) != 0) fail_msg("umask %03o: no %s", (unsigned)masks[i], f);
+            unsigned want = k == 3 ? 0700 : 0600;
+            if ((sb.st_mode & 0777) != want)
+                fail_msg("umask %03o: %s has mode %03o", (unsigned)masks[i], f,
                          (unsigned)(sb.st_mode & 0777));
         }
         storage_close(st);
@@ -100,19 +60,6 @@ static void test_file_modes(void **state) {
         test_remove_tree(d);
         free(d);
     }
-}
-
-static void commit_version(storage *st, int64_t v, float fill, const int64_t *ids, size_t n,
-                           int64_t keep) {
-    float params[4] = {fill, fill + 1, fill + 2, fill + 3};
-    float mom[4] = {-fill, 0, 0, 0};
-    storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
-                           .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
-                           .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
-    vl_error e = {0};
-    int rc = storage_version_commit(st, &ver, ids, n, COMMIT_OPTS(keep, 0, 0), &e);
-    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
-    assert_int_equal(rc, VL_OK);
 }
 
 /* Sums the changes handed to it into a 4-vector and checks their order. */
@@ -186,38 +133,8 @@ static void test_changes(void **state) {
     assert_true(last.x[1] == 0.0f);
 }
 
-static int64_t add_peer(storage *st, uint8_t seed) {
-    uint8_t pk[STORAGE_PK_BYTES];
-    memset(pk, seed, sizeof pk);
-    int64_t id = 0;
-    vl_error e = {0};
-    assert_int_equal(storage_peer_insert(st, pk, "lab", "{\"cpus\":8}", 0, 1000, &id, &e), VL_OK);
-    return id;
-}
 
-static int64_t add_task(storage *st, int64_t peer, int64_t version, int64_t deadline,
-                        storage_task_state state) {
-    storage_task t = {.peer_id = peer, .base_version = version, .data_offset = 10,
-                      .data_length = 100, .seed = 42, .issued_at = 1000, .deadline = deadline,
-                      .state = state};
-    int64_t id = 0;
-    vl_error e = {0};
-    assert_int_equal(storage_task_insert(st, &t, &id, &e), VL_OK);
-    return id;
-}
 
-static int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t version) {
-    static const uint8_t blob[] = {1, 2, 3, 4, 5};
-    storage_update u = {.task_id = task, .peer_id = peer, .base_version = version,
-                        .kind = "dense", .num_samples = 64, .local_steps = 10, .loss = 2.5,
-                        .nbytes = sizeof blob, .blob = blob, .received_at = 1500};
-    int64_t id = 0;
-    vl_error e = {0};
-    int rc = storage_update_insert(st, &u, &id, &e);
-    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
-    assert_int_equal(rc, VL_OK);
-    return id;
-}
 
 static void test_fresh_database_reaches_latest_schema(void **state) {
     fixture *f = *state;
@@ -325,7 +242,7 @@ static void test_checkpoint(void **state) {
 static void test_failing_migration_rolls_back(void **state) {
     fixture *f = *state;
     int base = storage_schema_version();
-    storage_migration list[8];
+    storage_migration list[16];
     size_t n = 0;
     for (int i = 1; i <= base; i++) list[n++] = (storage_migration){i, "SELECT 1"};
     list[n++] = (storage_migration){base + 1, "CREATE TABLE extra_a (x INTEGER);"};
