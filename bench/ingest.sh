@@ -44,7 +44,9 @@ FSYNC_UP=$("$INGEST" fsync --dir "$WORK" --seconds 1 --bytes 200000 | sed -n 's/
 IT_MODE=async IT_LEASE_S=60 it_setup ingest 1000000 ${UPV:-64} \
   '"compression": {"kind": "sketch", "rows": 5, "cols": 10000, "dtype": "F32"},
    "staleness": {"max": 1000000},'
-it_start_coordinator
+# Each client uploads as fast as it can, far above a peer's rate: the
+# measurement is of the coordinator, so no rate limits.
+IT_SERVE_ARGS="--peer-rate 0 --addr-rate 0" it_start_coordinator
 for i in $(seq 1 "$CLIENTS"); do it_peer "$i"; done
 
 # writer_field JSON NAME: one counter of the status reply's writer object.

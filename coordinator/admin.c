@@ -1,5 +1,8 @@
-/* Operator commands that work on the database directly: init, token
- * create, peer revoke. */
+/* Operator commands that work on the database directly: init, tokens
+ * (create, list, revoke) and peers (list, revoke). They are the only
+ * administration there is: no HTTP route changes tokens or peers, so no
+ * peer key can reach them; whoever may run them is whoever may open the
+ * database file (mode 0600). */
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -7,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coordinator/coord.h"
 
@@ -152,6 +156,78 @@ int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) {
     int rc = open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     rc = storage_peer_revoke(db, id, err);
+    storage_close(db);
+    return rc;
+}
+
+int coord_cmd_token_revoke(const char *db_path, int64_t id, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    rc = storage_token_revoke(db, id, err);
+    storage_close(db);
+    return rc;
+}
+
+/* Unix seconds as UTC ISO 8601. */
+static void utc(int64_t t, char *out, size_t cap) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(out, cap, "%lld", (long long)t);
+}
+
+typedef struct list_ctx {
+    FILE *out;
+    int64_t now;
+} list_ctx;
+
+static int print_token(void *arg, const storage_token *t) {
+    list_ctx *c = arg;
+    char exp[32], made[32];
+    utc(t->expires_at, exp, sizeof exp);
+    utc(t->created_at, made, sizeof made);
+    const char *state = t->revoked                ? "revoked"
+                        : t->expires_at <= c->now ? "expired"
+                        : t->uses_left == 0       ? "used-up"
+                                                  : "active";
+    fprintf(c->out, "%-6lld %-12s %9lld %-20s %-20s %5lld %s\n", (long long)t->id,
+            t->hash_prefix, (long long)t->uses_left, exp, made, (long long)t->peers, state);
+    return VL_OK;
+}
+
+int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    list_ctx c = {.out = out, .now = clock_unix_s()};
+    fprintf(out, "%-6s %-12s %9s %-20s %-20s %5s %s\n", "id", "hash", "uses_left", "expires",
+            "created", "peers", "state");
+    rc = storage_token_each(db, print_token, &c, err);
+    storage_close(db);
+    return rc;
+}
+
+static int print_peer(void *arg, const storage_peer_activity *a) {
+    list_ctx *c = arg;
+    char pk[CRYPTO_PK_B64_LEN + 1], joined[32], seen[32];
+    crypto_pk_encode(a->public_key, pk);
+    utc(a->joined_at, joined, sizeof joined);
+    utc(a->last_seen, seen, sizeof seen);
+    fprintf(c->out, "%-6lld %-44s %-20s %-20s %6lld %7lld %-7s %s\n", (long long)a->id, pk,
+            joined, seen, (long long)a->leases, (long long)a->updates,
+            a->revoked ? "revoked" : "ok", a->name);
+    return VL_OK;
+}
+
+int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    list_ctx c = {.out = out, .now = clock_unix_s()};
+    fprintf(out, "%-6s %-44s %-20s %-20s %6s %7s %-7s %s\n", "id", "public_key", "joined",
+            "last_seen", "leases", "updates", "state", "name");
+    rc = storage_peer_each(db, c.now, print_peer, &c, err);
     storage_close(db);
     return rc;
 }

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -24,6 +25,7 @@
 #include "compress/compress.h"
 #include "coordinator/config.h"
 #include "coordinator/guard.h"
+#include "coordinator/limiter.h"
 #include "coordinator/writer.h"
 #include "crypto/crypto.h"
 #include "model/model.h"
@@ -48,8 +50,22 @@ struct ssl_ctx_st;
 #define COORD_IO_TIMEOUT_S 120
 /* How long a drain may take before the coordinator exits anyway. */
 #define COORD_DRAIN_GRACE_S 30
-/* Retry-After for 503 draining and 429. */
+/* Retry-After for 503 draining and for 429 when the replay cache is full. */
 #define COORD_RETRY_AFTER_S "5"
+
+/* Limits against clients that send too much or too slowly (serve
+ * options). A rate with rate <= 0, or slow_timeout_s <= 0, is off. */
+typedef struct coord_limits {
+    coord_rate peer;       /* requests per authenticated peer */
+    coord_rate addr;       /* requests per client address (IPv6: per /64) */
+    double slow_timeout_s; /* a head within this; a body within this + len / min_body_rate */
+    double min_body_rate;  /* bytes per second */
+} coord_limits;
+
+/* The defaults, far above what a peer does (a task is a handful of
+ * requests): 50 requests/s per peer with bursts of 500, 500/s per address
+ * with bursts of 5000, 30 s for a head, bodies at 16 KiB/s at least. */
+void coord_limits_default(coord_limits *l);
 
 /* ---- the corpus (corpus.c) ---------------------------------------------- */
 
@@ -112,6 +128,9 @@ typedef struct coord_server {
     int draining;
     double drain_deadline;
     crypto_nonce_cache *nonces;
+    coord_limits limits;
+    coord_limiter *addr_limiter, *peer_limiter;
+    struct event *slow_timer; /* checks every connection against the slow-client limits */
     coord_blob *model_blob; /* current version as safetensors, built on demand */
     coord_blob *delta_blob; /* the last delta served (its since and version below) */
     int64_t delta_since, delta_version;
@@ -156,6 +175,7 @@ typedef struct coord_serve_opts {
     const char *cert_path;
     const char *key_path;
     const char *listen; /* HOST:PORT, [V6]:PORT */
+    coord_limits limits;
     /* OpenMP threads that make a version (the validation loss above all);
      * 0 means 1. More make versions sooner but take cores from the loop
      * and the writer, and idle OpenMP workers spin on them between
@@ -168,12 +188,14 @@ typedef struct coord_serve_opts {
 int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
 
 /* The server without its network side: opens the database at db_path,
- * loads the run's state, and sets up the event loop, the writer thread and
- * an evhttp (srv->http) that hands every request to coord_server_dispatch.
- * No TLS, no listening socket, no signal handlers: coord_serve adds those,
- * and test harnesses attach connections of their own. *out is the
- * caller's (coord_server_close). */
-int coord_server_open(const char *db_path, coord_server **out, vl_error *err) VL_MUST_CHECK;
+ * loads the run's state, and sets up the event loop, the writer thread,
+ * the rate limits and slow-client timer of limits (NULL: the defaults)
+ * and an evhttp (srv->http) that hands every request to
+ * coord_server_dispatch. No TLS, no listening socket, no signal
+ * handlers: coord_serve adds those, and test harnesses attach
+ * connections of their own. *out is the caller's (coord_server_close). */
+int coord_server_open(const char *db_path, const coord_limits *limits, coord_server **out,
+                      vl_error *err) VL_MUST_CHECK;
 /* Answers waiting requests, stops the writer (queued jobs still commit and
  * are answered), and frees everything srv holds, connections included. */
 void coord_server_close(coord_server *srv);
@@ -220,6 +242,9 @@ void coord_reply_json(coord_req *cr, int status, json_t *obj);
 /* Sends {"error":{"code","message"}}. */
 void coord_reply_error(coord_req *cr, int status, const char *code, const char *fmt, ...)
     VL_PRINTF(4, 5);
+/* Sends 429 rate_limited with Retry-After: wait_s rounded up (at least
+ * 1 s); who names the bucket in the message ("peer 7", "address"). */
+void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who);
 /* Sends a 500 for err and logs its message. */
 void coord_reply_internal(coord_req *cr, const vl_error *err);
 /* Sends a 500 for running out of memory while `what` ("queueing an
@@ -287,6 +312,14 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out,
 /* Frees the hardware text and wipes the token. */
 void coord_join_body_free(coord_join_body *b);
 
+/* Parses a key rotation body {"public_key", "proof"} (exactly those two,
+ * strings) without any connection: the new key into pk, the proof text
+ * (not yet checked; crypto_rotation_verify does that) into proof.
+ * VL_EINVAL with a message for anything else, a body over
+ * COORD_MAX_JSON_BODY included. */
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
+                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) VL_MUST_CHECK;
+
 /* A peer silent this many lease lengths (and holding no lease) is gone. */
 #define COORD_GONE_LEASES 3
 /* "active", "idle", "gone" or "revoked" for a peer's activity at now. */
@@ -295,6 +328,7 @@ const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_
 /* ---- routes -------------------------------------------------------------- */
 
 void coord_route_join(coord_req *cr);    /* POST /v1/peers */
+void coord_route_rotate(coord_req *cr);  /* POST /v1/peers/rotate */
 void coord_route_task(coord_req *cr);    /* GET /v1/task */
 void coord_route_model(coord_req *cr);   /* GET /v1/model */
 void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
@@ -385,8 +419,20 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
  * (CRYPTO_TOKEN_LEN + 1 bytes). */
 int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
                            vl_error *err) VL_MUST_CHECK;
-/* `peer revoke`: refuses every later request of peer id. */
+/* `token list`: one line per stored token on out: id, the start of its
+ * hash, uses left, expiry, creation, peers it registered, and its state
+ * (active, expired, used-up, revoked). The tokens themselves are not
+ * stored and cannot be shown. */
+int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
+/* `token revoke`: token id admits nobody from now on. VL_ENOTFOUND if
+ * there is no such token. */
+int coord_cmd_token_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* `peer revoke`: refuses every later request of peer id (403 revoked),
+ * checked on each request, so it takes effect on a running coordinator. */
 int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* `peer list`: one line per registered peer on out: id, public key,
+ * joined, last seen, unexpired leases, stored updates, state, name. */
+int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- export (export.c) ----------------------------------------------------- */
 

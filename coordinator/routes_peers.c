@@ -1,5 +1,6 @@
-/* POST /v1/peers (join) and GET /v1/status: the run, its versions, each
- * peer's state, and the distributions of local steps and staleness. */
+/* POST /v1/peers (join), POST /v1/peers/rotate (a peer's new key) and
+ * GET /v1/status: the run, its versions, each peer's state, and the
+ * distributions of local steps and staleness. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,123 @@ void coord_route_join(coord_req *cr) {
     coord_writer_submit(srv->writer, &j->job);
 out:
     coord_join_body_free(&jb);
+}
+
+/* ---- key rotation ----------------------------------------------------------- */
+
+typedef struct rotate_job {
+    coord_job job;
+    coord_req cr;
+    uint8_t old_pk[CRYPTO_PK_BYTES], new_pk[CRYPTO_PK_BYTES];
+} rotate_job;
+
+static int rotate_run(storage *db, coord_job *job, vl_error *err) {
+    rotate_job *j = (rotate_job *)job;
+    return storage_peer_set_key(db, j->cr.peer_id, j->old_pk, j->new_pk, err);
+}
+
+static void reply_key(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES], int rotated) {
+    char b64[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(pk, b64);
+    coord_reply_json(cr, 200, json_pack("{s:I, s:s, s:b}", "peer_id", (json_int_t)cr->peer_id,
+                                        "public_key", b64, "rotated", rotated));
+}
+
+static void rotate_done(coord_job *job, int rc, const vl_error *err) {
+    rotate_job *j = (rotate_job *)job;
+    if (rc == VL_ECONFLICT) {
+        coord_reply_error(&j->cr, 409, "key_in_use", "the new key is registered already");
+    } else if (rc == VL_ENOTFOUND) {
+        /* Revoked, or another rotation won, between the checks and now. */
+        coord_reply_error(&j->cr, 409, "key_changed", "the peer was revoked or its key changed "
+                          "meanwhile; nothing was changed");
+    } else if (rc != VL_OK) {
+        coord_reply_internal(&j->cr, err);
+    } else {
+        log_info("peer %lld rotated its key", (long long)j->cr.peer_id);
+        reply_key(&j->cr, j->new_pk, 1);
+    }
+    free(j);
+}
+
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
+                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) {
+    json_error_t jerr;
+    json_t *root = body && len > 0 && len <= COORD_MAX_JSON_BODY
+                       ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr)
+                       : NULL;
+    int ok = json_is_object(root) && json_object_size(root) == 2;
+    json_t *k = ok ? json_object_get(root, "public_key") : NULL;
+    json_t *p = ok ? json_object_get(root, "proof") : NULL;
+    ok = json_is_string(k) && json_is_string(p) &&
+         crypto_pk_decode(json_string_value(k), pk) == VL_OK &&
+         json_string_length(p) < CRYPTO_SIG_B64_LEN + 8;
+    if (ok) snprintf(proof, CRYPTO_SIG_B64_LEN + 8, "%s", json_string_value(p));
+    json_decref(root);
+    if (!ok)
+        return vl_fail(err, VL_EINVAL, "the body must be {\"public_key\": base64 of 32 bytes, "
+                                       "\"proof\": base64 signature} and nothing else");
+    return VL_OK;
+}
+
+void coord_route_rotate(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr, body, len) != 0) return;
+    uint8_t new_pk[CRYPTO_PK_BYTES];
+    char proof[CRYPTO_SIG_B64_LEN + 8];
+    vl_error e = {0};
+    if (coord_rotate_parse(body, len, new_pk, proof, &e) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    storage_peer p;
+    int rc = storage_peer_get(srv->db, cr->peer_id, &p, &e);
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    uint8_t old_pk[CRYPTO_PK_BYTES];
+    memcpy(old_pk, p.public_key, sizeof old_pk);
+    storage_peer_free(&p);
+    /* Signed by the key it names: a retry whose answer was lost, after
+     * the change. The signature already proves the key; nothing to do. */
+    if (crypto_equal(new_pk, old_pk, sizeof old_pk)) {
+        reply_key(cr, old_pk, 0);
+        return;
+    }
+    rc = crypto_rotation_verify(new_pk, cr->peer_id, old_pk, proof, &e);
+    if (rc == VL_EINVAL) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    if (rc != VL_OK) {
+        coord_reply_error(cr, 401, "bad_proof", "the proof is not the new key's signature of "
+                          "this rotation");
+        return;
+    }
+    rc = storage_peer_find_key(srv->db, new_pk, &p, &e);
+    if (rc == VL_OK) {
+        storage_peer_free(&p);
+        coord_reply_error(cr, 409, "key_in_use", "the new key is registered already");
+        return;
+    }
+    if (rc != VL_ENOTFOUND) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    rotate_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        coord_reply_oom(cr, "queueing a key rotation");
+        return;
+    }
+    j->job.run = rotate_run;
+    j->job.done = rotate_done;
+    j->cr = *cr;
+    memcpy(j->old_pk, old_pk, sizeof old_pk);
+    memcpy(j->new_pk, new_pk, sizeof new_pk);
+    coord_writer_submit(srv->writer, &j->job);
 }
 
 /* ---- status --------------------------------------------------------------- */

@@ -208,9 +208,9 @@ typedef struct peer_state {
 } peer_state;
 
 /* Reads the reply to POST /v1/peers (len bytes of JSON): a positive
- * integer peer_id and the run's name (1 to 63 bytes, control characters
- * dropped) go into st->peer_id and st->run; nothing else of st changes.
- * VL_EINVAL for anything else, VL_ETOOBIG over 1 MiB. */
+ * integer peer_id and the run's name (1 to 63 bytes, no control
+ * character) go into st->peer_id and st->run; nothing else of st
+ * changes. VL_EINVAL for anything else, VL_ETOOBIG over 1 MiB. */
 int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st,
                           vl_error *err) VL_MUST_CHECK;
 /* Copies the C string s into out (cap >= 1 bytes), dropping control
@@ -421,6 +421,17 @@ typedef struct peer_join_opts {
 /* `volley-peer join`: POST /v1/peers signed with peer=0, then writes
  * dir/peer.json. The new state goes to out. */
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
+
+/* `volley-peer rotate-key`: moves the joined peer in dir to a new key,
+ * by POST /v1/peers/rotate signed with the old key and carrying the new
+ * key's proof (crypto_rotation_sign). The new key waits in
+ * dir/peer.key.next until the coordinator has accepted it and then
+ * replaces dir/peer.key; after a crash or a lost answer, calling it again
+ * completes the change. retries: attempts per request (0: the default).
+ * The new public key goes to pk_b64 (CRYPTO_PK_B64_LEN + 1 bytes). A
+ * running `run` keeps signing with the old key, which is refused from
+ * then on: restart it. */
+int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
 
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {

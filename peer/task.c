@@ -369,8 +369,18 @@ int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st, vl_er
              json_string_length(name) >= sizeof st->run)
         rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
     else {
-        st->peer_id = (int64_t)json_integer_value(id);
-        peer_clean_copy(json_string_value(name), st->run, sizeof st->run);
+        /* Refused, not cleaned: leases name the run exactly, and one with
+         * a control character in it is refused, so a cleaned name would
+         * match none of them (found by fuzz_peer_json: a name of nothing
+         * but DEL bytes was accepted as ""). */
+        char clean[sizeof st->run];
+        peer_clean_copy(json_string_value(name), clean, sizeof clean);
+        if (strlen(clean) != json_string_length(name))
+            rc = vl_fail(err, VL_EINVAL, "join reply: the run's name has a control character");
+        else {
+            st->peer_id = (int64_t)json_integer_value(id);
+            memcpy(st->run, clean, sizeof clean);
+        }
     }
     json_decref(o);
     return rc;

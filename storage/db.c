@@ -102,7 +102,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_PEER_EACH] = "SELECT p.id, p.name, p.last_seen, p.revoked,"
                     " (SELECT count(*) FROM tasks t WHERE t.peer_id = p.id AND"
                     "  t.state = 'leased' AND t.deadline > ?),"
-                    " (SELECT count(*) FROM updates u WHERE u.peer_id = p.id)"
+                    " (SELECT count(*) FROM updates u WHERE u.peer_id = p.id),"
+                    " p.public_key, p.joined_at"
                     " FROM peers p ORDER BY p.id",
     [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
     [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
@@ -132,6 +133,12 @@ static const char *const SQL[Q_COUNT] = {
     [Q_VALUES_EACH] = "SELECT update_id, n, vals FROM round_values WHERE version = ?"
                       " ORDER BY update_id",
     [Q_VALUES_PRUNE] = "DELETE FROM round_values WHERE version <= ?",
+    [Q_TOKEN_EACH] = "SELECT t.id, t.hash, t.uses_left, t.expires_at, t.created_at, t.revoked,"
+                     " (SELECT count(*) FROM peers p WHERE p.token_id = t.id)"
+                     " FROM tokens t ORDER BY t.id",
+    [Q_TOKEN_REVOKE] = "UPDATE tokens SET revoked = 1 WHERE id = ?",
+    [Q_PEER_SET_KEY] = "UPDATE peers SET public_key = ? WHERE id = ? AND public_key = ? AND"
+                       " revoked = 0",
     [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
                         " AND (params IS NOT NULL OR momentum IS NOT NULL)",
 };

@@ -79,6 +79,9 @@ typedef enum {
     Q_VALUES_HAS,
     Q_VALUES_EACH,
     Q_VALUES_PRUNE,
+    Q_TOKEN_EACH,
+    Q_TOKEN_REVOKE,
+    Q_PEER_SET_KEY,
     Q_COUNT
 } q_id;
 

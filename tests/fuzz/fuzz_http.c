@@ -216,7 +216,15 @@ static void setup_run(void) {
     }
     storage_close(st);
 
-    FUZZ_CHECK(coord_server_open(db, &H.srv, &e) == VL_OK, "open: %s", e.msg);
+    /* Rate limits high enough never to refuse the fuzzer (their code
+     * still runs on every request); no slow-client timer, which acts on
+     * the clock rather than on the input. */
+    coord_limits limits;
+    coord_limits_default(&limits);
+    limits.peer = (coord_rate){.rate = 1e9, .burst = 1e9};
+    limits.addr = (coord_rate){.rate = 1e9, .burst = 1e9};
+    limits.slow_timeout_s = 0;
+    FUZZ_CHECK(coord_server_open(db, &limits, &H.srv, &e) == VL_OK, "open: %s", e.msg);
     evhttp_set_bevcb(H.srv->http, make_bev, NULL);
     evhttp_set_gencb(H.srv->http, on_request, H.srv);
     snprintf(H.sock, sizeof H.sock, "%s/http.sock", H.dir);

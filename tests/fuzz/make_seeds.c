@@ -312,16 +312,20 @@ static void seeds_json(void) {
     put_str("fuzz_peer_json", "retry-after", 4, "120");
     put_str("fuzz_peer_json", "retry-after-date", 4, "Wed, 21 Oct 2015 07:28:00 GMT");
 
-    put_str("fuzz_join", "join", -1,
+    put_str("fuzz_json_body", "join", -1,
             "{\"public_key\": \"11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\", \"token\":"
             " \"vlt_0123\", \"name\": \"lab-gpu-1\", \"hardware\": {\"cpus\": 16, \"gpu\":"
             " \"none\"}}");
-    put_str("fuzz_join", "join-minimal", -1,
+    put_str("fuzz_json_body", "join-minimal", -1,
             "{\"public_key\": \"11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\", \"token\":"
             " \"t\", \"name\": \"n\"}");
-    put_str("fuzz_join", "join-extra-field", -1,
+    put_str("fuzz_json_body", "join-extra-field", -1,
             "{\"public_key\": \"AAAA\", \"token\": \"\", \"name\": \"a\\u0007b\", \"x\": 1}");
-    put_str("fuzz_join", "join-not-object", -1, "[1, 2, {\"token\": null}]");
+    put_str("fuzz_json_body", "join-not-object", -1, "[1, 2, {\"token\": null}]");
+    put_str("fuzz_json_body", "rotate", -1,
+            "{\"public_key\": \"11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\", \"proof\": "
+            "\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+            "AAAAAAAAAAAAAAAAAAAAAA==\"}");
 }
 
 /* ---- Authorization ------------------------------------------------------------ */
@@ -374,7 +378,8 @@ static void seeds_http(void) {
         {"no-length", "POST /v1/peers HTTP/1.1\r\n\r\n"},
         {"expect", "POST /v1/peers HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2"
                    "\r\n\r\n{}"},
-        {"join-unsigned", "POST /v1/peers HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"},
+        {"join-unsigned", "POST /v1/peers HTTP/1.1\r\nContent-Type: application/json\r\n"
+                          "Content-Length: 2\r\n\r\n{}"},
         {"marker", "GET /v1/status HTTP/1.1\r\nX-Volley-Guard: too_large\r\n\r\n"},
         {"pipelined", "GET /v1/status HTTP/1.1\r\n\r\nGET /v1/nothing HTTP/1.1\r\n\r\n"
                       "POST /v1/updates HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"},
@@ -422,7 +427,9 @@ static void seeds_http(void) {
                     b.data, b.len);
         /* The same taking the next lease with the answer. */
         snprintf(name, sizeof name, "update-%d-next", p);
-        http_signed(name, p - 1, "POST /v1/updates?next=1\n\n", b.data, b.len);
+        http_signed(name, p - 1,
+                    "POST /v1/updates?next=1\nContent-Type: application/octet-stream\n\n",
+                    b.data, b.len);
     }
     /* The same with a cell of 3e38: finite, but a merge of two of them
      * made the model Inf (refused now as out_of_bounds). */
@@ -436,12 +443,15 @@ static void seeds_http(void) {
         compress_sketch_free(&s);
         char name[32];
         snprintf(name, sizeof name, "update-huge-%d", p);
-        http_signed(name, p - 1, "POST /v1/updates\n\n", b.data, b.len);
+        http_signed(name, p - 1, "POST /v1/updates\nContent-Type: application/octet-stream\n\n",
+                    b.data, b.len);
     }
     compress_round_meta rm = {.run = "fuzz", .version = 0, .task = 1, .peer = 1};
     buf_reset(&b);
     ok(compress_round_encode_values(&rm, x, 32, &b, &e), "values");
-    http_signed("round-values", 0, "POST /v1/round/values\n\n", b.data, b.len);
+    http_signed("round-values", 0,
+                "POST /v1/round/values\nContent-Type: application/octet-stream\n\n", b.data,
+                b.len);
 
     crypto_identity joiner;
     uint8_t seed[32];
@@ -455,6 +465,23 @@ static void seeds_http(void) {
              pk);
     http_signed("join", 2, "POST /v1/peers\nContent-Type: application/json\n\n", body,
                 strlen(body));
+    /* Key rotation without changing any key (later inputs still sign
+     * with them): peer 2 "moving" to its own key, which is answered as a
+     * retry of a rotation already made, and a move to the joining key
+     * with a proof made for another peer, refused. */
+    char proof[CRYPTO_SIG_B64_LEN + 1], own[CRYPTO_PK_B64_LEN + 1];
+    crypto_identity peer2;
+    memset(seed, FUZZ_HTTP_KEY_SEED(1), sizeof seed);
+    if (crypto_sign_seed_keypair(peer2.pk, peer2.sk, seed) != 0) fail("key");
+    crypto_pk_encode(peer2.pk, own);
+    crypto_rotation_sign(&peer2, 2, peer2.pk, proof);
+    snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", own, proof);
+    http_signed("rotate-same", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n",
+                body, strlen(body));
+    crypto_rotation_sign(&joiner, 1, peer2.pk, proof);
+    snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", pk, proof);
+    http_signed("rotate-bad-proof", 1,
+                "POST /v1/peers/rotate\nContent-Type: application/json\n\n", body, strlen(body));
     buf_free(&b);
 }
 

@@ -56,9 +56,12 @@ JSON
   "$COORD" init --db run.db --config run.json 2> init.log || fail "init"
 }
 
+# it_start_coordinator: serves run.db on a free port; IT_SERVE_ARGS are more
+# serve options (limits).
 it_start_coordinator() {
+  # shellcheck disable=SC2086 # the options are words on purpose
   "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-    --listen 127.0.0.1:0 2> coordinator.log &
+    --listen 127.0.0.1:0 ${IT_SERVE_ARGS:-} 2> coordinator.log &
   CPID=$!
   PORT=""
   for _ in $(seq 1 200); do

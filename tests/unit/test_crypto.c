@@ -229,6 +229,44 @@ static void test_tokens_and_keys(void **state) {
     assert_int_equal(crypto_pk_decode(b64, pk), VL_EINVAL);
 }
 
+/* A rotation proof holds for exactly the peer, old key and new key it was
+ * made for, and only the new key can make it. */
+static void test_rotation_proof(void **state) {
+    (void)state;
+    crypto_identity old_id, new_id, other;
+    crypto_identity_generate(&old_id);
+    crypto_identity_generate(&new_id);
+    crypto_identity_generate(&other);
+    char proof[CRYPTO_SIG_B64_LEN + 1];
+    crypto_rotation_sign(&new_id, 7, old_id.pk, proof);
+    assert_int_equal(strlen(proof), CRYPTO_SIG_B64_LEN);
+    vl_error e = {0};
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, proof, &e), VL_OK);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 8, old_id.pk, proof, &e), VL_EAUTH);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, other.pk, proof, &e), VL_EAUTH);
+    assert_int_equal(crypto_rotation_verify(other.pk, 7, old_id.pk, proof, &e), VL_EAUTH);
+    /* Signed by the old key instead of the new one. */
+    char wrong[CRYPTO_SIG_B64_LEN + 1];
+    crypto_rotation_sign(&old_id, 7, old_id.pk, wrong);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, wrong, &e), VL_EAUTH);
+    /* A request signature by the new key is not a rotation proof. */
+    char hdr[CRYPTO_AUTH_MAX];
+    sign_ok(&new_id, hdr, sizeof hdr);
+    const char *sig = strstr(hdr, "sig=");
+    assert_non_null(sig);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, sig + 4, &e), VL_EAUTH);
+    /* Malformed proofs. */
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, "", &e), VL_EINVAL);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, "abc", &e), VL_EINVAL);
+    char longer[CRYPTO_SIG_B64_LEN + 8];
+    snprintf(longer, sizeof longer, "%sAAAA", proof);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, longer, &e), VL_EINVAL);
+    char flipped[CRYPTO_SIG_B64_LEN + 1];
+    memcpy(flipped, proof, sizeof flipped);
+    flipped[10] = flipped[10] == 'A' ? 'B' : 'A';
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, flipped, &e), VL_EAUTH);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_request_verifies),
@@ -238,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_nonce_cache_bounded),
         cmocka_unit_test(test_key_file),
         cmocka_unit_test(test_tokens_and_keys),
+        cmocka_unit_test(test_rotation_proof),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

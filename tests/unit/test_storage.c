@@ -338,6 +338,86 @@ static void test_peers(void **state) {
     assert_int_equal(n, 1);
 }
 
+typedef struct token_list {
+    int n;
+    storage_token t[4];
+} token_list;
+
+static int collect_token(void *ctx, const storage_token *t) {
+    token_list *l = ctx;
+    if (l->n >= 4) return VL_ETOOBIG;
+    l->t[l->n++] = *t;
+    return VL_OK;
+}
+
+/* The list shows what the operator needs and nothing that could be used
+ * to join; a revoked token admits nobody, not even the key it registered. */
+static void test_token_list_and_revoke(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    int64_t a = 0, b = 0, got = 0;
+    const char *ha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    OK(storage_token_insert(f->st, ha, 3, 5000, 1000, &a, &e_));
+    OK(storage_token_insert(f->st, "ffee", 1, 9000, 1001, &b, &e_));
+    uint8_t pk[STORAGE_PK_BYTES];
+    memset(pk, 0x11, sizeof pk);
+    OK(storage_token_use(f->st, a, &e_));
+    OK(storage_peer_insert(f->st, pk, "p", "{}", a, 1000, NULL, &e_));
+    token_list l = {0};
+    OK(storage_token_each(f->st, collect_token, &l, &e_));
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.t[0].id, a);
+    assert_string_equal(l.t[0].hash_prefix, "0123456789ab");
+    assert_int_equal(l.t[0].uses_left, 2);
+    assert_int_equal(l.t[0].expires_at, 5000);
+    assert_int_equal(l.t[0].created_at, 1000);
+    assert_int_equal(l.t[0].revoked, 0);
+    assert_int_equal(l.t[0].peers, 1);
+    assert_int_equal(l.t[1].id, b);
+    assert_int_equal(l.t[1].peers, 0);
+
+    OK(storage_token_revoke(f->st, a, &e_));
+    OK(storage_token_revoke(f->st, a, &e_)); /* again: no error */
+    assert_int_equal(storage_token_revoke(f->st, b + 100, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_check(f->st, ha, 1000, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_find(f->st, ha, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_check(f->st, "ffee", 1000, &got, &e), VL_OK);
+    memset(&l, 0, sizeof l);
+    OK(storage_token_each(f->st, collect_token, &l, &e_));
+    assert_int_equal(l.t[0].revoked, 1);
+    assert_int_equal(l.t[1].revoked, 0);
+    /* A walk stopped by its callback returns the callback's value. */
+    l.n = 4;
+    assert_int_equal(storage_token_each(f->st, collect_token, &l, &e), VL_ETOOBIG);
+}
+
+/* Rotation swaps the key only from the current one, never onto a key
+ * another peer holds, and never for a revoked peer. */
+static void test_peer_set_key(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    uint8_t k1[STORAGE_PK_BYTES], k2[STORAGE_PK_BYTES], k3[STORAGE_PK_BYTES];
+    memset(k1, 1, sizeof k1);
+    memset(k2, 2, sizeof k2);
+    memset(k3, 3, sizeof k3);
+    int64_t a = 0, b = 0;
+    OK(storage_peer_insert(f->st, k1, "a", "{}", 0, 1000, &a, &e_));
+    OK(storage_peer_insert(f->st, k2, "b", "{}", 0, 1000, &b, &e_));
+    assert_int_equal(storage_peer_set_key(f->st, a, k1, k2, &e), VL_ECONFLICT);
+    assert_int_equal(storage_peer_set_key(f->st, a, k3, k1, &e), VL_ENOTFOUND);
+    OK(storage_peer_set_key(f->st, a, k1, k3, &e_));
+    storage_peer p;
+    OK(storage_peer_get(f->st, a, &p, &e_));
+    assert_memory_equal(p.public_key, k3, sizeof k3);
+    storage_peer_free(&p);
+    assert_int_equal(storage_peer_find_key(f->st, k1, &p, &e), VL_ENOTFOUND);
+    /* The old key no longer matches: a second rotation from it fails. */
+    assert_int_equal(storage_peer_set_key(f->st, a, k1, k1, &e), VL_ENOTFOUND);
+    OK(storage_peer_revoke(f->st, b, &e_));
+    assert_int_equal(storage_peer_set_key(f->st, b, k2, k1, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_peer_set_key(f->st, b + 100, k2, k1, &e), VL_ENOTFOUND);
+}
+
 static void test_tasks_and_slots(void **state) {
     fixture *f = *state;
     vl_error e = {0};
@@ -650,6 +730,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_list_and_revoke, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_set_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tasks_and_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_updates_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),

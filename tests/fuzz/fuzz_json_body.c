@@ -1,10 +1,14 @@
-/* Fuzz target: the coordinator's JSON request body, POST /v1/peers
- * (coord_join_parse), the only request whose body is JSON. An accepted
- * body must give a printable name, a token and a hardware object within
- * their bounds; a refused one a message and nothing to free. */
+/* Fuzz target: the coordinator's JSON request bodies, parsed without a
+ * connection: the join (coord_join_parse) and a key rotation
+ * (coord_rotate_parse, then the proof checked against fixed keys, which
+ * it cannot have been made with). Every input goes to both. An accepted
+ * join must give a printable name, a token and a hardware object within
+ * their bounds; a refused body a message and nothing to free. */
 #include <string.h>
 
 #include <jansson.h>
+
+#include <sodium.h>
 
 #include "coordinator/coord.h"
 #include "tests/fuzz/fuzz.h"
@@ -12,14 +16,35 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static uint8_t old_pk[CRYPTO_PK_BYTES];
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     fuzz_quiet();
+    if (crypto_init() != VL_OK) abort();
+    crypto_identity id;
+    crypto_identity_generate(&id);
+    memcpy(old_pk, id.pk, sizeof old_pk);
     return 0;
 }
 
+static void rotate(const uint8_t *data, size_t size) {
+    uint8_t pk[CRYPTO_PK_BYTES];
+    char proof[CRYPTO_SIG_B64_LEN + 8];
+    vl_error e = {0};
+    if (coord_rotate_parse(size ? data : NULL, size, pk, proof, &e) != VL_OK) {
+        FUZZ_CHECK(e.msg[0] != '\0', "a refused rotation without a message");
+        return;
+    }
+    FUZZ_CHECK(memchr(proof, '\0', sizeof proof) != NULL, "an unterminated proof");
+    /* old_pk is fresh and random: no input holds a proof made for it. */
+    FUZZ_CHECK(crypto_rotation_verify(pk, 7, old_pk, proof, &e) != VL_OK,
+               "a rotation proof verifies without the key");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    rotate(data, size);
     coord_join_body b;
     vl_error e = {0};
     int rc = coord_join_parse(size ? data : NULL, size, &b, &e);
