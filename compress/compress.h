@@ -294,6 +294,21 @@ int compress_update_accumulate(const compress_update *u, float w, float *dst, si
 int compress_update_accumulate_sketch(const compress_update *u, float w, compress_sketch *s,
                                       vl_error *err) VL_MUST_CHECK;
 
+/* How many values an update carries: its entries (dense: n_params; topk:
+ * nnz) or, for a sketch, its rows * cols cells. */
+size_t compress_update_count(const compress_update *u);
+/* The update's values as F32 (F16 converted) into val, compress_update_count
+ * of them in order: the delta, the topk values, or the sketch table row by
+ * row; for topk its indices go to idx too (idx may be NULL otherwise). */
+void compress_update_values(const compress_update *u, uint32_t *idx, float *val);
+/* The Euclidean norm of the update's pseudo-gradient, in double: of the
+ * delta or of the topk values; for a sketch the table's Frobenius norm over
+ * sqrt(rows), which estimates ||delta|| because each row of a Count Sketch
+ * keeps the squared norm in expectation. Finite for every valid update:
+ * FLT_MAX squared is about 1e77, far inside double's range even summed over
+ * 2^32 values. */
+double compress_update_norm(const compress_update *u);
+
 /* delta[i] = base[i] - local[i]. */
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n);
 

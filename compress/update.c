@@ -406,6 +406,42 @@ int compress_update_accumulate_sketch(const compress_update *u, float w, compres
     return VL_OK;
 }
 
+size_t compress_update_count(const compress_update *u) {
+    if (u->meta.kind == COMPRESS_SKETCH) return (size_t)u->rows * u->cols;
+    return u->nnz;
+}
+
+static const st_tensor *values_tensor(const compress_update *u) {
+    switch (u->meta.kind) {
+    case COMPRESS_DENSE: return u->delta;
+    case COMPRESS_TOPK: return u->values;
+    case COMPRESS_SKETCH: return u->table;
+    }
+    return NULL;
+}
+
+void compress_update_values(const compress_update *u, uint32_t *idx, float *val) {
+    const st_tensor *t = values_tensor(u);
+    size_t n = compress_update_count(u);
+    if (!t) return;
+    for (size_t j = 0; j < n; j++) val[j] = value_at(t, j);
+    if (idx && u->meta.kind == COMPRESS_TOPK)
+        for (size_t j = 0; j < n; j++) memcpy(&idx[j], u->indices->data + 4 * j, 4);
+}
+
+double compress_update_norm(const compress_update *u) {
+    const st_tensor *t = values_tensor(u);
+    size_t n = compress_update_count(u);
+    if (!t) return 0;
+    double s = 0;
+    for (size_t j = 0; j < n; j++) {
+        double x = (double)value_at(t, j);
+        s += x * x;
+    }
+    if (u->meta.kind == COMPRESS_SKETCH && u->rows > 0) s /= (double)u->rows;
+    return sqrt(s);
+}
+
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n) {
     for (size_t i = 0; i < n; i++) delta[i] = base[i] - local[i];
 }

@@ -8,6 +8,7 @@
 
 #include "compress/compress.h"
 #include "coordinator/config.h"
+#include "coordinator/robust.h"
 
 /* Room for an update's safetensors header: the metadata strings and one
  * tensor entry, padded. Generous, because refusing a valid update for a
@@ -45,6 +46,9 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->max_body_bytes = 67108864;
     cfg->val_batches = 16;
     cfg->keep_versions = 4;
+    cfg->robust.rule = COORD_RULE_MEAN;
+    cfg->robust.trim = 0.2;
+    cfg->robust.clip_mult = 2.0;
 }
 
 /* ---- field readers: each names the field in its error ------------------- */
@@ -144,9 +148,14 @@ static const char *const TOP_KEYS[] = {
     "name", "corpus", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "lease_s",
     "max_body_bytes", "val_batches", "keep_versions", "keep_changes", "staleness",
-    "round_deadline_s", "selsync", "keep_update_blobs", NULL};
+    "round_deadline_s", "selsync", "keep_update_blobs", "robust", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
+static const char *const ROBUST_KEYS[] = {"rule", "trim", "clip_mult", "max_norm", "on_excess",
+                                          NULL};
+/* In coord_rule order. */
+static const char *const RULES[] = {"mean", "trimmed_mean", "median", "norm_clip", NULL};
+static const char *const EXCESS[] = {"clip", "refuse", NULL};
 static const char *const STALE_FNS[] = {"polynomial", "hinge", "constant", NULL};
 static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
                                          "n_embd", NULL};
@@ -212,6 +221,65 @@ static int parse_merging(json_t *root, coord_config *cfg, vl_error *err) {
                    &cfg->round_deadline_s, err);
 }
 
+const char *coord_rule_name(coord_rule r) {
+    return (unsigned)r < sizeof RULES / sizeof RULES[0] - 1 ? RULES[r] : "unknown";
+}
+
+/* The robust section; checked against the rest in check_robust. */
+static int parse_robust(json_t *root, coord_config *cfg, vl_error *err) {
+    json_t *rb;
+    int rc = get_obj(root, "robust", &rb, err);
+    if (rc || !rb) return rc;
+    coord_robust_config *r = &cfg->robust;
+    char rule[16] = "", excess[8] = "";
+    if ((rc = check_keys(rb, "robust", ROBUST_KEYS, err)) ||
+        (rc = get_str(rb, "rule", "robust.rule", rule, sizeof rule, RULES, err)) ||
+        (rc = get_real(rb, "trim", "robust.trim", 0, 1, 0.5, 1, &r->trim, err)) ||
+        (rc = get_real(rb, "clip_mult", "robust.clip_mult", 0, 1, 1e6, 0, &r->clip_mult,
+                       err)) ||
+        (rc = get_real(rb, "max_norm", "robust.max_norm", 0, 0, 1e30, 0, &r->max_norm, err)) ||
+        (rc = get_str(rb, "on_excess", "robust.on_excess", excess, sizeof excess, EXCESS, err)))
+        return rc;
+    for (int i = 0; rule[0] && RULES[i]; i++)
+        if (strcmp(rule, RULES[i]) == 0) r->rule = (coord_rule)i;
+    if (excess[0]) r->refuse_excess = strcmp(excess, "refuse") == 0;
+    return VL_OK;
+}
+
+/* What a rule needs of the rest of the run, once compression is resolved. */
+static int check_robust(const coord_config *cfg, vl_error *err) {
+    const coord_robust_config *r = &cfg->robust;
+    int64_t k = cfg->updates_per_version;
+    if (r->rule == COORD_RULE_TRIMMED_MEAN && coord_robust_trim_count(r->trim, (size_t)k) < 1)
+        return vl_fail(err, VL_EINVAL, "config: robust.trim %g of %lld updates per version cuts "
+                                       "nothing (it cuts floor(trim x updates_per_version) at "
+                                       "each end)", r->trim, (long long)k);
+    if (r->rule == COORD_RULE_MEDIAN && k < 3)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"median\" needs "
+                                       "updates_per_version >= 3 (the median of %lld updates is "
+                                       "their mean)", (long long)k);
+    if (r->rule == COORD_RULE_MEAN) return VL_OK;
+    if (cfg->second_round > 0)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" cannot be combined with "
+                                       "compression.second_round, whose exact values are "
+                                       "summed", coord_rule_name(r->rule));
+    /* The rules hold every update of a version in memory. */
+    int64_t d = (int64_t)model_gpt_config_num_params(&cfg->model);
+    const char *kind = coord_config_update_kind(cfg);
+    if (strcmp(kind, "sketch") == 0) d = cfg->comp_rows * cfg->comp_cols;
+    else if (strcmp(kind, "topk") == 0 && k * cfg->comp_k < d) d = k * cfg->comp_k;
+    if ((double)k * (double)d * 4.0 > (double)COORD_ROBUST_MAX_BYTES)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" would hold %lld updates of "
+                                       "%lld values in memory, over %lld bytes",
+                       coord_rule_name(r->rule), (long long)k, (long long)d,
+                       (long long)COORD_ROBUST_MAX_BYTES);
+    return VL_OK;
+}
+
+int64_t coord_config_max_samples(const coord_config *cfg) {
+    return cfg->train.steps * cfg->train.batch * (int64_t)cfg->model.block_size;
+}
+
 double coord_staleness_weight(const coord_staleness *s, int64_t tau) {
     if (tau < 0) tau = 0;
     switch (s->fn) {
@@ -232,7 +300,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
     json_t *model, *train, *outer, *comp;
     if ((rc = get_obj(root, "model", &model, err)) || (rc = get_obj(root, "train", &train, err)) ||
         (rc = get_obj(root, "outer", &outer, err)) ||
-        (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)))
+        (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)) ||
+        (rc = parse_robust(root, cfg, err)))
         return rc;
     if (model) {
         if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
@@ -523,7 +592,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                                      "merges every updates_per_version updates");
         goto out;
     }
-    if ((rc = resolve_compression(cfg, err))) goto out;
+    if ((rc = resolve_compression(cfg, err)) || (rc = check_robust(cfg, err))) goto out;
     if (coord_config_is_async(cfg) && cfg->second_round > 0) {
         rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
                                      "peers answer for one version's updates together)");
@@ -632,6 +701,14 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         return NULL;
     }
     json_decref(merging);
+    const coord_robust_config *r = &cfg->robust;
+    json_t *rb = json_pack("{s:s, s:f, s:f, s:f, s:s}", "rule", coord_rule_name(r->rule), "trim",
+                           r->trim, "clip_mult", r->clip_mult, "max_norm", r->max_norm,
+                           "on_excess", r->refuse_excess ? "refuse" : "clip");
+    if (!rb || json_object_set_new(root, "robust", rb) != 0) {
+        json_decref(root);
+        return NULL;
+    }
     char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
     json_decref(root);
     return s;

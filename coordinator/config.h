@@ -17,6 +17,9 @@
 #define COORD_PATH_MAX 4096
 /* Largest P of compression.second_round: P * apply_k candidates per round. */
 #define COORD_MAX_SECOND_ROUND 64
+/* Most memory a robust rule other than mean may hold for one version's
+ * updates (updates_per_version of them, each as floats). */
+#define COORD_ROBUST_MAX_BYTES ((int64_t)16 << 30)
 
 typedef struct coord_train_config {
     int64_t steps;
@@ -47,6 +50,27 @@ typedef struct coord_staleness {
     int64_t b;
     int64_t max; /* tau_max */
 } coord_staleness;
+
+/* How a version combines its updates (robust.h has the rules). */
+typedef enum {
+    COORD_RULE_MEAN = 0,         /* Σ wᵢΔᵢ / Σ wᵢ, DESIGN.md's merge */
+    COORD_RULE_TRIMMED_MEAN = 1, /* per coordinate, the extremes cut, the rest averaged */
+    COORD_RULE_MEDIAN = 2,       /* per coordinate, the median */
+    COORD_RULE_NORM_CLIP = 3,    /* each update clipped to clip_mult × the median norm */
+} coord_rule;
+
+/* The run's defences against hostile updates ("robust" in the run
+ * configuration). */
+typedef struct coord_robust_config {
+    coord_rule rule;
+    int refuse_excess; /* on_excess "refuse" (else "clip"), see max_norm */
+    double trim;       /* trimmed_mean: share of the values cut at each end, (0, 0.5) */
+    double clip_mult;  /* norm_clip: the bound as a multiple of the median norm, > 0 */
+    /* > 0: an update whose L2 norm (compress_update_norm) exceeds this is
+     * refused at upload (refuse_excess) or scaled down to it when merged;
+     * 0: no bound. */
+    double max_norm;
+} coord_robust_config;
 
 typedef struct coord_config {
     char name[COORD_NAME_MAX];
@@ -100,6 +124,7 @@ typedef struct coord_config {
     int64_t val_batches;
     int64_t keep_versions;
     int64_t keep_changes; /* versions whose sparse change stays stored */
+    coord_robust_config robust;
 } coord_config;
 
 /* s(tau) of the run's staleness function; tau >= 0. */
@@ -117,6 +142,13 @@ void coord_config_spec(const coord_config *cfg, compress_spec *out);
 /* Size in bytes of one update of the run's compression, header included;
  * the body cap must fit it. */
 int64_t coord_config_update_bytes(const coord_config *cfg);
+
+/* The most num_samples an update of a task may claim: every window of
+ * every step, train.steps x train.batch x block_size tokens. */
+int64_t coord_config_max_samples(const coord_config *cfg);
+
+/* Name of a merge rule ("mean", "trimmed_mean", "median", "norm_clip"). */
+const char *coord_rule_name(coord_rule r);
 
 /* Fills cfg with the defaults of every field (name and corpus empty). */
 void coord_config_defaults(coord_config *cfg);

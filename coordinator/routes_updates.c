@@ -75,6 +75,27 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     return 0;
 }
 
+/* The bounds a hostile peer would exceed: the samples it claims, which
+ * weigh its update in the mean, and the run's robust.max_norm when
+ * excess is refused. Answers and returns -1 on a failure. */
+static int check_bounds(coord_req *cr, const compress_update_meta *m, double norm) {
+    const coord_config *cfg = &cr->srv->cfg;
+    int64_t most = coord_config_max_samples(cfg);
+    if (m->num_samples > most) {
+        coord_reply_error(cr, 422, "too_many_samples", "the update claims %lld samples; a task "
+                          "of this run trains on at most %lld", (long long)m->num_samples,
+                          (long long)most);
+        return -1;
+    }
+    const coord_robust_config *r = &cfg->robust;
+    if (r->refuse_excess && r->max_norm > 0 && norm > r->max_norm) {
+        coord_reply_error(cr, 422, "norm_exceeded", "the update's L2 norm %.6g exceeds this "
+                          "run's bound %.6g", norm, r->max_norm);
+        return -1;
+    }
+    return 0;
+}
+
 /* One accepted update on its way to the database. The body stays in the
  * request's input buffer, which libevent leaves alone until the request
  * is answered, and the request is answered only in done. */
@@ -169,11 +190,17 @@ void coord_route_updates(coord_req *cr) {
         return;
     }
     rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
+    /* The norm costs a pass over the values: only a refusing bound needs
+     * it here (a clipping one is applied at merge time). */
+    const coord_robust_config *rb = &srv->cfg.robust;
+    double norm = rc == VL_OK && rb->refuse_excess && rb->max_norm > 0
+                      ? compress_update_norm(&cu) : 0;
     compress_update_free(&cu);
     if (rc != VL_OK) {
         coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
         return;
     }
+    if (check_bounds(cr, &meta, norm) != 0) return;
     upload_job *j = calloc(1, sizeof *j);
     if (!j) {
         coord_reply_oom(cr, "queueing an update");

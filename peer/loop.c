@@ -168,8 +168,9 @@ static int droppable_upload(const peer_response *rs) {
 
 /* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
  * coordinator sent for the task (the lease, its model, its data) failed
- * validation; err says why, and the trainer is as it was. */
-enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3 };
+ * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
+ * a tamper hook (tests only) had nothing more to send. */
+enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
 
 /* Validation failures become STEP_REFUSED; running out of memory and
  * everything else stay errors. */
@@ -426,7 +427,11 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
     return VL_OK;
 }
 
-static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_error *err) {
+static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
+                  vl_error *err) {
+    const peer_run_opts *ro = L->o;
+    if (ro->tamper && ro->tamper(ro->tamper_arg, attempt, L->tr.delta, L->tr.n_params) != 0)
+        return STEP_GAVE_UP;
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -560,7 +565,20 @@ static int one_task(loop *L, vl_error *err) {
     }
     if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
     if (rc) return rc;
-    rc = upload(L, &k, &res, err);
+    rc = upload(L, &k, &res, 0, err);
+    if (L->o->tamper) {
+        /* A hostile peer turned away tries its next move on the same task,
+         * and finally leaves the task, never the run. */
+        for (int a = 1; rc == PEER_EREFUSED && a < PEER_TAMPER_ATTEMPTS; a++) {
+            log_warn("%s", err->msg);
+            rc = upload(L, &k, &res, a, err);
+        }
+        if (rc == PEER_EREFUSED || rc == STEP_GAVE_UP) {
+            log_warn("task %lld left: %s", (long long)k.task_id,
+                     rc == STEP_GAVE_UP ? "nothing more to send" : err->msg);
+            rc = VL_OK;
+        }
+    }
     if (rc == VL_OK) remember(L, &k);
     if (rc == VL_OK && L->answer_round)
         rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,

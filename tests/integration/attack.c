@@ -184,6 +184,12 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "POST", "/v1/updates", NULL, huge_b.data, huge_b.len, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("a finite delta value of 1e30", &r, 422, "out_of_bounds");
+    /* The run's robust.max_norm is 100 with excess refused (attack.sh). */
+    buf over, many;
+    update_body(c, &over, c->run, c->base_version, c->n_params, 1e4f);
+    post(c, "norm over robust.max_norm", &over, 422, "norm_exceeded");
+    update_body_claiming(c, &many, c->run, c->base_version, c->n_params, 0.0f, 1000000000000LL);
+    post(c, "more samples than a task has", &many, 422, "too_many_samples");
     request(c, "POST", "/v1/updates", NULL, shape_b.data, shape_b.len, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("delta of the wrong shape", &r, 422, "bad_shape");

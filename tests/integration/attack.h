@@ -92,6 +92,9 @@ void post(const ctx *c, const char *name, buf *b, long status, const char *code)
 /* A dense update of n floats with metadata for run and base; element n/2
  * is poison. */
 void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison);
+/* The same claiming num_samples = samples (update_body claims 10). */
+void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                          float poison, int64_t samples);
 
 /* dir/attack.state and dir/attack.key. */
 int load_state(ctx *c, const char *dir);

@@ -8,7 +8,7 @@
 # restarted with tight limits: slow clients and rate limits.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
-it_setup itattack 3 2
+it_setup itattack 3 2 '"robust": {"max_norm": 100, "on_excess": "refuse"},'
 it_start_coordinator
 token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
 victim_token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)

@@ -351,6 +351,11 @@ void post(const ctx *c, const char *name, buf *b, long status, const char *code)
 }
 
 void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison) {
+    update_body_claiming(c, out, run, base, n, poison, 10);
+}
+
+void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                          float poison, int64_t samples) {
     float *d = calloc(n ? n : 1, sizeof *d);
     if (!d) abort();
     for (size_t i = 0; i < n; i++) d[i] = 1e-4f * (float)(i % 7);
@@ -361,7 +366,7 @@ void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n
     m.peer = c->peer;
     m.base_version = base;
     m.kind = COMPRESS_DENSE;
-    m.num_samples = 10;
+    m.num_samples = samples;
     m.local_steps = 1;
     m.loss = 5.0;
     buf_init(out, BUF_DEFAULT_CAP);
