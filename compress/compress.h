@@ -175,6 +175,15 @@ void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype 
 
 /* ---- updates (update.c) -------------------------------------------------- */
 
+/* Bounds on what an update may carry. Values of magnitude up to 2^40 and
+ * sample counts up to 2^40 keep every weighted sum and outer step far from
+ * F32's range (about 3.4e38) over any number of versions, so one finite
+ * but huge update cannot turn the model into Inf or NaN; real deltas are
+ * many orders of magnitude smaller, and a peer's tokens per task
+ * (steps x batch x context) stay below 2^40 too. */
+#define COMPRESS_MAX_ABS 1099511627776.0f /* 2^40 */
+#define COMPRESS_MAX_SAMPLES ((int64_t)1 << 40)
+
 typedef struct compress_update_meta {
     char run[64];
     int64_t task;
@@ -213,12 +222,14 @@ typedef struct compress_update {
 } compress_update;
 
 /* Parses and validates len bytes against a model of n_params parameters.
- * Returns VL_EINVAL for a malformed file or metadata (HTTP 400) and
- * VL_ERANGE for a well-formed update whose content does not fit: wrong
- * tensor shape or dtype, indices out of range, not ascending or repeated,
- * a non-finite value (HTTP 422). *code (may be NULL) gets the error code
- * the coordinator answers with ("bad_shape", "bad_indices",
- * "non_finite"); err names the field. */
+ * Returns VL_EINVAL for a malformed file or metadata (HTTP 400; a
+ * num_samples over COMPRESS_MAX_SAMPLES is one) and VL_ERANGE for a
+ * well-formed update whose content does not fit: wrong tensor shape or
+ * dtype, indices out of range, not ascending or repeated, a non-finite
+ * value, a value over COMPRESS_MAX_ABS in magnitude (HTTP 422). *code
+ * (may be NULL) gets the error code the coordinator answers with
+ * ("bad_shape", "bad_indices", "non_finite", "out_of_bounds"); err names
+ * the field. */
 int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
                            compress_update *out, const char **code,
                            vl_error *err) VL_MUST_CHECK;
@@ -252,8 +263,9 @@ int compress_round_encode_values(const compress_round_meta *meta, const float *v
 /* Parses a values file into meta and *vals (a heap copy, caller frees) of
  * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;
  * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 with
- * want_n entries ("bad_shape") or holds NaN/Inf ("non_finite"), with the
- * code in *code (may be NULL); meta is filled in for both. */
+ * want_n entries ("bad_shape"), holds NaN/Inf ("non_finite") or a value
+ * over COMPRESS_MAX_ABS in magnitude ("out_of_bounds"), with the code in
+ * *code (may be NULL); meta is filled in for both. */
 int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n,
                                  compress_round_meta *meta, float **vals, size_t *n,
                                  const char **code, vl_error *err) VL_MUST_CHECK;

@@ -239,6 +239,23 @@ typedef struct coord_serve_opts {
  * shutdown, else a VL_E* code with err set. */
 int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
 
+/* The server without its network side: opens the database at db_path,
+ * loads the run's state, and sets up the event loop, the writer thread,
+ * the rate limits and slow-client timer of limits (NULL: the defaults)
+ * and an evhttp (srv->http) that hands every request to
+ * coord_server_dispatch. No TLS, no listening socket, no signal
+ * handlers: coord_serve adds those, and test harnesses attach
+ * connections of their own. *out is the caller's (coord_server_close). */
+int coord_server_open(const char *db_path, const coord_limits *limits, coord_server **out,
+                      vl_error *err) VL_MUST_CHECK;
+/* Answers waiting requests, stops the writer (queued jobs still commit and
+ * are answered), and frees everything srv holds, connections included. */
+void coord_server_close(coord_server *srv);
+/* The evhttp request callback (arg is the coord_server): answers a head
+ * the input guard refused, else routes the request to its handler, with
+ * 404 or 405 as JSON for unknown paths and methods. */
+void coord_server_dispatch(struct evhttp_request *req, void *arg);
+
 /* ---- state (state.c) ----------------------------------------------------- */
 
 /* Loads the run, its corpus (verified), the model and momentum of the
@@ -321,6 +338,39 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
                            int64_t task, storage_task *t);
 
 /* ---- peers (routes_peers.c) ----------------------------------------------- */
+
+#define COORD_JOIN_NAME_MAX 64
+#define COORD_JOIN_HARDWARE_MAX 4096
+#define COORD_JOIN_TOKEN_MAX 256
+
+/* A join request body, {public_key, token, name, hardware}. */
+typedef struct coord_join_body {
+    uint8_t pk[CRYPTO_PK_BYTES];
+    char token[COORD_JOIN_TOKEN_MAX + 1];
+    size_t token_len;
+    char name[COORD_JOIN_NAME_MAX + 1]; /* printable, non-empty */
+    char *hardware; /* compact JSON text of the hardware object ("{}" if absent); owned */
+} coord_join_body;
+
+/* Parses and checks a join body (len bytes, NULL when empty) without any
+ * connection: an object of only the known fields, public_key base64 of 32
+ * bytes, a token of 1 to COORD_JOIN_TOKEN_MAX bytes, a name of printable
+ * characters, hardware an object of at most COORD_JOIN_HARDWARE_MAX bytes
+ * as compact JSON. VL_ETOOBIG over COORD_MAX_JSON_BODY, VL_EINVAL (the
+ * message names the field), VL_ENOMEM. On success the caller frees out
+ * with coord_join_body_free; on failure nothing is left to free. */
+int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out,
+                     vl_error *err) VL_MUST_CHECK;
+/* Frees the hardware text and wipes the token. */
+void coord_join_body_free(coord_join_body *b);
+
+/* Parses a key rotation body {"public_key", "proof"} (exactly those two,
+ * strings) without any connection: the new key into pk, the proof text
+ * (not yet checked; crypto_rotation_verify does that) into proof.
+ * VL_EINVAL with a message for anything else, a body over
+ * COORD_MAX_JSON_BODY included. */
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
+                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) VL_MUST_CHECK;
 
 /* A peer silent this many lease lengths (and holding no lease) is gone. */
 #define COORD_GONE_LEASES 3

@@ -350,7 +350,7 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
     }
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
+void coord_server_dispatch(struct evhttp_request *req, void *arg) {
     coord_server *srv = arg;
     coord_req cr;
     memset(&cr, 0, sizeof cr);
@@ -569,8 +569,7 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
 static int setup_http(coord_server *srv, vl_error *err) {
     srv->http = evhttp_new(srv->base);
     if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
-    evhttp_set_bevcb(srv->http, make_bev, srv);
-    evhttp_set_gencb(srv->http, on_request, srv);
+    evhttp_set_gencb(srv->http, coord_server_dispatch, srv);
     /* Every method reaches the handler, so even a wrong one gets JSON. */
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
@@ -583,46 +582,34 @@ static int setup_http(coord_server *srv, vl_error *err) {
     return VL_OK;
 }
 
-int coord_serve(const coord_serve_opts *opts, vl_error *err) {
-    /* Cheap checks first: a typo should not wait for the corpus hash. */
-    char host[256];
-    int port = 0;
-    int rc = split_listen(opts->listen, host, sizeof host, &port, err);
-    if (rc != VL_OK) return rc;
+int coord_server_open(const char *db_path, const coord_limits *limits, coord_server **out,
+                      vl_error *err) {
+    *out = NULL;
     coord_server *srv = calloc(1, sizeof *srv);
     if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
-    if (!(srv->ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err))) rc = VL_EINVAL;
-    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 1;
-    if (rc == VL_OK) rc = storage_open(opts->db_path, 0, &srv->db, err);
+    /* One thread makes versions unless coord_serve is told otherwise. */
+    srv->compute_threads = 1;
+    int rc = storage_open(db_path, 0, &srv->db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
         rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
-    if (rc == VL_OK) rc = coord_writer_start(opts->db_path, srv->base, &srv->writer, err);
-    if (rc == VL_OK) rc = setup_limits(srv, &opts->limits, err);
+    if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->writer, err);
+    if (rc == VL_OK) {
+        coord_limits def;
+        coord_limits_default(&def);
+        rc = setup_limits(srv, limits ? limits : &def, err);
+    }
     if (rc == VL_OK) rc = setup_http(srv, err);
-    if (rc == VL_OK) {
-        srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
-        srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
-        if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
-            evsignal_add(srv->sig_int, NULL))
-            rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
+    if (rc != VL_OK) {
+        coord_server_close(srv);
+        return rc;
     }
-    if (rc == VL_OK) {
-        /* Updates committed just before a crash may complete a version. */
-        vl_error merr = {0};
-        int m = coord_merge_if_ready(srv, &merr);
-        if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
-    }
-    if (rc == VL_OK) {
-        log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
-                 (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
-                 srv->finished ? " (finished)" : "");
-        coord_expire_leases(srv);
-        rc = start_listening(srv, opts->listen, err);
-    }
-    if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
-        rc = vl_fail(err, VL_ERR, "the event loop failed");
+    *out = srv;
+    return VL_OK;
+}
 
+void coord_server_close(coord_server *srv) {
+    if (!srv) return;
     coord_drain_waiters(srv);
     /* Queued writes still commit, and their requests are answered, before
      * the connections go. */
@@ -644,5 +631,45 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     coord_state_free(srv);
     storage_close(srv->db);
     free(srv);
+}
+
+int coord_serve(const coord_serve_opts *opts, vl_error *err) {
+    /* Cheap checks first: a typo should not wait for the corpus hash. */
+    char host[256];
+    int port = 0;
+    int rc = split_listen(opts->listen, host, sizeof host, &port, err);
+    if (rc != VL_OK) return rc;
+    SSL_CTX *ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err);
+    if (!ssl) return VL_EINVAL;
+    coord_server *srv = NULL;
+    rc = coord_server_open(opts->db_path, &opts->limits, &srv, err);
+    if (rc != VL_OK) {
+        SSL_CTX_free(ssl);
+        return rc;
+    }
+    srv->ssl = ssl;
+    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 1;
+    evhttp_set_bevcb(srv->http, make_bev, srv);
+    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
+        evsignal_add(srv->sig_int, NULL))
+        rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
+    if (rc == VL_OK) {
+        /* Updates committed just before a crash may complete a version. */
+        vl_error merr = {0};
+        int m = coord_merge_if_ready(srv, &merr);
+        if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
+    }
+    if (rc == VL_OK) {
+        log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
+                 (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
+                 srv->finished ? " (finished)" : "");
+        coord_expire_leases(srv);
+        rc = start_listening(srv, opts->listen, err);
+    }
+    if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
+        rc = vl_fail(err, VL_ERR, "the event loop failed");
+    coord_server_close(srv);
     return rc;
 }

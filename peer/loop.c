@@ -36,34 +36,6 @@ static int load_key(const char *dir, crypto_identity *id, vl_error *err) {
     return crypto_identity_load(id, path, err);
 }
 
-/* Copies s into out (cap bytes) with control characters removed. */
-static void clean_copy(const char *s, char *out, size_t cap) {
-    size_t j = 0;
-    for (; *s && j + 1 < cap; s++)
-        if ((unsigned char)*s >= 0x20 && *s != 0x7f) out[j++] = *s;
-    out[j] = '\0';
-}
-
-static int parse_join_reply(const peer_response *rs, peer_state *st, vl_error *err) {
-    json_error_t je;
-    json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, JSON_REJECT_DUPLICATES, &je);
-    json_t *id = json_object_get(o, "peer_id");
-    json_t *run = json_object_get(o, "run");
-    json_t *name = json_is_object(run) ? json_object_get(run, "name") : NULL;
-    int rc = VL_OK;
-    if (!json_is_integer(id) || json_integer_value(id) <= 0)
-        rc = vl_fail(err, VL_EINVAL, "join reply lacks a positive integer 'peer_id'");
-    else if (!json_is_string(name) || json_string_length(name) == 0 ||
-             json_string_length(name) >= sizeof st->run)
-        rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
-    else {
-        st->peer_id = (int64_t)json_integer_value(id);
-        clean_copy(json_string_value(name), st->run, sizeof st->run);
-    }
-    json_decref(o);
-    return rc;
-}
-
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     peer_state st;
     memset(&st, 0, sizeof st);
@@ -84,12 +56,12 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
         memcpy(st.cacert, abs, strlen(abs) + 1);
     }
     if (o->name && *o->name) {
-        clean_copy(o->name, st.name, sizeof st.name);
+        peer_clean_copy(o->name, st.name, sizeof st.name);
     } else {
         char host[256];
         if (gethostname(host, sizeof host) == 0) {
             host[sizeof host - 1] = '\0';
-            clean_copy(host, st.name, sizeof st.name);
+            peer_clean_copy(host, st.name, sizeof st.name);
         }
     }
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
@@ -124,7 +96,7 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     free(text);
     if (!rc && rs.status != 200 && rs.status != 201)
         rc = peer_refusal(err, "join refused", rs.status, rs.body.data, rs.body.len);
-    if (!rc) rc = parse_join_reply(&rs, &st, err);
+    if (!rc) rc = peer_join_reply_parse(rs.body.data, rs.body.len, &st, err);
     if (!rc) rc = peer_state_save(o->dir, &st, err);
     if (!rc) *out = st;
     peer_response_free(&rs);
@@ -197,8 +169,19 @@ static int droppable_upload(const peer_response *rs) {
     }
 }
 
-/* Outcomes of one step of the loop besides errors. */
-enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_GAVE_UP = 3 };
+/* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
+ * coordinator sent for the task (the lease, its model, its data) failed
+ * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
+ * a tamper hook (tests only) had nothing more to send. */
+enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
+
+/* Validation failures become STEP_REFUSED; running out of memory and
+ * everything else stay errors. */
+static int refused(int rc) {
+    return rc == VL_EINVAL || rc == VL_ERANGE || rc == VL_ETOOBIG || rc == VL_ENOTFOUND
+               ? STEP_REFUSED
+               : rc;
+}
 
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[64];
@@ -212,7 +195,10 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     if (L->rs.status != 200)
         return peer_refusal(err, "task request refused", L->rs.status, L->rs.body.data,
                             L->rs.body.len);
-    return peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
+    int prc = peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
+    if (prc) return refused(prc);
+    if ((prc = peer_task_check_run(k, L->st.run, err))) return refused(prc);
+    return VL_OK;
 }
 
 /* Brings an older cached base up to the task's version with the sum of
@@ -270,9 +256,9 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
     peer_response *rs = &L->rs;
     if (rs->status == 304) {
         if (L->tr.base_version != k->base_version)
-            return vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, but the "
-                                           "cached model is version %lld",
-                           (long long)k->base_version, (long long)L->tr.base_version);
+            return refused(vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, "
+                                                   "but the cached model is version %lld",
+                                   (long long)k->base_version, (long long)L->tr.base_version));
         return VL_OK;
     }
     if (run_finished(rs)) return STEP_FINISHED;
@@ -287,15 +273,15 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
         return peer_refusal(err, "model request refused", rs->status, rs->body.data,
                             rs->body.len);
     if (rs->etag[0] && strcmp(rs->etag, want) != 0)
-        return vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
-                       (long long)k->base_version, rs->etag);
+        return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
+                               (long long)k->base_version, rs->etag));
     double t0 = clock_mono_s();
     rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
     size_t bytes = rs->body.len;
     /* The trainer holds its own copy; keeping a model-sized response
      * buffer through training would double the peer's footprint. */
     buf_free(&rs->body);
-    if (rc) return rc;
+    if (rc) return refused(rc);
     L->model_bytes += bytes;
     log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
              (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
@@ -336,15 +322,16 @@ static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
         if (rs->status >= 400)
             return peer_refusal(err, "data request refused", rs->status, rs->body.data,
                                 rs->body.len);
-        return vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range, rs->status);
+        return refused(vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range,
+                               rs->status));
     }
     int64_t f, l;
     if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
-        return vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
-                       rs->content_range, range);
+        return refused(vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
+                               rs->content_range, range));
     if (rs->body.len != (size_t)k->length)
-        return vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range", rs->body.len,
-                       (long long)k->length);
+        return refused(vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range",
+                               rs->body.len, (long long)k->length));
     L->data_bytes += rs->body.len;
     return VL_OK;
 }
@@ -398,7 +385,9 @@ static int fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error
     }
     unlink(path);
     if (!rc) L->data_bytes += want;
-    return rc;
+    /* Data that fails validation is refused like a bad task: the peer
+     * keeps its state and lets the lease go. */
+    return rc == VL_EINVAL ? STEP_REFUSED : rc;
 }
 
 /* Records the upload and the state after encoding it before it is sent:
@@ -552,7 +541,8 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
         if (next) {
             /* A bad offer costs only the round trip it would have saved. */
             vl_error e = {0};
-            L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK;
+            L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK &&
+                           peer_task_check_run(&L->next, L->st.run, &e) == VL_OK;
             if (!L->have_next) log_warn("next task ignored: %s", e.msg);
         }
         json_decref(o);
@@ -582,6 +572,11 @@ static int one_task(loop *L, vl_error *err) {
         k = L->next;
         L->have_next = 0;
     } else if ((rc = fetch_task(L, &k, err))) {
+        /* A refused lease has no usable task id: it cannot be remembered,
+         * only waited out by the pause after a refusal. */
+        if (rc == STEP_REFUSED)
+            log_warn("task refused: %s; keeping model version %lld", err->msg,
+                     (long long)L->tr.base_version);
         return rc;
     }
     if (seen(L, &k)) {
@@ -597,10 +592,13 @@ static int one_task(loop *L, vl_error *err) {
         log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
-    if ((rc = fetch_model(L, &k, err))) {
-        if (rc == STEP_AGAIN) remember(L, &k);
-        return rc;
-    }
+    if ((rc = fetch_model(L, &k, err)) == VL_OK) rc = peer_task_check_model(&k, &L->tr.cfg, err);
+    if (rc == VL_EINVAL) rc = STEP_REFUSED;
+    if (rc == STEP_AGAIN || rc == STEP_REFUSED) remember(L, &k);
+    if (rc == STEP_REFUSED)
+        log_warn("task %lld refused: %s; keeping model version %lld", (long long)k.task_id,
+                 err->msg, (long long)L->tr.base_version);
+    if (rc) return rc;
     if (L->saved.n_params) {
         vl_error e = {0};
         rc = peer_resume_apply(&L->tr, &L->saved, &e);
@@ -610,15 +608,18 @@ static int one_task(loop *L, vl_error *err) {
                       (long long)L->tr.base_version, L->tr.have_sgd ? "SGD" : "AdamW",
                       L->tr.have_sgd ? L->tr.sgd.step : L->tr.have_opt ? L->tr.opt.step : 0L);
     }
-    if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
     peer_train_result res;
+    model_shard *data = NULL;
+    rc = k.tokens ? fetch_tokens(L, &k, &data, err) : fetch_data(L, &k, err);
+    if (rc == STEP_REFUSED) {
+        remember(L, &k);
+        log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
+    }
+    if (rc) return rc;
     if (k.tokens) {
-        model_shard *data = NULL;
-        if ((rc = fetch_tokens(L, &k, &data, err))) return rc;
         rc = peer_trainer_run_shard(&L->tr, &k, data, &res, err);
         model_shard_close(data);
     } else {
-        if ((rc = fetch_data(L, &k, err))) return rc;
         rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
     }
     if (rc == VL_ERANGE) {
@@ -650,9 +651,23 @@ static int one_task(loop *L, vl_error *err) {
 }
 
 static int run_loop(loop *L, vl_error *err) {
+    int refusals = 0;
     while (L->o->max_tasks <= 0 || L->done < L->o->max_tasks) {
         if (peer_stop_requested()) return PEER_ESTOPPED;
         int rc = one_task(L, err);
+        if (rc == STEP_REFUSED) {
+            /* A coordinator that keeps sending what cannot be used is
+             * broken or hostile: pause longer each time, then stop. */
+            if (++refusals >= PEER_MAX_REFUSALS) {
+                char last[sizeof err->msg];
+                memcpy(last, err->msg, sizeof last);
+                return vl_fail(err, VL_EINVAL, "giving up after %d refused tasks in a row; "
+                                               "the last: %.150s", refusals, last);
+            }
+            if (peer_sleep((double)refusals)) return PEER_ESTOPPED;
+            continue;
+        }
+        if (rc != STEP_AGAIN) refusals = 0;
         if (rc == STEP_AGAIN) continue;
         if (rc == STEP_FINISHED) {
             log_info("run '%s' has finished (410 run_finished); %lld tasks done here",

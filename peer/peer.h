@@ -185,6 +185,10 @@ int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) VL_MUST_CHEC
  * 512, residual decay 0.9"), for the log. */
 void peer_task_describe_compression(const peer_task *t, char *out, size_t cap);
 
+/* Checks that a task is for the run the peer joined (VL_EINVAL naming
+ * both runs otherwise). */
+int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) VL_MUST_CHECK;
+
 /* Checks that a task fits a model: context <= block_size, and for byte
  * data a byte vocabulary (vocab_size >= 256), since the bytes are the
  * tokens (token data are checked against vocab_size when opened). */
@@ -211,6 +215,16 @@ typedef struct peer_state {
     char run[64];          /* run name at join time */
     char name[64];         /* display name sent at join, may be "" */
 } peer_state;
+
+/* Reads the reply to POST /v1/peers (len bytes of JSON): a positive
+ * integer peer_id and the run's name (1 to 63 bytes, no control
+ * character) go into st->peer_id and st->run; nothing else of st
+ * changes. VL_EINVAL for anything else, VL_ETOOBIG over 1 MiB. */
+int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st,
+                          vl_error *err) VL_MUST_CHECK;
+/* Copies the C string s into out (cap >= 1 bytes), dropping control
+ * characters and truncating to fit: safe to print on one line. */
+void peer_clean_copy(const char *s, char *out, size_t cap);
 
 /* $HOME/.volley into out (cap bytes); VL_ENOTFOUND without $HOME. */
 int peer_dir_default(char *out, size_t cap, vl_error *err) VL_MUST_CHECK;
@@ -391,9 +405,9 @@ int peer_trainer_run_shard(peer_trainer *t, const peer_task *task, model_shard *
 
 /* Applies a delta file (GET /v1/model/delta) to the held base: it must
  * name run, since == t->base_version and version, and hold ascending
- * in-range U32 `indices` with finite F32 `values`; base[indices] +=
- * values and the base becomes that version. On failure the trainer is
- * unchanged. */
+ * in-range U32 `indices` with finite F32 `values` that leave every
+ * parameter finite; base[indices] += values and the base becomes that
+ * version. On failure (VL_EINVAL) the trainer is unchanged. */
 int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
                              int64_t version, vl_error *err) VL_MUST_CHECK;
 
@@ -462,6 +476,13 @@ typedef struct peer_run_opts {
     int (*tamper)(void *arg, int attempt, float *delta, size_t n);
     void *tamper_arg;
 } peer_run_opts;
+
+/* Refused tasks in a row after which `run` stops (PEER_EXIT_FAIL). A task
+ * is refused, with one warning line, when the lease, its model or its data
+ * fails validation (malformed, another run, a shape that does not fit,
+ * non-finite values, wrong sizes); the peer keeps the model and state it
+ * had, pauses n seconds after the n-th refusal in a row, and asks again. */
+#define PEER_MAX_REFUSALS 5
 
 /* Uploads of one task a tamper hook may try. */
 #define PEER_TAMPER_ATTEMPTS 8

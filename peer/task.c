@@ -276,6 +276,13 @@ int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err)
     return rc;
 }
 
+int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) {
+    if (strcmp(t->run, run) != 0)
+        return vl_fail(err, VL_EINVAL, "task %lld is for run '%s'; this peer joined run '%s'",
+                       (long long)t->task_id, t->run, run);
+    return VL_OK;
+}
+
 int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!json_is_object(obj)) return vl_fail(err, VL_EINVAL, "task: not a JSON object");
@@ -358,4 +365,43 @@ void peer_task_describe_compression(const peer_task *t, char *out, size_t cap) {
     }
     }
     snprintf(out, cap, "unknown");
+}
+
+void peer_clean_copy(const char *s, char *out, size_t cap) {
+    size_t j = 0;
+    for (; *s && j + 1 < cap; s++)
+        if ((unsigned char)*s >= 0x20 && *s != 0x7f) out[j++] = *s;
+    out[j] = '\0';
+}
+
+int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st, vl_error *err) {
+    if (len > TASK_MAX_JSON)
+        return vl_fail(err, VL_ETOOBIG, "join reply: JSON over %d bytes", TASK_MAX_JSON);
+    json_error_t je;
+    json_t *o = body ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &je) : NULL;
+    json_t *id = json_object_get(o, "peer_id");
+    json_t *run = json_object_get(o, "run");
+    json_t *name = json_is_object(run) ? json_object_get(run, "name") : NULL;
+    int rc = VL_OK;
+    if (!json_is_integer(id) || json_integer_value(id) <= 0)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks a positive integer 'peer_id'");
+    else if (!json_is_string(name) || json_string_length(name) == 0 ||
+             json_string_length(name) >= sizeof st->run)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
+    else {
+        /* Refused, not cleaned: leases name the run exactly, and one with
+         * a control character in it is refused, so a cleaned name would
+         * match none of them (found by fuzz_peer_json: a name of nothing
+         * but DEL bytes was accepted as ""). */
+        char clean[sizeof st->run];
+        peer_clean_copy(json_string_value(name), clean, sizeof clean);
+        if (strlen(clean) != json_string_length(name))
+            rc = vl_fail(err, VL_EINVAL, "join reply: the run's name has a control character");
+        else {
+            st->peer_id = (int64_t)json_integer_value(id);
+            memcpy(st->run, clean, sizeof clean);
+        }
+    }
+    json_decref(o);
+    return rc;
 }

@@ -99,6 +99,14 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
     model_gpt_config cfg;
     int rc = file_config(f, &cfg, err);
     if (rc) return rc;
+    /* The configuration only claims a size; the file's tensors must hold
+     * it before a model that large is allocated. */
+    uint64_t have = 0;
+    for (int i = 0; i < f->ntensors; i++) have += f->tensors[i].numel;
+    size_t want = model_gpt_config_num_params(&cfg);
+    if (have != (uint64_t)want)
+        return vl_fail(err, VL_EINVAL, "the file holds %llu values; its configuration needs %zu",
+                       (unsigned long long)have, want);
     if (t->gpt && cfg_equal(&cfg, &t->cfg)) {
         rc = model_gpt_load_safetensors(t->gpt, f, err);
         return rc ? rc : adopt(t, t->gpt, version, err);

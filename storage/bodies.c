@@ -109,8 +109,13 @@ static int close_segment(body_files *b, vl_error *err) {
 
 static int open_segment(body_files *b, vl_error *err) {
     if (!b->dir[0]) return vl_fail(err, VL_EINVAL, "database path too long for its bodies");
+    /* Like the database, whatever the umask: only the owner reads bodies,
+     * and a umask that took the owner's write bit would make the
+     * directory unusable. */
     if (mkdir(b->dir, 0700) == 0) {
         b->dir_dirty = 1;
+        if (chmod(b->dir, 0700) != 0)
+            return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", b->dir, strerror(errno));
     } else if (errno != EEXIST) {
         return vl_fail(err, VL_EIO, "cannot create %s: %s", b->dir, strerror(errno));
     }
@@ -125,6 +130,12 @@ static int open_segment(body_files *b, vl_error *err) {
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0 && errno == EEXIST) continue;
         if (fd < 0) return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+        if (fchmod(fd, 0600) != 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", path, strerror(e));
+        }
         b->wfd = fd;
         b->wseg = s;
         b->wsize = 0;

@@ -372,11 +372,20 @@ static int enable_wal(storage *st, vl_error *err) {
     return ret;
 }
 
+/* The database holds token hashes and peer keys: 0600 whatever the umask
+ * (fchmod, since open's mode only ever loses bits to it). SQLite gives
+ * the -wal and -shm files it creates the database file's mode. */
 static int create_file(const char *path, vl_error *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EEXIST) return VL_OK;
         return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    if (fchmod(fd, 0600) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(path);
+        return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", path, strerror(e));
     }
     close(fd);
     return VL_OK;

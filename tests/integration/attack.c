@@ -152,9 +152,10 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("replayed request (same nonce)", &r, 401, "replayed_nonce");
 
-    buf good, nan_b, shape_b, run_b, ver_b;
+    buf good, nan_b, huge_b, shape_b, run_b, ver_b;
     update_body(c, &good, c->run, c->base_version, c->n_params, 0.0f);
     update_body(c, &nan_b, c->run, c->base_version, c->n_params, NAN);
+    update_body(c, &huge_b, c->run, c->base_version, c->n_params, 1e30f);
     update_body(c, &shape_b, c->run, c->base_version, c->n_params - 1, 0.0f);
     update_body(c, &run_b, "another-run", c->base_version, c->n_params, 0.0f);
     update_body(c, &ver_b, c->run, c->base_version + 7, c->n_params, 0.0f);
@@ -183,6 +184,9 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("empty update body", &r, 400, "malformed_update");
     request(c, "POST", "/v1/updates", NULL, nan_b.data, nan_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("NaN in the delta", &r, 422, "non_finite");
+    request(c, "POST", "/v1/updates", NULL, huge_b.data, huge_b.len, NULL, 0, NULL, c->peer, 0,
+            &r);
+    expect("a finite delta value of 1e30", &r, 422, "out_of_bounds");
     /* The run's robust.max_norm is 100 with excess refused (attack.sh). */
     buf over, many;
     update_body(c, &over, c->run, c->base_version, c->n_params, 1e4f);
@@ -213,6 +217,7 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("update without Content-Type", &r, 415, "unsupported_media_type");
     buf_free(&good);
     buf_free(&nan_b);
+    buf_free(&huge_b);
     buf_free(&shape_b);
     buf_free(&run_b);
     buf_free(&ver_b);
@@ -275,6 +280,9 @@ void attack_general(ctx *c, const char *badtoken) {
              "Content-Length: 7\r\n\r\nhello");
     raw(c, head, NULL, &r);
     expect("two Content-Length headers", &r, 400, "bad_request");
+    /* libevent reads a CONNECT target as a host and refuses it in HTML. */
+    raw(c, "CONNECT /v1/task HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, &r);
+    expect("CONNECT", &r, 405, "method_not_allowed");
     snprintf(head, sizeof head,
              "POST /v1/peers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
              "Content-Length: 5000\r\n\r\n{\"public_key\":");

@@ -89,6 +89,8 @@ void attack_sparse(ctx *c) {
         post(c, "sketch of another depth", &b, 422, "wrong_sketch");
         sketch_body(c, &b, (uint64_t)c->seed, rows, cols, NAN);
         post(c, "NaN in the sketch", &b, 422, "non_finite");
+        sketch_body(c, &b, (uint64_t)c->seed, rows, cols, 1e30f);
+        post(c, "a sketch cell of 1e30", &b, 422, "out_of_bounds");
     } else {
         uint32_t out_of_range[3] = {1, 2, (uint32_t)n};
         uint32_t descending[3] = {5, 4, 9};
@@ -107,6 +109,9 @@ void attack_sparse(ctx *c) {
         float inf_val[3] = {0.1f, 0.2f, INFINITY};
         topk_raw(c, &b, ok_idx, inf_val, 3);
         post(c, "Inf among the values", &b, 422, "non_finite");
+        float huge_val[3] = {0.1f, -1e30f, 0.3f};
+        topk_raw(c, &b, ok_idx, huge_val, 3);
+        post(c, "a value of -1e30", &b, 422, "out_of_bounds");
         size_t many = (size_t)c->k + (size_t)c->k / 10 + 8;
         if (many > n) many = n;
         uint32_t *idx = malloc(many * sizeof *idx);
@@ -263,6 +268,8 @@ void attack_values(ctx *c, const char *stage) {
         post_values(c, "NaN among the values", &b, 422, "non_finite");
         values_body(c, &b, c->run, v, c->task, c->peer, n, INFINITY);
         post_values(c, "Inf among the values", &b, 422, "non_finite");
+        values_body(c, &b, c->run, v, c->task, c->peer, n, 1e30f);
+        post_values(c, "a value of 1e30", &b, 422, "out_of_bounds");
         values_body(c, &b, c->run, v, c->task + 100000, c->peer, n, 0);
         post_values(c, "values for an unknown task", &b, 404, "unknown_task");
         values_body(c, &b, c->run, v + 1, c->task, c->peer, n, 0);

@@ -166,10 +166,17 @@ static void test_key_file(void **state) {
     crypto_identity id, back;
     crypto_identity_generate(&id);
     vl_error e = {0};
-    assert_int_equal(crypto_identity_save(&id, path, 0, &e), VL_OK);
+    /* 0600 whatever the umask, looser or stricter. */
+    const mode_t masks[] = {0, 0277, 022};
     struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    assert_int_equal(st.st_mode & 0777, 0600);
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        mode_t old = umask(masks[i]);
+        int rc = crypto_identity_save(&id, path, 1, &e);
+        umask(old);
+        assert_int_equal(rc, VL_OK);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+    }
     assert_int_equal(crypto_identity_save(&id, path, 0, &e), VL_ECONFLICT);
     assert_int_equal(crypto_identity_load(&back, path, &e), VL_OK);
     assert_memory_equal(id.pk, back.pk, CRYPTO_PK_BYTES);

@@ -20,6 +20,48 @@
 #include "test_util.h"
 #include "storage_fixtures.h"
 
+/* A new database, the -wal and -shm files SQLite makes beside it, and the
+ * update bodies' directory and segment files are the owner's alone (0600,
+ * the directory 0700) whatever the umask: they hold token hashes, peer
+ * keys and uploads. */
+static void test_file_modes(void **state) {
+    (void)state;
+    const mode_t masks[] = {0, 022, 0277};
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        char *d = test_temp_dir("/tmp/volley-test-modes-XXXXXX");
+        char path[256];
+        snprintf(path, sizeof path, "%s/run.db", d);
+        mode_t old = umask(masks[i]);
+        storage *st = NULL;
+        vl_error e = {0};
+        if (storage_open(path, 1, &st, &e) != VL_OK)
+            fail_msg("umask %03o: %s", (unsigned)masks[i], e.msg);
+        insert_run(st);
+        commit_version(st, 0, 0.0f, NULL, 0, 4);
+        int64_t p = add_peer(st, 1);
+        add_update(st, add_task(st, p, 0, 2000, STORAGE_TASK_DONE), p, 0);
+        umask(old);
+        char seg[300];
+        snprintf(seg, sizeof seg, "%s-bodies/%016d.seg", path, 0);
+        const char *files[] = {"", "-wal", "-shm", "-bodies", seg};
+        for (int k = 0; k < 5; k++) {
+            char f[300];
+            snprintf(f, sizeof f, "%s", k < 4 ? path : "");
+            snprintf(f + strlen(f), sizeof f - strlen(f), "%s", files[k]);
+            struct stat sb;
+            if (stat(f, &sb) != 0) fail_msg("umask %03o: no %s", (unsigned)masks[i], f);
+            unsigned want = k == 3 ? 0700 : 0600;
+            if ((sb.st_mode & 0777) != want)
+                fail_msg("umask %03o: %s has mode %03o", (unsigned)masks[i], f,
+                         (unsigned)(sb.st_mode & 0777));
+        }
+        storage_close(st);
+        test_remove_db(path);
+        test_remove_tree(d);
+        free(d);
+    }
+}
+
 /* Sums the changes handed to it into a 4-vector and checks their order. */
 typedef struct change_sum {
     float x[4];
@@ -679,6 +721,7 @@ static void test_explicit_transaction_rollback(void **state) {
 int main(void) {
     log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_modes),
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
