@@ -441,7 +441,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     size_t n = srv->n_params;
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
-    kernels_set_num_threads(srv->compute_threads);
+    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
     int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
     if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",

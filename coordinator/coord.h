@@ -207,7 +207,7 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
-    int compute_threads;  /* coord_serve_opts.compute_threads, at least 1 */
+    int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
 } coord_server;
 
 /* One request as a handler sees it. */
@@ -229,9 +229,10 @@ typedef struct coord_serve_opts {
     const char *listen; /* HOST:PORT, [V6]:PORT */
     coord_limits limits;
     /* OpenMP threads that make a version (the validation loss above all);
-     * 0 means 1. More make versions sooner but take cores from the loop
-     * and the writer, and idle OpenMP workers spin on them between
-     * parallel regions, which costs ingest more than it gains. */
+     * 0 leaves OpenMP's default (every core). Fewer take less from the
+     * loop and the writer: idle OpenMP workers spin between parallel
+     * regions, which on a small coordinator under an upload storm costs
+     * ingest more than a faster validation gains. */
     int compute_threads;
 } coord_serve_opts;
 
