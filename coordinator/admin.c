@@ -16,10 +16,11 @@
 
 #define CONFIG_MAX_BYTES ((size_t)1 << 20)
 
-/* A relative corpus path is taken relative to the config file, so a run
- * directory can be moved as a whole; the stored path is absolute. */
-static int resolve_corpus(const char *config_path, const char *corpus, char *out, size_t cap,
-                          vl_error *err) {
+/* A relative corpus or shard path is taken relative to the config file,
+ * so a run directory can be moved as a whole; the stored path is
+ * absolute. field names it in messages. */
+static int resolve_path(const char *config_path, const char *field, const char *corpus,
+                        char *out, size_t cap, vl_error *err) {
     char joined[COORD_PATH_MAX * 2];
     if (corpus[0] == '/') {
         snprintf(joined, sizeof joined, "%s", corpus);
@@ -30,10 +31,29 @@ static int resolve_corpus(const char *config_path, const char *corpus, char *out
     }
     char real[PATH_MAX];
     if (!realpath(joined, real))
-        return vl_fail(err, VL_EIO, "config: corpus %s: %s", joined, strerror(errno));
-    if (strlen(real) >= cap) return vl_fail(err, VL_EINVAL, "config: corpus path too long");
+        return vl_fail(err, VL_EIO, "config: %s %s: %s", field, joined, strerror(errno));
+    if (strlen(real) >= cap) return vl_fail(err, VL_EINVAL, "config: %s path too long", field);
     snprintf(out, cap, "%s", real);
     return VL_OK;
+}
+
+/* Every data path of cfg made absolute (resolve_path). */
+static int resolve_data(const char *config_path, coord_config *cfg, vl_error *err) {
+    if (!cfg->shards)
+        return resolve_path(config_path, "corpus", cfg->corpus, cfg->corpus, sizeof cfg->corpus,
+                            err);
+    char abs[COORD_PATH_MAX], field[32];
+    for (int i = 0; i < cfg->n_train_shards; i++) {
+        snprintf(field, sizeof field, "data.train[%d]", i);
+        int rc = resolve_path(config_path, field, cfg->train_shards[i], abs, sizeof abs, err);
+        if (rc != VL_OK) return rc;
+        char *dup = strdup(abs);
+        if (!dup) return vl_fail(err, VL_ENOMEM, "out of memory");
+        free(cfg->train_shards[i]);
+        cfg->train_shards[i] = dup;
+    }
+    return resolve_path(config_path, "data.val", cfg->val_shard, cfg->val_shard,
+                        sizeof cfg->val_shard, err);
 }
 
 int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) {
@@ -48,16 +68,21 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
     buf_free(&text);
     if (rc != VL_OK) return rc;
-    rc = resolve_corpus(config_path, cfg.corpus, cfg.corpus, sizeof cfg.corpus, err);
-    if (rc != VL_OK) return rc;
-
     storage *db = NULL;
     coord_corpus corpus;
     memset(&corpus, 0, sizeof corpus);
+    coord_shards shards;
+    memset(&shards, 0, sizeof shards);
     model_gpt *gpt = NULL;
     char *config_json = NULL;
-    rc = storage_open(db_path, 1, &db, err);
-    if (rc != VL_OK) return rc;
+    /* The data are checked before the database is created, so that bad
+     * data leave nothing behind. */
+    rc = resolve_data(config_path, &cfg, err);
+    if (rc == VL_OK)
+        rc = cfg.shards ? coord_shards_open(&shards, &cfg, 0, NULL, err)
+                        : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+    if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
+    if (rc != VL_OK) goto out;
     storage_run existing;
     vl_error probe = {0};
     int prc = storage_run_get(db, &existing, &probe);
@@ -71,15 +96,12 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = vl_fail(err, prc, "%s", probe.msg);
         goto out;
     }
-    rc = coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
-    if (rc != VL_OK) goto out;
     rc = model_gpt_create(&cfg.model, &gpt, err);
     if (rc != VL_OK) goto out;
     model_gpt_init_weights(gpt, (uint64_t)cfg.seed);
     float val_loss = NAN;
     vl_error everr = {0};
-    if (model_gpt_eval_bytes(gpt, corpus.val, (size_t)corpus.val_len, 8, cfg.model.block_size,
-                             (int)cfg.val_batches, &val_loss, &everr) != VL_OK)
+    if (coord_val_loss(&cfg, &corpus, &shards, gpt, &val_loss, &everr) != VL_OK)
         log_warn("validation of version 0 failed: %s", everr.msg);
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
@@ -90,9 +112,11 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     memset(&run, 0, sizeof run);
     snprintf(run.name, sizeof run.name, "%s", cfg.name);
     run.config = config_json;
-    run.corpus_path = cfg.corpus;
-    run.corpus_size = corpus.size;
-    snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", corpus.hash);
+    /* A shard run records its validation shard as the path; the size and
+     * hash cover every shard. */
+    run.corpus_path = cfg.shards ? cfg.val_shard : cfg.corpus;
+    run.corpus_size = cfg.shards ? shards.size : corpus.size;
+    snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", cfg.shards ? shards.hash : corpus.hash);
     run.created_at = clock_unix_s();
     storage_version v0 = {.version = 0, .created_at = run.created_at,
                           .params = model_gpt_params(gpt), .momentum = NULL,
@@ -107,7 +131,12 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
-    if (rc == VL_OK)
+    if (rc == VL_OK && cfg.shards)
+        log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
+                 "validation shard %s (%lld tokens), version 0 val_loss %.6f",
+                 cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
+                 (long long)shards.val_tokens, (double)val_loss);
+    else if (rc == VL_OK)
         log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
                  "version 0 val_loss %.6f",
                  cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
@@ -116,6 +145,8 @@ out:
     free(config_json);
     model_gpt_destroy(gpt);
     coord_corpus_close(&corpus);
+    coord_shards_close(&shards);
+    coord_config_free(&cfg);
     storage_close(db);
     return rc;
 }

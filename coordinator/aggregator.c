@@ -12,8 +12,6 @@
 #include "coordinator/scheduler.h"
 #include "kernels/kernels.h"
 
-/* Validation batches are 8 windows of block_size bytes (protocol.md). */
-#define VAL_BATCH 8
 /* A merge that failed (the database was busy or full) is retried. */
 #define MERGE_RETRY_S 5
 
@@ -130,15 +128,12 @@ static int merge_one(void *arg, const storage_update *u) {
 static float eval_val(coord_server *srv, const float *theta) {
     float loss = NAN;
     vl_error e = {0};
-    const coord_corpus *c = &srv->corpus;
     if (!srv->eval && model_gpt_create(&srv->cfg.model, &srv->eval, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
     memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
-    if (model_gpt_eval_bytes(srv->eval, c->val, (size_t)c->val_len, VAL_BATCH,
-                             srv->cfg.model.block_size, (int)srv->cfg.val_batches, &loss,
-                             &e) != VL_OK) {
+    if (coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, &loss, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
@@ -446,7 +441,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     size_t n = srv->n_params;
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
-    kernels_set_num_threads(srv->compute_threads);
+    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
     int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
     if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",

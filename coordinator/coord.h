@@ -92,6 +92,57 @@ int coord_corpus_open(coord_corpus *c, const char *path, const coord_config *cfg
 int coord_corpus_check(const coord_corpus *c, vl_error *err) VL_MUST_CHECK;
 void coord_corpus_close(coord_corpus *c);
 
+/* ---- token shards (shards.c) -------------------------------------------- */
+
+/* Windows per batch of the validation loss (DESIGN.md: val_batches of 8). */
+#define COORD_VAL_BATCH 8
+
+/* One training shard, served from disk. */
+typedef struct coord_shard {
+    int fd;
+    int64_t size;     /* bytes: 1024 + 2 ntok */
+    int64_t mtime_ns;
+} coord_shard;
+
+/* The llm.c token shards of a shard run: the training shards, open for
+ * serving ranges of them, and the start of the validation shard in memory
+ * (as many tokens as val_batches batches of block_size windows use). */
+typedef struct coord_shards {
+    int n;               /* training shards */
+    coord_shard *train;  /* n of them */
+    /* Tokens of each training shard. Never changes once open, so the
+     * writer thread reads it (issuing tasks) while the loop serves. */
+    int64_t *ntok;
+    int64_t train_tokens;
+    int64_t val_tokens;  /* tokens in the validation shard */
+    uint16_t *val;       /* its first val_len tokens */
+    size_t val_len;
+    int64_t size;        /* bytes of every shard file, validation included */
+    char hash[65];       /* hex BLAKE2b-256 of those files, in order */
+} coord_shards;
+
+/* Opens and validates every shard cfg names (model_shard_open: header,
+ * size, every token below model.vocab_size), each at least block_size + 1
+ * tokens long, hashes them (training shards in order, then validation)
+ * and loads the validation tokens. The first bad shard fails it with the
+ * shard's own one-line message ("token shard PATH: ..."). With
+ * expect_hash set, a total size or hash that differs from the recorded
+ * one is VL_ECONFLICT ("changed since init"). s is owned by the caller
+ * (coord_shards_close), and is empty after a failure. */
+int coord_shards_open(coord_shards *s, const coord_config *cfg, int64_t expect_size,
+                      const char *expect_hash, vl_error *err) VL_MUST_CHECK;
+/* Checks training shard i still has the size and modification time it
+ * had when opened (it is served straight from disk). */
+int coord_shards_check(const coord_shards *s, int i, vl_error *err) VL_MUST_CHECK;
+void coord_shards_close(coord_shards *s);
+
+/* The validation loss of m on the run's held-out data: the text corpus's
+ * validation slice or the validation shard's tokens, val_batches batches
+ * of COORD_VAL_BATCH windows of block_size tokens. */
+int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus,
+                   const coord_shards *shards, model_gpt *m, float *loss,
+                   vl_error *err) VL_MUST_CHECK;
+
 /* ---- shared model bytes -------------------------------------------------- */
 
 /* An immutable byte string shared by responses still being sent; freed
@@ -117,7 +168,8 @@ typedef struct coord_server {
     storage *db;
     coord_config cfg;
     char *peer_config;   /* run configuration as peers get it (JSON text) */
-    coord_corpus corpus;
+    coord_corpus corpus; /* text runs */
+    coord_shards shards; /* token-shard runs */
     model_gpt *gpt;      /* its parameters are the current version's */
     size_t n_params;
     float *momentum;     /* outer optimiser state after the current version (n_state) */
@@ -155,7 +207,7 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
-    int compute_threads;  /* coord_serve_opts.compute_threads, at least 1 */
+    int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
 } coord_server;
 
 /* One request as a handler sees it. */
@@ -177,9 +229,10 @@ typedef struct coord_serve_opts {
     const char *listen; /* HOST:PORT, [V6]:PORT */
     coord_limits limits;
     /* OpenMP threads that make a version (the validation loss above all);
-     * 0 means 1. More make versions sooner but take cores from the loop
-     * and the writer, and idle OpenMP workers spin on them between
-     * parallel regions, which costs ingest more than it gains. */
+     * 0 leaves OpenMP's default (every core). Fewer take less from the
+     * loop and the writer: idle OpenMP workers spin between parallel
+     * regions, which on a small coordinator under an upload storm costs
+     * ingest more than a faster validation gains. */
     int compute_threads;
 } coord_serve_opts;
 
@@ -368,6 +421,11 @@ typedef struct coord_lease {
     storage_task t;     /* id, data range and seed are filled in by the writer */
     uint64_t run_seed;
     int64_t train_len, task_bytes;
+    /* Shard runs: the shards' token counts (immutable, owned by the
+     * server, which outlives the writer) and the tokens per task. */
+    const int64_t *ntok;
+    int n_shards;
+    int64_t task_tokens;
     int reissued;       /* t took over the data of an expired task */
 } coord_lease;
 /* Whether peer_id, whose lease done_task is being uploaded, gets its next

@@ -34,7 +34,8 @@ static const char USAGE[] =
     "        [--slow-timeout S] [--min-body-rate BYTES]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
-    "      N threads (default 1) make each version, beside those answering requests.\n"
+    "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
+    "      a small machine to the requests under heavy upload load).\n"
     "      Requests per second (and bursts) per peer (default 50:500) and per\n"
     "      client address, IPv6 per /64 (default 500:5000), 0 for no limit; a\n"
     "      request head must arrive within S seconds (default 30, 0 for no limit)\n"
@@ -207,7 +208,7 @@ static int cmd_serve(int argc, char **argv) {
                {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL}};
     int rc = parse_opts(argc, argv, o, 9);
     if (rc) return rc;
-    int64_t threads = 1;
+    int64_t threads = 0;
     if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
         return usage_error("--compute-threads must be a whole number from 1 to 256 (got '%s')",
                            o[4].value);

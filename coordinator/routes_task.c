@@ -26,16 +26,37 @@ struct coord_waiter {
     coord_waiter *prev, *next;
 };
 
+/* The task's data: a byte range of the text corpus's "train" shard, or a
+ * token range inside one training shard (the stored offset counts over
+ * the shards laid end to end). NULL when the stored range fits no shard,
+ * which only a damaged database could give. */
+static json_t *data_json(const coord_server *srv, const storage_task *t) {
+    if (!srv->cfg.shards)
+        return json_pack("{s:s, s:s, s:I, s:I}", "kind", "bytes", "shard", "train", "offset",
+                         (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);
+    int shard;
+    int64_t local;
+    if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset,
+                                 t->data_length, &shard, &local) != 0) {
+        log_error("task %lld: its token range %lld+%lld lies in no training shard",
+                  (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
+        return NULL;
+    }
+    return json_pack("{s:s, s:i, s:I, s:I}", "kind", "tokens", "shard", shard, "offset",
+                     (json_int_t)local, "length", (json_int_t)t->data_length);
+}
+
 static json_t *task_json(const coord_server *srv, const storage_task *t) {
     const coord_config *c = &srv->cfg;
     const coord_train_config *tr = &c->train;
+    json_t *data = data_json(srv, t);
+    if (!data) return NULL;
     json_t *o = json_pack(
-        "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
+        "{s:I, s:s, s:I, s:o,"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
-        "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
-        (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
+        "data", data, "train", "steps", (json_int_t)tr->steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
         coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
         tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
@@ -67,6 +88,11 @@ static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord
         .run_seed = (uint64_t)srv->cfg.seed,
         .train_len = srv->corpus.train_len,
         .task_bytes = srv->cfg.task_bytes};
+    if (srv->cfg.shards) {
+        l->ntok = srv->shards.ntok;
+        l->n_shards = srv->shards.n;
+        l->task_tokens = srv->cfg.task_tokens;
+    }
     srv->issuing++;
 }
 
@@ -86,9 +112,12 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
         t->reissue_of = old.id;
         l->reissued = 1;
     } else if (rc == VL_ENOTFOUND) {
-        if (coord_sched_task_range(l->run_seed, t->id, l->train_len, l->task_bytes,
-                                   &t->data_offset, &t->data_length) != 0)
-            return vl_fail(err, VL_EINVAL, "the corpus has no training bytes");
+        if (l->ntok ? coord_sched_token_range(l->run_seed, t->id, l->ntok, l->n_shards,
+                                              l->task_tokens, &t->data_offset,
+                                              &t->data_length) != 0
+                    : coord_sched_task_range(l->run_seed, t->id, l->train_len, l->task_bytes,
+                                             &t->data_offset, &t->data_length) != 0)
+            return vl_fail(err, VL_EINVAL, "the run has no training data");
         t->seed = coord_sched_task_seed(l->run_seed, t->id);
     } else {
         return rc;

@@ -648,7 +648,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         return rc;
     }
     srv->ssl = ssl;
-    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 1;
+    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
     evhttp_set_bevcb(srv->http, make_bev, srv);
     srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);

@@ -3,6 +3,8 @@
  * Volunteers come and go and their updates may arrive late, so a task the
  * coordinator no longer wants is dropped and the loop goes on; only a
  * refusal that says something is wrong with this peer ends it. */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #define UPLOAD_CAP ((size_t)3 << 30)
 #define IDLE_S 120L
 #define FINISHED_RING 64
+#define TOKENS_FILE "task.tokens" /* a token task's data while it trains */
 
 /* ---- join -------------------------------------------------------------- */
 
@@ -333,6 +336,60 @@ static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
     return VL_OK;
 }
 
+/* Downloads the task's token range into DIR/task.tokens, as the llm.c
+ * shard the coordinator sends, straight to disk (a range may be far
+ * larger than the model), and opens it with model_shard, which validates
+ * all of it: header, size and every token below the model's vocab_size.
+ * It must hold exactly the task's tokens. The file is unlinked once open
+ * (the open shard keeps reading it) or on failure, so only a peer killed
+ * mid-download leaves one behind, which the next download empties. */
+static int fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error *err) {
+    *out = NULL;
+    char target[128], path[PEER_PATH_MAX];
+    int rc = peer_path_join(path, sizeof path, L->o->dir, TOKENS_FILE, err);
+    if (rc) return rc;
+    snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld",
+             (long long)k->shard_index, (long long)k->offset, (long long)k->length);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+    if (!f) {
+        rc = vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    size_t want = MODEL_SHARD_HEADER_BYTES + 2 * (size_t)k->length;
+    peer_request rq = {.method = "GET", .target = target, .cap = want, .idle_s = IDLE_S,
+                       .sink = f};
+    rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (fclose(f) != 0 && !rc)
+        rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
+    peer_response *rs = &L->rs;
+    if (!rc && run_finished(rs))
+        rc = STEP_FINISHED;
+    else if (!rc && rs->status >= 400)
+        rc = peer_refusal(err, "data request refused", rs->status, rs->body.data, rs->body.len);
+    else if (!rc && rs->status != 200)
+        rc = vl_fail(err, VL_EINVAL, "data: expected 200 for %s, got %ld", target, rs->status);
+    else if (!rc && rs->sunk != want)
+        rc = vl_fail(err, VL_EINVAL, "data: got %llu bytes for %lld tokens (a shard of them is "
+                     "%zu bytes)", (unsigned long long)rs->sunk, (long long)k->length, want);
+    vl_error e = {0};
+    if (!rc && model_shard_open(path, L->tr.cfg.vocab_size, out, &e) != VL_OK)
+        rc = vl_fail(err, VL_EINVAL, "data from the coordinator refused: %s", e.msg);
+    if (!rc && model_shard_tokens(*out) != k->length)
+        rc = vl_fail(err, VL_EINVAL, "data: the shard holds %lld tokens, the task %lld",
+                     (long long)model_shard_tokens(*out), (long long)k->length);
+    if (rc) {
+        model_shard_close(*out);
+        *out = NULL;
+    }
+    unlink(path);
+    if (!rc) L->data_bytes += want;
+    /* Data that fails validation is refused like a bad task: the peer
+     * keeps its state and lets the lease go. */
+    return rc == VL_EINVAL ? STEP_REFUSED : rc;
+}
+
 /* Records the upload and the state after encoding it before it is sent:
  * pending.st first, then trainer.st naming it, so a record the state does
  * not name was never sent. Failing to save ends the run before the POST,
@@ -551,13 +608,20 @@ static int one_task(loop *L, vl_error *err) {
                       (long long)L->tr.base_version, L->tr.have_sgd ? "SGD" : "AdamW",
                       L->tr.have_sgd ? L->tr.sgd.step : L->tr.have_opt ? L->tr.opt.step : 0L);
     }
-    if ((rc = fetch_data(L, &k, err)) == STEP_REFUSED) {
+    peer_train_result res;
+    model_shard *data = NULL;
+    rc = k.tokens ? fetch_tokens(L, &k, &data, err) : fetch_data(L, &k, err);
+    if (rc == STEP_REFUSED) {
         remember(L, &k);
         log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
     }
     if (rc) return rc;
-    peer_train_result res;
-    rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
+    if (k.tokens) {
+        rc = peer_trainer_run_shard(&L->tr, &k, data, &res, err);
+        model_shard_close(data);
+    } else {
+        rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
+    }
     if (rc == VL_ERANGE) {
         log_warn("task %lld dropped: %s", (long long)k.task_id, err->msg);
         remember(L, &k);

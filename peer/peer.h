@@ -20,6 +20,7 @@
 #define VOLLEY_PEER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -130,9 +131,14 @@ typedef struct peer_task {
     int64_t task_id;
     char run[64];
     int64_t base_version;
-    char shard[32];       /* [A-Za-z0-9_-]+, safe in a URL path */
-    int64_t offset;       /* first byte of the data range */
-    int64_t length;       /* bytes in the range, >= context + 1 */
+    /* The data range: bytes of the text shard named `shard`, or, with
+     * tokens set (data.kind "tokens"), tokens of training shard
+     * shard_index of a token-shard run. */
+    int tokens;
+    char shard[32];       /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
+    int64_t shard_index;  /* tokens: the training shard, 0..PEER_MAX_SHARD */
+    int64_t offset;       /* first byte (token) of the data range */
+    int64_t length;       /* bytes (tokens) in the range, >= context + 1 */
     int steps;            /* H_max: most local steps */
     int batch;
     int context;          /* tokens per sequence; <= the model's block size */
@@ -163,6 +169,8 @@ typedef struct peer_task {
 #define PEER_MAX_CONTEXT 65536
 #define PEER_MAX_BATCH_TOKENS ((int64_t)1 << 22) /* batch * context */
 #define PEER_MAX_DATA_BYTES ((int64_t)1 << 30)   /* one task's data range */
+#define PEER_MAX_DATA_TOKENS ((int64_t)1 << 29)  /* one task's tokens (on disk) */
+#define PEER_MAX_SHARD ((int64_t)1 << 20)        /* highest training shard index */
 
 /* Parses and validates a task lease (len bytes of JSON). Every field of the
  * protocol's example is required except `selsync` (default: delta 0,
@@ -181,8 +189,9 @@ void peer_task_describe_compression(const peer_task *t, char *out, size_t cap);
  * both runs otherwise). */
 int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) VL_MUST_CHECK;
 
-/* Checks that a task fits a model: context <= block_size, and a byte
- * vocabulary (vocab_size >= 256) since the data bytes are the tokens. */
+/* Checks that a task fits a model: context <= block_size, and for byte
+ * data a byte vocabulary (vocab_size >= 256), since the bytes are the
+ * tokens (token data are checked against vocab_size when opened). */
 int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg,
                           vl_error *err) VL_MUST_CHECK;
 
@@ -266,6 +275,10 @@ typedef struct peer_request {
     const char *if_none_match; /* If-None-Match value, or NULL */
     size_t cap;                /* most response body bytes accepted */
     long idle_s;               /* abort after this long without progress */
+    /* When set, the body of a 2xx response is written to this file
+     * (emptied before each attempt) instead of memory, still under cap;
+     * other bodies (errors) go to memory as usual. Borrowed. */
+    FILE *sink;
 } peer_request;
 
 /* The final response. body is owned by the response (peer_response_free). */
@@ -275,6 +288,7 @@ typedef struct peer_response {
     char etag[64];
     char content_range[128];
     double retry_after_s; /* -1 when absent */
+    uint64_t sunk;        /* body bytes written to the request's sink */
 } peer_response;
 
 /* Prepares an empty response for peer_http_do; reusable across requests
@@ -380,6 +394,14 @@ typedef struct peer_train_result {
  * the loss or the delta stops being finite (the optimizer is reset). */
 int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
                      peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
+/* peer_trainer_run on a token task: batches are drawn from the shard
+ * (model_shard_sample, the same draws model_data_sample makes for a byte
+ * string as long), which holds the task's range; the shard is only read.
+ * The shard's tokens were checked against the model's vocab_size when it
+ * was opened. */
+int peer_trainer_run_shard(peer_trainer *t, const peer_task *task, model_shard *data,
+                           peer_train_result *res, vl_error *err) VL_MUST_CHECK;
 
 /* Applies a delta file (GET /v1/model/delta) to the held base: it must
  * name run, since == t->base_version and version, and hold ascending

@@ -100,6 +100,34 @@ static int shard_name_ok(const char *s) {
     return 1;
 }
 
+/* The data range: bytes of a named text shard (kind "bytes", or no kind,
+ * as coordinators before token shards send it) or tokens of a numbered
+ * training shard (kind "tokens"). */
+static int parse_data(json_t *data, peer_task *t, vl_error *err) {
+    char kind[16] = "bytes";
+    int rc;
+    if (json_object_get(data, "kind") &&
+        (rc = get_string(data, "data", "kind", kind, sizeof kind, err)))
+        return rc;
+    t->tokens = strcmp(kind, "tokens") == 0;
+    if (!t->tokens && strcmp(kind, "bytes") != 0)
+        return vl_fail(err, VL_EINVAL, "task: data kind '%s' is not supported by this peer "
+                                       "(bytes, tokens)", kind);
+    int64_t max_len = t->tokens ? PEER_MAX_DATA_TOKENS : PEER_MAX_DATA_BYTES;
+    if (t->tokens) {
+        if ((rc = get_int(data, "data", "shard", 0, PEER_MAX_SHARD, &t->shard_index, err)))
+            return rc;
+    } else {
+        if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
+        if (!shard_name_ok(t->shard))
+            return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
+                                           "'_' and '-'");
+    }
+    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - max_len, &t->offset, err)))
+        return rc;
+    return get_int(data, "data", "length", 1, max_len, &t->length, err);
+}
+
 static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     int64_t v;
     int rc;
@@ -111,15 +139,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
 
     json_t *data = section(root, "data", 1, err);
     if (!data) return VL_EINVAL;
-    if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
-    if (!shard_name_ok(t->shard))
-        return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
-                                       "'_' and '-'");
-    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - PEER_MAX_DATA_BYTES, &t->offset,
-                      err)))
-        return rc;
-    if ((rc = get_int(data, "data", "length", 1, PEER_MAX_DATA_BYTES, &t->length, err)))
-        return rc;
+    if ((rc = parse_data(data, t, err))) return rc;
 
     json_t *tr = section(root, "train", 1, err);
     if (!tr) return VL_EINVAL;
@@ -278,7 +298,7 @@ int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_er
     if (t->context > cfg->block_size)
         return vl_fail(err, VL_EINVAL, "task: context %d exceeds the model's block size %d",
                        t->context, (int)cfg->block_size);
-    if (cfg->vocab_size < 256)
+    if (!t->tokens && cfg->vocab_size < 256)
         return vl_fail(err, VL_EINVAL,
                        "task: the data is bytes but the model's vocabulary has only %d tokens",
                        (int)cfg->vocab_size);

@@ -29,6 +29,9 @@
  *                                              (round not open), open (bad
  *                                              values), answer (valid values
  *                                              and a duplicate), closed
+ *   attack tokens URL CA DIR                   a token-shard run's data: the
+ *                                              lease's range as a shard, bad
+ *                                              token requests (attack_tokens.c)
  *
  * Prints one table row per case and "attack: N passed, N failed". */
 #include <math.h>
@@ -341,6 +344,8 @@ int main(int argc, char **argv) {
         attack_values(&c, argv[5]);
     } else if (strcmp(mode, "lease") == 0) {
         if (lease(&c) != 0) return 2;
+    } else if (strcmp(mode, "tokens") == 0) {
+        attack_tokens(&c);
     } else {
         fprintf(stderr, "attack: unknown mode or missing arguments: %s\n", mode);
         return 2;

@@ -114,5 +114,7 @@ void attack_values(ctx *c, const char *stage);
 void finish(ctx *c, long status, const char *code);
 void delta(ctx *c, const char *since, long status);
 int lease(ctx *c);
+/* A token-shard run's data endpoint (attack_tokens.c). */
+void attack_tokens(ctx *c);
 
 #endif

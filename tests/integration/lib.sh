@@ -25,6 +25,14 @@ trap it_cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# it_files: in $WORK, certificates for 127.0.0.1 made by the test's own CA
+# (tls/), and the text corpus (corpus.txt: the license texts).
+it_files() {
+  cd "$WORK"
+  bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
+  find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+}
+
 # it_setup NAME VERSIONS UPDATES_PER_VERSION [EXTRA]: EXTRA is more
 # configuration fields, each followed by a comma. IT_MODE (sync),
 # IT_LEASE_S (60) and IT_TRAIN (4 steps of 4 windows) set the mode, the
@@ -32,9 +40,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 it_setup() {
   local train='{"steps": 4, "batch": 4, "lr": 0.003}'
   [ -n "${IT_TRAIN:-}" ] && train=$IT_TRAIN
-  cd "$WORK"
-  bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
-  find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+  it_files
   cat > run.json <<JSON
 {
   "name": "$1",
