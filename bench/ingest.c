@@ -126,10 +126,12 @@ typedef struct client {
     compress_sketch sk;
     rng r;
     FILE *acks;
-    uint64_t uploads, errors, network, no_task;
+    uint64_t uploads, errors, network, no_task, next_tasks;
     status_count statuses[MAX_STATUSES];
     int nstatuses;
     uint64_t other_statuses; /* past MAX_STATUSES distinct ones */
+    int have_next;           /* next came with the last 202 */
+    peer_task next;
 } client;
 
 static void count_status(client *C, char what, long status) {
@@ -197,7 +199,8 @@ static int get_task(client *C, peer_task *k, vl_error *err) {
 /* The update for k: a sketch of the task's seed and shape filled with small
  * random values. The coordinator only checks shape, seed and finiteness,
  * so encoding a real delta would measure this machine's hashing, not the
- * coordinator's ingest. */
+ * coordinator's ingest; for the same reason the table is filled once and
+ * only a few cells change from one upload to the next. */
 static int build_update(client *C, const peer_task *k, vl_error *err) {
     compress_sketch *s = &C->sk;
     if (!s->table || s->rows != k->comp_rows || s->cols != k->comp_cols ||
@@ -205,9 +208,12 @@ static int build_update(client *C, const peer_task *k, vl_error *err) {
         compress_sketch_free(s);
         int rc = compress_sketch_init(s, k->comp_rows, k->comp_cols, k->comp_seed, err);
         if (rc) return rc;
+        size_t cells = (size_t)s->rows * s->cols;
+        for (size_t i = 0; i < cells; i++) s->table[i] = 1e-3f * (rng_uniform(&C->r) - 0.5f);
     }
     size_t cells = (size_t)s->rows * s->cols;
-    for (size_t i = 0; i < cells; i++) s->table[i] = 1e-3f * (rng_uniform(&C->r) - 0.5f);
+    for (int i = 0; i < 16; i++)
+        s->table[rng_below_u64(&C->r, cells)] = 1e-3f * (rng_uniform(&C->r) - 0.5f);
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -234,8 +240,23 @@ static int log_ack(client *C, int64_t task, int64_t update, vl_error *err) {
     return VL_OK;
 }
 
+/* The next task, when the coordinator leased it with the last upload's
+ * 202 (async runs), so the client goes straight on to its next upload. */
+static int take_next(client *C, json_t *o, const peer_task *k, vl_error *err) {
+    json_t *next = json_object_get(o, "next_task");
+    C->have_next = 0;
+    if (!next) return VL_OK;
+    int rc = peer_task_from_json(next, &C->next, err);
+    if (rc != VL_OK)
+        return vl_fail(err, rc, "upload of task %lld: bad next_task: %s", (long long)k->task_id,
+                       err->msg);
+    C->have_next = 1;
+    C->next_tasks++;
+    return VL_OK;
+}
+
 static int send_update(client *C, const peer_task *k, vl_error *err) {
-    peer_request rq = {.method = "POST", .target = "/v1/updates",
+    peer_request rq = {.method = "POST", .target = "/v1/updates?next=1",
                        .content_type = "application/octet-stream", .body = C->upload.data,
                        .body_len = C->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
     double t0 = clock_mono_s();
@@ -252,10 +273,11 @@ static int send_update(client *C, const peer_task *k, vl_error *err) {
     json_t *o = json_loadb((const char *)C->rs.body.data, C->rs.body.len, 0, &je);
     json_t *id = json_object_get(o, "update_id");
     int64_t update_id = json_is_integer(id) ? (int64_t)json_integer_value(id) : -1;
+    rc = update_id > 0 ? take_next(C, o, k, err)
+                       : vl_fail(err, VL_EINVAL, "upload of task %lld: 202 without an integer "
+                                 "update_id", (long long)k->task_id);
     json_decref(o);
-    if (update_id <= 0)
-        return vl_fail(err, VL_EINVAL, "upload of task %lld: 202 without an integer update_id",
-                       (long long)k->task_id);
+    if (rc != VL_OK) return rc;
     if ((rc = log_ack(C, k->task_id, update_id, err))) return rc;
     if ((rc = buf_append(&C->lat, &ms, sizeof ms)))
         return vl_fail(err, rc, "too many latencies to keep");
@@ -273,7 +295,13 @@ static int client_loop(client *C, double seconds, double *elapsed, vl_error *err
     int rc = VL_OK;
     while (!peer_stop_requested() && (seconds == 0 || clock_mono_s() - t0 < seconds)) {
         peer_task k;
-        rc = get_task(C, &k, err);
+        if (C->have_next) {
+            k = C->next;
+            C->have_next = 0;
+            rc = VL_OK;
+        } else {
+            rc = get_task(C, &k, err);
+        }
         if (rc == VL_OK) {
             rc = build_update(C, &k, err);
             if (rc == VL_OK) rc = send_update(C, &k, err);
@@ -310,10 +338,10 @@ static int write_results(client *C, const char *out, double elapsed, vl_error *e
     buf line;
     buf_init(&line, 1 << 16);
     int rc = buf_printf(&line, "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
-                               "max_ms=%.3f network=%llu no_task=%llu",
+                               "max_ms=%.3f network=%llu no_task=%llu next_tasks=%llu",
                         (unsigned long long)C->uploads, (unsigned long long)C->errors, elapsed,
                         s.p50, s.p99, s.max, (unsigned long long)C->network,
-                        (unsigned long long)C->no_task);
+                        (unsigned long long)C->no_task, (unsigned long long)C->next_tasks);
     for (int i = 0; i < C->nstatuses && !rc; i++)
         rc = buf_printf(&line, " %s_%ld=%llu", C->statuses[i].what == 't' ? "task" : "upload",
                         C->statuses[i].status, (unsigned long long)C->statuses[i].n);

@@ -112,3 +112,10 @@ float rng_normal(rng *r)
     double u2 = (double)(rng_u64(r) >> 11) * 0x1.0p-53;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
 }
+
+void rng_normal_skip(rng *r, uint64_t n)
+{
+    /* rng_normal takes exactly two draws; keep the two in step. */
+    for (uint64_t i = 0; i < 2 * n; i++)
+        (void)rng_u64(r);
+}

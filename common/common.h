@@ -221,6 +221,10 @@ uint32_t rng_below(rng *r, uint32_t n); /* uniform in [0, n), n > 0 */
 uint64_t rng_below_u64(rng *r, uint64_t n);
 float rng_uniform(rng *r);              /* [0, 1) */
 float rng_normal(rng *r);               /* standard normal */
+/* Advances r exactly as n rng_normal calls would, without computing them,
+ * so a long run of draws can be split into chunks computed apart (each
+ * from the state at its start) with the very same results. */
+void rng_normal_skip(rng *r, uint64_t n);
 
 /* ---- small helpers ----------------------------------------------------- */
 

@@ -175,6 +175,15 @@ void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype 
 
 /* ---- updates (update.c) -------------------------------------------------- */
 
+/* Bounds on what an update may carry. Values of magnitude up to 2^40 and
+ * sample counts up to 2^40 keep every weighted sum and outer step far from
+ * F32's range (about 3.4e38) over any number of versions, so one finite
+ * but huge update cannot turn the model into Inf or NaN; real deltas are
+ * many orders of magnitude smaller, and a peer's tokens per task
+ * (steps x batch x context) stay below 2^40 too. */
+#define COMPRESS_MAX_ABS 1099511627776.0f /* 2^40 */
+#define COMPRESS_MAX_SAMPLES ((int64_t)1 << 40)
+
 struct compress_factors;
 
 typedef struct compress_update_meta {
@@ -220,12 +229,14 @@ typedef struct compress_update {
 } compress_update;
 
 /* Parses and validates len bytes against a model of n_params parameters.
- * Returns VL_EINVAL for a malformed file or metadata (HTTP 400) and
- * VL_ERANGE for a well-formed update whose content does not fit: wrong
- * tensor shape or dtype, indices out of range, not ascending or repeated,
- * a non-finite value (HTTP 422). *code (may be NULL) gets the error code
- * the coordinator answers with ("bad_shape", "bad_indices",
- * "non_finite"); err names the field. */
+ * Returns VL_EINVAL for a malformed file or metadata (HTTP 400; a
+ * num_samples over COMPRESS_MAX_SAMPLES is one) and VL_ERANGE for a
+ * well-formed update whose content does not fit: wrong tensor shape or
+ * dtype, indices out of range, not ascending or repeated, a non-finite
+ * value, a value over COMPRESS_MAX_ABS in magnitude (HTTP 422). *code
+ * (may be NULL) gets the error code the coordinator answers with
+ * ("bad_shape", "bad_indices", "non_finite", "out_of_bounds"); err names
+ * the field. */
 int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
                            compress_update *out, const char **code,
                            vl_error *err) VL_MUST_CHECK;
@@ -362,8 +373,9 @@ int compress_round_encode_values(const compress_round_meta *meta, const float *v
 /* Parses a values file into meta and *vals (a heap copy, caller frees) of
  * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;
  * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 with
- * want_n entries ("bad_shape") or holds NaN/Inf ("non_finite"), with the
- * code in *code (may be NULL); meta is filled in for both. */
+ * want_n entries ("bad_shape"), holds NaN/Inf ("non_finite") or a value
+ * over COMPRESS_MAX_ABS in magnitude ("out_of_bounds"), with the code in
+ * *code (may be NULL); meta is filled in for both. */
 int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n,
                                  compress_round_meta *meta, float **vals, size_t *n,
                                  const char **code, vl_error *err) VL_MUST_CHECK;
@@ -391,6 +403,21 @@ int compress_update_accumulate(const compress_update *u, float w, float *dst, si
  * sketch of s's seed and shape. */
 int compress_update_accumulate_sketch(const compress_update *u, float w, compress_sketch *s,
                                       vl_error *err) VL_MUST_CHECK;
+
+/* How many values an update carries: its entries (dense: n_params; topk:
+ * nnz) or, for a sketch, its rows * cols cells. */
+size_t compress_update_count(const compress_update *u);
+/* The update's values as F32 (F16 converted) into val, compress_update_count
+ * of them in order: the delta, the topk values, or the sketch table row by
+ * row; for topk its indices go to idx too (idx may be NULL otherwise). */
+void compress_update_values(const compress_update *u, uint32_t *idx, float *val);
+/* The Euclidean norm of the update's pseudo-gradient, in double: of the
+ * delta or of the topk values; for a sketch the table's Frobenius norm over
+ * sqrt(rows), which estimates ||delta|| because each row of a Count Sketch
+ * keeps the squared norm in expectation. Finite for every valid update:
+ * FLT_MAX squared is about 1e77, far inside double's range even summed over
+ * 2^32 values. */
+double compress_update_norm(const compress_update *u);
 
 /* delta[i] = base[i] - local[i]. */
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n);

@@ -158,6 +158,35 @@ static size_t first_non_finite(const uint8_t *data, st_dtype dtype, size_t n) {
     return n;
 }
 
+/* Index of the first finite value above COMPRESS_MAX_ABS in magnitude, or
+ * n (F16 cannot hold one). On the raw bits: |x| > 2^40 exactly when the
+ * magnitude's bits exceed those of 2^40. */
+static size_t first_too_large(const uint8_t *data, st_dtype dtype, size_t n) {
+    if (dtype != ST_F32) return n;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, data + 4 * i, 4);
+        if ((u & 0x7FFFFFFFu) > 0x53800000u) return i;
+    }
+    return n;
+}
+
+/* The value checks every kind shares: finite (non_finite), then within
+ * COMPRESS_MAX_ABS (out_of_bounds). */
+static int check_values(const st_tensor *t, size_t n, const char **code, vl_error *err) {
+    size_t bad = first_non_finite(t->data, t->dtype, n);
+    *code = "non_finite";
+    if (bad < n)
+        return vl_fail(err, VL_ERANGE, "'%s' has a non-finite value at %zu", t->name, bad);
+    bad = first_too_large(t->data, t->dtype, n);
+    *code = "out_of_bounds";
+    if (bad < n)
+        return vl_fail(err, VL_ERANGE, "'%s'[%zu] is larger in magnitude than 2^40", t->name,
+                       bad);
+    *code = NULL;
+    return VL_OK;
+}
+
 static int is_value_dtype(st_dtype d) { return d == ST_F32 || d == ST_F16; }
 
 /* Metadata common to every kind. */
@@ -175,6 +204,8 @@ static int decode_meta(const st_file *f, compress_update_meta *m, vl_error *err)
         (rc = meta_i64(f, "num_samples", 1, &m->num_samples, err)) ||
         (rc = meta_i64(f, "local_steps", 1, &m->local_steps, err)))
         return rc;
+    if (m->num_samples > COMPRESS_MAX_SAMPLES)
+        return vl_fail(err, VL_EINVAL, "update metadata 'num_samples' is over 2^40");
     if (!kind || compress_kind_parse(kind, &m->kind) != VL_OK)
         return vl_fail(err, VL_EINVAL, "update metadata 'kind' is missing or unknown");
     if (!loss) return vl_fail(err, VL_EINVAL, "update metadata lacks 'loss'");
@@ -224,12 +255,7 @@ static int decode_dense(compress_update *u, size_t n_params, const char **code, 
     if (t->ndim != 1 || t->shape[0] != n_params)
         return vl_fail(err, VL_ERANGE, "'delta' must have shape [%zu]", n_params);
     u->nnz = n_params;
-    size_t bad = first_non_finite(t->data, t->dtype, n_params);
-    *code = "non_finite";
-    if (bad < n_params)
-        return vl_fail(err, VL_ERANGE, "'delta' has a non-finite value at %zu", bad);
-    *code = NULL;
-    return VL_OK;
+    return check_values(t, n_params, code, err);
 }
 
 static int decode_topk(compress_update *u, size_t n_params, const char **code, vl_error *err) {
@@ -267,11 +293,7 @@ static int decode_topk(compress_update *u, size_t n_params, const char **code, v
                            j, i, prev);
         prev = i;
     }
-    size_t bad = first_non_finite(vx->data, vx->dtype, n);
-    *code = "non_finite";
-    if (bad < n) return vl_fail(err, VL_ERANGE, "'values' has a non-finite value at %zu", bad);
-    *code = NULL;
-    return VL_OK;
+    return check_values(vx, n, code, err);
 }
 
 static int decode_sketch(compress_update *u, const char **code, vl_error *err) {
@@ -290,12 +312,7 @@ static int decode_sketch(compress_update *u, const char **code, vl_error *err) {
                        (unsigned long long)t->shape[0], (unsigned long long)t->shape[1]);
     u->rows = (uint32_t)t->shape[0];
     u->cols = (uint32_t)t->shape[1];
-    size_t cells = (size_t)t->numel;
-    size_t bad = first_non_finite(t->data, t->dtype, cells);
-    *code = "non_finite";
-    if (bad < cells) return vl_fail(err, VL_ERANGE, "'table' has a non-finite value at %zu", bad);
-    *code = NULL;
-    return VL_OK;
+    return check_values(t, (size_t)t->numel, code, err);
 }
 
 int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
@@ -403,6 +420,42 @@ int compress_update_accumulate_sketch(const compress_update *u, float w, compres
     size_t cells = (size_t)s->rows * s->cols;
     for (size_t c = 0; c < cells; c++) s->table[c] += w * value_at(u->table, c);
     return VL_OK;
+}
+
+size_t compress_update_count(const compress_update *u) {
+    if (u->meta.kind == COMPRESS_SKETCH) return (size_t)u->rows * u->cols;
+    return u->nnz;
+}
+
+static const st_tensor *values_tensor(const compress_update *u) {
+    switch (u->meta.kind) {
+    case COMPRESS_DENSE: return u->delta;
+    case COMPRESS_TOPK: return u->values;
+    case COMPRESS_SKETCH: return u->table;
+    }
+    return NULL;
+}
+
+void compress_update_values(const compress_update *u, uint32_t *idx, float *val) {
+    const st_tensor *t = values_tensor(u);
+    size_t n = compress_update_count(u);
+    if (!t) return;
+    for (size_t j = 0; j < n; j++) val[j] = value_at(t, j);
+    if (idx && u->meta.kind == COMPRESS_TOPK)
+        for (size_t j = 0; j < n; j++) memcpy(&idx[j], u->indices->data + 4 * j, 4);
+}
+
+double compress_update_norm(const compress_update *u) {
+    const st_tensor *t = values_tensor(u);
+    size_t n = compress_update_count(u);
+    if (!t) return 0;
+    double s = 0;
+    for (size_t j = 0; j < n; j++) {
+        double x = (double)value_at(t, j);
+        s += x * x;
+    }
+    if (u->meta.kind == COMPRESS_SKETCH && u->rows > 0) s /= (double)u->rows;
+    return sqrt(s);
 }
 
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n) {

@@ -2,6 +2,7 @@
  * coordinates the coordinator asks about, and the exact values a peer
  * reports for them. Both are safetensors like every other payload, so the
  * same parser and limits guard them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,14 @@ int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n
         if (code) *code = "non_finite";
         rc = vl_fail(err, VL_ERANGE, "'values' holds NaN or Inf");
         goto out;
+    }
+    for (size_t i = 0; i < want_n; i++) {
+        if (fabsf(v[i]) > COMPRESS_MAX_ABS) {
+            free(v);
+            if (code) *code = "out_of_bounds";
+            rc = vl_fail(err, VL_ERANGE, "'values'[%zu] is larger in magnitude than 2^40", i);
+            goto out;
+        }
     }
     *vals = v;
     *n = want_n;

@@ -1,5 +1,8 @@
-/* Operator commands that work on the database directly: init, token
- * create, peer revoke. */
+/* Operator commands that work on the database directly: init, tokens
+ * (create, list, revoke) and peers (list, revoke). They are the only
+ * administration there is: no HTTP route changes tokens or peers, so no
+ * peer key can reach them; whoever may run them is whoever may open the
+ * database file (mode 0600). */
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -7,15 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coordinator/coord.h"
 
 #define CONFIG_MAX_BYTES ((size_t)1 << 20)
 
-/* A relative corpus path is taken relative to the config file, so a run
- * directory can be moved as a whole; the stored path is absolute. */
-static int resolve_corpus(const char *config_path, const char *corpus, char *out, size_t cap,
-                          vl_error *err) {
+/* A relative corpus or shard path is taken relative to the config file,
+ * so a run directory can be moved as a whole; the stored path is
+ * absolute. field names it in messages. */
+static int resolve_path(const char *config_path, const char *field, const char *corpus,
+                        char *out, size_t cap, vl_error *err) {
     char joined[COORD_PATH_MAX * 2];
     if (corpus[0] == '/') {
         snprintf(joined, sizeof joined, "%s", corpus);
@@ -26,10 +31,29 @@ static int resolve_corpus(const char *config_path, const char *corpus, char *out
     }
     char real[PATH_MAX];
     if (!realpath(joined, real))
-        return vl_fail(err, VL_EIO, "config: corpus %s: %s", joined, strerror(errno));
-    if (strlen(real) >= cap) return vl_fail(err, VL_EINVAL, "config: corpus path too long");
+        return vl_fail(err, VL_EIO, "config: %s %s: %s", field, joined, strerror(errno));
+    if (strlen(real) >= cap) return vl_fail(err, VL_EINVAL, "config: %s path too long", field);
     snprintf(out, cap, "%s", real);
     return VL_OK;
+}
+
+/* Every data path of cfg made absolute (resolve_path). */
+static int resolve_data(const char *config_path, coord_config *cfg, vl_error *err) {
+    if (!cfg->shards)
+        return resolve_path(config_path, "corpus", cfg->corpus, cfg->corpus, sizeof cfg->corpus,
+                            err);
+    char abs[COORD_PATH_MAX], field[32];
+    for (int i = 0; i < cfg->n_train_shards; i++) {
+        snprintf(field, sizeof field, "data.train[%d]", i);
+        int rc = resolve_path(config_path, field, cfg->train_shards[i], abs, sizeof abs, err);
+        if (rc != VL_OK) return rc;
+        char *dup = strdup(abs);
+        if (!dup) return vl_fail(err, VL_ENOMEM, "out of memory");
+        free(cfg->train_shards[i]);
+        cfg->train_shards[i] = dup;
+    }
+    return resolve_path(config_path, "data.val", cfg->val_shard, cfg->val_shard,
+                        sizeof cfg->val_shard, err);
 }
 
 int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) {
@@ -44,16 +68,21 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
     buf_free(&text);
     if (rc != VL_OK) return rc;
-    rc = resolve_corpus(config_path, cfg.corpus, cfg.corpus, sizeof cfg.corpus, err);
-    if (rc != VL_OK) return rc;
-
     storage *db = NULL;
     coord_corpus corpus;
     memset(&corpus, 0, sizeof corpus);
+    coord_shards shards;
+    memset(&shards, 0, sizeof shards);
     model_gpt *gpt = NULL;
     char *config_json = NULL;
-    rc = storage_open(db_path, 1, &db, err);
-    if (rc != VL_OK) return rc;
+    /* The data are checked before the database is created, so that bad
+     * data leave nothing behind. */
+    rc = resolve_data(config_path, &cfg, err);
+    if (rc == VL_OK)
+        rc = cfg.shards ? coord_shards_open(&shards, &cfg, 0, NULL, err)
+                        : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+    if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
+    if (rc != VL_OK) goto out;
     storage_run existing;
     vl_error probe = {0};
     int prc = storage_run_get(db, &existing, &probe);
@@ -67,15 +96,12 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = vl_fail(err, prc, "%s", probe.msg);
         goto out;
     }
-    rc = coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
-    if (rc != VL_OK) goto out;
     rc = model_gpt_create(&cfg.model, &gpt, err);
     if (rc != VL_OK) goto out;
     model_gpt_init_weights(gpt, (uint64_t)cfg.seed);
     float val_loss = NAN;
     vl_error everr = {0};
-    if (model_gpt_eval_bytes(gpt, corpus.val, (size_t)corpus.val_len, 8, cfg.model.block_size,
-                             (int)cfg.val_batches, &val_loss, &everr) != VL_OK)
+    if (coord_val_loss(&cfg, &corpus, &shards, gpt, &val_loss, &everr) != VL_OK)
         log_warn("validation of version 0 failed: %s", everr.msg);
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
@@ -86,9 +112,11 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     memset(&run, 0, sizeof run);
     snprintf(run.name, sizeof run.name, "%s", cfg.name);
     run.config = config_json;
-    run.corpus_path = cfg.corpus;
-    run.corpus_size = corpus.size;
-    snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", corpus.hash);
+    /* A shard run records its validation shard as the path; the size and
+     * hash cover every shard. */
+    run.corpus_path = cfg.shards ? cfg.val_shard : cfg.corpus;
+    run.corpus_size = cfg.shards ? shards.size : corpus.size;
+    snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", cfg.shards ? shards.hash : corpus.hash);
     run.created_at = clock_unix_s();
     storage_version v0 = {.version = 0, .created_at = run.created_at,
                           .params = model_gpt_params(gpt), .momentum = NULL,
@@ -103,7 +131,12 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
-    if (rc == VL_OK)
+    if (rc == VL_OK && cfg.shards)
+        log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
+                 "validation shard %s (%lld tokens), version 0 val_loss %.6f",
+                 cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
+                 (long long)shards.val_tokens, (double)val_loss);
+    else if (rc == VL_OK)
         log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
                  "version 0 val_loss %.6f",
                  cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
@@ -112,6 +145,8 @@ out:
     free(config_json);
     model_gpt_destroy(gpt);
     coord_corpus_close(&corpus);
+    coord_shards_close(&shards);
+    coord_config_free(&cfg);
     storage_close(db);
     return rc;
 }
@@ -152,6 +187,78 @@ int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) {
     int rc = open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     rc = storage_peer_revoke(db, id, err);
+    storage_close(db);
+    return rc;
+}
+
+int coord_cmd_token_revoke(const char *db_path, int64_t id, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    rc = storage_token_revoke(db, id, err);
+    storage_close(db);
+    return rc;
+}
+
+/* Unix seconds as UTC ISO 8601. */
+static void utc(int64_t t, char *out, size_t cap) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm) || strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(out, cap, "%lld", (long long)t);
+}
+
+typedef struct list_ctx {
+    FILE *out;
+    int64_t now;
+} list_ctx;
+
+static int print_token(void *arg, const storage_token *t) {
+    list_ctx *c = arg;
+    char exp[32], made[32];
+    utc(t->expires_at, exp, sizeof exp);
+    utc(t->created_at, made, sizeof made);
+    const char *state = t->revoked                ? "revoked"
+                        : t->expires_at <= c->now ? "expired"
+                        : t->uses_left == 0       ? "used-up"
+                                                  : "active";
+    fprintf(c->out, "%-6lld %-12s %9lld %-20s %-20s %5lld %s\n", (long long)t->id,
+            t->hash_prefix, (long long)t->uses_left, exp, made, (long long)t->peers, state);
+    return VL_OK;
+}
+
+int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    list_ctx c = {.out = out, .now = clock_unix_s()};
+    fprintf(out, "%-6s %-12s %9s %-20s %-20s %5s %s\n", "id", "hash", "uses_left", "expires",
+            "created", "peers", "state");
+    rc = storage_token_each(db, print_token, &c, err);
+    storage_close(db);
+    return rc;
+}
+
+static int print_peer(void *arg, const storage_peer_activity *a) {
+    list_ctx *c = arg;
+    char pk[CRYPTO_PK_B64_LEN + 1], joined[32], seen[32];
+    crypto_pk_encode(a->public_key, pk);
+    utc(a->joined_at, joined, sizeof joined);
+    utc(a->last_seen, seen, sizeof seen);
+    fprintf(c->out, "%-6lld %-44s %-20s %-20s %6lld %7lld %-7s %s\n", (long long)a->id, pk,
+            joined, seen, (long long)a->leases, (long long)a->updates,
+            a->revoked ? "revoked" : "ok", a->name);
+    return VL_OK;
+}
+
+int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
+    storage *db = NULL;
+    int rc = open_initialised(db_path, &db, err);
+    if (rc != VL_OK) return rc;
+    list_ctx c = {.out = out, .now = clock_unix_s()};
+    fprintf(out, "%-6s %-44s %-20s %-20s %6s %7s %-7s %s\n", "id", "public_key", "joined",
+            "last_seen", "leases", "updates", "state", "name");
+    rc = storage_peer_each(db, c.now, print_peer, &c, err);
     storage_close(db);
     return rc;
 }

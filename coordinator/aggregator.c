@@ -8,10 +8,10 @@
 #include "compress/compress.h"
 #include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
+#include "coordinator/robust.h"
 #include "coordinator/scheduler.h"
+#include "kernels/kernels.h"
 
-/* Validation batches are 8 windows of block_size bytes (protocol.md). */
-#define VAL_BATCH 8
 /* A merge that failed (the database was busy or full) is retried. */
 #define MERGE_RETRY_S 5
 
@@ -65,7 +65,10 @@ typedef struct merge_ctx {
     float *sum;          /* Σ nᵢ Δᵢ (dense and topk runs) */
     compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
     int64_t *ids;
+    double *norms;       /* each update's L2 norm as sent */
     size_t n_ids, cap;
+    coord_robust_acc *rb; /* a rule other than mean: the updates are held here */
+    size_t bounded;      /* mean: updates scaled down to robust.max_norm */
     double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
     int64_t version;     /* the version being merged from */
@@ -82,8 +85,10 @@ static int merge_one(void *arg, const storage_update *u) {
     if (m->n_ids == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 16;
         int64_t *ids = realloc(m->ids, cap * sizeof *ids);
-        if (!ids) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
-        m->ids = ids;
+        if (ids) m->ids = ids;
+        double *norms = realloc(m->norms, cap * sizeof *norms);
+        if (norms) m->norms = norms;
+        if (!ids || !norms) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
         m->cap = cap;
     }
     /* Stored updates passed these checks on arrival; failing now means the
@@ -96,12 +101,23 @@ static int merge_one(void *arg, const storage_update *u) {
     /* FedBuff: an update's weight is its sample count times s(tau). */
     float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness,
                                                                       u->staleness));
-    int rc = m->sk ? compress_update_accumulate_sketch(&cu, w, m->sk, m->err)
-                   : compress_update_accumulate(&cu, w, m->sum, m->n_params, m->err);
-    if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, w, m->err);
+    double norm = compress_update_norm(&cu);
+    int rc;
+    if (m->rb) {
+        rc = coord_robust_acc_add(m->rb, &cu, (double)w, norm, m->err);
+    } else {
+        /* robust.max_norm's clip scales the update, not its weight. */
+        double s = coord_robust_bound_scale(&m->cfg->robust, norm);
+        float ws = (float)((double)w * s);
+        if (s < 1) m->bounded++;
+        rc = m->sk ? compress_update_accumulate_sketch(&cu, ws, m->sk, m->err)
+                   : compress_update_accumulate(&cu, ws, m->sum, m->n_params, m->err);
+        if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, ws, m->err);
+    }
     if (rc == VL_OK && m->factors) rc = coord_factors_add(m->factors, &cu, u->id, m->err);
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
+    m->norms[m->n_ids] = norm;
     m->ids[m->n_ids++] = u->id;
     m->samples += (double)w;
     m->loss_sum += u->loss;
@@ -114,15 +130,12 @@ static int merge_one(void *arg, const storage_update *u) {
 static float eval_val(coord_server *srv, const float *theta) {
     float loss = NAN;
     vl_error e = {0};
-    const coord_corpus *c = &srv->corpus;
     if (!srv->eval && model_gpt_create(&srv->cfg.model, &srv->eval, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
     memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
-    if (model_gpt_eval_bytes(srv->eval, c->val, (size_t)c->val_len, VAL_BATCH,
-                             srv->cfg.model.block_size, (int)srv->cfg.val_batches, &loss,
-                             &e) != VL_OK) {
+    if (coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, &loss, &e) != VL_OK) {
         log_warn("validation failed: %s", e.msg);
         return NAN;
     }
@@ -168,9 +181,16 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     const coord_config *cfg = &srv->cfg;
     size_t n = srv->n_params;
     const char *kind = cfg->compression_kind;
-    /* The weighted sum becomes the weighted mean, in vector or sketch. */
-    if (m->sk) coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, 1.0 / m->samples);
-    else coord_scale(m->sum, n, 1.0 / m->samples);
+    /* The weighted sum becomes the weighted mean, in vector or sketch; a
+     * robust rule writes its combination there instead. */
+    if (m->rb) {
+        int rc = coord_robust_acc_finish(m->rb, m->sk ? m->sk->table : m->sum, err);
+        if (rc != VL_OK) return rc;
+    } else if (m->sk) {
+        coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, 1.0 / m->samples);
+    } else {
+        coord_scale(m->sum, n, 1.0 / m->samples);
+    }
     if (strcmp(kind, "none") == 0) {
         coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
         *n_cand = n;
@@ -299,6 +319,7 @@ static int open_round(coord_server *srv, vl_error *err) {
         }
     }
     free(m.ids);
+    free(m.norms);
     bufs_free(&b);
     return rc;
 }
@@ -332,6 +353,7 @@ typedef struct merge_job {
     vl_error merr;          /* merge_ctx reports here on the compute thread */
     storage_round rnd;      /* a second round's candidates (n = 0: none) */
     coord_round_acc racc;   /* and its values */
+    coord_robust_acc rb;    /* the updates, for a rule other than mean */
     storage_version ver;
     storage_commit_opts opts;
     compress_factors_sum fsum; /* K-FAC runs that share factors */
@@ -348,8 +370,10 @@ static void merge_job_free(merge_job *j) {
     buf_free(&j->fbuf);
     coord_round_acc_free(&j->racc);
     storage_round_free(&j->rnd);
+    coord_robust_acc_free(&j->rb);
     free(j->m.sum);
     free(j->m.ids);
+    free(j->m.norms);
     bufs_free(&j->b);
     free(j);
 }
@@ -395,6 +419,22 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     coord_schedule_merge(srv);
 }
 
+/* What the updates' norms were and what the run's defences did to them;
+ * norms far above the median are where hostile peers show. */
+static void log_robust(const merge_ctx *m, int64_t next) {
+    double *x = malloc(m->n_ids * sizeof *x + 1);
+    if (!x) return;
+    memcpy(x, m->norms, m->n_ids * sizeof *x);
+    double med = coord_robust_median(x, m->n_ids);
+    double max = x[m->n_ids - 1];
+    free(x);
+    const coord_robust_config *r = &m->cfg->robust;
+    size_t bounded = m->rb ? m->rb->bounded : m->bounded;
+    log_info("version %lld: %s of %zu updates, norms median %.6g max %.6g; %zu scaled down "
+             "to max_norm, %zu clipped by norm_clip", (long long)next, coord_rule_name(r->rule),
+             m->n_ids, med, max, bounded, m->rb ? m->rb->clipped : 0);
+}
+
 /* On the compute thread: every update stored and not yet merged, read on
  * its own connection, summed with its weight, the outer step applied to a
  * copy of the parameters, and the result validated. Nothing here touches
@@ -408,6 +448,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     merge_bufs *b = &j->b;
     size_t n = srv->n_params;
     m->err = &j->merr;
+    /* Per thread: only the compute thread's parallel regions change. */
+    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
     int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
     if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",
@@ -440,6 +482,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
+    log_robust(m, next);
     if (m->round)
         log_info("version %lld: second round used %zu reported and %zu estimated updates over "
                  "%zu candidates", (long long)next, j->racc.reported, j->racc.estimated,
@@ -507,6 +550,11 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
     *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version};
+    if (srv->cfg.robust.rule != COORD_RULE_MEAN) {
+        size_t d = is_sketch ? (size_t)srv->cfg.comp_rows * (size_t)srv->cfg.comp_cols : n;
+        coord_robust_acc_init(&j->rb, &srv->cfg.robust, srv->spec.kind, d);
+        m->rb = &j->rb;
+    }
     b->next = malloc(n * sizeof(float) + 1);
     b->state = malloc(srv->n_state * sizeof(float) + 1);
     b->idx = malloc(n * sizeof *b->idx + 1);

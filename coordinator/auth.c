@@ -12,10 +12,9 @@ static const char *target(coord_req *cr) {
     return uri ? uri : "";
 }
 
-/* Clock, signature, then nonce: a nonce is remembered only for a request
- * that proved who sent it, so forged requests cannot fill the cache. */
-static int verify(coord_req *cr, const crypto_auth_header *a, const uint8_t pk[CRYPTO_PK_BYTES],
-                  const uint8_t *body, size_t len) {
+/* Clock and signature: whether the request comes from the holder of pk. */
+static int verify_signature(coord_req *cr, const crypto_auth_header *a,
+                            const uint8_t pk[CRYPTO_PK_BYTES], const uint8_t *body, size_t len) {
     int64_t now = clock_unix_s();
     int64_t skew = a->ts - now;
     if (skew > CRYPTO_TS_WINDOW_S || skew < -CRYPTO_TS_WINDOW_S) {
@@ -29,7 +28,13 @@ static int verify(coord_req *cr, const crypto_auth_header *a, const uint8_t pk[C
         coord_reply_error(cr, 401, "bad_signature", "the request signature does not verify");
         return -1;
     }
-    int rc = crypto_nonce_check(cr->srv->nonces, a->peer_id, a->nonce, a->ts, now);
+    return 0;
+}
+
+/* The nonce, once the request has proved who sent it, so forged requests
+ * cannot fill the cache. */
+static int check_nonce(coord_req *cr, const crypto_auth_header *a) {
+    int rc = crypto_nonce_check(cr->srv->nonces, a->peer_id, a->nonce, a->ts, clock_unix_s());
     if (rc == VL_ECONFLICT) {
         coord_reply_error(cr, 401, "replayed_nonce", "this nonce was already used");
         return -1;
@@ -41,6 +46,10 @@ static int verify(coord_req *cr, const crypto_auth_header *a, const uint8_t pk[C
     return 0;
 }
 
+/* The order keeps what a stranger can learn small: an unknown id is all
+ * that is told before the signature; that a peer is revoked or over its
+ * rate is told only to its key's holder. The rate is taken before the
+ * nonce, so a refused request can be sent again as it was. */
 int coord_authenticate(coord_req *cr, const uint8_t *body, size_t len) {
     crypto_auth_header a;
     vl_error e = {0};
@@ -66,11 +75,18 @@ int coord_authenticate(coord_req *cr, const uint8_t *body, size_t len) {
     uint8_t pk[CRYPTO_PK_BYTES];
     memcpy(pk, p.public_key, sizeof pk);
     storage_peer_free(&p);
+    if (verify_signature(cr, &a, pk, body, len) != 0) return -1;
     if (revoked) {
         coord_reply_error(cr, 403, "revoked", "peer %lld has been revoked", (long long)a.peer_id);
         return -1;
     }
-    if (verify(cr, &a, pk, body, len) != 0) return -1;
+    double wait = coord_limiter_take(cr->srv->peer_limiter, &a.peer_id, sizeof a.peer_id,
+                                     clock_mono_s());
+    if (wait > 0) {
+        coord_reply_rate_limited(cr, wait, "peer");
+        return -1;
+    }
+    if (check_nonce(cr, &a) != 0) return -1;
     cr->peer_id = a.peer_id;
     return 0;
 }
@@ -81,7 +97,8 @@ int coord_authenticate_key(coord_req *cr, const crypto_auth_header *a,
         coord_reply_error(cr, 401, "unauthorized", "a join request is signed with peer=0");
         return -1;
     }
-    return verify(cr, a, pk, body, len);
+    if (verify_signature(cr, a, pk, body, len) != 0) return -1;
+    return check_nonce(cr, a);
 }
 
 int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int64_t peer,

@@ -8,6 +8,7 @@
 
 #include "compress/compress.h"
 #include "coordinator/config.h"
+#include "coordinator/robust.h"
 
 /* Room for an update's safetensors header: the metadata strings and one
  * tensor entry, padded. Generous, because refusing a valid update for a
@@ -47,10 +48,14 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->selsync_h_min = -1;
     cfg->keep_update_blobs = -1;
     cfg->task_bytes = 65536;
+    cfg->task_tokens = 65536;
     cfg->lease_s = 120;
     cfg->max_body_bytes = 67108864;
     cfg->val_batches = 16;
     cfg->keep_versions = 4;
+    cfg->robust.rule = COORD_RULE_MEAN;
+    cfg->robust.trim = 0.2;
+    cfg->robust.clip_mult = 2.0;
 }
 
 /* ---- field readers: each names the field in its error ------------------- */
@@ -147,12 +152,17 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 /* ---- parse -------------------------------------------------------------- */
 
 static const char *const TOP_KEYS[] = {
-    "name", "corpus", "val_fraction", "seed", "model", "mode", "updates_per_version",
-    "max_versions", "train", "outer", "compression", "task_bytes", "lease_s",
+    "name", "corpus", "data", "val_fraction", "seed", "model", "mode", "updates_per_version",
+    "max_versions", "train", "outer", "compression", "task_bytes", "task_tokens", "lease_s",
     "max_body_bytes", "val_batches", "keep_versions", "keep_changes", "staleness",
-    "round_deadline_s", "selsync", "keep_update_blobs", NULL};
+    "round_deadline_s", "selsync", "keep_update_blobs", "robust", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
+static const char *const ROBUST_KEYS[] = {"rule", "trim", "clip_mult", "max_norm", "on_excess",
+                                          NULL};
+/* In coord_rule order. */
+static const char *const RULES[] = {"mean", "trimmed_mean", "median", "norm_clip", NULL};
+static const char *const EXCESS[] = {"clip", "refuse", NULL};
 static const char *const STALE_FNS[] = {"polynomial", "hinge", "constant", NULL};
 static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
                                          "n_embd", NULL};
@@ -167,6 +177,8 @@ static const char *const OUTER_KEYS[] = {"lr", "momentum", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
+static const char *const DATA_KEYS[] = {"kind", "train", "val", NULL};
+static const char *const DATA_KINDS[] = {"shards", NULL};
 static const char *const MODES[] = {"sync", "async", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", "sgd", "kfac", NULL};
 /* "dense" is the older name of "none". */
@@ -185,8 +197,76 @@ static int check_name(const char *name, vl_error *err) {
     return VL_OK;
 }
 
-static const char *stale_fn_name(coord_stale_fn f) {
-    return f == COORD_STALE_HINGE ? "hinge" : f == COORD_STALE_CONSTANT ? "constant" : "polynomial";
+/* data.train: 1 to COORD_MAX_SHARDS paths, each as corpus is read. */
+static int parse_train_shards(json_t *arr, coord_config *cfg, vl_error *err) {
+    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
+        json_array_size(arr) > COORD_MAX_SHARDS)
+        return vl_fail(err, VL_EINVAL, "config: data.train must be an array of 1 to %d shard "
+                                       "paths", COORD_MAX_SHARDS);
+    size_t n = json_array_size(arr);
+    cfg->train_shards = calloc(n, sizeof *cfg->train_shards);
+    if (!cfg->train_shards) return vl_fail(err, VL_ENOMEM, "config: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        /* Wrapped in an object, the element goes through get_str's checks. */
+        json_t *one = json_pack("{s:O}", "p", json_array_get(arr, i));
+        char field[48], path[COORD_PATH_MAX];
+        snprintf(field, sizeof field, "data.train[%zu]", i);
+        int rc = one ? get_str(one, "p", field, path, sizeof path, NULL, err)
+                     : vl_fail(err, VL_ENOMEM, "config: out of memory");
+        json_decref(one);
+        if (rc) return rc;
+        if (!(cfg->train_shards[i] = strdup(path)))
+            return vl_fail(err, VL_ENOMEM, "config: out of memory");
+        cfg->n_train_shards = (int)i + 1;
+    }
+    return VL_OK;
+}
+
+/* Where the data come from: "corpus" (text, with val_fraction and
+ * task_bytes) or "data" (token shards, with task_tokens), never both;
+ * the fields of the other kind are refused rather than ignored. */
+static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
+    json_t *data;
+    int rc = get_obj(root, "data", &data, err);
+    if (rc) return rc;
+    int text = json_object_get(root, "corpus") != NULL;
+    if (!text && !data)
+        return vl_fail(err, VL_EINVAL, "config: corpus is required (a text file; or data, for "
+                                       "token shards)");
+    if (text && data)
+        return vl_fail(err, VL_EINVAL, "config: corpus (a text file) and data (token shards) "
+                                       "exclude each other");
+    static const char *const TEXT_ONLY[] = {"val_fraction", "task_bytes", NULL};
+    if (text) {
+        if (json_object_get(root, "task_tokens"))
+            return vl_fail(err, VL_EINVAL, "config: task_tokens is for token shards (data); a "
+                                           "text corpus takes task_bytes");
+        if ((rc = get_str(root, "corpus", "corpus", cfg->corpus, sizeof cfg->corpus, NULL,
+                          err)) ||
+            (rc = get_real(root, "val_fraction", "val_fraction", 0, 1, 0.5, 0,
+                           &cfg->val_fraction, err)))
+            return rc;
+        return get_int(root, "task_bytes", "task_bytes", 2, INT64_MAX / 2, &cfg->task_bytes,
+                       err);
+    }
+    for (const char *const *k = TEXT_ONLY; *k; k++)
+        if (json_object_get(root, *k))
+            return vl_fail(err, VL_EINVAL, "config: %s is for a text corpus; token shards take "
+                                           "data.val and task_tokens", *k);
+    char kind[16] = "";
+    if ((rc = check_keys(data, "data", DATA_KEYS, err))) return rc;
+    if (!json_object_get(data, "kind") || !json_object_get(data, "train") ||
+        !json_object_get(data, "val"))
+        return vl_fail(err, VL_EINVAL, "config: data needs kind \"shards\", train (an array "
+                                       "of shard paths) and val (a shard path)");
+    cfg->shards = 1;
+    if ((rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err)) ||
+        (rc = get_str(data, "val", "data.val", cfg->val_shard, sizeof cfg->val_shard, NULL,
+                      err)) ||
+        (rc = parse_train_shards(json_object_get(data, "train"), cfg, err)))
+        return rc;
+    return get_int(root, "task_tokens", "task_tokens", 2, COORD_MAX_TASK_TOKENS,
+                   &cfg->task_tokens, err);
 }
 
 /* The staleness and selsync sections (selsync.h_min is checked against
@@ -219,6 +299,65 @@ static int parse_merging(json_t *root, coord_config *cfg, vl_error *err) {
     }
     return get_int(root, "round_deadline_s", "round_deadline_s", 0, 7 * 86400,
                    &cfg->round_deadline_s, err);
+}
+
+const char *coord_rule_name(coord_rule r) {
+    return (unsigned)r < sizeof RULES / sizeof RULES[0] - 1 ? RULES[r] : "unknown";
+}
+
+/* The robust section; checked against the rest in check_robust. */
+static int parse_robust(json_t *root, coord_config *cfg, vl_error *err) {
+    json_t *rb;
+    int rc = get_obj(root, "robust", &rb, err);
+    if (rc || !rb) return rc;
+    coord_robust_config *r = &cfg->robust;
+    char rule[16] = "", excess[8] = "";
+    if ((rc = check_keys(rb, "robust", ROBUST_KEYS, err)) ||
+        (rc = get_str(rb, "rule", "robust.rule", rule, sizeof rule, RULES, err)) ||
+        (rc = get_real(rb, "trim", "robust.trim", 0, 1, 0.5, 1, &r->trim, err)) ||
+        (rc = get_real(rb, "clip_mult", "robust.clip_mult", 0, 1, 1e6, 0, &r->clip_mult,
+                       err)) ||
+        (rc = get_real(rb, "max_norm", "robust.max_norm", 0, 0, 1e30, 0, &r->max_norm, err)) ||
+        (rc = get_str(rb, "on_excess", "robust.on_excess", excess, sizeof excess, EXCESS, err)))
+        return rc;
+    for (int i = 0; rule[0] && RULES[i]; i++)
+        if (strcmp(rule, RULES[i]) == 0) r->rule = (coord_rule)i;
+    if (excess[0]) r->refuse_excess = strcmp(excess, "refuse") == 0;
+    return VL_OK;
+}
+
+/* What a rule needs of the rest of the run, once compression is resolved. */
+static int check_robust(const coord_config *cfg, vl_error *err) {
+    const coord_robust_config *r = &cfg->robust;
+    int64_t k = cfg->updates_per_version;
+    if (r->rule == COORD_RULE_TRIMMED_MEAN && coord_robust_trim_count(r->trim, (size_t)k) < 1)
+        return vl_fail(err, VL_EINVAL, "config: robust.trim %g of %lld updates per version cuts "
+                                       "nothing (it cuts floor(trim x updates_per_version) at "
+                                       "each end)", r->trim, (long long)k);
+    if (r->rule == COORD_RULE_MEDIAN && k < 3)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"median\" needs "
+                                       "updates_per_version >= 3 (the median of %lld updates is "
+                                       "their mean)", (long long)k);
+    if (r->rule == COORD_RULE_MEAN) return VL_OK;
+    if (cfg->second_round > 0)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" cannot be combined with "
+                                       "compression.second_round, whose exact values are "
+                                       "summed", coord_rule_name(r->rule));
+    /* The rules hold every update of a version in memory. */
+    int64_t d = (int64_t)model_gpt_config_num_params(&cfg->model);
+    const char *kind = coord_config_update_kind(cfg);
+    if (strcmp(kind, "sketch") == 0) d = cfg->comp_rows * cfg->comp_cols;
+    else if (strcmp(kind, "topk") == 0 && k * cfg->comp_k < d) d = k * cfg->comp_k;
+    if ((double)k * (double)d * 4.0 > (double)COORD_ROBUST_MAX_BYTES)
+        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" would hold %lld updates of "
+                                       "%lld values in memory, over %lld bytes",
+                       coord_rule_name(r->rule), (long long)k, (long long)d,
+                       (long long)COORD_ROBUST_MAX_BYTES);
+    return VL_OK;
+}
+
+int64_t coord_config_max_samples(const coord_config *cfg) {
+    return cfg->train.steps * cfg->train.batch * (int64_t)cfg->model.block_size;
 }
 
 double coord_staleness_weight(const coord_staleness *s, int64_t tau) {
@@ -274,7 +413,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
     json_t *model, *train, *outer, *comp;
     if ((rc = get_obj(root, "model", &model, err)) || (rc = get_obj(root, "train", &train, err)) ||
         (rc = get_obj(root, "outer", &outer, err)) ||
-        (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)))
+        (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)) ||
+        (rc = parse_robust(root, cfg, err)))
         return rc;
     if (model) {
         if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
@@ -496,22 +636,13 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         rc = vl_fail(err, VL_EINVAL, "config: name is required");
         goto out;
     }
-    if (!json_object_get(root, "corpus")) {
-        rc = vl_fail(err, VL_EINVAL, "config: corpus is required");
-        goto out;
-    }
     if ((rc = get_str(root, "name", "name", cfg->name, sizeof cfg->name, NULL, err)) ||
         (rc = check_name(cfg->name, err)) ||
-        (rc = get_str(root, "corpus", "corpus", cfg->corpus, sizeof cfg->corpus, NULL, err)) ||
-        (rc = get_real(root, "val_fraction", "val_fraction", 0, 1, 0.5, 0, &cfg->val_fraction,
-                       err)) ||
         (rc = get_int(root, "seed", "seed", 0, INT64_MAX, &cfg->seed, err)) ||
         (rc = get_str(root, "mode", "mode", cfg->mode, sizeof cfg->mode, MODES, err)) ||
         (rc = get_int(root, "updates_per_version", "updates_per_version", 1, 100000,
                       &cfg->updates_per_version, err)) ||
         (rc = get_int(root, "max_versions", "max_versions", 1, 100000000, &cfg->max_versions,
-                      err)) ||
-        (rc = get_int(root, "task_bytes", "task_bytes", 2, INT64_MAX / 2, &cfg->task_bytes,
                       err)) ||
         (rc = get_int(root, "lease_s", "lease_s", 1, 7 * 86400, &cfg->lease_s, err)) ||
         (rc = get_int(root, "max_body_bytes", "max_body_bytes", 1024, (int64_t)1 << 40,
@@ -523,14 +654,14 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                       err)) ||
         (rc = get_int(root, "keep_update_blobs", "keep_update_blobs", 1, 100000000,
                       &cfg->keep_update_blobs, err)) ||
-        (rc = parse_sections(root, cfg, err)))
+        (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)))
         goto out;
     vl_error merr = {0};
     if (model_gpt_config_validate(&cfg->model, &merr) != VL_OK) {
         rc = vl_fail(err, VL_EINVAL, "config: model: %s", merr.msg);
         goto out;
     }
-    if (cfg->model.vocab_size < 256) {
+    if (!cfg->shards && cfg->model.vocab_size < 256) {
         rc = vl_fail(err, VL_EINVAL, "config: model.vocab_size must be at least 256 for a "
                                      "byte corpus");
         goto out;
@@ -543,9 +674,10 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                      (long long)(cfg->train.batch * cfg->model.block_size));
         goto out;
     }
-    if (cfg->task_bytes < (int64_t)cfg->model.block_size + 1) {
-        rc = vl_fail(err, VL_EINVAL, "config: task_bytes must be at least model.block_size + 1 "
-                                     "(%d)", cfg->model.block_size + 1);
+    int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
+    if (per_task < (int64_t)cfg->model.block_size + 1) {
+        rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",
+                     cfg->shards ? "task_tokens" : "task_bytes", cfg->model.block_size + 1);
         goto out;
     }
     if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;
@@ -583,7 +715,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                                      "merges every updates_per_version updates");
         goto out;
     }
-    if ((rc = resolve_compression(cfg, err))) goto out;
+    if ((rc = resolve_compression(cfg, err)) || (rc = check_robust(cfg, err))) goto out;
     if (coord_config_is_async(cfg) && cfg->second_round > 0) {
         rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
                                      "peers answer for one version's updates together)");
@@ -609,132 +741,13 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     }
 out:
     json_decref(root);
+    if (rc != VL_OK) coord_config_free(cfg);
     return rc;
 }
 
-void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
-                        int64_t *val_len) {
-    int64_t v = (int64_t)floor((double)corpus_size * cfg->val_fraction);
-    if (v < 0) v = 0;
-    if (v > corpus_size) v = corpus_size;
-    *val_len = v;
-    *train_len = corpus_size - v;
-}
-
-int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size, vl_error *err) {
-    int64_t train_len, val_len;
-    coord_config_split(cfg, corpus_size, &train_len, &val_len);
-    if (val_len < (int64_t)cfg->model.block_size + 1)
-        return vl_fail(err, VL_EINVAL,
-                       "config: val_fraction leaves %lld validation bytes of a %lld-byte corpus; "
-                       "at least model.block_size + 1 = %d are needed",
-                       (long long)val_len, (long long)corpus_size, cfg->model.block_size + 1);
-    if (train_len < cfg->task_bytes)
-        return vl_fail(err, VL_EINVAL,
-                       "config: task_bytes (%lld) exceeds the %lld training bytes of the corpus",
-                       (long long)cfg->task_bytes, (long long)train_len);
-    return VL_OK;
-}
-
-void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap) {
-    snprintf(out, cap,
-             "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
-             m->vocab_size, m->block_size, m->n_layer, m->n_head, m->n_embd);
-}
-
-char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
-    const coord_train_config *t = &cfg->train;
-    json_t *root = json_pack(
-        "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
-        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f},"
-        " s:I, s:I, s:I, s:I, s:I, s:I}",
-        "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
-        "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
-        "n_layer", cfg->model.n_layer, "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd,
-        "mode", cfg->mode, "updates_per_version", (json_int_t)cfg->updates_per_version,
-        "max_versions", (json_int_t)cfg->max_versions, "train", "steps", (json_int_t)t->steps,
-        "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
-        "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
-        t->grad_clip, "outer", "lr", cfg->outer_lr, "momentum", cfg->outer_momentum,
-        "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype, "k",
-        (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
-        (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",
-        (json_int_t)cfg->apply_k, "second_round", (json_int_t)cfg->second_round, "round_s",
-        (json_int_t)cfg->round_s, "block", (json_int_t)cfg->comp_block, "decay",
-        cfg->comp_decay, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
-        "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
-        (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
-        "keep_changes", (json_int_t)cfg->keep_changes);
-    if (!root) return NULL;
-    if (with_corpus && json_object_set_new(root, "corpus", json_string(cfg->corpus)) != 0) {
-        json_decref(root);
-        return NULL;
-    }
-    json_t *sched = json_pack("{s:s, s:I, s:f, s:f, s:b}", "schedule", cfg->train.schedule,
-                              "warmup", (json_int_t)cfg->train.warmup, "min_lr",
-                              cfg->train.min_lr, "momentum", cfg->train.momentum, "nesterov",
-                              cfg->train.nesterov);
-    if (!sched || json_object_update(json_object_get(root, "train"), sched) != 0) {
-        json_decref(sched);
-        json_decref(root);
-        return NULL;
-    }
-    json_decref(sched);
-    if (strcmp(cfg->train.optimizer, "kfac") == 0) {
-        json_t *k = json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping,
-                              "decay", t->kfac.decay, "inverse_every",
-                              (json_int_t)t->kfac.inverse_every, "kl_clip", t->kfac.kl_clip,
-                              "share", t->kfac.share, "dtype", t->kfac.dtype);
-        if (!k || json_object_set_new(json_object_get(root, "train"), "kfac", k) != 0) {
-            json_decref(root);
-            return NULL;
-        }
-    }
-    json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
-                                "function", stale_fn_name(cfg->staleness.fn), "a",
-                                cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",
-                                (json_int_t)cfg->staleness.max, "round_deadline_s",
-                                (json_int_t)cfg->round_deadline_s, "selsync", "delta",
-                                cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min,
-                                "keep_update_blobs", (json_int_t)cfg->keep_update_blobs);
-    if (!merging || json_object_update(root, merging) != 0) {
-        json_decref(merging);
-        json_decref(root);
-        return NULL;
-    }
-    json_decref(merging);
-    char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-    json_decref(root);
-    return s;
-}
-
-int coord_parse_duration(const char *s, int64_t *out_s) {
-    if (!s || !*s) return VL_EINVAL;
-    size_t n = strlen(s);
-    int64_t mult = 1;
-    char unit = s[n - 1];
-    char num[32];
-    if (unit >= '0' && unit <= '9') {
-        unit = 's';
-    } else {
-        n--;
-        switch (unit) {
-        case 's': mult = 1; break;
-        case 'm': mult = 60; break;
-        case 'h': mult = 3600; break;
-        case 'd': mult = 86400; break;
-        default: return VL_EINVAL;
-        }
-    }
-    if (n == 0 || n >= sizeof num) return VL_EINVAL;
-    memcpy(num, s, n);
-    num[n] = '\0';
-    for (size_t i = 0; i < n; i++)
-        if (num[i] < '0' || num[i] > '9') return VL_EINVAL;
-    int64_t v;
-    const int64_t max_s = (int64_t)10 * 366 * 86400;
-    if (parse_i64(num, 1, max_s, &v) != VL_OK || v > max_s / mult) return VL_EINVAL;
-    *out_s = v * mult;
-    return VL_OK;
+void coord_config_free(coord_config *cfg) {
+    for (int i = 0; i < cfg->n_train_shards; i++) free(cfg->train_shards[i]);
+    free(cfg->train_shards);
+    cfg->train_shards = NULL;
+    cfg->n_train_shards = 0;
 }

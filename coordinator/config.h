@@ -17,6 +17,13 @@
 #define COORD_PATH_MAX 4096
 /* Largest P of compression.second_round: P * apply_k candidates per round. */
 #define COORD_MAX_SECOND_ROUND 64
+/* Most training shards a run may name. */
+#define COORD_MAX_SHARDS 4096
+/* Most tokens one task may name: a peer keeps them on disk, 2 bytes each. */
+#define COORD_MAX_TASK_TOKENS ((int64_t)1 << 29)
+/* Most memory a robust rule other than mean may hold for one version's
+ * updates (updates_per_version of them, each as floats). */
+#define COORD_ROBUST_MAX_BYTES ((int64_t)16 << 30)
 
 typedef struct coord_train_config {
     int64_t steps;
@@ -58,10 +65,41 @@ typedef struct coord_staleness {
     int64_t max; /* tau_max */
 } coord_staleness;
 
+/* How a version combines its updates (robust.h has the rules). */
+typedef enum {
+    COORD_RULE_MEAN = 0,         /* Σ wᵢΔᵢ / Σ wᵢ, DESIGN.md's merge */
+    COORD_RULE_TRIMMED_MEAN = 1, /* per coordinate, the extremes cut, the rest averaged */
+    COORD_RULE_MEDIAN = 2,       /* per coordinate, the median */
+    COORD_RULE_NORM_CLIP = 3,    /* each update clipped to clip_mult × the median norm */
+} coord_rule;
+
+/* The run's defences against hostile updates ("robust" in the run
+ * configuration). */
+typedef struct coord_robust_config {
+    coord_rule rule;
+    int refuse_excess; /* on_excess "refuse" (else "clip"), see max_norm */
+    double trim;       /* trimmed_mean: share of the values cut at each end, (0, 0.5) */
+    double clip_mult;  /* norm_clip: the bound as a multiple of the median norm, > 0 */
+    /* > 0: an update whose L2 norm (compress_update_norm) exceeds this is
+     * refused at upload (refuse_excess) or scaled down to it when merged;
+     * 0: no bound. */
+    double max_norm;
+} coord_robust_config;
+
 typedef struct coord_config {
     char name[COORD_NAME_MAX];
+    /* The training data: a UTF-8 text corpus whose bytes are the tokens
+     * (corpus; its last val_fraction held out; task_bytes per task), or,
+     * with shards set, llm.c token shards (train_shards, val_shard;
+     * task_tokens per task). train_shards holds n_train_shards heap
+     * strings owned by the configuration (coord_config_free). */
     char corpus[COORD_PATH_MAX];
     double val_fraction;
+    int shards;
+    char **train_shards;
+    int n_train_shards;
+    char val_shard[COORD_PATH_MAX];
+    int64_t task_tokens;
     int64_t seed;
     model_gpt_config model;
     char mode[8];
@@ -110,6 +148,7 @@ typedef struct coord_config {
     int64_t val_batches;
     int64_t keep_versions;
     int64_t keep_changes; /* versions whose sparse change stays stored */
+    coord_robust_config robust;
 } coord_config;
 
 /* s(tau) of the run's staleness function; tau >= 0. */
@@ -134,17 +173,34 @@ int coord_config_shares_factors(const coord_config *cfg);
  * scales included. */
 int64_t coord_config_factor_bytes(const coord_config *cfg);
 
-/* Fills cfg with the defaults of every field (name and corpus empty). */
+/* The most num_samples an update of a task may claim: every window of
+ * every step, train.steps x train.batch x block_size tokens. */
+int64_t coord_config_max_samples(const coord_config *cfg);
+
+/* Name of a merge rule ("mean", "trimmed_mean", "median", "norm_clip"). */
+const char *coord_rule_name(coord_rule r);
+
+/* Fills cfg with the defaults of every field (name and corpus empty, a
+ * text run). Overwrites cfg without freeing: free a parsed one first. */
 void coord_config_defaults(coord_config *cfg);
 
 /* Parses and validates a configuration from len bytes of JSON: unknown
  * fields, wrong types and out-of-range values are VL_EINVAL with a message
  * naming the field ("config: train.lr must be > 0"). Missing fields take
- * their defaults; name and corpus are required. */
+ * their defaults; name is required, and either corpus (a text file) or
+ * data {"kind": "shards", "train": [paths], "val": path}, which exclude
+ * each other, as do the fields of the other kind (val_fraction and
+ * task_bytes are for text, task_tokens for shards). A text run needs
+ * vocab_size >= 256. Files are not opened here. On success cfg owns the
+ * shard paths (coord_config_free); on failure it holds nothing to free. */
 int coord_config_parse(const char *json, size_t len, coord_config *cfg,
                        vl_error *err) VL_MUST_CHECK;
 
-/* Checks the configuration against a corpus of corpus_size bytes: the
+/* Frees the shard paths a parsed configuration owns; safe to repeat, and
+ * on a configuration from coord_config_defaults. */
+void coord_config_free(coord_config *cfg);
+
+/* Checks a text run's configuration against a corpus of corpus_size bytes: the
  * validation slice must hold a window of block_size + 1 bytes and the
  * training part a task of task_bytes; the body cap must fit a dense update
  * of the model. VL_EINVAL with the field named otherwise. */
@@ -156,10 +212,11 @@ int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size,
 void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
                         int64_t *val_len);
 
-/* The configuration as normalised JSON (every field present). With
- * with_corpus clear the corpus path, which only matters on this machine,
- * is left out (that is the form peers get). Returns a heap string the
- * caller frees, or NULL when out of memory. */
+/* The configuration as normalised JSON (every field of the run's data
+ * kind present). With with_corpus clear the corpus path or the shard
+ * paths, which only matter on this machine, are left out (that is the
+ * form peers get; its "data" holds only "kind"). Returns a heap string
+ * the caller frees, or NULL when out of memory. */
 char *coord_config_to_json(const coord_config *cfg, int with_corpus);
 
 /* The model configuration as the compact JSON object carried in model

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -24,6 +25,7 @@
 #include "compress/compress.h"
 #include "coordinator/config.h"
 #include "coordinator/guard.h"
+#include "coordinator/limiter.h"
 #include "coordinator/writer.h"
 #include "crypto/crypto.h"
 #include "model/model.h"
@@ -48,8 +50,22 @@ struct ssl_ctx_st;
 #define COORD_IO_TIMEOUT_S 120
 /* How long a drain may take before the coordinator exits anyway. */
 #define COORD_DRAIN_GRACE_S 30
-/* Retry-After for 503 draining and 429. */
+/* Retry-After for 503 draining and for 429 when the replay cache is full. */
 #define COORD_RETRY_AFTER_S "5"
+
+/* Limits against clients that send too much or too slowly (serve
+ * options). A rate with rate <= 0, or slow_timeout_s <= 0, is off. */
+typedef struct coord_limits {
+    coord_rate peer;       /* requests per authenticated peer */
+    coord_rate addr;       /* requests per client address (IPv6: per /64) */
+    double slow_timeout_s; /* a head within this; a body within this + len / min_body_rate */
+    double min_body_rate;  /* bytes per second */
+} coord_limits;
+
+/* The defaults, far above what a peer does (a task is a handful of
+ * requests): 50 requests/s per peer with bursts of 500, 500/s per address
+ * with bursts of 5000, 30 s for a head, bodies at 16 KiB/s at least. */
+void coord_limits_default(coord_limits *l);
 
 /* ---- the corpus (corpus.c) ---------------------------------------------- */
 
@@ -76,6 +92,57 @@ int coord_corpus_open(coord_corpus *c, const char *path, const coord_config *cfg
 int coord_corpus_check(const coord_corpus *c, vl_error *err) VL_MUST_CHECK;
 void coord_corpus_close(coord_corpus *c);
 
+/* ---- token shards (shards.c) -------------------------------------------- */
+
+/* Windows per batch of the validation loss (DESIGN.md: val_batches of 8). */
+#define COORD_VAL_BATCH 8
+
+/* One training shard, served from disk. */
+typedef struct coord_shard {
+    int fd;
+    int64_t size;     /* bytes: 1024 + 2 ntok */
+    int64_t mtime_ns;
+} coord_shard;
+
+/* The llm.c token shards of a shard run: the training shards, open for
+ * serving ranges of them, and the start of the validation shard in memory
+ * (as many tokens as val_batches batches of block_size windows use). */
+typedef struct coord_shards {
+    int n;               /* training shards */
+    coord_shard *train;  /* n of them */
+    /* Tokens of each training shard. Never changes once open, so the
+     * writer thread reads it (issuing tasks) while the loop serves. */
+    int64_t *ntok;
+    int64_t train_tokens;
+    int64_t val_tokens;  /* tokens in the validation shard */
+    uint16_t *val;       /* its first val_len tokens */
+    size_t val_len;
+    int64_t size;        /* bytes of every shard file, validation included */
+    char hash[65];       /* hex BLAKE2b-256 of those files, in order */
+} coord_shards;
+
+/* Opens and validates every shard cfg names (model_shard_open: header,
+ * size, every token below model.vocab_size), each at least block_size + 1
+ * tokens long, hashes them (training shards in order, then validation)
+ * and loads the validation tokens. The first bad shard fails it with the
+ * shard's own one-line message ("token shard PATH: ..."). With
+ * expect_hash set, a total size or hash that differs from the recorded
+ * one is VL_ECONFLICT ("changed since init"). s is owned by the caller
+ * (coord_shards_close), and is empty after a failure. */
+int coord_shards_open(coord_shards *s, const coord_config *cfg, int64_t expect_size,
+                      const char *expect_hash, vl_error *err) VL_MUST_CHECK;
+/* Checks training shard i still has the size and modification time it
+ * had when opened (it is served straight from disk). */
+int coord_shards_check(const coord_shards *s, int i, vl_error *err) VL_MUST_CHECK;
+void coord_shards_close(coord_shards *s);
+
+/* The validation loss of m on the run's held-out data: the text corpus's
+ * validation slice or the validation shard's tokens, val_batches batches
+ * of COORD_VAL_BATCH windows of block_size tokens. */
+int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus,
+                   const coord_shards *shards, model_gpt *m, float *loss,
+                   vl_error *err) VL_MUST_CHECK;
+
 /* ---- shared model bytes -------------------------------------------------- */
 
 /* An immutable byte string shared by responses still being sent; freed
@@ -101,7 +168,8 @@ typedef struct coord_server {
     storage *db;
     coord_config cfg;
     char *peer_config;   /* run configuration as peers get it (JSON text) */
-    coord_corpus corpus;
+    coord_corpus corpus; /* text runs */
+    coord_shards shards; /* token-shard runs */
     model_gpt *gpt;      /* its parameters are the current version's */
     size_t n_params;
     float *momentum;     /* outer optimiser state after the current version (n_state) */
@@ -112,6 +180,9 @@ typedef struct coord_server {
     int draining;
     double drain_deadline;
     crypto_nonce_cache *nonces;
+    coord_limits limits;
+    coord_limiter *addr_limiter, *peer_limiter;
+    struct event *slow_timer; /* checks every connection against the slow-client limits */
     coord_blob *model_blob; /* current version as safetensors, built on demand */
     coord_blob *delta_blob; /* the last delta served (its since and version below) */
     int64_t delta_since, delta_version;
@@ -136,6 +207,7 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
+    int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
     /* K-FAC runs that share factors: the layers every factor file must
      * have, the newest version with merged factors (-1: none yet), and
      * that version's file, built on first request. */
@@ -162,11 +234,35 @@ typedef struct coord_serve_opts {
     const char *cert_path;
     const char *key_path;
     const char *listen; /* HOST:PORT, [V6]:PORT */
+    coord_limits limits;
+    /* OpenMP threads that make a version (the validation loss above all);
+     * 0 leaves OpenMP's default (every core). Fewer take less from the
+     * loop and the writer: idle OpenMP workers spin between parallel
+     * regions, which on a small coordinator under an upload storm costs
+     * ingest more than a faster validation gains. */
+    int compute_threads;
 } coord_serve_opts;
 
 /* Runs the server until SIGTERM/SIGINT has drained it. Returns 0 on a clean
  * shutdown, else a VL_E* code with err set. */
 int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
+
+/* The server without its network side: opens the database at db_path,
+ * loads the run's state, and sets up the event loop, the writer thread,
+ * the rate limits and slow-client timer of limits (NULL: the defaults)
+ * and an evhttp (srv->http) that hands every request to
+ * coord_server_dispatch. No TLS, no listening socket, no signal
+ * handlers: coord_serve adds those, and test harnesses attach
+ * connections of their own. *out is the caller's (coord_server_close). */
+int coord_server_open(const char *db_path, const coord_limits *limits, coord_server **out,
+                      vl_error *err) VL_MUST_CHECK;
+/* Answers waiting requests, stops the writer (queued jobs still commit and
+ * are answered), and frees everything srv holds, connections included. */
+void coord_server_close(coord_server *srv);
+/* The evhttp request callback (arg is the coord_server): answers a head
+ * the input guard refused, else routes the request to its handler, with
+ * 404 or 405 as JSON for unknown paths and methods. */
+void coord_server_dispatch(struct evhttp_request *req, void *arg);
 
 /* ---- state (state.c) ----------------------------------------------------- */
 
@@ -211,6 +307,9 @@ void coord_reply_json(coord_req *cr, int status, json_t *obj);
 /* Sends {"error":{"code","message"}}. */
 void coord_reply_error(coord_req *cr, int status, const char *code, const char *fmt, ...)
     VL_PRINTF(4, 5);
+/* Sends 429 rate_limited with Retry-After: wait_s rounded up (at least
+ * 1 s); who names the bucket in the message ("peer 7", "address"). */
+void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who);
 /* Sends a 500 for err and logs its message. */
 void coord_reply_internal(coord_req *cr, const vl_error *err);
 /* Sends a 500 for running out of memory while `what` ("queueing an
@@ -253,6 +352,39 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
 
 /* ---- peers (routes_peers.c) ----------------------------------------------- */
 
+#define COORD_JOIN_NAME_MAX 64
+#define COORD_JOIN_HARDWARE_MAX 4096
+#define COORD_JOIN_TOKEN_MAX 256
+
+/* A join request body, {public_key, token, name, hardware}. */
+typedef struct coord_join_body {
+    uint8_t pk[CRYPTO_PK_BYTES];
+    char token[COORD_JOIN_TOKEN_MAX + 1];
+    size_t token_len;
+    char name[COORD_JOIN_NAME_MAX + 1]; /* printable, non-empty */
+    char *hardware; /* compact JSON text of the hardware object ("{}" if absent); owned */
+} coord_join_body;
+
+/* Parses and checks a join body (len bytes, NULL when empty) without any
+ * connection: an object of only the known fields, public_key base64 of 32
+ * bytes, a token of 1 to COORD_JOIN_TOKEN_MAX bytes, a name of printable
+ * characters, hardware an object of at most COORD_JOIN_HARDWARE_MAX bytes
+ * as compact JSON. VL_ETOOBIG over COORD_MAX_JSON_BODY, VL_EINVAL (the
+ * message names the field), VL_ENOMEM. On success the caller frees out
+ * with coord_join_body_free; on failure nothing is left to free. */
+int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out,
+                     vl_error *err) VL_MUST_CHECK;
+/* Frees the hardware text and wipes the token. */
+void coord_join_body_free(coord_join_body *b);
+
+/* Parses a key rotation body {"public_key", "proof"} (exactly those two,
+ * strings) without any connection: the new key into pk, the proof text
+ * (not yet checked; crypto_rotation_verify does that) into proof.
+ * VL_EINVAL with a message for anything else, a body over
+ * COORD_MAX_JSON_BODY included. */
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
+                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) VL_MUST_CHECK;
+
 /* A peer silent this many lease lengths (and holding no lease) is gone. */
 #define COORD_GONE_LEASES 3
 /* "active", "idle", "gone" or "revoked" for a peer's activity at now. */
@@ -261,6 +393,7 @@ const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_
 /* ---- routes -------------------------------------------------------------- */
 
 void coord_route_join(coord_req *cr);    /* POST /v1/peers */
+void coord_route_rotate(coord_req *cr);  /* POST /v1/peers/rotate */
 void coord_route_task(coord_req *cr);    /* GET /v1/task */
 void coord_route_model(coord_req *cr);   /* GET /v1/model */
 void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
@@ -293,6 +426,37 @@ void coord_drain_waiters(coord_server *srv);
  * then wakes waiters and re-arms the lease timer. Also run at start, for
  * leases that ran out while the coordinator was down. */
 void coord_expire_leases(coord_server *srv);
+/* A new lease prepared on the loop and written by the writer, on its own
+ * (GET /v1/task) or in the job of the upload that finished the peer's
+ * previous task (POST /v1/updates?next=1), which saves the peer a round
+ * trip and the coordinator a request and a commit per task. */
+typedef struct coord_lease {
+    storage_task t;     /* id, data range and seed are filled in by the writer */
+    uint64_t run_seed;
+    int64_t train_len, task_bytes;
+    /* Shard runs: the shards' token counts (immutable, owned by the
+     * server, which outlives the writer) and the tokens per task. */
+    const int64_t *ntok;
+    int n_shards;
+    int64_t task_tokens;
+    int reissued;       /* t took over the data of an expired task */
+} coord_lease;
+/* Whether peer_id, whose lease done_task is being uploaded, gets its next
+ * task with the upload's answer: only in async runs (a sync peer waits for
+ * the next version), while the run goes on, and when the peer holds no
+ * other live lease. Returns 1 with *l prepared (then exactly one of
+ * coord_lease_committed or coord_lease_abandoned must follow), 0 when
+ * not, or a VL_E* code with err set. Loop thread. */
+int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
+                      vl_error *err) VL_MUST_CHECK;
+/* Writer thread, inside the job's savepoint: inserts l's task, taking over
+ * the data range and seed of an expired lease when one waits. */
+int coord_lease_write(storage *db, coord_lease *l, vl_error *err) VL_MUST_CHECK;
+/* Loop thread, after the commit: the task as peers get it (a new JSON
+ * reference, NULL when out of memory), and the lease timer re-armed. */
+json_t *coord_lease_committed(coord_server *srv, const coord_lease *l);
+/* Loop thread, when the job holding the lease failed. */
+void coord_lease_abandoned(coord_server *srv);
 /* Arms the lease timer for the earliest unexpired lease of the current
  * version (every version in async runs), or disarms it when there is
  * none. */
@@ -326,8 +490,20 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
  * (CRYPTO_TOKEN_LEN + 1 bytes). */
 int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
                            vl_error *err) VL_MUST_CHECK;
-/* `peer revoke`: refuses every later request of peer id. */
+/* `token list`: one line per stored token on out: id, the start of its
+ * hash, uses left, expiry, creation, peers it registered, and its state
+ * (active, expired, used-up, revoked). The tokens themselves are not
+ * stored and cannot be shown. */
+int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
+/* `token revoke`: token id admits nobody from now on. VL_ENOTFOUND if
+ * there is no such token. */
+int coord_cmd_token_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* `peer revoke`: refuses every later request of peer id (403 revoked),
+ * checked on each request, so it takes effect on a running coordinator. */
 int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* `peer list`: one line per registered peer on out: id, public key,
+ * joined, last seen, unexpired leases, stored updates, state, name. */
+int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- export (export.c) ----------------------------------------------------- */
 

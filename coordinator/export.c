@@ -32,10 +32,14 @@
 /* The weight std of model_gpt_init_weights; transformers only uses it to
  * initialise weights a checkpoint lacks. */
 #define EXPORT_INIT_RANGE 0.02
-/* Tokens are bytes, so there is no end-of-text token; byte 0 (NUL), which
+/* With bytes as tokens there is no end-of-text token; byte 0 (NUL), which
  * text never holds, stands in. Omitting them would leave GPT2Config's
- * 50256, outside a byte vocabulary, and break generate(). */
+ * 50256, outside a byte vocabulary, and break generate(). A model over
+ * GPT-2's vocabulary (token shards) has the real one, <|endoftext|>, the
+ * token llm.c's shards put between documents. */
 #define EXPORT_BOS_EOS 0
+#define EXPORT_GPT2_VOCAB 50257
+#define EXPORT_GPT2_EOT 50256
 
 #define EXPORT_MODEL_FILE "model.safetensors"
 #define EXPORT_CONFIG_FILE "config.json"
@@ -61,6 +65,8 @@ static int load_version(const char *db_path, int64_t *version, coord_config *cfg
         rc = vl_fail(err, rc, "the stored run configuration is invalid: %s", cerr.msg);
         goto out;
     }
+    /* An export reads no data: the shard paths go now, the rest stays. */
+    coord_config_free(cfg);
     if (*version < 0) *version = run.current_version;
     if (*version > run.current_version) {
         rc = vl_fail(err, VL_ENOTFOUND, "version %lld was never made (the current one is %lld)",
@@ -102,6 +108,7 @@ out:
 /* config.json for transformers' GPT2Config, 2-space indented. Returns a
  * heap string the caller frees, or NULL when out of memory. */
 static char *build_config_json(const model_gpt_config *m) {
+    int eot = m->vocab_size == EXPORT_GPT2_VOCAB ? EXPORT_GPT2_EOT : EXPORT_BOS_EOS;
     json_t *o = json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, s:f, s:b, "
         "s:b, s:i, s:i, s:s}",
@@ -110,8 +117,8 @@ static char *build_config_json(const model_gpt_config *m) {
         m->n_layer, "n_head", m->n_head, "n_inner", "activation_function", EXPORT_ACTIVATION,
         "layer_norm_epsilon", EXPORT_LN_EPS, "resid_pdrop", 0.0, "embd_pdrop", 0.0,
         "attn_pdrop", 0.0, "initializer_range", EXPORT_INIT_RANGE, "scale_attn_weights", 1,
-        "tie_word_embeddings", 1, "bos_token_id", EXPORT_BOS_EOS, "eos_token_id",
-        EXPORT_BOS_EOS, "torch_dtype", "float32");
+        "tie_word_embeddings", 1, "bos_token_id", eot, "eos_token_id", eot, "torch_dtype",
+        "float32");
     if (!o) return NULL;
     /* Nine digits print 1e-05 and 0.02 as such rather than as the nearest
      * doubles' 17-digit expansions; they read back as the same doubles. */

@@ -2,12 +2,14 @@
  * input buffer. */
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/util.h>
 
 #include "coordinator/guard.h"
@@ -20,6 +22,8 @@ static const char *const VERDICT_NAMES[] = {
     [COORD_GUARD_BAD_LENGTH] = "bad_length",
     [COORD_GUARD_BAD_HEAD] = "bad_head",
     [COORD_GUARD_BAD_METHOD] = "bad_method",
+    [COORD_GUARD_HEAD_TIMEOUT] = "head_timeout",
+    [COORD_GUARD_BODY_TIMEOUT] = "body_timeout",
 };
 
 const char *coord_guard_verdict_name(coord_guard_verdict v) {
@@ -36,9 +40,10 @@ coord_guard_verdict coord_guard_verdict_parse(const char *name) {
 /* ---- head analysis ------------------------------------------------------- */
 
 /* The methods libevent 2.1's parser knows; any other is refused here so
- * the error stays JSON. */
+ * the error stays JSON. CONNECT is left out too: libevent parses its
+ * target as an authority and refuses an origin-form one in HTML. */
 static const char *const METHODS[] = {"GET", "POST", "HEAD", "PUT", "DELETE",
-                                      "OPTIONS", "TRACE", "CONNECT", "PATCH"};
+                                      "OPTIONS", "TRACE", "PATCH"};
 
 static int is_tchar(uint8_t c) {
     if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
@@ -62,8 +67,10 @@ static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *n
     size_t rest = n - mlen - 1;
     const uint8_t *sp2 = memchr(target, ' ', rest);
     /* Origin form only ("/path?query"): the API has no use for absolute,
-     * authority or asterisk forms, which libevent parses its own way. */
-    if (!sp2 || sp2 == target || target[0] != '/') return COORD_GUARD_BAD_HEAD;
+     * authority or asterisk forms, which libevent parses its own way; it
+     * would also read "//host/path" as an authority and a path. */
+    if (!sp2 || sp2 == target || target[0] != '/' || (sp2 - target > 1 && target[1] == '/'))
+        return COORD_GUARD_BAD_HEAD;
     for (const uint8_t *q = target; q < sp2; q++)
         if (*q < 0x21 || *q > 0x7E) return COORD_GUARD_BAD_HEAD;
     const uint8_t *ver = sp2 + 1;
@@ -259,6 +266,10 @@ static int emit_stripped(coord_guard *g, buf *out) {
     return VL_OK;
 }
 
+static double now_s(const coord_guard *g) {
+    return g->caps.clock ? g->caps.clock() : clock_mono_s();
+}
+
 static int finish_head(coord_guard *g, buf *out) {
     coord_guard_head h;
     coord_guard_parse_head(g->head.data, g->head.len, &g->caps, &h);
@@ -269,6 +280,9 @@ static int finish_head(coord_guard *g, buf *out) {
     } else {
         rc = h.has_marker ? emit_stripped(g, out) : buf_append(out, g->head.data, g->head.len);
         g->body_left = h.body_len;
+        if (h.body_len > 0 && g->caps.slow_timeout_s > 0)
+            g->body_deadline = now_s(g) + g->caps.slow_timeout_s +
+                               (double)h.body_len / g->caps.min_body_rate;
         g->state = h.body_len > 0 ? COORD_GUARD_IN_BODY : COORD_GUARD_IN_HEAD;
         g->last_verdict = COORD_GUARD_OK;
     }
@@ -277,27 +291,35 @@ static int finish_head(coord_guard *g, buf *out) {
     return rc;
 }
 
+/* Gives up on the head in progress with verdict v: keeps a complete
+ * request line for the log, then refuses, since nothing after an
+ * unparsed head can be framed. */
+static int abandon_head(coord_guard *g, coord_guard_verdict v, buf *out) {
+    size_t reqline = 0;
+    if (g->line_start > 0) {
+        size_t adv;
+        long l = line_at(g->head.data, g->head.len, &adv);
+        int needs;
+        if (l > 0 && check_request_line(g->head.data, (size_t)l, &needs) == COORD_GUARD_OK &&
+            !memchr(g->head.data, '\r', (size_t)l))
+            reqline = (size_t)l;
+    }
+    int rc = emit_refusal(g, v, reqline, out);
+    buf_reset(&g->head);
+    g->line_start = 0;
+    g->requests++;
+    return rc;
+}
+
 size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
     size_t i = 0;
+    if (n > 0 && g->head.len == 0) g->head_started = now_s(g);
     while (i < n) {
         const uint8_t *lf = memchr(in + i, '\n', n - i);
         size_t seg = lf ? (size_t)(lf - (in + i)) + 1 : n - i;
         if (g->head.len + seg > g->head_cap) {
-            /* Keep a complete request line for the log, then give up on the
-             * connection: nothing after an unparsed head can be framed. */
-            size_t reqline = 0;
-            if (g->line_start > 0) {
-                size_t adv;
-                long l = line_at(g->head.data, g->head.len, &adv);
-                int needs;
-                if (l > 0 && check_request_line(g->head.data, (size_t)l, &needs) ==
-                                 COORD_GUARD_OK && !memchr(g->head.data, '\r', (size_t)l))
-                    reqline = (size_t)l;
-            }
-            if (emit_refusal(g, COORD_GUARD_HEAD_TOO_LARGE, reqline, out) != VL_OK)
+            if (abandon_head(g, COORD_GUARD_HEAD_TOO_LARGE, out) != VL_OK)
                 g->state = COORD_GUARD_DISCARD;
-            buf_reset(&g->head);
-            g->requests++;
             return n;
         }
         if (buf_append(&g->head, in + i, seg) != VL_OK) {
@@ -340,6 +362,23 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
         }
     }
     return VL_OK;
+}
+
+/* ---- slow clients -------------------------------------------------------- */
+
+coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now) {
+    if (g->caps.slow_timeout_s <= 0) return COORD_GUARD_OK;
+    if (g->state == COORD_GUARD_IN_HEAD && g->head.len > 0 &&
+        now - g->head_started > g->caps.slow_timeout_s)
+        return COORD_GUARD_HEAD_TIMEOUT;
+    if (g->state == COORD_GUARD_IN_BODY && now > g->body_deadline)
+        return COORD_GUARD_BODY_TIMEOUT;
+    return COORD_GUARD_OK;
+}
+
+int coord_guard_expire_head(coord_guard *g, buf *out) {
+    if (g->state != COORD_GUARD_IN_HEAD) return VL_EINVAL;
+    return abandon_head(g, COORD_GUARD_HEAD_TIMEOUT, out);
 }
 
 /* ---- the bufferevent hook ------------------------------------------------ */
@@ -418,4 +457,43 @@ void coord_guard_detach(coord_guard *g) {
     g->scratch = NULL;
     g->input = NULL;
     g->bev = NULL;
+}
+
+/* Ends the connection from below libevent: it reads end-of-file and drops
+ * the connection as it does for a client that went away. */
+static void shut_down(coord_guard *g) {
+    g->state = COORD_GUARD_DISCARD;
+    evutil_socket_t fd = g->bev ? bufferevent_getfd(g->bev) : -1;
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now) {
+    coord_guard_verdict v = coord_guard_check_time(g, now);
+    if (v == COORD_GUARD_OK || !g->bev) return v;
+    bufferevent_data_cb readcb = NULL;
+    bufferevent_getcb(g->bev, &readcb, NULL, NULL, NULL);
+    /* evhttp reads with EV_READ enabled and its read callback set only
+     * while it waits for request bytes; while a handler has the previous
+     * request it disables reading, and while it writes it unsets the
+     * callback. Running its parser at any other time aborts the process. */
+    int parser_waiting = readcb && (bufferevent_get_enabled(g->bev) & EV_READ);
+    if (v == COORD_GUARD_BODY_TIMEOUT || !parser_waiting) {
+        shut_down(g);
+        return v;
+    }
+    g->in_callback = 1; /* our own edit of the input must not re-enter */
+    int rc = coord_guard_expire_head(g, &g->out);
+    if (rc == VL_OK && evbuffer_add(g->input, g->out.data, g->out.len) != 0) rc = VL_ENOMEM;
+    buf_reset(&g->out);
+    g->in_callback = 0;
+    if (rc != VL_OK) {
+        shut_down(g);
+        return v;
+    }
+    if (g->linger_fd < 0) {
+        evutil_socket_t fd = bufferevent_getfd(g->bev);
+        if (fd >= 0) g->linger_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    }
+    bufferevent_trigger(g->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS);
+    return v;
 }

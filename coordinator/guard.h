@@ -17,6 +17,13 @@
  * error and closes. A client-sent header with the marker's name is always
  * stripped. Anything the guard cannot parse with certainty is refused, so
  * it and libevent never disagree about where a request ends.
+ *
+ * It also times each request against slow clients: a head must arrive
+ * within a limit of its first byte, and a body within that limit plus its
+ * length over a minimum rate. The owner asks the guard (from a timer) what
+ * the clock says and has it act: a head that is too slow is replaced by a
+ * refusal like the others (408), a body that is too slow ends the
+ * connection, since the HTTP parser is then mid-request and cannot answer.
  */
 #ifndef VOLLEY_COORD_GUARD_H
 #define VOLLEY_COORD_GUARD_H
@@ -42,6 +49,8 @@ typedef enum {
     COORD_GUARD_BAD_LENGTH,      /* duplicated or malformed Content-Length: 400 */
     COORD_GUARD_BAD_HEAD,        /* malformed request line or header: 400 */
     COORD_GUARD_BAD_METHOD,      /* a method the HTTP parser does not know: 405 */
+    COORD_GUARD_HEAD_TIMEOUT,    /* a head arrived too slowly: 408 */
+    COORD_GUARD_BODY_TIMEOUT,    /* a body arrived too slowly: the connection ends */
 } coord_guard_verdict;
 
 /* Wire name of a verdict ("too_large", ...), used as the marker's value. */
@@ -57,6 +66,12 @@ typedef struct coord_guard_caps {
     const char *const *large_paths; /* NULL-terminated paths (without query) allowed
                                        large_cap; the list may be NULL */
     uint64_t large_cap;
+    /* Slow clients: a head must be complete within slow_timeout_s of its
+     * first byte, a body within slow_timeout_s + length / min_body_rate of
+     * the end of its head (0: no time limits). */
+    double slow_timeout_s;
+    double min_body_rate; /* bytes per second, > 0 when slow_timeout_s is */
+    double (*clock)(void); /* monotonic seconds; NULL for clock_mono_s */
 } coord_guard_caps;
 
 /* What coord_guard_parse_head found in one complete head. */
@@ -87,6 +102,8 @@ typedef struct coord_guard {
     buf out;            /* scratch for rewritten heads */
     uint64_t requests;  /* heads completed on this connection */
     coord_guard_verdict last_verdict;
+    double head_started;  /* when the first byte of the current head came */
+    double body_deadline; /* when the current body must have arrived */
     /* Called from the bufferevent's free path before the guard is freed,
      * so an owner can drop its reference; may be NULL. */
     void *owner;
@@ -126,6 +143,16 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) VL_M
  * after a refused one. */
 int coord_guard_idle(const coord_guard *g);
 
+/* What the clock says about g at now (caps.clock's time):
+ * COORD_GUARD_HEAD_TIMEOUT when a head has been arriving for longer than
+ * slow_timeout_s, COORD_GUARD_BODY_TIMEOUT when a body is still arriving
+ * after its deadline, else COORD_GUARD_OK. */
+coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now);
+/* Refuses the head in progress as too slow: appends the refusal head that
+ * makes the handler answer 408 to out and discards the rest of the
+ * connection, like any refused head. Returns 0 or VL_ENOMEM/VL_ETOOBIG. */
+int coord_guard_expire_head(coord_guard *g, buf *out) VL_MUST_CHECK;
+
 /* Attaches g to bev: every byte bev reads (after TLS) passes through g,
  * in a callback on bev's input buffer that runs before the HTTP parser
  * sees the bytes, so refused heads are rewritten and what follows them is
@@ -138,5 +165,13 @@ int coord_guard_attach(coord_guard *g, struct bufferevent *bev) VL_MUST_CHECK;
 /* Removes the hook installed by coord_guard_attach and closes linger_fd if
  * still set; safe if never attached. */
 void coord_guard_detach(coord_guard *g);
+/* For an attached guard: acts on coord_guard_check_time at now and
+ * returns what it found. A slow head is refused in the input stream and,
+ * when the HTTP parser is waiting for a request, the parser is run on the
+ * refusal at once (otherwise it reads it when it next reads); a slow body,
+ * or a slow head while the parser is busy with an earlier request, shuts
+ * the socket down, which libevent sees as the client going away. The
+ * connection (and g with it) may be freed before this returns. */
+coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now);
 
 #endif

@@ -1,4 +1,5 @@
 /* volley-coordinator: command-line entry point. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,15 +17,29 @@ static const char USAGE[] =
     "      create the run database from a run configuration (docs/protocol.md)\n"
     "  token create --db FILE [--uses N] [--ttl 7d|24h|30m|3600s]\n"
     "      print a new join token (default: 1 use, 7 days); only its hash is stored\n"
+    "  token list --db FILE\n"
+    "      every token: id, hash prefix, uses left, expiry, creation, peers, state\n"
+    "  token revoke --db FILE --token ID\n"
+    "      the token admits nobody from now on\n"
+    "  peer list --db FILE\n"
+    "      every peer: id, public key, joined, last seen, leases, updates, state\n"
     "  peer revoke --db FILE --peer ID\n"
-    "      refuse every later request of a peer\n"
+    "      refuse every later request of a peer (403), also on a running server\n"
     "  export --db FILE [--version V] --out DIR [--force]\n"
     "      write version V (default: the current one) as DIR/model.safetensors and\n"
     "      DIR/config.json for transformers.GPT2LMHeadModel; --force exports into a\n"
     "      directory that is not empty\n"
-    "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT]\n"
+    "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
+    "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]]\n"
+    "        [--slow-timeout S] [--min-body-rate BYTES]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
-    "      and the real one is printed as \"listening on HOST:PORT\" on stderr)\n"
+    "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
+    "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
+    "      a small machine to the requests under heavy upload load).\n"
+    "      Requests per second (and bursts) per peer (default 50:500) and per\n"
+    "      client address, IPv6 per /64 (default 500:5000), 0 for no limit; a\n"
+    "      request head must arrive within S seconds (default 30, 0 for no limit)\n"
+    "      and a body within S + its length / BYTES per second (default 16384)\n"
     "\n"
     "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
 
@@ -80,12 +95,9 @@ static int cmd_init(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_token(int argc, char **argv) {
-    if (argc < 1 || strcmp(argv[0], "create") != 0)
-        return usage_error("unknown token command '%s' (expected 'create')",
-                           argc ? argv[0] : "");
+static int cmd_token_create(int argc, char **argv) {
     opt o[] = {{"db", 1, NULL}, {"uses", 0, NULL}, {"ttl", 0, NULL}};
-    int rc = parse_opts(argc - 1, argv + 1, o, 3);
+    int rc = parse_opts(argc, argv, o, 3);
     if (rc) return rc;
     int64_t uses = 1, ttl = 7 * 86400;
     if (o[1].value && parse_i64(o[1].value, 1, 1000000000, &uses) != VL_OK)
@@ -101,19 +113,47 @@ static int cmd_token(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_peer(int argc, char **argv) {
-    if (argc < 1 || strcmp(argv[0], "revoke") != 0)
-        return usage_error("unknown peer command '%s' (expected 'revoke')", argc ? argv[0] : "");
-    opt o[] = {{"db", 1, NULL}, {"peer", 1, NULL}};
-    int rc = parse_opts(argc - 1, argv + 1, o, 2);
+/* `list --db FILE`, shared by tokens and peers. */
+static int cmd_list(int argc, char **argv, int (*list)(const char *, FILE *, vl_error *)) {
+    opt o[] = {{"db", 1, NULL}};
+    int rc = parse_opts(argc, argv, o, 1);
+    if (rc) return rc;
+    vl_error err = {0};
+    if (list(o[0].value, stdout, &err) != VL_OK) return fail(&err);
+    fflush(stdout);
+    return 0;
+}
+
+/* `revoke --db FILE --NAME ID`, shared by tokens and peers. */
+static int cmd_revoke(int argc, char **argv, const char *name,
+                      int (*revoke)(const char *, int64_t, vl_error *)) {
+    opt o[] = {{"db", 1, NULL}, {name, 1, NULL}};
+    int rc = parse_opts(argc, argv, o, 2);
     if (rc) return rc;
     int64_t id;
     if (parse_i64(o[1].value, 1, INT64_MAX, &id) != VL_OK)
-        return usage_error("--peer must be a peer id (got '%s')", o[1].value);
+        return usage_error("--%s must be a %s id (got '%s')", name, name, o[1].value);
     vl_error err = {0};
-    if (coord_cmd_peer_revoke(o[0].value, id, &err) != VL_OK) return fail(&err);
-    fprintf(stderr, "peer %lld revoked\n", (long long)id);
+    if (revoke(o[0].value, id, &err) != VL_OK) return fail(&err);
+    fprintf(stderr, "%s %lld revoked\n", name, (long long)id);
     return 0;
+}
+
+static int cmd_token(int argc, char **argv) {
+    const char *sub = argc ? argv[0] : "";
+    if (!strcmp(sub, "create")) return cmd_token_create(argc - 1, argv + 1);
+    if (!strcmp(sub, "list")) return cmd_list(argc - 1, argv + 1, coord_cmd_token_list);
+    if (!strcmp(sub, "revoke"))
+        return cmd_revoke(argc - 1, argv + 1, "token", coord_cmd_token_revoke);
+    return usage_error("unknown token command '%s' (expected create, list or revoke)", sub);
+}
+
+static int cmd_peer(int argc, char **argv) {
+    const char *sub = argc ? argv[0] : "";
+    if (!strcmp(sub, "list")) return cmd_list(argc - 1, argv + 1, coord_cmd_peer_list);
+    if (!strcmp(sub, "revoke"))
+        return cmd_revoke(argc - 1, argv + 1, "peer", coord_cmd_peer_revoke);
+    return usage_error("unknown peer command '%s' (expected list or revoke)", sub);
 }
 
 static int cmd_export(int argc, char **argv) {
@@ -140,15 +180,69 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+/* "R" or "R:BURST", requests per second; 0 turns the limit off. A burst
+ * left out is ten seconds' worth. */
+static int parse_rate(const char *s, coord_rate *out) {
+    char rate[32];
+    const char *colon = strchr(s, ':');
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    if (n == 0 || n >= sizeof rate) return -1;
+    memcpy(rate, s, n);
+    rate[n] = '\0';
+    int64_t r, b;
+    if (parse_i64(rate, 0, 1000000, &r) != VL_OK) return -1;
+    if (colon) {
+        if (parse_i64(colon + 1, 1, 100000000, &b) != VL_OK) return -1;
+    } else {
+        b = r * 10 > 0 ? r * 10 : 1;
+    }
+    out->rate = (double)r;
+    out->burst = (double)b;
+    return 0;
+}
+
 static int cmd_serve(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}, {"cert", 1, NULL}, {"key", 1, NULL}, {"listen", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 4);
+    opt o[] = {{"db", 1, NULL},           {"cert", 1, NULL},      {"key", 1, NULL},
+               {"listen", 0, NULL},       {"compute-threads", 0, NULL},
+               {"peer-rate", 0, NULL},    {"addr-rate", 0, NULL},
+               {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 9);
     if (rc) return rc;
+    int64_t threads = 0;
+    if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
+        return usage_error("--compute-threads must be a whole number from 1 to 256 (got '%s')",
+                           o[4].value);
     coord_serve_opts so = {.db_path = o[0].value, .cert_path = o[1].value,
                            .key_path = o[2].value,
-                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443"};
+                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443",
+                           .compute_threads = (int)threads};
+    coord_limits_default(&so.limits);
+    if (o[5].value && parse_rate(o[5].value, &so.limits.peer) != 0)
+        return usage_error("--peer-rate must be R or R:BURST, whole numbers (got '%s')",
+                           o[5].value);
+    if (o[6].value && parse_rate(o[6].value, &so.limits.addr) != 0)
+        return usage_error("--addr-rate must be R or R:BURST, whole numbers (got '%s')",
+                           o[6].value);
+    int64_t v;
+    if (o[7].value) {
+        if (parse_i64(o[7].value, 0, 3600, &v) != VL_OK)
+            return usage_error("--slow-timeout must be 0 to 3600 seconds (got '%s')", o[7].value);
+        so.limits.slow_timeout_s = (double)v;
+    }
+    if (o[8].value) {
+        if (parse_i64(o[8].value, 1, (int64_t)1 << 40, &v) != VL_OK)
+            return usage_error("--min-body-rate must be a positive number of bytes per second "
+                               "(got '%s')", o[8].value);
+        so.limits.min_body_rate = (double)v;
+    }
     /* A peer that disconnects mid-reply must not kill the server. */
     signal(SIGPIPE, SIG_IGN);
+    /* Every upload passes through buffers of its size (hundreds of KB).
+     * glibc would map and unmap each one, or trim the heap after it, and
+     * fault its pages in afresh every time: a fifth of the server's CPU
+     * under an upload storm. Kept in the heap, they are reused. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 20);
     vl_error err = {0};
     if (coord_serve(&so, &err) != VL_OK) return fail(&err);
     return 0;

@@ -22,10 +22,12 @@ static const char *reason(int status) {
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 410: return "Gone";
     case 411: return "Length Required";
     case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
     case 416: return "Range Not Satisfiable";
     case 422: return "Unprocessable Entity";
     case 429: return "Too Many Requests";
@@ -104,9 +106,22 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (status == 503 || status == 429) coord_set_header(cr, "Retry-After", COORD_RETRY_AFTER_S);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(cr->req);
+    if ((status == 503 || status == 429) && !evhttp_find_header(out, "Retry-After"))
+        coord_set_header(cr, "Retry-After", COORD_RETRY_AFTER_S);
     log_debug("%s %s: %s: %s", cr->method, cr->path, code, msg);
     coord_reply_json(cr, status, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+}
+
+void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who) {
+    long long s = (long long)wait_s;
+    if ((double)s < wait_s) s++;
+    if (s < 1) s = 1;
+    char v[24];
+    snprintf(v, sizeof v, "%lld", s);
+    coord_set_header(cr, "Retry-After", v);
+    coord_reply_error(cr, 429, "rate_limited", "too many requests from this %s; retry in %lld s",
+                      who, s);
 }
 
 void coord_reply_internal(coord_req *cr, const vl_error *err) {

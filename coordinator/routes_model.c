@@ -1,4 +1,4 @@
-/* GET /v1/model and GET /v1/data/<shard>: the bytes peers train from. */
+/* GET /v1/model and GET /v1/data/...: the bytes peers train from. */
 #include <stdio.h>
 #include <string.h>
 
@@ -138,12 +138,81 @@ static int parse_range(const char *h, int64_t total, int64_t *first, int64_t *la
     return 0;
 }
 
+/* GET /v1/data/tokens/<i>?offset=O&count=N in a shard run: tokens O to
+ * O + N - 1 of training shard i as an llm.c shard of its own (the header
+ * says N), which the peer saves and opens as it is. At most task_tokens:
+ * no task needs more, and the tokens come from disk by reference, never
+ * read into memory here. */
+static void serve_tokens(coord_req *cr, const char *name) {
+    coord_server *srv = cr->srv;
+    const coord_shards *s = &srv->shards;
+    int64_t idx = -1;
+    const char *digits = strncmp(name, "tokens/", 7) == 0 ? name + 7 : NULL;
+    if (!digits || parse_pos(digits, strlen(digits), &idx) != 0 || idx >= s->n) {
+        coord_reply_error(cr, 404, "unknown_shard", "this run's data are %d token shards: "
+                          "/v1/data/tokens/<0-%d>?offset=<token>&count=<tokens>", s->n,
+                          s->n - 1);
+        return;
+    }
+    const char *const keys[] = {"offset", "count", NULL};
+    int64_t vals[2] = {0, 0};
+    unsigned present = 0;
+    vl_error e = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    int64_t offset = vals[0], count = vals[1], ntok = s->ntok[idx];
+    if (present != 3u || count < 1 || count > srv->cfg.task_tokens) {
+        coord_reply_error(cr, 400, "bad_request", "token data needs offset and count, with "
+                          "count from 1 to task_tokens (%lld)",
+                          (long long)srv->cfg.task_tokens);
+        return;
+    }
+    if (offset >= ntok || count > ntok - offset) {
+        coord_reply_error(cr, 416, "bad_range", "tokens %lld to %lld are not inside shard "
+                          "%lld, which has %lld", (long long)offset,
+                          (long long)(offset + count - 1), (long long)idx, (long long)ntok);
+        return;
+    }
+    if (coord_shards_check(s, (int)idx, &e) != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    uint8_t header[MODEL_SHARD_HEADER_BYTES];
+    struct evbuffer *b = evbuffer_new();
+    off_t at = (off_t)(MODEL_SHARD_HEADER_BYTES + 2 * offset), n = (off_t)(2 * count);
+    /* Served from the file by reference: the descriptor stays the
+     * server's (no close on free) and lives until shutdown. */
+    struct evbuffer_file_segment *seg =
+        b && model_shard_header(header, count) == VL_OK &&
+                evbuffer_add(b, header, sizeof header) == 0
+            ? evbuffer_file_segment_new(s->train[idx].fd, at, n, EVBUF_FS_DISABLE_SENDFILE)
+            : NULL;
+    int ok = seg && evbuffer_add_file_segment(b, seg, 0, n) == 0;
+    if (seg) evbuffer_file_segment_free(seg);
+    if (!ok) {
+        if (b) evbuffer_free(b);
+        vl_fail(&e, VL_EIO, "cannot map tokens %lld+%lld of shard %lld", (long long)offset,
+                (long long)count, (long long)idx);
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    coord_reply(cr, 200, "application/octet-stream", b);
+    evbuffer_free(b);
+}
+
 void coord_route_data(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr, body, len) != 0) return;
     const char *shard = cr->full_path + strlen("/v1/data/");
+    if (srv->cfg.shards) {
+        serve_tokens(cr, shard);
+        return;
+    }
     if (strcmp(shard, "train") != 0) {
         coord_reply_error(cr, 404, "unknown_shard", "the only shard is \"train\"");
         return;

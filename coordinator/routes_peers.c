@@ -1,5 +1,6 @@
-/* POST /v1/peers (join) and GET /v1/status: the run, its versions, each
- * peer's state, and the distributions of local steps and staleness. */
+/* POST /v1/peers (join), POST /v1/peers/rotate (a peer's new key) and
+ * GET /v1/status: the run, its versions, each peer's state, and the
+ * distributions of local steps and staleness. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,77 +10,84 @@
 
 #include "coordinator/coord.h"
 
-#define NAME_MAX_LEN 64
-#define HARDWARE_MAX_LEN 4096
-#define TOKEN_MAX_LEN 256
-
 static int printable(const char *s) {
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if (*p < 0x20 || *p == 0x7F) return 0;
     return 1;
 }
 
-typedef struct join_body {
-    uint8_t pk[CRYPTO_PK_BYTES];
-    const char *token;
-    size_t token_len;
-    const char *name;
-    char *hardware; /* heap JSON text */
-} join_body;
-
-/* Reads and checks the join body; answers 400 and returns -1 on failure. */
-static int parse_join(coord_req *cr, json_t *root, join_body *out) {
+int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_error *err) {
     memset(out, 0, sizeof *out);
-    if (!json_is_object(root)) {
-        coord_reply_error(cr, 400, "bad_request", "the body must be a JSON object");
-        return -1;
-    }
+    if (len > COORD_MAX_JSON_BODY)
+        return vl_fail(err, VL_ETOOBIG, "a join body is at most %d bytes", COORD_MAX_JSON_BODY);
+    json_error_t jerr;
+    json_t *root = body && len > 0
+                       ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr)
+                       : NULL;
+    if (!root) return vl_fail(err, VL_EINVAL, "the body is not valid JSON");
+    int rc = VL_OK;
     const char *key;
     json_t *val;
+    if (!json_is_object(root)) {
+        rc = vl_fail(err, VL_EINVAL, "the body must be a JSON object");
+        goto out;
+    }
     json_object_foreach(root, key, val) {
         if (strcmp(key, "public_key") && strcmp(key, "token") && strcmp(key, "name") &&
             strcmp(key, "hardware")) {
-            coord_reply_error(cr, 400, "bad_request", "unknown field '%.40s'", key);
-            return -1;
+            rc = vl_fail(err, VL_EINVAL, "unknown field '%.40s'", key);
+            goto out;
         }
     }
     json_t *pk = json_object_get(root, "public_key");
     if (!json_is_string(pk) || crypto_pk_decode(json_string_value(pk), out->pk) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "public_key must be base64 of 32 bytes");
-        return -1;
+        rc = vl_fail(err, VL_EINVAL, "public_key must be base64 of 32 bytes");
+        goto out;
     }
     json_t *tok = json_object_get(root, "token");
-    if (!json_is_string(tok) || json_string_length(tok) == 0 ||
-        json_string_length(tok) > TOKEN_MAX_LEN) {
-        coord_reply_error(cr, 400, "bad_request", "token must be a non-empty string");
-        return -1;
+    size_t tlen = json_is_string(tok) ? json_string_length(tok) : 0;
+    if (tlen == 0 || tlen > COORD_JOIN_TOKEN_MAX) {
+        rc = vl_fail(err, VL_EINVAL, "token must be a string of 1 to %d bytes",
+                     COORD_JOIN_TOKEN_MAX);
+        goto out;
     }
-    out->token = json_string_value(tok);
-    out->token_len = json_string_length(tok);
+    memcpy(out->token, json_string_value(tok), tlen);
+    out->token_len = tlen;
     json_t *name = json_object_get(root, "name");
     if (!json_is_string(name) || json_string_length(name) == 0 ||
-        json_string_length(name) > NAME_MAX_LEN ||
+        json_string_length(name) > COORD_JOIN_NAME_MAX ||
         strlen(json_string_value(name)) != json_string_length(name) ||
         !printable(json_string_value(name))) {
-        coord_reply_error(cr, 400, "bad_request",
-                          "name must be 1 to %d printable characters", NAME_MAX_LEN);
-        return -1;
+        rc = vl_fail(err, VL_EINVAL, "name must be 1 to %d printable characters",
+                     COORD_JOIN_NAME_MAX);
+        goto out;
     }
-    out->name = json_string_value(name);
+    memcpy(out->name, json_string_value(name), json_string_length(name) + 1);
     json_t *hw = json_object_get(root, "hardware");
     if (hw && !json_is_object(hw)) {
-        coord_reply_error(cr, 400, "bad_request", "hardware must be an object");
-        return -1;
+        rc = vl_fail(err, VL_EINVAL, "hardware must be an object");
+        goto out;
     }
     out->hardware = hw ? json_dumps(hw, JSON_COMPACT) : strdup("{}");
-    if (!out->hardware || strlen(out->hardware) > HARDWARE_MAX_LEN) {
-        free(out->hardware);
-        out->hardware = NULL;
-        coord_reply_error(cr, 400, "bad_request", "hardware must serialise to at most %d bytes",
-                          HARDWARE_MAX_LEN);
-        return -1;
+    if (!out->hardware) {
+        rc = vl_fail(err, VL_ENOMEM, "out of memory reading the join body");
+        goto out;
     }
-    return 0;
+    if (strlen(out->hardware) > COORD_JOIN_HARDWARE_MAX)
+        rc = vl_fail(err, VL_EINVAL, "hardware must serialise to at most %d bytes",
+                     COORD_JOIN_HARDWARE_MAX);
+out:
+    json_decref(root);
+    if (rc != VL_OK) coord_join_body_free(out);
+    return rc;
+}
+
+void coord_join_body_free(coord_join_body *b) {
+    free(b->hardware);
+    b->hardware = NULL;
+    /* The token is a secret: it does not outlive the request. */
+    explicit_bzero(b->token, sizeof b->token);
+    b->token_len = 0;
 }
 
 static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
@@ -99,7 +107,7 @@ typedef struct join_job {
     coord_job job;
     coord_req cr;
     uint8_t pk[CRYPTO_PK_BYTES];
-    char name[NAME_MAX_LEN + 1];
+    char name[COORD_JOIN_NAME_MAX + 1];
     char *hardware; /* owned */
     int64_t token_id, now, id;
 } join_job;
@@ -149,15 +157,14 @@ void coord_route_join(coord_req *cr) {
         coord_reply_error(cr, 401, "unauthorized", "%s", e.msg);
         return;
     }
-    json_error_t jerr;
-    json_t *root = body ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-    if (!root) {
-        coord_reply_error(cr, 400, "bad_request", "the body is not valid JSON");
+    coord_join_body jb;
+    int prc = coord_join_parse(body, len, &jb, &e);
+    if (prc == VL_ENOMEM) {
+        coord_reply_oom(cr, "reading a join");
         return;
     }
-    join_body jb;
-    if (parse_join(cr, root, &jb) != 0) {
-        json_decref(root);
+    if (prc != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
         return;
     }
     if (coord_authenticate_key(cr, &a, jb.pk, body, len) != 0) goto out;
@@ -224,8 +231,124 @@ void coord_route_join(coord_req *cr) {
     j->now = now;
     coord_writer_submit(srv->writer, &j->job);
 out:
-    free(jb.hardware);
+    coord_join_body_free(&jb);
+}
+
+/* ---- key rotation ----------------------------------------------------------- */
+
+typedef struct rotate_job {
+    coord_job job;
+    coord_req cr;
+    uint8_t old_pk[CRYPTO_PK_BYTES], new_pk[CRYPTO_PK_BYTES];
+} rotate_job;
+
+static int rotate_run(storage *db, coord_job *job, vl_error *err) {
+    rotate_job *j = (rotate_job *)job;
+    return storage_peer_set_key(db, j->cr.peer_id, j->old_pk, j->new_pk, err);
+}
+
+static void reply_key(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES], int rotated) {
+    char b64[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(pk, b64);
+    coord_reply_json(cr, 200, json_pack("{s:I, s:s, s:b}", "peer_id", (json_int_t)cr->peer_id,
+                                        "public_key", b64, "rotated", rotated));
+}
+
+static void rotate_done(coord_job *job, int rc, const vl_error *err) {
+    rotate_job *j = (rotate_job *)job;
+    if (rc == VL_ECONFLICT) {
+        coord_reply_error(&j->cr, 409, "key_in_use", "the new key is registered already");
+    } else if (rc == VL_ENOTFOUND) {
+        /* Revoked, or another rotation won, between the checks and now. */
+        coord_reply_error(&j->cr, 409, "key_changed", "the peer was revoked or its key changed "
+                          "meanwhile; nothing was changed");
+    } else if (rc != VL_OK) {
+        coord_reply_internal(&j->cr, err);
+    } else {
+        log_info("peer %lld rotated its key", (long long)j->cr.peer_id);
+        reply_key(&j->cr, j->new_pk, 1);
+    }
+    free(j);
+}
+
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
+                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) {
+    json_error_t jerr;
+    json_t *root = body && len > 0 && len <= COORD_MAX_JSON_BODY
+                       ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr)
+                       : NULL;
+    int ok = json_is_object(root) && json_object_size(root) == 2;
+    json_t *k = ok ? json_object_get(root, "public_key") : NULL;
+    json_t *p = ok ? json_object_get(root, "proof") : NULL;
+    ok = json_is_string(k) && json_is_string(p) &&
+         crypto_pk_decode(json_string_value(k), pk) == VL_OK &&
+         json_string_length(p) < CRYPTO_SIG_B64_LEN + 8;
+    if (ok) snprintf(proof, CRYPTO_SIG_B64_LEN + 8, "%s", json_string_value(p));
     json_decref(root);
+    if (!ok)
+        return vl_fail(err, VL_EINVAL, "the body must be {\"public_key\": base64 of 32 bytes, "
+                                       "\"proof\": base64 signature} and nothing else");
+    return VL_OK;
+}
+
+void coord_route_rotate(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr, body, len) != 0) return;
+    uint8_t new_pk[CRYPTO_PK_BYTES];
+    char proof[CRYPTO_SIG_B64_LEN + 8];
+    vl_error e = {0};
+    if (coord_rotate_parse(body, len, new_pk, proof, &e) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    storage_peer p;
+    int rc = storage_peer_get(srv->db, cr->peer_id, &p, &e);
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    uint8_t old_pk[CRYPTO_PK_BYTES];
+    memcpy(old_pk, p.public_key, sizeof old_pk);
+    storage_peer_free(&p);
+    /* Signed by the key it names: a retry whose answer was lost, after
+     * the change. The signature already proves the key; nothing to do. */
+    if (crypto_equal(new_pk, old_pk, sizeof old_pk)) {
+        reply_key(cr, old_pk, 0);
+        return;
+    }
+    rc = crypto_rotation_verify(new_pk, cr->peer_id, old_pk, proof, &e);
+    if (rc == VL_EINVAL) {
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+        return;
+    }
+    if (rc != VL_OK) {
+        coord_reply_error(cr, 401, "bad_proof", "the proof is not the new key's signature of "
+                          "this rotation");
+        return;
+    }
+    rc = storage_peer_find_key(srv->db, new_pk, &p, &e);
+    if (rc == VL_OK) {
+        storage_peer_free(&p);
+        coord_reply_error(cr, 409, "key_in_use", "the new key is registered already");
+        return;
+    }
+    if (rc != VL_ENOTFOUND) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    rotate_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        coord_reply_oom(cr, "queueing a key rotation");
+        return;
+    }
+    j->job.run = rotate_run;
+    j->job.done = rotate_done;
+    j->cr = *cr;
+    memcpy(j->old_pk, old_pk, sizeof old_pk);
+    memcpy(j->new_pk, new_pk, sizeof new_pk);
+    coord_writer_submit(srv->writer, &j->job);
 }
 
 /* ---- status --------------------------------------------------------------- */

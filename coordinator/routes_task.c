@@ -26,16 +26,37 @@ struct coord_waiter {
     coord_waiter *prev, *next;
 };
 
+/* The task's data: a byte range of the text corpus's "train" shard, or a
+ * token range inside one training shard (the stored offset counts over
+ * the shards laid end to end). NULL when the stored range fits no shard,
+ * which only a damaged database could give. */
+static json_t *data_json(const coord_server *srv, const storage_task *t) {
+    if (!srv->cfg.shards)
+        return json_pack("{s:s, s:s, s:I, s:I}", "kind", "bytes", "shard", "train", "offset",
+                         (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);
+    int shard;
+    int64_t local;
+    if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset,
+                                 t->data_length, &shard, &local) != 0) {
+        log_error("task %lld: its token range %lld+%lld lies in no training shard",
+                  (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
+        return NULL;
+    }
+    return json_pack("{s:s, s:i, s:I, s:I}", "kind", "tokens", "shard", shard, "offset",
+                     (json_int_t)local, "length", (json_int_t)t->data_length);
+}
+
 static json_t *task_json(const coord_server *srv, const storage_task *t) {
     const coord_config *c = &srv->cfg;
     const coord_train_config *tr = &c->train;
+    json_t *data = data_json(srv, t);
+    if (!data) return NULL;
     json_t *o = json_pack(
-        "{s:I, s:s, s:I, s:{s:s, s:I, s:I},"
+        "{s:I, s:s, s:I, s:o,"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
-        "data", "shard", "train", "offset", (json_int_t)t->data_offset, "length",
-        (json_int_t)t->data_length, "train", "steps", (json_int_t)tr->steps, "batch",
+        "data", data, "train", "steps", (json_int_t)tr->steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
         coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
         tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
@@ -80,23 +101,26 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     return o;
 }
 
-/* A lease on its way to the database. Everything run needs is copied in
- * on the loop, so the writer thread never reads the server. */
-typedef struct issue_job {
-    coord_job job;
-    coord_req cr;
-    storage_task t;
-    uint64_t run_seed;
-    int64_t train_len, task_bytes;
-    int reissued; /* t took over the data of an expired task */
-} issue_job;
+static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord_lease *l) {
+    *l = (coord_lease){
+        .t = {.peer_id = peer_id, .base_version = srv->version, .issued_at = now,
+              .deadline = now + srv->cfg.lease_s, .state = STORAGE_TASK_LEASED},
+        .run_seed = (uint64_t)srv->cfg.seed,
+        .train_len = srv->corpus.train_len,
+        .task_bytes = srv->cfg.task_bytes};
+    if (srv->cfg.shards) {
+        l->ntok = srv->shards.ntok;
+        l->n_shards = srv->shards.n;
+        l->task_tokens = srv->cfg.task_tokens;
+    }
+    srv->issuing++;
+}
 
 /* Takes over the data range and seed of the oldest expired lease that
  * never got its update, so no part of the data is skipped because a peer
  * vanished; otherwise the range and seed follow from the new id. */
-static int issue_run(storage *db, coord_job *job, vl_error *err) {
-    issue_job *j = (issue_job *)job;
-    storage_task *t = &j->t;
+int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
+    storage_task *t = &l->t;
     int rc = storage_task_next_id(db, &t->id, err);
     if (rc != VL_OK) return rc;
     storage_task old;
@@ -106,12 +130,15 @@ static int issue_run(storage *db, coord_job *job, vl_error *err) {
         t->data_length = old.data_length;
         t->seed = old.seed;
         t->reissue_of = old.id;
-        j->reissued = 1;
+        l->reissued = 1;
     } else if (rc == VL_ENOTFOUND) {
-        if (coord_sched_task_range(j->run_seed, t->id, j->train_len, j->task_bytes,
-                                   &t->data_offset, &t->data_length) != 0)
-            return vl_fail(err, VL_EINVAL, "the corpus has no training bytes");
-        t->seed = coord_sched_task_seed(j->run_seed, t->id);
+        if (l->ntok ? coord_sched_token_range(l->run_seed, t->id, l->ntok, l->n_shards,
+                                              l->task_tokens, &t->data_offset,
+                                              &t->data_length) != 0
+                    : coord_sched_task_range(l->run_seed, t->id, l->train_len, l->task_bytes,
+                                             &t->data_offset, &t->data_length) != 0)
+            return vl_fail(err, VL_EINVAL, "the run has no training data");
+        t->seed = coord_sched_task_seed(l->run_seed, t->id);
     } else {
         return rc;
     }
@@ -120,21 +147,55 @@ static int issue_run(storage *db, coord_job *job, vl_error *err) {
     return rc;
 }
 
+
+json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
+    srv->issuing--;
+    if (l->reissued)
+        log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
+                 (long long)l->t.id, (long long)l->t.peer_id, (long long)l->t.reissue_of);
+    else
+        log_debug("task %lld leased to peer %lld until %lld", (long long)l->t.id,
+                  (long long)l->t.peer_id, (long long)l->t.deadline);
+    coord_arm_lease_timer(srv);
+    return task_json(srv, &l->t);
+}
+
+void coord_lease_abandoned(coord_server *srv) {
+    srv->issuing--;
+}
+
+int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
+                      vl_error *err) {
+    if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
+    int64_t now = clock_unix_s();
+    storage_task t;
+    int rc = storage_task_find_any_lease(srv->db, peer_id, now, &t, err);
+    if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
+    /* A peer holding another live lease is sent that one by GET /v1/task. */
+    if (rc == VL_OK && t.id != done_task) return 0;
+    lease_prepare(srv, peer_id, now, l);
+    return 1;
+}
+
+/* A lease on its way to the database on its own (GET /v1/task). */
+typedef struct issue_job {
+    coord_job job;
+    coord_req cr;
+    coord_lease lease;
+} issue_job;
+
+static int issue_run(storage *db, coord_job *job, vl_error *err) {
+    return coord_lease_write(db, &((issue_job *)job)->lease, err);
+}
+
 static void issue_done(coord_job *job, int rc, const vl_error *err) {
     issue_job *j = (issue_job *)job;
     coord_server *srv = j->cr.srv;
-    srv->issuing--;
     if (rc != VL_OK) {
+        coord_lease_abandoned(srv);
         coord_reply_internal(&j->cr, err);
     } else {
-        if (j->reissued)
-            log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
-                     (long long)j->t.id, (long long)j->t.peer_id, (long long)j->t.reissue_of);
-        else
-            log_debug("task %lld leased to peer %lld until %lld", (long long)j->t.id,
-                      (long long)j->t.peer_id, (long long)j->t.deadline);
-        coord_reply_json(&j->cr, 200, task_json(srv, &j->t));
-        coord_arm_lease_timer(srv);
+        coord_reply_json(&j->cr, 200, coord_lease_committed(srv, &j->lease));
     }
     free(j);
 }
@@ -149,12 +210,7 @@ static int issue_task(coord_req *cr, int64_t now) {
     j->job.run = issue_run;
     j->job.done = issue_done;
     j->cr = *cr;
-    j->t = (storage_task){.peer_id = cr->peer_id, .base_version = srv->version, .issued_at = now,
-                          .deadline = now + srv->cfg.lease_s, .state = STORAGE_TASK_LEASED};
-    j->run_seed = (uint64_t)srv->cfg.seed;
-    j->train_len = srv->corpus.train_len;
-    j->task_bytes = srv->cfg.task_bytes;
-    srv->issuing++;
+    lease_prepare(srv, cr->peer_id, now, &j->lease);
     coord_writer_submit(srv->writer, &j->job);
     return COORD_DEFERRED;
 }

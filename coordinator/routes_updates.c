@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/http.h>
+
 #include "compress/compress.h"
 #include "coordinator/coord.h"
 
@@ -101,6 +103,27 @@ static int check_factors(const coord_server *srv, const compress_update *cu, con
     return VL_ERANGE;
 }
 
+/* The bounds a hostile peer would exceed: the samples it claims, which
+ * weigh its update in the mean, and the run's robust.max_norm when
+ * excess is refused. Answers and returns -1 on a failure. */
+static int check_bounds(coord_req *cr, const compress_update_meta *m, double norm) {
+    const coord_config *cfg = &cr->srv->cfg;
+    int64_t most = coord_config_max_samples(cfg);
+    if (m->num_samples > most) {
+        coord_reply_error(cr, 422, "too_many_samples", "the update claims %lld samples; a task "
+                          "of this run trains on at most %lld", (long long)m->num_samples,
+                          (long long)most);
+        return -1;
+    }
+    const coord_robust_config *r = &cfg->robust;
+    if (r->refuse_excess && r->max_norm > 0 && norm > r->max_norm) {
+        coord_reply_error(cr, 422, "norm_exceeded", "the update's L2 norm %.6g exceeds this "
+                          "run's bound %.6g", norm, r->max_norm);
+        return -1;
+    }
+    return 0;
+}
+
 /* One accepted update on its way to the database. The body stays in the
  * request's input buffer, which libevent leaves alone until the request
  * is answered, and the request is answered only in done. */
@@ -109,6 +132,8 @@ typedef struct upload_job {
     coord_req cr;
     storage_update u;
     int64_t id;
+    int has_next;     /* the peer's next task is written with the update */
+    coord_lease next;
 } upload_job;
 
 static int upload_run(storage *db, coord_job *job, vl_error *err) {
@@ -116,6 +141,7 @@ static int upload_run(storage *db, coord_job *job, vl_error *err) {
     int rc = storage_update_insert(db, &j->u, &j->id, err);
     if (rc == VL_OK) rc = storage_task_set_state(db, j->u.task_id, STORAGE_TASK_DONE, err);
     if (rc == VL_OK) rc = storage_peer_touch(db, j->u.peer_id, j->u.received_at, err);
+    if (rc == VL_OK && j->has_next) rc = coord_lease_write(db, &j->next, err);
     return rc;
 }
 
@@ -123,15 +149,24 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
     upload_job *j = (upload_job *)job;
     coord_req *cr = &j->cr;
     coord_server *srv = cr->srv;
+    if (rc != VL_OK && j->has_next) coord_lease_abandoned(srv);
     if (rc == VL_ECONFLICT) {
         coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
                           (long long)j->u.task_id);
     } else if (rc != VL_OK) {
         coord_reply_internal(cr, err);
     } else {
-        coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id,
-                                            "version", (json_int_t)j->u.base_version,
-                                            "staleness", (json_int_t)j->u.staleness));
+        json_t *o = json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
+                              (json_int_t)j->u.base_version, "staleness",
+                              (json_int_t)j->u.staleness);
+        json_t *next = j->has_next ? coord_lease_committed(srv, &j->next) : NULL;
+        if (o && j->has_next && (!next || json_object_set_new(o, "next_task", next) != 0)) {
+            /* The update is stored; the lease is too, and GET /v1/task
+             * hands it out again, so only the offer is lost. */
+            json_decref(o);
+            o = NULL;
+        }
+        coord_reply_json(cr, 202, o);
         coord_note_update(srv);
     }
     free(j);
@@ -142,6 +177,15 @@ void coord_route_updates(coord_req *cr) {
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr, body, len) != 0) return;
+    const char *const keys[] = {"next", NULL};
+    int64_t want_next = 0;
+    unsigned present = 0;
+    vl_error qe = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, keys, 1, &want_next, &present, &qe) != VL_OK) {
+        coord_reply_error(cr, 400, "bad_request", "%s (next is 0 or 1)", qe.msg);
+        return;
+    }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);
@@ -175,6 +219,11 @@ void coord_route_updates(coord_req *cr) {
     }
     rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
     if (rc == VL_OK) rc = check_factors(srv, &cu, &code, &e);
+    /* The norm costs a pass over the values: only a refusing bound needs
+     * it here (a clipping one is applied at merge time). */
+    const coord_robust_config *rb = &srv->cfg.robust;
+    double norm = rc == VL_OK && rb->refuse_excess && rb->max_norm > 0
+                      ? compress_update_norm(&cu) : 0;
     compress_update_free(&cu);
     if (rc == VL_ENOMEM) {
         coord_reply_oom(cr, "checking an update's factors");
@@ -184,10 +233,20 @@ void coord_route_updates(coord_req *cr) {
         coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
         return;
     }
+    if (check_bounds(cr, &meta, norm) != 0) return;
     upload_job *j = calloc(1, sizeof *j);
     if (!j) {
         coord_reply_oom(cr, "queueing an update");
         return;
+    }
+    if (want_next) {
+        int offer = coord_lease_offer(srv, t.peer_id, t.id, &j->next, &e);
+        if (offer < 0) {
+            free(j);
+            coord_reply_internal(cr, &e);
+            return;
+        }
+        j->has_next = offer;
     }
     j->job.run = upload_run;
     j->job.done = upload_done;

@@ -37,18 +37,60 @@ static uint64_t mix(uint64_t run_seed, int64_t task_id, uint64_t stream) {
     return splitmix64(splitmix64(run_seed ^ stream) ^ (uint64_t)task_id);
 }
 
+/* A draw in [0, choices) for the task, exactly uniform: rejection
+ * sampling removes the bias of a plain modulo. */
+static uint64_t range_draw(uint64_t run_seed, int64_t task_id, uint64_t choices) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % choices;
+    uint64_t x = mix(run_seed, task_id, RANGE_STREAM);
+    while (x >= limit) x = splitmix64(x);
+    return x % choices;
+}
+
 int coord_sched_task_range(uint64_t run_seed, int64_t task_id, int64_t train_len,
                            int64_t task_bytes, int64_t *offset, int64_t *length) {
     if (train_len <= 0 || task_bytes <= 0) return -1;
     int64_t len = task_bytes < train_len ? task_bytes : train_len;
-    uint64_t choices = (uint64_t)(train_len - len) + 1;
-    /* Rejection sampling keeps the offset exactly uniform for any range. */
-    uint64_t limit = UINT64_MAX - UINT64_MAX % choices;
-    uint64_t x = mix(run_seed, task_id, RANGE_STREAM);
-    while (x >= limit) x = splitmix64(x);
-    *offset = (int64_t)(x % choices);
+    *offset = (int64_t)range_draw(run_seed, task_id, (uint64_t)(train_len - len) + 1);
     *length = len;
     return 0;
+}
+
+int coord_sched_token_range(uint64_t run_seed, int64_t task_id, const int64_t *ntok, int n,
+                            int64_t task_tokens, int64_t *offset, int64_t *length) {
+    if (n < 1 || task_tokens <= 0) return -1;
+    uint64_t starts = 0;
+    for (int i = 0; i < n; i++) {
+        if (ntok[i] <= 0) return -1;
+        int64_t len = task_tokens < ntok[i] ? task_tokens : ntok[i];
+        starts += (uint64_t)(ntok[i] - len) + 1;
+    }
+    uint64_t x = range_draw(run_seed, task_id, starts);
+    int64_t first = 0; /* of shard i in the concatenation */
+    for (int i = 0;; first += ntok[i], i++) {
+        int64_t len = task_tokens < ntok[i] ? task_tokens : ntok[i];
+        uint64_t here = (uint64_t)(ntok[i] - len) + 1;
+        if (x < here) {
+            *offset = first + (int64_t)x;
+            *length = len;
+            return 0;
+        }
+        x -= here;
+    }
+}
+
+int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length,
+                             int *shard, int64_t *local) {
+    if (offset < 0 || length < 1) return -1;
+    for (int i = 0; i < n; i++) {
+        if (offset < ntok[i]) {
+            if (length > ntok[i] - offset) return -1;
+            *shard = i;
+            *local = offset;
+            return 0;
+        }
+        offset -= ntok[i];
+    }
+    return -1;
 }
 
 int64_t coord_sched_task_seed(uint64_t run_seed, int64_t task_id) {

@@ -53,6 +53,24 @@ double coord_sched_lr(const struct coord_train_config *t, int64_t v, int64_t max
 int coord_sched_task_range(uint64_t run_seed, int64_t task_id, int64_t train_len,
                            int64_t task_bytes, int64_t *offset, int64_t *length);
 
+/* The token range of task task_id in a run of n >= 1 training shards of
+ * ntok[i] >= 1 tokens: shard i offers max(ntok[i] - len_i + 1, 1) starts
+ * for a range of len_i = min(task_tokens, ntok[i]) tokens, and one start
+ * is drawn uniformly from all of them (so a shard is picked in proportion
+ * to its starts, and a range never crosses into the next shard),
+ * deterministic from (run_seed, task_id). *offset is the range's first
+ * token counted over the shards laid end to end, which is what the
+ * database stores (coord_sched_token_locate splits it); *length is len_i.
+ * Returns 0, or -1 for no shards, an empty shard or task_tokens <= 0. */
+int coord_sched_token_range(uint64_t run_seed, int64_t task_id, const int64_t *ntok, int n,
+                            int64_t task_tokens, int64_t *offset, int64_t *length);
+
+/* The shard *shard and the offset *local inside it of a range of length
+ * tokens starting at offset over the n shards laid end to end. Returns 0,
+ * or -1 when the range does not lie inside one shard. */
+int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length,
+                             int *shard, int64_t *local);
+
 /* The training seed of task task_id: deterministic from (run_seed,
  * task_id), in [0, 2^31) so every JSON reader takes it exactly. */
 int64_t coord_sched_task_seed(uint64_t run_seed, int64_t task_id);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,8 +58,13 @@ static SSL_CTX *make_ssl_ctx(const char *cert, const char *key, vl_error *err) {
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
-    /* TLS 1.2 suites: forward secret AEAD only (1.3 suites are all fine). */
-    if (SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20") != 1) {
+    /* Forward secret AEAD suites only: ECDHE with AES-GCM or ChaCha20-
+     * Poly1305 for TLS 1.2, and the same ciphers under TLS 1.3 (which has
+     * only ephemeral key exchange), on X25519 or NIST curves. */
+    if (SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL") != 1 ||
+        SSL_CTX_set_ciphersuites(ctx, "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:"
+                                      "TLS_AES_128_GCM_SHA256") != 1 ||
+        SSL_CTX_set1_groups_list(ctx, "X25519:P-256:P-384") != 1) {
         ssl_error(err, "cannot set TLS ciphers", "");
         goto fail;
     }
@@ -189,7 +195,9 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     /* Updates and second-round values may be as large as the run allows. */
     static const char *const large[] = {"/v1/updates", "/v1/round/values", NULL};
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large,
-                             .large_cap = (uint64_t)srv->cfg.max_body_bytes};
+                             .large_cap = (uint64_t)srv->cfg.max_body_bytes,
+                             .slow_timeout_s = srv->limits.slow_timeout_s,
+                             .min_body_rate = srv->limits.min_body_rate};
     coord_guard_init(g, COORD_HEAD_CAP, &caps);
     g->owner = srv;
     struct bufferevent *bev = bufferevent_openssl_socket_new(base, -1, ssl,
@@ -254,25 +262,55 @@ static const char *method_name(enum evhttp_cmd_type m) {
     }
 }
 
+#define JSON "application/json"
+#define BINARY "application/octet-stream"
+
+/* Every endpoint there is. None administers the run: tokens and peers are
+ * managed only by the CLI on the database, so no peer key reaches that. */
 typedef struct route {
     const char *path;
     int prefix;
     enum evhttp_cmd_type method;
+    const char *media; /* the Content-Type a body must have; NULL: no body */
     void (*fn)(coord_req *cr);
 } route;
 
 static const route ROUTES[] = {
-    {"/v1/peers", 0, EVHTTP_REQ_POST, coord_route_join},
-    {"/v1/task", 0, EVHTTP_REQ_GET, coord_route_task},
-    {"/v1/model", 0, EVHTTP_REQ_GET, coord_route_model},
-    {"/v1/model/delta", 0, EVHTTP_REQ_GET, coord_route_delta},
-    {"/v1/data/", 1, EVHTTP_REQ_GET, coord_route_data},
-    {"/v1/updates", 0, EVHTTP_REQ_POST, coord_route_updates},
-    {"/v1/status", 0, EVHTTP_REQ_GET, coord_route_status},
-    {"/v1/round", 0, EVHTTP_REQ_GET, coord_route_round},
-    {"/v1/round/values", 0, EVHTTP_REQ_POST, coord_route_round_values},
-    {"/v1/factors", 0, EVHTTP_REQ_GET, coord_route_factors},
+    {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, coord_route_join},
+    {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, coord_route_rotate},
+    {"/v1/task", 0, EVHTTP_REQ_GET, NULL, coord_route_task},
+    {"/v1/model", 0, EVHTTP_REQ_GET, NULL, coord_route_model},
+    {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, coord_route_delta},
+    {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, coord_route_data},
+    {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, coord_route_updates},
+    {"/v1/status", 0, EVHTTP_REQ_GET, NULL, coord_route_status},
+    {"/v1/round", 0, EVHTTP_REQ_GET, NULL, coord_route_round},
+    {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, coord_route_round_values},
+    {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, coord_route_factors},
 };
+
+/* The media type of a Content-Type value matches want: compared without
+ * case, parameters (";charset=utf-8") ignored. */
+static int media_matches(const char *value, const char *want) {
+    if (!value) return 0;
+    while (*value == ' ' || *value == '\t') value++;
+    size_t n = strcspn(value, ";");
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
+    return n == strlen(want) && strncasecmp(value, want, n) == 0;
+}
+
+/* The per-address bucket; answers 429 and returns -1 when it is empty. */
+static int address_limited(coord_req *cr) {
+    struct evhttp_connection *evcon = evhttp_request_get_connection(cr->req);
+    const struct sockaddr *sa = evcon ? evhttp_connection_get_addr(evcon) : NULL;
+    uint8_t key[COORD_ADDR_KEY_MAX];
+    size_t n = coord_limiter_addr_key(sa, key);
+    if (n == 0) return 0;
+    double wait = coord_limiter_take(cr->srv->addr_limiter, key, n, clock_mono_s());
+    if (wait <= 0) return 0;
+    coord_reply_rate_limited(cr, wait, "address");
+    return -1;
+}
 
 /* A head the guard refused: answer without reading anything more, and
  * close (the guard already discards the rest of the connection). */
@@ -303,13 +341,17 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
     case COORD_GUARD_BAD_METHOD:
         coord_reply_error(cr, 405, "method_not_allowed", "unknown method");
         break;
+    case COORD_GUARD_HEAD_TIMEOUT:
+        coord_reply_error(cr, 408, "request_timeout", "the request head took longer than %.0f s",
+                          cr->srv->limits.slow_timeout_s);
+        break;
     default:
         coord_reply_error(cr, 400, "bad_request", "malformed request head");
         break;
     }
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
+void coord_server_dispatch(struct evhttp_request *req, void *arg) {
     coord_server *srv = arg;
     coord_req cr;
     memset(&cr, 0, sizeof cr);
@@ -328,6 +370,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         refuse_guarded(&cr, marker);
         return;
     }
+    if (address_limited(&cr) != 0) return;
     enum evhttp_cmd_type method = evhttp_request_get_command(req);
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
@@ -337,6 +380,12 @@ static void on_request(struct evhttp_request *req, void *arg) {
         if (!match) continue;
         path_known = 1;
         if (r->method == method) {
+            if (r->media && !media_matches(coord_get_header(&cr, "Content-Type"), r->media)) {
+                coord_reply_error(&cr, 415, "unsupported_media_type",
+                                  "the body of %s %s must be sent as Content-Type: %s",
+                                  cr.method, r->path, r->media);
+                return;
+            }
             r->fn(&cr);
             return;
         }
@@ -346,6 +395,55 @@ static void on_request(struct evhttp_request *req, void *arg) {
         coord_reply_error(&cr, 405, "method_not_allowed", "%s is not allowed here", cr.method);
     else
         coord_reply_error(&cr, 404, "not_found", "no such endpoint");
+}
+
+/* ---- slow clients ------------------------------------------------------------ */
+
+#define SLOW_CHECK_S 0.5
+
+static void slow_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_server *srv = arg;
+    double now = clock_mono_s();
+    /* Enforcing may free that guard's connection (and unlink the guard),
+     * never another one, so the next pointer is taken first. */
+    for (coord_guard *g = srv->guards, *next; g; g = next) {
+        next = g->next;
+        coord_guard_verdict v = coord_guard_enforce_time(g, now);
+        if (v == COORD_GUARD_HEAD_TIMEOUT)
+            log_info("a request head took longer than %.0f s; refused",
+                     srv->limits.slow_timeout_s);
+        else if (v == COORD_GUARD_BODY_TIMEOUT)
+            log_info("a request body arrived slower than %.0f bytes/s; connection closed",
+                     srv->limits.min_body_rate);
+    }
+}
+
+void coord_limits_default(coord_limits *l) {
+    l->peer = (coord_rate){.rate = 50, .burst = 500};
+    l->addr = (coord_rate){.rate = 500, .burst = 5000};
+    l->slow_timeout_s = 30;
+    l->min_body_rate = 16384;
+}
+
+/* Slots of the rate tables: enough for every address of a large swarm;
+ * an overflow only costs an extra burst (limiter.h). */
+#define LIMITER_SLOTS ((size_t)1 << 16)
+
+static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err) {
+    srv->limits = *l;
+    if (srv->limits.slow_timeout_s > 0 && !(srv->limits.min_body_rate > 0))
+        return vl_fail(err, VL_EINVAL, "the minimum body rate must be > 0");
+    srv->addr_limiter = coord_limiter_new(LIMITER_SLOTS, l->addr);
+    srv->peer_limiter = coord_limiter_new(LIMITER_SLOTS, l->peer);
+    if (!srv->addr_limiter || !srv->peer_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
+    if (l->slow_timeout_s <= 0) return VL_OK;
+    srv->slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
+    struct timeval tv = {0, (suseconds_t)(SLOW_CHECK_S * 1e6)};
+    if (!srv->slow_timer || event_add(srv->slow_timer, &tv) != 0)
+        return vl_fail(err, VL_ENOMEM, "cannot start the slow-client timer");
+    return VL_OK;
 }
 
 /* ---- draining --------------------------------------------------------------- */
@@ -472,8 +570,7 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
 static int setup_http(coord_server *srv, vl_error *err) {
     srv->http = evhttp_new(srv->base);
     if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
-    evhttp_set_bevcb(srv->http, make_bev, srv);
-    evhttp_set_gencb(srv->http, on_request, srv);
+    evhttp_set_gencb(srv->http, coord_server_dispatch, srv);
     /* Every method reaches the handler, so even a wrong one gets JSON. */
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                               EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
@@ -486,28 +583,79 @@ static int setup_http(coord_server *srv, vl_error *err) {
     return VL_OK;
 }
 
+int coord_server_open(const char *db_path, const coord_limits *limits, coord_server **out,
+                      vl_error *err) {
+    *out = NULL;
+    coord_server *srv = calloc(1, sizeof *srv);
+    if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
+    /* One thread makes versions unless coord_serve is told otherwise. */
+    srv->compute_threads = 1;
+    int rc = storage_open(db_path, 0, &srv->db, err);
+    if (rc == VL_OK) rc = coord_state_load(srv, err);
+    if (rc == VL_OK && !(srv->base = event_base_new()))
+        rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
+    if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->writer, err);
+    if (rc == VL_OK) {
+        coord_limits def;
+        coord_limits_default(&def);
+        rc = setup_limits(srv, limits ? limits : &def, err);
+    }
+    if (rc == VL_OK) rc = setup_http(srv, err);
+    if (rc != VL_OK) {
+        coord_server_close(srv);
+        return rc;
+    }
+    *out = srv;
+    return VL_OK;
+}
+
+void coord_server_close(coord_server *srv) {
+    if (!srv) return;
+    coord_drain_waiters(srv);
+    /* Queued writes still commit, and their requests are answered, before
+     * the connections go. */
+    coord_writer_stop(srv->writer);
+    srv->writer = NULL;
+    if (srv->http) evhttp_free(srv->http);
+    while (srv->lingers) linger_end(srv->lingers);
+    if (srv->lease_timer) event_free(srv->lease_timer);
+    if (srv->merge_event) event_free(srv->merge_event);
+    if (srv->round_timer) event_free(srv->round_timer);
+    if (srv->drain_timer) event_free(srv->drain_timer);
+    if (srv->slow_timer) event_free(srv->slow_timer);
+    coord_limiter_free(srv->addr_limiter);
+    coord_limiter_free(srv->peer_limiter);
+    if (srv->sig_term) event_free(srv->sig_term);
+    if (srv->sig_int) event_free(srv->sig_int);
+    if (srv->base) event_base_free(srv->base);
+    if (srv->ssl) SSL_CTX_free(srv->ssl);
+    coord_state_free(srv);
+    storage_close(srv->db);
+    free(srv);
+}
+
 int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     /* Cheap checks first: a typo should not wait for the corpus hash. */
     char host[256];
     int port = 0;
     int rc = split_listen(opts->listen, host, sizeof host, &port, err);
     if (rc != VL_OK) return rc;
-    coord_server *srv = calloc(1, sizeof *srv);
-    if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
-    if (!(srv->ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err))) rc = VL_EINVAL;
-    if (rc == VL_OK) rc = storage_open(opts->db_path, 0, &srv->db, err);
-    if (rc == VL_OK) rc = coord_state_load(srv, err);
-    if (rc == VL_OK && !(srv->base = event_base_new()))
-        rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
-    if (rc == VL_OK) rc = coord_writer_start(opts->db_path, srv->base, &srv->writer, err);
-    if (rc == VL_OK) rc = setup_http(srv, err);
-    if (rc == VL_OK) {
-        srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
-        srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
-        if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
-            evsignal_add(srv->sig_int, NULL))
-            rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
+    SSL_CTX *ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err);
+    if (!ssl) return VL_EINVAL;
+    coord_server *srv = NULL;
+    rc = coord_server_open(opts->db_path, &opts->limits, &srv, err);
+    if (rc != VL_OK) {
+        SSL_CTX_free(ssl);
+        return rc;
     }
+    srv->ssl = ssl;
+    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
+    evhttp_set_bevcb(srv->http, make_bev, srv);
+    srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
+    srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
+    if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
+        evsignal_add(srv->sig_int, NULL))
+        rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
     if (rc == VL_OK) {
         /* Updates committed just before a crash may complete a version. */
         vl_error merr = {0};
@@ -523,24 +671,6 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     }
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");
-
-    coord_drain_waiters(srv);
-    /* Queued writes still commit, and their requests are answered, before
-     * the connections go. */
-    coord_writer_stop(srv->writer);
-    srv->writer = NULL;
-    if (srv->http) evhttp_free(srv->http);
-    while (srv->lingers) linger_end(srv->lingers);
-    if (srv->lease_timer) event_free(srv->lease_timer);
-    if (srv->merge_event) event_free(srv->merge_event);
-    if (srv->round_timer) event_free(srv->round_timer);
-    if (srv->drain_timer) event_free(srv->drain_timer);
-    if (srv->sig_term) event_free(srv->sig_term);
-    if (srv->sig_int) event_free(srv->sig_int);
-    if (srv->base) event_base_free(srv->base);
-    if (srv->ssl) SSL_CTX_free(srv->ssl);
-    coord_state_free(srv);
-    storage_close(srv->db);
-    free(srv);
+    coord_server_close(srv);
     return rc;
 }

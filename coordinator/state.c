@@ -1,4 +1,4 @@
-/* The coordinator's in-memory state: run configuration, corpus, and the
+/* The coordinator's in-memory state: run configuration, data, and the
  * current model and momentum, loaded from the latest committed version so
  * a restart continues where the run left off. */
 #include <stdio.h>
@@ -45,8 +45,10 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
         goto out;
     }
-    rc = coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg, run.corpus_size,
-                           run.corpus_hash, err);
+    rc = srv->cfg.shards ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size,
+                                             run.corpus_hash, err)
+                         : coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg,
+                                             run.corpus_size, run.corpus_hash, err);
     if (rc != VL_OK) goto out;
     rc = model_gpt_create(&srv->cfg.model, &srv->gpt, err);
     if (rc != VL_OK) goto out;
@@ -120,6 +122,8 @@ void coord_state_free(coord_server *srv) {
     free(srv->peer_config);
     srv->peer_config = NULL;
     coord_corpus_close(&srv->corpus);
+    coord_shards_close(&srv->shards);
+    coord_config_free(&srv->cfg);
     crypto_nonce_cache_free(srv->nonces);
     srv->nonces = NULL;
 }

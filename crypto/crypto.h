@@ -6,7 +6,8 @@
  * path and query, a timestamp, a random nonce and the BLAKE2b-256 hash of
  * the body, so a captured request can be neither altered nor replayed
  * (the coordinator keeps seen nonces for the timestamp window). Join tokens
- * are random strings of which only a BLAKE2b hash is ever stored.
+ * are random strings of which only a BLAKE2b hash is ever stored. A peer
+ * that changes its key proves it holds the new one with a rotation proof.
  *
  *   Authorization: Volley-Ed25519 peer=<id>,ts=<unix s>,nonce=<32 hex>,sig=<base64>
  *   signed message: "VOLLEY1\n" METHOD "\n" PATH?QUERY "\n" ts "\n" nonce "\n"
@@ -85,6 +86,25 @@ int crypto_auth_parse(const char *value, crypto_auth_header *out, vl_error *err)
 int crypto_verify_request(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_auth_header *auth,
                           const char *method, const char *path_query, const uint8_t *body,
                           size_t body_len, int64_t now, vl_error *err) VL_MUST_CHECK;
+
+/* ---- key rotation ------------------------------------------------------ */
+
+/* Base64 of a 64-byte signature, without NUL. */
+#define CRYPTO_SIG_B64_LEN 88
+
+/* A registered peer moves to a new key with a request signed by its old
+ * key whose body carries the new public key and this proof: the new key's
+ * signature over "VOLLEY1-ROTATE\n" peer_id "\n" base64(old_pk) "\n"
+ * base64(new_pk). It shows the caller holds the new key, and binding the
+ * peer and the old key keeps a proof from serving any other rotation.
+ * Writes base64 of the signature to out (CRYPTO_SIG_B64_LEN + 1 bytes). */
+void crypto_rotation_sign(const crypto_identity *new_id, int64_t peer_id,
+                          const uint8_t old_pk[CRYPTO_PK_BYTES], char *out);
+/* Checks a proof made by crypto_rotation_sign: 0, VL_EINVAL for a proof
+ * that is not base64 of 64 bytes, VL_EAUTH for one that does not verify. */
+int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_id,
+                           const uint8_t old_pk[CRYPTO_PK_BYTES], const char *proof,
+                           vl_error *err) VL_MUST_CHECK;
 
 /* ---- nonce replay cache ------------------------------------------------ */
 

@@ -12,6 +12,7 @@ PKGS=(
   libcurl4-openssl-dev curl
   libopenblas-dev
   libcmocka-dev
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 SUDO=""

@@ -31,4 +31,6 @@ openssl x509 -req -in "$out/server.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" \
   -CAcreateserial -days 30 -extfile "$out/server.ext" -out "$out/server.pem" 2>/dev/null
 rm -f "$out/server.csr" "$out/server.ext" "$out/ca.srl"
 chmod 644 "$out/ca.pem" "$out/server.pem"
+# umask 077 made them so; said again so that it never depends on openssl.
+chmod 600 "$out/ca.key" "$out/server.key"
 echo "make-cert: CA $out/ca.pem, server cert $out/server.pem for ${hosts[*]}"

@@ -2,7 +2,9 @@
 # Installs what volley needs, then builds and runs every test twice: an
 # optimised build with warnings as errors (CUDA kernels compiled when nvcc
 # is present; GPU tests skip themselves without a GPU), and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build.
+# AddressSanitizer + UndefinedBehaviorSanitizer build. Last, a clang build
+# runs each libFuzzer target of tests/fuzz for VOLLEY_FUZZ_SECONDS (20)
+# seconds under ASan and UBSan and prints the executions each made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -21,4 +23,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVOLLEY_WERROR=ON -DVOLLEY_SA
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
-echo "== all tests passed in both builds"
+echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null
+cmake --build build-fuzz -j"$jobs"
+rm -rf build-fuzz/tests/fuzz/fuzz-results
+ctest --test-dir build-fuzz --output-on-failure -j"$jobs"
+cat build-fuzz/tests/fuzz/fuzz-results/*.txt
+echo "== all tests passed in both builds, and every fuzz target ran clean"

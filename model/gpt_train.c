@@ -307,22 +307,28 @@ int model_gpt_backward(model_gpt *m, vl_error *err)
 
 /* ---- evaluation ------------------------------------------------------------ */
 
-int model_gpt_eval_bytes(model_gpt *m, const uint8_t *bytes, size_t len, int B, int T,
-                         int max_batches, float *mean_loss, vl_error *err)
+/* The token at i of a sequence stored as bytes (width 1) or uint16 (2). */
+static int eval_token(const void *seq, int width, size_t i)
 {
-    if (bytes == NULL || mean_loss == NULL)
+    return width == 1 ? ((const uint8_t *)seq)[i] : ((const uint16_t *)seq)[i];
+}
+
+/* Mean loss over consecutive windows of len tokens at seq, each token
+ * `width` bytes wide: one loop for bytes and token shards, so both count
+ * windows and average the same way. what names the data in messages. */
+static int eval_seq(model_gpt *m, const void *seq, int width, size_t len, int B, int T,
+                    int max_batches, float *mean_loss, const char *what, vl_error *err)
+{
+    if (seq == NULL || mean_loss == NULL)
         return vl_fail(err, VL_EINVAL, "gpt eval: missing data or result pointer");
-    if (m->cfg.vocab_size < 256)
-        return vl_fail(err, VL_EINVAL, "gpt eval: byte data needs vocab_size >= 256, have %d",
-                       m->cfg.vocab_size);
     if (B < 1 || T < 1 || T > m->cfg.block_size)
         return vl_fail(err, VL_EINVAL, "gpt eval: B=%d T=%d (need B >= 1, 1 <= T <= %d)", B, T,
                        m->cfg.block_size);
     if ((long long)B * T > INT_MAX / 4)
         return vl_fail(err, VL_EINVAL, "gpt eval: B*T too large");
     if (len < (size_t)T + 1)
-        return vl_fail(err, VL_EINVAL, "gpt eval: %zu bytes is shorter than one window of %d",
-                       len, T + 1);
+        return vl_fail(err, VL_EINVAL, "gpt eval: %zu %s is shorter than one window of %d",
+                       len, what, T + 1);
     size_t windows = (len - 1) / (size_t)T;
     size_t bt = (size_t)B * T;
     int *ids = malloc(2 * bt * sizeof(int));
@@ -335,10 +341,10 @@ int model_gpt_eval_bytes(model_gpt *m, const uint8_t *bytes, size_t len, int B, 
     for (int batch = 0; w < windows && (max_batches <= 0 || batch < max_batches); batch++) {
         int nb = 0;
         for (; nb < B && w < windows; nb++, w++) {
-            const uint8_t *src = bytes + w * (size_t)T;
+            size_t src = w * (size_t)T;
             for (int t = 0; t < T; t++) {
-                inputs[(size_t)nb * T + t] = src[t];
-                targets[(size_t)nb * T + t] = src[t + 1];
+                inputs[(size_t)nb * T + t] = eval_token(seq, width, src + (size_t)t);
+                targets[(size_t)nb * T + t] = eval_token(seq, width, src + (size_t)t + 1);
             }
         }
         rc = gpt_forward_impl(m, inputs, targets, nb, T, err);
@@ -353,4 +359,19 @@ int model_gpt_eval_bytes(model_gpt *m, const uint8_t *bytes, size_t len, int B, 
         return rc;
     *mean_loss = (float)(total / (double)tokens);
     return 0;
+}
+
+int model_gpt_eval_bytes(model_gpt *m, const uint8_t *bytes, size_t len, int B, int T,
+                         int max_batches, float *mean_loss, vl_error *err)
+{
+    if (m->cfg.vocab_size < 256)
+        return vl_fail(err, VL_EINVAL, "gpt eval: byte data needs vocab_size >= 256, have %d",
+                       m->cfg.vocab_size);
+    return eval_seq(m, bytes, 1, len, B, T, max_batches, mean_loss, "bytes", err);
+}
+
+int model_gpt_eval_tokens(model_gpt *m, const uint16_t *tokens, size_t n, int B, int T,
+                          int max_batches, float *mean_loss, vl_error *err)
+{
+    return eval_seq(m, tokens, 2, n, B, T, max_batches, mean_loss, "tokens", err);
 }

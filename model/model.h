@@ -166,6 +166,11 @@ int model_gpt_zero_grad(model_gpt *m, vl_error *err) VL_MUST_CHECK;
 int model_gpt_eval_bytes(model_gpt *m, const uint8_t *bytes, size_t len, int B, int T,
                          int max_batches, float *mean_loss, vl_error *err) VL_MUST_CHECK;
 
+/* model_gpt_eval_bytes over n tokens (each < vocab_size), for token
+ * shards: the same windows, batches and averaging. */
+int model_gpt_eval_tokens(model_gpt *m, const uint16_t *tokens, size_t n, int B, int T,
+                          int max_batches, float *mean_loss, vl_error *err) VL_MUST_CHECK;
+
 /* ---- checkpoints (safetensors) ------------------------------------------------ */
 
 /* Adds every parameter tensor to w as F32 under its Hugging Face name. The
@@ -248,6 +253,11 @@ typedef struct model_shard model_shard;
 /* The validating scan reads the tokens this many bytes at a time. */
 #define MODEL_SHARD_CHUNK_BYTES ((size_t)1 << 20)
 
+/* Writes the header of a shard of ntok tokens (1 <= ntok <= INT32_MAX)
+ * into out: magic, version and ntok as little-endian int32, zeros after.
+ * Returns 0 or VL_EINVAL. */
+int model_shard_header(uint8_t out[MODEL_SHARD_HEADER_BYTES], int64_t ntok) VL_MUST_CHECK;
+
 /* Opens path and validates all of it before anything trains on it: the
  * header (present, magic, version, N >= 1), the file size (exactly
  * 1024 + 2N bytes, so a truncated download or trailing bytes are caught)
@@ -277,6 +287,13 @@ int64_t model_shard_tokens(const model_shard *s);
  * shrank), VL_ENOMEM; on failure inputs and targets are unspecified. */
 int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *targets,
                        vl_error *err) VL_MUST_CHECK;
+
+/* Reads the n consecutive tokens starting at token offset into out
+ * (caller-owned, n entries), checking each against vocab_size again.
+ * Requires 0 <= offset and offset + n <= N. Returns 0, VL_EINVAL (range
+ * or token), VL_EIO, VL_ENOMEM; on failure out is unspecified. */
+int model_shard_read(model_shard *s, int64_t offset, size_t n, uint16_t *out,
+                     vl_error *err) VL_MUST_CHECK;
 
 /* Closes the file and frees the shard. NULL is a no-op. */
 void model_shard_close(model_shard *s);

@@ -155,6 +155,18 @@ static int scan_tokens(const model_shard *s, vl_error *err)
     return rc;
 }
 
+int model_shard_header(uint8_t out[MODEL_SHARD_HEADER_BYTES], int64_t ntok)
+{
+    if (ntok < 1 || ntok > INT32_MAX)
+        return VL_EINVAL;
+    memset(out, 0, MODEL_SHARD_HEADER_BYTES);
+    const uint32_t words[3] = {MODEL_SHARD_MAGIC, MODEL_SHARD_VERSION, (uint32_t)ntok};
+    for (int w = 0; w < 3; w++)
+        for (int i = 0; i < 4; i++)
+            out[4 * w + i] = (uint8_t)(words[w] >> (8 * i));
+    return 0;
+}
+
 int model_shard_open(const char *path, int vocab_size, model_shard **out, vl_error *err)
 {
     if (out != NULL)
@@ -256,6 +268,40 @@ int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *t
         }
     }
     return 0;
+}
+
+int model_shard_read(model_shard *s, int64_t offset, size_t n, uint16_t *out, vl_error *err)
+{
+    if (s == NULL || (out == NULL && n > 0))
+        return vl_fail(err, VL_EINVAL, "token shard read: missing argument");
+    if (offset < 0 || offset > s->ntok || (uint64_t)n > (uint64_t)(s->ntok - offset))
+        return shard_fail(err, VL_EINVAL, s->path,
+                          "read of %zu tokens at %lld is outside its %lld tokens", n,
+                          (long long)offset, (long long)s->ntok);
+    /* Through a chunk-sized buffer, so a large read costs no more memory
+     * than the output itself. */
+    size_t chunk_tok = MODEL_SHARD_CHUNK_BYTES / 2;
+    uint8_t *chunk = malloc(n < chunk_tok ? 2 * (n ? n : 1) : MODEL_SHARD_CHUNK_BYTES);
+    if (chunk == NULL)
+        return shard_fail(err, VL_ENOMEM, s->path, "out of memory for a read buffer");
+    int rc = 0;
+    for (size_t done = 0; rc == 0 && done < n;) {
+        size_t m = n - done < chunk_tok ? n - done : chunk_tok;
+        int64_t at = offset + (int64_t)done;
+        rc = read_exact(s, chunk, 2 * m, (off_t)(MODEL_SHARD_HEADER_BYTES + 2 * at), err);
+        for (size_t i = 0; rc == 0 && i < m; i++) {
+            unsigned tok = le_u16(chunk + 2 * i);
+            if (tok >= (unsigned)s->vocab_size)
+                rc = shard_fail(err, VL_EINVAL, s->path,
+                                "token %lld is %u, not below vocab_size %d (changed since it "
+                                "was opened?)",
+                                (long long)(at + (int64_t)i), tok, s->vocab_size);
+            out[done + i] = (uint16_t)tok;
+        }
+        done += m;
+    }
+    free(chunk);
+    return rc;
 }
 
 void model_shard_close(model_shard *s)

@@ -49,6 +49,11 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
                                            "order", j, i);
         if (!compress_all_finite(&x, 1))
             return vl_fail(err, VL_EINVAL, "delta: value %zu is not finite", j);
+        /* Finite values can still carry a parameter past F32's range. */
+        float y = t->base[i] + x;
+        if (!compress_all_finite(&y, 1))
+            return vl_fail(err, VL_EINVAL, "delta: value %zu takes parameter %u out of range",
+                           j, i);
         prev = i;
     }
     return VL_OK;

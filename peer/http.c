@@ -5,6 +5,7 @@
  * self-signed coordinator is trusted by naming its certificate (--cacert),
  * never by switching verification off. */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -153,6 +154,9 @@ struct peer_http {
     peer_response *rs;
     size_t cap;
     int over_cap;
+    FILE *sink;      /* the request's sink, or NULL */
+    long status;     /* of the last status line seen */
+    int sink_errno;  /* why a write to the sink failed; 0 while none did */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -166,6 +170,7 @@ void peer_response_init(peer_response *r) {
     r->etag[0] = '\0';
     r->content_range[0] = '\0';
     r->retry_after_s = -1;
+    r->sunk = 0;
 }
 
 void peer_response_free(peer_response *r) { buf_free(&r->body); }
@@ -177,11 +182,27 @@ static void response_clear(peer_response *r, size_t cap) {
     r->etag[0] = '\0';
     r->content_range[0] = '\0';
     r->retry_after_s = -1;
+    r->sunk = 0;
+}
+
+/* A 2xx body with a sink goes to the file; the cap counts its bytes. */
+static size_t sink_body(peer_http *h, const char *p, size_t n) {
+    if (n > h->cap || h->rs->sunk > h->cap - n) {
+        h->over_cap = 1;
+        return 0;
+    }
+    if (fwrite(p, 1, n, h->sink) != n) {
+        h->sink_errno = errno ? errno : EIO;
+        return 0;
+    }
+    h->rs->sunk += n;
+    return n;
 }
 
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
     peer_http *h = ud;
     size_t n = size * nmemb;
+    if (h->sink && h->status >= 200 && h->status <= 299) return sink_body(h, p, n);
     if (n > h->cap || h->rs->body.len > h->cap - n || buf_append(&h->rs->body, p, n) != VL_OK) {
         h->over_cap = 1;
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
@@ -209,6 +230,8 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     peer_response *r = h->rs;
     /* A new status line (after "100 Continue") starts a new header set. */
     if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+        const char *sp = memchr(line, ' ', n);
+        h->status = sp && (size_t)(sp - line) + 4 <= n ? strtol(sp + 1, NULL, 10) : 0;
         r->etag[0] = '\0';
         r->content_range[0] = '\0';
         r->retry_after_s = -1;
@@ -218,8 +241,10 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     int64_t clen;
     if (header_value(line, n, "Content-Length", v, sizeof v)) {
         /* Sizing the buffer once spares a multi-GiB model the copies of
-         * geometric growth; the cap still rules (over it: fail later). */
-        if (parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
+         * geometric growth; the cap still rules (over it: fail later). A
+         * body bound for the sink needs no memory at all. */
+        int to_sink = h->sink && h->status >= 200 && h->status <= 299;
+        if (!to_sink && parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
             buf_reserve(&r->body, (size_t)clen) != VL_OK)
             log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
         return n;
@@ -405,6 +430,18 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     h->rs = rs;
     h->cap = rq->cap;
     h->over_cap = 0;
+    h->sink = rq->sink;
+    h->status = 0;
+    h->sink_errno = 0;
+    /* An earlier attempt's partial body must not stay in front. */
+    if (h->sink && (fflush(h->sink) != 0 || ftruncate(fileno(h->sink), 0) != 0 ||
+                    fseeko(h->sink, 0, SEEK_SET) != 0)) {
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(hdrs);
+        h->rs = NULL;
+        *local_rc = vl_fail(err, VL_EIO, "cannot empty the download file: %s", strerror(errno));
+        return CURLE_OK;
+    }
     h->curl_err[0] = '\0';
     cc = curl_easy_perform(c);
     if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rs->status);
@@ -428,6 +465,9 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
         if (cc == CURLE_FILESIZE_EXCEEDED || (cc == CURLE_WRITE_ERROR && h->over_cap))
             return vl_fail(err, VL_ETOOBIG, "%s %s: response body exceeds the %zu-byte limit",
                            rq->method, rq->target, rq->cap);
+        if (cc == CURLE_WRITE_ERROR && h->sink_errno)
+            return vl_fail(err, VL_EIO, "%s %s: cannot write the response to disk: %s",
+                           rq->method, rq->target, strerror(h->sink_errno));
         if (cc == CURLE_OK)
             log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
                       rs->body.len, clock_mono_s() - t0);

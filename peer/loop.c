@@ -3,6 +3,8 @@
  * Volunteers come and go and their updates may arrive late, so a task the
  * coordinator no longer wants is dropped and the loop goes on; only a
  * refusal that says something is wrong with this peer ends it. */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #define UPLOAD_CAP ((size_t)3 << 30)
 #define IDLE_S 120L
 #define FINISHED_RING 64
+#define TOKENS_FILE "task.tokens" /* a token task's data while it trains */
 
 /* ---- join -------------------------------------------------------------- */
 
@@ -31,34 +34,6 @@ static int load_key(const char *dir, crypto_identity *id, vl_error *err) {
         return vl_fail(err, VL_ENOTFOUND, "no key at %s; run 'volley-peer keygen --dir %s' first",
                        path, dir);
     return crypto_identity_load(id, path, err);
-}
-
-/* Copies s into out (cap bytes) with control characters removed. */
-static void clean_copy(const char *s, char *out, size_t cap) {
-    size_t j = 0;
-    for (; *s && j + 1 < cap; s++)
-        if ((unsigned char)*s >= 0x20 && *s != 0x7f) out[j++] = *s;
-    out[j] = '\0';
-}
-
-static int parse_join_reply(const peer_response *rs, peer_state *st, vl_error *err) {
-    json_error_t je;
-    json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, JSON_REJECT_DUPLICATES, &je);
-    json_t *id = json_object_get(o, "peer_id");
-    json_t *run = json_object_get(o, "run");
-    json_t *name = json_is_object(run) ? json_object_get(run, "name") : NULL;
-    int rc = VL_OK;
-    if (!json_is_integer(id) || json_integer_value(id) <= 0)
-        rc = vl_fail(err, VL_EINVAL, "join reply lacks a positive integer 'peer_id'");
-    else if (!json_is_string(name) || json_string_length(name) == 0 ||
-             json_string_length(name) >= sizeof st->run)
-        rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
-    else {
-        st->peer_id = (int64_t)json_integer_value(id);
-        clean_copy(json_string_value(name), st->run, sizeof st->run);
-    }
-    json_decref(o);
-    return rc;
 }
 
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
@@ -81,12 +56,12 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
         memcpy(st.cacert, abs, strlen(abs) + 1);
     }
     if (o->name && *o->name) {
-        clean_copy(o->name, st.name, sizeof st.name);
+        peer_clean_copy(o->name, st.name, sizeof st.name);
     } else {
         char host[256];
         if (gethostname(host, sizeof host) == 0) {
             host[sizeof host - 1] = '\0';
-            clean_copy(host, st.name, sizeof st.name);
+            peer_clean_copy(host, st.name, sizeof st.name);
         }
     }
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
@@ -121,7 +96,7 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     free(text);
     if (!rc && rs.status != 200 && rs.status != 201)
         rc = peer_refusal(err, "join refused", rs.status, rs.body.data, rs.body.len);
-    if (!rc) rc = parse_join_reply(&rs, &st, err);
+    if (!rc) rc = peer_join_reply_parse(rs.body.data, rs.body.len, &st, err);
     if (!rc) rc = peer_state_save(o->dir, &st, err);
     if (!rc) *out = st;
     peer_response_free(&rs);
@@ -152,6 +127,10 @@ typedef struct loop {
     struct { int64_t task_id, deadline; } finished[FINISHED_RING];
     int nfinished;
     char comp_desc[160]; /* the compression last logged */
+    /* The next task, leased with the last upload's 202 (async runs), so
+     * the next round trip is the model or data, not the task. */
+    int have_next;
+    peer_task next;
 } loop;
 
 static void remember(loop *L, const peer_task *k) {
@@ -190,8 +169,19 @@ static int droppable_upload(const peer_response *rs) {
     }
 }
 
-/* Outcomes of one step of the loop besides errors. */
-enum { STEP_AGAIN = 1, STEP_FINISHED = 2 };
+/* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
+ * coordinator sent for the task (the lease, its model, its data) failed
+ * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
+ * a tamper hook (tests only) had nothing more to send. */
+enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
+
+/* Validation failures become STEP_REFUSED; running out of memory and
+ * everything else stay errors. */
+static int refused(int rc) {
+    return rc == VL_EINVAL || rc == VL_ERANGE || rc == VL_ETOOBIG || rc == VL_ENOTFOUND
+               ? STEP_REFUSED
+               : rc;
+}
 
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[64];
@@ -205,7 +195,10 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     if (L->rs.status != 200)
         return peer_refusal(err, "task request refused", L->rs.status, L->rs.body.data,
                             L->rs.body.len);
-    return peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
+    int prc = peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
+    if (prc) return refused(prc);
+    if ((prc = peer_task_check_run(k, L->st.run, err))) return refused(prc);
+    return VL_OK;
 }
 
 /* Brings an older cached base up to the task's version with the sum of
@@ -263,9 +256,9 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
     peer_response *rs = &L->rs;
     if (rs->status == 304) {
         if (L->tr.base_version != k->base_version)
-            return vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, but the "
-                                           "cached model is version %lld",
-                           (long long)k->base_version, (long long)L->tr.base_version);
+            return refused(vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, "
+                                                   "but the cached model is version %lld",
+                                   (long long)k->base_version, (long long)L->tr.base_version));
         return VL_OK;
     }
     if (run_finished(rs)) return STEP_FINISHED;
@@ -280,15 +273,15 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
         return peer_refusal(err, "model request refused", rs->status, rs->body.data,
                             rs->body.len);
     if (rs->etag[0] && strcmp(rs->etag, want) != 0)
-        return vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
-                       (long long)k->base_version, rs->etag);
+        return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
+                               (long long)k->base_version, rs->etag));
     double t0 = clock_mono_s();
     rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
     size_t bytes = rs->body.len;
     /* The trainer holds its own copy; keeping a model-sized response
      * buffer through training would double the peer's footprint. */
     buf_free(&rs->body);
-    if (rc) return rc;
+    if (rc) return refused(rc);
     L->model_bytes += bytes;
     log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
              (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
@@ -329,17 +322,72 @@ static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
         if (rs->status >= 400)
             return peer_refusal(err, "data request refused", rs->status, rs->body.data,
                                 rs->body.len);
-        return vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range, rs->status);
+        return refused(vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range,
+                               rs->status));
     }
     int64_t f, l;
     if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
-        return vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
-                       rs->content_range, range);
+        return refused(vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
+                               rs->content_range, range));
     if (rs->body.len != (size_t)k->length)
-        return vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range", rs->body.len,
-                       (long long)k->length);
+        return refused(vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range",
+                               rs->body.len, (long long)k->length));
     L->data_bytes += rs->body.len;
     return VL_OK;
+}
+
+/* Downloads the task's token range into DIR/task.tokens, as the llm.c
+ * shard the coordinator sends, straight to disk (a range may be far
+ * larger than the model), and opens it with model_shard, which validates
+ * all of it: header, size and every token below the model's vocab_size.
+ * It must hold exactly the task's tokens. The file is unlinked once open
+ * (the open shard keeps reading it) or on failure, so only a peer killed
+ * mid-download leaves one behind, which the next download empties. */
+static int fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error *err) {
+    *out = NULL;
+    char target[128], path[PEER_PATH_MAX];
+    int rc = peer_path_join(path, sizeof path, L->o->dir, TOKENS_FILE, err);
+    if (rc) return rc;
+    snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld",
+             (long long)k->shard_index, (long long)k->offset, (long long)k->length);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+    if (!f) {
+        rc = vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    size_t want = MODEL_SHARD_HEADER_BYTES + 2 * (size_t)k->length;
+    peer_request rq = {.method = "GET", .target = target, .cap = want, .idle_s = IDLE_S,
+                       .sink = f};
+    rc = peer_http_do(L->http, &rq, &L->rs, err);
+    if (fclose(f) != 0 && !rc)
+        rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
+    peer_response *rs = &L->rs;
+    if (!rc && run_finished(rs))
+        rc = STEP_FINISHED;
+    else if (!rc && rs->status >= 400)
+        rc = peer_refusal(err, "data request refused", rs->status, rs->body.data, rs->body.len);
+    else if (!rc && rs->status != 200)
+        rc = vl_fail(err, VL_EINVAL, "data: expected 200 for %s, got %ld", target, rs->status);
+    else if (!rc && rs->sunk != want)
+        rc = vl_fail(err, VL_EINVAL, "data: got %llu bytes for %lld tokens (a shard of them is "
+                     "%zu bytes)", (unsigned long long)rs->sunk, (long long)k->length, want);
+    vl_error e = {0};
+    if (!rc && model_shard_open(path, L->tr.cfg.vocab_size, out, &e) != VL_OK)
+        rc = vl_fail(err, VL_EINVAL, "data from the coordinator refused: %s", e.msg);
+    if (!rc && model_shard_tokens(*out) != k->length)
+        rc = vl_fail(err, VL_EINVAL, "data: the shard holds %lld tokens, the task %lld",
+                     (long long)model_shard_tokens(*out), (long long)k->length);
+    if (rc) {
+        model_shard_close(*out);
+        *out = NULL;
+    }
+    unlink(path);
+    if (!rc) L->data_bytes += want;
+    /* Data that fails validation is refused like a bad task: the peer
+     * keeps its state and lets the lease go. */
+    return rc == VL_EINVAL ? STEP_REFUSED : rc;
 }
 
 /* Records the upload and the state after encoding it before it is sent:
@@ -436,7 +484,11 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
     return VL_OK;
 }
 
-static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_error *err) {
+static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
+                  vl_error *err) {
+    const peer_run_opts *ro = L->o;
+    if (ro->tamper && ro->tamper(ro->tamper_arg, attempt, L->tr.delta, L->tr.n_params) != 0)
+        return STEP_GAVE_UP;
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -467,7 +519,9 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
     free(ag);
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
-    peer_request rq = {.method = "POST", .target = "/v1/updates",
+    /* The next task comes with the answer unless this is the last one. */
+    int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
+    peer_request rq = {.method = "POST", .target = more ? "/v1/updates?next=1" : "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
                        .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
     /* A transport failure leaves the outcome unknown: the record stays,
@@ -498,6 +552,14 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
                  L->upload.len, tps,
                  json_is_integer(uid) ? (long long)json_integer_value(uid) : -1LL,
                  json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL);
+        json_t *next = json_object_get(o, "next_task");
+        if (next) {
+            /* A bad offer costs only the round trip it would have saved. */
+            vl_error e = {0};
+            L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK &&
+                           peer_task_check_run(&L->next, L->st.run, &e) == VL_OK;
+            if (!L->have_next) log_warn("next task ignored: %s", e.msg);
+        }
         json_decref(o);
         return VL_OK;
     }
@@ -520,8 +582,18 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, vl_
 /* One lease from request to upload. */
 static int one_task(loop *L, vl_error *err) {
     peer_task k;
-    int rc = fetch_task(L, &k, err);
-    if (rc) return rc;
+    int rc = VL_OK;
+    if (L->have_next) {
+        k = L->next;
+        L->have_next = 0;
+    } else if ((rc = fetch_task(L, &k, err))) {
+        /* A refused lease has no usable task id: it cannot be remembered,
+         * only waited out by the pause after a refusal. */
+        if (rc == STEP_REFUSED)
+            log_warn("task refused: %s; keeping model version %lld", err->msg,
+                     (long long)L->tr.base_version);
+        return rc;
+    }
     if (seen(L, &k)) {
         /* Wait the lease out, a slice at a time, rather than redo it. */
         double left = (double)(k.deadline - clock_unix_s()) + 1;
@@ -535,10 +607,13 @@ static int one_task(loop *L, vl_error *err) {
         log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
-    if ((rc = fetch_model(L, &k, err))) {
-        if (rc == STEP_AGAIN) remember(L, &k);
-        return rc;
-    }
+    if ((rc = fetch_model(L, &k, err)) == VL_OK) rc = peer_task_check_model(&k, &L->tr.cfg, err);
+    if (rc == VL_EINVAL) rc = STEP_REFUSED;
+    if (rc == STEP_AGAIN || rc == STEP_REFUSED) remember(L, &k);
+    if (rc == STEP_REFUSED)
+        log_warn("task %lld refused: %s; keeping model version %lld", (long long)k.task_id,
+                 err->msg, (long long)L->tr.base_version);
+    if (rc) return rc;
     if (L->saved.n_params) {
         vl_error e = {0};
         rc = peer_resume_apply(&L->tr, &L->saved, &e);
@@ -554,11 +629,21 @@ static int one_task(loop *L, vl_error *err) {
                       : L->tr.have_opt ? L->tr.opt.step
                                        : 0L);
     }
-    if ((rc = peer_task_check_model(&k, &L->tr.cfg, err))) return rc;
     if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, &k, &L->factor_bytes, err))) return rc;
-    if ((rc = fetch_data(L, &k, err))) return rc;
     peer_train_result res;
-    rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
+    model_shard *data = NULL;
+    rc = k.tokens ? fetch_tokens(L, &k, &data, err) : fetch_data(L, &k, err);
+    if (rc == STEP_REFUSED) {
+        remember(L, &k);
+        log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
+    }
+    if (rc) return rc;
+    if (k.tokens) {
+        rc = peer_trainer_run_shard(&L->tr, &k, data, &res, err);
+        model_shard_close(data);
+    } else {
+        rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
+    }
     if (rc == VL_ERANGE) {
         log_warn("task %lld dropped: %s", (long long)k.task_id, err->msg);
         remember(L, &k);
@@ -566,7 +651,20 @@ static int one_task(loop *L, vl_error *err) {
     }
     if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
     if (rc) return rc;
-    rc = upload(L, &k, &res, err);
+    rc = upload(L, &k, &res, 0, err);
+    if (L->o->tamper) {
+        /* A hostile peer turned away tries its next move on the same task,
+         * and finally leaves the task, never the run. */
+        for (int a = 1; rc == PEER_EREFUSED && a < PEER_TAMPER_ATTEMPTS; a++) {
+            log_warn("%s", err->msg);
+            rc = upload(L, &k, &res, a, err);
+        }
+        if (rc == PEER_EREFUSED || rc == STEP_GAVE_UP) {
+            log_warn("task %lld left: %s", (long long)k.task_id,
+                     rc == STEP_GAVE_UP ? "nothing more to send" : err->msg);
+            rc = VL_OK;
+        }
+    }
     if (rc == VL_OK) remember(L, &k);
     if (rc == VL_OK && L->answer_round)
         rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,
@@ -575,9 +673,23 @@ static int one_task(loop *L, vl_error *err) {
 }
 
 static int run_loop(loop *L, vl_error *err) {
+    int refusals = 0;
     while (L->o->max_tasks <= 0 || L->done < L->o->max_tasks) {
         if (peer_stop_requested()) return PEER_ESTOPPED;
         int rc = one_task(L, err);
+        if (rc == STEP_REFUSED) {
+            /* A coordinator that keeps sending what cannot be used is
+             * broken or hostile: pause longer each time, then stop. */
+            if (++refusals >= PEER_MAX_REFUSALS) {
+                char last[sizeof err->msg];
+                memcpy(last, err->msg, sizeof last);
+                return vl_fail(err, VL_EINVAL, "giving up after %d refused tasks in a row; "
+                                               "the last: %.150s", refusals, last);
+            }
+            if (peer_sleep((double)refusals)) return PEER_ESTOPPED;
+            continue;
+        }
+        if (rc != STEP_AGAIN) refusals = 0;
         if (rc == STEP_AGAIN) continue;
         if (rc == STEP_FINISHED) {
             log_info("run '%s' has finished (410 run_finished); %lld tasks done here",

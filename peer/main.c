@@ -22,6 +22,10 @@ static const char USAGE[] =
     "  join --coordinator https://HOST:PORT (--token T | --token-file FILE)\n"
     "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
+    "  rotate-key [--dir DIR] [--retries N]\n"
+    "      move the joined peer to a new key (the request is signed with the old\n"
+    "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
+    "      Restart a running 'run' afterwards. Print the new public key\n"
     "  run [--dir DIR] [--threads N] [--max-tasks N] [--wait S] [--retries N]\n"
     "      [--step-delay MS] [--slowdown F]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
@@ -221,6 +225,17 @@ static int cmd_join(const args *a) {
     return PEER_EXIT_OK;
 }
 
+static int cmd_rotate_key(const args *a) {
+    int rc = only(a, "rotate-key", 1u << OPT_RETRIES);
+    if (rc) return rc;
+    vl_error e = {0};
+    char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
+    if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if ((rc = peer_rotate_key(dir, (int)a->retries, pk, &e))) return fail(&e, rc);
+    printf("%s\n", pk);
+    return PEER_EXIT_OK;
+}
+
 static void on_signal(int sig) {
     (void)sig;
     peer_stop_request();
@@ -270,5 +285,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "keygen")) return cmd_keygen(&a);
     if (!strcmp(cmd, "join")) return cmd_join(&a);
     if (!strcmp(cmd, "run")) return cmd_run(&a);
+    if (!strcmp(cmd, "rotate-key")) return cmd_rotate_key(&a);
     return usage_error("unknown command '%s'", cmd);
 }

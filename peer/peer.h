@@ -20,7 +20,10 @@
 #define VOLLEY_PEER_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "common/common.h"
 #include "compress/compress.h"
@@ -128,9 +131,14 @@ typedef struct peer_task {
     int64_t task_id;
     char run[64];
     int64_t base_version;
-    char shard[32];       /* [A-Za-z0-9_-]+, safe in a URL path */
-    int64_t offset;       /* first byte of the data range */
-    int64_t length;       /* bytes in the range, >= context + 1 */
+    /* The data range: bytes of the text shard named `shard`, or, with
+     * tokens set (data.kind "tokens"), tokens of training shard
+     * shard_index of a token-shard run. */
+    int tokens;
+    char shard[32];       /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
+    int64_t shard_index;  /* tokens: the training shard, 0..PEER_MAX_SHARD */
+    int64_t offset;       /* first byte (token) of the data range */
+    int64_t length;       /* bytes (tokens) in the range, >= context + 1 */
     int steps;            /* H_max: most local steps */
     int batch;
     int context;          /* tokens per sequence; <= the model's block size */
@@ -171,19 +179,29 @@ typedef struct peer_task {
 #define PEER_MAX_CONTEXT 65536
 #define PEER_MAX_BATCH_TOKENS ((int64_t)1 << 22) /* batch * context */
 #define PEER_MAX_DATA_BYTES ((int64_t)1 << 30)   /* one task's data range */
+#define PEER_MAX_DATA_TOKENS ((int64_t)1 << 29)  /* one task's tokens (on disk) */
+#define PEER_MAX_SHARD ((int64_t)1 << 20)        /* highest training shard index */
 
 /* Parses and validates a task lease (len bytes of JSON). Every field of the
  * protocol's example is required except `selsync` (default: delta 0,
  * h_min = h_max = steps); unknown fields are ignored. On failure err names
  * the offending field and out is unspecified. */
 int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) VL_MUST_CHECK;
+/* The same for a task already parsed, such as the next_task of an
+ * upload's 202 (POST /v1/updates?next=1). obj is only read. */
+int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) VL_MUST_CHECK;
 
 /* One line naming the task's compression ("topk k=2918 F16, blocks of
  * 512, residual decay 0.9"), for the log. */
 void peer_task_describe_compression(const peer_task *t, char *out, size_t cap);
 
-/* Checks that a task fits a model: context <= block_size, and a byte
- * vocabulary (vocab_size >= 256) since the data bytes are the tokens. */
+/* Checks that a task is for the run the peer joined (VL_EINVAL naming
+ * both runs otherwise). */
+int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) VL_MUST_CHECK;
+
+/* Checks that a task fits a model: context <= block_size, and for byte
+ * data a byte vocabulary (vocab_size >= 256), since the bytes are the
+ * tokens (token data are checked against vocab_size when opened). */
 int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg,
                           vl_error *err) VL_MUST_CHECK;
 
@@ -207,6 +225,16 @@ typedef struct peer_state {
     char run[64];          /* run name at join time */
     char name[64];         /* display name sent at join, may be "" */
 } peer_state;
+
+/* Reads the reply to POST /v1/peers (len bytes of JSON): a positive
+ * integer peer_id and the run's name (1 to 63 bytes, no control
+ * character) go into st->peer_id and st->run; nothing else of st
+ * changes. VL_EINVAL for anything else, VL_ETOOBIG over 1 MiB. */
+int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st,
+                          vl_error *err) VL_MUST_CHECK;
+/* Copies the C string s into out (cap >= 1 bytes), dropping control
+ * characters and truncating to fit: safe to print on one line. */
+void peer_clean_copy(const char *s, char *out, size_t cap);
 
 /* $HOME/.volley into out (cap bytes); VL_ENOTFOUND without $HOME. */
 int peer_dir_default(char *out, size_t cap, vl_error *err) VL_MUST_CHECK;
@@ -257,6 +285,10 @@ typedef struct peer_request {
     const char *if_none_match; /* If-None-Match value, or NULL */
     size_t cap;                /* most response body bytes accepted */
     long idle_s;               /* abort after this long without progress */
+    /* When set, the body of a 2xx response is written to this file
+     * (emptied before each attempt) instead of memory, still under cap;
+     * other bodies (errors) go to memory as usual. Borrowed. */
+    FILE *sink;
 } peer_request;
 
 /* The final response. body is owned by the response (peer_response_free). */
@@ -266,6 +298,7 @@ typedef struct peer_response {
     char etag[64];
     char content_range[128];
     double retry_after_s; /* -1 when absent */
+    uint64_t sunk;        /* body bytes written to the request's sink */
 } peer_response;
 
 /* Prepares an empty response for peer_http_do; reusable across requests
@@ -377,11 +410,19 @@ typedef struct peer_train_result {
 int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
                      peer_train_result *res, vl_error *err) VL_MUST_CHECK;
 
+/* peer_trainer_run on a token task: batches are drawn from the shard
+ * (model_shard_sample, the same draws model_data_sample makes for a byte
+ * string as long), which holds the task's range; the shard is only read.
+ * The shard's tokens were checked against the model's vocab_size when it
+ * was opened. */
+int peer_trainer_run_shard(peer_trainer *t, const peer_task *task, model_shard *data,
+                           peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
 /* Applies a delta file (GET /v1/model/delta) to the held base: it must
  * name run, since == t->base_version and version, and hold ascending
- * in-range U32 `indices` with finite F32 `values`; base[indices] +=
- * values and the base becomes that version. On failure the trainer is
- * unchanged. */
+ * in-range U32 `indices` with finite F32 `values` that leave every
+ * parameter finite; base[indices] += values and the base becomes that
+ * version. On failure (VL_EINVAL) the trainer is unchanged. */
 int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
                              int64_t version, vl_error *err) VL_MUST_CHECK;
 
@@ -449,6 +490,17 @@ typedef struct peer_join_opts {
  * dir/peer.json. The new state goes to out. */
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
 
+/* `volley-peer rotate-key`: moves the joined peer in dir to a new key,
+ * by POST /v1/peers/rotate signed with the old key and carrying the new
+ * key's proof (crypto_rotation_sign). The new key waits in
+ * dir/peer.key.next until the coordinator has accepted it and then
+ * replaces dir/peer.key; after a crash or a lost answer, calling it again
+ * completes the change. retries: attempts per request (0: the default).
+ * The new public key goes to pk_b64 (CRYPTO_PK_B64_LEN + 1 bytes). A
+ * running `run` keeps signing with the old key, which is refused from
+ * then on: restart it. */
+int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
+
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {
     const char *dir;
@@ -458,7 +510,28 @@ typedef struct peer_run_opts {
     int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
     int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
     int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
+    /* Plays a hostile peer, for tests of the coordinator's defences only
+     * (tests/integration/hostile_peer.c; volley-peer leaves it NULL).
+     * Called before each upload of a task is encoded, attempt 0 first and
+     * 1, 2, ... after each refusal of that task's upload, with delta
+     * holding the task's honest delta on attempt 0 and whatever the last
+     * call left after that; it may rewrite delta. A refused upload is
+     * tried again while the hook returns 0, up to PEER_TAMPER_ATTEMPTS in
+     * all; a refusal left after that drops the task instead of ending the
+     * loop. */
+    int (*tamper)(void *arg, int attempt, float *delta, size_t n);
+    void *tamper_arg;
 } peer_run_opts;
+
+/* Refused tasks in a row after which `run` stops (PEER_EXIT_FAIL). A task
+ * is refused, with one warning line, when the lease, its model or its data
+ * fails validation (malformed, another run, a shape that does not fit,
+ * non-finite values, wrong sizes); the peer keeps the model and state it
+ * had, pauses n seconds after the n-th refusal in a row, and asks again. */
+#define PEER_MAX_REFUSALS 5
+
+/* Uploads of one task a tamper hook may try. */
+#define PEER_TAMPER_ATTEMPTS 8
 
 /* `volley-peer run`: the task loop. It first restores DIR/trainer.st and
  * settles an upload left in DIR/pending.st by an earlier process (see

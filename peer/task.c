@@ -133,6 +133,34 @@ static int parse_kfac(json_t *tr, peer_task *t, vl_error *err) {
     return VL_OK;
 }
 
+/* The data range: bytes of a named text shard (kind "bytes", or no kind,
+ * as coordinators before token shards send it) or tokens of a numbered
+ * training shard (kind "tokens"). */
+static int parse_data(json_t *data, peer_task *t, vl_error *err) {
+    char kind[16] = "bytes";
+    int rc;
+    if (json_object_get(data, "kind") &&
+        (rc = get_string(data, "data", "kind", kind, sizeof kind, err)))
+        return rc;
+    t->tokens = strcmp(kind, "tokens") == 0;
+    if (!t->tokens && strcmp(kind, "bytes") != 0)
+        return vl_fail(err, VL_EINVAL, "task: data kind '%s' is not supported by this peer "
+                                       "(bytes, tokens)", kind);
+    int64_t max_len = t->tokens ? PEER_MAX_DATA_TOKENS : PEER_MAX_DATA_BYTES;
+    if (t->tokens) {
+        if ((rc = get_int(data, "data", "shard", 0, PEER_MAX_SHARD, &t->shard_index, err)))
+            return rc;
+    } else {
+        if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
+        if (!shard_name_ok(t->shard))
+            return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
+                                           "'_' and '-'");
+    }
+    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - max_len, &t->offset, err)))
+        return rc;
+    return get_int(data, "data", "length", 1, max_len, &t->length, err);
+}
+
 static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     int64_t v;
     int rc;
@@ -144,15 +172,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
 
     json_t *data = section(root, "data", 1, err);
     if (!data) return VL_EINVAL;
-    if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
-    if (!shard_name_ok(t->shard))
-        return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
-                                       "'_' and '-'");
-    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - PEER_MAX_DATA_BYTES, &t->offset,
-                      err)))
-        return rc;
-    if ((rc = get_int(data, "data", "length", 1, PEER_MAX_DATA_BYTES, &t->length, err)))
-        return rc;
+    if ((rc = parse_data(data, t, err))) return rc;
 
     json_t *tr = section(root, "train", 1, err);
     if (!tr) return VL_EINVAL;
@@ -287,10 +307,22 @@ int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err)
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) return vl_fail(err, VL_EINVAL, "task: not valid JSON (%s)", je.text);
-    int rc = json_is_object(root) ? parse_root(root, out, err)
-                                  : vl_fail(err, VL_EINVAL, "task: not a JSON object");
+    int rc = peer_task_from_json(root, out, err);
     json_decref(root);
     return rc;
+}
+
+int peer_task_check_run(const peer_task *t, const char *run, vl_error *err) {
+    if (strcmp(t->run, run) != 0)
+        return vl_fail(err, VL_EINVAL, "task %lld is for run '%s'; this peer joined run '%s'",
+                       (long long)t->task_id, t->run, run);
+    return VL_OK;
+}
+
+int peer_task_from_json(json_t *obj, peer_task *out, vl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(obj)) return vl_fail(err, VL_EINVAL, "task: not a JSON object");
+    return parse_root(obj, out, err);
 }
 
 int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_error *err) {
@@ -302,7 +334,7 @@ int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_er
     if (t->context > cfg->block_size)
         return vl_fail(err, VL_EINVAL, "task: context %d exceeds the model's block size %d",
                        t->context, (int)cfg->block_size);
-    if (cfg->vocab_size < 256)
+    if (!t->tokens && cfg->vocab_size < 256)
         return vl_fail(err, VL_EINVAL,
                        "task: the data is bytes but the model's vocabulary has only %d tokens",
                        (int)cfg->vocab_size);
@@ -369,4 +401,43 @@ void peer_task_describe_compression(const peer_task *t, char *out, size_t cap) {
     }
     }
     snprintf(out, cap, "unknown");
+}
+
+void peer_clean_copy(const char *s, char *out, size_t cap) {
+    size_t j = 0;
+    for (; *s && j + 1 < cap; s++)
+        if ((unsigned char)*s >= 0x20 && *s != 0x7f) out[j++] = *s;
+    out[j] = '\0';
+}
+
+int peer_join_reply_parse(const uint8_t *body, size_t len, peer_state *st, vl_error *err) {
+    if (len > TASK_MAX_JSON)
+        return vl_fail(err, VL_ETOOBIG, "join reply: JSON over %d bytes", TASK_MAX_JSON);
+    json_error_t je;
+    json_t *o = body ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &je) : NULL;
+    json_t *id = json_object_get(o, "peer_id");
+    json_t *run = json_object_get(o, "run");
+    json_t *name = json_is_object(run) ? json_object_get(run, "name") : NULL;
+    int rc = VL_OK;
+    if (!json_is_integer(id) || json_integer_value(id) <= 0)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks a positive integer 'peer_id'");
+    else if (!json_is_string(name) || json_string_length(name) == 0 ||
+             json_string_length(name) >= sizeof st->run)
+        rc = vl_fail(err, VL_EINVAL, "join reply lacks the run's 'name'");
+    else {
+        /* Refused, not cleaned: leases name the run exactly, and one with
+         * a control character in it is refused, so a cleaned name would
+         * match none of them (found by fuzz_peer_json: a name of nothing
+         * but DEL bytes was accepted as ""). */
+        char clean[sizeof st->run];
+        peer_clean_copy(json_string_value(name), clean, sizeof clean);
+        if (strlen(clean) != json_string_length(name))
+            rc = vl_fail(err, VL_EINVAL, "join reply: the run's name has a control character");
+        else {
+            st->peer_id = (int64_t)json_integer_value(id);
+            memcpy(st->run, clean, sizeof clean);
+        }
+    }
+    json_decref(o);
+    return rc;
 }

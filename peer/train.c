@@ -104,6 +104,14 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
     model_gpt_config cfg;
     int rc = file_config(f, &cfg, err);
     if (rc) return rc;
+    /* The configuration only claims a size; the file's tensors must hold
+     * it before a model that large is allocated. */
+    uint64_t have = 0;
+    for (int i = 0; i < f->ntensors; i++) have += f->tensors[i].numel;
+    size_t want = model_gpt_config_num_params(&cfg);
+    if (have != (uint64_t)want)
+        return vl_fail(err, VL_EINVAL, "the file holds %llu values; its configuration needs %zu",
+                       (unsigned long long)have, want);
     if (t->gpt && cfg_equal(&cfg, &t->cfg)) {
         rc = model_gpt_load_safetensors(t->gpt, f, err);
         return rc ? rc : adopt(t, t->gpt, version, err);
@@ -256,16 +264,30 @@ static int diverged(peer_trainer *t, vl_error *err, const char *what, double x, 
     return vl_fail(err, VL_ERANGE, "training diverged: %s is %g at step %d", what, x, step);
 }
 
-int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
-                     peer_train_result *res, vl_error *err) {
+/* Where a task's batches come from: a byte range in memory, or a token
+ * shard on disk. Both draw the same offsets for a seed. */
+typedef struct task_data {
+    const uint8_t *bytes;
+    size_t len;
+    model_shard *shard; /* set for token tasks */
+} task_data;
+
+static int sample(const task_data *d, int B, int T, rng *r, int *in, int *tg, vl_error *err) {
+    return d->shard ? model_shard_sample(d->shard, B, T, r, in, tg, err)
+                    : model_data_sample(d->bytes, d->len, B, T, r, in, tg, err);
+}
+
+static int run_task(peer_trainer *t, const peer_task *task, const task_data *data,
+                    peer_train_result *res, vl_error *err) {
     memset(res, 0, sizeof *res);
     if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
     int rc = peer_task_check_model(task, &t->cfg, err);
     if (rc) return rc;
     const int B = task->batch, T = task->context;
-    if (len < (size_t)T + 1)
-        return vl_fail(err, VL_EINVAL, "task data has %zu bytes; a sequence needs %d", len,
-                       T + 1);
+    int64_t have = data->shard ? model_shard_tokens(data->shard) : (int64_t)data->len;
+    if (have < (int64_t)T + 1)
+        return vl_fail(err, VL_EINVAL, "task data has %lld %s; a sequence needs %d",
+                       (long long)have, data->shard ? "tokens" : "bytes", T + 1);
     if ((rc = ensure_tokens(t, (size_t)B * (size_t)T, err))) return rc;
     if ((rc = peer_trainer_prepare(t, task, err))) return rc;
     /* Every task inverts afresh, so what it does depends only on the state
@@ -283,7 +305,7 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
         float loss = 0;
         double step_t0 = clock_mono_s();
-        rc = model_data_sample(data, len, B, T, &r, t->inputs, t->targets, err);
+        rc = sample(data, B, T, &r, t->inputs, t->targets, err);
         if (!rc) rc = model_gpt_zero_grad(t->gpt, err);
         if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
         if (rc) return rc;
@@ -321,4 +343,17 @@ int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data
     res->tokens = (int64_t)step * B * T;
     res->seconds = clock_mono_s() - t0;
     return VL_OK;
+}
+
+int peer_trainer_run(peer_trainer *t, const peer_task *task, const uint8_t *data, size_t len,
+                     peer_train_result *res, vl_error *err) {
+    task_data d = {.bytes = data, .len = len};
+    return run_task(t, task, &d, res, err);
+}
+
+int peer_trainer_run_shard(peer_trainer *t, const peer_task *task, model_shard *data,
+                           peer_train_result *res, vl_error *err) {
+    if (!data) return vl_fail(err, VL_EINVAL, "no token shard to train on");
+    task_data d = {.shard = data};
+    return run_task(t, task, &d, res, err);
 }

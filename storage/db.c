@@ -19,8 +19,10 @@
     " coalesce(reissue_of, 0)"
 #define UPDATE_COLS                                                                               \
     "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob,"    \
-    " received_at, staleness"
-#define UPDATE_FROM "updates LEFT JOIN update_blobs ON update_id = id"
+    " received_at, staleness, seg, off"
+#define UPDATE_FROM                                                                               \
+    "updates LEFT JOIN update_blobs b ON b.update_id = id"                                        \
+    " LEFT JOIN update_bodies s ON s.update_id = id"
 
 static const char *const SQL[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
@@ -83,6 +85,10 @@ static const char *const SQL[Q_COUNT] = {
                         " local_steps, loss, nbytes, received_at, staleness)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_UPDATE_BLOB_INSERT] = "INSERT INTO update_blobs (update_id, blob) VALUES (?, ?)",
+    [Q_UPDATE_BODY_INSERT] = "INSERT INTO update_bodies (update_id, seg, off) VALUES (?, ?, ?)",
+    [Q_UPDATE_PRUNE_BODIES] = "DELETE FROM update_bodies WHERE update_id IN"
+                              " (SELECT id FROM updates WHERE merged_version <= ?)",
+    [Q_BODY_SEG_USED] = "SELECT 1 FROM update_bodies WHERE seg = ? LIMIT 1",
     [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
     [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
@@ -96,7 +102,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_PEER_EACH] = "SELECT p.id, p.name, p.last_seen, p.revoked,"
                     " (SELECT count(*) FROM tasks t WHERE t.peer_id = p.id AND"
                     "  t.state = 'leased' AND t.deadline > ?),"
-                    " (SELECT count(*) FROM updates u WHERE u.peer_id = p.id)"
+                    " (SELECT count(*) FROM updates u WHERE u.peer_id = p.id),"
+                    " p.public_key, p.joined_at"
                     " FROM peers p ORDER BY p.id",
     [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
     [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
@@ -126,6 +133,12 @@ static const char *const SQL[Q_COUNT] = {
     [Q_VALUES_EACH] = "SELECT update_id, n, vals FROM round_values WHERE version = ?"
                       " ORDER BY update_id",
     [Q_VALUES_PRUNE] = "DELETE FROM round_values WHERE version <= ?",
+    [Q_TOKEN_EACH] = "SELECT t.id, t.hash, t.uses_left, t.expires_at, t.created_at, t.revoked,"
+                     " (SELECT count(*) FROM peers p WHERE p.token_id = t.id)"
+                     " FROM tokens t ORDER BY t.id",
+    [Q_TOKEN_REVOKE] = "UPDATE tokens SET revoked = 1 WHERE id = ?",
+    [Q_PEER_SET_KEY] = "UPDATE peers SET public_key = ? WHERE id = ? AND public_key = ? AND"
+                       " revoked = 0",
     [Q_VERSION_PRUNE] = "UPDATE versions SET params = NULL, momentum = NULL WHERE version <= ?"
                         " AND (params IS NOT NULL OR momentum IS NOT NULL)",
     [Q_FACTORS_INSERT] = "INSERT INTO factors (version, samples, peers, blob) VALUES (?, ?, ?, ?)",
@@ -216,7 +229,10 @@ int storage_begin(storage *st, vl_error *err) {
 }
 
 int storage_commit(storage *st, vl_error *err) {
-    int rc = run_simple(st, Q_COMMIT, "commit", err);
+    /* Bodies first: a committed row must never point at bytes the disk
+     * might not have. */
+    int rc = body_sync(&st->bodies, err);
+    if (rc == VL_OK) rc = run_simple(st, Q_COMMIT, "commit", err);
     if (rc != VL_OK) storage_rollback(st);
     return rc;
 }
@@ -360,11 +376,20 @@ static int enable_wal(storage *st, vl_error *err) {
     return ret;
 }
 
+/* The database holds token hashes and peer keys: 0600 whatever the umask
+ * (fchmod, since open's mode only ever loses bits to it). SQLite gives
+ * the -wal and -shm files it creates the database file's mode. */
 static int create_file(const char *path, vl_error *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EEXIST) return VL_OK;
         return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    if (fchmod(fd, 0600) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(path);
+        return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", path, strerror(e));
     }
     close(fd);
     return VL_OK;
@@ -383,6 +408,7 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     }
     storage *st = calloc(1, sizeof *st);
     if (!st) return vl_fail(err, VL_ENOMEM, "out of memory");
+    body_init(&st->bodies, path);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
     if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
         vl_fail(err, VL_EDB, "cannot open database %s: %s", path,
@@ -433,5 +459,6 @@ void storage_close(storage *st) {
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(st->stmts[i]);
     if (sqlite3_close(st->db) != SQLITE_OK)
         log_error("database: close failed: %s", sqlite3_errmsg(st->db));
+    body_close(&st->bodies);
     free(st);
 }

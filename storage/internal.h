@@ -49,6 +49,9 @@ typedef enum {
     Q_TASK_MARK_REISSUED,
     Q_UPDATE_INSERT,
     Q_UPDATE_BLOB_INSERT,
+    Q_UPDATE_BODY_INSERT,
+    Q_UPDATE_PRUNE_BODIES,
+    Q_BODY_SEG_USED,
     Q_UPDATE_EXISTS,
     Q_UPDATE_PENDING,
     Q_UPDATE_UNMERGED,
@@ -76,6 +79,9 @@ typedef enum {
     Q_VALUES_HAS,
     Q_VALUES_EACH,
     Q_VALUES_PRUNE,
+    Q_TOKEN_EACH,
+    Q_TOKEN_REVOKE,
+    Q_PEER_SET_KEY,
     Q_FACTORS_INSERT,
     Q_FACTORS_GET,
     Q_FACTORS_LATEST,
@@ -83,9 +89,28 @@ typedef enum {
     Q_COUNT
 } q_id;
 
+/* Update bodies: append-only segment files in "<database>-bodies/"
+ * (bodies.c, which says why). Each connection appends to a segment of its
+ * own and reads through a few cached descriptors. */
+#define BODY_READ_FDS 4
+typedef struct body_files {
+    char dir[4096];
+    int wfd;          /* segment appended to, -1 before the first append */
+    int64_t wseg;
+    uint64_t wsize;
+    int dirty;        /* wfd has bytes not yet fdatasynced */
+    int dir_dirty;    /* a segment was created since the directory's last fsync */
+    int rfd[BODY_READ_FDS];
+    int64_t rseg[BODY_READ_FDS];
+    size_t rnext;
+    uint8_t *rbuf;    /* the last body read */
+    size_t rcap;
+} body_files;
+
 struct storage {
     sqlite3 *db;
     sqlite3_stmt *stmts[Q_COUNT];
+    body_files bodies;
 };
 
 /* The prepared statement for id, reset and with bindings cleared; NULL (and
@@ -108,6 +133,25 @@ int64_t q_changes(storage *st);
  * success; SQL NULL becomes ""). */
 int q_strdup(sqlite3_stmt *s, int col, char **out, vl_error *err);
 
+/* Sets up b for the database at db_path; touches no file. */
+void body_init(body_files *b, const char *db_path);
+/* Closes b's files; b may be set up again with body_init. */
+void body_close(body_files *b);
+/* Appends len bytes to this connection's segment (inside a write
+ * transaction only) and gives where they went. Not durable before
+ * body_sync, which storage_commit calls. */
+int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64_t *off,
+                vl_error *err);
+/* Makes every append since the last call durable (and a new segment's
+ * directory entry). */
+int body_sync(body_files *b, vl_error *err);
+/* Reads len bytes at (seg, off); *out points into b and stays valid until
+ * the next body_read on b. */
+int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_t **out,
+              vl_error *err);
+/* Deletes segment files no update points at any more, inside the caller's
+ * write transaction (so no other connection is appending). */
+int body_prune(storage *st, vl_error *err);
 /* The part of a version commit that stores v's merged K-FAC factors (when
  * it has them) and prunes factors older than keep_versions below it
  * (factors.c). */

@@ -106,6 +106,42 @@ int storage_token_use(storage *st, int64_t id, vl_error *err) {
     return rc;
 }
 
+int storage_token_each(storage *st, storage_token_fn fn, void *ctx, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TOKEN_EACH, err);
+    if (!s) return VL_EDB;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        storage_token t;
+        memset(&t, 0, sizeof t);
+        t.id = sqlite3_column_int64(s, 0);
+        const char *hash = (const char *)sqlite3_column_text(s, 1);
+        snprintf(t.hash_prefix, sizeof t.hash_prefix, "%s", hash ? hash : "");
+        t.uses_left = sqlite3_column_int64(s, 2);
+        t.expires_at = sqlite3_column_int64(s, 3);
+        t.created_at = sqlite3_column_int64(s, 4);
+        t.revoked = sqlite3_column_int(s, 5) != 0;
+        t.peers = sqlite3_column_int64(s, 6);
+        int r = fn(ctx, &t);
+        if (r != 0) {
+            q_done(s);
+            return r;
+        }
+    }
+    int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "list tokens");
+    q_done(s);
+    return ret;
+}
+
+int storage_token_revoke(storage *st, int64_t id, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TOKEN_REVOKE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, id);
+    int rc = q_exec(st, s, "revoke token", err);
+    if (rc == VL_OK && q_changes(st) != 1)
+        return vl_fail(err, VL_ENOTFOUND, "no token %lld", (long long)id);
+    return rc;
+}
+
 /* ---- peers -------------------------------------------------------------- */
 
 int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES],
@@ -191,6 +227,21 @@ int storage_peer_revoke(storage *st, int64_t id, vl_error *err) {
     int rc = q_exec(st, s, "revoke peer", err);
     if (rc == VL_OK && q_changes(st) != 1)
         return vl_fail(err, VL_ENOTFOUND, "no peer %lld", (long long)id);
+    return rc;
+}
+
+int storage_peer_set_key(storage *st, int64_t id, const uint8_t old_pk[STORAGE_PK_BYTES],
+                         const uint8_t new_pk[STORAGE_PK_BYTES], vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_PEER_SET_KEY, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_blob(s, 1, new_pk, STORAGE_PK_BYTES, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    sqlite3_bind_blob(s, 3, old_pk, STORAGE_PK_BYTES, SQLITE_STATIC);
+    int rc = q_exec(st, s, "set peer key", err);
+    if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the new key is already registered");
+    if (rc == VL_OK && q_changes(st) != 1)
+        return vl_fail(err, VL_ENOTFOUND, "peer %lld is unknown, revoked, or has another key now",
+                       (long long)id);
     return rc;
 }
 

@@ -119,6 +119,15 @@ static const storage_migration MIGRATIONS[] = {
      " SELECT id, blob FROM updates WHERE blob IS NOT NULL;"
      "ALTER TABLE updates DROP COLUMN blob;"},
     {6,
+     /* New bodies live in segment files beside the database (bodies.c):
+      * written once, where the WAL would have written them twice. Bodies
+      * stored before stay in update_blobs and are read from there. */
+     "CREATE TABLE update_bodies ("
+     " update_id INTEGER PRIMARY KEY REFERENCES updates(id),"
+     " seg INTEGER NOT NULL CHECK (seg >= 0),"
+     " off INTEGER NOT NULL CHECK (off >= 0));"
+     "CREATE INDEX update_bodies_by_seg ON update_bodies(seg);"},
+    {7,
      /* K-FAC runs that share factors: the weighted mean of the factors the
       * updates merged into a version carried, as the file peers download,
       * committed with the version. */

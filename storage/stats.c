@@ -38,6 +38,10 @@ int storage_peer_each(storage *st, int64_t now, storage_peer_fn fn, void *ctx, v
         a.revoked = sqlite3_column_int(s, 3) != 0;
         a.leases = sqlite3_column_int64(s, 4);
         a.updates = sqlite3_column_int64(s, 5);
+        const void *pk = sqlite3_column_blob(s, 6);
+        if (pk && sqlite3_column_bytes(s, 6) == STORAGE_PK_BYTES)
+            memcpy(a.public_key, pk, STORAGE_PK_BYTES);
+        a.joined_at = sqlite3_column_int64(s, 7);
         int r = fn(ctx, &a);
         if (r != 0) {
             q_done(s);

@@ -1,5 +1,10 @@
 /*
- * storage: every durable fact of a coordinator, in one SQLite database.
+ * storage: every durable fact of a coordinator, in one SQLite database,
+ * except the bytes of update bodies: those are appended to segment files
+ * in the directory "<database>-bodies/" (made durable before the
+ * transaction that points at them commits), because WAL mode would write
+ * each of them twice. The directory belongs with the database file: copy
+ * or move both.
  *
  * The database runs in WAL mode with synchronous=FULL, so a transaction that
  * has committed survives a crash or power loss: the coordinator acknowledges
@@ -142,6 +147,27 @@ int storage_token_find(storage *st, const char *hash_hex, int64_t *id,
  * has none left). Run it in the transaction that inserts the peer. */
 int storage_token_use(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
 
+/* A stored join token as the operator sees it: never the token itself,
+ * which is not stored, only the start of its hash to tell tokens apart. */
+typedef struct storage_token {
+    int64_t id;
+    char hash_prefix[13]; /* first 12 hex digits of the token's hash */
+    int64_t uses_left;
+    int64_t expires_at;
+    int64_t created_at;
+    int revoked;
+    int64_t peers; /* peers it registered */
+} storage_token;
+/* Called once per token, by id; non-zero stops the walk and is returned. */
+typedef int (*storage_token_fn)(void *ctx, const storage_token *t);
+/* Walks every stored token, by id. */
+int storage_token_each(storage *st, storage_token_fn fn, void *ctx, vl_error *err) VL_MUST_CHECK;
+/* Revokes token id: from now on it admits nobody, not even a key it
+ * registered before (peers it registered stay registered). Revoking a
+ * revoked token again is no error; VL_ENOTFOUND if there is no such
+ * token. */
+int storage_token_revoke(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+
 /* ---- peers -------------------------------------------------------------- */
 
 #define STORAGE_PK_BYTES 32
@@ -177,6 +203,12 @@ int storage_peer_touch(storage *st, int64_t id, int64_t now, vl_error *err) VL_M
 /* Marks peer id revoked (every later request is refused with 403).
  * VL_ENOTFOUND if there is no such peer. */
 int storage_peer_revoke(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* Key rotation: replaces peer id's public key old_pk by new_pk, provided
+ * the peer is not revoked and old_pk is still its key. VL_ENOTFOUND when
+ * that does not hold (unknown or revoked peer, or its key changed
+ * meanwhile); VL_ECONFLICT when new_pk is registered to a peer already. */
+int storage_peer_set_key(storage *st, int64_t id, const uint8_t old_pk[STORAGE_PK_BYTES],
+                         const uint8_t new_pk[STORAGE_PK_BYTES], vl_error *err) VL_MUST_CHECK;
 /* Number of registered peers, revoked ones included. */
 int storage_peer_count(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
 
@@ -405,6 +437,8 @@ int storage_update_histogram(storage *st, storage_hist what, storage_count_fn fn
 typedef struct storage_peer_activity {
     int64_t id;
     char name[64];
+    uint8_t public_key[STORAGE_PK_BYTES];
+    int64_t joined_at;
     int64_t last_seen;
     int revoked;
     int64_t leases;  /* leased tasks with deadline after now */

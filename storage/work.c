@@ -190,11 +190,21 @@ static int update_insert_steps(storage *st, const storage_update *u, int64_t *id
     if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the task already has an update");
     if (rc != VL_OK) return rc;
     int64_t uid = sqlite3_last_insert_rowid(st->db);
-    if (!(s = q_get(st, Q_UPDATE_BLOB_INSERT, err))) return VL_EDB;
-    sqlite3_bind_int64(s, 1, uid);
-    sqlite3_bind_blob64(s, 2, u->blob ? (const void *)u->blob : (const void *)"",
-                        (sqlite3_uint64)u->nbytes, SQLITE_STATIC);
-    if ((rc = q_exec(st, s, "insert update body", err)) != VL_OK) return rc;
+    if (u->nbytes > 0) {
+        int64_t seg, off;
+        rc = body_append(&st->bodies, u->blob, (size_t)u->nbytes, &seg, &off, err);
+        if (rc != VL_OK) return rc;
+        if (!(s = q_get(st, Q_UPDATE_BODY_INSERT, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, uid);
+        sqlite3_bind_int64(s, 2, seg);
+        sqlite3_bind_int64(s, 3, off);
+        if ((rc = q_exec(st, s, "insert update body", err)) != VL_OK) return rc;
+    } else {
+        if (!(s = q_get(st, Q_UPDATE_BLOB_INSERT, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, uid);
+        sqlite3_bind_blob64(s, 2, "", 0, SQLITE_STATIC);
+        if ((rc = q_exec(st, s, "insert update body", err)) != VL_OK) return rc;
+    }
     if (id) *id = uid;
     return VL_OK;
 }
@@ -244,6 +254,14 @@ static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void 
         if (u.blob && sqlite3_column_bytes(s, 9) != u.nbytes) {
             q_done(s);
             return vl_fail(err, VL_EDB, "database: update %lld is truncated", (long long)u.id);
+        }
+        if (!u.blob && sqlite3_column_type(s, 12) != SQLITE_NULL) {
+            int rc2 = body_read(&st->bodies, sqlite3_column_int64(s, 12),
+                                sqlite3_column_int64(s, 13), u.nbytes, &u.blob, err);
+            if (rc2 != VL_OK) {
+                q_done(s);
+                return rc2;
+            }
         }
         u.received_at = sqlite3_column_int64(s, 10);
         u.staleness = sqlite3_column_int64(s, 11);
@@ -379,6 +397,10 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
         if (!(s = q_get(st, Q_UPDATE_PRUNE, err))) return VL_EDB;
         sqlite3_bind_int64(s, 1, v->version - o->keep_update_blobs);
         if ((rc = q_exec(st, s, "prune updates", err)) != VL_OK) return rc;
+        if (!(s = q_get(st, Q_UPDATE_PRUNE_BODIES, err))) return VL_EDB;
+        sqlite3_bind_int64(s, 1, v->version - o->keep_update_blobs);
+        if ((rc = q_exec(st, s, "prune update bodies", err)) != VL_OK) return rc;
+        if ((rc = body_prune(st, err)) != VL_OK) return rc;
     }
     if (keep_changes > 0 && v->version >= keep_changes) {
         if (!(s = q_get(st, Q_CHANGE_PRUNE, err))) return VL_EDB;

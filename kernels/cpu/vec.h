@@ -47,8 +47,11 @@ static inline float kv_exp(float x)
 {
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
-    /* Round x/ln2 to nearest by adding and subtracting 1.5 * 2^23. */
+    /* Round x/ln2 to nearest by adding and subtracting 1.5 * 2^23. A NaN
+     * input (a diverged model's scores) gets n = 0, so the conversion to
+     * int below stays defined and the NaN comes out through p. */
     float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    n = n == n ? n : 0.0f;
     /* ln2 split in two so r = x - n ln2 is exact to float precision. */
     float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
     float p = 1.0f / 5040.0f;

@@ -1,16 +1,22 @@
-/* Shared by the files of the attack client (attack.c, attack_kfac.c):
- * the client's state, one request and its checked answer. */
-#ifndef VOLLEY_TEST_ATTACK_H
-#define VOLLEY_TEST_ATTACK_H
+/* The attack client's shared parts: its state, one request at a time over
+ * libcurl or raw TLS, and the check of each answer. Every case prints one
+ * row of a table: what was sent, the status and JSON error code wanted and
+ * got, and, when ATTACK_DB names the run's database, whether the tables
+ * were left exactly as they were (a refused request must change nothing
+ * stored; peers' last_seen aside). */
+#ifndef VOLLEY_ATTACK_H
+#define VOLLEY_ATTACK_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "common/common.h"
 #include "crypto/crypto.h"
 
 typedef struct ctx {
-    const char *url, *ca;
+    const char *url, *ca, *dir;
     char token[CRYPTO_TOKEN_LEN + 1];
     crypto_identity id;
     int64_t peer, task, base_version;
@@ -21,29 +27,96 @@ typedef struct ctx {
     int64_t k, rows, cols, seed;
 } ctx;
 
+/* An answer. status -1 means no HTTP answer came; code then says what
+ * happened instead: "closed" (the server ended the connection) or
+ * "tls_refused" (the handshake failed). */
 typedef struct reply {
     long status;
     char code[64];
+    char retry_after[32]; /* the Retry-After header, "" when absent */
     buf body;
+    int have_digest;
+    char digest[CRYPTO_HASH_HEX + 1]; /* the database before the request */
 } reply;
 
-/* Cases that answered as expected, and the others. */
-extern int passed, failed;
+/* Everything about one request; zero fields take the honest default. */
+typedef struct req_opts {
+    const char *method, *target;
+    const char *auth;    /* NULL: signed by key as peer; "": no header; else the literal value */
+    const void *body;
+    size_t len;
+    const void *sign_body; /* what the signature covers instead of body (NULL: body) */
+    size_t sign_len;
+    const char *sign_method, *sign_target; /* likewise (NULL: the real ones) */
+    const crypto_identity *key; /* NULL: the attacker's own */
+    int64_t peer;         /* the peer id signed as */
+    int64_t ts;           /* 0: now */
+    const char *ctype;    /* NULL: the route's type; "": no Content-Type */
+} req_opts;
 
-/* One request. auth: NULL = sign honestly as peer (with key, or c's own
- * when NULL), "" = none, else the literal header value. sign_body, when
- * given, is what the signature covers instead of the body sent. */
+/* Sends one request over libcurl and reads the answer into r (r->body
+ * must be released; expect() does it). */
+void send_req(const ctx *c, const req_opts *o, reply *r);
+/* Shorthand of send_req for the common cases: auth NULL/""/literal, body
+ * and what the signature covers, the key and peer to sign as, ts. */
 void request(const ctx *c, const char *method, const char *target, const char *auth,
              const void *body, size_t len, const void *sign_body, size_t sign_len,
              const crypto_identity *key, int64_t peer, int64_t ts, reply *r);
-/* Prints the case and counts it: status and (when code is given) code. */
-void expect(const char *name, reply *r, long status, const char *code);
-/* A signed GET that must answer status and code. */
-void get(const ctx *c, const char *name, const char *target, long status, const char *code);
-/* A dense update of n floats for c's task, value n/2 set to poison. */
-void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison);
+/* Writes head and then tail (may be NULL) on a fresh TLS connection,
+ * exactly as given, and reads until the server closes. With pause_s > 0
+ * it waits that long between head and tail, and with tail_close set it
+ * then shuts its sending side instead of sending tail. */
+void raw(const ctx *c, const char *head, const char *tail, reply *r);
+void raw_slow(const ctx *c, const char *head, double pause_s, const char *tail, int tail_close,
+              reply *r);
+/* raw_slow over a TLS context of the caller's (NULL: plain TCP). */
+struct ssl_ctx_st;
+void raw_conn(const ctx *c, struct ssl_ctx_st *sc, const char *head, double pause_s,
+              const char *tail, int tail_close, reply *r);
 
-/* attack kfac: STAGE "bad" or "finish" (attack_kfac.c). */
+/* Records one case: a row of the table, counted as passed or failed.
+ * A wanted status of 400 or more (or -1) also requires the database to
+ * be unchanged when ATTACK_DB is set. code NULL: any code. Frees r. */
+void expect(const char *name, reply *r, long status, const char *code);
+/* Records a case whose outcome the caller judged itself. */
+void record(const char *name, const char *want, const char *got, int ok);
+/* The table's header; the summary line "attack: N passed, N failed". */
+void table_begin(const char *title);
+int table_end(void);
+
+/* GET target signed as the attacker, expected to answer status/code. */
+void get(const ctx *c, const char *name, const char *target, long status, const char *code);
+/* POST body to /v1/updates signed as the attacker; frees b. */
+void post(const ctx *c, const char *name, buf *b, long status, const char *code);
+
+/* A dense update of n floats with metadata for run and base; element n/2
+ * is poison. */
+void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison);
+/* The same claiming num_samples = samples (update_body claims 10). */
+void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                          float poison, int64_t samples);
+
+/* dir/attack.state and dir/attack.key. */
+int load_state(ctx *c, const char *dir);
+int save_state(const ctx *c, json_t *compression);
+/* Loads a key file written by crypto_identity_save; aborts when missing. */
+void load_key(const char *dir, const char *file, crypto_identity *id);
+
+/* The phases (attack_*.c). */
+int prepare(ctx *c, const char *token, const char *badtoken);
+void attack_general(ctx *c, const char *badtoken);
+int setup_access(ctx *c, const char *victim_token);
+void attack_access(ctx *c, const char *spare, const char *revoked, const char *expired);
+void attack_tls(ctx *c);
+void attack_limits(ctx *c);
+void attack_sparse(ctx *c);
+void attack_values(ctx *c, const char *stage);
+void finish(ctx *c, long status, const char *code);
+void delta(ctx *c, const char *since, long status);
+int lease(ctx *c);
+/* A token-shard run's data endpoint (attack_tokens.c). */
+void attack_tokens(ctx *c);
+/* K-FAC factor sharing (attack_kfac.c): STAGE "bad" or "finish". */
 void attack_kfac(ctx *c, const char *stage);
 
 #endif

@@ -14,6 +14,8 @@ PER=8
 IT_MODE=async IT_LEASE_S=30 it_setup itcrash 1000000 "$PER" \
   '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32"},
    "staleness": {"max": 1000000},'
+# The storm is far above any peer's rate on purpose: no rate limits.
+IT_SERVE_ARGS="--peer-rate 0 --addr-rate 0"
 it_start_coordinator
 for i in 1 2 3; do it_peer "$i"; done
 for i in 1 2 3; do
@@ -51,7 +53,7 @@ for k in $(seq 1 "$KILLS"); do
   echo "crash: kill $k: $total_acked uploads acknowledged so far, all stored;" \
        "$(q 'SELECT current_version FROM run') versions"
   "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-    --listen "127.0.0.1:$PORT" 2>> coordinator.log &
+    --listen "127.0.0.1:$PORT" $IT_SERVE_ARGS 2>> coordinator.log &
   CPID=$!
   for _ in $(seq 1 100); do
     curl -s --cacert tls/ca.pem -o /dev/null "$URL/v1/status" && break
@@ -72,6 +74,14 @@ unmerged=$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')
 [ "$unmerged" -lt "$PER" ] || fail "$unmerged updates are left unmerged (a version needs $PER)"
 [ "$total_acked" -ge $((KILLS * 5)) ] || fail "too few uploads were acknowledged ($total_acked)"
 restarts=$(grep -c 'listening on' coordinator.log)
-echo "crash: $KILLS kills, $restarts starts, $total_acked acknowledged uploads all stored," \
+# The clients ask for their next task with each upload (?next=1), so most
+# leases were written in the same transactions as the updates.
+nexts=0
+for f in client*.txt; do
+  nexts=$((nexts + $(tr ' ' '\n' < "$f" | sed -n 's/^next_tasks=//p')))
+done
+[ "$nexts" -gt 0 ] || fail "no upload was answered with the next task"
+echo "crash: $KILLS kills, $restarts starts, $total_acked acknowledged uploads all stored" \
+     "($nexts answered with the next task)," \
      "$(q 'SELECT current_version FROM run') versions, $unmerged left for the next one"
 echo "1 passed, 0 failed"

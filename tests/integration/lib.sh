@@ -25,6 +25,14 @@ trap it_cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# it_files: in $WORK, certificates for 127.0.0.1 made by the test's own CA
+# (tls/), and the text corpus (corpus.txt: the license texts).
+it_files() {
+  cd "$WORK"
+  bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
+  find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+}
+
 # it_setup NAME VERSIONS UPDATES_PER_VERSION [EXTRA]: EXTRA is more
 # configuration fields, each followed by a comma. IT_MODE (sync),
 # IT_LEASE_S (60) and IT_TRAIN (4 steps of 4 windows) set the mode, the
@@ -32,9 +40,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 it_setup() {
   local train='{"steps": 4, "batch": 4, "lr": 0.003}'
   [ -n "${IT_TRAIN:-}" ] && train=$IT_TRAIN
-  cd "$WORK"
-  bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
-  find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
+  it_files
   cat > run.json <<JSON
 {
   "name": "$1",
@@ -56,9 +62,12 @@ JSON
   "$COORD" init --db run.db --config run.json 2> init.log || fail "init"
 }
 
+# it_start_coordinator: serves run.db on a free port; IT_SERVE_ARGS are more
+# serve options (limits).
 it_start_coordinator() {
+  # shellcheck disable=SC2086 # the options are words on purpose
   "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-    --listen 127.0.0.1:0 2> coordinator.log &
+    --listen 127.0.0.1:0 ${IT_SERVE_ARGS:-} 2> coordinator.log &
   CPID=$!
   PORT=""
   for _ in $(seq 1 200); do
@@ -79,10 +88,13 @@ it_stop_coordinator() {
   [ "$rc" = 0 ] || fail "coordinator exited with $rc after SIGTERM"
 }
 
-# it_peer N: keygen + join peer N (directory peerN).
+# it_peer N: keygen + join peer N (directory peerN). The tokens are kept
+# in IT_TOKENS for it_check_no_secrets.
+IT_TOKENS=()
 it_peer() {
   local token
   token=$("$COORD" token create --db run.db --uses 1 --ttl 1h) || fail "token create"
+  IT_TOKENS+=("$token")
   "$PEER" keygen --dir "peer$1" > /dev/null || fail "keygen $1"
   "$PEER" join --dir "peer$1" --coordinator "$URL" --token "$token" --cacert tls/ca.pem \
     --name "it-peer-$1" > /dev/null 2> "join$1.log" || fail "join $1"
@@ -115,4 +127,22 @@ it_check_run() {
     || fail "an update was not merged into the version after its base"
   [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
     || fail "a task has two updates"
+}
+
+# it_check_no_secrets: no log of the run holds a secret: a join token, a
+# peer's secret key (its key file's base64 line, or a 16-character piece
+# of it), or a request signature (an Authorization value).
+it_check_no_secrets() {
+  local logs=("$WORK"/*.log) t k piece
+  for t in "${IT_TOKENS[@]}"; do
+    ! grep -qF -- "$t" "${logs[@]}" || fail "a join token is in a log"
+    ! grep -qF -- "${t#vlt_}" "${logs[@]}" || fail "a join token's hex is in a log"
+  done
+  for k in "$WORK"/peer*/peer.key; do
+    [ -f "$k" ] || continue
+    while read -r piece; do
+      ! grep -qF -- "$piece" "${logs[@]}" || fail "part of $k is in a log"
+    done < <(sed -n 2p "$k" | fold -w 16)
+  done
+  ! grep -qE 'sig=|Volley-Ed25519 peer' "${logs[@]}" || fail "a request signature is in a log"
 }

@@ -5,7 +5,8 @@
 source "$(dirname "$0")/lib.sh"
 VERSIONS=4
 it_setup itround "$VERSIONS" 3
-it_start_coordinator
+# Debug logging everywhere, so the check for secrets sees every line.
+VOLLEY_LOG=debug it_start_coordinator
 # Without the run's CA the peer must refuse the coordinator, in one line.
 token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
 "$PEER" keygen --dir nocert > /dev/null
@@ -16,7 +17,7 @@ grep -qi 'certificate' nocert.log || fail "no certificate error: $(cat nocert.lo
 [ "$(wc -l < nocert.log)" = 1 ] || fail "the error is not one line: $(cat nocert.log)"
 for i in 1 2 3; do it_peer "$i"; done
 for i in 1 2 3; do
-  "$PEER" run --dir "peer$i" --threads 1 --wait 10 2> "peer$i.log" &
+  VOLLEY_LOG=debug "$PEER" run --dir "peer$i" --threads 1 --wait 10 2> "peer$i.log" &
   PIDS+=($!)
 done
 for p in "${PIDS[@]}"; do
@@ -26,6 +27,7 @@ PIDS=()
 it_stop_coordinator
 
 it_check_run "$VERSIONS" 3
+it_check_no_secrets
 [ "$(q 'SELECT count(*) FROM peers')" = 3 ] || fail "expected 3 peers"
 first=$(q 'SELECT val_loss FROM versions WHERE version = 0')
 last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")

@@ -1,4 +1,18 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
 volley_unit_test(test_async volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
+volley_unit_test(test_robust volley_coordinator_core)
+volley_unit_test(test_limits volley_coordinator_core)
+volley_unit_test(test_coord_shards volley_coordinator_core)
+# GPT-2 small from a run configuration; its forward and backward pass is a
+# second entry of the same program, which a sanitizer build reports skipped.
+volley_unit_test(test_gpt2 volley_coordinator_core)
+if(TARGET test_gpt2)
+  # It also parses deploy/coordinator.shards.example.json, GPT-2 small on
+  # FineWeb shards, so the example cannot rot.
+  target_compile_definitions(test_gpt2 PRIVATE VOLLEY_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_test(NAME test_gpt2_step COMMAND test_gpt2 step)
+  set_tests_properties(test_gpt2_step PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+    ENVIRONMENT "OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=1")
+endif()
 volley_unit_test(test_coord_kfac volley_coordinator_core)

@@ -1,3 +1,5 @@
 volley_unit_test(test_peer volley_peer)
 volley_unit_test(test_peer_resume volley_peer)
+volley_unit_test(test_peer_tokens volley_peer)
+volley_unit_test(test_peer_refuse volley_peer)
 volley_unit_test(test_peer_kfac volley_peer)

@@ -1,1 +1,2 @@
 volley_unit_test(test_storage volley_storage)
+volley_unit_test(test_bodies volley_storage)

@@ -153,6 +153,10 @@ static void test_guard_malformed_heads(void **state) {
     /* Only origin-form targets; only the 100-continue expectation. */
     expect_refusal("GET http://x/v1/status HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
     expect_refusal("OPTIONS * HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    /* Found by fuzz_http: libevent reads "//..." as an authority, and a
+     * CONNECT target as nothing but one, and answers both in HTML. */
+    expect_refusal("GET //\"\"s1vt HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("CONNECT /v1/task HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_method");
     expect_refusal("POST /up HTTP/1.1\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\nx",
                    "POST /up HTTP/1.1", "bad_head");
     coord_guard g;

@@ -166,10 +166,17 @@ static void test_key_file(void **state) {
     crypto_identity id, back;
     crypto_identity_generate(&id);
     vl_error e = {0};
-    assert_int_equal(crypto_identity_save(&id, path, 0, &e), VL_OK);
+    /* 0600 whatever the umask, looser or stricter. */
+    const mode_t masks[] = {0, 0277, 022};
     struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    assert_int_equal(st.st_mode & 0777, 0600);
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        mode_t old = umask(masks[i]);
+        int rc = crypto_identity_save(&id, path, 1, &e);
+        umask(old);
+        assert_int_equal(rc, VL_OK);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+    }
     assert_int_equal(crypto_identity_save(&id, path, 0, &e), VL_ECONFLICT);
     assert_int_equal(crypto_identity_load(&back, path, &e), VL_OK);
     assert_memory_equal(id.pk, back.pk, CRYPTO_PK_BYTES);
@@ -222,6 +229,44 @@ static void test_tokens_and_keys(void **state) {
     assert_int_equal(crypto_pk_decode(b64, pk), VL_EINVAL);
 }
 
+/* A rotation proof holds for exactly the peer, old key and new key it was
+ * made for, and only the new key can make it. */
+static void test_rotation_proof(void **state) {
+    (void)state;
+    crypto_identity old_id, new_id, other;
+    crypto_identity_generate(&old_id);
+    crypto_identity_generate(&new_id);
+    crypto_identity_generate(&other);
+    char proof[CRYPTO_SIG_B64_LEN + 1];
+    crypto_rotation_sign(&new_id, 7, old_id.pk, proof);
+    assert_int_equal(strlen(proof), CRYPTO_SIG_B64_LEN);
+    vl_error e = {0};
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, proof, &e), VL_OK);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 8, old_id.pk, proof, &e), VL_EAUTH);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, other.pk, proof, &e), VL_EAUTH);
+    assert_int_equal(crypto_rotation_verify(other.pk, 7, old_id.pk, proof, &e), VL_EAUTH);
+    /* Signed by the old key instead of the new one. */
+    char wrong[CRYPTO_SIG_B64_LEN + 1];
+    crypto_rotation_sign(&old_id, 7, old_id.pk, wrong);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, wrong, &e), VL_EAUTH);
+    /* A request signature by the new key is not a rotation proof. */
+    char hdr[CRYPTO_AUTH_MAX];
+    sign_ok(&new_id, hdr, sizeof hdr);
+    const char *sig = strstr(hdr, "sig=");
+    assert_non_null(sig);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, sig + 4, &e), VL_EAUTH);
+    /* Malformed proofs. */
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, "", &e), VL_EINVAL);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, "abc", &e), VL_EINVAL);
+    char longer[CRYPTO_SIG_B64_LEN + 8];
+    snprintf(longer, sizeof longer, "%sAAAA", proof);
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, longer, &e), VL_EINVAL);
+    char flipped[CRYPTO_SIG_B64_LEN + 1];
+    memcpy(flipped, proof, sizeof flipped);
+    flipped[10] = flipped[10] == 'A' ? 'B' : 'A';
+    assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, flipped, &e), VL_EAUTH);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_request_verifies),
@@ -231,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_nonce_cache_bounded),
         cmocka_unit_test(test_key_file),
         cmocka_unit_test(test_tokens_and_keys),
+        cmocka_unit_test(test_rotation_proof),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

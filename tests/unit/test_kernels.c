@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "common/common.h"
+#include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -707,9 +708,27 @@ static void test_reproducible(void **state)
     free(a), free(b), free(c);
 }
 
+/* The branch-free exp against libm over its range, clamped outside it,
+ * and NaN in, NaN out. NaN reaches it from a diverged model's attention
+ * scores; it used to turn into an out-of-range float-to-int conversion
+ * (undefined behaviour, found by fuzz_http under clang's UBSan). */
+static void test_exp(void **state)
+{
+    (void)state;
+    for (double x = -87.0; x <= 88.0; x += 0.37) {
+        float xf = (float)x;
+        assert_near(kv_exp(xf) / exp((double)xf), 1.0, 1e-6);
+    }
+    assert_true(kv_exp(-INFINITY) > 0.0f && kv_exp(-INFINITY) < 2e-38f);
+    assert_true(isfinite(kv_exp(INFINITY)) && kv_exp(INFINITY) > 1e38f);
+    assert_true(isnan(kv_exp(NAN)));
+    assert_true(isnan(kv_exp(-NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exp),
         cmocka_unit_test(test_encoder_grad),
         cmocka_unit_test(test_layernorm_forward_ref),
         cmocka_unit_test(test_layernorm_grad),

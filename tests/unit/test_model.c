@@ -150,6 +150,44 @@ static void test_init(void **state)
     model_gpt_destroy(a), model_gpt_destroy(b), model_gpt_destroy(d);
 }
 
+/* The initialisation drawn in chunks on several threads is, bit for bit,
+ * the plain sequential draw: every 2-D tensor std * rng_normal in table
+ * order from one stream, and rng_normal_skip steps that stream exactly as
+ * the draws would. wte here spans several chunks and ends inside one. */
+static void test_init_sequential(void **state)
+{
+    (void)state;
+    rng a, b;
+    rng_seed(&a, 11);
+    rng_seed(&b, 11);
+    rng_normal_skip(&a, 1001);
+    for (int i = 0; i < 1001; i++)
+        (void)rng_normal(&b);
+    assert_true(rng_u64(&a) == rng_u64(&b));
+
+    model_gpt_config c = {.vocab_size = 5003, .block_size = 16, .n_layer = 2, .n_head = 4,
+                          .n_embd = 32};
+    model_gpt *m = make(c, 99);
+    const float *p = model_gpt_params(m);
+    const model_tensor *t;
+    int n = model_gpt_tensors(m, &t);
+    rng r;
+    rng_seed(&r, 99);
+    float proj = 0.02f / sqrtf(2.0f * (float)c.n_layer);
+    for (int i = 0; i < n; i++) {
+        if (t[i].ndim != 2)
+            continue;
+        float std = strstr(t[i].name, ".c_proj.weight") ? proj : 0.02f;
+        for (size_t k = 0; k < t[i].numel; k++) {
+            float want = std * rng_normal(&r);
+            if (memcmp(&want, p + t[i].offset + k, sizeof want) != 0)
+                fail_msg("%s[%zu] = %.9g, sequentially %.9g", t[i].name, k,
+                         (double)p[t[i].offset + k], (double)want);
+        }
+    }
+    model_gpt_destroy(m);
+}
+
 /* ---- forward -------------------------------------------------------------- */
 
 static void random_tokens(int *x, size_t n, int V, rng *r)
@@ -708,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_config_validate),
         cmocka_unit_test(test_tensor_table),
         cmocka_unit_test(test_init),
+        cmocka_unit_test(test_init_sequential),
         cmocka_unit_test(test_init_loss_is_uniform),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_replanning),

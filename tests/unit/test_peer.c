@@ -625,24 +625,6 @@ static void test_train_selsync_and_limits(void **state) {
     peer_trainer_free(&tr);
 }
 
-/* A model file as the coordinator serves it. */
-static void model_file(peer_trainer *src, const char *run, const char *version, buf *out) {
-    st_writer w;
-    st_writer_init(&w);
-    char cfg[200];
-    snprintf(cfg, sizeof cfg,
-             "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
-             src->cfg.vocab_size, src->cfg.block_size, src->cfg.n_layer, src->cfg.n_head,
-             src->cfg.n_embd);
-    assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
-    assert_int_equal(st_writer_meta(&w, "version", version), VL_OK);
-    assert_int_equal(st_writer_meta(&w, "model", cfg), VL_OK);
-    assert_int_equal(model_gpt_write_safetensors(src->gpt, &w), VL_OK);
-    vl_error e = {0};
-    assert_int_equal(st_writer_finish(&w, out, &e), VL_OK);
-    st_writer_free(&w);
-}
-
 /* Over several tasks the top-k uploads plus the residual hold exactly the
  * sum of the deltas; a dropped upload goes back into the residual; a sketch
  * upload leaves no state. */
@@ -781,125 +763,6 @@ static void test_encode_feedback(void **state) {
     peer_trainer_free(&tr);
 }
 
-/* Writes a delta file by hand. */
-static void delta_file(buf *out, const char *run, const char *since, const char *version,
-                       const uint32_t *idx, const float *val, size_t n) {
-    st_writer w;
-    st_writer_init(&w);
-    uint64_t shape[1] = {n};
-    assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
-    assert_int_equal(st_writer_meta(&w, "since", since), VL_OK);
-    assert_int_equal(st_writer_meta(&w, "version", version), VL_OK);
-    assert_int_equal(st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4), VL_OK);
-    assert_int_equal(st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4), VL_OK);
-    vl_error e = {0};
-    buf_reset(out);
-    assert_int_equal(st_writer_finish(&w, out, &e), VL_OK);
-    st_writer_free(&w);
-}
-
-static void test_apply_delta(void **state) {
-    (void)state;
-    peer_trainer tr;
-    peer_trainer_init(&tr);
-    vl_error e = {0};
-    buf f;
-    buf_init(&f, 0);
-    uint32_t idx[3] = {0, 5, 9};
-    float val[3] = {0.5f, -1.0f, 2.0f};
-    delta_file(&f, "unit", "3", "6", idx, val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
-    assert_int_equal(peer_trainer_init_model(&tr, &TINY, 3, &e), VL_OK);
-    size_t n = tr.n_params;
-    float *before = malloc(n * sizeof *before);
-    memcpy(before, tr.base, n * sizeof *before);
-    /* Wrong run, wrong range, bad indices, non-finite values: unchanged. */
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "other", 6, &e), VL_EINVAL);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 7, &e), VL_EINVAL);
-    uint32_t desc[3] = {5, 0, 9}, far[3] = {0, 5, (uint32_t)n};
-    delta_file(&f, "unit", "3", "6", desc, val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
-    delta_file(&f, "unit", "3", "6", far, val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
-    float nan_val[3] = {0.5f, NAN, 2.0f};
-    delta_file(&f, "unit", "3", "6", idx, nan_val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
-    delta_file(&f, "unit", "2", "6", idx, val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_EINVAL);
-    assert_memory_equal(tr.base, before, n * sizeof *before);
-    assert_int_equal(tr.base_version, 3);
-    /* A good one moves exactly the listed coordinates. */
-    delta_file(&f, "unit", "3", "6", idx, val, 3);
-    assert_int_equal(peer_trainer_apply_delta(&tr, f.data, f.len, "unit", 6, &e), VL_OK);
-    assert_int_equal(tr.base_version, 6);
-    for (size_t i = 0; i < n; i++) {
-        float want = before[i];
-        for (int j = 0; j < 3; j++)
-            if (idx[j] == i) want += val[j];
-        assert_true(tr.base[i] == want);
-    }
-    free(before);
-    buf_free(&f);
-    peer_trainer_free(&tr);
-}
-
-static void test_trainer_load(void **state) {
-    (void)state;
-    peer_trainer src, tr;
-    peer_trainer_init(&src);
-    peer_trainer_init(&tr);
-    vl_error e = {0};
-    assert_int_equal(peer_trainer_init_model(&src, &TINY, 0, &e), VL_OK);
-    buf f;
-    buf_init(&f, 0);
-    model_file(&src, "demo", "4", &f);
-
-    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 5, &e), VL_EINVAL);
-    assert_non_null(strstr(e.msg, "version 4"));
-    assert_int_equal(tr.base_version, -1);
-    assert_null(tr.gpt);
-    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "other", 4, &e), VL_EINVAL);
-    assert_non_null(strstr(e.msg, "run"));
-    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 4, &e), VL_OK);
-    assert_int_equal(tr.base_version, 4);
-    assert_int_equal(tr.n_params, src.n_params);
-    assert_memory_equal(tr.base, src.base, src.n_params * sizeof(float));
-    assert_memory_equal(model_gpt_params(tr.gpt), src.base, src.n_params * sizeof(float));
-
-    /* Damaged bytes leave the held model as it was. */
-    model_gpt *held = tr.gpt;
-    f.data[f.len / 2] ^= 0x5a;
-    f.data[9] = '#';
-    assert_int_not_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 6, &e), VL_OK);
-    assert_int_equal(tr.base_version, 4);
-    assert_ptr_equal(tr.gpt, held);
-    assert_int_not_equal(peer_trainer_load(&tr, f.data, 100, "demo", 6, &e), VL_OK);
-    assert_int_equal(tr.base_version, 4);
-
-    /* A new shape replaces the model and resets the optimizer. */
-    peer_task task = tiny_task(2);
-    peer_train_result res;
-    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
-    assert_true(tr.have_opt);
-    peer_trainer big;
-    peer_trainer_init(&big);
-    model_gpt_config cfg2 = TINY;
-    cfg2.n_layer = 2;
-    assert_int_equal(peer_trainer_init_model(&big, &cfg2, 0, &e), VL_OK);
-    buf_reset(&f);
-    model_file(&big, "demo", "7", &f);
-    assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 7, &e), VL_OK);
-    assert_int_equal(tr.cfg.n_layer, 2);
-    assert_int_equal(tr.n_params, big.n_params);
-    assert_false(tr.have_opt);
-    assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
-
-    buf_free(&f);
-    peer_trainer_free(&big);
-    peer_trainer_free(&src);
-    peer_trainer_free(&tr);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backoff_window),
@@ -914,7 +777,6 @@ int main(void) {
         cmocka_unit_test(test_task_rejected),
         cmocka_unit_test(test_task_compression),
         cmocka_unit_test(test_encode_feedback),
-        cmocka_unit_test(test_apply_delta),
         cmocka_unit_test(test_model_config_parse),
         cmocka_unit_test(test_url_check),
         cmocka_unit_test(test_state_round_trip),
@@ -922,7 +784,6 @@ int main(void) {
         cmocka_unit_test(test_train_lowers_loss),
         cmocka_unit_test(test_selsync_feed),
         cmocka_unit_test(test_train_selsync_and_limits),
-        cmocka_unit_test(test_trainer_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

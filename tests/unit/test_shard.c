@@ -4,6 +4,7 @@
  * refused with the right code and a message that says what is wrong; and
  * the validating scan covers every token across chunk boundaries.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -436,6 +437,98 @@ static void test_large_shard(void **state)
     free(tok);
 }
 
+/* ---- reading ranges and evaluating ---------------------------------------- */
+
+static void test_read(void **state)
+{
+    fixture *f = *state;
+    const int V = 50257;
+    const size_t N = (size_t)CHUNK_TOKENS + 5000; /* one chunk and a bit */
+    uint16_t *tok = pattern(N, V);
+    model_shard *s = open_ok(write_shard(f, "read.bin", tok, N), V);
+    uint16_t *out = malloc(N * sizeof *out);
+    assert_non_null(out);
+    OK(model_shard_read(s, 0, N, out, &e_));
+    assert_memory_equal(out, tok, N * sizeof *out);
+    /* Across the chunk boundary, from an odd offset. */
+    int64_t at = CHUNK_TOKENS - 777;
+    OK(model_shard_read(s, at, 2000, out, &e_));
+    assert_memory_equal(out, tok + at, 2000 * sizeof *out);
+    OK(model_shard_read(s, (int64_t)N, 0, out, &e_));
+    vl_error err = {0};
+    assert_int_equal(model_shard_read(s, (int64_t)N - 10, 11, out, &err), VL_EINVAL);
+    assert_non_null(strstr(err.msg, "outside its"));
+    assert_int_equal(model_shard_read(s, -1, 1, out, &err), VL_EINVAL);
+    assert_int_equal(model_shard_read(s, (int64_t)N + 1, 0, out, &err), VL_EINVAL);
+    model_shard_close(s);
+
+    /* A token changed after the shard was opened is caught when read. */
+    s = open_ok(write_shard(f, "changing.bin", tok, N), V);
+    FILE *fp = fopen(f->path, "r+b");
+    assert_non_null(fp);
+    uint8_t big[2] = {0xff, 0xff};
+    assert_int_equal(fseek(fp, MODEL_SHARD_HEADER_BYTES + 2 * 100, SEEK_SET), 0);
+    assert_int_equal(fwrite(big, 1, 2, fp), 2);
+    assert_int_equal(fclose(fp), 0);
+    OK(model_shard_read(s, 0, 100, out, &e_));
+    assert_int_equal(model_shard_read(s, 50, 100, out, &err), VL_EINVAL);
+    assert_non_null(strstr(err.msg, "token 100 is 65535"));
+    model_shard_close(s);
+    free(out);
+    free(tok);
+}
+
+/* Evaluating tokens is evaluating bytes when the values fit in a byte, bit
+ * for bit; and over a wide vocabulary it is the mean of every window's loss
+ * as a plain forward pass gives it. */
+static void test_eval_tokens(void **state)
+{
+    (void)state;
+    model_gpt_config c = {.vocab_size = 300, .block_size = 16, .n_layer = 1, .n_head = 2,
+                          .n_embd = 16};
+    model_gpt *m = NULL;
+    OK(model_gpt_create(&c, &m, &e_));
+    model_gpt_init_weights(m, 5);
+    const int T = 8;
+    const size_t N = 8 * 11 + 1; /* 11 windows */
+    uint16_t *tok = pattern(N, 256);
+    uint8_t bytes[8 * 11 + 1];
+    for (size_t i = 0; i < N; i++)
+        bytes[i] = (uint8_t)tok[i];
+    float a, b;
+    OK(model_gpt_eval_bytes(m, bytes, N, 3, T, 0, &a, &e_));
+    OK(model_gpt_eval_tokens(m, tok, N, 3, T, 0, &b, &e_));
+    assert_memory_equal(&a, &b, sizeof a);
+
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (uint16_t)((i * 37 + 11) % 300); /* ids above 255 too */
+    OK(model_gpt_eval_tokens(m, tok, N, 4, T, 0, &b, &e_));
+    double sum = 0;
+    int in[8], tg[8];
+    for (size_t w = 0; w < 11; w++) {
+        for (int t = 0; t < T; t++) {
+            in[t] = tok[w * T + (size_t)t];
+            tg[t] = tok[w * T + (size_t)t + 1];
+        }
+        float l;
+        OK(model_gpt_forward(m, in, tg, 1, T, &l, &e_));
+        sum += l;
+    }
+    assert_float_equal(b, sum / 11, 1e-5 * fabs(sum / 11));
+    /* At most one batch of 4 windows. */
+    float one;
+    OK(model_gpt_eval_tokens(m, tok, N, 4, T, 1, &one, &e_));
+    assert_true(one != b);
+
+    vl_error err = {0};
+    assert_int_equal(model_gpt_eval_tokens(m, tok, (size_t)T, 1, T, 0, &a, &err), VL_EINVAL);
+    assert_non_null(strstr(err.msg, "tokens is shorter"));
+    tok[3] = 300; /* not below vocab_size */
+    assert_int_equal(model_gpt_eval_tokens(m, tok, N, 1, T, 0, &a, &err), VL_EINVAL);
+    free(tok);
+    model_gpt_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +541,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_other, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_path_message, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_shard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read, setup, teardown),
+        cmocka_unit_test(test_eval_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,68 +18,48 @@
 #include "storage/internal.h"
 #include "storage/storage.h"
 #include "test_util.h"
+#include "storage_fixtures.h"
 
-/* Commit options as the tests use them: update blobs kept as long as
- * versions, sync leases. */
-#define COMMIT_OPTS(kv, kc, fin)                                                                 \
-    (&(storage_commit_opts){.keep_versions = (kv), .keep_changes = (kc),                         \
-                            .keep_update_blobs = (kv), .finished = (fin),                        \
-                            .expire_old_leases = 1})
-
-typedef struct fixture {
-    char dir[64];
-    char path[128];
-    storage *st;
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/volley-test-storage-XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/run.db", f->dir);
-    vl_error e = {0};
-    if (storage_open(f->path, 1, &f->st, &e) != VL_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return -1;
+/* A new database, the -wal and -shm files SQLite makes beside it, and the
+ * update bodies' directory and segment files are the owner's alone (0600,
+ * the directory 0700) whatever the umask: they hold token hashes, peer
+ * keys and uploads. */
+static void test_file_modes(void **state) {
+    (void)state;
+    const mode_t masks[] = {0, 022, 0277};
+    for (size_t i = 0; i < sizeof masks / sizeof masks[0]; i++) {
+        char *d = test_temp_dir("/tmp/volley-test-modes-XXXXXX");
+        char path[256];
+        snprintf(path, sizeof path, "%s/run.db", d);
+        mode_t old = umask(masks[i]);
+        storage *st = NULL;
+        vl_error e = {0};
+        if (storage_open(path, 1, &st, &e) != VL_OK)
+            fail_msg("umask %03o: %s", (unsigned)masks[i], e.msg);
+        insert_run(st);
+        commit_version(st, 0, 0.0f, NULL, 0, 4);
+        int64_t p = add_peer(st, 1);
+        add_update(st, add_task(st, p, 0, 2000, STORAGE_TASK_DONE), p, 0);
+        umask(old);
+        char seg[300];
+        snprintf(seg, sizeof seg, "%s-bodies/%016d.seg", path, 0);
+        const char *files[] = {"", "-wal", "-shm", "-bodies", seg};
+        for (int k = 0; k < 5; k++) {
+            char f[300];
+            snprintf(f, sizeof f, "%s", k < 4 ? path : "");
+            snprintf(f + strlen(f), sizeof f - strlen(f), "%s", files[k]);
+            struct stat sb;
+            if (stat(f, &sb) != 0) fail_msg("umask %03o: no %s", (unsigned)masks[i], f);
+            unsigned want = k == 3 ? 0700 : 0600;
+            if ((sb.st_mode & 0777) != want)
+                fail_msg("umask %03o: %s has mode %03o", (unsigned)masks[i], f,
+                         (unsigned)(sb.st_mode & 0777));
+        }
+        storage_close(st);
+        test_remove_db(path);
+        test_remove_tree(d);
+        free(d);
     }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    storage_close(f->st);
-    test_remove_db(f->path);
-    rmdir(f->dir);
-    free(f);
-    return 0;
-}
-
-static void insert_run(storage *st) {
-    storage_run r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.name, sizeof r.name, "demo");
-    r.config = "{\"name\":\"demo\"}";
-    r.corpus_path = "/data/corpus.txt";
-    r.corpus_size = 12345;
-    snprintf(r.corpus_hash, sizeof r.corpus_hash, "%064d", 7);
-    r.created_at = 1000;
-    vl_error e = {0};
-    assert_int_equal(storage_run_insert(st, &r, &e), VL_OK);
-}
-
-static void commit_version(storage *st, int64_t v, float fill, const int64_t *ids, size_t n,
-                           int64_t keep) {
-    float params[4] = {fill, fill + 1, fill + 2, fill + 3};
-    float mom[4] = {-fill, 0, 0, 0};
-    storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
-                           .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
-                           .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
-    vl_error e = {0};
-    int rc = storage_version_commit(st, &ver, ids, n, COMMIT_OPTS(keep, 0, 0), &e);
-    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
-    assert_int_equal(rc, VL_OK);
 }
 
 /* Sums the changes handed to it into a 4-vector and checks their order. */
@@ -153,38 +133,8 @@ static void test_changes(void **state) {
     assert_true(last.x[1] == 0.0f);
 }
 
-static int64_t add_peer(storage *st, uint8_t seed) {
-    uint8_t pk[STORAGE_PK_BYTES];
-    memset(pk, seed, sizeof pk);
-    int64_t id = 0;
-    vl_error e = {0};
-    assert_int_equal(storage_peer_insert(st, pk, "lab", "{\"cpus\":8}", 0, 1000, &id, &e), VL_OK);
-    return id;
-}
 
-static int64_t add_task(storage *st, int64_t peer, int64_t version, int64_t deadline,
-                        storage_task_state state) {
-    storage_task t = {.peer_id = peer, .base_version = version, .data_offset = 10,
-                      .data_length = 100, .seed = 42, .issued_at = 1000, .deadline = deadline,
-                      .state = state};
-    int64_t id = 0;
-    vl_error e = {0};
-    assert_int_equal(storage_task_insert(st, &t, &id, &e), VL_OK);
-    return id;
-}
 
-static int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t version) {
-    static const uint8_t blob[] = {1, 2, 3, 4, 5};
-    storage_update u = {.task_id = task, .peer_id = peer, .base_version = version,
-                        .kind = "dense", .num_samples = 64, .local_steps = 10, .loss = 2.5,
-                        .nbytes = sizeof blob, .blob = blob, .received_at = 1500};
-    int64_t id = 0;
-    vl_error e = {0};
-    int rc = storage_update_insert(st, &u, &id, &e);
-    if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
-    assert_int_equal(rc, VL_OK);
-    return id;
-}
 
 static void test_fresh_database_reaches_latest_schema(void **state) {
     fixture *f = *state;
@@ -387,6 +337,86 @@ static void test_peers(void **state) {
     int64_t n = 0;
     assert_int_equal(storage_peer_count(f->st, &n, &e), VL_OK);
     assert_int_equal(n, 1);
+}
+
+typedef struct token_list {
+    int n;
+    storage_token t[4];
+} token_list;
+
+static int collect_token(void *ctx, const storage_token *t) {
+    token_list *l = ctx;
+    if (l->n >= 4) return VL_ETOOBIG;
+    l->t[l->n++] = *t;
+    return VL_OK;
+}
+
+/* The list shows what the operator needs and nothing that could be used
+ * to join; a revoked token admits nobody, not even the key it registered. */
+static void test_token_list_and_revoke(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    int64_t a = 0, b = 0, got = 0;
+    const char *ha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    OK(storage_token_insert(f->st, ha, 3, 5000, 1000, &a, &e_));
+    OK(storage_token_insert(f->st, "ffee", 1, 9000, 1001, &b, &e_));
+    uint8_t pk[STORAGE_PK_BYTES];
+    memset(pk, 0x11, sizeof pk);
+    OK(storage_token_use(f->st, a, &e_));
+    OK(storage_peer_insert(f->st, pk, "p", "{}", a, 1000, NULL, &e_));
+    token_list l = {0};
+    OK(storage_token_each(f->st, collect_token, &l, &e_));
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.t[0].id, a);
+    assert_string_equal(l.t[0].hash_prefix, "0123456789ab");
+    assert_int_equal(l.t[0].uses_left, 2);
+    assert_int_equal(l.t[0].expires_at, 5000);
+    assert_int_equal(l.t[0].created_at, 1000);
+    assert_int_equal(l.t[0].revoked, 0);
+    assert_int_equal(l.t[0].peers, 1);
+    assert_int_equal(l.t[1].id, b);
+    assert_int_equal(l.t[1].peers, 0);
+
+    OK(storage_token_revoke(f->st, a, &e_));
+    OK(storage_token_revoke(f->st, a, &e_)); /* again: no error */
+    assert_int_equal(storage_token_revoke(f->st, b + 100, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_check(f->st, ha, 1000, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_find(f->st, ha, &got, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_check(f->st, "ffee", 1000, &got, &e), VL_OK);
+    memset(&l, 0, sizeof l);
+    OK(storage_token_each(f->st, collect_token, &l, &e_));
+    assert_int_equal(l.t[0].revoked, 1);
+    assert_int_equal(l.t[1].revoked, 0);
+    /* A walk stopped by its callback returns the callback's value. */
+    l.n = 4;
+    assert_int_equal(storage_token_each(f->st, collect_token, &l, &e), VL_ETOOBIG);
+}
+
+/* Rotation swaps the key only from the current one, never onto a key
+ * another peer holds, and never for a revoked peer. */
+static void test_peer_set_key(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    uint8_t k1[STORAGE_PK_BYTES], k2[STORAGE_PK_BYTES], k3[STORAGE_PK_BYTES];
+    memset(k1, 1, sizeof k1);
+    memset(k2, 2, sizeof k2);
+    memset(k3, 3, sizeof k3);
+    int64_t a = 0, b = 0;
+    OK(storage_peer_insert(f->st, k1, "a", "{}", 0, 1000, &a, &e_));
+    OK(storage_peer_insert(f->st, k2, "b", "{}", 0, 1000, &b, &e_));
+    assert_int_equal(storage_peer_set_key(f->st, a, k1, k2, &e), VL_ECONFLICT);
+    assert_int_equal(storage_peer_set_key(f->st, a, k3, k1, &e), VL_ENOTFOUND);
+    OK(storage_peer_set_key(f->st, a, k1, k3, &e_));
+    storage_peer p;
+    OK(storage_peer_get(f->st, a, &p, &e_));
+    assert_memory_equal(p.public_key, k3, sizeof k3);
+    storage_peer_free(&p);
+    assert_int_equal(storage_peer_find_key(f->st, k1, &p, &e), VL_ENOTFOUND);
+    /* The old key no longer matches: a second rotation from it fails. */
+    assert_int_equal(storage_peer_set_key(f->st, a, k1, k1, &e), VL_ENOTFOUND);
+    OK(storage_peer_revoke(f->st, b, &e_));
+    assert_int_equal(storage_peer_set_key(f->st, b, k2, k1, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_peer_set_key(f->st, b + 100, k2, k1, &e), VL_ENOTFOUND);
 }
 
 static void test_tasks_and_slots(void **state) {
@@ -749,6 +779,7 @@ static void test_factors_with_versions(void **state) {
 int main(void) {
     log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_modes),
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
@@ -757,6 +788,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_list_and_revoke, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_set_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tasks_and_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_updates_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),

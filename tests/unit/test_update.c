@@ -258,12 +258,86 @@ static void test_sketch_malformed(void **state) {
     }
 }
 
+/* Finite values too large to sum safely, in every kind and in round
+ * values, are refused as out_of_bounds; 2^40 itself is taken; a sample
+ * count over 2^40 makes the metadata malformed. Found by fuzz_http: a
+ * sketch of 3e38 cells made the merged model Inf. */
+static void test_value_bounds(void **state) {
+    (void)state;
+    const float limit = COMPRESS_MAX_ABS, over = nextafterf(COMPRESS_MAX_ABS, INFINITY);
+    float *d = calloc(N, sizeof *d);
+    assert_non_null(d);
+    compress_update_meta m = meta(COMPRESS_DENSE);
+    const float vals[] = {limit, -limit, over, -over, 3e38f};
+    for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) {
+        d[N / 3] = vals[k];
+        buf b;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(compress_update_encode_dense(&m, d, N, ST_F32, &b, &e_));
+        const char *code = NULL;
+        int want = k < 2 ? VL_OK : VL_ERANGE;
+        assert_int_equal(decode(&b, N, &code), want);
+        if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
+        buf_free(&b);
+
+        uint32_t idx[2] = {3, 70};
+        float tv[2] = {0.5f, vals[k]};
+        m.kind = COMPRESS_TOPK;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(compress_update_encode_topk(&m, idx, tv, 2, ST_F32, &b, &e_));
+        assert_int_equal(decode(&b, N, &code), want);
+        if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
+        buf_free(&b);
+
+        compress_sketch s;
+        OK(compress_sketch_init(&s, 2, 16, 7, &e_));
+        s.table[5] = vals[k];
+        m.kind = COMPRESS_SKETCH;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e_));
+        assert_int_equal(decode(&b, N, &code), want);
+        if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
+        buf_free(&b);
+        compress_sketch_free(&s);
+
+        compress_round_meta rm = {.run = "demo", .version = 2, .task = 9, .peer = 4};
+        float rv[3] = {1, vals[k], 2};
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(compress_round_encode_values(&rm, rv, 3, &b, &e_));
+        compress_round_meta back;
+        float *got = NULL;
+        size_t n = 0;
+        code = NULL;
+        vl_error e = {0};
+        assert_int_equal(compress_round_decode_values(b.data, b.len, 3, &back, &got, &n, &code,
+                                                      &e),
+                         want);
+        if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
+        free(got);
+        buf_free(&b);
+        m.kind = COMPRESS_DENSE;
+    }
+    d[N / 3] = 0;
+    const int64_t samples[] = {COMPRESS_MAX_SAMPLES, COMPRESS_MAX_SAMPLES + 1};
+    for (int k = 0; k < 2; k++) {
+        m.num_samples = samples[k];
+        buf b;
+        buf_init(&b, BUF_DEFAULT_CAP);
+        OK(compress_update_encode_dense(&m, d, N, ST_F32, &b, &e_));
+        const char *code = NULL;
+        assert_int_equal(decode(&b, N, &code), k ? VL_EINVAL : VL_OK);
+        buf_free(&b);
+    }
+    free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk_round_trip),
         cmocka_unit_test(test_topk_bad_indices_and_values),
         cmocka_unit_test(test_sketch_round_trip_and_spec),
         cmocka_unit_test(test_sketch_malformed),
+        cmocka_unit_test(test_value_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
 #ifndef VOLLEY_TEST_UTIL_H
 #define VOLLEY_TEST_UTIL_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,20 @@ static inline void test_remove_db(const char *path) {
         snprintf(p, sizeof p, "%s%s", path, suffix[i]);
         unlink(p);
     }
+    /* The update bodies' segment files beside it. */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s-bodies", path);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[4500];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 #endif

@@ -1,0 +1,301 @@
+/* Update bodies in append-only segment files beside the database.
+ *
+ * Why not in SQLite: in WAL mode every byte committed is written twice,
+ * once to the WAL and again, after a read back, by the checkpoint. For
+ * update bodies (hundreds of KB each, at hundreds per second) that copy
+ * was most of the coordinator's file traffic. Here a body is written once,
+ * to the end of a segment file, and SQLite keeps only where it is.
+ *
+ * Durability: storage_commit fdatasyncs every segment this connection
+ * appended to in the transaction (and the directory, when a segment was
+ * created) before it commits, so a committed row never points at bytes
+ * the disk might not have. Bytes of a transaction that rolled back, or
+ * that a crash cut short before its commit, stay in the file with
+ * nothing pointing at them until the segment is deleted.
+ *
+ * Appends happen only inside a write transaction and each connection
+ * appends to segments it created itself (O_EXCL), so two connections never
+ * write one file. Segments are deleted while the write lock is held, so
+ * no other connection can be part-way through appending to one; a
+ * connection whose segment was deleted notices (its link count is 0) and
+ * starts a new one. The highest-numbered segment is never deleted, so a
+ * number is never reused for different bytes. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/internal.h"
+
+/* A segment is closed for appends past this size; a body larger than it
+ * gets a segment of its own. */
+#define BODY_SEGMENT_BYTES (64ull << 20)
+/* A body read back is at most this large (the database could be damaged). */
+#define BODY_READ_MAX (1ull << 31)
+
+void body_init(body_files *b, const char *db_path) {
+    memset(b, 0, sizeof *b);
+    b->wfd = -1;
+    for (size_t i = 0; i < BODY_READ_FDS; i++) b->rfd[i] = -1;
+    int n = snprintf(b->dir, sizeof b->dir, "%s-bodies", db_path);
+    if (n < 0 || (size_t)n >= sizeof b->dir) b->dir[0] = '\0';
+}
+
+void body_close(body_files *b) {
+    if (b->wfd >= 0) close(b->wfd);
+    for (size_t i = 0; i < BODY_READ_FDS; i++)
+        if (b->rfd[i] >= 0) close(b->rfd[i]);
+    free(b->rbuf);
+    memset(b, 0, sizeof *b);
+    b->wfd = -1;
+}
+
+static int seg_path(const body_files *b, int64_t seg, char *out, size_t cap) {
+    int n = snprintf(out, cap, "%s/%016" PRId64 ".seg", b->dir, seg);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* The segment number of a directory entry, or -1 for anything else. */
+static int64_t seg_number(const char *name) {
+    int64_t v = 0;
+    size_t i = 0;
+    for (; name[i] >= '0' && name[i] <= '9'; i++) {
+        if (i >= 16) return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return i == 16 && strcmp(name + i, ".seg") == 0 ? v : -1;
+}
+
+/* Calls fn for every segment number in the directory; *max gets the
+ * highest (-1 with none). A missing directory holds none. */
+static int each_segment(const body_files *b, int (*fn)(void *, int64_t), void *ctx, int64_t *max,
+                        vl_error *err) {
+    *max = -1;
+    DIR *d = opendir(b->dir);
+    if (!d) {
+        if (errno == ENOENT) return VL_OK;
+        return vl_fail(err, VL_EIO, "cannot list %s: %s", b->dir, strerror(errno));
+    }
+    int rc = VL_OK;
+    struct dirent *e;
+    while (rc == VL_OK && (e = readdir(d))) {
+        int64_t s = seg_number(e->d_name);
+        if (s < 0) continue;
+        if (s > *max) *max = s;
+        if (fn) rc = fn(ctx, s);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Ends appends to the current segment; bytes it holds of the open
+ * transaction are made durable first, as the commit would have. */
+static int close_segment(body_files *b, vl_error *err) {
+    if (b->wfd < 0) return VL_OK;
+    int rc = VL_OK;
+    if (b->dirty && fdatasync(b->wfd) != 0)
+        rc = vl_fail(err, VL_EIO, "cannot sync %s segment %" PRId64 ": %s", b->dir, b->wseg,
+                     strerror(errno));
+    close(b->wfd);
+    b->wfd = -1;
+    b->dirty = 0;
+    return rc;
+}
+
+static int open_segment(body_files *b, vl_error *err) {
+    if (!b->dir[0]) return vl_fail(err, VL_EINVAL, "database path too long for its bodies");
+    /* Like the database, whatever the umask: only the owner reads bodies,
+     * and a umask that took the owner's write bit would make the
+     * directory unusable. */
+    if (mkdir(b->dir, 0700) == 0) {
+        b->dir_dirty = 1;
+        if (chmod(b->dir, 0700) != 0)
+            return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", b->dir, strerror(errno));
+    } else if (errno != EEXIST) {
+        return vl_fail(err, VL_EIO, "cannot create %s: %s", b->dir, strerror(errno));
+    }
+    int64_t max;
+    int rc = each_segment(b, NULL, NULL, &max, err);
+    if (rc != VL_OK) return rc;
+    /* Another connection may take the same number first: then the next. */
+    for (int64_t s = max + 1; s <= max + 64; s++) {
+        char path[sizeof b->dir + 32];
+        if (seg_path(b, s, path, sizeof path) != 0)
+            return vl_fail(err, VL_EINVAL, "segment path too long");
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 && errno == EEXIST) continue;
+        if (fd < 0) return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+        if (fchmod(fd, 0600) != 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", path, strerror(e));
+        }
+        b->wfd = fd;
+        b->wseg = s;
+        b->wsize = 0;
+        b->dir_dirty = 1;
+        return VL_OK;
+    }
+    return vl_fail(err, VL_EIO, "cannot create a new segment in %s", b->dir);
+}
+
+int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64_t *off,
+                vl_error *err) {
+    struct stat sb;
+    if (b->wfd >= 0 && (fstat(b->wfd, &sb) != 0 || sb.st_nlink == 0)) {
+        /* Deleted as unused by another connection: nothing of ours in it
+         * is committed, and nothing uncommitted, since we hold the lock. */
+        close(b->wfd);
+        b->wfd = -1;
+        b->dirty = 0;
+    }
+    if (b->wfd >= 0 && b->wsize > 0 && b->wsize + len > BODY_SEGMENT_BYTES) {
+        int rc = close_segment(b, err);
+        if (rc != VL_OK) return rc;
+    }
+    if (b->wfd < 0) {
+        int rc = open_segment(b, err);
+        if (rc != VL_OK) return rc;
+    }
+    const uint8_t *p = data;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(b->wfd, p + done, len - done, (off_t)(b->wsize + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            /* What a failed write left is not pointed at; start afresh. */
+            int e = errno;
+            close(b->wfd);
+            b->wfd = -1;
+            b->dirty = 0;
+            return vl_fail(err, VL_EIO, "cannot write an update body to %s: %s", b->dir,
+                           w < 0 ? strerror(e) : "no progress");
+        }
+        done += (size_t)w;
+    }
+    *seg = b->wseg;
+    *off = (int64_t)b->wsize;
+    b->wsize += len;
+    b->dirty = 1;
+    return VL_OK;
+}
+
+int body_sync(body_files *b, vl_error *err) {
+    if (b->dirty && b->wfd >= 0) {
+        if (fdatasync(b->wfd) != 0) {
+            /* After a failed sync the page cache may no longer hold what
+             * was lost; never append to this file again. */
+            int e = errno;
+            close(b->wfd);
+            b->wfd = -1;
+            b->dirty = 0;
+            return vl_fail(err, VL_EIO, "cannot sync update bodies in %s: %s", b->dir,
+                           strerror(e));
+        }
+        b->dirty = 0;
+    }
+    if (b->dir_dirty) {
+        int fd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) != 0) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            return vl_fail(err, VL_EIO, "cannot sync %s: %s", b->dir, strerror(e));
+        }
+        close(fd);
+        b->dir_dirty = 0;
+    }
+    return VL_OK;
+}
+
+static int read_fd(body_files *b, int64_t seg, int *out, vl_error *err) {
+    for (size_t i = 0; i < BODY_READ_FDS; i++)
+        if (b->rfd[i] >= 0 && b->rseg[i] == seg) {
+            *out = b->rfd[i];
+            return VL_OK;
+        }
+    char path[sizeof b->dir + 32];
+    if (seg_path(b, seg, path, sizeof path) != 0)
+        return vl_fail(err, VL_EINVAL, "segment path too long");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return vl_fail(err, VL_EDB, "update bodies: cannot open %s: %s", path, strerror(errno));
+    size_t slot = b->rnext++ % BODY_READ_FDS;
+    if (b->rfd[slot] >= 0) close(b->rfd[slot]);
+    b->rfd[slot] = fd;
+    b->rseg[slot] = seg;
+    *out = fd;
+    return VL_OK;
+}
+
+int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_t **out,
+              vl_error *err) {
+    if (seg < 0 || off < 0 || len < 0 || (uint64_t)len > BODY_READ_MAX)
+        return vl_fail(err, VL_EDB, "database: an update body has a bad place (%" PRId64
+                       ", %" PRId64 ", %" PRId64 ")", seg, off, len);
+    if ((size_t)len > b->rcap) {
+        uint8_t *p = realloc(b->rbuf, (size_t)len);
+        if (!p) return vl_fail(err, VL_ENOMEM, "out of memory reading an update body");
+        b->rbuf = p;
+        b->rcap = (size_t)len;
+    }
+    int fd;
+    int rc = read_fd(b, seg, &fd, err);
+    if (rc != VL_OK) return rc;
+    size_t done = 0;
+    while (done < (size_t)len) {
+        ssize_t r = pread(fd, b->rbuf + done, (size_t)len - done, (off_t)off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return vl_fail(err, VL_EDB, "update bodies: segment %" PRId64 " is short at %"
+                           PRId64 " (%s)", seg, off, r < 0 ? strerror(errno) : "end of file");
+        done += (size_t)r;
+    }
+    *out = b->rbuf;
+    return VL_OK;
+}
+
+typedef struct prune_ctx {
+    storage *st;
+    int64_t max;
+    size_t removed;
+    vl_error *err;
+} prune_ctx;
+
+static int prune_one(void *arg, int64_t seg) {
+    prune_ctx *c = arg;
+    body_files *b = &c->st->bodies;
+    if (seg >= c->max || (b->wfd >= 0 && seg == b->wseg)) return VL_OK;
+    sqlite3_stmt *s = q_get(c->st, Q_BODY_SEG_USED, c->err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, seg);
+    int64_t used = 0;
+    int rc = q_int(c->st, s, 0, &used, "find segment use", c->err);
+    if (rc == VL_ENOTFOUND) used = 0;
+    else if (rc != VL_OK) return rc;
+    if (used) return VL_OK;
+    char path[sizeof b->dir + 32];
+    if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0) c->removed++;
+    else if (errno != ENOENT) log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
+    return VL_OK;
+}
+
+int body_prune(storage *st, vl_error *err) {
+    if (!storage_in_transaction(st))
+        return vl_fail(err, VL_EDB, "update bodies are pruned only inside a transaction");
+    int64_t max;
+    /* The first pass finds the highest number, which the second keeps. */
+    int rc = each_segment(&st->bodies, NULL, NULL, &max, err);
+    if (rc != VL_OK || max < 0) return rc;
+    prune_ctx c = {st, max, 0, err};
+    int64_t unused;
+    rc = each_segment(&st->bodies, prune_one, &c, &unused, err);
+    if (rc == VL_OK && c.removed)
+        log_debug("update bodies: removed %zu unused segment(s)", c.removed);
+    return rc;
+}

@@ -1,0 +1,217 @@
+/* storage: update bodies in segment files beside the database. They read
+ * back byte for byte, stay out of SQLite, vanish with a rolled-back
+ * transaction, and their files go once no update points at them, while a
+ * connection whose segment was removed under it starts another. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <sqlite3.h>
+
+#include "storage/storage.h"
+#include "test_util.h"
+#include "storage_fixtures.h"
+
+/* A body of n bytes whose content depends on tag, so mixing two up shows. */
+static uint8_t *make_body(size_t n, uint8_t tag) {
+    uint8_t *b = malloc(n);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(i * 31 + tag);
+    return b;
+}
+
+static int64_t insert_body(storage *st, int64_t task, int64_t peer, const uint8_t *body,
+                           size_t n) {
+    storage_update u = {.task_id = task, .peer_id = peer, .kind = "sketch", .num_samples = 8,
+                        .local_steps = 1, .loss = 1.0, .nbytes = (int64_t)n, .blob = body,
+                        .received_at = 1500};
+    int64_t id = 0;
+    OK(storage_update_insert(st, &u, &id, &e_));
+    return id;
+}
+
+typedef struct seen {
+    int64_t ids[8];
+    uint8_t *bodies[8];
+    size_t lens[8];
+    int n;
+} seen;
+
+static int keep_cb(void *ctx, const storage_update *u) {
+    seen *s = ctx;
+    assert_true(s->n < 8);
+    s->ids[s->n] = u->id;
+    s->lens[s->n] = (size_t)u->nbytes;
+    s->bodies[s->n] = NULL;
+    if (u->blob) {
+        s->bodies[s->n] = malloc((size_t)u->nbytes);
+        assert_non_null(s->bodies[s->n]);
+        memcpy(s->bodies[s->n], u->blob, (size_t)u->nbytes);
+    }
+    s->n++;
+    return 0;
+}
+
+static void seen_free(seen *s) {
+    for (int i = 0; i < s->n; i++) free(s->bodies[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* How many segment files the database's body directory holds. */
+static int count_segments(const char *db_path) {
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s-bodies", db_path);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".seg")) n++;
+    closedir(d);
+    return n;
+}
+
+static int64_t count_rows(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *s;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return n;
+}
+
+static void test_bodies_round_trip_outside_sqlite(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 1);
+    size_t n1 = 200000, n2 = 4099;
+    uint8_t *b1 = make_body(n1, 1), *b2 = make_body(n2, 2);
+    int64_t u1 = insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b1, n1);
+    int64_t u2 = insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b2, n2);
+    assert_int_equal(count_segments(f->path), 1);
+    /* Read on a second connection, as the compute thread does. */
+    storage *other;
+    OK(storage_open(f->path, 0, &other, &e_));
+    seen s = {0};
+    OK(storage_update_each_unmerged(other, keep_cb, &s, &e_));
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.ids[0], u1);
+    assert_int_equal(s.ids[1], u2);
+    assert_int_equal(s.lens[0], n1);
+    assert_memory_equal(s.bodies[0], b1, n1);
+    assert_memory_equal(s.bodies[1], b2, n2);
+    seen_free(&s);
+    storage_close(other);
+    /* SQLite holds where the bodies are, not their bytes. */
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(count_rows(db, "SELECT count(*) FROM update_blobs"), 0);
+    assert_int_equal(count_rows(db, "SELECT count(*) FROM update_bodies"), 2);
+    sqlite3_close(db);
+    free(b1);
+    free(b2);
+}
+
+static void test_rolled_back_body_is_not_seen(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 1);
+    int64_t t1 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t t2 = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    uint8_t *b1 = make_body(5000, 7), *b2 = make_body(6000, 9);
+    OK(storage_begin(f->st, &e_));
+    insert_body(f->st, t1, p, b1, 5000);
+    storage_rollback(f->st);
+    int64_t u2 = insert_body(f->st, t2, p, b2, 6000);
+    seen s = {0};
+    OK(storage_update_each_unmerged(f->st, keep_cb, &s, &e_));
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.ids[0], u2);
+    assert_memory_equal(s.bodies[0], b2, 6000);
+    seen_free(&s);
+    free(b1);
+    free(b2);
+}
+
+/* Connection A appends to segment 0, connection B to segment 1. Once the
+ * updates in segment 0 are merged and past retention, B's version commit
+ * removes that file (not its own, not the highest); A's next append sees
+ * its segment gone and starts a third, and every unmerged body reads. */
+static void test_unused_segments_are_removed(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 1);
+    int64_t p = add_peer(f->st, 1);
+    uint8_t *b = make_body(3000, 3);
+    int64_t ua = insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
+    storage *other;
+    OK(storage_open(f->path, 0, &other, &e_));
+    int64_t ub = insert_body(other, add_task(other, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
+    assert_int_equal(count_segments(f->path), 2);
+    int64_t ids[2] = {ua, ub};
+    commit_version(other, 1, 1.0f, ids, 2, 1); /* merged into 1: prunable at 2 */
+    assert_int_equal(count_segments(f->path), 2);
+    commit_version(other, 2, 2.0f, NULL, 0, 1);
+    assert_int_equal(count_segments(f->path), 1);
+    uint8_t *c = make_body(3000, 5);
+    int64_t uc = insert_body(f->st, add_task(f->st, p, 2, 5000, STORAGE_TASK_DONE), p, c, 3000);
+    assert_int_equal(count_segments(f->path), 2);
+    seen s = {0};
+    OK(storage_update_each_unmerged(other, keep_cb, &s, &e_));
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.ids[0], uc);
+    assert_memory_equal(s.bodies[0], c, 3000);
+    seen_free(&s);
+    storage_close(other);
+    free(b);
+    free(c);
+}
+
+/* A body whose segment is gone is a database error that says so, not a
+ * short or wrong read. */
+static void test_missing_segment_is_an_error(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 1);
+    uint8_t *b = make_body(1000, 4);
+    insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b, 1000);
+    char seg[256];
+    snprintf(seg, sizeof seg, "%s-bodies/%016d.seg", f->path, 0);
+    assert_int_equal(truncate(seg, 10), 0);
+    storage *other;
+    OK(storage_open(f->path, 0, &other, &e_));
+    seen s = {0};
+    vl_error e = {0};
+    assert_int_equal(storage_update_each_unmerged(other, keep_cb, &s, &e), VL_EDB);
+    assert_non_null(strstr(e.msg, "segment"));
+    assert_int_equal(s.n, 0);
+    assert_int_equal(unlink(seg), 0);
+    storage_close(other);
+    OK(storage_open(f->path, 0, &other, &e_));
+    assert_int_equal(storage_update_each_unmerged(other, keep_cb, &s, &e), VL_EDB);
+    assert_non_null(strstr(e.msg, "cannot open"));
+    storage_close(other);
+    free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_bodies_round_trip_outside_sqlite, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rolled_back_body_is_not_seen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unused_segments_are_removed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_missing_segment_is_an_error, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
