@@ -112,6 +112,16 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         return NULL;
     }
     json_decref(sched);
+    if (strcmp(cfg->train.optimizer, "kfac") == 0) {
+        json_t *k = json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping,
+                              "decay", t->kfac.decay, "inverse_every",
+                              (json_int_t)t->kfac.inverse_every, "kl_clip", t->kfac.kl_clip,
+                              "share", t->kfac.share, "dtype", t->kfac.dtype);
+        if (!k || json_object_set_new(json_object_get(root, "train"), "kfac", k) != 0) {
+            json_decref(root);
+            return NULL;
+        }
+    }
     json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
                                 "function", stale_fn_name(cfg->staleness.fn), "a",
                                 cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",

@@ -104,8 +104,7 @@ void attack_kfac(ctx *c, const char *stage) {
     factors f;
     memset(&f, 0, sizeof f);
     if (valid_factors(c, &f) != 0) {
-        printf("FAIL cannot learn the run's model\n");
-        failed++;
+        record("learn the run's model from its model file", "a GPT configuration", "none", 0);
         return;
     }
     if (strcmp(stage, "finish") == 0) {
