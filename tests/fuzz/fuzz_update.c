@@ -1,8 +1,10 @@
 /* Fuzz target: decoding and validating what peers upload, as the
  * coordinator does it: updates (compress_update_decode, the run check,
- * adding them into a sum) and second-round messages (candidates and
- * values). Input: one selector byte (which decoder), a little-endian u32
- * that sets the model size (1 to 65536 parameters), then the file. */
+ * adding them into a sum, and the K-FAC factors they may carry, checked
+ * against a fixed two-layer model and added into a weighted sum) and
+ * second-round messages (candidates and values). Input: one selector
+ * byte (which decoder), a little-endian u32 that sets the model size (1
+ * to 65536 parameters), then the file. */
 #include <math.h>
 #include <string.h>
 
@@ -29,6 +31,42 @@ static int all_finite_tensor(const st_tensor *t) {
     for (size_t i = 0; ok && i < t->numel; i++) ok = fabsf(x[i]) <= COMPRESS_MAX_ABS;
     free(x);
     return ok;
+}
+
+/* The layers the factors of a fuzzed update are checked against (the
+ * seeds carry factors of these). */
+static const compress_factor_layer FACTOR_LAYERS[2] = {{"h.0.attn.c_attn", 3, 4},
+                                                       {"h.0.mlp.c_proj", 5, 2}};
+
+/* Factors either decode into finite matrices of the layers' shapes that
+ * add into a sum, or are refused leaving nothing behind. */
+static void check_factors(const compress_update *u) {
+    compress_factors_view v;
+    const char *code = NULL;
+    vl_error e = {0};
+    int rc = compress_factors_decode(&u->file, FACTOR_LAYERS, 2, &v, &code, &e);
+    if (rc != VL_OK) {
+        FUZZ_CHECK(rc == VL_EINVAL || rc == VL_ERANGE, "factors: decode returned %d", rc);
+        FUZZ_CHECK(v.n == 0 && v.A == NULL, "a refusal left factors behind");
+        FUZZ_CHECK((rc == VL_ERANGE) == (code != NULL), "factors: code for rc %d", rc);
+        return;
+    }
+    FUZZ_CHECK(v.samples >= 1 && v.samples <= COMPRESS_FACTORS_MAX_SAMPLES, "samples %lld",
+               (long long)v.samples);
+    float x[25];
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++) {
+            uint32_t d = k ? FACTOR_LAYERS[i].g_dim : FACTOR_LAYERS[i].a_dim;
+            FUZZ_CHECK(compress_factors_values(&v, i, k, x, (size_t)d * d, NULL) == VL_OK &&
+                           compress_all_finite(x, (size_t)d * d),
+                       "accepted factors %d.%d do not convert to finite values", i, k);
+        }
+    compress_factors_sum s;
+    FUZZ_CHECK(compress_factors_sum_init(&s, FACTOR_LAYERS, 2, NULL) == VL_OK, "sum init");
+    FUZZ_CHECK(compress_factors_sum_add(&s, &v, (double)v.samples, NULL) == VL_OK,
+               "accepted factors do not add into a sum");
+    compress_factors_sum_free(&s);
+    compress_factors_view_free(&v);
 }
 
 /* What an accepted update promises, then the spec and sum it meets. */
@@ -98,6 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int rc = compress_update_decode(data, size, n, &u, &code, &e);
         if (rc == VL_OK) {
             check_update(&u, n);
+            if (u.has_factors) check_factors(&u);
             compress_update_free(&u);
             return 0;
         }

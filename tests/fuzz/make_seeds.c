@@ -133,6 +133,27 @@ static void seeds_updates(void) {
                  data, sizeof data);
         put("fuzz_update", "topk-unsorted-inf-loss", pre, 5, b.data, b.len);
     }
+    /* K-FAC factors of fuzz_update's two layers (A 3 x 3 and 5 x 5, G 4 x 4
+     * and 2 x 2), F32 and F16, on a dense update. */
+    static const compress_factor_layer fl[2] = {{"h.0.attn.c_attn", 3, 4},
+                                                {"h.0.mlp.c_proj", 5, 2}};
+    float fa0[9] = {1, 0.5f, 0, 0.5f, 1, 0, 0, 0, 1}, fg0[16] = {0}, fa1[25] = {0},
+          fg1[4] = {2e-6f, 1e-6f, 1e-6f, 2e-6f};
+    for (int i = 0; i < 4; i++) fg0[i * 5] = 1e-6f;
+    for (int i = 0; i < 5; i++) fa1[i * 6] = 1.0f;
+    const float *fA[2] = {fa0, fa1}, *fG[2] = {fg0, fg1};
+    compress_factors kf = {.layers = fl, .n = 2, .A = fA, .G = fG, .samples = 512,
+                           .dtype = ST_F32};
+    m = meta_of(COMPRESS_DENSE, 7, 2, 3, "demo");
+    m.factors = &kf;
+    buf_reset(&b);
+    ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense with factors");
+    put("fuzz_update", "dense-kfac-f32", pre, 5, b.data, b.len);
+    kf.dtype = ST_F16;
+    buf_reset(&b);
+    ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense with f16 factors");
+    put("fuzz_update", "dense-kfac-f16", pre, 5, b.data, b.len);
+    m.factors = NULL;
     uint8_t pre8[5] = {0, 8, 0, 0, 0}; /* the dense update against 8 parameters */
     m = meta_of(COMPRESS_DENSE, 7, 2, 3, "demo");
     buf_reset(&b);
@@ -299,6 +320,14 @@ static void seeds_json(void) {
             "\"context\":64,\"optimizer\":\"sgd\",\"momentum\":0.9,\"nesterov\":true,\"lr\":0.1,"
             "\"beta1\":0.9,\"beta2\":0.95,\"eps\":1e-8,\"weight_decay\":0,\"grad_clip\":0,"
             "\"seed\":1},\"compression\":{\"kind\":\"none\",\"dtype\":\"F32\"}}");
+    put_str("fuzz_peer_json", "task-kfac", 0,
+            "{\"task_id\":1,\"run\":\"r\",\"base_version\":0,\"deadline\":5,\"data\":{\"shard\":"
+            "\"train\",\"offset\":0,\"length\":65},\"train\":{\"steps\":1,\"batch\":1,"
+            "\"context\":64,\"optimizer\":\"kfac\",\"momentum\":0,\"lr\":0.1,\"beta1\":0.9,"
+            "\"beta2\":0.95,\"eps\":1e-8,\"weight_decay\":0,\"grad_clip\":1,\"seed\":1,"
+            "\"kfac\":{\"damping\":0.001,\"decay\":0.95,\"inverse_every\":1,\"kl_clip\":0.01,"
+            "\"share\":true,\"dtype\":\"F16\",\"factors_version\":3}},"
+            "\"compression\":{\"kind\":\"none\",\"dtype\":\"F32\"}}");
     put_str("fuzz_peer_json", "join-reply", 1,
             "{\"peer_id\": 3, \"run\": {\"name\": \"demo\", \"mode\": \"sync\"}}");
     put_str("fuzz_peer_json", "join-reply-bad", 1, "{\"peer_id\": 0, \"run\": {}}");
