@@ -16,6 +16,9 @@
 #include <stdint.h>
 
 #define VL_MUST_CHECK __attribute__((warn_unused_result))
+/* The text of a macro's value, for messages built at compile time. */
+#define VL_STR_(x) #x
+#define VL_STR(x) VL_STR_(x)
 #define VL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 /* ---- errors ------------------------------------------------------------ */

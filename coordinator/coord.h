@@ -330,6 +330,11 @@ void coord_req_begin(coord_req *cr);
  * set). Returns 0 or VL_EINVAL with a message. */
 int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
                      int64_t *values, unsigned *present, vl_error *err) VL_MUST_CHECK;
+/* coord_query_ints on cr's own query string; on failure answers 400
+ * bad_request (the message, then hint in parentheses when not NULL) and
+ * returns -1. */
+int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int64_t *values,
+                    unsigned *present, const char *hint);
 
 /* ---- auth (auth.c) ------------------------------------------------------- */
 

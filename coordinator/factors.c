@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/http.h>
-
 #include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
 
@@ -60,11 +58,7 @@ void coord_route_factors(coord_req *cr) {
     int64_t vals[1] = {0};
     unsigned present = 0;
     vl_error e = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return;
-    }
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     if (!coord_config_shares_factors(&srv->cfg)) {
         coord_reply_error(cr, 404, "unknown_factors", "this run does not share K-FAC factors");
         return;

@@ -135,6 +135,16 @@ void coord_reply_oom(coord_req *cr, const char *what) {
     coord_reply_internal(cr, &oom);
 }
 
+int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int64_t *values,
+                    unsigned *present, const char *hint) {
+    vl_error e = {0};
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
+    if (coord_query_ints(query, allowed, max, values, present, &e) == VL_OK) return 0;
+    if (hint) coord_reply_error(cr, 400, "bad_request", "%s (%s)", e.msg, hint);
+    else coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+    return -1;
+}
+
 int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
                      int64_t *values, unsigned *present, vl_error *err) {
     *present = 0;

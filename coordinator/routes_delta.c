@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/http.h>
-
 #include "coordinator/coord.h"
 
 typedef struct delta_acc {
@@ -108,11 +106,7 @@ void coord_route_delta(coord_req *cr) {
     int64_t vals[2] = {0, 0};
     unsigned present = 0;
     vl_error e = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return;
-    }
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     if (!(present & 1u)) {
         coord_reply_error(cr, 400, "bad_request", "the query needs since=VERSION");
         return;

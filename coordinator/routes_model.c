@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/http.h>
 
 #include "coordinator/coord.h"
 
@@ -49,11 +48,7 @@ void coord_route_model(coord_req *cr) {
     int64_t vals[1] = {0};
     unsigned present = 0;
     vl_error e = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return;
-    }
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     int64_t version = present ? vals[0] : srv->version;
     if (version > srv->version) {
         coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
@@ -158,11 +153,7 @@ static void serve_tokens(coord_req *cr, const char *name) {
     int64_t vals[2] = {0, 0};
     unsigned present = 0;
     vl_error e = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, INT64_MAX, vals, &present, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return;
-    }
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     int64_t offset = vals[0], count = vals[1], ntok = s->ntok[idx];
     if (present != 3u || count < 1 || count > srv->cfg.task_tokens) {
         coord_reply_error(cr, 400, "bad_request", "token data needs offset and count, with "

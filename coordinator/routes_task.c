@@ -478,13 +478,9 @@ void coord_route_task(coord_req *cr) {
     const char *const keys[] = {"wait", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;
-    vl_error e = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, COORD_MAX_WAIT_S, vals, &present, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s (wait is 0 to %d)", e.msg,
-                          COORD_MAX_WAIT_S);
+    if (coord_req_query(cr, keys, COORD_MAX_WAIT_S, vals, &present,
+                        "wait is 0 to " VL_STR(COORD_MAX_WAIT_S)) != 0)
         return;
-    }
     if (cr->srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;

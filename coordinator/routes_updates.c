@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/http.h>
-
 #include "compress/compress.h"
 #include "coordinator/coord.h"
 
@@ -180,12 +178,7 @@ void coord_route_updates(coord_req *cr) {
     const char *const keys[] = {"next", NULL};
     int64_t want_next = 0;
     unsigned present = 0;
-    vl_error qe = {0};
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    if (coord_query_ints(query, keys, 1, &want_next, &present, &qe) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s (next is 0 or 1)", qe.msg);
-        return;
-    }
+    if (coord_req_query(cr, keys, 1, &want_next, &present, "next is 0 or 1") != 0) return;
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);
