@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "bench/args.h"
+#include "bench/train_flops.h"
 #include "common/common.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -35,21 +36,6 @@ typedef struct bench_cfg {
     model_gpt_config cfg;
     int B;
 } bench_cfg;
-
-static double model_flops(const model_gpt_config *c, int B, int T)
-{
-    double C = c->n_embd, L = c->n_layer, V = c->vocab_size;
-    double nmm = 12.0 * L * C * C + V * C;
-    return 6.0 * nmm * B * T + 6.0 * L * B * (double)T * T * C;
-}
-
-/* One GEMM shape in a training step: out[M,N] = A[M,K] B[K,N] with the given
- * transposes, performed `count` times per step. */
-typedef struct gemm_shape {
-    int ta, tb;
-    int M, N, K;
-    int count;
-} gemm_shape;
 
 static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double *flops_out)
 {
@@ -94,24 +80,6 @@ static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double
     free(A), free(Bm), free(Cm);
     *flops_out = flops;
     return elapsed;
-}
-
-/* The GEMMs of one training step of c at batch B (context block_size). */
-static int step_gemms(const model_gpt_config *c, int B, gemm_shape *out)
-{
-    int N = B * c->block_size, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
-    const int io[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* [in, out] */
-    int n = 0;
-    for (int i = 0; i < 4; i++) {
-        int in = io[i][0], o = io[i][1];
-        out[n++] = (gemm_shape){0, 0, N, o, in, L}; /* forward */
-        out[n++] = (gemm_shape){0, 1, N, in, o, L}; /* input gradient */
-        out[n++] = (gemm_shape){1, 0, in, o, N, L}; /* weight gradient */
-    }
-    out[n++] = (gemm_shape){0, 1, N, V, C, 1}; /* head forward */
-    out[n++] = (gemm_shape){0, 0, N, C, V, 1}; /* head input gradient */
-    out[n++] = (gemm_shape){1, 0, V, C, N, 1}; /* head weight gradient */
-    return n;
 }
 
 static void die(const char *what, const vl_error *err)

@@ -7,14 +7,9 @@
 #include "model/gpt_internal.h"
 #include "model/model.h"
 
-int model_adamw_init(model_adamw *opt, size_t n, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, vl_error *err)
+int gpt_adamw_check(float lr, float beta1, float beta2, float eps, float weight_decay,
+                    vl_error *err)
 {
-    if (opt == NULL)
-        return vl_fail(err, VL_EINVAL, "adamw: no optimiser");
-    memset(opt, 0, sizeof *opt);
-    if (n == 0 || n > SIZE_MAX / (2 * sizeof(float)))
-        return vl_fail(err, VL_EINVAL, "adamw: bad parameter count %zu", n);
     if (!(isfinite(lr) && lr >= 0.0f))
         return vl_fail(err, VL_EINVAL, "adamw: learning rate %g must be finite and >= 0",
                        (double)lr);
@@ -26,6 +21,20 @@ int model_adamw_init(model_adamw *opt, size_t n, float lr, float beta1, float be
     if (!(isfinite(weight_decay) && weight_decay >= 0.0f))
         return vl_fail(err, VL_EINVAL, "adamw: weight decay %g must be finite and >= 0",
                        (double)weight_decay);
+    return 0;
+}
+
+int model_adamw_init(model_adamw *opt, size_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, vl_error *err)
+{
+    if (opt == NULL)
+        return vl_fail(err, VL_EINVAL, "adamw: no optimiser");
+    memset(opt, 0, sizeof *opt);
+    if (n == 0 || n > SIZE_MAX / (2 * sizeof(float)))
+        return vl_fail(err, VL_EINVAL, "adamw: bad parameter count %zu", n);
+    int rc = gpt_adamw_check(lr, beta1, beta2, eps, weight_decay, err);
+    if (rc != 0)
+        return rc;
     float *state = calloc(2 * n, sizeof(float));
     if (state == NULL)
         return vl_fail(err, VL_ENOMEM, "adamw: out of memory for %zu parameters", n);

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "model/carve.h"
 #include "model/model.h"
 
 /* Per-layer tensors, in table order after wte and wpe. */
@@ -84,6 +85,31 @@ static inline float *gpt_tensor_ptr(const model_gpt *m, float *base, int idx)
 
 /* Allocates the gradient vector (zeroed) if it is not there yet. */
 int gpt_ensure_grads(model_gpt *m, vl_error *err);
+
+/* Lays out the forward activations of a model of configuration cfg for
+ * bt = B*T positions and btt = B*T*T attention entries per head into cv
+ * (the carve protocol of carve.h): every pointer of a except mem, the
+ * token ids and the layers array, which must hold n_layer entries. The
+ * CPU and the CUDA model share it, so both keep the same buffers. */
+void gpt_layout_acts(const model_gpt_config *cfg, gpt_acts *a, carver *cv, size_t bt,
+                     size_t btt);
+
+/* The backward buffers of g for bt positions and scratch floats of
+ * attention scratch, likewise. */
+void gpt_layout_grad_acts(const model_gpt_config *cfg, gpt_grad_acts *g, carver *cv, size_t bt,
+                          size_t scratch);
+
+/* The checks of model_gpt_forward on its arguments: inputs present,
+ * 1 <= T <= block_size, B >= 1, B*T not too large, every id in inputs and
+ * targets (may be NULL) inside the vocabulary. Returns 0 or VL_EINVAL. */
+int gpt_check_batch(const model_gpt_config *cfg, const int *inputs, const int *targets, int B,
+                    int T, vl_error *err);
+
+/* VL_EINVAL unless the AdamW hyper-parameters are usable: lr finite and
+ * >= 0, betas in [0, 1), eps finite and > 0, weight decay finite and
+ * >= 0. Shared by model_adamw_init and the CUDA model's step. */
+int gpt_adamw_check(float lr, float beta1, float beta2, float eps, float weight_decay,
+                    vl_error *err);
 
 /* Frees activation memory (both passes). */
 void gpt_free_acts(model_gpt *m);

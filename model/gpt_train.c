@@ -11,12 +11,12 @@
 
 /* ---- activation planning ------------------------------------------------ */
 
-static void layout_acts(const model_gpt *m, gpt_acts *a, carver *cv, size_t bt, size_t btt)
+void gpt_layout_acts(const model_gpt_config *cfg, gpt_acts *a, carver *cv, size_t bt,
+                     size_t btt)
 {
-    size_t C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size,
-           NH = (size_t)m->cfg.n_head;
+    size_t C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size, NH = (size_t)cfg->n_head;
     a->encoded = carve(cv, bt, C);
-    for (int l = 0; l < m->cfg.n_layer; l++) {
+    for (int l = 0; l < cfg->n_layer; l++) {
         gpt_layer_acts *la = &a->layers[l];
         la->ln1 = carve(cv, bt, C);
         la->ln1_mean = carve(cv, bt, 1);
@@ -40,10 +40,10 @@ static void layout_acts(const model_gpt *m, gpt_acts *a, carver *cv, size_t bt, 
     a->proj = carve(cv, bt, C);
 }
 
-static void layout_grad_acts(const model_gpt *m, gpt_grad_acts *g, carver *cv, size_t bt,
-                             size_t scratch)
+void gpt_layout_grad_acts(const model_gpt_config *cfg, gpt_grad_acts *g, carver *cv, size_t bt,
+                          size_t scratch)
 {
-    size_t C = (size_t)m->cfg.n_embd;
+    size_t C = (size_t)cfg->n_embd;
     g->dres = carve(cv, bt, C);
     g->dln = carve(cv, bt, C);
     g->dqkv = carve(cv, bt, 3 * C);
@@ -79,7 +79,7 @@ static int plan_acts(model_gpt *m, size_t bt, size_t btt, vl_error *err)
     carver cv = {NULL, 0, 0};
     if (a->layers == NULL)
         return vl_fail(err, VL_ENOMEM, "gpt: out of memory for activations");
-    layout_acts(m, a, &cv, cap_bt, cap_btt);
+    gpt_layout_acts(&m->cfg, a, &cv, cap_bt, cap_btt);
     if (cv.overflow || cap_bt > SIZE_MAX / (2 * sizeof(int)))
         goto toobig;
     a->mem = malloc(cv.used * sizeof(float));
@@ -88,7 +88,7 @@ static int plan_acts(model_gpt *m, size_t bt, size_t btt, vl_error *err)
         goto toobig;
     a->targets = a->inputs + cap_bt;
     cv = (carver){a->mem, 0, 0};
-    layout_acts(m, a, &cv, cap_bt, cap_btt);
+    gpt_layout_acts(&m->cfg, a, &cv, cap_bt, cap_btt);
     a->cap_bt = cap_bt;
     a->cap_btt = cap_btt;
     return 0;
@@ -111,12 +111,12 @@ static int plan_grad_acts(model_gpt *m, int B, int T, vl_error *err)
     free(g->mem);
     memset(g, 0, sizeof *g);
     carver cv = {NULL, 0, 0};
-    layout_grad_acts(m, g, &cv, bt, scratch);
+    gpt_layout_grad_acts(&m->cfg, g, &cv, bt, scratch);
     if (cv.overflow || (g->mem = malloc(cv.used * sizeof(float))) == NULL)
         return vl_fail(err, VL_ENOMEM, "gpt: cannot allocate backward buffers for %zu positions",
                        bt);
     cv = (carver){g->mem, 0, 0};
-    layout_grad_acts(m, g, &cv, bt, scratch);
+    gpt_layout_grad_acts(&m->cfg, g, &cv, bt, scratch);
     g->cap_bt = bt;
     g->cap_scratch = scratch;
     return 0;
@@ -133,10 +133,9 @@ static int check_ids(const int *ids, size_t n, int V, const char *what, vl_error
     return 0;
 }
 
-static int gpt_forward_impl(model_gpt *m, const int *inputs, const int *targets, int B, int T,
-                            vl_error *err)
+int gpt_check_batch(const model_gpt_config *c, const int *inputs, const int *targets, int B,
+                    int T, vl_error *err)
 {
-    const model_gpt_config *c = &m->cfg;
     if (inputs == NULL)
         return vl_fail(err, VL_EINVAL, "gpt forward: no inputs");
     if (B < 1 || T < 1 || T > c->block_size)
@@ -149,8 +148,17 @@ static int gpt_forward_impl(model_gpt *m, const int *inputs, const int *targets,
     int rc = check_ids(inputs, bt, c->vocab_size, "inputs", err);
     if (rc == 0 && targets)
         rc = check_ids(targets, bt, c->vocab_size, "targets", err);
+    return rc;
+}
+
+static int gpt_forward_impl(model_gpt *m, const int *inputs, const int *targets, int B, int T,
+                            vl_error *err)
+{
+    const model_gpt_config *c = &m->cfg;
+    int rc = gpt_check_batch(c, inputs, targets, B, T, err);
     if (rc != 0)
         return rc;
+    size_t bt = (size_t)B * T;
     m->have_output = 0;
     m->can_backward = 0;
     rc = plan_acts(m, bt, bt * (size_t)T, err);

@@ -1,0 +1,92 @@
+/* Private helpers of the GPT layer kernels: reductions within a warp or a
+ * block, grid sizing and launch checks. CUDA sources only. */
+#ifndef VOLLEY_KERNELS_CUDA_LAUNCH_H
+#define VOLLEY_KERNELS_CUDA_LAUNCH_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda_model.h"
+
+/* Threads per block of the element-wise and row kernels (a multiple of 32). */
+#define KC_THREADS 256
+#define KC_WARPS (KC_THREADS / 32)
+/* Grid-stride loops cover any length; more blocks than this only queue. */
+#define KC_MAX_BLOCKS 65535u
+
+/* Blocks for a grid-stride loop over n elements (n > 0). */
+static inline unsigned kc_blocks(size_t n)
+{
+    size_t b = (n + KC_THREADS - 1) / KC_THREADS;
+    return b > KC_MAX_BLOCKS ? KC_MAX_BLOCKS : (unsigned)b;
+}
+
+/* Row-major C = alpha op(A) op(B) + beta C in the context's math mode,
+ * batched over count products (operand i at base + i * stride; strides
+ * are ignored when count is 1). Defined in blas.cu. */
+int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
+            const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+            float beta, float *C, int ldc, long long sc, int count, vl_error *err);
+
+/* Rows per block of the column-sum kernels (parameter gradients summed
+ * over rows), whose blocks are 32 columns by KC_WARPS rows of threads: a
+ * grid of 32-column strips by slabs of *rows_per_block rows. Defined in
+ * blas.cu. */
+void kc_colsum_grid(int N, int W, dim3 *grid, int *rows_per_block);
+
+/* Reports a failed launch (bad configuration, no device) right after it. */
+static inline int kc_launched(vl_error *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : cuda_fail(err, e, what);
+}
+
+/* Sum / max over the 32 lanes of a warp; every lane gets the result. All
+ * 32 lanes must call it. */
+__device__ __forceinline__ float kc_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float kc_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum / max over the block (blockDim.x a multiple of 32, at most 1024);
+ * every thread gets the result. Every thread of the block must call it.
+ * sh is 32 floats of shared memory; the first barrier keeps a call from
+ * overwriting partials a slow warp is still reading from the previous
+ * call. */
+__device__ __forceinline__ float kc_block_sum(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = kc_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : 0.0f;
+    return kc_warp_sum(v);
+}
+
+__device__ __forceinline__ float kc_block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = kc_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : -INFINITY;
+    return kc_warp_max(v);
+}
+
+#endif

@@ -1,0 +1,598 @@
+/*
+ * The GPT's CUDA kernels and the CUDA training step against the CPU.
+ * Without a usable device the program reports itself skipped (exit 77)
+ * before any test runs, so a machine without a GPU never counts it as
+ * passed.
+ *
+ * Tolerances (err = max |gpu - cpu| over a tensor / max |cpu| over it,
+ * which is what float rounding in a different summation order moves):
+ *  - fp32 kernels: 1e-5 (forward), 1e-4 (backward, which sums over rows
+ *    with atomics in no fixed order);
+ *  - fp32 training step: loss relative 1e-5, every parameter tensor's
+ *    gradient 1e-4, parameters after AdamW within 5 % of the learning rate
+ *    (one step moves a parameter by about lr) wherever the gradient is not
+ *    rounding noise (at least 1e-3 of its tensor's largest);
+ *  - bf16 matrix products (8-bit mantissa inputs, fp32 accumulation): 2e-2
+ *    per product; bf16 training step: loss relative 2e-2, gradient vector
+ *    relative L2 error 5e-2.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/common.h"
+#include "kernels/cuda_model.h"
+#include "kernels/kernels.h"
+#include "model/gpt_cuda.h"
+#include "model/model.h"
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static float *hbuf(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+static void fill(float *x, size_t n, rng *r, float scale, float offset)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = offset + scale * rng_normal(r);
+}
+
+static void *dev(const void *h, size_t bytes)
+{
+    vl_error err = {0};
+    void *d = NULL;
+    if (kernels_cuda_alloc(&d, bytes, &err) != 0 || kernels_cuda_upload(d, h, bytes, &err) != 0)
+        fail_msg("device copy of %zu bytes: %s", bytes, err.msg);
+    return d;
+}
+
+static float *devf(const float *h, size_t n) { return dev(h, n * sizeof(float)); }
+
+/* Downloads n floats of d into a new host buffer. */
+static float *back(const float *d, size_t n)
+{
+    float *h = hbuf(n);
+    vl_error err = {0};
+    if (kernels_cuda_download(h, d, n * sizeof(float), &err) != 0)
+        fail_msg("download: %s", err.msg);
+    return h;
+}
+
+static void ok(int rc, const vl_error *err, const char *what)
+{
+    if (rc != 0)
+        fail_msg("%s failed: %s", what, err->msg);
+}
+
+/* max |g - c| / max |c| (absolute when c is all zeros), NaN-proof. */
+static double err_of(const float *g, const float *c, size_t n)
+{
+    double dmax = 0, cmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)g[i] - c[i]);
+        if (!(d <= dmax))
+            dmax = isnan(d) ? INFINITY : d;
+        if (fabs(c[i]) > cmax)
+            cmax = fabs(c[i]);
+    }
+    return cmax > 0 ? dmax / cmax : dmax;
+}
+
+/* Compares device d with host c over n floats. */
+static void expect(const char *what, const float *d, const float *c, size_t n, double tol)
+{
+    float *g = back(d, n);
+    double e = err_of(g, c, n);
+    free(g);
+    if (!(e <= tol))
+        fail_msg("%s: GPU and CPU differ by %.3g (tolerance %.1g)", what, e, tol);
+}
+
+static kernels_cuda_ctx *ctx_of(kernels_cuda_math math)
+{
+    kernels_cuda_ctx *ctx = NULL;
+    vl_error err = {0};
+    ok(kernels_cuda_ctx_create(math, &ctx, &err), &err, "context");
+    return ctx;
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------ */
+
+static void test_layernorm(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{1, 1}, {7, 33}, {130, 1000}, {3, 2050}, {257, 96}};
+    rng r;
+    rng_seed(&r, 11);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t NC = (size_t)N * C;
+        float *x = hbuf(NC), *w = hbuf(C), *b = hbuf(C), *out = hbuf(NC), *mean = hbuf(N),
+              *rstd = hbuf(N), *dy = hbuf(NC), *dx = hbuf(NC), *dw = hbuf(C), *db = hbuf(C);
+        fill(x, NC, &r, 2.0f, 3.0f); /* a large mean, as the two-pass form is for */
+        fill(w, C, &r, 0.5f, 1.0f);
+        fill(b, C, &r, 0.5f, 0.0f);
+        fill(dy, NC, &r, 1.0f, 0.0f);
+        fill(dx, NC, &r, 1.0f, 0.0f); /* backward adds into what is there */
+        fill(dw, C, &r, 1.0f, 0.0f);
+        fill(db, C, &r, 1.0f, 0.0f);
+        float *d_x = devf(x, NC), *d_w = devf(w, C), *d_b = devf(b, C), *d_out = devf(out, NC),
+              *d_mean = devf(mean, N), *d_rstd = devf(rstd, N), *d_dy = devf(dy, NC),
+              *d_dx = devf(dx, NC), *d_dw = devf(dw, C), *d_db = devf(db, C);
+        vl_error err = {0};
+        kernels_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        ok(kernels_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, &err), &err,
+           "layernorm forward");
+        expect("layernorm out", d_out, out, NC, 1e-5);
+        expect("layernorm mean", d_mean, mean, N, 1e-5);
+        expect("layernorm rstd", d_rstd, rstd, N, 1e-5);
+        kernels_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+        ok(kernels_cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N,
+                                           C, &err),
+           &err, "layernorm backward");
+        expect("layernorm dinp", d_dx, dx, NC, 1e-4);
+        expect("layernorm dweight", d_dw, dw, C, 1e-4);
+        expect("layernorm dbias", d_db, db, C, 1e-4);
+        float *hs[] = {x, w, b, out, mean, rstd, dy, dx, dw, db};
+        float *ds[] = {d_x, d_w, d_b, d_out, d_mean, d_rstd, d_dy, d_dx, d_dw, d_db};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+            free(hs[i]);
+            kernels_cuda_free(ds[i]);
+        }
+    }
+}
+
+/* ---- matrix products ------------------------------------------------------------------ */
+
+static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_bias,
+                        int with_dinp, double tol, rng *r)
+{
+    size_t ni = (size_t)N * IN, no = (size_t)N * OUT, nw = (size_t)IN * OUT;
+    float *x = hbuf(ni), *w = hbuf(nw), *bias = hbuf(OUT), *out = hbuf(no), *dy = hbuf(no),
+          *dx = hbuf(ni), *dw = hbuf(nw), *db = hbuf(OUT);
+    fill(x, ni, r, 1.0f, 0.0f);
+    fill(w, nw, r, 0.2f, 0.0f);
+    fill(bias, OUT, r, 1.0f, 0.0f);
+    fill(dy, no, r, 1.0f, 0.0f);
+    fill(dx, ni, r, 1.0f, 0.0f);
+    fill(dw, nw, r, 1.0f, 0.0f);
+    fill(db, OUT, r, 1.0f, 0.0f);
+    float *d_x = devf(x, ni), *d_w = devf(w, nw), *d_bias = devf(bias, OUT),
+          *d_out = devf(out, no), *d_dy = devf(dy, no), *d_dx = devf(dx, ni),
+          *d_dw = devf(dw, nw), *d_db = devf(db, OUT);
+    vl_error err = {0};
+    char what[128];
+    snprintf(what, sizeof what, "matmul N=%d IN=%d OUT=%d bias=%d dinp=%d (%s)", N, IN, OUT,
+             with_bias, with_dinp, kernels_cuda_math_name(kernels_cuda_ctx_math(ctx)));
+    kernels_matmul_forward(out, x, w, with_bias ? bias : NULL, N, IN, OUT);
+    ok(kernels_cuda_matmul_forward(ctx, d_out, d_x, d_w, with_bias ? d_bias : NULL, N, IN, OUT,
+                                   &err),
+       &err, what);
+    expect(what, d_out, out, no, tol);
+    kernels_matmul_backward(with_dinp ? dx : NULL, dw, with_bias ? db : NULL, dy, x, w, N, IN,
+                            OUT);
+    ok(kernels_cuda_matmul_backward(ctx, with_dinp ? d_dx : NULL, d_dw, with_bias ? d_db : NULL,
+                                    d_dy, d_x, d_w, N, IN, OUT, &err),
+       &err, what);
+    expect("matmul dinp", d_dx, dx, ni, tol);
+    expect("matmul dweight", d_dw, dw, nw, tol);
+    expect("matmul dbias", d_db, db, OUT, tol);
+    /* The tied-head product: w read as [OUT, IN]. */
+    kernels_matmul_wt_forward(out, x, w, N, IN, OUT);
+    ok(kernels_cuda_matmul_wt_forward(ctx, d_out, d_x, d_w, N, IN, OUT, &err), &err, what);
+    expect("matmul_wt out", d_out, out, no, tol);
+    kernels_matmul_wt_backward(with_dinp ? dx : NULL, dw, dy, x, w, N, IN, OUT);
+    ok(kernels_cuda_matmul_wt_backward(ctx, with_dinp ? d_dx : NULL, d_dw, d_dy, d_x, d_w, N, IN,
+                                       OUT, &err),
+       &err, what);
+    expect("matmul_wt dinp", d_dx, dx, ni, tol);
+    expect("matmul_wt dweight", d_dw, dw, nw, tol);
+    float *hs[] = {x, w, bias, out, dy, dx, dw, db};
+    float *ds[] = {d_x, d_w, d_bias, d_out, d_dy, d_dx, d_dw, d_db};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        free(hs[i]);
+        kernels_cuda_free(ds[i]);
+    }
+}
+
+static const int mm_shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {130, 96, 257}, {64, 128, 384}};
+
+static void test_matmul_fp32(void **state)
+{
+    (void)state;
+    kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
+    rng r;
+    rng_seed(&r, 12);
+    for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
+        for (int v = 0; v < 4; v++)
+            matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], v & 1, v >> 1,
+                        1e-5, &r);
+    kernels_cuda_ctx_destroy(ctx);
+}
+
+static void test_matmul_bf16(void **state)
+{
+    (void)state;
+    kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
+    rng r;
+    rng_seed(&r, 13);
+    for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
+        matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], 1, 1, 2e-2, &r);
+    kernels_cuda_ctx_destroy(ctx);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+static void test_attention(void **state)
+{
+    (void)state;
+    const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
+    kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
+    rng r;
+    rng_seed(&r, 14);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
+        size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
+               natt = (size_t)B * NH * T * T;
+        float *qkv = hbuf(nqkv), *out = hbuf(nout), *att = hbuf(natt), *dy = hbuf(nout),
+              *dqkv = hbuf(nqkv),
+              *scratch = hbuf(kernels_attention_scratch_floats(B, T, NH));
+        fill(qkv, nqkv, &r, 1.0f, 0.0f);
+        fill(dy, nout, &r, 1.0f, 0.0f);
+        fill(dqkv, nqkv, &r, 1.0f, 0.0f);
+        size_t nscr = kernels_cuda_attention_scratch_floats(B, T, NH);
+        assert_int_equal(nscr, natt);
+        float *d_qkv = devf(qkv, nqkv), *d_out = devf(out, nout), *d_att = devf(att, natt),
+              *d_dy = devf(dy, nout), *d_dqkv = devf(dqkv, nqkv), *d_scr = devf(att, nscr);
+        vl_error err = {0};
+        kernels_attention_forward(out, att, qkv, B, T, C, NH);
+        ok(kernels_cuda_attention_forward(ctx, d_out, d_att, d_qkv, B, T, C, NH, &err), &err,
+           "attention forward");
+        expect("attention out", d_out, out, nout, 1e-5);
+        expect("attention probabilities", d_att, att, natt, 1e-5);
+        kernels_attention_backward(dqkv, scratch, dy, qkv, att, B, T, C, NH);
+        ok(kernels_cuda_attention_backward(ctx, d_dqkv, d_scr, d_dy, d_qkv, d_att, B, T, C, NH,
+                                           &err),
+           &err, "attention backward");
+        expect("attention dqkv", d_dqkv, dqkv, nqkv, 1e-4);
+        float *hs[] = {qkv, out, att, dy, dqkv, scratch};
+        float *ds[] = {d_qkv, d_out, d_att, d_dy, d_dqkv, d_scr};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+            free(hs[i]);
+            kernels_cuda_free(ds[i]);
+        }
+    }
+    kernels_cuda_ctx_destroy(ctx);
+}
+
+/* ---- element-wise, embedding -------------------------------------------------------------- */
+
+static void test_elementwise(void **state)
+{
+    (void)state;
+    const size_t sizes[] = {1, 255, 257, 100003};
+    rng r;
+    rng_seed(&r, 15);
+    vl_error err = {0};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        float *x = hbuf(n), *y = hbuf(n), *dy = hbuf(n), *dx = hbuf(n), *db = hbuf(n);
+        fill(x, n, &r, 2.0f, 0.0f);
+        fill(dy, n, &r, 1.0f, 0.0f);
+        fill(dx, n, &r, 1.0f, 0.0f);
+        fill(db, n, &r, 1.0f, 0.0f);
+        float *d_x = devf(x, n), *d_y = devf(y, n), *d_dy = devf(dy, n), *d_dx = devf(dx, n),
+              *d_db = devf(db, n);
+        kernels_gelu_forward(y, x, n);
+        ok(kernels_cuda_gelu_forward(d_y, d_x, n, &err), &err, "gelu");
+        expect("gelu", d_y, y, n, 1e-5);
+        kernels_gelu_backward(dx, x, dy, n);
+        ok(kernels_cuda_gelu_backward(d_dx, d_x, d_dy, n, &err), &err, "gelu backward");
+        expect("gelu backward", d_dx, dx, n, 1e-5);
+        kernels_residual_forward(y, x, dy, n);
+        ok(kernels_cuda_residual_forward(d_y, d_x, d_dy, n, &err), &err, "residual");
+        expect("residual", d_y, y, n, 1e-6);
+        kernels_residual_backward(dx, db, dy, n);
+        ok(kernels_cuda_residual_backward(d_dx, d_db, d_dy, n, &err), &err, "residual backward");
+        expect("residual da", d_dx, dx, n, 1e-5);
+        expect("residual db", d_db, db, n, 1e-5);
+        float *hs[] = {x, y, dy, dx, db};
+        float *ds[] = {d_x, d_y, d_dy, d_dx, d_db};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+            free(hs[i]);
+            kernels_cuda_free(ds[i]);
+        }
+    }
+}
+
+static void test_encoder(void **state)
+{
+    (void)state;
+    /* B, T, C, V: small vocabularies repeat tokens, which the token
+     * gradient's atomics must add up. */
+    const int shapes[][4] = {{1, 1, 1, 1}, {2, 33, 50, 7}, {4, 65, 96, 67}};
+    rng r;
+    rng_seed(&r, 16);
+    vl_error err = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
+        size_t bt = (size_t)B * T, n = bt * C;
+        int *tok = malloc(bt * sizeof(int));
+        assert_non_null(tok);
+        for (size_t i = 0; i < bt; i++)
+            tok[i] = (int)rng_below(&r, (uint32_t)V);
+        float *wte = hbuf((size_t)V * C), *wpe = hbuf((size_t)T * C), *out = hbuf(n),
+              *dy = hbuf(n);
+        fill(wte, (size_t)V * C, &r, 1.0f, 0.0f);
+        fill(wpe, (size_t)T * C, &r, 1.0f, 0.0f);
+        fill(dy, n, &r, 1.0f, 0.0f);
+        int *d_tok = dev(tok, bt * sizeof(int));
+        float *d_wte = devf(wte, (size_t)V * C), *d_wpe = devf(wpe, (size_t)T * C),
+              *d_out = devf(out, n), *d_dy = devf(dy, n);
+        kernels_encoder_forward(out, tok, wte, wpe, B, T, C);
+        ok(kernels_cuda_encoder_forward(d_out, d_tok, d_wte, d_wpe, B, T, C, &err), &err,
+           "encoder");
+        expect("encoder", d_out, out, n, 1e-6);
+        /* The gradients add into the (non-zero) tables. */
+        kernels_encoder_backward(wte, wpe, dy, tok, B, T, C);
+        ok(kernels_cuda_encoder_backward(d_wte, d_wpe, d_dy, d_tok, B, T, C, &err), &err,
+           "encoder backward");
+        expect("encoder dwte", d_wte, wte, (size_t)V * C, 1e-5);
+        expect("encoder dwpe", d_wpe, wpe, (size_t)T * C, 1e-5);
+        free(tok);
+        kernels_cuda_free(d_tok);
+        float *hs[] = {wte, wpe, out, dy};
+        float *ds[] = {d_wte, d_wpe, d_out, d_dy};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+            free(hs[i]);
+            kernels_cuda_free(ds[i]);
+        }
+    }
+}
+
+/* ---- softmax + cross-entropy ---------------------------------------------------------- */
+
+static void test_softmax_xent(void **state)
+{
+    (void)state;
+    const int shapes[][2] = {{1, 1}, {5, 257}, {9, 50257}, {33, 1000}};
+    rng r;
+    rng_seed(&r, 17);
+    vl_error err = {0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], V = shapes[s][1];
+        size_t n = (size_t)N * V;
+        int *tg = malloc((size_t)N * sizeof(int));
+        assert_non_null(tg);
+        for (int i = 0; i < N; i++)
+            tg[i] = (int)rng_below(&r, (uint32_t)V);
+        float *logits = hbuf(n), *probs = hbuf(n), *loss = hbuf(N);
+        fill(logits, n, &r, 3.0f, 1.0f);
+        int *d_tg = dev(tg, (size_t)N * sizeof(int));
+        float *d_logits = devf(logits, n), *d_probs = devf(probs, n), *d_loss = devf(loss, N);
+        /* Without targets: probabilities only. */
+        kernels_softmax_xent_forward(probs, NULL, logits, NULL, N, V);
+        ok(kernels_cuda_softmax_xent_forward(d_probs, NULL, d_logits, NULL, N, V, &err), &err,
+           "softmax");
+        expect("softmax probabilities", d_probs, probs, n, 1e-5);
+        /* With targets, in place (probs aliasing logits) as the model runs
+         * it. */
+        kernels_softmax_xent_forward(logits, loss, logits, tg, N, V);
+        ok(kernels_cuda_softmax_xent_forward(d_logits, d_loss, d_logits, d_tg, N, V, &err), &err,
+           "softmax_xent");
+        expect("softmax_xent probabilities", d_logits, logits, n, 1e-5);
+        expect("softmax_xent losses", d_loss, loss, (size_t)N, 1e-5);
+        kernels_softmax_xent_backward(logits, logits, tg, 1.0f / (float)N, N, V);
+        ok(kernels_cuda_softmax_xent_backward(d_logits, d_logits, d_tg, 1.0f / (float)N, N, V,
+                                              &err),
+           &err, "softmax_xent backward");
+        expect("softmax_xent dlogits", d_logits, logits, n, 1e-5);
+        free(tg), free(logits), free(probs), free(loss);
+        kernels_cuda_free(d_tg), kernels_cuda_free(d_logits), kernels_cuda_free(d_probs);
+        kernels_cuda_free(d_loss);
+    }
+}
+
+/* ---- the training step ---------------------------------------------------------------- */
+
+static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f;
+
+/* Relative L2 distance of a from b. */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return s > 0 ? sqrt(d / s) : sqrt(d);
+}
+
+/* Two AdamW steps of a small GPT (sizes off every block multiple) on the
+ * CPU and the device from the same weights and batches; compares loss,
+ * output, gradients and the updated parameters. */
+static void gpt_compare(kernels_cuda_math math)
+{
+    int fp32 = math == KERNELS_CUDA_FP32;
+    model_gpt_config cfg = {.vocab_size = 67, .block_size = 24, .n_layer = 2, .n_head = 3,
+                            .n_embd = 48};
+    int B = 3, T = 19, N = B * T;
+    vl_error err = {0};
+    model_gpt *cpu = NULL;
+    ok(model_gpt_create(&cfg, &cpu, &err), &err, "cpu model");
+    model_gpt_init_weights(cpu, 21);
+    model_gpt_cuda *gpu = NULL;
+    ok(model_gpt_cuda_create(cpu, math, &gpu, &err), &err, "gpu model");
+    size_t np = model_gpt_num_params(cpu);
+    assert_int_equal(model_gpt_cuda_num_params(gpu), np);
+    model_adamw opt;
+    ok(model_adamw_init(&opt, np, LR, B1, B2, EPS, WD, &err), &err, "adamw");
+    int *in = malloc((size_t)N * sizeof(int)), *tg = malloc((size_t)N * sizeof(int));
+    float *g_grads = hbuf(np), *g_out = hbuf((size_t)N * cfg.vocab_size);
+    assert_true(in && tg);
+    model_gpt *dl = NULL; /* receives the device parameters */
+    ok(model_gpt_create(&cfg, &dl, &err), &err, "download model");
+    const model_tensor *tab = NULL;
+    int ntab = model_gpt_tensors(cpu, &tab);
+    rng r;
+    rng_seed(&r, 22);
+    for (int step = 1; step <= 2; step++) {
+        for (int i = 0; i < N; i++) {
+            in[i] = (int)rng_below(&r, (uint32_t)cfg.vocab_size);
+            tg[i] = (int)rng_below(&r, (uint32_t)cfg.vocab_size);
+        }
+        float lc = 0, lg = 0;
+        ok(model_gpt_zero_grad(cpu, &err), &err, "cpu zero_grad");
+        ok(model_gpt_cuda_zero_grad(gpu, &err), &err, "gpu zero_grad");
+        ok(model_gpt_forward(cpu, in, tg, B, T, &lc, &err), &err, "cpu forward");
+        ok(model_gpt_cuda_forward(gpu, in, tg, B, T, &lg, &err), &err, "gpu forward");
+        double lrel = fabs((double)lg - lc) / fabs((double)lc);
+        if (!(lrel <= (fp32 ? 1e-5 : 2e-2)))
+            fail_msg("step %d (%s): loss %.7f on the GPU, %.7f on the CPU", step,
+                     kernels_cuda_math_name(math), (double)lg, (double)lc);
+        ok(model_gpt_cuda_download_output(gpu, g_out, (size_t)N * cfg.vocab_size, &err), &err,
+           "output");
+        double oe = err_of(g_out, model_gpt_output(cpu), (size_t)N * cfg.vocab_size);
+        if (!(oe <= (fp32 ? 1e-5 : 5e-2)))
+            fail_msg("step %d: probabilities differ by %.3g", step, oe);
+        ok(model_gpt_backward(cpu, &err), &err, "cpu backward");
+        ok(model_gpt_cuda_backward(gpu, &err), &err, "gpu backward");
+        ok(model_gpt_cuda_download_grads(gpu, g_grads, np, &err), &err, "grads");
+        const float *c_grads = model_gpt_grads(cpu);
+        if (fp32) {
+            for (int t = 0; t < ntab; t++) {
+                double e = err_of(g_grads + tab[t].offset, c_grads + tab[t].offset, tab[t].numel);
+                if (!(e <= 1e-4))
+                    fail_msg("step %d: gradient of %s differs by %.3g", step, tab[t].name, e);
+            }
+        } else {
+            double e = rel_l2(g_grads, c_grads, np);
+            if (!(e <= 5e-2))
+                fail_msg("step %d (bf16): gradient relative L2 error %.3g", step, e);
+        }
+        ok(model_adamw_step(&opt, cpu, &err), &err, "cpu adamw");
+        ok(model_gpt_cuda_adamw_step(gpu, LR, B1, B2, EPS, WD, &err), &err, "gpu adamw");
+        ok(model_gpt_cuda_download_params(gpu, dl, &err), &err, "params");
+        const float *cp = model_gpt_params(cpu), *gp = model_gpt_params(dl);
+        /* A parameter whose gradient is rounding noise (the key bias's is
+         * zero in exact arithmetic) takes a step of noise/(|noise|+eps) on
+         * either side, so only parameters with a gradient of at least 1e-3
+         * of their tensor's largest are held to the step. */
+        double worst = 0;
+        for (int t = 0; t < ntab; t++) {
+            const float *cg = c_grads + tab[t].offset;
+            double gmax = 0;
+            for (size_t i = 0; i < tab[t].numel; i++)
+                gmax = fmax(gmax, fabs(cg[i]));
+            for (size_t i = 0; i < tab[t].numel; i++)
+                if (fabs(cg[i]) >= 1e-3 * gmax) {
+                    size_t k = tab[t].offset + i;
+                    worst = fmax(worst, fabs((double)gp[k] - cp[k]));
+                }
+        }
+        /* bf16 gradients move a step's direction, not just its rounding. */
+        if (fp32 && !(worst <= 0.05 * LR))
+            fail_msg("step %d: parameters after AdamW differ by %.3g (lr %g)", step, worst,
+                     (double)LR);
+        if (!fp32 && !(worst <= 2.5 * LR))
+            fail_msg("step %d (bf16): parameters differ by %.3g", step, worst);
+        /* Continue both from the CPU's parameters, so step 2 compares one
+         * step again rather than accumulated drift. */
+        ok(model_gpt_cuda_upload_params(gpu, cpu, &err), &err, "upload");
+    }
+    free(in), free(tg), free(g_grads), free(g_out);
+    model_adamw_free(&opt);
+    model_gpt_destroy(dl);
+    model_gpt_destroy(cpu);
+    model_gpt_cuda_destroy(gpu);
+}
+
+static void test_gpt_step_fp32(void **state)
+{
+    (void)state;
+    gpt_compare(KERNELS_CUDA_FP32);
+}
+
+static void test_gpt_step_bf16(void **state)
+{
+    (void)state;
+    gpt_compare(KERNELS_CUDA_BF16);
+}
+
+/* ---- refusals --------------------------------------------------------------------------- */
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    vl_error err = {0};
+    kernels_cuda_ctx *ctx = NULL;
+    assert_int_equal(kernels_cuda_ctx_create((kernels_cuda_math)7, &ctx, &err), VL_EINVAL);
+    assert_null(ctx);
+    float *d = NULL;
+    ok(kernels_cuda_alloc((void **)&d, 64 * sizeof(float), &err), &err, "alloc");
+    assert_int_equal(kernels_cuda_layernorm_forward(d, d, d, d, d, d, 0, 4, &err), VL_EINVAL);
+    assert_int_equal(kernels_cuda_gelu_forward(d, d, 0, &err), VL_EINVAL);
+    assert_int_equal(kernels_cuda_softmax_xent_forward(d, NULL, d, (const int *)d, 2, 2, &err),
+                     VL_EINVAL);
+    ctx = ctx_of(KERNELS_CUDA_FP32);
+    assert_int_equal(kernels_cuda_attention_forward(ctx, d, d, d, 1, 2, 6, 4, &err), VL_EINVAL);
+    assert_int_equal(kernels_cuda_matmul_forward(ctx, d, d, NULL, NULL, 2, 2, 2, &err),
+                     VL_EINVAL);
+    kernels_cuda_ctx_destroy(ctx);
+    kernels_cuda_free(d);
+
+    model_gpt_config cfg = {.vocab_size = 16, .block_size = 8, .n_layer = 1, .n_head = 2,
+                            .n_embd = 8};
+    model_gpt *cpu = NULL, *other = NULL;
+    ok(model_gpt_create(&cfg, &cpu, &err), &err, "cpu model");
+    model_gpt_config cfg2 = cfg;
+    cfg2.n_embd = 16;
+    ok(model_gpt_create(&cfg2, &other, &err), &err, "other model");
+    model_gpt_cuda *gpu = NULL;
+    ok(model_gpt_cuda_create(cpu, KERNELS_CUDA_FP32, &gpu, &err), &err, "gpu model");
+    assert_int_equal(model_gpt_cuda_backward(gpu, &err), VL_EINVAL);
+    int in[8] = {0, 1, 2, 3, 4, 5, 6, 16}, tg[8] = {0};
+    float loss = 0, g1 = 0;
+    assert_int_equal(model_gpt_cuda_forward(gpu, in, tg, 1, 8, &loss, &err), VL_EINVAL);
+    in[7] = 7;
+    assert_int_equal(model_gpt_cuda_forward(gpu, in, tg, 1, 9, &loss, &err), VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_download_grads(gpu, &g1, 1, &err), VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_upload_params(gpu, other, &err), VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_adamw_step(gpu, NAN, 0.9f, 0.95f, 1e-8f, 0, &err),
+                     VL_EINVAL);
+    /* Without targets there is an output but nothing to differentiate. */
+    ok(model_gpt_cuda_forward(gpu, in, NULL, 1, 8, NULL, &err), &err, "forward");
+    assert_int_equal(model_gpt_cuda_backward(gpu, &err), VL_EINVAL);
+    model_gpt_cuda_destroy(gpu);
+    model_gpt_destroy(cpu);
+    model_gpt_destroy(other);
+}
+
+int main(void)
+{
+    char desc[256];
+    kernels_cuda_describe(desc, sizeof desc);
+    if (kernels_cuda_device_count() == 0) {
+        printf("SKIPPED: no CUDA device (%s)\n", desc);
+        return 77;
+    }
+    printf("CUDA device: %s\n", desc);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm),     cmocka_unit_test(test_matmul_fp32),
+        cmocka_unit_test(test_matmul_bf16),   cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_encoder),
+        cmocka_unit_test(test_softmax_xent),  cmocka_unit_test(test_gpt_step_fp32),
+        cmocka_unit_test(test_gpt_step_bf16), cmocka_unit_test(test_bad_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
