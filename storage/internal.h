@@ -114,6 +114,7 @@ struct storage {
     sqlite3 *db;
     sqlite3_stmt *stmts[Q_COUNT];
     body_files bodies;
+    int wal_frames;   /* the WAL's size after the last commit, when counted */
 };
 
 /* The prepared statement for id, reset and with bindings cleared; NULL (and
