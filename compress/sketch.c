@@ -31,13 +31,13 @@
 
 
 uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row) {
-    return sketch_row_key(seed, row);
+    return compress_sk_row_key(seed, row);
 }
 
 void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
                           uint32_t *bucket, int *sign) {
-    uint64_t h = sketch_coord_hash(sketch_row_key(seed, row), i);
-    *bucket = sketch_bucket(h, cols);
+    uint64_t h = compress_sk_coord_hash(compress_sk_row_key(seed, row), i);
+    *bucket = compress_sk_bucket(h, cols);
     *sign = (h & 1) ? -1 : 1;
 }
 
@@ -92,10 +92,10 @@ static inline __attribute__((always_inline)) void
 hash_lanes(uint64_t key, uint64_t i, size_t n, uint32_t cols, const float *restrict x,
            uint32_t *restrict bk, float *restrict sv) {
     for (size_t b = 0; b < n; b++) {
-        uint64_t h = sketch_coord_hash(key, i + b);
-        bk[b] = sketch_bucket(h, cols);
+        uint64_t h = compress_sk_coord_hash(key, i + b);
+        bk[b] = compress_sk_bucket(h, cols);
         /* The sign is exactly +-1, so the product is x or -x. */
-        sv[b] = sketch_sign(h) * x[b];
+        sv[b] = compress_sk_sign(h) * x[b];
     }
 }
 
@@ -215,7 +215,7 @@ int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float 
 /* ---- estimate ------------------------------------------------------------ */
 
 /* Median over R rows of each of the BLK lanes of v, n of them to out. With
- * R a constant the compare-exchange network of sketch_median unrolls into
+ * R a constant the compare-exchange network of compress_sk_median unrolls into
  * min/max instructions on registers, and the loop over lanes vectorises. */
 static inline __attribute__((always_inline)) void
 median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
@@ -223,7 +223,7 @@ median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
     for (size_t b = 0; b < BLK; b++) {
         float t[COMPRESS_SKETCH_MAX_ROWS];
         for (uint32_t j = 0; j < R; j++) t[j] = v[j][b];
-        m[b] = sketch_median(t, R);
+        m[b] = compress_sk_median(t, R);
     }
     if (n == BLK) memcpy(out, m, sizeof m);
     else memcpy(out, m, n * sizeof(float));
@@ -246,9 +246,9 @@ static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
         for (uint32_t j = 0; j < rows; j++) {
             uint32_t base = j * cols; /* < 2^28 */
             for (size_t b = 0; b < BLK; b++) {
-                uint64_t h = sketch_coord_hash(keys[j], i0 + b);
-                bk[b] = base + sketch_bucket(h, cols);
-                sg[b] = sketch_sign(h);
+                uint64_t h = compress_sk_coord_hash(keys[j], i0 + b);
+                bk[b] = base + compress_sk_bucket(h, cols);
+                sg[b] = compress_sk_sign(h);
             }
 #pragma GCC unroll 8
             for (size_t b = 0; b < BLK; b++) raw[b] = vt[bk[b]];
@@ -307,10 +307,10 @@ int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *s
 
 void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n) {
     for (uint32_t j = 0; j < s->rows; j++) {
-        uint64_t key = sketch_row_key(s->seed, j);
+        uint64_t key = compress_sk_row_key(s->seed, j);
         float *row = s->table + (size_t)j * s->cols;
         for (size_t t = 0; t < n; t++)
-            row[sketch_bucket(sketch_coord_hash(key, idx[t]), s->cols)] = 0.0f;
+            row[compress_sk_bucket(compress_sk_coord_hash(key, idx[t]), s->cols)] = 0.0f;
     }
 }
 

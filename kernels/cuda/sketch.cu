@@ -29,7 +29,7 @@ static row_keys keys_of(uint64_t seed, uint32_t rows)
 {
     row_keys k = {};
     for (uint32_t j = 0; j < rows; j++)
-        k.k[j] = sketch_row_key(seed, j);
+        k.k[j] = compress_sk_row_key(seed, j);
     return k;
 }
 
@@ -42,8 +42,8 @@ __global__ static void encode_global_kernel(float *table, uint32_t rows, uint32_
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
         float xi = x[i];
         for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = sketch_coord_hash(keys.k[j], i);
-            atomicAdd(&table[(size_t)j * cols + sketch_bucket(h, cols)], sketch_sign(h) * xi);
+            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
+            atomicAdd(&table[(size_t)j * cols + compress_sk_bucket(h, cols)], compress_sk_sign(h) * xi);
         }
     }
 }
@@ -63,8 +63,8 @@ __global__ static void encode_shared_kernel(float *table, uint32_t rows, uint32_
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
         float xi = x[i];
         for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = sketch_coord_hash(keys.k[j], i);
-            atomicAdd(&tab[j * cols + sketch_bucket(h, cols)], sketch_sign(h) * xi);
+            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
+            atomicAdd(&tab[j * cols + compress_sk_bucket(h, cols)], compress_sk_sign(h) * xi);
         }
     }
     __syncthreads();
@@ -149,10 +149,10 @@ __global__ static void estimate_kernel(const float *table, uint32_t cols, row_ke
         float t[R];
 #pragma unroll
         for (uint32_t j = 0; j < R; j++) {
-            uint64_t h = sketch_coord_hash(keys.k[j], i);
-            t[j] = sketch_sign(h) * table[(size_t)j * cols + sketch_bucket(h, cols)];
+            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
+            t[j] = compress_sk_sign(h) * table[(size_t)j * cols + compress_sk_bucket(h, cols)];
         }
-        out[i] = sketch_median(t, R);
+        out[i] = compress_sk_median(t, R);
     }
 }
 
@@ -271,9 +271,9 @@ __global__ static void hash_kernel(row_keys keys, uint32_t rows, uint32_t cols,
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride)
         for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = sketch_coord_hash(keys.k[j], coords[t]);
-            bucket[(size_t)j * n + t] = sketch_bucket(h, cols);
-            sign[(size_t)j * n + t] = (int8_t)sketch_sign(h);
+            uint64_t h = compress_sk_coord_hash(keys.k[j], coords[t]);
+            bucket[(size_t)j * n + t] = compress_sk_bucket(h, cols);
+            sign[(size_t)j * n + t] = (int8_t)compress_sk_sign(h);
         }
 }
 
