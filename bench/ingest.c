@@ -15,6 +15,7 @@
  *   stats   global percentiles over the latency files of several clients.
  *
  * bench/ingest.sh drives all three against a real coordinator. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -48,9 +49,12 @@ static const char USAGE[] =
     "      lease tasks and upload random sketch updates for S seconds (default 0:\n"
     "      until SIGTERM/SIGINT); one key=value summary line to FILE, latencies (ms, one\n"
     "      per line) to FILE.lat, and with --log-acks a line 'ACK TASK UPDATE' per 202\n"
-    "  " PROG " fsync --dir D [--seconds S] [--bytes N]\n"
+    "  " PROG " fsync --dir D [--seconds S] [--bytes N] [--direct]\n"
     "      append N bytes (default 4096, at most 16 MiB) and fdatasync in D for S\n"
-    "      seconds (default 1), over and over; prints fsyncs_per_s\n"
+    "      seconds (default 1), over and over; prints fsyncs_per_s. --direct writes\n"
+    "      with O_DIRECT, padded to 4 KiB blocks, as the coordinator writes update\n"
+    "      bodies (through the page cache where the file system refuses it); prints\n"
+    "      direct=0 or 1 too\n"
     "  " PROG " stats FILE...\n"
     "      count, p50, p99 and max over the latency files of several clients\n";
 
@@ -390,7 +394,7 @@ static void client_close(client *C) {
     peer_response_free(&C->rs);
 }
 
-enum { OPT_DIR = 1, OPT_SECONDS, OPT_OUT, OPT_ACKS, OPT_BYTES };
+enum { OPT_DIR = 1, OPT_SECONDS, OPT_OUT, OPT_ACKS, OPT_BYTES, OPT_DIRECT };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -398,6 +402,7 @@ static const struct option OPTIONS[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"log-acks", required_argument, NULL, OPT_ACKS},
     {"bytes", required_argument, NULL, OPT_BYTES},
+    {"direct", no_argument, NULL, OPT_DIRECT},
     {NULL, 0, NULL, 0},
 };
 
@@ -406,6 +411,7 @@ typedef struct args {
     double seconds;
     int have_seconds;
     int64_t bytes; /* fsync: record size, 0 when not given */
+    int direct;    /* fsync: O_DIRECT */
 } args;
 
 /* Parses the options after the subcommand; 0 or an exit status. */
@@ -427,6 +433,7 @@ static int parse_args(int argc, char **argv, args *a) {
             if (parse_i64(optarg, 1, FSYNC_BLOCK_MAX, &a->bytes) != VL_OK)
                 return usage("--bytes needs a whole number of bytes in [1, 16777216]");
             break;
+        case OPT_DIRECT: a->direct = 1; break;
         case ':': return usage("an option is missing its value");
         default: return usage("unknown option");
         }
@@ -482,19 +489,28 @@ static int cmd_client(int argc, char **argv) {
 /* ---- fsync baseline ------------------------------------------------------ */
 
 /* Each round grows the file, so fdatasync must persist the new size too,
- * as a commit appending to SQLite's WAL does. */
-static int fsync_rate(const char *dir, double seconds, size_t bytes, double *rate,
+ * as a commit appending to SQLite's WAL does. With *direct set, the file
+ * is written with O_DIRECT in whole 4 KiB blocks where the file system
+ * allows it; *direct says on return whether it did. */
+static int fsync_rate(const char *dir, double seconds, size_t bytes, int *direct, double *rate,
                       vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, "bench_ingest.fsync", err);
     if (rc) return rc;
-    char *block = malloc(bytes);
-    if (!block) return vl_fail(err, VL_ENOMEM, "out of memory for a %zu-byte record", bytes);
+    if (*direct) bytes = (bytes + 4095) / 4096 * 4096;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 4096, bytes) != 0)
+        return vl_fail(err, VL_ENOMEM, "out of memory for a %zu-byte record", bytes);
+    char *block = mem;
     memset(block, 'v', bytes);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         free(block);
         return vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
+    }
+    if (*direct) {
+        int fl = fcntl(fd, F_GETFL);
+        *direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
     }
     uint64_t n = 0;
     off_t off = 0;
@@ -522,13 +538,15 @@ static int cmd_fsync(int argc, char **argv) {
     int x = parse_args(argc, argv, &a);
     if (x) return x;
     if (!a.dir || !a.dir[0]) return usage("fsync needs --dir D");
-    if (a.out || a.acks) return usage("fsync takes only --dir, --seconds and --bytes");
+    if (a.out || a.acks) return usage("fsync takes only --dir, --seconds, --bytes and --direct");
     double seconds = a.have_seconds ? a.seconds : 1.0;
     size_t bytes = a.bytes ? (size_t)a.bytes : FSYNC_BLOCK;
     double rate = 0;
     vl_error e = {0};
-    if (fsync_rate(a.dir, seconds, bytes, &rate, &e)) return fail_line(&e);
+    int direct = a.direct;
+    if (fsync_rate(a.dir, seconds, bytes, &direct, &rate, &e)) return fail_line(&e);
     printf("fsyncs_per_s=%.0f\n", rate);
+    if (a.direct) printf("direct=%d\n", direct);
     return EXIT_OK;
 }
 

@@ -434,7 +434,7 @@ void coord_route_status(coord_req *cr) {
     coord_writer_stats_get(srv->writer, &ws);
     json_t *o = json_pack(
         "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:o},"
-        " s:o, s:o, s:{s:I, s:I, s:I, s:I}}",
+        " s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I}}",
         "run", srv->cfg.name, "mode", srv->cfg.mode, "status",
         srv->finished ? "finished" : "running", "version", (json_int_t)srv->version,
         "max_versions", (json_int_t)srv->cfg.max_versions, "updates_per_version",
@@ -444,6 +444,6 @@ void coord_route_status(coord_req *cr) {
         (json_int_t)pc.idle, "gone", (json_int_t)pc.gone, "list", pc.list, "local_steps", steps,
         "staleness", stale, "writer", "jobs", (json_int_t)ws.jobs, "commits",
         (json_int_t)ws.commits, "failed", (json_int_t)ws.failed, "max_batch",
-        (json_int_t)ws.max_batch);
+        (json_int_t)ws.max_batch, "checkpoints", (json_int_t)ws.checkpoints);
     coord_reply_json(cr, 200, o);
 }

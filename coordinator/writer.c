@@ -51,6 +51,12 @@ struct coord_writer {
 /* A checkpoint that leaves this many pages behind (the copy could not keep
  * up, or a reader held an old snapshot) is worth a line in the log. */
 #define CKPT_WARN_PAGES (256 * 1024)
+/* The checkpoint thread runs once the WAL holds this many frames (SQLite's
+ * own default). After every commit instead, it copied the same hot pages
+ * (the tasks and updates tables' last leaves and their indexes) back and
+ * synced the database file once per commit: 7 % of the coordinator's CPU
+ * under an upload storm. */
+#define CKPT_FRAMES 1000
 
 static void append(coord_job **head, coord_job **tail, coord_job *first, coord_job *last) {
     if (!first) return;
@@ -104,8 +110,10 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     w->stats.failed += failed;
     if (!broken) {
         w->stats.commits++;
-        w->ckpt_due++;
-        pthread_cond_signal(&w->ckpt_cv);
+        if (storage_wal_frames(w->db) >= CKPT_FRAMES) {
+            w->ckpt_due++;
+            pthread_cond_signal(&w->ckpt_cv);
+        }
     }
     if (n > w->stats.max_batch) w->stats.max_batch = n;
     pthread_mutex_unlock(&w->mu);
@@ -178,6 +186,7 @@ static void *ckpt_main(void *arg) {
             warned = 1;
         }
         pthread_mutex_lock(&w->mu);
+        w->stats.checkpoints++;
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;

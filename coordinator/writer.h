@@ -64,6 +64,7 @@ typedef struct coord_writer_stats {
     uint64_t failed;      /* jobs that ended with an error, their own or the commit's */
     uint64_t max_batch;   /* most jobs in one transaction */
     uint64_t queued;      /* jobs waiting now */
+    uint64_t checkpoints; /* WAL checkpoints run (each copies pages and syncs the database) */
 } coord_writer_stats;
 
 /* Most jobs one transaction takes; the rest wait for the next. */

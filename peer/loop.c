@@ -713,7 +713,11 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     loop L;
     memset(&L, 0, sizeof L);
     L.o = o;
-    int rc = peer_state_load(o->dir, &L.st, err);
+    peer_device dev;
+    int rc = peer_device_choose(o->device, &dev, err);
+    if (rc) return rc;
+    log_info("training on %s", dev.desc);
+    rc = peer_state_load(o->dir, &L.st, err);
     if (rc) return rc;
     crypto_identity id;
     if ((rc = load_key(o->dir, &id, err))) return rc;

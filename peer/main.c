@@ -26,8 +26,8 @@ static const char USAGE[] =
     "      move the joined peer to a new key (the request is signed with the old\n"
     "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
     "      Restart a running 'run' afterwards. Print the new public key\n"
-    "  run [--dir DIR] [--threads N] [--max-tasks N] [--wait S] [--retries N]\n"
-    "      [--step-delay MS] [--slowdown F]\n"
+    "  run [--dir DIR] [--device D] [--threads N] [--max-tasks N] [--wait S]\n"
+    "      [--retries N] [--step-delay MS] [--slowdown F]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
     "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
@@ -41,6 +41,8 @@ static const char USAGE[] =
     "  --token-file F   read the join token from the first line of F\n"
     "  --cacert FILE    trust this PEM certificate (a self-signed coordinator)\n"
     "  --name NAME      display name sent at join (default: host name)\n"
+    "  --device D       auto, cpu or cuda (default auto: a GPU when one is usable,\n"
+    "                   else the CPU; the log says which and why)\n"
     "  --threads N      OpenMP and OpenBLAS threads (default: library defaults)\n"
     "  --max-tasks N    stop after N tasks (default: no limit)\n"
     "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
@@ -58,7 +60,7 @@ static const char USAGE[] =
 
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
        OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
-       OPT_HELP };
+       OPT_DEVICE, OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -75,6 +77,7 @@ static const struct option OPTIONS[] = {
     {"step-delay", required_argument, NULL, OPT_STEP_DELAY},
     {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"device", required_argument, NULL, OPT_DEVICE},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -82,6 +85,7 @@ static const struct option OPTIONS[] = {
 typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
     int force, verbose;
+    peer_device_want device;
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
@@ -130,6 +134,10 @@ static int parse_args(int argc, char **argv, args *a) {
             break;
         case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
         case OPT_VERBOSE: a->verbose = 1; break;
+        case OPT_DEVICE:
+            if (peer_device_parse(optarg, &a->device) != VL_OK)
+                return usage_error("--device is auto, cpu or cuda, not '%s'", optarg);
+            break;
         case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
         case ':':
             return usage_error("option %s needs a value", argv[optind - 1]);
@@ -244,7 +252,7 @@ static void on_signal(int sig) {
 static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
                                 1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
-                                1u << OPT_SLOWDOWN);
+                                1u << OPT_SLOWDOWN | 1u << OPT_DEVICE);
     if (rc) return rc;
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
@@ -262,7 +270,7 @@ static int cmd_run(const args *a) {
     peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
-                       .slowdown = (int)a->slowdown};
+                       .slowdown = (int)a->slowdown, .device = a->device};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }

@@ -502,6 +502,32 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_C
 int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
 
 /* Options of peer_run; dir is borrowed for the call. */
+/* ---- device (device.c) ----------------------------------------------- */
+
+/* What --device asked for. */
+typedef enum peer_device_want {
+    PEER_DEVICE_WANT_AUTO = 0, /* a GPU when one is usable, else the CPU */
+    PEER_DEVICE_WANT_CPU,
+    PEER_DEVICE_WANT_CUDA      /* a GPU, or an error */
+} peer_device_want;
+
+typedef enum peer_device_kind { PEER_DEVICE_CPU = 0, PEER_DEVICE_CUDA } peer_device_kind;
+
+/* The device a peer trains on, and a line for the log saying which and,
+ * after a fallback to the CPU, why. */
+typedef struct peer_device {
+    peer_device_kind kind;
+    char desc[320];
+} peer_device;
+
+/* "auto", "cpu" or "cuda" into *out; VL_EINVAL for anything else. */
+int peer_device_parse(const char *s, peer_device_want *out) VL_MUST_CHECK;
+
+/* Resolves want on this machine. auto gives a GPU when the build has CUDA
+ * and the driver reports a device, else the CPU with the reason in desc;
+ * cuda without a usable GPU is VL_EINVAL with the reason in err. */
+int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) VL_MUST_CHECK;
+
 typedef struct peer_run_opts {
     const char *dir;
     int threads;       /* OpenMP and OpenBLAS threads; 0: leave the defaults */
@@ -510,6 +536,7 @@ typedef struct peer_run_opts {
     int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
     int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
     int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
+    peer_device_want device; /* --device; the zero value is auto */
     /* Plays a hostile peer, for tests of the coordinator's defences only
      * (tests/integration/hostile_peer.c; volley-peer leaves it NULL).
      * Called before each upload of a task is encoded, attempt 0 first and

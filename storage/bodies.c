@@ -19,7 +19,16 @@
  * no other connection can be part-way through appending to one; a
  * connection whose segment was deleted notices (its link count is 0) and
  * starts a new one. The highest-numbered segment is never deleted, so a
- * number is never reused for different bytes. */
+ * number is never reused for different bytes.
+ *
+ * Segments are written with O_DIRECT where the file system allows it, each
+ * body padded with zeros to whole BODY_ALIGN blocks at an aligned offset.
+ * Through the page cache, a 200 KB append and its fdatasync cost about
+ * 300 us of CPU (the copy in, then writeback at the sync); direct, the
+ * device reads the staging buffer itself and the sync only flushes the
+ * device, about a third of that. Where O_DIRECT is refused (tmpfs, some
+ * network file systems) appends go through the page cache as before. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +44,9 @@
 /* A segment is closed for appends past this size; a body larger than it
  * gets a segment of its own. */
 #define BODY_SEGMENT_BYTES (64ull << 20)
+/* Direct writes are whole blocks of this size at offsets that are
+ * multiples of it: the largest logical block size of common devices. */
+#define BODY_ALIGN 4096u
 /* A body read back is at most this large (the database could be damaged). */
 #define BODY_READ_MAX (1ull << 31)
 
@@ -51,6 +63,7 @@ void body_close(body_files *b) {
     for (size_t i = 0; i < BODY_READ_FDS; i++)
         if (b->rfd[i] >= 0) close(b->rfd[i]);
     free(b->rbuf);
+    free(b->abuf);
     memset(b, 0, sizeof *b);
     b->wfd = -1;
 }
@@ -136,6 +149,11 @@ static int open_segment(body_files *b, vl_error *err) {
             unlink(path);
             return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", path, strerror(e));
         }
+        /* Set after the create, not passed to open: a file system that
+         * refuses O_DIRECT would fail the open only after creating the
+         * file, leaving an empty segment nobody owns. */
+        int fl = fcntl(fd, F_GETFL);
+        b->direct = fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
         b->wfd = fd;
         b->wseg = s;
         b->wsize = 0;
@@ -143,6 +161,31 @@ static int open_segment(body_files *b, vl_error *err) {
         return VL_OK;
     }
     return vl_fail(err, VL_EIO, "cannot create a new segment in %s", b->dir);
+}
+
+/* Copies the body into the aligned staging buffer, zero-padded to padded
+ * bytes. The buffer grows to the largest body seen: bodies are capped by
+ * the server's max_body_bytes before they reach storage. */
+static int stage_direct(body_files *b, const void *data, size_t len, size_t padded,
+                        vl_error *err) {
+    if (padded > b->acap) {
+        void *p = NULL;
+        if (posix_memalign(&p, BODY_ALIGN, padded) != 0)
+            return vl_fail(err, VL_ENOMEM, "out of memory staging an update body");
+        free(b->abuf);
+        b->abuf = p;
+        b->acap = padded;
+    }
+    memcpy(b->abuf, data, len);
+    memset(b->abuf + len, 0, padded - len);
+    return VL_OK;
+}
+
+/* Back to the page cache for the rest of this segment. */
+static void drop_direct(body_files *b) {
+    int fl = fcntl(b->wfd, F_GETFL);
+    if (fl >= 0) (void)fcntl(b->wfd, F_SETFL, fl & ~O_DIRECT);
+    b->direct = 0;
 }
 
 int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64_t *off,
@@ -155,7 +198,8 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
         b->wfd = -1;
         b->dirty = 0;
     }
-    if (b->wfd >= 0 && b->wsize > 0 && b->wsize + len > BODY_SEGMENT_BYTES) {
+    size_t padded = (len + BODY_ALIGN - 1) / BODY_ALIGN * BODY_ALIGN;
+    if (b->wfd >= 0 && b->wsize > 0 && b->wsize + padded > BODY_SEGMENT_BYTES) {
         int rc = close_segment(b, err);
         if (rc != VL_OK) return rc;
     }
@@ -164,10 +208,26 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
         if (rc != VL_OK) return rc;
     }
     const uint8_t *p = data;
+    size_t n = len;
+    if (b->direct && b->wsize % BODY_ALIGN == 0) {
+        int rc = stage_direct(b, data, len, padded, err);
+        if (rc != VL_OK) return rc;
+        p = b->abuf;
+        n = padded;
+    } else if (b->direct) {
+        drop_direct(b);
+    }
     size_t done = 0;
-    while (done < len) {
-        ssize_t w = pwrite(b->wfd, p + done, len - done, (off_t)(b->wsize + done));
+    while (done < n) {
+        ssize_t w = pwrite(b->wfd, p + done, n - done, (off_t)(b->wsize + done));
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINVAL && b->direct && done == 0) {
+            /* The device wants a larger alignment: the page cache, then. */
+            drop_direct(b);
+            p = data;
+            n = len;
+            continue;
+        }
         if (w <= 0) {
             /* What a failed write left is not pointed at; start afresh. */
             int e = errno;
@@ -181,7 +241,7 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
     }
     *seg = b->wseg;
     *off = (int64_t)b->wsize;
-    b->wsize += len;
+    b->wsize += n;
     b->dirty = 1;
     return VL_OK;
 }

@@ -436,12 +436,26 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     return VL_OK;
 }
 
+/* Runs after each commit in place of the automatic checkpoint: only notes
+ * how large the WAL has grown, for whoever runs the checkpoints. */
+static int count_wal(void *arg, sqlite3 *db, const char *name, int frames) {
+    (void)db;
+    (void)name;
+    ((storage *)arg)->wal_frames = frames;
+    return SQLITE_OK;
+}
+
 int storage_set_autocheckpoint(storage *st, int pages, vl_error *err) {
     if (pages < 0) return vl_fail(err, VL_EINVAL, "autocheckpoint pages must be >= 0");
     if (sqlite3_wal_autocheckpoint(st->db, pages) != SQLITE_OK)
         return q_fail(st, err, "wal_autocheckpoint");
+    /* Both are the connection's one WAL hook: the counter replaces none. */
+    st->wal_frames = 0;
+    if (pages == 0) sqlite3_wal_hook(st->db, count_wal, st);
     return VL_OK;
 }
+
+int storage_wal_frames(const storage *st) { return st->wal_frames; }
 
 int storage_checkpoint(storage *st, int *wal_pages, int *done_pages, vl_error *err) {
     int log = 0, done = 0;

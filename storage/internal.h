@@ -100,6 +100,9 @@ typedef struct body_files {
     uint64_t wsize;
     int dirty;        /* wfd has bytes not yet fdatasynced */
     int dir_dirty;    /* a segment was created since the directory's last fsync */
+    int direct;       /* wfd is written with O_DIRECT, in whole aligned blocks */
+    uint8_t *abuf;    /* aligned staging for direct writes */
+    size_t acap;
     int rfd[BODY_READ_FDS];
     int64_t rseg[BODY_READ_FDS];
     size_t rnext;
@@ -111,6 +114,7 @@ struct storage {
     sqlite3 *db;
     sqlite3_stmt *stmts[Q_COUNT];
     body_files bodies;
+    int wal_frames;   /* the WAL's size after the last commit, when counted */
 };
 
 /* The prepared statement for id, reset and with bindings cleared; NULL (and

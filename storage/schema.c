@@ -136,6 +136,11 @@ static const storage_migration MIGRATIONS[] = {
      " samples INTEGER NOT NULL CHECK (samples > 0),"
      " peers INTEGER NOT NULL CHECK (peers > 0),"
      " blob BLOB NOT NULL);"},
+    {8,
+     /* A peer's live lease, looked up on every upload that asks for its
+      * next task: tasks_by_peer leads with base_version after peer_id, so
+      * without this the lookup walked every task the peer ever had. */
+     "CREATE INDEX tasks_leased_by_peer ON tasks(peer_id, id) WHERE state = 'leased';"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

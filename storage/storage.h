@@ -52,6 +52,12 @@ void storage_close(storage *st);
  * commits must not wait for a checkpoint while another one runs them. */
 int storage_set_autocheckpoint(storage *st, int pages, vl_error *err) VL_MUST_CHECK;
 
+/* With the automatic checkpoint turned off (storage_set_autocheckpoint 0):
+ * how many frames the WAL held after this connection's last commit, so the
+ * caller can checkpoint once it is large rather than after every commit.
+ * 0 before the first commit, and always while the automatic one is on. */
+int storage_wal_frames(const storage *st);
+
 /* A passive checkpoint: copies whatever committed pages the WAL holds back
  * into the database file, neither waiting for nor blocking writers and
  * readers. *wal_pages gets the WAL's size in pages and *done_pages how many

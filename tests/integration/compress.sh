@@ -35,8 +35,11 @@ after=$(it_snapshot)
 [ "${PIPESTATUS[0]}" = 0 ] || fail "a valid $KIND update was refused"
 
 for i in 1 2; do it_peer $i; done
+# Peer 1 leaves the device to the peer (auto), peer 2 asks for the CPU.
+device=(auto cpu)
 for i in 1 2; do
-  "$PEER" run --dir "peer$i" --wait 5 --retries 3 > "peer$i.out" 2> "peer$i.log" &
+  "$PEER" run --dir "peer$i" --device "${device[$((i - 1))]}" --wait 5 --retries 3 \
+    > "peer$i.out" 2> "peer$i.log" &
   PIDS+=($!)
 done
 for p in "${PIDS[@]}"; do wait "$p" || fail "a peer exited with an error"; done
@@ -52,6 +55,19 @@ maxb=$(q 'SELECT max(nbytes) FROM updates')
 [ "$(q 'SELECT group_concat(version) FROM changes ORDER BY version')" = "4,5,6" ] \
   || fail "stored changes are $(q 'SELECT group_concat(version) FROM changes')"
 grep -q "by delta" peer1.log peer2.log || fail "no peer caught up by delta"
+grep -q "training on the CPU (--device cpu)" peer2.log || fail "peer 2 does not say it trains on the CPU"
+if grep -q "training on the CPU (no usable GPU: " peer1.log; then
+  # Where auto found no GPU, asking for one is refused at once, in one line.
+  set +e
+  "$PEER" run --dir peer1 --device cuda --wait 1 > cuda.out 2> cuda.log
+  rc=$?
+  set -e
+  [ "$rc" = 1 ] || fail "--device cuda without a GPU exited $rc"
+  [ "$(wc -l < cuda.log)" = 1 ] && grep -q "^volley-peer: --device cuda: no usable GPU (" cuda.log \
+    || { cat cuda.log >&2; fail "--device cuda without a GPU did not say so in one line"; }
+else
+  grep -q "training on CUDA device 0: " peer1.log || fail "peer 1 does not say which device it trains on"
+fi
 if [ "$KIND" != sketch ]; then
   for i in 1 2; do
     want="compression: $KIND k=[0-9]* F16, residual decay 0.9"

@@ -243,26 +243,7 @@ static void test_token_ranges(void **state) {
 
 /* ---- opening the shards --------------------------------------------------- */
 
-typedef struct fixture {
-    char *dir;
-    char path[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->dir = test_temp_dir("/tmp/volley_coord_shards.XXXXXX");
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
+typedef test_dir_fixture fixture;
 
 /* dir/name: a shard of n tokens, token i = (i * 131 + salt) % 50257. */
 static char *write_tokens(fixture *f, const char *name, int64_t n, unsigned salt) {
@@ -415,8 +396,8 @@ int main(void) {
         cmocka_unit_test(test_config_shards),
         cmocka_unit_test(test_config_shards_refused),
         cmocka_unit_test(test_token_ranges),
-        cmocka_unit_test_setup_teardown(test_open_shards, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_open_shards_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_shards, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_open_shards_refused, test_dir_setup, test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

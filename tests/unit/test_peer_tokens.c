@@ -107,26 +107,7 @@ static void test_token_task_model(void **state) {
 
 /* ---- training on a shard -------------------------------------------------- */
 
-typedef struct fixture {
-    char *dir;
-    char path[512];
-} fixture;
-
-static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->dir = test_temp_dir("/tmp/volley_peer_tokens.XXXXXX");
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *f = *state;
-    test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
+typedef test_dir_fixture fixture;
 
 /* Writes tokens as an llm.c shard and opens it for vocab. */
 static model_shard *shard_of(fixture *f, const uint16_t *tok, size_t n, int vocab) {
@@ -212,8 +193,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_task),
         cmocka_unit_test(test_token_task_model),
-        cmocka_unit_test_setup_teardown(test_train_on_shard, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_train_wide_vocab, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_train_on_shard, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_train_wide_vocab, test_dir_setup, test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,28 +23,7 @@
 /* Tokens per chunk of the validating scan. */
 #define CHUNK_TOKENS ((int64_t)(MODEL_SHARD_CHUNK_BYTES / 2))
 
-typedef struct fixture {
-    char *dir;
-    char path[512];
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    assert_non_null(f);
-    f->dir = test_temp_dir("/tmp/volley_shard.XXXXXX");
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    test_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-    return 0;
-}
+typedef test_dir_fixture fixture;
 
 static void put_i32(uint8_t *p, int32_t v)
 {
@@ -532,16 +511,16 @@ static void test_eval_tokens(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_open_and_sample, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_matches_data_sample, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sample_edges, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sample_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused_headers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused_tokens, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused_other, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_long_path_message, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_large_shard, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_and_sample, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_matches_data_sample, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_sample_edges, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_sample_refused, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_headers, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_tokens, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_other, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_long_path_message, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_large_shard, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_read, test_dir_setup, test_dir_teardown),
         cmocka_unit_test(test_eval_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,6 +47,31 @@ static inline void test_remove_tree(const char *d) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* A cmocka fixture: a fresh temporary directory for each test, removed
+ * with everything in it afterwards, and room for one path inside it. */
+typedef struct test_dir_fixture {
+    char *dir;
+    char path[512];
+} test_dir_fixture;
+
+/* Setup and teardown for test_dir_fixture; the directory's name starts
+ * with "/tmp/volley_test." (mkdtemp fills in the rest). */
+static inline int test_dir_setup(void **state) {
+    test_dir_fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->dir = test_temp_dir("/tmp/volley_test.XXXXXX");
+    *state = f;
+    return 0;
+}
+
+static inline int test_dir_teardown(void **state) {
+    test_dir_fixture *f = *state;
+    test_remove_tree(f->dir);
+    free(f->dir);
+    free(f);
+    return 0;
+}
+
 /* Removes an SQLite database file and the -wal and -shm files beside it. */
 static inline void test_remove_db(const char *path) {
     const char *suffix[] = {"", "-wal", "-shm"};
