@@ -159,6 +159,10 @@ void compress_blocks_span(size_t d, size_t k, size_t nb, size_t b, size_t *lo, s
  * *thr (may be NULL). */
 int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz,
                     double *thr, vl_error *err) VL_MUST_CHECK;
+/* The z of Gaussian-k's threshold: P(|N(0,1)| >= z) = rho for 0 < rho < 1
+ * (Phi^-1(1 - rho/2), accurate far into the tail), 0 once rho >= 1. The
+ * GPU Gaussian-k uses it too, so both start from the same threshold. */
+double compress_gaussk_z(double rho);
 
 /* ---- peer-side error feedback (feedback.c) ------------------------------ */
 

@@ -89,8 +89,7 @@ static double probit_lower(double p)
     return z - u / (1.0 + 0.5 * z * u);
 }
 
-/* z with P(|N(0,1)| >= z) = rho, for 0 < rho; 0 once rho >= 1. */
-static double two_sided_z(double rho)
+double compress_gaussk_z(double rho)
 {
     if (rho >= 1.0)
         return 0.0;
@@ -579,7 +578,7 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
      * input. */
     g.cap = 8 * k + 4096 < d ? 8 * k + 4096 : d;
     double rho = (double)k / (double)d;
-    double z = two_sided_z(rho), zw = two_sided_z(3.0 * rho);
+    double z = compress_gaussk_z(rho), zw = compress_gaussk_z(3.0 * rho);
 
     /* The first window comes from a sample's moments, so the pass that
      * computes the exact ones can collect the candidates as well. */

@@ -8,7 +8,9 @@
  * since buckets collide within a block. Those loops are built for several x86-64
  * levels and the best is chosen when the library loads, and they split the
  * coordinates across OpenMP threads once d is large. The FetchSGD server
- * step, which keeps momentum and error in sketch space, is here too. */
+ * step, which keeps momentum and error in sketch space, is here too. The
+ * hash and the median over rows are in sketch_hash.h, which the CUDA
+ * kernels compile too, so both agree bit for bit. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "compress/compress.h"
 #include "compress/hot.h"
+#include "compress/sketch_hash.h"
 
 /* Coordinates hashed together: enough to fill several vectors per loop,
  * few enough that the per-block arrays stay in L1. */
@@ -27,28 +30,14 @@
 #define TABLE_PAR_MIN ((size_t)1 << 18)
 
 
-/* The same function as splitmix64() in common, repeated here so that the
- * compiler sees its body and can vectorise the block loops around it; the
- * tests check every path against splitmix64() itself. */
-static inline uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline uint32_t bucket_of(uint64_t h, uint32_t cols) {
-    return (uint32_t)(((h >> 32) * (uint64_t)cols) >> 32);
-}
-
 uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row) {
-    return splitmix64(seed ^ ((uint64_t)row + 1));
+    return compress_sk_row_key(seed, row);
 }
 
 void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
                           uint32_t *bucket, int *sign) {
-    uint64_t h = mix64(compress_sketch_row_key(seed, row) ^ i);
-    *bucket = bucket_of(h, cols);
+    uint64_t h = compress_sk_coord_hash(compress_sk_row_key(seed, row), i);
+    *bucket = compress_sk_bucket(h, cols);
     *sign = (h & 1) ? -1 : 1;
 }
 
@@ -103,10 +92,10 @@ static inline __attribute__((always_inline)) void
 hash_lanes(uint64_t key, uint64_t i, size_t n, uint32_t cols, const float *restrict x,
            uint32_t *restrict bk, float *restrict sv) {
     for (size_t b = 0; b < n; b++) {
-        uint64_t h = mix64(key ^ (i + b));
-        bk[b] = bucket_of(h, cols);
-        /* (float)(1 - 2 * bit) is exactly +-1, so the product is x or -x. */
-        sv[b] = (float)(1 - 2 * (int32_t)(h & 1)) * x[b];
+        uint64_t h = compress_sk_coord_hash(key, i + b);
+        bk[b] = compress_sk_bucket(h, cols);
+        /* The sign is exactly +-1, so the product is x or -x. */
+        sv[b] = compress_sk_sign(h) * x[b];
     }
 }
 
@@ -226,28 +215,15 @@ int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float 
 /* ---- estimate ------------------------------------------------------------ */
 
 /* Median over R rows of each of the BLK lanes of v, n of them to out. With
- * R a constant the compare-exchange network below unrolls into min/max
- * instructions on registers, and the loop over lanes vectorises. The
- * network is an odd-even transposition sort (R passes sort fully). */
+ * R a constant the compare-exchange network of compress_sk_median unrolls into
+ * min/max instructions on registers, and the loop over lanes vectorises. */
 static inline __attribute__((always_inline)) void
 median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
     float m[BLK];
     for (size_t b = 0; b < BLK; b++) {
         float t[COMPRESS_SKETCH_MAX_ROWS];
         for (uint32_t j = 0; j < R; j++) t[j] = v[j][b];
-        for (uint32_t pass = 0; pass < (R + 1) / 2; pass++) {
-            for (uint32_t q = 0; q < R / 2; q++) {
-                float a = t[2 * q], c = t[2 * q + 1];
-                t[2 * q] = a < c ? a : c;
-                t[2 * q + 1] = a < c ? c : a;
-            }
-            for (uint32_t q = 0; q < (R - 1) / 2; q++) {
-                float a = t[2 * q + 1], c = t[2 * q + 2];
-                t[2 * q + 1] = a < c ? a : c;
-                t[2 * q + 2] = a < c ? c : a;
-            }
-        }
-        m[b] = (R & 1) ? t[R / 2] : 0.5f * (t[R / 2 - 1] + t[R / 2]);
+        m[b] = compress_sk_median(t, R);
     }
     if (n == BLK) memcpy(out, m, sizeof m);
     else memcpy(out, m, n * sizeof(float));
@@ -270,9 +246,9 @@ static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
         for (uint32_t j = 0; j < rows; j++) {
             uint32_t base = j * cols; /* < 2^28 */
             for (size_t b = 0; b < BLK; b++) {
-                uint64_t h = mix64(keys[j] ^ (i0 + b));
-                bk[b] = base + bucket_of(h, cols);
-                sg[b] = (float)(1 - 2 * (int32_t)(h & 1));
+                uint64_t h = compress_sk_coord_hash(keys[j], i0 + b);
+                bk[b] = base + compress_sk_bucket(h, cols);
+                sg[b] = compress_sk_sign(h);
             }
 #pragma GCC unroll 8
             for (size_t b = 0; b < BLK; b++) raw[b] = vt[bk[b]];
@@ -331,9 +307,10 @@ int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *s
 
 void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n) {
     for (uint32_t j = 0; j < s->rows; j++) {
-        uint64_t key = compress_sketch_row_key(s->seed, j);
+        uint64_t key = compress_sk_row_key(s->seed, j);
         float *row = s->table + (size_t)j * s->cols;
-        for (size_t t = 0; t < n; t++) row[bucket_of(mix64(key ^ idx[t]), s->cols)] = 0.0f;
+        for (size_t t = 0; t < n; t++)
+            row[compress_sk_bucket(compress_sk_coord_hash(key, idx[t]), s->cols)] = 0.0f;
     }
 }
 

@@ -1,0 +1,165 @@
+/*
+ * bench_gpu_compress: the CUDA compressors on one Gaussian vector of d floats
+ * (default 124,439,808, GPT-2 small's parameter count) already on the
+ * device, each as a ratio to a device-to-device cudaMemcpy of the same 4*d
+ * bytes measured in the same run. Throughput is input bytes (4*d) over
+ * seconds, for the copy too, so a kernel that reads the vector once and
+ * writes little can exceed 1x. Rows: the copy, Count Sketch encode at r = 5
+ * with a table of d/100 cells (global-memory atomics) and with a 5 x 8192
+ * table (a private copy per block in shared memory), exact top-k at
+ * k = d/1000 and d/100, Gaussian-k at k = d/100 (with its count). Each call
+ * includes its own scratch allocations and the synchronisation at its end,
+ * as a caller sees it. Each figure is the best of --reps runs (default 5).
+ * DESIGN.md's target for the GPU kernels: >= 0.6x copy bandwidth.
+ *
+ * Without a CUDA device it prints one line saying so and exits 77.
+ *
+ * Usage: bench_gpu_compress [--d N] [--reps N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+/* Declares common/ and compress/ too, as C (they have no extern "C" of
+ * their own). */
+#include "kernels/cuda_compress.h"
+#include "kernels/kernels.h"
+
+static void die(const char *what, const vl_error *err)
+{
+    fprintf(stderr, "bench_gpu_compress: %s: %s\n", what, err ? err->msg : "failed");
+    exit(1);
+}
+
+static void cuda_check(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "bench_gpu_compress: %s: %s\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+/* Seconds of the best of reps runs of body, timed with events around it. */
+#define BEST_OF(reps, secs, body)                                                          \
+    do {                                                                                   \
+        cudaEvent_t a_, b_;                                                                \
+        cuda_check(cudaEventCreate(&a_), "cudaEventCreate");                               \
+        cuda_check(cudaEventCreate(&b_), "cudaEventCreate");                               \
+        (secs) = 1e30;                                                                     \
+        for (int r_ = 0; r_ < (reps); r_++) {                                              \
+            cuda_check(cudaEventRecord(a_, 0), "cudaEventRecord");                         \
+            body;                                                                          \
+            cuda_check(cudaEventRecord(b_, 0), "cudaEventRecord");                         \
+            cuda_check(cudaEventSynchronize(b_), "cudaEventSynchronize");                  \
+            float ms_ = 0;                                                                 \
+            cuda_check(cudaEventElapsedTime(&ms_, a_, b_), "cudaEventElapsedTime");        \
+            if (ms_ / 1e3 < (secs))                                                        \
+                (secs) = ms_ / 1e3;                                                        \
+        }                                                                                  \
+        cudaEventDestroy(a_);                                                              \
+        cudaEventDestroy(b_);                                                              \
+    } while (0)
+
+static void row(const char *name, double secs, double bytes, double copy_secs, const char *note)
+{
+    double gbs = bytes / secs / 1e9, ratio = copy_secs / secs;
+    printf("%-28s %9.3f ms %9.1f GB/s %7.3fx copy  %s\n", name, secs * 1e3, gbs, ratio, note);
+}
+
+int main(int argc, char **argv)
+{
+    int64_t d64 = 124439808, reps64 = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--d") == 0 && i + 1 < argc &&
+            parse_i64(argv[i + 1], 1000, 4000000000LL, &d64) == 0) {
+            i++;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc &&
+                   parse_i64(argv[i + 1], 1, 1000, &reps64) == 0) {
+            i++;
+        } else {
+            fprintf(stderr, "usage: %s [--d N] [--reps N]\n", argv[0]);
+            return 2;
+        }
+    }
+    char desc[256];
+    kernels_cuda_describe(desc, sizeof desc);
+    if (kernels_cuda_device_count() == 0) {
+        printf("bench_gpu_compress: SKIPPED: no CUDA device (%s)\n", desc);
+        return 77;
+    }
+    size_t d = (size_t)d64;
+    int reps = (int)reps64;
+    double bytes = 4.0 * (double)d;
+    printf("bench_gpu_compress: d = %zu, best of %d, %s\n", d, reps, desc);
+
+    float *x = (float *)malloc(d * sizeof(float));
+    if (!x)
+        die("host allocation", NULL);
+    rng r;
+    rng_seed(&r, 7);
+    for (size_t i = 0; i < d; i++)
+        x[i] = rng_normal(&r);
+    float *d_x = NULL, *d_y = NULL, *d_tab = NULL, *d_val = NULL;
+    uint32_t *d_idx = NULL;
+    size_t kmax = COMPRESS_GAUSSK_CAP(d / 100);
+    cuda_check(cudaMalloc((void **)&d_x, d * sizeof(float)), "cudaMalloc");
+    cuda_check(cudaMalloc((void **)&d_y, d * sizeof(float)), "cudaMalloc");
+    cuda_check(cudaMalloc((void **)&d_idx, kmax * sizeof(uint32_t)), "cudaMalloc");
+    cuda_check(cudaMalloc((void **)&d_val, kmax * sizeof(float)), "cudaMalloc");
+    cuda_check(cudaMemcpy(d_x, x, d * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    free(x);
+
+    double copy_s;
+    BEST_OF(reps, copy_s,
+            cuda_check(cudaMemcpy(d_y, d_x, d * sizeof(float), cudaMemcpyDeviceToDevice),
+                       "cudaMemcpy"));
+    row("cudaMemcpy D2D", copy_s, bytes, copy_s, "baseline");
+
+    vl_error err;
+    memset(&err, 0, sizeof err);
+    char note[128];
+    const uint32_t rows = 5;
+    uint32_t cols_of[2] = {(uint32_t)(d / 100 / rows), 8192};
+    for (int s = 0; s < 2; s++) {
+        uint32_t cols = cols_of[s] ? cols_of[s] : 1;
+        size_t cells = (size_t)rows * cols;
+        cuda_check(cudaMalloc((void **)&d_tab, cells * sizeof(float)), "cudaMalloc");
+        cuda_check(cudaMemset(d_tab, 0, cells * sizeof(float)), "cudaMemset");
+        double t;
+        BEST_OF(reps, t, if (kernels_cuda_sketch_encode(d_tab, rows, cols, 42, d_x, d, &err))
+                             die("sketch encode", &err));
+        snprintf(note, sizeof note, "%u x %u table (target >= 0.6x)", rows, cols);
+        row(s == 0 ? "sketch encode r=5 (global)" : "sketch encode r=5 (shared)", t, bytes,
+            copy_s, note);
+        cudaFree(d_tab);
+    }
+
+    size_t ks[2] = {d / 1000, d / 100};
+    for (int s = 0; s < 2; s++) {
+        size_t nnz = 0;
+        double t;
+        BEST_OF(reps, t, if (kernels_cuda_topk(d_x, d, ks[s], d_idx, &nnz, &err))
+                             die("topk", &err));
+        snprintf(note, sizeof note, "k = %zu (target >= 0.6x)", ks[s]);
+        row(s == 0 ? "exact top-k, k = d/1000" : "exact top-k, k = d/100", t, bytes, copy_s,
+            note);
+    }
+
+    {
+        size_t k = d / 100, nnz = 0;
+        double t, thr = 0;
+        BEST_OF(reps, t, if (kernels_cuda_gaussk(d_x, d, k, d_idx, &nnz, &thr, &err))
+                             die("gaussk", &err));
+        double off = 100.0 * ((double)nnz - (double)k) / (double)k;
+        snprintf(note, sizeof note, "k = %zu, count %zu (%+.2f %% of k), thr %.4g", k, nnz, off,
+                 thr);
+        row("gaussian-k, k = d/100", t, bytes, copy_s, note);
+    }
+    cudaFree(d_x);
+    cudaFree(d_y);
+    cudaFree(d_idx);
+    cudaFree(d_val);
+    return 0;
+}
