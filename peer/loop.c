@@ -734,6 +734,8 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
         return rc;
     }
     peer_trainer_init(&L.tr);
+    L.tr.device = dev.kind;
+    L.tr.gpu_fallback = o->device == PEER_DEVICE_WANT_AUTO;
     L.tr.step_delay_s = o->step_delay_ms / 1000.0;
     L.tr.slowdown = o->slowdown;
     peer_response_init(&L.rs);

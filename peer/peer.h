@@ -337,6 +337,34 @@ double peer_selsync_feed(peer_selsync *s, double g2);
 /* The model a peer trains, the base parameters it started from (for the
  * delta and for the next task on the same version), and the AdamW state,
  * which survives across tasks while the model's shape stays the same. */
+/* ---- device (device.c) ----------------------------------------------- */
+
+/* What --device asked for. */
+typedef enum peer_device_want {
+    PEER_DEVICE_WANT_AUTO = 0, /* a GPU when one is usable, else the CPU */
+    PEER_DEVICE_WANT_CPU,
+    PEER_DEVICE_WANT_CUDA      /* a GPU, or an error */
+} peer_device_want;
+
+typedef enum peer_device_kind { PEER_DEVICE_CPU = 0, PEER_DEVICE_CUDA } peer_device_kind;
+
+/* The device a peer trains on, and a line for the log saying which and,
+ * after a fallback to the CPU, why. */
+typedef struct peer_device {
+    peer_device_kind kind;
+    char desc[320];
+} peer_device;
+
+/* "auto", "cpu" or "cuda" into *out; VL_EINVAL for anything else. */
+int peer_device_parse(const char *s, peer_device_want *out) VL_MUST_CHECK;
+
+/* Resolves want on this machine. auto gives a GPU when the build has CUDA
+ * and the driver reports a device, else the CPU with the reason in desc;
+ * cuda without a usable GPU is VL_EINVAL with the reason in err. */
+int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) VL_MUST_CHECK;
+
+struct model_gpt_cuda;
+
 typedef struct peer_trainer {
     model_gpt *gpt;          /* owned; NULL until a model is installed */
     model_gpt_config cfg;
@@ -371,7 +399,27 @@ typedef struct peer_trainer {
      * the trainer sleeps (slowdown - 1) times the step's own time, delay
      * included; <= 1 after peer_trainer_init means no slowdown. */
     double slowdown;
+    /* Where forward and backward run (peer_gpu_grads on PEER_DEVICE_CUDA;
+     * K-FAC tasks stay on the CPU, whose layers they hook), and whether a
+     * GPU failure may move the trainer to the CPU (--device auto) or
+     * fails the task (--device cuda). CPU after peer_trainer_init. */
+    peer_device_kind device;
+    int gpu_fallback;
+    struct model_gpt_cuda *gpu; /* owned: the device copy, made on first use */
 } peer_trainer;
+
+/* ---- GPU steps (gpu.c) ----------------------------------------------------- */
+
+/* Runs one step's forward (mean loss into *loss) and backward on the GPU,
+ * on the trainer's current parameters, and leaves the gradient in
+ * model_gpt_grads(t->gpt), replacing it. Makes t->gpu on first use. On any
+ * failure t->gpu is freed (the next call starts afresh) and err says what
+ * the device reported. VL_EINVAL in builds without CUDA. */
+int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,
+                   float *loss, vl_error *err) VL_MUST_CHECK;
+
+/* Frees the device copy, if any; t->gpu is NULL after. */
+void peer_gpu_free(peer_trainer *t);
 
 /* An empty trainer holding no model (base_version -1). */
 void peer_trainer_init(peer_trainer *t);
@@ -502,32 +550,6 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_C
 int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
 
 /* Options of peer_run; dir is borrowed for the call. */
-/* ---- device (device.c) ----------------------------------------------- */
-
-/* What --device asked for. */
-typedef enum peer_device_want {
-    PEER_DEVICE_WANT_AUTO = 0, /* a GPU when one is usable, else the CPU */
-    PEER_DEVICE_WANT_CPU,
-    PEER_DEVICE_WANT_CUDA      /* a GPU, or an error */
-} peer_device_want;
-
-typedef enum peer_device_kind { PEER_DEVICE_CPU = 0, PEER_DEVICE_CUDA } peer_device_kind;
-
-/* The device a peer trains on, and a line for the log saying which and,
- * after a fallback to the CPU, why. */
-typedef struct peer_device {
-    peer_device_kind kind;
-    char desc[320];
-} peer_device;
-
-/* "auto", "cpu" or "cuda" into *out; VL_EINVAL for anything else. */
-int peer_device_parse(const char *s, peer_device_want *out) VL_MUST_CHECK;
-
-/* Resolves want on this machine. auto gives a GPU when the build has CUDA
- * and the driver reports a device, else the CPU with the reason in desc;
- * cuda without a usable GPU is VL_EINVAL with the reason in err. */
-int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) VL_MUST_CHECK;
-
 typedef struct peer_run_opts {
     const char *dir;
     int threads;       /* OpenMP and OpenBLAS threads; 0: leave the defaults */

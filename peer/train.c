@@ -21,6 +21,7 @@ void peer_trainer_init(peer_trainer *t) {
 }
 
 void peer_trainer_free(peer_trainer *t) {
+    peer_gpu_free(t);
     model_gpt_destroy(t->gpt);
     free(t->base);
     free(t->delta);
@@ -54,6 +55,7 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
             free(delta);
             return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
         }
+        peer_gpu_free(t); /* a copy of the model being replaced */
         model_gpt_destroy(t->gpt);
         free(t->base);
         free(t->delta);
@@ -277,6 +279,20 @@ static int sample(const task_data *d, int B, int T, rng *r, int *in, int *tg, vl
                     : model_data_sample(d->bytes, d->len, B, T, r, in, tg, err);
 }
 
+/* peer_gpu_grads, or the CPU from now on when the GPU fails and the peer
+ * may fall back (--device auto): GPU_FELL_BACK, and the step runs on the
+ * CPU. With --device cuda a GPU failure fails the task. */
+#define GPU_FELL_BACK 1
+static int gpu_grads(peer_trainer *t, int B, int T, float *loss, vl_error *err) {
+    vl_error e = {0};
+    int rc = peer_gpu_grads(t, t->inputs, t->targets, B, T, loss, &e);
+    if (rc == VL_OK) return VL_OK;
+    if (!t->gpu_fallback) return vl_fail(err, rc, "GPU: %s", e.msg);
+    log_warn("GPU: %s; training on the CPU from now on", e.msg);
+    t->device = PEER_DEVICE_CPU;
+    return GPU_FELL_BACK;
+}
+
 static int run_task(peer_trainer *t, const peer_task *task, const task_data *data,
                     peer_train_result *res, vl_error *err) {
     memset(res, 0, sizeof *res);
@@ -306,13 +322,19 @@ static int run_task(peer_trainer *t, const peer_task *task, const task_data *dat
         float loss = 0;
         double step_t0 = clock_mono_s();
         rc = sample(data, B, T, &r, t->inputs, t->targets, err);
-        if (!rc) rc = model_gpt_zero_grad(t->gpt, err);
-        if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
+        int on_gpu = !rc && t->device == PEER_DEVICE_CUDA && !task->kfac;
+        if (on_gpu && (rc = gpu_grads(t, B, T, &loss, err)) == GPU_FELL_BACK) {
+            on_gpu = 0;
+            rc = VL_OK;
+        }
+        if (!rc && !on_gpu) rc = model_gpt_zero_grad(t->gpt, err);
+        if (!rc && !on_gpu) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
         if (rc) return rc;
         step++;
         if (!isfinite(loss)) return diverged(t, err, "the loss", loss, step);
-        rc = task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
-                        : model_gpt_backward(t->gpt, err);
+        rc = on_gpu      ? VL_OK
+             : task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
+                          : model_gpt_backward(t->gpt, err);
         if (rc == VL_ERANGE) return diverged(t, err, "a layer's input or gradient", NAN, step);
         if (rc) return rc;
         double g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
