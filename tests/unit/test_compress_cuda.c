@@ -29,6 +29,7 @@
 #include "kernels/kernels.h"
 #include "sketch_golden.h"
 #include "test_util.h"
+#include "cuda_skip.h"
 
 /* Sizes around and between multiples of the 256-thread block. */
 static const size_t SIZES[] = {1, 255, 1000, 65537, ((size_t)1 << 20) + 3};
@@ -437,13 +438,7 @@ static void test_rejects_bad_args(void **state)
 
 int main(void)
 {
-    char desc[256];
-    kernels_cuda_describe(desc, sizeof desc);
-    if (kernels_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", desc);
-        return 77;
-    }
-    printf("CUDA device: %s\n", desc);
+    test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_golden_on_gpu),
         cmocka_unit_test(test_hash_matches_cpu),

@@ -15,6 +15,7 @@
 
 #include "common/common.h"
 #include "kernels/kernels.h"
+#include "cuda_skip.h"
 
 static void adamw_compare(size_t n, int with_mask)
 {
@@ -80,13 +81,7 @@ static void test_cuda_adamw_rejects_bad_args(void **state)
 
 int main(void)
 {
-    char desc[256];
-    kernels_cuda_describe(desc, sizeof desc);
-    if (kernels_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", desc);
-        return 77;
-    }
-    printf("CUDA device: %s\n", desc);
+    test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_adamw_matches_cpu),
         cmocka_unit_test(test_cuda_adamw_rejects_bad_args),

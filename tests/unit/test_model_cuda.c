@@ -31,6 +31,7 @@
 #include "kernels/kernels.h"
 #include "model/gpt_cuda.h"
 #include "model/model.h"
+#include "cuda_skip.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -580,13 +581,7 @@ static void test_bad_args(void **state)
 
 int main(void)
 {
-    char desc[256];
-    kernels_cuda_describe(desc, sizeof desc);
-    if (kernels_cuda_device_count() == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", desc);
-        return 77;
-    }
-    printf("CUDA device: %s\n", desc);
+    test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layernorm),     cmocka_unit_test(test_matmul_fp32),
         cmocka_unit_test(test_matmul_bf16),   cmocka_unit_test(test_attention),
