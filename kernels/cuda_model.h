@@ -198,6 +198,23 @@ int kernels_cuda_softmax_xent_backward(float *d_dlogits, const float *d_probs,
                                        const int *d_targets, float scale, int N, int V,
                                        vl_error *err) VL_MUST_CHECK;
 
+/* ---- norms (gradient clipping) ---------------------------------------------- */
+
+/* Doubles of device scratch kernels_cuda_sumsq needs (its partial sums and
+ * the result). */
+#define KERNELS_CUDA_SUMSQ_SCRATCH 1024
+#define KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES (KERNELS_CUDA_SUMSQ_SCRATCH + 1)
+
+/* *out (host) = sum of d_x[i]^2 over n floats, accumulated in double in a
+ * fixed order: the same bits on every run for the same vector. d_scratch
+ * holds KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES doubles, clobbered. Waits for
+ * the device (the result is read back). */
+int kernels_cuda_sumsq(const float *d_x, size_t n, double *d_scratch, double *out,
+                       vl_error *err) VL_MUST_CHECK;
+
+/* d_x[i] *= s for n floats (queued). */
+int kernels_cuda_scale(float *d_x, size_t n, float s, vl_error *err) VL_MUST_CHECK;
+
 #endif /* VOLLEY_HAVE_CUDA */
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  * kernels/cuda_model.h. The code follows gpt_train.c line for line so the
  * two stay easy to compare. */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct model_gpt_cuda {
     float *state;
     float *params, *grads, *adam_m, *adam_v;
     uint8_t *decay_mask; /* 1 where AdamW decays (2-D tensors) */
+    double *norm_scratch; /* KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES */
     long adam_step;
     /* One device allocation for both passes' activations and the ids;
      * acts.mem points at it, acts.layers is host memory. */
@@ -78,6 +80,8 @@ static void layout_state(model_gpt_cuda *g, carver *cv)
     g->adam_m = carve(cv, n, 1);
     g->adam_v = carve(cv, n, 1);
     g->decay_mask = (uint8_t *)carve(cv, (n + sizeof(float) - 1) / sizeof(float), 1);
+    /* Two floats per double, and carve's alignment keeps it 8-aligned. */
+    g->norm_scratch = (double *)carve(cv, 2 * KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES, 1);
 }
 
 static int upload_decay_mask(model_gpt_cuda *g, vl_error *err)
@@ -416,3 +420,62 @@ int model_gpt_cuda_adamw_step(model_gpt_cuda *g, float lr, float beta1, float be
     g->adam_step++;
     return 0;
 }
+
+/* ---- clipping and optimizer state ----------------------------------------------- */
+
+int model_gpt_cuda_clip_grads(model_gpt_cuda *g, double max_norm, double *g2, vl_error *err)
+{
+    if (g == NULL || g2 == NULL)
+        return vl_fail(err, VL_EINVAL, "gpt cuda: no model or output pointer");
+    double s = 0.0;
+    TRY(kernels_cuda_sumsq(g->grads, g->num_params, g->norm_scratch, &s, err));
+    *g2 = s;
+    /* The peer's host rule (peer/train.c): scale only a finite norm. */
+    if (max_norm > 0 && isfinite(s) && s > max_norm * max_norm)
+        TRY(kernels_cuda_scale(g->grads, g->num_params, (float)(max_norm / sqrt(s)), err));
+    return 0;
+}
+
+static int check_n(const model_gpt_cuda *g, size_t n, vl_error *err)
+{
+    if (g == NULL)
+        return vl_fail(err, VL_EINVAL, "gpt cuda: no model");
+    if (n != g->num_params)
+        return vl_fail(err, VL_EINVAL, "gpt cuda: %zu values for %zu parameters", n,
+                       g->num_params);
+    return 0;
+}
+
+int model_gpt_cuda_set_adamw(model_gpt_cuda *g, const float *m, const float *v, size_t n,
+                             long step, vl_error *err)
+{
+    TRY(check_n(g, n, err));
+    if (step < 0 || (step > 0 && (m == NULL || v == NULL)))
+        return vl_fail(err, VL_EINVAL, "gpt cuda: AdamW state of step %ld without moments", step);
+    size_t bytes = n * sizeof(float);
+    if (m == NULL) {
+        TRY(kernels_cuda_zero(g->adam_m, bytes, err));
+        TRY(kernels_cuda_zero(g->adam_v, bytes, err));
+    } else {
+        TRY(kernels_cuda_upload(g->adam_m, m, bytes, err));
+        TRY(kernels_cuda_upload(g->adam_v, v, bytes, err));
+    }
+    g->adam_step = step;
+    return 0;
+}
+
+int model_gpt_cuda_get_adamw(model_gpt_cuda *g, float *m, float *v, size_t n, long *step,
+                             vl_error *err)
+{
+    TRY(check_n(g, n, err));
+    if (m == NULL || v == NULL || step == NULL)
+        return vl_fail(err, VL_EINVAL, "gpt cuda: no output for the AdamW state");
+    TRY(kernels_cuda_download(m, g->adam_m, n * sizeof(float), err));
+    TRY(kernels_cuda_download(v, g->adam_v, n * sizeof(float), err));
+    *step = g->adam_step;
+    return 0;
+}
+
+float *model_gpt_cuda_grads_device(model_gpt_cuda *g) { return g ? g->grads : NULL; }
+
+float *model_gpt_cuda_params_device(model_gpt_cuda *g) { return g ? g->params : NULL; }

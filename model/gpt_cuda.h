@@ -91,6 +91,30 @@ int model_gpt_cuda_backward(model_gpt_cuda *g, vl_error *err) VL_MUST_CHECK;
 int model_gpt_cuda_adamw_step(model_gpt_cuda *g, float lr, float beta1, float beta2, float eps,
                               float weight_decay, vl_error *err) VL_MUST_CHECK;
 
+/* Global L2 gradient clipping on the device, the peer's host rule: *g2
+ * gets the squared norm of the gradient vector (summed in double in a
+ * fixed order, so the same gradients always give the same bits); when
+ * max_norm > 0 and the norm is finite and above it, the gradients are
+ * scaled down to norm max_norm. Waits for the device. */
+int model_gpt_cuda_clip_grads(model_gpt_cuda *g, double max_norm, double *g2,
+                              vl_error *err) VL_MUST_CHECK;
+
+/* The AdamW state in and out, so a host optimizer (model_adamw) and the
+ * device take turns: set copies moments m and v (n floats each, n =
+ * model_gpt_cuda_num_params) and the count of steps taken; m and v NULL
+ * with step 0 zero the moments. get copies them out. Both wait for the
+ * device. */
+int model_gpt_cuda_set_adamw(model_gpt_cuda *g, const float *m, const float *v, size_t n,
+                             long step, vl_error *err) VL_MUST_CHECK;
+int model_gpt_cuda_get_adamw(model_gpt_cuda *g, float *m, float *v, size_t n, long *step,
+                             vl_error *err) VL_MUST_CHECK;
+
+/* The device's parameter and gradient vectors (num_params floats each,
+ * the host model's layout), for collective operations and device-side
+ * compression. Owned by g; valid until it is destroyed. NULL for NULL. */
+float *model_gpt_cuda_params_device(model_gpt_cuda *g);
+float *model_gpt_cuda_grads_device(model_gpt_cuda *g);
+
 #endif /* VOLLEY_HAVE_CUDA */
 
 #endif
