@@ -1,14 +1,16 @@
-/* One local step's forward and backward on the GPU (--device cuda, or auto
- * with a usable GPU).
+/* Local training on the GPU (--device cuda, or auto with a usable GPU).
  *
- * The device holds a copy of the trainer's model (model/gpt_cuda.h) and
- * does the passes, where nearly all of a step's FLOPs are, with bf16
- * matrix products on float32 master weights. The gradient then comes back
- * to the host, where clipping, the optimizer and its state stay exactly as
- * on the CPU, so a task's state file, resume and every optimizer behave
- * the same on either device. The price is two copies of the parameters
- * over PCIe per step; moving the optimizer onto the device is what
- * removes it. */
+ * AdamW tasks, the common case, run wholly on the device: parameters,
+ * gradients and moments go there once at the start of a task and come back
+ * once at its end, and every step in between moves only its tokens in and
+ * its loss and gradient norm out. The end-of-task copy of the moments is
+ * the price of the crash-safe trainer state (trainer.st), which the peer
+ * writes before every upload. SGD tasks run forward and backward on the
+ * device and keep the optimizer on the host (peer_gpu_grads), paying two
+ * copies of the parameters per step.
+ *
+ * Matrix products run in bf16 on float32 master weights. */
+#include <math.h>
 #include <stdio.h>
 
 #include "peer/peer.h"
@@ -21,30 +23,90 @@ void peer_gpu_free(peer_trainer *t) {
     t->gpu = NULL;
 }
 
+/* A device copy holding the host model's current parameters. */
+static int load_params(peer_trainer *t, vl_error *err) {
+    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
+    if (!t->gpu) return model_gpt_cuda_create(t->gpt, KERNELS_CUDA_BF16, &t->gpu, err);
+    return model_gpt_cuda_upload_params(t->gpu, t->gpt, err);
+}
+
+/* After a failure the device copy may be half-updated: start afresh. */
+static int failed(peer_trainer *t, int rc) {
+    if (rc) peer_gpu_free(t);
+    return rc;
+}
+
 int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,
                    float *loss, vl_error *err) {
-    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
-    int rc = VL_OK;
-    if (!t->gpu) rc = model_gpt_cuda_create(t->gpt, KERNELS_CUDA_BF16, &t->gpu, err);
-    else rc = model_gpt_cuda_upload_params(t->gpu, t->gpt, err);
+    int rc = load_params(t, err);
     if (!rc) rc = model_gpt_cuda_zero_grad(t->gpu, err);
     if (!rc) rc = model_gpt_cuda_forward(t->gpu, inputs, targets, B, T, loss, err);
     if (!rc) rc = model_gpt_cuda_backward(t->gpu, err);
     if (!rc)
         rc = model_gpt_cuda_download_grads(t->gpu, model_gpt_grads(t->gpt), t->n_params, err);
-    /* After a failure the device copy may be half-updated: start afresh. */
-    if (rc) peer_gpu_free(t);
-    return rc;
+    return failed(t, rc);
+}
+
+int peer_gpu_begin(peer_trainer *t, vl_error *err) {
+    if (!t->have_opt || t->opt.n != t->n_params)
+        return vl_fail(err, VL_EINVAL, "no AdamW state for the model");
+    int rc = load_params(t, err);
+    if (!rc) rc = model_gpt_cuda_set_adamw(t->gpu, t->opt.m, t->opt.v, t->opt.n, t->opt.step, err);
+    return failed(t, rc);
+}
+
+int peer_gpu_step(peer_trainer *t, int B, int T, double max_norm, float *loss, double *g2,
+                  vl_error *err) {
+    if (!t->gpu) return vl_fail(err, VL_EINVAL, "no task begun on the GPU");
+    int rc = model_gpt_cuda_zero_grad(t->gpu, err);
+    if (!rc) rc = model_gpt_cuda_forward(t->gpu, t->inputs, t->targets, B, T, loss, err);
+    *g2 = NAN;
+    if (!rc && !isfinite(*loss)) return VL_OK; /* no backward of a diverged loss */
+    if (!rc) rc = model_gpt_cuda_backward(t->gpu, err);
+    if (!rc) rc = model_gpt_cuda_clip_grads(t->gpu, max_norm, g2, err);
+    if (!rc && isfinite(*g2))
+        rc = model_gpt_cuda_adamw_step(t->gpu, t->opt.lr, t->opt.beta1, t->opt.beta2, t->opt.eps,
+                                       t->opt.weight_decay, err);
+    return failed(t, rc);
+}
+
+int peer_gpu_finish(peer_trainer *t, vl_error *err) {
+    if (!t->gpu) return vl_fail(err, VL_EINVAL, "no task begun on the GPU");
+    long step = 0;
+    int rc = model_gpt_cuda_download_params(t->gpu, t->gpt, err);
+    if (!rc) rc = model_gpt_cuda_get_adamw(t->gpu, t->opt.m, t->opt.v, t->opt.n, &step, err);
+    if (!rc) t->opt.step = step;
+    return failed(t, rc);
 }
 
 #else
 
 void peer_gpu_free(peer_trainer *t) { t->gpu = NULL; }
 
+static int no_cuda(vl_error *err) {
+    return vl_fail(err, VL_EINVAL, "this volley-peer was built without CUDA");
+}
+
 int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,
                    float *loss, vl_error *err) {
     (void)t, (void)inputs, (void)targets, (void)B, (void)T, (void)loss;
-    return vl_fail(err, VL_EINVAL, "this volley-peer was built without CUDA");
+    return no_cuda(err);
+}
+
+int peer_gpu_begin(peer_trainer *t, vl_error *err) {
+    (void)t;
+    return no_cuda(err);
+}
+
+int peer_gpu_step(peer_trainer *t, int B, int T, double max_norm, float *loss, double *g2,
+                  vl_error *err) {
+    (void)t, (void)B, (void)T, (void)max_norm, (void)loss, (void)g2;
+    return no_cuda(err);
+}
+
+int peer_gpu_finish(peer_trainer *t, vl_error *err) {
+    (void)t;
+    return no_cuda(err);
 }
 
 #endif

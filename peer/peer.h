@@ -399,24 +399,48 @@ typedef struct peer_trainer {
      * the trainer sleeps (slowdown - 1) times the step's own time, delay
      * included; <= 1 after peer_trainer_init means no slowdown. */
     double slowdown;
-    /* Where forward and backward run (peer_gpu_grads on PEER_DEVICE_CUDA;
-     * K-FAC tasks stay on the CPU, whose layers they hook), and whether a
-     * GPU failure may move the trainer to the CPU (--device auto) or
-     * fails the task (--device cuda). CPU after peer_trainer_init. */
+    /* Where training runs: on PEER_DEVICE_CUDA, AdamW tasks run wholly on
+     * the GPU (peer_gpu_begin/step/finish) and SGD tasks do their forward
+     * and backward there (peer_gpu_grads); K-FAC tasks stay on the CPU,
+     * whose layers they hook. gpu_fallback: whether a GPU failure moves
+     * the trainer to the CPU (--device auto) or fails the task (--device
+     * cuda). CPU after peer_trainer_init. */
     peer_device_kind device;
     int gpu_fallback;
     struct model_gpt_cuda *gpu; /* owned: the device copy, made on first use */
 } peer_trainer;
 
-/* ---- GPU steps (gpu.c) ----------------------------------------------------- */
+/* ---- GPU steps (gpu.c) -----------------------------------------------------
+ * Every function here makes t->gpu on first use, frees it on any failure
+ * (the next call starts afresh) with what the device reported in err, and
+ * gives VL_EINVAL in builds without CUDA. */
 
 /* Runs one step's forward (mean loss into *loss) and backward on the GPU,
  * on the trainer's current parameters, and leaves the gradient in
- * model_gpt_grads(t->gpt), replacing it. Makes t->gpu on first use. On any
- * failure t->gpu is freed (the next call starts afresh) and err says what
- * the device reported. VL_EINVAL in builds without CUDA. */
+ * model_gpt_grads(t->gpt), replacing it: two copies of the parameters
+ * over PCIe per step, for optimizers that stay on the host. */
 int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,
                    float *loss, vl_error *err) VL_MUST_CHECK;
+
+/* An AdamW task on the GPU from start to end. begin copies the host
+ * model's parameters (the task's base) and t->opt's moments and step count
+ * to the device; step runs one step there on t->inputs and t->targets
+ * ([B,T]) with t->opt's hyper-parameters; finish copies the parameters
+ * back into the host model and the moments and step count into t->opt.
+ * Until finish the host model and t->opt are not touched, so a task given
+ * up on the way (a failure, a stop) leaves the host where the task began.
+ * Per step only the tokens go to the device and the loss and gradient
+ * norm come back.
+ *
+ * step: forward and backward, global L2 clipping to max_norm (as the CPU
+ * path clips), *loss the mean loss and *g2 the squared gradient norm
+ * before clipping; the AdamW update only when both are finite (otherwise
+ * the caller reports divergence and nothing was applied). t->opt must be
+ * initialised (peer_trainer_prepare). */
+int peer_gpu_begin(peer_trainer *t, vl_error *err) VL_MUST_CHECK;
+int peer_gpu_step(peer_trainer *t, int B, int T, double max_norm, float *loss, double *g2,
+                  vl_error *err) VL_MUST_CHECK;
+int peer_gpu_finish(peer_trainer *t, vl_error *err) VL_MUST_CHECK;
 
 /* Frees the device copy, if any; t->gpu is NULL after. */
 void peer_gpu_free(peer_trainer *t);

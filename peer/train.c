@@ -279,18 +279,122 @@ static int sample(const task_data *d, int B, int T, rng *r, int *in, int *tg, vl
                     : model_data_sample(d->bytes, d->len, B, T, r, in, tg, err);
 }
 
-/* peer_gpu_grads, or the CPU from now on when the GPU fails and the peer
- * may fall back (--device auto): GPU_FELL_BACK, and the step runs on the
- * CPU. With --device cuda a GPU failure fails the task. */
+/* A GPU failure under --device auto: the trainer moves to the CPU for
+ * good and the caller redoes the work there. With --device cuda the task
+ * fails. */
 #define GPU_FELL_BACK 1
-static int gpu_grads(peer_trainer *t, int B, int T, float *loss, vl_error *err) {
-    vl_error e = {0};
-    int rc = peer_gpu_grads(t, t->inputs, t->targets, B, T, loss, &e);
-    if (rc == VL_OK) return VL_OK;
-    if (!t->gpu_fallback) return vl_fail(err, rc, "GPU: %s", e.msg);
-    log_warn("GPU: %s; training on the CPU from now on", e.msg);
+static int gpu_failed(peer_trainer *t, int rc, const vl_error *e, vl_error *err) {
+    if (!t->gpu_fallback) return vl_fail(err, rc, "GPU: %s", e->msg);
+    log_warn("GPU: %s; training on the CPU from now on", e->msg);
     t->device = PEER_DEVICE_CPU;
     return GPU_FELL_BACK;
+}
+
+/* How a task's steps run: all on the CPU, forward and backward on the GPU
+ * with the optimizer on the host, or wholly on the GPU. */
+typedef enum step_mode { ON_CPU, GPU_GRADS, ON_GPU } step_mode;
+
+static step_mode mode_for(const peer_trainer *t, const peer_task *task) {
+    if (t->device != PEER_DEVICE_CUDA || task->kfac) return ON_CPU;
+    return task->sgd ? GPU_GRADS : ON_GPU;
+}
+
+/* One step on the host's model: loss and gradients (the forward and
+ * backward on the GPU in GPU_GRADS mode, falling back to the CPU for the
+ * rest of the task when allowed), clipping, the optimizer. */
+static int host_step(peer_trainer *t, const peer_task *task, step_mode *mode, int B, int T,
+                     int step, float *loss, double *g2, vl_error *err) {
+    int rc = VL_OK;
+    if (*mode == GPU_GRADS) {
+        vl_error e = {0};
+        rc = peer_gpu_grads(t, t->inputs, t->targets, B, T, loss, &e);
+        if (rc && (rc = gpu_failed(t, rc, &e, err)) != GPU_FELL_BACK) return rc;
+        /* The host's state is intact (the GPU only computed gradients):
+         * this step, and the rest, go on on the CPU. */
+        if (rc == GPU_FELL_BACK) *mode = ON_CPU;
+        rc = VL_OK;
+    }
+    if (*mode == ON_CPU) {
+        rc = model_gpt_zero_grad(t->gpt, err);
+        if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, loss, err);
+        if (rc) return rc;
+    }
+    if (!isfinite(*loss)) return diverged(t, err, "the loss", *loss, step);
+    if (*mode == ON_CPU)
+        rc = task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
+                        : model_gpt_backward(t->gpt, err);
+    if (rc == VL_ERANGE) return diverged(t, err, "a layer's input or gradient", NAN, step);
+    if (rc) return rc;
+    *g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
+    if (!isfinite(*g2)) return diverged(t, err, "the gradient norm", *g2, step);
+    rc = task->kfac  ? model_kfac_gpt_step(&t->kfac, t->gpt, err)
+         : task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
+                     : model_adamw_step(&t->opt, t->gpt, err);
+    if (rc == VL_ERANGE) return diverged(t, err, "the K-FAC step", NAN, step);
+    return rc;
+}
+
+/* One step wholly on the GPU; a device failure is GPU_FELL_BACK (after
+ * which the task starts over on the CPU) or the task's error. */
+static int gpu_step(peer_trainer *t, const peer_task *task, int B, int T, int step, float *loss,
+                    double *g2, vl_error *err) {
+    vl_error e = {0};
+    int rc = peer_gpu_step(t, B, T, task->grad_clip, loss, g2, &e);
+    if (rc) return gpu_failed(t, rc, &e, err);
+    if (!isfinite(*loss)) return diverged(t, err, "the loss", *loss, step);
+    if (!isfinite(*g2)) return diverged(t, err, "the gradient norm", *g2, step);
+    return VL_OK;
+}
+
+/* The task's steps from its base, on mode; GPU_FELL_BACK when an ON_GPU
+ * task has to start over on the CPU (the host's model and optimizer are
+ * still as the task found them). */
+static int train_steps(peer_trainer *t, const peer_task *task, const task_data *data,
+                       step_mode mode, peer_train_result *res, vl_error *err) {
+    const int B = task->batch, T = task->context;
+    double sum = 0;
+    float *params = model_gpt_params(t->gpt);
+    memcpy(params, t->base, t->n_params * sizeof *params);
+    if (mode == ON_GPU) {
+        vl_error e = {0};
+        int rc = peer_gpu_begin(t, &e);
+        if (rc) return gpu_failed(t, rc, &e, err);
+    }
+    rng r;
+    rng_seed(&r, task->seed);
+    peer_selsync ss = {0};
+    int step = 0;
+    while (step < task->steps) {
+        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        float loss = 0;
+        double g2 = 0, step_t0 = clock_mono_s();
+        int rc = sample(data, B, T, &r, t->inputs, t->targets, err);
+        if (rc) return rc;
+        step++;
+        rc = mode == ON_GPU ? gpu_step(t, task, B, T, step, &loss, &g2, err)
+                            : host_step(t, task, &mode, B, T, step, &loss, &g2, err);
+        if (rc) return rc;
+        sum += loss;
+        if (step == 1) res->first_loss = loss;
+        res->last_loss = loss;
+        if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
+            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        /* Proportional to the step's own time, so a slowed peer stays the
+         * same factor slower however busy the machine is. */
+        if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
+            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+
+        double change = peer_selsync_feed(&ss, g2);
+        if (step >= task->h_min && change >= task->selsync_delta) break;
+    }
+    if (mode == ON_GPU) {
+        vl_error e = {0};
+        int rc = peer_gpu_finish(t, &e);
+        if (rc) return gpu_failed(t, rc, &e, err);
+    }
+    res->steps = step;
+    res->mean_loss = sum / step;
+    return VL_OK;
 }
 
 static int run_task(peer_trainer *t, const peer_task *task, const task_data *data,
@@ -310,59 +414,17 @@ static int run_task(peer_trainer *t, const peer_task *task, const task_data *dat
      * kept between tasks (and restored from trainer.st). */
     if (t->have_kfac) model_kfac_gpt_refresh(&t->kfac);
 
-    float *params = model_gpt_params(t->gpt);
-    memcpy(params, t->base, t->n_params * sizeof *params);
-    rng r;
-    rng_seed(&r, task->seed);
-    double t0 = clock_mono_s(), sum = 0;
-    peer_selsync ss = {0};
-    int step = 0;
-    while (step < task->steps) {
-        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-        float loss = 0;
-        double step_t0 = clock_mono_s();
-        rc = sample(data, B, T, &r, t->inputs, t->targets, err);
-        int on_gpu = !rc && t->device == PEER_DEVICE_CUDA && !task->kfac;
-        if (on_gpu && (rc = gpu_grads(t, B, T, &loss, err)) == GPU_FELL_BACK) {
-            on_gpu = 0;
-            rc = VL_OK;
-        }
-        if (!rc && !on_gpu) rc = model_gpt_zero_grad(t->gpt, err);
-        if (!rc && !on_gpu) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, &loss, err);
-        if (rc) return rc;
-        step++;
-        if (!isfinite(loss)) return diverged(t, err, "the loss", loss, step);
-        rc = on_gpu      ? VL_OK
-             : task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
-                          : model_gpt_backward(t->gpt, err);
-        if (rc == VL_ERANGE) return diverged(t, err, "a layer's input or gradient", NAN, step);
-        if (rc) return rc;
-        double g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
-        if (!isfinite(g2)) return diverged(t, err, "the gradient norm", g2, step);
-        rc = task->kfac  ? model_kfac_gpt_step(&t->kfac, t->gpt, err)
-             : task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
-                         : model_adamw_step(&t->opt, t->gpt, err);
-        if (rc == VL_ERANGE) return diverged(t, err, "the K-FAC step", NAN, step);
-        if (rc) return rc;
-        sum += loss;
-        if (step == 1) res->first_loss = loss;
-        res->last_loss = loss;
-        if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
-            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-        /* Proportional to the step's own time, so a slowed peer stays the
-         * same factor slower however busy the machine is. */
-        if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
-            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-
-        double change = peer_selsync_feed(&ss, g2);
-        if (step >= task->h_min && change >= task->selsync_delta) break;
+    double t0 = clock_mono_s();
+    rc = train_steps(t, task, data, mode_for(t, task), res, err);
+    if (rc == GPU_FELL_BACK) {
+        memset(res, 0, sizeof *res);
+        rc = train_steps(t, task, data, ON_CPU, res, err);
     }
-    compress_dense_delta(t->base, params, t->delta, t->n_params);
+    if (rc) return rc;
+    compress_dense_delta(t->base, model_gpt_params(t->gpt), t->delta, t->n_params);
     if (!compress_all_finite(t->delta, t->n_params))
-        return diverged(t, err, "a parameter", NAN, step);
-    res->steps = step;
-    res->mean_loss = sum / step;
-    res->tokens = (int64_t)step * B * T;
+        return diverged(t, err, "a parameter", NAN, res->steps);
+    res->tokens = (int64_t)res->steps * B * T;
     res->seconds = clock_mono_s() - t0;
     return VL_OK;
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "common/common.h"
+#include "kernels/cuda_model.h"
 #include "kernels/kernels.h"
 #include "cuda_skip.h"
 
@@ -79,12 +80,59 @@ static void test_cuda_adamw_rejects_bad_args(void **state)
     assert_int_equal(kernels_cuda_adamw_step_host(&x, &x, &x, &x, NULL, 0, &hp, &err), 0);
 }
 
+/* The clipping norm: double sums in a fixed order, so the device agrees
+ * with a plain double loop to rounding and with itself to the bit. */
+static void test_cuda_sumsq_and_scale(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 255, 257, 1000, 262145, 3000017};
+    double *d_scratch = NULL;
+    vl_error err = {0};
+    assert_int_equal(kernels_cuda_alloc((void **)&d_scratch,
+                                        KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES * sizeof(double), &err),
+                     0);
+    for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
+        size_t n = sizes[c];
+        rng r;
+        rng_seed(&r, 77 + n);
+        float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+        assert_true(x && y);
+        double want = 0;
+        for (size_t i = 0; i < n; i++) {
+            x[i] = rng_normal(&r) * 0.01f;
+            want += (double)x[i] * x[i];
+        }
+        float *d_x = NULL;
+        assert_int_equal(kernels_cuda_alloc((void **)&d_x, n * sizeof(float), &err), 0);
+        assert_int_equal(kernels_cuda_upload(d_x, x, n * sizeof(float), &err), 0);
+        double got = 0, again = 0;
+        assert_int_equal(kernels_cuda_sumsq(d_x, n, d_scratch, &got, &err), 0);
+        assert_int_equal(kernels_cuda_sumsq(d_x, n, d_scratch, &again, &err), 0);
+        if (!(fabs(got - want) <= 1e-12 * want))
+            fail_msg("sumsq at n=%zu: %.17g on the device, %.17g on the CPU", n, got, want);
+        assert_memory_equal(&got, &again, sizeof got);
+        assert_int_equal(kernels_cuda_scale(d_x, n, 0.375f, &err), 0);
+        assert_int_equal(kernels_cuda_download(y, d_x, n * sizeof(float), &err), 0);
+        for (size_t i = 0; i < n; i++)
+            if (y[i] != x[i] * 0.375f)
+                fail_msg("scale at n=%zu, i=%zu: %g, not %g", n, i, y[i], x[i] * 0.375f);
+        kernels_cuda_free(d_x);
+        free(x), free(y);
+    }
+    double out = 1;
+    assert_int_equal(kernels_cuda_sumsq(NULL, 4, d_scratch, &out, &err), VL_EINVAL);
+    assert_int_equal(kernels_cuda_sumsq((const float *)d_scratch, 0, d_scratch, &out, &err), 0);
+    assert_true(out == 0);
+    kernels_cuda_free(d_scratch);
+}
+
 int main(void)
 {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_adamw_matches_cpu),
         cmocka_unit_test(test_cuda_adamw_rejects_bad_args),
+        cmocka_unit_test(test_cuda_sumsq_and_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -530,6 +530,82 @@ static void test_gpt_step_bf16(void **state)
     gpt_compare(KERNELS_CUDA_BF16);
 }
 
+/* ---- clipping and the optimizer's state ------------------------------------------ */
+
+/* Device clipping against the host rule on the device's own gradients, and
+ * AdamW state that goes in, steps, and comes out as the CPU's would. */
+static void test_clip_and_adamw_state(void **state)
+{
+    (void)state;
+    model_gpt_config cfg = {.vocab_size = 29, .block_size = 12, .n_layer = 1, .n_head = 2,
+                            .n_embd = 20};
+    vl_error err = {0};
+    model_gpt *cpu = NULL;
+    ok(model_gpt_create(&cfg, &cpu, &err), &err, "cpu model");
+    model_gpt_init_weights(cpu, 5);
+    model_gpt_cuda *gpu = NULL;
+    ok(model_gpt_cuda_create(cpu, KERNELS_CUDA_FP32, &gpu, &err), &err, "gpu model");
+    size_t np = model_gpt_num_params(cpu);
+    int in[2 * 11], tg[2 * 11];
+    for (int i = 0; i < 22; i++)
+        in[i] = (i * 7) % cfg.vocab_size, tg[i] = (i * 5 + 3) % cfg.vocab_size;
+    float loss = 0;
+    ok(model_gpt_cuda_forward(gpu, in, tg, 2, 11, &loss, &err), &err, "forward");
+    ok(model_gpt_cuda_backward(gpu, &err), &err, "backward");
+    float *g = hbuf(np), *gc = hbuf(np);
+    ok(model_gpt_cuda_download_grads(gpu, g, np, &err), &err, "grads");
+    double want = 0;
+    for (size_t i = 0; i < np; i++)
+        want += (double)g[i] * g[i];
+    double g2 = 0;
+    ok(model_gpt_cuda_clip_grads(gpu, 1e9, &g2, &err), &err, "norm");
+    assert_true(fabs(g2 - want) <= 1e-12 * want);
+    ok(model_gpt_cuda_download_grads(gpu, gc, np, &err), &err, "grads");
+    assert_memory_equal(g, gc, np * sizeof(float)); /* under the cap: untouched */
+    double cap = sqrt(g2) / 4;
+    ok(model_gpt_cuda_clip_grads(gpu, cap, &g2, &err), &err, "clip");
+    ok(model_gpt_cuda_download_grads(gpu, gc, np, &err), &err, "grads");
+    float scale = (float)(cap / sqrt(g2));
+    for (size_t i = 0; i < np; i++)
+        if (gc[i] != g[i] * scale)
+            fail_msg("clipped gradient %zu: %g, not %g", i, gc[i], g[i] * scale);
+
+    /* State in, one step on each side from it, state out. */
+    model_adamw opt;
+    ok(model_adamw_init(&opt, np, LR, B1, B2, EPS, WD, &err), &err, "adamw");
+    rng r;
+    rng_seed(&r, 6);
+    for (size_t i = 0; i < np; i++) {
+        opt.m[i] = rng_normal(&r) * 1e-3f;
+        opt.v[i] = fabsf(rng_normal(&r)) * 1e-6f;
+    }
+    opt.step = 3;
+    ok(model_gpt_cuda_set_adamw(gpu, opt.m, opt.v, np, opt.step, &err), &err, "set");
+    memcpy(model_gpt_grads(cpu), gc, np * sizeof(float));
+    ok(model_adamw_step(&opt, cpu, &err), &err, "cpu adamw");
+    ok(model_gpt_cuda_adamw_step(gpu, LR, B1, B2, EPS, WD, &err), &err, "gpu adamw");
+    float *m = hbuf(np), *v = hbuf(np);
+    long step = 0;
+    ok(model_gpt_cuda_get_adamw(gpu, m, v, np, &step, &err), &err, "get");
+    assert_int_equal(step, 4);
+    assert_int_equal(opt.step, 4);
+    for (size_t i = 0; i < np; i++) {
+        assert_float_equal(m[i], opt.m[i], 1e-6 * (1 + fabs(opt.m[i])));
+        assert_float_equal(v[i], opt.v[i], 1e-6 * (1 + fabs(opt.v[i])));
+    }
+    assert_int_equal(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 2, &err), VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_get_adamw(gpu, m, v, np - 1, &step, &err), VL_EINVAL);
+    ok(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 0, &err), &err, "reset");
+    ok(model_gpt_cuda_get_adamw(gpu, m, v, np, &step, &err), &err, "get");
+    assert_int_equal(step, 0);
+    for (size_t i = 0; i < np; i++)
+        assert_true(m[i] == 0 && v[i] == 0);
+    free(g), free(gc), free(m), free(v);
+    model_adamw_free(&opt);
+    model_gpt_cuda_destroy(gpu);
+    model_gpt_destroy(cpu);
+}
+
 /* ---- refusals --------------------------------------------------------------------------- */
 
 static void test_bad_args(void **state)
@@ -588,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_encoder),
         cmocka_unit_test(test_softmax_xent),  cmocka_unit_test(test_gpt_step_fp32),
         cmocka_unit_test(test_gpt_step_bf16), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_clip_and_adamw_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,12 +67,16 @@ static void trainer_on(peer_trainer *t, peer_device_kind kind, int fallback) {
     t->gpu_fallback = fallback;
 }
 
-static void test_gpu_failure_falls_back_or_fails(void **state) {
-    (void)state;
+/* One optimizer's case: AdamW tasks run wholly on the device, SGD tasks
+ * only their forward and backward. */
+static void check_fallback(int sgd, const peer_device *a) {
     vl_error e = {0};
-    peer_device a;
-    assert_int_equal(peer_device_choose(PEER_DEVICE_WANT_AUTO, &a, &e), VL_OK);
     peer_task task = tiny_task(5);
+    if (sgd) {
+        task.sgd = 1;
+        task.lr = 0.1;
+        task.momentum = 0.9;
+    }
     peer_train_result cpu_res, res;
     peer_trainer cpu, t;
     trainer_on(&cpu, PEER_DEVICE_CPU, 0);
@@ -81,33 +85,54 @@ static void test_gpu_failure_falls_back_or_fails(void **state) {
     trainer_on(&t, PEER_DEVICE_CUDA, 1);
     assert_int_equal(peer_trainer_run(&t, &task, TEXT, 17, &res, &e), VL_OK);
     assert_int_equal(res.steps, cpu_res.steps);
-    if (a.kind == PEER_DEVICE_CUDA) {
+    if (a->kind == PEER_DEVICE_CUDA) {
         /* A real GPU trained it: bf16 products, so close, not equal. */
         assert_int_equal(t.device, PEER_DEVICE_CUDA);
         assert_float_equal(res.first_loss, cpu_res.first_loss, 2e-2);
         assert_true(res.last_loss < res.first_loss);
+        /* The device's optimizer state came back for trainer.st. */
+        if (!sgd) assert_int_equal(t.opt.step, cpu.opt.step);
     } else {
         /* The GPU failed at the first step; everything ran on the CPU. */
         assert_int_equal(t.device, PEER_DEVICE_CPU);
         assert_null(t.gpu);
         assert_memory_equal(t.delta, cpu.delta, cpu.n_params * sizeof(float));
         assert_true(res.first_loss == cpu_res.first_loss);
+        assert_true(res.last_loss == cpu_res.last_loss);
+        if (!sgd) {
+            assert_int_equal(t.opt.step, cpu.opt.step);
+            assert_memory_equal(t.opt.m, cpu.opt.m, cpu.n_params * sizeof(float));
+            assert_memory_equal(t.opt.v, cpu.opt.v, cpu.n_params * sizeof(float));
+        } else {
+            assert_memory_equal(t.sgd.buf, cpu.sgd.buf, cpu.n_params * sizeof(float));
+        }
     }
     peer_trainer_free(&t);
 
     trainer_on(&t, PEER_DEVICE_CUDA, 0);
     vl_error ge = {0};
     int rc = peer_trainer_run(&t, &task, TEXT, 17, &res, &ge);
-    if (a.kind == PEER_DEVICE_CUDA) {
+    if (a->kind == PEER_DEVICE_CUDA) {
         assert_int_equal(rc, VL_OK);
     } else {
         assert_true(rc < 0);
         assert_int_equal(strncmp(ge.msg, "GPU: ", 5), 0);
         assert_int_equal(t.device, PEER_DEVICE_CUDA); /* no fallback under cuda */
         assert_null(t.gpu);
+        /* The failed task left the optimizer where the task found it. */
+        if (!sgd) assert_int_equal(t.opt.step, 0);
     }
     peer_trainer_free(&t);
     peer_trainer_free(&cpu);
+}
+
+static void test_gpu_failure_falls_back_or_fails(void **state) {
+    (void)state;
+    vl_error e = {0};
+    peer_device a;
+    assert_int_equal(peer_device_choose(PEER_DEVICE_WANT_AUTO, &a, &e), VL_OK);
+    check_fallback(0, &a);
+    check_fallback(1, &a);
 }
 
 int main(void) {
