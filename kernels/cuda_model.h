@@ -89,6 +89,10 @@ int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, vl_error *er
 int kernels_cuda_download(void *dst, const void *d_src, size_t bytes,
                           vl_error *err) VL_MUST_CHECK;
 
+/* Copies bytes from d_src to d_dst, both device memory (not overlapping),
+ * in order with the queued work. Returns 0 or VL_ERR. */
+int kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes, vl_error *err) VL_MUST_CHECK;
+
 /* Queues zeroing of bytes at d. Returns 0 or VL_ERR. */
 int kernels_cuda_zero(void *d, size_t bytes, vl_error *err) VL_MUST_CHECK;
 
@@ -198,7 +202,7 @@ int kernels_cuda_softmax_xent_backward(float *d_dlogits, const float *d_probs,
                                        const int *d_targets, float scale, int N, int V,
                                        vl_error *err) VL_MUST_CHECK;
 
-/* ---- norms (gradient clipping) ---------------------------------------------- */
+/* ---- vectors: norm and scaling (gradient clipping), difference ---------------------------------------------- */
 
 /* Doubles of device scratch kernels_cuda_sumsq needs (its partial sums and
  * the result). */
@@ -214,6 +218,12 @@ int kernels_cuda_sumsq(const float *d_x, size_t n, double *d_scratch, double *ou
 
 /* d_x[i] *= s for n floats (queued). */
 int kernels_cuda_scale(float *d_x, size_t n, float s, vl_error *err) VL_MUST_CHECK;
+
+/* d_out[i] = d_a[i] - d_b[i] for n floats (queued), compress_dense_delta's
+ * arithmetic, so the same inputs give the same bits; d_out may alias
+ * either input. */
+int kernels_cuda_sub(float *d_out, const float *d_a, const float *d_b, size_t n,
+                     vl_error *err) VL_MUST_CHECK;
 
 #endif /* VOLLEY_HAVE_CUDA */
 

@@ -9,7 +9,8 @@
  * device and keep the optimizer on the host (peer_gpu_grads), paying two
  * copies of the parameters per step.
  *
- * Matrix products run in bf16 on float32 master weights. */
+ * The task's delta is made on the device too, where gpu_encode.c can
+ * compress it. Matrix products run in bf16 on float32 master weights. */
 #include <math.h>
 #include <stdio.h>
 
@@ -20,8 +21,13 @@
 
 void peer_gpu_free(peer_trainer *t) {
     model_gpt_cuda_destroy(t->gpu);
+    kernels_cuda_free(t->gpu_vec);
     t->gpu = NULL;
+    t->gpu_vec = NULL;
+    t->gpu_delta = 0;
 }
+
+int peer_gpu_has_delta(const peer_trainer *t) { return t->gpu && t->gpu_vec && t->gpu_delta; }
 
 /* A device copy holding the host model's current parameters. */
 static int load_params(peer_trainer *t, vl_error *err) {
@@ -50,7 +56,12 @@ int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B
 int peer_gpu_begin(peer_trainer *t, vl_error *err) {
     if (!t->have_opt || t->opt.n != t->n_params)
         return vl_fail(err, VL_EINVAL, "no AdamW state for the model");
+    t->gpu_delta = 0;
     int rc = load_params(t, err);
+    size_t bytes = t->n_params * sizeof(float);
+    if (!rc && !t->gpu_vec) rc = kernels_cuda_alloc((void **)&t->gpu_vec, 2 * bytes, err);
+    /* The base stays on the device for the delta at the task's end. */
+    if (!rc) rc = kernels_cuda_copy(t->gpu_vec, model_gpt_cuda_params_device(t->gpu), bytes, err);
     if (!rc) rc = model_gpt_cuda_set_adamw(t->gpu, t->opt.m, t->opt.v, t->opt.n, t->opt.step, err);
     return failed(t, rc);
 }
@@ -76,15 +87,39 @@ int peer_gpu_finish(peer_trainer *t, vl_error *err) {
     int rc = model_gpt_cuda_download_params(t->gpu, t->gpt, err);
     if (!rc) rc = model_gpt_cuda_get_adamw(t->gpu, t->opt.m, t->opt.v, t->opt.n, &step, err);
     if (!rc) t->opt.step = step;
+    /* delta = base - local, compress_dense_delta's arithmetic. */
+    if (!rc)
+        rc = kernels_cuda_sub(t->gpu_vec + t->n_params, t->gpu_vec,
+                              model_gpt_cuda_params_device(t->gpu), t->n_params, err);
+    if (!rc) t->gpu_delta = 1;
     return failed(t, rc);
 }
 
 #else
 
-void peer_gpu_free(peer_trainer *t) { t->gpu = NULL; }
-
 static int no_cuda(vl_error *err) {
     return vl_fail(err, VL_EINVAL, "this volley-peer was built without CUDA");
+}
+
+void peer_gpu_free(peer_trainer *t) {
+    t->gpu = NULL;
+    t->gpu_vec = NULL;
+    t->gpu_delta = 0;
+}
+
+int peer_gpu_has_delta(const peer_trainer *t) {
+    (void)t;
+    return 0;
+}
+
+int peer_gpu_sketch(peer_trainer *t, compress_sketch *s, vl_error *err) {
+    (void)t, (void)s;
+    return no_cuda(err);
+}
+
+int peer_gpu_select(peer_trainer *t, const peer_task *k, size_t *nnz, vl_error *err) {
+    (void)t, (void)k, (void)nnz;
+    return no_cuda(err);
 }
 
 int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,

@@ -408,6 +408,11 @@ typedef struct peer_trainer {
     peer_device_kind device;
     int gpu_fallback;
     struct model_gpt_cuda *gpu; /* owned: the device copy, made on first use */
+    /* Device memory beside the model's (owned, 2 * n_params floats): a
+     * GPU task's base, then its residual scratch, then its delta; and
+     * whether that delta is the last task's, for peer_gpu_encode. */
+    float *gpu_vec;
+    int gpu_delta;
 } peer_trainer;
 
 /* ---- GPU steps (gpu.c) -----------------------------------------------------
@@ -441,6 +446,27 @@ int peer_gpu_begin(peer_trainer *t, vl_error *err) VL_MUST_CHECK;
 int peer_gpu_step(peer_trainer *t, int B, int T, double max_norm, float *loss, double *g2,
                   vl_error *err) VL_MUST_CHECK;
 int peer_gpu_finish(peer_trainer *t, vl_error *err) VL_MUST_CHECK;
+
+/* The last task's update compressed on the GPU, where its delta already
+ * is (after peer_gpu_finish): a sketch's table comes back instead of the
+ * delta being sketched on the host, and for top-k and Gaussian-k the
+ * error feedback and the selection run there (the host's residual goes up
+ * and comes back, since trainer.st keeps it). The result is the host
+ * path's: peer_encode_update uses these. VL_EINVAL when the device holds
+ * no delta (the task ran on the CPU) or for a block top-k of more than
+ * PEER_GPU_MAX_BLOCKS slices; on any failure the host's residual is as it
+ * was (the selection buffers are scratch), so the host can encode instead.
+ *
+ * sketch: s initialised by the caller (its table is overwritten).
+ * select: k's method PEER_METHOD_TOPK or PEER_METHOD_GAUSSK with want =
+ * k->comp_k entries; the trainer's residual exists and t->sel_idx and
+ * t->sel_val have room for COMPRESS_GAUSSK_CAP(want) (topk: want); fills
+ * them and *nnz and updates t->residual, as the host path does. */
+#define PEER_GPU_MAX_BLOCKS 64
+int peer_gpu_has_delta(const peer_trainer *t);
+int peer_gpu_sketch(peer_trainer *t, compress_sketch *s, vl_error *err) VL_MUST_CHECK;
+int peer_gpu_select(peer_trainer *t, const peer_task *k, size_t *nnz,
+                    vl_error *err) VL_MUST_CHECK;
 
 /* Frees the device copy, if any; t->gpu is NULL after. */
 void peer_gpu_free(peer_trainer *t);

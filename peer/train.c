@@ -353,6 +353,7 @@ static int train_steps(peer_trainer *t, const peer_task *task, const task_data *
                        step_mode mode, peer_train_result *res, vl_error *err) {
     const int B = task->batch, T = task->context;
     double sum = 0;
+    t->gpu_delta = 0; /* whatever delta the device holds is an older task's */
     float *params = model_gpt_params(t->gpt);
     memcpy(params, t->base, t->n_params * sizeof *params);
     if (mode == ON_GPU) {

@@ -134,7 +134,9 @@ static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, v
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return cuda_fail(err, e,
-                         kind == cudaMemcpyHostToDevice ? "copy to device" : "copy to host");
+                         kind == cudaMemcpyHostToDevice   ? "copy to device"
+                         : kind == cudaMemcpyDeviceToHost ? "copy to host"
+                                                          : "copy on the device");
     }
     return 0;
 }
@@ -147,6 +149,11 @@ extern "C" int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, v
 extern "C" int kernels_cuda_download(void *dst, const void *d_src, size_t bytes, vl_error *err)
 {
     return copy(dst, d_src, bytes, cudaMemcpyDeviceToHost, err);
+}
+
+extern "C" int kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes, vl_error *err)
+{
+    return copy(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, err);
 }
 
 extern "C" int kernels_cuda_zero(void *d, size_t bytes, vl_error *err)

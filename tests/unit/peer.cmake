@@ -4,3 +4,8 @@ volley_unit_test(test_peer_tokens volley_peer)
 volley_unit_test(test_peer_refuse volley_peer)
 volley_unit_test(test_peer_kfac volley_peer)
 volley_unit_test(test_peer_device volley_peer)
+# A peer's task and compression on a GPU against the host; without a device
+# it reports itself skipped (exit 77).
+if(VOLLEY_HAVE_CUDA)
+  volley_unit_test(test_peer_gpu volley_peer)
+endif()

@@ -1,5 +1,6 @@
-/* Squared L2 norm and scaling of a vector on the GPU: gradient clipping on
- * the device, so a peer's gradients never leave it. The norm is summed in
+/* Whole-vector operations on the GPU: the squared L2 norm and scaling that
+ * clip gradients on the device, so a peer's gradients never leave it, and
+ * the difference that makes a task's pseudo-gradient there. The norm is summed in
  * double and in a fixed order (a fixed grid of per-block partials, then one
  * block over those), so it is the same number on every run and on every
  * replica that holds the same vector. */
@@ -86,4 +87,22 @@ extern "C" int kernels_cuda_scale(float *d_x, size_t n, float s, vl_error *err)
         return 0;
     scale_kernel<<<kc_blocks(n), KC_THREADS>>>(d_x, n, s);
     return kc_launched(err, "scale");
+}
+
+__global__ static void sub_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] - b[i];
+}
+
+extern "C" int kernels_cuda_sub(float *d_out, const float *d_a, const float *d_b, size_t n,
+                                vl_error *err)
+{
+    if (d_out == NULL || d_a == NULL || d_b == NULL)
+        return vl_fail(err, VL_EINVAL, "cuda sub: NULL pointer");
+    if (n == 0)
+        return 0;
+    sub_kernel<<<kc_blocks(n), KC_THREADS>>>(d_out, d_a, d_b, n);
+    return kc_launched(err, "sub");
 }
