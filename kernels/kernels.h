@@ -192,6 +192,18 @@ int kernels_cuda_device_count(void);
  * NUL-terminates when out_len > 0. */
 void kernels_cuda_describe(char *out, size_t out_len);
 
+/* Makes device ordinal (0 <= ordinal < kernels_cuda_device_count) the
+ * calling thread's current device: the one later allocations, contexts
+ * and launches of kernels/cuda_model.h go to. Code that drives several
+ * GPUs from one thread sets the device before every call that works on
+ * one of them.
+ * Returns 0, VL_EINVAL (no such device) or VL_ERR (the runtime refused). */
+int kernels_cuda_set_device(int ordinal, vl_error *err) VL_MUST_CHECK;
+
+/* *ordinal = the calling thread's current device. Returns 0, VL_EINVAL
+ * (NULL ordinal) or VL_ERR (no usable device). */
+int kernels_cuda_get_device(int *ordinal, vl_error *err) VL_MUST_CHECK;
+
 /* kernels_adamw_step on device pointers (all of n elements; d_decay_mask may
  * be NULL), on the default stream. Synchronises before returning so errors
  * are reported here. Returns 0 or VL_ERR. */

@@ -1,8 +1,9 @@
-/* CUDA device discovery. */
+/* CUDA device discovery and selection. */
 #include <stdio.h>
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_util.h"
 #include "kernels/kernels.h"
 
 extern "C" int kernels_cuda_device_count(void)
@@ -46,4 +47,29 @@ extern "C" void kernels_cuda_describe(char *out, size_t out_len)
              prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.multiProcessorCount,
              n, rt, drv);
+}
+
+extern "C" int kernels_cuda_set_device(int ordinal, vl_error *err)
+{
+    int n = kernels_cuda_device_count();
+    if (ordinal < 0 || ordinal >= n)
+        return vl_fail(err, VL_EINVAL, "CUDA device %d does not exist (%d visible)", ordinal, n);
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_fail(err, e, "cudaSetDevice");
+    }
+    return 0;
+}
+
+extern "C" int kernels_cuda_get_device(int *ordinal, vl_error *err)
+{
+    if (ordinal == NULL)
+        return vl_fail(err, VL_EINVAL, "CUDA device: no output pointer");
+    cudaError_t e = cudaGetDevice(ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_fail(err, e, "cudaGetDevice");
+    }
+    return 0;
 }
