@@ -240,6 +240,8 @@ int model_gpt_cuda_dp_create(const model_gpt *host, kernels_cuda_math math, int 
 
 int model_gpt_cuda_dp_devices(const model_gpt_cuda_dp *dp) { return dp ? dp->ndev : 0; }
 
+model_gpt_cuda *model_gpt_cuda_dp_first(model_gpt_cuda_dp *dp) { return dp ? dp->rep[0] : NULL; }
+
 size_t model_gpt_cuda_dp_num_params(const model_gpt_cuda_dp *dp)
 {
     return dp ? dp->num_params : 0;

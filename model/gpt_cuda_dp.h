@@ -68,6 +68,12 @@ int model_gpt_cuda_dp_devices(const model_gpt_cuda_dp *dp);
  * NULL. */
 size_t model_gpt_cuda_dp_num_params(const model_gpt_cuda_dp *dp);
 
+/* Replica 0, on device 0 (owned by dp; NULL for NULL): for work on the
+ * trained parameters where they already are, such as making and
+ * compressing a peer's update on the device. Device 0 is current between
+ * calls, so device pointers of replica 0 can be used directly. */
+model_gpt_cuda *model_gpt_cuda_dp_first(model_gpt_cuda_dp *dp);
+
 /* Copies host's parameters to every replica (VL_EINVAL when host has
  * another configuration). */
 int model_gpt_cuda_dp_upload_params(model_gpt_cuda_dp *dp, const model_gpt *host,

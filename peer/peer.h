@@ -363,7 +363,7 @@ int peer_device_parse(const char *s, peer_device_want *out) VL_MUST_CHECK;
  * cuda without a usable GPU is VL_EINVAL with the reason in err. */
 int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) VL_MUST_CHECK;
 
-struct model_gpt_cuda;
+struct model_gpt_cuda_dp;
 
 typedef struct peer_trainer {
     model_gpt *gpt;          /* owned; NULL until a model is installed */
@@ -407,7 +407,8 @@ typedef struct peer_trainer {
      * cuda). CPU after peer_trainer_init. */
     peer_device_kind device;
     int gpu_fallback;
-    struct model_gpt_cuda *gpu; /* owned: the device copy, made on first use */
+    /* owned: the device copies, one per visible GPU, made on first use */
+    struct model_gpt_cuda_dp *gpu;
     /* Device memory beside the model's (owned, 2 * n_params floats): a
      * GPU task's base, then its residual scratch, then its delta; and
      * whether that delta is the last task's, for peer_gpu_encode. */
