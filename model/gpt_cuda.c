@@ -35,14 +35,6 @@ struct model_gpt_cuda {
     int have_output, can_backward;
 };
 
-/* Returns early with the callee's code. */
-#define TRY(call)                                                                           \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_ != 0)                                                                       \
-            return rc_;                                                                     \
-    } while (0)
-
 static float *tensor(const model_gpt_cuda *g, float *base, int idx)
 {
     return base + g->tensors[idx].offset;

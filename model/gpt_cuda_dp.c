@@ -28,14 +28,6 @@ struct model_gpt_cuda_dp {
 #endif
 };
 
-/* Returns early with the callee's code. */
-#define TRY(call)                                                                           \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_ != 0)                                                                       \
-            return rc_;                                                                     \
-    } while (0)
-
 /* Every public function ends here: device 0 becomes current again, and
  * the first error, if any, is the one reported. */
 static int leave(int rc, vl_error *err)

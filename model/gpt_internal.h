@@ -122,4 +122,13 @@ void gpt_free_acts(model_gpt *m);
 typedef void (*gpt_decay_run_fn)(void *ctx, size_t off, size_t n, int decay);
 void gpt_each_decay_run(model_gpt *m, gpt_decay_run_fn fn, void *ctx);
 
+/* Returns early with the callee's code (the device GPT's functions, which
+ * return 0 or a negative VL_E* code). */
+#define TRY(call)                                                                           \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        if (rc_ != 0)                                                                       \
+            return rc_;                                                                     \
+    } while (0)
+
 #endif

@@ -32,6 +32,7 @@
 #include "model/gpt_cuda.h"
 #include "model/model.h"
 #include "cuda_skip.h"
+#include "test_util.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -75,25 +76,12 @@ static void ok(int rc, const vl_error *err, const char *what)
         fail_msg("%s failed: %s", what, err->msg);
 }
 
-/* max |g - c| / max |c| (absolute when c is all zeros), NaN-proof. */
-static double err_of(const float *g, const float *c, size_t n)
-{
-    double dmax = 0, cmax = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)g[i] - c[i]);
-        if (!(d <= dmax))
-            dmax = isnan(d) ? INFINITY : d;
-        if (fabs(c[i]) > cmax)
-            cmax = fabs(c[i]);
-    }
-    return cmax > 0 ? dmax / cmax : dmax;
-}
 
 /* Compares device d with host c over n floats. */
 static void expect(const char *what, const float *d, const float *c, size_t n, double tol)
 {
     float *g = back(d, n);
-    double e = err_of(g, c, n);
+    double e = test_max_rel_err(g, c, n);
     free(g);
     if (!(e <= tol))
         fail_msg("%s: GPU and CPU differ by %.3g (tolerance %.1g)", what, e, tol);
@@ -463,7 +451,7 @@ static void gpt_compare(kernels_cuda_math math)
                      kernels_cuda_math_name(math), (double)lg, (double)lc);
         ok(model_gpt_cuda_download_output(gpu, g_out, (size_t)N * cfg.vocab_size, &err), &err,
            "output");
-        double oe = err_of(g_out, model_gpt_output(cpu), (size_t)N * cfg.vocab_size);
+        double oe = test_max_rel_err(g_out, model_gpt_output(cpu), (size_t)N * cfg.vocab_size);
         if (!(oe <= (fp32 ? 1e-5 : 5e-2)))
             fail_msg("step %d: probabilities differ by %.3g", step, oe);
         ok(model_gpt_backward(cpu, &err), &err, "cpu backward");
@@ -472,7 +460,7 @@ static void gpt_compare(kernels_cuda_math math)
         const float *c_grads = model_gpt_grads(cpu);
         if (fp32) {
             for (int t = 0; t < ntab; t++) {
-                double e = err_of(g_grads + tab[t].offset, c_grads + tab[t].offset, tab[t].numel);
+                double e = test_max_rel_err(g_grads + tab[t].offset, c_grads + tab[t].offset, tab[t].numel);
                 if (!(e <= 1e-4))
                     fail_msg("step %d: gradient of %s differs by %.3g", step, tab[t].name, e);
             }

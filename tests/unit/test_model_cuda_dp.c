@@ -36,6 +36,7 @@
 #include "model/gpt_cuda_dp.h"
 #include "model/model.h"
 #include "cuda_skip.h"
+#include "test_util.h"
 
 static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f;
 
@@ -279,19 +280,6 @@ static void test_bad_args(void **state)
 
 #if defined(VOLLEY_HAVE_NCCL)
 
-/* max |g - c| / max |c| (absolute when c is all zeros), NaN-proof. */
-static double err_of(const float *g, const float *c, size_t n)
-{
-    double dmax = 0, cmax = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)g[i] - c[i]);
-        if (!(d <= dmax))
-            dmax = isnan(d) ? INFINITY : d;
-        if (fabs(c[i]) > cmax)
-            cmax = fabs(c[i]);
-    }
-    return cmax > 0 ? dmax / cmax : dmax;
-}
 
 /* The parameters dp's replicas hold, checked equal to each other and held
  * to the plain model's (pp) where the step's gradient (cg) is not rounding
@@ -355,7 +343,7 @@ static void two_devices(int B)
                      (double)lp);
         ok(model_gpt_cuda_dp_download_grads(dp, dg, np, &err), &err, "dp grads");
         for (int t = 0; t < ntab; t++) {
-            double e = err_of(dg + tab[t].offset, pg + tab[t].offset, tab[t].numel);
+            double e = test_max_rel_err(dg + tab[t].offset, pg + tab[t].offset, tab[t].numel);
             if (!(e <= 1e-4))
                 fail_msg("B=%d step %d: gradient of %s differs by %.3g", B, step, tab[t].name,
                          e);

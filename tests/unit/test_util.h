@@ -3,6 +3,7 @@
 #define VOLLEY_TEST_UTIL_H
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,19 @@
     } while (0)
 
 /* d standard-normal floats from seed, on the heap (caller frees). */
+/* max |g - c| / max |c| (absolute when c is all zeros), NaN-proof: how far
+ * a device result is from its CPU reference, on the scale of the
+ * reference. */
+static inline double test_max_rel_err(const float *g, const float *c, size_t n) {
+    double dmax = 0, cmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)g[i] - c[i]);
+        if (!(d <= dmax)) dmax = isnan(d) ? INFINITY : d;
+        if (fabs(c[i]) > cmax) cmax = fabs(c[i]);
+    }
+    return cmax > 0 ? dmax / cmax : dmax;
+}
+
 static inline float *random_vec(size_t d, uint64_t seed) {
     float *x = malloc((d ? d : 1) * sizeof *x);
     assert_non_null(x);
