@@ -83,12 +83,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
-    kernels_cuda_describe(desc, sizeof desc);
-    if (kernels_cuda_device_count() == 0) {
+    int probe = kernels_cuda_probe(NULL, desc, sizeof desc);
+    if (probe == KERNELS_CUDA_ABSENT) {
         printf("bench_gpu_compress: SKIPPED: no CUDA device (%s)\n", desc);
         return 77;
     }
+    if (probe != KERNELS_CUDA_OK) {
+        fprintf(stderr, "bench_gpu_compress: CUDA is present but unusable (%s)\n", desc);
+        return 1;
+    }
+    kernels_cuda_describe(desc, sizeof desc);
     size_t d = (size_t)d64;
     int reps = (int)reps64;
     double bytes = 4.0 * (double)d;

@@ -196,12 +196,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
-    kernels_cuda_describe(desc, sizeof desc);
-    if (kernels_cuda_device_count() == 0) {
-        printf("bench_gpu_train: no CUDA device (%s); nothing measured\n", desc);
+    int probe = kernels_cuda_probe(NULL, desc, sizeof desc);
+    if (probe == KERNELS_CUDA_ABSENT) {
+        printf("bench_gpu_train: SKIPPED: no CUDA device (%s)\n", desc);
         return 77;
     }
+    if (probe != KERNELS_CUDA_OK) {
+        fprintf(stderr, "bench_gpu_train: CUDA is present but unusable (%s)\n", desc);
+        return 1;
+    }
+    kernels_cuda_describe(desc, sizeof desc);
     double min_s = quick ? 0.5 : 3.0;
     bench_cfg cfgs[] = {
         {"default 2x128", {256, 64, 2, 4, 128}, 16},

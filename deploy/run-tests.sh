@@ -2,7 +2,8 @@
 # Installs what volley needs, then builds and runs every test twice: an
 # optimised build with warnings as errors (CUDA kernels compiled when nvcc
 # is present; GPU tests skip themselves without a GPU), and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build. Last, a clang build
+# AddressSanitizer + UndefinedBehaviorSanitizer build. With nvcc, it builds
+# the GPU bundle and runs it from a clean environment. Last, a clang build
 # runs each libFuzzer target of tests/fuzz for VOLLEY_FUZZ_SECONDS (20)
 # seconds under ASan and UBSan and prints the executions each made.
 set -euo pipefail
@@ -16,6 +17,21 @@ echo "== release build (-Werror, VOLLEY_CUDA=AUTO)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DVOLLEY_WERROR=ON -DVOLLEY_CUDA=AUTO >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+# The GPU bundle (deploy/gpu-bundle.sh) is built and run the way a bare GPU
+# machine runs it: from a clean environment, with only the libraries the
+# bundle brings and the short list it may take from the machine. Here,
+# without a GPU, its GPU parts report themselves skipped and the rest
+# (every library resolving, the same run on the CPU) must pass.
+if command -v nvcc >/dev/null 2>&1; then
+  echo "== GPU bundle: built, then run under env -i"
+  VOLLEY_SKIP_DEPS=1 bash deploy/gpu-bundle.sh gpu-bundle
+  env -i PATH=/usr/bin:/bin bash gpu-bundle/run.sh build-bundle/check >/dev/null ||
+    { cat build-bundle/check/log.txt; echo "GPU bundle: a check failed" >&2; exit 1; }
+  cat build-bundle/check/summary.txt
+else
+  echo "== GPU bundle: skipped, no nvcc"
+fi
 
 echo "== sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVOLLEY_WERROR=ON -DVOLLEY_SANITIZE=ON \

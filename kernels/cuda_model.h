@@ -77,11 +77,23 @@ int kernels_cuda_sync(vl_error *err) VL_MUST_CHECK;
 /* ---- device memory ----------------------------------------------------------- */
 
 /* cudaMalloc of bytes (> 0) into *d_out, owned by the caller and released
- * with kernels_cuda_free. Returns 0, VL_EINVAL, VL_ENOMEM or VL_ERR. */
+ * with kernels_cuda_free. Returns 0, VL_EINVAL, VL_ENOMEM (the card's
+ * memory or the cap of kernels_cuda_set_mem_cap is exhausted) or VL_ERR. */
 int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err) VL_MUST_CHECK;
 
-/* Frees what kernels_cuda_alloc returned. NULL is a no-op. */
+/* Frees what kernels_cuda_alloc returned, after the device has finished
+ * the work queued before the call. NULL is a no-op. */
 void kernels_cuda_free(void *d);
+
+/* Caps the device memory this process holds through kernels_cuda_alloc at
+ * bytes, summed over all devices (0: no cap, the default). An allocation
+ * that would pass it fails with VL_ENOMEM as one past the card's memory
+ * does. Buffers already held are kept. The CUDA context and cuBLAS's
+ * workspace are not counted. Thread-safe. */
+void kernels_cuda_set_mem_cap(size_t bytes);
+
+/* Bytes currently held through kernels_cuda_alloc. */
+size_t kernels_cuda_mem_in_use(void);
 
 /* Copies bytes host -> device or device -> host, after the queued work
  * (synchronous for the host). Returns 0 or VL_ERR. */

@@ -184,7 +184,29 @@ float kernels_clip_grad_norm(float *grad, size_t n, float max_norm);
  * VL_ERR with the CUDA error text. */
 #if defined(VOLLEY_HAVE_CUDA)
 
-/* Number of usable CUDA devices; 0 when there is no driver or device. */
+/* What kernels_cuda_probe found. */
+typedef enum kernels_cuda_state {
+    KERNELS_CUDA_OK = 0, /* at least one device is usable */
+    KERNELS_CUDA_ABSENT, /* no GPU here: no device, or no NVIDIA driver at all */
+    KERNELS_CUDA_BROKEN  /* a driver is installed but the runtime fails */
+} kernels_cuda_state;
+
+/* Asks the CUDA runtime for its devices and tells a machine without a GPU
+ * from one whose GPU is unusable (a driver too old for the runtime, a
+ * device in a bad state), which callers must not take for "no GPU".
+ * Returns a kernels_cuda_state:
+ *  - KERNELS_CUDA_OK: *count = the number of devices (> 0);
+ *  - KERNELS_CUDA_ABSENT: no device (cudaErrorNoDevice, or a count of 0),
+ *    or no NVIDIA driver installed (libcuda.so.1 does not load), whatever
+ *    the runtime's error;
+ *  - KERNELS_CUDA_BROKEN: any other error while libcuda.so.1 loads,
+ *    cudaErrorInsufficientDriver included.
+ * *count is 0 unless OK. why (may be NULL when why_len is 0) gets one line:
+ * the runtime's error name and message when not OK, the device count when
+ * OK; always NUL-terminated when why_len > 0. count may be NULL. */
+int kernels_cuda_probe(int *count, char *why, size_t why_len);
+
+/* Number of usable CUDA devices; 0 unless kernels_cuda_probe says OK. */
 int kernels_cuda_device_count(void);
 
 /* Writes a one-line description of device 0 (name, compute capability,

@@ -2,9 +2,10 @@
  *
  * A volunteer should not have to know whether its machine has a usable
  * GPU: auto takes one when the build has CUDA and the driver reports a
- * device, and otherwise trains on the CPU and says why in one line. Asking
- * for cuda where there is none is an error, not a silent fallback, so an
- * operator who wanted the GPU finds out at start-up. */
+ * device, and otherwise trains on the CPU and says why in one line (a GPU
+ * that is present but unusable is named as such, with the runtime's
+ * error). Asking for cuda where there is none is an error, not a silent
+ * fallback, so an operator who wanted the GPU finds out at start-up. */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,12 +24,24 @@ int peer_device_parse(const char *s, peer_device_want *out) {
     return VL_OK;
 }
 
-/* Whether a GPU is usable; desc gets its description or why not. */
+/* Whether a GPU is usable; desc gets its description or why not. A GPU
+ * that is there but unusable (a driver older than the runtime, say) is
+ * told apart from no GPU at all: auto still trains on the CPU, but the
+ * operator of a GPU machine should learn that its GPU sits idle. */
 static int probe_gpu(char *desc, size_t cap) {
 #if defined(VOLLEY_HAVE_CUDA)
-    int n = kernels_cuda_device_count();
-    kernels_cuda_describe(desc, cap);
-    return n > 0;
+    char why[192]; /* leaves room for the words around it in desc */
+    int n = 0;
+    int st = kernels_cuda_probe(&n, why, sizeof why);
+    if (st == KERNELS_CUDA_OK) {
+        kernels_cuda_describe(desc, cap);
+        return 1;
+    }
+    if (st == KERNELS_CUDA_BROKEN)
+        snprintf(desc, cap, "a GPU is present but unusable: %s", why);
+    else
+        snprintf(desc, cap, "%s", why);
+    return 0;
 #else
     snprintf(desc, cap, "this volley-peer was built without CUDA");
     return 0;

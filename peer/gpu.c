@@ -58,6 +58,9 @@ static int failed(peer_trainer *t, int rc) {
 int peer_gpu_grads(peer_trainer *t, const int *inputs, const int *targets, int B, int T,
                    float *loss, vl_error *err) {
     int rc = load_params(t, err);
+    /* The host model of a fresh trainer has no gradient buffer until its
+     * first zero_grad or backward, and the device's gradients land there. */
+    if (!rc && !model_gpt_grads(t->gpt)) rc = model_gpt_zero_grad(t->gpt, err);
     if (!rc) rc = model_gpt_cuda_dp_grads(t->gpu, inputs, targets, B, T, loss, err);
     if (!rc)
         rc = model_gpt_cuda_dp_download_grads(t->gpu, model_gpt_grads(t->gpt), t->n_params, err);

@@ -17,6 +17,10 @@
 
 #include "peer/peer.h"
 
+#if defined(VOLLEY_HAVE_CUDA)
+#include "kernels/cuda_model.h"
+#endif
+
 #define JSON_CAP ((size_t)1 << 20)
 #define MODEL_CAP ((size_t)2 << 30)
 #define UPLOAD_CAP ((size_t)3 << 30)
@@ -709,6 +713,8 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "--step-delay must be 0..60000");
     if (o->slowdown < 0 || o->slowdown > 100)
         return vl_fail(err, VL_EINVAL, "--slowdown must be 1..100");
+    if (o->gpu_mem_mib < 0 || o->gpu_mem_mib > (INT64_C(1) << 30))
+        return vl_fail(err, VL_EINVAL, "--gpu-mem must be 1..%lld MiB", 1LL << 30);
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     loop L;
     memset(&L, 0, sizeof L);
@@ -717,6 +723,14 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     int rc = peer_device_choose(o->device, &dev, err);
     if (rc) return rc;
     log_info("training on %s", dev.desc);
+#if defined(VOLLEY_HAVE_CUDA)
+    if (o->gpu_mem_mib > 0) {
+        kernels_cuda_set_mem_cap((size_t)o->gpu_mem_mib << 20);
+        if (dev.kind == PEER_DEVICE_CUDA)
+            log_info("GPU: holding at most %lld MiB of device memory (--gpu-mem)",
+                     (long long)o->gpu_mem_mib);
+    }
+#endif
     rc = peer_state_load(o->dir, &L.st, err);
     if (rc) return rc;
     crypto_identity id;

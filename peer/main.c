@@ -26,8 +26,11 @@ static const char USAGE[] =
     "      move the joined peer to a new key (the request is signed with the old\n"
     "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
     "      Restart a running 'run' afterwards. Print the new public key\n"
-    "  run [--dir DIR] [--device D] [--threads N] [--max-tasks N] [--wait S]\n"
-    "      [--retries N] [--step-delay MS] [--slowdown F]\n"
+    "  device [--device D]\n"
+    "      print the device 'run --device D' would train on, and why; exit 1 when\n"
+    "      D is cuda and no GPU is usable\n"
+    "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--max-tasks N]\n"
+    "      [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
     "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
@@ -43,6 +46,10 @@ static const char USAGE[] =
     "  --name NAME      display name sent at join (default: host name)\n"
     "  --device D       auto, cpu or cuda (default auto: a GPU when one is usable,\n"
     "                   else the CPU; the log says which and why)\n"
+    "  --gpu-mem MIB    hold at most MIB MiB of GPU memory for the model, its\n"
+    "                   optimizer and compression (default: no cap). Past it a\n"
+    "                   task fails as on a full card: under auto the peer moves\n"
+    "                   to the CPU, under cuda the task fails\n"
     "  --threads N      OpenMP and OpenBLAS threads (default: library defaults)\n"
     "  --max-tasks N    stop after N tasks (default: no limit)\n"
     "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
@@ -60,7 +67,7 @@ static const char USAGE[] =
 
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
        OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
-       OPT_DEVICE, OPT_HELP };
+       OPT_DEVICE, OPT_GPU_MEM, OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -78,6 +85,7 @@ static const struct option OPTIONS[] = {
     {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"device", required_argument, NULL, OPT_DEVICE},
+    {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -86,7 +94,7 @@ typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
     int force, verbose;
     peer_device_want device;
-    int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown;
+    int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
 
@@ -133,6 +141,9 @@ static int parse_args(int argc, char **argv, args *a) {
             rc = number("--step-delay", optarg, 0, 60000, &a->step_delay_ms);
             break;
         case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
+        case OPT_GPU_MEM:
+            rc = number("--gpu-mem", optarg, 1, INT64_C(1) << 30, &a->gpu_mem_mib);
+            break;
         case OPT_VERBOSE: a->verbose = 1; break;
         case OPT_DEVICE:
             if (peer_device_parse(optarg, &a->device) != VL_OK)
@@ -249,10 +260,21 @@ static void on_signal(int sig) {
     peer_stop_request();
 }
 
+static int cmd_device(const args *a) {
+    int rc = only(a, "device", 1u << OPT_DEVICE);
+    if (rc) return rc;
+    peer_device d;
+    vl_error e = {0};
+    if ((rc = peer_device_choose(a->device, &d, &e))) return fail(&e, rc);
+    printf("%s\n", d.desc);
+    return PEER_EXIT_OK;
+}
+
 static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
                                 1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
-                                1u << OPT_SLOWDOWN | 1u << OPT_DEVICE);
+                                1u << OPT_SLOWDOWN | 1u << OPT_DEVICE |
+                                1u << OPT_GPU_MEM);
     if (rc) return rc;
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
@@ -270,7 +292,8 @@ static int cmd_run(const args *a) {
     peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
-                       .slowdown = (int)a->slowdown, .device = a->device};
+                       .slowdown = (int)a->slowdown, .device = a->device,
+                       .gpu_mem_mib = a->gpu_mem_mib};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }
@@ -293,6 +316,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "keygen")) return cmd_keygen(&a);
     if (!strcmp(cmd, "join")) return cmd_join(&a);
     if (!strcmp(cmd, "run")) return cmd_run(&a);
+    if (!strcmp(cmd, "device")) return cmd_device(&a);
     if (!strcmp(cmd, "rotate-key")) return cmd_rotate_key(&a);
     return usage_error("unknown command '%s'", cmd);
 }

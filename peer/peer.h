@@ -610,6 +610,7 @@ typedef struct peer_run_opts {
     int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
     int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
     peer_device_want device; /* --device; the zero value is auto */
+    int64_t gpu_mem_mib;     /* --gpu-mem: cap on device memory in MiB; 0: none */
     /* Plays a hostile peer, for tests of the coordinator's defences only
      * (tests/integration/hostile_peer.c; volley-peer leaves it NULL).
      * Called before each upload of a task is encoded, attempt 0 first and

@@ -104,25 +104,7 @@ extern "C" int kernels_cuda_sync(vl_error *err)
 
 /* ---- memory ------------------------------------------------------------------ */
 
-extern "C" int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err)
-{
-    if (d_out == NULL || bytes == 0)
-        return vl_fail(err, VL_EINVAL, "cuda alloc: no pointer or zero bytes");
-    *d_out = NULL;
-    cudaError_t e = cudaMalloc(d_out, bytes);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *d_out = NULL;
-        return cuda_fail(err, e, "cudaMalloc");
-    }
-    return 0;
-}
-
-extern "C" void kernels_cuda_free(void *d)
-{
-    if (d)
-        (void)cudaFree(d);
-}
+/* kernels_cuda_alloc and kernels_cuda_free are in memory.cu. */
 
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, vl_error *err)
 {

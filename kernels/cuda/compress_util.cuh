@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda_compress.h"
+#include "kernels/cuda_model.h"
 
 #define CC_THREADS 256
 #define CC_MAX_BLOCKS 65535u
@@ -25,30 +26,22 @@ static inline unsigned cc_blocks(size_t n)
 }
 
 /* Device memory that is freed when it goes out of scope, so every early
- * return releases what the call allocated. */
+ * return releases what the call allocated. It goes through
+ * kernels_cuda_alloc, so the process's device-memory cap counts it, and
+ * kernels_cuda_free waits for queued work before releasing it: kernels
+ * launched on the buffer finish before it can be handed out again. */
 struct cc_dev {
     void *p = nullptr;
     cc_dev() = default;
     cc_dev(const cc_dev &) = delete;
     cc_dev &operator=(const cc_dev &) = delete;
-    ~cc_dev()
-    {
-        if (p)
-            cudaFree(p);
-    }
+    ~cc_dev() { kernels_cuda_free(p); }
     /* Allocates bytes (at least 1); frees what it held before. */
     int alloc(size_t bytes, vl_error *err)
     {
-        if (p)
-            cudaFree(p);
+        kernels_cuda_free(p);
         p = nullptr;
-        cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-        if (e != cudaSuccess) {
-            p = nullptr;
-            (void)cudaGetLastError();
-            return cuda_fail(err, e, "cudaMalloc");
-        }
-        return 0;
+        return kernels_cuda_alloc(&p, bytes ? bytes : 1, err);
     }
     template <class T> T *as() const { return static_cast<T *>(p); }
 };

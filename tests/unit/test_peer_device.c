@@ -2,7 +2,9 @@
  * cuda agree on whether this machine has a usable GPU (auto names it, or
  * says why not; cuda without one is refused). A trainer told to use a GPU
  * it cannot use fails the task under cuda and, under auto, moves to the
- * CPU and trains exactly as a CPU trainer would. */
+ * CPU and trains exactly as a CPU trainer would. In a CUDA build a GPU that
+ * is present but unusable fails this program: the CPU path passing would
+ * otherwise hide a broken driver on a GPU machine. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,10 @@
 
 #include "peer/peer.h"
 #include "peer_fixtures.h"
+
+#if defined(VOLLEY_HAVE_CUDA)
+#include "kernels/kernels.h"
+#endif
 
 static void test_device_parse(void **state) {
     (void)state;
@@ -57,6 +63,35 @@ static void test_device_choose(void **state) {
         assert_non_null(strstr(ce.msg, a.desc + strlen(p)));
     }
 }
+
+#if defined(VOLLEY_HAVE_CUDA)
+/* The probe behind auto: auto's choice and line agree with what it found,
+ * and a GPU that is present but unusable fails the test. */
+static void test_cuda_probe(void **state) {
+    (void)state;
+    char why[256];
+    int n = -1;
+    int st = kernels_cuda_probe(&n, why, sizeof why);
+    printf("CUDA probe: %s (%s)\n",
+           st == KERNELS_CUDA_OK       ? "OK"
+           : st == KERNELS_CUDA_ABSENT ? "absent"
+                                       : "BROKEN",
+           why);
+    assert_true(st == KERNELS_CUDA_OK || st == KERNELS_CUDA_ABSENT || st == KERNELS_CUDA_BROKEN);
+    assert_true(st == KERNELS_CUDA_OK ? n > 0 : n == 0);
+    assert_int_equal(kernels_cuda_device_count(), n);
+    assert_int_equal(kernels_cuda_probe(NULL, NULL, 0), st);
+    vl_error e = {0};
+    peer_device a;
+    assert_int_equal(peer_device_choose(PEER_DEVICE_WANT_AUTO, &a, &e), VL_OK);
+    assert_int_equal(a.kind, st == KERNELS_CUDA_OK ? PEER_DEVICE_CUDA : PEER_DEVICE_CPU);
+    if (st != KERNELS_CUDA_OK) assert_non_null(strstr(a.desc, why));
+    if (st == KERNELS_CUDA_BROKEN) {
+        assert_non_null(strstr(a.desc, "present but unusable"));
+        fail_msg("CUDA is present but unusable (%s)", why);
+    }
+}
+#endif
 
 /* A trainer holding TINY, set to train on kind. */
 static void trainer_on(peer_trainer *t, peer_device_kind kind, int fallback) {
@@ -139,6 +174,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_parse),
         cmocka_unit_test(test_device_choose),
+#if defined(VOLLEY_HAVE_CUDA)
+        cmocka_unit_test(test_cuda_probe),
+#endif
         cmocka_unit_test(test_gpu_failure_falls_back_or_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
