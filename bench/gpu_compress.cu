@@ -163,6 +163,22 @@ int main(int argc, char **argv)
                  thr);
         row("gaussian-k, k = d/100", t, bytes, copy_s, note);
     }
+    {
+        /* What a coordinator does per sparse update: k = d/100 values added
+         * at ascending indices (the Gaussian-k selection's, just made). */
+        size_t k = d / 100, nnz = 0;
+        double thr = 0, t;
+        if (kernels_cuda_gaussk(d_x, d, k, d_idx, &nnz, &thr, &err) ||
+            kernels_cuda_sparse_gather(d_x, d, d_idx, nnz, d_val, &err))
+            die("scatter-add setup", &err);
+        BEST_OF(reps, t, if (kernels_cuda_sparse_scatter_add(d_y, d, d_idx, d_val, nnz, 1.0f,
+                                                             &err))
+                             die("scatter-add", &err));
+        snprintf(note, sizeof note, "%zu values (bytes: the %zu moved)", nnz,
+                 nnz * (sizeof(float) * 3 + sizeof(uint32_t)));
+        row("sparse scatter-add, d/100", t, (double)nnz * (sizeof(float) * 3 + sizeof(uint32_t)),
+            copy_s, note);
+    }
     cudaFree(d_x);
     cudaFree(d_y);
     cudaFree(d_idx);

@@ -37,8 +37,9 @@ programs=(test_kernels_cuda test_compress_cuda test_model_cuda test_model_cuda_d
           test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_device
           bench_gpu_train bench_gpu_compress volley-peer volley-coordinator)
 echo "gpu-bundle: building ${programs[*]} in $build"
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DVOLLEY_WERROR=ON -DVOLLEY_CUDA=ON \
-  -DVOLLEY_STATIC_DEPS=ON >/dev/null
+  -DVOLLEY_STATIC_DEPS=ON > "$build/configure.log"
 cmake --build "$build" -j"$(nproc)" --target "${programs[@]}" >/dev/null
 
 stage=$(mktemp -d)
@@ -50,7 +51,7 @@ for p in "${programs[@]}"; do
   cp "$f" "$stage/bin/"
 done
 cp "$(command -v openssl)" "$stage/bin/"
-cp deploy/make-cert.sh "$stage/bin/"
+cp deploy/make-cert.sh bench/gpu_vs_torch.sh bench/torch_ref.py "$stage/bin/"
 cp deploy/gpu-bundle/openssl.cnf "$stage/etc/"
 cp deploy/gpu-bundle/run.json "$stage/share/"
 # The demo's corpus, so the bundle needs no /usr/share/common-licenses.
@@ -73,8 +74,7 @@ strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
   echo "volley GPU bundle, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "nvcc: $(nvcc --version | tail -n 2 | head -n 1)"
-  echo "GPU code: $(cuobjdump --list-elf "$stage/bin/test_kernels_cuda" 2>/dev/null |
-    grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' ')"
+  echo "CUDA architectures: $(sed -n 's/^-- volley: CUDA architectures //p' "$build/configure.log")"
   echo "NCCL: $(ldd "$stage/bin/volley-peer" | grep -q libnccl && echo linked || echo not linked)"
   echo "programs: ${programs[*]}"
   echo "libraries: $(cd "$stage/lib" && ls | tr '\n' ' ')"

@@ -359,8 +359,9 @@ typedef struct peer_device {
 int peer_device_parse(const char *s, peer_device_want *out) VL_MUST_CHECK;
 
 /* Resolves want on this machine. auto gives a GPU when the build has CUDA
- * and the driver reports a device, else the CPU with the reason in desc;
- * cuda without a usable GPU is VL_EINVAL with the reason in err. */
+ * and the driver reports a device, else the CPU with the reason in desc
+ * (no GPU, or a GPU that is present but unusable, with the runtime's
+ * error); cuda without a usable GPU is VL_EINVAL with the reason in err. */
 int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) VL_MUST_CHECK;
 
 struct model_gpt_cuda_dp;

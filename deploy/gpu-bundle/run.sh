@@ -3,7 +3,7 @@
 # machine that has (at most) an NVIDIA driver and a CUDA 13 runtime with
 # cuBLAS and NCCL somewhere: nothing is built or installed here.
 #
-#   run.sh OUTDIR
+#   run.sh OUTDIR [--with-torch]
 #
 # In one go: the machine's GPU (nvidia-smi), a check that every program's
 # libraries resolve to the bundle or to the short list a GPU machine
@@ -15,6 +15,10 @@
 # the rest (libraries, the CPU half of the tests, the same run on the CPU)
 # still has to pass. OUTDIR gets log.txt (everything) and summary.txt (one
 # line per check, then "bundle: N passed, N failed, N skipped").
+# With --with-torch it then runs bench/gpu_vs_torch.sh (volley's training
+# step and compressors against PyTorch eager and torch.compile on the same
+# card) with the first python3 that imports torch with CUDA, into
+# OUTDIR/torch.txt; that takes a few minutes more.
 # Exit status: 0 when nothing failed, 1 otherwise, 2 for bad usage.
 #
 # Where the libraries a GPU machine provides are looked for, first hit
@@ -31,8 +35,11 @@
 # Knobs (environment): VOLLEY_BUNDLE_VERSIONS (6) versions in the training
 # run, VOLLEY_BUNDLE_TEST_TIMEOUT (180) seconds per test program.
 set -uo pipefail
-if [ $# -ne 1 ] || [ -z "$1" ]; then
-  echo "usage: run.sh OUTDIR" >&2
+with_torch=0
+if [ $# -eq 2 ] && [ "$2" = --with-torch ]; then with_torch=1
+elif [ $# -ne 1 ]; then set -- ""; fi
+if [ -z "$1" ]; then
+  echo "usage: run.sh OUTDIR [--with-torch]" >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -290,6 +297,27 @@ run_bench() {
 }
 run_bench bench_gpu_compress --reps 3
 run_bench bench_gpu_train --quick
+
+# ---- against PyTorch on the same card ----------------------------------------
+if [ "$with_torch" = 1 ]; then
+  section "against PyTorch (bench/gpu_vs_torch.sh --compile)"
+  torch_py=""
+  for py in python3 /opt/*/.venv/bin/python3 /opt/*/bin/python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    if env LD_LIBRARY_PATH="$caller_dirs" "$py" -c \
+        'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+      torch_py=$py; break
+    fi
+  done
+  if [ "$gpu" = 0 ]; then skip "against PyTorch: no usable GPU"
+  elif [ -z "$torch_py" ]; then skip "against PyTorch: no python3 here imports torch with CUDA"
+  # Python gets the machine's libraries, not the bundle's older OpenSSL and zlib.
+  elif PYTHON="env LD_LIBRARY_PATH=$caller_dirs $torch_py" timeout 420 \
+         bash "$bin/gpu_vs_torch.sh" "$bin" --compile \
+         > "$out/torch.txt" 2>&1; then
+    cat "$out/torch.txt"; pass "against PyTorch: table in torch.txt"
+  else cat "$out/torch.txt"; fail "against PyTorch: see torch.txt"; fi
+fi
 
 section "summary"
 elapsed=$(( $(date +%s) - t0 ))
