@@ -510,7 +510,17 @@ int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUS
  * joined, last seen, unexpired leases, stored updates, state, name. */
 int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
 
-/* ---- export (export.c) ----------------------------------------------------- */
+/* ---- export (export.c) and sample (sample.c) -------------------------------- */
+
+/* The parameters of stored version *version (< 0: the current one) of the
+ * run in db_path, opened read-only, in a new model of the run's
+ * configuration, which goes to *cfg (its data paths freed: the caller
+ * reads no data). On success *gpt is owned by the caller (model_gpt_destroy)
+ * and *version holds the version read, *val_loss (may be NULL) its stored
+ * validation loss (NaN when unknown). An unknown or pruned version is
+ * VL_ENOTFOUND. */
+int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
+                       model_gpt **gpt, double *val_loss, vl_error *err) VL_MUST_CHECK;
 
 /* `export`: writes stored version `version` (< 0: the current one) as
  * out_dir/model.safetensors and out_dir/config.json, a checkpoint that
@@ -523,5 +533,30 @@ int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_C
  * *exported (may be NULL) gets the version written. */
 int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, int force,
                      int64_t *exported, vl_error *err) VL_MUST_CHECK;
+
+/* What `sample` generates: tokens new bytes (1..COORD_SAMPLE_MAX_TOKENS)
+ * after prompt, each drawn from the model's distribution at temperature
+ * (0: always the most likely byte; else in (0, COORD_SAMPLE_MAX_TEMP]),
+ * with an RNG seeded by seed, so a sample can be repeated. */
+typedef struct coord_sample_opts {
+    const char *prompt; /* not empty; its last block_size bytes are the context */
+    int64_t tokens;
+    double temperature;
+    uint64_t seed;
+} coord_sample_opts;
+
+#define COORD_SAMPLE_MAX_TOKENS 4096
+#define COORD_SAMPLE_MAX_TEMP 10.0
+
+/* `sample`: writes the prompt and the bytes stored version `version` (< 0:
+ * the current one) continues it with to out, each byte that is not
+ * printable ASCII, a newline or a tab (and the backslash) written as
+ * \xNN so a model's output cannot drive the terminal. Only byte-level
+ * models (vocabulary 256) can be sampled here: a run over GPT-2 tokens is refused (VL_EINVAL), as it
+ * needs GPT-2's tokenizer (export it and use transformers). On success
+ * *sampled (may be NULL) gets the version read and *val_loss (may be NULL)
+ * its stored validation loss (NaN when none). Reads the database only. */
+int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o,
+                     FILE *out, int64_t *sampled, double *val_loss, vl_error *err) VL_MUST_CHECK;
 
 #endif

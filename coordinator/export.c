@@ -44,11 +44,8 @@
 #define EXPORT_MODEL_FILE "model.safetensors"
 #define EXPORT_CONFIG_FILE "config.json"
 
-/* The parameters of stored version *version (< 0: the current one) in a
- * new model of the run's configuration, which goes to *cfg. On success
- * *gpt is owned by the caller and *version holds the version read. */
-static int load_version(const char *db_path, int64_t *version, coord_config *cfg,
-                        model_gpt **gpt, vl_error *err) {
+int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
+                       model_gpt **gpt, double *val_loss, vl_error *err) {
     storage *db = NULL;
     storage_run run;
     memset(&run, 0, sizeof run);
@@ -94,6 +91,7 @@ static int load_version(const char *db_path, int64_t *version, coord_config *cfg
         goto out;
     }
     memcpy(model_gpt_params(*gpt), v.params, v.n * sizeof(float));
+    if (val_loss) *val_loss = v.val_loss;
 out:
     if (rc != VL_OK) {
         model_gpt_destroy(*gpt);
@@ -185,7 +183,7 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     model_gpt *gpt = NULL;
     char *config_json = NULL;
     int made_dir = 0, wrote_model = 0;
-    rc = load_version(db_path, &version, &cfg, &gpt, err);
+    rc = coord_load_version(db_path, &version, &cfg, &gpt, NULL, err);
     if (rc != VL_OK) return rc;
     /* The data block is 4 bytes a parameter; the header stays under
      * ST_MAX_HEADER, so this cap never cuts a valid file short. */

@@ -1,5 +1,6 @@
 /* volley-coordinator: command-line entry point. */
 #include <malloc.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,13 @@ static const char USAGE[] =
     "      write version V (default: the current one) as DIR/model.safetensors and\n"
     "      DIR/config.json for transformers.GPT2LMHeadModel; --force exports into a\n"
     "      directory that is not empty\n"
+    "  sample --db FILE [--version V] --prompt TEXT [--tokens N] [--temperature T]\n"
+    "         [--seed S]\n"
+    "      print TEXT and N bytes (default 200, at most 4096) the model of version V\n"
+    "      (default: the current one) continues it with, drawn at temperature T\n"
+    "      (default 0.8; 0: the most likely byte each time) with seed S (default 1);\n"
+    "      bytes other than printable ASCII, newline and tab (and backslash) print\n"
+    "      as \\xNN. Byte-level models only\n"
     "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
     "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]]\n"
     "        [--slow-timeout S] [--min-body-rate BYTES]\n"
@@ -180,6 +188,40 @@ static int cmd_export(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_sample(int argc, char **argv) {
+    opt o[] = {{"db", 1, NULL},     {"version", 0, NULL},     {"prompt", 1, NULL},
+               {"tokens", 0, NULL}, {"temperature", 0, NULL}, {"seed", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 6);
+    if (rc) return rc;
+    int64_t version = -1, seed = 1;
+    coord_sample_opts so = {.prompt = o[2].value, .tokens = 200, .temperature = 0.8};
+    if (o[1].value && parse_i64(o[1].value, 0, INT64_MAX, &version) != VL_OK)
+        return usage_error("--version must be a version number (got '%s')", o[1].value);
+    if (o[3].value && parse_i64(o[3].value, 1, COORD_SAMPLE_MAX_TOKENS, &so.tokens) != VL_OK)
+        return usage_error("--tokens must be 1..%d (got '%s')", COORD_SAMPLE_MAX_TOKENS,
+                           o[3].value);
+    if (o[4].value) {
+        char *end = NULL;
+        so.temperature = strtod(o[4].value, &end);
+        if (end == o[4].value || *end != '\0' ||
+            !(so.temperature >= 0 && so.temperature <= COORD_SAMPLE_MAX_TEMP))
+            return usage_error("--temperature must be a number in 0..%g (got '%s')",
+                               COORD_SAMPLE_MAX_TEMP, o[4].value);
+    }
+    if (o[5].value && parse_i64(o[5].value, 0, INT64_MAX, &seed) != VL_OK)
+        return usage_error("--seed must be a non-negative integer (got '%s')", o[5].value);
+    so.seed = (uint64_t)seed;
+    if (!so.prompt[0]) return usage_error("--prompt must not be empty");
+    vl_error err = {0};
+    int64_t got = 0;
+    double vloss = NAN;
+    if (coord_cmd_sample(o[0].value, version, &so, stdout, &got, &vloss, &err) != VL_OK)
+        return fail(&err);
+    fprintf(stderr, PROG ": version %lld (validation loss %.4f), temperature %g, seed %lld\n",
+            (long long)got, vloss, so.temperature, (long long)seed);
+    return 0;
+}
+
 /* "R" or "R:BURST", requests per second; 0 turns the limit off. A burst
  * left out is ten seconds' worth. */
 static int parse_rate(const char *s, coord_rate *out) {
@@ -267,6 +309,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "token")) return cmd_token(argc - 2, argv + 2);
     if (!strcmp(cmd, "peer")) return cmd_peer(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -1,4 +1,4 @@
-/* coordinator export: a run made by `init` on a small corpus, with a few
+/* coordinator export and sample: a run made by `init` on a small corpus, with a few
  * more versions committed (the oldest pruned), exported as a Hugging Face
  * GPT-2 directory. The checks hold the file to GPT-2's names, shapes and
  * dtype as transformers expects them (written out here, not taken from the
@@ -392,6 +392,115 @@ static void test_failure_leaves_nothing(void **state) {
     assert_true(path_exists(inside));
 }
 
+/* ---- sample: the same stored versions read as text ------------------------------------ */
+
+/* coord_cmd_sample into a string the caller frees. */
+static int sample_to(const char *db, int64_t version, const coord_sample_opts *o, char **text,
+                     int64_t *got, vl_error *err) {
+    size_t len = 0;
+    FILE *f = open_memstream(text, &len);
+    assert_non_null(f);
+    int rc = coord_cmd_sample(db, version, o, f, got, NULL, err);
+    assert_int_equal(fclose(f), 0);
+    return rc;
+}
+
+/* Greedy sampling is the argmax of the model's own logits at every step:
+ * with prompt and continuation filling exactly one block, one forward pass
+ * over the whole text gives every step's logits, so the loop's windowing
+ * and indexing are checked against an independent computation. */
+static void test_sample_greedy_is_argmax(void **state) {
+    fixture *f = *state;
+    coord_sample_opts o = {.prompt = "ab", .tokens = BLOCK - 2, .temperature = 0, .seed = 1};
+    char *text = NULL;
+    int64_t got = -1;
+    OK(sample_to(f->db, -1, &o, &text, &got, &e_));
+    assert_int_equal(got, CURRENT);
+    coord_config cfg;
+    model_gpt *gpt = NULL;
+    int64_t v = -1;
+    OK(coord_load_version(f->db, &v, &cfg, &gpt, NULL, &e_));
+    /* The fixture's model is random: bytes outside printable ASCII come
+     * back escaped, so decode what was printed. */
+    int toks[BLOCK];
+    size_t n = 0;
+    for (const char *p = text; *p && *p != '\n' && n < BLOCK;) {
+        unsigned b;
+        if (p[0] == '\\' && p[1] == 'x' && sscanf(p + 2, "%2x", &b) == 1) {
+            toks[n++] = (int)b;
+            p += 4;
+        } else {
+            toks[n++] = (unsigned char)*p++;
+        }
+    }
+    assert_int_equal(n, BLOCK);
+    assert_int_equal(toks[0], 'a');
+    assert_int_equal(toks[1], 'b');
+    OK(model_gpt_forward(gpt, toks, NULL, 1, BLOCK, NULL, &e_));
+    const float *logits = model_gpt_output(gpt);
+    for (int t = 1; t < BLOCK - 1; t++) {
+        const float *l = logits + (size_t)t * V_SIZE;
+        int best = 0;
+        for (int i = 1; i < V_SIZE; i++)
+            if (l[i] > l[best]) best = i;
+        assert_int_equal(toks[t + 1], best);
+    }
+    model_gpt_destroy(gpt);
+    free(text);
+}
+
+/* A seed repeats a sample; past one block the window slides; no byte that
+ * could drive a terminal is printed raw. */
+static void test_sample_seeded_and_safe(void **state) {
+    fixture *f = *state;
+    coord_sample_opts o = {.prompt = "the ", .tokens = 3 * BLOCK, .temperature = 1.0,
+                           .seed = 9};
+    char *a = NULL, *b = NULL, *c = NULL;
+    OK(sample_to(f->db, CURRENT - 1, &o, &a, NULL, &e_));
+    OK(sample_to(f->db, CURRENT - 1, &o, &b, NULL, &e_));
+    assert_string_equal(a, b);
+    o.seed = 10;
+    OK(sample_to(f->db, CURRENT - 1, &o, &c, NULL, &e_));
+    assert_string_not_equal(a, c);
+    assert_int_equal(strncmp(a, "the ", 4), 0);
+    size_t printed = 0; /* bytes, an escape counting one */
+    for (const char *p = a; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        assert_true(ch == '\n' || ch == '\t' || (ch >= 0x20 && ch < 0x7f));
+        printed++;
+        if (ch == '\\') { /* only ever an escape: a backslash byte is one too */
+            assert_int_equal(p[1], 'x');
+            p += 3;
+        }
+    }
+    assert_int_equal(printed, 4 + 3 * BLOCK + 1); /* prompt, bytes, the final newline */
+    free(a), free(b), free(c);
+}
+
+static void test_sample_refusals(void **state) {
+    fixture *f = *state;
+    char *text = NULL;
+    coord_sample_opts o = {.prompt = "x", .tokens = 4, .temperature = 0.5, .seed = 1};
+    vl_error e = {0};
+    assert_int_equal(sample_to(f->db, 0, &o, &text, NULL, &e), VL_ENOTFOUND); /* pruned */
+    free(text);
+    assert_int_equal(sample_to(f->db, CURRENT + 1, &o, &text, NULL, &e), VL_ENOTFOUND);
+    free(text);
+    coord_sample_opts bad[] = {
+        {.prompt = "", .tokens = 4, .temperature = 0.5},
+        {.prompt = "x", .tokens = 0, .temperature = 0.5},
+        {.prompt = "x", .tokens = COORD_SAMPLE_MAX_TOKENS + 1, .temperature = 0.5},
+        {.prompt = "x", .tokens = 4, .temperature = -0.1},
+        {.prompt = "x", .tokens = 4, .temperature = COORD_SAMPLE_MAX_TEMP * 2},
+        {.prompt = "x", .tokens = 4, .temperature = NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(sample_to(f->db, -1, &bad[i], &text, NULL, &e), VL_EINVAL);
+        assert_string_equal(text, ""); /* refused before writing anything */
+        free(text);
+    }
+}
+
 int main(void) {
     /* Keep init's and export's info lines out of the test output. */
     log_set_level(LOG_WARN);
@@ -400,6 +509,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_export_older_into_empty_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_leaves_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sample_greedy_is_argmax, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sample_seeded_and_safe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sample_refusals, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
