@@ -133,14 +133,15 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     else storage_rollback(db);
     if (rc == VL_OK && cfg.shards)
         log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
-                 "validation shard %s (%lld tokens), version 0 val_loss %.6f",
+                 "validation shard %s (%lld tokens), version 0 val_loss %.6f (%.4f bits per "
+                 "token)",
                  cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
-                 (long long)shards.val_tokens, (double)val_loss);
+                 (long long)shards.val_tokens, (double)val_loss, (double)val_loss / M_LN2);
     else if (rc == VL_OK)
         log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
-                 "version 0 val_loss %.6f",
+                 "version 0 val_loss %.6f (%.4f bits per byte)",
                  cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
-                 (double)val_loss);
+                 (double)val_loss, (double)val_loss / M_LN2);
 out:
     free(config_json);
     model_gpt_destroy(gpt);

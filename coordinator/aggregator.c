@@ -71,6 +71,7 @@ typedef struct merge_ctx {
     size_t bounded;      /* mean: updates scaled down to robust.max_norm */
     double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
+    int64_t bytes;       /* the merged updates' bodies, as uploaded */
     int64_t version;     /* the version being merged from */
     size_t stale;        /* updates based on an older version */
     coord_round_acc *round; /* sketch runs with a second round, else NULL */
@@ -121,6 +122,7 @@ static int merge_one(void *arg, const storage_update *u) {
     m->ids[m->n_ids++] = u->id;
     m->samples += (double)w;
     m->loss_sum += u->loss;
+    m->bytes += u->nbytes;
     if (u->base_version < m->version) m->stale++;
     return VL_OK;
 }
@@ -407,9 +409,13 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         srv->model_blob = NULL;
     }
     if (j->ver.factors) srv->factors_version = j->ver.version;
-    log_info("version %lld val_loss %.6f (train_loss %.6f, %zu updates of which %zu stale, %zu "
-             "coordinates changed%s)%s", (long long)j->ver.version, j->ver.val_loss,
-             j->ver.train_loss, j->m.n_ids, j->m.stale, j->ver.change_nnz,
+    /* Bits per byte (per token in a shard run) compare across vocabularies
+     * and with published figures; nats are what training minimises. */
+    log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
+             "which %zu stale, %.0f bytes per update, %zu coordinates changed%s)%s",
+             (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
+             srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
+             j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
              j->ver.factors ? ", K-FAC factors merged" : "",
              srv->finished ? "; the run is finished" : "");
     merge_job_free(j);

@@ -51,7 +51,8 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->task_tokens = 65536;
     cfg->lease_s = 120;
     cfg->max_body_bytes = 67108864;
-    cfg->val_batches = 16;
+    cfg->val_batches = -1; /* from val_tokens unless given */
+    cfg->val_tokens = COORD_VAL_TOKENS_DEFAULT;
     cfg->keep_versions = 4;
     cfg->robust.rule = COORD_RULE_MEAN;
     cfg->robust.trim = 0.2;
@@ -154,7 +155,7 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 static const char *const TOP_KEYS[] = {
     "name", "corpus", "data", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "task_tokens", "lease_s",
-    "max_body_bytes", "val_batches", "keep_versions", "keep_changes", "staleness",
+    "max_body_bytes", "val_batches", "val_tokens", "keep_versions", "keep_changes", "staleness",
     "round_deadline_s", "selsync", "keep_update_blobs", "robust", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
@@ -647,7 +648,9 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         (rc = get_int(root, "lease_s", "lease_s", 1, 7 * 86400, &cfg->lease_s, err)) ||
         (rc = get_int(root, "max_body_bytes", "max_body_bytes", 1024, (int64_t)1 << 40,
                       &cfg->max_body_bytes, err)) ||
-        (rc = get_int(root, "val_batches", "val_batches", 1, 1000000, &cfg->val_batches, err)) ||
+        (rc = get_int(root, "val_batches", "val_batches", 0, 1000000, &cfg->val_batches, err)) ||
+        (rc = get_int(root, "val_tokens", "val_tokens", 0, (int64_t)1 << 40, &cfg->val_tokens,
+                      err)) ||
         (rc = get_int(root, "keep_versions", "keep_versions", 1, 100000000, &cfg->keep_versions,
                       err)) ||
         (rc = get_int(root, "keep_changes", "keep_changes", 1, 100000000, &cfg->keep_changes,
@@ -674,6 +677,24 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                      (long long)(cfg->train.batch * cfg->model.block_size));
         goto out;
     }
+    /* val_batches, the exact count, is what the stored configuration
+     * keeps; val_tokens is how a person says it. */
+    if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens")) {
+        rc = vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
+        goto out;
+    }
+    int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
+    if (cfg->val_batches < 0) {
+        cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
+        if (cfg->val_batches > 1000000) {
+            rc = vl_fail(err, VL_EINVAL, "config: val_tokens %lld is more than 1000000 batches of "
+                         "validation windows", (long long)cfg->val_tokens);
+            goto out;
+        }
+    }
+    /* Either way val_tokens ends as the most the batches can score, so a
+     * configuration and its stored form compare equal. */
+    cfg->val_tokens = cfg->val_batches * per_batch;
     int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
     if (per_task < (int64_t)cfg->model.block_size + 1) {
         rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",

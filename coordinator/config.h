@@ -25,6 +25,14 @@
  * updates (updates_per_version of them, each as floats). */
 #define COORD_ROBUST_MAX_BYTES ((int64_t)16 << 30)
 
+/* Windows per batch of the validation loss (DESIGN.md: val_batches of 8). */
+#define COORD_VAL_BATCH 8
+/* Held-out tokens a version is scored on when the configuration says
+ * nothing: 256 Ki, or all there are when fewer. Scoring only a few
+ * kilobytes made one version's loss differ from the next by more than
+ * the training changed it. */
+#define COORD_VAL_TOKENS_DEFAULT 262144
+
 typedef struct coord_train_config {
     int64_t steps;
     int64_t batch;
@@ -145,7 +153,14 @@ typedef struct coord_config {
     int64_t task_bytes;
     int64_t lease_s;
     int64_t max_body_bytes;
+    /* Validation scores val_batches batches of COORD_VAL_BATCH windows of
+     * the held-out data (0: every window there is). A configuration gives
+     * either val_batches or val_tokens, how many held-out tokens (bytes in
+     * a text run) to score, rounded up to whole batches (0: all; default
+     * COORD_VAL_TOKENS_DEFAULT), from which val_batches is derived; after
+     * parsing, val_tokens is val_batches' windows' tokens (0: all). */
     int64_t val_batches;
+    int64_t val_tokens;
     int64_t keep_versions;
     int64_t keep_changes; /* versions whose sparse change stays stored */
     coord_robust_config robust;

@@ -94,9 +94,6 @@ void coord_corpus_close(coord_corpus *c);
 
 /* ---- token shards (shards.c) -------------------------------------------- */
 
-/* Windows per batch of the validation loss (DESIGN.md: val_batches of 8). */
-#define COORD_VAL_BATCH 8
-
 /* One training shard, served from disk. */
 typedef struct coord_shard {
     int fd;
@@ -138,7 +135,8 @@ void coord_shards_close(coord_shards *s);
 
 /* The validation loss of m on the run's held-out data: the text corpus's
  * validation slice or the validation shard's tokens, val_batches batches
- * of COORD_VAL_BATCH windows of block_size tokens. */
+ * of COORD_VAL_BATCH windows of block_size tokens (0: every window). Runs
+ * on the compute thread for every version but 0 (init's). */
 int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus,
                    const coord_shards *shards, model_gpt *m, float *loss,
                    vl_error *err) VL_MUST_CHECK;

@@ -359,6 +359,8 @@ static int add_version(void *ctx, const storage_version *v) {
                           (json_int_t)v->created_at, "num_updates", (json_int_t)v->num_updates);
     if (!o) return VL_ENOMEM;
     json_object_set_new(o, "val_loss", isfinite(v->val_loss) ? json_real(v->val_loss) : json_null());
+    json_object_set_new(o, "val_bits",
+                        isfinite(v->val_loss) ? json_real(v->val_loss / M_LN2) : json_null());
     json_object_set_new(o, "train_loss",
                         isfinite(v->train_loss) ? json_real(v->train_loss) : json_null());
     return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;

@@ -82,8 +82,11 @@ static int open_val(coord_shards *s, const coord_config *cfg, uint8_t *chunk,
     model_shard *ms = NULL;
     int rc = open_one(cfg->val_shard, cfg, &v, &s->val_tokens, &ms, err);
     if (rc != VL_OK) return rc;
-    /* One token more than the windows cover: the last target. */
-    int64_t want = cfg->val_batches * COORD_VAL_BATCH * (int64_t)cfg->model.block_size + 1;
+    /* One token more than the windows cover: the last target; val_batches
+     * 0 scores the whole shard. */
+    int64_t want = cfg->val_batches == 0
+                       ? s->val_tokens
+                       : cfg->val_batches * COORD_VAL_BATCH * (int64_t)cfg->model.block_size + 1;
     s->val_len = (size_t)(want < s->val_tokens ? want : s->val_tokens);
     s->val = malloc(s->val_len * sizeof *s->val);
     if (!s->val) rc = vl_fail(err, VL_ENOMEM, "out of memory for the validation tokens");

@@ -58,8 +58,7 @@ cat > run.json <<JSON
   "outer": $outer,
   "compression": $compression,
   "task_bytes": 65536,
-  "lease_s": 120,
-  "val_batches": 16
+  "lease_s": 120
 }
 JSON
 "$coord" init --db run.db --config run.json

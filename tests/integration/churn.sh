@@ -85,6 +85,12 @@ echo "$status" | grep -q '"peer_states"' || fail "status lacks peer states: $sta
 n_updates=$(q 'SELECT count(*) FROM updates')
 echo "$status" | grep -Eq "\"local_steps\": *\{ *\"2\": *$n_updates *\}" \
   || fail "status does not report the $n_updates updates' local steps: $status"
+# Every scored version's loss is also given in bits (per byte here): nats / ln 2.
+pairs=$(echo "$status" | grep -Eo '"val_loss": *[0-9.eE+-]+, *"val_bits": *[0-9.eE+-]+' \
+  | sed -E 's/[^0-9.eE+-]+/ /g')
+[ "$(echo "$pairs" | grep -c .)" -ge 2 ] || fail "status lacks val_bits beside val_loss: $status"
+echo "$pairs" | awk '{ if ($2 < $1 / log(2) - 1e-6 || $2 > $1 / log(2) + 1e-6) exit 1 }' \
+  || fail "val_bits is not val_loss / ln 2: $pairs"
 state4=$(echo "$status" | grep -o '"id": *4, *"name": *"[^"]*", *"state": *"[a-z]*"' | grep -o '"state": *"[a-z]*"' || true)
 case "$state4" in *idle* | *gone*) ;; *) fail "killed peer 4 is not idle or gone: $state4" ;; esac
 echo "churn: $expired leases expired, $reissued tasks redid their data; peer 3 uploaded" \
