@@ -25,6 +25,7 @@
 /* Declares common/ and compress/ too, as C (they have no extern "C" of
  * their own). */
 #include "kernels/cuda_compress.h"
+#include "kernels/cuda_gate.h"
 #include "kernels/kernels.h"
 
 static void die(const char *what, const vl_error *err)
@@ -85,16 +86,7 @@ int main(int argc, char **argv)
     }
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
-    int probe = kernels_cuda_probe(NULL, desc, sizeof desc);
-    if (probe == KERNELS_CUDA_ABSENT) {
-        printf("bench_gpu_compress: SKIPPED: no CUDA device (%s)\n", desc);
-        return 77;
-    }
-    if (probe != KERNELS_CUDA_OK) {
-        fprintf(stderr, "bench_gpu_compress: CUDA is present but unusable (%s)\n", desc);
-        return 1;
-    }
-    kernels_cuda_describe(desc, sizeof desc);
+    kernels_cuda_gate("bench_gpu_compress", desc, sizeof desc);
     size_t d = (size_t)d64;
     int reps = (int)reps64;
     double bytes = 4.0 * (double)d;

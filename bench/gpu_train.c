@@ -18,6 +18,7 @@
 #include "bench/train_flops.h"
 #include "common/common.h"
 #include "kernels/cuda_model.h"
+#include "kernels/cuda_gate.h"
 #include "kernels/kernels.h"
 #include "model/gpt_cuda.h"
 #include "model/model.h"
@@ -198,16 +199,7 @@ int main(int argc, char **argv)
     }
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
-    int probe = kernels_cuda_probe(NULL, desc, sizeof desc);
-    if (probe == KERNELS_CUDA_ABSENT) {
-        printf("bench_gpu_train: SKIPPED: no CUDA device (%s)\n", desc);
-        return 77;
-    }
-    if (probe != KERNELS_CUDA_OK) {
-        fprintf(stderr, "bench_gpu_train: CUDA is present but unusable (%s)\n", desc);
-        return 1;
-    }
-    kernels_cuda_describe(desc, sizeof desc);
+    kernels_cuda_gate("bench_gpu_train", desc, sizeof desc);
     double min_s = quick ? 0.5 : 3.0;
     bench_cfg cfgs[] = {
         {"default 2x128", {256, 64, 2, 4, 128}, 16},

@@ -145,9 +145,6 @@ def best_of(reps, dev, fn):
     return best
 
 
-M64 = (1 << 64) - 1
-
-
 def to_i64(u):
     """An unsigned 64-bit constant as the int64 with the same bits."""
     return u - (1 << 64) if u >= (1 << 63) else u
@@ -166,19 +163,12 @@ def mix64(z):
     return z ^ shr(z, 31)
 
 
-def mix64_int(z):
-    z = (z + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
 def sketch_hashes(d, rows, cols, seed, dev):
     """Per row: the bucket and sign volley's sketch gives each coordinate."""
     out = []
     i = torch.arange(d, device=dev, dtype=torch.int64)
     for r in range(rows):
-        key = to_i64(mix64_int(seed ^ (r + 1)))
+        key = mix64(torch.tensor([seed ^ (r + 1)], dtype=torch.int64, device=dev))
         h = mix64(i ^ key)
         bucket = (shr(h, 32) * cols) >> 32  # (h >> 32) * cols < 2^63: no overflow
         sign = 1.0 - 2.0 * (h & 1).to(torch.float32)

@@ -550,8 +550,9 @@ typedef struct coord_sample_opts {
  * the current one) continues it with to out, each byte that is not
  * printable ASCII, a newline or a tab (and the backslash) written as
  * \xNN so a model's output cannot drive the terminal. Only byte-level
- * models (vocabulary 256) can be sampled here: a run over GPT-2 tokens is refused (VL_EINVAL), as it
- * needs GPT-2's tokenizer (export it and use transformers). On success
+ * models (vocabulary 256) can be sampled here: a run over GPT-2 tokens is
+ * refused (VL_EINVAL), as it needs GPT-2's tokenizer (export it and use
+ * transformers). On success
  * *sampled (may be NULL) gets the version read and *val_loss (may be NULL)
  * its stored validation loss (NaN when none). Reads the database only. */
 int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o,

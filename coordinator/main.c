@@ -201,9 +201,7 @@ static int cmd_sample(int argc, char **argv) {
         return usage_error("--tokens must be 1..%d (got '%s')", COORD_SAMPLE_MAX_TOKENS,
                            o[3].value);
     if (o[4].value) {
-        char *end = NULL;
-        so.temperature = strtod(o[4].value, &end);
-        if (end == o[4].value || *end != '\0' ||
+        if (parse_f64(o[4].value, &so.temperature) != VL_OK ||
             !(so.temperature >= 0 && so.temperature <= COORD_SAMPLE_MAX_TEMP))
             return usage_error("--temperature must be a number in 0..%g (got '%s')",
                                COORD_SAMPLE_MAX_TEMP, o[4].value);

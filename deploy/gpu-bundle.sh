@@ -52,15 +52,15 @@ for p in "${programs[@]}"; do
 done
 cp "$(command -v openssl)" "$stage/bin/"
 cp deploy/make-cert.sh bench/gpu_vs_torch.sh bench/torch_ref.py "$stage/bin/"
-cp deploy/gpu-bundle/openssl.cnf "$stage/etc/"
+cp deploy/gpu-bundle/openssl.cnf deploy/gpu-bundle/machine-libs.regex "$stage/etc/"
 cp deploy/gpu-bundle/run.json "$stage/share/"
 # The demo's corpus, so the bundle needs no /usr/share/common-licenses.
 find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat \
   > "$stage/share/corpus.txt"
 
 # Shared libraries: everything ldd resolves for the programs, less what the
-# machine provides (run.sh's list of what may resolve outside the bundle).
-machine='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl|libnvidia-[a-z-]+)\.so'
+# machine provides (machine-libs.regex, which run.sh checks against too).
+machine=$(grep -v '^#' deploy/gpu-bundle/machine-libs.regex)
 for f in "$stage"/bin/*; do
   head -c 4 "$f" | grep -q ELF || continue
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'

@@ -136,9 +136,8 @@ fi
 
 # ---- every library resolves to the bundle or to what a GPU machine has ------
 section "libraries"
-# What may come from outside the bundle: the C library's parts, the C++
-# runtime, and the NVIDIA driver, cuBLAS and NCCL.
-allowed='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|libnccl|libnvidia-[a-z-]+)\.so'
+# What may come from outside the bundle (etc/machine-libs.regex says why).
+allowed=$(grep -v '^#' "$work/etc/machine-libs.regex")
 libs_ok=1
 for f in "$bin"/* "$work"/lib/*.so*; do
   head -c 4 "$f" 2>/dev/null | grep -q 'ELF' || continue

@@ -11,6 +11,7 @@
  * not counted. Live allocations are kept in a small table under a mutex so
  * a free gives back its size; there are a few dozen at a time. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include <cuda_runtime.h>
@@ -61,12 +62,11 @@ extern "C" int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err)
                        MEM_SLOTS);
     }
     if (mem_cap && (bytes > mem_cap || mem_in_use > mem_cap - bytes)) {
-        size_t held = mem_in_use, cap = mem_cap;
+        char what[160];
+        snprintf(what, sizeof what, "cudaMalloc of %zu bytes (%zu held, cap %zu)", bytes,
+                 mem_in_use, mem_cap);
         pthread_mutex_unlock(&mem_lock);
-        return vl_fail(err, VL_ENOMEM,
-                       "CUDA cudaMalloc failed: cudaErrorMemoryAllocation (%zu bytes asked, "
-                       "%zu held, over the cap of %zu bytes of device memory)",
-                       bytes, held, cap);
+        return cuda_fail(err, cudaErrorMemoryAllocation, what);
     }
     cudaError_t e = cudaMalloc(d_out, bytes);
     if (e != cudaSuccess) {
