@@ -10,7 +10,12 @@
 # VOLLEY_DEMO_STEPS (local steps per task, 20), VOLLEY_DEMO_COMPRESSION
 # (the run's "compression" object, {"kind": "none", "dtype": "F32"}),
 # VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9}),
-# VOLLEY_DEMO_MODE (sync or async),
+# VOLLEY_DEMO_MODE (sync or async), VOLLEY_DEMO_UPV (updates_per_version,
+# default the number of peers), VOLLEY_DEMO_SEED (the run's seed, 1337),
+# VOLLEY_DEMO_CORPUS (a text file, or a folder whose regular files are
+# concatenated in name order; default the license texts), VOLLEY_DEMO_SLOW
+# (the --slowdown of peer 1, 1: none), VOLLEY_DEMO_EXTRA (more members of
+# the run configuration, e.g. '"staleness": {"function": "constant", "max": 8},'),
 # VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +26,11 @@ steps=${VOLLEY_DEMO_STEPS:-20}
 compression=${VOLLEY_DEMO_COMPRESSION:-'{"kind": "none", "dtype": "F32"}'}
 outer=${VOLLEY_DEMO_OUTER:-'{"lr": 0.7, "momentum": 0.9}'}
 work=${VOLLEY_DEMO_DIR:-$root/demo-run}
+upv=${VOLLEY_DEMO_UPV:-$peers}
+seed=${VOLLEY_DEMO_SEED:-1337}
+source_corpus=${VOLLEY_DEMO_CORPUS:-/usr/share/common-licenses}
+slow=${VOLLEY_DEMO_SLOW:-1}
+extra=${VOLLEY_DEMO_EXTRA:-}
 build=${VOLLEY_BUILD_DIR:-$root/build}
 
 bash deploy/install-deps.sh
@@ -39,23 +49,30 @@ cleanup() {
 trap cleanup EXIT
 
 bash "$root/deploy/make-cert.sh" tls 127.0.0.1 localhost >/dev/null
-# Regular files only: the symlinks (GPL -> GPL-3, ...) would repeat texts.
-find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > corpus.txt
-echo "demo: corpus $(wc -c < corpus.txt) bytes from /usr/share/common-licenses"
+# Regular files only: the symlinks (GPL -> GPL-3, ...) would repeat texts;
+# fortune's index files (.dat) are binary.
+if [ -d "$source_corpus" ]; then
+  find "$source_corpus" -maxdepth 1 -type f ! -name '*.dat' | LC_ALL=C sort | xargs cat > corpus.txt
+elif [ -f "$source_corpus" ]; then
+  cp "$source_corpus" corpus.txt
+else
+  echo "demo: no corpus at $source_corpus" >&2; exit 1
+fi
+echo "demo: corpus $(wc -c < corpus.txt) bytes from $source_corpus"
 
 cat > run.json <<JSON
 {
   "name": "demo",
   "corpus": "$work/corpus.txt",
   "val_fraction": 0.1,
-  "seed": 1337,
+  "seed": $seed,
   "model": {"vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 128},
   "mode": "${VOLLEY_DEMO_MODE:-sync}",
-  "updates_per_version": $peers,
+  "updates_per_version": $upv,
   "max_versions": $versions,
   "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,
             "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
-  "outer": $outer,
+  "outer": $outer,$extra
   "compression": $compression,
   "task_bytes": 65536,
   "lease_s": 120
@@ -83,7 +100,8 @@ for i in $(seq 1 "$peers"); do
   token=$("$coord" token create --db run.db --uses 1 --ttl 1h)
   "$peer" join --dir "$dir" --coordinator "https://127.0.0.1:$port" --token "$token" \
     --cacert tls/ca.pem --name "demo-peer-$i" >/dev/null
-  "$peer" run --dir "$dir" --threads "$threads" --wait 20 2> "$dir.log" &
+  slowdown=1; [ "$i" = 1 ] && slowdown=$slow
+  "$peer" run --dir "$dir" --threads "$threads" --wait 20 --slowdown "$slowdown" 2> "$dir.log" &
   pids+=($!)
 done
 echo "demo: $peers peers training; each version merges $peers updates ($compression)"

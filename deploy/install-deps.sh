@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every system package that building, testing and running volley
-# needs on Debian 12. Non-interactive and idempotent: packages already present
+# needs on Debian 12 (fortunes: the second corpus of the convergence
+# benchmark and the tests; gnuplot: its loss curves). Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ PKGS=(
   libopenblas-dev
   libcmocka-dev
   clang libclang-rt-14-dev libomp-14-dev
+  fortunes-min fortunes gnuplot-nox
 )
 
 SUDO=""
