@@ -28,14 +28,9 @@ void coord_scale(float *x, size_t n, double s) {
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)x[i] * s);
 }
 
-int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar, size_t n,
-                            double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
-                            vl_error *err) {
-    for (size_t i = 0; i < n; i++) {
-        double mi = mu * (double)m[i] + (double)dbar[i];
-        m[i] = (float)mi;
-        e[i] = (float)((double)e[i] + lr * ((double)dbar[i] + mu * mi));
-    }
+/* The apply_k entries of largest |e| move from e into theta. */
+static int apply_largest(float *theta, float *e, size_t n, size_t apply_k, uint32_t *idx,
+                         size_t *nnz, vl_error *err) {
     int rc = compress_topk(e, n, apply_k, idx, nnz, err);
     if (rc != VL_OK) return rc;
     for (size_t j = 0; j < *nnz; j++) {
@@ -44,6 +39,39 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
         e[i] = 0;
     }
     return VL_OK;
+}
+
+int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar, size_t n,
+                            double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
+                            vl_error *err) {
+    for (size_t i = 0; i < n; i++) {
+        double mi = mu * (double)m[i] + (double)dbar[i];
+        m[i] = (float)mi;
+        e[i] = (float)((double)e[i] + lr * ((double)dbar[i] + mu * mi));
+    }
+    return apply_largest(theta, e, n, apply_k, idx, nnz, err);
+}
+
+int coord_outer_delay_due(int64_t next_version, int64_t delay) {
+    return delay <= 1 || next_version % delay == 0;
+}
+
+void coord_outer_delayed(float *d, float *m, float *acc, size_t n, double lr, double mu,
+                         int64_t delay, int momentum_now) {
+    double inv = 1.0 / (double)(delay > 1 ? delay : 1);
+    for (size_t i = 0; i < n; i++) {
+        double di = (double)d[i];
+        double bi = (double)acc[i] + di;
+        double step = lr * di * inv;
+        if (momentum_now) {
+            double mi = mu * (double)m[i] + bi * inv;
+            m[i] = (float)mi;
+            step += lr * mu * mi;
+            bi = 0;
+        }
+        acc[i] = (float)bi;
+        d[i] = (float)step;
+    }
 }
 
 size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
@@ -99,9 +127,12 @@ static int merge_one(void *arg, const storage_update *u) {
     if (compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e) != VL_OK)
         return vl_fail(m->err, VL_EDB, "stored update %lld no longer decodes: %s",
                        (long long)u->id, e.msg);
-    /* FedBuff: an update's weight is its sample count times s(tau). */
-    float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness,
-                                                                      u->staleness));
+    /* FedBuff: an update's weight is its sample count times s(tau), tau
+     * counted as the commit will store it: versions made between its base
+     * and the one it goes into. */
+    int64_t tau = m->version - u->base_version;
+    if (tau < 0) tau = 0;
+    float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness, tau));
     double norm = compress_update_norm(&cu);
     int rc;
     if (m->rb) {
@@ -193,7 +224,26 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     } else {
         coord_scale(m->sum, n, 1.0 / m->samples);
     }
-    if (strcmp(kind, "none") == 0) {
+    int dense = strcmp(kind, "none") == 0;
+    if (cfg->outer_delay > 1 && strcmp(kind, "sketch") != 0) {
+        /* Delayed Nesterov: the optimiser state is [m, e (sparse kinds),
+         * buf], and the step lands in theta (dense) or e (sparse). */
+        float *acc = b->state + (dense ? n : 2 * n);
+        coord_outer_delayed(m->sum, b->state, acc, n, cfg->outer_lr, cfg->outer_momentum,
+                            cfg->outer_delay, coord_outer_delay_due(m->version + 1,
+                                                                    cfg->outer_delay));
+        if (dense) {
+            for (size_t i = 0; i < n; i++) theta[i] -= m->sum[i];
+            *n_cand = n;
+            return VL_OK;
+        }
+        float *e = b->state + n;
+        for (size_t i = 0; i < n; i++) e[i] += m->sum[i];
+        b->cand = malloc((size_t)cfg->apply_k * sizeof *b->cand + 1);
+        if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
+        return apply_largest(theta, e, n, (size_t)cfg->apply_k, b->cand, n_cand, err);
+    }
+    if (dense) {
         coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
         *n_cand = n;
         return VL_OK;
@@ -360,6 +410,7 @@ typedef struct merge_job {
     storage_commit_opts opts;
     compress_factors_sum fsum; /* K-FAC runs that share factors */
     buf fbuf;                  /* and the merged factors file */
+    double compute_s, eval_s;  /* what the compute thread spent, validation included */
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -402,6 +453,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     srv->momentum = j->b.state;
     j->b.state = old;
     srv->version = j->ver.version;
+    srv->val_loss = j->ver.val_loss;
     srv->version_born = clock_mono_s();
     srv->finished = j->opts.finished;
     if (srv->model_blob) {
@@ -412,11 +464,12 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     /* Bits per byte (per token in a shard run) compare across vocabularies
      * and with published figures; nats are what training minimises. */
     log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
-             "which %zu stale, %.0f bytes per update, %zu coordinates changed%s)%s",
+             "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
+             "%.2f s, validation %.2f s of it)%s",
              (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
              srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
              j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-             j->ver.factors ? ", K-FAC factors merged" : "",
+             j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
              srv->finished ? "; the run is finished" : "");
     merge_job_free(j);
     coord_wake_waiters(srv);
@@ -456,7 +509,12 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
     if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
-    int rc = storage_update_each_unmerged(db, merge_one, m, &j->merr);
+    /* Async: exactly the buffer's updates_per_version, oldest first. */
+    double t0 = clock_mono_s();
+    int rc = coord_config_is_async(&srv->cfg)
+                 ? storage_update_each_oldest(db, srv->cfg.updates_per_version, merge_one, m,
+                                              &j->merr)
+                 : storage_update_each_unmerged(db, merge_one, m, &j->merr);
     if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",
                      (long long)m->version);
@@ -472,9 +530,12 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     }
     size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
     int64_t next = m->version + 1;
+    double t_eval = clock_mono_s();
+    float val_loss = eval_val(srv, b->next);
+    j->eval_s = clock_mono_s() - t_eval;
     j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
                                .momentum = b->state, .n = n, .n_state = srv->n_state,
-                               .val_loss = eval_val(srv, b->next),
+                               .val_loss = val_loss,
                                .train_loss = m->loss_sum / (double)m->n_ids,
                                .num_updates = (int64_t)m->n_ids, .has_change = 1,
                                .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz};
@@ -488,6 +549,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
+    j->compute_s = clock_mono_s() - t0;
     log_robust(m, next);
     if (m->round)
         log_info("version %lld: second round used %zu reported and %zu estimated updates over "

@@ -39,6 +39,25 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
                             double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
                             vl_error *err) VL_MUST_CHECK;
 
+/* Delayed Nesterov (asynchronous Local-SGD, Liu et al. 2024): with stale
+ * pseudo-gradients, Nesterov momentum applied every version overshoots,
+ * so momentum moves once per `delay` versions and plain steps fill the
+ * versions between. In place over n values, d being the version's mean
+ * pseudo-gradient on entry and the step s (theta <- theta - s, or e <- e +
+ * s in the sparse kinds) on return:
+ *   acc <- acc + d;  s = lr * d / delay;
+ *   and when momentum_now: m <- mu*m + acc/delay;  s += lr*mu*m;  acc <- 0.
+ * Over a whole cycle of constant d this moves theta by lr*d/(1 - mu) in
+ * the steady state, as one synchronous Nesterov step does; delay 1 is
+ * coord_outer_step's rule. Computed in double per element. */
+void coord_outer_delayed(float *d, float *m, float *acc, size_t n, double lr, double mu,
+                         int64_t delay, int momentum_now);
+/* Whether version next_version (the one being made) takes the momentum
+ * step of a delay-versions cycle: every version when delay <= 1, else
+ * when next_version is a multiple of delay. A rule of the version number
+ * alone, so a restarted coordinator keeps the cycle. */
+int coord_outer_delay_due(int64_t next_version, int64_t delay);
+
 /* The change a version made, as the coordinates among the cand ascending
  * candidates (all n when cand is NULL) where after differs from before:
  * idx[j] and val[j] = after - before. Returns the count. */

@@ -33,6 +33,14 @@
  * the training changed it. */
 #define COORD_VAL_TOKENS_DEFAULT 262144
 
+/* The outer optimiser an async run gets when its configuration has no
+ * "outer" object: delayed Nesterov (see coord_outer_delayed), which
+ * converges on stale pseudo-gradients where momentum every version
+ * diverges. An async run given momentum without a delay gets this delay. */
+#define COORD_ASYNC_OUTER_LR 0.7
+#define COORD_ASYNC_OUTER_MOMENTUM 0.9
+#define COORD_ASYNC_OUTER_DELAY 4
+
 typedef struct coord_train_config {
     int64_t steps;
     int64_t batch;
@@ -56,6 +64,10 @@ typedef struct coord_train_config {
     char schedule[16];
     int64_t warmup;
     double min_lr;
+    /* Async runs: each peer's local steps scaled to its measured speed
+     * (coord_sched_dynamic_steps), so slow and fast peers' updates arrive
+     * at the same pace. */
+    int dynamic_steps;
 } coord_train_config;
 
 /* s(tau): polynomial (1 + tau)^-a, hinge 1 up to b and 1 / (a (tau - b) + 1)
@@ -114,7 +126,10 @@ typedef struct coord_config {
     int64_t updates_per_version;
     int64_t max_versions;
     coord_train_config train;
+    /* The outer step (coord_outer_step; coord_outer_delayed when
+     * outer_delay > 1: momentum once per outer_delay versions). */
     double outer_lr, outer_momentum;
+    int64_t outer_delay;
     char compression_kind[16]; /* none | topk | gaussk | sketch */
     char compression_dtype[8];
     /* Resolved at parse time from k/rows/cols or from ratio (the upload

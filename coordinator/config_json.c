@@ -77,7 +77,7 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     const coord_train_config *t = &cfg->train;
     json_t *root = json_pack(
         "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
-        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f},"
+        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:b}, s:{s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f},"
         " s:I, s:I, s:I, s:I, s:I, s:I}",
         "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
@@ -87,7 +87,8 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         "max_versions", (json_int_t)cfg->max_versions, "train", "steps", (json_int_t)t->steps,
         "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
         "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
-        t->grad_clip, "outer", "lr", cfg->outer_lr, "momentum", cfg->outer_momentum,
+        t->grad_clip, "dynamic_steps", t->dynamic_steps, "outer", "lr", cfg->outer_lr,
+        "momentum", cfg->outer_momentum, "delay", (json_int_t)cfg->outer_delay,
         "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype, "k",
         (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
         (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",

@@ -158,6 +158,16 @@ void coord_blob_unref(coord_blob *b);
 
 typedef struct coord_waiter coord_waiter;
 
+/* One peer's pace, for dynamic local steps (speed.c). */
+typedef struct coord_speed {
+    int64_t peer_id;
+    int64_t task_id;     /* its newest lease, and */
+    int64_t steps;       /* the local steps that lease got */
+    double leased_at;    /* monotonic s; 0 once that lease's update is timed */
+    double sec_per_step; /* running average; 0 until the first update */
+    double seen;         /* monotonic s of the last lease or timing */
+} coord_speed;
+
 typedef struct coord_server {
     struct event_base *base;
     struct evhttp *http;
@@ -171,6 +181,7 @@ typedef struct coord_server {
     model_gpt *gpt;      /* its parameters are the current version's */
     size_t n_params;
     float *momentum;     /* outer optimiser state after the current version (n_state) */
+    double val_loss;     /* the current version's (NaN when unknown) */
     size_t n_state;      /* coord_state_size() of the run */
     compress_spec spec;  /* what uploads must look like */
     int64_t version;
@@ -184,6 +195,8 @@ typedef struct coord_server {
     coord_blob *model_blob; /* current version as safetensors, built on demand */
     coord_blob *delta_blob; /* the last delta served (its since and version below) */
     int64_t delta_since, delta_version;
+    coord_speed *speeds; /* async runs with dynamic steps */
+    size_t n_speeds, cap_speeds;
     coord_waiter *waiters, *waiters_tail;
     size_t n_waiters;
     coord_guard *guards; /* one per open connection */
@@ -269,16 +282,19 @@ void coord_server_dispatch(struct evhttp_request *req, void *arg);
 int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
 /* Floats of outer optimiser state the run's compression keeps: momentum
  * (none), momentum and error vectors (topk, gaussk), or momentum and error
- * sketches (sketch). */
+ * sketches (sketch); with outer.delay > 1 (not sketch) a buffer of n_params
+ * for delayed Nesterov follows. */
 size_t coord_state_size(const coord_config *cfg, size_t n_params);
 /* Frees what coord_state_load set up (not the database). */
 void coord_state_free(coord_server *srv);
 /* Appends gpt as the model file of version `version` to out: every tensor
  * under its GPT-2 name, "format": "pt" (transformers refuses a file
- * without it), the volley.* configuration keys, and the run and version it
- * came from. The same bytes serve downloads and `export`. */
-int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version, buf *out,
-                     vl_error *err) VL_MUST_CHECK;
+ * without it), the volley.* configuration keys, the run and version it
+ * came from, and, when val_loss is finite, its validation loss as
+ * "val_loss" (nats) and "val_bits_per_byte" (or "val_bits_per_token" in a
+ * token-shard run). The same bytes serve downloads and `export`. */
+int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version,
+                     double val_loss, buf *out, vl_error *err) VL_MUST_CHECK;
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
@@ -425,6 +441,19 @@ typedef int (*coord_serve_fn)(coord_req *cr);
 int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve);
 /* Answers every waiting request with 503 draining. */
 void coord_drain_waiters(coord_server *srv);
+
+/* ---- dynamic local steps (speed.c) --------------------------------------- */
+
+/* Task task_id is being leased to peer_id now: returns the local steps it
+ * gets (train.steps unless the run has train.dynamic_steps) and starts
+ * timing it. */
+int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id);
+/* The update of task_id arrived after local_steps steps: the peer's pace
+ * becomes the time since the lease per step, averaged with earlier ones. */
+void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps);
+/* The local steps task t was leased with (train.steps when not known,
+ * such as after a restart). */
+int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
 /* Marks the leases whose deadline has passed as expired (a writer job),
  * then wakes waiters and re-arms the lease timer. Also run at start, for
  * leases that ran out while the coordinator was down. */

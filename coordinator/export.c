@@ -14,6 +14,7 @@
  * there. */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,14 +184,15 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     model_gpt *gpt = NULL;
     char *config_json = NULL;
     int made_dir = 0, wrote_model = 0;
-    rc = coord_load_version(db_path, &version, &cfg, &gpt, NULL, err);
+    double val_loss = NAN;
+    rc = coord_load_version(db_path, &version, &cfg, &gpt, &val_loss, err);
     if (rc != VL_OK) return rc;
     /* The data block is 4 bytes a parameter; the header stays under
      * ST_MAX_HEADER, so this cap never cuts a valid file short. */
     size_t n = model_gpt_num_params(gpt);
     buf file;
     buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
-    rc = coord_model_file(&cfg, gpt, version, &file, err);
+    rc = coord_model_file(&cfg, gpt, version, val_loss, &file, err);
     model_gpt_destroy(gpt);
     if (rc == VL_OK && !(config_json = build_config_json(&cfg.model)))
         rc = vl_fail(err, VL_ENOMEM, "out of memory");

@@ -363,6 +363,9 @@ static int add_version(void *ctx, const storage_version *v) {
                         isfinite(v->val_loss) ? json_real(v->val_loss / M_LN2) : json_null());
     json_object_set_new(o, "train_loss",
                         isfinite(v->train_loss) ? json_real(v->train_loss) : json_null());
+    json_object_set_new(o, "bytes_per_update", isfinite(v->bytes_per_update)
+                                                   ? json_real(v->bytes_per_update)
+                                                   : json_null());
     return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;
 }
 

@@ -51,12 +51,14 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     const coord_train_config *tr = &c->train;
     json_t *data = data_json(srv, t);
     if (!data) return NULL;
+    int64_t steps = coord_speed_steps(srv, t);
+    int64_t h_min = c->selsync_h_min < steps ? c->selsync_h_min : steps;
     json_t *o = json_pack(
         "{s:I, s:s, s:I, s:o,"
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
-        "data", data, "train", "steps", (json_int_t)tr->steps, "batch",
+        "data", data, "train", "steps", (json_int_t)steps, "batch",
         (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
         coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
         tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
@@ -65,7 +67,7 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         "cols", (json_int_t)c->comp_cols, "seed", (json_int_t)c->comp_seed, "second_round",
         (json_int_t)c->second_round, "round_s", (json_int_t)c->round_s, "block",
         (json_int_t)c->comp_block, "decay", c->comp_decay, "selsync", "delta", c->selsync_delta,
-        "h_min", (json_int_t)c->selsync_h_min, "h_max", (json_int_t)tr->steps, "deadline",
+        "h_min", (json_int_t)h_min, "h_max", (json_int_t)steps, "deadline",
         (json_int_t)t->deadline);
     /* K-FAC's settings likewise, with the newest merged factors when the
      * run shares them, so the peer starts from the pooled estimate. */
@@ -150,6 +152,7 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
 
 json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
     srv->issuing--;
+    coord_speed_lease(srv, l->t.peer_id, l->t.id);
     if (l->reissued)
         log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
                  (long long)l->t.id, (long long)l->t.peer_id, (long long)l->t.reissue_of);
@@ -164,6 +167,27 @@ void coord_lease_abandoned(coord_server *srv) {
     srv->issuing--;
 }
 
+/* Async: whether peer_id's next lease must wait for the version being
+ * made. It must while a merge runs, or when a version's worth of updates
+ * is waiting: a lease issued now would be based on the version before it,
+ * so its update would arrive at least a version stale (and the peer's own
+ * last update may be in that version). Applying a pseudo-gradient to a
+ * model one version past its base repeats that version's step, which
+ * acts as momentum of 1 on it: with most updates one version stale, the
+ * demo run stalled near 2.7 nats where sync reached 2.15. That wait is also the
+ * run's back-pressure: when merging is slower than the peers, taking
+ * exactly updates_per_version updates a version would otherwise let the
+ * queue, and with it every update's staleness, grow without bound.
+ * pending: 1 when the peer's update is not stored yet (the upload that
+ * asks for the lease) and counts as waiting. Returns 1 (wait), 0, or a
+ * VL_E* code. */
+static int async_hold(coord_server *srv, int pending, vl_error *err) {
+    int64_t waiting = 0;
+    int rc = storage_update_count_unmerged(srv->db, &waiting, err);
+    if (rc != VL_OK) return rc;
+    return srv->merging || waiting + pending >= srv->cfg.updates_per_version;
+}
+
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) {
     if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
@@ -173,6 +197,8 @@ int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coo
     if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
     /* A peer holding another live lease is sent that one by GET /v1/task. */
     if (rc == VL_OK && t.id != done_task) return 0;
+    /* The upload completes a version: GET /v1/task waits for it. */
+    if ((rc = async_hold(srv, 1, err)) != 0) return rc < 0 ? rc : 0;
     lease_prepare(srv, peer_id, now, l);
     return 1;
 }
@@ -243,6 +269,15 @@ static int try_serve(coord_req *cr) {
         }
         /* Leases being written hold their slots already. */
         slots += srv->issuing;
+        if (async && !has_lease) {
+            int hold = async_hold(srv, 0, &e);
+            if (hold < 0) {
+                coord_reply_internal(cr, &e);
+                return COORD_SERVED;
+            }
+            /* Woken when the version is committed. */
+            if (hold) return COORD_WAITING;
+        }
     }
     coord_sched_action act =
         async ? coord_sched_decide_async(srv->finished, has_lease)

@@ -154,6 +154,8 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
     } else if (rc != VL_OK) {
         coord_reply_internal(cr, err);
     } else {
+        /* Timed before the next lease, which it paces. */
+        coord_speed_note(srv, j->u.peer_id, j->u.task_id, j->u.local_steps);
         json_t *o = json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
                               (json_int_t)j->u.base_version, "staleness",
                               (json_int_t)j->u.staleness);

@@ -28,6 +28,21 @@ int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
     return deadline_s > 0 && age_s >= (double)deadline_s && unmerged > 0;
 }
 
+int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_step,
+                                  double fastest) {
+    if (h_min < 1) h_min = 1;
+    if (h_min > h_max) h_min = h_max;
+    if (!(sec_per_step > 0) || !(fastest > 0)) return h_max;
+    double h = floor((double)h_max * fastest / sec_per_step + 0.5);
+    if (h >= (double)h_max) return h_max;
+    if (h <= (double)h_min) return h_min;
+    return (int64_t)h;
+}
+
+int64_t coord_sched_dynamic_floor(int64_t h_max) {
+    return h_max / 8 > 1 ? h_max / 8 : 1;
+}
+
 /* Separate streams for ranges and seeds, so neither is a function of the
  * other. */
 #define RANGE_STREAM 0x52414E4745ULL /* "RANGE" */

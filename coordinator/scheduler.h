@@ -40,6 +40,18 @@ coord_sched_action coord_sched_decide_async(int finished, int has_lease);
 int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
                           int64_t updates_per_version, double age_s, int64_t deadline_s);
 
+/* Dynamic local updates (DyLU, Liu et al. 2024): the local steps of a task
+ * for a peer that takes sec_per_step seconds a step when the fastest
+ * recent peer takes fastest: round(h_max * fastest / sec_per_step),
+ * clamped to [h_min, h_max], so every peer's task takes about as long as
+ * the fastest peer's. h_max when either pace is unknown (<= 0). */
+int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_step,
+                                  double fastest);
+/* The fewest local steps dynamic steps give: h_max / 8, at least 1. A
+ * peer slower than that still sends updates worth their samples, only
+ * later than the others. */
+int64_t coord_sched_dynamic_floor(int64_t h_max);
+
 /* The inner learning rate of a task based on version v of a run that ends
  * at max_versions: t->lr × (v + 1) / warmup during the first t->warmup
  * versions, then t->lr ("constant") or min_lr + (lr − min_lr)(1 + cos πp)/2

@@ -2,6 +2,7 @@
  * current model and momentum, loaded from the latest committed version so
  * a restart continues where the run left off. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     memcpy(model_gpt_params(srv->gpt), v.params, v.n * sizeof(float));
+    srv->val_loss = v.val_loss;
     srv->n_state = coord_state_size(&srv->cfg, srv->n_params);
     coord_config_spec(&srv->cfg, &srv->spec);
     if (v.momentum && v.n_state != srv->n_state) {
@@ -97,10 +99,11 @@ out:
 }
 
 size_t coord_state_size(const coord_config *cfg, size_t n_params) {
-    if (strcmp(cfg->compression_kind, "none") == 0) return n_params;
     if (strcmp(cfg->compression_kind, "sketch") == 0)
         return 2 * (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
-    return 2 * n_params;
+    /* m, e for the sparse kinds, then delayed Nesterov's buffer. */
+    size_t n = strcmp(cfg->compression_kind, "none") == 0 ? n_params : 2 * n_params;
+    return cfg->outer_delay > 1 ? n + n_params : n;
 }
 
 void coord_state_free(coord_server *srv) {
@@ -118,6 +121,9 @@ void coord_state_free(coord_server *srv) {
     model_gpt_destroy(srv->eval);
     srv->eval = NULL;
     free(srv->momentum);
+    free(srv->speeds);
+    srv->speeds = NULL;
+    srv->n_speeds = srv->cap_speeds = 0;
     srv->momentum = NULL;
     free(srv->peer_config);
     srv->peer_config = NULL;
@@ -136,10 +142,12 @@ void coord_blob_unref(coord_blob *b) {
 
 /* Serialises gpt as the /v1/model file: the parameters under their
  * Hugging Face names plus run, version and model metadata. */
-int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version, buf *out,
-                     vl_error *err) {
-    char vstr[24], mjson[160];
+int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version,
+                     double val_loss, buf *out, vl_error *err) {
+    char vstr[24], mjson[160], nats[32], bits[32];
     snprintf(vstr, sizeof vstr, "%lld", (long long)version);
+    snprintf(nats, sizeof nats, "%.6f", val_loss);
+    snprintf(bits, sizeof bits, "%.6f", val_loss / M_LN2);
     coord_config_model_json(&cfg->model, mjson, sizeof mjson);
     st_writer w;
     st_writer_init(&w);
@@ -147,6 +155,11 @@ int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t vers
     if (!rc) rc = st_writer_meta(&w, "run", cfg->name);
     if (!rc) rc = st_writer_meta(&w, "version", vstr);
     if (!rc) rc = st_writer_meta(&w, "model", mjson);
+    /* Bits per byte compare across vocabularies and with published
+     * figures; a token-shard run's loss is per token. */
+    if (!rc && isfinite(val_loss)) rc = st_writer_meta(&w, "val_loss", nats);
+    if (!rc && isfinite(val_loss))
+        rc = st_writer_meta(&w, cfg->shards ? "val_bits_per_token" : "val_bits_per_byte", bits);
     if (!rc) rc = model_gpt_write_safetensors(gpt, &w);
     if (rc) rc = vl_fail(err, rc, "cannot describe the model of version %lld",
                          (long long)version);
@@ -155,11 +168,11 @@ int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t vers
     return rc;
 }
 
-static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, coord_blob **out,
-                      vl_error *err) {
+static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, double val_loss,
+                      coord_blob **out, vl_error *err) {
     buf b;
     buf_init(&b, BUF_DEFAULT_CAP);
-    int rc = coord_model_file(&srv->cfg, gpt, version, &b, err);
+    int rc = coord_model_file(&srv->cfg, gpt, version, val_loss, &b, err);
     coord_blob *blob = rc ? NULL : calloc(1, sizeof *blob);
     if (!rc && !blob) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc) {
@@ -174,7 +187,8 @@ static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, coord_
 }
 
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
-    if (!srv->model_blob && build_blob(srv, srv->gpt, srv->version, &srv->model_blob, err))
+    if (!srv->model_blob && build_blob(srv, srv->gpt, srv->version, srv->val_loss, &srv->model_blob,
+                                         err))
         return NULL;
     srv->model_blob->refs++;
     return srv->model_blob;
@@ -200,7 +214,7 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     rc = model_gpt_create(&srv->cfg.model, &gpt, err);
     if (rc == VL_OK) {
         memcpy(model_gpt_params(gpt), v.params, v.n * sizeof(float));
-        rc = build_blob(srv, gpt, version, out, err);
+        rc = build_blob(srv, gpt, version, v.val_loss, out, err);
     }
     model_gpt_destroy(gpt);
     storage_version_free(&v);

@@ -94,6 +94,8 @@ static const char *const SQL[Q_COUNT] = {
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
     [Q_UPDATE_UNMERGED] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                           " WHERE merged_version IS NULL ORDER BY id",
+    [Q_UPDATE_OLDEST] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
+                        " WHERE merged_version IS NULL ORDER BY id LIMIT ?",
     [Q_UPDATE_COUNT_UNMERGED] = "SELECT count(*) FROM updates WHERE merged_version IS NULL",
     [Q_UPDATE_HIST_STEPS] = "SELECT local_steps, count(*) FROM updates GROUP BY local_steps"
                             " ORDER BY local_steps",
@@ -106,8 +108,8 @@ static const char *const SQL[Q_COUNT] = {
                     " p.public_key, p.joined_at"
                     " FROM peers p ORDER BY p.id",
     [Q_UPDATE_COUNT] = "SELECT count(*) FROM updates",
-    [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ? WHERE id = ? AND"
-                       " merged_version IS NULL",
+    [Q_UPDATE_MERGE] = "UPDATE updates SET merged_version = ?1, staleness = ?1 - 1 - base_version"
+                       " WHERE id = ?2 AND merged_version IS NULL",
     [Q_UPDATE_PRUNE] = "DELETE FROM update_blobs WHERE update_id IN"
                        " (SELECT id FROM updates WHERE merged_version <= ?)",
     [Q_VERSION_MAX] = "SELECT max(version) FROM versions",
@@ -115,7 +117,8 @@ static const char *const SQL[Q_COUNT] = {
                          " train_loss, num_updates) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [Q_VERSION_GET] = "SELECT version, created_at, val_loss, train_loss, num_updates, params,"
                       " momentum FROM versions WHERE version = ?",
-    [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates"
+    [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates,"
+                       " (SELECT avg(nbytes) FROM updates WHERE merged_version = version)"
                        " FROM versions ORDER BY version",
     [Q_CHANGE_INSERT] = "INSERT INTO changes (version, nnz, indices, vals) VALUES (?, ?, ?, ?)",
     [Q_CHANGE_RANGE] = "SELECT version, nnz, indices, vals FROM changes WHERE version > ? AND"

@@ -307,7 +307,10 @@ typedef struct storage_update {
     const uint8_t *blob; /* NULL once pruned */
     int64_t received_at;
     int64_t merged_version; /* -1 while not merged */
-    int64_t staleness;      /* current version minus base_version on arrival */
+    /* Versions made between base_version and the version the update is
+     * merged into: the current version minus base_version on arrival,
+     * raised to (merged_version - 1) - base_version when it is merged. */
+    int64_t staleness;
 } storage_update;
 
 /* Inserts u (id and merged_version are ignored); *id (may be NULL) receives
@@ -329,6 +332,13 @@ int storage_update_each_pending(storage *st, int64_t base_version, storage_updat
  * id order, blob included. */
 int storage_update_each_unmerged(storage *st, storage_update_fn fn, void *ctx,
                                  vl_error *err) VL_MUST_CHECK;
+/* Like storage_update_each_unmerged, but only the limit oldest (lowest
+ * id) of them; limit <= 0 means all. An async version merges exactly its
+ * buffer's worth, oldest first, so an update that arrives while a merge
+ * is computed waits for the next version rather than making this one
+ * larger. */
+int storage_update_each_oldest(storage *st, int64_t limit, storage_update_fn fn, void *ctx,
+                               vl_error *err) VL_MUST_CHECK;
 /* Number of updates not merged yet. */
 int storage_update_count_unmerged(storage *st, int64_t *out, vl_error *err) VL_MUST_CHECK;
 /* Total number of updates stored. */
@@ -352,6 +362,10 @@ typedef struct storage_version {
     double val_loss;   /* NaN when unknown */
     double train_loss; /* NaN for version 0 */
     int64_t num_updates;
+    /* Only filled in by storage_version_each: the mean body size of the
+     * updates merged into it, as uploaded (NaN for version 0, or once
+     * they are gone). */
+    double bytes_per_update;
     /* Only read by storage_version_commit: what this version changed,
      * theta_v - theta_(v-1), as change_nnz ascending indices and values.
      * Stored when has_change is set (every version but 0). */

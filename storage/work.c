@@ -291,6 +291,14 @@ int storage_update_each_unmerged(storage *st, storage_update_fn fn, void *ctx, v
     return each_update(st, s, fn, ctx, err);
 }
 
+int storage_update_each_oldest(storage *st, int64_t limit, storage_update_fn fn, void *ctx,
+                               vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_UPDATE_OLDEST, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, limit > 0 ? limit : -1);
+    return each_update(st, s, fn, ctx, err);
+}
+
 int storage_update_count_unmerged(storage *st, int64_t *out, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_UPDATE_COUNT_UNMERGED, err);
     if (!s) return VL_EDB;
@@ -493,6 +501,7 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx, vl_error
         v.val_loss = column_real(s, 2);
         v.train_loss = column_real(s, 3);
         v.num_updates = sqlite3_column_int64(s, 4);
+        v.bytes_per_update = column_real(s, 5);
         int r = fn(ctx, &v);
         if (r != 0) {
             q_done(s);

@@ -36,10 +36,15 @@ it_files() {
 # it_setup NAME VERSIONS UPDATES_PER_VERSION [EXTRA]: EXTRA is more
 # configuration fields, each followed by a comma. IT_MODE (sync),
 # IT_LEASE_S (60) and IT_TRAIN (4 steps of 4 windows) set the mode, the
-# lease length and the train object.
+# lease length and the train object; IT_OUTER (FedAvg: lr 1, momentum 0)
+# the outer object, and IT_OUTER=default leaves it out for the
+# coordinator's own choice.
 it_setup() {
   local train='{"steps": 4, "batch": 4, "lr": 0.003}'
   [ -n "${IT_TRAIN:-}" ] && train=$IT_TRAIN
+  local outer='"outer": {"lr": 1.0, "momentum": 0.0},'
+  [ -n "${IT_OUTER:-}" ] && outer="\"outer\": $IT_OUTER,"
+  [ "${IT_OUTER:-}" = default ] && outer=""
   it_files
   cat > run.json <<JSON
 {
@@ -52,7 +57,7 @@ it_setup() {
   "max_versions": $2,
   ${4:-}
   "train": $train,
-  "outer": {"lr": 1.0, "momentum": 0.0},
+  $outer
   "task_bytes": 16384,
   "lease_s": ${IT_LEASE_S:-60},
   "max_body_bytes": 4194304,

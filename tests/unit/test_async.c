@@ -2,7 +2,10 @@
  * functions against their formulas, the async configuration and its
  * normalised form, the storage queries behind stale merges and lease
  * reissue (unmerged updates of any base, expired leases taken over once,
- * per-peer activity, histograms, blobs never pruned before their merge),
+ * per-peer activity, histograms, blobs never pruned before their merge,
+ * the oldest-first buffer, staleness counted at
+ * the merge), delayed Nesterov and dynamic local steps against values
+ * worked by hand, the async outer defaults and refusals,
  * and the writer's group commit: one transaction for a whole queue, a
  * failing job undone alone, done callbacks in submission order and only
  * after the commit, on the loop's thread. */
@@ -20,8 +23,10 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
+#include "coordinator/aggregator.h"
 #include "coordinator/config.h"
 #include "coordinator/coord.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/writer.h"
 #include "storage/storage.h"
 #include "test_util.h"
@@ -96,6 +101,136 @@ static void test_config_async(void **state) {
     assert_int_equal(parse(json, &again, &e), VL_OK);
     assert_memory_equal(&cfg, &again, sizeof cfg);
     free(json);
+}
+
+/* ---- delayed Nesterov and dynamic local steps --------------------------- */
+
+static void test_delayed_nesterov_by_hand(void **state) {
+    (void)state;
+    /* delay 2, lr 0.5, mu 0.9, one coordinate; versions 1..4 get d = 0.4,
+     * 0.2, 0.2, 0.4. Plain versions (1, 3) step lr*d/2; versions 2 and 4
+     * also move momentum by the mean of the cycle and step lr*mu*m:
+     *   v1: acc 0.4, s = 0.1
+     *   v2: acc 0.6, m = 0.3,  s = 0.05 + 0.5*0.9*0.3  = 0.185, acc 0
+     *   v3: acc 0.2, s = 0.05
+     *   v4: acc 0.6, m = 0.9*0.3 + 0.3 = 0.57, s = 0.1 + 0.5*0.9*0.57 = 0.3565 */
+    const float ds[4] = {0.4f, 0.2f, 0.2f, 0.4f};
+    const float want_s[4] = {0.1f, 0.185f, 0.05f, 0.3565f};
+    const float want_m[4] = {0, 0.3f, 0.3f, 0.57f};
+    float m = 0, acc = 0;
+    for (int v = 1; v <= 4; v++) {
+        float d = ds[v - 1];
+        coord_outer_delayed(&d, &m, &acc, 1, 0.5, 0.9, 2, coord_outer_delay_due(v, 2));
+        assert_float_equal(d, want_s[v - 1], 1e-6);
+        assert_float_equal(m, want_m[v - 1], 1e-6);
+        float want_acc = v % 2 ? ds[v - 1] : 0.0f;
+        assert_float_equal(acc, want_acc, 1e-6);
+    }
+    /* The cycle is a rule of the version number; delay 1 is every version. */
+    assert_false(coord_outer_delay_due(1, 4));
+    assert_false(coord_outer_delay_due(6, 4));
+    assert_true(coord_outer_delay_due(4, 4));
+    assert_true(coord_outer_delay_due(8, 4));
+    assert_true(coord_outer_delay_due(3, 1));
+    /* Delay 1 is the plain Nesterov step of coord_outer_step. */
+    enum { N = 64 };
+    float th1[N], th2[N], m1[N], m2[N], a2[N], dbar[N], s2[N];
+    for (int i = 0; i < N; i++) {
+        th1[i] = th2[i] = 0.01f * (float)i;
+        m1[i] = m2[i] = 0.5f - 0.01f * (float)i;
+        a2[i] = 0;
+        dbar[i] = s2[i] = (float)((i * 37) % 11) * 0.1f - 0.5f;
+    }
+    coord_outer_step(th1, m1, dbar, N, 0.7, 0.9);
+    coord_outer_delayed(s2, m2, a2, N, 0.7, 0.9, 1, 1);
+    for (int i = 0; i < N; i++) {
+        assert_float_equal(th1[i], th2[i] - s2[i], 1e-6);
+        assert_float_equal(m1[i], m2[i], 1e-6);
+        assert_float_equal(a2[i], 0, 0);
+    }
+    /* Steady state with a constant d: a whole cycle moves lr*d/(1 - mu),
+     * what a synchronous Nesterov step moves. */
+    m = 0;
+    acc = 0;
+    double moved = 0;
+    for (int v = 1; v <= 400; v++) {
+        float d = 1.0f;
+        coord_outer_delayed(&d, &m, &acc, 1, 0.5, 0.8, 4, coord_outer_delay_due(v, 4));
+        if (v > 396) moved += d;
+    }
+    assert_float_equal(moved, 0.5 / (1 - 0.8), 1e-4);
+}
+
+static void test_dynamic_steps_by_hand(void **state) {
+    (void)state;
+    /* A peer 4x slower than the fastest gets a quarter of the steps. */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 4.0, 1.0), 5);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, 1.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.5, 1.0), 13);  /* 13.33 */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.6, 1.0), 13);  /* 12.5 up */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 100.0, 1.0), 2); /* the floor */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0.5, 1.0), 20);  /* never above h_max */
+    /* Unknown paces leave h_max. */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0, 1.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 3.0, 0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, NAN, 1.0), 20);
+    /* A floor above h_max is h_max; below 1 is 1. */
+    assert_int_equal(coord_sched_dynamic_steps(3, 9, 10.0, 1.0), 3);
+    assert_int_equal(coord_sched_dynamic_steps(3, 0, 10.0, 1.0), 1);
+    assert_int_equal(coord_sched_dynamic_floor(20), 2);
+    assert_int_equal(coord_sched_dynamic_floor(5), 1);
+    assert_int_equal(coord_sched_dynamic_floor(1), 1);
+}
+
+/* Async runs get an outer step that converges, and the combination that
+ * diverged is refused with a line that names it. */
+static void test_config_async_outer(void **state) {
+    (void)state;
+    coord_config cfg, again;
+    vl_error e;
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\"}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.outer_delay, 1);
+    assert_false(cfg.train.dynamic_steps);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}",
+                           &cfg, &e), VL_OK);
+    assert_true(cfg.outer_lr == COORD_ASYNC_OUTER_LR);
+    assert_true(cfg.outer_momentum == COORD_ASYNC_OUTER_MOMENTUM);
+    assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
+    assert_true(cfg.train.dynamic_steps);
+    char *json = coord_config_to_json(&cfg, 1);
+    assert_non_null(json);
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+    /* Momentum without a delay gets the async delay; FedAvg needs none. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                           " \"outer\": {\"lr\": 0.5, \"momentum\": 0.8}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                           " \"outer\": {\"lr\": 1, \"momentum\": 0}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.outer_delay, 1);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                           " \"train\": {\"dynamic_steps\": false}}", &cfg, &e), VL_OK);
+    assert_false(cfg.train.dynamic_steps);
+    /* Refused: momentum every version of an async run, a delay in a
+     * sketch run, dynamic steps in a sync run, a delay of 0. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                           " \"outer\": {\"lr\": 0.7, \"momentum\": 0.9, \"delay\": 1}}",
+                           &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "diverges"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 3},"
+                           " \"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}",
+                           &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "outer.delay"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\","
+                           " \"train\": {\"dynamic_steps\": true}}", &cfg, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "dynamic_steps"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 0}}",
+                           &cfg, &e), VL_EINVAL);
+    /* A sync run may use the delay too. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 2}}",
+                           &cfg, &e), VL_OK);
+    assert_int_equal(cfg.outer_delay, 2);
 }
 
 /* ---- storage behind stale merges and reissue --------------------------- */
@@ -281,6 +416,34 @@ static void test_storage_unmerged_and_reissue(void **state) {
     assert_int_equal(mv, 1);
 }
 
+/* An async version takes the oldest updates_per_version updates, and
+ * staleness is stored as the merge saw it. */
+static void test_storage_buffer_order(void **state) {
+    db_fixture *f = *state;
+    storage *st = f->st;
+    insert_version(st, 0, NULL, 0, 100);
+    for (int64_t t = 1; t <= 3; t++) add_task(st, t, f->peer[t == 2], 0, 500);
+    int64_t u1 = add_update(st, 1, f->peer[0], 0, 0, 20);
+    int64_t u2 = add_update(st, 2, f->peer[1], 0, 0, 20);
+    int64_t u3 = add_update(st, 3, f->peer[0], 0, 0, 20);
+    seen s = {0};
+    OK(storage_update_each_oldest(st, 2, see, &s, &e_));
+    assert_int_equal(s.n, 2);
+    assert_true(s.ids[0] == u1 && s.ids[1] == u2);
+    memset(&s, 0, sizeof s);
+    OK(storage_update_each_oldest(st, 0, see, &s, &e_));
+    assert_int_equal(s.n, 3);
+    int64_t first[2] = {u1, u2};
+    insert_version(st, 1, first, 2, 100);
+    /* u3 arrived fresh (staleness 0) and is merged into version 3: two
+     * versions were made since its base, and that is what is stored. */
+    insert_version(st, 2, NULL, 0, 100);
+    insert_version(st, 3, &u3, 1, 100);
+    int64_t stale[8] = {0};
+    OK(storage_update_histogram(st, STORAGE_HIST_STALENESS, count_hist, stale, &e_));
+    assert_true(stale[0] == 2 && stale[2] == 1);
+}
+
 static void test_peer_states(void **state) {
     (void)state;
     storage_peer_activity a = {.id = 1, .last_seen = 1000};
@@ -442,9 +605,13 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staleness_weights),
         cmocka_unit_test(test_config_async),
+        cmocka_unit_test(test_delayed_nesterov_by_hand),
+        cmocka_unit_test(test_dynamic_steps_by_hand),
+        cmocka_unit_test(test_config_async_outer),
         cmocka_unit_test(test_peer_states),
         cmocka_unit_test_setup_teardown(test_storage_unmerged_and_reissue, db_setup,
                                         db_teardown),
+        cmocka_unit_test_setup_teardown(test_storage_buffer_order, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_group_commit, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_thread, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_stop_finishes, db_setup, db_teardown),

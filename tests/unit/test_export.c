@@ -49,7 +49,7 @@ static void commit_version(storage *st, const float *base, size_t n, int64_t v) 
     float *p = random_vec(n, 1000 + (uint64_t)v);
     for (size_t i = 0; i < n; i++) p[i] = base[i] + 0.01f * p[i];
     storage_version ver = {.version = v, .created_at = 100 + v, .params = p, .n = n,
-                           .val_loss = NAN, .train_loss = NAN};
+                           .val_loss = 2.0 + 0.25 * (double)v, .train_loss = NAN};
     storage_commit_opts o = {.keep_versions = KEEP, .keep_changes = 100,
                              .keep_update_blobs = KEEP};
     OK(storage_version_commit(st, &ver, NULL, 0, &o, &e_));
@@ -277,6 +277,12 @@ static void export_and_check(const fixture *f, int64_t v, const char *out) {
     char vstr[24];
     snprintf(vstr, sizeof vstr, "%lld", (long long)want);
     assert_string_equal(st_meta_get(&sf, "version"), vstr);
+    /* The version's validation loss travels with it, in nats and bits. */
+    char nats[32], bits[32];
+    snprintf(nats, sizeof nats, "%.6f", 2.0 + 0.25 * (double)want);
+    snprintf(bits, sizeof bits, "%.6f", (2.0 + 0.25 * (double)want) / M_LN2);
+    assert_string_equal(st_meta_get(&sf, "val_loss"), nats);
+    assert_string_equal(st_meta_get(&sf, "val_bits_per_byte"), bits);
     check_config_json(out);
 
     /* volley reads its export back: configuration from the metadata, then

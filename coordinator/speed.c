@@ -1,0 +1,92 @@
+/* Dynamic local updates: what each peer's tasks took, and the local steps
+ * its next task gets so that slow and fast peers' updates arrive at the
+ * same pace. Kept in memory only: after a restart every peer starts again
+ * at train.steps until its first update is timed. */
+#include <stdlib.h>
+
+#include "coordinator/coord.h"
+#include "coordinator/scheduler.h"
+
+/* Peers timed at once; beyond it the one seen longest ago is forgotten. */
+#define SPEED_MAX_PEERS 4096
+/* Only peers heard from this recently set the pace. */
+#define SPEED_WINDOW_S 600.0
+/* New timings count this much against the running average, so a peer
+ * whose machine gets busy is followed within a few tasks. */
+#define SPEED_EMA 0.5
+
+static coord_speed *find(coord_server *srv, int64_t peer_id) {
+    for (size_t i = 0; i < srv->n_speeds; i++)
+        if (srv->speeds[i].peer_id == peer_id) return &srv->speeds[i];
+    return NULL;
+}
+
+static coord_speed *find_or_add(coord_server *srv, int64_t peer_id, double now) {
+    coord_speed *s = find(srv, peer_id);
+    if (s) return s;
+    if (srv->n_speeds == srv->cap_speeds && srv->cap_speeds < SPEED_MAX_PEERS) {
+        size_t cap = srv->cap_speeds ? srv->cap_speeds * 2 : 16;
+        if (cap > SPEED_MAX_PEERS) cap = SPEED_MAX_PEERS;
+        coord_speed *p = realloc(srv->speeds, cap * sizeof *p);
+        if (!p) return NULL; /* the peer just runs at train.steps */
+        srv->speeds = p;
+        srv->cap_speeds = cap;
+    }
+    if (srv->n_speeds < srv->cap_speeds) {
+        s = &srv->speeds[srv->n_speeds++];
+    } else {
+        s = &srv->speeds[0];
+        for (size_t i = 1; i < srv->n_speeds; i++)
+            if (srv->speeds[i].seen < s->seen) s = &srv->speeds[i];
+    }
+    *s = (coord_speed){.peer_id = peer_id, .seen = now};
+    return s;
+}
+
+/* The fastest recent peer's seconds per step; 0 when none is timed. */
+static double fastest(const coord_server *srv, double now) {
+    double best = 0;
+    for (size_t i = 0; i < srv->n_speeds; i++) {
+        const coord_speed *s = &srv->speeds[i];
+        if (s->sec_per_step <= 0 || now - s->seen > SPEED_WINDOW_S) continue;
+        if (best == 0 || s->sec_per_step < best) best = s->sec_per_step;
+    }
+    return best;
+}
+
+int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
+    const coord_config *cfg = &srv->cfg;
+    int64_t h_max = cfg->train.steps;
+    if (!cfg->train.dynamic_steps) return h_max;
+    double now = clock_mono_s();
+    coord_speed *s = find_or_add(srv, peer_id, now);
+    if (!s) return h_max;
+    int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max),
+                                          s->sec_per_step, fastest(srv, now));
+    s->task_id = task_id;
+    s->steps = h;
+    s->leased_at = now;
+    return h;
+}
+
+void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps) {
+    if (!srv->cfg.train.dynamic_steps || local_steps < 1) return;
+    coord_speed *s = find(srv, peer_id);
+    /* Only a task timed from its own lease tells the peer's pace. */
+    if (!s || s->task_id != task_id || s->leased_at <= 0) return;
+    double now = clock_mono_s();
+    double per = (now - s->leased_at) / (double)local_steps;
+    s->sec_per_step = s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step
+                                          : per;
+    s->seen = now;
+    s->leased_at = 0;
+}
+
+int64_t coord_speed_steps(const coord_server *srv, const storage_task *t) {
+    int64_t h_max = srv->cfg.train.steps;
+    if (!srv->cfg.train.dynamic_steps) return h_max;
+    for (size_t i = 0; i < srv->n_speeds; i++)
+        if (srv->speeds[i].peer_id == t->peer_id && srv->speeds[i].task_id == t->id)
+            return srv->speeds[i].steps;
+    return h_max;
+}
