@@ -9,7 +9,9 @@
 # Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (40),
 # VOLLEY_DEMO_STEPS (local steps per task, 20), VOLLEY_DEMO_COMPRESSION
 # (the run's "compression" object, {"kind": "none", "dtype": "F32"}),
-# VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9}),
+# VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9};
+# "default" leaves "outer" out of run.json, so the coordinator's own
+# default for the compression kind applies),
 # VOLLEY_DEMO_MODE (sync or async), VOLLEY_DEMO_UPV (updates_per_version,
 # default the number of peers), VOLLEY_DEMO_SEED (the run's seed, 1337),
 # VOLLEY_DEMO_CORPUS (a text file, or a folder whose regular files are
@@ -32,6 +34,8 @@ source_corpus=${VOLLEY_DEMO_CORPUS:-/usr/share/common-licenses}
 slow=${VOLLEY_DEMO_SLOW:-1}
 extra=${VOLLEY_DEMO_EXTRA:-}
 build=${VOLLEY_BUILD_DIR:-$root/build}
+outer_member="\"outer\": $outer,"
+[ "$outer" = default ] && outer_member=""
 
 bash deploy/install-deps.sh
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -72,7 +76,7 @@ cat > run.json <<JSON
   "max_versions": $versions,
   "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,
             "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
-  "outer": $outer,$extra
+  $outer_member$extra
   "compression": $compression,
   "task_bytes": 65536,
   "lease_s": 120
