@@ -33,7 +33,8 @@
 #   CONV_VERSIONS  40: versions of a sync run; async runs get
 #                  CONV_VERSIONS * 4 / CONV_ASYNC_UPV
 #   CONV_SLOW      4: the --slowdown of peer 1 in the -slow runs
-#   CONV_ASYNC_UPV 4: updates_per_version of the async runs
+#   CONV_ASYNC_UPV 2: updates_per_version of the async runs (half the peers,
+#                  as the async defaults expect)
 #   CONV_OUT       bench-convergence: one folder per corpus, holding each
 #                  run's folder (CONFIG-sSEED: the demo's run.db, logs and
 #                  curve.tsv, summary.tsv), its demo output (CONFIG-sSEED.log)
@@ -65,7 +66,7 @@ seeds=${CONV_SEEDS:-"1337 2024"}
 ratios=${CONV_RATIOS:-"10 30 100"}
 versions=${CONV_VERSIONS:-40}
 slow=${CONV_SLOW:-4}
-async_upv=${CONV_ASYNC_UPV:-4}
+async_upv=${CONV_ASYNC_UPV:-2}
 out=${CONV_OUT:-$root/bench-convergence}
 plots=${CONV_PLOTS:-$root/docs/results/convergence}
 resume=${CONV_RESUME:-0}

@@ -36,10 +36,15 @@
 /* The outer optimiser an async run gets when its configuration has no
  * "outer" object: delayed Nesterov (see coord_outer_delayed), which
  * converges on stale pseudo-gradients where momentum every version
- * diverges. An async run given momentum without a delay gets this delay. */
+ * diverges. An async run given momentum without a delay gets this delay.
+ * A cycle of delay versions should hold about one update per peer (one
+ * synchronous round): with updates_per_version at half the peers, 2. On
+ * the demo task (4 peers, one 4x slower) 2 updates a version with delay 2
+ * matched the synchronous run per merged update; 4 a version (delay 1 or
+ * 4) and 1 a version with delay 4 fell far behind. */
 #define COORD_ASYNC_OUTER_LR 0.7
 #define COORD_ASYNC_OUTER_MOMENTUM 0.9
-#define COORD_ASYNC_OUTER_DELAY 4
+#define COORD_ASYNC_OUTER_DELAY 2
 
 typedef struct coord_train_config {
     int64_t steps;

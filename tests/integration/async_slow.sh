@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Async with a slow volunteer, configured as a user would: mode "async" and
 # nothing about the outer step, so the coordinator's defaults apply
-# (delayed Nesterov, dynamic local steps). Four real peers, one of them
-# four times slower per step. The run must learn: end at least 1 nat below
+# (delayed Nesterov, dynamic local steps), with updates_per_version at half
+# the peers as they expect. Four real peers, one of them four times slower
+# per step. The run must learn: end at least 1 nat below
 # the initial validation loss (a model that drifts up or diverges fails).
 # Along the way: every version merges exactly updates_per_version
 # updates; the slow peer is given fewer local steps than the fast ones;
 # staleness stays bounded (the lease waits while a version's worth of
 # updates is being merged) and is stored as the merge counted it.
 source "$(dirname "$0")/lib.sh"
-VERSIONS=${ASYNC_SLOW_VERSIONS:-16}
-PER=4
+VERSIONS=${ASYNC_SLOW_VERSIONS:-24}
+PER=2
 export IT_TRAIN='{"steps": 16, "batch": 4, "lr": 0.003}'
-IT_MODE=async IT_OUTER=default it_setup itasyncslow "$VERSIONS" "$PER"
-grep -q '"delay":4' <(q 'SELECT config FROM run') || fail "async default without outer.delay 4"
+IT_MODE=async IT_OUTER=${ASYNC_SLOW_OUTER:-default} it_setup itasyncslow "$VERSIONS" "$PER"
+[ -n "${ASYNC_SLOW_OUTER:-}" ] || grep -q '"delay":2' <(q 'SELECT config FROM run') \
+  || fail "async default without outer.delay 2"
 it_start_coordinator
 for i in 1 2 3 4; do it_peer "$i"; done
 for i in 1 2 3 4; do
@@ -42,7 +44,7 @@ last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
          staleness <> merged_version - 1 - base_version')" = 0 ] \
   || fail "a merged update's staleness is not what its merge counted"
 maxstale=$(q 'SELECT max(staleness) FROM updates WHERE merged_version IS NOT NULL')
-[ "$maxstale" -le 3 ] || fail "staleness reached $maxstale (the lease rule should bound it)"
+[ "$maxstale" -le 6 ] || fail "staleness reached $maxstale (the lease rule should bound it)"
 slow_steps=$(q 'SELECT avg(local_steps) FROM updates WHERE peer_id = 4')
 fast_steps=$(q 'SELECT avg(local_steps) FROM updates WHERE peer_id <> 4')
 awk -v s="$slow_steps" -v f="$fast_steps" 'BEGIN { exit !(s < 0.6 * f) }' \
