@@ -12,6 +12,7 @@ if(TARGET test_gpt2)
   # It also parses deploy/coordinator.shards.example.json, GPT-2 small on
   # FineWeb shards, so the example cannot rot.
   target_compile_definitions(test_gpt2 PRIVATE VOLLEY_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  target_compile_definitions(test_async PRIVATE VOLLEY_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   add_test(NAME test_gpt2_step COMMAND test_gpt2 step)
   set_tests_properties(test_gpt2_step PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
     ENVIRONMENT "OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=1")
