@@ -19,8 +19,8 @@
 #                 (topk) stands for every ratio of CONV_RATIOS.
 #     sync-slow   as dense, with peer 1 CONV_SLOW times slower
 #     async-slow  mode async, dense updates, default outer step, the same
-#                 slow peer, CONV_ASYNC_UPV updates per version and as many
-#                 merged updates in all as a sync run (4 per version)
+#                 slow peer, CONV_ASYNC_UPV updates per version and
+#                 CONV_ASYNC_SPAN times the merged updates of a sync run
 #     async       as async-slow without the slow peer
 #
 # Environment:
@@ -31,7 +31,11 @@
 #   CONV_SEEDS     "1337 2024": every configuration runs once per seed
 #   CONV_RATIOS    "10 30 100": upload ratios of the compressed kinds
 #   CONV_VERSIONS  40: versions of a sync run; async runs get
-#                  CONV_VERSIONS * 4 / CONV_ASYNC_UPV
+#                  CONV_VERSIONS * 4 * CONV_ASYNC_SPAN / CONV_ASYNC_UPV
+#   CONV_ASYNC_SPAN 2: async runs merge this many times the sync run's
+#                  updates, so that the time to reach the sync run's final
+#                  loss can be measured even when it takes more updates; the
+#                  loss at equal merged updates is read off their curves
 #   CONV_SLOW      4: the --slowdown of peer 1 in the -slow runs
 #   CONV_ASYNC_UPV 2: updates_per_version of the async runs (half the peers,
 #                  as the async defaults expect)
@@ -67,6 +71,7 @@ ratios=${CONV_RATIOS:-"10 30 100"}
 versions=${CONV_VERSIONS:-40}
 slow=${CONV_SLOW:-4}
 async_upv=${CONV_ASYNC_UPV:-2}
+async_span=${CONV_ASYNC_SPAN:-2}
 out=${CONV_OUT:-$root/bench-convergence}
 plots=${CONV_PLOTS:-$root/docs/results/convergence}
 resume=${CONV_RESUME:-0}
@@ -81,9 +86,10 @@ posint() { case $2 in '' | *[!0-9]* | 0*) die "$1 must be a positive integer" ;;
 posint CONV_VERSIONS "$versions"
 posint CONV_SLOW "$slow"
 posint CONV_ASYNC_UPV "$async_upv"
-[ $((versions * peers % async_upv)) = 0 ] \
-  || die "CONV_ASYNC_UPV ($async_upv) must divide $((versions * peers)) merged updates"
-async_versions=$((versions * peers / async_upv))
+posint CONV_ASYNC_SPAN "$async_span"
+[ $((versions * peers * async_span % async_upv)) = 0 ] \
+  || die "CONV_ASYNC_UPV ($async_upv) must divide $((versions * peers * async_span)) merged updates"
+async_versions=$((versions * peers * async_span / async_upv))
 
 configs=()
 for c in ${1:-dense topk gaussk sketch sync-slow async-slow async}; do
