@@ -42,7 +42,8 @@ void coord_config_defaults(coord_config *cfg) {
     snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
-    cfg->comp_decay = 1.0;
+    cfg->comp_block = -1; /* by kind, see resolve_compression */
+    cfg->comp_decay = -1;
     cfg->keep_changes = -1;
     cfg->round_s = 30;
     cfg->staleness = (coord_staleness){.fn = COORD_STALE_POLYNOMIAL, .a = 0.5, .b = 4,
@@ -152,17 +153,31 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
     return VL_OK;
 }
 
-/* The outer delay and dynamic steps by mode, and the async combinations
- * refused because they are known to diverge. */
-static int resolve_async(coord_config *cfg, vl_error *err) {
+/* The outer step of a configuration without an "outer" object, by kind
+ * and mode (config.h says why each), then the outer delay and dynamic
+ * steps by mode, and the async combinations refused because they are
+ * known to diverge. */
+static int resolve_outer(coord_config *cfg, vl_error *err) {
     int async = coord_config_is_async(cfg);
-    int sketch = strcmp(cfg->compression_kind, "sketch") == 0;
+    const char *kind = cfg->compression_kind;
+    int sketch = strcmp(kind, "sketch") == 0;
     if (cfg->outer_lr < 0) {
-        /* No "outer" object in an async run. A sketch run's momentum
-         * lives in sketch space, where no delay applies: it gets none. */
-        cfg->outer_lr = sketch ? 1.0 : COORD_ASYNC_OUTER_LR;
-        cfg->outer_momentum = sketch ? 0.0 : COORD_ASYNC_OUTER_MOMENTUM;
-        cfg->outer_delay = sketch ? 1 : COORD_ASYNC_OUTER_DELAY;
+        cfg->outer_delay = 1;
+        if (sketch) {
+            /* Its momentum lives in sketch space, where no delay applies. */
+            cfg->outer_lr = 1.0;
+            cfg->outer_momentum = 0.0;
+        } else if (strcmp(kind, "none") != 0) {
+            cfg->outer_lr = COORD_SPARSE_OUTER_LR;
+            cfg->outer_momentum = 0.0;
+        } else if (async) {
+            cfg->outer_lr = COORD_ASYNC_OUTER_LR;
+            cfg->outer_momentum = COORD_ASYNC_OUTER_MOMENTUM;
+            cfg->outer_delay = COORD_ASYNC_OUTER_DELAY;
+        } else {
+            cfg->outer_lr = 0.7;
+            cfg->outer_momentum = 0.9;
+        }
     }
     if (cfg->outer_delay < 0)
         cfg->outer_delay = async && cfg->outer_momentum > 0 && !sketch ? COORD_ASYNC_OUTER_DELAY : 1;
@@ -500,8 +515,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
                            err)) ||
             (rc = get_int(outer, "delay", "outer.delay", 1, 1000, &cfg->outer_delay, err)))
             return rc;
-    } else if (coord_config_is_async(cfg)) {
-        cfg->outer_lr = -1; /* resolve_async picks it by kind */
+    } else {
+        cfg->outer_lr = -1; /* resolve_outer picks it by kind and mode */
     }
     if (comp) {
         if ((rc = check_keys(comp, "compression", COMPRESSION_KEYS, err)) ||
@@ -611,6 +626,12 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
     if (cfg->keep_changes < 0) cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions
                                                                              : 1000;
     if (cfg->comp_seed < 0) cfg->comp_seed = cfg->seed;
+    /* Block top-k and a decaying residual are what made top-k at 100x
+     * match dense (docs/results/convergence.md); a configuration that
+     * names only the kind and its ratio gets them. */
+    int sparse = strcmp(kind, "topk") == 0 || strcmp(kind, "gaussk") == 0;
+    if (cfg->comp_block < 0) cfg->comp_block = strcmp(kind, "topk") == 0 ? COORD_TOPK_BLOCK : 0;
+    if (cfg->comp_decay < 0) cfg->comp_decay = sparse ? COORD_SPARSE_DECAY : 1.0;
     if (strcmp(kind, "none") == 0) {
         if (cfg->comp_block > 0 || cfg->comp_decay != 1.0)
             return vl_fail(err, VL_EINVAL, "config: compression.block (topk) and "
@@ -778,7 +799,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if ((rc = resolve_compression(cfg, err)) || (rc = check_robust(cfg, err)) ||
-        (rc = resolve_async(cfg, err)))
+        (rc = resolve_outer(cfg, err)))
         goto out;
     if (coord_config_is_async(cfg) && cfg->second_round > 0) {
         rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "

@@ -248,6 +248,23 @@ static void test_config_compression(void **state) {
                            "\"decay\": 0.9}}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.comp_block, 512);
     assert_true(cfg.comp_decay == 0.9);
+    /* The kind and its ratio alone get the settings that met the 100x
+     * target: blocks and decay for topk, decay for gaussk, and the sparse
+     * kinds' outer step; an "outer" object given is kept. */
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"gaussk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.comp_block, 0);
+    assert_true(cfg.comp_decay == COORD_SPARSE_DECAY);
+    assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"lr\": 0.5}, "
+                           "\"compression\": {\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e),
+                     VL_OK);
+    assert_true(cfg.outer_lr == 0.5 && cfg.outer_momentum == 0.9);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.comp_block, COORD_TOPK_BLOCK);
+    assert_true(cfg.comp_decay == COORD_SPARSE_DECAY);
+    assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
     json = coord_config_to_json(&cfg, 1);
     assert_non_null(strstr(json, "\"block\":512"));
     assert_int_equal(parse(json, &again, &e), VL_OK);
