@@ -40,6 +40,7 @@ void coord_config_defaults(coord_config *cfg) {
     snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
+    cfg->second_round = -1; /* chosen from the run's kind and mode */
     cfg->comp_decay = 1.0;
     cfg->keep_changes = -1;
     cfg->round_s = 30;
@@ -570,6 +571,13 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
     if (cfg->keep_changes < 0) cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions
                                                                              : 1000;
     if (cfg->comp_seed < 0) cfg->comp_seed = cfg->seed;
+    if (cfg->second_round < 0 && strcmp(kind, "sketch") == 0 && coord_config_is_async(cfg))
+        return vl_fail(err, VL_EINVAL, "config: a sketch run's default second round needs "
+                                       "mode \"sync\"; an async sketch run must say "
+                                       "\"second_round\": 0 (estimates applied only where they "
+                                       "stand out of the collision noise)");
+    if (cfg->second_round < 0)
+        cfg->second_round = strcmp(kind, "sketch") == 0 ? COORD_SKETCH_SECOND_ROUND : 0;
     if (strcmp(kind, "none") == 0) {
         if (cfg->comp_block > 0 || cfg->comp_decay != 1.0)
             return vl_fail(err, VL_EINVAL, "config: compression.block (topk) and "
@@ -579,9 +587,17 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
         return VL_OK;
     }
     if (strcmp(kind, "sketch") == 0) {
-        if (cfg->comp_ratio > 0)
-            cfg->comp_cols = (int64_t)floor(dense / (cfg->comp_ratio * (double)(cfg->comp_rows *
-                                                                                elem)));
+        /* With a second round the upload is the sketch and one value per
+         * candidate (both in the run's dtype): the ratio's budget is split
+         * between them. */
+        double sketch_bytes = dense / cfg->comp_ratio;
+        if (cfg->second_round > 0) sketch_bytes *= COORD_SKETCH_SHARE;
+        if (cfg->comp_ratio > 0) {
+            cfg->comp_cols = (int64_t)floor(sketch_bytes / (double)(cfg->comp_rows * elem));
+            if (cfg->second_round > 0 && cfg->apply_k == 0)
+                cfg->apply_k = (int64_t)floor((dense / cfg->comp_ratio - sketch_bytes) /
+                                              (double)(elem * cfg->second_round));
+        }
         if (cfg->comp_cols < 1)
             return vl_fail(err, VL_EINVAL, "config: compression.sketch needs cols >= 1 (give "
                                            "compression.cols or a smaller compression.ratio)");
@@ -618,6 +634,20 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
      * that is what the normalised form stores. */
     cfg->comp_ratio = 0;
     return VL_OK;
+}
+
+/* The outer step of a run whose configuration has no "outer" object, by
+ * kind once compression is resolved (config.h says why). Other kinds keep
+ * the defaults. */
+static void default_outer(coord_config *cfg) {
+    if (strcmp(cfg->compression_kind, "sketch") != 0) return;
+    if (cfg->second_round > 0) {
+        cfg->outer_lr = COORD_SKETCH_ROUND_LR;
+        cfg->outer_momentum = COORD_SKETCH_ROUND_MOMENTUM;
+    } else {
+        cfg->outer_lr = COORD_SKETCH_LR;
+        cfg->outer_momentum = COORD_SKETCH_MOMENTUM;
+    }
 }
 
 int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error *err) {
@@ -737,6 +767,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if ((rc = resolve_compression(cfg, err)) || (rc = check_robust(cfg, err))) goto out;
+    if (!json_object_get(root, "outer")) default_outer(cfg);
     if (coord_config_is_async(cfg) && cfg->second_round > 0) {
         rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
                                      "peers answer for one version's updates together)");

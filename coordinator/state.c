@@ -98,8 +98,9 @@ out:
 
 size_t coord_state_size(const coord_config *cfg, size_t n_params) {
     if (strcmp(cfg->compression_kind, "none") == 0) return n_params;
-    if (strcmp(cfg->compression_kind, "sketch") == 0)
-        return 2 * (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    if (coord_config_round_candidates(cfg) > 0) return cells + 2 * n_params;
+    if (strcmp(cfg->compression_kind, "sketch") == 0) return 2 * cells;
     return 2 * n_params;
 }
 
