@@ -72,15 +72,26 @@ void compress_sketch_estimate(const compress_sketch *s, size_t d, float *out);
  * in val. scratch holds d floats (the estimates). *nnz = min(k, d). */
 int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *scratch,
                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
-/* Sets to 0 the cells, in every row, that the n coordinates idx hash to. */
-void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n);
+/* table += w * S(x) for the sparse x with values val at the n coordinates
+ * idx (any order; a repeated index adds twice). */
+void compress_sketch_encode_sparse(compress_sketch *s, const uint32_t *idx, const float *val,
+                                   size_t n, float w);
+/* The standard deviation of the noise in d estimates (from
+ * compress_sketch_estimate), measured robustly as the median |estimate|
+ * of up to 4096 evenly spaced ones over 0.6745: for a flat vector the
+ * estimates are mostly collision noise, and heavy hitters are too few to
+ * move a median. 0 for d = 0. */
+double compress_sketch_noise(const float *est, size_t d);
 
 /* FetchSGD server step with momentum and error kept in sketch space:
  * V <- mu*V + S;  E <- E + lr*(S + mu*V)  (Nesterov);
- * change = heavy hitters of E (k of them, estimates as values);
- * then the cells of E and V that the change's coordinates hash to are
- * zeroed. The caller applies theta[idx] -= val. V, E and S share a shape.
- * scratch: d floats. idx/val: k entries. */
+ * the k heavy hitters of E are estimated, and those whose |estimate|
+ * exceeds the universal threshold t = sigma * sqrt(2 ln d), sigma from
+ * compress_sketch_noise over the estimates, are the change, each shrunk
+ * by t towards 0 (soft threshold): *nnz <= k of them, indices ascending.
+ * The change's own sketch is subtracted from E, so E remains the sketch of
+ * what has not been applied. The caller applies theta[idx] -= val. V, E
+ * and S share a shape. scratch: d floats (the estimates). idx/val: k. */
 int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
                            double lr, double mu, size_t d, size_t k, float *scratch,
                            uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
@@ -92,28 +103,22 @@ int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
                                  const compress_sketch *S, double lr, double mu,
                                  vl_error *err) VL_MUST_CHECK;
 
-/* Estimates at n given coordinates: out[t] is what compress_sketch_estimate
- * gives for coordinate idx[t], bit for bit. */
-void compress_sketch_estimate_at(const compress_sketch *s, const uint32_t *idx, size_t n,
-                                 float *out);
-
-/* The Sketched-SGD second round in place of the heavy-hitter step of
- * FetchSGD. V and E have been through compress_fetchsgd_accumulate with the
- * round's mean sketch S; cand (n_cand ascending coordinates, normally the
- * compress_sketch_heavy of E with P*k of them) were sent to the round's
+/* The Sketched-SGD second round's step, in which every value applied is
+ * exact. E is the sketch of the mean updates not yet applied (the caller
+ * has added this round's); cand (n_cand ascending coordinates below d,
+ * normally the compress_sketch_heavy of E) were sent to the round's
  * peers, and exact[t] is the round's mean update at cand[t] as they
- * reported it. E is linear in S with factor c = lr*(1 + mu), so each
- * candidate's value is the estimate of the part of E that came before
- * this round, E - c*S, plus c * exact: this round's collision noise is
- * gone. The k candidates of largest |value| (ties to the lower index) go,
- * ascending, to idx and val (room for n_cand each) with *nnz their count;
- * the caller applies theta[idx] -= val. The cells of E and V they hash to
- * are zeroed, as in compress_fetchsgd_step. VL_ENOMEM for the scratch
- * sketch; VL_EINVAL for mismatched shapes. */
-int compress_fetchsgd_exact(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
-                            double lr, double mu, const uint32_t *cand, const float *exact,
-                            size_t n_cand, size_t k, uint32_t *idx, float *val, size_t *nnz,
-                            vl_error *err) VL_MUST_CHECK;
+ * reported it. age[i] (d entries) counts the versions since coordinate i
+ * was last applied; a candidate's value is exact[t] * min(age + 1,
+ * max_gap), the updates it missed taken to equal this one. The k of
+ * largest |value| (ties to the lower index) go, ascending, to idx and val
+ * (room for n_cand each), *nnz their count; their sketch is subtracted
+ * from E, their ages become 0 and every other age grows by 1. The caller
+ * applies the change through its outer step. VL_EINVAL for candidates out
+ * of order or range, or max_gap < 1. */
+int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *exact,
+                        size_t n_cand, float *age, size_t d, float max_gap, size_t k,
+                        uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
 
 /* Sketched-SGD second round: the P*k candidates are compress_sketch_heavy
  * of E with k = P*k; once their exact values are known, this keeps, from
@@ -374,10 +379,14 @@ int compress_round_decode_candidates(const uint8_t *bytes, size_t len, size_t n_
  * `values`, one per candidate in the candidates' order. */
 int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
                                  buf *out, vl_error *err) VL_MUST_CHECK;
+/* The same with `values` stored as dtype (F32 or F16, VL_EINVAL else). */
+int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
+                                    size_t n, st_dtype dtype, buf *out,
+                                    vl_error *err) VL_MUST_CHECK;
 /* Parses a values file into meta and *vals (a heap copy, caller frees) of
  * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;
- * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 with
- * want_n entries ("bad_shape"), holds NaN/Inf ("non_finite") or a value
+ * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 or
+ * F16 with want_n entries ("bad_shape"; F16 is converted), holds NaN/Inf ("non_finite") or a value
  * over COMPRESS_MAX_ABS in magnitude ("out_of_bounds"), with the code in
  * *code (may be NULL); meta is filled in for both. */
 int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n,
@@ -422,6 +431,12 @@ void compress_update_values(const compress_update *u, uint32_t *idx, float *val)
  * FLT_MAX squared is about 1e77, far inside double's range even summed over
  * 2^32 values. */
 double compress_update_norm(const compress_update *u);
+
+/* n floats as F32 (*data = x, *half NULL) or F16 (*data = *half, a
+ * converted copy the caller frees); *nbytes their size. VL_EINVAL for
+ * another dtype, VL_ENOMEM. */
+int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
+                      const void **data, size_t *nbytes, vl_error *err) VL_MUST_CHECK;
 
 /* delta[i] = base[i] - local[i]. */
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n);

@@ -305,13 +305,36 @@ int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *s
     return VL_OK;
 }
 
-void compress_sketch_zero_coords(compress_sketch *s, const uint32_t *idx, size_t n) {
+void compress_sketch_encode_sparse(compress_sketch *s, const uint32_t *idx, const float *val,
+                                   size_t n, float w) {
     for (uint32_t j = 0; j < s->rows; j++) {
         uint64_t key = compress_sk_row_key(s->seed, j);
         float *row = s->table + (size_t)j * s->cols;
-        for (size_t t = 0; t < n; t++)
-            row[compress_sk_bucket(compress_sk_coord_hash(key, idx[t]), s->cols)] = 0.0f;
+        for (size_t t = 0; t < n; t++) {
+            uint64_t h = compress_sk_coord_hash(key, idx[t]);
+            row[compress_sk_bucket(h, s->cols)] += compress_sk_sign(h) * (w * val[t]);
+        }
     }
+}
+
+/* Estimates probed to measure the noise: enough for a stable median,
+ * few enough to sort in microseconds. */
+#define NOISE_PROBES 4096
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double compress_sketch_noise(const float *est, size_t d) {
+    if (d == 0) return 0.0;
+    float probe[NOISE_PROBES];
+    size_t n = d < NOISE_PROBES ? d : NOISE_PROBES;
+    /* Evenly spaced probes: deterministic, and spread over every layer. */
+    for (size_t t = 0; t < n; t++) probe[t] = fabsf(est[t * d / n]);
+    qsort(probe, n, sizeof *probe, cmp_float);
+    /* For Gaussian noise the median of |x| is 0.6745 sigma. */
+    return (double)probe[n / 2] / 0.6745;
 }
 
 /* ---- FetchSGD ------------------------------------------------------------ */
@@ -353,9 +376,29 @@ int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compres
     /* Checks the sketches before it changes anything. */
     int rc = compress_fetchsgd_accumulate(V, E, S, lr, mu, err);
     if (rc) return rc;
-    rc = compress_sketch_heavy(E, d, k, scratch, idx, val, nnz, err);
+    size_t got = 0;
+    rc = compress_sketch_heavy(E, d, k, scratch, idx, val, &got, err);
     if (rc) return rc;
-    compress_sketch_zero_coords(E, idx, *nnz);
-    compress_sketch_zero_coords(V, idx, *nnz);
+    /* Each estimate is its coordinate's value plus the sum of every other
+     * coordinate in its buckets, a noise that for flat vectors is several
+     * times the values themselves. Only what stands out of that noise by
+     * the universal threshold sigma * sqrt(2 ln d) is applied, shrunk by
+     * the threshold, so that a coordinate that is noise alone is almost
+     * never applied at all. */
+    double sigma = compress_sketch_noise(scratch, d);
+    float thr = (float)(sigma * sqrt(2.0 * log((double)d + 1.0)));
+    size_t kept = 0;
+    for (size_t t = 0; t < got; t++) {
+        float a = fabsf(val[t]);
+        if (!(a > thr)) continue;
+        idx[kept] = idx[t];
+        val[kept++] = copysignf(a - thr, val[t]);
+    }
+    *nnz = kept;
+    /* What is applied leaves E exactly (the sketch is linear), so E stays
+     * the sketch of the movement not yet applied, the error feedback of
+     * FetchSGD without zeroing whole cells, which would drop the mass of
+     * every other coordinate in them. */
+    compress_sketch_encode_sparse(E, idx, val, kept, -1.0f);
     return VL_OK;
 }

@@ -45,10 +45,8 @@ static int write_meta(st_writer *w, const compress_update_meta *meta) {
     return rc;
 }
 
-/* n floats as F32 (x itself) or F16 (a converted copy in *half, which the
- * caller frees). */
-static int as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
-                    const void **data, size_t *nbytes, vl_error *err) {
+int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
+                      const void **data, size_t *nbytes, vl_error *err) {
     *half = NULL;
     *data = x;
     *nbytes = n * sizeof(float);
@@ -86,7 +84,7 @@ int compress_update_encode_dense(const compress_update_meta *meta, const float *
     uint16_t *half;
     const void *data;
     size_t nbytes;
-    int rc = as_dtype(delta, n, dtype, &half, &data, &nbytes, err);
+    int rc = compress_as_dtype(delta, n, dtype, &half, &data, &nbytes, err);
     if (rc) return rc;
     uint64_t shape[1] = {n};
     rc = encode(meta, "delta", dtype, 1, shape, data, nbytes, NULL, ST_F32, NULL, 0, out, err);
@@ -103,7 +101,7 @@ int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t
     uint16_t *half;
     const void *data;
     size_t nbytes;
-    int rc = as_dtype(val, nnz, dtype, &half, &data, &nbytes, err);
+    int rc = compress_as_dtype(val, nnz, dtype, &half, &data, &nbytes, err);
     if (rc) return rc;
     uint64_t shape[1] = {nnz};
     rc = encode(meta, "indices", ST_U32, 1, shape, idx, nnz * sizeof *idx, "values", dtype, data,
@@ -122,7 +120,7 @@ int compress_update_encode_sketch(const compress_update_meta *meta, const compre
     uint16_t *half;
     const void *data;
     size_t nbytes;
-    int rc = as_dtype(s->table, cells, dtype, &half, &data, &nbytes, err);
+    int rc = compress_as_dtype(s->table, cells, dtype, &half, &data, &nbytes, err);
     if (rc) return rc;
     uint64_t shape[2] = {s->rows, s->cols};
     rc = encode(&m, "table", dtype, 2, shape, data, nbytes, NULL, ST_F32, NULL, 0, out, err);

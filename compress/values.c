@@ -36,15 +36,27 @@ int compress_round_encode_candidates(const compress_round_meta *meta, const uint
 
 int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
                                  buf *out, vl_error *err) {
+    return compress_round_encode_values_as(meta, vals, n, ST_F32, out, err);
+}
+
+int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
+                                    size_t n, st_dtype dtype, buf *out, vl_error *err) {
+    uint16_t *half = NULL;
+    const void *data = NULL;
+    size_t nbytes = 0;
+    int rc = compress_as_dtype(vals, n, dtype, &half, &data, &nbytes, err);
+    if (rc) return rc;
     st_writer w;
     st_writer_init(&w);
     uint64_t shape[1] = {n};
-    int rc = st_writer_meta(&w, "run", meta->run);
+    rc = st_writer_meta(&w, "run", meta->run);
     if (!rc) rc = put_i64(&w, "version", meta->version);
     if (!rc) rc = put_i64(&w, "task", meta->task);
     if (!rc) rc = put_i64(&w, "peer", meta->peer);
-    if (!rc) rc = st_writer_add(&w, "values", ST_F32, 1, shape, vals, n * sizeof *vals);
-    return finish(&w, rc, out, "round's values", err);
+    if (!rc) rc = st_writer_add(&w, "values", dtype, 1, shape, data, nbytes);
+    rc = finish(&w, rc, out, "round's values", err);
+    free(half);
+    return rc;
 }
 
 /* Reads the metadata key as an integer in [min, max]. */
@@ -123,17 +135,26 @@ int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n
         rc = vl_fail(err, VL_EINVAL, "round values are one tensor named 'values'");
         goto out;
     }
-    if (t->dtype != ST_F32 || t->ndim != 1 || t->numel != want_n) {
+    if ((t->dtype != ST_F32 && t->dtype != ST_F16) || t->ndim != 1 || t->numel != want_n) {
         if (code) *code = "bad_shape";
-        rc = vl_fail(err, VL_ERANGE, "'values' must be F32 [%zu], one per candidate", want_n);
+        rc = vl_fail(err, VL_ERANGE, "'values' must be F32 or F16 [%zu], one per candidate",
+                     want_n);
         goto out;
     }
-    float *v = malloc(t->nbytes ? t->nbytes : 1);
+    float *v = malloc(want_n * sizeof *v + 1);
     if (!v) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory for %zu values", want_n);
         goto out;
     }
-    memcpy(v, t->data, t->nbytes);
+    if (t->dtype == ST_F32) {
+        memcpy(v, t->data, t->nbytes);
+    } else {
+        for (size_t i = 0; i < want_n; i++) {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            v[i] = f16_to_f32(h);
+        }
+    }
     if (!compress_all_finite(v, want_n)) {
         free(v);
         if (code) *code = "non_finite";

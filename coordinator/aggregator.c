@@ -206,6 +206,64 @@ static void sketch_view(compress_sketch *s, const coord_config *cfg, float *tabl
     s->table = table;
 }
 
+/* A sketch run with a second round keeps E, the sketch of the mean
+ * updates not yet applied, then the dense momentum of the exact values it
+ * applied and each coordinate's versions since it was last applied
+ * (coord_state_size). */
+static void round_views(const coord_config *cfg, size_t n, float *state, compress_sketch *E,
+                        float **mom, float **age) {
+    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    sketch_view(E, cfg, state);
+    *mom = state + cells;
+    *age = state + cells + n;
+}
+
+/* E <- decay * E + S, the round's first change to the state, made the
+ * same way when the round opens (to name its candidates) and when the
+ * version is made. The decay forgets what the exact values never
+ * settled, which would otherwise pile up in E as noise. */
+static int round_accumulate(compress_sketch *E, const compress_sketch *S, vl_error *err) {
+    coord_scale(E->table, (size_t)E->rows * E->cols, COORD_ROUND_DECAY);
+    return compress_sketch_add(E, S, 1.0f, err);
+}
+
+/* The second round's step: every value applied is exact (the mean of the
+ * reported values at the chosen candidates, see compress_round_take), fed
+ * through the run's outer step like a dense update that is zero
+ * elsewhere, so the momentum of earlier versions carries on everywhere. */
+static int round_step(const coord_config *cfg, size_t n, const merge_ctx *m, merge_bufs *b,
+                      float *theta, size_t *n_cand, vl_error *err) {
+    const coord_round_acc *a = m->round;
+    compress_sketch E;
+    float *mom, *age;
+    round_views(cfg, n, b->state, &E, &mom, &age);
+    float *exact = malloc(a->n_cand * sizeof *exact + 1);
+    float *val = malloc(a->n_cand * sizeof *val + 1);
+    int rc = exact && val ? round_accumulate(&E, &b->sk, err)
+                          : vl_fail(err, VL_ENOMEM, "out of memory merging");
+    size_t got = 0;
+    /* With no answer at all there is nothing exact to apply this time;
+     * E keeps the round's mass for later. */
+    if (rc == VL_OK && a->weight > 0) {
+        for (size_t t = 0; t < a->n_cand; t++) exact[t] = (float)(a->sum[t] / a->weight);
+        rc = compress_round_take(&E, a->cand, exact, a->n_cand, age, n, COORD_ROUND_MAX_GAP,
+                                 (size_t)cfg->apply_k, b->cand, val, &got, err);
+    }
+    if (rc == VL_OK) {
+        memset(b->scratch, 0, n * sizeof *b->scratch);
+        for (size_t j = 0; j < got; j++) b->scratch[b->cand[j]] = val[j];
+        coord_outer_step(theta, mom, b->scratch, n, cfg->outer_lr, cfg->outer_momentum);
+        /* The momentum moves every coordinate: the change is found by
+         * comparing them all. */
+        free(b->cand);
+        b->cand = NULL;
+        *n_cand = n;
+    }
+    free(exact);
+    free(val);
+    return rc;
+}
+
 /* Applies the merged updates to theta (a copy of the model's parameters)
  * according to the run's compression; leaves the candidate coordinates in
  * b->cand (NULL: all of them). */
@@ -257,27 +315,26 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
         return coord_outer_step_sparse(theta, b->state, b->state + n, m->sum, n, cfg->outer_lr,
                                        cfg->outer_momentum, apply_k, b->cand, n_cand, err);
     }
+    b->scratch = malloc(n * sizeof(float) + 1);
+    if (!b->scratch) return vl_fail(err, VL_ENOMEM, "out of memory merging");
+    if (coord_config_round_candidates(cfg) > 0) {
+        /* A version closed by its deadline before its round opened has no
+         * exact values: E takes its sketch and nothing is applied. */
+        if (m->round) return round_step(cfg, n, m, b, theta, n_cand, err);
+        compress_sketch E;
+        float *mom, *age;
+        round_views(cfg, n, b->state, &E, &mom, &age);
+        *n_cand = 0;
+        return round_accumulate(&E, &b->sk, err);
+    }
     size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     sketch_view(&b->mom, cfg, b->state);
     sketch_view(&b->err, cfg, b->state + cells);
-    b->scratch = malloc(n * sizeof(float) + 1);
     float *val = malloc(room * sizeof(float) + 1);
-    int rc = VL_OK;
-    if (!b->scratch || !val) rc = vl_fail(err, VL_ENOMEM, "out of memory merging");
-    if (rc == VL_OK && m->round) {
-        coord_round_acc *a = m->round;
-        for (size_t t = 0; t < a->n_cand; t++) b->scratch[t] = (float)(a->sum[t] / m->samples);
-        rc = compress_fetchsgd_accumulate(&b->mom, &b->err, &b->sk, cfg->outer_lr,
-                                          cfg->outer_momentum, err);
-        if (rc == VL_OK)
-            rc = compress_fetchsgd_exact(&b->mom, &b->err, &b->sk, cfg->outer_lr,
-                                         cfg->outer_momentum, a->cand, b->scratch, a->n_cand,
-                                         apply_k, b->cand, val, n_cand, err);
-    } else if (rc == VL_OK) {
-        rc = compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
-                                    cfg->outer_momentum, n, apply_k, b->scratch, b->cand, val,
-                                    n_cand, err);
-    }
+    int rc = val ? compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
+                                          cfg->outer_momentum, n, apply_k, b->scratch, b->cand,
+                                          val, n_cand, err)
+                 : vl_fail(err, VL_ENOMEM, "out of memory merging");
     if (rc == VL_OK)
         for (size_t j = 0; j < *n_cand; j++) theta[b->cand[j]] -= val[j];
     free(val);
@@ -341,16 +398,16 @@ static int open_round(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_EDB, "version %lld has no stored updates to open a round on",
                      (long long)srv->version);
     size_t got = 0;
+    compress_sketch E;
+    float *mom, *age;
     if (rc == VL_OK) {
         coord_scale(b.sk.table, cells, 1.0 / m.samples);
         memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
-        sketch_view(&b.mom, cfg, b.state);
-        sketch_view(&b.err, cfg, b.state + cells);
-        rc = compress_fetchsgd_accumulate(&b.mom, &b.err, &b.sk, cfg->outer_lr,
-                                          cfg->outer_momentum, err);
+        round_views(cfg, n, b.state, &E, &mom, &age);
+        rc = round_accumulate(&E, &b.sk, err);
     }
     if (rc == VL_OK)
-        rc = compress_sketch_heavy(&b.err, n, n_cand, b.scratch, b.cand, b.val, &got, err);
+        rc = compress_sketch_heavy(&E, n, n_cand, b.scratch, b.cand, b.val, &got, err);
     if (rc == VL_OK && got == 0)
         rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {
@@ -552,8 +609,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     j->compute_s = clock_mono_s() - t0;
     log_robust(m, next);
     if (m->round)
-        log_info("version %lld: second round used %zu reported and %zu estimated updates over "
-                 "%zu candidates", (long long)next, j->racc.reported, j->racc.estimated,
+        log_info("version %lld: second round used %zu reported and %zu silent updates over "
+                 "%zu candidates", (long long)next, j->racc.reported, j->racc.silent,
                  j->racc.n_cand);
     return VL_OK;
 }

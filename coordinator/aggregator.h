@@ -11,8 +11,12 @@
  * runs keep the momentum m and an error vector e on the coordinator:
  * e ← e + η·(Δ̄ + μ·m) accumulates exactly what the dense step would have
  * applied, and each version applies only the apply_k largest entries of e
- * and clears them. With apply_k = n this is the dense step. sketch runs do
- * the same in sketch space (FetchSGD, compress_fetchsgd_step).
+ * and clears them. With apply_k = n this is the dense step. sketch runs
+ * without a second round do the same in sketch space (FetchSGD,
+ * compress_fetchsgd_step, which applies only estimates that stand out of
+ * the collision noise); with one, the sketch only chooses the candidates
+ * and the step is the dense one over their exact values
+ * (compress_round_take).
  */
 #ifndef VOLLEY_COORD_AGGREGATOR_H
 #define VOLLEY_COORD_AGGREGATOR_H
@@ -93,24 +97,26 @@ struct storage_round;
 struct compress_update;
 
 /* The round's exact values, summed over a version's updates as the merge
- * walks them: Σ nᵢ·vᵢ at each candidate, where vᵢ is what update i's peer
- * reported, or, for a peer that did not answer in time, the estimate from
- * its own sketch. */
+ * walks them: Σ wᵢ·vᵢ at each candidate and Σ wᵢ, over the updates whose
+ * peers reported their values vᵢ. A peer that did not answer in time is
+ * counted as silent and left out: its sketch could only give collision
+ * estimates, and no value applied in a round run is an estimate. */
 typedef struct coord_round_acc {
     const uint32_t *cand; /* the round's candidates (borrowed) */
     size_t n_cand;
     double *sum;          /* n_cand */
+    double weight;        /* Σ wᵢ of the updates that reported */
     int64_t *ids;         /* updates that reported values, ascending */
     float **vals;         /* their values, n_cand each (owned) */
     size_t n_ids;
-    float *est;           /* n_cand scratch */
-    size_t reported, estimated;
+    size_t reported, silent;
 } coord_round_acc;
 
 /* Loads the values reported in the round of r->version. */
 int coord_round_acc_init(coord_round_acc *a, struct coord_server *srv,
                          const struct storage_round *r, vl_error *err) VL_MUST_CHECK;
-/* Adds update u (id, decoded sketch, weight w) to the sums. */
+/* Adds update u (id, decoded sketch, weight w) to the sums when its peer
+ * reported, else counts it silent. */
 int coord_round_acc_add(coord_round_acc *a, int64_t update_id, const struct compress_update *u,
                         float w, vl_error *err) VL_MUST_CHECK;
 void coord_round_acc_free(coord_round_acc *a);

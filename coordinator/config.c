@@ -44,6 +44,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->comp_seed = -1;
     cfg->comp_block = -1; /* by kind, see resolve_compression */
     cfg->comp_decay = -1;
+    cfg->second_round = -1; /* chosen from the run's kind and mode */
     cfg->keep_changes = -1;
     cfg->round_s = 30;
     cfg->staleness = (coord_staleness){.fn = COORD_STALE_POLYNOMIAL, .a = 0.5, .b = 4,
@@ -161,12 +162,17 @@ static int resolve_outer(coord_config *cfg, vl_error *err) {
     int async = coord_config_is_async(cfg);
     const char *kind = cfg->compression_kind;
     int sketch = strcmp(kind, "sketch") == 0;
+    if (async && cfg->second_round > 0)
+        return vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
+                                       "peers answer for one version's updates together)");
     if (cfg->outer_lr < 0) {
         cfg->outer_delay = 1;
-        if (sketch) {
-            /* Its momentum lives in sketch space, where no delay applies. */
-            cfg->outer_lr = 1.0;
-            cfg->outer_momentum = 0.0;
+        if (sketch && cfg->second_round > 0) {
+            cfg->outer_lr = COORD_SKETCH_ROUND_LR;
+            cfg->outer_momentum = COORD_SKETCH_ROUND_MOMENTUM;
+        } else if (sketch) {
+            cfg->outer_lr = COORD_SKETCH_LR;
+            cfg->outer_momentum = COORD_SKETCH_MOMENTUM;
         } else if (strcmp(kind, "none") != 0) {
             cfg->outer_lr = COORD_SPARSE_OUTER_LR;
             cfg->outer_momentum = 0.0;
@@ -632,6 +638,13 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
     int sparse = strcmp(kind, "topk") == 0 || strcmp(kind, "gaussk") == 0;
     if (cfg->comp_block < 0) cfg->comp_block = strcmp(kind, "topk") == 0 ? COORD_TOPK_BLOCK : 0;
     if (cfg->comp_decay < 0) cfg->comp_decay = sparse ? COORD_SPARSE_DECAY : 1.0;
+    if (cfg->second_round < 0 && strcmp(kind, "sketch") == 0 && coord_config_is_async(cfg))
+        return vl_fail(err, VL_EINVAL, "config: a sketch run's default second round needs "
+                                       "mode \"sync\"; an async sketch run must say "
+                                       "\"second_round\": 0 (estimates applied only where they "
+                                       "stand out of the collision noise)");
+    if (cfg->second_round < 0)
+        cfg->second_round = strcmp(kind, "sketch") == 0 ? COORD_SKETCH_SECOND_ROUND : 0;
     if (strcmp(kind, "none") == 0) {
         if (cfg->comp_block > 0 || cfg->comp_decay != 1.0)
             return vl_fail(err, VL_EINVAL, "config: compression.block (topk) and "
@@ -641,9 +654,17 @@ static int resolve_compression(coord_config *cfg, vl_error *err) {
         return VL_OK;
     }
     if (strcmp(kind, "sketch") == 0) {
-        if (cfg->comp_ratio > 0)
-            cfg->comp_cols = (int64_t)floor(dense / (cfg->comp_ratio * (double)(cfg->comp_rows *
-                                                                                elem)));
+        /* With a second round the upload is the sketch and one value per
+         * candidate (both in the run's dtype): the ratio's budget is split
+         * between them. */
+        double sketch_bytes = dense / cfg->comp_ratio;
+        if (cfg->second_round > 0) sketch_bytes *= COORD_SKETCH_SHARE;
+        if (cfg->comp_ratio > 0) {
+            cfg->comp_cols = (int64_t)floor(sketch_bytes / (double)(cfg->comp_rows * elem));
+            if (cfg->second_round > 0 && cfg->apply_k == 0)
+                cfg->apply_k = (int64_t)floor((dense / cfg->comp_ratio - sketch_bytes) /
+                                              (double)(elem * cfg->second_round));
+        }
         if (cfg->comp_cols < 1)
             return vl_fail(err, VL_EINVAL, "config: compression.sketch needs cols >= 1 (give "
                                            "compression.cols or a smaller compression.ratio)");
@@ -801,11 +822,6 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     if ((rc = resolve_compression(cfg, err)) || (rc = check_robust(cfg, err)) ||
         (rc = resolve_outer(cfg, err)))
         goto out;
-    if (coord_config_is_async(cfg) && cfg->second_round > 0) {
-        rc = vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
-                                     "peers answer for one version's updates together)");
-        goto out;
-    }
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {
         rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "

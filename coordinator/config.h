@@ -17,6 +17,32 @@
 #define COORD_PATH_MAX 4096
 /* Largest P of compression.second_round: P * apply_k candidates per round. */
 #define COORD_MAX_SECOND_ROUND 64
+/* What a sync sketch run gets when its configuration does not say. On
+ * pseudo-gradients after many local steps a sketch's estimates are mostly
+ * collision noise (docs/results/convergence.md), so a sketch run applies
+ * only exact values: the second round is on (P = 1: every candidate's
+ * exact value is applied), and a ratio's byte budget goes a quarter to
+ * the sketch, which only names the candidates, and the rest to one value
+ * per candidate (in the run's dtype, like the sketch's cells). */
+#define COORD_SKETCH_SECOND_ROUND 1
+#define COORD_SKETCH_SHARE 0.25
+/* A second-round run's E decays by this per version, so that what exact
+ * values never settle (the updates a coordinate's stand-in value got
+ * wrong) fades instead of piling up as noise. */
+#define COORD_ROUND_DECAY 0.9f
+/* The most versions one exact value may stand for (compress_round_take):
+ * a coordinate missed for longer is still moved as if for this many, so
+ * a stale value cannot arrive as one large burst. */
+#define COORD_ROUND_MAX_GAP 8.0f
+/* The outer step of a sketch run whose configuration has no "outer"
+ * object: with a second round, DiLoCo's (the exact values go through the
+ * dense step); without one, FedAvg's, since what passes the noise
+ * threshold is already the accumulated error feedback and momentum would
+ * apply it again. */
+#define COORD_SKETCH_ROUND_LR 0.7
+#define COORD_SKETCH_ROUND_MOMENTUM 0.9
+#define COORD_SKETCH_LR 1.0
+#define COORD_SKETCH_MOMENTUM 0.0
 /* Most training shards a run may name. */
 #define COORD_MAX_SHARDS 4096
 /* Most tokens one task may name: a peer keeps them on disk, 2 bytes each. */

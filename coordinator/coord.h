@@ -281,9 +281,11 @@ void coord_server_dispatch(struct evhttp_request *req, void *arg);
  * latest version from srv->db into srv. */
 int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
 /* Floats of outer optimiser state the run's compression keeps: momentum
- * (none), momentum and error vectors (topk, gaussk), or momentum and error
- * sketches (sketch); with outer.delay > 1 (not sketch) a buffer of n_params
- * for delayed Nesterov follows. */
+ * (none), momentum and error vectors (topk, gaussk), momentum and error
+ * sketches (sketch), or with a second round the error sketch, the dense
+ * momentum and each coordinate's versions since it was last applied; with
+ * outer.delay > 1 (not sketch) a buffer of n_params for delayed Nesterov
+ * follows. */
 size_t coord_state_size(const coord_config *cfg, size_t n_params);
 /* Frees what coord_state_load set up (not the database). */
 void coord_state_free(coord_server *srv);

@@ -1,6 +1,6 @@
 /* The coordinator's side of the Sketched-SGD second round (sketch runs with
- * compression.second_round): summing the exact values peers reported, with
- * each silent peer's own sketch standing in for it, and the timer that
+ * compression.second_round): summing the exact values peers reported (a
+ * silent peer's update is left out of them), and the timer that
  * closes a round at its deadline. Opening a round is in aggregator.c,
  * next to the merge it shares its code with; the HTTP side is in
  * routes_round.c. */
@@ -45,10 +45,9 @@ int coord_round_acc_init(coord_round_acc *a, coord_server *srv, const storage_ro
     int rc = storage_round_values_count(srv->db, r->version, &have, err);
     if (rc != VL_OK) return rc;
     a->sum = calloc(r->n, sizeof *a->sum);
-    a->est = malloc(r->n * sizeof *a->est);
     a->ids = malloc(((size_t)have + 1) * sizeof *a->ids);
     a->vals = calloc((size_t)have + 1, sizeof *a->vals);
-    if (!a->sum || !a->est || !a->ids || !a->vals) {
+    if (!a->sum || !a->ids || !a->vals) {
         coord_round_acc_free(a);
         return vl_fail(err, VL_ENOMEM, "out of memory for a round of %zu candidates", r->n);
     }
@@ -72,22 +71,17 @@ static const float *values_of(const coord_round_acc *a, int64_t update_id) {
 
 int coord_round_acc_add(coord_round_acc *a, int64_t update_id, const compress_update *u, float w,
                         vl_error *err) {
+    (void)u;
+    (void)err;
     const float *v = values_of(a, update_id);
-    if (v) {
-        a->reported++;
-    } else {
-        /* No answer in time: this update's own sketch estimates its
-         * values, which is what the one-round step would have used. */
-        compress_sketch s;
-        int rc = compress_sketch_init(&s, u->rows, u->cols, u->meta.seed, err);
-        if (rc != VL_OK) return rc;
-        rc = compress_update_accumulate_sketch(u, 1.0f, &s, err);
-        if (rc == VL_OK) compress_sketch_estimate_at(&s, a->cand, a->n_cand, a->est);
-        compress_sketch_free(&s);
-        if (rc != VL_OK) return rc;
-        v = a->est;
-        a->estimated++;
+    if (!v) {
+        /* No answer in time: its sketch could only stand in with collision
+         * estimates, so the round's mean is of the peers that answered. */
+        a->silent++;
+        return VL_OK;
     }
+    a->reported++;
+    a->weight += (double)w;
     for (size_t t = 0; t < a->n_cand; t++) a->sum[t] += (double)w * (double)v[t];
     return VL_OK;
 }
@@ -98,7 +92,6 @@ void coord_round_acc_free(coord_round_acc *a) {
     free(a->vals);
     free(a->ids);
     free(a->sum);
-    free(a->est);
     memset(a, 0, sizeof *a);
 }
 

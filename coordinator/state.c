@@ -99,8 +99,9 @@ out:
 }
 
 size_t coord_state_size(const coord_config *cfg, size_t n_params) {
+    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     if (strcmp(cfg->compression_kind, "sketch") == 0)
-        return 2 * (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+        return coord_config_round_candidates(cfg) > 0 ? cells + 2 * n_params : 2 * cells;
     /* m, e for the sparse kinds, then delayed Nesterov's buffer. */
     size_t n = strcmp(cfg->compression_kind, "none") == 0 ? n_params : 2 * n_params;
     return cfg->outer_delay > 1 ? n + n_params : n;

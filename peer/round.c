@@ -57,7 +57,9 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     compress_round_meta vm = {.version = k->base_version, .task = k->task_id, .peer = peer_id};
     snprintf(vm.run, sizeof vm.run, "%s", k->run);
     buf_reset(scratch);
-    int rc = compress_round_encode_values(&vm, vals, n, scratch, err);
+    /* In the run's dtype: half the bytes for F16 runs, which the ratio's
+     * budget counts. */
+    int rc = compress_round_encode_values_as(&vm, vals, n, k->dtype, scratch, err);
     free(vals);
     if (rc) return rc;
     peer_request rq = {.method = "POST", .target = "/v1/round/values",

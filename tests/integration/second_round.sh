@@ -2,7 +2,7 @@
 # A sketch run with the Sketched-SGD second round, end to end. Round
 # requests before the round opens, while it is open and after it closed
 # are refused with their codes and change nothing stored; a peer that
-# stays silent is replaced by its sketch's estimate once the round's
+# stays silent is left out of the round's exact mean once the round's
 # deadline passes; answers are taken once; real peers answer every round
 # of the rest of the run, and the run finishes and learns.
 source "$(dirname "$0")/lib.sh"
@@ -47,11 +47,11 @@ one_task 1 a
 # Peer 1 answered its round before it exited; the attacker has not.
 [ "$(q 'SELECT count(*) FROM round_values WHERE version = 0')" = 1 ] || fail "peer 1 did not answer the round"
 unchanged open
-# The attacker stays silent: the deadline (3 s) makes version 1 with its
-# sketch's estimate standing in.
+# The attacker stays silent: the deadline (3 s) makes version 1 from peer
+# 1's exact values alone.
 wait_for 'SELECT count(*) FROM versions' 2
-grep -q "version 1: second round used 1 reported and 1 estimated" coordinator.log \
-  || fail "the silent update was not estimated"
+grep -q "version 1: second round used 1 reported and 1 silent" coordinator.log \
+  || fail "the silent update was not left out"
 unchanged closed
 
 # Version 1: both answer, the attacker twice (the second is a duplicate).
@@ -64,7 +64,7 @@ wait_for "SELECT count(*) FROM rounds WHERE version = 1" 1
 [ "${PIPESTATUS[0]}" = 0 ] || fail "valid round values were refused"
 wait "$P1" || fail "peer 1 failed"
 wait_for 'SELECT count(*) FROM versions' 3
-grep -q "version 2: second round used 2 reported and 0 estimated" coordinator.log \
+grep -q "version 2: second round used 2 reported and 0 silent" coordinator.log \
   || fail "version 2 did not use both answers"
 
 # The rest of the run: two real peers answer every round.
@@ -76,7 +76,7 @@ for p in "${PIDS[@]}"; do wait "$p" || fail "a peer exited with an error"; done
 PIDS=()
 [ "$(q 'SELECT count(*) FROM versions')" = $((VERSIONS + 1)) ] || fail "the run did not finish"
 for v in 3 4 5; do
-  grep -q "version $v: second round used 2 reported and 0 estimated" coordinator.log \
+  grep -q "version $v: second round used 2 reported and 0 silent" coordinator.log \
     || fail "version $v did not use both peers' values"
 done
 [ "$(grep -c 'reported [0-9]* exact values' peer1.log peer2.log | awk -F: '{s += $2} END {print s}')" -ge 7 ] \

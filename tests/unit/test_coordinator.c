@@ -162,6 +162,39 @@ static void test_config_defaults(void **state) {
     free(json);
 }
 
+/* Without an "outer" object a sketch run takes its own outer step (with
+ * and without a second round); given, it is the run's; other kinds keep
+ * DiLoCo's. An async sketch run may turn the second round off. */
+static void test_config_sketch_outer_default(void **state) {
+    (void)state;
+    coord_config cfg, again;
+    vl_error e;
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"sketch\", \"ratio\": 10}}", &cfg, &e), VL_OK);
+    assert_true(cfg.outer_lr == COORD_SKETCH_ROUND_LR);
+    assert_true(cfg.outer_momentum == COORD_SKETCH_ROUND_MOMENTUM);
+    char *json = coord_config_to_json(&cfg, 1);
+    assert_int_equal(parse(json, &again, &e), VL_OK);
+    assert_memory_equal(&cfg, &again, sizeof cfg);
+    free(json);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
+                           "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10, "
+                           "\"second_round\": 0}}", &cfg, &e), VL_OK);
+    assert_int_equal(cfg.second_round, 0);
+    assert_true(cfg.outer_lr == COORD_SKETCH_LR);
+    assert_true(cfg.outer_momentum == COORD_SKETCH_MOMENTUM);
+    assert_int_equal(coord_config_round_candidates(&cfg), 0);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"lr\": 0.3}, "
+                           "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}", &cfg,
+                           &e), VL_OK);
+    assert_true(cfg.outer_lr == 0.3);
+    assert_true(cfg.outer_momentum == 0.9);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
+                           "{\"kind\": \"topk\", \"ratio\": 10}}", &cfg, &e), VL_OK);
+    assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
+    assert_int_equal(cfg.second_round, 0);
+}
+
 /* A compression ratio R makes an update R times smaller than a dense F32
  * one; what the ratio resolves to is stored, so it parses back the same. */
 static void test_config_compression(void **state) {
@@ -183,8 +216,16 @@ static void test_config_compression(void **state) {
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"seed\": 5, "
                            "\"compression\": {\"kind\": \"sketch\", \"dtype\": \"F16\", "
                            "\"ratio\": 1000, \"rows\": 3}}", &cfg, &e), VL_OK);
+    /* A sync sketch run has the second round by default, and the ratio's
+     * budget is shared: a quarter for the sketch, the rest for one F16
+     * value per candidate. */
+    double budget = 4.0 * (double)n / 1000.0;
     assert_int_equal(cfg.comp_rows, 3);
-    assert_int_equal(cfg.comp_cols, (int64_t)(4.0 * (double)n / (1000.0 * 3 * 2)));
+    assert_int_equal(cfg.second_round, COORD_SKETCH_SECOND_ROUND);
+    assert_int_equal(cfg.comp_cols, (int64_t)(COORD_SKETCH_SHARE * budget / (3 * 2)));
+    assert_int_equal(cfg.apply_k, (int64_t)((budget - COORD_SKETCH_SHARE * budget) / 2.0));
+    assert_true((double)(cfg.comp_rows * cfg.comp_cols * 2) +
+                    2.0 * (double)coord_config_round_candidates(&cfg) <= budget);
     assert_int_equal(cfg.comp_k, cfg.comp_cols / 2);
     assert_int_equal(cfg.comp_seed, 5);
     assert_string_equal(coord_config_update_kind(&cfg), "sketch");
@@ -386,6 +427,11 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
                         "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10, "
                         "\"second_round\": 2}}", "needs a sync run");
+    /* The second round is a sketch run's default only in sync runs; an
+     * async one must turn it off itself. */
+    expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
+                        "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}",
+                        "must say \"second_round\": 0");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"keep_update_blobs\": 0}",
                         "keep_update_blobs");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
@@ -604,6 +650,7 @@ int main(void) {
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_config_val_tokens),
         cmocka_unit_test(test_config_compression),
+        cmocka_unit_test(test_config_sketch_outer_default),
         cmocka_unit_test(test_outer_step_sparse),
         cmocka_unit_test(test_config_errors_name_the_field),
         cmocka_unit_test(test_lr_schedule),

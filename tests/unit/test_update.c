@@ -331,6 +331,35 @@ static void test_value_bounds(void **state) {
     free(d);
 }
 
+/* Round values in F16 come back as the F16 rounding of what was sent;
+ * another dtype is refused on both sides. */
+static void test_round_values_f16(void **state) {
+    (void)state;
+    compress_round_meta rm = {.run = "demo", .version = 2, .task = 9, .peer = 4};
+    float rv[3] = {0.1f, -3.0f, 1e-3f};
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    OK(compress_round_encode_values_as(&rm, rv, 3, ST_F16, &b, &e_));
+    compress_round_meta back;
+    float *got = NULL;
+    size_t n = 0;
+    const char *code = NULL;
+    OK(compress_round_decode_values(b.data, b.len, 3, &back, &got, &n, &code, &e_));
+    assert_int_equal(n, 3);
+    assert_int_equal(back.task, 9);
+    for (int i = 0; i < 3; i++) assert_true(got[i] == f16_to_f32(f32_to_f16(rv[i])));
+    assert_true(got[0] != rv[0]); /* rounded, so F16 really travelled */
+    free(got);
+    vl_error e = {0};
+    assert_int_equal(compress_round_decode_values(b.data, b.len, 4, &back, &got, &n, &code, &e),
+                     VL_ERANGE);
+    assert_string_equal(code, "bad_shape");
+    buf_free(&b);
+    buf_init(&b, BUF_DEFAULT_CAP);
+    assert_int_equal(compress_round_encode_values_as(&rm, rv, 3, ST_U32, &b, NULL), VL_EINVAL);
+    buf_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk_round_trip),
@@ -338,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_sketch_round_trip_and_spec),
         cmocka_unit_test(test_sketch_malformed),
         cmocka_unit_test(test_value_bounds),
+        cmocka_unit_test(test_round_values_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
