@@ -145,8 +145,9 @@ function secs(ts,   y, m, d, e, yoe, doy) {
 }'
 
 # DIR/curve.tsv (version, merged updates, seconds, val_loss, train_loss)
-# and DIR/summary.tsv (final val_loss, bytes per update, wall seconds,
-# merged updates, versions) from the run's database and coordinator log.
+# and DIR/summary.tsv (final val_loss, bytes uploaded per update, wall
+# seconds, merged updates, versions) from the run's database, coordinator
+# log and peer logs.
 extract() {
   local dir=$1
   {
@@ -163,8 +164,13 @@ extract() {
     $1 == "T" { t[$2] = $3; next }
     { cum += $3
       printf "%d\t%d\t%.3f\t%.6f\t%s\n", $2, cum, ($2 in t) ? t[$2] : 0, $4, $5 }' > "$dir/curve.tsv"
-  local bytes
-  bytes=$(sqlite3 "$dir/run.db" "SELECT coalesce(avg(nbytes), 0) FROM updates")
+  # Upload per update is what the peers sent in all (their exit lines),
+  # over the updates: a sketch run's second-round values are part of it.
+  local bytes n_up
+  n_up=$(sqlite3 "$dir/run.db" "SELECT count(*) FROM updates")
+  bytes=$(cat "$dir"/peer*.log 2>/dev/null | awk -v n="$n_up" '
+    /traffic: uploaded/ { for (i = 1; i <= NF; i++) if ($i == "uploaded") up += $(i + 1) }
+    END { printf "%.0f", n > 0 ? up / n : 0 }')
   awk -F '\t' -v b="$bytes" '{ last = $0; l = $4; s = $3; u = $2; v = $1 }
     END { printf "%.6f\t%.0f\t%.3f\t%d\t%d\n", l, b, s, u, v }' "$dir/curve.tsv" > "$dir/summary.tsv"
 }
