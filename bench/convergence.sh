@@ -13,13 +13,15 @@
 #
 # Usage: bash bench/convergence.sh [RATIOS] [KINDS]
 #   RATIOS  upload compression against a dense F32 update (default "10 100 1000")
-#   KINDS   default "topk gaussk topk-plain gaussk-plain sketch sketch2":
+#   KINDS   default "topk gaussk topk-plain gaussk-plain sketch sketch-noround":
 #           topk selects over slices of CONV_BLOCK coordinates, and topk and
 #           gaussk keep a residual decaying by CONV_DECAY per task; the
 #           -plain kinds are the classic global selection with undecayed
 #           error feedback;
-#           sketch2 is the sketch with the Sketched-SGD second round, P = 2
-#           (its values count as upload)
+#           sketch is the sketch as a run gets it from its kind and ratio
+#           alone (the second round on, its values counting as upload, and
+#           the sketch's own outer step); sketch-noround turns the round
+#           off (second_round 0), as an async run must
 # Environment: CONV_REPEATS (3) runs per configuration; CONV_DTYPE (F16)
 # for the compressed values; CONV_BLOCK (512) and CONV_DECAY (0.9);
 # CONV_OUTER, the outer optimiser of the compressed runs ({"lr": 3.0,
@@ -33,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 ratios=${1:-"10 100 1000"}
-kinds=${2:-"topk gaussk topk-plain gaussk-plain sketch sketch2"}
+kinds=${2:-"topk gaussk topk-plain gaussk-plain sketch sketch-noround"}
 repeats=${CONV_REPEATS:-3}
 dtype=${CONV_DTYPE:-F16}
 block=${CONV_BLOCK:-512}
@@ -94,17 +96,17 @@ awk -v l="$f_loss" -v dl="$d_loss" -v u="$f_up" -v d="$f_down" -v s="$f_s" -v o=
          o, l, l / dl, u, d, s }'
 for kind in $kinds; do
   for r in $ratios; do
-    extra="" wire=$kind
+    extra="" wire=$kind outer=$comp_outer
     case $kind in
       topk) extra=", \"block\": $block, \"decay\": $decay" ;;
       gaussk) extra=", \"decay\": $decay" ;;
       topk-plain | gaussk-plain) wire=${kind%-plain} ;;
-      sketch2) extra=', "second_round": 2' wire=sketch ;;
-      sketch) ;;
+      sketch) outer="" ;;
+      sketch-noround) extra=', "second_round": 0' wire=sketch outer="" ;;
       *) echo "convergence: unknown kind '$kind'" >&2; exit 2 ;;
     esac
     read -r loss lo hi up down s < <(runs "$kind-$r" "$repeats" \
-      "{\"kind\": \"$wire\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$comp_outer")
+      "{\"kind\": \"$wire\", \"dtype\": \"$dtype\", \"ratio\": $r$extra}" "$outer")
     awk -v k="$kind" -v r="$r" -v n="$repeats" -v l="$loss" -v lo="$lo" -v hi="$hi" \
         -v dl="$d_loss" -v u="$up" -v du="$d_up" -v d="$down" -v s="$s" 'BEGIN {
       printf "| %s | %s | %s | %.4f (%.4f-%.4f) | %.3f | %.0f | %.0fx less | %.0f | %.1f |\n",

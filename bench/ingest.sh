@@ -47,7 +47,8 @@ UP_DIRECT=$(printf '%s\n' "$up_out" | sed -n 's/^direct=//p')
 # A FedBuff buffer of 64 updates per version and bounds that never end the
 # run or refuse an update as stale within the measurement.
 IT_MODE=async IT_LEASE_S=60 it_setup ingest 1000000 ${UPV:-64} \
-  '"compression": {"kind": "sketch", "rows": 5, "cols": 10000, "dtype": "F32"},
+  '"compression": {"kind": "sketch", "rows": 5, "cols": 10000, "dtype": "F32",
+                   "second_round": 0},
    "staleness": {"max": 1000000},'
 # Each client uploads as fast as it can, far above a peer's rate: the
 # measurement is of the coordinator, so no rate limits.

@@ -12,7 +12,7 @@ INGEST=${INGEST:?}
 KILLS=${CRASH_KILLS:-20}
 PER=8
 IT_MODE=async IT_LEASE_S=30 it_setup itcrash 1000000 "$PER" \
-  '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32"},
+  '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32", "second_round": 0},
    "staleness": {"max": 1000000},'
 # The storm is far above any peer's rate on purpose: no rate limits.
 IT_SERVE_ARGS="--peer-rate 0 --addr-rate 0"
