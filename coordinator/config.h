@@ -21,11 +21,11 @@
  * pseudo-gradients after many local steps a sketch's estimates are mostly
  * collision noise (docs/results/convergence.md), so a sketch run applies
  * only exact values: the second round is on (P = 1: every candidate's
- * exact value is applied), and a ratio's byte budget goes a quarter to
+ * exact value is applied), and a ratio's byte budget goes a tenth to
  * the sketch, which only names the candidates, and the rest to one value
  * per candidate (in the run's dtype, like the sketch's cells). */
 #define COORD_SKETCH_SECOND_ROUND 1
-#define COORD_SKETCH_SHARE 0.25
+#define COORD_SKETCH_SHARE 0.1
 /* A second-round run's E decays by this per version, so that what exact
  * values never settle (the updates a coordinate's stand-in value got
  * wrong) fades instead of piling up as noise. */

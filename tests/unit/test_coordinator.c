@@ -217,7 +217,7 @@ static void test_config_compression(void **state) {
                            "\"compression\": {\"kind\": \"sketch\", \"dtype\": \"F16\", "
                            "\"ratio\": 1000, \"rows\": 3}}", &cfg, &e), VL_OK);
     /* A sync sketch run has the second round by default, and the ratio's
-     * budget is shared: a quarter for the sketch, the rest for one F16
+     * budget is shared: a tenth for the sketch, the rest for one F16
      * value per candidate. */
     double budget = 4.0 * (double)n / 1000.0;
     assert_int_equal(cfg.comp_rows, 3);

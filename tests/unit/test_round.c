@@ -77,8 +77,8 @@ static void test_round_take_values_and_state(void **state) {
 static void test_round_take_flat_updates_learn(void **state) {
     (void)state;
     const size_t d = 20000;
-    const uint32_t rows = 5, cols = 8; /* a quarter of the budget: 40 cells */
-    const size_t k = 150;              /* the rest: 150 F32 values */
+    const uint32_t rows = 5, cols = 8; /* 40 cells, a tenth of the budget */
+    const size_t k = 360;              /* the rest, as F16 values */
     float *target = random_vec(d, 31), *theta = calloc(d, sizeof(float));
     float *delta = malloc(d * sizeof(float)), *scratch = malloc(d * sizeof(float));
     float *age = calloc(d, sizeof(float)), *exact = malloc(k * sizeof(float));
