@@ -174,8 +174,8 @@ void coord_lease_abandoned(coord_server *srv) {
  * last update may be in that version). Applying a pseudo-gradient to a
  * model one version past its base repeats that version's step, which
  * acts as momentum of 1 on it: with most updates one version stale, the
- * demo run stalled near 2.7 nats where sync reached 2.15. That wait is also the
- * run's back-pressure: when merging is slower than the peers, taking
+ * demo run stalled near 2.7 nats where sync reached 2.4 by the same
+ * version. The wait is also the run's back-pressure: when merging is slower than the peers, taking
  * exactly updates_per_version updates a version would otherwise let the
  * queue, and with it every update's staleness, grow without bound.
  * pending: 1 when the peer's update is not stored yet (the upload that
