@@ -170,7 +170,7 @@ extract() {
   n_up=$(sqlite3 "$dir/run.db" "SELECT count(*) FROM updates")
   bytes=$(cat "$dir"/peer*.log 2>/dev/null | awk -v n="$n_up" '
     /traffic: uploaded/ { for (i = 1; i <= NF; i++) if ($i == "uploaded") up += $(i + 1) }
-    END { printf "%.0f", n > 0 ? up / n : 0 }')
+    END { printf "%.0f", (n > 0 ? up / n : 0) }')
   awk -F '\t' -v b="$bytes" '{ last = $0; l = $4; s = $3; u = $2; v = $1 }
     END { printf "%.6f\t%.0f\t%.3f\t%d\t%d\n", l, b, s, u, v }' "$dir/curve.tsv" > "$dir/summary.tsv"
 }

@@ -39,7 +39,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->outer_delay = -1;         /* by mode, once it is known */
     cfg->train.dynamic_steps = -1; /* likewise */
     snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
-    snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "F32");
+    cfg->compression_dtype[0] = '\0'; /* by kind, see resolve_compression */
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
     cfg->comp_block = -1; /* by kind, see resolve_compression */
@@ -626,6 +626,11 @@ int64_t coord_config_update_bytes(const coord_config *cfg) {
  * index and a value, sketch cells one value. */
 static int resolve_compression(coord_config *cfg, vl_error *err) {
     const char *kind = cfg->compression_kind;
+    /* A compressed update spends its bytes on values: at a given ratio F16
+     * carries twice as many, which is worth more than their precision. */
+    if (!cfg->compression_dtype[0])
+        snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "%s",
+                 strcmp(kind, "none") == 0 ? "F32" : "F16");
     int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
     double dense = 4.0 * (double)n;

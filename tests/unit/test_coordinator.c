@@ -204,7 +204,9 @@ static void test_config_compression(void **state) {
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
     size_t n = model_gpt_config_num_params(&cfg.model);
-    assert_int_equal(cfg.comp_k, (int64_t)(4.0 * (double)n / (100.0 * 8.0)));
+    /* Compressed kinds default to F16 values (an entry is 4 + 2 bytes). */
+    assert_string_equal(cfg.compression_dtype, "F16");
+    assert_int_equal(cfg.comp_k, (int64_t)(4.0 * (double)n / (100.0 * 6.0)));
     assert_int_equal(cfg.apply_k, cfg.comp_k * cfg.updates_per_version);
     assert_string_equal(coord_config_update_kind(&cfg), "topk");
     assert_int_equal(cfg.keep_changes, 1000);
