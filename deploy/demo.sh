@@ -9,7 +9,8 @@
 # Knobs (environment): VOLLEY_DEMO_PEERS (4), VOLLEY_DEMO_VERSIONS (40),
 # VOLLEY_DEMO_STEPS (local steps per task, 20), VOLLEY_DEMO_COMPRESSION
 # (the run's "compression" object, {"kind": "none", "dtype": "F32"}),
-# VOLLEY_DEMO_OUTER (the "outer" object, {"lr": 0.7, "momentum": 0.9}),
+# VOLLEY_DEMO_OUTER (the "outer" object; unset, the run has none and the
+# coordinator picks its compression's default outer step),
 # VOLLEY_DEMO_MODE (sync or async), VOLLEY_DEMO_UPV (updates_per_version,
 # default the number of peers), VOLLEY_DEMO_SEED (the run's seed, 1337),
 # VOLLEY_DEMO_CORPUS (a text file, or a folder whose regular files are
@@ -24,7 +25,7 @@ peers=${VOLLEY_DEMO_PEERS:-4}
 versions=${VOLLEY_DEMO_VERSIONS:-40}
 steps=${VOLLEY_DEMO_STEPS:-20}
 compression=${VOLLEY_DEMO_COMPRESSION:-'{"kind": "none", "dtype": "F32"}'}
-outer=${VOLLEY_DEMO_OUTER:-'{"lr": 0.7, "momentum": 0.9}'}
+outer=${VOLLEY_DEMO_OUTER:+"\"outer\": $VOLLEY_DEMO_OUTER,"}
 work=${VOLLEY_DEMO_DIR:-$root/demo-run}
 upv=${VOLLEY_DEMO_UPV:-$peers}
 seed=${VOLLEY_DEMO_SEED:-1337}
@@ -72,7 +73,7 @@ cat > run.json <<JSON
   "max_versions": $versions,
   "train": {"steps": $steps, "batch": 8, "optimizer": "adamw", "lr": 0.002,
             "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "grad_clip": 1.0},
-  "outer": $outer,$extra
+  $outer$extra
   "compression": $compression,
   "task_bytes": 65536,
   "lease_s": 120
