@@ -84,6 +84,8 @@ rm -rf "$out"
 mkdir -p "$out"
 tar -czf "$out/volley-gpu.tar.gz" -C "$stage" .
 cp deploy/gpu-bundle/run.sh "$out/run.sh"
+# Sync against async with a slow peer on the machine's CPU cores.
+cp deploy/gpu-bundle/async-check.sh "$out/async-check.sh"
 chmod +x "$out/run.sh"
 cp "$stage/BUILD.txt" "$out/BUILD.txt"
 size=$(du -sb "$out" | cut -f1)
