@@ -68,6 +68,22 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     srv->val_loss = v.val_loss;
     srv->n_state = coord_state_size(&srv->cfg, srv->n_params);
     coord_config_spec(&srv->cfg, &srv->spec);
+    /* A run stored before outer.delay existed has no delayed-Nesterov
+     * buffer yet (an async run with momentum now gets a delay): it starts
+     * empty, as at the start of a cycle. */
+    if (v.momentum && srv->cfg.outer_delay > 1 && v.n_state + srv->n_params == srv->n_state) {
+        float *grown = realloc(v.momentum, srv->n_state * sizeof(float));
+        if (!grown) {
+            storage_version_free(&v);
+            rc = vl_fail(err, VL_ENOMEM, "out of memory");
+            goto out;
+        }
+        memset(grown + v.n_state, 0, srv->n_params * sizeof(float));
+        v.momentum = grown;
+        v.n_state = srv->n_state;
+        log_info("version %lld: delayed Nesterov's buffer starts empty (the run was stored "
+                 "without one)", (long long)run.current_version);
+    }
     if (v.momentum && v.n_state != srv->n_state) {
         storage_version_free(&v);
         rc = vl_fail(err, VL_EDB, "version %lld has optimiser state of the wrong size",
