@@ -1,0 +1,23 @@
+/* Shared between config.c (parsing) and config_resolve.c (what a parsed
+ * configuration resolves to); not for use outside the configuration. */
+#ifndef VOLLEY_COORD_CONFIG_INTERNAL_H
+#define VOLLEY_COORD_CONFIG_INTERNAL_H
+
+#include "common/common.h"
+#include "coordinator/config.h"
+
+/* Room for an update's safetensors header: the metadata strings and one
+ * tensor entry, padded. Generous, because refusing a valid update for a
+ * few bytes would stall the run. */
+#define UPDATE_HEADER_SLACK 8192
+
+/* Fills in dtype, block, decay, the second round, k, cols and apply_k
+ * from what was given (a ratio R: an update R times smaller than a dense
+ * F32 one), and refuses settings the kind has no use for. */
+int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* The outer step, delay and dynamic steps by kind and mode when not given,
+ * and the async combinations refused because they are known to diverge.
+ * After coord_config_resolve_compression. */
+int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+#endif
