@@ -15,84 +15,13 @@
 /* A merge that failed (the database was busy or full) is retried. */
 #define MERGE_RETRY_S 5
 
-void coord_outer_step(float *theta, float *momentum, const float *dbar, size_t n, double lr,
-                      double mu) {
-    for (size_t i = 0; i < n; i++) {
-        double m = mu * (double)momentum[i] + (double)dbar[i];
-        momentum[i] = (float)m;
-        theta[i] = (float)((double)theta[i] - lr * ((double)dbar[i] + mu * m));
-    }
-}
-
-void coord_scale(float *x, size_t n, double s) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)((double)x[i] * s);
-}
-
-/* The apply_k entries of largest |e| move from e into theta. */
-static int apply_largest(float *theta, float *e, size_t n, size_t apply_k, uint32_t *idx,
-                         size_t *nnz, vl_error *err) {
-    int rc = compress_topk(e, n, apply_k, idx, nnz, err);
-    if (rc != VL_OK) return rc;
-    for (size_t j = 0; j < *nnz; j++) {
-        uint32_t i = idx[j];
-        theta[i] -= e[i];
-        e[i] = 0;
-    }
-    return VL_OK;
-}
-
-int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar, size_t n,
-                            double lr, double mu, size_t apply_k, uint32_t *idx, size_t *nnz,
-                            vl_error *err) {
-    for (size_t i = 0; i < n; i++) {
-        double mi = mu * (double)m[i] + (double)dbar[i];
-        m[i] = (float)mi;
-        e[i] = (float)((double)e[i] + lr * ((double)dbar[i] + mu * mi));
-    }
-    return apply_largest(theta, e, n, apply_k, idx, nnz, err);
-}
-
-int coord_outer_delay_due(int64_t next_version, int64_t delay) {
-    return delay <= 1 || next_version % delay == 0;
-}
-
-void coord_outer_delayed(float *d, float *m, float *acc, size_t n, double lr, double mu,
-                         int64_t delay, int momentum_now) {
-    double inv = 1.0 / (double)(delay > 1 ? delay : 1);
-    for (size_t i = 0; i < n; i++) {
-        double di = (double)d[i];
-        double bi = (double)acc[i] + di;
-        double step = lr * di * inv;
-        if (momentum_now) {
-            double mi = mu * (double)m[i] + bi * inv;
-            m[i] = (float)mi;
-            step += lr * mu * mi;
-            bi = 0;
-        }
-        acc[i] = (float)bi;
-        d[i] = (float)step;
-    }
-}
-
-size_t coord_change(const float *before, const float *after, size_t n, const uint32_t *cand,
-                    size_t n_cand, uint32_t *idx, float *val) {
-    size_t k = 0;
-    size_t m = cand ? n_cand : n;
-    for (size_t j = 0; j < m; j++) {
-        size_t i = cand ? cand[j] : j;
-        if (i >= n || after[i] == before[i]) continue;
-        idx[k] = (uint32_t)i;
-        val[k++] = after[i] - before[i];
-    }
-    return k;
-}
-
 typedef struct merge_ctx {
     const coord_config *cfg;
     size_t n_params;
     float *sum;          /* Σ nᵢ Δᵢ (dense and topk runs) */
     compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
     int64_t *ids;
+    int64_t *peers;      /* the peer of each */
     double *norms;       /* each update's L2 norm as sent */
     size_t n_ids, cap;
     coord_robust_acc *rb; /* a rule other than mean: the updates are held here */
@@ -117,7 +46,9 @@ static int merge_one(void *arg, const storage_update *u) {
         if (ids) m->ids = ids;
         double *norms = realloc(m->norms, cap * sizeof *norms);
         if (norms) m->norms = norms;
-        if (!ids || !norms) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
+        int64_t *peers = realloc(m->peers, cap * sizeof *peers);
+        if (peers) m->peers = peers;
+        if (!ids || !norms || !peers) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
         m->cap = cap;
     }
     /* Stored updates passed these checks on arrival; failing now means the
@@ -150,6 +81,7 @@ static int merge_one(void *arg, const storage_update *u) {
     compress_update_free(&cu);
     if (rc != VL_OK) return rc;
     m->norms[m->n_ids] = norm;
+    m->peers[m->n_ids] = u->peer_id;
     m->ids[m->n_ids++] = u->id;
     m->samples += (double)w;
     m->loss_sum += u->loss;
@@ -158,21 +90,15 @@ static int merge_one(void *arg, const storage_update *u) {
     return VL_OK;
 }
 
-/* Validation loss of the parameters theta, on the scratch model so the
- * served one keeps the current version's until the next is committed. */
-static float eval_val(coord_server *srv, const float *theta) {
-    float loss = NAN;
-    vl_error e = {0};
-    if (!srv->eval && model_gpt_create(&srv->cfg.model, &srv->eval, &e) != VL_OK) {
-        log_warn("validation failed: %s", e.msg);
-        return NAN;
-    }
+/* Validation loss of the parameters theta into *loss, on the scratch
+ * model so the served one keeps the current version's until the next is
+ * committed. A failure to score (not a loss that is not a number) fails
+ * the merge, which is retried. */
+static int eval_val(coord_server *srv, const float *theta, float *loss, vl_error *err) {
+    int rc = srv->eval ? VL_OK : model_gpt_create(&srv->cfg.model, &srv->eval, err);
+    if (rc != VL_OK) return rc;
     memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
-    if (coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, &loss, &e) != VL_OK) {
-        log_warn("validation failed: %s", e.msg);
-        return NAN;
-    }
-    return loss;
+    return coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, loss, err);
 }
 
 /* Buffers of one merge, freed together. */
@@ -299,7 +225,7 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
         for (size_t i = 0; i < n; i++) e[i] += m->sum[i];
         b->cand = malloc((size_t)cfg->apply_k * sizeof *b->cand + 1);
         if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
-        return apply_largest(theta, e, n, (size_t)cfg->apply_k, b->cand, n_cand, err);
+        return coord_apply_largest(theta, e, n, (size_t)cfg->apply_k, b->cand, n_cand, err);
     }
     if (dense) {
         coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
@@ -428,6 +354,7 @@ static int open_round(coord_server *srv, vl_error *err) {
         }
     }
     free(m.ids);
+    free(m.peers);
     free(m.norms);
     bufs_free(&b);
     return rc;
@@ -483,6 +410,7 @@ static void merge_job_free(merge_job *j) {
     coord_robust_acc_free(&j->rb);
     free(j->m.sum);
     free(j->m.ids);
+    free(j->m.peers);
     free(j->m.norms);
     bufs_free(&j->b);
     free(j);
@@ -494,6 +422,25 @@ static void merge_failed(coord_server *srv, merge_job *j, const vl_error *err) {
               MERGE_RETRY_S, err->msg);
     merge_job_free(j);
     coord_schedule_merge_in(srv, MERGE_RETRY_S);
+}
+
+/* A refused version, with the updates that made it (update:peer), so an
+ * operator can see whose they were. */
+static void log_refused(const coord_server *srv, const merge_job *j) {
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < j->m.n_ids && used < sizeof list; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%lld:%lld", i ? " " : "",
+                         (long long)j->m.ids[i], (long long)j->m.peers[i]);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    if (used >= sizeof list) memcpy(list + sizeof list - 4, "...", 4);
+    log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
+             "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters and the "
+             "outer optimiser restarts from zero; its updates (update:peer) were %s",
+             (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
+             srv->best_val_loss, (long long)j->ver.version - 1, list);
 }
 
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
@@ -511,6 +458,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     j->b.state = old;
     srv->version = j->ver.version;
     srv->val_loss = j->ver.val_loss;
+    if (isfinite(j->ver.val_loss) &&
+        (!isfinite(srv->best_val_loss) || j->ver.val_loss < srv->best_val_loss))
+        srv->best_val_loss = j->ver.val_loss;
     srv->version_born = clock_mono_s();
     srv->finished = j->opts.finished;
     if (srv->model_blob) {
@@ -518,6 +468,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         srv->model_blob = NULL;
     }
     if (j->ver.factors) srv->factors_version = j->ver.version;
+    if (j->ver.refused) log_refused(srv, j);
     /* Bits per byte (per token in a shard run) compare across vocabularies
      * and with published figures; nats are what training minimises. */
     log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
@@ -585,17 +536,34 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
-    size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
     int64_t next = m->version + 1;
     double t_eval = clock_mono_s();
-    float val_loss = eval_val(srv, b->next);
+    float val_loss = NAN;
+    if ((rc = eval_val(srv, b->next, &val_loss, &j->merr)) != VL_OK) {
+        vl_fail(err, rc, "validating version %lld: %s", (long long)next, j->merr.msg);
+        return rc;
+    }
     j->eval_s = clock_mono_s() - t_eval;
+    /* A version whose loss blew up is refused, not served: it keeps the
+     * current parameters, and the outer optimiser's state (momentum, the
+     * sketch's error, the delayed step's buffer) restarts from zero, since
+     * that state is what carried the step that failed. Its updates count
+     * as merged, so they are not offered again. */
+    int refused = coord_sched_version_refused(val_loss, srv->best_val_loss,
+                                              srv->cfg.max_loss_rise);
+    if (refused) {
+        memcpy(b->next, theta, n * sizeof(float));
+        memset(b->state, 0, srv->n_state * sizeof(float));
+        n_cand = 0;
+    }
+    size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
     j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
                                .momentum = b->state, .n = n, .n_state = srv->n_state,
-                               .val_loss = val_loss,
+                               .val_loss = refused ? srv->val_loss : val_loss,
                                .train_loss = m->loss_sum / (double)m->n_ids,
                                .num_updates = (int64_t)m->n_ids, .has_change = 1,
-                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz};
+                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz,
+                               .refused = refused, .refused_val_loss = val_loss};
     j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
                                     .keep_changes = srv->cfg.keep_changes,
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,

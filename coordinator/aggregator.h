@@ -35,6 +35,12 @@ void coord_outer_step(float *theta, float *momentum, const float *dbar, size_t n
 /* x[i] *= s for n values (turns a weighted sum into a weighted mean). */
 void coord_scale(float *x, size_t n, double s);
 
+/* The apply_k entries of largest |e| (ties to the lower index) move from
+ * e into theta (theta -= e there, e = 0); their indices, ascending, go to
+ * idx (room for apply_k; *nnz gets the count). */
+int coord_apply_largest(float *theta, float *e, size_t n, size_t apply_k, uint32_t *idx,
+                        size_t *nnz, vl_error *err) VL_MUST_CHECK;
+
 /* The outer step of topk/gaussk runs, in place: m ← μ·m + dbar,
  * e ← e + lr·(dbar + μ·m), then the apply_k entries of largest |e| (ties
  * to the lower index) are added to theta, taken out of e, and their

@@ -48,6 +48,7 @@ void coord_config_defaults(coord_config *cfg) {
                                        .max = 16};
     cfg->selsync_h_min = -1;
     cfg->keep_update_blobs = -1;
+    cfg->max_loss_rise = COORD_MAX_LOSS_RISE_DEFAULT;
     cfg->task_bytes = 65536;
     cfg->task_tokens = 65536;
     cfg->lease_s = 120;
@@ -157,7 +158,7 @@ static const char *const TOP_KEYS[] = {
     "name", "corpus", "data", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "task_tokens", "lease_s",
     "max_body_bytes", "val_batches", "val_tokens", "keep_versions", "keep_changes", "staleness",
-    "round_deadline_s", "selsync", "keep_update_blobs", "robust", NULL};
+    "round_deadline_s", "selsync", "keep_update_blobs", "robust", "max_loss_rise", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
 static const char *const ROBUST_KEYS[] = {"rule", "trim", "clip_mult", "max_norm", "on_excess",
@@ -543,6 +544,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                       err)) ||
         (rc = get_int(root, "keep_update_blobs", "keep_update_blobs", 1, 100000000,
                       &cfg->keep_update_blobs, err)) ||
+        (rc = get_real(root, "max_loss_rise", "max_loss_rise", 0, 0, 100, 0,
+                       &cfg->max_loss_rise, err)) ||
         (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)))
         goto out;
     vl_error merr = {0};

@@ -123,13 +123,15 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
             return NULL;
         }
     }
-    json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I}", "staleness",
+    json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f}",
+                                "staleness",
                                 "function", stale_fn_name(cfg->staleness.fn), "a",
                                 cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",
                                 (json_int_t)cfg->staleness.max, "round_deadline_s",
                                 (json_int_t)cfg->round_deadline_s, "selsync", "delta",
                                 cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min,
-                                "keep_update_blobs", (json_int_t)cfg->keep_update_blobs);
+                                "keep_update_blobs", (json_int_t)cfg->keep_update_blobs,
+                                "max_loss_rise", cfg->max_loss_rise);
     if (!merging || json_object_update(root, merging) != 0) {
         json_decref(merging);
         json_decref(root);

@@ -182,6 +182,7 @@ typedef struct coord_server {
     size_t n_params;
     float *momentum;     /* outer optimiser state after the current version (n_state) */
     double val_loss;     /* the current version's (NaN when unknown) */
+    double best_val_loss; /* the lowest of any version's (NaN when unknown) */
     size_t n_state;      /* coord_state_size() of the run */
     compress_spec spec;  /* what uploads must look like */
     int64_t version;

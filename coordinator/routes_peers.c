@@ -366,6 +366,11 @@ static int add_version(void *ctx, const storage_version *v) {
     json_object_set_new(o, "bytes_per_update", isfinite(v->bytes_per_update)
                                                    ? json_real(v->bytes_per_update)
                                                    : json_null());
+    json_object_set_new(o, "refused", json_boolean(v->refused));
+    if (v->refused)
+        json_object_set_new(o, "refused_val_loss", isfinite(v->refused_val_loss)
+                                                       ? json_real(v->refused_val_loss)
+                                                       : json_null());
     return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;
 }
 

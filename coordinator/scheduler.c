@@ -121,3 +121,8 @@ double coord_sched_lr(const coord_train_config *t, int64_t v, int64_t max_versio
     if (p > 1) p = 1;
     return t->min_lr + (t->lr - t->min_lr) * 0.5 * (1.0 + cos(M_PI * p));
 }
+
+int coord_sched_version_refused(double val_loss, double best, double max_rise) {
+    if (!isfinite(val_loss)) return 1;
+    return max_rise > 0 && isfinite(best) && val_loss > best + max_rise * fabs(best);
+}

@@ -40,6 +40,14 @@ coord_sched_action coord_sched_decide_async(int finished, int has_lease);
 int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
                           int64_t updates_per_version, double age_s, int64_t deadline_s);
 
+/* Whether a version whose parameters score val_loss is refused: when the
+ * loss is not finite, or max_rise > 0 and it is more than max_rise times
+ * best above best, the lowest validation loss of any version so far (not
+ * finite: unknown, and then only the first test applies). A refused
+ * version keeps its predecessor's parameters and restarts the outer
+ * optimiser (DESIGN.md, "Durability"). */
+int coord_sched_version_refused(double val_loss, double best, double max_rise);
+
 /* Dynamic local updates (DyLU, Liu et al. 2024): the local steps of a task
  * for a peer that takes sec_per_step seconds a step when the fastest
  * recent peer takes fastest: round(h_max * fastest / sec_per_step),

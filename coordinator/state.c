@@ -66,6 +66,10 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     }
     memcpy(model_gpt_params(srv->gpt), v.params, v.n * sizeof(float));
     srv->val_loss = v.val_loss;
+    if ((rc = storage_version_best_loss(srv->db, &srv->best_val_loss, err)) != VL_OK) {
+        storage_version_free(&v);
+        goto out;
+    }
     srv->n_state = coord_state_size(&srv->cfg, srv->n_params);
     coord_config_spec(&srv->cfg, &srv->spec);
     /* A run stored before outer.delay existed has no delayed-Nesterov

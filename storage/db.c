@@ -114,12 +114,14 @@ static const char *const SQL[Q_COUNT] = {
                        " (SELECT id FROM updates WHERE merged_version <= ?)",
     [Q_VERSION_MAX] = "SELECT max(version) FROM versions",
     [Q_VERSION_INSERT] = "INSERT INTO versions (version, created_at, params, momentum, val_loss,"
-                         " train_loss, num_updates) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         " train_loss, num_updates, refused, refused_val_loss)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [Q_VERSION_BEST] = "SELECT min(val_loss) FROM versions",
     [Q_VERSION_GET] = "SELECT version, created_at, val_loss, train_loss, num_updates, params,"
                       " momentum FROM versions WHERE version = ?",
     [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates,"
-                       " (SELECT avg(nbytes) FROM updates WHERE merged_version = version)"
-                       " FROM versions ORDER BY version",
+                       " (SELECT avg(nbytes) FROM updates WHERE merged_version = version),"
+                       " refused, refused_val_loss FROM versions ORDER BY version",
     [Q_CHANGE_INSERT] = "INSERT INTO changes (version, nnz, indices, vals) VALUES (?, ?, ?, ?)",
     [Q_CHANGE_RANGE] = "SELECT version, nnz, indices, vals FROM changes WHERE version > ? AND"
                        " version <= ? ORDER BY version",

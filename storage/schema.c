@@ -141,6 +141,13 @@ static const storage_migration MIGRATIONS[] = {
       * next task: tasks_by_peer leads with base_version after peer_id, so
       * without this the lookup walked every task the peer ever had. */
      "CREATE INDEX tasks_leased_by_peer ON tasks(peer_id, id) WHERE state = 'leased';"},
+    {9,
+     /* A version whose validation loss blew up is refused: it keeps its
+      * predecessor's parameters, and the loss its own would have had is
+      * kept here (NULL when that was not a number). */
+     "ALTER TABLE versions ADD COLUMN refused INTEGER NOT NULL DEFAULT 0"
+     " CHECK (refused IN (0, 1));"
+     "ALTER TABLE versions ADD COLUMN refused_val_loss REAL;"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

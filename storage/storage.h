@@ -366,6 +366,11 @@ typedef struct storage_version {
      * updates merged into it, as uploaded (NaN for version 0, or once
      * they are gone). */
     double bytes_per_update;
+    /* A refused version (its candidate's validation loss blew up) keeps
+     * its predecessor's parameters; refused_val_loss is what the candidate
+     * scored (NaN: not a number). Read back by storage_version_each only. */
+    int refused;
+    double refused_val_loss;
     /* Only read by storage_version_commit: what this version changed,
      * theta_v - theta_(v-1), as change_nnz ascending indices and values.
      * Stored when has_change is set (every version but 0). */
@@ -425,6 +430,10 @@ typedef int (*storage_version_fn)(void *ctx, const storage_version *v);
 /* Walks all versions, oldest first, without blobs. */
 int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
                          vl_error *err) VL_MUST_CHECK;
+
+/* The lowest validation loss of any version (refused ones record their
+ * predecessor's), into *out; NaN when no version has one. */
+int storage_version_best_loss(storage *st, double *out, vl_error *err) VL_MUST_CHECK;
 
 /* The update stored for task_id: its id, base version and the version it
  * was merged into (-1 while pending). VL_ENOTFOUND when the task has none. */

@@ -343,6 +343,9 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
     bind_real(s, 5, v->val_loss);
     bind_real(s, 6, v->train_loss);
     sqlite3_bind_int64(s, 7, v->num_updates);
+    sqlite3_bind_int(s, 8, v->refused ? 1 : 0);
+    if (v->refused) bind_real(s, 9, v->refused_val_loss);
+    else sqlite3_bind_null(s, 9);
     if ((rc = q_exec(st, s, "insert version", err)) != VL_OK) return rc;
 
     if (v->has_change) {
@@ -502,6 +505,8 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx, vl_error
         v.train_loss = column_real(s, 3);
         v.num_updates = sqlite3_column_int64(s, 4);
         v.bytes_per_update = column_real(s, 5);
+        v.refused = sqlite3_column_int(s, 6);
+        v.refused_val_loss = column_real(s, 7);
         int r = fn(ctx, &v);
         if (r != 0) {
             q_done(s);
@@ -511,6 +516,20 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx, vl_error
     int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read versions");
     q_done(s);
     return ret;
+}
+
+int storage_version_best_loss(storage *st, double *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_VERSION_BEST, err);
+    if (!s) return VL_EDB;
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        rc = q_fail(st, err, "best validation loss");
+        q_done(s);
+        return rc;
+    }
+    *out = column_real(s, 0);
+    q_done(s);
+    return VL_OK;
 }
 
 /* ---- changes ------------------------------------------------------------ */

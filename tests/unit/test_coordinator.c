@@ -119,6 +119,46 @@ static void test_config_val_tokens(void **state) {
     expect_config_error(json, "val_tokens");
 }
 
+/* The refusal of a version whose loss blew up: the rule by hand, and its
+ * setting's default, range and place in the stored configuration. */
+static void test_version_refusal(void **state) {
+    (void)state;
+    assert_false(coord_sched_version_refused(2.3, 2.0, 0.2));
+    assert_false(coord_sched_version_refused(2.4, 2.0, 0.2)); /* exactly 20 % above: kept */
+    assert_true(coord_sched_version_refused(2.41, 2.0, 0.2));
+    assert_true(coord_sched_version_refused(NAN, 2.0, 0.2));
+    assert_true(coord_sched_version_refused(INFINITY, NAN, 0.2));
+    assert_true(coord_sched_version_refused(NAN, 2.0, 0)); /* not a number: always */
+    assert_false(coord_sched_version_refused(50.0, 2.0, 0)); /* 0: only that */
+    assert_false(coord_sched_version_refused(50.0, NAN, 0.2)); /* no best yet */
+    assert_false(coord_sched_version_refused(1.0, 2.0, 0.2)); /* better is kept */
+
+    coord_config cfg;
+    vl_error e;
+    const char *base = "{\"name\": \"v\", \"corpus\": \"c.txt\", ";
+    char json[256];
+    snprintf(json, sizeof json, "%s\"seed\": 1}", base);
+    assert_int_equal(parse(json, &cfg, &e), VL_OK);
+    assert_true(cfg.max_loss_rise == COORD_MAX_LOSS_RISE_DEFAULT);
+    coord_config_free(&cfg);
+    snprintf(json, sizeof json, "%s\"max_loss_rise\": 0.5}", base);
+    assert_int_equal(parse(json, &cfg, &e), VL_OK);
+    assert_true(cfg.max_loss_rise == 0.5);
+    char *text = coord_config_to_json(&cfg, 1);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\"max_loss_rise\""));
+    coord_config again;
+    assert_int_equal(coord_config_parse(text, strlen(text), &again, &e), VL_OK);
+    assert_true(again.max_loss_rise == 0.5);
+    coord_config_free(&again);
+    free(text);
+    coord_config_free(&cfg);
+    snprintf(json, sizeof json, "%s\"max_loss_rise\": -0.1}", base);
+    expect_config_error(json, "max_loss_rise");
+    snprintf(json, sizeof json, "%s\"max_loss_rise\": \"high\"}", base);
+    expect_config_error(json, "max_loss_rise");
+}
+
 static void test_config_defaults(void **state) {
     (void)state;
     coord_config cfg;
@@ -651,6 +691,7 @@ int main(void) {
         cmocka_unit_test(test_weighted_mean_of_updates),
         cmocka_unit_test(test_config_defaults),
         cmocka_unit_test(test_config_val_tokens),
+        cmocka_unit_test(test_version_refusal),
         cmocka_unit_test(test_config_compression),
         cmocka_unit_test(test_config_sketch_outer_default),
         cmocka_unit_test(test_outer_step_sparse),

@@ -708,6 +708,48 @@ static void test_version_commit_is_atomic(void **state) {
     assert_int_equal(nv, 2);
 }
 
+static int refused_cb(void *ctx, const storage_version *v) {
+    int *seen = ctx;
+    if (v->version == 2) {
+        assert_true(v->refused);
+        assert_true(isnan(v->refused_val_loss));
+    } else if (v->version == 3) {
+        assert_true(v->refused);
+        assert_true(v->refused_val_loss == 9.5);
+    } else {
+        assert_false(v->refused);
+    }
+    (*seen)++;
+    return 0;
+}
+
+/* A refused version is stored as one (with the loss it would have had,
+ * NULL when that was not a number), and the best loss is the lowest any
+ * version holds. */
+static void test_version_refused_round_trip(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    double best = 0;
+    assert_int_equal(storage_version_best_loss(f->st, &best, &e), VL_OK);
+    assert_true(isnan(best)); /* no version yet */
+    commit_version(f->st, 0, 0.0f, NULL, 0, 0); /* val_loss 5 */
+    commit_version(f->st, 1, 1.0f, NULL, 0, 0); /* val_loss 4 */
+    float params[4] = {1, 2, 3, 4}, mom[4] = {0};
+    storage_version v = {.version = 2, .created_at = 2002, .params = params, .momentum = mom,
+                         .n = 4, .val_loss = 4.0, .train_loss = 3.0, .refused = 1,
+                         .refused_val_loss = NAN};
+    assert_int_equal(storage_version_commit(f->st, &v, NULL, 0, COMMIT_OPTS(0, 0, 0), &e), VL_OK);
+    v.version = 3;
+    v.refused_val_loss = 9.5;
+    assert_int_equal(storage_version_commit(f->st, &v, NULL, 0, COMMIT_OPTS(0, 0, 0), &e), VL_OK);
+    int seen = 0;
+    assert_int_equal(storage_version_each(f->st, refused_cb, &seen, &e), VL_OK);
+    assert_int_equal(seen, 4);
+    assert_int_equal(storage_version_best_loss(f->st, &best, &e), VL_OK);
+    assert_true(best == 4.0);
+}
+
 static void test_explicit_transaction_rollback(void **state) {
     fixture *f = *state;
     vl_error e = {0};
@@ -796,6 +838,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_refused_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_factors_with_versions, setup, teardown),
     };

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The coordinator refuses a version whose validation loss blows up.
+#
+# An outer step far too large (lr 10, momentum 0.9) drives the model's loss
+# up within a version or two. Phase 1, the default max_loss_rise (0.2): no
+# served version's loss is more than 20 % above the best before it; the
+# versions that would have been are stored as refused, keep their
+# predecessor's parameters (an empty change) and record the loss they
+# would have had; every update is still merged exactly once. Phase 2 runs
+# the same with max_loss_rise 0 (only a loss that is not a number is
+# refused) and must go above the initial loss: what phase 1 prevents.
+source "$(dirname "$0")/lib.sh"
+VERSIONS=6
+LR=${LOSS_GUARD_LR:-10.0}
+
+run_once() { # run_once NAME EXTRA
+  cd "$WORK"
+  rm -rf run.db run.db-* peer1 peer2 ./*.log
+  IT_OUTER="{\"lr\": $LR, \"momentum\": 0.9}" it_setup "$1" "$VERSIONS" 2 "$2"
+  it_start_coordinator
+  it_peer 1
+  it_peer 2
+  for i in 1 2; do
+    "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 2> "peer$i.log" &
+    PIDS+=($!)
+  done
+  for _ in $(seq 1 1200); do
+    [ "$(q 'SELECT status FROM run')" = finished ] && break
+    sleep 0.1
+  done
+  [ "$(q 'SELECT status FROM run')" = finished ] || fail "$1: the run did not finish"
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+  it_stop_coordinator
+  it_check_run "$VERSIONS" 2
+}
+
+# ---- phase 1: the default guard
+run_once itguard ''
+curve=$(q "SELECT group_concat(printf('%d:%.3f%s', version, val_loss,
+             CASE WHEN refused THEN printf('(refused %s)', ifnull(printf('%.3f', refused_val_loss), 'nan'))
+             ELSE '' END), ' ') FROM versions")
+echo "loss_guard: with the guard: $curve"
+refused=$(q 'SELECT count(*) FROM versions WHERE refused')
+[ "$refused" -ge 1 ] || fail "no version was refused at outer lr $LR: $curve"
+[ "$(q 'SELECT count(*) FROM versions v WHERE v.version > 0 AND v.val_loss >
+         1.2 * (SELECT min(val_loss) FROM versions w WHERE w.version < v.version) + 1e-9')" = 0 ] \
+  || fail "a served version is more than 20% above the best before it: $curve"
+[ "$(q 'SELECT count(*) FROM versions v JOIN changes c ON c.version = v.version
+         WHERE v.refused AND c.nnz <> 0')" = 0 ] || fail "a refused version changed the parameters"
+[ "$(q 'SELECT count(*) FROM versions v WHERE v.refused AND v.refused_val_loss IS NOT NULL AND
+         v.refused_val_loss <= 1.2 * (SELECT min(val_loss) FROM versions w
+                                      WHERE w.version < v.version)')" = 0 ] \
+  || fail "a version was refused though its loss was within the bound"
+[ "$(q 'SELECT count(*) FROM versions v WHERE v.refused AND
+         v.val_loss <> (SELECT val_loss FROM versions w WHERE w.version = v.version - 1)')" = 0 ] \
+  || fail "a refused version does not carry its predecessor's loss"
+grep -q "refused: its validation loss" coordinator.log || fail "no refusal in the coordinator's log"
+
+# ---- phase 2: without the rise test the same run blows up
+run_once itnoguard '"max_loss_rise": 0,'
+first=$(q 'SELECT val_loss FROM versions WHERE version = 0')
+worst=$(q 'SELECT max(coalesce(refused_val_loss, val_loss)) FROM versions')
+echo "loss_guard: without it: initial $first, worst $worst," \
+     "$(q 'SELECT count(*) FROM versions WHERE refused') refused (not a number)"
+awk -v a="$first" -v w="$worst" 'BEGIN { exit !(w > a) }' \
+  || fail "without the guard the run did not go above its initial loss ($first, worst $worst): the test shows nothing"
+echo "1 passed, 0 failed"
