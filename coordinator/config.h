@@ -85,6 +85,10 @@
 #define COORD_SPARSE_DECAY 0.9
 #define COORD_SPARSE_OUTER_LR 3.0
 
+/* The largest mean training loss an update may report, in nats: a model
+ * that guesses uniformly over a 50257-token vocabulary scores 10.8. */
+#define COORD_MAX_UPDATE_LOSS 1000
+
 /* The outer step an async run gets when its configuration has none:
  * delayed Nesterov (momentum once per 2 versions) with η 0.5. On the demo
  * task with one peer 4x slower (2 updates a version, seed 1337), the mean

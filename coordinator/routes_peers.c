@@ -10,9 +10,41 @@
 
 #include "coordinator/coord.h"
 
+/* Format characters (Unicode category Cf) a name could use to disguise
+ * itself in a terminal or a table: bidirectional overrides and isolates,
+ * zero-width characters, invisible operators, tags. */
+static int format_char(uint32_t c) {
+    static const uint32_t ranges[][2] = {
+        {0x00AD, 0x00AD},   {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},
+        {0x070F, 0x070F},   {0x08E2, 0x08E2},   {0x180E, 0x180E},   {0x200B, 0x200F},
+        {0x2028, 0x202E},   {0x2060, 0x206F},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},
+        {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
+        {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        if (c >= ranges[i][0] && c <= ranges[i][1]) return 1;
+    return 0;
+}
+
+/* Whether s (UTF-8, as jansson has already checked) holds no control
+ * character (C0, DEL, C1) and no format character: a peer's name is
+ * printed raw in logs, `peer list` and /v1/status. */
 static int printable(const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7F) return 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        uint32_t c;
+        int len = *p < 0x80 ? 1 : *p < 0xE0 ? 2 : *p < 0xF0 ? 3 : 4;
+        if (*p < 0x80) c = *p;
+        else if (len == 2) c = *p & 0x1F;
+        else if (len == 3) c = *p & 0x0F;
+        else c = *p & 0x07;
+        for (int i = 1; i < len; i++) {
+            if ((p[i] & 0xC0) != 0x80) return 0; /* not UTF-8 after all */
+            c = (c << 6) | (p[i] & 0x3F);
+        }
+        if (c < 0x20 || (c >= 0x7F && c <= 0x9F) || format_char(c)) return 0;
+        p += len;
+    }
     return 1;
 }
 
@@ -58,8 +90,8 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_e
         json_string_length(name) > COORD_JOIN_NAME_MAX ||
         strlen(json_string_value(name)) != json_string_length(name) ||
         !printable(json_string_value(name))) {
-        rc = vl_fail(err, VL_EINVAL, "name must be 1 to %d printable characters",
-                     COORD_JOIN_NAME_MAX);
+        rc = vl_fail(err, VL_EINVAL, "name must be 1 to %d bytes of printable characters (no "
+                     "control or format characters)", COORD_JOIN_NAME_MAX);
         goto out;
     }
     memcpy(out->name, json_string_value(name), json_string_length(name) + 1);
@@ -68,7 +100,9 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_e
         rc = vl_fail(err, VL_EINVAL, "hardware must be an object");
         goto out;
     }
-    out->hardware = hw ? json_dumps(hw, JSON_COMPACT) : strdup("{}");
+    /* Escaped to ASCII: what a peer says about its hardware is shown as
+     * JSON, and no character of it reaches a terminal raw. */
+    out->hardware = hw ? json_dumps(hw, JSON_COMPACT | JSON_ENSURE_ASCII) : strdup("{}");
     if (!out->hardware) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory reading the join body");
         goto out;

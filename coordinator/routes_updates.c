@@ -106,6 +106,21 @@ static int check_factors(const coord_server *srv, const compress_update *cu, con
  * excess is refused. Answers and returns -1 on a failure. */
 static int check_bounds(coord_req *cr, const compress_update_meta *m, double norm) {
     const coord_config *cfg = &cr->srv->cfg;
+    /* What the update says of its training is shown in the version log
+     * and /v1/status and averaged into a version's train loss: a task
+     * takes at most train.steps local steps, and a cross-entropy is never
+     * negative (COORD_MAX_UPDATE_LOSS: far above any run that learns). */
+    if (m->local_steps > cfg->train.steps) {
+        coord_reply_error(cr, 422, "too_many_steps", "the update claims %lld local steps; a "
+                          "task of this run takes at most %lld", (long long)m->local_steps,
+                          (long long)cfg->train.steps);
+        return -1;
+    }
+    if (!(m->loss >= 0 && m->loss <= COORD_MAX_UPDATE_LOSS)) {
+        coord_reply_error(cr, 422, "bad_loss", "the update's training loss %.6g is outside "
+                          "[0, %g]", m->loss, (double)COORD_MAX_UPDATE_LOSS);
+        return -1;
+    }
     int64_t most = coord_config_max_samples(cfg);
     if (m->num_samples > most) {
         coord_reply_error(cr, 422, "too_many_samples", "the update claims %lld samples; a task "
@@ -181,6 +196,12 @@ void coord_route_updates(coord_req *cr) {
     int64_t want_next = 0;
     unsigned present = 0;
     if (coord_req_query(cr, keys, 1, &want_next, &present, "next is 0 or 1") != 0) return;
+    /* Stored after the last version, an update could never be merged. */
+    if (srv->finished) {
+        coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld); "
+                          "it takes no more updates", (long long)srv->version);
+        return;
+    }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);

@@ -71,6 +71,20 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
     join_body(body, sizeof body, c->id.pk, badtoken, "attacker");
     request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
     expect("join with an unknown token", &r, 403, "invalid_token");
+    /* Names a terminal or a table would misrender (a CSI, a right-to-left
+     * override, a zero-width space, a bell) are refused, and the token
+     * stays unused for the valid join below. */
+    static const char *const bad_names[][2] = {
+        {"att\\u009b2Jacker", "a C1 control (CSI) in the name"},
+        {"\\u202ekcatta", "a right-to-left override in the name"},
+        {"att\\u200backer", "a zero-width space in the name"},
+        {"att\\u0007acker", "a C0 control (BEL) in the name"},
+    };
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        join_body(body, sizeof body, c->id.pk, token, bad_names[i][0]);
+        request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
+        expect(bad_names[i][1], &r, 400, "bad_request");
+    }
     join_body(body, sizeof body, c->id.pk, token, "attacker");
     request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
     json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
@@ -198,6 +212,14 @@ void attack_general(ctx *c, const char *badtoken) {
     post(c, "norm over robust.max_norm", &over, 422, "norm_exceeded");
     update_body_claiming(c, &many, c->run, c->base_version, c->n_params, 0.0f, 1000000000000LL);
     post(c, "more samples than a task has", &many, 422, "too_many_samples");
+    buf steps, lossy, negative;
+    update_body_meta(c, &steps, c->run, c->base_version, c->n_params, 0.0f, 10,
+                     1000000000000000LL, 5.0);
+    post(c, "10^15 local steps", &steps, 422, "too_many_steps");
+    update_body_meta(c, &lossy, c->run, c->base_version, c->n_params, 0.0f, 10, 1, 1e308);
+    post(c, "a training loss of 1e308", &lossy, 422, "bad_loss");
+    update_body_meta(c, &negative, c->run, c->base_version, c->n_params, 0.0f, 10, 1, -1.0);
+    post(c, "a negative training loss", &negative, 422, "bad_loss");
     request(c, "POST", "/v1/updates", NULL, shape_b.data, shape_b.len, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("delta of the wrong shape", &r, 422, "bad_shape");

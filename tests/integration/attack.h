@@ -95,6 +95,10 @@ void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n
 /* The same claiming num_samples = samples (update_body claims 10). */
 void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
                           float poison, int64_t samples);
+/* The same with local_steps = steps and loss = loss (the others claim 1
+ * and 5.0). */
+void update_body_meta(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                      float poison, int64_t samples, int64_t steps, double loss);
 
 /* dir/attack.state and dir/attack.key. */
 int load_state(ctx *c, const char *dir);

@@ -356,6 +356,11 @@ void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n
 
 void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
                           float poison, int64_t samples) {
+    update_body_meta(c, out, run, base, n, poison, samples, 1, 5.0);
+}
+
+void update_body_meta(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+                      float poison, int64_t samples, int64_t steps, double loss) {
     float *d = calloc(n ? n : 1, sizeof *d);
     if (!d) abort();
     for (size_t i = 0; i < n; i++) d[i] = 1e-4f * (float)(i % 7);
@@ -367,8 +372,8 @@ void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base,
     m.base_version = base;
     m.kind = COMPRESS_DENSE;
     m.num_samples = samples;
-    m.local_steps = 1;
-    m.loss = 5.0;
+    m.local_steps = steps;
+    m.loss = loss;
     buf_init(out, BUF_DEFAULT_CAP);
     vl_error e;
     if (compress_update_encode_dense(&m, d, n, ST_F32, out, &e) != VL_OK) abort();

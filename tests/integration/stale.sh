@@ -12,6 +12,9 @@
 #
 # Phase 2 (two updates per version, round_deadline_s 2): one peer alone
 # uploads; its version closes at the deadline with the one update it has.
+#
+# Phase 3: a client holding a lease of a one-version run uploads after
+# the run has finished: 410 run_finished, nothing stored.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
 
@@ -91,4 +94,25 @@ took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 awk -v t="$took" 'BEGIN { exit !(t >= 1.5) }' || fail "version 1 closed after ${took} s, before its deadline"
 it_stop_coordinator
 echo "stale: a sync version with 1 of 2 updates closed at its 2 s deadline (${took} s)"
+
+# ---- phase 3: an upload after the run's last version is refused with 410
+mkdir phase2
+mv run.db ./*.log peer1 phase2/
+rm -f run.db-wal run.db-shm
+it_setup itfinished 1 2 '"round_deadline_s": 2,'
+it_start_coordinator
+it_peer 1
+token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+mkdir -p atk
+"$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
+  || { cat prepare.log; fail "prepare"; }
+run_peer 1
+wait_version 1
+[ "$(q 'SELECT status FROM run')" = finished ] || fail "the one-version run did not finish"
+before=$(it_snapshot)
+"$ATTACK" late "$URL" tls/ca.pem atk 410 run_finished | tee -a late.log
+[ "${PIPESTATUS[0]}" = 0 ] || fail "an upload after the last version was not refused with 410"
+[ "$before" = "$(it_snapshot)" ] || fail "the refused upload changed the database"
+it_stop_coordinator
+echo "stale: an upload after the run finished refused with 410 run_finished, nothing stored"
 echo "1 passed, 0 failed"
