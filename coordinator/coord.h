@@ -212,6 +212,8 @@ typedef struct coord_server {
     struct coord_linger *lingers; /* refused connections being drained */
     coord_writer *writer; /* runs every write (group commit) */
     int64_t issuing;      /* leases submitted to the writer and not yet committed */
+    int64_t *issuing_peers; /* the peer of each of them (cap_issuing slots) */
+    size_t cap_issuing;
     int expiring;         /* a lease expiry is with the writer */
     int merging;          /* a version is with the writer */
     int opening_round;    /* a second round's candidates are with the writer */
@@ -490,8 +492,8 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) VL_MUST_CHECK;
 /* Loop thread, after the commit: the task as peers get it (a new JSON
  * reference, NULL when out of memory), and the lease timer re-armed. */
 json_t *coord_lease_committed(coord_server *srv, const coord_lease *l);
-/* Loop thread, when the job holding the lease failed. */
-void coord_lease_abandoned(coord_server *srv);
+/* Loop thread, when the job holding the lease l failed. */
+void coord_lease_abandoned(coord_server *srv, const coord_lease *l);
 /* Arms the lease timer for the earliest unexpired lease of the current
  * version (every version in async runs), or disarms it when there is
  * none. */

@@ -23,6 +23,10 @@ struct coord_waiter {
     bufferevent_data_cb rd, wr;
     bufferevent_event_cb ev;
     void *cbarg;
+    /* A task request waiting for its peer's lease that is being written:
+     * it is answered when that commits, whatever the requests before it
+     * wait for. */
+    int own_lease;
     coord_waiter *prev, *next;
 };
 
@@ -103,6 +107,41 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     return o;
 }
 
+/* The peers whose leases are with the writer. A second task request from
+ * a peer whose first lease is not committed yet would find no lease in
+ * the database and be given another: it waits for the first instead.
+ * Bounded, so a burst cannot grow it without limit; when full, requests
+ * wait like any other. */
+#define COORD_MAX_ISSUING 65536
+
+static int issuing_has(const coord_server *srv, int64_t peer_id) {
+    for (int64_t i = 0; i < srv->issuing; i++)
+        if (srv->issuing_peers[i] == peer_id) return 1;
+    return 0;
+}
+
+static void issuing_remove(coord_server *srv, int64_t peer_id) {
+    for (int64_t i = 0; i < srv->issuing; i++) {
+        if (srv->issuing_peers[i] != peer_id) continue;
+        srv->issuing_peers[i] = srv->issuing_peers[srv->issuing - 1];
+        srv->issuing--;
+        return;
+    }
+}
+
+/* Room for one more lease in flight: 0, or -1 when there is none. */
+static int issuing_room(coord_server *srv) {
+    if ((size_t)srv->issuing < srv->cap_issuing) return 0;
+    if (srv->cap_issuing >= COORD_MAX_ISSUING) return -1;
+    size_t cap = srv->cap_issuing ? srv->cap_issuing * 2 : 16;
+    int64_t *p = realloc(srv->issuing_peers, cap * sizeof *p);
+    if (!p) return -1;
+    srv->issuing_peers = p;
+    srv->cap_issuing = cap;
+    return 0;
+}
+
+/* Call issuing_room first. */
 static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord_lease *l) {
     *l = (coord_lease){
         .t = {.peer_id = peer_id, .base_version = srv->version, .issued_at = now,
@@ -115,7 +154,7 @@ static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord
         l->n_shards = srv->shards.n;
         l->task_tokens = srv->cfg.task_tokens;
     }
-    srv->issuing++;
+    srv->issuing_peers[srv->issuing++] = peer_id;
 }
 
 /* Takes over the data range and seed of the oldest expired lease that
@@ -151,7 +190,7 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
 
 
 json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
-    srv->issuing--;
+    issuing_remove(srv, l->t.peer_id);
     coord_speed_lease(srv, l->t.peer_id, l->t.id);
     if (l->reissued)
         log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
@@ -163,8 +202,8 @@ json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
     return task_json(srv, &l->t);
 }
 
-void coord_lease_abandoned(coord_server *srv) {
-    srv->issuing--;
+void coord_lease_abandoned(coord_server *srv, const coord_lease *l) {
+    issuing_remove(srv, l->t.peer_id);
 }
 
 /* Async: whether peer_id's next lease must wait for the version being
@@ -199,6 +238,7 @@ int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coo
     if (rc == VL_OK && t.id != done_task) return 0;
     /* The upload completes a version: GET /v1/task waits for it. */
     if ((rc = async_hold(srv, 1, err)) != 0) return rc < 0 ? rc : 0;
+    if (issuing_has(srv, peer_id) || issuing_room(srv) != 0) return 0;
     lease_prepare(srv, peer_id, now, l);
     return 1;
 }
@@ -218,12 +258,14 @@ static void issue_done(coord_job *job, int rc, const vl_error *err) {
     issue_job *j = (issue_job *)job;
     coord_server *srv = j->cr.srv;
     if (rc != VL_OK) {
-        coord_lease_abandoned(srv);
+        coord_lease_abandoned(srv, &j->lease);
         coord_reply_internal(&j->cr, err);
     } else {
         coord_reply_json(&j->cr, 200, coord_lease_committed(srv, &j->lease));
     }
     free(j);
+    /* The peer's other task requests waited for this lease (try_serve). */
+    coord_wake_waiters(srv);
 }
 
 static int issue_task(coord_req *cr, int64_t now) {
@@ -252,6 +294,9 @@ static int try_serve(coord_req *cr) {
     int has_lease = 0;
     int64_t slots = 0;
     int async = coord_config_is_async(&srv->cfg);
+    /* The peer's lease is being written: this request gets it once it is
+     * committed (issue_done wakes the waiters). */
+    if (!srv->finished && issuing_has(srv, cr->peer_id)) return COORD_WAITING;
     if (!srv->finished) {
         /* An async peer keeps its lease across versions; a sync lease is
          * for the current version only. */
@@ -291,6 +336,7 @@ static int try_serve(coord_req *cr) {
         coord_reply_json(cr, 200, task_json(srv, &t));
         return COORD_SERVED;
     case COORD_SCHED_NEW_TASK:
+        if (issuing_room(srv) != 0) return COORD_WAITING;
         return issue_task(cr, now);
     case COORD_SCHED_WAIT:
         break;
@@ -359,6 +405,7 @@ int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve) {
     if (!w) return -1;
     w->cr = *cr;
     w->serve = serve;
+    w->own_lease = serve == try_serve && issuing_has(srv, cr->peer_id);
     w->timer = evtimer_new(srv->base, waiter_timeout, w);
     w->evcon = evhttp_request_get_connection(cr->req);
     if (!w->timer || !w->evcon) {
@@ -398,7 +445,7 @@ void coord_wake_waiters(coord_server *srv) {
     coord_waiter *w = srv->waiters;
     while (w) {
         coord_waiter *next = w->next;
-        int is_task = w->serve == try_serve;
+        int is_task = w->serve == try_serve && !w->own_lease;
         if (!(is_task && tasks_blocked)) {
             int r = w->serve(&w->cr);
             if (r == COORD_DEFERRED) waiter_restore(w);

@@ -162,7 +162,7 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
     upload_job *j = (upload_job *)job;
     coord_req *cr = &j->cr;
     coord_server *srv = cr->srv;
-    if (rc != VL_OK && j->has_next) coord_lease_abandoned(srv);
+    if (rc != VL_OK && j->has_next) coord_lease_abandoned(srv, &j->next);
     if (rc == VL_ECONFLICT) {
         coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
                           (long long)j->u.task_id);
@@ -184,7 +184,10 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
         coord_reply_json(cr, 202, o);
         coord_note_update(srv);
     }
+    /* A task request of the peer's waited for the offered lease. */
+    int woke = j->has_next;
     free(j);
+    if (woke) coord_wake_waiters(srv);
 }
 
 void coord_route_updates(coord_req *cr) {

@@ -142,6 +142,9 @@ void coord_state_free(coord_server *srv) {
     model_gpt_destroy(srv->eval);
     srv->eval = NULL;
     free(srv->momentum);
+    free(srv->issuing_peers);
+    srv->issuing_peers = NULL;
+    srv->cap_issuing = 0;
     free(srv->speeds);
     srv->speeds = NULL;
     srv->n_speeds = srv->cap_speeds = 0;

@@ -32,6 +32,9 @@
  *   attack tokens URL CA DIR                   a token-shard run's data: the
  *                                              lease's range as a shard, bad
  *                                              token requests (attack_tokens.c)
+ *   attack burst URL CA DIR TOKEN N            joins a new peer with TOKEN and
+ *                                              sends N task requests at once:
+ *                                              all must get the same one task
  *   attack kfac URL CA DIR STAGE               a K-FAC run that shares factors
  *                                              (attack_kfac.c): STAGE bad
  *                                              (refused factors and factor
@@ -44,6 +47,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -327,6 +332,60 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("request head over 16 KiB", &r, 413, "too_large");
 }
 
+/* A new peer sends n task requests at the same moment, each from its own
+ * process and connection: one lease must be written, and every request
+ * answered with it (a peer holds one lease per version). */
+static int burst(ctx *c, const char *token, int n) {
+    reply r;
+    crypto_identity_generate(&c->id);
+    char body[512];
+    join_body(body, sizeof body, c->id.pk, token, "burst");
+    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
+    json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
+    c->peer = json_integer_value(json_object_get(j, "peer_id"));
+    json_decref(j);
+    expect("join for the burst", &r, 201, NULL);
+    int fds[2];
+    if (n < 1 || n > 64 || pipe(fds) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) return -1;
+        if (pid == 0) {
+            close(fds[0]);
+            reply cr;
+            request(c, "GET", "/v1/task?wait=10", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &cr);
+            json_t *o = json_loadb((const char *)cr.body.data, cr.body.len, 0, NULL);
+            long long id = cr.status == 200 ? json_integer_value(json_object_get(o, "task_id")) : -1;
+            char line[64];
+            int len = snprintf(line, sizeof line, "%ld %lld\n", cr.status, id);
+            if (write(fds[1], line, (size_t)len) != len) _exit(1);
+            _exit(0);
+        }
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    long status;
+    long long id, first = -1;
+    int ok = 0, same = 0, lines = 0;
+    while (f && fscanf(f, "%ld %lld", &status, &id) == 2) {
+        lines++;
+        if (status != 200) continue;
+        ok++;
+        if (first < 0) first = id;
+        same += id == first;
+    }
+    if (f) fclose(f);
+    while (wait(NULL) > 0) {
+    }
+    char want[64], got[96];
+    snprintf(want, sizeof want, "%d answered 200 with one task", n);
+    snprintf(got, sizeof got, "%d of %d answered 200, %d with the first one's task", ok, lines,
+             same);
+    record("simultaneous task requests from one peer", want, ok == n && same == n ? want : got,
+           ok == n && same == n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5 || (strcmp(argv[1], "prepare") == 0 && argc < 7)) {
         fprintf(stderr, "usage: attack MODE URL CA DIR ... (see attack.c)\n");
@@ -342,6 +401,11 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "prepare") == 0) {
         table_begin("attack: prepare");
         if (prepare(&c, argv[5], argv[6]) != 0) return 2;
+        return table_end();
+    }
+    if (strcmp(mode, "burst") == 0 && argc > 6) {
+        table_begin("attack: burst");
+        if (burst(&c, argv[5], atoi(argv[6])) != 0) return 2;
         return table_end();
     }
     if (load_state(&c, argv[4]) != 0 || c.n_params == 0) {

@@ -15,6 +15,9 @@
 #
 # Phase 3: a client holding a lease of a one-version run uploads after
 # the run has finished: 410 run_finished, nothing stored.
+#
+# Phase 4: a new peer sends 8 task requests at once in a run with 8
+# slots: one lease is written, and all 8 are answered with it.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
 
@@ -115,4 +118,18 @@ before=$(it_snapshot)
 [ "$before" = "$(it_snapshot)" ] || fail "the refused upload changed the database"
 it_stop_coordinator
 echo "stale: an upload after the run finished refused with 410 run_finished, nothing stored"
+
+# ---- phase 4: one peer's simultaneous task requests share one lease
+mkdir phase3
+mv run.db ./*.log peer1 atk phase3/
+rm -f run.db-wal run.db-shm
+it_setup itburst 2 8
+it_start_coordinator
+token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+mkdir -p atk
+"$ATTACK" burst "$URL" tls/ca.pem atk "$token" 8 | tee burst.log
+[ "${PIPESTATUS[0]}" = 0 ] || fail "simultaneous task requests of one peer got more than one lease"
+[ "$(q 'SELECT count(*) FROM tasks')" = 1 ] || fail "$(q 'SELECT count(*) FROM tasks') leases were written for one peer"
+it_stop_coordinator
+echo "stale: 8 simultaneous task requests of one peer answered with its one lease"
 echo "1 passed, 0 failed"
