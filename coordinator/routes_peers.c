@@ -150,7 +150,7 @@ typedef struct join_job {
  * token can never admit more peers than it has uses. */
 static int join_run(storage *db, coord_job *job, vl_error *err) {
     join_job *j = (join_job *)job;
-    int rc = storage_token_use(db, j->token_id, err);
+    int rc = storage_token_use(db, j->token_id, j->now, err);
     if (rc == VL_OK)
         rc = storage_peer_insert(db, j->pk, j->name, j->hardware, j->token_id, j->now, &j->id,
                                  err);
@@ -160,7 +160,8 @@ static int join_run(storage *db, coord_job *job, vl_error *err) {
 static void join_done(coord_job *job, int rc, const vl_error *err) {
     join_job *j = (join_job *)job;
     if (rc == VL_ENOTFOUND) {
-        /* Another join took the token's last use meanwhile. */
+        /* Another join took the token's last use meanwhile, or it was
+         * revoked or expired since the request checked it. */
         coord_reply_error(&j->cr, 403, "invalid_token", "the token is unknown, expired or used up");
     } else if (rc == VL_ECONFLICT) {
         /* The same key joined twice at once; the other request registered it. */
@@ -216,6 +217,16 @@ void coord_route_join(coord_req *cr) {
     if (known) storage_peer_free(&existing);
     if (revoked) {
         coord_reply_error(cr, 403, "revoked", "this key belongs to a revoked peer");
+        goto out;
+    }
+    int retired = 0;
+    if (!known && (rc = storage_key_retired(srv->db, jb.pk, &retired, &e)) != VL_OK) {
+        coord_reply_internal(cr, &e);
+        goto out;
+    }
+    if (retired) {
+        coord_reply_error(cr, 409, "key_retired", "this key was a peer's before it rotated to "
+                          "another; make a new key");
         goto out;
     }
     char hash[CRYPTO_HASH_HEX + 1];
@@ -291,7 +302,8 @@ static void reply_key(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES], int rota
 static void rotate_done(coord_job *job, int rc, const vl_error *err) {
     rotate_job *j = (rotate_job *)job;
     if (rc == VL_ECONFLICT) {
-        coord_reply_error(&j->cr, 409, "key_in_use", "the new key is registered already");
+        coord_reply_error(&j->cr, 409, "key_in_use", "the new key is registered already or "
+                          "retired");
     } else if (rc == VL_ENOTFOUND) {
         /* Revoked, or another rotation won, between the checks and now. */
         coord_reply_error(&j->cr, 409, "key_changed", "the peer was revoked or its key changed "
@@ -370,6 +382,18 @@ void coord_route_rotate(coord_req *cr) {
     }
     if (rc != VL_ENOTFOUND) {
         coord_reply_internal(cr, &e);
+        return;
+    }
+    /* A key the peer (or another) has left stays left: a rotation back to
+     * it would let a replay of the rotation away from it flip the key. */
+    int retired = 0;
+    if ((rc = storage_key_retired(srv->db, new_pk, &retired, &e)) != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    if (retired) {
+        coord_reply_error(cr, 409, "key_retired", "the new key was a peer's before; make a new "
+                          "one");
         return;
     }
     rotate_job *j = calloc(1, sizeof *j);

@@ -44,7 +44,9 @@ static const char *const SQL[Q_COUNT] = {
     [Q_TOKEN_CHECK] = "SELECT id FROM tokens WHERE hash = ? AND revoked = 0 AND uses_left > 0"
                       " AND expires_at > ?",
     [Q_TOKEN_FIND] = "SELECT id FROM tokens WHERE hash = ? AND revoked = 0",
-    [Q_TOKEN_USE] = "UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ? AND uses_left > 0",
+    [Q_TOKEN_USE] = "UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ? AND uses_left > 0"
+                    " AND revoked = 0 AND expires_at > ?",
+    [Q_KEY_RETIRED] = "SELECT count(*) FROM retired_keys WHERE public_key = ?",
     [Q_PEER_INSERT] = "INSERT INTO peers (public_key, name, hardware, token_id, joined_at,"
                       " last_seen) VALUES (?, ?, ?, ?, ?, ?)",
     [Q_PEER_GET] = "SELECT id, public_key, name, hardware, token_id, joined_at, last_seen,"
@@ -184,6 +186,8 @@ int q_exec(storage *st, sqlite3_stmt *s, const char *what, vl_error *err) {
         if ((ext & 0xff) == SQLITE_CONSTRAINT &&
             (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY))
             out = vl_fail(err, VL_ECONFLICT, "database: %s: already exists", what);
+        else if (ext == SQLITE_CONSTRAINT_TRIGGER)
+            out = vl_fail(err, VL_ECONFLICT, "database: %s: %s", what, sqlite3_errmsg(st->db));
         else
             out = q_fail(st, err, what);
     }

@@ -96,13 +96,14 @@ int storage_token_find(storage *st, const char *hash_hex, int64_t *id, vl_error 
     return q_int(st, s, 0, id, "token", err);
 }
 
-int storage_token_use(storage *st, int64_t id, vl_error *err) {
+int storage_token_use(storage *st, int64_t id, int64_t now, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_TOKEN_USE, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, now);
     int rc = q_exec(st, s, "use token", err);
     if (rc == VL_OK && q_changes(st) != 1)
-        return vl_fail(err, VL_ENOTFOUND, "token has no uses left");
+        return vl_fail(err, VL_ENOTFOUND, "token is revoked, expired or used up");
     return rc;
 }
 
@@ -238,10 +239,22 @@ int storage_peer_set_key(storage *st, int64_t id, const uint8_t old_pk[STORAGE_P
     sqlite3_bind_int64(s, 2, id);
     sqlite3_bind_blob(s, 3, old_pk, STORAGE_PK_BYTES, SQLITE_STATIC);
     int rc = q_exec(st, s, "set peer key", err);
-    if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the new key is already registered");
+    if (rc == VL_ECONFLICT)
+        return vl_fail(err, VL_ECONFLICT, "the new key is registered already or retired");
     if (rc == VL_OK && q_changes(st) != 1)
         return vl_fail(err, VL_ENOTFOUND, "peer %lld is unknown, revoked, or has another key now",
                        (long long)id);
+    return rc;
+}
+
+int storage_key_retired(storage *st, const uint8_t public_key[STORAGE_PK_BYTES], int *out,
+                        vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_KEY_RETIRED, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_blob(s, 1, public_key, STORAGE_PK_BYTES, SQLITE_STATIC);
+    int64_t n = 0;
+    int rc = q_int(st, s, 0, &n, "retired key", err);
+    if (rc == VL_OK) *out = n > 0;
     return rc;
 }
 

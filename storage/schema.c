@@ -148,6 +148,29 @@ static const storage_migration MIGRATIONS[] = {
      "ALTER TABLE versions ADD COLUMN refused INTEGER NOT NULL DEFAULT 0"
      " CHECK (refused IN (0, 1));"
      "ALTER TABLE versions ADD COLUMN refused_val_loss REAL;"},
+    {10,
+     /* A key a peer rotated away from is retired for good: no peer may
+      * take it again, by rotation or by joining. A rotation request is
+      * signed by the old key, so were the key ever current again, that
+      * request, replayed, would flip the peer back. The triggers make the
+      * database itself refuse, whatever the code path. */
+     "CREATE TABLE retired_keys ("
+     " public_key BLOB PRIMARY KEY CHECK (length(public_key) = 32),"
+     " peer_id INTEGER NOT NULL REFERENCES peers(id),"
+     " retired_at INTEGER NOT NULL);"
+     "CREATE TRIGGER peers_key_retires AFTER UPDATE OF public_key ON peers"
+     " WHEN OLD.public_key <> NEW.public_key BEGIN"
+     " INSERT INTO retired_keys (public_key, peer_id, retired_at)"
+     "  VALUES (OLD.public_key, OLD.id, CAST(strftime('%s', 'now') AS INTEGER));"
+     " END;"
+     "CREATE TRIGGER peers_key_not_retired BEFORE UPDATE OF public_key ON peers"
+     " WHEN EXISTS (SELECT 1 FROM retired_keys WHERE public_key = NEW.public_key) BEGIN"
+     " SELECT RAISE(ABORT, 'the key is retired');"
+     " END;"
+     "CREATE TRIGGER peers_join_not_retired BEFORE INSERT ON peers"
+     " WHEN EXISTS (SELECT 1 FROM retired_keys WHERE public_key = NEW.public_key) BEGIN"
+     " SELECT RAISE(ABORT, 'the key is retired');"
+     " END;"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

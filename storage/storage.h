@@ -149,9 +149,11 @@ int storage_token_check(storage *st, const char *hash_hex, int64_t now, int64_t 
  * with the one-use token that registered it. */
 int storage_token_find(storage *st, const char *hash_hex, int64_t *id,
                        vl_error *err) VL_MUST_CHECK;
-/* Takes one use of token id, which must still have one (VL_ENOTFOUND when it
- * has none left). Run it in the transaction that inserts the peer. */
-int storage_token_use(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* Takes one use of token id, which must still be usable at now: not
+ * revoked, not expired, a use left (VL_ENOTFOUND otherwise). Run it in the
+ * transaction that inserts the peer, so a token revoked or expiring
+ * between the request's check and its commit admits nobody. */
+int storage_token_use(storage *st, int64_t id, int64_t now, vl_error *err) VL_MUST_CHECK;
 
 /* A stored join token as the operator sees it: never the token itself,
  * which is not stored, only the start of its hash to tell tokens apart. */
@@ -209,10 +211,15 @@ int storage_peer_touch(storage *st, int64_t id, int64_t now, vl_error *err) VL_M
 /* Marks peer id revoked (every later request is refused with 403).
  * VL_ENOTFOUND if there is no such peer. */
 int storage_peer_revoke(storage *st, int64_t id, vl_error *err) VL_MUST_CHECK;
+/* *out = 1 when public_key was some peer's key before a rotation (retired:
+ * no peer may take it again), else 0. */
+int storage_key_retired(storage *st, const uint8_t public_key[STORAGE_PK_BYTES], int *out,
+                        vl_error *err) VL_MUST_CHECK;
 /* Key rotation: replaces peer id's public key old_pk by new_pk, provided
  * the peer is not revoked and old_pk is still its key. VL_ENOTFOUND when
  * that does not hold (unknown or revoked peer, or its key changed
- * meanwhile); VL_ECONFLICT when new_pk is registered to a peer already. */
+ * meanwhile); VL_ECONFLICT when new_pk is registered to a peer already or
+ * retired. old_pk is retired for good (schema migration 10). */
 int storage_peer_set_key(storage *st, int64_t id, const uint8_t old_pk[STORAGE_PK_BYTES],
                          const uint8_t new_pk[STORAGE_PK_BYTES], vl_error *err) VL_MUST_CHECK;
 /* Number of registered peers, revoked ones included. */

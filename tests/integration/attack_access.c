@@ -159,6 +159,11 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
     rotate_body(body, sizeof body, c->id.pk, &c->id, rot, rot_new.pk);
     rotate_req(c, &rot_new, rot, body, NULL, &r);
     expect("rotation to another peer's key", &r, 409, "key_in_use");
+    /* Back to the key it left: were that allowed, a replay of the
+     * rotation away from it (signed by it) would flip the peer again. */
+    rotate_body(body, sizeof body, rot_old.pk, &rot_old, rot, rot_new.pk);
+    rotate_req(c, &rot_new, rot, body, NULL, &r);
+    expect("rotation back to the key the peer left", &r, 409, "key_retired");
     rotate_body(body, sizeof body, fresh.pk, &fresh, rot, rot_new.pk);
     rotate_req(c, &rot_new, rot, body, "text/plain", &r);
     expect("rotation sent as text/plain", &r, 415, "unsupported_media_type");

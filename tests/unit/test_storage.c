@@ -297,11 +297,18 @@ static void test_tokens(void **state) {
     assert_int_equal(got, id);
     assert_int_equal(storage_token_check(f->st, "bb", 1000, &got, &e), VL_ENOTFOUND);
     assert_int_equal(storage_token_check(f->st, "aa", 5000, &got, &e), VL_ENOTFOUND);
-    assert_int_equal(storage_token_use(f->st, id, &e), VL_OK);
-    assert_int_equal(storage_token_use(f->st, id, &e), VL_OK);
+    assert_int_equal(storage_token_use(f->st, id, 5000, &e), VL_ENOTFOUND); /* expired */
+    assert_int_equal(storage_token_use(f->st, id, 1000, &e), VL_OK);
+    assert_int_equal(storage_token_use(f->st, id, 1000, &e), VL_OK);
     assert_int_equal(storage_token_check(f->st, "aa", 1000, &got, &e), VL_ENOTFOUND);
-    assert_int_equal(storage_token_use(f->st, id, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_token_use(f->st, id, 1000, &e), VL_ENOTFOUND);
     assert_int_equal(storage_token_insert(f->st, "aa", 1, 5000, 1000, &id, &e), VL_ECONFLICT);
+    /* Revoked between the check and the use: the use is refused. */
+    int64_t rid = 0;
+    assert_int_equal(storage_token_insert(f->st, "cc", 5, 5000, 1000, &rid, &e), VL_OK);
+    assert_int_equal(storage_token_check(f->st, "cc", 1000, &got, &e), VL_OK);
+    assert_int_equal(storage_token_revoke(f->st, rid, &e), VL_OK);
+    assert_int_equal(storage_token_use(f->st, rid, 1000, &e), VL_ENOTFOUND);
 }
 
 static void test_peers(void **state) {
@@ -362,7 +369,7 @@ static void test_token_list_and_revoke(void **state) {
     OK(storage_token_insert(f->st, "ffee", 1, 9000, 1001, &b, &e_));
     uint8_t pk[STORAGE_PK_BYTES];
     memset(pk, 0x11, sizeof pk);
-    OK(storage_token_use(f->st, a, &e_));
+    OK(storage_token_use(f->st, a, 1000, &e_));
     OK(storage_peer_insert(f->st, pk, "p", "{}", a, 1000, NULL, &e_));
     token_list l = {0};
     OK(storage_token_each(f->st, collect_token, &l, &e_));
@@ -393,7 +400,7 @@ static void test_token_list_and_revoke(void **state) {
 }
 
 /* Rotation swaps the key only from the current one, never onto a key
- * another peer holds, and never for a revoked peer. */
+ * another peer holds or any peer has left, and never for a revoked peer. */
 static void test_peer_set_key(void **state) {
     fixture *f = *state;
     vl_error e = {0};
@@ -414,6 +421,18 @@ static void test_peer_set_key(void **state) {
     assert_int_equal(storage_peer_find_key(f->st, k1, &p, &e), VL_ENOTFOUND);
     /* The old key no longer matches: a second rotation from it fails. */
     assert_int_equal(storage_peer_set_key(f->st, a, k1, k1, &e), VL_ENOTFOUND);
+    /* k1 is retired: the schema refuses it as a rotation's target and as
+     * a new peer's key, whatever the caller checked. */
+    int retired = 0;
+    OK(storage_key_retired(f->st, k1, &retired, &e_));
+    assert_true(retired);
+    OK(storage_key_retired(f->st, k3, &retired, &e_));
+    assert_false(retired);
+    assert_int_equal(storage_peer_set_key(f->st, a, k3, k1, &e), VL_ECONFLICT);
+    assert_int_equal(storage_peer_insert(f->st, k1, "c", "{}", 0, 1000, NULL, &e), VL_ECONFLICT);
+    OK(storage_peer_get(f->st, a, &p, &e_));
+    assert_memory_equal(p.public_key, k3, sizeof k3);
+    storage_peer_free(&p);
     OK(storage_peer_revoke(f->st, b, &e_));
     assert_int_equal(storage_peer_set_key(f->st, b, k2, k1, &e), VL_ENOTFOUND);
     assert_int_equal(storage_peer_set_key(f->st, b + 100, k2, k1, &e), VL_ENOTFOUND);
