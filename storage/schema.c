@@ -171,6 +171,18 @@ static const storage_migration MIGRATIONS[] = {
      " WHEN EXISTS (SELECT 1 FROM retired_keys WHERE public_key = NEW.public_key) BEGIN"
      " SELECT RAISE(ABORT, 'the key is retired');"
      " END;"},
+    {11,
+     /* Exactly once is the schema's rule, not only the merge's code path:
+      * an update's merged_version is set once and never changes, and an
+      * update is stored unmerged. */
+     "CREATE TRIGGER updates_merged_once BEFORE UPDATE OF merged_version ON updates"
+     " WHEN OLD.merged_version IS NOT NULL BEGIN"
+     " SELECT RAISE(ABORT, 'the update is merged already');"
+     " END;"
+     "CREATE TRIGGER updates_stored_unmerged BEFORE INSERT ON updates"
+     " WHEN NEW.merged_version IS NOT NULL BEGIN"
+     " SELECT RAISE(ABORT, 'an update is stored unmerged');"
+     " END;"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

@@ -727,6 +727,43 @@ static void test_version_commit_is_atomic(void **state) {
     assert_int_equal(nv, 2);
 }
 
+/* The schema itself keeps exactly-once: a merged update's merged_version
+ * cannot be changed or cleared, and no update is stored merged, even by a
+ * statement that bypasses the storage API. */
+static void test_merged_once_in_schema(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 0);
+    int64_t p = add_peer(f->st, 9);
+    int64_t t = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE);
+    int64_t u = add_update(f->st, t, p, 0);
+    commit_version(f->st, 1, 1.0f, &u, 1, 0);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 1000);
+    char sql[320];
+    snprintf(sql, sizeof sql, "UPDATE updates SET merged_version = 2 WHERE id = %lld",
+             (long long)u);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_CONSTRAINT);
+    snprintf(sql, sizeof sql, "UPDATE updates SET merged_version = NULL WHERE id = %lld",
+             (long long)u);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_CONSTRAINT);
+    int64_t t2 = add_task(f->st, p, 1, 5000, STORAGE_TASK_DONE);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples, local_steps,"
+             " loss, nbytes, received_at, staleness, merged_version)"
+             " VALUES (%lld, %lld, 1, 'dense', 1, 1, 1.0, 1, 1000, 0, 1)",
+             (long long)t2, (long long)p);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_CONSTRAINT);
+    sqlite3_stmt *s = NULL;
+    snprintf(sql, sizeof sql, "SELECT merged_version FROM updates WHERE id = %lld", (long long)u);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(s, 0), 1);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+}
+
 static int refused_cb(void *ctx, const storage_version *v) {
     int *seen = ctx;
     if (v->version == 2) {
@@ -858,6 +895,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_refused_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_merged_once_in_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_explicit_transaction_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_factors_with_versions, setup, teardown),
     };
