@@ -212,6 +212,8 @@ typedef struct coord_server {
     struct coord_linger *lingers; /* refused connections being drained */
     coord_writer *writer; /* runs every write (group commit) */
     int64_t issuing;      /* leases submitted to the writer and not yet committed */
+    json_t *status_cache; /* the last GET /v1/status answer, and when it was made */
+    double status_at;
     int64_t *issuing_peers; /* the peer of each of them (cap_issuing slots) */
     size_t cap_issuing;
     int expiring;         /* a lease expiry is with the writer */
@@ -411,6 +413,9 @@ int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYT
 
 /* A peer silent this many lease lengths (and holding no lease) is gone. */
 #define COORD_GONE_LEASES 3
+/* GET /v1/status is built at most once per this many seconds; requests in
+ * between get the same answer. */
+#define COORD_STATUS_CACHE_S 1.0
 /* "active", "idle", "gone" or "revoked" for a peer's activity at now. */
 const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_t lease_s);
 

@@ -454,9 +454,11 @@ static int add_peer(void *arg, const storage_peer_activity *a) {
     c->active += strcmp(state, "active") == 0;
     c->idle += strcmp(state, "idle") == 0;
     c->gone += strcmp(state, "gone") == 0;
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I}", "id", (json_int_t)a->id, "name",
-                          a->name, "state", state, "last_seen", (json_int_t)a->last_seen,
-                          "leases", (json_int_t)a->leases, "updates", (json_int_t)a->updates);
+    /* No name: /v1/status answers anyone, and a volunteer's name is
+     * personal (the operator has `volley-coordinator peer list`). */
+    json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I}", "id", (json_int_t)a->id, "state", state,
+                          "last_seen", (json_int_t)a->last_seen, "leases",
+                          (json_int_t)a->leases, "updates", (json_int_t)a->updates);
     if (!o) return VL_ENOMEM;
     return json_array_append_new(c->list, o) == 0 ? VL_OK : VL_ENOMEM;
 }
@@ -471,6 +473,13 @@ static int add_count(void *arg, int64_t value, int64_t count) {
 
 void coord_route_status(coord_req *cr) {
     coord_server *srv = cr->srv;
+    /* Anyone may ask, as often as the address limit allows: the answer
+     * is built at most once per COORD_STATUS_CACHE_S on the loop. */
+    double mono = clock_mono_s();
+    if (srv->status_cache && mono - srv->status_at < COORD_STATUS_CACHE_S) {
+        coord_reply_json(cr, 200, json_incref(srv->status_cache));
+        return;
+    }
     vl_error e = {0};
     int64_t peers = 0, updates = 0, slots = 0, unmerged = 0, now = clock_unix_s();
     json_t *versions = json_array(), *steps = json_object(), *stale = json_object();
@@ -513,5 +522,10 @@ void coord_route_status(coord_req *cr) {
         "staleness", stale, "writer", "jobs", (json_int_t)ws.jobs, "commits",
         (json_int_t)ws.commits, "failed", (json_int_t)ws.failed, "max_batch",
         (json_int_t)ws.max_batch, "checkpoints", (json_int_t)ws.checkpoints);
+    if (o) {
+        json_decref(srv->status_cache);
+        srv->status_cache = json_incref(o);
+        srv->status_at = mono;
+    }
     coord_reply_json(cr, 200, o);
 }

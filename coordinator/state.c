@@ -142,6 +142,8 @@ void coord_state_free(coord_server *srv) {
     model_gpt_destroy(srv->eval);
     srv->eval = NULL;
     free(srv->momentum);
+    json_decref(srv->status_cache);
+    srv->status_cache = NULL;
     free(srv->issuing_peers);
     srv->issuing_peers = NULL;
     srv->cap_issuing = 0;

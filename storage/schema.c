@@ -183,6 +183,10 @@ static const storage_migration MIGRATIONS[] = {
      " WHEN NEW.merged_version IS NOT NULL BEGIN"
      " SELECT RAISE(ABORT, 'an update is stored unmerged');"
      " END;"},
+    {12,
+     /* GET /v1/status counts every peer's updates: without this, a scan of
+      * all updates per peer (1 s at 300 peers and 50 000 updates). */
+     "CREATE INDEX updates_by_peer ON updates(peer_id);"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {
