@@ -299,13 +299,20 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     free(j);
 }
 
-/* Opens the second round of the current version: the candidates are the
- * heavy hitters of E after this round's accumulation, computed on copies
- * (nothing of the state changes until the version is made). */
-static int open_round(coord_server *srv, vl_error *err) {
+/* The candidates of the current version's second round: the heavy
+ * hitters of E after this round's accumulation, computed on copies
+ * (nothing of the state changes until the version is made). On the
+ * compute thread, with its read connection db: decoding every pending
+ * sketch and a pass over all coordinates is no work for the loop. The
+ * served state it reads does not change meanwhile, since no version is
+ * made while a round is being opened (coord_round_ready). */
+static int round_compute(storage *db, coord_job *job, vl_error *err) {
+    round_job *j = (round_job *)job;
+    coord_server *srv = j->srv;
     const coord_config *cfg = &srv->cfg;
     size_t n = srv->n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     size_t n_cand = (size_t)coord_config_round_candidates(cfg);
+    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
     merge_ctx m = {.cfg = cfg, .n_params = n, .err = err};
     merge_bufs b;
     memset(&b, 0, sizeof b);
@@ -318,11 +325,10 @@ static int open_round(coord_server *srv, vl_error *err) {
     if (rc == VL_OK && (!b.state || !b.scratch || !b.cand || !b.val))
         rc = vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
     m.sk = &b.sk;
-    if (rc == VL_OK)
-        rc = storage_update_each_pending(srv->db, srv->version, merge_one, &m, err);
+    if (rc == VL_OK) rc = storage_update_each_pending(db, j->r.version, merge_one, &m, err);
     if (rc == VL_OK && m.samples <= 0)
         rc = vl_fail(err, VL_EDB, "version %lld has no stored updates to open a round on",
-                     (long long)srv->version);
+                     (long long)j->r.version);
     size_t got = 0;
     compress_sketch E;
     float *mom, *age;
@@ -337,27 +343,45 @@ static int open_round(coord_server *srv, vl_error *err) {
     if (rc == VL_OK && got == 0)
         rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {
-        round_job *j = calloc(1, sizeof *j);
-        if (!j) {
-            rc = vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
-        } else {
-            int64_t now = clock_unix_s();
-            j->job.run = round_run;
-            j->job.done = round_done;
-            j->srv = srv;
-            j->n_updates = m.n_ids;
-            j->r = (storage_round){.version = srv->version, .n = got, .candidates = b.cand,
-                                   .opened_at = now, .deadline = now + cfg->round_s};
-            b.cand = NULL; /* the job's now */
-            srv->opening_round = 1;
-            coord_writer_submit(srv->writer, &j->job);
-        }
+        int64_t now = clock_unix_s();
+        j->n_updates = m.n_ids;
+        j->r.n = got;
+        j->r.candidates = b.cand;
+        j->r.opened_at = now;
+        j->r.deadline = now + cfg->round_s;
+        b.cand = NULL; /* the job's now */
     }
     free(m.ids);
     free(m.peers);
     free(m.norms);
     bufs_free(&b);
     return rc;
+}
+
+/* Back on the loop: the candidates go to the writer. */
+static void round_computed(coord_job *job, int rc, const vl_error *err) {
+    round_job *j = (round_job *)job;
+    if (rc != VL_OK) {
+        round_done(job, rc, err);
+        return;
+    }
+    j->job.run = round_run;
+    j->job.done = round_done;
+    coord_writer_submit(j->srv->writer, &j->job);
+}
+
+/* Opens the second round of the current version: its candidates are
+ * computed on the compute thread (round_compute), then stored. */
+static int open_round(coord_server *srv, vl_error *err) {
+    round_job *j = calloc(1, sizeof *j);
+    if (!j) return vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
+    j->job.run = round_compute;
+    j->job.done = round_computed;
+    j->srv = srv;
+    j->r.version = srv->version;
+    srv->opening_round = 1;
+    coord_writer_compute(srv->writer, &j->job);
+    return VL_OK;
 }
 
 int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
