@@ -31,15 +31,15 @@ typedef struct merge_ctx {
     int64_t bytes;       /* the merged updates' bodies, as uploaded */
     int64_t version;     /* the version being merged from */
     size_t stale;        /* updates based on an older version */
+    size_t set_aside;    /* updates that could not be read (set_aside) */
     coord_round_acc *round; /* sketch runs with a second round, else NULL */
     compress_factors_sum *factors; /* K-FAC runs that share factors, else NULL */
     vl_error *err;
 } merge_ctx;
 
-static int merge_one(void *arg, const storage_update *u) {
-    merge_ctx *m = arg;
-    if (!u->blob)
-        return vl_fail(m->err, VL_EDB, "update %lld has lost its stored body", (long long)u->id);
+/* Notes u as part of the version (its id and peer, to be marked merged)
+ * with the norm it was sent with (NAN: set aside). */
+static int note_update(merge_ctx *m, const storage_update *u, double norm) {
     if (m->n_ids == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 16;
         int64_t *ids = realloc(m->ids, cap * sizeof *ids);
@@ -51,13 +51,36 @@ static int merge_one(void *arg, const storage_update *u) {
         if (!ids || !norms || !peers) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
         m->cap = cap;
     }
-    /* Stored updates passed these checks on arrival; failing now means the
-     * database was damaged, which must stop the merge, not skew it. */
+    m->norms[m->n_ids] = norm;
+    m->peers[m->n_ids] = u->peer_id;
+    m->ids[m->n_ids++] = u->id;
+    return VL_OK;
+}
+
+/* An update whose stored body the disk lost, or that no longer decodes
+ * (stored updates passed every check on arrival): it cannot be merged,
+ * and retrying would stall the run for good, so it is left out of the
+ * version, marked merged there so nothing offers it again, and logged. */
+static int set_aside(merge_ctx *m, const storage_update *u, const char *why) {
+    log_warn("update %lld of peer %lld is left out of version %lld: %s", (long long)u->id,
+             (long long)u->peer_id, (long long)m->version + 1, why);
+    m->set_aside++;
+    return note_update(m, u, NAN);
+}
+
+static int merge_one(void *arg, const storage_update *u) {
+    merge_ctx *m = arg;
+    if (!u->blob) return set_aside(m, u, u->lost ? u->lost : "its stored body is gone");
     compress_update cu;
     vl_error e = {0};
-    if (compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e) != VL_OK)
-        return vl_fail(m->err, VL_EDB, "stored update %lld no longer decodes: %s",
-                       (long long)u->id, e.msg);
+    int rc = compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e);
+    if (rc == VL_ENOMEM) return vl_fail(m->err, rc, "out of memory decoding update %lld",
+                                        (long long)u->id);
+    if (rc != VL_OK) {
+        char why[sizeof e.msg + 48];
+        snprintf(why, sizeof why, "its stored body no longer decodes: %s", e.msg);
+        return set_aside(m, u, why);
+    }
     /* FedBuff: an update's weight is its sample count times s(tau), tau
      * counted as the commit will store it: versions made between its base
      * and the one it goes into. */
@@ -65,7 +88,6 @@ static int merge_one(void *arg, const storage_update *u) {
     if (tau < 0) tau = 0;
     float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness, tau));
     double norm = compress_update_norm(&cu);
-    int rc;
     if (m->rb) {
         rc = coord_robust_acc_add(m->rb, &cu, (double)w, norm, m->err);
     } else {
@@ -79,10 +101,8 @@ static int merge_one(void *arg, const storage_update *u) {
     }
     if (rc == VL_OK && m->factors) rc = coord_factors_add(m->factors, &cu, u->id, m->err);
     compress_update_free(&cu);
+    if (rc == VL_OK) rc = note_update(m, u, norm);
     if (rc != VL_OK) return rc;
-    m->norms[m->n_ids] = norm;
-    m->peers[m->n_ids] = u->peer_id;
-    m->ids[m->n_ids++] = u->id;
     m->samples += (double)w;
     m->loss_sum += u->loss;
     m->bytes += u->nbytes;
@@ -493,6 +513,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     }
     if (j->ver.factors) srv->factors_version = j->ver.version;
     if (j->ver.refused) log_refused(srv, j);
+    if (j->m.set_aside)
+        log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
+                 "unreadable", (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
     /* Bits per byte (per token in a shard run) compare across vocabularies
      * and with published figures; nats are what training minimises. */
     log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
@@ -515,9 +538,11 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
 static void log_robust(const merge_ctx *m, int64_t next) {
     double *x = malloc(m->n_ids * sizeof *x + 1);
     if (!x) return;
-    memcpy(x, m->norms, m->n_ids * sizeof *x);
-    double med = coord_robust_median(x, m->n_ids);
-    double max = x[m->n_ids - 1];
+    size_t k = 0;
+    for (size_t i = 0; i < m->n_ids; i++)
+        if (!isnan(m->norms[i])) x[k++] = m->norms[i]; /* not the set-aside ones */
+    double med = k ? coord_robust_median(x, k) : NAN;
+    double max = k ? x[k - 1] : NAN;
     free(x);
     const coord_robust_config *r = &m->cfg->robust;
     size_t bounded = m->rb ? m->rb->bounded : m->bounded;
@@ -547,14 +572,17 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
                  ? storage_update_each_oldest(db, srv->cfg.updates_per_version, merge_one, m,
                                               &j->merr)
                  : storage_update_each_unmerged(db, merge_one, m, &j->merr);
-    if (rc == VL_OK && (m->n_ids == 0 || m->samples <= 0))
-        rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update could be merged",
+    if (rc == VL_OK && m->n_ids == 0)
+        rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
     const float *theta = model_gpt_params(srv->gpt);
     size_t n_cand = 0;
     if (rc == VL_OK) {
         memcpy(b->next, theta, n * sizeof(float));
-        rc = apply_step(srv, m, b, b->next, &n_cand, &j->merr);
+        /* Every update set aside: the version changes nothing and keeps
+         * the optimiser state (b->state is the current one), so the run
+         * goes on past the damaged bodies. */
+        if (m->samples > 0) rc = apply_step(srv, m, b, b->next, &n_cand, &j->merr);
     }
     if (rc != VL_OK) {
         *err = j->merr;
@@ -584,7 +612,9 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
                                .momentum = b->state, .n = n, .n_state = srv->n_state,
                                .val_loss = refused ? srv->val_loss : val_loss,
-                               .train_loss = m->loss_sum / (double)m->n_ids,
+                               .train_loss = m->n_ids > m->set_aside
+                                                 ? m->loss_sum / (double)(m->n_ids - m->set_aside)
+                                                 : NAN,
                                .num_updates = (int64_t)m->n_ids, .has_change = 1,
                                .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz,
                                .refused = refused, .refused_val_loss = val_loss};

@@ -111,9 +111,11 @@ static int each_segment(const body_files *b, int (*fn)(void *, int64_t), void *c
 static int close_segment(body_files *b, vl_error *err) {
     if (b->wfd < 0) return VL_OK;
     int rc = VL_OK;
-    if (b->dirty && fdatasync(b->wfd) != 0)
+    if (b->dirty && fdatasync(b->wfd) != 0) {
+        b->lost = 1; /* the transaction's bodies in it may not be on disk */
         rc = vl_fail(err, VL_EIO, "cannot sync %s segment %" PRId64 ": %s", b->dir, b->wseg,
                      strerror(errno));
+    }
     close(b->wfd);
     b->wfd = -1;
     b->dirty = 0;
@@ -229,8 +231,12 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
             continue;
         }
         if (w <= 0) {
-            /* What a failed write left is not pointed at; start afresh. */
+            /* What a failed write left is not pointed at; start afresh.
+             * Bodies appended before it in this transaction belong to
+             * jobs that will commit with it: they are made durable now,
+             * and if that fails too the whole transaction must fail. */
             int e = errno;
+            if (b->dirty && fdatasync(b->wfd) != 0) b->lost = 1;
             close(b->wfd);
             b->wfd = -1;
             b->dirty = 0;
@@ -247,6 +253,11 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
 }
 
 int body_sync(body_files *b, vl_error *err) {
+    if (b->lost) {
+        b->lost = 0;
+        return vl_fail(err, VL_EIO, "update bodies in %s: an append failed and the bodies "
+                       "before it could not be made durable", b->dir);
+    }
     if (b->dirty && b->wfd >= 0) {
         if (fdatasync(b->wfd) != 0) {
             /* After a failed sync the page cache may no longer hold what
@@ -283,8 +294,11 @@ static int read_fd(body_files *b, int64_t seg, int *out, vl_error *err) {
     if (seg_path(b, seg, path, sizeof path) != 0)
         return vl_fail(err, VL_EINVAL, "segment path too long");
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* A missing file is a body lost for good (VL_EDB); anything else (no
+     * descriptors left, an I/O error) may pass, and is retried (VL_EIO). */
     if (fd < 0)
-        return vl_fail(err, VL_EDB, "update bodies: cannot open %s: %s", path, strerror(errno));
+        return vl_fail(err, errno == ENOENT ? VL_EDB : VL_EIO,
+                       "update bodies: cannot open %s: %s", path, strerror(errno));
     size_t slot = b->rnext++ % BODY_READ_FDS;
     if (b->rfd[slot] >= 0) close(b->rfd[slot]);
     b->rfd[slot] = fd;
@@ -311,9 +325,12 @@ int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_
     while (done < (size_t)len) {
         ssize_t r = pread(fd, b->rbuf + done, (size_t)len - done, (off_t)off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
+        if (r < 0)
+            return vl_fail(err, VL_EIO, "update bodies: cannot read segment %" PRId64 " at %"
+                           PRId64 ": %s", seg, off, strerror(errno));
+        if (r == 0)
             return vl_fail(err, VL_EDB, "update bodies: segment %" PRId64 " is short at %"
-                           PRId64 " (%s)", seg, off, r < 0 ? strerror(errno) : "end of file");
+                           PRId64 " (end of file)", seg, off);
         done += (size_t)r;
     }
     *out = b->rbuf;
@@ -323,39 +340,72 @@ int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_
 typedef struct prune_ctx {
     storage *st;
     int64_t max;
-    size_t removed;
     vl_error *err;
 } prune_ctx;
 
-static int prune_one(void *arg, int64_t seg) {
-    prune_ctx *c = arg;
-    body_files *b = &c->st->bodies;
-    if (seg >= c->max || (b->wfd >= 0 && seg == b->wseg)) return VL_OK;
-    sqlite3_stmt *s = q_get(c->st, Q_BODY_SEG_USED, c->err);
+/* 1 when no update row (in this transaction's view) points into seg. */
+static int seg_unused(storage *st, int64_t seg, int *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_BODY_SEG_USED, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, seg);
     int64_t used = 0;
-    int rc = q_int(c->st, s, 0, &used, "find segment use", c->err);
+    int rc = q_int(st, s, 0, &used, "find segment use", err);
     if (rc == VL_ENOTFOUND) used = 0;
     else if (rc != VL_OK) return rc;
-    if (used) return VL_OK;
-    char path[sizeof b->dir + 32];
-    if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0) c->removed++;
-    else if (errno != ENOENT) log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
+    *out = used == 0;
     return VL_OK;
+}
+
+static int note_one(void *arg, int64_t seg) {
+    prune_ctx *c = arg;
+    body_files *b = &c->st->bodies;
+    if (seg >= c->max || (b->wfd >= 0 && seg == b->wseg) || b->n_prune >= BODY_PRUNE_MAX)
+        return VL_OK;
+    int unused = 0;
+    int rc = seg_unused(c->st, seg, &unused, c->err);
+    if (rc == VL_OK && unused) b->prune[b->n_prune++] = seg;
+    return rc;
 }
 
 int body_prune(storage *st, vl_error *err) {
     if (!storage_in_transaction(st))
         return vl_fail(err, VL_EDB, "update bodies are pruned only inside a transaction");
+    body_files *b = &st->bodies;
+    /* What the last committed transaction found unused: its row deletions
+     * are durable now, and nothing this one does adds rows pointing into
+     * an old segment, so a segment still unused here can go. */
+    size_t removed = 0;
+    if (b->prune_ready) {
+        for (size_t i = 0; i < b->n_prune; i++) {
+            int64_t seg = b->prune[i];
+            int unused = 0;
+            int rc = seg_unused(st, seg, &unused, err);
+            if (rc != VL_OK) return rc;
+            if (!unused || (b->wfd >= 0 && seg == b->wseg)) continue;
+            char path[sizeof b->dir + 32];
+            if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0) removed++;
+            else if (errno != ENOENT)
+                log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
+        }
+    }
+    b->n_prune = 0;
+    b->prune_ready = 0;
+    if (removed) log_debug("update bodies: removed %zu unused segment(s)", removed);
     int64_t max;
-    /* The first pass finds the highest number, which the second keeps. */
-    int rc = each_segment(&st->bodies, NULL, NULL, &max, err);
+    /* The first pass finds the highest number, which is never noted. */
+    int rc = each_segment(b, NULL, NULL, &max, err);
     if (rc != VL_OK || max < 0) return rc;
-    prune_ctx c = {st, max, 0, err};
-    int64_t unused;
-    rc = each_segment(&st->bodies, prune_one, &c, &unused, err);
-    if (rc == VL_OK && c.removed)
-        log_debug("update bodies: removed %zu unused segment(s)", c.removed);
-    return rc;
+    prune_ctx c = {st, max, err};
+    int64_t unused_max;
+    return each_segment(b, note_one, &c, &unused_max, err);
+}
+
+void body_committed(body_files *b) {
+    b->prune_ready = b->n_prune > 0;
+}
+
+void body_rolled_back(body_files *b) {
+    b->lost = 0; /* nothing of the transaction will point at its appends */
+    b->n_prune = 0;
+    b->prune_ready = 0;
 }

@@ -243,11 +243,13 @@ int storage_commit(storage *st, vl_error *err) {
     int rc = body_sync(&st->bodies, err);
     if (rc == VL_OK) rc = run_simple(st, Q_COMMIT, "commit", err);
     if (rc != VL_OK) storage_rollback(st);
+    else body_committed(&st->bodies);
     return rc;
 }
 
 void storage_rollback(storage *st) {
     if (!st || sqlite3_get_autocommit(st->db)) return;
+    body_rolled_back(&st->bodies);
     /* Statements still stepping would keep the transaction open. */
     for (int i = 0; i < Q_COUNT; i++)
         if (st->stmts[i]) sqlite3_reset(st->stmts[i]);

@@ -96,12 +96,19 @@ typedef enum {
  * (bodies.c, which says why). Each connection appends to a segment of its
  * own and reads through a few cached descriptors. */
 #define BODY_READ_FDS 4
+/* Unused segments one transaction notes for deletion (more wait for the
+ * next prune). */
+#define BODY_PRUNE_MAX 256
+
 typedef struct body_files {
     char dir[4096];
     int wfd;          /* segment appended to, -1 before the first append */
     int64_t wseg;
     uint64_t wsize;
     int dirty;        /* wfd has bytes not yet fdatasynced */
+    /* A failed append could not make the transaction's earlier appends
+     * durable: the transaction must not commit (body_sync fails it). */
+    int lost;
     int dir_dirty;    /* a segment was created since the directory's last fsync */
     int direct;       /* wfd is written with O_DIRECT, in whole aligned blocks */
     uint8_t *abuf;    /* aligned staging for direct writes */
@@ -111,6 +118,13 @@ typedef struct body_files {
     size_t rnext;
     uint8_t *rbuf;    /* the last body read */
     size_t rcap;
+    /* Segments a transaction found unused (its deletions of rows still
+     * uncommitted), deleted by a later write transaction once that one
+     * committed (ready): deleted at once, a rollback or a power cut before
+     * the commit would leave committed rows pointing at no file. */
+    int64_t prune[BODY_PRUNE_MAX];
+    size_t n_prune;
+    int prune_ready;
 } body_files;
 
 struct storage {
@@ -153,12 +167,21 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
  * directory entry). */
 int body_sync(body_files *b, vl_error *err);
 /* Reads len bytes at (seg, off); *out points into b and stays valid until
- * the next body_read on b. */
+ * the next body_read on b. VL_EDB when the bytes are gone for good (no
+ * such segment, or it ends before them), VL_EIO for a failure that may
+ * pass. */
 int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_t **out,
               vl_error *err);
-/* Deletes segment files no update points at any more, inside the caller's
- * write transaction (so no other connection is appending). */
+/* Inside the caller's write transaction (so no other connection is
+ * appending): deletes the segment files the last committed transaction
+ * found unused, if they still are, and notes the segments no update
+ * points at any more in this one's view, for the next. */
 int body_prune(storage *st, vl_error *err);
+/* After a commit: the segments the transaction noted may go at the next
+ * body_prune. */
+void body_committed(body_files *b);
+/* After a rollback: forgets what the transaction noted or lost. */
+void body_rolled_back(body_files *b);
 /* The part of a version commit that stores v's merged K-FAC factors (when
  * it has them) and prunes factors older than keep_versions below it
  * (factors.c). */

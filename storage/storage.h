@@ -311,7 +311,11 @@ typedef struct storage_update {
     int64_t local_steps;
     double loss;
     int64_t nbytes;
-    const uint8_t *blob; /* NULL once pruned */
+    const uint8_t *blob; /* NULL once pruned, or when it cannot be read */
+    /* Only set by the update walks: why the stored body cannot be read
+     * (its segment is missing or short after a disk fault), with blob
+     * NULL; NULL otherwise. Valid during the callback. */
+    const char *lost;
     int64_t received_at;
     int64_t merged_version; /* -1 while not merged */
     /* Versions made between base_version and the version the update is

@@ -255,10 +255,17 @@ static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void 
             q_done(s);
             return vl_fail(err, VL_EDB, "database: update %lld is truncated", (long long)u.id);
         }
+        vl_error lost = {0};
         if (!u.blob && sqlite3_column_type(s, 12) != SQLITE_NULL) {
             int rc2 = body_read(&st->bodies, sqlite3_column_int64(s, 12),
-                                sqlite3_column_int64(s, 13), u.nbytes, &u.blob, err);
-            if (rc2 != VL_OK) {
+                                sqlite3_column_int64(s, 13), u.nbytes, &u.blob, &lost);
+            /* A body the disk no longer has is the caller's to set aside;
+             * running out of memory is an error like any other. */
+            if (rc2 == VL_EDB) {
+                u.blob = NULL;
+                u.lost = lost.msg;
+            } else if (rc2 != VL_OK) {
+                *err = lost;
                 q_done(s);
                 return rc2;
             }
