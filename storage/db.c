@@ -26,6 +26,7 @@
 
 static const char *const SQL[Q_COUNT] = {
     [Q_BEGIN] = "BEGIN IMMEDIATE",
+    [Q_BEGIN_READ] = "BEGIN DEFERRED",
     [Q_COMMIT] = "COMMIT",
     [Q_ROLLBACK] = "ROLLBACK",
     [Q_SAVEPOINT] = "SAVEPOINT storage_atomic",
@@ -229,6 +230,10 @@ static int run_simple(storage *st, q_id id, const char *what, vl_error *err) {
     sqlite3_stmt *s = q_get(st, id, err);
     if (!s) return VL_EDB;
     return q_exec(st, s, what, err);
+}
+
+int q_run(storage *st, q_id id, const char *what, vl_error *err) {
+    return run_simple(st, id, what, err);
 }
 
 int storage_begin(storage *st, vl_error *err) {

@@ -68,6 +68,7 @@ typedef enum {
     Q_VERSION_GET,
     Q_VERSION_EACH,
     Q_VERSION_BEST,
+    Q_BEGIN_READ,
     Q_KEY_RETIRED,
     Q_VERSION_PRUNE,
     Q_CHANGE_INSERT,
@@ -144,6 +145,8 @@ int q_fail(storage *st, vl_error *err, const char *what);
 /* Steps s once expecting no row (SQLITE_DONE); a constraint violation is
  * VL_ECONFLICT. Resets s in every case. */
 int q_exec(storage *st, sqlite3_stmt *s, const char *what, vl_error *err);
+/* Steps statement id (no parameters, no rows: BEGIN, COMMIT, ...). */
+int q_run(storage *st, q_id id, const char *what, vl_error *err);
 /* Steps s expecting one row with one integer column; no row is
  * VL_ENOTFOUND, a NULL value gives null_value. Resets s. */
 int q_int(storage *st, sqlite3_stmt *s, int64_t null_value, int64_t *out, const char *what,

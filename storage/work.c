@@ -543,11 +543,11 @@ int storage_version_best_loss(storage *st, double *out, vl_error *err) {
 
 /* Counts the stored changes in (since, until] first, so that a pruned one
  * is reported before the caller has consumed any. */
-int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
-                        void *ctx, vl_error *err) {
-    if (since < 0 || until <= since)
-        return vl_fail(err, VL_EINVAL, "no versions between %lld and %lld", (long long)since,
-                       (long long)until);
+/* Both passes in one read transaction: between two, a commit could prune
+ * a change the first pass counted, and the delta would be short a version
+ * with nothing to tell. */
+static int change_walk(storage *st, int64_t since, int64_t until, storage_change_fn fn,
+                       void *ctx, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_CHANGE_RANGE, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, since);
@@ -566,6 +566,7 @@ int storage_change_each(storage *st, int64_t since, int64_t until, storage_chang
     if (!(s = q_get(st, Q_CHANGE_RANGE, err))) return VL_EDB;
     sqlite3_bind_int64(s, 1, since);
     sqlite3_bind_int64(s, 2, until);
+    expect = since + 1;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         storage_change c;
         c.version = sqlite3_column_int64(s, 0);
@@ -574,6 +575,11 @@ int storage_change_each(storage *st, int64_t since, int64_t until, storage_chang
         int ib = sqlite3_column_bytes(s, 2);
         c.val = sqlite3_column_blob(s, 3);
         int vb = sqlite3_column_bytes(s, 3);
+        if (c.version != expect++) {
+            q_done(s);
+            return vl_fail(err, VL_EDB, "database: the changes since version %lld changed while "
+                           "read", (long long)since);
+        }
         if (nnz < 0 || (int64_t)ib != 4 * nnz || (int64_t)vb != 4 * nnz) {
             q_done(s);
             return vl_fail(err, VL_EDB, "database: the change of version %lld is damaged",
@@ -588,5 +594,23 @@ int storage_change_each(storage *st, int64_t since, int64_t until, storage_chang
     }
     int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "read changes");
     q_done(s);
+    if (ret == VL_OK && expect != until + 1)
+        ret = vl_fail(err, VL_EDB, "database: the changes since version %lld changed while read",
+                      (long long)since);
     return ret;
+}
+
+int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
+                        void *ctx, vl_error *err) {
+    if (since < 0 || until <= since)
+        return vl_fail(err, VL_EINVAL, "no versions between %lld and %lld", (long long)since,
+                       (long long)until);
+    if (storage_in_transaction(st)) return change_walk(st, since, until, fn, ctx, err);
+    int rc = q_run(st, Q_BEGIN_READ, "begin", err);
+    if (rc != VL_OK) return rc;
+    rc = change_walk(st, since, until, fn, ctx, err);
+    /* Nothing was written: ending it either way only lets the snapshot go. */
+    if (q_run(st, Q_ROLLBACK, "end read", NULL) != VL_OK)
+        log_error("database: ending a read transaction failed: %s", sqlite3_errmsg(st->db));
+    return rc;
 }
