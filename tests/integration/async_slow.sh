@@ -25,14 +25,8 @@ for i in 1 2 3 4; do
     --slowdown "$slow" 2> "peer$i.log" &
   PIDS+=($!)
 done
-for _ in $(seq 1 3000); do
-  [ "$(q 'SELECT status FROM run')" = finished ] && break
-  sleep 0.1
-done
-[ "$(q 'SELECT status FROM run')" = finished ] || fail "the async run did not finish"
-for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-PIDS=()
+it_wait_finished 3000 "the async run did not finish"
+it_stop_peers
 it_stop_coordinator
 
 [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"

@@ -64,6 +64,19 @@ static void join_body(char *out, size_t cap, const uint8_t pk[CRYPTO_PK_BYTES], 
              name);
 }
 
+/* Joins with c->id and token; c->peer gets the new id. The answer is
+ * recorded as a case named name that expects 201. */
+static void join_new(ctx *c, const char *token, const char *name, const char *what) {
+    char body[512];
+    reply r;
+    join_body(body, sizeof body, c->id.pk, token, name);
+    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
+    json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
+    c->peer = json_integer_value(json_object_get(j, "peer_id"));
+    json_decref(j);
+    expect(what, &r, 201, NULL);
+}
+
 int prepare(ctx *c, const char *token, const char *badtoken) {
     reply r;
     char path[1024];
@@ -90,15 +103,11 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
         request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
         expect(bad_names[i][1], &r, 400, "bad_request");
     }
+    join_new(c, token, "attacker", "join with a valid token");
+    /* The reply was lost: the same key joins again with its one-use token. */
     join_body(body, sizeof body, c->id.pk, token, "attacker");
     request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
     json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
-    c->peer = json_integer_value(json_object_get(j, "peer_id"));
-    json_decref(j);
-    expect("join with a valid token", &r, 201, NULL);
-    /* The reply was lost: the same key joins again with its one-use token. */
-    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
-    j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
     int same = json_integer_value(json_object_get(j, "peer_id")) == c->peer;
     json_decref(j);
     expect("join again with the used-up token", &r, 200, NULL);
@@ -336,15 +345,8 @@ void attack_general(ctx *c, const char *badtoken) {
  * process and connection: one lease must be written, and every request
  * answered with it (a peer holds one lease per version). */
 static int burst(ctx *c, const char *token, int n) {
-    reply r;
     crypto_identity_generate(&c->id);
-    char body[512];
-    join_body(body, sizeof body, c->id.pk, token, "burst");
-    request(c, "POST", "/v1/peers", NULL, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
-    json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
-    c->peer = json_integer_value(json_object_get(j, "peer_id"));
-    json_decref(j);
-    expect("join for the burst", &r, 201, NULL);
+    join_new(c, token, "burst", "join for the burst");
     int fds[2];
     if (n < 1 || n > 64 || pipe(fds) != 0) return -1;
     for (int i = 0; i < n; i++) {

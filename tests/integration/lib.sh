@@ -107,6 +107,23 @@ it_peer() {
 
 q() { sqlite3 run.db "$@"; }
 
+# it_wait_finished TENTHS MESSAGE: waits up to TENTHS tenths of a second for
+# the run to finish, failing with MESSAGE if it does not.
+it_wait_finished() {
+  for _ in $(seq 1 "$1"); do
+    [ "$(q 'SELECT status FROM run')" = finished ] && return 0
+    sleep 0.1
+  done
+  fail "$2"
+}
+
+# it_stop_peers: SIGTERM to every process in PIDS, each waited for.
+it_stop_peers() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+
 # it_snapshot: a digest of every table's rows (peers' last_seen aside), to
 # show that refused requests changed nothing stored.
 it_snapshot() {

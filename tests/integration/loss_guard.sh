@@ -24,14 +24,8 @@ run_once() { # run_once NAME EXTRA
     "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 2> "peer$i.log" &
     PIDS+=($!)
   done
-  for _ in $(seq 1 1200); do
-    [ "$(q 'SELECT status FROM run')" = finished ] && break
-    sleep 0.1
-  done
-  [ "$(q 'SELECT status FROM run')" = finished ] || fail "$1: the run did not finish"
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
+  it_wait_finished 1200 "$1: the run did not finish"
+  it_stop_peers
   it_stop_coordinator
   it_check_run "$VERSIONS" 2
 }

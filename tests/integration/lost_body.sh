@@ -35,14 +35,8 @@ for i in 1 2; do
   "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 2>> "peer$i.log" &
   PIDS+=($!)
 done
-for _ in $(seq 1 600); do
-  [ "$(q 'SELECT status FROM run')" = finished ] && break
-  sleep 0.1
-done
-[ "$(q 'SELECT status FROM run')" = finished ] || fail "the run did not finish past the lost body"
-for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-PIDS=()
+it_wait_finished 600 "the run did not finish past the lost body"
+it_stop_peers
 it_stop_coordinator
 [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
 [ "$(q "SELECT merged_version FROM updates WHERE id = $lost")" = 1 ] \

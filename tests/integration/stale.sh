@@ -29,6 +29,14 @@ wait_version() {
   done
   fail "the run did not reach version $1"
 }
+# prepare_attacker: the attack client joins and takes a lease (in atk/).
+prepare_attacker() {
+  local token
+  token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+  mkdir -p atk
+  "$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
+    || { cat prepare.log; fail "prepare"; }
+}
 run_peer() { # run_peer TASKS: peer 1 does TASKS tasks and exits
   "$PEER" run --dir peer1 --threads 1 --wait 5 --retries 20 --max-tasks "$1" 2>> peer1.log \
     || fail "peer 1 exited with an error"
@@ -38,10 +46,7 @@ run_peer() { # run_peer TASKS: peer 1 does TASKS tasks and exits
 IT_LEASE_S=2 it_setup itstale 20 1 '"staleness": {"max": 2},'
 it_start_coordinator
 it_peer 1
-token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
-mkdir -p atk
-"$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
-  || { cat prepare.log; fail "prepare"; }
+prepare_attacker
 late_task=$(q "SELECT id FROM tasks WHERE state = 'leased'")
 [ -n "$late_task" ] || fail "the client holds no lease"
 sleep 2.5 # the lease expires
@@ -105,10 +110,7 @@ rm -f run.db-wal run.db-shm
 it_setup itfinished 1 2 '"round_deadline_s": 2,'
 it_start_coordinator
 it_peer 1
-token=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
-mkdir -p atk
-"$ATTACK" prepare "$URL" tls/ca.pem atk "$token" "vlt_$(printf '%064d' 0)" > prepare.log 2>&1 \
-  || { cat prepare.log; fail "prepare"; }
+prepare_attacker
 run_peer 1
 wait_version 1
 [ "$(q 'SELECT status FROM run')" = finished ] || fail "the one-version run did not finish"

@@ -169,20 +169,36 @@ static void test_rolled_back_body_is_not_seen(void **state) {
  * notes that file (not its own, not the highest) and B's next one, after
  * the first committed, removes it; A's next append sees its segment gone
  * and starts a third, and every unmerged body reads. */
+/* A run with one body in segment 0 (written by f's connection) and one in
+ * segment 1 (by another connection, which the caller closes). */
+typedef struct two_segments {
+    storage *other;
+    int64_t peer, ua, ub;
+    uint8_t *body; /* 3000 bytes, the caller's to free */
+} two_segments;
+
+static void two_segments_make(fixture *f, two_segments *t) {
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 1);
+    t->peer = add_peer(f->st, 1);
+    t->body = make_body(3000, 3);
+    t->ua = insert_body(f->st, add_task(f->st, t->peer, 0, 2000, STORAGE_TASK_DONE), t->peer,
+                        t->body, 3000);
+    OK(storage_open(f->path, 0, &t->other, &e_));
+    t->ub = insert_body(t->other, add_task(t->other, t->peer, 0, 2000, STORAGE_TASK_DONE),
+                        t->peer, t->body, 3000);
+}
+
 /* The transaction whose pruning made a segment unused rolls back: the
  * segment stays (deleted at once, as before, the restored rows would point
  * at no file). Committed, it goes at the next version's prune. */
 static void test_prune_rolled_back_keeps_segment(void **state) {
     fixture *f = *state;
-    insert_run(f->st);
-    commit_version(f->st, 0, 0.0f, NULL, 0, 1);
-    int64_t p = add_peer(f->st, 1);
-    uint8_t *b = make_body(3000, 3);
-    int64_t ua = insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
-    storage *other;
-    OK(storage_open(f->path, 0, &other, &e_));
-    int64_t ub = insert_body(other, add_task(other, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
-    int64_t ids[2] = {ua, ub};
+    two_segments t;
+    two_segments_make(f, &t);
+    storage *other = t.other;
+    uint8_t *b = t.body;
+    int64_t ids[2] = {t.ua, t.ub};
     commit_version(other, 1, 1.0f, ids, 2, 1); /* merged into 1: prunable at 2 */
     OK(storage_begin(other, &e_));
     commit_version(other, 2, 2.0f, NULL, 0, 1); /* in a savepoint of the open transaction */
@@ -198,14 +214,11 @@ static void test_prune_rolled_back_keeps_segment(void **state) {
 
 static void test_unused_segments_are_removed(void **state) {
     fixture *f = *state;
-    insert_run(f->st);
-    commit_version(f->st, 0, 0.0f, NULL, 0, 1);
-    int64_t p = add_peer(f->st, 1);
-    uint8_t *b = make_body(3000, 3);
-    int64_t ua = insert_body(f->st, add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
-    storage *other;
-    OK(storage_open(f->path, 0, &other, &e_));
-    int64_t ub = insert_body(other, add_task(other, p, 0, 2000, STORAGE_TASK_DONE), p, b, 3000);
+    two_segments t;
+    two_segments_make(f, &t);
+    storage *other = t.other;
+    int64_t p = t.peer, ua = t.ua, ub = t.ub;
+    uint8_t *b = t.body;
     assert_int_equal(count_segments(f->path), 2);
     int64_t ids[2] = {ua, ub};
     commit_version(other, 1, 1.0f, ids, 2, 1); /* merged into 1: prunable at 2 */
