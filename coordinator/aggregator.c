@@ -566,12 +566,11 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
     if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
-    /* Async: exactly the buffer's updates_per_version, oldest first. */
+    /* Async: exactly the buffer's updates_per_version, oldest first; sync:
+     * what waits, up to a bound (coord_config_merge_max). */
     double t0 = clock_mono_s();
-    int rc = coord_config_is_async(&srv->cfg)
-                 ? storage_update_each_oldest(db, srv->cfg.updates_per_version, merge_one, m,
-                                              &j->merr)
-                 : storage_update_each_unmerged(db, merge_one, m, &j->merr);
+    int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), merge_one, m,
+                                        &j->merr);
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);

@@ -347,6 +347,7 @@ static int check_robust(const coord_config *cfg, vl_error *err) {
                                        "compression.second_round, whose exact values are "
                                        "summed", coord_rule_name(r->rule));
     /* The rules hold every update of a version in memory. */
+    k = coord_config_merge_max(cfg);
     int64_t d = (int64_t)model_gpt_config_num_params(&cfg->model);
     const char *kind = coord_config_update_kind(cfg);
     if (strcmp(kind, "sketch") == 0) d = cfg->comp_rows * cfg->comp_cols;
@@ -357,6 +358,11 @@ static int check_robust(const coord_config *cfg, vl_error *err) {
                        coord_rule_name(r->rule), (long long)k, (long long)d,
                        (long long)COORD_ROBUST_MAX_BYTES);
     return VL_OK;
+}
+
+int64_t coord_config_merge_max(const coord_config *cfg) {
+    return coord_config_is_async(cfg) ? cfg->updates_per_version
+                                      : COORD_SYNC_MERGE_FACTOR * cfg->updates_per_version;
 }
 
 int64_t coord_config_max_samples(const coord_config *cfg) {

@@ -88,6 +88,9 @@
 /* The largest mean training loss an update may report, in nats: a model
  * that guesses uniformly over a 50257-token vocabulary scores 10.8. */
 #define COORD_MAX_UPDATE_LOSS 1000
+/* A sync version merges at most this many times updates_per_version
+ * updates: its own and late ones from earlier versions. */
+#define COORD_SYNC_MERGE_FACTOR 2
 
 /* The outer step an async run gets when its configuration has none:
  * delayed Nesterov (momentum once per 2 versions) with η 0.5. On the demo
@@ -265,6 +268,12 @@ int coord_config_shares_factors(const coord_config *cfg);
 /* Bytes of the K-FAC factors of the run's model as dtype ("F32"/"F16"),
  * scales included. */
 int64_t coord_config_factor_bytes(const coord_config *cfg);
+
+/* The most updates one version merges, so a backlog cannot exhaust the
+ * coordinator's memory (the robust rules hold each one): async runs take
+ * exactly updates_per_version; sync runs at most COORD_SYNC_MERGE_FACTOR
+ * times that, the oldest first, and later ones wait for the next version. */
+int64_t coord_config_merge_max(const coord_config *cfg);
 
 /* The most num_samples an update of a task may claim: every window of
  * every step, train.steps x train.batch x block_size tokens. */

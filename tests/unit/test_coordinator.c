@@ -153,6 +153,15 @@ static void test_version_refusal(void **state) {
     coord_config_free(&again);
     free(text);
     coord_config_free(&cfg);
+    /* What one version may take: sync twice its updates, async exactly. */
+    snprintf(json, sizeof json, "%s\"updates_per_version\": 4}", base);
+    assert_int_equal(parse(json, &cfg, &e), VL_OK);
+    assert_int_equal(coord_config_merge_max(&cfg), 4 * COORD_SYNC_MERGE_FACTOR);
+    coord_config_free(&cfg);
+    snprintf(json, sizeof json, "%s\"updates_per_version\": 4, \"mode\": \"async\"}", base);
+    assert_int_equal(parse(json, &cfg, &e), VL_OK);
+    assert_int_equal(coord_config_merge_max(&cfg), 4);
+    coord_config_free(&cfg);
     snprintf(json, sizeof json, "%s\"max_loss_rise\": -0.1}", base);
     expect_config_error(json, "max_loss_rise");
     snprintf(json, sizeof json, "%s\"max_loss_rise\": \"high\"}", base);
