@@ -5,6 +5,7 @@
 #include <event2/http.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/nonce_log.h"
 
 /* The signature covers the request target exactly as it was sent. */
 static const char *target(coord_req *cr) {
@@ -43,6 +44,7 @@ static int check_nonce(coord_req *cr, const crypto_auth_header *a) {
         coord_reply_error(cr, 429, "rate_limited", "too many requests; retry shortly");
         return -1;
     }
+    coord_nonce_log_add(cr->srv->nonce_log, a->peer_id, a->nonce, a->ts);
     return 0;
 }
 

@@ -190,6 +190,7 @@ typedef struct coord_server {
     int draining;
     double drain_deadline;
     crypto_nonce_cache *nonces;
+    struct coord_nonce_log *nonce_log; /* the nonces, journalled across restarts */
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;
     struct event *slow_timer; /* checks every connection against the slow-client limits */

@@ -23,6 +23,7 @@
 #include <openssl/x509.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/nonce_log.h"
 
 /* ---- TLS ------------------------------------------------------------------ */
 
@@ -595,6 +596,8 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     if (rc == VL_OK && !(srv->base = event_base_new()))
         rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
     if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->writer, err);
+    if (rc == VL_OK)
+        rc = coord_nonce_log_open(db_path, srv->nonces, srv->base, &srv->nonce_log, err);
     if (rc == VL_OK) {
         coord_limits def;
         coord_limits_default(&def);
@@ -623,6 +626,8 @@ void coord_server_close(coord_server *srv) {
     if (srv->round_timer) event_free(srv->round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->slow_timer) event_free(srv->slow_timer);
+    coord_nonce_log_close(srv->nonce_log);
+    srv->nonce_log = NULL;
     coord_limiter_free(srv->addr_limiter);
     coord_limiter_free(srv->peer_limiter);
     if (srv->sig_term) event_free(srv->sig_term);

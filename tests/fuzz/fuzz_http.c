@@ -140,7 +140,7 @@ static void remove_dir(void) {
     while (H.conns) conn_release(H.conns);
     if (H.tick) event_free(H.tick);
     buf_free(&H.resp);
-    /* The database, its -wal, -shm and -bodies/, the corpus, the socket. */
+    /* The database, its -wal, -shm, -bodies/ and -nonces, the corpus, the socket. */
     nftw(H.dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 

@@ -35,6 +35,10 @@
  *   attack burst URL CA DIR TOKEN N            joins a new peer with TOKEN and
  *                                              sends N task requests at once:
  *                                              all must get the same one task
+ *   attack capture URL CA DIR FILE             a signed GET /v1/model of the
+ *                                              lease's peer (must answer 200),
+ *                                              its Authorization kept in FILE
+ *   attack replay URL CA DIR FILE STATUS [CODE] that GET again, as captured
  *   attack kfac URL CA DIR STAGE               a K-FAC run that shares factors
  *                                              (attack_kfac.c): STAGE bad
  *                                              (refused factors and factor
@@ -388,6 +392,35 @@ static int burst(ctx *c, const char *token, int n) {
     return 0;
 }
 
+/* A signed request kept as it went over the wire, and sent again later
+ * (after a restart, say) by someone who could read but not sign. */
+static int capture(ctx *c, const char *file) {
+    char hdr[CRYPTO_AUTH_MAX];
+    if (crypto_sign_request(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
+                            sizeof hdr) != VL_OK)
+        return -1;
+    reply r;
+    request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, 0, 0, &r);
+    expect("signed GET /v1/model, captured", &r, 200, NULL);
+    FILE *f = fopen(file, "w");
+    if (!f || fputs(hdr, f) < 0 || fclose(f) != 0) return -1;
+    return 0;
+}
+
+static int replay(ctx *c, const char *file, long status, const char *code) {
+    char hdr[CRYPTO_AUTH_MAX] = "";
+    FILE *f = fopen(file, "r");
+    if (!f || !fgets(hdr, sizeof hdr, f)) {
+        if (f) fclose(f);
+        return -1;
+    }
+    fclose(f);
+    reply r;
+    request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, 0, 0, &r);
+    expect("the captured GET /v1/model sent again", &r, status, code);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 5 || (strcmp(argv[1], "prepare") == 0 && argc < 7)) {
         fprintf(stderr, "usage: attack MODE URL CA DIR ... (see attack.c)\n");
@@ -439,6 +472,10 @@ int main(int argc, char **argv) {
         if (lease(&c) != 0) return 2;
     } else if (strcmp(mode, "tokens") == 0) {
         attack_tokens(&c);
+    } else if (strcmp(mode, "capture") == 0 && argc > 5) {
+        if (capture(&c, argv[5]) != 0) return 2;
+    } else if (strcmp(mode, "replay") == 0 && argc > 6) {
+        if (replay(&c, argv[5], atol(argv[6]), argc > 7 ? argv[7] : NULL) != 0) return 2;
     } else if (strcmp(mode, "kfac") == 0 && argc > 5) {
         attack_kfac(&c, argv[5]);
     } else {

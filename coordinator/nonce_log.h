@@ -1,0 +1,53 @@
+/*
+ * The nonce journal: the request nonces the coordinator has accepted,
+ * kept on disk beside the database so that a restart does not forget them.
+ *
+ * The replay cache (crypto_nonce_cache) lives in memory. Were it lost on a
+ * restart, a request captured in the last CRYPTO_TS_WINDOW_S seconds would
+ * be accepted again, while refusing every timestamp from before the
+ * restart would refuse honest peers whose clocks run a little behind.
+ * So each accepted nonce is appended to `<database>-nonces`, the appends
+ * are written and fdatasynced once a second, and on start both journal
+ * files are read back into the cache (entries still inside the window).
+ * Every window the current file becomes `<database>-nonces.old` and a new
+ * one starts, so the two together always cover the window and neither
+ * grows past one window of requests.
+ *
+ * What is not covered: nonces accepted in the last second before a crash
+ * or power cut (the flush interval). Uploads and key rotations are safe
+ * against such a replay on their own (a task takes one update; a key a
+ * peer left is retired).
+ */
+#ifndef VOLLEY_COORD_NONCE_LOG_H
+#define VOLLEY_COORD_NONCE_LOG_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+
+struct crypto_nonce_cache;
+struct event_base;
+
+typedef struct coord_nonce_log coord_nonce_log;
+
+/* Reads the journal of the database at db_path into cache (the entries
+ * within the cache's window of now), rewrites it as one file holding only
+ * those, and starts the flush timer on base. *out is the caller's; close
+ * it with coord_nonce_log_close. A journal line that does not parse (a
+ * torn last line) is skipped. */
+int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
+                         struct event_base *base, coord_nonce_log **out,
+                         vl_error *err) VL_MUST_CHECK;
+
+/* Notes a nonce the cache has just accepted (nonce: hex, at most
+ * CRYPTO_NONCE_HEX characters; anything else is not journalled). Written
+ * at the next flush. */
+void coord_nonce_log_add(coord_nonce_log *l, int64_t peer_id, const char *nonce, int64_t ts);
+
+/* Writes and syncs what is pending now (also done once a second). */
+int coord_nonce_log_flush(coord_nonce_log *l, vl_error *err) VL_MUST_CHECK;
+
+/* Flushes, syncs and frees l (NULL is fine). */
+void coord_nonce_log_close(coord_nonce_log *l);
+
+#endif
