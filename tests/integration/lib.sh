@@ -93,6 +93,22 @@ it_stop_coordinator() {
   [ "$rc" = 0 ] || fail "coordinator exited with $rc after SIGTERM"
 }
 
+# it_serve_again: starts the stopped coordinator again on the same port
+# (peers keep its address), its earlier log kept as coordinator-1.log.
+it_serve_again() {
+  mv coordinator.log coordinator-1.log
+  # shellcheck disable=SC2086 # the options are words on purpose
+  "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
+    --listen "127.0.0.1:$PORT" ${IT_SERVE_ARGS:-} 2> coordinator.log &
+  CPID=$!
+  for _ in $(seq 1 100); do
+    grep -q 'listening on' coordinator.log && return 0
+    kill -0 "$CPID" 2>/dev/null || fail "coordinator exited at its restart"
+    sleep 0.1
+  done
+  fail "the restarted coordinator did not listen"
+}
+
 # it_peer N: keygen + join peer N (directory peerN). The tokens are kept
 # in IT_TOKENS for it_check_no_secrets.
 IT_TOKENS=()

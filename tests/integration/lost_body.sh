@@ -22,15 +22,7 @@ it_stop_coordinator
 ls run.db-bodies/*.seg > /dev/null || fail "no segment file holds the body"
 for f in run.db-bodies/*.seg; do : > "$f"; done
 
-mv coordinator.log coordinator-1.log
-# The same port: the peers keep the coordinator's address.
-"$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-  --listen "127.0.0.1:$PORT" 2> coordinator.log &
-CPID=$!
-for _ in $(seq 1 100); do
-  grep -q 'listening on' coordinator.log && break
-  sleep 0.1
-done
+it_serve_again
 for i in 1 2; do
   "$PEER" run --dir "peer$i" --threads 1 --wait 5 --retries 20 2>> "peer$i.log" &
   PIDS+=($!)

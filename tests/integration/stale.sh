@@ -152,14 +152,7 @@ prepare_attacker
   || { cat capture.log; fail "capture"; }
 sleep 1.5 # the journal's once-a-second flush
 it_stop_coordinator
-mv coordinator.log coordinator-1.log
-"$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-  --listen "127.0.0.1:$PORT" 2> coordinator.log &
-CPID=$!
-for _ in $(seq 1 100); do
-  grep -q 'listening on' coordinator.log && break
-  sleep 0.1
-done
+it_serve_again
 "$ATTACK" replay "$URL" tls/ca.pem atk captured.hdr 401 replayed_nonce | tee replay.log
 [ "${PIPESTATUS[0]}" = 0 ] || fail "a request captured before the restart was accepted after it"
 grep -q "nonces of the last" coordinator.log || fail "the restarted coordinator loaded no nonces"
