@@ -263,6 +263,10 @@ int file_write_atomic(const char *path, const void *data, size_t len, unsigned m
         unlink(tmp);
         return vl_fail(err, VL_EIO, "rename %s -> %s: %s", tmp, path, strerror(e));
     }
+    return file_sync_dir(dir, err);
+}
+
+int file_sync_dir(const char *dir, vl_error *err) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return vl_fail(err, VL_EIO, "open directory %s: %s", dir, strerror(errno));

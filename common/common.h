@@ -94,6 +94,9 @@ int buf_read_file(buf *b, const char *path, vl_error *err) VL_MUST_CHECK;
  * mode, e.g. 0600 for keys. */
 int file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                       vl_error *err) VL_MUST_CHECK;
+/* fsyncs the directory dir, so that entries created, renamed or removed
+ * in it survive a power cut. */
+int file_sync_dir(const char *dir, vl_error *err) VL_MUST_CHECK;
 
 /* ---- safetensors ------------------------------------------------------- */
 

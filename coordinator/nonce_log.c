@@ -30,17 +30,6 @@ struct coord_nonce_log {
     struct event *timer;
 };
 
-static int sync_dir(const coord_nonce_log *l, vl_error *err) {
-    int fd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return vl_fail(err, VL_EIO, "cannot sync %s: %s", l->dir, strerror(e));
-    }
-    close(fd);
-    return VL_OK;
-}
-
 static int open_current(coord_nonce_log *l, vl_error *err) {
     l->fd = open(l->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (l->fd < 0)
@@ -48,7 +37,7 @@ static int open_current(coord_nonce_log *l, vl_error *err) {
                        strerror(errno));
     if (fchmod(l->fd, 0600) != 0)
         return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", l->path, strerror(errno));
-    return sync_dir(l, err);
+    return file_sync_dir(l->dir, err);
 }
 
 static int is_hex(const char *s, size_t max) {

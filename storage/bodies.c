@@ -272,13 +272,8 @@ int body_sync(body_files *b, vl_error *err) {
         b->dirty = 0;
     }
     if (b->dir_dirty) {
-        int fd = open(b->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0 || fsync(fd) != 0) {
-            int e = errno;
-            if (fd >= 0) close(fd);
-            return vl_fail(err, VL_EIO, "cannot sync %s: %s", b->dir, strerror(e));
-        }
-        close(fd);
+        int rc = file_sync_dir(b->dir, err);
+        if (rc != VL_OK) return rc;
         b->dir_dirty = 0;
     }
     return VL_OK;
