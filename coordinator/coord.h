@@ -60,11 +60,23 @@ typedef struct coord_limits {
     coord_rate addr;       /* requests per client address (IPv6: per /64) */
     double slow_timeout_s; /* a head within this; a body within this + len / min_body_rate */
     double min_body_rate;  /* bytes per second */
+    int64_t body_budget;   /* bytes of signed request bodies being received at once */
+    /* Connections (conns.c): at most max_conns in all (0: from the
+     * descriptor limit), at most conn_per_addr that have sent no request
+     * per address (IPv6 /64), and idle_first_s for a connection to send
+     * its first request head (a tenth of it under pressure). */
+    int64_t max_conns;
+    int64_t conn_per_addr;
+    double idle_first_s;
 } coord_limits;
 
 /* The defaults, far above what a peer does (a task is a handful of
  * requests): 50 requests/s per peer with bursts of 500, 500/s per address
- * with bursts of 5000, 30 s for a head, bodies at 16 KiB/s at least. */
+ * with bursts of 5000, 30 s for a head, bodies at 16 KiB/s at least, and
+ * 256 MiB of bodies being received at once (COORD_BODY_BUDGET_DEFAULT). */
+#define COORD_BODY_BUDGET_DEFAULT ((int64_t)256 << 20)
+#define COORD_CONN_PER_ADDR_DEFAULT 64
+#define COORD_IDLE_FIRST_S_DEFAULT 10.0
 void coord_limits_default(coord_limits *l);
 
 /* ---- the corpus (corpus.c) ---------------------------------------------- */
@@ -202,6 +214,16 @@ typedef struct coord_server {
     coord_waiter *waiters, *waiters_tail;
     size_t n_waiters;
     coord_guard *guards; /* one per open connection */
+    /* Connections under pressure (conns.c). */
+    struct event *accept_timer;  /* resumes accepting after a pause */
+    int64_t accept_errors, conns_closed; /* since the last log line about them */
+    double accept_logged, conns_logged;
+    double pressure_until; /* descriptors ran short: silent connections go sooner */
+    /* Signed bodies being received: their bytes, and their peers (one body
+     * at a time per peer). */
+    int64_t body_inflight;
+    int64_t *receiving_peers;
+    size_t n_receiving, cap_receiving;
     size_t n_conns;
     int64_t inflight;    /* requests handed to a handler and not yet fully answered */
     struct event *lease_timer;
@@ -225,6 +247,10 @@ typedef struct coord_server {
     double version_born;
     model_gpt *eval;      /* scratch model that validates a version before it is made */
     int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
+    /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row
+     * must be visible to this thread's own database connection, a second
+     * one beside the writer's, or the process aborts. */
+    int ack_check;
     /* K-FAC runs that share factors: the layers every factor file must
      * have, the newest version with merged factors (-1: none yet), and
      * that version's file, built on first request. */
@@ -243,6 +269,7 @@ typedef struct coord_req {
     char path[160];      /* for the log, possibly truncated */
     const char *full_path; /* the request's path, valid while the request lives */
     int64_t peer_id; /* the authenticated peer, 0 before auth */
+    coord_guard_ticket ticket; /* what the guard found on the head and body */
 } coord_req;
 
 /* Options of the serve command. */
@@ -358,16 +385,50 @@ int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
 int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int64_t *values,
                     unsigned *present, const char *hint);
 
+/* ---- connections (conns.c) ------------------------------------------------- */
+
+/* Raises the soft descriptor limit to the hard one; returns the limit. */
+int64_t coord_conns_raise_limit(void);
+/* The total connection cap for a descriptor limit (some kept in reserve). */
+int64_t coord_conns_default_max(int64_t fd_limit);
+/* Pauses accepting, with one log line per interval, when accept() fails
+ * for want of descriptors. Call once srv->bound exists. 0 or VL_E*. */
+int coord_conns_listen(coord_server *srv, vl_error *err) VL_MUST_CHECK;
+/* Closes connections that sent no request for too long or beyond their
+ * address's share, and holds new ones back at the total cap. Called from
+ * the server's periodic tick. */
+void coord_conns_tick(coord_server *srv, double now);
+/* Releases what coord_conns_listen set up. */
+void coord_conns_close(coord_server *srv);
+
 /* ---- auth (auth.c) ------------------------------------------------------- */
 
-/* Authenticates the request as a registered, unrevoked peer (signature,
- * clock, replay). On success sets cr->peer_id and returns 0; otherwise
- * answers the request and returns -1. */
-int coord_authenticate(coord_req *cr, const uint8_t *body, size_t len);
-/* Checks a join request's peer=0 signature by pk, its clock and nonce.
- * Returns 0, or answers and returns -1. */
-int coord_authenticate_key(coord_req *cr, const crypto_auth_header *auth,
-                           const uint8_t pk[CRYPTO_PK_BYTES], const uint8_t *body, size_t len);
+/* Who must sign a request to a path: nobody (status, unknown paths), the
+ * key a join registers, or a registered peer. */
+typedef enum { COORD_AUTH_NONE = 0, COORD_AUTH_JOIN, COORD_AUTH_PEER } coord_auth_kind;
+/* The kind for a request (method, path without its query), from
+ * server.c's route table: COORD_AUTH_NONE when no route takes it, so a
+ * wrong method or path gets its 404 or 405 whoever signed it. */
+coord_auth_kind coord_route_auth_kind(const char *method, const char *path);
+
+/* The guard's authorize callback (arg: the coord_server): the address's
+ * rate, then for a path that needs one the RFC 9421 signature over the
+ * head (components, key, clock, peer state and rate, nonce) and the
+ * Content-Digest the body must match. 0 with t filled, or -1 with r. */
+int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
+                    coord_guard_ticket *t, coord_guard_refusal *r);
+
+/* Gives back what coord_auth_head reserved for t's body (the guard's
+ * release callback; the server calls it when it takes a ticket). */
+void coord_auth_release(void *arg, const coord_guard_ticket *t);
+
+/* For a handler that needs a registered peer: sets cr->peer_id from the
+ * ticket the guard issued for the signed head and returns 0, or answers
+ * 401 and returns -1. */
+int coord_authenticate(coord_req *cr);
+/* For a join: 0 when the head was signed by pk (the key the body
+ * registers); otherwise answers 401 and returns -1. */
+int coord_authenticate_join(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES]);
 
 /* The checks every upload about a task starts with, in protocol order:
  * run is this run's (422 wrong_run), peer is the signer (403

@@ -51,9 +51,7 @@ int coord_factors_merged(coord_server *srv, compress_factors_sum *s, int64_t ver
  * the newest that has them). */
 void coord_route_factors(coord_req *cr) {
     coord_server *srv = cr->srv;
-    size_t len;
-    const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     const char *const keys[] = {"version", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;

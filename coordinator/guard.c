@@ -24,6 +24,8 @@ static const char *const VERDICT_NAMES[] = {
     [COORD_GUARD_BAD_METHOD] = "bad_method",
     [COORD_GUARD_HEAD_TIMEOUT] = "head_timeout",
     [COORD_GUARD_BODY_TIMEOUT] = "body_timeout",
+    [COORD_GUARD_REFUSED] = "refused",
+    [COORD_GUARD_PIPELINED] = "pipelined",
 };
 
 const char *coord_guard_verdict_name(coord_guard_verdict v) {
@@ -52,6 +54,13 @@ static int is_tchar(uint8_t c) {
 
 static int name_is(const uint8_t *p, size_t n, const char *name) {
     return strlen(name) == n && strncasecmp((const char *)p, name, n) == 0;
+}
+
+/* A field name the guard reserves: the marker and anything that starts
+ * like it (the ticket header). */
+static int name_reserved(const uint8_t *p, size_t n) {
+    size_t hl = strlen(COORD_GUARD_HEADER);
+    return n >= hl && strncasecmp((const char *)p, COORD_GUARD_HEADER, hl) == 0;
 }
 
 /* Validates "METHOD SP target SP HTTP/1.x". Returns the verdict for the
@@ -186,7 +195,7 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
             if (parse_length(val, vlen, &cl) != 0) bad_cl = 1;
         } else if (name_is(p, nlen, "Transfer-Encoding")) {
             has_te = 1;
-        } else if (name_is(p, nlen, COORD_GUARD_HEADER)) {
+        } else if (name_reserved(p, nlen)) {
             out->has_marker = 1;
         } else if (name_is(p, nlen, "Expect")) {
             /* libevent answers any other expectation with an HTML 417. */
@@ -215,13 +224,21 @@ void coord_guard_init(coord_guard *g, size_t head_cap, const coord_guard_caps *c
     g->caps = *caps;
     g->state = COORD_GUARD_IN_HEAD;
     g->linger_fd = -1;
+    g->created = g->caps.clock ? g->caps.clock() : clock_mono_s();
     buf_init(&g->head, head_cap);
     buf_init(&g->out, head_cap + 256);
 }
 
 void coord_guard_free(coord_guard *g) {
+    for (int i = 0; i < COORD_GUARD_TICKETS; i++)
+        if (g->tickets[i].live && g->caps.release)
+            g->caps.release(g->caps.authorize_arg, &g->tickets[i]);
+    memset(g->tickets, 0, sizeof g->tickets);
     buf_free(&g->head);
     buf_free(&g->out);
+    crypto_digest_free(g->digest);
+    g->digest = NULL;
+    g->body_ticket = NULL;
 }
 
 int coord_guard_idle(const coord_guard *g) {
@@ -247,22 +264,64 @@ static int emit_refusal(coord_guard *g, coord_guard_verdict v, size_t reqline_le
     return rc;
 }
 
-/* Copies the head without any client-sent marker lines. */
-static int emit_stripped(coord_guard *g, buf *out) {
+/* Copies the head without any client-sent reserved lines; with ticket > 0
+ * the ticket header numbering it goes in before the closing empty line. */
+static int emit_stripped(coord_guard *g, uint64_t ticket, buf *out) {
     const uint8_t *p = g->head.data;
     size_t n = g->head.len, pos = 0;
     while (pos < n) {
         const uint8_t *lf = memchr(p + pos, '\n', n - pos);
         size_t adv = lf ? (size_t)(lf - (p + pos)) + 1 : n - pos;
-        size_t hl = strlen(COORD_GUARD_HEADER);
-        int drop = pos > 0 && adv > hl && p[pos + hl] == ':' &&
-                   strncasecmp((const char *)p + pos, COORD_GUARD_HEADER, hl) == 0;
-        if (!drop) {
-            int rc = buf_append(out, p + pos, adv);
-            if (rc) return rc;
-        }
+        int last = pos + adv >= n;
+        const uint8_t *colon = memchr(p + pos, ':', adv);
+        int drop = pos > 0 && colon && name_reserved(p + pos, (size_t)(colon - (p + pos)));
+        int rc = VL_OK;
+        if (last && ticket > 0)
+            rc = buf_printf(out, "%s: %llu\r\n", COORD_GUARD_TICKET_HEADER,
+                            (unsigned long long)ticket);
+        if (!rc && !drop) rc = buf_append(out, p + pos, adv);
+        if (rc) return rc;
         pos += adv;
     }
+    return VL_OK;
+}
+
+int coord_guard_head_field(const uint8_t *head, size_t len, const char *name, char *out,
+                           size_t cap) {
+    if (cap == 0) return VL_ETOOBIG;
+    out[0] = '\0';
+    size_t adv = 0, pos = 0, used = 0;
+    int found = 0;
+    if (line_at(head, len, &adv) < 0) return 0;
+    pos = adv; /* past the request line */
+    for (;;) {
+        long l = line_at(head + pos, len - pos, &adv);
+        if (l <= 0) break;
+        const uint8_t *p = head + pos;
+        pos += adv;
+        const uint8_t *colon = memchr(p, ':', (size_t)l);
+        if (!colon || !name_is(p, (size_t)(colon - p), name)) continue;
+        const uint8_t *val = colon + 1;
+        size_t vlen = (size_t)l - (size_t)(colon - p) - 1;
+        while (vlen > 0 && (val[0] == ' ' || val[0] == '\t')) val++, vlen--;
+        while (vlen > 0 && (val[vlen - 1] == ' ' || val[vlen - 1] == '\t')) vlen--;
+        size_t sep = found ? 2 : 0;
+        if (used + sep + vlen + 1 > cap) return VL_ETOOBIG;
+        if (sep) memcpy(out + used, ", ", 2);
+        memcpy(out + used + sep, val, vlen);
+        used += sep + vlen;
+        out[used] = '\0';
+        found++;
+    }
+    return found;
+}
+
+int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *out) {
+    coord_guard_ticket *t = &g->tickets[seq % COORD_GUARD_TICKETS];
+    if (!t->live || t->seq != seq) return VL_ENOTFOUND;
+    if (g->body_ticket == t) g->body_ticket = NULL;
+    *out = *t;
+    memset(t, 0, sizeof *t);
     return VL_OK;
 }
 
@@ -270,15 +329,76 @@ static double now_s(const coord_guard *g) {
     return g->caps.clock ? g->caps.clock() : clock_mono_s();
 }
 
+/* Starts hashing the body of an accepted request whose head named a
+ * digest; a body of length 0 is judged at once. */
+static int start_digest(coord_guard *g, coord_guard_ticket *t, uint64_t body_len) {
+    if (t->want.alg == 0) return VL_OK;
+    if (!g->digest) g->digest = crypto_digest_new(t->want.alg);
+    if (!g->digest || crypto_digest_reset(g->digest, t->want.alg) != VL_OK) return VL_ENOMEM;
+    t->digest = COORD_GUARD_DIGEST_PENDING;
+    g->body_ticket = t;
+    return VL_OK;
+}
+
+static void finish_digest(coord_guard *g) {
+    coord_guard_ticket *t = g->body_ticket;
+    if (!t) return;
+    uint8_t got[CRYPTO_DIGEST_MAX];
+    size_t n = crypto_digest_final(g->digest, got);
+    t->digest = n == t->want.len && crypto_equal(got, t->want.bytes, n)
+                    ? COORD_GUARD_DIGEST_OK
+                    : COORD_GUARD_DIGEST_MISMATCH;
+    g->body_ticket = NULL;
+}
+
+/* Body bytes on their way to the parser. */
+static void body_passed(coord_guard *g, const void *p, size_t n) {
+    if (g->body_ticket && n > 0) crypto_digest_update(g->digest, p, n);
+}
+
+/* The owner's verdict on a head that passed the guard's own checks:
+ * COORD_GUARD_OK with *ticket set to its number, or a refusal. */
+static coord_guard_verdict authorize_head(coord_guard *g, const coord_guard_head *h,
+                                          uint64_t *ticket) {
+    uint64_t seq = g->requests;
+    coord_guard_ticket *t = &g->tickets[seq % COORD_GUARD_TICKETS];
+    if (t->live) return COORD_GUARD_PIPELINED;
+    coord_guard_ticket fresh;
+    memset(&fresh, 0, sizeof fresh);
+    memset(&g->refusal, 0, sizeof g->refusal);
+    if (g->caps.authorize(g->caps.authorize_arg, g, g->head.data, g->head.len, &fresh,
+                          &g->refusal) != 0)
+        return COORD_GUARD_REFUSED;
+    fresh.seq = seq;
+    fresh.live = 1;
+    fresh.digest = COORD_GUARD_DIGEST_NONE;
+    *t = fresh;
+    if (start_digest(g, t, h->body_len) != VL_OK) {
+        memset(t, 0, sizeof *t);
+        snprintf(g->refusal.code, sizeof g->refusal.code, "out_of_memory");
+        snprintf(g->refusal.msg, sizeof g->refusal.msg, "no memory to check a body");
+        g->refusal.status = 503;
+        g->refusal.retry_after = 5;
+        return COORD_GUARD_REFUSED;
+    }
+    if (h->body_len == 0) finish_digest(g);
+    *ticket = seq;
+    return COORD_GUARD_OK;
+}
+
 static int finish_head(coord_guard *g, buf *out) {
     coord_guard_head h;
     coord_guard_parse_head(g->head.data, g->head.len, &g->caps, &h);
     g->requests++;
+    uint64_t ticket = 0;
+    if (h.verdict == COORD_GUARD_OK && g->caps.authorize)
+        h.verdict = authorize_head(g, &h, &ticket);
     int rc;
     if (h.verdict != COORD_GUARD_OK) {
         rc = emit_refusal(g, h.verdict, h.reqline_len, out);
     } else {
-        rc = h.has_marker ? emit_stripped(g, out) : buf_append(out, g->head.data, g->head.len);
+        rc = h.has_marker || ticket > 0 ? emit_stripped(g, ticket, out)
+                                        : buf_append(out, g->head.data, g->head.len);
         g->body_left = h.body_len;
         if (h.body_len > 0 && g->caps.slow_timeout_s > 0)
             g->body_deadline = now_s(g) + g->caps.slow_timeout_s +
@@ -351,9 +471,13 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
             if ((uint64_t)take > g->body_left) take = (size_t)g->body_left;
             int rc = buf_append(out, in + i, take);
             if (rc) return rc;
+            body_passed(g, in + i, take);
             i += take;
             g->body_left -= take;
-            if (g->body_left == 0) g->state = COORD_GUARD_IN_HEAD;
+            if (g->body_left == 0) {
+                finish_digest(g);
+                g->state = COORD_GUARD_IN_HEAD;
+            }
             break;
         }
         case COORD_GUARD_IN_HEAD:
@@ -405,13 +529,26 @@ static void guard_input(struct evbuffer *input, const struct evbuffer_cb_info *i
         if (g->state == COORD_GUARD_IN_BODY) {
             size_t take = evbuffer_get_length(fresh);
             if ((uint64_t)take > g->body_left) take = (size_t)g->body_left;
+            /* Hashed chunk by chunk as it is moved on, without a copy. */
+            if (g->body_ticket) {
+                struct evbuffer_iovec v;
+                if (evbuffer_peek(fresh, -1, NULL, &v, 1) < 1 || v.iov_len == 0) {
+                    g->state = COORD_GUARD_DISCARD;
+                    continue;
+                }
+                if (v.iov_len < take) take = v.iov_len;
+                body_passed(g, v.iov_base, take);
+            }
             int moved = evbuffer_remove_buffer(fresh, input, take);
             if (moved <= 0) {
                 g->state = COORD_GUARD_DISCARD;
                 continue;
             }
             g->body_left -= (uint64_t)moved;
-            if (g->body_left == 0) g->state = COORD_GUARD_IN_HEAD;
+            if (g->body_left == 0) {
+                finish_digest(g);
+                g->state = COORD_GUARD_IN_HEAD;
+            }
             continue;
         }
         struct evbuffer_iovec v;

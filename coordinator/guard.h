@@ -18,6 +18,16 @@
  * stripped. Anything the guard cannot parse with certainty is refused, so
  * it and libevent never disagree about where a request ends.
  *
+ * An owner that authenticates (caps.authorize) is also asked about every
+ * head that passes those checks, before a byte of its body is let through:
+ * it refuses the head (the handler then answers with the owner's status
+ * and error, and the connection closes) or accepts it with a ticket that
+ * says who signed it and which body digest the head announced. The guard
+ * hashes the body as it streams through and records in the ticket whether
+ * the digest matched; it numbers each accepted head with an internal
+ * ticket header so the handler can take the ticket of exactly its own
+ * request, however many requests a client pipelines.
+ *
  * It also times each request against slow clients: a head must arrive
  * within a limit of its first byte, and a body within that limit plus its
  * length over a minimum rate. The owner asks the guard (from a timer) what
@@ -32,13 +42,20 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "crypto/crypto.h"
 
 struct bufferevent;
 struct evbuffer;
 struct evbuffer_cb_entry;
 
-/* Name of the internal marker header; its value is a verdict name. */
+/* Name of the internal marker header; its value is a verdict name. Every
+ * client-sent header whose name starts with it is stripped. */
 #define COORD_GUARD_HEADER "X-Volley-Guard"
+/* The internal header that numbers an accepted head (see the tickets). */
+#define COORD_GUARD_TICKET_HEADER "X-Volley-Guard-Ticket"
+/* Accepted requests whose tickets a connection may hold at once: one in
+ * its handler, the rest pipelined behind it. */
+#define COORD_GUARD_TICKETS 4
 
 typedef enum {
     COORD_GUARD_OK = 0,
@@ -51,7 +68,47 @@ typedef enum {
     COORD_GUARD_BAD_METHOD,      /* a method the HTTP parser does not know: 405 */
     COORD_GUARD_HEAD_TIMEOUT,    /* a head arrived too slowly: 408 */
     COORD_GUARD_BODY_TIMEOUT,    /* a body arrived too slowly: the connection ends */
+    COORD_GUARD_REFUSED,         /* the owner's authorize refused it: its refusal */
+    COORD_GUARD_PIPELINED,       /* more pipelined requests than tickets: 429 */
 } coord_guard_verdict;
+
+/* Whether an accepted request's body matched the digest its head named. */
+typedef enum {
+    COORD_GUARD_DIGEST_NONE = 0, /* the head named none */
+    COORD_GUARD_DIGEST_PENDING,  /* the body is still arriving */
+    COORD_GUARD_DIGEST_OK,
+    COORD_GUARD_DIGEST_MISMATCH,
+} coord_guard_digest_state;
+
+/* What the owner decided about one accepted head, and what the guard then
+ * found in its body. */
+typedef struct coord_guard_ticket {
+    uint64_t seq;  /* the head's number on the connection */
+    int live;      /* held by the guard until coord_guard_ticket_take */
+    int64_t peer_id;                 /* the signing peer; 0 when none */
+    int join;                        /* signed by join_pk (a join request) */
+    uint8_t join_pk[CRYPTO_PK_BYTES];
+    crypto_digest_want want;         /* want.alg 0: no digest to check */
+    coord_guard_digest_state digest;
+    int64_t reserved; /* body bytes the owner counted against its budget */
+} coord_guard_ticket;
+
+/* The owner's answer to a head it refuses. */
+typedef struct coord_guard_refusal {
+    int status;          /* HTTP status */
+    char code[32];       /* error code of protocol.md */
+    char msg[200];
+    double retry_after;  /* seconds for Retry-After; 0: none */
+} coord_guard_refusal;
+
+struct coord_guard;
+/* Decides about a complete head (len bytes, the request line and fields,
+ * ending with the empty line) before any of its body is read. Returns 0
+ * and fills t (seq and live are the guard's) to accept, or -1 and fills r
+ * to refuse. g is the connection's guard (its bev gives the socket). */
+typedef int (*coord_guard_authorize_fn)(void *arg, struct coord_guard *g, const uint8_t *head,
+                                        size_t len, coord_guard_ticket *t,
+                                        coord_guard_refusal *r);
 
 /* Wire name of a verdict ("too_large", ...), used as the marker's value. */
 const char *coord_guard_verdict_name(coord_guard_verdict v);
@@ -72,13 +129,20 @@ typedef struct coord_guard_caps {
     double slow_timeout_s;
     double min_body_rate; /* bytes per second, > 0 when slow_timeout_s is */
     double (*clock)(void); /* monotonic seconds; NULL for clock_mono_s */
+    coord_guard_authorize_fn authorize; /* NULL: every valid head is let through */
+    void *authorize_arg;
+    /* Called with authorize_arg for every ticket the guard drops untaken
+     * (its connection went), so what the owner reserved for it is given
+     * back; a taken ticket is the taker's to release. May be NULL. */
+    void (*release)(void *arg, const coord_guard_ticket *t);
 } coord_guard_caps;
 
 /* What coord_guard_parse_head found in one complete head. */
 typedef struct coord_guard_head {
     coord_guard_verdict verdict;
     uint64_t body_len;   /* announced Content-Length (0 when absent) */
-    int has_marker;      /* the client sent a header named like the marker */
+    int has_marker;      /* the client sent a header named like the marker (or a
+                            ticket header) */
     size_t reqline_len;  /* length of a valid request line (without EOL), else 0 */
 } coord_guard_head;
 
@@ -102,6 +166,7 @@ typedef struct coord_guard {
     buf out;            /* scratch for rewritten heads */
     uint64_t requests;  /* heads completed on this connection */
     coord_guard_verdict last_verdict;
+    double created;       /* when the connection was set up (caps.clock) */
     double head_started;  /* when the first byte of the current head came */
     double body_deadline; /* when the current body must have arrived */
     /* Called from the bufferevent's free path before the guard is freed,
@@ -120,6 +185,13 @@ typedef struct coord_guard {
     struct evbuffer *scratch;
     struct evbuffer_cb_entry *hook;
     int in_callback;
+    /* With caps.authorize: the tickets of accepted requests, indexed by
+     * seq % COORD_GUARD_TICKETS, the one whose body is arriving, the body
+     * hash in progress, and the refusal of the last refused head. */
+    coord_guard_ticket tickets[COORD_GUARD_TICKETS];
+    coord_guard_ticket *body_ticket;
+    crypto_digest *digest;
+    coord_guard_refusal refusal;
 } coord_guard;
 
 /* Initialises g for a new connection. head_cap bounds one request head;
@@ -127,6 +199,19 @@ typedef struct coord_guard {
 void coord_guard_init(coord_guard *g, size_t head_cap, const coord_guard_caps *caps);
 /* Releases g's buffers (not g itself). */
 void coord_guard_free(coord_guard *g);
+
+/* Takes the ticket of accepted head seq (the value of its ticket header)
+ * into out and frees its slot. Returns 0, or VL_ENOTFOUND when no live
+ * ticket has that number. */
+int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *out)
+    VL_MUST_CHECK;
+
+/* Copies into out (cap bytes, NUL-terminated) the value of every field of
+ * a complete head named name (without case), trimmed and joined with ", "
+ * as RFC 9110 combines repeated fields. Returns the number of fields
+ * found (0: none, out empty), or VL_ETOOBIG when the value does not fit. */
+int coord_guard_head_field(const uint8_t *head, size_t len, const char *name, char *out,
+                           size_t cap);
 
 /* Consumes head bytes from in (n > 0), appending what the HTTP parser should
  * see to out. Stops right after a head completes (the state then changes)

@@ -39,7 +39,8 @@ static const char USAGE[] =
     "      as \\xNN. Byte-level models only\n"
     "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
     "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]]\n"
-    "        [--slow-timeout S] [--min-body-rate BYTES]\n"
+    "        [--slow-timeout S] [--min-body-rate BYTES] [--body-budget MIB]\n"
+    "        [--max-conns N] [--conns-per-addr N] [--idle-first S]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
     "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
@@ -47,7 +48,13 @@ static const char USAGE[] =
     "      Requests per second (and bursts) per peer (default 50:500) and per\n"
     "      client address, IPv6 per /64 (default 500:5000), 0 for no limit; a\n"
     "      request head must arrive within S seconds (default 30, 0 for no limit)\n"
-    "      and a body within S + its length / BYTES per second (default 16384)\n"
+    "      and a body within S + its length / BYTES per second (default 16384);\n"
+    "      signed bodies being received at once are at most MIB MiB together\n"
+    "      (default 256; beyond, 503 overloaded) and one per peer. At most N\n"
+    "      connections in all (default: the descriptor limit less 64); a\n"
+    "      connection that has sent no request is closed after S seconds (default\n"
+    "      10; a tenth of that when over half the connections are open) or when\n"
+    "      its address holds more than --conns-per-addr such (default 64)\n"
     "\n"
     "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
 
@@ -245,8 +252,10 @@ static int cmd_serve(int argc, char **argv) {
     opt o[] = {{"db", 1, NULL},           {"cert", 1, NULL},      {"key", 1, NULL},
                {"listen", 0, NULL},       {"compute-threads", 0, NULL},
                {"peer-rate", 0, NULL},    {"addr-rate", 0, NULL},
-               {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 9);
+               {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL},
+               {"body-budget", 0, NULL},  {"max-conns", 0, NULL},
+               {"conns-per-addr", 0, NULL}, {"idle-first", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 13);
     if (rc) return rc;
     int64_t threads = 0;
     if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
@@ -274,6 +283,28 @@ static int cmd_serve(int argc, char **argv) {
             return usage_error("--min-body-rate must be a positive number of bytes per second "
                                "(got '%s')", o[8].value);
         so.limits.min_body_rate = (double)v;
+    }
+    if (o[9].value) {
+        if (parse_i64(o[9].value, 1, (int64_t)1 << 20, &v) != VL_OK)
+            return usage_error("--body-budget must be 1 to 1048576 MiB (got '%s')", o[9].value);
+        so.limits.body_budget = v << 20;
+    }
+    if (o[10].value) {
+        if (parse_i64(o[10].value, 16, (int64_t)1 << 24, &v) != VL_OK)
+            return usage_error("--max-conns must be 16 to 16777216 (got '%s')", o[10].value);
+        so.limits.max_conns = v;
+    }
+    if (o[11].value) {
+        if (parse_i64(o[11].value, 0, (int64_t)1 << 24, &v) != VL_OK)
+            return usage_error("--conns-per-addr must be 0 (no limit) to 16777216 (got '%s')",
+                               o[11].value);
+        so.limits.conn_per_addr = v;
+    }
+    if (o[12].value) {
+        if (parse_i64(o[12].value, 0, 3600, &v) != VL_OK)
+            return usage_error("--idle-first must be 0 (no limit) to 3600 seconds (got '%s')",
+                               o[12].value);
+        so.limits.idle_first_s = (double)v;
     }
     /* A peer that disconnects mid-reply must not kill the server. */
     signal(SIGPIPE, SIG_IGN);

@@ -41,9 +41,7 @@ static int etag_matches(const char *header, const char *etag) {
 
 void coord_route_model(coord_req *cr) {
     coord_server *srv = cr->srv;
-    size_t len;
-    const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     const char *const keys[] = {"version", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;
@@ -196,9 +194,7 @@ static void serve_tokens(coord_req *cr, const char *name) {
 
 void coord_route_data(coord_req *cr) {
     coord_server *srv = cr->srv;
-    size_t len;
-    const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     const char *shard = cr->full_path + strlen("/v1/data/");
     if (srv->cfg.shards) {
         serve_tokens(cr, shard);

@@ -186,12 +186,7 @@ void coord_route_join(coord_req *cr) {
                           COORD_MAX_JSON_BODY);
         return;
     }
-    crypto_auth_header a;
     vl_error e = {0};
-    if (crypto_auth_parse(coord_get_header(cr, "Authorization"), &a, &e) != VL_OK) {
-        coord_reply_error(cr, 401, "unauthorized", "%s", e.msg);
-        return;
-    }
     coord_join_body jb;
     int prc = coord_join_parse(body, len, &jb, &e);
     if (prc == VL_ENOMEM) {
@@ -202,7 +197,7 @@ void coord_route_join(coord_req *cr) {
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
         return;
     }
-    if (coord_authenticate_key(cr, &a, jb.pk, body, len) != 0) goto out;
+    if (coord_authenticate_join(cr, jb.pk) != 0) goto out;
 
     storage_peer existing;
     int rc = storage_peer_find_key(srv->db, jb.pk, &existing, &e);
@@ -341,7 +336,7 @@ void coord_route_rotate(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     uint8_t new_pk[CRYPTO_PK_BYTES];
     char proof[CRYPTO_SIG_B64_LEN + 8];
     vl_error e = {0};

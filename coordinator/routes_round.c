@@ -80,9 +80,7 @@ static int serve_round(coord_req *cr) {
 
 void coord_route_round(coord_req *cr) {
     coord_server *srv = cr->srv;
-    size_t len;
-    const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     int64_t version = 0, wait = 0;
     vl_error e = {0};
     if (round_query(cr, &version, &wait, &e) != VL_OK) {
@@ -213,7 +211,7 @@ void coord_route_round_values(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);

@@ -554,9 +554,7 @@ void coord_arm_lease_timer(coord_server *srv) {
 /* ---- the route -------------------------------------------------------------- */
 
 void coord_route_task(coord_req *cr) {
-    size_t len;
-    const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr, body, len) != 0) return;
+    if (coord_authenticate(cr) != 0) return;
     const char *const keys[] = {"wait", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;

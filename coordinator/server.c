@@ -198,7 +198,9 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large,
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
                              .slow_timeout_s = srv->limits.slow_timeout_s,
-                             .min_body_rate = srv->limits.min_body_rate};
+                             .min_body_rate = srv->limits.min_body_rate,
+                             .authorize = coord_auth_head, .authorize_arg = srv,
+                             .release = coord_auth_release};
     coord_guard_init(g, COORD_HEAD_CAP, &caps);
     g->owner = srv;
     struct bufferevent *bev = bufferevent_openssl_socket_new(base, -1, ssl,
@@ -273,22 +275,36 @@ typedef struct route {
     int prefix;
     enum evhttp_cmd_type method;
     const char *media; /* the Content-Type a body must have; NULL: no body */
+    coord_auth_kind auth; /* who must sign it (checked on the head, by the guard) */
     void (*fn)(coord_req *cr);
 } route;
 
+#define PEER COORD_AUTH_PEER
 static const route ROUTES[] = {
-    {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, coord_route_join},
-    {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, coord_route_rotate},
-    {"/v1/task", 0, EVHTTP_REQ_GET, NULL, coord_route_task},
-    {"/v1/model", 0, EVHTTP_REQ_GET, NULL, coord_route_model},
-    {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, coord_route_delta},
-    {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, coord_route_data},
-    {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, coord_route_updates},
-    {"/v1/status", 0, EVHTTP_REQ_GET, NULL, coord_route_status},
-    {"/v1/round", 0, EVHTTP_REQ_GET, NULL, coord_route_round},
-    {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, coord_route_round_values},
-    {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, coord_route_factors},
+    {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, COORD_AUTH_JOIN, coord_route_join},
+    {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, PEER, coord_route_rotate},
+    {"/v1/task", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_task},
+    {"/v1/model", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_model},
+    {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_delta},
+    {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, PEER, coord_route_data},
+    {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_updates},
+    {"/v1/status", 0, EVHTTP_REQ_GET, NULL, COORD_AUTH_NONE, coord_route_status},
+    {"/v1/round", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_round},
+    {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_round_values},
+    {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_factors},
 };
+#undef PEER
+
+static int route_matches(const route *r, const char *path) {
+    return r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0;
+}
+
+coord_auth_kind coord_route_auth_kind(const char *method, const char *path) {
+    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
+        if (route_matches(&ROUTES[i], path) && strcmp(method_name(ROUTES[i].method), method) == 0)
+            return ROUTES[i].auth;
+    return COORD_AUTH_NONE;
+}
 
 /* The media type of a Content-Type value matches want: compared without
  * case, parameters (";charset=utf-8") ignored. */
@@ -300,17 +316,39 @@ static int media_matches(const char *value, const char *want) {
     return n == strlen(want) && strncasecmp(value, want, n) == 0;
 }
 
-/* The per-address bucket; answers 429 and returns -1 when it is empty. */
-static int address_limited(coord_req *cr) {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(cr->req);
-    const struct sockaddr *sa = evcon ? evhttp_connection_get_addr(evcon) : NULL;
-    uint8_t key[COORD_ADDR_KEY_MAX];
-    size_t n = coord_limiter_addr_key(sa, key);
-    if (n == 0) return 0;
-    double wait = coord_limiter_take(cr->srv->addr_limiter, key, n, clock_mono_s());
-    if (wait <= 0) return 0;
-    coord_reply_rate_limited(cr, wait, "address");
-    return -1;
+/* The guard of the connection a request came on (NULL for none): the
+ * server's list holds one per connection, whatever its transport. */
+static coord_guard *guard_of(coord_server *srv, struct evhttp_request *req) {
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    if (!bev) return NULL;
+    for (coord_guard *g = srv->guards; g; g = g->next)
+        if (g->bev == bev) return g;
+    return NULL;
+}
+
+/* Takes the ticket the guard issued for this request's head. Answers and
+ * returns -1 when there is none (it cannot be: the guard numbers every
+ * head it lets through) or when the body did not match its digest. */
+static int take_ticket(coord_req *cr) {
+    const char *v = coord_get_header(cr, COORD_GUARD_TICKET_HEADER);
+    coord_guard *g = guard_of(cr->srv, cr->req);
+    int64_t seq = 0;
+    if (!v || !g || parse_i64(v, 1, INT64_MAX, &seq) != 0 ||
+        coord_guard_ticket_take(g, (uint64_t)seq, &cr->ticket) != VL_OK) {
+        log_error("%s %s: the request has no ticket from the input guard", cr->method, cr->path);
+        coord_reply_error(cr, 500, "internal", "internal error");
+        return -1;
+    }
+    /* The body has arrived: it no longer counts as being received. */
+    coord_auth_release(cr->srv, &cr->ticket);
+    if (cr->ticket.digest != COORD_GUARD_DIGEST_NONE &&
+        cr->ticket.digest != COORD_GUARD_DIGEST_OK) {
+        coord_reply_error(cr, 400, "digest_mismatch",
+                          "the body does not match its Content-Digest; nothing was stored");
+        return -1;
+    }
+    return 0;
 }
 
 /* A head the guard refused: answer without reading anything more, and
@@ -346,6 +384,25 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
         coord_reply_error(cr, 408, "request_timeout", "the request head took longer than %.0f s",
                           cr->srv->limits.slow_timeout_s);
         break;
+    case COORD_GUARD_PIPELINED:
+        coord_set_header(cr, "Retry-After", "1");
+        coord_reply_error(cr, 429, "rate_limited", "at most %d pipelined requests per "
+                          "connection", COORD_GUARD_TICKETS);
+        break;
+    case COORD_GUARD_REFUSED: {
+        coord_guard *g = guard_of(cr->srv, cr->req);
+        if (!g || g->refusal.status == 0) {
+            coord_reply_error(cr, 401, "unauthorized", "refused");
+            break;
+        }
+        if (g->refusal.retry_after > 0) {
+            char ra[24];
+            snprintf(ra, sizeof ra, "%.0f", g->refusal.retry_after);
+            coord_set_header(cr, "Retry-After", ra);
+        }
+        coord_reply_error(cr, g->refusal.status, g->refusal.code, "%s", g->refusal.msg);
+        break;
+    }
     default:
         coord_reply_error(cr, 400, "bad_request", "malformed request head");
         break;
@@ -371,14 +428,12 @@ void coord_server_dispatch(struct evhttp_request *req, void *arg) {
         refuse_guarded(&cr, marker);
         return;
     }
-    if (address_limited(&cr) != 0) return;
+    if (take_ticket(&cr) != 0) return;
     enum evhttp_cmd_type method = evhttp_request_get_command(req);
     int path_known = 0;
     for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
         const route *r = &ROUTES[i];
-        int match = r->prefix ? strncmp(cr.full_path, r->path, strlen(r->path)) == 0
-                              : strcmp(cr.full_path, r->path) == 0;
-        if (!match) continue;
+        if (!route_matches(r, cr.full_path)) continue;
         path_known = 1;
         if (r->method == method) {
             if (r->media && !media_matches(coord_get_header(&cr, "Content-Type"), r->media)) {
@@ -419,6 +474,7 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
             log_info("a request body arrived slower than %.0f bytes/s; connection closed",
                      srv->limits.min_body_rate);
     }
+    coord_conns_tick(srv, now);
 }
 
 void coord_limits_default(coord_limits *l) {
@@ -426,6 +482,10 @@ void coord_limits_default(coord_limits *l) {
     l->addr = (coord_rate){.rate = 500, .burst = 5000};
     l->slow_timeout_s = 30;
     l->min_body_rate = 16384;
+    l->body_budget = COORD_BODY_BUDGET_DEFAULT;
+    l->max_conns = 0;
+    l->conn_per_addr = COORD_CONN_PER_ADDR_DEFAULT;
+    l->idle_first_s = COORD_IDLE_FIRST_S_DEFAULT;
 }
 
 /* Slots of the rate tables: enough for every address of a large swarm;
@@ -439,7 +499,9 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
     srv->addr_limiter = coord_limiter_new(LIMITER_SLOTS, l->addr);
     srv->peer_limiter = coord_limiter_new(LIMITER_SLOTS, l->peer);
     if (!srv->addr_limiter || !srv->peer_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
-    if (l->slow_timeout_s <= 0) return VL_OK;
+    if (l->slow_timeout_s <= 0 && l->idle_first_s <= 0 && l->conn_per_addr <= 0 &&
+        l->max_conns <= 0)
+        return VL_OK;
     srv->slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
     struct timeval tv = {0, (suseconds_t)(SLOW_CHECK_S * 1e6)};
     if (!srv->slow_timer || event_add(srv->slow_timer, &tv) != 0)
@@ -591,6 +653,8 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
     /* One thread makes versions unless coord_serve is told otherwise. */
     srv->compute_threads = 1;
+    const char *ack = getenv("VOLLEY_ACK_CHECK");
+    srv->ack_check = ack && strcmp(ack, "1") == 0;
     int rc = storage_open(db_path, 0, &srv->db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
@@ -626,6 +690,7 @@ void coord_server_close(coord_server *srv) {
     if (srv->round_timer) event_free(srv->round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);
     if (srv->slow_timer) event_free(srv->slow_timer);
+    coord_conns_close(srv);
     coord_nonce_log_close(srv->nonce_log);
     srv->nonce_log = NULL;
     coord_limiter_free(srv->addr_limiter);
@@ -636,6 +701,7 @@ void coord_server_close(coord_server *srv) {
     if (srv->ssl) SSL_CTX_free(srv->ssl);
     coord_state_free(srv);
     storage_close(srv->db);
+    free(srv->receiving_peers);
     free(srv);
 }
 
@@ -673,6 +739,11 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
                  srv->finished ? " (finished)" : "");
         coord_expire_leases(srv);
         rc = start_listening(srv, opts->listen, err);
+    }
+    if (rc == VL_OK) {
+        int64_t fds = coord_conns_raise_limit();
+        if (srv->limits.max_conns <= 0) srv->limits.max_conns = coord_conns_default_max(fds);
+        rc = coord_conns_listen(srv, err);
     }
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");

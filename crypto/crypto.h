@@ -1,17 +1,15 @@
 /*
- * crypto: peer identity and request authentication, on libsodium.
+ * crypto: peer identity and request authentication, on libsodium and
+ * OpenSSL's digests.
  *
  * A peer owns an Ed25519 key pair kept in a 0600 file. Every request after
- * join carries an Authorization header whose signature covers the method,
- * path and query, a timestamp, a random nonce and the BLAKE2b-256 hash of
- * the body, so a captured request can be neither altered nor replayed
- * (the coordinator keeps seen nonces for the timestamp window). Join tokens
- * are random strings of which only a BLAKE2b hash is ever stored. A peer
- * that changes its key proves it holds the new one with a rotation proof.
- *
- *   Authorization: Volley-Ed25519 peer=<id>,ts=<unix s>,nonce=<32 hex>,sig=<base64>
- *   signed message: "VOLLEY1\n" METHOD "\n" PATH?QUERY "\n" ts "\n" nonce "\n"
- *                   hex(BLAKE2b-256(body)) — no trailing newline.
+ * join is signed with RFC 9421 HTTP Message Signatures over its method,
+ * path and query and, for a body, its RFC 9530 Content-Digest and length,
+ * with a creation time and a random nonce, so a captured request can be
+ * neither altered nor replayed (the coordinator keeps seen nonces for the
+ * time window). Join tokens are random strings of which only a BLAKE2b
+ * hash is ever stored. A peer that changes its key proves it holds the new
+ * one with a rotation proof.
  */
 #ifndef VOLLEY_CRYPTO_H
 #define VOLLEY_CRYPTO_H
@@ -28,8 +26,7 @@
 #define CRYPTO_NONCE_HEX 32    /* 16 random bytes as hex */
 #define CRYPTO_HASH_HEX 64     /* BLAKE2b-256 as hex */
 #define CRYPTO_TOKEN_LEN 68    /* "vlt_" + 64 hex */
-#define CRYPTO_AUTH_SCHEME "Volley-Ed25519"
-#define CRYPTO_AUTH_MAX 256    /* longest Authorization value we accept */
+#define CRYPTO_SIG_B64_LEN 88  /* base64 of a 64-byte signature, without NUL */
 #define CRYPTO_TS_WINDOW_S 300 /* allowed clock difference, seconds */
 
 /* Initialises libsodium; call once at start-up. Returns 0 or VL_ERR. */
@@ -59,38 +56,154 @@ void crypto_identity_wipe(crypto_identity *id);
 void crypto_pk_encode(const uint8_t pk[CRYPTO_PK_BYTES], char *out);
 int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) VL_MUST_CHECK;
 
-/* ---- request signatures ------------------------------------------------ */
+/* ---- request signatures (RFC 9421 with RFC 9530 Content-Digest) ----------
+ *
+ * Every request after join is signed with HTTP Message Signatures, so any
+ * HTTP library with an RFC 9421 signer can talk to volley, and the
+ * coordinator can decide from the request head alone, before reading a
+ * body, who sent it:
+ *
+ *   Content-Digest: sha-256=:<base64 of SHA-256(body)>:
+ *   Signature-Input: sig1=("@method" "@path" "@query" "content-digest"
+ *                    "content-length");created=<unix s>;keyid="<peer id>";
+ *                    nonce="<random>";alg="ed25519"
+ *   Signature: sig1=:<base64 of the 64-byte Ed25519 signature>:
+ *
+ * The signed bytes are RFC 9421's signature base: one line per covered
+ * component, '"name": value', then '"@signature-params": ' and the
+ * serialised inner list with its parameters, joined with LF. A join
+ * request (which has no peer id yet) uses keyid = base64 of the public key
+ * it registers. SHA-256 comes from OpenSSL (the CPU's SHA extensions where
+ * present); sha-512 is accepted too. */
 
-/* Writes the Authorization header value for one request into out (cap
- * bytes). ts is the caller's clock, nonce fresh random. peer_id 0 is used
- * for the join request, which proves possession of the key it registers. */
-int crypto_sign_request(const crypto_identity *id, int64_t peer_id, const char *method,
-                        const char *path_query, const uint8_t *body, size_t body_len,
-                        int64_t ts, char *out, size_t cap) VL_MUST_CHECK;
+#define CRYPTO_SIG_MAX_COMPONENTS 16
+#define CRYPTO_SIG_NAME_MAX 48     /* longest covered component name */
+#define CRYPTO_SIG_NONCE_MAX 64    /* longest nonce parameter accepted */
+#define CRYPTO_SIG_KEYID_MAX 64
+#define CRYPTO_SIG_HEADER_MAX 1024 /* longest Signature-Input / Signature value */
+#define CRYPTO_DIGEST_HEADER_MAX 200
+#define CRYPTO_SIG_LABEL "sig1"
 
-/* A parsed Authorization header. */
-typedef struct crypto_auth_header {
-    int64_t peer_id;
-    int64_t ts;
-    char nonce[CRYPTO_NONCE_HEX + 1];
+/* Streaming body digests. */
+typedef enum { CRYPTO_DIGEST_SHA256 = 1, CRYPTO_DIGEST_SHA512 = 2 } crypto_digest_alg;
+#define CRYPTO_DIGEST_MAX 64
+
+/* A Content-Digest value's chosen digest (sha-256 preferred, else
+ * sha-512; other algorithms in the field are ignored). */
+typedef struct crypto_digest_want {
+    crypto_digest_alg alg;
+    size_t len; /* 32 or 64 */
+    uint8_t bytes[CRYPTO_DIGEST_MAX];
+} crypto_digest_want;
+
+/* Parses a Content-Digest field value (an RFC 8941 dictionary of byte
+ * sequences). VL_EINVAL with a message when it is malformed or names
+ * neither sha-256 nor sha-512 with a digest of the right length. */
+int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err)
+    VL_MUST_CHECK;
+
+/* An incremental digest (OpenSSL EVP). Owned by the caller: free with
+ * crypto_digest_free (NULL is fine). NULL on allocation failure. */
+typedef struct crypto_digest crypto_digest;
+crypto_digest *crypto_digest_new(crypto_digest_alg alg);
+void crypto_digest_update(crypto_digest *d, const void *data, size_t len);
+/* Writes the digest (32 or 64 bytes) to out and returns its length; the
+ * context can then be reused after crypto_digest_reset. */
+size_t crypto_digest_final(crypto_digest *d, uint8_t out[CRYPTO_DIGEST_MAX]);
+int crypto_digest_reset(crypto_digest *d, crypto_digest_alg alg) VL_MUST_CHECK;
+void crypto_digest_free(crypto_digest *d);
+
+/* "sha-256=:<base64>:" for body (len bytes; body may be NULL when len is
+ * 0) into out (cap bytes). VL_ETOOBIG if it does not fit. */
+int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) VL_MUST_CHECK;
+
+/* One parsed signature: the first member of Signature-Input whose label
+ * also appears in Signature. */
+typedef struct crypto_sig {
+    char label[CRYPTO_SIG_NAME_MAX + 1];
+    size_t n_components;
+    char components[CRYPTO_SIG_MAX_COMPONENTS][CRYPTO_SIG_NAME_MAX + 1]; /* as written:
+        "@method", "content-digest", ... (names only: component parameters
+        such as ;sf or ;req are refused) */
+    int64_t created;  /* required */
+    int64_t expires;  /* 0 when absent */
+    char keyid[CRYPTO_SIG_KEYID_MAX + 1]; /* required */
+    char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* 16..64 chars of [A-Za-z0-9+/=_.-];
+                                             empty when absent (RFC 9421 makes it
+                                             optional; the coordinator requires it) */
+    char alg[24];    /* "ed25519", or empty when absent (any other is refused) */
+    char tag[CRYPTO_SIG_KEYID_MAX + 1]; /* optional, carried into the base */
+    int has_tag;
+    char params[CRYPTO_SIG_HEADER_MAX]; /* the serialised @signature-params value */
     uint8_t sig[CRYPTO_SIG_BYTES];
-} crypto_auth_header;
+} crypto_sig;
 
-/* Parses a header value strictly: scheme, then exactly the four fields in
- * order, each well formed. Returns 0 or VL_EINVAL with a message. */
-int crypto_auth_parse(const char *value, crypto_auth_header *out, vl_error *err) VL_MUST_CHECK;
+/* Parses the Signature-Input and Signature field values strictly (RFC 8941
+ * dictionaries; an inner list of strings with parameters, and a byte
+ * sequence). Unknown signature parameters, duplicate components and
+ * values over the caps above are refused. Either value may be NULL
+ * (missing header). Returns 0 or VL_EINVAL with a one-line message. */
+int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
+                     vl_error *err) VL_MUST_CHECK;
 
-/* Checks a parsed header against the public key, the request, and the
- * clock: VL_EAUTH for a bad signature or a timestamp more than
- * CRYPTO_TS_WINDOW_S from now. Does not check nonce reuse (see below). */
-int crypto_verify_request(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_auth_header *auth,
-                          const char *method, const char *path_query, const uint8_t *body,
-                          size_t body_len, int64_t now, vl_error *err) VL_MUST_CHECK;
+/* Looks up one covered component's value for the request being verified:
+ * a derived component ("@method", "@path", "@query", "@target-uri",
+ * "@authority", "@scheme", "@request-target") or a lowercase field name.
+ * Returns a NUL-terminated value (valid until the next call), or NULL
+ * when the request has no such component. */
+typedef const char *(*crypto_sig_lookup)(void *arg, const char *component);
+
+/* Builds the signature base for s from the request's component values into
+ * out (reset first; out's own cap bounds it). VL_EINVAL with a message
+ * when a covered component is missing or holds a byte a field value
+ * cannot (control characters), VL_ETOOBIG when the base exceeds the cap. */
+int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, buf *out,
+                    vl_error *err) VL_MUST_CHECK;
+
+/* Verifies s's signature over base with pk: 0 or VL_EAUTH. Checks nothing
+ * about time, nonce or components (the caller's policy). */
+int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const buf *base,
+                      vl_error *err) VL_MUST_CHECK;
+
+/* The headers a client adds to one request. */
+typedef struct crypto_signed_headers {
+    char content_digest[CRYPTO_DIGEST_HEADER_MAX]; /* empty when the request has no body */
+    char signature_input[CRYPTO_SIG_HEADER_MAX];
+    char signature[CRYPTO_SIG_B64_LEN + 16];
+} crypto_signed_headers;
+
+/* Signs one request as volley's clients do. path_query is the request
+ * target as sent ("/v1/task?wait=20"). has_body: the request carries a
+ * Content-Length (POST, even with len 0); then Content-Digest is made from
+ * body and content-digest and content-length are covered, else only
+ * @method, @path and @query. keyid: the peer id in decimal, or for a join
+ * the base64 public key. created: the caller's clock; the nonce is fresh
+ * random. Returns 0, or VL_EINVAL for a target with a byte a request line
+ * cannot hold (control characters, space), VL_ETOOBIG. */
+int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *method,
+                     const char *path_query, int has_body, const void *body, size_t len,
+                     int64_t created, crypto_signed_headers *out) VL_MUST_CHECK;
+
+/* The lookup crypto_sign_http signs with, for a request given as method,
+ * target and (for a body) the Content-Digest and Content-Length values;
+ * tests and tools use it to verify what they signed. */
+typedef struct crypto_http_request {
+    const char *method;
+    const char *path_query;
+    const char *authority;      /* Host, for @authority and @target-uri; may be NULL */
+    const char *content_digest; /* NULL when absent */
+    const char *content_length; /* NULL when absent */
+    char scratch[2048];
+} crypto_http_request;
+const char *crypto_http_request_lookup(void *arg, const char *component);
+
+/* A nonce as the replay cache keys it: hex of the first 16 bytes of
+ * SHA-256(nonce), so any nonce format fits the cache's fixed slots. out
+ * holds CRYPTO_NONCE_HEX + 1 bytes. */
+void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]);
 
 /* ---- key rotation ------------------------------------------------------ */
 
-/* Base64 of a 64-byte signature, without NUL. */
-#define CRYPTO_SIG_B64_LEN 88
 
 /* A registered peer moves to a new key with a request signed by its old
  * key whose body carries the new public key and this proof: the new key's

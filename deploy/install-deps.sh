@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every system package that building, testing and running volley
 # needs on Debian 12 (fortunes: the second corpus of the convergence
-# benchmark and the tests; gnuplot: its loss curves). Non-interactive and idempotent: packages already present
+# benchmark and the tests; gnuplot: its loss curves; Python with venv,
+# pip, requests and cryptography: the test that signs requests with an
+# RFC 9421 implementation volley did not write). Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
 
@@ -15,6 +17,7 @@ PKGS=(
   libcmocka-dev
   clang libclang-rt-14-dev libomp-14-dev
   fortunes-min fortunes gnuplot-nox
+  python3 python3-venv python3-pip python3-requests python3-cryptography
 )
 
 SUDO=""

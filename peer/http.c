@@ -374,17 +374,30 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
         *local_rc = vl_fail(err, VL_ETOOBIG, "request URL is too long");
         return CURLE_OK;
     }
-    char auth[CRYPTO_AUTH_MAX + 32];
-    memcpy(auth, "Authorization: ", 15);
-    if (crypto_sign_request(h->id, h->peer_id, rq->method, rq->target, rq->body, rq->body_len,
-                            clock_unix_s(), auth + 15, sizeof auth - 15) != VL_OK) {
+    /* A join has no peer id yet: it is signed by the key it registers. */
+    char keyid[CRYPTO_PK_B64_LEN + 24];
+    if (h->peer_id > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)h->peer_id);
+    else crypto_pk_encode(h->id->pk, keyid);
+    int post = strcmp(rq->method, "POST") == 0;
+    crypto_signed_headers sh;
+    if (crypto_sign_http(h->id, keyid, rq->method, rq->target, post, rq->body, rq->body_len,
+                         clock_unix_s(), &sh) != VL_OK) {
         *local_rc = vl_fail(err, VL_EINVAL, "cannot sign %s %s", rq->method, rq->target);
         return CURLE_OK;
     }
+    char si[CRYPTO_SIG_HEADER_MAX + 32], sg[sizeof sh.signature + 32];
+    char cd[CRYPTO_DIGEST_HEADER_MAX + 32];
+    snprintf(si, sizeof si, "Signature-Input: %s", sh.signature_input);
+    snprintf(sg, sizeof sg, "Signature: %s", sh.signature);
+    snprintf(cd, sizeof cd, "Content-Digest: %s", sh.content_digest);
     char ct[128], range[128], inm[96];
     struct curl_slist *hdrs = NULL, *tmp;
-    int ok = (tmp = curl_slist_append(hdrs, auth)) != NULL;
+    int ok = (tmp = curl_slist_append(hdrs, si)) != NULL;
     if (ok) hdrs = tmp;
+    if (ok) ok = (tmp = curl_slist_append(hdrs, sg)) != NULL;
+    if (ok) hdrs = tmp;
+    if (ok && post) ok = (tmp = curl_slist_append(hdrs, cd)) != NULL;
+    if (ok && post) hdrs = tmp;
     if (ok && rq->content_type) {
         snprintf(ct, sizeof ct, "Content-Type: %s", rq->content_type);
         ok = (tmp = curl_slist_append(hdrs, ct)) != NULL;
@@ -408,7 +421,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     CURL *c = h->curl;
     CURLcode cc = curl_easy_setopt(c, CURLOPT_URL, url);
     if (!cc) cc = curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    if (!cc && strcmp(rq->method, "POST") == 0) {
+    if (!cc && post) {
         cc = curl_easy_setopt(c, CURLOPT_POST, 1L);
         if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
         if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? (const char *)rq->body

@@ -81,6 +81,10 @@ static void conn_release(hconn *c) {
         c->g.hook = NULL;
         c->g.input = NULL;
     }
+    coord_server *srv = H.srv;
+    if (c->g.prev) c->g.prev->next = c->g.next;
+    else if (srv->guards == &c->g) srv->guards = c->g.next;
+    if (c->g.next) c->g.next->prev = c->g.prev;
     coord_guard_detach(&c->g);
     coord_guard_free(&c->g);
     free(c);
@@ -102,10 +106,16 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     hconn *c = calloc(1, sizeof *c);
     FUZZ_CHECK(c != NULL, "out of memory");
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = LARGE_PATHS,
-                             .large_cap = (uint64_t)H.srv->cfg.max_body_bytes};
+                             .large_cap = (uint64_t)H.srv->cfg.max_body_bytes,
+                             .authorize = coord_auth_head, .authorize_arg = H.srv,
+                             .release = coord_auth_release};
     coord_guard_init(&c->g, COORD_HEAD_CAP, &caps);
     c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     FUZZ_CHECK(c->bev && coord_guard_attach(&c->g, c->bev) == VL_OK, "cannot hook a connection");
+    /* The server finds a request's guard (and its ticket) in its list. */
+    c->g.next = H.srv->guards;
+    if (H.srv->guards) H.srv->guards->prev = &c->g;
+    H.srv->guards = &c->g;
     c->next = H.conns;
     H.conns = c;
     return c->bev;
@@ -406,12 +416,19 @@ static int build_signed(const uint8_t *data, size_t n, buf *out, int *head) {
         *head = strcmp(method, "HEAD") == 0;
         const crypto_identity *id = &H.keys[who == 1 ? 1 : who == 2 ? 2 : 0];
         int64_t peer = who == 0 ? 1 : who == 1 ? 2 : who == 2 ? 0 : 3;
-        char auth[CRYPTO_AUTH_MAX + 1];
-        ok = crypto_sign_request(id, peer, method, target, body, blen, clock_unix_s(), auth,
-                                 sizeof auth) == VL_OK;
+        char keyid[CRYPTO_PK_B64_LEN + 24];
+        if (peer > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
+        else crypto_pk_encode(id->pk, keyid);
+        int has_body = blen > 0 || strcmp(method, "POST") == 0;
+        crypto_signed_headers sh;
+        ok = crypto_sign_http(id, keyid, method, target, has_body, body, blen, clock_unix_s(),
+                              &sh) == VL_OK;
         if (ok)
-            ok = buf_printf(out, "%s %s HTTP/1.1\r\nHost: fuzz\r\nAuthorization: %s\r\n", method,
-                            target, auth) == 0;
+            ok = buf_printf(out, "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"
+                            "Signature: %s\r\n", method, target, sh.signature_input,
+                            sh.signature) == 0;
+        if (ok && has_body)
+            ok = buf_printf(out, "Content-Digest: %s\r\n", sh.content_digest) == 0;
         for (size_t i = hdr_at; ok && i < hdr_end;) {
             const uint8_t *e = memchr(data + i, '\n', hdr_end - i);
             size_t l = (size_t)(e - (data + i));

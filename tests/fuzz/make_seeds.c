@@ -357,23 +357,25 @@ static void seeds_json(void) {
             "AAAAAAAAAAAAAAAAAAAAAA==\"}");
 }
 
-/* ---- Authorization ------------------------------------------------------------ */
+/* ---- request signatures --------------------------------------------------- */
 
 static void seeds_auth(void) {
     crypto_identity id;
     uint8_t seed[32];
     memset(seed, 7, sizeof seed);
     if (crypto_sign_seed_keypair(id.pk, id.sk, seed) != 0) fail("key");
-    char h[CRYPTO_AUTH_MAX + 1];
-    ok(crypto_sign_request(&id, 12, "POST", "/v1/updates", (const uint8_t *)"x", 1, 1700000000,
-                           h, sizeof h),
-       "sign");
-    put_str("fuzz_auth", "header", 0, h);
-    put_str("fuzz_auth", "header-join", 0,
-            "Volley-Ed25519 peer=0,ts=1700000000,nonce=0123456789ABCDEF0123456789abcdef,"
-            "sig=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-            "AAAAAAAAAAAAAAAAAAAAAA==");
-    put_str("fuzz_auth", "header-bad", 0, "Bearer peer=1, ts=2");
+    crypto_signed_headers h;
+    ok(crypto_sign_http(&id, "12", "POST", "/v1/updates", 1, "x", 1, 1700000000, &h), "sign");
+    char two[2 * CRYPTO_SIG_HEADER_MAX];
+    snprintf(two, sizeof two, "%s\n%s", h.signature_input, h.signature);
+    put_str("fuzz_auth", "signature", 0, two);
+    put_str("fuzz_auth", "signature-rfc9421-b26", 0,
+            "sig-b26=(\"date\" \"@method\" \"@path\" \"@authority\" \"content-type\" "
+            "\"content-length\");created=1618884473;keyid=\"test-key-ed25519\"\n"
+            "sig-b26=:wqcAqbmYJ2ji2glfAMaRy4gruYYnx2nEFN2HN6jrnDnQCK1u02Gb04v9EDgwUPiu4A0w6vuQ"
+            "v5lIp5WPpBKRCw==:");
+    put_str("fuzz_auth", "content-digest", 0, h.content_digest);
+    put_str("fuzz_auth", "signature-bad", 0, "sig1=(\"@method\";sf);created=1\nsig1=:AA==:");
     put_str("fuzz_auth", "sign-get", 1, "GET\n/v1/task?wait=20\n");
     put_str("fuzz_auth", "sign-post", 1, "POST\n/v1/updates\n{\"a\": 1}");
 }
@@ -397,8 +399,9 @@ static void seeds_http(void) {
         {"wrong-method", "DELETE /v1/task HTTP/1.1\r\n\r\n"},
         {"head", "HEAD /v1/model HTTP/1.1\r\n\r\n"},
         {"unknown-method", "BREW /v1/task HTTP/1.1\r\n\r\n"},
-        {"unsigned-task", "GET /v1/task?wait=0 HTTP/1.1\r\nAuthorization: Volley-Ed25519 "
-                          "peer=1,ts=1,nonce=00000000000000000000000000000000,sig=AAAA\r\n\r\n"},
+        {"unsigned-task", "GET /v1/task?wait=0 HTTP/1.1\r\nSignature-Input: sig1=(\"@method\" "
+                          "\"@path\" \"@query\");created=1;keyid=\"1\";nonce=\"0000000000000000\""
+                          "\r\nSignature: sig1=:AAAA:\r\n\r\n"},
         {"chunked", "POST /v1/updates HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
                     "5\r\nhello\r\n0\r\n\r\n"},
         {"too-large", "POST /v1/peers HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n{}"},

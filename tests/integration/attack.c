@@ -37,7 +37,7 @@
  *                                              all must get the same one task
  *   attack capture URL CA DIR FILE             a signed GET /v1/model of the
  *                                              lease's peer (must answer 200),
- *                                              its Authorization kept in FILE
+ *                                              its signature kept in FILE
  *   attack replay URL CA DIR FILE STATUS [CODE] that GET again, as captured
  *   attack kfac URL CA DIR STAGE               a K-FAC run that shares factors
  *                                              (attack_kfac.c): STAGE bad
@@ -142,16 +142,30 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
 /* Authentication, uploads, queries and framing. */
 void attack_general(ctx *c, const char *badtoken) {
     reply r;
-    char hdr[CRYPTO_AUTH_MAX];
+    char hdr[ATTACK_SIG_LINES];
     crypto_identity other;
     crypto_identity_generate(&other);
 
     request(c, "GET", "/v1/task", "", NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
-    expect("no Authorization header", &r, 401, "unauthorized");
-    request(c, "GET", "/v1/task", "Bearer hunter2", NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
-    expect("wrong auth scheme", &r, 401, "unauthorized");
-    request(c, "GET", "/v1/task", "Volley-Ed25519 peer=1,ts=2", NULL, 0, NULL, 0, NULL, 0, 0, &r);
-    expect("truncated Authorization", &r, 401, "unauthorized");
+    expect("no signature", &r, 401, "unauthorized");
+    request(c, "GET", "/v1/task", "Authorization: Bearer hunter2", NULL, 0, NULL, 0, NULL,
+            c->peer, 0, &r);
+    expect("another auth scheme instead of a signature", &r, 401, "unauthorized");
+    request(c, "GET", "/v1/task",
+            "Signature-Input: sig1=(\"@method\");created=2;keyid=\"1\"\nSignature: sig1=:AA==:",
+            NULL, 0, NULL, 0, NULL, 0, 0, &r);
+    expect("truncated signature", &r, 401, "unauthorized");
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/task", NULL, 0, clock_unix_s(), hdr,
+                   sizeof hdr) != 0)
+        abort();
+    {
+        /* The same signature over fewer components: only @method. */
+        char *p = strstr(hdr, "\"@path\" \"@query\"");
+        if (!p) abort();
+        memmove(p, p + 16, strlen(p + 16) + 1);
+    }
+    request(c, "GET", "/v1/task", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect("signature that does not cover the target", &r, 401, "unauthorized");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, &other, c->peer, 0, &r);
     expect("bad signature (another key)", &r, 401, "bad_signature");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, 987654, 0, &r);
@@ -181,8 +195,8 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("signature for another method", &r, 401, "bad_signature");
 
     /* A replay: the same header twice. The first is honest and harmless. */
-    if (crypto_sign_request(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
-                            sizeof hdr) != VL_OK)
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
+                   sizeof hdr) != 0)
         abort();
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("first use of a nonce (control)", &r, 200, NULL);
@@ -204,7 +218,10 @@ void attack_general(ctx *c, const char *badtoken) {
     tampered.data[tampered.len - 1] ^= 0x40;
     request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len, good.data, good.len,
             NULL, c->peer, 0, &r);
-    expect("body altered after signing", &r, 401, "bad_signature");
+    expect("body altered after signing", &r, 400, "digest_mismatch");
+    request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len - 1, good.data, good.len,
+            NULL, c->peer, 0, &r);
+    expect("body cut after signing (content-length signed)", &r, 401, "bad_signature");
     buf_free(&tampered);
 
     request(c, "POST", "/v1/updates?next=2", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
@@ -328,11 +345,21 @@ void attack_general(ctx *c, const char *badtoken) {
     /* libevent reads a CONNECT target as a host and refuses it in HTML. */
     raw(c, "CONNECT /v1/task HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, &r);
     expect("CONNECT", &r, 405, "method_not_allowed");
-    snprintf(head, sizeof head,
-             "POST /v1/peers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-             "Content-Length: 5000\r\n\r\n{\"public_key\":");
-    raw_slow(c, head, 0.2, NULL, 1, &r);
-    expect("body cut short (sender closes)", &r, -1, "closed");
+    {
+        /* A signed join whose sender stops after 14 of its 5000 bytes. */
+        static char cut[5000];
+        memset(cut, ' ', sizeof cut);
+        memcpy(cut, "{\"public_key\":", 14);
+        char slow[ATTACK_SIG_LINES + 256];
+        if (signed_head(c, "POST", "/v1/peers", "application/json", cut, sizeof cut, slow,
+                        sizeof slow - 16) != 0)
+            abort();
+        size_t hl = strlen(slow);
+        memcpy(slow + hl, cut, 14);
+        slow[hl + 14] = '\0';
+        raw_slow(c, slow, 0.2, NULL, 1, &r);
+        expect("body cut short (sender closes)", &r, -1, "closed");
+    }
     raw(c, "GET https://127.0.0.1/v1/task HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", NULL, &r);
     expect("absolute-form target", &r, 400, "bad_request");
     char *big = malloc(20000);
@@ -395,9 +422,9 @@ static int burst(ctx *c, const char *token, int n) {
 /* A signed request kept as it went over the wire, and sent again later
  * (after a restart, say) by someone who could read but not sign. */
 static int capture(ctx *c, const char *file) {
-    char hdr[CRYPTO_AUTH_MAX];
-    if (crypto_sign_request(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
-                            sizeof hdr) != VL_OK)
+    char hdr[ATTACK_SIG_LINES];
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
+                   sizeof hdr) != 0)
         return -1;
     reply r;
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, 0, 0, &r);
@@ -408,13 +435,12 @@ static int capture(ctx *c, const char *file) {
 }
 
 static int replay(ctx *c, const char *file, long status, const char *code) {
-    char hdr[CRYPTO_AUTH_MAX] = "";
+    char hdr[ATTACK_SIG_LINES] = "";
     FILE *f = fopen(file, "r");
-    if (!f || !fgets(hdr, sizeof hdr, f)) {
-        if (f) fclose(f);
-        return -1;
-    }
-    fclose(f);
+    size_t n = f ? fread(hdr, 1, sizeof hdr - 1, f) : 0;
+    if (f) fclose(f);
+    if (n == 0) return -1;
+    hdr[n] = '\0';
     reply r;
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, 0, 0, &r);
     expect("the captured GET /v1/model sent again", &r, status, code);

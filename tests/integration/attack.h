@@ -42,7 +42,8 @@ typedef struct reply {
 /* Everything about one request; zero fields take the honest default. */
 typedef struct req_opts {
     const char *method, *target;
-    const char *auth;    /* NULL: signed by key as peer; "": no header; else the literal value */
+    const char *auth;    /* NULL: signed by key as peer; "": no signature; else literal
+                            header lines, separated by LF (see sign_lines) */
     const void *body;
     size_t len;
     const void *sign_body; /* what the signature covers instead of body (NULL: body) */
@@ -53,6 +54,22 @@ typedef struct req_opts {
     int64_t ts;           /* 0: now */
     const char *ctype;    /* NULL: the route's type; "": no Content-Type */
 } req_opts;
+
+/* Room for the signature lines of one request. */
+#define ATTACK_SIG_LINES (2 * CRYPTO_SIG_HEADER_MAX + CRYPTO_DIGEST_HEADER_MAX + 64)
+
+/* The header lines that sign one request as peer (0: a join, signed with
+ * keyid = key's public key), as volley-peer sends them: Signature-Input,
+ * Signature and, for a body (body non-NULL or a POST), Content-Digest of
+ * body, separated by LF, into out. 0, or -1 when they do not fit. */
+int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
+               const void *body, size_t len, int64_t ts, char *out, size_t cap);
+
+/* A whole request head for raw(), signed as a join by the attacker's key
+ * over body (len bytes, which need not all be sent): request line, Host,
+ * Content-Type ctype, the signature lines, Content-Length, empty line. */
+int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
+                const void *body, size_t len, char *out, size_t cap);
 
 /* Sends one request over libcurl and reads the answer into r (r->body
  * must be released; expect() does it). */

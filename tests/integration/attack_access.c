@@ -124,10 +124,10 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
     join_as(c, &c->id, other.pk, spare, "", &r);
     expect("join for a key the caller lacks", &r, 401, "bad_signature");
     /* The same signed join twice: refused for its token, then as a replay. */
-    char hdr[CRYPTO_AUTH_MAX];
+    char hdr[ATTACK_SIG_LINES];
     join_json(body, sizeof body, other.pk, "vlt_guess", "");
-    if (crypto_sign_request(&other, 0, "POST", "/v1/peers", (const uint8_t *)body, strlen(body),
-                            clock_unix_s(), hdr, sizeof hdr) != VL_OK)
+    if (sign_lines(&other, 0, "POST", "/v1/peers", body, strlen(body), clock_unix_s(), hdr,
+                   sizeof hdr) != 0)
         abort();
     request(c, "POST", "/v1/peers", hdr, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
     expect("join, first time", &r, 403, "invalid_token");
@@ -252,10 +252,18 @@ void attack_limits(ctx *c) {
     expect("slow request head", &r, 408, "request_timeout");
     timed("slow head refused after the limit", t0, SLOW_TIMEOUT_S, SLOW_TIMEOUT_S + 3);
     /* A body of 1000 bytes at 1000 bytes/s has 2 + 1 s; 10 bytes come. */
+    static char body[1000];
+    memset(body, ' ', sizeof body);
+    memcpy(body, "{\"public_", 10);
+    char head[ATTACK_SIG_LINES + 256];
+    if (signed_head(c, "POST", "/v1/peers", "application/json", body, sizeof body, head,
+                    sizeof head - 16) != 0)
+        abort();
+    size_t hl = strlen(head);
+    memcpy(head + hl, body, 10);
+    head[hl + 10] = '\0';
     t0 = mono();
-    raw(c, "POST /v1/peers HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-           "Content-Length: 1000\r\n\r\n{\"public_",
-        NULL, &r);
+    raw(c, head, NULL, &r);
     expect("slow request body", &r, -1, "closed");
     timed("slow body cut off after its deadline", t0, SLOW_TIMEOUT_S + 1, SLOW_TIMEOUT_S + 5);
 

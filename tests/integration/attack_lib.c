@@ -121,27 +121,72 @@ static const char *route_type(const char *target) {
                                                 : "application/octet-stream";
 }
 
+int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
+               const void *body, size_t len, int64_t ts, char *out, size_t cap) {
+    char keyid[CRYPTO_PK_B64_LEN + 24];
+    if (peer > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
+    else crypto_pk_encode(key->pk, keyid);
+    int has_body = body != NULL || strcmp(method, "POST") == 0;
+    crypto_signed_headers sh;
+    if (crypto_sign_http(key, keyid, method, target, has_body, body, len, ts, &sh) != VL_OK)
+        return -1;
+    int n = snprintf(out, cap, "Signature-Input: %s\nSignature: %s%s%s", sh.signature_input,
+                     sh.signature, has_body ? "\nContent-Digest: " : "",
+                     has_body ? sh.content_digest : "");
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
+                const void *body, size_t len, char *out, size_t cap) {
+    char lines[ATTACK_SIG_LINES], crlf[ATTACK_SIG_LINES + 16];
+    if (sign_lines(&c->id, 0, method, target, body, len, clock_unix_s(), lines, sizeof lines) != 0)
+        return -1;
+    size_t k = 0;
+    for (const char *p = lines; *p && k + 3 < sizeof crlf; p++) {
+        if (*p == '\n') crlf[k++] = '\r';
+        crlf[k++] = *p;
+    }
+    crlf[k] = '\0';
+    int n = snprintf(out, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s\r\n"
+                     "Content-Length: %zu\r\n\r\n", method, target, ctype, crlf, len);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* Appends each line of lines ("Name: value" separated by LF) as a header. */
+static struct curl_slist *add_lines(struct curl_slist *hs, const char *lines) {
+    char line[CRYPTO_SIG_HEADER_MAX + 64];
+    while (*lines) {
+        size_t n = strcspn(lines, "\n");
+        if (n < sizeof line) {
+            memcpy(line, lines, n);
+            line[n] = '\0';
+            hs = curl_slist_append(hs, line);
+        }
+        lines += n;
+        if (*lines == '\n') lines++;
+    }
+    return hs;
+}
+
 void send_req(const ctx *c, const req_opts *o, reply *r) {
     memset(r, 0, sizeof *r);
     buf_init(&r->body, 64u << 20);
     snapshot(r);
-    char url[1024], hdr[CRYPTO_AUTH_MAX + 32], val[CRYPTO_AUTH_MAX], ct[128];
+    char url[1024], lines[ATTACK_SIG_LINES], ct[128];
     snprintf(url, sizeof url, "%s%s", c->url, o->target);
     CURL *h = curl_easy_init();
     struct curl_slist *hs = NULL;
     if (!o->auth) {
         const void *sb = o->sign_body ? o->sign_body : o->body;
         size_t sl = o->sign_body ? o->sign_len : o->len;
-        if (crypto_sign_request(o->key ? o->key : &c->id, o->peer,
-                                o->sign_method ? o->sign_method : o->method,
-                                o->sign_target ? o->sign_target : o->target, sb, sl,
-                                o->ts ? o->ts : clock_unix_s(), val, sizeof val) != VL_OK)
+        if (sign_lines(o->key ? o->key : &c->id, o->peer,
+                       o->sign_method ? o->sign_method : o->method,
+                       o->sign_target ? o->sign_target : o->target, sb, sl,
+                       o->ts ? o->ts : clock_unix_s(), lines, sizeof lines) != 0)
             abort();
-        snprintf(hdr, sizeof hdr, "Authorization: %s", val);
-        hs = curl_slist_append(hs, hdr);
+        hs = add_lines(hs, lines);
     } else if (*o->auth) {
-        snprintf(hdr, sizeof hdr, "Authorization: %s", o->auth);
-        hs = curl_slist_append(hs, hdr);
+        hs = add_lines(hs, o->auth);
     }
     const char *type = o->ctype ? o->ctype : route_type(o->target);
     snprintf(ct, sizeof ct, *type ? "Content-Type: %s" : "Content-Type:", type);

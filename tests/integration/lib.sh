@@ -169,7 +169,7 @@ it_check_run() {
 
 # it_check_no_secrets: no log of the run holds a secret: a join token, a
 # peer's secret key (its key file's base64 line, or a 16-character piece
-# of it), or a request signature (an Authorization value).
+# of it), or a request signature (a Signature or Signature-Input value).
 it_check_no_secrets() {
   local logs=("$WORK"/*.log) t k piece
   for t in "${IT_TOKENS[@]}"; do
@@ -182,5 +182,5 @@ it_check_no_secrets() {
       ! grep -qF -- "$piece" "${logs[@]}" || fail "part of $k is in a log"
     done < <(sed -n 2p "$k" | fold -w 16)
   done
-  ! grep -qE 'sig=|Volley-Ed25519 peer' "${logs[@]}" || fail "a request signature is in a log"
+  ! grep -qE 'sig1=:|Signature: |Signature-Input: ' "${logs[@]}" || fail "a request signature is in a log"
 }

@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 #include "coordinator/guard.h"
+#include "crypto/crypto.h"
 
 #define CAP 100
 #define HEAD_CAP 256
@@ -244,8 +245,131 @@ static void test_guard_parse_head_direct(void **state) {
     assert_int_equal(coord_guard_verdict_parse("nonsense"), COORD_GUARD_BAD_HEAD);
 }
 
+/* ---- authorization on the head, tickets and body digests ------------------ */
+
+/* Accepts heads whose target starts with "/ok" as peer 7 (taking the
+ * Content-Digest the head names), refuses the rest with 401; counts
+ * calls. */
+static int n_authorized;
+static int stub_authorize(void *arg, coord_guard *g, const uint8_t *head, size_t len,
+                          coord_guard_ticket *t, coord_guard_refusal *r) {
+    (void)arg;
+    (void)g;
+    n_authorized++;
+    if (len < 8 || memcmp(strchr((const char *)head, ' ') + 1, "/ok", 3) != 0) {
+        r->status = 401;
+        snprintf(r->code, sizeof r->code, "bad_signature");
+        snprintf(r->msg, sizeof r->msg, "no");
+        return -1;
+    }
+    char v[CRYPTO_DIGEST_HEADER_MAX];
+    int n = coord_guard_head_field(head, len, "Content-Digest", v, sizeof v);
+    vl_error e = {0};
+    if (n > 0) assert_int_equal(crypto_digest_parse(v, &t->want, &e), VL_OK);
+    t->peer_id = 7;
+    return 0;
+}
+
+static char *guard_auth_run(const char *s, size_t step, coord_guard *g) {
+    buf out;
+    buf_init(&out, 1 << 20);
+    coord_guard_caps caps = {.body_cap = 1000, .authorize = stub_authorize};
+    coord_guard_init(g, HEAD_CAP, &caps);
+    size_t len = strlen(s);
+    if (step == 0) step = len;
+    for (size_t i = 0; i < len; i += step) {
+        size_t n = len - i < step ? len - i : step;
+        assert_int_equal(coord_guard_feed(g, (const uint8_t *)s + i, n, &out), VL_OK);
+    }
+    size_t n;
+    char *text = (char *)buf_steal(&out, &n);
+    return text ? text : calloc(1, 1);
+}
+
+/* Accepted heads are numbered with the ticket header (a client's own copy
+ * of it is dropped); the body is hashed however it is split, and each
+ * ticket says whether its body matched its Content-Digest. */
+static void test_guard_tickets_and_digests(void **state) {
+    (void)state;
+    char good[CRYPTO_DIGEST_HEADER_MAX];
+    assert_int_equal(crypto_content_digest("hello", 5, good, sizeof good), VL_OK);
+    char in[1024];
+    snprintf(in, sizeof in,
+             "POST /ok/a HTTP/1.1\r\nX-Volley-Guard-Ticket: 99\r\nContent-Digest: %s\r\n"
+             "Content-Length: 5\r\n\r\nhello"
+             "POST /ok/b HTTP/1.1\r\nContent-Digest: %s\r\nContent-Length: 5\r\n\r\nhellO"
+             "GET /ok/c HTTP/1.1\r\n\r\n",
+             good, good);
+    size_t steps[] = {0, 1, 3, 17};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        coord_guard g;
+        n_authorized = 0;
+        char *out = guard_auth_run(in, steps[k], &g);
+        assert_int_equal(n_authorized, 3);
+        assert_null(strstr(out, "Ticket: 99"));
+        assert_non_null(strstr(out, "POST /ok/a HTTP/1.1\r\n"));
+        assert_non_null(strstr(out, COORD_GUARD_TICKET_HEADER ": 1\r\n\r\nhello"));
+        assert_non_null(strstr(out, COORD_GUARD_TICKET_HEADER ": 2\r\n\r\nhellO"));
+        assert_non_null(strstr(out, "GET /ok/c HTTP/1.1\r\n" COORD_GUARD_TICKET_HEADER ": 3"));
+        coord_guard_ticket t;
+        assert_int_equal(coord_guard_ticket_take(&g, 1, &t), VL_OK);
+        assert_int_equal(t.peer_id, 7);
+        assert_int_equal(t.digest, COORD_GUARD_DIGEST_OK);
+        assert_int_equal(coord_guard_ticket_take(&g, 1, &t), VL_ENOTFOUND); /* once only */
+        assert_int_equal(coord_guard_ticket_take(&g, 2, &t), VL_OK);
+        assert_int_equal(t.digest, COORD_GUARD_DIGEST_MISMATCH);
+        assert_int_equal(coord_guard_ticket_take(&g, 3, &t), VL_OK);
+        assert_int_equal(t.digest, COORD_GUARD_DIGEST_NONE);
+        assert_int_equal(coord_guard_ticket_take(&g, 4, &t), VL_ENOTFOUND);
+        free(out);
+        coord_guard_free(&g);
+    }
+}
+
+/* A refused head never lets its body through and stops the connection;
+ * more pipelined requests than tickets are refused too. */
+static void test_guard_authorize_refusals(void **state) {
+    (void)state;
+    coord_guard g;
+    char *out = guard_auth_run("POST /no HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody"
+                               "GET /ok HTTP/1.1\r\n\r\n", 0, &g);
+    assert_string_equal(out, "POST /no HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n"
+                             "X-Volley-Guard: refused\r\n\r\n");
+    assert_int_equal(g.refusal.status, 401);
+    assert_string_equal(g.refusal.code, "bad_signature");
+    free(out);
+    coord_guard_free(&g);
+
+    char in[1024] = "";
+    size_t at = 0;
+    for (int i = 0; i < COORD_GUARD_TICKETS + 1; i++)
+        at += (size_t)snprintf(in + at, sizeof in - at, "GET /ok HTTP/1.1\r\n\r\n");
+    out = guard_auth_run(in, 0, &g);
+    assert_non_null(strstr(out, "X-Volley-Guard: pipelined"));
+    assert_int_equal(g.state, COORD_GUARD_DISCARD);
+    free(out);
+    coord_guard_free(&g);
+}
+
+/* Repeated fields are combined as RFC 9110 says; names match without
+ * case; a value over the cap is an error, not a cut. */
+static void test_guard_head_field(void **state) {
+    (void)state;
+    const char *h = "GET / HTTP/1.1\r\nA: 1\r\nb:  two \r\na:3\r\n\r\n";
+    char v[16];
+    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "a", v, sizeof v), 2);
+    assert_string_equal(v, "1, 3");
+    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "B", v, sizeof v), 1);
+    assert_string_equal(v, "two");
+    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "c", v, sizeof v), 0);
+    assert_string_equal(v, "");
+    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "a", v, 4),
+                     VL_ETOOBIG);
+}
+
 int main(void) {
     log_set_level(LOG_WARN);
+    if (crypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_over_cap_content_length),
         cmocka_unit_test(test_guard_chunked_and_missing_length),
@@ -255,6 +379,9 @@ int main(void) {
         cmocka_unit_test(test_guard_strips_client_marker),
         cmocka_unit_test(test_guard_keepalive_pipelining),
         cmocka_unit_test(test_guard_parse_head_direct),
+        cmocka_unit_test(test_guard_tickets_and_digests),
+        cmocka_unit_test(test_guard_authorize_refusals),
+        cmocka_unit_test(test_guard_head_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

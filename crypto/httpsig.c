@@ -1,0 +1,644 @@
+/* RFC 9421 HTTP Message Signatures (alg ed25519) and RFC 9530
+ * Content-Digest: the strict RFC 8941 structured-field parsing both need,
+ * the signature base, signing and verifying, and body digests on
+ * OpenSSL's EVP (which uses the CPU's SHA extensions where they exist). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <openssl/evp.h>
+#include <sodium.h>
+
+#include "crypto/crypto.h"
+
+/* ---- body digests ---------------------------------------------------------- */
+
+struct crypto_digest {
+    EVP_MD_CTX *ctx;
+};
+
+static const EVP_MD *digest_md(crypto_digest_alg alg) {
+    return alg == CRYPTO_DIGEST_SHA512 ? EVP_sha512() : alg == CRYPTO_DIGEST_SHA256 ? EVP_sha256()
+                                                                                     : NULL;
+}
+
+crypto_digest *crypto_digest_new(crypto_digest_alg alg) {
+    crypto_digest *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->ctx = EVP_MD_CTX_new();
+    if (!d->ctx || crypto_digest_reset(d, alg) != VL_OK) {
+        crypto_digest_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+int crypto_digest_reset(crypto_digest *d, crypto_digest_alg alg) {
+    const EVP_MD *md = digest_md(alg);
+    if (!md || EVP_DigestInit_ex(d->ctx, md, NULL) != 1) return VL_ERR;
+    return VL_OK;
+}
+
+void crypto_digest_update(crypto_digest *d, const void *data, size_t len) {
+    if (len > 0) EVP_DigestUpdate(d->ctx, data, len);
+}
+
+size_t crypto_digest_final(crypto_digest *d, uint8_t out[CRYPTO_DIGEST_MAX]) {
+    unsigned n = 0;
+    if (EVP_DigestFinal_ex(d->ctx, out, &n) != 1) return 0;
+    return n;
+}
+
+void crypto_digest_free(crypto_digest *d) {
+    if (!d) return;
+    EVP_MD_CTX_free(d->ctx);
+    free(d);
+}
+
+int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) {
+    uint8_t md[CRYPTO_DIGEST_MAX];
+    unsigned n = 0;
+    if (EVP_Digest(len ? body : "", len, md, &n, EVP_sha256(), NULL) != 1) return VL_ERR;
+    char b64[96];
+    base64_encode(md, n, b64);
+    int w = snprintf(out, cap, "sha-256=:%s:", b64);
+    return w < 0 || (size_t)w >= cap ? VL_ETOOBIG : VL_OK;
+}
+
+void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]) {
+    uint8_t md[CRYPTO_DIGEST_MAX];
+    unsigned n = 0;
+    if (EVP_Digest(nonce, strlen(nonce), md, &n, EVP_sha256(), NULL) != 1)
+        memset(md, 0, sizeof md); /* cannot happen with a built-in digest */
+    hex_encode(md, CRYPTO_NONCE_HEX / 2, out);
+}
+
+/* ---- RFC 8941 structured fields, as far as these headers need ---------- */
+
+/* A cursor over one field value. Every reader stops at end; none reads a
+ * byte past it. */
+typedef struct sf {
+    const char *p, *end;
+} sf;
+
+static int sf_at(const sf *s, char c) { return s->p < s->end && *s->p == c; }
+static void sf_sp(sf *s) {
+    while (s->p < s->end && *s->p == ' ') s->p++;
+}
+static void sf_ows(sf *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t')) s->p++;
+}
+static int lcalpha(char c) { return c >= 'a' && c <= 'z'; }
+static int digit(char c) { return c >= '0' && c <= '9'; }
+
+/* key = ( lcalpha / "*" ) *( lcalpha / DIGIT / "_" / "-" / "." / "*" ) */
+static int sf_key(sf *s, char *out, size_t cap) {
+    size_t n = 0;
+    if (!(s->p < s->end && (lcalpha(*s->p) || *s->p == '*'))) return -1;
+    while (s->p < s->end && (lcalpha(*s->p) || digit(*s->p) || strchr("_-.*", *s->p))) {
+        if (n + 1 >= cap) return -1;
+        out[n++] = *s->p++;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* A string item, unescaped into out. Only printable ASCII is allowed. */
+static int sf_string(sf *s, char *out, size_t cap) {
+    if (!sf_at(s, '"')) return -1;
+    s->p++;
+    size_t n = 0;
+    while (s->p < s->end) {
+        char c = *s->p++;
+        if (c == '\\') {
+            if (s->p >= s->end || (*s->p != '"' && *s->p != '\\')) return -1;
+            c = *s->p++;
+        } else if (c == '"') {
+            out[n] = '\0';
+            return 0;
+        } else if (c < 0x20 || c > 0x7e) {
+            return -1;
+        }
+        if (n + 1 >= cap) return -1;
+        out[n++] = c;
+    }
+    return -1; /* no closing quote */
+}
+
+/* An integer item: an optional minus and 1 to 15 digits. */
+static int sf_integer(sf *s, int64_t *out) {
+    int neg = sf_at(s, '-');
+    if (neg) s->p++;
+    int64_t v = 0;
+    int n = 0;
+    while (s->p < s->end && digit(*s->p)) {
+        if (++n > 15) return -1;
+        v = v * 10 + (*s->p++ - '0');
+    }
+    if (n == 0 || sf_at(s, '.')) return -1; /* decimals are not integers */
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* A byte sequence item ":base64:" decoded into out; *n gets its length. */
+static int sf_bytes(sf *s, uint8_t *out, size_t cap, size_t *n) {
+    if (!sf_at(s, ':')) return -1;
+    const char *start = ++s->p;
+    while (s->p < s->end && *s->p != ':') {
+        char c = *s->p;
+        if (!(isalnum((unsigned char)c) || c == '+' || c == '/' || c == '=')) return -1;
+        s->p++;
+    }
+    if (!sf_at(s, ':')) return -1;
+    long got = base64_decode(start, (size_t)(s->p - start), out, cap);
+    s->p++;
+    if (got < 0) return -1;
+    *n = (size_t)got;
+    return 0;
+}
+
+/* Any bare item, skipped: what a field we do not read holds. */
+static int sf_skip_bare(sf *s) {
+    if (s->p >= s->end) return -1;
+    char c = *s->p;
+    if (c == '"') {
+        for (s->p++; s->p < s->end; s->p++) {
+            if (*s->p == '\\') {
+                if (++s->p >= s->end || (*s->p != '"' && *s->p != '\\')) return -1;
+            } else if (*s->p == '"') {
+                s->p++;
+                return 0;
+            } else if (*s->p < 0x20 || *s->p > 0x7e) {
+                return -1;
+            }
+        }
+        return -1;
+    }
+    if (c == ':') {
+        for (s->p++; s->p < s->end && *s->p != ':'; s->p++)
+            if (!isalnum((unsigned char)*s->p) && !strchr("+/=", *s->p)) return -1;
+        if (!sf_at(s, ':')) return -1;
+        s->p++;
+        return 0;
+    }
+    if (c == '?') {
+        if (s->end - s->p < 2 || (s->p[1] != '0' && s->p[1] != '1')) return -1;
+        s->p += 2;
+        return 0;
+    }
+    if (c == '-' || digit(c)) {
+        if (c == '-') s->p++;
+        int n = 0;
+        while (s->p < s->end && (digit(*s->p) || *s->p == '.')) s->p++, n++;
+        return n > 0 ? 0 : -1;
+    }
+    if (isalpha((unsigned char)c) || c == '*') { /* token */
+        while (s->p < s->end && (isalnum((unsigned char)*s->p) || strchr("!#$%&'*+-.^_`|~:/", *s->p)))
+            s->p++;
+        return 0;
+    }
+    return -1;
+}
+
+static int sf_skip_params(sf *s) {
+    while (sf_at(s, ';')) {
+        s->p++;
+        sf_sp(s);
+        char k[64];
+        if (sf_key(s, k, sizeof k) != 0) return -1;
+        if (sf_at(s, '=')) {
+            s->p++;
+            if (sf_skip_bare(s) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* A member value of any shape: an inner list or an item, with parameters. */
+static int sf_skip_value(sf *s) {
+    if (sf_at(s, '(')) {
+        s->p++;
+        for (;;) {
+            sf_sp(s);
+            if (sf_at(s, ')')) {
+                s->p++;
+                break;
+            }
+            if (sf_skip_bare(s) != 0 || sf_skip_params(s) != 0) return -1;
+            if (!sf_at(s, ' ') && !sf_at(s, ')')) return -1;
+        }
+    } else if (sf_skip_bare(s) != 0) {
+        return -1;
+    }
+    return sf_skip_params(s);
+}
+
+/* After a dictionary member: the end, or OWS "," OWS and another member. */
+static int sf_next_member(sf *s, int *more) {
+    sf_ows(s);
+    if (s->p >= s->end) {
+        *more = 0;
+        return 0;
+    }
+    if (!sf_at(s, ',')) return -1;
+    s->p++;
+    sf_ows(s);
+    if (s->p >= s->end) return -1; /* a trailing comma */
+    *more = 1;
+    return 0;
+}
+
+static sf sf_of(const char *v) {
+    sf s = {v, v + strlen(v)};
+    sf_sp(&s);
+    while (s.end > s.p && s.end[-1] == ' ') s.end--;
+    return s;
+}
+
+/* ---- Content-Digest ----------------------------------------------------- */
+
+int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!value || strnlen(value, CRYPTO_DIGEST_HEADER_MAX) >= CRYPTO_DIGEST_HEADER_MAX)
+        return vl_fail(err, VL_EINVAL, "missing or overlong");
+    sf s = sf_of(value);
+    crypto_digest_want sha512 = {0};
+    int more = s.p < s.end;
+    if (!more) return vl_fail(err, VL_EINVAL, "empty");
+    while (more) {
+        char key[32];
+        if (sf_key(&s, key, sizeof key) != 0 || !sf_at(&s, '='))
+            return vl_fail(err, VL_EINVAL, "not a dictionary of digests");
+        s.p++;
+        int is256 = strcmp(key, "sha-256") == 0, is512 = strcmp(key, "sha-512") == 0;
+        if (is256 || is512) {
+            uint8_t b[CRYPTO_DIGEST_MAX + 4];
+            size_t n = 0;
+            if (sf_bytes(&s, b, sizeof b, &n) != 0 || n != (is256 ? 32u : 64u) ||
+                sf_skip_params(&s) != 0)
+                return vl_fail(err, VL_EINVAL, "%s must be a byte sequence of %d bytes", key,
+                               is256 ? 32 : 64);
+            crypto_digest_want *w = is256 ? out : &sha512;
+            w->alg = is256 ? CRYPTO_DIGEST_SHA256 : CRYPTO_DIGEST_SHA512;
+            w->len = n;
+            memcpy(w->bytes, b, n);
+        } else if (sf_skip_value(&s) != 0) {
+            return vl_fail(err, VL_EINVAL, "malformed member %s", key);
+        }
+        if (sf_next_member(&s, &more) != 0)
+            return vl_fail(err, VL_EINVAL, "malformed dictionary");
+    }
+    if (out->alg == 0) *out = sha512;
+    if (out->alg == 0) return vl_fail(err, VL_EINVAL, "names neither sha-256 nor sha-512");
+    return VL_OK;
+}
+
+/* ---- Signature-Input and Signature ---------------------------------------- */
+
+static int nonce_ok(const char *n) {
+    size_t len = strlen(n);
+    if (len < 16 || len > CRYPTO_SIG_NONCE_MAX) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)n[i]) && !strchr("+/=_.-", n[i])) return 0;
+    return 1;
+}
+
+/* A component name: a derived one ("@" and lowercase letters or "-") or a
+ * lowercase field name. */
+static int component_ok(const char *c) {
+    if (!*c) return 0;
+    for (const char *p = c[0] == '@' ? c + 1 : c; *p; p++)
+        if (!(lcalpha(*p) || (c[0] != '@' && (digit(*p) || strchr("!#$%&'*+-.^_`|~", *p))) ||
+              *p == '-'))
+            return 0;
+    return c[0] != '@' || c[1] != '\0';
+}
+
+static int append_quoted(char *out, size_t cap, size_t *at, const char *v) {
+    if (*at + 1 >= cap) return -1;
+    out[(*at)++] = '"';
+    for (; *v; v++) {
+        if (*at + 3 >= cap) return -1;
+        if (*v == '"' || *v == '\\') out[(*at)++] = '\\';
+        out[(*at)++] = *v;
+    }
+    out[(*at)++] = '"';
+    out[*at] = '\0';
+    return 0;
+}
+
+static int append_int(char *out, size_t cap, size_t *at, const char *key, long long v) {
+    int n = snprintf(out + *at, cap - *at, ";%s=%lld", key, v);
+    if (n < 0 || (size_t)n >= cap - *at) return -1;
+    *at += (size_t)n;
+    return 0;
+}
+
+/* The parameters in the order they were given, as RFC 8941 serialises
+ * them: what "@signature-params" is. */
+typedef struct sig_param {
+    char key[16];
+    int is_int;
+    int64_t i;
+    const char *str;
+} sig_param;
+
+static int serialise_params(crypto_sig *s, const sig_param *ps, size_t n) {
+    size_t at = 0;
+    char *out = s->params;
+    size_t cap = sizeof s->params;
+    out[at++] = '(';
+    for (size_t i = 0; i < s->n_components; i++) {
+        if (i > 0) {
+            if (at + 1 >= cap) return -1;
+            out[at++] = ' ';
+        }
+        if (append_quoted(out, cap, &at, s->components[i]) != 0) return -1;
+    }
+    if (at + 2 >= cap) return -1;
+    out[at++] = ')';
+    out[at] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        if (ps[i].is_int) {
+            if (append_int(out, cap, &at, ps[i].key, (long long)ps[i].i) != 0) return -1;
+        } else {
+            int w = snprintf(out + at, cap - at, ";%s=", ps[i].key);
+            if (w < 0 || (size_t)w >= cap - at) return -1;
+            at += (size_t)w;
+            if (append_quoted(out, cap, &at, ps[i].str) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The signature parameters after the inner list. */
+static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, int *has_created,
+                            vl_error *err) {
+    *np = 0;
+    while (sf_at(s, ';')) {
+        s->p++;
+        sf_sp(s);
+        char key[16];
+        if (sf_key(s, key, sizeof key) != 0 || !sf_at(s, '='))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: a malformed parameter");
+        s->p++;
+        for (size_t i = 0; i < *np; i++)
+            if (strcmp(ps[i].key, key) == 0)
+                return vl_fail(err, VL_EINVAL, "Signature-Input: parameter %s given twice", key);
+        if (*np >= 6) return vl_fail(err, VL_EINVAL, "Signature-Input: too many parameters");
+        sig_param *p = &ps[(*np)++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->key, sizeof p->key, "%s", key);
+        char *dst = NULL;
+        size_t cap = 0;
+        if (strcmp(key, "created") == 0 || strcmp(key, "expires") == 0) {
+            p->is_int = 1;
+            if (sf_integer(s, &p->i) != 0 || p->i < 0)
+                return vl_fail(err, VL_EINVAL, "Signature-Input: %s must be a non-negative "
+                               "integer", key);
+            if (key[0] == 'c') {
+                out->created = p->i;
+                *has_created = 1;
+            } else {
+                out->expires = p->i;
+            }
+            continue;
+        }
+        if (strcmp(key, "keyid") == 0) dst = out->keyid, cap = sizeof out->keyid;
+        else if (strcmp(key, "nonce") == 0) dst = out->nonce, cap = sizeof out->nonce;
+        else if (strcmp(key, "alg") == 0) dst = out->alg, cap = sizeof out->alg;
+        else if (strcmp(key, "tag") == 0) dst = out->tag, cap = sizeof out->tag, out->has_tag = 1;
+        else return vl_fail(err, VL_EINVAL, "Signature-Input: unsupported parameter %s", key);
+        if (sf_string(s, dst, cap) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature-Input: %s must be a string of at most %zu "
+                           "characters", key, cap - 1);
+        p->str = dst;
+    }
+    return VL_OK;
+}
+
+/* The inner list of covered components, its parameters, and the checks on
+ * them. */
+static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
+    if (!sf_at(s, '('))
+        return vl_fail(err, VL_EINVAL, "Signature-Input: a member must be an inner list");
+    s->p++;
+    for (;;) {
+        sf_sp(s);
+        if (sf_at(s, ')')) {
+            s->p++;
+            break;
+        }
+        if (out->n_components >= CRYPTO_SIG_MAX_COMPONENTS)
+            return vl_fail(err, VL_EINVAL, "Signature-Input: more than %d components",
+                           CRYPTO_SIG_MAX_COMPONENTS);
+        char *c = out->components[out->n_components];
+        if (sf_string(s, c, CRYPTO_SIG_NAME_MAX + 1) != 0 || !component_ok(c))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: a component must be a quoted "
+                           "lowercase name");
+        if (sf_at(s, ';'))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: component parameters (%s;...) "
+                           "are not supported", c);
+        for (size_t i = 0; i < out->n_components; i++)
+            if (strcmp(out->components[i], c) == 0)
+                return vl_fail(err, VL_EINVAL, "Signature-Input: component %s given twice", c);
+        out->n_components++;
+        if (!sf_at(s, ' ') && !sf_at(s, ')'))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: malformed inner list");
+    }
+    sig_param ps[6];
+    size_t np = 0;
+    int has_created = 0;
+    int rc = parse_sig_params(s, out, ps, &np, &has_created, err);
+    if (rc != VL_OK) return rc;
+    if (!has_created) return vl_fail(err, VL_EINVAL, "Signature-Input: created is required");
+    if (!out->keyid[0]) return vl_fail(err, VL_EINVAL, "Signature-Input: keyid is required");
+    if (out->nonce[0] && !nonce_ok(out->nonce))
+        return vl_fail(err, VL_EINVAL, "Signature-Input: a nonce is 16 to %d characters of "
+                       "A-Z a-z 0-9 + / = _ . -", CRYPTO_SIG_NONCE_MAX);
+    if (out->alg[0] && strcmp(out->alg, "ed25519") != 0)
+        return vl_fail(err, VL_EINVAL, "Signature-Input: alg must be ed25519");
+    if (serialise_params(out, ps, np) != 0)
+        return vl_fail(err, VL_EINVAL, "Signature-Input: too long");
+    return VL_OK;
+}
+
+#define MAX_SIGNATURES 8
+
+int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
+                     vl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!sig_input || !signature)
+        return vl_fail(err, VL_EINVAL, "missing Signature-Input or Signature");
+    if (strnlen(sig_input, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX ||
+        strnlen(signature, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX)
+        return vl_fail(err, VL_EINVAL, "Signature-Input or Signature is too long");
+    /* The signatures first: their labels say which input to read. */
+    char labels[MAX_SIGNATURES][CRYPTO_SIG_NAME_MAX + 1];
+    uint8_t sigs[MAX_SIGNATURES][CRYPTO_SIG_BYTES];
+    size_t n_sigs = 0;
+    sf s = sf_of(signature);
+    int more = s.p < s.end;
+    if (!more) return vl_fail(err, VL_EINVAL, "Signature is empty");
+    while (more) {
+        if (n_sigs >= MAX_SIGNATURES) return vl_fail(err, VL_EINVAL, "too many signatures");
+        uint8_t b[CRYPTO_SIG_BYTES + 4];
+        size_t n = 0;
+        if (sf_key(&s, labels[n_sigs], sizeof labels[0]) != 0 || !sf_at(&s, '='))
+            return vl_fail(err, VL_EINVAL, "Signature: not a dictionary");
+        s.p++;
+        if (sf_bytes(&s, b, sizeof b, &n) != 0 || sf_skip_params(&s) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature: a member must be a byte sequence");
+        if (n != CRYPTO_SIG_BYTES)
+            return vl_fail(err, VL_EINVAL, "Signature: an ed25519 signature is 64 bytes, not %zu",
+                           n);
+        memcpy(sigs[n_sigs++], b, CRYPTO_SIG_BYTES);
+        if (sf_next_member(&s, &more) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature: malformed dictionary");
+    }
+    s = sf_of(sig_input);
+    more = s.p < s.end;
+    if (!more) return vl_fail(err, VL_EINVAL, "Signature-Input is empty");
+    while (more) {
+        char label[CRYPTO_SIG_NAME_MAX + 1];
+        if (sf_key(&s, label, sizeof label) != 0 || !sf_at(&s, '='))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: not a dictionary");
+        s.p++;
+        ssize_t match = -1;
+        if (!out->label[0])
+            for (size_t i = 0; i < n_sigs; i++)
+                if (strcmp(labels[i], label) == 0) match = (ssize_t)i;
+        if (match >= 0) {
+            int rc = parse_covered(&s, out, err);
+            if (rc != VL_OK) return rc;
+            snprintf(out->label, sizeof out->label, "%s", label);
+            memcpy(out->sig, sigs[match], CRYPTO_SIG_BYTES);
+        } else if (sf_skip_value(&s) != 0) {
+            return vl_fail(err, VL_EINVAL, "Signature-Input: malformed member %s", label);
+        }
+        if (sf_next_member(&s, &more) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature-Input: malformed dictionary");
+    }
+    if (!out->label[0])
+        return vl_fail(err, VL_EINVAL, "no Signature-Input member has a Signature");
+    return VL_OK;
+}
+
+/* ---- the signature base ---------------------------------------------------- */
+
+int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, buf *out,
+                    vl_error *err) {
+    buf_reset(out);
+    for (size_t i = 0; i < s->n_components; i++) {
+        const char *c = s->components[i];
+        const char *v = lookup(arg, c);
+        if (!v)
+            return vl_fail(err, VL_EINVAL, "the signature covers %s, which the request lacks",
+                           c);
+        for (const char *p = v; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                return vl_fail(err, VL_EINVAL, "%s holds a control character", c);
+        int rc = buf_printf(out, "\"%s\": %s\n", c, v);
+        if (rc) return rc == VL_ETOOBIG ? vl_fail(err, rc, "the signature base is too long") : rc;
+    }
+    int rc = buf_printf(out, "\"@signature-params\": %s", s->params);
+    if (rc) return rc == VL_ETOOBIG ? vl_fail(err, rc, "the signature base is too long") : rc;
+    return VL_OK;
+}
+
+int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const buf *base,
+                      vl_error *err) {
+    if (crypto_sign_verify_detached(s->sig, base->data, base->len, pk) != 0)
+        return vl_fail(err, VL_EAUTH, "the signature does not verify");
+    return VL_OK;
+}
+
+/* ---- signing --------------------------------------------------------------- */
+
+const char *crypto_http_request_lookup(void *arg, const char *c) {
+    crypto_http_request *r = arg;
+    size_t cap = sizeof r->scratch;
+    const char *q = strchr(r->path_query, '?');
+    int plen = (int)(q ? (size_t)(q - r->path_query) : strlen(r->path_query));
+    if (strcmp(c, "@method") == 0) return r->method;
+    if (strcmp(c, "@request-target") == 0) return r->path_query;
+    if (strcmp(c, "@scheme") == 0) return "https";
+    if (strcmp(c, "@path") == 0) {
+        snprintf(r->scratch, cap, "%.*s", plen, r->path_query);
+        return r->scratch;
+    }
+    if (strcmp(c, "@query") == 0) {
+        snprintf(r->scratch, cap, "?%s", q ? q + 1 : "");
+        return r->scratch;
+    }
+    if (strcmp(c, "@authority") == 0 || strcmp(c, "@target-uri") == 0) {
+        char host[256];
+        if (!r->authority || strlen(r->authority) >= sizeof host) return NULL;
+        size_t i = 0;
+        for (; r->authority[i]; i++)
+            host[i] = (char)tolower((unsigned char)r->authority[i]);
+        host[i] = '\0';
+        int n = c[1] == 'a' ? snprintf(r->scratch, cap, "%s", host)
+                            : snprintf(r->scratch, cap, "https://%s%s", host, r->path_query);
+        return n < 0 || (size_t)n >= cap ? NULL : r->scratch;
+    }
+    if (strcmp(c, "content-digest") == 0) return r->content_digest;
+    if (strcmp(c, "content-length") == 0) return r->content_length;
+    return NULL;
+}
+
+int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *method,
+                     const char *path_query, int has_body, const void *body, size_t len,
+                     int64_t created, crypto_signed_headers *out) {
+    memset(out, 0, sizeof *out);
+    if (path_query[0] != '/') return VL_EINVAL;
+    for (const char *p = path_query; *p; p++)
+        if (*p < 0x21 || *p > 0x7e) return VL_EINVAL;
+    for (const char *p = method; *p; p++)
+        if (*p < 0x21 || *p > 0x7e) return VL_EINVAL;
+    crypto_sig s;
+    memset(&s, 0, sizeof s);
+    static const char *const names[] = {"@method", "@path", "@query", "content-digest",
+                                        "content-length"};
+    s.n_components = has_body ? 5 : 3;
+    for (size_t i = 0; i < s.n_components; i++)
+        snprintf(s.components[i], sizeof s.components[i], "%s", names[i]);
+    char nonce[CRYPTO_NONCE_HEX + 1];
+    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    if (strlen(keyid) > CRYPTO_SIG_KEYID_MAX) return VL_EINVAL;
+    snprintf(s.keyid, sizeof s.keyid, "%s", keyid);
+    snprintf(s.nonce, sizeof s.nonce, "%s", nonce);
+    snprintf(s.alg, sizeof s.alg, "ed25519");
+    sig_param ps[4] = {{.key = "created", .is_int = 1, .i = created},
+                       {.key = "keyid", .str = s.keyid},
+                       {.key = "nonce", .str = s.nonce},
+                       {.key = "alg", .str = s.alg}};
+    if (serialise_params(&s, ps, 4) != 0) return VL_ETOOBIG;
+    char clen[24];
+    snprintf(clen, sizeof clen, "%zu", len);
+    if (has_body &&
+        crypto_content_digest(body, len, out->content_digest, sizeof out->content_digest) != 0)
+        return VL_ETOOBIG;
+    crypto_http_request rq = {.method = method, .path_query = path_query,
+                              .content_digest = has_body ? out->content_digest : NULL,
+                              .content_length = has_body ? clen : NULL};
+    buf base;
+    buf_init(&base, 4 * CRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
+    vl_error e = {0};
+    int rc = crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e);
+    uint8_t sig[CRYPTO_SIG_BYTES];
+    if (rc == VL_OK) crypto_sign_detached(sig, NULL, base.data, base.len, id->sk);
+    buf_free(&base);
+    if (rc != VL_OK) return rc == VL_ETOOBIG ? VL_ETOOBIG : VL_EINVAL;
+    char b64[CRYPTO_SIG_B64_LEN + 1];
+    base64_encode(sig, sizeof sig, b64);
+    int n1 = snprintf(out->signature_input, sizeof out->signature_input, CRYPTO_SIG_LABEL "=%s",
+                      s.params);
+    int n2 = snprintf(out->signature, sizeof out->signature, CRYPTO_SIG_LABEL "=:%s:", b64);
+    if (n1 < 0 || (size_t)n1 >= sizeof out->signature_input || n2 < 0 ||
+        (size_t)n2 >= sizeof out->signature)
+        return VL_ETOOBIG;
+    return VL_OK;
+}

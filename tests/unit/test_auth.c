@@ -1,0 +1,311 @@
+/* coordinator: authentication on the request head (coord_auth_head), on a
+ * real run database: an honest signed head is accepted with the signer's
+ * ticket, and each refusal carries its status and code: a replayed nonce,
+ * a creation time outside the window, another key, an unknown or revoked
+ * peer, a signature that does not cover the target or the body, a body
+ * without its digest. Then the whole head-and-body path through the
+ * guard: a body that differs from its signed digest is marked on the
+ * ticket. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "coordinator/coord.h"
+
+typedef struct fixture {
+    char *dir;
+    char db[600];
+    coord_server *srv;
+    crypto_identity key, other;
+    int64_t peer, revoked_peer;
+    crypto_identity revoked_key;
+} fixture;
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state) {
+    if (crypto_init() != VL_OK) return -1;
+    fixture *fx = calloc(1, sizeof *fx);
+    assert_non_null(fx);
+    fx->dir = test_temp_dir("/tmp/volley-auth.XXXXXX");
+    char corpus[600], cfg[600], text[1024];
+    snprintf(corpus, sizeof corpus, "%s/corpus.txt", fx->dir);
+    snprintf(cfg, sizeof cfg, "%s/run.json", fx->dir);
+    snprintf(fx->db, sizeof fx->db, "%s/run.db", fx->dir);
+    buf c;
+    buf_init(&c, 1 << 20);
+    for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "the quick brown fox jumps. "));
+    OK(buf_append(&c, "", 1));
+    write_file(corpus, (const char *)c.data);
+    buf_free(&c);
+    snprintf(text, sizeof text,
+             "{\"name\": \"auth\", \"corpus\": \"%s\", \"model\": {\"vocab_size\": 256, "
+             "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
+             "\"updates_per_version\": 1, \"max_versions\": 2, \"task_bytes\": 4096}",
+             corpus);
+    write_file(cfg, text);
+    OK(coord_cmd_init(fx->db, cfg, &e_));
+    OK(coord_server_open(fx->db, NULL, &fx->srv, &e_));
+    crypto_identity_generate(&fx->key);
+    crypto_identity_generate(&fx->other);
+    crypto_identity_generate(&fx->revoked_key);
+    OK(storage_peer_insert(fx->srv->db, fx->key.pk, "p", "{}", 0, clock_unix_s(), &fx->peer,
+                           &e_));
+    OK(storage_peer_insert(fx->srv->db, fx->revoked_key.pk, "r", "{}", 0, clock_unix_s(),
+                           &fx->revoked_peer, &e_));
+    OK(storage_peer_revoke(fx->srv->db, fx->revoked_peer, &e_));
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *fx = *state;
+    coord_server_close(fx->srv);
+    test_remove_tree(fx->dir);
+    free(fx->dir);
+    free(fx);
+    return 0;
+}
+
+/* A head as volley-peer sends it, signed by key as keyid at created;
+ * body non-NULL makes it a POST with Content-Length and Content-Digest.
+ * drop, when set, is a header line prefix left out after signing. */
+static size_t make_head(char *out, size_t cap, const crypto_identity *key, const char *keyid,
+                        const char *method, const char *target, const char *body,
+                        int64_t created, const char *drop) {
+    crypto_signed_headers sh;
+    size_t blen = body ? strlen(body) : 0;
+    assert_int_equal(crypto_sign_http(key, keyid, method, target, body != NULL, body, blen,
+                                      created, &sh),
+                     VL_OK);
+    char lines[4][CRYPTO_SIG_HEADER_MAX + 64];
+    int n = 0;
+    snprintf(lines[n++], sizeof lines[0], "Signature-Input: %s\r\n", sh.signature_input);
+    snprintf(lines[n++], sizeof lines[0], "Signature: %s\r\n", sh.signature);
+    if (body) {
+        snprintf(lines[n++], sizeof lines[0], "Content-Digest: %s\r\n", sh.content_digest);
+        snprintf(lines[n++], sizeof lines[0], "Content-Length: %zu\r\n", blen);
+    }
+    int len = snprintf(out, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, target);
+    for (int i = 0; i < n; i++)
+        if (!drop || strncmp(lines[i], drop, strlen(drop)) != 0)
+            len += snprintf(out + len, cap - (size_t)len, "%s", lines[i]);
+    len += snprintf(out + len, cap - (size_t)len, "\r\n");
+    assert_true(len > 0 && (size_t)len < cap);
+    return (size_t)len;
+}
+
+/* Runs coord_auth_head on head; returns its result and fills t and r. */
+static int auth(fixture *fx, const char *head, size_t len, coord_guard_ticket *t,
+                coord_guard_refusal *r) {
+    coord_guard g;
+    coord_guard_caps caps = {.body_cap = 1 << 20};
+    coord_guard_init(&g, COORD_HEAD_CAP, &caps);
+    memset(t, 0, sizeof *t);
+    memset(r, 0, sizeof *r);
+    int rc = coord_auth_head(fx->srv, &g, (const uint8_t *)head, len, t, r);
+    coord_guard_free(&g);
+    return rc;
+}
+
+static void expect_refused(fixture *fx, const char *head, size_t len, int status,
+                           const char *code) {
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, len, &t, &r), -1);
+    if (r.status != status || strcmp(r.code, code) != 0)
+        fail_msg("expected %d %s, got %d %s (%s)", status, code, r.status, r.code, r.msg);
+}
+
+static void test_honest_then_replayed(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096];
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=5", NULL,
+                         clock_unix_s(), NULL);
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, n, &t, &r), 0);
+    assert_int_equal(t.peer_id, fx->peer);
+    assert_int_equal(t.want.alg, 0);
+    /* The same head again: its nonce is spent. */
+    expect_refused(fx, head, n, 401, "replayed_nonce");
+}
+
+static void test_clock_window(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096];
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    int64_t now = clock_unix_s();
+    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model",
+                         NULL, now - CRYPTO_TS_WINDOW_S - 5, NULL);
+    expect_refused(fx, head, n, 401, "stale_timestamp");
+    n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL,
+                  now + CRYPTO_TS_WINDOW_S + 5, NULL);
+    expect_refused(fx, head, n, 401, "stale_timestamp");
+    /* Inside the window, a little behind: accepted. */
+    n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL, now - 200, NULL);
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, n, &t, &r), 0);
+}
+
+static void test_wrong_signers(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096];
+    int64_t now = clock_unix_s();
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    size_t n = make_head(head, sizeof head, &fx->other, id, "GET", "/v1/model", NULL, now, NULL);
+    expect_refused(fx, head, n, 401, "bad_signature");
+    n = make_head(head, sizeof head, &fx->key, "987654", "GET", "/v1/model", NULL, now, NULL);
+    expect_refused(fx, head, n, 401, "unknown_peer");
+    snprintf(id, sizeof id, "%lld", (long long)fx->revoked_peer);
+    n = make_head(head, sizeof head, &fx->revoked_key, id, "GET", "/v1/model", NULL, now, NULL);
+    expect_refused(fx, head, n, 403, "revoked");
+    /* A join's key id (the key itself) names no peer elsewhere. */
+    char pk[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(fx->key.pk, pk);
+    n = make_head(head, sizeof head, &fx->key, pk, "GET", "/v1/model", NULL, now, NULL);
+    expect_refused(fx, head, n, 401, "unknown_peer");
+    /* No signature at all. */
+    n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL, now, "Signature");
+    expect_refused(fx, head, n, 401, "unauthorized");
+}
+
+static void test_coverage_and_digest(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096];
+    int64_t now = clock_unix_s();
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    /* The head is changed after signing: another target. */
+    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=1", NULL, now,
+                         NULL);
+    char *q = strstr(head, "wait=1");
+    q[5] = '9';
+    expect_refused(fx, head, n, 401, "bad_signature");
+    /* A POST whose Content-Digest line is left out. */
+    n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "xyz", now,
+                  "Content-Digest");
+    expect_refused(fx, head, n, 400, "bad_digest");
+    /* An honest POST: accepted, and the ticket carries the digest to check. */
+    n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "xyz", now, NULL);
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, n, &t, &r), 0);
+    assert_int_equal(t.want.alg, CRYPTO_DIGEST_SHA256);
+    coord_auth_release(fx->srv, &t);
+    /* A signature over fewer components than the policy asks for. */
+    n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL, now, NULL);
+    char *p = strstr(head, "\"@path\" \"@query\"");
+    assert_non_null(p);
+    memmove(p, p + 16, strlen(p + 16) + 1);
+    expect_refused(fx, head, strlen(head), 401, "unauthorized");
+}
+
+static void test_join_and_public(void **state) {
+    fixture *fx = *state;
+    char head[4096], pk[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(fx->other.pk, pk);
+    size_t n = make_head(head, sizeof head, &fx->other, pk, "POST", "/v1/peers", "{}",
+                         clock_unix_s(), NULL);
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, n, &t, &r), 0);
+    assert_int_equal(t.join, 1);
+    assert_int_equal(t.peer_id, 0);
+    assert_memory_equal(t.join_pk, fx->other.pk, CRYPTO_PK_BYTES);
+    /* The status needs no signature. */
+    const char *status = "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(auth(fx, status, strlen(status), &t, &r), 0);
+    assert_int_equal(t.peer_id, 0);
+}
+
+/* Head and body through the guard, as on a connection: the body that was
+ * signed passes, a body of the same length with one byte changed is
+ * marked on its ticket. */
+static void test_body_digest_through_guard(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096];
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    for (int tamper = 0; tamper < 2; tamper++) {
+        size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates",
+                             "0123456789", clock_unix_s(), NULL);
+        snprintf(head + n, sizeof head - n, "%s", tamper ? "0123456780" : "0123456789");
+        coord_guard g;
+        coord_guard_caps caps = {.body_cap = 1 << 20, .authorize = coord_auth_head,
+                                 .authorize_arg = fx->srv, .release = coord_auth_release};
+        coord_guard_init(&g, COORD_HEAD_CAP, &caps);
+        buf out;
+        buf_init(&out, 1 << 20);
+        OK(coord_guard_feed(&g, (const uint8_t *)head, strlen(head), &out));
+        coord_guard_ticket t;
+        OK(coord_guard_ticket_take(&g, 1, &t));
+        assert_int_equal(t.peer_id, fx->peer);
+        assert_int_equal(t.digest, tamper ? COORD_GUARD_DIGEST_MISMATCH : COORD_GUARD_DIGEST_OK);
+        coord_auth_release(fx->srv, &t);
+        buf_free(&out);
+        coord_guard_free(&g);
+    }
+}
+
+/* One body at a time per peer, and a budget for all bodies being
+ * received: a second upload head from the same peer is refused until the
+ * first's ticket is released, and a head that would pass the budget gets
+ * 503 overloaded; neither spends the request's nonce. */
+static void test_body_budget(void **state) {
+    fixture *fx = *state;
+    char id[24], head[4096], again[4096];
+    snprintf(id, sizeof id, "%lld", (long long)fx->peer);
+    int64_t now = clock_unix_s();
+    size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789",
+                         now, NULL);
+    coord_guard_ticket t1, t;
+    coord_guard_refusal r;
+    assert_int_equal(auth(fx, head, n, &t1, &r), 0);
+    assert_int_equal(t1.reserved, 10);
+    assert_int_equal(fx->srv->body_inflight, 10);
+    size_t m = make_head(again, sizeof again, &fx->key, id, "POST", "/v1/updates", "abcdefghij",
+                         now, NULL);
+    expect_refused(fx, again, m, 429, "rate_limited");
+    coord_auth_release(fx->srv, &t1);
+    assert_int_equal(fx->srv->body_inflight, 0);
+    /* Refused for the peer's other body, not spent: the same head passes now. */
+    assert_int_equal(auth(fx, again, m, &t, &r), 0);
+    coord_auth_release(fx->srv, &t);
+    int64_t budget = fx->srv->limits.body_budget;
+    fx->srv->limits.body_budget = 5;
+    n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789", now,
+                  NULL);
+    expect_refused(fx, head, n, 503, "overloaded");
+    fx->srv->limits.body_budget = budget;
+    assert_int_equal(auth(fx, head, n, &t, &r), 0);
+    coord_auth_release(fx->srv, &t);
+    assert_int_equal(fx->srv->body_inflight, 0);
+    assert_int_equal(fx->srv->n_receiving, 0);
+}
+
+int main(void) {
+    log_set_level(LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_honest_then_replayed),
+        cmocka_unit_test(test_clock_window),
+        cmocka_unit_test(test_wrong_signers),
+        cmocka_unit_test(test_coverage_and_digest),
+        cmocka_unit_test(test_join_and_public),
+        cmocka_unit_test(test_body_digest_through_guard),
+        cmocka_unit_test(test_body_budget),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
