@@ -91,9 +91,9 @@ static const char *view_lookup(void *arg, const char *c) {
         if (coord_guard_head_field(v->head, v->len, "Host", host, sizeof host) != 1) return NULL;
         for (char *h = host; *h; h++)
             if (*h >= 'A' && *h <= 'Z') *h = (char)(*h - 'A' + 'a');
-        if (c[1] == 'a') snprintf(v->scratch, cap, "%s", host);
-        else snprintf(v->scratch, cap, "https://%s%s", host, v->target);
-        return v->scratch;
+        int n = c[1] == 'a' ? snprintf(v->scratch, cap, "%s", host)
+                            : snprintf(v->scratch, cap, "https://%s%s", host, v->target);
+        return n < 0 || (size_t)n >= cap ? NULL : v->scratch;
     }
     if (c[0] == '@') return NULL;
     int n = coord_guard_head_field(v->head, v->len, c, v->scratch, cap);
