@@ -68,6 +68,10 @@ typedef struct coord_limits {
     int64_t max_conns;
     int64_t conn_per_addr;
     double idle_first_s;
+    /* Bytes that built downloads (model files of old versions, deltas,
+     * rounds, factors) may hold at once, shared copies counted once (0:
+     * COORD_DOWNLOAD_BUDGET_MODELS model files, at least 256 MiB). */
+    int64_t download_budget;
 } coord_limits;
 
 /* The defaults, far above what a peer does (a task is a handful of
@@ -76,6 +80,7 @@ typedef struct coord_limits {
  * 256 MiB of bodies being received at once (COORD_BODY_BUDGET_DEFAULT). */
 #define COORD_BODY_BUDGET_DEFAULT ((int64_t)256 << 20)
 #define COORD_CONN_PER_ADDR_DEFAULT 64
+#define COORD_DOWNLOAD_BUDGET_MODELS 8
 #define COORD_IDLE_FIRST_S_DEFAULT 10.0
 void coord_limits_default(coord_limits *l);
 
@@ -164,7 +169,14 @@ typedef struct coord_blob {
     int64_t version;
 } coord_blob;
 
+/* A blob of len bytes that owns data (malloc'd; freed with the blob), one
+ * reference; NULL (data freed) on allocation failure. Every live blob's
+ * bytes are counted (coord_blob_live_bytes), so what downloads in flight
+ * hold can be bounded. */
+coord_blob *coord_blob_wrap(uint8_t *data, size_t len, int64_t version);
 void coord_blob_unref(coord_blob *b);
+/* Bytes held by all live blobs (any thread). */
+int64_t coord_blob_live_bytes(void);
 
 /* ---- the server ---------------------------------------------------------- */
 
@@ -208,6 +220,7 @@ typedef struct coord_server {
     struct event *slow_timer; /* checks every connection against the slow-client limits */
     coord_blob *model_blob; /* current version as safetensors, built on demand */
     coord_blob *delta_blob; /* the last delta served (its since and version below) */
+    coord_blob *old_blob;   /* the last old version served whole, shared by its readers */
     int64_t delta_since, delta_version;
     coord_speed *speeds; /* async runs with dynamic steps */
     size_t n_speeds, cap_speeds;
@@ -333,6 +346,9 @@ int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t vers
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
+/* Whether need more bytes of downloads may be built now: live blobs plus
+ * need stay within the run's download budget. */
+int coord_download_room(const coord_server *srv, int64_t need);
 /* The merged K-FAC factors file of version (the newest one is cached);
  * the caller owns the reference. VL_ENOTFOUND when the run shares no
  * factors or that version has none stored. */

@@ -77,16 +77,11 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
         if (rc) rc = vl_fail(err, rc, "cannot describe the delta");
         else rc = st_writer_finish(&w, &b, err);
     }
-    coord_blob *blob = NULL;
     if (rc == VL_OK) {
-        blob = calloc(1, sizeof *blob);
-        if (!blob) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
-    }
-    if (rc == VL_OK) {
-        blob->refs = 1;
-        blob->version = version;
-        blob->data = buf_steal(&b, &blob->len);
-        *out = blob;
+        size_t len;
+        uint8_t *data = buf_steal(&b, &len);
+        *out = coord_blob_wrap(data, len, version);
+        if (!*out) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
     }
     buf_free(&b);
     st_writer_free(&w);
@@ -129,6 +124,14 @@ void coord_route_delta(coord_req *cr) {
         blob = srv->delta_blob;
         blob->refs++;
     } else {
+        /* Building sums every change into a dense vector (5 bytes a
+         * parameter) before the file is written. */
+        if (!coord_download_room(srv, 5 * (int64_t)srv->n_params)) {
+            coord_set_header(cr, "Retry-After", "2");
+            coord_reply_error(cr, 503, "overloaded", "downloads in flight hold the coordinator's "
+                              "download budget; retry shortly");
+            return;
+        }
         int rc = build_delta(srv, since, version, &blob, &e);
         if (rc == VL_ENOTFOUND) {
             coord_reply_error(cr, 410, "version_pruned", "%s; fetch the whole model", e.msg);

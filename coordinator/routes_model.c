@@ -60,10 +60,25 @@ void coord_route_model(coord_req *cr) {
         coord_reply(cr, 304, NULL, NULL);
         return;
     }
+    /* A peer trains from the current version or, in a run that takes
+     * stale updates, from one at most the staleness bound behind. */
+    int64_t oldest = srv->cfg.staleness.max > 0 ? srv->version - srv->cfg.staleness.max
+                                                : srv->version;
+    if (version < oldest && version != srv->version) {
+        coord_reply_error(cr, 404, "unknown_version", "version %lld is older than any a peer "
+                          "can train from (the oldest is %lld)", (long long)version,
+                          (long long)oldest);
+        return;
+    }
     coord_blob *blob = NULL;
     int rc = coord_model_blob_version(srv, version, &blob, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_version", "%s", e.msg);
+        return;
+    }
+    if (rc == VL_ETOOBIG) {
+        coord_set_header(cr, "Retry-After", "2");
+        coord_reply_error(cr, 503, "overloaded", "%s; retry shortly", e.msg);
         return;
     }
     if (rc != VL_OK) {

@@ -63,17 +63,18 @@ static int serve_round(coord_req *cr) {
     buf_init(&b, (size_t)srv->cfg.max_body_bytes);
     rc = compress_round_encode_candidates(&m, r.candidates, r.n, &b, &e);
     storage_round_free(&r);
-    coord_blob *blob = rc == VL_OK ? calloc(1, sizeof *blob) : NULL;
+    coord_blob *blob = NULL;
+    if (rc == VL_OK) {
+        size_t len;
+        uint8_t *data = buf_steal(&b, &len);
+        blob = coord_blob_wrap(data, len, version);
+        if (!blob) rc = vl_fail(&e, VL_ENOMEM, "out of memory sending a round");
+    }
+    buf_free(&b);
     if (!blob) {
-        buf_free(&b);
-        if (rc == VL_OK) vl_fail(&e, VL_ENOMEM, "out of memory sending a round");
         coord_reply_internal(cr, &e);
         return 1;
     }
-    blob->refs = 1;
-    blob->version = version;
-    blob->data = buf_steal(&b, &blob->len);
-    buf_free(&b);
     coord_reply_blob(cr, blob);
     return 1;
 }

@@ -132,6 +132,8 @@ void coord_state_free(coord_server *srv) {
     srv->model_blob = NULL;
     if (srv->delta_blob) coord_blob_unref(srv->delta_blob);
     srv->delta_blob = NULL;
+    if (srv->old_blob) coord_blob_unref(srv->old_blob);
+    srv->old_blob = NULL;
     if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
     srv->factors_blob = NULL;
     free(srv->factor_layers);
@@ -160,10 +162,40 @@ void coord_state_free(coord_server *srv) {
     srv->nonces = NULL;
 }
 
+/* Live blob bytes; blobs are made and dropped on the loop and compute
+ * threads alike. */
+static int64_t live_blob_bytes;
+
+coord_blob *coord_blob_wrap(uint8_t *data, size_t len, int64_t version) {
+    coord_blob *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(data);
+        return NULL;
+    }
+    b->refs = 1;
+    b->len = len;
+    b->data = data;
+    b->version = version;
+    __atomic_add_fetch(&live_blob_bytes, (int64_t)len, __ATOMIC_RELAXED);
+    return b;
+}
+
 void coord_blob_unref(coord_blob *b) {
     if (!b || --b->refs > 0) return;
+    __atomic_sub_fetch(&live_blob_bytes, (int64_t)b->len, __ATOMIC_RELAXED);
     free(b->data);
     free(b);
+}
+
+int64_t coord_blob_live_bytes(void) { return __atomic_load_n(&live_blob_bytes, __ATOMIC_RELAXED); }
+
+int coord_download_room(const coord_server *srv, int64_t need) {
+    int64_t budget = srv->limits.download_budget;
+    if (budget <= 0) {
+        budget = COORD_DOWNLOAD_BUDGET_MODELS * (int64_t)srv->n_params * 4;
+        if (budget < ((int64_t)256 << 20)) budget = (int64_t)256 << 20;
+    }
+    return coord_blob_live_bytes() + need <= budget;
 }
 
 /* Serialises gpt as the /v1/model file: the parameters under their
@@ -199,15 +231,14 @@ static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, double
     buf b;
     buf_init(&b, BUF_DEFAULT_CAP);
     int rc = coord_model_file(&srv->cfg, gpt, version, val_loss, &b, err);
-    coord_blob *blob = rc ? NULL : calloc(1, sizeof *blob);
-    if (!rc && !blob) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc) {
         buf_free(&b);
         return rc;
     }
-    blob->refs = 1;
-    blob->version = version;
-    blob->data = buf_steal(&b, &blob->len);
+    size_t len;
+    uint8_t *data = buf_steal(&b, &len);
+    coord_blob *blob = coord_blob_wrap(data, len, version);
+    if (!blob) return vl_fail(err, VL_ENOMEM, "out of memory");
     *out = blob;
     return VL_OK;
 }
@@ -228,6 +259,16 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     }
     if (version < 0 || version > srv->version)
         return vl_fail(err, VL_ENOTFOUND, "version %lld was never made", (long long)version);
+    /* Everyone reading one old version shares one built copy. */
+    if (srv->old_blob && srv->old_blob->version == version) {
+        srv->old_blob->refs++;
+        *out = srv->old_blob;
+        return VL_OK;
+    }
+    /* Building takes a model and its file: twice the parameters. */
+    if (!coord_download_room(srv, 2 * (int64_t)srv->n_params * 4))
+        return vl_fail(err, VL_ETOOBIG, "downloads in flight hold the coordinator's download "
+                       "budget");
     storage_version v;
     int rc = storage_version_get(srv->db, version, 1, &v, err);
     if (rc != VL_OK) return rc;
@@ -241,6 +282,11 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     if (rc == VL_OK) {
         memcpy(model_gpt_params(gpt), v.params, v.n * sizeof(float));
         rc = build_blob(srv, gpt, version, v.val_loss, out, err);
+    }
+    if (rc == VL_OK) {
+        if (srv->old_blob) coord_blob_unref(srv->old_blob);
+        srv->old_blob = *out;
+        srv->old_blob->refs++;
     }
     model_gpt_destroy(gpt);
     storage_version_free(&v);
@@ -256,15 +302,12 @@ int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_
         *out = srv->factors_blob;
         return VL_OK;
     }
-    coord_blob *b = calloc(1, sizeof *b);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = storage_factors_get(srv->db, version, &data, &len, NULL, NULL, err);
+    if (rc != VL_OK) return rc;
+    coord_blob *b = coord_blob_wrap(data, len, version);
     if (!b) return vl_fail(err, VL_ENOMEM, "out of memory");
-    int rc = storage_factors_get(srv->db, version, &b->data, &b->len, NULL, NULL, err);
-    if (rc != VL_OK) {
-        free(b);
-        return rc;
-    }
-    b->refs = 1;
-    b->version = version;
     if (version == srv->factors_version) {
         if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
         srv->factors_blob = b;

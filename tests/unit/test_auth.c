@@ -5,7 +5,8 @@
  * peer, a signature that does not cover the target or the body, a body
  * without its digest. Then the whole head-and-body path through the
  * guard: a body that differs from its signed digest is marked on the
- * ticket. */
+ * ticket. And the budgets of what requests may hold: bodies being
+ * received, and files built for downloads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -296,6 +297,34 @@ static void test_body_budget(void **state) {
     assert_int_equal(fx->srv->n_receiving, 0);
 }
 
+/* Readers of one old version share one built file, and building another
+ * past the download budget is refused rather than allocated. */
+static void test_download_sharing_and_budget(void **state) {
+    fixture *fx = *state;
+    coord_server *srv = fx->srv;
+    int64_t current = srv->version;
+    srv->version = current + 1; /* version 0 becomes an old one */
+    coord_blob *a = NULL, *b = NULL;
+    int64_t before = coord_blob_live_bytes();
+    OK(coord_model_blob_version(srv, current, &a, &e_));
+    OK(coord_model_blob_version(srv, current, &b, &e_));
+    assert_ptr_equal(a, b);
+    assert_true(coord_blob_live_bytes() - before == (int64_t)a->len); /* counted once */
+    coord_blob_unref(a);
+    coord_blob_unref(b);
+    coord_blob_unref(srv->old_blob);
+    srv->old_blob = NULL;
+    assert_int_equal(coord_blob_live_bytes(), before);
+    int64_t budget = srv->limits.download_budget;
+    srv->limits.download_budget = before + 1;
+    assert_false(coord_download_room(srv, 2));
+    vl_error e = {0};
+    assert_int_equal(coord_model_blob_version(srv, current, &a, &e), VL_ETOOBIG);
+    srv->limits.download_budget = budget;
+    assert_true(coord_download_room(srv, 2));
+    srv->version = current;
+}
+
 int main(void) {
     log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -306,6 +335,7 @@ int main(void) {
         cmocka_unit_test(test_join_and_public),
         cmocka_unit_test(test_body_digest_through_guard),
         cmocka_unit_test(test_body_budget),
+        cmocka_unit_test(test_download_sharing_and_budget),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
