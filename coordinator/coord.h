@@ -221,6 +221,8 @@ typedef struct coord_server {
     coord_blob *model_blob; /* current version as safetensors, built on demand */
     coord_blob *delta_blob; /* the last delta served (its since and version below) */
     coord_blob *old_blob;   /* the last old version served whole, shared by its readers */
+    int64_t digest_version; /* the version digest_hex is the SHA-256 of (-1: none) */
+    char digest_hex[65];
     int64_t delta_since, delta_version;
     coord_speed *speeds; /* async runs with dynamic steps */
     size_t n_speeds, cap_speeds;

@@ -1,8 +1,10 @@
-/* GET /v1/model/delta?since=V[&version=W]: the sum of the stored sparse
- * changes of versions V+1..W (W defaults to the current version), so a
- * peer holding V catches up without downloading the model. 410 when a
- * change in the range has been pruned. The last delta built is cached:
- * peers of one round ask for the same range. */
+/* GET /v1/model/delta?since=V[&version=W]: the parameters that any of
+ * versions V+1..W changed (W defaults to the current version), with their
+ * exact values in W, so a peer holding V catches up without downloading
+ * the model, bit for bit, and checks the result against W's digest (the
+ * SHA-256 of all its parameters) in the file. 410 when a change in the
+ * range has been pruned or W is no longer retained. The last delta built
+ * is cached: peers of one round ask for the same range. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +13,7 @@
 
 typedef struct delta_acc {
     size_t n;
-    float *sum;      /* n floats */
-    uint8_t *touched;
+    uint8_t *touched; /* n flags: changed by some version of the range */
     size_t nnz;
     vl_error *err;
 } delta_acc;
@@ -22,37 +23,80 @@ static int add_change(void *arg, const storage_change *c) {
     uint32_t prev = 0;
     for (size_t j = 0; j < c->nnz; j++) {
         uint32_t i;
-        float x;
         memcpy(&i, c->idx + 4 * j, 4);
-        memcpy(&x, c->val + 4 * j, 4);
         if (i >= a->n || (j > 0 && i <= prev))
             return vl_fail(a->err, VL_EDB, "the stored change of version %lld is damaged",
                            (long long)c->version);
         prev = i;
-        a->sum[i] += x;
         a->nnz += !a->touched[i];
         a->touched[i] = 1;
     }
     return VL_OK;
 }
 
-/* Builds the delta file: metadata run/since/version, U32 `indices`
- * (ascending) and F32 `values`. */
+/* hex SHA-256 of n parameters as little-endian F32, the bytes the model
+ * file carries. */
+static int params_digest(const float *theta, size_t n, char out[65], vl_error *err) {
+    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    if (!d) return vl_fail(err, VL_ENOMEM, "out of memory hashing a version");
+    crypto_digest_update(d, theta, n * sizeof *theta);
+    uint8_t md[CRYPTO_DIGEST_MAX];
+    size_t len = crypto_digest_final(d, md);
+    crypto_digest_free(d);
+    if (len != 32) return vl_fail(err, VL_ERR, "cannot hash a version");
+    hex_encode(md, 32, out);
+    return VL_OK;
+}
+
+/* Version W's parameters and digest: the current model's (its digest
+ * cached for the version), or a retained version's from the database
+ * (*owned then holds what to free). VL_ENOTFOUND when W is not retained. */
+static int version_params(coord_server *srv, int64_t version, const float **theta,
+                          storage_version *owned, char digest[65], vl_error *err) {
+    memset(owned, 0, sizeof *owned);
+    if (version == srv->version) {
+        *theta = model_gpt_params(srv->gpt);
+        if (srv->digest_version != version) {
+            int rc = params_digest(*theta, srv->n_params, srv->digest_hex, err);
+            if (rc != VL_OK) return rc;
+            srv->digest_version = version;
+        }
+        memcpy(digest, srv->digest_hex, 65);
+        return VL_OK;
+    }
+    int rc = storage_version_get(srv->db, version, 1, owned, err);
+    if (rc != VL_OK) return rc;
+    if (!owned->params || owned->n != srv->n_params) {
+        storage_version_free(owned);
+        memset(owned, 0, sizeof *owned);
+        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained",
+                       (long long)version);
+    }
+    *theta = owned->params;
+    return params_digest(*theta, srv->n_params, digest, err);
+}
+
+/* Builds the delta file: metadata run/since/version/sha256, U32 `indices`
+ * (ascending) and F32 `values` (version W's own at those indices). */
 static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_blob **out,
                        vl_error *err) {
     size_t n = srv->n_params;
     delta_acc a = {.n = n, .err = err};
-    a.sum = calloc(n ? n : 1, sizeof *a.sum);
     a.touched = calloc(n ? n : 1, 1);
     uint32_t *idx = NULL;
     float *val = NULL;
+    const float *theta = NULL;
+    storage_version owned;
+    memset(&owned, 0, sizeof owned);
+    char digest[65] = "";
     st_writer w;
     st_writer_init(&w);
     buf b;
     buf_init(&b, BUF_DEFAULT_CAP);
     int rc = VL_OK;
-    if (!a.sum || !a.touched) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
+    if (!a.touched) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
     if (rc == VL_OK) rc = storage_change_each(srv->db, since, version, add_change, &a, err);
+    if (rc == VL_OK) rc = version_params(srv, version, &theta, &owned, digest, err);
     if (rc == VL_OK) {
         idx = malloc(a.nnz * sizeof *idx + 1);
         val = malloc(a.nnz * sizeof *val + 1);
@@ -63,7 +107,7 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
         for (size_t i = 0; i < n; i++) {
             if (!a.touched[i]) continue;
             idx[k] = (uint32_t)i;
-            val[k++] = a.sum[i];
+            val[k++] = theta[i];
         }
         char s1[24], s2[24];
         snprintf(s1, sizeof s1, "%lld", (long long)since);
@@ -72,6 +116,7 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
         rc = st_writer_meta(&w, "run", srv->cfg.name);
         if (!rc) rc = st_writer_meta(&w, "since", s1);
         if (!rc) rc = st_writer_meta(&w, "version", s2);
+        if (!rc) rc = st_writer_meta(&w, "sha256", digest);
         if (!rc) rc = st_writer_add(&w, "indices", ST_U32, 1, shape, idx, a.nnz * 4);
         if (!rc) rc = st_writer_add(&w, "values", ST_F32, 1, shape, val, a.nnz * 4);
         if (rc) rc = vl_fail(err, rc, "cannot describe the delta");
@@ -85,9 +130,9 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
     }
     buf_free(&b);
     st_writer_free(&w);
+    storage_version_free(&owned);
     free(idx);
     free(val);
-    free(a.sum);
     free(a.touched);
     return rc;
 }
@@ -124,8 +169,8 @@ void coord_route_delta(coord_req *cr) {
         blob = srv->delta_blob;
         blob->refs++;
     } else {
-        /* Building sums every change into a dense vector (5 bytes a
-         * parameter) before the file is written. */
+        /* Building marks the changed parameters (a byte each) and may
+         * read a retained version (4 bytes each) before the file exists. */
         if (!coord_download_room(srv, 5 * (int64_t)srv->n_params)) {
             coord_set_header(cr, "Retry-After", "2");
             coord_reply_error(cr, 503, "overloaded", "downloads in flight hold the coordinator's "

@@ -103,6 +103,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     srv->version = run.current_version;
+    srv->digest_version = -1;
     /* The stored time is whole seconds, cut down: taken as the end of that
      * second, the age is never overstated, so a deadline is never early
      * (at most a second late, once, after a restart). */

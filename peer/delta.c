@@ -1,7 +1,9 @@
 /* Catching up by delta: a peer that holds version b and is handed a task
- * on version v fetches only the sum of the sparse changes b+1..v, which
- * in compressed runs is far smaller than the model. Everything in the file
- * is checked before the base is touched. */
+ * on version v fetches only the parameters that versions b+1..v changed,
+ * with their values in v, which in compressed runs is far smaller than
+ * the model. Everything in the file is checked before the base is
+ * touched, and the result must hash to v's digest in the file: a delta
+ * that left a version out cannot go unnoticed. */
 #include <string.h>
 
 #include "peer/peer.h"
@@ -28,6 +30,10 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
         return vl_fail(err, VL_EINVAL, "delta: goes from version %lld to %lld; wanted %lld to "
                                        "%lld", (long long)since, (long long)to,
                        (long long)t->base_version, (long long)version);
+    const char *sha = st_meta_get(f, "sha256");
+    uint8_t want[32];
+    if (!sha || strlen(sha) != 64 || hex_decode(sha, 64, want, sizeof want) != 0)
+        return vl_fail(err, VL_EINVAL, "delta: metadata lacks the version's sha256");
     *idx = st_find(f, "indices");
     *val = st_find(f, "values");
     if (!*idx || !*val || f->ntensors != 2)
@@ -49,13 +55,34 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
                                            "order", j, i);
         if (!compress_all_finite(&x, 1))
             return vl_fail(err, VL_EINVAL, "delta: value %zu is not finite", j);
-        /* Finite values can still carry a parameter past F32's range. */
-        float y = t->base[i] + x;
-        if (!compress_all_finite(&y, 1))
-            return vl_fail(err, VL_EINVAL, "delta: value %zu takes parameter %u out of range",
-                           j, i);
         prev = i;
     }
+    return VL_OK;
+}
+
+/* Hashes the base as the delta would leave it, without touching it, and
+ * compares with the version's digest in the file. */
+static int check_result(const peer_trainer *t, const st_file *f, const st_tensor *idx,
+                        const st_tensor *val, int64_t version, vl_error *err) {
+    uint8_t want[32], got[CRYPTO_DIGEST_MAX];
+    if (hex_decode(st_meta_get(f, "sha256"), 64, want, sizeof want) != 0)
+        return vl_fail(err, VL_EINVAL, "delta: metadata lacks the version's sha256");
+    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    if (!d) return vl_fail(err, VL_ENOMEM, "delta: out of memory");
+    size_t at = 0;
+    for (size_t j = 0; j < (size_t)idx->numel; j++) {
+        uint32_t i;
+        memcpy(&i, idx->data + 4 * j, 4);
+        crypto_digest_update(d, t->base + at, (i - at) * sizeof *t->base);
+        crypto_digest_update(d, val->data + 4 * j, 4);
+        at = (size_t)i + 1;
+    }
+    crypto_digest_update(d, t->base + at, (t->n_params - at) * sizeof *t->base);
+    size_t n = crypto_digest_final(d, got);
+    crypto_digest_free(d);
+    if (n != 32 || memcmp(got, want, 32) != 0)
+        return vl_fail(err, VL_EINVAL, "delta: the result would not match version %lld's "
+                       "digest", (long long)version);
     return VL_OK;
 }
 
@@ -69,13 +96,14 @@ int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, 
         return vl_fail(err, VL_EINVAL, "delta: %s", e.msg);
     const st_tensor *idx = NULL, *val = NULL;
     int rc = check_delta(t, &f, run, version, &idx, &val, err);
+    if (rc == VL_OK) rc = check_result(t, &f, idx, val, version, err);
     if (rc == VL_OK) {
         for (size_t j = 0; j < (size_t)idx->numel; j++) {
             uint32_t i;
             float x;
             memcpy(&i, idx->data + 4 * j, 4);
             memcpy(&x, val->data + 4 * j, 4);
-            t->base[i] += x;
+            t->base[i] = x;
         }
         t->base_version = version;
     }

@@ -55,6 +55,8 @@ maxb=$(q 'SELECT max(nbytes) FROM updates')
 [ "$(q 'SELECT group_concat(version) FROM changes ORDER BY version')" = "4,5,6" ] \
   || fail "stored changes are $(q 'SELECT group_concat(version) FROM changes')"
 grep -q "by delta" peer1.log peer2.log || fail "no peer caught up by delta"
+# Every delta led to its version's digest: none was refused.
+! grep -q "refused (delta" peer1.log peer2.log || fail "a delta did not match its version"
 grep -q "training on the CPU (--device cpu)" peer2.log || fail "peer 2 does not say it trains on the CPU"
 if grep -q "training on the CPU (no usable GPU: " peer1.log; then
   # Where auto found no GPU, asking for one is refused at once, in one line.
