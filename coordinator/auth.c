@@ -78,13 +78,14 @@ static const char *view_lookup(void *arg, const char *c) {
     if (strcmp(c, "@method") == 0) return v->method;
     if (strcmp(c, "@request-target") == 0) return v->target;
     if (strcmp(c, "@scheme") == 0) return "https";
+    /* A value that does not fit is no value, never a shorter one. */
     if (strcmp(c, "@path") == 0) {
-        snprintf(v->scratch, cap, "%.*s", (int)plen, v->target);
-        return v->scratch;
+        int n = snprintf(v->scratch, cap, "%.*s", (int)plen, v->target);
+        return n < 0 || (size_t)n >= cap ? NULL : v->scratch;
     }
     if (strcmp(c, "@query") == 0) {
-        snprintf(v->scratch, cap, "?%s", q ? q + 1 : "");
-        return v->scratch;
+        int n = snprintf(v->scratch, cap, "?%s", q ? q + 1 : "");
+        return n < 0 || (size_t)n >= cap ? NULL : v->scratch;
     }
     if (strcmp(c, "@authority") == 0 || strcmp(c, "@target-uri") == 0) {
         char host[256];

@@ -97,8 +97,10 @@ typedef struct crypto_digest_want {
 } crypto_digest_want;
 
 /* Parses a Content-Digest field value (an RFC 8941 dictionary of byte
- * sequences). VL_EINVAL with a message when it is malformed or names
- * neither sha-256 nor sha-512 with a digest of the right length. */
+ * sequences). Members of other algorithms are skipped whatever they hold.
+ * VL_EINVAL with a message when it is malformed, longer than
+ * CRYPTO_DIGEST_HEADER_MAX - 1 bytes, or names neither sha-256 nor sha-512
+ * with a digest of the right length. */
 int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err)
     VL_MUST_CHECK;
 
@@ -140,9 +142,17 @@ typedef struct crypto_sig {
 
 /* Parses the Signature-Input and Signature field values strictly (RFC 8941
  * dictionaries; an inner list of strings with parameters, and a byte
- * sequence). Unknown signature parameters, duplicate components and
- * values over the caps above are refused. Either value may be NULL
- * (missing header). Returns 0 or VL_EINVAL with a one-line message. */
+ * sequence). The signature read is that of the first Signature-Input
+ * member whose label Signature has; it must be 64 bytes (members under
+ * other labels may hold any byte sequence). Unknown signature parameters,
+ * component parameters, duplicate components, parameters or labels, more
+ * than 8 members in either field and values over the caps above (a field
+ * of CRYPTO_SIG_HEADER_MAX bytes or more) are refused. created and keyid
+ * are required; nonce, alg, expires and tag are optional: an absent nonce
+ * leaves nonce[0] == '\0' (the caller decides whether it needs one), while
+ * a nonce given outside 16..64 characters of [A-Za-z0-9+/=_.-], or an alg
+ * other than "ed25519" (empty included), is refused. Either value may be
+ * NULL (missing header). Returns 0 or VL_EINVAL with a one-line message. */
 int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
                      vl_error *err) VL_MUST_CHECK;
 
@@ -150,7 +160,8 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
  * a derived component ("@method", "@path", "@query", "@target-uri",
  * "@authority", "@scheme", "@request-target") or a lowercase field name.
  * Returns a NUL-terminated value (valid until the next call), or NULL
- * when the request has no such component. */
+ * when the request has no such component. A lookup that cannot hold a
+ * value whole must return NULL, never a truncated value. */
 typedef const char *(*crypto_sig_lookup)(void *arg, const char *component);
 
 /* Builds the signature base for s from the request's component values into
@@ -178,15 +189,21 @@ typedef struct crypto_signed_headers {
  * body and content-digest and content-length are covered, else only
  * @method, @path and @query. keyid: the peer id in decimal, or for a join
  * the base64 public key. created: the caller's clock; the nonce is fresh
- * random. Returns 0, or VL_EINVAL for a target with a byte a request line
- * cannot hold (control characters, space), VL_ETOOBIG. */
+ * random. Returns 0; VL_EINVAL for a target that does not start with '/'
+ * or holds a byte a request line cannot (control characters, space,
+ * non-ASCII), an empty method or one with such a byte, a keyid that is
+ * empty, over CRYPTO_SIG_KEYID_MAX or not printable ASCII, a created
+ * outside 0..999999999999999, or body NULL with len > 0; VL_ETOOBIG for a
+ * target of more than sizeof(crypto_http_request.scratch) - 2 bytes. */
 int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *method,
                      const char *path_query, int has_body, const void *body, size_t len,
                      int64_t created, crypto_signed_headers *out) VL_MUST_CHECK;
 
 /* The lookup crypto_sign_http signs with, for a request given as method,
  * target and (for a body) the Content-Digest and Content-Length values;
- * tests and tools use it to verify what they signed. */
+ * tests and tools use it to verify what they signed. Every component is
+ * NULL when path_query is; @path, @query, @authority or @target-uri too
+ * long for scratch is NULL, never truncated. */
 typedef struct crypto_http_request {
     const char *method;
     const char *path_query;

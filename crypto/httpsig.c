@@ -262,18 +262,26 @@ static sf sf_of(const char *v) {
 int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!value || strnlen(value, CRYPTO_DIGEST_HEADER_MAX) >= CRYPTO_DIGEST_HEADER_MAX)
-        return vl_fail(err, VL_EINVAL, "missing or overlong");
+        return vl_fail(err, VL_EINVAL, "missing, or longer than %d bytes",
+                       CRYPTO_DIGEST_HEADER_MAX - 1);
     sf s = sf_of(value);
     crypto_digest_want sha512 = {0};
     int more = s.p < s.end;
     if (!more) return vl_fail(err, VL_EINVAL, "empty");
     while (more) {
         char key[32];
-        if (sf_key(&s, key, sizeof key) != 0 || !sf_at(&s, '='))
+        if (sf_key(&s, key, sizeof key) != 0)
             return vl_fail(err, VL_EINVAL, "not a dictionary of digests");
-        s.p++;
         int is256 = strcmp(key, "sha-256") == 0, is512 = strcmp(key, "sha-512") == 0;
-        if (is256 || is512) {
+        int bare = !sf_at(&s, '='); /* a boolean member: no digest at all */
+        if (!bare) s.p++;
+        if (bare && (is256 || is512)) {
+            return vl_fail(err, VL_EINVAL, "%s must be a byte sequence of %d bytes", key,
+                           is256 ? 32 : 64);
+        } else if (bare) {
+            if (sf_skip_params(&s) != 0)
+                return vl_fail(err, VL_EINVAL, "malformed member %s", key);
+        } else if (is256 || is512) {
             uint8_t b[CRYPTO_DIGEST_MAX + 4];
             size_t n = 0;
             if (sf_bytes(&s, b, sizeof b, &n) != 0 || n != (is256 ? 32u : 64u) ||
@@ -316,11 +324,13 @@ static int component_ok(const char *c) {
     return c[0] != '@' || c[1] != '\0';
 }
 
+/* Each step keeps room for what must still follow: the closing quote and
+ * the NUL (an escaped character takes two bytes). */
 static int append_quoted(char *out, size_t cap, size_t *at, const char *v) {
-    if (*at + 1 >= cap) return -1;
+    if (*at + 3 > cap) return -1;
     out[(*at)++] = '"';
     for (; *v; v++) {
-        if (*at + 3 >= cap) return -1;
+        if (*at + 4 > cap) return -1;
         if (*v == '"' || *v == '\\') out[(*at)++] = '\\';
         out[(*at)++] = *v;
     }
@@ -339,7 +349,7 @@ static int append_int(char *out, size_t cap, size_t *at, const char *key, long l
 /* The parameters in the order they were given, as RFC 8941 serialises
  * them: what "@signature-params" is. */
 typedef struct sig_param {
-    char key[16];
+    char key[24];
     int is_int;
     int64_t i;
     const char *str;
@@ -380,9 +390,12 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
     while (sf_at(s, ';')) {
         s->p++;
         sf_sp(s);
-        char key[16];
-        if (sf_key(s, key, sizeof key) != 0 || !sf_at(s, '='))
-            return vl_fail(err, VL_EINVAL, "Signature-Input: a malformed parameter");
+        char key[24];
+        if (sf_key(s, key, sizeof key) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature-Input: a malformed or unsupported "
+                                           "parameter name");
+        if (!sf_at(s, '='))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: parameter %s has no value", key);
         s->p++;
         for (size_t i = 0; i < *np; i++)
             if (strcmp(ps[i].key, key) == 0)
@@ -419,8 +432,15 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
     return VL_OK;
 }
 
+static const sig_param *param_given(const sig_param *ps, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ps[i].key, key) == 0) return &ps[i];
+    return NULL;
+}
+
 /* The inner list of covered components, its parameters, and the checks on
- * them. */
+ * them. Presence is judged by the parameter, not its value, so nonce="" or
+ * alg="" cannot pass for an absent one. */
 static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
     if (!sf_at(s, '('))
         return vl_fail(err, VL_EINVAL, "Signature-Input: a member must be an inner list");
@@ -437,7 +457,7 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
         char *c = out->components[out->n_components];
         if (sf_string(s, c, CRYPTO_SIG_NAME_MAX + 1) != 0 || !component_ok(c))
             return vl_fail(err, VL_EINVAL, "Signature-Input: a component must be a quoted "
-                           "lowercase name");
+                           "lowercase name of at most %d characters", CRYPTO_SIG_NAME_MAX);
         if (sf_at(s, ';'))
             return vl_fail(err, VL_EINVAL, "Signature-Input: component parameters (%s;...) "
                            "are not supported", c);
@@ -455,17 +475,62 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
     if (rc != VL_OK) return rc;
     if (!has_created) return vl_fail(err, VL_EINVAL, "Signature-Input: created is required");
     if (!out->keyid[0]) return vl_fail(err, VL_EINVAL, "Signature-Input: keyid is required");
-    if (out->nonce[0] && !nonce_ok(out->nonce))
+    if (param_given(ps, np, "nonce") && !nonce_ok(out->nonce))
         return vl_fail(err, VL_EINVAL, "Signature-Input: a nonce is 16 to %d characters of "
                        "A-Z a-z 0-9 + / = _ . -", CRYPTO_SIG_NONCE_MAX);
-    if (out->alg[0] && strcmp(out->alg, "ed25519") != 0)
+    if (param_given(ps, np, "alg") && strcmp(out->alg, "ed25519") != 0)
         return vl_fail(err, VL_EINVAL, "Signature-Input: alg must be ed25519");
     if (serialise_params(out, ps, np) != 0)
         return vl_fail(err, VL_EINVAL, "Signature-Input: too long");
     return VL_OK;
 }
 
-#define MAX_SIGNATURES 8
+/* More members than any honest client sends are refused, which bounds the
+ * work and the label tables below. */
+#define MAX_MEMBERS 8
+
+static int label_seen(char (*labels)[CRYPTO_SIG_NAME_MAX + 1], size_t n, const char *label) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(labels[i], label) == 0) return 1;
+    return 0;
+}
+
+/* The Signature dictionary: every label, and the bytes of those that hold
+ * 64 (signatures of other algorithms, under labels we do not read, may be
+ * any length). Duplicate labels are refused: RFC 8941 lets the last win,
+ * and a proxy that lets the first win would see another signature. */
+typedef struct sig_members {
+    size_t n;
+    char labels[MAX_MEMBERS][CRYPTO_SIG_NAME_MAX + 1];
+    size_t lens[MAX_MEMBERS];
+    uint8_t sigs[MAX_MEMBERS][CRYPTO_SIG_BYTES];
+} sig_members;
+
+static int parse_signatures(const char *signature, sig_members *m, vl_error *err) {
+    sf s = sf_of(signature);
+    int more = s.p < s.end;
+    if (!more) return vl_fail(err, VL_EINVAL, "Signature is empty");
+    while (more) {
+        if (m->n >= MAX_MEMBERS)
+            return vl_fail(err, VL_EINVAL, "Signature: more than %d members", MAX_MEMBERS);
+        char *label = m->labels[m->n];
+        if (sf_key(&s, label, sizeof m->labels[0]) != 0 || !sf_at(&s, '='))
+            return vl_fail(err, VL_EINVAL, "Signature: not a dictionary");
+        s.p++;
+        if (label_seen(m->labels, m->n, label))
+            return vl_fail(err, VL_EINVAL, "Signature: label %s given twice", label);
+        uint8_t b[CRYPTO_SIG_HEADER_MAX];
+        size_t n = 0;
+        if (sf_bytes(&s, b, sizeof b, &n) != 0 || sf_skip_params(&s) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature: a member must be a byte sequence");
+        m->lens[m->n] = n;
+        if (n == CRYPTO_SIG_BYTES) memcpy(m->sigs[m->n], b, CRYPTO_SIG_BYTES);
+        m->n++;
+        if (sf_next_member(&s, &more) != 0)
+            return vl_fail(err, VL_EINVAL, "Signature: malformed dictionary");
+    }
+    return VL_OK;
+}
 
 int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
                      vl_error *err) {
@@ -474,47 +539,41 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
         return vl_fail(err, VL_EINVAL, "missing Signature-Input or Signature");
     if (strnlen(sig_input, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX ||
         strnlen(signature, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX)
-        return vl_fail(err, VL_EINVAL, "Signature-Input or Signature is too long");
+        return vl_fail(err, VL_EINVAL, "Signature-Input or Signature is longer than %d bytes",
+                       CRYPTO_SIG_HEADER_MAX - 1);
     /* The signatures first: their labels say which input to read. */
-    char labels[MAX_SIGNATURES][CRYPTO_SIG_NAME_MAX + 1];
-    uint8_t sigs[MAX_SIGNATURES][CRYPTO_SIG_BYTES];
-    size_t n_sigs = 0;
-    sf s = sf_of(signature);
+    sig_members m;
+    memset(&m, 0, sizeof m);
+    int rc = parse_signatures(signature, &m, err);
+    if (rc != VL_OK) return rc;
+    char seen[MAX_MEMBERS][CRYPTO_SIG_NAME_MAX + 1];
+    size_t n_seen = 0;
+    sf s = sf_of(sig_input);
     int more = s.p < s.end;
-    if (!more) return vl_fail(err, VL_EINVAL, "Signature is empty");
-    while (more) {
-        if (n_sigs >= MAX_SIGNATURES) return vl_fail(err, VL_EINVAL, "too many signatures");
-        uint8_t b[CRYPTO_SIG_BYTES + 4];
-        size_t n = 0;
-        if (sf_key(&s, labels[n_sigs], sizeof labels[0]) != 0 || !sf_at(&s, '='))
-            return vl_fail(err, VL_EINVAL, "Signature: not a dictionary");
-        s.p++;
-        if (sf_bytes(&s, b, sizeof b, &n) != 0 || sf_skip_params(&s) != 0)
-            return vl_fail(err, VL_EINVAL, "Signature: a member must be a byte sequence");
-        if (n != CRYPTO_SIG_BYTES)
-            return vl_fail(err, VL_EINVAL, "Signature: an ed25519 signature is 64 bytes, not %zu",
-                           n);
-        memcpy(sigs[n_sigs++], b, CRYPTO_SIG_BYTES);
-        if (sf_next_member(&s, &more) != 0)
-            return vl_fail(err, VL_EINVAL, "Signature: malformed dictionary");
-    }
-    s = sf_of(sig_input);
-    more = s.p < s.end;
     if (!more) return vl_fail(err, VL_EINVAL, "Signature-Input is empty");
     while (more) {
-        char label[CRYPTO_SIG_NAME_MAX + 1];
-        if (sf_key(&s, label, sizeof label) != 0 || !sf_at(&s, '='))
+        if (n_seen >= MAX_MEMBERS)
+            return vl_fail(err, VL_EINVAL, "Signature-Input: more than %d members",
+                           MAX_MEMBERS);
+        char *label = seen[n_seen];
+        if (sf_key(&s, label, sizeof seen[0]) != 0 || !sf_at(&s, '='))
             return vl_fail(err, VL_EINVAL, "Signature-Input: not a dictionary");
         s.p++;
+        if (label_seen(seen, n_seen, label))
+            return vl_fail(err, VL_EINVAL, "Signature-Input: label %s given twice", label);
+        n_seen++;
         ssize_t match = -1;
         if (!out->label[0])
-            for (size_t i = 0; i < n_sigs; i++)
-                if (strcmp(labels[i], label) == 0) match = (ssize_t)i;
+            for (size_t i = 0; i < m.n; i++)
+                if (strcmp(m.labels[i], label) == 0) match = (ssize_t)i;
         if (match >= 0) {
-            int rc = parse_covered(&s, out, err);
+            if (m.lens[match] != CRYPTO_SIG_BYTES)
+                return vl_fail(err, VL_EINVAL, "Signature: an ed25519 signature is %d bytes, "
+                               "not %zu", CRYPTO_SIG_BYTES, m.lens[match]);
+            rc = parse_covered(&s, out, err);
             if (rc != VL_OK) return rc;
-            snprintf(out->label, sizeof out->label, "%s", label);
-            memcpy(out->sig, sigs[match], CRYPTO_SIG_BYTES);
+            memcpy(out->label, label, strnlen(label, CRYPTO_SIG_NAME_MAX)); /* out zeroed */
+            memcpy(out->sig, m.sigs[match], CRYPTO_SIG_BYTES);
         } else if (sf_skip_value(&s) != 0) {
             return vl_fail(err, VL_EINVAL, "Signature-Input: malformed member %s", label);
         }
@@ -557,21 +616,27 @@ int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, co
 
 /* ---- signing --------------------------------------------------------------- */
 
+/* A value that does not fit the scratch is no value (NULL) rather than a
+ * truncated one: a signature over part of a path would cover nothing after
+ * the cut. */
 const char *crypto_http_request_lookup(void *arg, const char *c) {
     crypto_http_request *r = arg;
     size_t cap = sizeof r->scratch;
+    if (!r->path_query) return NULL;
     const char *q = strchr(r->path_query, '?');
-    int plen = (int)(q ? (size_t)(q - r->path_query) : strlen(r->path_query));
+    size_t plen = q ? (size_t)(q - r->path_query) : strlen(r->path_query);
     if (strcmp(c, "@method") == 0) return r->method;
     if (strcmp(c, "@request-target") == 0) return r->path_query;
     if (strcmp(c, "@scheme") == 0) return "https";
     if (strcmp(c, "@path") == 0) {
-        snprintf(r->scratch, cap, "%.*s", plen, r->path_query);
+        if (plen >= cap) return NULL;
+        memcpy(r->scratch, r->path_query, plen);
+        r->scratch[plen] = '\0';
         return r->scratch;
     }
     if (strcmp(c, "@query") == 0) {
-        snprintf(r->scratch, cap, "?%s", q ? q + 1 : "");
-        return r->scratch;
+        int n = snprintf(r->scratch, cap, "?%s", q ? q + 1 : "");
+        return n < 0 || (size_t)n >= cap ? NULL : r->scratch;
     }
     if (strcmp(c, "@authority") == 0 || strcmp(c, "@target-uri") == 0) {
         char host[256];
@@ -593,11 +658,19 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
                      const char *path_query, int has_body, const void *body, size_t len,
                      int64_t created, crypto_signed_headers *out) {
     memset(out, 0, sizeof *out);
-    if (path_query[0] != '/') return VL_EINVAL;
+    /* created is bounded as the parser bounds integers (15 digits, not
+     * negative), so what is signed here always parses there. */
+    if (!method || !method[0] || !path_query || path_query[0] != '/' || !keyid || !keyid[0] ||
+        strlen(keyid) > CRYPTO_SIG_KEYID_MAX || (has_body && len > 0 && !body) || created < 0 ||
+        created > INT64_C(999999999999999))
+        return VL_EINVAL;
     for (const char *p = path_query; *p; p++)
         if (*p < 0x21 || *p > 0x7e) return VL_EINVAL;
     for (const char *p = method; *p; p++)
         if (*p < 0x21 || *p > 0x7e) return VL_EINVAL;
+    /* keyid becomes a quoted string: printable ASCII only. */
+    for (const char *p = keyid; *p; p++)
+        if (*p < 0x20 || *p > 0x7e) return VL_EINVAL;
     crypto_sig s;
     memset(&s, 0, sizeof s);
     static const char *const names[] = {"@method", "@path", "@query", "content-digest",
@@ -607,7 +680,6 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
         snprintf(s.components[i], sizeof s.components[i], "%s", names[i]);
     char nonce[CRYPTO_NONCE_HEX + 1];
     crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
-    if (strlen(keyid) > CRYPTO_SIG_KEYID_MAX) return VL_EINVAL;
     snprintf(s.keyid, sizeof s.keyid, "%s", keyid);
     snprintf(s.nonce, sizeof s.nonce, "%s", nonce);
     snprintf(s.alg, sizeof s.alg, "ed25519");
@@ -624,6 +696,8 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
     crypto_http_request rq = {.method = method, .path_query = path_query,
                               .content_digest = has_body ? out->content_digest : NULL,
                               .content_length = has_body ? clen : NULL};
+    /* What the lookup cannot hold it would not sign (see above). */
+    if (strlen(path_query) + 2 > sizeof rq.scratch) return VL_ETOOBIG;
     buf base;
     buf_init(&base, 4 * CRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
     vl_error e = {0};

@@ -377,7 +377,25 @@ static void seeds_auth(void) {
     put_str("fuzz_auth", "content-digest", 0, h.content_digest);
     put_str("fuzz_auth", "signature-bad", 0, "sig1=(\"@method\";sf);created=1\nsig1=:AA==:");
     put_str("fuzz_auth", "sign-get", 1, "GET\n/v1/task?wait=20\n");
+    put_str("fuzz_auth", "sign-get-no-body", 3, "GET\n/v1/task?wait=20\n");
     put_str("fuzz_auth", "sign-post", 1, "POST\n/v1/updates\n{\"a\": 1}");
+    /* Every optional parameter, RFC 8941 whitespace, escapes, an unsigned
+     * member before ours and a signature of another length, under a label
+     * with no input, beside it. */
+    char b64[CRYPTO_SIG_B64_LEN + 1], many[3 * CRYPTO_SIG_HEADER_MAX];
+    memcpy(b64, h.signature + strlen("sig1=:"), CRYPTO_SIG_B64_LEN);
+    b64[CRYPTO_SIG_B64_LEN] = '\0';
+    snprintf(many, sizeof many,
+             "other=(\"@path\";sf \"x\");created=1, sig1=( \"@method\"  \"@target-uri\" "
+             "\"@authority\" \"content-digest\");created=1700000000; expires=1700000300;"
+             "keyid=\"a\\\"b\";nonce=\"0123456789abcdef_.-+/=\";alg=\"ed25519\";tag=\"volley\"\n"
+             "rsa=:AAAA:, sig1=:%s:",
+             b64);
+    put_str("fuzz_auth", "signature-params", 0, many);
+    put_str("fuzz_auth", "content-digest-many", 0,
+            "unixsum, md5=\"x\";a=1, sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm+"
+            "AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:, sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoy"
+            "WxBf7kbu9DBPE=:");
 }
 
 /* ---- HTTP -------------------------------------------------------------------- */
