@@ -3,7 +3,8 @@
 # optimised build with warnings as errors (CUDA kernels compiled when nvcc
 # is present; GPU tests skip themselves without a GPU), and an
 # AddressSanitizer + UndefinedBehaviorSanitizer build. With nvcc, it builds
-# the GPU bundle and runs it from a clean environment. Last, a clang build
+# the GPU bundle and runs it from a clean environment. A ThreadSanitizer
+# build runs the coordinator's threaded tests. Last, a clang build
 # runs each libFuzzer target of tests/fuzz for VOLLEY_FUZZ_SECONDS (20)
 # seconds under ASan and UBSan and prints the executions each made.
 set -euo pipefail
@@ -39,6 +40,19 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVOLLEY_WERROR=ON -DVOLLEY_SA
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+# ThreadSanitizer on the coordinator's threads (event loop, writer,
+# compute, nonce journal): its threaded unit tests, and the round, attack,
+# stale, connection and crash tests (the crash test's upload storm is the
+# ingest path). Any report aborts the process, which fails the test.
+echo "== ThreadSanitizer build (coordinator threads)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOLLEY_WERROR=ON -DVOLLEY_TSAN=ON \
+  -DVOLLEY_CUDA=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_coordinator test_auth test_guard test_limits \
+  test_async volley-coordinator volley-peer volley_attack volley_make_shard volley_hostile_peer \
+  bench_ingest
+TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1" \
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
+  -R '^(test_(coordinator|auth|guard|limits|async)|integration_(round|attack|stale|conns|crash))$'
 echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null
@@ -46,4 +60,4 @@ cmake --build build-fuzz -j"$jobs"
 rm -rf build-fuzz/tests/fuzz/fuzz-results
 ctest --test-dir build-fuzz --output-on-failure -j"$jobs"
 cat build-fuzz/tests/fuzz/fuzz-results/*.txt
-echo "== all tests passed in both builds, and every fuzz target ran clean"
+echo "== all tests passed in the release, sanitizer and ThreadSanitizer builds, and every fuzz target ran clean"
