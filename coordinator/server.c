@@ -478,14 +478,16 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
 }
 
 void coord_limits_default(coord_limits *l) {
+    memset(l, 0, sizeof *l); /* a limit added later starts off, never as garbage */
     l->peer = (coord_rate){.rate = 50, .burst = 500};
     l->addr = (coord_rate){.rate = 500, .burst = 5000};
     l->slow_timeout_s = 30;
     l->min_body_rate = 16384;
     l->body_budget = COORD_BODY_BUDGET_DEFAULT;
-    l->max_conns = 0;
     l->conn_per_addr = COORD_CONN_PER_ADDR_DEFAULT;
     l->idle_first_s = COORD_IDLE_FIRST_S_DEFAULT;
+    /* max_conns and download_budget 0: from the descriptor limit and the
+     * model's size. */
 }
 
 /* Slots of the rate tables: enough for every address of a large swarm;

@@ -65,11 +65,13 @@ typedef struct req_opts {
 int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
                const void *body, size_t len, int64_t ts, char *out, size_t cap);
 
-/* A whole request head for raw(), signed as a join by the attacker's key
- * over body (len bytes, which need not all be sent): request line, Host,
- * Content-Type ctype, the signature lines, Content-Length, empty line. */
+/* A request for raw(), signed as a join by the attacker's key over body
+ * (len bytes): request line, Host, Content-Type ctype, the signature
+ * lines, Content-Length, empty line, then only the first sent bytes of
+ * the body (a text body: out is NUL-terminated). 0, or -1 when it does
+ * not fit in cap. */
 int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
-                const void *body, size_t len, char *out, size_t cap);
+                const void *body, size_t len, size_t sent, char *out, size_t cap);
 
 /* Sends one request over libcurl and reads the answer into r (r->body
  * must be released; expect() does it). */

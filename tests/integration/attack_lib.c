@@ -137,7 +137,7 @@ int sign_lines(const crypto_identity *key, int64_t peer, const char *method, con
 }
 
 int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
-                const void *body, size_t len, char *out, size_t cap) {
+                const void *body, size_t len, size_t sent, char *out, size_t cap) {
     char lines[ATTACK_SIG_LINES], crlf[ATTACK_SIG_LINES + 16];
     if (sign_lines(&c->id, 0, method, target, body, len, clock_unix_s(), lines, sizeof lines) != 0)
         return -1;
@@ -149,7 +149,10 @@ int signed_head(const ctx *c, const char *method, const char *target, const char
     crlf[k] = '\0';
     int n = snprintf(out, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s\r\n"
                      "Content-Length: %zu\r\n\r\n", method, target, ctype, crlf, len);
-    return n < 0 || (size_t)n >= cap ? -1 : 0;
+    if (n < 0 || sent > len || (size_t)n + sent >= cap) return -1;
+    memcpy(out + n, body, sent);
+    out[(size_t)n + sent] = '\0';
+    return 0;
 }
 
 /* Appends each line of lines ("Name: value" separated by LF) as a header. */
