@@ -1,6 +1,7 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
 volley_unit_test(test_guard volley_coordinator_core)
 volley_unit_test(test_auth volley_coordinator_core)
+volley_unit_test(test_merge volley_coordinator_core)
 volley_unit_test(test_async volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
 volley_unit_test(test_robust volley_coordinator_core)
