@@ -29,13 +29,6 @@ typedef struct fixture {
     crypto_identity revoked_key;
 } fixture;
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
-}
-
 static int setup(void **state) {
     if (crypto_init() != VL_OK) return -1;
     fixture *fx = calloc(1, sizeof *fx);
@@ -49,14 +42,14 @@ static int setup(void **state) {
     buf_init(&c, 1 << 20);
     for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "the quick brown fox jumps. "));
     OK(buf_append(&c, "", 1));
-    write_file(corpus, (const char *)c.data);
+    test_write_text(corpus, (const char *)c.data);
     buf_free(&c);
     snprintf(text, sizeof text,
              "{\"name\": \"auth\", \"corpus\": \"%s\", \"model\": {\"vocab_size\": 256, "
              "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
              "\"updates_per_version\": 1, \"max_versions\": 2, \"task_bytes\": 4096}",
              corpus);
-    write_file(cfg, text);
+    test_write_text(cfg, text);
     OK(coord_cmd_init(fx->db, cfg, &e_));
     OK(coord_server_open(fx->db, NULL, &fx->srv, &e_));
     crypto_identity_generate(&fx->key);

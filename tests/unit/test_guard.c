@@ -247,11 +247,12 @@ static void test_guard_parse_head_direct(void **state) {
 
 /* ---- authorization on the head, tickets and body digests ------------------ */
 
-/* Accepts heads whose target starts with "/ok" as peer 7 (taking the
- * Content-Digest the head names), refuses the rest with 401; counts
- * calls. */
+/* The test's own authorizer, standing in for the coordinator's: it accepts
+ * heads whose target starts with "/ok" as peer 7 (taking the
+ * Content-Digest the head names), refuses the rest with 401, and counts
+ * calls. The real one is exercised in test_auth. */
 static int n_authorized;
-static int stub_authorize(void *arg, coord_guard *g, const uint8_t *head, size_t len,
+static int ok_path_authorize(void *arg, coord_guard *g, const uint8_t *head, size_t len,
                           coord_guard_ticket *t, coord_guard_refusal *r) {
     (void)arg;
     (void)g;
@@ -273,7 +274,7 @@ static int stub_authorize(void *arg, coord_guard *g, const uint8_t *head, size_t
 static char *guard_auth_run(const char *s, size_t step, coord_guard *g) {
     buf out;
     buf_init(&out, 1 << 20);
-    coord_guard_caps caps = {.body_cap = 1000, .authorize = stub_authorize};
+    coord_guard_caps caps = {.body_cap = 1000, .authorize = ok_path_authorize};
     coord_guard_init(g, HEAD_CAP, &caps);
     size_t len = strlen(s);
     if (step == 0) step = len;

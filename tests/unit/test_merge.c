@@ -19,13 +19,6 @@
 #include "test_util.h"
 #include "coordinator/coord.h"
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
-}
-
 /* A run of kind ("none" or "topk") in dir, served (no listener). */
 static coord_server *open_run(const char *dir, const char *kind) {
     char corpus[600], cfg[600], db[600], text[1200];
@@ -36,7 +29,7 @@ static coord_server *open_run(const char *dir, const char *kind) {
     buf_init(&c, 1 << 20);
     for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "a quick merge of two updates. "));
     OK(buf_append(&c, "", 1));
-    write_file(corpus, (const char *)c.data);
+    test_write_text(corpus, (const char *)c.data);
     buf_free(&c);
     int topk = strcmp(kind, "topk") == 0;
     snprintf(text, sizeof text,
@@ -47,7 +40,7 @@ static coord_server *open_run(const char *dir, const char *kind) {
              "\"train\": {\"steps\": 4, \"batch\": 4}%s}",
              corpus, topk ? ", \"compression\": {\"kind\": \"topk\", \"k\": 8, \"apply_k\": "
                             "1000000}" : "");
-    write_file(cfg, text);
+    test_write_text(cfg, text);
     OK(coord_cmd_init(db, cfg, &e_));
     coord_server *srv = NULL;
     OK(coord_server_open(db, NULL, &srv, &e_));

@@ -54,6 +54,14 @@ static inline char *test_temp_dir(const char *template_) {
     return d;
 }
 
+/* Writes text to path (created or replaced); fails the test otherwise. */
+static inline void test_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* Removes a directory a test made, with everything in it. */
 static inline void test_remove_tree(const char *d) {
     char cmd[4200];
