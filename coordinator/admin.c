@@ -152,7 +152,7 @@ out:
     return rc;
 }
 
-static int open_initialised(const char *db_path, storage **db, vl_error *err) {
+int coord_open_initialised(const char *db_path, storage **db, vl_error *err) {
     int rc = storage_open(db_path, 0, db, err);
     if (rc != VL_OK) return rc;
     storage_run run;
@@ -169,7 +169,7 @@ static int open_initialised(const char *db_path, storage **db, vl_error *err) {
 int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
                            vl_error *err) {
     storage *db = NULL;
-    int rc = open_initialised(db_path, &db, err);
+    int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     char token[CRYPTO_TOKEN_LEN + 1];
     crypto_token_generate(token);
@@ -185,7 +185,7 @@ int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, cha
 
 int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) {
     storage *db = NULL;
-    int rc = open_initialised(db_path, &db, err);
+    int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     rc = storage_peer_revoke(db, id, err);
     storage_close(db);
@@ -194,7 +194,7 @@ int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) {
 
 int coord_cmd_token_revoke(const char *db_path, int64_t id, vl_error *err) {
     storage *db = NULL;
-    int rc = open_initialised(db_path, &db, err);
+    int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     rc = storage_token_revoke(db, id, err);
     storage_close(db);
@@ -230,7 +230,7 @@ static int print_token(void *arg, const storage_token *t) {
 
 int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) {
     storage *db = NULL;
-    int rc = open_initialised(db_path, &db, err);
+    int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     list_ctx c = {.out = out, .now = clock_unix_s()};
     fprintf(out, "%-6s %-12s %9s %-20s %-20s %5s %s\n", "id", "hash", "uses_left", "expires",
@@ -254,7 +254,7 @@ static int print_peer(void *arg, const storage_peer_activity *a) {
 
 int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
     storage *db = NULL;
-    int rc = open_initialised(db_path, &db, err);
+    int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
     list_ctx c = {.out = out, .now = clock_unix_s()};
     fprintf(out, "%-6s %-44s %-20s %-20s %6s %7s %-7s %s\n", "id", "public_key", "joined",

@@ -23,8 +23,10 @@ typedef struct merge_ctx {
     int64_t *ids;
     int64_t *peers;      /* the peer of each */
     double *norms;       /* each update's L2 norm as sent */
+    double *units;       /* ... over the square root of its local steps */
     size_t n_ids, cap;
     coord_robust_acc *rb; /* a rule other than mean: the updates are held here */
+    coord_robust_config robust; /* the run's, max_norm the bound in force */
     size_t bounded;      /* mean: updates scaled down to robust.max_norm */
     double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
@@ -37,6 +39,15 @@ typedef struct merge_ctx {
     vl_error *err;
 } merge_ctx;
 
+/* An update's norm over the square root of its local steps: what
+ * max_norm "auto" bounds. Honest peers that train a different number of
+ * steps (dynamic_steps, down to an eighth) then stay within a factor of
+ * about three of each other whether their norms grow with the steps or
+ * with their square root. */
+static double unit_norm(double norm, int64_t steps) {
+    return norm / sqrt((double)(steps > 1 ? steps : 1));
+}
+
 /* Notes u as part of the version (its id and peer, to be marked merged)
  * with the norm it was sent with (NAN: set aside). */
 static int note_update(merge_ctx *m, const storage_update *u, double norm) {
@@ -46,11 +57,15 @@ static int note_update(merge_ctx *m, const storage_update *u, double norm) {
         if (ids) m->ids = ids;
         double *norms = realloc(m->norms, cap * sizeof *norms);
         if (norms) m->norms = norms;
+        double *units = realloc(m->units, cap * sizeof *units);
+        if (units) m->units = units;
         int64_t *peers = realloc(m->peers, cap * sizeof *peers);
         if (peers) m->peers = peers;
-        if (!ids || !norms || !peers) return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
+        if (!ids || !norms || !units || !peers)
+            return vl_fail(m->err, VL_ENOMEM, "out of memory merging updates");
         m->cap = cap;
     }
+    m->units[m->n_ids] = unit_norm(norm, u->local_steps);
     m->norms[m->n_ids] = norm;
     m->peers[m->n_ids] = u->peer_id;
     m->ids[m->n_ids++] = u->id;
@@ -88,11 +103,14 @@ static int merge_one(void *arg, const storage_update *u) {
     if (tau < 0) tau = 0;
     float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness, tau));
     double norm = compress_update_norm(&cu);
+    /* The bound in m->robust is per square-root step when derived. */
+    double bn = m->cfg->robust.auto_norm && m->cfg->robust.max_norm <= 0
+                    ? unit_norm(norm, u->local_steps) : norm;
     if (m->rb) {
-        rc = coord_robust_acc_add(m->rb, &cu, (double)w, norm, m->err);
+        rc = coord_robust_acc_add(m->rb, &cu, (double)w, bn, m->err);
     } else {
         /* robust.max_norm's clip scales the update, not its weight. */
-        double s = coord_robust_bound_scale(&m->cfg->robust, norm);
+        double s = coord_robust_bound_scale(&m->robust, bn);
         float ws = (float)((double)w * s);
         if (s < 1) m->bounded++;
         rc = m->sk ? compress_update_accumulate_sketch(&cu, ws, m->sk, m->err)
@@ -333,7 +351,8 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     size_t n = srv->n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     size_t n_cand = (size_t)coord_config_round_candidates(cfg);
     if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
-    merge_ctx m = {.cfg = cfg, .n_params = n, .err = err};
+    merge_ctx m = {.cfg = cfg, .n_params = n, .err = err, .robust = cfg->robust};
+    m.robust.max_norm = coord_norm_bound(srv);
     merge_bufs b;
     memset(&b, 0, sizeof b);
     b.state = malloc(srv->n_state * sizeof(float) + 1);
@@ -374,6 +393,7 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     free(m.ids);
     free(m.peers);
     free(m.norms);
+    free(m.units);
     bufs_free(&b);
     return rc;
 }
@@ -456,6 +476,7 @@ static void merge_job_free(merge_job *j) {
     free(j->m.ids);
     free(j->m.peers);
     free(j->m.norms);
+    free(j->m.units);
     bufs_free(&j->b);
     free(j);
 }
@@ -501,6 +522,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     srv->momentum = j->b.state;
     j->b.state = old;
     srv->version = j->ver.version;
+    coord_norm_bound_refresh(srv);
     srv->val_loss = j->ver.val_loss;
     if (isfinite(j->ver.val_loss) &&
         (!isfinite(srv->best_val_loss) || j->ver.val_loss < srv->best_val_loss))
@@ -536,14 +558,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
 /* What the updates' norms were and what the run's defences did to them;
  * norms far above the median are where hostile peers show. */
 static void log_robust(const merge_ctx *m, int64_t next) {
-    double *x = malloc(m->n_ids * sizeof *x + 1);
-    if (!x) return;
-    size_t k = 0;
-    for (size_t i = 0; i < m->n_ids; i++)
-        if (!isnan(m->norms[i])) x[k++] = m->norms[i]; /* not the set-aside ones */
-    double med = k ? coord_robust_median(x, k) : NAN;
-    double max = k ? x[k - 1] : NAN;
-    free(x);
+    double max, med = coord_robust_median_known(m->norms, m->n_ids, &max);
     const coord_robust_config *r = &m->cfg->robust;
     size_t bounded = m->rb ? m->rb->bounded : m->bounded;
     log_info("version %lld: %s of %zu updates, norms median %.6g max %.6g; %zu scaled down "
@@ -616,7 +631,10 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
                                                  : NAN,
                                .num_updates = (int64_t)m->n_ids, .has_change = 1,
                                .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz,
-                               .refused = refused, .refused_val_loss = val_loss};
+                               .refused = refused, .refused_val_loss = val_loss,
+                               .update_norm = refused ? NAN
+                                                      : coord_robust_median_known(m->units, m->n_ids,
+                                                                     &(double){0})};
     j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
                                     .keep_changes = srv->cfg.keep_changes,
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,
@@ -695,10 +713,12 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     }
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
-    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version};
+    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version,
+                     .robust = srv->cfg.robust};
+    m->robust.max_norm = coord_norm_bound(srv);
     if (srv->cfg.robust.rule != COORD_RULE_MEAN) {
         size_t d = is_sketch ? (size_t)srv->cfg.comp_rows * (size_t)srv->cfg.comp_cols : n;
-        coord_robust_acc_init(&j->rb, &srv->cfg.robust, srv->spec.kind, d);
+        coord_robust_acc_init(&j->rb, &m->robust, srv->spec.kind, d);
         m->rb = &j->rb;
     }
     b->next = malloc(n * sizeof(float) + 1);

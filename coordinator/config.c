@@ -59,6 +59,8 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->robust.rule = COORD_RULE_MEAN;
     cfg->robust.trim = 0.2;
     cfg->robust.clip_mult = 2.0;
+    cfg->robust.auto_mult = 4.0;
+    cfg->robust.auto_versions = 3;
 }
 
 /* ---- field readers: each names the field in its error ------------------- */
@@ -161,8 +163,9 @@ static const char *const TOP_KEYS[] = {
     "round_deadline_s", "selsync", "keep_update_blobs", "robust", "max_loss_rise", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
-static const char *const ROBUST_KEYS[] = {"rule", "trim", "clip_mult", "max_norm", "on_excess",
-                                          NULL};
+static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",
+                                          "max_norm",  "on_excess", "auto_mult",
+                                          "auto_versions", NULL};
 /* In coord_rule order. */
 static const char *const RULES[] = {"mean", "trimmed_mean", "median", "norm_clip", NULL};
 static const char *const EXCESS[] = {"clip", "refuse", NULL};
@@ -312,21 +315,63 @@ const char *coord_rule_name(coord_rule r) {
 static int parse_robust(json_t *root, coord_config *cfg, vl_error *err) {
     json_t *rb;
     int rc = get_obj(root, "robust", &rb, err);
-    if (rc || !rb) return rc;
     coord_robust_config *r = &cfg->robust;
+    if (!rc && !rb) {
+        /* No section: the bound derived from the first versions; the rule
+         * and what is done beyond the bound are chosen once the rest is
+         * known (default_rule). */
+        r->by_default = 1;
+        r->auto_norm = 1;
+    }
+    if (rc || !rb) return rc;
     char rule[16] = "", excess[8] = "";
+    json_t *mn = json_object_get(rb, "max_norm");
+    if (json_is_string(mn)) {
+        if (strcmp(json_string_value(mn), "auto") != 0)
+            return vl_fail(err, VL_EINVAL, "config: robust.max_norm must be a number or \"auto\"");
+        r->auto_norm = 1;
+    } else if ((rc = get_real(rb, "max_norm", "robust.max_norm", 0, 0, 1e30, 0, &r->max_norm,
+                              err))) {
+        return rc;
+    }
     if ((rc = check_keys(rb, "robust", ROBUST_KEYS, err)) ||
         (rc = get_str(rb, "rule", "robust.rule", rule, sizeof rule, RULES, err)) ||
         (rc = get_real(rb, "trim", "robust.trim", 0, 1, 0.5, 1, &r->trim, err)) ||
         (rc = get_real(rb, "clip_mult", "robust.clip_mult", 0, 1, 1e6, 0, &r->clip_mult,
                        err)) ||
-        (rc = get_real(rb, "max_norm", "robust.max_norm", 0, 0, 1e30, 0, &r->max_norm, err)) ||
+        (rc = get_real(rb, "auto_mult", "robust.auto_mult", 1, 1, 1e6, 0, &r->auto_mult, err)) ||
+        (rc = get_int(rb, "auto_versions", "robust.auto_versions", 1, 1000, &r->auto_versions,
+                      err)) ||
         (rc = get_str(rb, "on_excess", "robust.on_excess", excess, sizeof excess, EXCESS, err)))
         return rc;
+    if (!r->auto_norm &&
+        (json_object_get(rb, "auto_mult") || json_object_get(rb, "auto_versions")))
+        return vl_fail(err, VL_EINVAL, "config: robust.auto_mult and robust.auto_versions are "
+                                       "for max_norm \"auto\"");
     for (int i = 0; rule[0] && RULES[i]; i++)
         if (strcmp(rule, RULES[i]) == 0) r->rule = (coord_rule)i;
     if (excess[0]) r->refuse_excess = strcmp(excess, "refuse") == 0;
     return VL_OK;
+}
+
+static int check_robust(const coord_config *cfg, vl_error *err);
+
+/* A run without a robust section gets the trimmed mean (trim 0.2) where
+ * it applies: at least 5 updates per version, so that one is cut at each
+ * end, no second round, and a version's updates within the rules'
+ * memory. Elsewhere the mean; the derived norm bound applies to both.
+ * Beyond the bound an async run refuses (the buffer fills from others);
+ * a sync run clips, since a refused update leaves its slot leased until
+ * the lease ends and every peer would wait that long for the version
+ * (the hostile-peer test: 604 s against 13). */
+static void default_rule(coord_config *cfg) {
+    if (!cfg->robust.by_default) return;
+    cfg->robust.by_default = 0; /* the normalised JSON says all of it */
+    cfg->robust.refuse_excess = coord_config_is_async(cfg);
+    cfg->robust.rule = COORD_RULE_TRIMMED_MEAN;
+    cfg->robust.trim = 0.2;
+    vl_error ignored = {0};
+    if (check_robust(cfg, &ignored) != VL_OK) cfg->robust.rule = COORD_RULE_MEAN;
 }
 
 /* What a rule needs of the rest of the run, once compression is resolved. */
@@ -631,7 +676,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                                      "merges every updates_per_version updates");
         goto out;
     }
-    if ((rc = coord_config_resolve_compression(cfg, err)) || (rc = check_robust(cfg, err)) ||
+    if (!(rc = coord_config_resolve_compression(cfg, err))) default_rule(cfg);
+    if (rc || (rc = check_robust(cfg, err)) ||
         (rc = coord_config_resolve_outer(cfg, err)))
         goto out;
     int64_t need = coord_config_update_bytes(cfg);

@@ -166,6 +166,17 @@ typedef struct coord_robust_config {
      * refused at upload (refuse_excess) or scaled down to it when merged;
      * 0: no bound. */
     double max_norm;
+    /* max_norm "auto": the bound is auto_mult times the median update norm
+     * of versions 1 to auto_versions (storage_version_norm_median), set
+     * once those versions exist and fixed from then on, so that a later
+     * attacker cannot drag it; no bound before them. max_norm is 0. */
+    int auto_norm;
+    double auto_mult;
+    int64_t auto_versions;
+    /* Only while parsing: the configuration had no robust section, so
+     * the rule is chosen by default_rule (config.c) once the rest is
+     * known. */
+    int by_default;
 } coord_robust_config;
 
 typedef struct coord_config {

@@ -139,9 +139,16 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     }
     json_decref(merging);
     const coord_robust_config *r = &cfg->robust;
-    json_t *rb = json_pack("{s:s, s:f, s:f, s:f, s:s}", "rule", coord_rule_name(r->rule), "trim",
-                           r->trim, "clip_mult", r->clip_mult, "max_norm", r->max_norm,
+    json_t *rb = json_pack("{s:s, s:f, s:f, s:o, s:s}", "rule", coord_rule_name(r->rule), "trim",
+                           r->trim, "clip_mult", r->clip_mult, "max_norm",
+                           r->auto_norm ? json_string("auto") : json_real(r->max_norm),
                            "on_excess", r->refuse_excess ? "refuse" : "clip");
+    if (rb && r->auto_norm &&
+        (json_object_set_new(rb, "auto_mult", json_real(r->auto_mult)) != 0 ||
+         json_object_set_new(rb, "auto_versions", json_integer(r->auto_versions)) != 0)) {
+        json_decref(rb);
+        rb = NULL;
+    }
     if (!rb || json_object_set_new(root, "robust", rb) != 0) {
         json_decref(root);
         return NULL;

@@ -15,6 +15,7 @@
 #ifndef VOLLEY_COORD_H
 #define VOLLEY_COORD_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,6 +183,14 @@ int64_t coord_blob_live_bytes(void);
 
 typedef struct coord_waiter coord_waiter;
 
+/* A lease on its way to the database (routes_task.c). */
+typedef struct coord_issuing {
+    int64_t peer_id;
+    int64_t version;  /* its base version */
+    uint64_t seq;     /* its job's submission number (coord_writer_submit); UINT64_MAX
+                       * while the job is not submitted yet */
+} coord_issuing;
+
 /* One peer's pace, for dynamic local steps (speed.c). */
 typedef struct coord_speed {
     int64_t peer_id;
@@ -210,6 +219,10 @@ typedef struct coord_server {
     size_t n_state;      /* coord_state_size() of the run */
     compress_spec spec;  /* what uploads must look like */
     int64_t version;
+    /* robust.max_norm "auto": the bound derived from the first versions
+     * (coord_norm_bound_refresh), 0 until they exist. Written by the loop,
+     * read by the compute thread too. */
+    _Atomic double norm_bound;
     int finished;
     int draining;
     double drain_deadline;
@@ -249,11 +262,14 @@ typedef struct coord_server {
     int merge_scheduled;
     struct coord_linger *lingers; /* refused connections being drained */
     coord_writer *writer; /* runs every write (group commit) */
-    int64_t issuing;      /* leases submitted to the writer and not yet committed */
+    /* Leases handed to the writer whose done callback has not run yet
+     * (some may be committed already), and each one's peer, version and
+     * job (cap_issuing entries). */
+    int64_t issuing;
+    coord_issuing *issuing_leases;
+    size_t cap_issuing;
     json_t *status_cache; /* the last GET /v1/status answer, and when it was made */
     double status_at;
-    int64_t *issuing_peers; /* the peer of each of them (cap_issuing slots) */
-    size_t cap_issuing;
     int expiring;         /* a lease expiry is with the writer */
     int merging;          /* a version is with the writer */
     int opening_round;    /* a second round's candidates are with the writer */
@@ -513,6 +529,24 @@ void coord_route_round(coord_req *cr);   /* GET /v1/round */
 void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
 void coord_route_factors(coord_req *cr); /* GET /v1/factors */
 
+/* ---- the update-norm bound (bound.c) ------------------------------------- */
+
+/* The L2 norm above which an update is refused or scaled down: the run's
+ * robust.max_norm, or with max_norm "auto" the derived bound (0 until it
+ * is known), which is per square root of the update's local steps; 0
+ * means none. Any thread. */
+double coord_norm_bound(const coord_server *srv);
+/* The bound for an update that trained local_steps steps: the derived
+ * one times their square root, max_norm as it is. */
+double coord_norm_bound_for(const coord_server *srv, int64_t local_steps);
+/* With max_norm "auto" and no bound yet: once versions 1 to
+ * robust.auto_versions exist, sets the bound to robust.auto_mult times
+ * the median of their median update norms (each over the square root of
+ * its local steps), read on the loop's
+ * connection, and logs it. Called at start and after each version; a
+ * database error leaves the bound unset, to be tried again. */
+void coord_norm_bound_refresh(coord_server *srv);
+
 /* ---- tasks and waiting (routes_task.c) ----------------------------------- */
 
 /* Answers waiting requests that can now be served (a lease freed, a
@@ -626,6 +660,18 @@ int coord_cmd_peer_revoke(const char *db_path, int64_t id, vl_error *err) VL_MUS
 /* `peer list`: one line per registered peer on out: id, public key,
  * joined, last seen, unexpired leases, stored updates, state, name. */
 int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
+/* Opens db_path, which must hold an initialised run (VL_ENOTFOUND
+ * otherwise); *db is the caller's to storage_close. */
+int coord_open_initialised(const char *db_path, storage **db, vl_error *err) VL_MUST_CHECK;
+/* `check`: whether the database at db_path is whole after a crash, a
+ * power cut or a disk fault: SQLite's integrity_check, and every stored
+ * update that still waits for its merge read back from its segment and
+ * decoded. Prints what it found to out; *problems receives how many
+ * updates cannot be merged (their bodies lost or damaged). Returns VL_OK
+ * when it could look, whatever it found, except a database that fails
+ * integrity_check (VL_EDB). Changes nothing. */
+int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems,
+                    vl_error *err) VL_MUST_CHECK;
 
 /* ---- export (export.c) and sample (sample.c) -------------------------------- */
 

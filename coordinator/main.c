@@ -30,6 +30,9 @@ static const char USAGE[] =
     "      write version V (default: the current one) as DIR/model.safetensors and\n"
     "      DIR/config.json for transformers.GPT2LMHeadModel; --force exports into a\n"
     "      directory that is not empty\n"
+    "  check --db FILE\n"
+    "      after a crash, power cut or disk fault: SQLite's integrity_check, and every\n"
+    "      update waiting for a merge read back and decoded; exits 1 when either fails\n"
     "  sample --db FILE [--version V] --prompt TEXT [--tokens N] [--temperature T]\n"
     "         [--seed S]\n"
     "      print TEXT and N bytes (default 200, at most 4096) the model of version V\n"
@@ -126,6 +129,17 @@ static int cmd_token_create(int argc, char **argv) {
     fflush(stdout);
     explicit_bzero(token, sizeof token);
     return 0;
+}
+
+static int cmd_check(int argc, char **argv) {
+    opt o[] = {{"db", 1, NULL}};
+    int rc = parse_opts(argc, argv, o, 1);
+    if (rc) return rc;
+    vl_error err = {0};
+    int64_t problems = 0;
+    if (coord_cmd_check(o[0].value, stdout, &problems, &err) != VL_OK) return fail(&err);
+    fflush(stdout);
+    return problems ? 1 : 0;
 }
 
 /* `list --db FILE`, shared by tokens and peers. */
@@ -339,6 +353,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "peer")) return cmd_peer(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

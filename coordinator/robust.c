@@ -23,6 +23,19 @@ double coord_robust_median(double *x, size_t n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+double coord_robust_median_known(const double *v, size_t n, double *max) {
+    double *x = malloc(n * sizeof *x + 1);
+    *max = NAN;
+    if (!x) return NAN;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(v[i])) x[k++] = v[i];
+    double med = k ? coord_robust_median(x, k) : NAN;
+    if (k) *max = x[k - 1];
+    free(x);
+    return med;
+}
+
 void coord_robust_clip_scales(const double *norms, size_t k, double mult, double *scale) {
     /* scale is the median's scratch, then the answer. */
     memcpy(scale, norms, k * sizeof *scale);

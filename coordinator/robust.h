@@ -49,6 +49,10 @@ size_t coord_robust_trim_count(double trim, size_t k);
 /* The median of n >= 1 values (mean of the two middle ones for even n);
  * sorts x. */
 double coord_robust_median(double *x, size_t n);
+/* The median and (*max) the largest of the n values of v that are not
+ * NaN (a set-aside update has no norm); NaN for none, or when out of
+ * memory. v is not changed. */
+double coord_robust_median_known(const double *v, size_t n, double *max);
 
 /* Scale factors of norm_clip: scale[i] = min(1, mult · median(norms) /
  * norms[i]), 1 for a zero norm. */

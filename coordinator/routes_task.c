@@ -23,10 +23,11 @@ struct coord_waiter {
     bufferevent_data_cb rd, wr;
     bufferevent_event_cb ev;
     void *cbarg;
-    /* A task request waiting for its peer's lease that is being written:
-     * it is answered when that commits, whatever the requests before it
-     * wait for. */
+    /* A task request waiting for its peer's lease that was being written
+     * when it parked or was last looked at: that lease may be its answer
+     * whatever the requests before it wait for. */
     int own_lease;
+    int expired; /* its wait is over: 204 unless the wake-up it is in serves it */
     coord_waiter *prev, *next;
 };
 
@@ -114,19 +115,36 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
  * wait like any other. */
 #define COORD_MAX_ISSUING 65536
 
-static int issuing_has(const coord_server *srv, int64_t peer_id) {
+static coord_issuing *issuing_find(const coord_server *srv, int64_t peer_id) {
     for (int64_t i = 0; i < srv->issuing; i++)
-        if (srv->issuing_peers[i] == peer_id) return 1;
-    return 0;
+        if (srv->issuing_leases[i].peer_id == peer_id) return &srv->issuing_leases[i];
+    return NULL;
+}
+
+static int issuing_has(const coord_server *srv, int64_t peer_id) {
+    return issuing_find(srv, peer_id) != NULL;
 }
 
 static void issuing_remove(coord_server *srv, int64_t peer_id) {
-    for (int64_t i = 0; i < srv->issuing; i++) {
-        if (srv->issuing_peers[i] != peer_id) continue;
-        srv->issuing_peers[i] = srv->issuing_peers[srv->issuing - 1];
-        srv->issuing--;
-        return;
-    }
+    coord_issuing *l = issuing_find(srv, peer_id);
+    if (!l) return;
+    *l = srv->issuing_leases[--srv->issuing];
+}
+
+/* Slots of version v held by leases on their way to the database that
+ * the database does not show yet. settled is coord_writer_settled(),
+ * read before the database is: a lease the writer commits in between is
+ * then counted both there and here, a slot taken twice for an instant
+ * (its done callback wakes the waiters again), never in neither. Counting
+ * every lease until its done callback ran instead took each committed
+ * one twice for as long as the loop had not delivered it: the wake-up
+ * after a version handed out fewer slots than were free, and the last
+ * waiters were left for a later wake-up while new requests took them. */
+static int64_t issuing_unsettled(const coord_server *srv, int64_t version, uint64_t settled) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < srv->issuing; i++)
+        n += srv->issuing_leases[i].version == version && srv->issuing_leases[i].seq > settled;
+    return n;
 }
 
 /* Room for one more lease in flight: 0, or -1 when there is none. */
@@ -134,9 +152,9 @@ static int issuing_room(coord_server *srv) {
     if ((size_t)srv->issuing < srv->cap_issuing) return 0;
     if (srv->cap_issuing >= COORD_MAX_ISSUING) return -1;
     size_t cap = srv->cap_issuing ? srv->cap_issuing * 2 : 16;
-    int64_t *p = realloc(srv->issuing_peers, cap * sizeof *p);
+    coord_issuing *p = realloc(srv->issuing_leases, cap * sizeof *p);
     if (!p) return -1;
-    srv->issuing_peers = p;
+    srv->issuing_leases = p;
     srv->cap_issuing = cap;
     return 0;
 }
@@ -154,7 +172,11 @@ static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord
         l->n_shards = srv->shards.n;
         l->task_tokens = srv->cfg.task_tokens;
     }
-    srv->issuing_peers[srv->issuing++] = peer_id;
+    /* Its job's number is known once submitted (issue_task); an offered
+     * lease rides in its upload's job and keeps UINT64_MAX, in flight
+     * until done, which only async runs offer and they count no slots. */
+    srv->issuing_leases[srv->issuing++] =
+        (coord_issuing){.peer_id = peer_id, .version = srv->version, .seq = UINT64_MAX};
 }
 
 /* Takes over the data range and seed of the oldest expired lease that
@@ -264,7 +286,9 @@ static void issue_done(coord_job *job, int rc, const vl_error *err) {
         coord_reply_json(&j->cr, 200, coord_lease_committed(srv, &j->lease));
     }
     free(j);
-    /* The peer's other task requests waited for this lease (try_serve). */
+    /* The peer's other task requests waited for this lease (try_serve),
+     * and a request that found the lease both committed and in flight
+     * counts its slot once now. */
     coord_wake_waiters(srv);
 }
 
@@ -279,14 +303,18 @@ static int issue_task(coord_req *cr, int64_t now) {
     j->job.done = issue_done;
     j->cr = *cr;
     lease_prepare(srv, cr->peer_id, now, &j->lease);
-    coord_writer_submit(srv->writer, &j->job);
+    uint64_t seq = coord_writer_submit(srv->writer, &j->job);
+    coord_issuing *l = issuing_find(srv, cr->peer_id);
+    if (l) l->seq = seq;
     return COORD_DEFERRED;
 }
 
 /* Answers cr now if the scheduler allows (COORD_SERVED: a task, 410 or
  * an error), hands it to a lease being written (COORD_DEFERRED), or
- * leaves it waiting (COORD_WAITING). */
-static int try_serve(coord_req *cr) {
+ * leaves it waiting (COORD_WAITING). behind: a task request parked
+ * before this one still waits for a slot, so this one may not take a
+ * new lease (it may still get the lease it holds). */
+static int serve_task(coord_req *cr, int behind) {
     coord_server *srv = cr->srv;
     int64_t now = clock_unix_s();
     vl_error e = {0};
@@ -294,6 +322,8 @@ static int try_serve(coord_req *cr) {
     int has_lease = 0;
     int64_t slots = 0;
     int async = coord_config_is_async(&srv->cfg);
+    /* Before any read of the database (issuing_unsettled). */
+    uint64_t settled = coord_writer_settled(srv->writer);
     /* The peer's lease is being written: this request gets it once it is
      * committed (issue_done wakes the waiters). */
     if (!srv->finished && issuing_has(srv, cr->peer_id)) return COORD_WAITING;
@@ -307,13 +337,14 @@ static int try_serve(coord_req *cr) {
             return COORD_SERVED;
         }
         has_lease = rc == VL_OK;
-        if (!has_lease && !async &&
-            storage_task_count_slots(srv->db, srv->version, now, &slots, &e)) {
-            coord_reply_internal(cr, &e);
-            return COORD_SERVED;
+        if (!has_lease && !async) {
+            if (storage_task_count_slots(srv->db, srv->version, now, &slots, &e)) {
+                coord_reply_internal(cr, &e);
+                return COORD_SERVED;
+            }
+            /* Leases being written hold their slots already. */
+            slots += issuing_unsettled(srv, srv->version, settled);
         }
-        /* Leases being written hold their slots already. */
-        slots += srv->issuing;
         if (async && !has_lease) {
             int hold = async_hold(srv, 0, &e);
             if (hold < 0) {
@@ -336,12 +367,18 @@ static int try_serve(coord_req *cr) {
         coord_reply_json(cr, 200, task_json(srv, &t));
         return COORD_SERVED;
     case COORD_SCHED_NEW_TASK:
-        if (issuing_room(srv) != 0) return COORD_WAITING;
+        if (behind || issuing_room(srv) != 0) return COORD_WAITING;
         return issue_task(cr, now);
     case COORD_SCHED_WAIT:
         break;
     }
     return COORD_WAITING;
+}
+
+/* The serve function of parked task requests: the wake-up decides who
+ * is behind whom. */
+static int try_serve(coord_req *cr) {
+    return serve_task(cr, 0);
 }
 
 /* ---- waiters ------------------------------------------------------------ */
@@ -367,17 +404,18 @@ static void waiter_unlink(coord_server *srv, coord_waiter *w) {
     free(w);
 }
 
+static int wake(coord_server *srv);
+
 static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     coord_waiter *w = arg;
-    coord_server *srv = w->cr.srv;
-    /* The wait may end just as a slot frees without a wake-up reaching it;
-     * one last look costs a query. */
-    int r = w->serve(&w->cr);
-    if (r == COORD_WAITING) coord_reply(&w->cr, 204, NULL, NULL);
-    else if (r == COORD_DEFERRED) waiter_restore(w);
-    waiter_unlink(srv, w);
+    /* The wait may end just as a slot frees without a wake-up reaching it
+     * (a lease past its deadline before the lease timer ran). The last
+     * look is a wake-up of the whole queue, so such a slot goes to the
+     * oldest request, which need not be this one; w gets its 204 there. */
+    w->expired = 1;
+    wake(w->cr.srv);
 }
 
 static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
@@ -436,24 +474,47 @@ int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve) {
     return 0;
 }
 
-void coord_wake_waiters(coord_server *srv) {
-    /* Task requests are first come, first served: once one has to keep
-     * waiting, so do the task requests behind it (none of them can hold a
-     * lease on the current version). Other requests are each served as
-     * soon as they can be. */
+/* Serves the waiting requests that can be, oldest first, and answers 204
+ * to those whose wait is over and still have to wait. Returns 1 when a
+ * task request still waits for a slot. */
+static int wake(coord_server *srv) {
+    /* Task requests are first come, first served: once one has to wait
+     * for a slot, so do the task requests behind it, which are not even
+     * looked at (none of them can hold a lease on the current version),
+     * but for those waiting for their peer's lease being written. Such a
+     * request holds up nobody, and once that lease is committed it is
+     * answered with it, though not with a new one ahead of the requests
+     * blocked before it. Which requests those are is found here, not only
+     * when they park: a peer's lease may be asked for by its other request
+     * after this one parked. Other requests are each served as soon as
+     * they can be. */
     int tasks_blocked = 0;
     coord_waiter *w = srv->waiters;
     while (w) {
         coord_waiter *next = w->next;
-        int is_task = w->serve == try_serve && !w->own_lease;
-        if (!(is_task && tasks_blocked)) {
-            int r = w->serve(&w->cr);
-            if (r == COORD_DEFERRED) waiter_restore(w);
-            if (r != COORD_WAITING) waiter_unlink(srv, w);
-            else if (is_task) tasks_blocked = 1;
+        int r = COORD_WAITING;
+        if (w->serve != try_serve) {
+            r = w->serve(&w->cr);
+        } else if (!tasks_blocked || w->own_lease) {
+            r = serve_task(&w->cr, tasks_blocked);
+            if (r == COORD_WAITING) {
+                w->own_lease = issuing_has(srv, w->cr.peer_id);
+                if (!w->own_lease) tasks_blocked = 1;
+            }
         }
+        if (r == COORD_WAITING && w->expired) {
+            coord_reply(&w->cr, 204, NULL, NULL);
+            r = COORD_SERVED;
+        }
+        if (r == COORD_DEFERRED) waiter_restore(w);
+        if (r != COORD_WAITING) waiter_unlink(srv, w);
         w = next;
     }
+    return tasks_blocked;
+}
+
+void coord_wake_waiters(coord_server *srv) {
+    wake(srv);
 }
 
 void coord_drain_waiters(coord_server *srv) {
@@ -561,11 +622,17 @@ void coord_route_task(coord_req *cr) {
     if (coord_req_query(cr, keys, COORD_MAX_WAIT_S, vals, &present,
                         "wait is 0 to " VL_STR(COORD_MAX_WAIT_S)) != 0)
         return;
-    if (cr->srv->draining) {
+    coord_server *srv = cr->srv;
+    if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    if (try_serve(cr) != COORD_WAITING) return;
+    /* Requests parked before this one go first. A slot can free with no
+     * wake-up to hand it on (a lease reaching its deadline before the
+     * lease timer has run), and a request that looked for itself alone
+     * would take it from the oldest waiter. */
+    int behind = srv->waiters ? wake(srv) : 0;
+    if (serve_task(cr, behind) != COORD_WAITING) return;
     if (vals[0] == 0) {
         coord_reply(cr, 204, NULL, NULL);
         return;

@@ -128,10 +128,10 @@ static int check_bounds(coord_req *cr, const compress_update_meta *m, double nor
                           (long long)most);
         return -1;
     }
-    const coord_robust_config *r = &cfg->robust;
-    if (r->refuse_excess && r->max_norm > 0 && norm > r->max_norm) {
+    double bound = coord_norm_bound_for(cr->srv, m->local_steps);
+    if (cfg->robust.refuse_excess && bound > 0 && norm > bound) {
         coord_reply_error(cr, 422, "norm_exceeded", "the update's L2 norm %.6g exceeds this "
-                          "run's bound %.6g", norm, r->max_norm);
+                          "run's bound %.6g", norm, bound);
         return -1;
     }
     return 0;
@@ -256,7 +256,7 @@ void coord_route_updates(coord_req *cr) {
     /* The norm costs a pass over the values: only a refusing bound needs
      * it here (a clipping one is applied at merge time). */
     const coord_robust_config *rb = &srv->cfg.robust;
-    double norm = rc == VL_OK && rb->refuse_excess && rb->max_norm > 0
+    double norm = rc == VL_OK && rb->refuse_excess && coord_norm_bound(srv) > 0
                       ? compress_update_norm(&cu) : 0;
     compress_update_free(&cu);
     if (rc == VL_ENOMEM) {

@@ -103,6 +103,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         goto out;
     }
     srv->version = run.current_version;
+    coord_norm_bound_refresh(srv);
     srv->digest_version = -1;
     /* The stored time is whole seconds, cut down: taken as the end of that
      * second, the age is never overstated, so a deadline is never early
@@ -147,8 +148,8 @@ void coord_state_free(coord_server *srv) {
     free(srv->momentum);
     json_decref(srv->status_cache);
     srv->status_cache = NULL;
-    free(srv->issuing_peers);
-    srv->issuing_peers = NULL;
+    free(srv->issuing_leases);
+    srv->issuing_leases = NULL;
     srv->cap_issuing = 0;
     free(srv->speeds);
     srv->speeds = NULL;

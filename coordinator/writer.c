@@ -25,6 +25,8 @@ struct coord_writer {
     pthread_cond_t cv;
     coord_job *queue, *queue_tail; /* submitted, not yet taken */
     coord_job *done, *done_tail;   /* run, not yet handed back */
+    uint64_t submitted;            /* the last submission number given out (loop thread) */
+    uint64_t settled;              /* the last one whose transaction has ended (under mu) */
     int stopping;
     coord_writer_stats stats;
     /* Loop side. */
@@ -95,8 +97,9 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     } else {
         storage_rollback(w->db);
     }
-    uint64_t failed = 0;
+    uint64_t failed = 0, last = 0;
     for (coord_job *j = jobs; j; j = j->next) {
+        last = j->seq;
         if (broken) {
             /* Nothing of the batch is stored, whatever a job said. */
             j->rc = e.code ? e.code : VL_EDB;
@@ -106,6 +109,9 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     }
     if (broken) log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
     pthread_mutex_lock(&w->mu);
+    /* Batches are taken from the head of the queue, so the last job of
+     * this one is the highest number that has settled. */
+    if (last > w->settled) w->settled = last;
     w->stats.jobs += n;
     w->stats.failed += failed;
     if (!broken) {
@@ -323,15 +329,25 @@ fail:
     return rc;
 }
 
-void coord_writer_submit(coord_writer *w, coord_job *job) {
+uint64_t coord_writer_submit(coord_writer *w, coord_job *job) {
     job->next = NULL;
     job->rc = 0;
+    job->seq = ++w->submitted;
     w->outstanding++;
     pthread_mutex_lock(&w->mu);
     append(&w->queue, &w->queue_tail, job, job);
     w->stats.queued++;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    return job->seq;
+}
+
+uint64_t coord_writer_settled(coord_writer *w) {
+    if (!w) return 0;
+    pthread_mutex_lock(&w->mu);
+    uint64_t s = w->settled;
+    pthread_mutex_unlock(&w->mu);
+    return s;
 }
 
 size_t coord_writer_pending(const coord_writer *w) {

@@ -52,6 +52,7 @@ struct coord_job {
     /* Set by the writer. */
     int rc;
     vl_error err;
+    uint64_t seq; /* its submission number, given by coord_writer_submit */
     coord_job *next;
 };
 
@@ -77,8 +78,18 @@ int coord_writer_start(const char *db_path, struct event_base *base, coord_write
                        vl_error *err) VL_MUST_CHECK;
 
 /* Queues job (run and done set). Never fails: the job is the writer's
- * until its done callback. Loop thread only. */
-void coord_writer_submit(coord_writer *w, coord_job *job);
+ * until its done callback. Returns its submission number, 1 for the
+ * first job and one more for each after it. Loop thread only. */
+uint64_t coord_writer_submit(coord_writer *w, coord_job *job);
+
+/* The highest submission number whose transaction has ended (committed,
+ * or rolled back): jobs run in submission order, so every job numbered
+ * up to it is settled, and what those committed is visible to any
+ * connection that starts reading after this call. Their done callbacks
+ * may not have run yet: this is how the loop tells a write already in
+ * the database from one still on its way, without counting it twice.
+ * 0 for NULL. Any thread. */
+uint64_t coord_writer_settled(coord_writer *w);
 
 /* Queues job to the compute thread, which runs job->run with its own read
  * connection (db) outside any transaction; a job may only read the

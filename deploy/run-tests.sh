@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# The long mode (VOLLEY_LONG_TESTS=1): 200 simulated power cuts instead
+# of 20 (integration_powercut, about 10 minutes more).
+if [ -n "${VOLLEY_LONG_TESTS:-}" ]; then export POWERCUT_CUTS=${POWERCUT_CUTS:-200}; fi
 
 bash deploy/install-deps.sh
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
@@ -48,11 +51,11 @@ echo "== ThreadSanitizer build (coordinator threads)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOLLEY_WERROR=ON -DVOLLEY_TSAN=ON \
   -DVOLLEY_CUDA=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_coordinator test_auth test_merge test_guard test_limits \
-  test_async volley-coordinator volley-peer volley_attack volley_make_shard volley_hostile_peer \
-  bench_ingest
+  test_async test_longpoll volley-coordinator volley-peer volley_attack volley_make_shard \
+  volley_hostile_peer bench_ingest
 TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-  -R '^(test_(coordinator|auth|merge|guard|limits|async)|integration_(round|attack|stale|conns|crash))$'
+  -R '^(test_(coordinator|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash))$'
 echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null

@@ -7,8 +7,8 @@
  * to the end of a segment file, and SQLite keeps only where it is.
  *
  * Durability: storage_commit fdatasyncs every segment this connection
- * appended to in the transaction (and the directory, when a segment was
- * created) before it commits, so a committed row never points at bytes
+ * appended to in the transaction (and the directory and its parent, when a
+ * segment was created) before it commits, so a committed row never points at bytes
  * the disk might not have. Bytes of a transaction that rolled back, or
  * that a crash cut short before its commit, stay in the file with
  * nothing pointing at them until the segment is deleted.
@@ -272,7 +272,18 @@ int body_sync(body_files *b, vl_error *err) {
         b->dirty = 0;
     }
     if (b->dir_dirty) {
+        /* The new segment's entry, and the directory's own entry in its
+         * parent: the connection that created the directory may not be
+         * the one whose commit first points into it, and without that
+         * entry a power cut takes the directory and every segment in it.
+         * One more fsync per segment (64 MiB) is nothing. */
+        char parent[sizeof b->dir];
+        const char *slash = strrchr(b->dir, '/');
+        if (!slash) snprintf(parent, sizeof parent, ".");
+        else if (slash == b->dir) snprintf(parent, sizeof parent, "/");
+        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - b->dir), b->dir);
         int rc = file_sync_dir(b->dir, err);
+        if (rc == VL_OK) rc = file_sync_dir(parent, err);
         if (rc != VL_OK) return rc;
         b->dir_dirty = 0;
     }

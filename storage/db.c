@@ -117,9 +117,11 @@ static const char *const SQL[Q_COUNT] = {
                        " (SELECT id FROM updates WHERE merged_version <= ?)",
     [Q_VERSION_MAX] = "SELECT max(version) FROM versions",
     [Q_VERSION_INSERT] = "INSERT INTO versions (version, created_at, params, momentum, val_loss,"
-                         " train_loss, num_updates, refused, refused_val_loss)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         " train_loss, num_updates, refused, refused_val_loss, update_norm)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_VERSION_BEST] = "SELECT min(val_loss) FROM versions",
+    [Q_VERSION_NORMS] = "SELECT update_norm FROM versions WHERE version BETWEEN 1 AND ?"
+                        " AND update_norm IS NOT NULL ORDER BY update_norm",
     [Q_VERSION_GET] = "SELECT version, created_at, val_loss, train_loss, num_updates, params,"
                       " momentum FROM versions WHERE version = ?",
     [Q_VERSION_EACH] = "SELECT version, created_at, val_loss, train_loss, num_updates,"
@@ -481,6 +483,22 @@ int storage_checkpoint(storage *st, int *wal_pages, int *done_pages, vl_error *e
     if (wal_pages) *wal_pages = log;
     if (done_pages) *done_pages = done;
     return VL_OK;
+}
+
+int storage_integrity_check(storage *st, vl_error *err) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA integrity_check(1)", -1, &s, NULL) != SQLITE_OK)
+        return q_fail(st, err, "integrity_check");
+    int rc = VL_OK;
+    if (sqlite3_step(s) != SQLITE_ROW) {
+        rc = q_fail(st, err, "integrity_check");
+    } else {
+        const char *r = (const char *)sqlite3_column_text(s, 0);
+        if (!r || strcmp(r, "ok") != 0)
+            rc = vl_fail(err, VL_EDB, "database: integrity_check: %s", r ? r : "no answer");
+    }
+    sqlite3_finalize(s);
+    return rc;
 }
 
 void storage_close(storage *st) {

@@ -187,6 +187,12 @@ static const storage_migration MIGRATIONS[] = {
      /* GET /v1/status counts every peer's updates: without this, a scan of
       * all updates per peer (1 s at 300 peers and 50 000 updates). */
      "CREATE INDEX updates_by_peer ON updates(peer_id);"},
+    {13,
+     /* The median L2 norm of the updates a version merged, as they were
+      * sent, each over the square root of its local steps: robust.max_norm
+      * "auto" derives its bound from the first versions' (NULL for
+      * version 0 and versions made before). */
+     "ALTER TABLE versions ADD COLUMN update_norm REAL;"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

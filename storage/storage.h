@@ -42,6 +42,10 @@ typedef struct storage storage;
  * success *out is owned by the caller (storage_close). */
 int storage_open(const char *path, int create, storage **out, vl_error *err) VL_MUST_CHECK;
 
+/* Runs SQLite's integrity_check over the whole database: VL_OK when it
+ * answers ok, else VL_EDB with its first complaint in err. */
+int storage_integrity_check(storage *st, vl_error *err) VL_MUST_CHECK;
+
 /* Closes the database, rolling back a transaction left open. NULL is a
  * no-op. */
 void storage_close(storage *st);
@@ -382,6 +386,10 @@ typedef struct storage_version {
      * scored (NaN: not a number). Read back by storage_version_each only. */
     int refused;
     double refused_val_loss;
+    /* Only read by storage_version_commit: the median L2 norm of the
+     * updates it merged, as sent, each over the square root of its local
+     * steps (0 or NaN: none, or not known). */
+    double update_norm;
     /* Only read by storage_version_commit: what this version changed,
      * theta_v - theta_(v-1), as change_nnz ascending indices and values.
      * Stored when has_change is set (every version but 0). */
@@ -441,6 +449,12 @@ typedef int (*storage_version_fn)(void *ctx, const storage_version *v);
 /* Walks all versions, oldest first, without blobs. */
 int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
                          vl_error *err) VL_MUST_CHECK;
+
+/* The median, over versions 1 to upto that recorded one, of each
+ * version's median update norm (storage_version.update_norm), into *out
+ * (NaN when none did); *count receives how many did. */
+int storage_version_norm_median(storage *st, int64_t upto, double *out, int64_t *count,
+                                vl_error *err) VL_MUST_CHECK;
 
 /* The lowest validation loss of any version (refused ones record their
  * predecessor's), into *out; NaN when no version has one. */

@@ -353,6 +353,9 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
     sqlite3_bind_int(s, 8, v->refused ? 1 : 0);
     if (v->refused) bind_real(s, 9, v->refused_val_loss);
     else sqlite3_bind_null(s, 9);
+    /* 0 is what a version made without norms (version 0) holds. */
+    if (v->update_norm > 0) bind_real(s, 10, v->update_norm);
+    else sqlite3_bind_null(s, 10);
     if ((rc = q_exec(st, s, "insert version", err)) != VL_OK) return rc;
 
     if (v->has_change) {
@@ -536,6 +539,37 @@ int storage_version_best_loss(storage *st, double *out, vl_error *err) {
     }
     *out = column_real(s, 0);
     q_done(s);
+    return VL_OK;
+}
+
+int storage_version_norm_median(storage *st, int64_t upto, double *out, int64_t *count,
+                                vl_error *err) {
+    *out = NAN;
+    *count = 0;
+    sqlite3_stmt *s = q_get(st, Q_VERSION_NORMS, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, upto);
+    /* Sorted by SQLite; only the middle one or two are kept. */
+    double lo = NAN, hi = NAN;
+    int64_t n = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) n++;
+    if (rc != SQLITE_DONE) {
+        rc = q_fail(st, err, "version norms");
+        q_done(s);
+        return rc;
+    }
+    sqlite3_reset(s);
+    for (int64_t i = 0; i < n && (rc = sqlite3_step(s)) == SQLITE_ROW; i++) {
+        if (i == (n - 1) / 2) lo = sqlite3_column_double(s, 0);
+        if (i == n / 2) {
+            hi = sqlite3_column_double(s, 0);
+            break;
+        }
+    }
+    q_done(s);
+    if (n > 0) *out = (lo + hi) / 2;
+    *count = n;
     return VL_OK;
 }
 

@@ -42,6 +42,7 @@
 
 #include "coordinator/coord.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/guard_conns.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -49,83 +50,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define EXCHANGE_LIMIT_S 10.0
 #define RESPONSE_CAP ((size_t)1 << 20)
 
-/* One connection's guard, kept until the connection is gone. */
-typedef struct hconn {
-    coord_guard g;
-    struct bufferevent *bev;
-    int closed; /* evhttp told us it is freeing the connection */
-    struct hconn *next;
-} hconn;
-
 static struct {
     char dir[512];
     char sock[600];
     coord_server *srv;
     crypto_identity keys[3]; /* peer 1, peer 2, the joining key */
-    hconn *conns;
+    guard_conn *conns;
     struct event *tick;
     buf resp;
 } H;
 
-static const char *const LARGE_PATHS[] = {"/v1/updates", "/v1/round/values", NULL};
-
 /* ---- connections ------------------------------------------------------- */
 
-static void conn_release(hconn *c) {
-    hconn **p = &H.conns;
-    while (*p && *p != c) p = &(*p)->next;
-    if (*p) *p = c->next;
-    if (!c->closed) {
-        /* The bufferevent, and with it the input buffer that held the
-         * hook, is already freed: nothing of it may be touched. */
-        c->g.hook = NULL;
-        c->g.input = NULL;
-    }
-    coord_server *srv = H.srv;
-    if (c->g.prev) c->g.prev->next = c->g.next;
-    else if (srv->guards == &c->g) srv->guards = c->g.next;
-    if (c->g.next) c->g.next->prev = c->g.prev;
-    coord_guard_detach(&c->g);
-    coord_guard_free(&c->g);
-    free(c);
-}
-
-/* evhttp frees a connection that had a request this way, before it frees
- * the bufferevent: the guard is unhooked while the buffer still exists. */
-static void conn_closed(struct evhttp_connection *evcon, void *arg) {
-    (void)evcon;
-    hconn *c = arg;
-    c->closed = 1;
-    conn_release(c);
-}
-
-/* Plain socket in place of the server's TLS bufferevent, with the guard
- * attached the same way. */
 static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     (void)arg;
-    hconn *c = calloc(1, sizeof *c);
-    FUZZ_CHECK(c != NULL, "out of memory");
-    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = LARGE_PATHS,
-                             .large_cap = (uint64_t)H.srv->cfg.max_body_bytes,
-                             .authorize = coord_auth_head, .authorize_arg = H.srv,
-                             .release = coord_auth_release};
-    coord_guard_init(&c->g, COORD_HEAD_CAP, &caps);
-    c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    FUZZ_CHECK(c->bev && coord_guard_attach(&c->g, c->bev) == VL_OK, "cannot hook a connection");
-    /* The server finds a request's guard (and its ticket) in its list. */
-    c->g.next = H.srv->guards;
-    if (H.srv->guards) H.srv->guards->prev = &c->g;
-    H.srv->guards = &c->g;
-    c->next = H.conns;
-    H.conns = c;
+    guard_conn *c = guard_conn_new(base, H.srv, &H.conns);
+    FUZZ_CHECK(c != NULL, "cannot hook a connection");
     return c->bev;
 }
 
 static void on_request(struct evhttp_request *req, void *arg) {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-    for (hconn *c = H.conns; c; c = c->next)
-        if (c->bev == bev) evhttp_connection_set_closecb(evcon, conn_closed, c);
+    guard_conn_watch(req, H.conns);
     coord_server_dispatch(req, arg);
 }
 
@@ -147,7 +92,7 @@ static int remove_entry(const char *path, const struct stat *sb, int type, struc
 static void remove_dir(void) {
     if (H.srv) coord_server_close(H.srv);
     H.srv = NULL;
-    while (H.conns) conn_release(H.conns);
+    guard_conn_release_all(&H.conns, NULL);
     if (H.tick) event_free(H.tick);
     buf_free(&H.resp);
     /* The database, its -wal, -shm, -bodies/ and -nonces, the corpus, the socket. */
@@ -337,12 +282,7 @@ static void exchange(const uint8_t *data, size_t n) {
     close(c);
     /* The server side is closed, so its bufferevent is gone; guards whose
      * connection never had a request were not told. */
-    while (H.conns) {
-        hconn *c2 = H.conns;
-        H.conns = c2->next;
-        c2->next = NULL;
-        conn_release(c2);
-    }
+    guard_conn_release_all(&H.conns, H.srv);
 }
 
 /* ---- checking the answers ------------------------------------------------ */

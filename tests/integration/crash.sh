@@ -11,35 +11,12 @@ source "$(dirname "$0")/lib.sh"
 INGEST=${INGEST:?}
 KILLS=${CRASH_KILLS:-20}
 PER=8
-IT_MODE=async IT_LEASE_S=30 it_setup itcrash 1000000 "$PER" \
-  '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32", "second_round": 0},
-   "staleness": {"max": 1000000},'
-# The storm is far above any peer's rate on purpose: no rate limits.
-IT_SERVE_ARGS="--peer-rate 0 --addr-rate 0"
-it_start_coordinator
-for i in 1 2 3; do it_peer "$i"; done
+it_storm_setup itcrash "$PER" 3
 for i in 1 2 3; do
   "$INGEST" client --dir "peer$i" --seconds 0 --out "client$i.txt" --log-acks "acks$i.txt" \
     2> "client$i.log" &
   PIDS+=($!)
 done
-
-# check_db WHEN: the invariants, on the database as a crash left it.
-check_db() {
-  [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "$1: integrity_check"
-  cat acks*.txt 2>/dev/null | awk '$1 == "ACK" { print $2 "|" $3 }' | sort -u > acked.txt
-  q 'SELECT task_id || "|" || id FROM updates' | sort -u > stored.txt
-  local lost
-  lost=$(comm -23 acked.txt stored.txt | wc -l)
-  [ "$lost" = 0 ] || fail "$1: $lost acknowledged uploads are not in the database: $(comm -23 acked.txt stored.txt | head -n 3 | tr '\n' ' ')"
-  [ "$(q 'SELECT count(*) FROM versions v WHERE v.version > 0 AND v.num_updates <>
-           (SELECT count(*) FROM updates u WHERE u.merged_version = v.version)')" = 0 ] \
-    || fail "$1: a version does not hold exactly the updates it counts"
-  [ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NOT NULL AND merged_version NOT IN
-           (SELECT version FROM versions)')" = 0 ] || fail "$1: an update is merged into no version"
-  [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
-    || fail "$1: a task has two updates"
-}
 
 total_acked=0
 for k in $(seq 1 "$KILLS"); do
@@ -48,7 +25,7 @@ for k in $(seq 1 "$KILLS"); do
   kill -9 "$CPID"
   wait "$CPID" 2>/dev/null || true
   CPID=""
-  check_db "after kill $k"
+  it_check_acked "after kill $k"
   total_acked=$(wc -l < acked.txt)
   echo "crash: kill $k: $total_acked uploads acknowledged so far, all stored;" \
        "$(q 'SELECT current_version FROM run') versions"
@@ -68,7 +45,7 @@ PIDS=()
 # Let the last merge that the stored updates are due for land.
 sleep 1
 it_stop_coordinator
-check_db "at the end"
+it_check_acked "at the end"
 total_acked=$(wc -l < acked.txt)
 unmerged=$(q 'SELECT count(*) FROM updates WHERE merged_version IS NULL')
 [ "$unmerged" -lt "$PER" ] || fail "$unmerged updates are left unmerged (a version needs $PER)"

@@ -184,3 +184,42 @@ it_check_no_secrets() {
   done
   ! grep -qE 'sig1=:|Signature: |Signature-Input: ' "${logs[@]}" || fail "a request signature is in a log"
 }
+
+# it_check_acked WHEN: the invariants of a database a crash or a power cut
+# left, for tests whose clients log acknowledgements (acks*.txt, lines
+# "ACK task update"): integrity_check ok, every upload answered 202 stored,
+# every version holding exactly the updates it counts, no update merged
+# into a version that does not exist, no task with two updates, and
+# (volley-coordinator check) every update waiting for a merge readable.
+# Leaves the acknowledged uploads in acked.txt.
+it_check_acked() {
+  [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "$1: integrity_check"
+  "$COORD" check --db run.db > check.txt 2>&1 || fail "$1: check: $(tail -n 3 check.txt)"
+  cat acks*.txt 2>/dev/null | awk '$1 == "ACK" { print $2 "|" $3 }' | sort -u > acked.txt
+  q 'SELECT task_id || "|" || id FROM updates' | sort -u > stored.txt
+  local lost
+  lost=$(comm -23 acked.txt stored.txt | wc -l)
+  [ "$lost" = 0 ] || fail "$1: $lost acknowledged uploads are not in the database: $(comm -23 acked.txt stored.txt | head -n 3 | tr '\n' ' ')"
+  [ "$(q 'SELECT count(*) FROM versions v WHERE v.version > 0 AND v.num_updates <>
+           (SELECT count(*) FROM updates u WHERE u.merged_version = v.version)')" = 0 ] \
+    || fail "$1: a version does not hold exactly the updates it counts"
+  [ "$(q 'SELECT count(*) FROM updates WHERE merged_version IS NOT NULL AND merged_version NOT IN
+           (SELECT version FROM versions)')" = 0 ] || fail "$1: an update is merged into no version"
+  [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
+    || fail "$1: a task has two updates"
+}
+
+# it_storm_setup NAME PER PEERS: an async sketch run for upload storms
+# (PER updates a version, no end, no staleness limit, the plain mean
+# without a norm bound: the storm's random uploads have no honest norm)
+# served without rate limits, since a storm is far above any peer's rate
+# on purpose, with PEERS peers joined (peer1...).
+it_storm_setup() {
+  IT_MODE=async IT_LEASE_S=30 it_setup "$1" 1000000 "$2" \
+    '"compression": {"kind": "sketch", "rows": 3, "cols": 2000, "dtype": "F32", "second_round": 0},
+     "staleness": {"max": 1000000}, "robust": {"rule": "mean"},'
+  IT_SERVE_ARGS="--peer-rate 0 --addr-rate 0"
+  it_start_coordinator
+  local i
+  for i in $(seq 1 "$3"); do it_peer "$i"; done
+}

@@ -17,6 +17,17 @@
 # varies) within 15 % of clean, the plain mean over twice it. Every
 # figure is printed.
 #
+# The defaults (no robust section: with 10 updates per version the
+# trimmed mean, trim 0.2, and the update-norm bound derived from versions
+# 1-3, 4 times their median norm per square root of the local steps,
+# beyond which sync clips and async refuses) are run clean and attacked,
+# sync and async: attacked, within 5 % (sync) and 15 % (async) of their
+# clean runs, and clean within 3 % (sync) and 10 % (async, whose clean
+# runs differ by several per cent between two tries) of the plain mean's
+# clean run; async,
+# the scale100 and noise attacks past version 3 refused with 422
+# norm_exceeded, sync, attacks scaled down to the bound.
+#
 # The rules are measured on their own: every run but one has
 # max_loss_rise 0, so the coordinator refuses only a loss that is not a
 # number. That one, the plain mean attacked with the default guard, must
@@ -43,11 +54,15 @@ fi
 
 # run_case NAME MODE HOSTILE(0|1) ROBUST_JSON [VERSIONS]: one run to its
 # end; its final validation loss goes to LOSS, the mean over its last 10
-# versions to LAST10, and its files to the directory NAME.
+# versions to LAST10, and its files to the directory NAME. ROBUST_JSON
+# "default" leaves the section out.
 run_case() {
   local name=$1 mode=$2 hostile=$3 robust=$4 versions=${5:-$VERSIONS} t0=$SECONDS
+  local section="\"robust\": $robust," rule
+  rule=$(echo "$robust" | grep -o '"rule": "[a-z_]*"' | cut -d'"' -f4 || true)
+  if [ "$robust" = default ]; then section=""; rule=trimmed_mean; fi
   IT_MODE=$mode it_setup itrobust "$versions" "$PEERS" \
-    "\"robust\": $robust, \"max_loss_rise\": ${RISE:-0},"
+    "$section \"max_loss_rise\": ${RISE:-0},"
   it_start_coordinator
   for i in $(seq 1 $PEERS); do it_peer "$i"; done
   local honest=$PEERS
@@ -82,37 +97,47 @@ run_case() {
   fi
   LOSS=$(q "SELECT printf('%.4f', val_loss) FROM versions WHERE version = $versions")
   LAST10=$(q "SELECT printf('%.4f', avg(val_loss)) FROM versions WHERE version > 0 AND version > $versions - 10")
-  grep -q "version $versions: $(echo "$robust" | grep -o '"rule": "[a-z_]*"' | cut -d'"' -f4) of" \
-    coordinator.log || fail "$name: the coordinator did not merge with the rule asked for"
+  grep -q "version $versions: $rule of" coordinator.log \
+    || fail "$name: the coordinator did not merge with the rule asked for"
   mkdir "$name"
   mv run.db ./*.log "$name"/
   mv peer* "$name"/
   rm -f run.db-wal run.db-shm
   echo "robust: $name: final validation loss $LOSS, mean of the last 10 versions $LAST10" \
        "($((SECONDS - t0)) s)"
-  [ "$hostile" = 1 ] && attacks_seen "$name"
+  local bounded=0
+  [ "$robust" = default ] && [ "$mode" = async ] && bounded=1
+  [ "$hostile" = 1 ] && attacks_seen "$name" "$bounded"
   return 0
 }
 
-# attacks_seen NAME: the NaN uploads were refused and nothing of them
-# stored; every other attack was accepted and stored.
+# attacks_seen NAME BOUNDED(0|1): the NaN uploads were refused and
+# nothing of them stored; every other attack was accepted and stored,
+# but with BOUNDED (an async run's default bound), where the scale100 and
+# noise attacks after version 3 must be refused with 422 norm_exceeded.
 attacks_seen() {
   local d=$1 a=$1/peer$((PEERS - 1)).log b=$1/peer$PEERS.log
   grep -q "attack nan on attempt 0" "$a" || fail "$d: no NaN attack was made"
   grep -q "422 non_finite" "$a" || fail "$d: the NaN upload was not refused with 422 non_finite"
   grep -q "attack scale100 on attempt 1" "$a" || fail "$d: no scale100 attack after a refusal"
   for at in signflip noise replay; do grep -q "attack $at" "$b" || fail "$d: no $at attack"; done
-  local refused took stored nan
+  local refused took stored nan bounded=0
   refused=$(cat "$a" "$b" | grep -c "upload refused")
   nan=$(grep -c "upload refused: 422 non_finite" "$a")
-  [ "$nan" = "$refused" ] || fail "$d: an attack other than NaN was refused"
+  if [ "$2" = 1 ]; then
+    bounded=$(cat "$a" "$b" | grep -c "upload refused: 422 norm_exceeded" || true)
+    grep -q "upload refused: 422 norm_exceeded" "$a" || fail "$d: no scale100 attack was refused"
+    grep -q "upload refused: 422 norm_exceeded" "$b" || fail "$d: no noise attack was refused"
+  fi
+  [ $((nan + bounded)) = "$refused" ] || fail "$d: an attack was refused that should not be"
   took=$(cat "$a" "$b" | grep -c "accepted")
   stored=$(q_in "$d" "SELECT count(*) FROM updates WHERE peer_id >= $((PEERS - 1))")
   [ "$took" = "$stored" ] || fail "$d: $took attacks accepted, $stored stored"
-  [ "$stored" -ge "$(q_in "$d" 'SELECT max(version) FROM versions')" ] \
-    || fail "$d: only $stored attacks were stored"
+  # Refused ones count: a hostile peer made an attack a task either way.
+  [ $((stored + bounded)) -ge "$(q_in "$d" 'SELECT max(version) FROM versions')" ] \
+    || fail "$d: only $stored attacks were stored ($bounded refused over the bound)"
   echo "robust: $d: $stored of $(q_in "$d" 'SELECT count(*) FROM updates') updates stored were attacks;" \
-       "$nan NaN uploads refused"
+       "$nan NaN uploads refused, $bounded over the norm bound"
 }
 
 q_in() { sqlite3 "$1/run.db" "$2"; }
@@ -174,6 +199,23 @@ AMEAN=$LAST10
 run_case async_trimmed_mean async 1 '{"rule": "trimmed_mean", "trim": 0.4}' "$AVERSIONS"
 ATRIMMED=$LAST10
 
+run_case defaults_clean sync 0 default
+DCLEAN=$LOSS
+run_case defaults sync 1 default
+DEFAULTS=$LOSS
+run_case async_defaults_clean async 0 default "$AVERSIONS"
+ADCLEAN=$LAST10
+run_case async_defaults async 1 default "$AVERSIONS"
+ADEFAULTS=$LAST10
+BOUND_LINE=$(grep -o 'exceeds [0-9.e+-]* (4 times the median of versions 1 to 3, [0-9.e+-]*' \
+             defaults/coordinator.log | head -n 1 || true)
+[ -n "$BOUND_LINE" ] || fail "defaults: no update-norm bound was derived"
+grep -q "[1-9][0-9]* scaled down to max_norm" defaults/coordinator.log \
+  || fail "defaults: no attack was scaled down to the derived bound"
+
+echo "robust: defaults (trimmed_mean 0.2, bound from versions 1-3 x 4; sync clips, async refuses):" \
+     "sync clean $DCLEAN, attacked $DEFAULTS; async (last 10) clean $ADCLEAN, attacked" \
+     "$ADEFAULTS; bound: $BOUND_LINE"
 echo "robust: sync final validation loss: clean $CLEAN; attacked: mean $MEAN," \
      "trimmed_mean $TRIMMED, median $MEDIAN, norm_clip $CLIP, mean with max_norm $MAXN $BOUND"
 echo "robust: async mean of the last 10 versions: clean $ACLEAN; attacked: mean $AMEAN," \
@@ -189,4 +231,8 @@ done
 below "$BOUND" "$MEAN" 1 || fail "max_norm ($BOUND) did not improve on the plain mean ($MEAN)"
 below "$AMEAN" "$ACLEAN" 2 && fail "async plain mean under attack ($AMEAN) is not twice clean ($ACLEAN)"
 below "$ATRIMMED" "$ACLEAN" 1.15 || fail "async trimmed_mean ($ATRIMMED) is over 15 % above clean ($ACLEAN)"
+below "$DCLEAN" "$CLEAN" 1.03 || fail "the defaults, clean ($DCLEAN), are over 3 % above the plain mean ($CLEAN)"
+below "$DEFAULTS" "$DCLEAN" 1.05 || fail "the defaults under attack ($DEFAULTS) are over 5 % above clean ($DCLEAN)"
+below "$ADCLEAN" "$ACLEAN" 1.10 || fail "async defaults, clean ($ADCLEAN), are over 10 % above the plain mean ($ACLEAN)"
+below "$ADEFAULTS" "$ADCLEAN" 1.15 || fail "async defaults under attack ($ADEFAULTS) are over 15 % above clean ($ADCLEAN)"
 echo "1 passed, 0 failed"

@@ -1,2 +1,9 @@
 volley_unit_test(test_storage volley_storage)
 volley_unit_test(test_bodies volley_storage)
+# Power cuts and disk faults at chosen moments of a transaction, with the
+# layer of tests/faults loaded into the test (absent under the sanitizers).
+if(TARGET volley_powercut)
+  volley_unit_test(test_powercut volley_storage)
+  set_tests_properties(test_powercut PROPERTIES
+    ENVIRONMENT "LD_PRELOAD=$<TARGET_FILE:volley_powercut>")
+endif()

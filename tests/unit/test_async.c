@@ -236,6 +236,9 @@ static void test_config_async_outer(void **state) {
     assert_true(coord_config_is_async(&cfg));
     assert_int_equal(cfg.outer_delay, 2);
     assert_true(cfg.train.dynamic_steps);
+    /* Volunteers are strangers: a robust rule and the derived bound. */
+    assert_int_equal(cfg.robust.rule, COORD_RULE_TRIMMED_MEAN);
+    assert_true(cfg.robust.auto_norm && cfg.robust.refuse_excess);
     /* A sync run may use the delay too. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 2}}",
                            &cfg, &e), VL_OK);

@@ -3,8 +3,12 @@
  * the formula: with FedAvg (outer lr 1, momentum 0) version 1 is
  * theta_0 - sum_i n_i delta_i / sum_i n_i. Two updates of 10 and 30
  * samples, so dividing by their count, or not dividing, or weighting
- * wrong, lands elsewhere: dense, and top-k with every coordinate applied
- * (apply_k = n), where the sparse step must equal the dense one. */
+ * wrong, lands elsewhere: dense; top-k with every coordinate applied
+ * (apply_k = n), where the sparse step must equal the dense one; and
+ * Count Sketch (no second round, apply_k = n), whose updates are sparse
+ * on coordinates that each sit alone in their bucket of every row, so
+ * that the merged sketch gives back the weighted mean exactly and the
+ * FetchSGD step (no collision noise, so no threshold) applies just it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,9 +23,16 @@
 #include "test_util.h"
 #include "coordinator/coord.h"
 
-/* A run of kind ("none" or "topk") in dir, served (no listener). */
-static coord_server *open_run(const char *dir, const char *kind) {
-    char corpus[600], cfg[600], db[600], text[1200];
+/* Coordinates of the sketch case's updates, and how many. Few against the
+ * sketch's columns, so that a coordinate outside them almost never meets
+ * them in a majority of rows (checked, see check_recovery). */
+#define SKETCH_SUPPORT 48
+#define SKETCH_COLS 8192
+
+/* A run of kind ("none", "topk" or "sketch") in dir, served (no
+ * listener); robust (NULL: none) is its robust section. */
+static coord_server *open_run(const char *dir, const char *kind, const char *robust) {
+    char corpus[600], cfg[600], db[600], text[1600];
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", dir);
     snprintf(db, sizeof db, "%s/run.db", dir);
@@ -31,15 +42,25 @@ static coord_server *open_run(const char *dir, const char *kind) {
     OK(buf_append(&c, "", 1));
     test_write_text(corpus, (const char *)c.data);
     buf_free(&c);
-    int topk = strcmp(kind, "topk") == 0;
+    /* The sketch run's updates are F32, as sent here, so that the exact
+     * mean is what comes back; no second round, which would apply only
+     * the values its peers report. */
+    char comp[300] = "";
+    if (strcmp(kind, "topk") == 0)
+        snprintf(comp, sizeof comp,
+                 ", \"compression\": {\"kind\": \"topk\", \"k\": 8, \"apply_k\": 1000000}");
+    else if (strcmp(kind, "sketch") == 0)
+        snprintf(comp, sizeof comp,
+                 ", \"compression\": {\"kind\": \"sketch\", \"dtype\": \"F32\", \"rows\": 5, "
+                 "\"cols\": %d, \"seed\": 7, \"apply_k\": 1000000, \"second_round\": 0}",
+                 SKETCH_COLS);
     snprintf(text, sizeof text,
              "{\"name\": \"merge\", \"corpus\": \"%s\", \"model\": {\"vocab_size\": 256, "
              "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
              "\"updates_per_version\": 2, \"max_versions\": 3, \"task_bytes\": 4096, "
              "\"max_loss_rise\": 0, \"outer\": {\"lr\": 1.0, \"momentum\": 0.0}, "
-             "\"train\": {\"steps\": 4, \"batch\": 4}%s}",
-             corpus, topk ? ", \"compression\": {\"kind\": \"topk\", \"k\": 8, \"apply_k\": "
-                            "1000000}" : "");
+             "\"train\": {\"steps\": 4, \"batch\": 4}%s%s%s}",
+             corpus, comp, robust ? ", \"robust\": " : "", robust ? robust : "");
     test_write_text(cfg, text);
     OK(coord_cmd_init(db, cfg, &e_));
     coord_server *srv = NULL;
@@ -47,16 +68,16 @@ static coord_server *open_run(const char *dir, const char *kind) {
     return srv;
 }
 
-/* Stores a done task of peer for version 0 and its update (body). */
+/* Stores a done task of peer for m's base version and its update (body). */
 static void store_update(coord_server *srv, int64_t peer, const compress_update_meta *m,
                          const buf *body) {
-    storage_task t = {.peer_id = peer, .base_version = 0, .data_offset = 0,
+    storage_task t = {.peer_id = peer, .base_version = m->base_version, .data_offset = 0,
                       .data_length = 4096, .seed = 1, .issued_at = 1000,
                       .deadline = clock_unix_s() + 600, .state = STORAGE_TASK_DONE};
     int64_t tid = 0;
     OK(storage_task_insert(srv->db, &t, &tid, &e_));
     assert_int_equal(tid, m->task);
-    storage_update u = {.task_id = tid, .peer_id = peer, .base_version = 0,
+    storage_update u = {.task_id = tid, .peer_id = peer, .base_version = m->base_version,
                         .num_samples = m->num_samples, .local_steps = m->local_steps,
                         .loss = m->loss, .nbytes = (int64_t)body->len, .blob = body->data,
                         .received_at = clock_unix_s()};
@@ -64,23 +85,95 @@ static void store_update(coord_server *srv, int64_t peer, const compress_update_
     OK(storage_update_insert(srv->db, &u, NULL, &e_));
 }
 
-/* Runs the loop until version 1 is committed (or gives up). */
-static void merge_version_one(coord_server *srv) {
+/* Runs the loop until the next version is committed (or gives up). */
+static void merge_next(coord_server *srv) {
     vl_error e = {0};
+    int64_t next = srv->version + 1;
     /* 1: a merge was started. */
     assert_int_equal(coord_merge_if_ready(srv, &e), 1);
-    for (int i = 0; i < 2000 && srv->version < 1; i++) {
+    for (int i = 0; i < 2000 && srv->version < next; i++) {
         struct timeval tv = {0, 5000};
         event_base_loopexit(srv->base, &tv);
         event_base_dispatch(srv->base);
     }
-    assert_int_equal(srv->version, 1);
+    assert_int_equal(srv->version, next);
+}
+
+/* The run's sketch shape, zeroed. */
+static void run_sketch(const coord_server *srv, compress_sketch *s) {
+    OK(compress_sketch_init(s, (uint32_t)srv->cfg.comp_rows, (uint32_t)srv->cfg.comp_cols,
+                            (uint64_t)srv->cfg.comp_seed, &e_));
+}
+
+/* SKETCH_SUPPORT coordinates, spread over the model, no two of which
+ * share a bucket in any row: each is alone in its buckets, so its
+ * estimate is its value, whatever the weights. */
+static void pick_support(const coord_server *srv, size_t n, uint32_t *idx) {
+    uint32_t rows = (uint32_t)srv->cfg.comp_rows, cols = (uint32_t)srv->cfg.comp_cols;
+    uint8_t *used = calloc((size_t)rows * cols, 1);
+    assert_non_null(used);
+    size_t got = 0;
+    for (size_t i = 3; i < n && got < SKETCH_SUPPORT; i += n / (2 * SKETCH_SUPPORT)) {
+        uint32_t bucket[COMPRESS_SKETCH_MAX_ROWS];
+        int sign, alone = 1;
+        for (uint32_t j = 0; j < rows; j++) {
+            compress_sketch_hash((uint64_t)srv->cfg.comp_seed, j, cols, i, &bucket[j], &sign);
+            alone = alone && !used[(size_t)j * cols + bucket[j]];
+        }
+        if (!alone) continue;
+        for (uint32_t j = 0; j < rows; j++) used[(size_t)j * cols + bucket[j]] = 1;
+        idx[got++] = (uint32_t)i;
+    }
+    assert_int_equal(got, SKETCH_SUPPORT);
+    free(used);
+}
+
+/* The precondition of the sketch case, with the project's own query as
+ * the reference: the sketch of the expected mean estimates it exactly at
+ * every coordinate (a coordinate outside the support meeting it in a
+ * majority of rows would not). Then more than half of the estimates are
+ * 0, the FetchSGD noise threshold is 0, and the step applies the
+ * estimates as they are. */
+static void check_recovery(const coord_server *srv, const float *mean, size_t n) {
+    compress_sketch s;
+    run_sketch(srv, &s);
+    compress_sketch_encode(&s, mean, n);
+    float *est = malloc(n * sizeof *est);
+    assert_non_null(est);
+    compress_sketch_estimate(&s, n, est);
+    for (size_t i = 0; i < n; i++)
+        if (est[i] != mean[i])
+            fail_msg("the sketch estimates coordinate %zu as %g, not %g: choose another "
+                     "compression.seed", i, (double)est[i], (double)mean[i]);
+    free(est);
+    compress_sketch_free(&s);
+}
+
+/* An update's body of the run's kind for the values d (n of them; for a
+ * sketch run, zero off the support). */
+static void encode_update(const coord_server *srv, const char *kind, compress_update_meta *m,
+                          const uint32_t *idx, const float *d, size_t n, buf *b) {
+    if (strcmp(kind, "topk") == 0) {
+        m->kind = COMPRESS_TOPK;
+        OK(compress_update_encode_topk(m, idx, d, n, ST_F32, b, &e_));
+    } else if (strcmp(kind, "sketch") == 0) {
+        compress_sketch s;
+        run_sketch(srv, &s);
+        compress_sketch_encode(&s, d, n);
+        m->kind = COMPRESS_SKETCH;
+        OK(compress_update_encode_sketch(m, &s, ST_F32, b, &e_));
+        compress_sketch_free(&s);
+    } else {
+        m->kind = COMPRESS_DENSE;
+        OK(compress_update_encode_dense(m, d, n, ST_F32, b, &e_));
+    }
 }
 
 static void check_kind(const char *kind) {
     char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
-    coord_server *srv = open_run(dir, kind);
+    coord_server *srv = open_run(dir, kind, NULL);
     size_t n = srv->n_params;
+    int sketch = strcmp(kind, "sketch") == 0;
     float *theta0 = malloc(n * sizeof *theta0);
     assert_non_null(theta0);
     memcpy(theta0, model_gpt_params(srv->gpt), n * sizeof *theta0);
@@ -95,39 +188,60 @@ static void check_kind(const char *kind) {
     uint32_t *idx = malloc(n * sizeof *idx);
     assert_non_null(idx);
     for (size_t i = 0; i < n; i++) idx[i] = (uint32_t)i;
+    /* A sketch run's updates share their support, where they differ, so
+     * that the weights decide every coordinate that moves. */
+    if (sketch) pick_support(srv, n, idx);
     for (int k = 0; k < 2; k++) {
         d[k] = random_vec(n, 100 + (uint64_t)k);
+        if (sketch) {
+            float *v = calloc(n, sizeof *v);
+            assert_non_null(v);
+            for (size_t t = 0; t < SKETCH_SUPPORT; t++) v[idx[t]] = d[k][idx[t]];
+            free(d[k]);
+            d[k] = v;
+        }
         for (size_t i = 0; i < n; i++) d[k][i] *= 0.01f;
+    }
+    float *mean = malloc(n * sizeof *mean);
+    assert_non_null(mean);
+    size_t n_moving = 0;
+    for (size_t i = 0; i < n; i++) {
+        mean[i] = (float)((samples[0] * (double)d[0][i] + samples[1] * (double)d[1][i]) /
+                          (double)(samples[0] + samples[1]));
+        n_moving += mean[i] != 0;
+    }
+    if (sketch) check_recovery(srv, mean, n);
+    for (int k = 0; k < 2; k++) {
         compress_update_meta m = {.task = k + 1, .peer = peer[k], .base_version = 0,
                                   .num_samples = samples[k], .local_steps = 2, .loss = 3.0};
         snprintf(m.run, sizeof m.run, "merge");
         buf b;
         buf_init(&b, 1 << 24);
-        if (strcmp(kind, "topk") == 0) {
-            m.kind = COMPRESS_TOPK;
-            OK(compress_update_encode_topk(&m, idx, d[k], n, ST_F32, &b, &e_));
-        } else {
-            m.kind = COMPRESS_DENSE;
-            OK(compress_update_encode_dense(&m, d[k], n, ST_F32, &b, &e_));
-        }
+        encode_update(srv, kind, &m, idx, d[k], n, &b);
         store_update(srv, peer[k], &m, &b);
         buf_free(&b);
     }
-    merge_version_one(srv);
+    merge_next(srv);
     const float *theta1 = model_gpt_params(srv->gpt);
     double worst = 0, moved = 0;
+    size_t worst_at = 0;
     for (size_t i = 0; i < n; i++) {
-        double mean = (samples[0] * (double)d[0][i] + samples[1] * (double)d[1][i]) /
-                      (double)(samples[0] + samples[1]);
-        double want = theta0[i] - mean;
+        double want = theta0[i] - (double)mean[i];
         double err = fabs(theta1[i] - want);
-        if (err > worst) worst = err;
+        if (err > worst) {
+            worst = err;
+            worst_at = i;
+        }
         moved += fabs(theta1[i] - theta0[i]);
     }
-    /* The step is about 0.01 per coordinate; a wrong division is off by
-     * a quarter of it or more (1/2 against 1/4 weights). */
-    if (worst > 1e-6) fail_msg("%s: version 1 is %.3g from the weighted mean's step", kind, worst);
-    assert_true(moved / (double)n > 1e-3);
+    /* The step is about 0.01 per coordinate that moves; a wrong division
+     * is off by a quarter of it or more (1/2 against 1/4 weights). Off
+     * the sketch's support nothing may move at all. */
+    if (worst > 1e-6)
+        fail_msg("%s: version 1 is %.3g from the weighted mean's step (coordinate %zu)", kind,
+                 worst, worst_at);
+    assert_true(n_moving > 0 && moved / (double)n_moving > 1e-3);
+    free(mean);
     free(idx);
     for (int k = 0; k < 2; k++) free(d[k]);
     free(theta0);
@@ -146,12 +260,150 @@ static void test_topk_divides_by_samples(void **state) {
     check_kind("topk");
 }
 
+static void test_sketch_divides_by_samples(void **state) {
+    (void)state;
+    check_kind("sketch");
+}
+
+/* Stores a dense update of peer, based on the current version. */
+static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t samples,
+                        const float *d) {
+    compress_update_meta m = {.task = task, .peer = peer, .base_version = srv->version,
+                              .num_samples = samples, .local_steps = 2, .loss = 3.0};
+    snprintf(m.run, sizeof m.run, "merge");
+    buf b;
+    buf_init(&b, 1 << 24);
+    encode_update(srv, "none", &m, NULL, d, srv->n_params, &b);
+    store_update(srv, peer, &m, &b);
+    buf_free(&b);
+}
+
+static double l2(const float *d, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)d[i] * d[i];
+    return sqrt(s);
+}
+
+/* robust.max_norm "auto" (auto_versions 1, auto_mult 2, clip): no bound
+ * until version 1 exists, then twice the median norm of version 1's
+ * updates per square root of their local steps, kept across a restart;
+ * version 2's update ten times longer is scaled down to it, and the
+ * other one is not. */
+static void test_auto_norm_bound(void **state) {
+    (void)state;
+    char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
+    const char *robust = "{\"max_norm\": \"auto\", \"auto_mult\": 2, \"auto_versions\": 1, "
+                         "\"on_excess\": \"clip\"}";
+    coord_server *srv = open_run(dir, "none", robust);
+    size_t n = srv->n_params;
+    assert_true(srv->cfg.robust.auto_norm && srv->cfg.robust.rule == COORD_RULE_MEAN);
+    assert_true(coord_norm_bound(srv) == 0);
+    int64_t peer[2];
+    for (int k = 0; k < 2; k++) {
+        uint8_t pk[CRYPTO_PK_BYTES];
+        memset(pk, k + 1, sizeof pk);
+        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, clock_unix_s(), &peer[k], &e_));
+    }
+    float *d[2];
+    for (int k = 0; k < 2; k++) {
+        d[k] = random_vec(n, 200 + (uint64_t)k);
+        for (size_t i = 0; i < n; i++) d[k][i] *= 0.01f * (float)(k + 1);
+    }
+    double n0 = l2(d[0], n), n1 = l2(d[1], n);
+    store_dense(srv, 1, peer[0], 10, d[0]);
+    store_dense(srv, 2, peer[1], 30, d[1]);
+    merge_next(srv);
+    /* Per square root of the local steps (2 here), and for 2 steps. */
+    double bound = 2 * (n0 + n1) / 2;
+    assert_true(fabs(coord_norm_bound(srv) - bound / sqrt(2)) < 1e-4 * bound);
+    assert_true(fabs(coord_norm_bound_for(srv, 2) - bound) < 1e-4 * bound);
+    assert_true(fabs(coord_norm_bound_for(srv, 8) - 2 * bound) < 1e-4 * bound);
+    /* Derived once and stored with the versions: the same after a restart. */
+    char db[600];
+    snprintf(db, sizeof db, "%s/run.db", dir);
+    coord_server_close(srv);
+    OK(coord_server_open(db, NULL, &srv, &e_));
+    assert_true(fabs(coord_norm_bound_for(srv, 2) - bound) < 1e-4 * bound);
+    float *theta1 = malloc(n * sizeof *theta1);
+    assert_non_null(theta1);
+    memcpy(theta1, model_gpt_params(srv->gpt), n * sizeof *theta1);
+    /* Version 2: peer 0's update ten times longer than the bound allows. */
+    for (size_t i = 0; i < n; i++) d[0][i] *= 10.0f;
+    double s = bound / l2(d[0], n);
+    assert_true(s < 0.5);
+    store_dense(srv, 3, peer[0], 10, d[0]);
+    store_dense(srv, 4, peer[1], 30, d[1]);
+    merge_next(srv);
+    const float *theta2 = model_gpt_params(srv->gpt);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = theta1[i] - (10 * s * d[0][i] + 30.0 * d[1][i]) / 40.0;
+        worst = fmax(worst, fabs(theta2[i] - want));
+    }
+    if (worst > 1e-6) fail_msg("version 2 is %.3g from the bounded mean's step", worst);
+    free(theta1);
+    for (int k = 0; k < 2; k++) free(d[k]);
+    coord_server_close(srv);
+    test_remove_tree(dir);
+    free(dir);
+}
+
+/* Without a robust section a run gets the derived bound (async refusing
+ * beyond it, sync clipping), and the trimmed mean where a version has the
+ * updates for it; the
+ * normalised configuration says so and parses back the same. */
+static void test_robust_defaults(void **state) {
+    (void)state;
+    static const struct { int upv; coord_rule rule; } cases[] = {
+        {2, COORD_RULE_MEAN}, {4, COORD_RULE_MEAN}, {5, COORD_RULE_TRIMMED_MEAN}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char text[400];
+        snprintf(text, sizeof text,
+                 "{\"name\": \"d\", \"corpus\": \"x\", \"model\": {\"vocab_size\": 256, "
+                 "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
+                 "\"mode\": \"async\", \"updates_per_version\": %d}", cases[c].upv);
+        coord_config cfg, again;
+        OK(coord_config_parse(text, strlen(text), &cfg, &e_));
+        assert_int_equal(cfg.robust.rule, cases[c].rule);
+        assert_true(cfg.robust.auto_norm && cfg.robust.refuse_excess);
+        /* A sync run clips instead: a refusal would hold its slot. */
+        snprintf(text, sizeof text,
+                 "{\"name\": \"d\", \"corpus\": \"x\", \"updates_per_version\": %d}",
+                 cases[c].upv);
+        OK(coord_config_parse(text, strlen(text), &again, &e_));
+        assert_true(again.robust.auto_norm && !again.robust.refuse_excess);
+        assert_true(cfg.robust.auto_mult == 4 && cfg.robust.auto_versions == 3);
+        char *json = coord_config_to_json(&cfg, 1);
+        assert_non_null(strstr(json, "\"max_norm\":\"auto\""));
+        OK(coord_config_parse(json, strlen(json), &again, &e_));
+        assert_memory_equal(&cfg, &again, sizeof cfg);
+        free(json);
+    }
+    const char *bad[] = {"{\"max_norm\": \"large\"}", "{\"auto_mult\": 3}",
+                         "{\"max_norm\": \"auto\", \"auto_mult\": 1}",
+                         "{\"max_norm\": \"auto\", \"auto_versions\": 0}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[400];
+        snprintf(text, sizeof text,
+                 "{\"name\": \"d\", \"corpus\": \"x\", \"model\": {\"vocab_size\": 256, "
+                 "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
+                 "\"robust\": %s}", bad[i]);
+        coord_config cfg;
+        vl_error e = {0};
+        assert_int_equal(coord_config_parse(text, strlen(text), &cfg, &e), VL_EINVAL);
+        assert_non_null(strstr(e.msg, "robust."));
+    }
+}
+
 int main(void) {
     log_set_level(LOG_WARN);
     if (crypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_divides_by_samples),
         cmocka_unit_test(test_topk_divides_by_samples),
+        cmocka_unit_test(test_sketch_divides_by_samples),
+        cmocka_unit_test(test_auto_norm_bound),
+        cmocka_unit_test(test_robust_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
