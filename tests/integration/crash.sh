@@ -12,11 +12,7 @@ INGEST=${INGEST:?}
 KILLS=${CRASH_KILLS:-20}
 PER=8
 it_storm_setup itcrash "$PER" 3
-for i in 1 2 3; do
-  "$INGEST" client --dir "peer$i" --seconds 0 --out "client$i.txt" --log-acks "acks$i.txt" \
-    2> "client$i.log" &
-  PIDS+=($!)
-done
+it_storm_clients 3
 
 total_acked=0
 for k in $(seq 1 "$KILLS"); do

@@ -223,3 +223,15 @@ it_storm_setup() {
   local i
   for i in $(seq 1 "$3"); do it_peer "$i"; done
 }
+
+# it_storm_clients N: the upload storm, from peers 1 to N in the
+# background (PIDS): the ingest benchmark's client ($INGEST), which logs
+# each acknowledgement to acksI.txt as it arrives (it_check_acked).
+it_storm_clients() {
+  local i
+  for i in $(seq 1 "$1"); do
+    "$INGEST" client --dir "peer$i" --seconds 0 --out "client$i.txt" --log-acks "acks$i.txt" \
+      2> "client$i.log" &
+    PIDS+=($!)
+  done
+}

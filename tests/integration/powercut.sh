@@ -42,11 +42,7 @@ serve_cut() {
 }
 
 serve_cut 400 0 0 0
-for i in 1 2 3 4; do
-  "$INGEST" client --dir "peer$i" --seconds 0 --out "client$i.txt" --log-acks "acks$i.txt" \
-    2> "client$i.log" &
-  PIDS+=($!)
-done
+it_storm_clients 4
 
 faulty=0
 for k in $(seq 1 "$CUTS"); do
