@@ -22,7 +22,12 @@
  * everything else is host memory. Every function runs on the legacy
  * default stream and returns after the device has finished (a failure is
  * reported by the call that caused it, and outputs are ready to read).
- * Scratch device memory is allocated and freed inside each call. Return
+ * Scratch device memory comes from a workspace cached per device, which
+ * grows to what calls need (up to a cap; a call past it gets memory of its
+ * own, freed before it returns), is reused by later calls, and is freed by
+ * kernels_cuda_compress_release or, when kernels_cuda_alloc would
+ * otherwise fail for lack of memory, by that allocation. It counts towards
+ * kernels_cuda_set_mem_cap. Calls from several threads take turns. Return
  * values: 0, VL_EINVAL for bad arguments (nothing written), VL_ENOMEM when
  * device memory runs out, VL_ERR for any other CUDA failure, with the
  * reason in err. The *_host functions copy host arrays in, run the device
@@ -44,6 +49,14 @@ extern "C" {
 #include "compress/compress.h"
 
 #if defined(VOLLEY_HAVE_CUDA)
+
+/* Frees the compressors' cached device workspace on every device (after
+ * waiting for each); the next call allocates it again. For a caller that
+ * wants the memory back, e.g. before loading a model. */
+void kernels_cuda_compress_release(void);
+
+/* Bytes of device memory the cached workspace holds now. */
+size_t kernels_cuda_compress_cached(void);
 
 /* ---- Count Sketch ----------------------------------------------------------
  * A device sketch is its table alone: rows * cols floats, row-major, laid
@@ -111,7 +124,10 @@ int kernels_cuda_gaussk_host(const float *x, size_t d, size_t k, uint32_t *idx, 
 /* ---- sparse vectors and error feedback ------------------------------------------
  * Index lists are checked on the device before anything is written:
  * VL_EINVAL for an index >= d (and, where noted, for indices that are not
- * strictly ascending, which the writes need to be free of races). */
+ * strictly ascending, which the writes need to be free of races), and
+ * then nothing is written. The check runs on the device ahead of the
+ * write, without a wait in between; the call's one wait, at its end, also
+ * fetches the verdict. */
 
 /* d_val[j] = d_x[d_idx[j]], j < nnz; any order of indices below d. */
 int kernels_cuda_sparse_gather(const float *d_x, size_t d, const uint32_t *d_idx, size_t nnz,

@@ -97,35 +97,129 @@ __device__ __forceinline__ uint32_t cc_key(float v)
     return __float_as_uint(v) & 0x7fffffffu;
 }
 
+/* ---- the cached workspace (workspace.cu) -------------------------------------------
+ * Scratch that every call used to cudaMalloc and cudaFree (each free
+ * waiting for the device) is kept per device and reused. A call opens a
+ * lease, which holds the workspace's lock until the call returns (calls
+ * from several threads take turns), and asks it for each slot's bytes: a
+ * slot that is too small is replaced (its old contents are dropped, and
+ * the new one starts zeroed), one that is large enough is handed out as
+ * it is. Past CC_WS_CAP bytes cached per device, a request gets a buffer
+ * of its own that the lease frees at the end of the call, so a one-off
+ * huge call does not pin memory for good. kernels_cuda_compress_release
+ * frees everything cached. */
+/* SMALL: a select's state, histograms and CUB's scratch; BIG: a select's
+ * candidates; FLAG: the index checks' flag, which nothing else writes. */
+enum { CC_WS_SMALL = 0, CC_WS_BIG = 1, CC_WS_FLAG = 2, CC_WS_SLOTS = 3 };
+#define CC_WS_CAP ((size_t)256 << 20)
+/* Bytes of pinned host memory a lease offers for readbacks. */
+#define CC_WS_PINNED 32768u
+
+struct cc_ws;
+
+struct cc_lease {
+    cc_ws *ws = nullptr;
+    cc_dev own[CC_WS_SLOTS];
+    cc_lease() = default;
+    cc_lease(const cc_lease &) = delete;
+    cc_lease &operator=(const cc_lease &) = delete;
+    ~cc_lease();
+    /* Takes the current device's workspace. */
+    int open(vl_error *err);
+    /* *p = at least bytes of device memory for slot (valid until the
+     * lease ends or the slot is asked for again). */
+    int get(int slot, size_t bytes, void **p, vl_error *err);
+    /* CC_WS_PINNED bytes of pinned host memory. */
+    void *pinned() const;
+    /* The device's multiprocessor count. */
+    int sms() const;
+    /* A value no earlier call on this device used, never 0: index checks
+     * flag a bad list by writing it, so the flag needs no reset. */
+    unsigned long long next_epoch();
+};
+
+/* The first bytes of d_src (at most CC_WS_PINNED) into dst, through the
+ * lease's pinned buffer; waits for the device. */
+int cc_readback(const cc_lease &ws, void *dst, const void *d_src, size_t bytes, vl_error *err);
+
+/* Drops the cached workspaces when no call holds them; 1 when that freed
+ * anything. memory.cu tries it before refusing an allocation. */
+extern "C" int cc_ws_release_idle(void);
+
+/* Round up to a multiple of 256 bytes (the alignment cudaMalloc gives). */
+static inline size_t cc_align(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
 /* ---- selection, shared by top-k, heavy hitters and Gaussian-k (select.cu) ---- */
 
-/* Where a radix select for the k-th largest key ended: the key t, how many
- * keys lie above it and how many equal it, and how many of those equal
- * ones the top k takes (from the lowest positions). The counts are of the
- * whole input; vals/map/n are the array the select ended on, the input or
- * (when few enough) a copy of its keys >= some bound, with map giving
- * their indices in the input, in ascending order. */
+/* The select's state in device memory, so the kernels of one select pass
+ * it along without a trip to the host: the bucket prefix found so far
+ * (after the last level, the key t itself), the count of keys above the
+ * current bucket (gt), the count in it (in; at the last level the count
+ * equal to t), how many of those the top k still takes (need), the
+ * position of the last tie taken (cut), the counts the compactions
+ * found, and for Gaussian-k a count and a minimum. */
+#define CC_SEL_CHECKS 4
+struct cc_sel_state {
+    unsigned long long need, gt, in, ge;
+    long long cut;
+    long long count[CC_SEL_CHECKS];
+    uint32_t prefix, kmin, min_above;
+    int fail;
+};
+
+/* A select over at most n values: its device state and scratch, taken
+ * from a lease, and where it ended. After cc_select_find the array the
+ * select ended on (vals/map/n: the input, or when few enough a copy of its
+ * keys >= some bound with map giving their input indices, ascending) is
+ * known on the host; t, gt, eq and need only after cc_select_fetch. */
 struct cc_sel {
+    cc_lease *ws = nullptr;
+    cc_sel_state *st = nullptr;
+    uint32_t *hist = nullptr, *tiles = nullptr;
+    void *tmp = nullptr;
+    size_t tmp_bytes = 0, max_n = 0;
+    float *cval = nullptr;
+    uint32_t *cmap = nullptr, *pos = nullptr;
+    int checks = 0;
+    size_t expect[CC_SEL_CHECKS] = {};
     uint32_t t = 0;
     size_t gt = 0, eq = 0, need = 0;
     const float *vals = nullptr;
     const uint32_t *map = nullptr;
     size_t n = 0;
-    cc_dev cval, cmap;
+    /* Gaussian-k's per-block partial sums (2 * extra doubles). */
+    double *part = nullptr;
 };
 
-/* Finds the k-th largest key of d_x[0, n) (1 <= k < n <= UINT32_MAX). */
+/* Sets s up for selects over at most n values with the lease's small
+ * slot, room for extra_doubles doubles in s->part. */
+int cc_select_open(cc_lease *ws, size_t n, size_t extra_doubles, cc_sel *s, vl_error *err);
+
+/* Finds the k-th largest key of d_x[0, n) (1 <= k < n <= s->max_n). */
 int cc_select_find(const float *d_x, size_t n, size_t k, cc_sel *s, vl_error *err);
 
-/* Writes in ascending order the input index of every key of s's array
- * above t and of those equal to t at positions <= cut (-1: none; INT64_MAX:
- * all). expect is the count this must give (checked). */
-int cc_select_emit(const float *vals, const uint32_t *map, size_t n, uint32_t t, int64_t cut,
-                   uint32_t *d_out, size_t expect, vl_error *err);
+/* Reads the select's state back: t, gt, eq and need, and checks that
+ * every level found its bucket. */
+int cc_select_fetch(cc_sel *s, vl_error *err);
 
-/* The position in s's array of the s->need-th key equal to s->t, or
- * INT64_MAX when the top k takes all of them. */
-int cc_select_cut(const cc_sel *s, int64_t *cut, vl_error *err);
+/* Writes in ascending order the input index of the top k the find ended
+ * on: every key above t and the ties at t of lowest index (found on the
+ * device). expect is k. */
+int cc_select_emit_top(cc_sel *s, uint32_t *d_out, size_t expect, vl_error *err);
+
+/* Writes in ascending order the input index of every key of (vals, map,
+ * n) above t and of those equal to t at positions <= cut (-1: none;
+ * INT64_MAX: all). expect is the count this must give. */
+int cc_select_emit(cc_sel *s, const float *vals, const uint32_t *map, size_t n, uint32_t t,
+                   int64_t cut, uint32_t *d_out, size_t expect, vl_error *err);
+
+/* Waits for the device, and checks that every compaction found the count
+ * expected and every level its bucket; the final state to *out (may be
+ * NULL). */
+int cc_select_check(cc_sel *s, cc_sel_state *out, vl_error *err);
 
 /* d_out[i] = i for i < n. */
 int cc_iota(uint32_t *d_out, size_t n, vl_error *err);

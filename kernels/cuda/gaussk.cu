@@ -4,7 +4,9 @@
  * them; otherwise the exact select of select.cu places the threshold, as
  * compress/gaussk.c's last steps do on its candidates. Partial sums are
  * per block in a fixed grid and added on the host in block order, so the
- * threshold does not change from run to run. */
+ * threshold does not change from run to run. The host waits for the
+ * device three times on the usual path: for the moments, for the count,
+ * and at the end; scratch comes from the cached workspace. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,15 +16,40 @@
 
 #define GK_BLOCKS 1024
 #define GK_THREADS 256
+/* Counting blocks per multiprocessor: each block adds its count to the
+ * total once, so few blocks keep that one address cold. */
+#define GK_COUNT_BLOCKS_PER_SM 8
 
 /* Per block: the sum and sum of squares of x - pivot, in double, reduced
- * through shared memory in a fixed tree. */
-__global__ static void moments_kernel(const float *x, size_t d, double pivot, double *part)
+ * through shared memory in a fixed tree; the pivot is x[0], the value the
+ * host adds back (block 0 stores it after the sums). */
+__global__ static void moments_kernel(const float *x, size_t d, double *part)
 {
     __shared__ double ss[GK_THREADS], sq[GK_THREADS];
+    /* A value of the vector as pivot keeps the sum of squares from
+     * cancelling when the mean is large next to the spread. */
+    double pivot = (double)x[0];
     double s = 0.0, q = 0.0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    /* Four loads in flight before the four adds, which keep the order of
+     * a plain loop over i, i + stride, ... (and so its rounding). */
+    for (; i + 3 * stride < d; i += 4 * stride) {
+        float a = x[i], b = x[i + stride], c = x[i + 2 * stride], e = x[i + 3 * stride];
+        double v = (double)a - pivot;
+        s += v;
+        q += v * v;
+        v = (double)b - pivot;
+        s += v;
+        q += v * v;
+        v = (double)c - pivot;
+        s += v;
+        q += v * v;
+        v = (double)e - pivot;
+        s += v;
+        q += v * v;
+    }
+    for (; i < d; i += stride) {
         double v = (double)x[i] - pivot;
         s += v;
         q += v * v;
@@ -40,25 +67,44 @@ __global__ static void moments_kernel(const float *x, size_t d, double pivot, do
     if (threadIdx.x == 0) {
         part[2 * blockIdx.x] = ss[0];
         part[2 * blockIdx.x + 1] = sq[0];
+        if (blockIdx.x == 0)
+            part[2 * gridDim.x] = pivot;
     }
 }
 
-/* *count += number of keys >= kmin. */
+/* st->ge += number of keys >= kmin: per thread, then per warp, then per
+ * block, and one atomic per block. */
 __global__ static void count_ge_kernel(const float *x, size_t d, uint32_t kmin,
-                                       unsigned long long *count)
+                                       cc_sel_state *st)
 {
+    __shared__ unsigned long long part[32];
     unsigned long long c = 0;
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride)
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    /* Four loads in flight per trip. */
+    for (; i + 3 * stride < d; i += 4 * stride) {
+        uint32_t a = cc_key(x[i]), b = cc_key(x[i + stride]);
+        uint32_t e = cc_key(x[i + 2 * stride]), f = cc_key(x[i + 3 * stride]);
+        c += (a >= kmin) + (b >= kmin) + (e >= kmin) + (f >= kmin);
+    }
+    for (; i < d; i += stride)
         c += cc_key(x[i]) >= kmin;
     for (int off = 16; off > 0; off /= 2)
         c += __shfl_down_sync(0xffffffffu, c, off);
-    if ((threadIdx.x & 31) == 0 && c)
-        atomicAdd(count, c);
+    if ((threadIdx.x & 31u) == 0)
+        part[threadIdx.x / 32] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long sum = 0;
+        for (unsigned w = 0; w < blockDim.x / 32; w++)
+            sum += part[w];
+        if (sum)
+            atomicAdd(&st->ge, sum);
+    }
 }
 
-/* *m = min(*m, smallest key above t). */
-__global__ static void min_above_kernel(const float *x, size_t n, uint32_t t, unsigned *m)
+/* st->min_above = min(itself, smallest key above t), one atomic per warp. */
+__global__ static void min_above_kernel(const float *x, size_t n, uint32_t t, cc_sel_state *st)
 {
     unsigned best = 0xffffffffu;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -67,8 +113,12 @@ __global__ static void min_above_kernel(const float *x, size_t n, uint32_t t, un
         if (u > t && u < best)
             best = u;
     }
-    if (best != 0xffffffffu)
-        atomicMin(m, best);
+    for (int off = 16; off > 0; off /= 2) {
+        unsigned o = __shfl_down_sync(0xffffffffu, best, off);
+        best = o < best ? o : best;
+    }
+    if ((threadIdx.x & 31u) == 0 && best != 0xffffffffu)
+        atomicMin(&st->min_above, best);
 }
 
 static float val_of(uint32_t key)
@@ -86,110 +136,119 @@ static uint32_t key_of(float v)
 }
 
 /* The model's threshold |mean| + std * z(k/d) from the exact moments. */
-static int model_threshold(const float *d_x, size_t d, size_t k, float *thr0, vl_error *err)
+static int model_threshold(cc_sel *s, const float *d_x, size_t d, size_t k, float *thr0,
+                           vl_error *err)
 {
-    float p0 = 0.0f;
-    int rc = cc_copy(&p0, d_x, sizeof p0, cudaMemcpyDeviceToHost, err);
+    moments_kernel<<<GK_BLOCKS, GK_THREADS>>>(d_x, d, s->part);
+    int rc = cc_launched(err, "gaussk moments launch");
     if (rc)
         return rc;
-    /* A value of the vector as pivot keeps the sum of squares from
-     * cancelling when the mean is large next to the spread. */
-    double pivot = (double)p0;
-    cc_dev dpart;
-    if ((rc = dpart.alloc(2 * GK_BLOCKS * sizeof(double), err)) != 0)
+    double part[2 * GK_BLOCKS + 1];
+    if ((rc = cc_readback(*s->ws, part, s->part, sizeof part, err)) != 0)
         return rc;
-    moments_kernel<<<GK_BLOCKS, GK_THREADS>>>(d_x, d, pivot, dpart.as<double>());
-    if ((rc = cc_launched(err, "gaussk moments launch")) != 0)
-        return rc;
-    double part[2 * GK_BLOCKS];
-    if ((rc = cc_copy(part, dpart.p, sizeof part, cudaMemcpyDeviceToHost, err)) != 0)
-        return rc;
-    double s = 0.0, q = 0.0;
+    double pivot = part[2 * GK_BLOCKS];
+    double sum = 0.0, q = 0.0;
     for (int b = 0; b < GK_BLOCKS; b++) {
-        s += part[2 * b];
+        sum += part[2 * b];
         q += part[2 * b + 1];
     }
-    double ms = s / (double)d, var = q / (double)d - ms * ms;
+    double ms = sum / (double)d, var = q / (double)d - ms * ms;
     double mean = pivot + ms, sd = var > 0 ? sqrt(var) : 0.0;
     double t0 = fabs(mean) + sd * compress_gaussk_z((double)k / (double)d);
     *thr0 = (float)(t0 < FLT_MAX ? t0 : FLT_MAX);
     return 0;
 }
 
-static int count_ge(const float *d_x, size_t d, uint32_t kmin, size_t *count, vl_error *err)
+static int count_ge(cc_sel *s, const float *d_x, size_t d, uint32_t kmin, size_t *count,
+                    vl_error *err)
 {
-    cc_dev dc;
-    int rc = dc.alloc(sizeof(unsigned long long), err);
+    size_t blocks = (size_t)s->ws->sms() * GK_COUNT_BLOCKS_PER_SM, want = cc_blocks(d);
+    blocks = blocks < want ? blocks : want;
+    count_ge_kernel<<<(unsigned)blocks, CC_THREADS>>>(d_x, d, kmin, s->st);
+    int rc = cc_launched(err, "gaussk count launch");
     if (rc)
         return rc;
-    cudaError_t e = cudaMemset(dc.p, 0, sizeof(unsigned long long));
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "cudaMemset");
-    count_ge_kernel<<<cc_blocks(d), CC_THREADS>>>(d_x, d, kmin, dc.as<unsigned long long>());
-    if ((rc = cc_launched(err, "gaussk count launch")) != 0)
+    cc_sel_state h;
+    if ((rc = cc_readback(*s->ws, &h, s->st, sizeof h, err)) != 0)
         return rc;
-    unsigned long long c = 0;
-    if ((rc = cc_copy(&c, dc.p, sizeof c, cudaMemcpyDeviceToHost, err)) != 0)
-        return rc;
-    *count = (size_t)c;
-    return 0;
-}
-
-static int min_key_above(const cc_sel *s, uint32_t t, uint32_t *out, vl_error *err)
-{
-    cc_dev dm;
-    int rc = dm.alloc(sizeof(unsigned), err);
-    if (rc)
-        return rc;
-    cudaError_t e = cudaMemset(dm.p, 0xff, sizeof(unsigned));
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "cudaMemset");
-    min_above_kernel<<<cc_blocks(s->n), CC_THREADS>>>(s->vals, s->n, t, dm.as<unsigned>());
-    if ((rc = cc_launched(err, "gaussk min launch")) != 0)
-        return rc;
-    unsigned m = 0;
-    if ((rc = cc_copy(&m, dm.p, sizeof m, cudaMemcpyDeviceToHost, err)) != 0)
-        return rc;
-    *out = m;
+    *count = (size_t)h.ge;
     return 0;
 }
 
 /* The threshold from an exact select, as compress/gaussk.c's gk_finish
  * does when the model's count is out of the band. */
-static int finish_exact(const float *d_x, size_t d, size_t k, size_t band_lo, size_t band_hi,
-                        uint32_t *d_idx, size_t *nnz, double *thr, vl_error *err)
+static int finish_exact(cc_sel *s, const float *d_x, size_t d, size_t k, size_t band_lo,
+                        size_t band_hi, uint32_t *d_idx, size_t *nnz, double *thr,
+                        vl_error *err)
 {
-    cc_sel s;
-    int rc = cc_select_find(d_x, d, k, &s, err);
+    int rc = cc_select_find(d_x, d, k, s, err);
+    if (rc == 0)
+        rc = cc_select_fetch(s, err);
     if (rc)
         return rc;
-    size_t ge = s.gt + s.eq;
+    size_t ge = s->gt + s->eq;
     if (ge <= band_hi) {
         /* The k-th largest value counts within the band. */
-        if ((rc = cc_select_emit(s.vals, s.map, s.n, s.t, INT64_MAX, d_idx, ge, err)) != 0)
+        if ((rc = cc_select_emit(s, s->vals, s->map, s->n, s->t, INT64_MAX, d_idx, ge, err)) !=
+                0 ||
+            (rc = cc_select_check(s, nullptr, err)) != 0)
             return rc;
         *nnz = ge;
-        *thr = val_of(s.t);
+        *thr = val_of(s->t);
         return 0;
     }
-    if (s.gt >= band_lo) {
+    if (s->gt >= band_lo) {
         /* Ties at it overshoot; the next value up still reaches the band. */
-        uint32_t up = 0;
-        if ((rc = min_key_above(&s, s.t, &up, err)) != 0 ||
-            (rc = cc_select_emit(s.vals, s.map, s.n, s.t, -1, d_idx, s.gt, err)) != 0)
+        min_above_kernel<<<cc_blocks(s->n), CC_THREADS>>>(s->vals, s->n, s->t, s->st);
+        cc_sel_state h;
+        if ((rc = cc_launched(err, "gaussk min launch")) != 0 ||
+            (rc = cc_select_emit(s, s->vals, s->map, s->n, s->t, -1, d_idx, s->gt, err)) != 0 ||
+            (rc = cc_select_check(s, &h, err)) != 0)
             return rc;
-        *nnz = s.gt;
-        *thr = val_of(up);
+        *nnz = s->gt;
+        *thr = val_of(h.min_above);
         return 0;
     }
     /* Ties straddle the whole band: exactly k, the lowest indices first. */
-    int64_t cut;
-    if ((rc = cc_select_cut(&s, &cut, err)) != 0 ||
-        (rc = cc_select_emit(s.vals, s.map, s.n, s.t, cut, d_idx, k, err)) != 0)
+    if ((rc = cc_select_emit_top(s, d_idx, k, err)) != 0 ||
+        (rc = cc_select_check(s, nullptr, err)) != 0)
         return rc;
     *nnz = k;
-    *thr = val_of(s.t);
+    *thr = val_of(s->t);
     return 0;
+}
+
+/* Gaussian-k of 1 <= k < d under one lease. */
+static int gaussk_select(const float *d_x, size_t d, size_t k, uint32_t *d_idx, size_t *nnz,
+                         double *thr, vl_error *err)
+{
+    size_t band_lo = k - k / 20, band_hi = k + k / 20;
+    cc_lease ws;
+    cc_sel s;
+    float thr0 = 0.0f;
+    size_t c0 = 0;
+    int rc = ws.open(err);
+    if (rc == 0)
+        rc = cc_select_open(&ws, d, GK_BLOCKS + 1, &s, err);
+    if (rc == 0)
+        rc = model_threshold(&s, d_x, d, k, &thr0, err);
+    if (rc == 0)
+        rc = count_ge(&s, d_x, d, key_of(thr0), &c0, err);
+    if (rc == 0 && c0 >= band_lo && c0 <= band_hi) {
+        rc = cc_select_emit(&s, d_x, nullptr, d, key_of(thr0), INT64_MAX, d_idx, c0, err);
+        if (rc == 0)
+            rc = cc_select_check(&s, nullptr, err);
+        *nnz = c0;
+        *thr = thr0;
+    } else if (rc == 0) {
+        rc = finish_exact(&s, d_x, d, k, band_lo, band_hi, d_idx, nnz, thr, err);
+    }
+    if (rc) {
+        /* Nothing of this call may still run once the lease is given back. */
+        vl_error ignore;
+        (void)cc_sync(&ignore, "gaussk");
+    }
+    return rc;
 }
 
 extern "C" int kernels_cuda_gaussk(const float *d_x, size_t d, size_t k, uint32_t *d_idx,
@@ -208,25 +267,13 @@ extern "C" int kernels_cuda_gaussk(const float *d_x, size_t d, size_t k, uint32_
         /* Nothing selected. */
     } else if (k >= d) {
         rc = cc_iota(d_idx, d, err);
+        if (rc == 0)
+            rc = cc_sync(err, "gaussk");
         n = d;
         t = 0.0;
     } else {
-        size_t band_lo = k - k / 20, band_hi = k + k / 20;
-        float thr0 = 0.0f;
-        size_t c0 = 0;
-        rc = model_threshold(d_x, d, k, &thr0, err);
-        if (rc == 0)
-            rc = count_ge(d_x, d, key_of(thr0), &c0, err);
-        if (rc == 0 && c0 >= band_lo && c0 <= band_hi) {
-            rc = cc_select_emit(d_x, nullptr, d, key_of(thr0), INT64_MAX, d_idx, c0, err);
-            n = c0;
-            t = thr0;
-        } else if (rc == 0) {
-            rc = finish_exact(d_x, d, k, band_lo, band_hi, d_idx, &n, &t, err);
-        }
+        rc = gaussk_select(d_x, d, k, d_idx, &n, &t, err);
     }
-    if (rc == 0)
-        rc = cc_sync(err, "gaussk");
     if (rc)
         return rc;
     *nnz = n;

@@ -46,7 +46,22 @@ extern "C" size_t kernels_cuda_mem_in_use(void)
     return n;
 }
 
+/* The compressors' cached scratch (workspace.cu), dropped before an
+ * allocation is refused for lack of memory, so a cache never costs a
+ * caller memory it would otherwise get. */
+extern "C" int cc_ws_release_idle(void);
+
+static int alloc_once(void **d_out, size_t bytes, vl_error *err);
+
 extern "C" int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err)
+{
+    int rc = alloc_once(d_out, bytes, err);
+    if (rc == VL_ENOMEM && cc_ws_release_idle())
+        rc = alloc_once(d_out, bytes, err);
+    return rc;
+}
+
+static int alloc_once(void **d_out, size_t bytes, vl_error *err)
 {
     if (d_out == NULL || bytes == 0)
         return vl_fail(err, VL_EINVAL, "cuda alloc: no pointer or zero bytes");

@@ -1,16 +1,18 @@
 /* Count Sketch on the GPU with the hash and median of
  * compress/sketch_hash.h, the code the CPU sketch compiles too. Encode
  * adds each coordinate's signed value to its cell in every row with
- * atomics: into a copy of the table in shared memory when the table fits
- * there (one per block, added to the global table at the end), straight
- * into the global table otherwise. Estimate hashes each coordinate in every
- * row, reads the cells and takes the median with the row count a template
- * constant, so the sorting network stays in registers. */
+ * atomics, four coordinates per thread read as one float4: into a copy of
+ * the table in shared memory when the table fits there (one per block,
+ * added to the global table at the end), straight into the global table
+ * otherwise. Estimate hashes each coordinate in every row, reads the cells
+ * and takes the median with the row count a template constant, so the
+ * sorting network stays in registers. */
 #include <stdint.h>
 
 #include "compress/sketch_hash.h"
 #include "kernels/cuda/compress_util.cuh"
 
+/* The hash keys of a sketch's rows, passed to kernels by value. */
 struct row_keys {
     uint64_t k[COMPRESS_SKETCH_MAX_ROWS];
 };
@@ -35,38 +37,107 @@ static row_keys keys_of(uint64_t seed, uint32_t rows)
 
 /* ---- encode ---------------------------------------------------------------------- */
 
-__global__ static void encode_global_kernel(float *table, uint32_t rows, uint32_t cols,
-                                            row_keys keys, const float *x, size_t d)
+/* The row keys into shared memory, where any thread can index them: a
+ * kernel parameter indexed by a variable is copied to every thread's
+ * local memory first. One thread copies them with constant indices (the
+ * loop unrolls), so the parameter is read in place. Ends with a barrier. */
+__device__ __forceinline__ void keys_to_shared(const row_keys &keys, uint32_t rows,
+                                               uint64_t *sk)
 {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
-        float xi = x[i];
-        for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
-            atomicAdd(&table[(size_t)j * cols + compress_sk_bucket(h, cols)], compress_sk_sign(h) * xi);
-        }
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (uint32_t j = 0; j < COMPRESS_SKETCH_MAX_ROWS; j++)
+            if (j < rows)
+                sk[j] = keys.k[j];
     }
+    __syncthreads();
+}
+
+/* *p += v where nothing reads the result: for the global table a
+ * fire-and-forget reduction, spelled out rather than left to the
+ * compiler; shared memory takes the plain atomic. */
+template <bool GLOBAL> __device__ __forceinline__ void cell_add(float *p, float v)
+{
+    if (GLOBAL)
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+    else
+        atomicAdd(p, v);
+}
+
+/* tab += coordinate i's signed value v in every row. */
+template <bool GLOBAL>
+__device__ __forceinline__ void encode_one(float *tab, uint32_t rows, uint32_t cols,
+                                           const uint64_t *keys, size_t i, float v)
+{
+    for (uint32_t j = 0; j < rows; j++) {
+        uint64_t h = compress_sk_coord_hash(keys[j], i);
+        cell_add<GLOBAL>(&tab[(size_t)j * cols + compress_sk_bucket(h, cols)],
+                         compress_sk_sign(h) * v);
+    }
+}
+
+/* The same for coordinates i..i+3: four hashes per row are independent,
+ * so their multiplies overlap, and the adds (whose results go unused, so
+ * they are fire-and-forget reductions) go out four at a time. */
+template <bool GLOBAL>
+__device__ __forceinline__ void encode_quad(float *tab, uint32_t rows, uint32_t cols,
+                                            const uint64_t *keys, size_t i, float4 v)
+{
+    for (uint32_t j = 0; j < rows; j++) {
+        uint64_t key = keys[j];
+        float *row = tab + (size_t)j * cols;
+        uint64_t h0 = compress_sk_coord_hash(key, i), h1 = compress_sk_coord_hash(key, i + 1);
+        uint64_t h2 = compress_sk_coord_hash(key, i + 2), h3 = compress_sk_coord_hash(key, i + 3);
+        cell_add<GLOBAL>(&row[compress_sk_bucket(h0, cols)], compress_sk_sign(h0) * v.x);
+        cell_add<GLOBAL>(&row[compress_sk_bucket(h1, cols)], compress_sk_sign(h1) * v.y);
+        cell_add<GLOBAL>(&row[compress_sk_bucket(h2, cols)], compress_sk_sign(h2) * v.z);
+        cell_add<GLOBAL>(&row[compress_sk_bucket(h3, cols)], compress_sk_sign(h3) * v.w);
+    }
+}
+
+/* Every coordinate of x[0, d) into tab, by the threads of the grid: x
+ * from coordinate head on (16-byte aligned there) in quads read as
+ * float4, the head before and the tail past the last quad one by one. The
+ * reads of x are streaming (each value is read once), so they do not push
+ * the table out of L2, where its atomics land. */
+template <bool GLOBAL>
+__device__ __forceinline__ void encode_span(float *tab, uint32_t rows, uint32_t cols,
+                                            const uint64_t *keys, const float *x, size_t d,
+                                            size_t head)
+{
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t nq = (d - head) / 4, tail = head + 4 * nq;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + head);
+    for (size_t q = tid; q < nq; q += stride)
+        encode_quad<GLOBAL>(tab, rows, cols, keys, head + 4 * q, __ldcs(x4 + q));
+    for (size_t i = tid; i < head; i += stride)
+        encode_one<GLOBAL>(tab, rows, cols, keys, i, x[i]);
+    for (size_t i = tail + tid; i < d; i += stride)
+        encode_one<GLOBAL>(tab, rows, cols, keys, i, x[i]);
+}
+
+__global__ static void encode_global_kernel(float *table, uint32_t rows, uint32_t cols,
+                                            row_keys keys, const float *x, size_t d, size_t head)
+{
+    __shared__ uint64_t sk[COMPRESS_SKETCH_MAX_ROWS];
+    keys_to_shared(keys, rows, sk);
+    encode_span<true>(table, rows, cols, sk, x, d, head);
 }
 
 /* The same into a block-private table in dynamic shared memory (rows *
  * cols floats), then added into the global one. Cells the block left at
  * zero are skipped, which can at most keep a -0.0 cell from turning +0.0. */
 __global__ static void encode_shared_kernel(float *table, uint32_t rows, uint32_t cols,
-                                            row_keys keys, const float *x, size_t d)
+                                            row_keys keys, const float *x, size_t d, size_t head)
 {
     extern __shared__ float tab[];
+    __shared__ uint64_t sk[COMPRESS_SKETCH_MAX_ROWS];
     uint32_t cells = rows * cols;
     for (uint32_t c = threadIdx.x; c < cells; c += blockDim.x)
         tab[c] = 0.0f;
-    __syncthreads();
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
-        float xi = x[i];
-        for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
-            atomicAdd(&tab[j * cols + compress_sk_bucket(h, cols)], compress_sk_sign(h) * xi);
-        }
-    }
+    keys_to_shared(keys, rows, sk);
+    encode_span<false>(tab, rows, cols, sk, x, d, head);
     __syncthreads();
     for (uint32_t c = threadIdx.x; c < cells; c += blockDim.x)
         if (tab[c] != 0.0f)
@@ -88,6 +159,14 @@ extern "C" int kernels_cuda_sketch_encode(float *d_table, uint32_t rows, uint32_
         return vl_fail(err, VL_EINVAL, "sketch encode: null device pointer");
     row_keys keys = keys_of(seed, rows);
     size_t bytes = (size_t)rows * cols * sizeof(float);
+    /* Coordinates before the first 16-byte boundary of d_x go one by one
+     * (all of them when d_x is not even float-aligned). */
+    uintptr_t addr = (uintptr_t)d_x;
+    size_t head = addr % 4 ? d : (16 - addr % 16) % 16 / 4;
+    head = head < d ? head : d;
+    /* Work items for the grid's size: the quads, and the coordinates
+     * outside them. */
+    size_t quads = (d - head) / 4 + head + 3;
     int dev = 0, optin = 0, per_sm = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess)
@@ -100,20 +179,21 @@ extern "C" int kernels_cuda_sketch_encode(float *d_table, uint32_t rows, uint32_
         return cuda_fail(err, e, "device attributes");
     /* A private table pays while zeroing and adding it in is small next
      * to the block's share of coordinates. */
-    if (bytes <= (size_t)optin && d >= 4 * (size_t)rows * cols) {
+    if (bytes + sizeof(row_keys) <= (size_t)optin && d >= 4 * (size_t)rows * cols) {
         e = cudaFuncSetAttribute(encode_shared_kernel,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         if (e != cudaSuccess)
             return cuda_fail(err, e, "cudaFuncSetAttribute");
-        size_t fit = (size_t)per_sm / (bytes + 1024);
+        size_t fit = (size_t)per_sm / (bytes + sizeof(row_keys) + 1024);
         fit = fit < 1 ? 1 : fit > 4 ? 4 : fit;
         size_t blocks = (size_t)sms * fit;
-        size_t want = (d + ENCODE_SHARED_THREADS - 1) / ENCODE_SHARED_THREADS;
+        size_t want = (quads + ENCODE_SHARED_THREADS - 1) / ENCODE_SHARED_THREADS;
         blocks = blocks < want ? blocks : want;
         encode_shared_kernel<<<(unsigned)blocks, ENCODE_SHARED_THREADS, bytes>>>(
-            d_table, rows, cols, keys, d_x, d);
+            d_table, rows, cols, keys, d_x, d, head);
     } else {
-        encode_global_kernel<<<cc_blocks(d), CC_THREADS>>>(d_table, rows, cols, keys, d_x, d);
+        encode_global_kernel<<<cc_blocks(quads), CC_THREADS>>>(d_table, rows, cols, keys, d_x, d,
+                                                                head);
     }
     rc = cc_launched(err, "sketch encode launch");
     return rc ? rc : cc_sync(err, "sketch encode");

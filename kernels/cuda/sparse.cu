@@ -1,8 +1,12 @@
 /* Sparse vectors and peer-side error feedback on the GPU: gather, scatter
  * add, and compress/feedback.c's add and take, element by element with
  * the CPU's operations (no fused multiply-add), so the results are the
- * CPU's bit for bit. Index lists are checked in a pass of their own before
- * anything is written, so a bad list changes nothing. */
+ * CPU's bit for bit. An index list is checked by a kernel of its own that
+ * flags a bad list in device memory; the kernel that writes runs next on
+ * the same stream and reads the flag first, so a bad list changes nothing,
+ * and the host reads the flag once, at the end, in place of the wait it
+ * owes its caller anyway. The writing kernels also test every index
+ * against d, so no list can reach past the vector. */
 #include <stdint.h>
 
 #include <cuda_fp16.h>
@@ -11,49 +15,89 @@
 
 #define F16_MAX 65504.0f
 
-/* *bad = 1 when an index is >= d or, with ascending set, not above the
- * one before it. */
+/* *bad = epoch when an index is >= d or, with ascending set, not above the
+ * one before it. The flag is never reset: each call checks for its own
+ * epoch, which no earlier call wrote. */
 __global__ static void check_idx_kernel(const uint32_t *idx, size_t nnz, size_t d, int ascending,
-                                        int *bad)
+                                        unsigned long long *bad, unsigned long long epoch)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride) {
         uint32_t i = idx[j];
         if ((size_t)i >= d || (ascending && j > 0 && i <= idx[j - 1]))
-            atomicOr(bad, 1);
+            *bad = epoch;
     }
 }
 
-/* 0, or VL_EINVAL naming what when the nnz indices are not valid. */
-static int check_idx(const uint32_t *d_idx, size_t nnz, size_t d, int ascending,
-                     const char *what, vl_error *err)
+/* One checked sparse call: the lease, the flag and this call's epoch. */
+struct idx_check {
+    cc_lease ws;
+    unsigned long long *flag = nullptr;
+    unsigned long long epoch = 0;
+};
+
+/* Queues the check of the nnz indices (nothing waits for it). */
+static int check_idx(idx_check *c, const uint32_t *d_idx, size_t nnz, size_t d, int ascending,
+                     vl_error *err)
 {
-    cc_dev flag;
-    int rc = flag.alloc(sizeof(int), err);
+    void *p = nullptr;
+    int rc = c->ws.open(err);
+    if (rc == 0)
+        rc = c->ws.get(CC_WS_FLAG, sizeof(unsigned long long), &p, err);
     if (rc)
         return rc;
-    cudaError_t e = cudaMemset(flag.p, 0, sizeof(int));
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "cudaMemset");
-    check_idx_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_idx, nnz, d, ascending, flag.as<int>());
-    if ((rc = cc_launched(err, "index check launch")) != 0)
+    c->flag = static_cast<unsigned long long *>(p);
+    c->epoch = c->ws.next_epoch();
+    check_idx_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_idx, nnz, d, ascending, c->flag,
+                                                     c->epoch);
+    return cc_launched(err, "index check launch");
+}
+
+/* Waits for the device and reads the flag: 0, or VL_EINVAL naming what
+ * when the indices were refused (and nothing was written). */
+static int check_done(const idx_check *c, size_t d, int ascending, const char *what,
+                      vl_error *err)
+{
+    unsigned long long bad = 0;
+    int rc = cc_readback(c->ws, &bad, c->flag, sizeof bad, err);
+    if (rc)
         return rc;
-    int bad = 0;
-    if ((rc = cc_copy(&bad, flag.p, sizeof bad, cudaMemcpyDeviceToHost, err)) != 0)
-        return rc;
-    if (bad)
+    if (bad == c->epoch)
         return vl_fail(err, VL_EINVAL, "%s: indices must be below %zu%s", what, d,
                        ascending ? " and strictly ascending" : "");
     return 0;
 }
 
+/* rc, after waiting for the device, so that nothing a failed call queued
+ * still runs once its lease is given back. */
+static int cc_fail_sync(int rc, const char *what)
+{
+    vl_error ignore;
+    (void)cc_sync(&ignore, what);
+    return rc;
+}
+
+/* True when this call's check refused the list; every thread of a
+ * writing kernel asks before it writes. */
+__device__ __forceinline__ bool refused(const unsigned long long *bad, unsigned long long epoch)
+{
+    return *(volatile const unsigned long long *)bad == epoch;
+}
+
 /* ---- gather / scatter ------------------------------------------------------------ */
 
-__global__ static void gather_kernel(const float *x, const uint32_t *idx, size_t nnz, float *val)
+__global__ static void gather_kernel(const float *x, size_t d, const uint32_t *idx, size_t nnz,
+                                     float *val, const unsigned long long *bad,
+                                     unsigned long long epoch)
 {
+    if (refused(bad, epoch))
+        return;
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride)
-        val[j] = x[idx[j]];
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride) {
+        uint32_t i = idx[j];
+        if ((size_t)i < d)
+            val[j] = x[i];
+    }
 }
 
 extern "C" int kernels_cuda_sparse_gather(const float *d_x, size_t d, const uint32_t *d_idx,
@@ -63,12 +107,14 @@ extern "C" int kernels_cuda_sparse_gather(const float *d_x, size_t d, const uint
         return 0;
     if (!d_x || !d_idx || !d_val)
         return vl_fail(err, VL_EINVAL, "sparse gather: null device pointer");
-    int rc = check_idx(d_idx, nnz, d, 0, "sparse gather", err);
-    if (rc)
-        return rc;
-    gather_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_x, d_idx, nnz, d_val);
-    rc = cc_launched(err, "sparse gather launch");
-    return rc ? rc : cc_sync(err, "sparse gather");
+    idx_check c;
+    int rc = check_idx(&c, d_idx, nnz, d, 0, err);
+    if (rc == 0) {
+        gather_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_x, d, d_idx, nnz, d_val, c.flag,
+                                                      c.epoch);
+        rc = cc_launched(err, "sparse gather launch");
+    }
+    return rc ? cc_fail_sync(rc, "sparse gather") : check_done(&c, d, 0, "sparse gather", err);
 }
 
 extern "C" int kernels_cuda_sparse_gather_host(const float *x, size_t d, const uint32_t *idx,
@@ -88,12 +134,19 @@ extern "C" int kernels_cuda_sparse_gather_host(const float *x, size_t d, const u
     return cc_copy(val, dv.p, nnz * sizeof(float), cudaMemcpyDeviceToHost, err);
 }
 
-__global__ static void scatter_add_kernel(float *dst, const uint32_t *idx, const float *val,
-                                          size_t nnz, float w)
+__global__ static void scatter_add_kernel(float *dst, size_t d, const uint32_t *idx,
+                                          const float *val, size_t nnz, float w,
+                                          const unsigned long long *bad,
+                                          unsigned long long epoch)
 {
+    if (refused(bad, epoch))
+        return;
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride)
-        dst[idx[j]] += w * val[j];
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride) {
+        uint32_t i = idx[j];
+        if ((size_t)i < d)
+            dst[i] += w * val[j];
+    }
 }
 
 extern "C" int kernels_cuda_sparse_scatter_add(float *d_dst, size_t d, const uint32_t *d_idx,
@@ -104,12 +157,15 @@ extern "C" int kernels_cuda_sparse_scatter_add(float *d_dst, size_t d, const uin
         return 0;
     if (!d_dst || !d_idx || !d_val)
         return vl_fail(err, VL_EINVAL, "sparse scatter: null device pointer");
-    int rc = check_idx(d_idx, nnz, d, 1, "sparse scatter", err);
-    if (rc)
-        return rc;
-    scatter_add_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_dst, d_idx, d_val, nnz, w);
-    rc = cc_launched(err, "sparse scatter launch");
-    return rc ? rc : cc_sync(err, "sparse scatter");
+    idx_check c;
+    int rc = check_idx(&c, d_idx, nnz, d, 1, err);
+    if (rc == 0) {
+        scatter_add_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_dst, d, d_idx, d_val, nnz, w,
+                                                           c.flag, c.epoch);
+        rc = cc_launched(err, "sparse scatter launch");
+    }
+    return rc ? cc_fail_sync(rc, "sparse scatter")
+              : check_done(&c, d, 1, "sparse scatter", err);
 }
 
 extern "C" int kernels_cuda_sparse_scatter_add_host(float *dst, size_t d, const uint32_t *idx,
@@ -169,12 +225,17 @@ extern "C" int kernels_cuda_feedback_add_host(float *e, const float *delta, size
 /* val[j] = e[idx[j]] as it will be decoded, e[idx[j]] -= val[j]. For F16
  * the value is clamped to the largest finite half and rounded to nearest
  * even, as common's f32_to_f16 does. */
-__global__ static void feedback_take_kernel(float *e, const uint32_t *idx, size_t nnz, int f16,
-                                            float *val)
+__global__ static void feedback_take_kernel(float *e, size_t d, const uint32_t *idx, size_t nnz,
+                                            int f16, float *val, const unsigned long long *bad,
+                                            unsigned long long epoch)
 {
+    if (refused(bad, epoch))
+        return;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < nnz; j += stride) {
         uint32_t i = idx[j];
+        if ((size_t)i >= d)
+            continue;
         float v = e[i];
         if (f16) {
             v = v > F16_MAX ? F16_MAX : v < -F16_MAX ? -F16_MAX : v;
@@ -196,13 +257,15 @@ extern "C" int kernels_cuda_feedback_take(float *d_e, size_t d, const uint32_t *
         return 0;
     if (!d_e || !d_idx || !d_val)
         return vl_fail(err, VL_EINVAL, "feedback take: null device pointer");
-    int rc = check_idx(d_idx, nnz, d, 1, "feedback take", err);
-    if (rc)
-        return rc;
-    feedback_take_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_e, d_idx, nnz, dtype == ST_F16,
-                                                         d_val);
-    rc = cc_launched(err, "feedback take launch");
-    return rc ? rc : cc_sync(err, "feedback take");
+    idx_check c;
+    int rc = check_idx(&c, d_idx, nnz, d, 1, err);
+    if (rc == 0) {
+        feedback_take_kernel<<<cc_blocks(nnz), CC_THREADS>>>(d_e, d, d_idx, nnz,
+                                                             dtype == ST_F16, d_val, c.flag,
+                                                             c.epoch);
+        rc = cc_launched(err, "feedback take launch");
+    }
+    return rc ? cc_fail_sync(rc, "feedback take") : check_done(&c, d, 1, "feedback take", err);
 }
 
 extern "C" int kernels_cuda_feedback_take_host(float *e, size_t d, const uint32_t *idx,

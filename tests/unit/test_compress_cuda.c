@@ -8,10 +8,14 @@
  * the rounding its sum can carry (1e-5 of the |x| mass it holds), and on
  * small-integer data, where every partial sum is exact and order cannot
  * matter, bit for bit. Gaussian-k is checked against its contract and the
- * CPU's threshold. Without a usable device the program reports itself
+ * CPU's threshold. The compressors keep their scratch in a workspace
+ * cached across calls, so calls of growing and shrinking sizes, calls
+ * after a refused one, calls from two threads and calls after the cache
+ * was released are checked as well. Without a usable device the program reports itself
  * skipped (exit 77) before any test runs.
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #include "common/common.h"
 #include "compress/compress.h"
 #include "kernels/cuda_compress.h"
+#include "kernels/cuda_model.h"
 #include "kernels/dcor.h"
 #include "kernels/kernels.h"
 #include "sketch_golden.h"
@@ -363,6 +368,209 @@ static void test_sparse_rejects_bad_indices(void **state)
     assert_true(val[0] == 5 && val[1] == 3 && val[2] == 7);
 }
 
+/* ---- the cached workspace ------------------------------------------------------------ */
+
+/* Encode from device pointers 0..3 floats past a 16-byte boundary (the
+ * float4 path starts after a head taken one by one) and of lengths that
+ * leave a tail, bit for bit on small integers. */
+static void test_encode_unaligned_input(void **state)
+{
+    (void)state;
+    const size_t lens[] = {1, 3, 4, 5, 7, 1031, 65539};
+    const uint32_t shapes[][2] = {{3, 1000}, {5, 1u << 20}};
+    for (size_t s = 0; s < 2; s++)
+        for (size_t n = 0; n < sizeof lens / sizeof lens[0]; n++)
+            for (size_t off = 0; off < 4; off++) {
+                uint32_t rows = shapes[s][0], cols = shapes[s][1];
+                size_t d = lens[n], cells = (size_t)rows * cols;
+                float *x = random_vec(d + off, 70 + d + off);
+                for (size_t i = 0; i < d + off; i++)
+                    x[i] = (float)((int)lrintf(x[i] * 3.0f) % 5);
+                compress_sketch c;
+                OK(compress_sketch_init(&c, rows, cols, 5 + off, &e_));
+                compress_sketch_encode(&c, x + off, d);
+                float *d_x = NULL, *d_t = NULL;
+                OK(kernels_cuda_alloc((void **)&d_x, (d + off) * sizeof(float), &e_));
+                OK(kernels_cuda_alloc((void **)&d_t, cells * sizeof(float), &e_));
+                OK(kernels_cuda_upload(d_x, x, (d + off) * sizeof(float), &e_));
+                OK(kernels_cuda_zero(d_t, cells * sizeof(float), &e_));
+                OK(kernels_cuda_sketch_encode(d_t, rows, cols, 5 + off, d_x + off, d, &e_));
+                float *g = xcalloc(cells, sizeof *g);
+                OK(kernels_cuda_download(g, d_t, cells * sizeof(float), &e_));
+                for (size_t i = 0; i < cells; i++)
+                    if (!(g[i] == c.table[i]))
+                        fail_msg("encode %u x %u d=%zu at offset %zu: cell %zu GPU %g CPU %g",
+                                 rows, cols, d, off, i, (double)g[i], (double)c.table[i]);
+                kernels_cuda_free(d_x);
+                kernels_cuda_free(d_t);
+                compress_sketch_free(&c);
+                free(g), free(x);
+            }
+}
+
+static void topk_check(const float *x, size_t d, size_t k, const char *what)
+{
+    size_t m = k < d ? k : d;
+    uint32_t *ig = xcalloc(m, sizeof *ig), *ic = xcalloc(m, sizeof *ic);
+    size_t ng = 0, nc = 0;
+    OK(kernels_cuda_topk_host(x, d, k, ig, &ng, &e_));
+    OK(compress_topk(x, d, k, ic, &nc, &e_));
+    if (ng != nc || memcmp(ig, ic, nc * sizeof *ig) != 0)
+        fail_msg("topk %s d=%zu k=%zu: GPU %zu entries differ from CPU %zu", what, d, k, ng, nc);
+    free(ig), free(ic);
+}
+
+/* Ties at the k-th key that the top k takes only in part, spread over
+ * many of the cut search's 8192-position tiles: among copied-out
+ * candidates (few ties) and on the whole vector (ties everywhere). */
+static void test_topk_ties_across_tiles(void **state)
+{
+    (void)state;
+    size_t d = 200003;
+    float *x = random_vec(d, 91);
+    for (size_t i = 0; i < d; i++)
+        x[i] = i % 10 == 7 ? (i % 20 == 7 ? 1.0f : -1.0f) : 0.4f * tanhf(x[i]);
+    const size_t ks[] = {1, 8191, 8192, 8193, 10000, 19999, 20000, 20001};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++)
+        topk_check(x, d, ks[t], "few ties");
+    for (size_t i = 0; i < d; i++)
+        x[i] = i % 3 ? 2.0f : -2.0f;
+    const size_t kall[] = {1, 8192, 8193, 100000, d - 1};
+    for (size_t t = 0; t < sizeof kall / sizeof kall[0]; t++)
+        topk_check(x, d, kall[t], "all tied");
+    free(x);
+}
+
+/* Sizes that grow and shrink between calls reuse or replace the cached
+ * workspace; released in between, it comes back. Results stay the CPU's. */
+static void test_workspace_reuse(void **state)
+{
+    (void)state;
+    const size_t ds[] = {65537, 1000, ((size_t)1 << 20) + 3, 255, ((size_t)1 << 20) + 3, 7};
+    /* What earlier tests left cached is not this test's. */
+    kernels_cuda_compress_release();
+    size_t base = kernels_cuda_mem_in_use();
+    for (int round = 0; round < 2; round++)
+        for (size_t n = 0; n < sizeof ds / sizeof ds[0]; n++) {
+            size_t d = ds[n];
+            float *x = make_vec(d, (int)(n % 3), 400 + d);
+            topk_check(x, d, d / 100 + 1, "reuse");
+            topk_check(x, d, d / 3 + 1, "reuse");
+            size_t k = d / 50 + 1, cap = COMPRESS_GAUSSK_CAP(k);
+            uint32_t *ig = xcalloc(cap, sizeof *ig);
+            size_t ng = 0, ng2 = 0;
+            double tg = 0, tg2 = 0;
+            OK(kernels_cuda_gaussk_host(x, d, k, ig, &ng, &tg, &e_));
+            /* The same call again gives the same answer. */
+            uint32_t *ig2 = xcalloc(cap, sizeof *ig2);
+            OK(kernels_cuda_gaussk_host(x, d, k, ig2, &ng2, &tg2, &e_));
+            assert_int_equal(ng, ng2);
+            assert_true(tg == tg2);
+            assert_memory_equal(ig, ig2, ng * sizeof *ig);
+            free(ig), free(ig2), free(x);
+            if (round == 1 && n % 2 == 1) {
+                kernels_cuda_compress_release();
+                assert_int_equal(kernels_cuda_compress_cached(), 0);
+            }
+        }
+    kernels_cuda_compress_release();
+    assert_int_equal(kernels_cuda_compress_cached(), 0);
+    assert_int_equal(kernels_cuda_mem_in_use(), base);
+}
+
+/* A refused index list leaves its flag behind; the calls after it are
+ * not refused for it, and a list refused on device pointers changes
+ * nothing there either. */
+static void test_sparse_after_refusal(void **state)
+{
+    (void)state;
+    size_t d = 1000, nnz = 300;
+    float *dst = random_vec(d, 61), *val = random_vec(nnz, 62), *want = xcalloc(d, sizeof *want);
+    uint32_t *idx = xcalloc(nnz, sizeof *idx), *bad = xcalloc(nnz, sizeof *bad);
+    for (size_t j = 0; j < nnz; j++)
+        idx[j] = bad[j] = (uint32_t)(3 * j + 1);
+    bad[nnz - 1] = (uint32_t)d; /* one past the end, last of the list */
+    float *d_dst = NULL, *d_val = NULL;
+    uint32_t *d_idx = NULL, *d_bad = NULL;
+    OK(kernels_cuda_alloc((void **)&d_dst, d * sizeof(float), &e_));
+    OK(kernels_cuda_alloc((void **)&d_val, nnz * sizeof(float), &e_));
+    OK(kernels_cuda_alloc((void **)&d_idx, nnz * sizeof(uint32_t), &e_));
+    OK(kernels_cuda_alloc((void **)&d_bad, nnz * sizeof(uint32_t), &e_));
+    OK(kernels_cuda_upload(d_dst, dst, d * sizeof(float), &e_));
+    OK(kernels_cuda_upload(d_val, val, nnz * sizeof(float), &e_));
+    OK(kernels_cuda_upload(d_idx, idx, nnz * sizeof(uint32_t), &e_));
+    OK(kernels_cuda_upload(d_bad, bad, nnz * sizeof(uint32_t), &e_));
+    memcpy(want, dst, d * sizeof *want);
+    vl_error err = {0};
+    for (int rep = 0; rep < 3; rep++) {
+        assert_int_equal(kernels_cuda_sparse_scatter_add(d_dst, d, d_bad, d_val, nnz, 2.0f, &err),
+                         VL_EINVAL);
+        float *got = xcalloc(d, sizeof *got);
+        OK(kernels_cuda_download(got, d_dst, d * sizeof(float), &e_));
+        assert_memory_equal(got, want, d * sizeof *got);
+        OK(kernels_cuda_sparse_scatter_add(d_dst, d, d_idx, d_val, nnz, 2.0f, &e_));
+        for (size_t j = 0; j < nnz; j++)
+            want[idx[j]] += 2.0f * val[j];
+        OK(kernels_cuda_download(got, d_dst, d * sizeof(float), &e_));
+        assert_memory_equal(got, want, d * sizeof *got);
+        assert_int_equal(kernels_cuda_sparse_gather(d_dst, d, d_bad, nnz, d_val, &err),
+                         VL_EINVAL);
+        OK(kernels_cuda_sparse_gather(d_dst, d, d_idx, nnz, d_val, &e_));
+        OK(kernels_cuda_download(val, d_val, nnz * sizeof(float), &e_));
+        for (size_t j = 0; j < nnz; j++)
+            assert_true(val[j] == want[idx[j]]);
+        if (rep == 1)
+            kernels_cuda_compress_release();
+        free(got);
+    }
+    kernels_cuda_free(d_dst), kernels_cuda_free(d_val);
+    kernels_cuda_free(d_idx), kernels_cuda_free(d_bad);
+    free(dst), free(val), free(want), free(idx), free(bad);
+}
+
+/* Two threads selecting at once take turns at the workspace. */
+struct topk_job {
+    const float *x;
+    size_t d, k;
+    uint32_t *idx;
+    size_t nnz;
+    int rc;
+};
+
+static void *topk_thread(void *arg)
+{
+    struct topk_job *j = arg;
+    vl_error err = {0};
+    for (int r = 0; r < 20 && j->rc == 0; r++)
+        j->rc = kernels_cuda_topk_host(j->x, j->d, j->k, j->idx, &j->nnz, &err);
+    return NULL;
+}
+
+static void test_workspace_two_threads(void **state)
+{
+    (void)state;
+    struct topk_job jobs[2];
+    float *xs[2];
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++) {
+        size_t d = t ? 300007 : 65537;
+        xs[t] = make_vec(d, t, 800 + (uint64_t)t);
+        jobs[t] = (struct topk_job){xs[t], d, d / 100 + 1, xcalloc(d / 100 + 1, sizeof(uint32_t)),
+                                    0, 0};
+        assert_int_equal(pthread_create(&th[t], NULL, topk_thread, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(pthread_join(th[t], NULL), 0);
+        assert_int_equal(jobs[t].rc, 0);
+        uint32_t *ic = xcalloc(jobs[t].k, sizeof *ic);
+        size_t nc = 0;
+        OK(compress_topk(xs[t], jobs[t].d, jobs[t].k, ic, &nc, &e_));
+        assert_int_equal(jobs[t].nnz, nc);
+        assert_memory_equal(jobs[t].idx, ic, nc * sizeof *ic);
+        free(ic), free(jobs[t].idx), free(xs[t]);
+    }
+}
+
 /* ---- dCor ------------------------------------------------------------------------------ */
 
 static void dcor_compare(int n, int p, int q, int constant_z)
@@ -449,6 +657,11 @@ int main(void)
         cmocka_unit_test(test_gaussk_contract),
         cmocka_unit_test(test_sparse_and_feedback_match_cpu),
         cmocka_unit_test(test_sparse_rejects_bad_indices),
+        cmocka_unit_test(test_encode_unaligned_input),
+        cmocka_unit_test(test_topk_ties_across_tiles),
+        cmocka_unit_test(test_workspace_reuse),
+        cmocka_unit_test(test_sparse_after_refusal),
+        cmocka_unit_test(test_workspace_two_threads),
         cmocka_unit_test(test_dcor_matches_cpu),
         cmocka_unit_test(test_rejects_bad_args),
     };
