@@ -97,6 +97,24 @@ __device__ __forceinline__ uint32_t cc_key(float v)
     return __float_as_uint(v) & 0x7fffffffu;
 }
 
+/* The sum of every thread's c, in thread 0 of the block (what the others
+ * get is unspecified), through 32 shared slots: within each warp by
+ * shuffles, then over the warps, so a block costs one write where a
+ * count needs one. blockDim.x a multiple of 32; every thread must call. */
+template <class T> __device__ __forceinline__ T cc_block_sum(T c, T *part)
+{
+    for (int off = 16; off > 0; off /= 2)
+        c += __shfl_down_sync(0xffffffffu, c, off);
+    if ((threadIdx.x & 31u) == 0)
+        part[threadIdx.x / 32] = c;
+    __syncthreads();
+    T sum = 0;
+    if (threadIdx.x == 0)
+        for (unsigned w = 0; w < blockDim.x / 32; w++)
+            sum += part[w];
+    return sum;
+}
+
 /* ---- the cached workspace (workspace.cu) -------------------------------------------
  * Scratch that every call used to cudaMalloc and cudaFree (each free
  * waiting for the device) is kept per device and reused. A call opens a

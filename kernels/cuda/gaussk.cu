@@ -89,18 +89,9 @@ __global__ static void count_ge_kernel(const float *x, size_t d, uint32_t kmin,
     }
     for (; i < d; i += stride)
         c += cc_key(x[i]) >= kmin;
-    for (int off = 16; off > 0; off /= 2)
-        c += __shfl_down_sync(0xffffffffu, c, off);
-    if ((threadIdx.x & 31u) == 0)
-        part[threadIdx.x / 32] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned long long sum = 0;
-        for (unsigned w = 0; w < blockDim.x / 32; w++)
-            sum += part[w];
-        if (sum)
-            atomicAdd(&st->ge, sum);
-    }
+    unsigned long long sum = cc_block_sum(c, part);
+    if (threadIdx.x == 0 && sum)
+        atomicAdd(&st->ge, sum);
 }
 
 /* st->min_above = min(itself, smallest key above t), one atomic per warp. */

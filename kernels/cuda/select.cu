@@ -270,17 +270,9 @@ __global__ static void cut_count_kernel(const float *v, size_t n, const cc_sel_s
     uint32_t c = 0;
     for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
         c += cc_key(v[i]) == t;
-    for (int off = 16; off > 0; off /= 2)
-        c += __shfl_down_sync(0xffffffffu, c, off);
-    if ((threadIdx.x & 31u) == 0)
-        part[threadIdx.x / 32] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t sum = 0;
-        for (unsigned w = 0; w < blockDim.x / 32; w++)
-            sum += part[w];
+    uint32_t sum = cc_block_sum(c, part);
+    if (threadIdx.x == 0)
         tiles[blockIdx.x] = sum;
-    }
 }
 
 /* One warp: st->cut = the position of the need-th key == t (-1 when the
@@ -445,14 +437,23 @@ int cc_select_find(const float *d_x, size_t n, size_t k, cc_sel *s, vl_error *er
     return rc;
 }
 
+/* The select's state from the device, refused when a level went wrong. */
+static int read_state(cc_sel *s, cc_sel_state *h, vl_error *err)
+{
+    int rc = cc_readback(*s->ws, h, s->st, sizeof *h, err);
+    if (rc)
+        return rc;
+    if (h->fail)
+        return vl_fail(err, VL_ERR, "select: a level found no bucket holding the key");
+    return 0;
+}
+
 int cc_select_fetch(cc_sel *s, vl_error *err)
 {
     cc_sel_state h;
-    int rc = cc_readback(*s->ws, &h, s->st, sizeof h, err);
+    int rc = read_state(s, &h, err);
     if (rc)
         return rc;
-    if (h.fail)
-        return vl_fail(err, VL_ERR, "select: a level found no bucket holding the key");
     s->t = h.prefix;
     s->gt = (size_t)h.gt;
     s->eq = (size_t)h.in;
@@ -512,11 +513,9 @@ int cc_select_emit(cc_sel *s, const float *vals, const uint32_t *map, size_t n, 
 int cc_select_check(cc_sel *s, cc_sel_state *out, vl_error *err)
 {
     cc_sel_state h;
-    int rc = cc_readback(*s->ws, &h, s->st, sizeof h, err);
+    int rc = read_state(s, &h, err);
     if (rc)
         return rc;
-    if (h.fail)
-        return vl_fail(err, VL_ERR, "select: a level found no bucket holding the key");
     for (int c = 0; c < s->checks; c++)
         if (h.count[c] < 0 || (unsigned long long)h.count[c] != (unsigned long long)s->expect[c])
             return vl_fail(err, VL_ERR, "select: %lld selected where the histograms counted %zu",
