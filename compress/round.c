@@ -37,3 +37,18 @@ int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *e
     for (size_t t = 0; t < *nnz; t++) age[idx[t]] = 0.0f;
     return VL_OK;
 }
+
+int compress_round_candidates(const compress_sketch *E, const float *age, size_t d, size_t k,
+                              float *scratch, uint32_t *idx, size_t *nnz, vl_error *err) {
+    *nnz = 0;
+    if (d > UINT32_MAX)
+        return vl_fail(err, VL_EINVAL, "second round: %zu coordinates; indices are 32-bit", d);
+    if (d == 0 || k == 0) return VL_OK;
+    compress_sketch_estimate(E, d, scratch);
+    float sigma = (float)compress_sketch_noise(scratch, d);
+    for (size_t i = 0; i < d; i++) {
+        float a = fabsf(scratch[i]);
+        scratch[i] = (a > sigma ? a : sigma) * (age[i] + 1.0f);
+    }
+    return compress_topk(scratch, d, k, idx, nnz, err);
+}

@@ -161,36 +161,6 @@ static void bufs_free(merge_bufs *b) {
     /* mom and err borrow their tables from state. */
 }
 
-/* A sketch header over a slice of the state vector, so that the momentum
- * and error sketches are stored in the version row like any state. */
-static void sketch_view(compress_sketch *s, const coord_config *cfg, float *table) {
-    s->rows = (uint32_t)cfg->comp_rows;
-    s->cols = (uint32_t)cfg->comp_cols;
-    s->seed = (uint64_t)cfg->comp_seed;
-    s->table = table;
-}
-
-/* A sketch run with a second round keeps E, the sketch of the mean
- * updates not yet applied, then the dense momentum of the exact values it
- * applied and each coordinate's versions since it was last applied
- * (coord_state_size). */
-static void round_views(const coord_config *cfg, size_t n, float *state, compress_sketch *E,
-                        float **mom, float **age) {
-    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
-    sketch_view(E, cfg, state);
-    *mom = state + cells;
-    *age = state + cells + n;
-}
-
-/* E <- decay * E + S, the round's first change to the state, made the
- * same way when the round opens (to name its candidates) and when the
- * version is made. The decay forgets what the exact values never
- * settled, which would otherwise pile up in E as noise. */
-static int round_accumulate(compress_sketch *E, const compress_sketch *S, vl_error *err) {
-    coord_scale(E->table, (size_t)E->rows * E->cols, COORD_ROUND_DECAY);
-    return compress_sketch_add(E, S, 1.0f, err);
-}
-
 /* The second round's step: every value applied is exact (the mean of the
  * reported values at the chosen candidates, see compress_round_take), fed
  * through the run's outer step like a dense update that is zero
@@ -200,10 +170,10 @@ static int round_step(const coord_config *cfg, size_t n, const merge_ctx *m, mer
     const coord_round_acc *a = m->round;
     compress_sketch E;
     float *mom, *age;
-    round_views(cfg, n, b->state, &E, &mom, &age);
+    coord_round_views(cfg, n, b->state, &E, &mom, &age);
     float *exact = malloc(a->n_cand * sizeof *exact + 1);
     float *val = malloc(a->n_cand * sizeof *val + 1);
-    int rc = exact && val ? round_accumulate(&E, &b->sk, err)
+    int rc = exact && val ? coord_round_accumulate(&E, &b->sk, err)
                           : vl_fail(err, VL_ENOMEM, "out of memory merging");
     size_t got = 0;
     /* With no answer at all there is nothing exact to apply this time;
@@ -287,13 +257,13 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
         if (m->round) return round_step(cfg, n, m, b, theta, n_cand, err);
         compress_sketch E;
         float *mom, *age;
-        round_views(cfg, n, b->state, &E, &mom, &age);
+        coord_round_views(cfg, n, b->state, &E, &mom, &age);
         *n_cand = 0;
-        return round_accumulate(&E, &b->sk, err);
+        return coord_round_accumulate(&E, &b->sk, err);
     }
     size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
-    sketch_view(&b->mom, cfg, b->state);
-    sketch_view(&b->err, cfg, b->state + cells);
+    coord_sketch_view(&b->mom, cfg, b->state);
+    coord_sketch_view(&b->err, cfg, b->state + cells);
     float *val = malloc(room * sizeof(float) + 1);
     int rc = val ? compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
                                           cfg->outer_momentum, n, apply_k, b->scratch, b->cand,
@@ -374,11 +344,11 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     if (rc == VL_OK) {
         coord_scale(b.sk.table, cells, 1.0 / m.samples);
         memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
-        round_views(cfg, n, b.state, &E, &mom, &age);
-        rc = round_accumulate(&E, &b.sk, err);
+        coord_round_views(cfg, n, b.state, &E, &mom, &age);
+        rc = coord_round_accumulate(&E, &b.sk, err);
     }
     if (rc == VL_OK)
-        rc = compress_sketch_heavy(&E, n, n_cand, b.scratch, b.cand, b.val, &got, err);
+        rc = compress_round_candidates(&E, age, n, n_cand, b.scratch, b.cand, &got, err);
     if (rc == VL_OK && got == 0)
         rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {

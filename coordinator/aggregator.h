@@ -127,6 +127,29 @@ int coord_round_acc_add(coord_round_acc *a, int64_t update_id, const struct comp
                         float w, vl_error *err) VL_MUST_CHECK;
 void coord_round_acc_free(coord_round_acc *a);
 
+struct coord_config;
+struct compress_sketch;
+
+/* A sketch header over table (borrowed: rows x cols floats of the run's
+ * shape), so that momentum and error sketches live in the version's state
+ * vector like any state. */
+void coord_sketch_view(struct compress_sketch *s, const struct coord_config *cfg, float *table);
+
+/* A second-round run's state (coord_state_size): E, the sketch of what has
+ * not been applied, then the dense momentum of the exact values applied
+ * and each coordinate's versions since it was last applied; views into
+ * state. */
+void coord_round_views(const struct coord_config *cfg, size_t n, float *state,
+                       struct compress_sketch *E, float **mom, float **age);
+
+/* E <- COORD_ROUND_DECAY * E + S, the round's first change to the state,
+ * made the same way when the round opens (to name its candidates) and when
+ * the version is made. The decay forgets what exact values never settled,
+ * which would otherwise pile up in E as noise. VL_EINVAL for sketches of
+ * different shape. */
+int coord_round_accumulate(struct compress_sketch *E, const struct compress_sketch *S,
+                           vl_error *err) VL_MUST_CHECK;
+
 /* Where the current version stands with its second round, once all its
  * updates are in: returns 1 when it can be merged now (every update has
  * its values or the deadline passed; *r then holds the round, which the

@@ -1,7 +1,7 @@
 /* The coordinator's side of the Sketched-SGD second round (sketch runs with
  * compression.second_round): summing the exact values peers reported (a
- * silent peer's update is left out of them), and the timer that
- * closes a round at its deadline. Opening a round is in aggregator.c,
+ * silent peer's update is left out of them), the state a round keeps
+ * between versions, and the timer that closes a round at its deadline. Opening a round is in aggregator.c,
  * next to the merge it shares its code with; the HTTP side is in
  * routes_round.c. */
 #include <stdlib.h>
@@ -116,4 +116,24 @@ void coord_arm_round_timer(coord_server *srv, double delay_s) {
     struct timeval tv = {(time_t)delay_s, (suseconds_t)((delay_s - (double)(time_t)delay_s) * 1e6)};
     evtimer_del(srv->round_timer);
     evtimer_add(srv->round_timer, &tv);
+}
+
+void coord_sketch_view(compress_sketch *s, const coord_config *cfg, float *table) {
+    s->rows = (uint32_t)cfg->comp_rows;
+    s->cols = (uint32_t)cfg->comp_cols;
+    s->seed = (uint64_t)cfg->comp_seed;
+    s->table = table;
+}
+
+void coord_round_views(const coord_config *cfg, size_t n, float *state, compress_sketch *E,
+                       float **mom, float **age) {
+    size_t cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    coord_sketch_view(E, cfg, state);
+    *mom = state + cells;
+    *age = state + cells + n;
+}
+
+int coord_round_accumulate(compress_sketch *E, const compress_sketch *S, vl_error *err) {
+    coord_scale(E->table, (size_t)E->rows * E->cols, COORD_ROUND_DECAY);
+    return compress_sketch_add(E, S, 1.0f, err);
 }

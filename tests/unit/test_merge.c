@@ -9,6 +9,7 @@
  * on coordinates that each sit alone in their bucket of every row, so
  * that the merged sketch gives back the weighted mean exactly and the
  * FetchSGD step (no collision noise, so no threshold) applies just it. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <event2/event.h>
 
 #include "test_util.h"
+#include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
 
 /* Coordinates of the sketch case's updates, and how many. Few against the
@@ -395,6 +397,31 @@ static void test_robust_defaults(void **state) {
     }
 }
 
+/* A second round's state: E, the momentum and the ages are views into the
+ * version's state vector in that order, and E <- 0.9 E + S. */
+static void test_round_state(void **state) {
+    (void)state;
+    coord_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.comp_rows = 2;
+    cfg.comp_cols = 3;
+    cfg.comp_seed = 5;
+    float state_e[6] = {1, 2, 3, 4, 5, 6}, s_tab[6] = {10, 0, -10, 0, 1, 0};
+    float *mom, *age, st[6 + 20 + 20] = {0};
+    compress_sketch E, S;
+    coord_sketch_view(&S, &cfg, s_tab);
+    assert_true(S.rows == 2 && S.cols == 3 && S.seed == 5 && S.table == s_tab);
+    memcpy(st, state_e, sizeof state_e);
+    coord_round_views(&cfg, 20, st, &E, &mom, &age);
+    assert_ptr_equal(E.table, st);
+    assert_ptr_equal(mom, st + 6);
+    assert_ptr_equal(age, st + 26);
+    OK(coord_round_accumulate(&E, &S, &e_));
+    for (int i = 0; i < 6; i++)
+        assert_true(fabsf(E.table[i] - (COORD_ROUND_DECAY * state_e[i] + s_tab[i])) < 1e-6f);
+    for (int i = 6; i < 46; i++) assert_true(st[i] == 0.0f);
+}
+
 int main(void) {
     log_set_level(LOG_WARN);
     if (crypto_init() != VL_OK) return 1;
@@ -404,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_sketch_divides_by_samples),
         cmocka_unit_test(test_auto_norm_bound),
         cmocka_unit_test(test_robust_defaults),
+        cmocka_unit_test(test_round_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
