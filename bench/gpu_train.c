@@ -8,8 +8,10 @@
  *
  * Without a usable device it prints one line saying so and exits 77.
  *
- * Usage: bench_gpu_train [--quick] [--math fp32|tf32|bf16|all]
- *   (default: fp32 and bf16)
+ * Usage: bench_gpu_train [--quick] [--math fp32|tf32|bf16|all] [--gpt2]
+ *                        [--batch B]
+ *   (default: fp32 and bf16; --gpt2: only GPT-2 small, e.g. under a
+ *   profiler; --batch: B sequences a step instead of each model's own)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +19,9 @@
 
 #include "bench/train_flops.h"
 #include "common/common.h"
-#include "kernels/cuda_model.h"
+#include "kernels/cuda_bf16.h"
 #include "kernels/cuda_gate.h"
+#include "kernels/cuda_model.h"
 #include "kernels/kernels.h"
 #include "model/gpt_cuda.h"
 #include "model/model.h"
@@ -59,14 +62,20 @@ static void fill_device(float *d, size_t n)
 }
 
 /* Seconds for rounds of every shape's GEMMs (count times each) in ctx's
- * math mode, after one untimed round; *flops_out gets their FLOPs. */
+ * math mode, after one untimed round; *flops_out gets their FLOPs. In
+ * bf16 mode the operands are stored as bfloat16, as the model's step
+ * stores them, and the output is float32. Rows are padded to 64 values,
+ * as the step pads the vocabulary's, so an odd width (50257) measures the
+ * product and not a misaligned fallback. */
+#define LD(n) (((n) + 63) / 64 * 64)
 static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, double min_seconds,
                          double *flops_out)
 {
     size_t maxa = 0, maxb = 0, maxc = 0;
     for (int i = 0; i < ns; i++) {
-        size_t a = (size_t)s[i].M * s[i].K, b = (size_t)s[i].K * s[i].N,
-               c = (size_t)s[i].M * s[i].N;
+        size_t a = (size_t)(s[i].ta ? s[i].K : s[i].M) * LD(s[i].ta ? s[i].M : s[i].K),
+               b = (size_t)(s[i].tb ? s[i].N : s[i].K) * LD(s[i].tb ? s[i].K : s[i].N),
+               c = (size_t)s[i].M * LD(s[i].N);
         maxa = a > maxa ? a : maxa;
         maxb = b > maxb ? b : maxb;
         maxc = c > maxc ? c : maxc;
@@ -81,6 +90,13 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
     fill_device(Bm, maxb);
     if (kernels_cuda_zero(Cm, maxc * sizeof(float), &err) != 0)
         die("zero", &err);
+    int half = kernels_cuda_ctx_math(ctx) == KERNELS_CUDA_BF16;
+    kernels_bf16 *Ah = NULL, *Bh = NULL;
+    if (half && (kernels_cuda_alloc((void **)&Ah, maxa * sizeof(kernels_bf16), &err) != 0 ||
+                 kernels_cuda_alloc((void **)&Bh, maxb * sizeof(kernels_bf16), &err) != 0 ||
+                 kernels_cuda_to_bf16(Ah, A, maxa, &err) != 0 ||
+                 kernels_cuda_to_bf16(Bh, Bm, maxb, &err) != 0))
+        die("bf16 GEMM buffers", &err);
     double flops = 0, elapsed = 0;
     for (int round = 0; round == 0 || elapsed < min_seconds; round++) {
         if (kernels_cuda_sync(&err) != 0)
@@ -88,9 +104,14 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
         double t0 = clock_mono_s();
         for (int i = 0; i < ns; i++)
             for (int k = 0; k < s[i].count; k++) {
-                int lda = s[i].ta ? s[i].M : s[i].K, ldb = s[i].tb ? s[i].K : s[i].N;
-                if (kernels_cuda_gemm(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N, s[i].K, 1.0f, A,
-                                      lda, Bm, ldb, 1.0f, Cm, s[i].N, &err) != 0)
+                int lda = LD(s[i].ta ? s[i].M : s[i].K), ldb = LD(s[i].tb ? s[i].K : s[i].N);
+                int rc = half ? kernels_cuda_gemm_bf16(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N,
+                                                       s[i].K, 1.0f, Ah, lda, Bh, ldb, 1.0f, Cm,
+                                                       LD(s[i].N), &err)
+                              : kernels_cuda_gemm(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N,
+                                                  s[i].K, 1.0f, A, lda, Bm, ldb, 1.0f, Cm,
+                                                  LD(s[i].N), &err);
+                if (rc != 0)
                     die("GEMM", &err);
             }
         if (kernels_cuda_sync(&err) != 0)
@@ -105,6 +126,8 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
     kernels_cuda_free(A);
     kernels_cuda_free(Bm);
     kernels_cuda_free(Cm);
+    kernels_cuda_free(Ah);
+    kernels_cuda_free(Bh);
     *flops_out = flops;
     return elapsed;
 }
@@ -178,10 +201,20 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
 
 int main(int argc, char **argv)
 {
-    int quick = 0, modes[3] = {1, 0, 1}; /* fp32, tf32, bf16 */
+    int quick = 0, gpt2_only = 0, batch = 0, modes[3] = {1, 0, 1}; /* fp32, tf32, bf16 */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--gpt2") == 0) {
+            gpt2_only = 1;
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long b = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || b < 1 || b > 4096) {
+                fprintf(stderr, "bench_gpu_train: --batch needs a number from 1 to 4096\n");
+                return 2;
+            }
+            batch = (int)b;
         } else if (strcmp(argv[i], "--math") == 0 && i + 1 < argc) {
             const char *m = argv[++i];
             int all = strcmp(m, "all") == 0;
@@ -193,7 +226,9 @@ int main(int argc, char **argv)
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--math fp32|tf32|bf16|all]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--math fp32|tf32|bf16|all] [--gpt2] [--batch B]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -208,6 +243,8 @@ int main(int argc, char **argv)
         {"GPT-2 124M", {50257, 1024, 12, 12, 768}, 8},
     };
     int ncfg = (int)(sizeof cfgs / sizeof cfgs[0]);
+    for (int ci = 0; ci < ncfg && batch > 0; ci++)
+        cfgs[ci].B = batch;
     printf("bench_gpu_train: %s\n", desc);
     printf("model FLOPs/step = 6*(12*L*C^2 + V*C)*B*T + 6*L*B*T^2*C (causal attention); "
            "baseline: cuBLAS on the step's GEMM shapes in the same mode\n");
@@ -215,7 +252,7 @@ int main(int argc, char **argv)
            "math", "step ms", "tok/s", "model TF/s", "GEMM TF/s", "ratio", "loss");
     const kernels_cuda_math all_modes[3] = {KERNELS_CUDA_FP32, KERNELS_CUDA_TF32,
                                             KERNELS_CUDA_BF16};
-    for (int ci = 0; ci < ncfg; ci++)
+    for (int ci = gpt2_only ? ncfg - 1 : 0; ci < ncfg; ci++)
         for (int mi = 0; mi < 3; mi++)
             if (modes[mi])
                 bench_one(&cfgs[ci], all_modes[mi], min_s);

@@ -48,7 +48,10 @@ typedef enum kernels_cuda_math {
     KERNELS_CUDA_TF32 = 1,
     /* Inputs rounded to bfloat16 on tensor cores, float32 accumulation and
      * output: mixed precision with float32 master weights and
-     * activations. */
+     * activations. The functions here round float32 operands as cuBLAS
+     * reads them (TF32's speed); kernels/cuda_bf16.h has the layers on
+     * operands stored as bfloat16, which the device GPT uses in this
+     * mode. */
     KERNELS_CUDA_BF16 = 2
 } kernels_cuda_math;
 
@@ -100,6 +103,12 @@ size_t kernels_cuda_mem_in_use(void);
 int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, vl_error *err) VL_MUST_CHECK;
 int kernels_cuda_download(void *dst, const void *d_src, size_t bytes,
                           vl_error *err) VL_MUST_CHECK;
+
+/* Copies rows rows of width bytes from the device (rows spitch bytes apart)
+ * to the host (dpitch apart), after the queued work. Returns 0, VL_EINVAL
+ * (a pitch below width) or VL_ERR. */
+int kernels_cuda_download_rows(void *dst, size_t dpitch, const void *d_src, size_t spitch,
+                               size_t width, size_t rows, vl_error *err) VL_MUST_CHECK;
 
 /* Copies bytes from d_src to d_dst, both device memory (not overlapping),
  * in order with the queued work. Returns 0 or VL_ERR. */

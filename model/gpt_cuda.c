@@ -8,42 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda_bf16.h"
 #include "kernels/cuda_model.h"
 #include "model/carve.h"
 #include "model/gpt_cuda.h"
+#include "model/gpt_cuda_internal.h"
 #include "model/gpt_internal.h"
 #include "model/model.h"
-
-struct model_gpt_cuda {
-    model_gpt_config cfg;
-    model_tensor *tensors; /* host copy of the host model's table */
-    int ntensors;
-    size_t num_params;
-    kernels_cuda_ctx *ctx;
-    /* One device allocation for the parameter-sized vectors. */
-    float *state;
-    float *params, *grads, *adam_m, *adam_v;
-    uint8_t *decay_mask; /* 1 where AdamW decays (2-D tensors) */
-    double *norm_scratch; /* KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES */
-    long adam_step;
-    /* One device allocation for both passes' activations and the ids;
-     * acts.mem points at it, acts.layers is host memory. */
-    gpt_acts acts;
-    gpt_grad_acts gacts;
-    float *h_losses; /* host copy of the per-position losses [cap_bt] */
-    int B, T;
-    int have_output, can_backward;
-};
-
-static float *tensor(const model_gpt_cuda *g, float *base, int idx)
-{
-    return base + g->tensors[idx].offset;
-}
 
 static void free_acts(model_gpt_cuda *g)
 {
     kernels_cuda_free(g->acts.mem);
     free(g->acts.layers);
+    kernels_cuda_free(g->half.mem);
+    free(g->half.layers);
+    memset(&g->half, 0, sizeof g->half);
     free(g->h_losses);
     memset(&g->acts, 0, sizeof g->acts);
     memset(&g->gacts, 0, sizeof g->gacts);
@@ -57,6 +36,8 @@ void model_gpt_cuda_destroy(model_gpt_cuda *g)
     if (g == NULL)
         return;
     free_acts(g);
+    kernels_cuda_free(g->params_h);
+    kernels_cuda_free(g->wte_h);
     kernels_cuda_free(g->state);
     kernels_cuda_ctx_destroy(g->ctx);
     free(g->tensors);
@@ -122,6 +103,16 @@ int model_gpt_cuda_create(const model_gpt *host, kernels_cuda_math math, model_g
                                    err);
         }
     }
+    g->bf16 = math == KERNELS_CUDA_BF16;
+    g->vld = g->bf16 ? (g->cfg.vocab_size + 63) / 64 * 64 : g->cfg.vocab_size;
+    if (rc == 0 && g->bf16)
+        rc = kernels_cuda_alloc((void **)&g->params_h, g->num_params * sizeof(kernels_bf16),
+                                err);
+    size_t wte_h = (size_t)g->vld * g->cfg.n_embd * sizeof(kernels_bf16);
+    if (rc == 0 && g->bf16)
+        rc = kernels_cuda_alloc((void **)&g->wte_h, wte_h, err);
+    if (rc == 0 && g->bf16)
+        rc = kernels_cuda_zero(g->wte_h, wte_h, err);
     if (rc == 0)
         rc = upload_decay_mask(g, err);
     if (rc == 0)
@@ -188,11 +179,61 @@ int model_gpt_cuda_zero_grad(model_gpt_cuda *g, vl_error *err)
 /* Both passes' buffers and the ids, for bt positions and btt = B*T*T. */
 static void layout_acts(model_gpt_cuda *g, carver *cv, size_t bt, size_t btt)
 {
-    gpt_layout_acts(&g->cfg, &g->acts, cv, bt, btt);
+    /* The logits' rows are vld long; nothing else depends on V. */
+    model_gpt_config padded = g->cfg;
+    padded.vocab_size = g->vld;
+    gpt_layout_acts(&padded, &g->acts, cv, bt, btt);
     /* The attention backward scratch is B*NH*T*T floats, att's size. */
     gpt_layout_grad_acts(&g->cfg, &g->gacts, cv, bt, btt * (size_t)g->cfg.n_head);
     g->acts.inputs = (int *)carve(cv, bt, 1);
     g->acts.targets = (int *)carve(cv, bt, 1);
+}
+
+/* n = a * b bfloat16 values, carved as floats (64-byte aligned). */
+static kernels_bf16 *carve_h(carver *cv, size_t a, size_t b)
+{
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n)) {
+        cv->overflow = 1;
+        return NULL;
+    }
+    return (kernels_bf16 *)carve(cv, n / 2 + 1, 1);
+}
+
+static void layout_half(model_gpt_cuda *g, carver *cv, size_t bt, size_t btt)
+{
+    size_t C = (size_t)g->cfg.n_embd, NH = (size_t)g->cfg.n_head;
+    gpt_half *h = &g->half;
+    for (int l = 0; l < g->cfg.n_layer; l++) {
+        gpt_half_layer *hl = &h->layers[l];
+        hl->ln1 = carve_h(cv, bt, C);
+        hl->qkv = carve_h(cv, bt, 3 * C);
+        hl->atty = carve_h(cv, bt, C);
+        hl->ln2 = carve_h(cv, bt, C);
+        hl->fchg = carve_h(cv, bt, 4 * C);
+        hl->att = carve_h(cv, btt, NH);
+    }
+    h->lnf = carve_h(cv, bt, C);
+    h->dlogits = carve_h(cv, bt, (size_t)g->vld);
+    h->dout = carve_h(cv, bt, 4 * C);
+    h->ds = carve_h(cv, btt, NH);
+}
+
+static int plan_half(model_gpt_cuda *g, size_t bt, size_t btt, vl_error *err)
+{
+    gpt_half *h = &g->half;
+    h->layers = calloc((size_t)g->cfg.n_layer, sizeof(gpt_half_layer));
+    if (h->layers == NULL)
+        return vl_fail(err, VL_ENOMEM, "gpt cuda: out of host memory for activations");
+    carver cv = {NULL, 0, 0};
+    layout_half(g, &cv, bt, btt);
+    if (cv.overflow || cv.used > SIZE_MAX / sizeof(float))
+        return vl_fail(err, VL_ENOMEM, "gpt cuda: activations for %zu positions are too large",
+                       bt);
+    TRY(kernels_cuda_alloc((void **)&h->mem, cv.used * sizeof(float), err));
+    cv = (carver){(float *)h->mem, 0, 0};
+    layout_half(g, &cv, bt, btt);
+    return 0;
 }
 
 static int plan_acts(model_gpt_cuda *g, size_t bt, size_t btt, vl_error *err)
@@ -217,6 +258,8 @@ static int plan_acts(model_gpt_cuda *g, size_t bt, size_t btt, vl_error *err)
                      cap_bt);
     else
         rc = kernels_cuda_alloc((void **)&a->mem, cv.used * sizeof(float), err);
+    if (rc == 0 && g->bf16)
+        rc = plan_half(g, cap_bt, cap_btt, err);
     if (rc != 0) {
         free_acts(g);
         return rc;
@@ -287,13 +330,13 @@ int model_gpt_cuda_forward(model_gpt_cuda *g, const int *inputs, const int *targ
     TRY(kernels_cuda_upload(a->inputs, inputs, bt * sizeof(int), err));
     if (targets)
         TRY(kernels_cuda_upload(a->targets, targets, bt * sizeof(int), err));
-    TRY(forward_layers(g, B, T, err));
+    TRY(g->bf16 ? gpt_cuda_forward_bf16(g, B, T, err) : forward_layers(g, B, T, err));
     int N = (int)bt, V = g->cfg.vocab_size;
     g->B = B;
     g->T = T;
     if (targets) {
-        TRY(kernels_cuda_softmax_xent_forward(a->logits, a->losses, a->logits, a->targets, N, V,
-                                              err));
+        TRY(kernels_cuda_softmax_xent_forward_ld(a->logits, a->losses, a->logits, a->targets, N,
+                                                 V, g->vld, err));
         /* Summed in double on the host, in order, as the CPU model does. */
         TRY(kernels_cuda_download(g->h_losses, a->losses, bt * sizeof(float), err));
         double s = 0.0;
@@ -320,7 +363,9 @@ int model_gpt_cuda_download_output(model_gpt_cuda *g, float *out, size_t n, vl_e
     size_t want = (size_t)g->B * g->T * (size_t)g->cfg.vocab_size;
     if (n != want)
         return vl_fail(err, VL_EINVAL, "gpt cuda: output has %zu floats, buffer %zu", want, n);
-    return kernels_cuda_download(out, g->acts.logits, n * sizeof(float), err);
+    size_t row = (size_t)g->cfg.vocab_size * sizeof(float);
+    return kernels_cuda_download_rows(out, row, g->acts.logits, (size_t)g->vld * sizeof(float),
+                                      row, (size_t)g->B * g->T, err);
 }
 
 /* ---- backward ------------------------------------------------------------------ */
@@ -393,7 +438,7 @@ int model_gpt_cuda_backward(model_gpt_cuda *g, vl_error *err)
                        "forward)");
     g->can_backward = 0;
     g->have_output = 0; /* the probabilities become their gradient in place */
-    return backward_layers(g, err);
+    return g->bf16 ? gpt_cuda_backward_bf16(g, err) : backward_layers(g, err);
 }
 
 /* ---- AdamW ------------------------------------------------------------------------ */

@@ -10,10 +10,13 @@
  * of model.h: only builds with VOLLEY_HAVE_CUDA have it, and programs that
  * never use a GPU do not link the CUDA runtime.
  *
- * Precision: float32 storage throughout (parameters are the float32 master
- * weights); the matrix products run in the kernels_cuda_math mode given at
- * creation (KERNELS_CUDA_BF16 for mixed precision). Loss and gradients match
- * the CPU model within rounding in KERNELS_CUDA_FP32 (see
+ * Precision: the parameters, their gradients and the AdamW state are
+ * float32 (the master weights), and so is everything that is summed into.
+ * The matrix products run in the kernels_cuda_math mode given at creation;
+ * in KERNELS_CUDA_BF16 (mixed precision) they read bfloat16 copies of
+ * their operands (kernels/cuda_bf16.h, model/gpt_cuda_bf16.c), kept beside
+ * the float32 activations for the backward pass. Loss and
+ * gradients match the CPU model within rounding in KERNELS_CUDA_FP32 (see
  * tests/unit/test_model_cuda.c for the tolerances held).
  *
  * Not thread safe; one thread at a time. Every function returns 0 or a

@@ -182,7 +182,7 @@ run_test() {
   elif [ "$rc" = 124 ]; then fail "$name: timed out after $test_timeout s"
   else fail "$name: exit $rc"; fi
 }
-for t in test_kernels_cuda test_compress_cuda test_model_cuda test_model_cuda_dp \
+for t in test_kernels_cuda test_compress_cuda test_model_cuda test_model_cuda_bf16 test_model_cuda_dp \
          test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_device; do
   run_test "$t"
 done

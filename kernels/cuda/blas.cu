@@ -133,6 +133,24 @@ extern "C" int kernels_cuda_download(void *dst, const void *d_src, size_t bytes,
     return copy(dst, d_src, bytes, cudaMemcpyDeviceToHost, err);
 }
 
+extern "C" int kernels_cuda_download_rows(void *dst, size_t dpitch, const void *d_src,
+                                          size_t spitch, size_t width, size_t rows,
+                                          vl_error *err)
+{
+    if (width == 0 || rows == 0)
+        return 0;
+    if (dst == NULL || d_src == NULL)
+        return vl_fail(err, VL_EINVAL, "cuda copy: NULL pointer");
+    if (dpitch < width || spitch < width)
+        return vl_fail(err, VL_EINVAL, "cuda copy: pitch below the row width");
+    cudaError_t e = cudaMemcpy2D(dst, dpitch, d_src, spitch, width, rows, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_fail(err, e, "copy to host");
+    }
+    return 0;
+}
+
 extern "C" int kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes, vl_error *err)
 {
     return copy(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, err);
@@ -172,6 +190,25 @@ int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float al
     return s == CUBLAS_STATUS_SUCCESS ? 0 : cublas_fail(err, s, "GEMM");
 }
 
+int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
+                 const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
+                 float beta, void *C, int c_bf16, int ldc, long long sc, int count,
+                 vl_error *err)
+{
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t ct = c_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasStatus_t s;
+    if (count == 1)
+        s = cublasGemmEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                         CUDA_R_16BF, lda, &beta, C, ct, ldc, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+    else
+        s = cublasGemmStridedBatchedEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_16BF,
+                                       ldb, sb, A, CUDA_R_16BF, lda, sa, &beta, C, ct, ldc, sc,
+                                       count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : cublas_fail(err, s, "bf16 GEMM");
+}
+
 extern "C" int kernels_cuda_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K,
                                  float alpha, const float *d_A, int lda, const float *d_B,
                                  int ldb, float beta, float *d_C, int ldc, vl_error *err)
@@ -186,11 +223,20 @@ extern "C" int kernels_cuda_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, i
 
 /* ---- linear layers ------------------------------------------------------------- */
 
-__global__ static void seed_bias_kernel(float *out, const float *bias, size_t n, int OUT)
+/* A block per row (grid-stride over rows): no 64-bit remainder per value. */
+__global__ static void seed_bias_kernel(float *out, const float *bias, size_t rows, int OUT)
 {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = bias[i % (size_t)OUT];
+    for (size_t r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int c = threadIdx.x; c < OUT; c += blockDim.x)
+            out[r * (size_t)OUT + c] = bias[c];
+}
+
+int kc_seed_bias(float *out, const float *bias, size_t n, int OUT, vl_error *err)
+{
+    size_t rows = n / (size_t)OUT;
+    unsigned blocks = rows < KC_MAX_BLOCKS ? (unsigned)rows : KC_MAX_BLOCKS;
+    seed_bias_kernel<<<blocks, KC_THREADS>>>(out, bias, rows, OUT);
+    return kc_launched(err, "bias seed");
 }
 
 /* Rows of one column-sum block; the block's 32 x KC_WARPS threads take 32
@@ -229,7 +275,7 @@ void kc_colsum_grid(int N, int W, dim3 *grid, int *rows_per_block)
     *grid = dim3((unsigned)((W + 31) / 32), gy);
 }
 
-static int colsum_add(float *dst, const float *src, int N, int W, vl_error *err)
+int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err)
 {
     dim3 grid;
     int rows;
@@ -258,9 +304,7 @@ extern "C" int kernels_cuda_matmul_forward(kernels_cuda_ctx *ctx, float *d_out,
         return rc;
     float beta = 0.0f;
     if (d_bias) {
-        size_t n = (size_t)N * OUT;
-        seed_bias_kernel<<<kc_blocks(n), KC_THREADS>>>(d_out, d_bias, n, OUT);
-        if ((rc = kc_launched(err, "bias seed")) != 0)
+        if ((rc = kc_seed_bias(d_out, d_bias, (size_t)N * OUT, OUT, err)) != 0)
             return rc;
         beta = 1.0f;
     }
@@ -284,7 +328,7 @@ extern "C" int kernels_cuda_matmul_backward(kernels_cuda_ctx *ctx, float *d_dinp
         rc = kc_gemm(ctx, 1, 0, IN, OUT, N, 1.0f, d_inp, IN, 0, d_dout, OUT, 0, 1.0f, d_dweight,
                      OUT, 0, 1, err);
     if (rc == 0 && d_dbias)
-        rc = colsum_add(d_dbias, d_dout, N, OUT, err);
+        rc = kc_colsum_add(d_dbias, d_dout, N, OUT, err);
     return rc;
 }
 

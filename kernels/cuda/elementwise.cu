@@ -3,9 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/launch.h"
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
+#include "kernels/cuda_bf16.h"
 
 #define GRID_STRIDE(i, n)                                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
@@ -47,12 +45,11 @@ __global__ static void encoder_backward_tok_kernel(float *dwte, const float *dou
     }
 }
 
-__global__ static void gelu_forward_kernel(float *out, const float *inp, size_t n)
+template <typename Out>
+__global__ static void gelu_forward_kernel(Out *out, const float *inp, size_t n)
 {
     GRID_STRIDE(i, n) {
-        float x = inp[i];
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        kc_put(&out[i], kc_gelu(inp[i]));
     }
 }
 
@@ -60,13 +57,7 @@ __global__ static void gelu_backward_kernel(float *dinp, const float *inp, const
                                             size_t n)
 {
     GRID_STRIDE(i, n) {
-        float x = inp[i];
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
-        dinp[i] += g * dout[i];
+        dinp[i] += kc_gelu_grad(inp[i]) * dout[i];
     }
 }
 
@@ -143,8 +134,43 @@ extern "C" int kernels_cuda_gelu_forward(float *d_out, const float *d_inp, size_
     int rc = check_n(d_out, d_inp, d_inp, n, "gelu", err);
     if (rc != 0)
         return rc;
-    gelu_forward_kernel<<<kc_blocks(n), KC_THREADS>>>(d_out, d_inp, n);
+    gelu_forward_kernel<float><<<kc_blocks(n), KC_THREADS>>>(d_out, d_inp, n);
     return kc_launched(err, "gelu forward");
+}
+
+extern "C" int kernels_cuda_gelu_forward_bf16(kernels_bf16 *d_out, const float *d_inp, size_t n,
+                                              vl_error *err)
+{
+    int rc = check_n(d_out, d_inp, d_inp, n, "gelu", err);
+    if (rc != 0)
+        return rc;
+    gelu_forward_kernel<__nv_bfloat16><<<kc_blocks(n), KC_THREADS>>>((__nv_bfloat16 *)d_out,
+                                                                     d_inp, n);
+    return kc_launched(err, "gelu forward");
+}
+
+__global__ static void gelu_backward_bf16_kernel(float *dinp, __nv_bfloat16 *dinp_h,
+                                                 const float *inp, const float *dout, size_t n)
+{
+    GRID_STRIDE(i, n) {
+        float d = kc_gelu_grad(inp[i]) * dout[i];
+        dinp[i] = d;
+        dinp_h[i] = __float2bfloat16_rn(d);
+    }
+}
+
+extern "C" int kernels_cuda_gelu_backward_bf16(float *d_dinp, kernels_bf16 *d_dinp_h,
+                                               const float *d_inp, const float *d_dout,
+                                               size_t n, vl_error *err)
+{
+    int rc = check_n(d_dinp, d_inp, d_dout, n, "gelu backward", err);
+    if (rc == 0 && d_dinp_h == NULL)
+        rc = vl_fail(err, VL_EINVAL, "cuda gelu backward: NULL pointer");
+    if (rc != 0)
+        return rc;
+    gelu_backward_bf16_kernel<<<kc_blocks(n), KC_THREADS>>>(d_dinp, (__nv_bfloat16 *)d_dinp_h,
+                                                           d_inp, d_dout, n);
+    return kc_launched(err, "gelu backward");
 }
 
 extern "C" int kernels_cuda_gelu_backward(float *d_dinp, const float *d_inp, const float *d_dout,

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_util.h"
@@ -30,6 +31,19 @@ static inline unsigned kc_blocks(size_t n)
 int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
             const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
             float beta, float *C, int ldc, long long sc, int count, vl_error *err);
+
+/* kc_gemm with bfloat16 A and B, float32 accumulation, and C float32 or,
+ * with c_bf16 set, bfloat16. Defined in blas.cu. */
+int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
+                 const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
+                 float beta, void *C, int c_bf16, int ldc, long long sc, int count,
+                 vl_error *err);
+
+/* Queues out[r, c] = bias[c] over n = rows * OUT floats, and dst[c] +=
+ * the sum over rows of src[N, W]: a linear layer's bias and its gradient.
+ * Defined in blas.cu. */
+int kc_seed_bias(float *out, const float *bias, size_t n, int OUT, vl_error *err);
+int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err);
 
 /* Rows per block of the column-sum kernels (parameter gradients summed
  * over rows), whose blocks are 32 columns by KC_WARPS rows of threads: a
@@ -88,5 +102,29 @@ __device__ __forceinline__ float kc_block_max(float v, float *sh)
     v = lane < nwarps ? sh[lane] : -INFINITY;
     return kc_warp_max(v);
 }
+
+/* GELU (tanh approximation) and its derivative, shared by the float32 and
+ * bfloat16 kernels so both compute the same values. */
+#define KC_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define KC_GELU_A 0.044715f
+
+__device__ __forceinline__ float kc_gelu(float x)
+{
+    float u = KC_GELU_K * (x + KC_GELU_A * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float kc_gelu_grad(float x)
+{
+    float u = KC_GELU_K * (x + KC_GELU_A * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float du = KC_GELU_K * (1.0f + 3.0f * KC_GELU_A * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+}
+
+/* Stores v in a float32 or (rounded to nearest even) bfloat16 output. */
+__device__ __forceinline__ void kc_put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kc_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 #endif

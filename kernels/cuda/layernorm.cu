@@ -5,17 +5,20 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda_bf16.h"
 
 #define LN_EPS 1e-5f
 
-__global__ static void ln_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+/* Out is float or __nv_bfloat16: the statistics are float32 either way. */
+template <typename Out>
+__global__ static void ln_forward_kernel(Out *out, float *mean, float *rstd, const float *inp,
                                          const float *weight, const float *bias, int N, int C)
 {
     int row = blockIdx.x * KC_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) /* whole warps leave together, so the shuffles see 32 lanes */
         return;
     const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    Out *o = out + (size_t)row * C;
     /* Two passes, mean then centred variance, as the CPU kernel does. */
     float s = 0.0f;
     for (int c = lane; c < C; c += 32)
@@ -28,7 +31,7 @@ __global__ static void ln_forward_kernel(float *out, float *mean, float *rstd, c
     }
     float rs = 1.0f / sqrtf(kc_warp_sum(v) / (float)C + LN_EPS);
     for (int c = lane; c < C; c += 32)
-        o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        kc_put(&o[c], (x[c] - m) * rs * weight[c] + bias[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = rs;
@@ -101,17 +104,33 @@ static unsigned row_blocks(int N)
     return (unsigned)((N + KC_WARPS - 1) / KC_WARPS);
 }
 
-extern "C" int kernels_cuda_layernorm_forward(float *d_out, float *d_mean, float *d_rstd,
-                                              const float *d_inp, const float *d_weight,
-                                              const float *d_bias, int N, int C, vl_error *err)
+template <typename Out>
+static int ln_forward(Out *d_out, float *d_mean, float *d_rstd, const float *d_inp,
+                      const float *d_weight, const float *d_bias, int N, int C, vl_error *err)
 {
     if (!d_out || !d_mean || !d_rstd || !d_inp || !d_weight || !d_bias)
         return vl_fail(err, VL_EINVAL, "cuda layernorm: NULL pointer");
     if (N < 1 || C < 1)
         return vl_fail(err, VL_EINVAL, "cuda layernorm: N=%d C=%d", N, C);
-    ln_forward_kernel<<<row_blocks(N), KC_THREADS>>>(d_out, d_mean, d_rstd, d_inp, d_weight,
-                                                     d_bias, N, C);
+    ln_forward_kernel<Out><<<row_blocks(N), KC_THREADS>>>(d_out, d_mean, d_rstd, d_inp,
+                                                          d_weight, d_bias, N, C);
     return kc_launched(err, "layernorm forward");
+}
+
+extern "C" int kernels_cuda_layernorm_forward(float *d_out, float *d_mean, float *d_rstd,
+                                              const float *d_inp, const float *d_weight,
+                                              const float *d_bias, int N, int C, vl_error *err)
+{
+    return ln_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C, err);
+}
+
+extern "C" int kernels_cuda_layernorm_forward_bf16(kernels_bf16 *d_out, float *d_mean,
+                                                   float *d_rstd, const float *d_inp,
+                                                   const float *d_weight, const float *d_bias,
+                                                   int N, int C, vl_error *err)
+{
+    return ln_forward((__nv_bfloat16 *)d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, N, C,
+                      err);
 }
 
 extern "C" int kernels_cuda_layernorm_backward(float *d_dinp, float *d_dweight, float *d_dbias,
