@@ -65,15 +65,11 @@ __global__ static void causal_softmax_backward_kernel(float *ds, const float *at
         d[j] = j <= t ? p[j] * (d[j] - s) * scale : 0.0f;
 }
 
-static unsigned row_blocks(size_t rows)
+int kc_check_attention(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c,
+                       const void *d, int B, int T, int C, int NH, const char *what,
+                       vl_error *err)
 {
-    return (unsigned)((rows + KC_WARPS - 1) / KC_WARPS);
-}
-
-static int check_att(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int B,
-                     int T, int C, int NH, const char *what, vl_error *err)
-{
-    if (ctx == NULL || a == NULL || b == NULL || c == NULL)
+    if (ctx == NULL || a == NULL || b == NULL || c == NULL || d == NULL)
         return vl_fail(err, VL_EINVAL, "cuda %s: NULL context or pointer", what);
     if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH != 0)
         return vl_fail(err, VL_EINVAL, "cuda %s: B=%d T=%d C=%d NH=%d", what, B, T, C, NH);
@@ -87,7 +83,7 @@ extern "C" int kernels_cuda_attention_forward(kernels_cuda_ctx *ctx, float *d_ou
                                               const float *d_qkv, int B, int T, int C, int NH,
                                               vl_error *err)
 {
-    int rc = check_att(ctx, d_out, d_att, d_qkv, B, T, C, NH, "attention", err);
+    int rc = kc_check_attention(ctx, d_out, d_att, d_qkv, d_qkv, B, T, C, NH, "attention", err);
     if (rc != 0)
         return rc;
     int hs = C / NH, ld = 3 * C;
@@ -102,7 +98,7 @@ extern "C" int kernels_cuda_attention_forward(kernels_cuda_ctx *ctx, float *d_ou
     if (rc != 0)
         return rc;
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_kernel<<<row_blocks(rows), KC_THREADS>>>(d_att, rows, T);
+    causal_softmax_kernel<<<kc_row_blocks(rows), KC_THREADS>>>(d_att, rows, T);
     if ((rc = kc_launched(err, "attention softmax")) != 0)
         return rc;
     /* out = p v */
@@ -129,8 +125,9 @@ extern "C" int kernels_cuda_attention_backward(kernels_cuda_ctx *ctx, float *d_d
                                                const float *d_qkv, const float *d_att, int B,
                                                int T, int C, int NH, vl_error *err)
 {
-    int rc = check_att(ctx, d_dqkv, d_scratch, d_dout, B, T, C, NH, "attention backward", err);
-    if (rc == 0 && (d_qkv == NULL || d_att == NULL))
+    int rc = kc_check_attention(ctx, d_dqkv, d_scratch, d_dout, d_qkv, B, T, C, NH,
+                                "attention backward", err);
+    if (rc == 0 && d_att == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda attention backward: NULL pointer");
     if (rc != 0)
         return rc;
@@ -152,7 +149,7 @@ extern "C" int kernels_cuda_attention_backward(kernels_cuda_ctx *ctx, float *d_d
     if (rc != 0)
         return rc;
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_backward_kernel<<<row_blocks(rows), KC_THREADS>>>(d_scratch, d_att, rows, T,
+    causal_softmax_backward_kernel<<<kc_row_blocks(rows), KC_THREADS>>>(d_scratch, d_att, rows, T,
                                                                      scale);
     if ((rc = kc_launched(err, "attention softmax backward")) != 0)
         return rc;

@@ -63,31 +63,13 @@ __global__ static void causal_softmax_backward_bf16_kernel(__nv_bfloat16 *ds_h, 
         o[j] = __float2bfloat16_rn(j <= t ? __bfloat162float(p[j]) * (d[j] - s) * scale : 0.0f);
 }
 
-static int check_att(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c,
-                     const void *d, int B, int T, int C, int NH, const char *what,
-                     vl_error *err)
-{
-    if (ctx == NULL || a == NULL || b == NULL || c == NULL || d == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda %s: NULL context or pointer", what);
-    if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH != 0)
-        return vl_fail(err, VL_EINVAL, "cuda %s: B=%d T=%d C=%d NH=%d", what, B, T, C, NH);
-    if ((size_t)B * NH * T / KC_WARPS >= (size_t)INT_MAX || C > INT_MAX / 3)
-        return vl_fail(err, VL_EINVAL, "cuda %s: too many rows", what);
-    return 0;
-}
-
-static unsigned row_blocks(size_t rows)
-{
-    return (unsigned)((rows + KC_WARPS - 1) / KC_WARPS);
-}
-
 extern "C" int kernels_cuda_attention_forward_bf16(kernels_cuda_ctx *ctx, kernels_bf16 *d_out_h,
                                                    float *d_scores, kernels_bf16 *d_att_h,
                                                    const kernels_bf16 *d_qkv_h, int B, int T,
                                                    int C, int NH, vl_error *err)
 {
-    int rc = check_att(ctx, d_out_h, d_scores, d_att_h, d_qkv_h, B, T, C, NH, "attention bf16",
-                       err);
+    int rc = kc_check_attention(ctx, d_out_h, d_scores, d_att_h, d_qkv_h, B, T, C, NH,
+                                "attention bf16", err);
     if (rc != 0)
         return rc;
     int hs = C / NH, ld = 3 * C;
@@ -101,7 +83,7 @@ extern "C" int kernels_cuda_attention_forward_bf16(kernels_cuda_ctx *ctx, kernel
     if (rc != 0)
         return rc;
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_bf16_kernel<<<row_blocks(rows), KC_THREADS>>>((__nv_bfloat16 *)d_att_h,
+    causal_softmax_bf16_kernel<<<kc_row_blocks(rows), KC_THREADS>>>((__nv_bfloat16 *)d_att_h,
                                                                  d_scores, rows, T);
     if ((rc = kc_launched(err, "attention softmax")) != 0)
         return rc;
@@ -120,8 +102,8 @@ extern "C" int kernels_cuda_attention_backward_bf16(kernels_cuda_ctx *ctx, float
                                                     const kernels_bf16 *d_att_h, int B, int T,
                                                     int C, int NH, vl_error *err)
 {
-    int rc = check_att(ctx, d_dqkv, d_dp, d_ds_h, d_dout_h, B, T, C, NH,
-                       "attention bf16 backward", err);
+    int rc = kc_check_attention(ctx, d_dqkv, d_dp, d_ds_h, d_dout_h, B, T, C, NH,
+                                "attention bf16 backward", err);
     if (rc == 0 && (d_qkv_h == NULL || d_att_h == NULL))
         rc = vl_fail(err, VL_EINVAL, "cuda attention bf16 backward: NULL pointer");
     if (rc != 0)
@@ -144,7 +126,7 @@ extern "C" int kernels_cuda_attention_backward_bf16(kernels_cuda_ctx *ctx, float
     if (rc != 0)
         return rc;
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_backward_bf16_kernel<<<row_blocks(rows), KC_THREADS>>>(
+    causal_softmax_backward_bf16_kernel<<<kc_row_blocks(rows), KC_THREADS>>>(
         (__nv_bfloat16 *)d_ds_h, d_dp, (const __nv_bfloat16 *)d_att_h, rows, T, scale);
     if ((rc = kc_launched(err, "attention softmax backward")) != 0)
         return rc;

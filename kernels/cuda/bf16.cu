@@ -73,23 +73,13 @@ extern "C" int kernels_cuda_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int
                         0, 1, err);
 }
 
-static int check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
-                    int IN, int OUT, const char *what, vl_error *err)
-{
-    if (ctx == NULL || a == NULL || b == NULL || c == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda %s: NULL context or pointer", what);
-    if (N < 1 || IN < 1 || OUT < 1)
-        return vl_fail(err, VL_EINVAL, "cuda %s: N=%d IN=%d OUT=%d", what, N, IN, OUT);
-    return 0;
-}
-
 extern "C" int kernels_cuda_matmul_forward_bf16(kernels_cuda_ctx *ctx, float *d_out,
                                                 const kernels_bf16 *d_inp,
                                                 const kernels_bf16 *d_weight,
                                                 const float *d_bias, int N, int IN, int OUT,
                                                 vl_error *err)
 {
-    int rc = check_mm(ctx, d_out, d_inp, d_weight, N, IN, OUT, "matmul bf16", err);
+    int rc = kc_check_mm(ctx, d_out, d_inp, d_weight, N, IN, OUT, "matmul bf16", err);
     if (rc != 0)
         return rc;
     float beta = 0.0f;
@@ -110,7 +100,7 @@ extern "C" int kernels_cuda_matmul_backward_bf16(kernels_cuda_ctx *ctx, float *d
                                                  const kernels_bf16 *d_weight, int N, int IN,
                                                  int OUT, vl_error *err)
 {
-    int rc = check_mm(ctx, d_dweight, d_dout_h, d_inp, N, IN, OUT, "matmul bf16 backward", err);
+    int rc = kc_check_mm(ctx, d_dweight, d_dout_h, d_inp, N, IN, OUT, "matmul bf16 backward", err);
     if (rc == 0 && d_dinp && d_weight == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul bf16 backward: dinp without weight");
     if (rc == 0 && d_dbias && d_dout == NULL)
@@ -131,7 +121,7 @@ extern "C" int kernels_cuda_matmul_wt_forward_bf16(kernels_cuda_ctx *ctx, float 
                                                    const kernels_bf16 *d_weight_t, int N,
                                                    int IN, int OUT, vl_error *err)
 {
-    int rc = check_mm(ctx, d_out, d_inp, d_weight_t, N, IN, OUT, "matmul_wt bf16", err);
+    int rc = kc_check_mm(ctx, d_out, d_inp, d_weight_t, N, IN, OUT, "matmul_wt bf16", err);
     if (rc == 0 && ld < OUT)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul_wt bf16: row stride %d below %d", ld, OUT);
     if (rc != 0)
@@ -147,7 +137,7 @@ extern "C" int kernels_cuda_matmul_wt_backward_bf16(kernels_cuda_ctx *ctx, float
                                                     const kernels_bf16 *d_weight_t, int N,
                                                     int IN, int OUT, vl_error *err)
 {
-    int rc = check_mm(ctx, d_dweight_t, d_dout_h, d_inp, N, IN, OUT, "matmul_wt bf16 backward",
+    int rc = kc_check_mm(ctx, d_dweight_t, d_dout_h, d_inp, N, IN, OUT, "matmul_wt bf16 backward",
                       err);
     if (rc == 0 && ld < OUT)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul_wt bf16 backward: row stride %d below %d", ld,

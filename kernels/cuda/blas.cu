@@ -284,8 +284,8 @@ int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err)
     return kc_launched(err, "bias gradient");
 }
 
-static int check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
-                    int IN, int OUT, const char *what, vl_error *err)
+int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
+                int IN, int OUT, const char *what, vl_error *err)
 {
     if (ctx == NULL || a == NULL || b == NULL || c == NULL)
         return vl_fail(err, VL_EINVAL, "cuda %s: NULL context or pointer", what);
@@ -299,7 +299,7 @@ extern "C" int kernels_cuda_matmul_forward(kernels_cuda_ctx *ctx, float *d_out,
                                            const float *d_bias, int N, int IN, int OUT,
                                            vl_error *err)
 {
-    int rc = check_mm(ctx, d_out, d_inp, d_weight, N, IN, OUT, "matmul", err);
+    int rc = kc_check_mm(ctx, d_out, d_inp, d_weight, N, IN, OUT, "matmul", err);
     if (rc != 0)
         return rc;
     float beta = 0.0f;
@@ -318,7 +318,7 @@ extern "C" int kernels_cuda_matmul_backward(kernels_cuda_ctx *ctx, float *d_dinp
                                             const float *d_weight, int N, int IN, int OUT,
                                             vl_error *err)
 {
-    int rc = check_mm(ctx, d_dweight, d_dout, d_inp, N, IN, OUT, "matmul backward", err);
+    int rc = kc_check_mm(ctx, d_dweight, d_dout, d_inp, N, IN, OUT, "matmul backward", err);
     if (rc == 0 && d_dinp && d_weight == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul backward: dinp without weight");
     if (rc == 0 && d_dinp)
@@ -336,7 +336,7 @@ extern "C" int kernels_cuda_matmul_wt_forward(kernels_cuda_ctx *ctx, float *d_ou
                                               const float *d_inp, const float *d_weight_t, int N,
                                               int IN, int OUT, vl_error *err)
 {
-    int rc = check_mm(ctx, d_out, d_inp, d_weight_t, N, IN, OUT, "matmul_wt", err);
+    int rc = kc_check_mm(ctx, d_out, d_inp, d_weight_t, N, IN, OUT, "matmul_wt", err);
     if (rc != 0)
         return rc;
     return kc_gemm(ctx, 0, 1, N, OUT, IN, 1.0f, d_inp, IN, 0, d_weight_t, IN, 0, 0.0f, d_out, OUT,
@@ -348,7 +348,7 @@ extern "C" int kernels_cuda_matmul_wt_backward(kernels_cuda_ctx *ctx, float *d_d
                                                const float *d_inp, const float *d_weight_t,
                                                int N, int IN, int OUT, vl_error *err)
 {
-    int rc = check_mm(ctx, d_dweight_t, d_dout, d_inp, N, IN, OUT, "matmul_wt backward", err);
+    int rc = kc_check_mm(ctx, d_dweight_t, d_dout, d_inp, N, IN, OUT, "matmul_wt backward", err);
     if (rc == 0 && d_dinp && d_weight_t == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul_wt backward: dinp without weight");
     if (rc == 0 && d_dinp)

@@ -39,6 +39,23 @@ int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, flo
                  float beta, void *C, int c_bf16, int ldc, long long sc, int count,
                  vl_error *err);
 
+/* The argument checks of the linear layers (blas.cu) and of attention
+ * (attention.cu): VL_EINVAL naming what for a NULL pointer or a bad size,
+ * else 0. kc_check_attention also refuses more rows than its softmax
+ * grids address. */
+int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
+                int IN, int OUT, const char *what, vl_error *err);
+int kc_check_attention(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c,
+                       const void *d, int B, int T, int C, int NH, const char *what,
+                       vl_error *err);
+
+/* Blocks of the attention softmax kernels (a warp per row, KC_WARPS rows
+ * a block) for rows rows. */
+static inline unsigned kc_row_blocks(size_t rows)
+{
+    return (unsigned)((rows + KC_WARPS - 1) / KC_WARPS);
+}
+
 /* Queues out[r, c] = bias[c] over n = rows * OUT floats, and dst[c] +=
  * the sum over rows of src[N, W]: a linear layer's bias and its gradient.
  * Defined in blas.cu. */

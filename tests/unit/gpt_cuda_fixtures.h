@@ -1,20 +1,24 @@
 /* What the device GPT's test programs share (test_model_cuda.c,
- * test_model_cuda_dp.c, test_model_cuda_multi.c): the optimizer's settings,
- * a small GPT, failing on an error, and the plain single-device model as
- * the reference the data-parallel one is held to. Include after
+ * test_model_cuda_dp.c, test_model_cuda_multi.c, test_model_cuda_bf16.c):
+ * the optimizer's settings, a small GPT, failing on an error, device
+ * copies and comparisons against the CPU, and the plain single-device
+ * model as the reference the data-parallel one is held to. Include after
  * <cmocka.h>. */
 #ifndef VOLLEY_TESTS_GPT_CUDA_FIXTURES_H
 #define VOLLEY_TESTS_GPT_CUDA_FIXTURES_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
+#include "kernels/cuda_model.h"
 #include "kernels/kernels.h"
 #include "model/gpt_cuda.h"
 #include "model/gpt_cuda_dp.h"
 #include "model/model.h"
+#include "test_util.h"
 
 /* AdamW's settings in every comparison. */
 static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f;
@@ -36,6 +40,64 @@ static inline float *hbuf(size_t n)
     float *p = calloc(n ? n : 1, sizeof(float));
     assert_non_null(p);
     return p;
+}
+
+/* ---- device copies and comparisons (test_model_cuda*.c) ---------------------- */
+
+/* x[i] = offset + scale * N(0, 1). */
+static inline void fill(float *x, size_t n, rng *r, float scale, float offset)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = offset + scale * rng_normal(r);
+}
+
+/* A device copy of bytes of host memory (freed with kernels_cuda_free). */
+static inline void *dev(const void *h, size_t bytes)
+{
+    vl_error err = {0};
+    void *d = NULL;
+    if (kernels_cuda_alloc(&d, bytes, &err) != 0 || kernels_cuda_upload(d, h, bytes, &err) != 0)
+        fail_msg("device copy of %zu bytes: %s", bytes, err.msg);
+    return d;
+}
+
+static inline float *devf(const float *h, size_t n) { return dev(h, n * sizeof(float)); }
+
+/* Downloads n floats of d into a new host buffer (caller frees). */
+static inline float *back(const float *d, size_t n)
+{
+    float *h = hbuf(n);
+    vl_error err = {0};
+    if (kernels_cuda_download(h, d, n * sizeof(float), &err) != 0)
+        fail_msg("download: %s", err.msg);
+    return h;
+}
+
+/* Compares host g (the device's result) with c over n floats by
+ * test_max_rel_err, and prints the error. */
+static inline void check(const char *what, const float *g, const float *c, size_t n, double tol)
+{
+    double e = test_max_rel_err(g, c, n);
+    printf("%s: error %.3g (tolerance %.1g)\n", what, e, tol);
+    if (!(e <= tol))
+        fail_msg("%s: GPU and CPU differ by %.3g (tolerance %.1g)", what, e, tol);
+}
+
+/* A cuBLAS context in math mode (the caller destroys it). */
+static inline kernels_cuda_ctx *ctx_of(kernels_cuda_math math)
+{
+    kernels_cuda_ctx *ctx = NULL;
+    vl_error err = {0};
+    ok(kernels_cuda_ctx_create(math, &ctx, &err), &err, "context");
+    return ctx;
+}
+
+/* check() on n floats of device memory d. */
+static inline void expect(const char *what, const float *d, const float *c, size_t n, double tol)
+{
+    float *g = back(d, n);
+    check(what, g, c, n, tol);
+    free(g);
 }
 
 /* The data-parallel model promises device 0 current after every call. */

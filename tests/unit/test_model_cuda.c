@@ -45,54 +45,6 @@
 #include "gpt_cuda_fixtures.h"
 #include "test_util.h"
 
-/* ---- helpers ------------------------------------------------------------------ */
-
-static void fill(float *x, size_t n, rng *r, float scale, float offset)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = offset + scale * rng_normal(r);
-}
-
-static void *dev(const void *h, size_t bytes)
-{
-    vl_error err = {0};
-    void *d = NULL;
-    if (kernels_cuda_alloc(&d, bytes, &err) != 0 || kernels_cuda_upload(d, h, bytes, &err) != 0)
-        fail_msg("device copy of %zu bytes: %s", bytes, err.msg);
-    return d;
-}
-
-static float *devf(const float *h, size_t n) { return dev(h, n * sizeof(float)); }
-
-/* Downloads n floats of d into a new host buffer. */
-static float *back(const float *d, size_t n)
-{
-    float *h = hbuf(n);
-    vl_error err = {0};
-    if (kernels_cuda_download(h, d, n * sizeof(float), &err) != 0)
-        fail_msg("download: %s", err.msg);
-    return h;
-}
-
-/* Compares device d with host c over n floats, and prints the error. */
-static void expect(const char *what, const float *d, const float *c, size_t n, double tol)
-{
-    float *g = back(d, n);
-    double e = test_max_rel_err(g, c, n);
-    free(g);
-    printf("%s: error %.3g (tolerance %.1g)\n", what, e, tol);
-    if (!(e <= tol))
-        fail_msg("%s: GPU and CPU differ by %.3g (tolerance %.1g)", what, e, tol);
-}
-
-static kernels_cuda_ctx *ctx_of(kernels_cuda_math math)
-{
-    kernels_cuda_ctx *ctx = NULL;
-    vl_error err = {0};
-    ok(kernels_cuda_ctx_create(math, &ctx, &err), &err, "context");
-    return ctx;
-}
-
 /* ---- LayerNorm ------------------------------------------------------------------ */
 
 static void test_layernorm(void **state)

@@ -54,12 +54,6 @@ static float bf16_value(uint16_t h)
     return x;
 }
 
-static void fill(float *x, size_t n, rng *r, float scale, float offset)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = offset + scale * rng_normal(r);
-}
-
 /* Fills x and rounds it to bfloat16 values, so host and device agree on
  * the operand. */
 static void fill_rounded(float *x, size_t n, rng *r, float scale)
@@ -67,16 +61,6 @@ static void fill_rounded(float *x, size_t n, rng *r, float scale)
     fill(x, n, r, scale, 0.0f);
     for (size_t i = 0; i < n; i++)
         x[i] = bf16_value(bf16_bits(x[i]));
-}
-
-static float *devf(const float *h, size_t n)
-{
-    vl_error err = {0};
-    void *d = NULL;
-    if (kernels_cuda_alloc(&d, n * sizeof(float), &err) != 0 ||
-        kernels_cuda_upload(d, h, n * sizeof(float), &err) != 0)
-        fail_msg("device copy of %zu floats: %s", n, err.msg);
-    return d;
 }
 
 /* A device bfloat16 copy of host floats (rounded on the host). */
@@ -95,15 +79,6 @@ static kernels_bf16 *devh(const float *h, size_t n)
     return d;
 }
 
-static float *back(const float *d, size_t n)
-{
-    float *h = hbuf(n);
-    vl_error err = {0};
-    if (kernels_cuda_download(h, d, n * sizeof(float), &err) != 0)
-        fail_msg("download: %s", err.msg);
-    return h;
-}
-
 static float *back_h(const kernels_bf16 *d, size_t n)
 {
     uint16_t *bits = malloc((n ? n : 1) * sizeof *bits);
@@ -118,35 +93,12 @@ static float *back_h(const kernels_bf16 *d, size_t n)
     return h;
 }
 
-static void check(const char *what, const float *g, const float *c, size_t n, double tol)
-{
-    double e = test_max_rel_err(g, c, n);
-    printf("%s: error %.3g (tolerance %.1g)\n", what, e, tol);
-    if (!(e <= tol))
-        fail_msg("%s: GPU and CPU differ by %.3g (tolerance %.1g)", what, e, tol);
-}
-
-static void expect(const char *what, const float *d, const float *c, size_t n, double tol)
-{
-    float *g = back(d, n);
-    check(what, g, c, n, tol);
-    free(g);
-}
-
 static void expect_h(const char *what, const kernels_bf16 *d, const float *c, size_t n,
                      double tol)
 {
     float *g = back_h(d, n);
     check(what, g, c, n, tol);
     free(g);
-}
-
-static kernels_cuda_ctx *ctx_bf16(void)
-{
-    kernels_cuda_ctx *ctx = NULL;
-    vl_error err = {0};
-    ok(kernels_cuda_ctx_create(KERNELS_CUDA_BF16, &ctx, &err), &err, "context");
-    return ctx;
 }
 
 /* ---- conversion ------------------------------------------------------------------ */
@@ -277,7 +229,7 @@ static void test_matmul(void **state)
 {
     (void)state;
     const int shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {130, 96, 257}, {64, 128, 384}};
-    kernels_cuda_ctx *ctx = ctx_bf16();
+    kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
     rng r;
     rng_seed(&r, 32);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -307,7 +259,7 @@ static void test_attention(void **state)
 {
     (void)state;
     const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
-    kernels_cuda_ctx *ctx = ctx_bf16();
+    kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
     rng r;
     rng_seed(&r, 33);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
