@@ -35,14 +35,16 @@
  * a stale value cannot arrive as one large burst. */
 #define COORD_ROUND_MAX_GAP 8.0f
 /* The outer step of a sketch run whose configuration has no "outer"
- * object: with a second round, DiLoCo's momentum with a smaller step (the
- * exact values go through the dense step, but a value standing in for
- * several versions arrives in bursts, and at 0.7 the 30x run jumped back
- * up late; docs/results/convergence.md); without one, FedAvg's, since what
- * passes the noise threshold is already the accumulated error feedback
- * and momentum would apply it again. */
+ * object: with a second round, DiLoCo's momentum with a smaller step and
+ * a shorter memory (the exact values go through the dense step, but a
+ * value standing in for several versions arrives as a burst: at 0.7 the
+ * 30x run jumped back up late, and momentum 0.9 carried each burst on for
+ * about ten versions where 0.8 carries it for five: 1.06-1.07 of dense
+ * against 1.00-1.03 at 30x; docs/results/convergence.md); without one, FedAvg's, since
+ * what passes the noise threshold is already the accumulated error
+ * feedback and momentum would apply it again. */
 #define COORD_SKETCH_ROUND_LR 0.5
-#define COORD_SKETCH_ROUND_MOMENTUM 0.9
+#define COORD_SKETCH_ROUND_MOMENTUM 0.8
 #define COORD_SKETCH_LR 1.0
 #define COORD_SKETCH_MOMENTUM 0.0
 /* Most training shards a run may name. */
