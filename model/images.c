@@ -17,6 +17,7 @@
 #include <zlib.h>
 
 #include "model/images.h"
+#include "model/path_fail.h"
 
 /* gzread takes an unsigned int length; reads go in pieces this large. */
 #define IMAGES_READ_PIECE ((size_t)1 << 26)
@@ -41,8 +42,7 @@ typedef struct idx_file {
     size_t pos; /* decompressed bytes read so far */
 } idx_file;
 
-/* Records "PATH: DETAIL". A long path is cut from the front, keeping the
- * file name, so the detail always fits in the 256-byte message. */
+/* Records "PATH: DETAIL" (model_path_fail). */
 static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
     VL_PRINTF(4, 5);
 
@@ -57,12 +57,7 @@ static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, 
     va_end(ap);
     if (n < 0)
         detail[0] = '\0';
-    size_t room = sizeof err->msg - 1 - 2 - strlen(detail);
-    size_t plen = strlen(path);
-    if (plen <= room)
-        return vl_fail(err, code, "%s: %s", path, detail);
-    /* room >= 255 - 2 - 175 > 3, so the tail below is never empty. */
-    return vl_fail(err, code, "...%s: %s", path + plen - (room - 3), detail);
+    return model_path_fail(err, code, "", path, detail);
 }
 
 static void idx_close(idx_file *f)

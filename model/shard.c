@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "model/path_fail.h"
 
 /* Token offsets go straight into pread; a 32-bit off_t would wrap on
  * shards past 2 GiB. */
@@ -31,9 +32,7 @@ struct model_shard {
     size_t scratch_len;
 };
 
-/* Records "token shard PATH: DETAIL". A long path is cut from the front,
- * keeping the file name, so the detail (sizes, index, value) always fits in
- * the 256-byte message. */
+/* Records "token shard PATH: DETAIL" (model_path_fail). */
 static int shard_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
     VL_PRINTF(4, 5);
 
@@ -48,13 +47,7 @@ static int shard_fail(vl_error *err, int code, const char *path, const char *fmt
     va_end(ap);
     if (n < 0)
         detail[0] = '\0';
-    static const char prefix[] = "token shard ";
-    size_t room = sizeof err->msg - 1 - (sizeof prefix - 1) - 2 - strlen(detail);
-    size_t plen = strlen(path);
-    if (plen <= room)
-        return vl_fail(err, code, "%s%s: %s", prefix, path, detail);
-    /* room >= 255 - 12 - 2 - 159 > 3, so the tail below is never empty. */
-    return vl_fail(err, code, "%s...%s: %s", prefix, path + plen - (room - 3), detail);
+    return model_path_fail(err, code, "token shard ", path, detail);
 }
 
 /* Reads up to n bytes at off, retrying on EINTR and short reads; *got is
