@@ -113,6 +113,31 @@ float rng_normal(rng *r)
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
 }
 
+double rng_uniform_open(rng *r)
+{
+    return ((double)(rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+double rng_log_gamma(rng *r, double shape)
+{
+    double boost = 0.0;
+    if (shape < 1.0) {
+        boost = log(rng_uniform_open(r)) / shape;
+        shape += 1.0;
+    }
+    double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x = rng_normal(r), v = 1.0 + c * x;
+        if (v <= 0.0)
+            continue;
+        v = v * v * v;
+        double u = rng_uniform_open(r), x2 = x * x;
+        /* The squeeze accepts most draws without a logarithm. */
+        if (u < 1.0 - 0.0331 * x2 * x2 || log(u) < 0.5 * x2 + d * (1.0 - v + log(v)))
+            return log(d) + log(v) + boost;
+    }
+}
+
 void rng_normal_skip(rng *r, uint64_t n)
 {
     /* rng_normal takes exactly two draws; keep the two in step. */

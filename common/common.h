@@ -231,6 +231,16 @@ float rng_normal(rng *r);               /* standard normal */
  * so a long run of draws can be split into chunks computed apart (each
  * from the state at its start) with the very same results. */
 void rng_normal_skip(rng *r, uint64_t n);
+/* Uniform in (0, 1) with 53 bits, never 0 or 1, so its log is finite
+ * (rng_uniform's float has 24 bits and can be exactly 0). */
+double rng_uniform_open(rng *r);
+/* The log of one Gamma(shape, 1) draw, shape > 0 and finite (not
+ * checked): Marsaglia and Tsang (2000), with shape < 1 drawn as
+ * Gamma(shape + 1) * U^(1/shape). In logarithms because that boost
+ * underflows a double for small shapes (0.1 and below) often enough to
+ * leave a Dirichlet draw all zero. Dirichlet proportions are these draws
+ * exponentiated relative to their largest and normalised. */
+double rng_log_gamma(rng *r, double shape);
 
 /* ---- small helpers ----------------------------------------------------- */
 

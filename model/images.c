@@ -48,16 +48,11 @@ static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, 
 
 static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
 {
-    if (err == NULL)
-        return code;
-    char detail[176];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(detail, sizeof detail, fmt, ap);
+    int rc = model_path_failv(err, code, "", path, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        detail[0] = '\0';
-    return model_path_fail(err, code, "", path, detail);
+    return rc;
 }
 
 static void idx_close(idx_file *f)

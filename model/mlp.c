@@ -535,36 +535,6 @@ static void fed_rng(rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b)
     rng_seed(r, rng_u64(r) + b);
 }
 
-/* Uniform in (0, 1) in double, never 0, so its log is finite. */
-static double uniform_open(rng *r)
-{
-    return ((double)(rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
-}
-
-/* log of a Gamma(alpha, 1) draw. Marsaglia and Tsang (2000): for a >= 1,
- * with d = a - 1/3 and c = 1/sqrt(9d), x normal and v = (1 + cx)^3 > 0,
- * accept d*v when log u < x^2/2 + d - dv + d log v (the squeeze
- * u < 1 - 0.0331 x^4 accepts most draws without logs). For a < 1 the draw
- * is Gamma(a + 1) * u^(1/a); in logs, so u^(1/a) cannot underflow. */
-static double log_gamma_draw(rng *r, double a)
-{
-    double boost = 0.0;
-    if (a < 1.0) {
-        boost = log(uniform_open(r)) / a;
-        a += 1.0;
-    }
-    double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
-    for (;;) {
-        double x = rng_normal(r), v = 1.0 + c * x;
-        if (v <= 0.0)
-            continue;
-        v = v * v * v;
-        double u = uniform_open(r), x2 = x * x;
-        if (u < 1.0 - 0.0331 * x2 * x2 || log(u) < 0.5 * x2 + d * (1.0 - v + log(v)))
-            return log(d) + log(v) + boost;
-    }
-}
-
 int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, double *probs,
                                vl_error *err)
 {
@@ -581,7 +551,7 @@ int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, doub
     int C = cfg->n_classes;
     double mx = -INFINITY;
     for (int k = 0; k < C; k++) {
-        probs[k] = log_gamma_draw(&r, cfg->alpha);
+        probs[k] = rng_log_gamma(&r, cfg->alpha);
         mx = probs[k] > mx ? probs[k] : mx;
     }
     /* Normalise relative to the largest draw: that one is exp(0) = 1, so the
@@ -666,7 +636,7 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
         fed_rng(&r, cfg->seed, FED_PEER, (uint64_t)peer, first + (uint64_t)i);
         /* Inverse CDF by bisection: the first class with u < cdf[k]; the
          * last class takes whatever rounding leaves above cdf[C-1]. */
-        double u = uniform_open(&r);
+        double u = rng_uniform_open(&r);
         int lo = 0, hi = C - 1;
         while (lo < hi) {
             int mid = lo + (hi - lo) / 2;

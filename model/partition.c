@@ -10,46 +10,11 @@
 
 #include "model/images.h"
 
-/* Uniform in (0, 1) with 53 bits: rng_uniform's float has 24 and can be
- * exactly 0, whose logarithm the samplers below cannot take. */
-static double u01_open(rng *r)
-{
-    return ((double)(rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
-}
-
-/* log of one Gamma(shape, 1) draw, shape > 0 and finite. In logarithms
- * because the boost for shape < 1 multiplies by U^(1/shape), which for the
- * small shapes that make interesting skew (0.1 and below) underflows a
- * double often enough to leave a class with all-zero proportions. */
-static double log_gamma_draw(rng *r, double shape)
-{
-    double boost = 0;
-    if (shape < 1) {
-        /* Gamma(a) = Gamma(a + 1) * U^(1/a) (Marsaglia and Tsang, sec. 6). */
-        boost = log(u01_open(r)) / shape;
-        shape += 1;
-    }
-    double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
-    for (;;) {
-        double x, v;
-        do {
-            x = (double)rng_normal(r);
-            v = 1.0 + c * x;
-        } while (v <= 0);
-        v = v * v * v;
-        double u = u01_open(r);
-        double x2 = x * x;
-        /* The squeeze accepts most draws without a logarithm. */
-        if (u < 1.0 - 0.0331 * x2 * x2 || log(u) < 0.5 * x2 + d * (1.0 - v + log(v)))
-            return log(d) + log(v) + boost;
-    }
-}
-
 double model_partition_gamma(rng *r, double shape)
 {
     if (r == NULL || !(shape > 0) || !isfinite(shape))
         return NAN;
-    return exp(log_gamma_draw(r, shape));
+    return exp(rng_log_gamma(r, shape));
 }
 
 /* Fisher-Yates over a[0..m), m <= UINT32_MAX. */
@@ -78,7 +43,7 @@ static void dirichlet_cut(rng *r, double beta, int parts, int part, size_t m, do
      * cuts) do not depend on which part is asked for. */
     double top = -INFINITY;
     for (int p = 0; p < parts; p++) {
-        lg[p] = log_gamma_draw(r, beta);
+        lg[p] = rng_log_gamma(r, beta);
         if (lg[p] > top)
             top = lg[p];
     }

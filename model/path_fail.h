@@ -6,6 +6,8 @@
 #ifndef VOLLEY_MODEL_PATH_FAIL_H
 #define VOLLEY_MODEL_PATH_FAIL_H
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/common.h"
@@ -27,6 +29,19 @@ static inline int model_path_fail(vl_error *err, int code, const char *prefix, c
     if (room <= 3)
         return vl_fail(err, code, "%s%s", prefix, detail);
     return vl_fail(err, code, "%s...%s: %s", prefix, path + plen - (room - 3), detail);
+}
+
+/* model_path_fail with the detail formatted from fmt and ap (cut to 175
+ * bytes, which always leaves room for some of the path). */
+static inline int model_path_failv(vl_error *err, int code, const char *prefix,
+                                   const char *path, const char *fmt, va_list ap)
+{
+    if (err == NULL)
+        return code;
+    char detail[176];
+    if (vsnprintf(detail, sizeof detail, fmt, ap) < 0)
+        detail[0] = '\0';
+    return model_path_fail(err, code, prefix, path, detail);
 }
 
 #endif

@@ -38,16 +38,11 @@ static int shard_fail(vl_error *err, int code, const char *path, const char *fmt
 
 static int shard_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
 {
-    if (err == NULL)
-        return code;
-    char detail[160];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(detail, sizeof detail, fmt, ap);
+    int rc = model_path_failv(err, code, "token shard ", path, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        detail[0] = '\0';
-    return model_path_fail(err, code, "token shard ", path, detail);
+    return rc;
 }
 
 /* Reads up to n bytes at off, retrying on EINTR and short reads; *got is
