@@ -35,6 +35,10 @@ static inline int model_path_fail(vl_error *err, int code, const char *prefix, c
  * bytes, which always leaves room for some of the path). */
 static inline int model_path_failv(vl_error *err, int code, const char *prefix,
                                    const char *path, const char *fmt, va_list ap)
+    VL_PRINTF(5, 0);
+
+static inline int model_path_failv(vl_error *err, int code, const char *prefix,
+                                   const char *path, const char *fmt, va_list ap)
 {
     if (err == NULL)
         return code;
