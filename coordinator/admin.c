@@ -73,14 +73,18 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     memset(&corpus, 0, sizeof corpus);
     coord_shards shards;
     memset(&shards, 0, sizeof shards);
-    model_gpt *gpt = NULL;
+    coord_testset test;
+    memset(&test, 0, sizeof test);
+    coord_net net;
+    memset(&net, 0, sizeof net);
     char *config_json = NULL;
     /* The data are checked before the database is created, so that bad
      * data leave nothing behind. */
     rc = resolve_data(config_path, &cfg, err);
     if (rc == VL_OK)
-        rc = cfg.shards ? coord_shards_open(&shards, &cfg, 0, NULL, err)
-                        : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+        rc = coord_config_is_local(&cfg) ? coord_testset_open(&test, &cfg, 0, NULL, err)
+             : cfg.shards                ? coord_shards_open(&shards, &cfg, 0, NULL, err)
+                          : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
     if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
     if (rc != VL_OK) goto out;
     storage_run existing;
@@ -96,12 +100,14 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = vl_fail(err, prc, "%s", probe.msg);
         goto out;
     }
-    rc = model_gpt_create(&cfg.model, &gpt, err);
+    rc = coord_net_create(&cfg, &net, err);
     if (rc != VL_OK) goto out;
-    model_gpt_init_weights(gpt, (uint64_t)cfg.seed);
+    coord_net_init_weights(&net, (uint64_t)cfg.seed);
     float val_loss = NAN;
+    double accuracy = NAN;
     vl_error everr = {0};
-    if (coord_val_loss(&cfg, &corpus, &shards, gpt, &val_loss, &everr) != VL_OK)
+    if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) !=
+        VL_OK)
         log_warn("validation of version 0 failed: %s", everr.msg);
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
@@ -117,10 +123,17 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     run.corpus_path = cfg.shards ? cfg.val_shard : cfg.corpus;
     run.corpus_size = cfg.shards ? shards.size : corpus.size;
     snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", cfg.shards ? shards.hash : corpus.hash);
+    /* A classifier run records its test set (or nothing: the data stay
+     * on the peers). */
+    if (coord_config_is_local(&cfg)) {
+        run.corpus_path = cfg.test_images;
+        run.corpus_size = test.size;
+        snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", test.hash);
+    }
     run.created_at = clock_unix_s();
     storage_version v0 = {.version = 0, .created_at = run.created_at,
-                          .params = model_gpt_params(gpt), .momentum = NULL,
-                          .n = model_gpt_num_params(gpt), .val_loss = val_loss,
+                          .params = coord_net_params(&net), .momentum = NULL,
+                          .n = coord_net_num_params(&net), .val_loss = val_loss,
                           .train_loss = NAN, .num_updates = 0};
     /* The run and its first version appear together or not at all. */
     rc = storage_begin(db, err);
@@ -131,7 +144,12 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
-    if (rc == VL_OK && cfg.shards)
+    if (rc == VL_OK && coord_config_is_local(&cfg))
+        log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
+                 "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",
+                 cfg.name, v0.n, test.n ? "" : "no held-out set of its own, ", test.n,
+                 (double)val_loss, accuracy);
+    else if (rc == VL_OK && cfg.shards)
         log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
                  "validation shard %s (%lld tokens), version 0 val_loss %.6f (%.4f bits per "
                  "token)",
@@ -144,7 +162,8 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
                  (double)val_loss, (double)val_loss / M_LN2);
 out:
     free(config_json);
-    model_gpt_destroy(gpt);
+    coord_net_destroy(&net);
+    coord_testset_close(&test);
     coord_corpus_close(&corpus);
     coord_shards_close(&shards);
     coord_config_free(&cfg);

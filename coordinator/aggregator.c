@@ -8,6 +8,7 @@
 #include "compress/compress.h"
 #include "coordinator/aggregator.h"
 #include "coordinator/coord.h"
+#include "coordinator/split.h"
 #include "coordinator/robust.h"
 #include "coordinator/scheduler.h"
 #include "kernels/kernels.h"
@@ -132,11 +133,13 @@ static int merge_one(void *arg, const storage_update *u) {
  * model so the served one keeps the current version's until the next is
  * committed. A failure to score (not a loss that is not a number) fails
  * the merge, which is retried. */
-static int eval_val(coord_server *srv, const float *theta, float *loss, vl_error *err) {
-    int rc = srv->eval ? VL_OK : model_gpt_create(&srv->cfg.model, &srv->eval, err);
+static int eval_val(coord_server *srv, const float *theta, float *loss, double *accuracy,
+                    vl_error *err) {
+    int rc = coord_net_params(&srv->eval) ? VL_OK : coord_net_create(&srv->cfg, &srv->eval, err);
     if (rc != VL_OK) return rc;
-    memcpy(model_gpt_params(srv->eval), theta, srv->n_params * sizeof(float));
-    return coord_val_loss(&srv->cfg, &srv->corpus, &srv->shards, srv->eval, loss, err);
+    memcpy(coord_net_params(&srv->eval), theta, srv->n_params * sizeof(float));
+    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->eval, loss,
+                           accuracy, err);
 }
 
 /* Buffers of one merge, freed together. */
@@ -429,6 +432,8 @@ typedef struct merge_job {
     compress_factors_sum fsum; /* K-FAC runs that share factors */
     buf fbuf;                  /* and the merged factors file */
     double compute_s, eval_s;  /* what the compute thread spent, validation included */
+    double accuracy;           /* a classifier's on the test set (NaN: none) */
+    double split_loss;         /* split runs: mean loss of the batches since the last */
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -487,7 +492,10 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     }
     srv->merging = 0;
     /* Committed: the served model, optimiser state and version move on. */
-    memcpy(model_gpt_params(srv->gpt), j->b.next, srv->n_params * sizeof(float));
+    memcpy(coord_net_params(&srv->net), j->b.next, srv->n_params * sizeof(float));
+    /* A refused version keeps its predecessor's parameters and so its
+     * accuracy. */
+    if (!j->ver.refused) srv->val_accuracy = j->accuracy;
     float *old = srv->momentum;
     srv->momentum = j->b.state;
     j->b.state = old;
@@ -508,16 +516,21 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     if (j->m.set_aside)
         log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
                  "unreadable", (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
-    /* Bits per byte (per token in a shard run) compare across vocabularies
-     * and with published figures; nats are what training minimises. */
-    log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
-             "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
-             "%.2f s, validation %.2f s of it)%s",
-             (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
-             srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
-             j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-             j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
-             srv->finished ? "; the run is finished" : "");
+    if (srv->net.mlp)
+        coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
+                              j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
+                              j->compute_s, j->split_loss);
+    else /* bits per byte (per token in a shard run) compare across
+          * vocabularies and with published figures; nats are what
+          * training minimises */
+        log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
+                 "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
+                 "%.2f s, validation %.2f s of it)%s",
+                 (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
+                 srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
+                 j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
+                 j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
+                 srv->finished ? "; the run is finished" : "");
     merge_job_free(j);
     coord_wake_waiters(srv);
     coord_arm_lease_timer(srv);
@@ -559,7 +572,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
-    const float *theta = model_gpt_params(srv->gpt);
+    const float *theta = coord_net_params(&srv->net);
     size_t n_cand = 0;
     if (rc == VL_OK) {
         memcpy(b->next, theta, n * sizeof(float));
@@ -567,6 +580,14 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
          * the optimiser state (b->state is the current one), so the run
          * goes on past the damaged bodies. */
         if (m->samples > 0) rc = apply_step(srv, m, b, b->next, &n_cand, &j->merr);
+        /* The coordinator's own layers go into the version as they are. */
+        if (rc == VL_OK && srv->split) {
+            j->split_loss = coord_split_into(srv->split, b->next);
+            /* Its change lies outside any candidate list: compare all. */
+            free(b->cand);
+            b->cand = NULL;
+            n_cand = n;
+        }
     }
     if (rc != VL_OK) {
         *err = j->merr;
@@ -575,10 +596,15 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     int64_t next = m->version + 1;
     double t_eval = clock_mono_s();
     float val_loss = NAN;
-    if ((rc = eval_val(srv, b->next, &val_loss, &j->merr)) != VL_OK) {
+    j->accuracy = NAN;
+    if ((rc = eval_val(srv, b->next, &val_loss, &j->accuracy, &j->merr)) != VL_OK) {
         vl_fail(err, rc, "validating version %lld: %s", (long long)next, j->merr.msg);
         return rc;
     }
+    /* A classifier without a test set of its own is judged by the mean
+     * loss its peers report (on their batches, before the step). */
+    if (coord_config_is_local(&srv->cfg) && srv->test.n == 0 && m->n_ids > m->set_aside)
+        val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
     j->eval_s = clock_mono_s() - t_eval;
     /* A version whose loss blew up is refused, not served: it keeps the
      * current parameters, and the outer optimiser's state (momentum, the

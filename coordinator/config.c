@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "compress/compress.h"
+#include "model/mlp_io.h"
 #include "coordinator/config.h"
 #include "coordinator/config_internal.h"
 #include "coordinator/robust.h"
@@ -160,7 +161,7 @@ static const char *const TOP_KEYS[] = {
     "name", "corpus", "data", "val_fraction", "seed", "model", "mode", "updates_per_version",
     "max_versions", "train", "outer", "compression", "task_bytes", "task_tokens", "lease_s",
     "max_body_bytes", "val_batches", "val_tokens", "keep_versions", "keep_changes", "staleness",
-    "round_deadline_s", "selsync", "keep_update_blobs", "robust", "max_loss_rise", NULL};
+    "round_deadline_s", "selsync", "keep_update_blobs", "robust", "max_loss_rise", "split", NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
 static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",
@@ -183,9 +184,10 @@ static const char *const OUTER_KEYS[] = {"lr", "momentum", "delay", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
-static const char *const DATA_KEYS[] = {"kind", "train", "val", NULL};
-static const char *const DATA_KINDS[] = {"shards", NULL};
-static const char *const MODES[] = {"sync", "async", NULL};
+static const char *const DATA_KEYS[] = {"kind", "train", "val", "test_images", "test_labels",
+                                        NULL};
+static const char *const DATA_KINDS[] = {"shards", "local", NULL};
+static const char *const MODES[] = {"sync", "async", "split", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", "sgd", "kfac", NULL};
 /* "dense" is the older name of "none". */
 static const char *const KINDS[] = {"none", "dense", "topk", "gaussk", "sketch", NULL};
@@ -228,6 +230,31 @@ static int parse_train_shards(json_t *arr, coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
+/* A classifier's data: kept by the peers ("kind": "local"), with the
+ * coordinator's own held-out set when test_images and test_labels (IDX
+ * files, both or neither) are given. */
+static int parse_local(json_t *data, coord_config *cfg, vl_error *err) {
+    char kind[16] = "";
+    int rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err);
+    if (rc) return rc;
+    if (strcmp(kind, "local") != 0 || json_object_get(data, "train") ||
+        json_object_get(data, "val"))
+        return vl_fail(err, VL_EINVAL, "config: an mlp model trains on the peers' own data: "
+                                       "data.kind must be \"local\" (with test_images and "
+                                       "test_labels for a held-out set)");
+    int imgs = json_object_get(data, "test_images") != NULL;
+    if (imgs != (json_object_get(data, "test_labels") != NULL))
+        return vl_fail(err, VL_EINVAL, "config: data.test_images and data.test_labels go "
+                                       "together");
+    if (imgs &&
+        ((rc = get_str(data, "test_images", "data.test_images", cfg->test_images,
+                       sizeof cfg->test_images, NULL, err)) ||
+         (rc = get_str(data, "test_labels", "data.test_labels", cfg->test_labels,
+                       sizeof cfg->test_labels, NULL, err))))
+        return rc;
+    return VL_OK;
+}
+
 /* Where the data come from: "corpus" (text, with val_fraction and
  * task_bytes) or "data" (token shards, with task_tokens), never both;
  * the fields of the other kind are refused rather than ignored. */
@@ -237,11 +264,17 @@ static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
     if (rc) return rc;
     int text = json_object_get(root, "corpus") != NULL;
     if (!text && !data)
-        return vl_fail(err, VL_EINVAL, "config: corpus is required (a text file; or data, for "
-                                       "token shards)");
+        return vl_fail(err, VL_EINVAL, cfg->net == COORD_NET_MLP
+                                           ? "config: data is required: {\"kind\": \"local\"}, "
+                                             "with test_images and test_labels for a held-out set"
+                                           : "config: corpus is required (a text file; or data, "
+                                             "for token shards)");
     if (text && data)
         return vl_fail(err, VL_EINVAL, "config: corpus (a text file) and data (token shards) "
                                        "exclude each other");
+    if (text && cfg->net == COORD_NET_MLP)
+        return vl_fail(err, VL_EINVAL, "config: an mlp model trains on the peers' own data, "
+                                       "not a corpus: give data {\"kind\": \"local\"}");
     static const char *const TEXT_ONLY[] = {"val_fraction", "task_bytes", NULL};
     if (text) {
         if (json_object_get(root, "task_tokens"))
@@ -257,14 +290,29 @@ static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
     }
     for (const char *const *k = TEXT_ONLY; *k; k++)
         if (json_object_get(root, *k))
-            return vl_fail(err, VL_EINVAL, "config: %s is for a text corpus; token shards take "
-                                           "data.val and task_tokens", *k);
+            return vl_fail(err, VL_EINVAL, "config: %s is for a text corpus; %s", *k,
+                           cfg->net == COORD_NET_MLP ? "an mlp run's data stay on the peers"
+                                                     : "token shards take data.val and "
+                                                       "task_tokens");
     char kind[16] = "";
     if ((rc = check_keys(data, "data", DATA_KEYS, err))) return rc;
+    if (cfg->net == COORD_NET_MLP) {
+        if (json_object_get(root, "task_tokens"))
+            return vl_fail(err, VL_EINVAL, "config: task_tokens is for token shards; an mlp "
+                                           "run's data stay on the peers");
+        return parse_local(data, cfg, err);
+    }
+    if (json_is_string(json_object_get(data, "kind")) &&
+        strcmp(json_string_value(json_object_get(data, "kind")), "local") == 0)
+        return vl_fail(err, VL_EINVAL, "config: data.kind \"local\" is for an mlp model "
+                                       "(model.kind \"mlp\")");
     if (!json_object_get(data, "kind") || !json_object_get(data, "train") ||
         !json_object_get(data, "val"))
         return vl_fail(err, VL_EINVAL, "config: data needs kind \"shards\", train (an array "
                                        "of shard paths) and val (a shard path)");
+    if (json_object_get(data, "test_images") || json_object_get(data, "test_labels"))
+        return vl_fail(err, VL_EINVAL, "config: data.test_images and data.test_labels are for "
+                                       "an mlp run's held-out set; token shards take data.val");
     cfg->shards = 1;
     if ((rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err)) ||
         (rc = get_str(data, "val", "data.val", cfg->val_shard, sizeof cfg->val_shard, NULL,
@@ -393,7 +441,7 @@ static int check_robust(const coord_config *cfg, vl_error *err) {
                                        "summed", coord_rule_name(r->rule));
     /* The rules hold every update of a version in memory. */
     k = coord_config_merge_max(cfg);
-    int64_t d = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t d = (int64_t)coord_config_num_params(cfg);
     const char *kind = coord_config_update_kind(cfg);
     if (strcmp(kind, "sketch") == 0) d = cfg->comp_rows * cfg->comp_cols;
     else if (strcmp(kind, "topk") == 0 && k * cfg->comp_k < d) d = k * cfg->comp_k;
@@ -411,7 +459,9 @@ int64_t coord_config_merge_max(const coord_config *cfg) {
 }
 
 int64_t coord_config_max_samples(const coord_config *cfg) {
-    return cfg->train.steps * cfg->train.batch * (int64_t)cfg->model.block_size;
+    /* A classifier's sample is an image; a GPT's is a token. */
+    int64_t per = cfg->net == COORD_NET_MLP ? 1 : (int64_t)cfg->model.block_size;
+    return cfg->train.steps * cfg->train.batch * per;
 }
 
 double coord_staleness_weight(const coord_staleness *s, int64_t tau) {
@@ -470,7 +520,19 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
         (rc = get_obj(root, "compression", &comp, err)) || (rc = parse_merging(root, cfg, err)) ||
         (rc = parse_robust(root, cfg, err)))
         return rc;
-    if (model) {
+    json_t *mk = model ? json_object_get(model, "kind") : NULL;
+    if (mk && (!json_is_string(mk) || (strcmp(json_string_value(mk), "gpt") != 0 &&
+                                       strcmp(json_string_value(mk), "mlp") != 0)))
+        return vl_fail(err, VL_EINVAL, "config: model.kind must be \"gpt\" or \"mlp\"");
+    if (mk && strcmp(json_string_value(mk), "mlp") == 0) {
+        cfg->net = COORD_NET_MLP;
+        char *js = json_dumps(model, JSON_COMPACT);
+        vl_error merr = {0};
+        rc = js ? model_mlp_config_parse(js, strlen(js), &cfg->mlp, &merr) : VL_ENOMEM;
+        free(js);
+        if (rc) return vl_fail(err, rc, "config: model: %s", merr.msg[0] ? merr.msg : "out of memory");
+    } else if (model) {
+        if (mk) json_object_del(model, "kind");
         if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
             (rc = get_model_int(model, "vocab_size", MODEL_MAX_VOCAB, &cfg->model.vocab_size,
                                 err)) ||
@@ -558,6 +620,67 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
+/* What a GPT run's model, batch and data sizes must satisfy; derives
+ * val_batches from val_tokens. */
+static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
+    int rc;
+    vl_error merr = {0};
+    if (model_gpt_config_validate(&cfg->model, &merr) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "config: model: %s", merr.msg);
+    if (!cfg->shards && cfg->model.vocab_size < 256) {
+        rc = vl_fail(err, VL_EINVAL, "config: model.vocab_size must be at least 256 for a "
+                                     "byte corpus");
+        return rc;
+    }
+    /* Peers refuse leases whose batch of windows would not fit their
+     * activation budget (protocol.md, "Task lease"). */
+    if (cfg->train.batch * (int64_t)cfg->model.block_size > ((int64_t)1 << 22)) {
+        rc = vl_fail(err, VL_EINVAL, "config: train.batch x model.block_size must be at most "
+                                     "4194304 (got %lld)",
+                     (long long)(cfg->train.batch * cfg->model.block_size));
+        return rc;
+    }
+    /* val_batches, the exact count, is what the stored configuration
+     * keeps; val_tokens is how a person says it. */
+    if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens")) {
+        rc = vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
+        return rc;
+    }
+    int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
+    if (cfg->val_batches < 0) {
+        cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
+        if (cfg->val_batches > 1000000) {
+            rc = vl_fail(err, VL_EINVAL, "config: val_tokens %lld is more than 1000000 batches of "
+                         "validation windows", (long long)cfg->val_tokens);
+            return rc;
+        }
+    }
+    /* Either way val_tokens ends as the most the batches can score, so a
+     * configuration and its stored form compare equal. */
+    cfg->val_tokens = cfg->val_batches * per_batch;
+    int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
+    if (per_task < (int64_t)cfg->model.block_size + 1) {
+        rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",
+                     cfg->shards ? "task_tokens" : "task_bytes", cfg->model.block_size + 1);
+        return rc;
+    }
+    return VL_OK;
+}
+
+/* A classifier run scores its whole held-out set and trains with AdamW or
+ * SGD (K-FAC's peer side is the GPT's). */
+static int check_classifier(json_t *root, coord_config *cfg, vl_error *err) {
+    if (json_object_get(root, "val_batches") || json_object_get(root, "val_tokens"))
+        return vl_fail(err, VL_EINVAL, "config: val_batches and val_tokens are for text and "
+                                       "token runs; an mlp run scores its whole test set");
+    if (strcmp(cfg->train.optimizer, "kfac") == 0)
+        return vl_fail(err, VL_EINVAL, "config: train.optimizer of an mlp run is \"adamw\" or "
+                                       "\"sgd\"");
+    cfg->val_batches = 0;
+    cfg->val_tokens = 0;
+    return VL_OK;
+}
+
 int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error *err) {
     coord_config_defaults(cfg);
     json_error_t jerr;
@@ -597,48 +720,12 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                       &cfg->keep_update_blobs, err)) ||
         (rc = get_real(root, "max_loss_rise", "max_loss_rise", 0, 0, 100, 0,
                        &cfg->max_loss_rise, err)) ||
-        (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)))
+        (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)) ||
+        (rc = coord_config_parse_split(root, cfg, err)))
         goto out;
-    vl_error merr = {0};
-    if (model_gpt_config_validate(&cfg->model, &merr) != VL_OK) {
-        rc = vl_fail(err, VL_EINVAL, "config: model: %s", merr.msg);
-        goto out;
-    }
-    if (!cfg->shards && cfg->model.vocab_size < 256) {
-        rc = vl_fail(err, VL_EINVAL, "config: model.vocab_size must be at least 256 for a "
-                                     "byte corpus");
-        goto out;
-    }
-    /* Peers refuse leases whose batch of windows would not fit their
-     * activation budget (protocol.md, "Task lease"). */
-    if (cfg->train.batch * (int64_t)cfg->model.block_size > ((int64_t)1 << 22)) {
-        rc = vl_fail(err, VL_EINVAL, "config: train.batch x model.block_size must be at most "
-                                     "4194304 (got %lld)",
-                     (long long)(cfg->train.batch * cfg->model.block_size));
-        goto out;
-    }
-    /* val_batches, the exact count, is what the stored configuration
-     * keeps; val_tokens is how a person says it. */
-    if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens")) {
-        rc = vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
-        goto out;
-    }
-    int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
-    if (cfg->val_batches < 0) {
-        cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
-        if (cfg->val_batches > 1000000) {
-            rc = vl_fail(err, VL_EINVAL, "config: val_tokens %lld is more than 1000000 batches of "
-                         "validation windows", (long long)cfg->val_tokens);
-            goto out;
-        }
-    }
-    /* Either way val_tokens ends as the most the batches can score, so a
-     * configuration and its stored form compare equal. */
-    cfg->val_tokens = cfg->val_batches * per_batch;
-    int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
-    if (per_task < (int64_t)cfg->model.block_size + 1) {
-        rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",
-                     cfg->shards ? "task_tokens" : "task_bytes", cfg->model.block_size + 1);
+    if (cfg->net == COORD_NET_MLP) {
+        if ((rc = check_classifier(root, cfg, err))) goto out;
+    } else if ((rc = check_gpt(root, cfg, err))) {
         goto out;
     }
     if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;

@@ -183,6 +183,8 @@ typedef struct coord_robust_config {
     int by_default;
 } coord_robust_config;
 
+typedef enum coord_net_kind { COORD_NET_GPT = 0, COORD_NET_MLP = 1 } coord_net_kind;
+
 typedef struct coord_config {
     char name[COORD_NAME_MAX];
     /* The training data: a UTF-8 text corpus whose bytes are the tokens
@@ -198,7 +200,25 @@ typedef struct coord_config {
     char val_shard[COORD_PATH_MAX];
     int64_t task_tokens;
     int64_t seed;
+    /* The run's model: a GPT (net COORD_NET_GPT, model) or an MLP
+     * classifier (COORD_NET_MLP, mlp). A classifier's peers train on
+     * their own labelled images (data "local"); the coordinator scores
+     * versions on test_images/test_labels (IDX files) when it has them,
+     * and otherwise on the losses the peers report ("" paths). */
+    coord_net_kind net;
     model_gpt_config model;
+    model_mlp_config mlp;
+    char test_images[COORD_PATH_MAX];
+    char test_labels[COORD_PATH_MAX];
+    /* mode "split" (an mlp run): the peers own the layers below split_cut
+     * (1..n_hidden) and send their activations to POST /v1/split/forward;
+     * the coordinator owns the rest and steps it with AdamW at split_lr.
+     * split_alpha is NoPeek's weight on the peers' dCor(X, Z), and
+     * split_dtype (F32/F16) how activations and their gradients travel.
+     * split_cut 0: not a split run. */
+    int split_cut;
+    double split_alpha, split_lr;
+    char split_dtype[8];
     char mode[8];
     int64_t updates_per_version;
     int64_t max_versions;
@@ -336,9 +356,21 @@ void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *t
  * the caller frees, or NULL when out of memory. */
 char *coord_config_to_json(const coord_config *cfg, int with_corpus);
 
-/* The model configuration as the compact JSON object carried in model
- * metadata, written into out (cap bytes). */
-void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap);
+/* The run's model configuration as the compact JSON object carried in
+ * model metadata (a GPT's fields, or model_mlp_config_json's object),
+ * written into out (cap bytes, 160 suffice). Returns 0, or VL_EINVAL when
+ * it does not fit. */
+int coord_config_model_json(const coord_config *cfg, char *out, size_t cap) VL_MUST_CHECK;
+
+/* Parameters of the run's model, whichever kind it is. */
+size_t coord_config_num_params(const coord_config *cfg);
+
+/* Whether the run trains the MLP classifier on data the peers keep (its
+ * tasks carry no data range). */
+int coord_config_is_local(const coord_config *cfg);
+
+/* Whether the run is split learning (mode "split"). */
+int coord_config_is_split(const coord_config *cfg);
 
 /* Parses a duration such as "7d", "24h", "30m" or "3600s" (a bare number is
  * seconds) into seconds, between 1 s and 10 years. */

@@ -3,6 +3,8 @@
 #ifndef VOLLEY_COORD_CONFIG_INTERNAL_H
 #define VOLLEY_COORD_CONFIG_INTERNAL_H
 
+#include <jansson.h>
+
 #include "common/common.h"
 #include "coordinator/config.h"
 
@@ -19,5 +21,12 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_C
  * and the async combinations refused because they are known to diverge.
  * After coord_config_resolve_compression. */
 int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* The split section and mode "split" (config_split.c): checks the cut
+ * against the model, the weights and the dtype, after the model and train
+ * sections are parsed. Returns 0 or VL_EINVAL naming the field. */
+int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* Adds the split section to the normalised JSON root (split runs only). */
+int coord_config_split_json(const coord_config *cfg, json_t *root) VL_MUST_CHECK;
 
 #endif

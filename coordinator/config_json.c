@@ -8,7 +8,9 @@
 
 #include <jansson.h>
 
+#include "model/mlp_io.h"
 #include "coordinator/config.h"
+#include "coordinator/config_internal.h"
 
 static const char *stale_fn_name(coord_stale_fn f) {
     return f == COORD_STALE_HINGE ? "hinge" : f == COORD_STALE_CONSTANT ? "constant" : "polynomial";
@@ -38,10 +40,23 @@ int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size, vl_e
     return VL_OK;
 }
 
-void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap) {
-    snprintf(out, cap,
-             "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
-             m->vocab_size, m->block_size, m->n_layer, m->n_head, m->n_embd);
+int coord_config_model_json(const coord_config *cfg, char *out, size_t cap) {
+    if (cfg->net == COORD_NET_MLP) return model_mlp_config_json(&cfg->mlp, out, cap);
+    const model_gpt_config *m = &cfg->model;
+    int n = snprintf(out, cap,
+                     "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,"
+                     "\"n_embd\":%d}",
+                     m->vocab_size, m->block_size, m->n_layer, m->n_head, m->n_embd);
+    return n < 0 || (size_t)n >= cap ? VL_EINVAL : VL_OK;
+}
+
+size_t coord_config_num_params(const coord_config *cfg) {
+    return cfg->net == COORD_NET_MLP ? model_mlp_config_num_params(&cfg->mlp)
+                                     : model_gpt_config_num_params(&cfg->model);
+}
+
+int coord_config_is_local(const coord_config *cfg) {
+    return cfg->net == COORD_NET_MLP;
 }
 
 /* The data fields of the normalised form: a text run's corpus (with_paths
@@ -49,6 +64,20 @@ void coord_config_model_json(const model_gpt_config *m, char *out, size_t cap) {
  * run's "data" and task_tokens in place of the text fields. Peers get
  * "data" without paths, which name files on this machine. */
 static int data_json(const coord_config *cfg, json_t *root, int with_paths) {
+    if (coord_config_is_local(cfg)) {
+        json_t *data = json_pack("{s:s}", "kind", "local");
+        int bad = !data || json_object_del(root, "val_fraction") != 0 ||
+                  json_object_del(root, "task_bytes") != 0 ||
+                  json_object_del(root, "val_batches") != 0;
+        if (!bad && with_paths && cfg->test_images[0])
+            bad = json_object_set_new(data, "test_images", json_string(cfg->test_images)) != 0 ||
+                  json_object_set_new(data, "test_labels", json_string(cfg->test_labels)) != 0;
+        if (bad) {
+            json_decref(data);
+            return VL_ENOMEM;
+        }
+        return json_object_set_new(root, "data", data) != 0 ? VL_ENOMEM : VL_OK;
+    }
     if (!cfg->shards)
         return with_paths && json_object_set_new(root, "corpus", json_string(cfg->corpus)) != 0
                    ? VL_ENOMEM
@@ -99,7 +128,16 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
         "keep_changes", (json_int_t)cfg->keep_changes);
     if (!root) return NULL;
-    if (data_json(cfg, root, with_corpus) != VL_OK) {
+    /* A classifier's model object replaces the GPT's fields. */
+    char mjs[MODEL_MLP_JSON_MAX];
+    if (cfg->net == COORD_NET_MLP &&
+        (model_mlp_config_json(&cfg->mlp, mjs, sizeof mjs) != VL_OK ||
+         json_object_set_new(root, "model", json_loads(mjs, 0, NULL)) != 0)) {
+        json_decref(root);
+        return NULL;
+    }
+    if (data_json(cfg, root, with_corpus) != VL_OK ||
+        coord_config_split_json(cfg, root) != VL_OK) {
         json_decref(root);
         return NULL;
     }

@@ -33,7 +33,7 @@ void coord_config_spec(const coord_config *cfg, compress_spec *out) {
 
 int64_t coord_config_round_candidates(const coord_config *cfg) {
     if (cfg->second_round <= 0 || strcmp(cfg->compression_kind, "sketch") != 0) return 0;
-    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t n = (int64_t)coord_config_num_params(cfg);
     int64_t c = cfg->second_round * cfg->apply_k;
     return c < n ? c : n;
 }
@@ -55,7 +55,7 @@ int64_t coord_config_factor_bytes(const coord_config *cfg) {
 }
 
 int64_t coord_config_update_bytes(const coord_config *cfg) {
-    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t n = (int64_t)coord_config_num_params(cfg);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
     const char *kind = coord_config_update_kind(cfg);
     int64_t data = n * elem;
@@ -80,7 +80,7 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
     if (!cfg->compression_dtype[0])
         snprintf(cfg->compression_dtype, sizeof cfg->compression_dtype, "%s",
                  strcmp(kind, "none") == 0 ? "F32" : "F16");
-    int64_t n = (int64_t)model_gpt_config_num_params(&cfg->model);
+    int64_t n = (int64_t)coord_config_num_params(cfg);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
     double dense = 4.0 * (double)n;
     if (cfg->keep_changes < 0) cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions

@@ -25,6 +25,7 @@
 #include "common/common.h"
 #include "compress/compress.h"
 #include "coordinator/config.h"
+#include "coordinator/net.h"
 #include "coordinator/guard.h"
 #include "coordinator/limiter.h"
 #include "coordinator/writer.h"
@@ -211,10 +212,12 @@ typedef struct coord_server {
     char *peer_config;   /* run configuration as peers get it (JSON text) */
     coord_corpus corpus; /* text runs */
     coord_shards shards; /* token-shard runs */
-    model_gpt *gpt;      /* its parameters are the current version's */
+    coord_testset test;  /* a classifier run's held-out images (may be empty) */
+    coord_net net;       /* its parameters are the current version's */
     size_t n_params;
     float *momentum;     /* outer optimiser state after the current version (n_state) */
     double val_loss;     /* the current version's (NaN when unknown) */
+    double val_accuracy; /* a classifier's on the test set (NaN when unknown) */
     double best_val_loss; /* the lowest of any version's (NaN when unknown) */
     size_t n_state;      /* coord_state_size() of the run */
     compress_spec spec;  /* what uploads must look like */
@@ -276,7 +279,8 @@ typedef struct coord_server {
     /* When the current version was made, on clock_mono_s()'s clock (its
      * age decides a sync deadline). */
     double version_born;
-    model_gpt *eval;      /* scratch model that validates a version before it is made */
+    coord_net eval;       /* scratch model that validates a version before it is made */
+    struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
     int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
     /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row
      * must be visible to this thread's own database connection, a second
@@ -353,13 +357,15 @@ int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
 size_t coord_state_size(const coord_config *cfg, size_t n_params);
 /* Frees what coord_state_load set up (not the database). */
 void coord_state_free(coord_server *srv);
-/* Appends gpt as the model file of version `version` to out: every tensor
- * under its GPT-2 name, "format": "pt" (transformers refuses a file
- * without it), the volley.* configuration keys, the run and version it
- * came from, and, when val_loss is finite, its validation loss as
- * "val_loss" (nats) and "val_bits_per_byte" (or "val_bits_per_token" in a
- * token-shard run). The same bytes serve downloads and `export`. */
-int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version,
+/* Appends the model as the file of version `version` to out: the run and
+ * version it came from, the `model` configuration JSON, and, when
+ * val_loss is finite, its validation loss as "val_loss" (nats) and, for a
+ * GPT, "val_bits_per_byte" (or "val_bits_per_token" in a token-shard
+ * run). A GPT's tensors go under their GPT-2 names with "format": "pt"
+ * (transformers refuses a file without it) and the volley.* keys; a
+ * classifier's under fc.<layer>.weight/bias. The same bytes serve
+ * downloads and `export`. */
+int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
                      double val_loss, buf *out, vl_error *err) VL_MUST_CHECK;
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
@@ -527,6 +533,7 @@ void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */
 void coord_route_round(coord_req *cr);   /* GET /v1/round */
 void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
+void coord_route_split_forward(coord_req *cr); /* POST /v1/split/forward (split.c) */
 void coord_route_factors(coord_req *cr); /* GET /v1/factors */
 
 /* ---- the update-norm bound (bound.c) ------------------------------------- */
@@ -596,6 +603,7 @@ typedef struct coord_lease {
     int n_shards;
     int64_t task_tokens;
     int reissued;       /* t took over the data of an expired task */
+    int local;          /* the peers keep the data: a task has no range */
 } coord_lease;
 /* Whether peer_id, whose lease done_task is being uploaded, gets its next
  * task with the upload's answer: only in async runs (a sync peer waits for

@@ -65,6 +65,11 @@ int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
     }
     /* An export reads no data: the shard paths go now, the rest stays. */
     coord_config_free(cfg);
+    if (cfg->net != COORD_NET_GPT) {
+        rc = vl_fail(err, VL_EINVAL, "run \"%s\" trains an mlp classifier; export and sample "
+                     "are for GPT runs (GET /v1/model serves its versions)", cfg->name);
+        goto out;
+    }
     if (*version < 0) *version = run.current_version;
     if (*version > run.current_version) {
         rc = vl_fail(err, VL_ENOTFOUND, "version %lld was never made (the current one is %lld)",
@@ -192,7 +197,8 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     size_t n = model_gpt_num_params(gpt);
     buf file;
     buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
-    rc = coord_model_file(&cfg, gpt, version, val_loss, &file, err);
+    coord_net net = {.gpt = gpt};
+    rc = coord_model_file(&cfg, &net, version, val_loss, &file, err);
     model_gpt_destroy(gpt);
     if (rc == VL_OK && !(config_json = build_config_json(&cfg.model)))
         rc = vl_fail(err, VL_ENOMEM, "out of memory");

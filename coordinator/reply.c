@@ -71,11 +71,16 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
     /* While draining every connection ends after its answer. */
     if (cr->srv->draining) coord_set_header(cr, "Connection", "close");
     double ms = (clock_mono_s() - cr->t0) * 1000.0;
+    /* What came in as well as what goes out: an operator (and the split
+     * test) can see that a peer sent nothing but what its mode allows. */
+    struct evbuffer *in = cr->req ? evhttp_request_get_input_buffer(cr->req) : NULL;
+    size_t in_bytes = in ? evbuffer_get_length(in) : 0;
     if (cr->peer_id > 0)
-        log_info("%s %s %d %zuB %.1fms peer=%lld", cr->method, cr->path, status, nbytes, ms,
-                 (long long)cr->peer_id);
+        log_info("%s %s %d %zuB in=%zuB %.1fms peer=%lld", cr->method, cr->path, status, nbytes,
+                 in_bytes, ms, (long long)cr->peer_id);
     else
-        log_info("%s %s %d %zuB %.1fms", cr->method, cr->path, status, nbytes, ms);
+        log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
+                 ms);
     /* A request whose client went away has no connection; sending frees
      * it without running the completion callback, so account for it here. */
     if (!evhttp_request_get_connection(cr->req) && cr->srv->inflight > 0) cr->srv->inflight--;

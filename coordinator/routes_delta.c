@@ -55,7 +55,7 @@ static int version_params(coord_server *srv, int64_t version, const float **thet
                           storage_version *owned, char digest[65], vl_error *err) {
     memset(owned, 0, sizeof *owned);
     if (version == srv->version) {
-        *theta = model_gpt_params(srv->gpt);
+        *theta = coord_net_params(&srv->net);
         if (srv->digest_version != version) {
             int rc = params_digest(*theta, srv->n_params, srv->digest_hex, err);
             if (rc != VL_OK) return rc;

@@ -211,6 +211,11 @@ void coord_route_data(coord_req *cr) {
     coord_server *srv = cr->srv;
     if (coord_authenticate(cr) != 0) return;
     const char *shard = cr->full_path + strlen("/v1/data/");
+    if (coord_config_is_local(&srv->cfg)) {
+        coord_reply_error(cr, 404, "no_data", "this run's data stay on the peers; the "
+                                              "coordinator serves none");
+        return;
+    }
     if (srv->cfg.shards) {
         serve_tokens(cr, shard);
         return;

@@ -517,6 +517,11 @@ void coord_route_status(coord_req *cr) {
         "staleness", stale, "writer", "jobs", (json_int_t)ws.jobs, "commits",
         (json_int_t)ws.commits, "failed", (json_int_t)ws.failed, "max_batch",
         (json_int_t)ws.max_batch, "checkpoints", (json_int_t)ws.checkpoints);
+    /* A classifier's test accuracy, the figure its operators watch. */
+    if (o && srv->net.mlp)
+        json_object_set_new(o, "accuracy", isfinite(srv->val_accuracy)
+                                               ? json_real(srv->val_accuracy)
+                                               : json_null());
     if (o) {
         json_decref(srv->status_cache);
         srv->status_cache = json_incref(o);

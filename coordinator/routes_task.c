@@ -36,6 +36,7 @@ struct coord_waiter {
  * the shards laid end to end). NULL when the stored range fits no shard,
  * which only a damaged database could give. */
 static json_t *data_json(const coord_server *srv, const storage_task *t) {
+    if (coord_config_is_local(&srv->cfg)) return json_pack("{s:s}", "kind", "local");
     if (!srv->cfg.shards)
         return json_pack("{s:s, s:s, s:I, s:I}", "kind", "bytes", "shard", "train", "offset",
                          (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);
@@ -64,7 +65,8 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
         "data", data, "train", "steps", (json_int_t)steps, "batch",
-        (json_int_t)tr->batch, "context", c->model.block_size, "optimizer", tr->optimizer, "lr",
+        (json_int_t)tr->batch, "context", c->net == COORD_NET_MLP ? 1 : c->model.block_size,
+        "optimizer", tr->optimizer, "lr",
         coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
         tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
         "seed", (json_int_t)t->seed, "compression", "kind", c->compression_kind, "dtype",
@@ -93,6 +95,16 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
             o = NULL;
         }
         json_decref(k);
+    }
+    /* Where the model is cut, what NoPeek weighs and how activations
+     * travel: what a split peer needs beyond a classifier's task. */
+    if (o && coord_config_is_split(c)) {
+        json_t *sp = json_pack("{s:i, s:f, s:s}", "cut", c->split_cut, "alpha", c->split_alpha,
+                               "dtype", c->split_dtype);
+        if (!sp || json_object_set_new(o, "split", sp) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
     }
     /* SGD's settings travel only in SGD runs, which peers of an AdamW run
      * would not know what to do with. */
@@ -167,6 +179,8 @@ static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord
         .run_seed = (uint64_t)srv->cfg.seed,
         .train_len = srv->corpus.train_len,
         .task_bytes = srv->cfg.task_bytes};
+    l->local = coord_config_is_local(&srv->cfg);
+    if (l->local) l->task_bytes = srv->cfg.train.steps * srv->cfg.train.batch;
     if (srv->cfg.shards) {
         l->ntok = srv->shards.ntok;
         l->n_shards = srv->shards.n;
@@ -194,6 +208,12 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
         t->seed = old.seed;
         t->reissue_of = old.id;
         l->reissued = 1;
+    } else if (rc == VL_ENOTFOUND && l->local) {
+        /* The peers' own data: a task is its seed, and its length counts
+         * the samples it trains on (task_bytes holds that in a local run). */
+        t->data_offset = 0;
+        t->data_length = l->task_bytes;
+        t->seed = coord_sched_task_seed(l->run_seed, t->id);
     } else if (rc == VL_ENOTFOUND) {
         if (l->ntok ? coord_sched_token_range(l->run_seed, t->id, l->ntok, l->n_shards,
                                               l->task_tokens, &t->data_offset,

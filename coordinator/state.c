@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/split.h"
+#include "model/mlp_io.h"
 
 /* Replay cache slots: enough for a few thousand requests per second over
  * the whole timestamp window. */
@@ -46,14 +48,16 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
         goto out;
     }
-    rc = srv->cfg.shards ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size,
-                                             run.corpus_hash, err)
-                         : coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg,
-                                             run.corpus_size, run.corpus_hash, err);
+    rc = coord_config_is_local(&srv->cfg)
+             ? coord_testset_open(&srv->test, &srv->cfg, run.corpus_size, run.corpus_hash, err)
+         : srv->cfg.shards ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size,
+                                               run.corpus_hash, err)
+                           : coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg,
+                                               run.corpus_size, run.corpus_hash, err);
     if (rc != VL_OK) goto out;
-    rc = model_gpt_create(&srv->cfg.model, &srv->gpt, err);
+    rc = coord_net_create(&srv->cfg, &srv->net, err);
     if (rc != VL_OK) goto out;
-    srv->n_params = model_gpt_num_params(srv->gpt);
+    srv->n_params = coord_net_num_params(&srv->net);
 
     storage_version v;
     rc = storage_version_get(srv->db, run.current_version, 1, &v, err);
@@ -64,8 +68,18 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                      (long long)run.current_version);
         goto out;
     }
-    memcpy(model_gpt_params(srv->gpt), v.params, v.n * sizeof(float));
+    memcpy(coord_net_params(&srv->net), v.params, v.n * sizeof(float));
     srv->val_loss = v.val_loss;
+    srv->val_accuracy = NAN;
+    /* Accuracy is not stored with a version: a classifier's is scored
+     * again (its test set is small). */
+    if (srv->net.mlp && srv->test.n > 0) {
+        float ignored;
+        vl_error serr = {0};
+        if (coord_net_score(&srv->cfg, NULL, NULL, &srv->test, &srv->net, &ignored,
+                            &srv->val_accuracy, &serr) != VL_OK)
+            log_warn("scoring version %lld: %s", (long long)run.current_version, serr.msg);
+    }
     if ((rc = storage_version_best_loss(srv->db, &srv->best_val_loss, err)) != VL_OK) {
         storage_version_free(&v);
         goto out;
@@ -115,6 +129,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
     if (!srv->nonces) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) rc = load_factors(srv, err);
+    if (rc == VL_OK) rc = coord_split_open(srv, err);
 out:
     storage_run_free(&run);
     return rc;
@@ -141,10 +156,10 @@ void coord_state_free(coord_server *srv) {
     free(srv->factor_layers);
     srv->factor_layers = NULL;
     srv->n_factor_layers = 0;
-    model_gpt_destroy(srv->gpt);
-    srv->gpt = NULL;
-    model_gpt_destroy(srv->eval);
-    srv->eval = NULL;
+    coord_split_close(srv);
+    coord_net_destroy(&srv->net);
+    coord_net_destroy(&srv->eval);
+    coord_testset_close(&srv->test);
     free(srv->momentum);
     json_decref(srv->status_cache);
     srv->status_cache = NULL;
@@ -202,25 +217,25 @@ int coord_download_room(const coord_server *srv, int64_t need) {
 
 /* Serialises gpt as the /v1/model file: the parameters under their
  * Hugging Face names plus run, version and model metadata. */
-int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t version,
+int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
                      double val_loss, buf *out, vl_error *err) {
-    char vstr[24], mjson[160], nats[32], bits[32];
+    char vstr[24], mjson[MODEL_MLP_JSON_MAX], nats[32], bits[32];
     snprintf(vstr, sizeof vstr, "%lld", (long long)version);
     snprintf(nats, sizeof nats, "%.6f", val_loss);
     snprintf(bits, sizeof bits, "%.6f", val_loss / M_LN2);
-    coord_config_model_json(&cfg->model, mjson, sizeof mjson);
     st_writer w;
     st_writer_init(&w);
-    int rc = model_gpt_write_config_meta(gpt, &w);
+    int rc = coord_config_model_json(cfg, mjson, sizeof mjson);
+    if (!rc && net->gpt) rc = model_gpt_write_config_meta(net->gpt, &w);
     if (!rc) rc = st_writer_meta(&w, "run", cfg->name);
     if (!rc) rc = st_writer_meta(&w, "version", vstr);
     if (!rc) rc = st_writer_meta(&w, "model", mjson);
     /* Bits per byte compare across vocabularies and with published
      * figures; a token-shard run's loss is per token. */
     if (!rc && isfinite(val_loss)) rc = st_writer_meta(&w, "val_loss", nats);
-    if (!rc && isfinite(val_loss))
+    if (!rc && isfinite(val_loss) && net->gpt)
         rc = st_writer_meta(&w, cfg->shards ? "val_bits_per_token" : "val_bits_per_byte", bits);
-    if (!rc) rc = model_gpt_write_safetensors(gpt, &w);
+    if (!rc) rc = coord_net_write_tensors(net, &w);
     if (rc) rc = vl_fail(err, rc, "cannot describe the model of version %lld",
                          (long long)version);
     else rc = st_writer_finish(&w, out, err);
@@ -228,11 +243,11 @@ int coord_model_file(const coord_config *cfg, const model_gpt *gpt, int64_t vers
     return rc;
 }
 
-static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, double val_loss,
-                      coord_blob **out, vl_error *err) {
+static int build_blob(coord_server *srv, const coord_net *net, int64_t version,
+                      double val_loss, coord_blob **out, vl_error *err) {
     buf b;
     buf_init(&b, BUF_DEFAULT_CAP);
-    int rc = coord_model_file(&srv->cfg, gpt, version, val_loss, &b, err);
+    int rc = coord_model_file(&srv->cfg, net, version, val_loss, &b, err);
     if (rc) {
         buf_free(&b);
         return rc;
@@ -246,7 +261,7 @@ static int build_blob(coord_server *srv, model_gpt *gpt, int64_t version, double
 }
 
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
-    if (!srv->model_blob && build_blob(srv, srv->gpt, srv->version, srv->val_loss, &srv->model_blob,
+    if (!srv->model_blob && build_blob(srv, &srv->net, srv->version, srv->val_loss, &srv->model_blob,
                                          err))
         return NULL;
     srv->model_blob->refs++;
@@ -279,18 +294,18 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
         return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained",
                        (long long)version);
     }
-    model_gpt *gpt = NULL;
-    rc = model_gpt_create(&srv->cfg.model, &gpt, err);
+    coord_net net;
+    rc = coord_net_create(&srv->cfg, &net, err);
     if (rc == VL_OK) {
-        memcpy(model_gpt_params(gpt), v.params, v.n * sizeof(float));
-        rc = build_blob(srv, gpt, version, v.val_loss, out, err);
+        memcpy(coord_net_params(&net), v.params, v.n * sizeof(float));
+        rc = build_blob(srv, &net, version, v.val_loss, out, err);
     }
     if (rc == VL_OK) {
         if (srv->old_blob) coord_blob_unref(srv->old_blob);
         srv->old_blob = *out;
         srv->old_blob->refs++;
     }
-    model_gpt_destroy(gpt);
+    coord_net_destroy(&net);
     storage_version_free(&v);
     return rc;
 }

@@ -4,8 +4,9 @@
 # benchmark and the tests; gnuplot: its loss curves; Python with venv,
 # pip, requests and cryptography: the test that signs requests with an
 # RFC 9421 implementation volley did not write; zlib: gzip IDX image
-# files; dataset-fashion-mnist: the labelled images in
-# /usr/share/datasets/fashion-mnist that the image reader's test loads).
+# files; libpng: the leakage benchmark's pictures; dataset-fashion-mnist:
+# the labelled images in /usr/share/datasets/fashion-mnist that the image
+# reader's test loads).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -21,7 +22,7 @@ PKGS=(
   clang libclang-rt-14-dev libomp-14-dev
   fortunes-min fortunes gnuplot-nox
   python3 python3-venv python3-pip python3-requests python3-cryptography
-  zlib1g-dev dataset-fashion-mnist
+  zlib1g-dev libpng-dev dataset-fashion-mnist
 )
 
 SUDO=""

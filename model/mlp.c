@@ -8,7 +8,6 @@
  * cross-entropy), so the two models share one tested implementation.
  */
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,9 +18,9 @@
 
 #include "kernels/kernels.h"
 #include "model/carve.h"
+#include "model/mlp_internal.h"
 #include "model/model.h"
 
-#define MLP_MAX_LAYERS (MODEL_MLP_MAX_HIDDEN + 1)
 /* Evaluation chunks never force a plan larger than this many rows. */
 #define MLP_EVAL_ROWS 256
 
@@ -143,11 +142,7 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
     if (m == NULL)
         return vl_fail(err, VL_ENOMEM, "mlp: out of memory");
     m->cfg = *cfg;
-    m->n_layers = cfg->n_hidden + 1;
-    m->width[0] = cfg->in_dim;
-    for (int l = 0; l < cfg->n_hidden; l++)
-        m->width[l + 1] = cfg->hidden[l];
-    m->width[m->n_layers] = cfg->n_classes;
+    m->n_layers = mlp_widths(cfg, m->width);
     size_t off = 0;
     for (int l = 0; l < m->n_layers; l++) {
         size_t in = (size_t)m->width[l], o = (size_t)m->width[l + 1];
@@ -263,11 +258,7 @@ static int plan_acts(model_mlp *m, int B, vl_error *err)
 
 static int check_labels(const model_mlp *m, const int *labels, int n, vl_error *err)
 {
-    for (int i = 0; i < n; i++)
-        if (labels[i] < 0 || labels[i] >= m->cfg.n_classes)
-            return vl_fail(err, VL_EINVAL, "mlp: labels[%d] = %d outside [0, %d)", i, labels[i],
-                           m->cfg.n_classes);
-    return 0;
+    return mlp_check_labels(labels, n, m->cfg.n_classes, err);
 }
 
 static int check_batch(const model_mlp *m, const float *x, const int *labels, int B,
@@ -275,16 +266,11 @@ static int check_batch(const model_mlp *m, const float *x, const int *labels, in
 {
     if (x == NULL)
         return vl_fail(err, VL_EINVAL, "mlp forward: no inputs");
-    if (B < 1)
-        return vl_fail(err, VL_EINVAL, "mlp forward: batch size %d < 1", B);
     /* The kernels index with int: every [B, width] buffer must stay
      * addressable as one. */
-    int widest = 0;
-    for (int l = 0; l <= m->n_layers; l++)
-        widest = m->width[l] > widest ? m->width[l] : widest;
-    if ((long long)B * widest > INT_MAX / 4)
-        return vl_fail(err, VL_EINVAL, "mlp forward: batch size %d is too large for width %d", B,
-                       widest);
+    int rc = mlp_check_rows(B, m->width, m->n_layers + 1, "mlp forward", err);
+    if (rc != 0)
+        return rc;
     return labels ? check_labels(m, labels, B, err) : 0;
 }
 

@@ -65,6 +65,21 @@ typedef struct model_tensor {
     size_t numel;
 } model_tensor;
 
+/* Appends the n tensors of a table, read from params (which must stay
+ * valid until st_writer_finish), to w as F32. Returns st_writer_add's
+ * result. */
+int model_tensors_write(const model_tensor *tensors, int n, const float *params,
+                        st_writer *w) VL_MUST_CHECK;
+
+/* Reads a table's tensors from f into params (num_params floats): every
+ * name, shape and dtype (F32 or F16) is checked and every value converted
+ * before params changes, so a bad file leaves it as it was. `what` names
+ * the file in messages. Returns 0, VL_ENOTFOUND (missing tensor),
+ * VL_EINVAL (extra tensor, shape or dtype), VL_ERANGE (NaN/Inf),
+ * VL_ENOMEM. */
+int model_tensors_load(const model_tensor *tensors, int n, size_t num_params, float *params,
+                       const st_file *f, const char *what, vl_error *err) VL_MUST_CHECK;
+
 /* ---- the model ---------------------------------------------------------------- */
 
 typedef struct model_gpt model_gpt;

@@ -88,7 +88,7 @@ static int check_result(const peer_trainer *t, const st_file *f, const st_tensor
 
 int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, const char *run,
                              int64_t version, vl_error *err) {
-    if (!t->gpt || t->base_version < 0)
+    if ((!t->gpt && !t->mlp) || t->base_version < 0)
         return vl_fail(err, VL_EINVAL, "delta: no base model to apply it to");
     st_file f;
     vl_error e = {0};

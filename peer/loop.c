@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <omp.h>
 
+#include "peer/local.h"
 #include "peer/peer.h"
 
 #if defined(VOLLEY_HAVE_CUDA)
@@ -135,6 +136,7 @@ typedef struct loop {
      * the next round trip is the model or data, not the task. */
     int have_next;
     peer_task next;
+    peer_local local; /* --data: the peer's own images (images NULL: none) */
 } loop;
 
 static void remember(loop *L, const peer_task *k) {
@@ -399,6 +401,9 @@ static int fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error
  * not name was never sent. Failing to save ends the run before the POST,
  * leaving the files as they were, consistent with nothing sent. */
 static int write_ahead(loop *L, const peer_task *k, vl_error *err) {
+    /* A classifier's trainer keeps no state across restarts (peer.h), so
+     * there is nothing to settle an upload record against. */
+    if (L->tr.mlp) return VL_OK;
     peer_pending p;
     peer_pending_init(&p);
     p.task_id = k->task_id;
@@ -611,7 +616,11 @@ static int one_task(loop *L, vl_error *err) {
         log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
-    if ((rc = fetch_model(L, &k, err)) == VL_OK) rc = peer_task_check_model(&k, &L->tr.cfg, err);
+    if ((rc = fetch_model(L, &k, err)) == VL_OK)
+        rc = k.local   ? peer_local_check(&L->tr, &k, &L->local, err)
+             : L->tr.mlp ? vl_fail(err, VL_EINVAL, "task %lld has a data range but the model is "
+                                   "a classifier", (long long)k.task_id)
+                         : peer_task_check_model(&k, &L->tr.cfg, err);
     if (rc == VL_EINVAL) rc = STEP_REFUSED;
     if (rc == STEP_AGAIN || rc == STEP_REFUSED) remember(L, &k);
     if (rc == STEP_REFUSED)
@@ -636,13 +645,20 @@ static int one_task(loop *L, vl_error *err) {
     if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, &k, &L->factor_bytes, err))) return rc;
     peer_train_result res;
     model_shard *data = NULL;
-    rc = k.tokens ? fetch_tokens(L, &k, &data, err) : fetch_data(L, &k, err);
+    rc = k.local    ? VL_OK
+         : k.tokens ? fetch_tokens(L, &k, &data, err)
+                    : fetch_data(L, &k, err);
     if (rc == STEP_REFUSED) {
         remember(L, &k);
         log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
     }
     if (rc) return rc;
-    if (k.tokens) {
+    if (k.local && k.split_cut > 0) {
+        rc = peer_trainer_run_split(&L->tr, &k, &L->local, L->http, &L->rs, L->st.peer_id, &res,
+                                    err);
+    } else if (k.local) {
+        rc = peer_trainer_run_local(&L->tr, &k, &L->local, &res, err);
+    } else if (k.tokens) {
         rc = peer_trainer_run_shard(&L->tr, &k, data, &res, err);
         model_shard_close(data);
     } else {
@@ -733,8 +749,13 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
 #endif
     rc = peer_state_load(o->dir, &L.st, err);
     if (rc) return rc;
+    /* Read before anything else: bad data fail the start, not a task. */
+    if (o->local && (rc = peer_local_open(&L.local, o->local, err))) return rc;
     crypto_identity id;
-    if ((rc = load_key(o->dir, &id, err))) return rc;
+    if ((rc = load_key(o->dir, &id, err))) {
+        peer_local_free(&L.local);
+        return rc;
+    }
     if (o->threads > 0) {
         omp_set_num_threads(o->threads);
         openblas_set_num_threads(o->threads);
@@ -745,6 +766,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     rc = peer_http_open(L.st.coordinator, L.st.cacert, &id, L.st.peer_id, &pol, &L.http, err);
     if (rc) {
         crypto_identity_wipe(&id);
+        peer_local_free(&L.local);
         return rc;
     }
     peer_trainer_init(&L.tr);
@@ -776,6 +798,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     peer_response_free(&L.rs);
     peer_resume_free(&L.saved);
     peer_trainer_free(&L.tr);
+    peer_local_free(&L.local);
     peer_http_close(L.http);
     crypto_identity_wipe(&id);
     return rc == PEER_ESTOPPED ? VL_OK : rc;

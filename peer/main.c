@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peer/local.h"
 #include "peer/peer.h"
 
 #define PROG "volley-peer"
@@ -31,6 +32,7 @@ static const char USAGE[] =
     "      D is cuda and no GPU is usable\n"
     "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--max-tasks N]\n"
     "      [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
+    "      [--data IMAGES [--labels FILE] [--partition i/N [--beta B]]]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
     "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
@@ -60,6 +62,17 @@ static const char USAGE[] =
     "                   (default 1): after a step the peer sleeps F - 1 times\n"
     "                   what the step took, so it is F times slower than an\n"
     "                   identical peer on any machine\n"
+    "  --data IMAGES    train on this IDX images file (plain or .gz) of the peer's\n"
+    "                   own, for runs whose data stay on the peers; nothing of it\n"
+    "                   is sent to the coordinator\n"
+    "  --labels FILE    its IDX labels (default: the images' name with\n"
+    "                   -images-idx3- read as -labels-idx1-)\n"
+    "  --partition i/N  train on part i (0-based) of N of --data, the same cut\n"
+    "                   on every peer given the same data and seed\n"
+    "  --beta B         label skew of the parts: class shares drawn from\n"
+    "                   Dirichlet(B) (0.1: a few classes per part; default IID)\n"
+    "  --partition-seed S  seed of the cut (default 20240520); peers of one\n"
+    "                   federation must agree on it\n"
     "  -v, --verbose    debug logging\n"
     "\n"
     "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
@@ -67,7 +80,8 @@ static const char USAGE[] =
 
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
        OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
-       OPT_DEVICE, OPT_GPU_MEM, OPT_HELP };
+       OPT_DEVICE, OPT_GPU_MEM, OPT_DATA, OPT_LABELS, OPT_PARTITION, OPT_BETA,
+       OPT_PARTITION_SEED, OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -86,6 +100,11 @@ static const struct option OPTIONS[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"labels", required_argument, NULL, OPT_LABELS},
+    {"partition", required_argument, NULL, OPT_PARTITION},
+    {"beta", required_argument, NULL, OPT_BETA},
+    {"partition-seed", required_argument, NULL, OPT_PARTITION_SEED},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -95,6 +114,9 @@ typedef struct args {
     int force, verbose;
     peer_device_want device;
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
+    const char *data, *labels, *partition;
+    double beta;
+    int64_t partition_seed;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
 
@@ -119,6 +141,7 @@ static int number(const char *opt, const char *s, int64_t min, int64_t max, int6
 static int parse_args(int argc, char **argv, args *a) {
     memset(a, 0, sizeof *a);
     a->wait_s = 20;
+    a->partition_seed = PEER_PARTITION_SEED;
     opterr = 0;
     optind = 1;
     int c, rc = 0;
@@ -145,6 +168,16 @@ static int parse_args(int argc, char **argv, args *a) {
             rc = number("--gpu-mem", optarg, 1, INT64_C(1) << 30, &a->gpu_mem_mib);
             break;
         case OPT_VERBOSE: a->verbose = 1; break;
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_LABELS: a->labels = optarg; break;
+        case OPT_PARTITION: a->partition = optarg; break;
+        case OPT_BETA:
+            if (parse_f64(optarg, &a->beta) != VL_OK || !(a->beta > 0) || a->beta > 1e6)
+                return usage_error("--beta must be a number in (0, 1e6], not '%s'", optarg);
+            break;
+        case OPT_PARTITION_SEED:
+            rc = number("--partition-seed", optarg, 0, INT64_MAX, &a->partition_seed);
+            break;
         case OPT_DEVICE:
             if (peer_device_parse(optarg, &a->device) != VL_OK)
                 return usage_error("--device is auto, cpu or cuda, not '%s'", optarg);
@@ -274,9 +307,20 @@ static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
                                 1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
                                 1u << OPT_SLOWDOWN | 1u << OPT_DEVICE |
-                                1u << OPT_GPU_MEM);
+                                1u << OPT_GPU_MEM | 1u << OPT_DATA | 1u << OPT_LABELS |
+                                1u << OPT_PARTITION | 1u << OPT_BETA |
+                                1u << OPT_PARTITION_SEED);
     if (rc) return rc;
     vl_error e = {0};
+    if (!a->data && (a->labels || a->partition || a->beta > 0 ||
+                     (a->seen & (1u << OPT_PARTITION_SEED))))
+        return usage_error("--labels, --partition, --beta and --partition-seed go with --data");
+    if (a->beta > 0 && !a->partition)
+        return usage_error("--beta skews the labels of a --partition; give --partition i/N");
+    peer_local_opts local = {.images = a->data, .labels = a->labels, .part = 0, .parts = 1,
+                             .beta = a->beta, .seed = (uint64_t)a->partition_seed};
+    if (a->partition && peer_local_parse_part(a->partition, &local.part, &local.parts, &e))
+        return usage_error("%s", e.msg);
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
     /* The first signal asks for a clean stop; SA_RESETHAND lets a second
@@ -293,7 +337,7 @@ static int cmd_run(const args *a) {
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
                        .slowdown = (int)a->slowdown, .device = a->device,
-                       .gpu_mem_mib = a->gpu_mem_mib};
+                       .gpu_mem_mib = a->gpu_mem_mib, .local = a->data ? &local : NULL};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }

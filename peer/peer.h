@@ -135,6 +135,9 @@ typedef struct peer_task {
      * tokens set (data.kind "tokens"), tokens of training shard
      * shard_index of a token-shard run. */
     int tokens;
+    /* data.kind "local": the peer trains on its own data (--data); no
+     * range, and the offset, length and shard fields stay zero */
+    int local;
     char shard[32];       /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
     int64_t shard_index;  /* tokens: the training shard, 0..PEER_MAX_SHARD */
     int64_t offset;       /* first byte (token) of the data range */
@@ -170,6 +173,13 @@ typedef struct peer_task {
     int round_s;          /* how long a round waits for them, seconds */
     double selsync_delta; /* SelSync threshold; 0 with h_min == steps: fixed H */
     int h_min;            /* fewest local steps, 1..steps */
+    /* Split learning (the task's "split" object; split_cut 0: none): the
+     * peer trains the layers below split_cut and sends their activations,
+     * as split_dtype, to POST /v1/split/forward; split_alpha weighs
+     * NoPeek's dCor(X, Z). Only with local data. */
+    int split_cut;
+    double split_alpha;
+    st_dtype split_dtype;
     int64_t deadline;     /* lease end, unix seconds */
 } peer_task;
 
@@ -369,6 +379,9 @@ struct model_gpt_cuda_dp;
 typedef struct peer_trainer {
     model_gpt *gpt;          /* owned; NULL until a model is installed */
     model_gpt_config cfg;
+    /* owned: the model of a classifier run instead (peer/local.h); at most
+     * one of gpt and mlp is set */
+    model_mlp *mlp;
     size_t n_params;
     float *base;             /* owned: theta of base_version */
     float *delta;            /* owned: the last task's theta_base - theta_local */
@@ -612,6 +625,9 @@ typedef struct peer_run_opts {
     int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
     peer_device_want device; /* --device; the zero value is auto */
     int64_t gpu_mem_mib;     /* --gpu-mem: cap on device memory in MiB; 0: none */
+    /* --data and --partition: the peer's own images, for runs whose data
+     * stay on the peers (peer/local.h); NULL: none */
+    const struct peer_local_opts *local;
     /* Plays a hostile peer, for tests of the coordinator's defences only
      * (tests/integration/hostile_peer.c; volley-peer leaves it NULL).
      * Called before each upload of a task is encoded, attempt 0 first and
@@ -736,7 +752,8 @@ int peer_resume_save(const char *dir, const peer_resume *r, vl_error *err) VL_MU
 
 /* Writes the state of t (which must hold a model: VL_EINVAL otherwise) to
  * DIR/trainer.st as belonging to owner's registration, with pending_task
- * (0: none). Reads t's vectors in place, without copying them first. */
+ * (0: none). Reads t's vectors in place, without copying them first. A
+ * classifier's trainer (t->mlp) is not saved: it restarts fresh. */
 int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_state *owner,
                              int64_t pending_task, vl_error *err) VL_MUST_CHECK;
 

@@ -167,6 +167,9 @@ int peer_resume_save(const char *dir, const peer_resume *r, vl_error *err) {
 
 int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_state *owner,
                              int64_t pending_task, vl_error *err) {
+    /* A classifier's state is small and cheap to rebuild: it starts fresh
+     * after a restart, and nothing is written. */
+    if (t->mlp) return VL_OK;
     if (!t->gpt) return vl_fail(err, VL_EINVAL, "trainer state: no model to save");
     /* A view: the struct borrows t's vectors and is never freed. */
     peer_resume view;

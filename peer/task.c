@@ -143,9 +143,11 @@ static int parse_data(json_t *data, peer_task *t, vl_error *err) {
         (rc = get_string(data, "data", "kind", kind, sizeof kind, err)))
         return rc;
     t->tokens = strcmp(kind, "tokens") == 0;
+    t->local = strcmp(kind, "local") == 0;
+    if (t->local) return VL_OK; /* the peer's own data: nothing more to say */
     if (!t->tokens && strcmp(kind, "bytes") != 0)
         return vl_fail(err, VL_EINVAL, "task: data kind '%s' is not supported by this peer "
-                                       "(bytes, tokens)", kind);
+                                       "(bytes, tokens, local)", kind);
     int64_t max_len = t->tokens ? PEER_MAX_DATA_TOKENS : PEER_MAX_DATA_BYTES;
     if (t->tokens) {
         if ((rc = get_int(data, "data", "shard", 0, PEER_MAX_SHARD, &t->shard_index, err)))
@@ -212,7 +214,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     if ((int64_t)t->batch * t->context > PEER_MAX_BATCH_TOKENS)
         return vl_fail(err, VL_EINVAL, "task: batch * context = %lld tokens exceeds %lld",
                        (long long)t->batch * t->context, (long long)PEER_MAX_BATCH_TOKENS);
-    if (t->length < (int64_t)t->context + 1)
+    if (!t->local && t->length < (int64_t)t->context + 1)
         return vl_fail(err, VL_EINVAL,
                        "task: 'data.length' = %lld is shorter than context + 1 = %d",
                        (long long)t->length, t->context + 1);
@@ -285,6 +287,21 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "task: compression dtype '%s' must be F32 or F16",
                        dtype);
 
+    json_t *sp = json_object_get(root, "split");
+    if (sp && !json_is_null(sp)) {
+        if (!json_is_object(sp)) return vl_fail(err, VL_EINVAL, "task: 'split' must be an object");
+        if (!t->local)
+            return vl_fail(err, VL_EINVAL, "task: split learning needs the peer's own data "
+                                           "(data.kind \"local\")");
+        if ((rc = get_int(sp, "split", "cut", 1, MODEL_MLP_MAX_HIDDEN, &v, err))) return rc;
+        t->split_cut = (int)v;
+        if ((rc = get_real(sp, "split", "alpha", 0, 0, 1e3, 0, &t->split_alpha, err))) return rc;
+        char sdt[16];
+        if ((rc = get_string(sp, "split", "dtype", sdt, sizeof sdt, err))) return rc;
+        if (st_dtype_parse(sdt, &t->split_dtype) != VL_OK ||
+            (t->split_dtype != ST_F32 && t->split_dtype != ST_F16))
+            return vl_fail(err, VL_EINVAL, "task: split dtype '%s' must be F32 or F16", sdt);
+    }
     /* SelSync is optional: without it the peer runs exactly `steps`. */
     t->selsync_delta = 0;
     t->h_min = t->steps;

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/mlp_io.h"
+#include "peer/local.h"
+#include "peer/train_internal.h"
 #include "peer/peer.h"
 
 /* Seed of the weights peer_trainer_init_model draws; tests rely on it being
@@ -23,6 +26,7 @@ void peer_trainer_init(peer_trainer *t) {
 void peer_trainer_free(peer_trainer *t) {
     peer_gpu_free(t);
     model_gpt_destroy(t->gpt);
+    model_mlp_destroy(t->mlp);
     free(t->base);
     free(t->delta);
     model_adamw_free(&t->opt);
@@ -57,6 +61,8 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
         }
         peer_gpu_free(t); /* a copy of the model being replaced */
         model_gpt_destroy(t->gpt);
+        model_mlp_destroy(t->mlp);
+        t->mlp = NULL;
         free(t->base);
         free(t->delta);
         model_adamw_free(&t->opt);
@@ -103,6 +109,9 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
         return vl_fail(err, VL_EINVAL, "metadata lacks a valid 'version'");
     if (v != version)
         return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
+    const char *js = st_meta_get(f, "model");
+    if (js && model_mlp_config_is_mlp(js, strlen(js)))
+        return peer_trainer_load_mlp(t, f, js, version, err);
     model_gpt_config cfg;
     int rc = file_config(f, &cfg, err);
     if (rc) return rc;
@@ -205,7 +214,9 @@ static int prepare_kfac(peer_trainer *t, const peer_task *k, vl_error *err) {
 }
 
 int peer_trainer_prepare(peer_trainer *t, const peer_task *k, vl_error *err) {
-    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to train");
+    if (!t->gpt && !t->mlp) return vl_fail(err, VL_EINVAL, "no model to train");
+    if (t->mlp && k->kfac)
+        return vl_fail(err, VL_EINVAL, "K-FAC tasks are for GPT models; this one is an mlp");
     drop_others(t, k);
     if (k->kfac) return prepare_kfac(t, k, err);
     if (k->sgd) {
@@ -246,9 +257,7 @@ double peer_selsync_feed(peer_selsync *s, double g2) {
     return (s->steps > 1 && prev > 0) ? fabs(s->smoothed - prev) / prev : 0;
 }
 
-/* Global L2 clipping; returns the squared norm before clipping, which is
- * also SelSync's g_t. */
-static double clip_grads(float *g, size_t n, double max_norm) {
+double peer_clip_grads(float *g, size_t n, double max_norm) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     if (max_norm > 0 && isfinite(s) && s > max_norm * max_norm) {
@@ -258,8 +267,8 @@ static double clip_grads(float *g, size_t n, double max_norm) {
     return s;
 }
 
-/* A diverged step leaves moments that would poison the next task too. */
-static int diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step) {
+int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, double x,
+                          int step) {
     model_adamw_reset(&t->opt);
     model_sgd_reset(&t->sgd);
     model_kfac_gpt_reset(&t->kfac);
@@ -319,18 +328,19 @@ static int host_step(peer_trainer *t, const peer_task *task, step_mode *mode, in
         if (!rc) rc = model_gpt_forward(t->gpt, t->inputs, t->targets, B, T, loss, err);
         if (rc) return rc;
     }
-    if (!isfinite(*loss)) return diverged(t, err, "the loss", *loss, step);
+    if (!isfinite(*loss)) return peer_trainer_diverged(t, err, "the loss", *loss, step);
     if (*mode == ON_CPU)
         rc = task->kfac ? model_kfac_gpt_backward(&t->kfac, t->gpt, err)
                         : model_gpt_backward(t->gpt, err);
-    if (rc == VL_ERANGE) return diverged(t, err, "a layer's input or gradient", NAN, step);
+    if (rc == VL_ERANGE)
+        return peer_trainer_diverged(t, err, "a layer's input or gradient", NAN, step);
     if (rc) return rc;
-    *g2 = clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
-    if (!isfinite(*g2)) return diverged(t, err, "the gradient norm", *g2, step);
+    *g2 = peer_clip_grads(model_gpt_grads(t->gpt), t->n_params, task->grad_clip);
+    if (!isfinite(*g2)) return peer_trainer_diverged(t, err, "the gradient norm", *g2, step);
     rc = task->kfac  ? model_kfac_gpt_step(&t->kfac, t->gpt, err)
          : task->sgd ? model_sgd_step_gpt(&t->sgd, t->gpt, err)
                      : model_adamw_step(&t->opt, t->gpt, err);
-    if (rc == VL_ERANGE) return diverged(t, err, "the K-FAC step", NAN, step);
+    if (rc == VL_ERANGE) return peer_trainer_diverged(t, err, "the K-FAC step", NAN, step);
     return rc;
 }
 
@@ -341,8 +351,18 @@ static int gpu_step(peer_trainer *t, const peer_task *task, int B, int T, int st
     vl_error e = {0};
     int rc = peer_gpu_step(t, B, T, task->grad_clip, loss, g2, &e);
     if (rc) return gpu_failed(t, rc, &e, err);
-    if (!isfinite(*loss)) return diverged(t, err, "the loss", *loss, step);
-    if (!isfinite(*g2)) return diverged(t, err, "the gradient norm", *g2, step);
+    if (!isfinite(*loss)) return peer_trainer_diverged(t, err, "the loss", *loss, step);
+    if (!isfinite(*g2)) return peer_trainer_diverged(t, err, "the gradient norm", *g2, step);
+    return VL_OK;
+}
+
+int peer_trainer_pace(peer_trainer *t, double step_t0, vl_error *err) {
+    if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
+        return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+    /* Proportional to the step's own time, so a slowed peer stays the
+     * same factor slower however busy the machine is. */
+    if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
+        return vl_fail(err, PEER_ESTOPPED, "stopped during training");
     return VL_OK;
 }
 
@@ -378,12 +398,7 @@ static int train_steps(peer_trainer *t, const peer_task *task, const task_data *
         sum += loss;
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;
-        if (t->step_delay_s > 0 && peer_sleep(t->step_delay_s))
-            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-        /* Proportional to the step's own time, so a slowed peer stays the
-         * same factor slower however busy the machine is. */
-        if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
-            return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        if ((rc = peer_trainer_pace(t, step_t0, err))) return rc;
 
         double change = peer_selsync_feed(&ss, g2);
         if (step >= task->h_min && change >= task->selsync_delta) break;
@@ -424,7 +439,7 @@ static int run_task(peer_trainer *t, const peer_task *task, const task_data *dat
     if (rc) return rc;
     compress_dense_delta(t->base, model_gpt_params(t->gpt), t->delta, t->n_params);
     if (!compress_all_finite(t->delta, t->n_params))
-        return diverged(t, err, "a parameter", NAN, res->steps);
+        return peer_trainer_diverged(t, err, "a parameter", NAN, res->steps);
     res->tokens = (int64_t)res->steps * B * T;
     res->seconds = clock_mono_s() - t0;
     return VL_OK;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/split_wire.h"
 #include "peer/peer.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -535,6 +536,31 @@ static void seeds_http(void) {
     buf_free(&b);
 }
 
+/* fuzz_split_wire: a valid batch (F32 and F16), one with a NaN, and a
+ * valid reply. */
+static void seeds_split(void) {
+    float z[4 * 8], dz[4 * 8];
+    int y[4] = {0, 3, 9, 1};
+    for (int i = 0; i < 4 * 8; i++) z[i] = dz[i] = 0.125f * (float)(i % 7) - 0.25f;
+    uint8_t req = 0, rep = 1;
+    buf b;
+    vl_error e;
+    buf_init(&b, 1 << 20);
+    ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F32, y, &b, &e), "split f32");
+    put("fuzz_split_wire", "forward-f32", &req, 1, b.data, b.len);
+    b.len = 0;
+    ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F16, y, &b, &e), "split f16");
+    put("fuzz_split_wire", "forward-f16", &req, 1, b.data, b.len);
+    b.len = 0;
+    z[5] = NAN;
+    ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F32, y, &b, &e), "split nan");
+    put("fuzz_split_wire", "forward-nan", &req, 1, b.data, b.len);
+    b.len = 0;
+    ok(split_wire_encode_reply(dz, 4, 8, ST_F32, 1.5, 3, &b, &e), "split reply");
+    put("fuzz_split_wire", "reply-f32", &rep, 1, b.data, b.len);
+    buf_free(&b);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_seeds OUTDIR (tests/fuzz/corpus)\n");
@@ -548,6 +574,7 @@ int main(int argc, char **argv) {
     seeds_json();
     seeds_auth();
     seeds_http();
+    seeds_split();
     printf("make_seeds: seeds written under %s\n", root);
     return 0;
 }

@@ -39,6 +39,9 @@
  *                                              lease's peer (must answer 200),
  *                                              its signature kept in FILE
  *   attack replay URL CA DIR FILE STATUS [CODE] that GET again, as captured
+ *   attack split URL CA DIR Q BATCH CLASSES STAGE  a split-learning run
+ *                                              (attack_split.c): STAGE bad
+ *                                              or expired
  *   attack kfac URL CA DIR STAGE               a K-FAC run that shares factors
  *                                              (attack_kfac.c): STAGE bad
  *                                              (refused factors and factor
@@ -501,6 +504,8 @@ int main(int argc, char **argv) {
         if (replay(&c, argv[5], atol(argv[6]), argc > 7 ? argv[7] : NULL) != 0) return 2;
     } else if (strcmp(mode, "kfac") == 0 && argc > 5) {
         attack_kfac(&c, argv[5]);
+    } else if (strcmp(mode, "split") == 0 && argc > 8) {
+        attack_split(&c, atoi(argv[5]), atoi(argv[6]), atoi(argv[7]), argv[8]);
     } else {
         fprintf(stderr, "attack: unknown mode or missing arguments: %s\n", mode);
         return 2;

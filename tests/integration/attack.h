@@ -141,5 +141,9 @@ int lease(ctx *c);
 void attack_tokens(ctx *c);
 /* K-FAC factor sharing (attack_kfac.c): STAGE "bad" or "finish". */
 void attack_kfac(ctx *c, const char *stage);
+/* Split learning's forward endpoint (attack_split.c): activations of
+ * width q, batches of at most max_batch rows, labels below classes;
+ * STAGE "bad" or "expired". */
+void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage);
 
 #endif

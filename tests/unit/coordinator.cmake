@@ -21,3 +21,6 @@ if(TARGET test_gpt2)
     ENVIRONMENT "OMP_NUM_THREADS=2;OPENBLAS_NUM_THREADS=1")
 endif()
 volley_unit_test(test_coord_kfac volley_coordinator_core)
+# A classification run (model.kind "mlp", data.kind "local"): its
+# configuration, model file, test set and scoring.
+volley_unit_test(test_coord_classify volley_coordinator_core)

@@ -9,3 +9,6 @@ volley_unit_test(test_peer_device volley_peer)
 if(VOLLEY_HAVE_CUDA)
   volley_unit_test(test_peer_gpu volley_peer)
 endif()
+# Classification on the peer's own images (peer/local.h): --partition,
+# shares, local tasks, MLP model files and training.
+volley_unit_test(test_peer_local volley_peer)

@@ -1,0 +1,186 @@
+/* Split learning on the coordinator (coordinator/split.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/split_wire.h"
+#include "coordinator/coord.h"
+#include "coordinator/split.h"
+#include "model/mlp_io.h"
+#include "model/mlp_part.h"
+
+int coord_split_open(coord_server *srv, vl_error *err) {
+    srv->split = NULL;
+    const coord_config *cfg = &srv->cfg;
+    if (!coord_config_is_split(cfg)) return VL_OK;
+    coord_split *s = calloc(1, sizeof *s);
+    if (!s) return vl_fail(err, VL_ENOMEM, "out of memory");
+    int last = cfg->mlp.n_hidden + 1, rc;
+    rc = model_mlp_part_offset(&cfg->mlp, cfg->split_cut, last, &s->offset, &s->count, err);
+    if (!rc) rc = model_mlp_part_create(&cfg->mlp, cfg->split_cut, last, &s->upper, err);
+    if (!rc)
+        rc = model_adamw_init(&s->opt, s->count, (float)cfg->split_lr, (float)cfg->train.beta1,
+                              (float)cfg->train.beta2, (float)cfg->train.eps, 0.0f, err);
+    if (rc) {
+        model_mlp_part_destroy(s->upper);
+        model_adamw_free(&s->opt);
+        free(s);
+        return rc;
+    }
+    memcpy(model_mlp_part_params(s->upper), coord_net_params(&srv->net) + s->offset,
+           s->count * sizeof(float));
+    s->q = model_mlp_part_in_dim(s->upper);
+    srv->split = s;
+    log_info("split learning: the peers keep layers below %d and send %d activations a row; "
+             "the coordinator's %zu parameters start from version %lld", cfg->split_cut, s->q,
+             s->count, (long long)srv->version);
+    return VL_OK;
+}
+
+void coord_split_close(coord_server *srv) {
+    coord_split *s = srv->split;
+    if (!s) return;
+    model_mlp_part_destroy(s->upper);
+    model_adamw_free(&s->opt);
+    free(s);
+    srv->split = NULL;
+}
+
+double coord_split_into(coord_split *s, float *theta) {
+    memcpy(theta + s->offset, model_mlp_part_params(s->upper), s->count * sizeof(float));
+    double mean = s->batches ? s->loss_sum / (double)s->batches : NAN;
+    s->loss_sum = 0;
+    s->batches = 0;
+    return mean;
+}
+
+/* One batch on its way through the compute thread. */
+typedef struct split_job {
+    coord_job job;
+    coord_req cr;
+    split_wire_forward in; /* owned */
+    float *dz;             /* owned: the answer, [B, q] */
+    float loss;
+    int64_t step;
+} split_job;
+
+/* The coordinator's layers on one batch: forward, the loss, backward to
+ * the cut, one step. Refuses to step on a loss or gradient that is not
+ * finite, so a hostile batch cannot poison the layers. */
+static int split_run(storage *db, coord_job *job, vl_error *err) {
+    (void)db;
+    split_job *j = (split_job *)job;
+    coord_split *s = j->cr.srv->split;
+    const int B = j->in.B;
+    model_mlp_part *p = s->upper;
+    j->dz = malloc((size_t)B * (size_t)s->q * sizeof *j->dz);
+    if (!j->dz) return vl_fail(err, VL_ENOMEM, "out of memory for a batch's gradient");
+    model_mlp_part_zero_grad(p);
+    int rc = model_mlp_part_forward(p, j->in.z, B, err);
+    if (!rc) rc = model_mlp_part_loss(p, j->in.labels, &j->loss, err);
+    if (!rc) rc = model_mlp_part_backward(p, NULL, j->dz, err);
+    if (rc) return rc;
+    const float *g = model_mlp_part_grads(p);
+    for (size_t i = 0; i < s->count; i++)
+        if (!isfinite(g[i])) return vl_fail(err, VL_ERANGE, "the batch's gradient is not finite");
+    if (!isfinite(j->loss)) return vl_fail(err, VL_ERANGE, "the batch's loss is not finite");
+    model_tensor all = {.name = "upper", .ndim = 1, .shape = {s->count, 0}, .offset = 0,
+                        .numel = s->count};
+    rc = model_adamw_step_tensors(&s->opt, &all, 1, s->count, model_mlp_part_params(p), g, err);
+    if (rc) return rc;
+    s->steps++;
+    s->loss_sum += j->loss;
+    s->batches++;
+    j->step = s->steps;
+    return VL_OK;
+}
+
+static void split_done(coord_job *job, int rc, const vl_error *err) {
+    split_job *j = (split_job *)job;
+    coord_req *cr = &j->cr;
+    if (rc == VL_ERANGE) {
+        coord_reply_error(cr, 422, "non_finite", "%s", err->msg);
+    } else if (rc != VL_OK) {
+        coord_reply_internal(cr, err);
+    } else {
+        buf b;
+        buf_init(&b, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 4096);
+        vl_error e = {0};
+        coord_blob *blob = NULL;
+        if (split_wire_encode_reply(j->dz, j->in.B, j->in.q, j->in.dtype, j->loss, j->step, &b,
+                                    &e) == VL_OK) {
+            size_t len;
+            uint8_t *data = buf_steal(&b, &len);
+            blob = coord_blob_wrap(data, len, cr->srv->version);
+            if (!blob) vl_fail(&e, VL_ENOMEM, "out of memory sending a gradient");
+        }
+        buf_free(&b);
+        if (blob) coord_reply_blob(cr, blob);
+        else coord_reply_internal(cr, &e);
+    }
+    split_wire_forward_free(&j->in);
+    free(j->dz);
+    free(j);
+}
+
+/* The lease the batch claims: this peer's, of this run, not expired. */
+static int check_lease(coord_req *cr, const split_wire_forward *in) {
+    storage_task t;
+    if (coord_check_task_owner(cr, "the activations", in->run, in->peer, in->task, &t) != 0)
+        return -1;
+    if (t.state != STORAGE_TASK_LEASED || t.deadline <= clock_unix_s()) {
+        coord_reply_error(cr, 409, "lease_expired", "task %lld is not leased any more: its "
+                          "batches are no longer taken", (long long)t.id);
+        return -1;
+    }
+    return 0;
+}
+
+void coord_route_split_forward(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    size_t len;
+    const uint8_t *body = coord_body(cr, &len);
+    if (coord_authenticate(cr) != 0) return;
+    if (!srv->split) {
+        coord_reply_error(cr, 404, "not_split", "this run is not split learning (mode \"split\")");
+        return;
+    }
+    if (len > (uint64_t)srv->cfg.max_body_bytes) {
+        coord_reply_error(cr, 413, "too_large", "a batch of activations is at most %lld bytes",
+                          (long long)srv->cfg.max_body_bytes);
+        return;
+    }
+    if (srv->draining) {
+        coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
+        return;
+    }
+    if (srv->finished) {
+        coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld)",
+                          (long long)srv->version);
+        return;
+    }
+    split_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        coord_reply_oom(cr, "queueing a batch");
+        return;
+    }
+    const char *code = NULL;
+    vl_error e = {0};
+    int rc = split_wire_decode_forward(body, len, srv->split->q, (int)srv->cfg.train.batch,
+                                       srv->cfg.mlp.n_classes, &j->in, &code, &e);
+    if (rc == VL_ENOMEM) coord_reply_internal(cr, &e);
+    else if (rc == VL_EINVAL) coord_reply_error(cr, 400, code, "%s", e.msg);
+    /* The lease before the content: a stranger to the task learns nothing
+     * about what a batch should look like. */
+    else if (check_lease(cr, &j->in) != 0) rc = VL_ERR;
+    else if (rc == VL_ERANGE) coord_reply_error(cr, 422, code, "%s", e.msg);
+    if (rc != VL_OK) {
+        split_wire_forward_free(&j->in);
+        free(j);
+        return;
+    }
+    j->job.run = split_run;
+    j->job.done = split_done;
+    j->cr = *cr;
+    coord_writer_compute(srv->writer, &j->job);
+}

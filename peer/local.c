@@ -1,0 +1,255 @@
+/* Training on the peer's own labelled images (peer/local.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/mlp_io.h"
+#include "peer/local.h"
+#include "peer/train_internal.h"
+
+int peer_local_parse_part(const char *s, int *part, int *parts, vl_error *err) {
+    const char *slash = s ? strchr(s, '/') : NULL;
+    char a[24];
+    int64_t i, n;
+    if (!slash || (size_t)(slash - s) >= sizeof a || slash == s)
+        return vl_fail(err, VL_EINVAL, "--partition must be i/N, e.g. 0/4");
+    memcpy(a, s, (size_t)(slash - s));
+    a[slash - s] = '\0';
+    if (parse_i64(slash + 1, 1, MODEL_PARTITION_MAX_PARTS, &n) != VL_OK ||
+        parse_i64(a, 0, n - 1, &i) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "--partition %.40s: need 0 <= i < N <= %d", s,
+                       MODEL_PARTITION_MAX_PARTS);
+    *part = (int)i;
+    *parts = (int)n;
+    return VL_OK;
+}
+
+/* The labels file beside an MNIST-family images file. */
+static int labels_path(const char *images, char *out, size_t cap, vl_error *err) {
+    static const char FROM[] = "-images-idx3-", TO[] = "-labels-idx1-";
+    const char *at = strstr(images, FROM);
+    if (!at)
+        return vl_fail(err, VL_EINVAL, "--labels is needed: %.200s is not named like "
+                                       "NAME-images-idx3-ubyte", images);
+    int n = snprintf(out, cap, "%.*s%s%s", (int)(at - images), images, TO,
+                     at + sizeof FROM - 1);
+    if (n < 0 || (size_t)n >= cap) return vl_fail(err, VL_EINVAL, "--data: path too long");
+    return VL_OK;
+}
+
+void peer_local_free(peer_local *l) {
+    model_images_free(l->images);
+    free(l->idx);
+    free(l->x);
+    free(l->y);
+    memset(l, 0, sizeof *l);
+}
+
+int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
+    memset(l, 0, sizeof *l);
+    char derived[4096];
+    const char *labels = o->labels;
+    int rc = VL_OK;
+    if (!labels && (rc = labels_path(o->images, derived, sizeof derived, err))) return rc;
+    if (!labels) labels = derived;
+    if ((rc = model_images_load(o->images, labels, &l->images, err))) return rc;
+    size_t n = model_images_count(l->images);
+    rc = model_partition(model_images_labels(l->images), n, model_images_classes(l->images),
+                         o->parts, o->part, o->beta, o->seed, &l->idx, &l->n, err);
+    if (!rc && l->n == 0)
+        rc = vl_fail(err, VL_EINVAL, "part %d of %d of %zu images is empty (beta %g); nothing "
+                     "to train on", o->part, o->parts, n, o->beta);
+    if (rc) {
+        peer_local_free(l);
+        return rc;
+    }
+    log_info("local data: %zu of %zu images (%dx%d, %d classes) from %s, part %d of %d%s", l->n,
+             n, model_images_rows(l->images), model_images_cols(l->images),
+             model_images_classes(l->images), o->images, o->part, o->parts,
+             o->parts > 1 && o->beta > 0 ? ", label-skewed" : "");
+    return VL_OK;
+}
+
+/* Frees the trainer's model and everything shaped after it; the trainer
+ * then holds the new model. */
+static void replace_model(peer_trainer *t, model_mlp *m, float *base, float *delta) {
+    peer_gpu_free(t);
+    model_gpt_destroy(t->gpt);
+    t->gpt = NULL;
+    memset(&t->cfg, 0, sizeof t->cfg);
+    model_mlp_destroy(t->mlp);
+    free(t->base);
+    free(t->delta);
+    model_adamw_free(&t->opt);
+    t->have_opt = 0;
+    model_sgd_free(&t->sgd);
+    t->have_sgd = 0;
+    model_kfac_gpt_free(&t->kfac);
+    t->have_kfac = 0;
+    t->kfac_factors = -1;
+    free(t->residual);
+    t->residual = NULL;
+    t->sel_nnz = 0;
+    t->mlp = m;
+    t->n_params = model_mlp_num_params(m);
+    t->base = base;
+    t->delta = delta;
+}
+
+static int same_config(const model_mlp_config *a, const model_mlp_config *b) {
+    if (a->in_dim != b->in_dim || a->n_hidden != b->n_hidden || a->n_classes != b->n_classes)
+        return 0;
+    for (int i = 0; i < a->n_hidden; i++)
+        if (a->hidden[i] != b->hidden[i]) return 0;
+    return 1;
+}
+
+int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
+                          vl_error *err) {
+    model_mlp_config cfg;
+    int rc = model_mlp_config_parse(js, strlen(js), &cfg, err);
+    if (rc) return rc;
+    if (t->mlp) {
+        model_mlp_config have = model_mlp_config_get(t->mlp);
+        if (same_config(&have, &cfg)) {
+            if ((rc = model_mlp_load_safetensors(t->mlp, f, err))) return rc;
+            memcpy(t->base, model_mlp_params(t->mlp), t->n_params * sizeof *t->base);
+            t->base_version = version;
+            return VL_OK;
+        }
+    }
+    /* The configuration only claims a size; the file's tensors must hold
+     * it before a model that large is allocated. */
+    uint64_t have = 0;
+    for (int i = 0; i < f->ntensors; i++) have += f->tensors[i].numel;
+    if (have != (uint64_t)model_mlp_config_num_params(&cfg))
+        return vl_fail(err, VL_EINVAL, "the file holds %llu values; its configuration needs %zu",
+                       (unsigned long long)have, model_mlp_config_num_params(&cfg));
+    model_mlp *m = NULL;
+    if ((rc = model_mlp_create(&cfg, &m, err))) return rc;
+    if ((rc = model_mlp_load_safetensors(m, f, err))) {
+        model_mlp_destroy(m);
+        return rc;
+    }
+    size_t n = model_mlp_num_params(m);
+    float *base = malloc(n * sizeof *base), *delta = malloc(n * sizeof *delta);
+    if (!base || !delta) {
+        free(base);
+        free(delta);
+        model_mlp_destroy(m);
+        return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
+    }
+    replace_model(t, m, base, delta);
+    memcpy(t->base, model_mlp_params(m), n * sizeof *t->base);
+    t->base_version = version;
+    return VL_OK;
+}
+
+int peer_local_check(const peer_trainer *t, const peer_task *k, const peer_local *l,
+                     vl_error *err) {
+    if (!t->mlp)
+        return vl_fail(err, VL_EINVAL, "task %lld trains on local data but the model is not "
+                       "a classifier", (long long)k->task_id);
+    if (!l || !l->images)
+        return vl_fail(err, VL_EINVAL, "task %lld trains on the peer's own data; start the "
+                       "peer with --data IMAGES", (long long)k->task_id);
+    model_mlp_config c = model_mlp_config_get(t->mlp);
+    int d = model_images_rows(l->images) * model_images_cols(l->images);
+    if (d != c.in_dim)
+        return vl_fail(err, VL_EINVAL, "the local images have %d pixels; the model takes %d",
+                       d, c.in_dim);
+    if (model_images_classes(l->images) > c.n_classes)
+        return vl_fail(err, VL_EINVAL, "the local labels go up to %d; the model has %d classes",
+                       model_images_classes(l->images) - 1, c.n_classes);
+    if (k->method != PEER_METHOD_NONE && k->method != PEER_METHOD_SKETCH &&
+        (uint64_t)k->comp_k > (uint64_t)t->n_params)
+        return vl_fail(err, VL_EINVAL, "task: compression k %lld exceeds the model's %zu "
+                       "parameters", (long long)k->comp_k, t->n_params);
+    return VL_OK;
+}
+
+int peer_local_reserve(peer_local *l, int B, int d, vl_error *err) {
+    if (B <= l->cap) return VL_OK;
+    float *x = malloc((size_t)B * (size_t)d * sizeof *x);
+    int *y = malloc((size_t)B * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        return vl_fail(err, VL_ENOMEM, "out of memory for a batch of %d images", B);
+    }
+    free(l->x);
+    free(l->y);
+    l->x = x;
+    l->y = y;
+    l->cap = B;
+    return VL_OK;
+}
+
+int peer_local_batch(peer_local *l, int B, rng *r, vl_error *err) {
+    if (B < 1 || B > PEER_MAX_BATCH || B > l->cap)
+        return vl_fail(err, VL_EINVAL, "a batch of %d images does not fit (reserved %d)", B,
+                       l->cap);
+    uint32_t idx[PEER_MAX_BATCH];
+    for (int b = 0; b < B; b++) idx[b] = l->idx[rng_below_u64(r, l->n)];
+    return model_images_batch(l->images, idx, B, l->x, l->y, err);
+}
+
+/* One step: loss and gradients of a batch, clipping, the optimizer. */
+static int local_step(peer_trainer *t, const peer_task *k, peer_local *l, rng *r, int step,
+                      float *loss, double *g2, vl_error *err) {
+    const int B = k->batch;
+    int rc = peer_local_batch(l, B, r, err);
+    if (rc) return rc;
+    model_mlp_zero_grad(t->mlp);
+    if ((rc = model_mlp_forward(t->mlp, l->x, l->y, B, loss, err))) return rc;
+    if (!isfinite(*loss)) return peer_trainer_diverged(t, err, "the loss", *loss, step);
+    if ((rc = model_mlp_backward(t->mlp, err))) return rc;
+    float *p = model_mlp_params(t->mlp), *g = model_mlp_grads(t->mlp);
+    *g2 = peer_clip_grads(g, t->n_params, k->grad_clip);
+    if (!isfinite(*g2)) return peer_trainer_diverged(t, err, "the gradient norm", *g2, step);
+    if (k->sgd) return model_sgd_step(&t->sgd, p, g, t->n_params, k->weight_decay > 0, err);
+    const model_tensor *tensors;
+    int nt = model_mlp_tensors(t->mlp, &tensors);
+    return model_adamw_step_tensors(&t->opt, tensors, nt, t->n_params, p, g, err);
+}
+
+int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
+                           peer_train_result *res, vl_error *err) {
+    memset(res, 0, sizeof *res);
+    int rc = peer_local_check(t, k, l, err);
+    if (rc) return rc;
+    if (k->batch > PEER_MAX_BATCH)
+        return vl_fail(err, VL_EINVAL, "task: batch %d over %d", k->batch, PEER_MAX_BATCH);
+    model_mlp_config c = model_mlp_config_get(t->mlp);
+    if ((rc = peer_local_reserve(l, k->batch, c.in_dim, err))) return rc;
+    if ((rc = peer_trainer_prepare(t, k, err))) return rc;
+    double t0 = clock_mono_s(), sum = 0;
+    float *params = model_mlp_params(t->mlp);
+    memcpy(params, t->base, t->n_params * sizeof *params);
+    rng r;
+    rng_seed(&r, k->seed);
+    peer_selsync ss = {0};
+    int step = 0;
+    while (step < k->steps) {
+        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
+        double step_t0 = clock_mono_s(), g2 = 0;
+        float loss = 0;
+        step++;
+        if ((rc = local_step(t, k, l, &r, step, &loss, &g2, err))) return rc;
+        sum += loss;
+        if (step == 1) res->first_loss = loss;
+        res->last_loss = loss;
+        if ((rc = peer_trainer_pace(t, step_t0, err))) return rc;
+        double change = peer_selsync_feed(&ss, g2);
+        if (step >= k->h_min && change >= k->selsync_delta) break;
+    }
+    compress_dense_delta(t->base, params, t->delta, t->n_params);
+    if (!compress_all_finite(t->delta, t->n_params))
+        return peer_trainer_diverged(t, err, "a parameter", NAN, step);
+    res->steps = step;
+    res->mean_loss = sum / step;
+    res->tokens = (int64_t)step * k->batch;
+    res->seconds = clock_mono_s() - t0;
+    return VL_OK;
+}

@@ -1,0 +1,104 @@
+/*
+ * local: training on data that never leaves the peer. In a classifier run
+ * (data "local" in its tasks) the peer reads its own labelled images
+ * (--data, IDX files, plain or gzip), optionally keeps only its share of
+ * them (--partition i/N, IID or label-skewed by a Dirichlet(beta) draw, so
+ * one public data set can stand in for a federation), and trains the run's
+ * MLP classifier on batches drawn with the task's seed. Only the update
+ * travels; the coordinator never receives an image or a label.
+ */
+#ifndef VOLLEY_PEER_LOCAL_H
+#define VOLLEY_PEER_LOCAL_H
+
+#include "model/images.h"
+#include "peer/peer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A peer's own labelled images and the share of them it trains on. */
+typedef struct peer_local {
+    model_images *images; /* owned */
+    uint32_t *idx;        /* owned: the indices of the share, ascending */
+    size_t n;             /* images in the share, >= 1 */
+    float *x;             /* owned batch buffers, grown to the largest batch */
+    int *y;
+    int cap;
+} peer_local;
+
+/* What --data and --partition ask for: images and labels paths (labels
+ * NULL: derived from the images' name, "-images-idx3-" becoming
+ * "-labels-idx1-", as the MNIST family names its files), and part `part`
+ * of `parts` (parts 1: all of it) with label skew beta (<= 0: IID), cut
+ * with seed. */
+typedef struct peer_local_opts {
+    const char *images, *labels;
+    int part, parts;
+    double beta;
+    uint64_t seed;
+} peer_local_opts;
+
+/* The seed --partition uses unless --partition-seed says otherwise: peers
+ * of one federation must agree on it. */
+#define PEER_PARTITION_SEED 20240520
+
+/* Parses "i/N" (0 <= i < N <= MODEL_PARTITION_MAX_PARTS). Returns 0 or
+ * VL_EINVAL with the reason. */
+int peer_local_parse_part(const char *s, int *part, int *parts, vl_error *err) VL_MUST_CHECK;
+
+/* Loads the images and cuts the share into *l (caller frees with
+ * peer_local_free, also after a failure), and logs what it holds. An empty share is VL_EINVAL:
+ * the peer would have nothing to train on. Returns 0, VL_EINVAL, VL_EIO,
+ * VL_ENOTFOUND (a file that is not there), VL_ENOMEM. */
+int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) VL_MUST_CHECK;
+void peer_local_free(peer_local *l);
+
+/* Installs a classifier's model file f (its `model` metadata js already
+ * seen to be an MLP's) as the base of version, replacing a model of
+ * another shape or kind and the optimizer state that went with it. On
+ * failure the trainer is unchanged. Called by peer_trainer_load. */
+int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
+                          vl_error *err) VL_MUST_CHECK;
+
+/* Whether task k fits the trainer's classifier and the local data: the
+ * image size is the model's input, every label is below its class count,
+ * and a sparse k is at most the parameter count. VL_EINVAL otherwise. */
+int peer_local_check(const peer_trainer *t, const peer_task *k, const peer_local *l,
+                     vl_error *err) VL_MUST_CHECK;
+
+/* Trains a local task from the base parameters: up to k->steps steps of
+ * the task's optimizer on batches of k->batch images drawn uniformly from
+ * the share with the task's seed, gradients clipped to grad_clip, SelSync
+ * early stop; leaves delta = base - local in t->delta. res->tokens counts
+ * images. PEER_ESTOPPED when a stop was requested between steps;
+ * VL_ERANGE when the loss, the gradient or the delta stops being finite
+ * (the optimizer is reset). */
+int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
+                           peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
+/* Grows l's batch buffers to B images of d pixels. Returns 0 or
+ * VL_ENOMEM. */
+int peer_local_reserve(peer_local *l, int B, int d, vl_error *err) VL_MUST_CHECK;
+
+/* Draws B images uniformly (with replacement) from the share with r into
+ * l->x and l->y (reserved first). Returns 0 or VL_EINVAL. */
+int peer_local_batch(peer_local *l, int B, rng *r, vl_error *err) VL_MUST_CHECK;
+
+/* A split-learning task (k->split_cut > 0): like peer_trainer_run_local,
+ * but only the layers below the cut are here. For every batch their
+ * output Z and the labels go to POST /v1/split/forward (through http,
+ * with rs as the response buffer, signed as peer_id), the answer's dL/dZ
+ * gets NoPeek's k->split_alpha * d dCor(X, Z)/dZ added, and the lower
+ * layers step on its backward pass. Leaves the delta of the whole model
+ * (zero above the cut) in t->delta. A refusal of a batch (the lease
+ * expired, the run over) is VL_ERANGE: the task is dropped. */
+int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, peer_http *http,
+                           peer_response *rs, int64_t peer_id, peer_train_result *res,
+                           vl_error *err) VL_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
