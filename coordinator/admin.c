@@ -39,6 +39,13 @@ static int resolve_path(const char *config_path, const char *field, const char *
 
 /* Every data path of cfg made absolute (resolve_path). */
 static int resolve_data(const char *config_path, coord_config *cfg, vl_error *err) {
+    if (cfg->net == COORD_NET_MLP) {
+        if (!cfg->test_images[0]) return VL_OK;
+        int rc = resolve_path(config_path, "data.test_images", cfg->test_images,
+                              cfg->test_images, sizeof cfg->test_images, err);
+        return rc ? rc : resolve_path(config_path, "data.test_labels", cfg->test_labels,
+                                      cfg->test_labels, sizeof cfg->test_labels, err);
+    }
     if (!cfg->shards)
         return resolve_path(config_path, "corpus", cfg->corpus, cfg->corpus, sizeof cfg->corpus,
                             err);
@@ -82,7 +89,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
      * data leave nothing behind. */
     rc = resolve_data(config_path, &cfg, err);
     if (rc == VL_OK)
-        rc = coord_config_is_local(&cfg) ? coord_testset_open(&test, &cfg, 0, NULL, err)
+        rc = cfg.net == COORD_NET_MLP ? coord_testset_open(&test, &cfg, 0, NULL, err)
              : cfg.shards                ? coord_shards_open(&shards, &cfg, 0, NULL, err)
                           : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
     if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
@@ -125,7 +132,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", cfg.shards ? shards.hash : corpus.hash);
     /* A classifier run records its test set (or nothing: the data stay
      * on the peers). */
-    if (coord_config_is_local(&cfg)) {
+    if (cfg.net == COORD_NET_MLP) {
         run.corpus_path = cfg.test_images;
         run.corpus_size = test.size;
         snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", test.hash);
@@ -144,7 +151,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
-    if (rc == VL_OK && coord_config_is_local(&cfg))
+    if (rc == VL_OK && cfg.net == COORD_NET_MLP)
         log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
                  "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",
                  cfg.name, v0.n, test.n ? "" : "no held-out set of its own, ", test.n,

@@ -603,7 +603,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     }
     /* A classifier without a test set of its own is judged by the mean
      * loss its peers report (on their batches, before the step). */
-    if (coord_config_is_local(&srv->cfg) && srv->test.n == 0 && m->n_ids > m->set_aside)
+    if (srv->net.mlp && srv->test.n == 0 && m->n_ids > m->set_aside)
         val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
     j->eval_s = clock_mono_s() - t_eval;
     /* A version whose loss blew up is refused, not served: it keeps the

@@ -184,9 +184,9 @@ static const char *const OUTER_KEYS[] = {"lr", "momentum", "delay", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
                                                "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
-static const char *const DATA_KEYS[] = {"kind", "train", "val", "test_images", "test_labels",
-                                        NULL};
-static const char *const DATA_KINDS[] = {"shards", "local", NULL};
+static const char *const DATA_KEYS[] = {"kind",        "train",       "val", "val_shard",
+                                        "test_images", "test_labels", NULL};
+static const char *const DATA_KINDS[] = {"shards", NULL};
 static const char *const MODES[] = {"sync", "async", "split", NULL};
 static const char *const OPTIMIZERS[] = {"adamw", "sgd", "kfac", NULL};
 /* "dense" is the older name of "none". */
@@ -230,31 +230,6 @@ static int parse_train_shards(json_t *arr, coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
-/* A classifier's data: kept by the peers ("kind": "local"), with the
- * coordinator's own held-out set when test_images and test_labels (IDX
- * files, both or neither) are given. */
-static int parse_local(json_t *data, coord_config *cfg, vl_error *err) {
-    char kind[16] = "";
-    int rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err);
-    if (rc) return rc;
-    if (strcmp(kind, "local") != 0 || json_object_get(data, "train") ||
-        json_object_get(data, "val"))
-        return vl_fail(err, VL_EINVAL, "config: an mlp model trains on the peers' own data: "
-                                       "data.kind must be \"local\" (with test_images and "
-                                       "test_labels for a held-out set)");
-    int imgs = json_object_get(data, "test_images") != NULL;
-    if (imgs != (json_object_get(data, "test_labels") != NULL))
-        return vl_fail(err, VL_EINVAL, "config: data.test_images and data.test_labels go "
-                                       "together");
-    if (imgs &&
-        ((rc = get_str(data, "test_images", "data.test_images", cfg->test_images,
-                       sizeof cfg->test_images, NULL, err)) ||
-         (rc = get_str(data, "test_labels", "data.test_labels", cfg->test_labels,
-                       sizeof cfg->test_labels, NULL, err))))
-        return rc;
-    return VL_OK;
-}
-
 /* Where the data come from: "corpus" (text, with val_fraction and
  * task_bytes) or "data" (token shards, with task_tokens), never both;
  * the fields of the other kind are refused rather than ignored. */
@@ -292,27 +267,23 @@ static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
         if (json_object_get(root, *k))
             return vl_fail(err, VL_EINVAL, "config: %s is for a text corpus; %s", *k,
                            cfg->net == COORD_NET_MLP ? "an mlp run's data stay on the peers"
-                                                     : "token shards take data.val and "
-                                                       "task_tokens");
+                                                     : "token shards and local data take "
+                                                       "data.val");
     char kind[16] = "";
     if ((rc = check_keys(data, "data", DATA_KEYS, err))) return rc;
-    if (cfg->net == COORD_NET_MLP) {
-        if (json_object_get(root, "task_tokens"))
-            return vl_fail(err, VL_EINVAL, "config: task_tokens is for token shards; an mlp "
-                                           "run's data stay on the peers");
-        return parse_local(data, cfg, err);
-    }
-    if (json_is_string(json_object_get(data, "kind")) &&
-        strcmp(json_string_value(json_object_get(data, "kind")), "local") == 0)
-        return vl_fail(err, VL_EINVAL, "config: data.kind \"local\" is for an mlp model "
-                                       "(model.kind \"mlp\")");
+    json_t *kind_v = json_object_get(data, "kind");
+    if (cfg->net == COORD_NET_MLP ||
+        (json_is_string(kind_v) && strcmp(json_string_value(kind_v), "local") == 0))
+        return coord_config_parse_local(root, data, cfg, err);
     if (!json_object_get(data, "kind") || !json_object_get(data, "train") ||
         !json_object_get(data, "val"))
         return vl_fail(err, VL_EINVAL, "config: data needs kind \"shards\", train (an array "
                                        "of shard paths) and val (a shard path)");
-    if (json_object_get(data, "test_images") || json_object_get(data, "test_labels"))
-        return vl_fail(err, VL_EINVAL, "config: data.test_images and data.test_labels are for "
-                                       "an mlp run's held-out set; token shards take data.val");
+    if (json_object_get(data, "test_images") || json_object_get(data, "test_labels") ||
+        json_object_get(data, "val_shard"))
+        return vl_fail(err, VL_EINVAL, "config: data.test_images, test_labels and val_shard "
+                                       "are for runs whose data stay on the peers (kind "
+                                       "\"local\"); token shards take data.val");
     cfg->shards = 1;
     if ((rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err)) ||
         (rc = get_str(data, "val", "data.val", cfg->val_shard, sizeof cfg->val_shard, NULL,
@@ -659,7 +630,7 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
      * configuration and its stored form compare equal. */
     cfg->val_tokens = cfg->val_batches * per_batch;
     int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
-    if (per_task < (int64_t)cfg->model.block_size + 1) {
+    if (!cfg->local && per_task < (int64_t)cfg->model.block_size + 1) {
         rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",
                      cfg->shards ? "task_tokens" : "task_bytes", cfg->model.block_size + 1);
         return rc;

@@ -206,6 +206,9 @@ typedef struct coord_config {
      * versions on test_images/test_labels (IDX files) when it has them,
      * and otherwise on the losses the peers report ("" paths). */
     coord_net_kind net;
+    /* data "local": the peers train on their own data (every classifier
+     * run; a GPT run scored on corpus, wholly held out, or val_shard) */
+    int local;
     model_gpt_config model;
     model_mlp_config mlp;
     char test_images[COORD_PATH_MAX];

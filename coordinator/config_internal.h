@@ -22,7 +22,14 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_C
  * After coord_config_resolve_compression. */
 int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
 
-/* The split section and mode "split" (config_split.c): checks the cut
+/* data {"kind": "local"} (config_local.c): a classifier's test set or a
+ * GPT's held-out data (val: a text file, wholly held out; val_shard: a
+ * token shard); refuses the fields of served data. Sets cfg->local. */
+int coord_config_parse_local(json_t *root, json_t *data, coord_config *cfg,
+                             vl_error *err) VL_MUST_CHECK;
+/* Adds the local data's paths to the normalised data object. */
+int coord_config_local_json(const coord_config *cfg, json_t *data) VL_MUST_CHECK;
+/* The split section and mode "split" (config_local.c): checks the cut
  * against the model, the weights and the dtype, after the model and train
  * sections are parsed. Returns 0 or VL_EINVAL naming the field. */
 int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;

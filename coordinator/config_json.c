@@ -33,7 +33,8 @@ int coord_config_check_corpus(const coord_config *cfg, int64_t corpus_size, vl_e
                        "config: val_fraction leaves %lld validation bytes of a %lld-byte corpus; "
                        "at least model.block_size + 1 = %d are needed",
                        (long long)val_len, (long long)corpus_size, cfg->model.block_size + 1);
-    if (train_len < cfg->task_bytes)
+    /* Local data: the file is all held out, and nothing is served. */
+    if (!cfg->local && train_len < cfg->task_bytes)
         return vl_fail(err, VL_EINVAL,
                        "config: task_bytes (%lld) exceeds the %lld training bytes of the corpus",
                        (long long)cfg->task_bytes, (long long)train_len);
@@ -56,7 +57,7 @@ size_t coord_config_num_params(const coord_config *cfg) {
 }
 
 int coord_config_is_local(const coord_config *cfg) {
-    return cfg->net == COORD_NET_MLP;
+    return cfg->local;
 }
 
 /* The data fields of the normalised form: a text run's corpus (with_paths
@@ -69,9 +70,10 @@ static int data_json(const coord_config *cfg, json_t *root, int with_paths) {
         int bad = !data || json_object_del(root, "val_fraction") != 0 ||
                   json_object_del(root, "task_bytes") != 0 ||
                   json_object_del(root, "val_batches") != 0;
-        if (!bad && with_paths && cfg->test_images[0])
-            bad = json_object_set_new(data, "test_images", json_string(cfg->test_images)) != 0 ||
-                  json_object_set_new(data, "test_labels", json_string(cfg->test_labels)) != 0;
+        if (!bad && with_paths) bad = coord_config_local_json(cfg, data) != VL_OK;
+        /* A GPT keeps val_batches (how much of its held-out data to score). */
+        if (!bad && cfg->net != COORD_NET_MLP)
+            bad = json_object_set_new(root, "val_batches", json_integer(cfg->val_batches)) != 0;
         if (bad) {
             json_decref(data);
             return VL_ENOMEM;

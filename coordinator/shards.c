@@ -102,9 +102,13 @@ int coord_shards_open(coord_shards *s, const coord_config *cfg, int64_t expect_s
                       const char *expect_hash, vl_error *err) {
     memset(s, 0, sizeof *s);
     int n = cfg->n_train_shards;
-    if (!cfg->shards || n < 1) return vl_fail(err, VL_EINVAL, "the run has no token shards");
-    s->train = malloc((size_t)n * sizeof *s->train);
-    s->ntok = calloc((size_t)n, sizeof *s->ntok);
+    /* A run on local data has only its validation shard here. */
+    if (!cfg->shards || n < 0 || (n < 1 && !cfg->local))
+        return vl_fail(err, VL_EINVAL, "the run has no token shards");
+    /* One slot at least, so an empty list is not a failed allocation. */
+    size_t slots = n > 0 ? (size_t)n : 1;
+    s->train = malloc(slots * sizeof *s->train);
+    s->ntok = calloc(slots, sizeof *s->ntok);
     uint8_t *chunk = malloc(READ_CHUNK);
     int rc = VL_OK;
     if (!s->train || !s->ntok || !chunk) rc = vl_fail(err, VL_ENOMEM, "out of memory");

@@ -48,7 +48,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
         goto out;
     }
-    rc = coord_config_is_local(&srv->cfg)
+    rc = srv->cfg.net == COORD_NET_MLP
              ? coord_testset_open(&srv->test, &srv->cfg, run.corpus_size, run.corpus_hash, err)
          : srv->cfg.shards ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size,
                                                run.corpus_hash, err)

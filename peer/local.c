@@ -40,14 +40,76 @@ static int labels_path(const char *images, char *out, size_t cap, vl_error *err)
 
 void peer_local_free(peer_local *l) {
     model_images_free(l->images);
+    free(l->bytes);
+    model_shard_close(l->shard);
     free(l->idx);
     free(l->x);
     free(l->y);
     memset(l, 0, sizeof *l);
 }
 
+/* What kind of file --data names: an llm.c token shard starts with the
+ * magic 20240520 (int32, little-endian), IDX images with 0x00000803 (or
+ * are gzip, which only the image reader takes); anything else is text. */
+enum { DATA_TEXT, DATA_TOKENS, DATA_IMAGES };
+static int sniff(const char *path, vl_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return vl_fail(err, VL_ENOTFOUND, "--data %.200s: cannot open it", path);
+    uint8_t h[4] = {0};
+    size_t got = fread(h, 1, sizeof h, f);
+    fclose(f);
+    uint32_t magic = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                     (uint32_t)h[3] << 24;
+    if (got == 4 && magic == MODEL_SHARD_MAGIC) return DATA_TOKENS;
+    if (got >= 2 && ((h[0] == 0x1f && h[1] == 0x8b) ||
+                     (got == 4 && h[0] == 0 && h[1] == 0 && h[2] == 8 && h[3] == 3)))
+        return DATA_IMAGES;
+    return DATA_TEXT;
+}
+
+/* The largest vocabulary a token shard can hold (uint16 tokens). */
+#define SHARD_MAX_VOCAB 65536
+
+static int open_tokens_or_text(peer_local *l, const peer_local_opts *o, int kind,
+                               vl_error *err) {
+    if (o->parts > 1)
+        return vl_fail(err, VL_EINVAL, "--partition cuts labelled images; a text file or token "
+                                       "shard is the peer's own, whole");
+    snprintf(l->path, sizeof l->path, "%s", o->images);
+    int rc;
+    if (kind == DATA_TOKENS) {
+        rc = model_shard_open(o->images, SHARD_MAX_VOCAB, &l->shard, err);
+        if (rc) return rc;
+        l->shard_vocab = SHARD_MAX_VOCAB;
+        log_info("local data: %lld tokens from %s", (long long)model_shard_tokens(l->shard),
+                 o->images);
+        return VL_OK;
+    }
+    buf b;
+    buf_init(&b, (size_t)PEER_MAX_DATA_BYTES);
+    if ((rc = buf_read_file(&b, o->images, err))) {
+        buf_free(&b);
+        return rc;
+    }
+    if (b.len < 2) {
+        buf_free(&b);
+        return vl_fail(err, VL_EINVAL, "--data %.200s holds %zu bytes; nothing to train on",
+                       o->images, b.len);
+    }
+    l->bytes = buf_steal(&b, &l->len);
+    log_info("local data: %zu bytes of text from %s", l->len, o->images);
+    return VL_OK;
+}
+
 int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
     memset(l, 0, sizeof *l);
+    int kind = o->labels ? DATA_IMAGES : sniff(o->images, err);
+    if (kind < 0) return kind;
+    if (kind != DATA_IMAGES) {
+        int rc = open_tokens_or_text(l, o, kind, err);
+        if (rc) peer_local_free(l);
+        return rc;
+    }
     char derived[4096];
     const char *labels = o->labels;
     int rc = VL_OK;
@@ -146,13 +208,37 @@ int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int
     return VL_OK;
 }
 
-int peer_local_check(const peer_trainer *t, const peer_task *k, const peer_local *l,
+/* A GPT's local data: text for a byte model, or a token shard checked
+ * against the model's vocabulary (reopened once per vocabulary). */
+static int check_gpt(const peer_trainer *t, const peer_task *k, peer_local *l, vl_error *err) {
+    if (!l || (!l->bytes && !l->shard))
+        return vl_fail(err, VL_EINVAL, "task %lld trains a GPT on the peer's own data; start "
+                       "the peer with --data TEXT or --data SHARD", (long long)k->task_id);
+    if (l->shard && l->shard_vocab != t->cfg.vocab_size) {
+        model_shard *s = NULL;
+        int rc = model_shard_open(l->path, t->cfg.vocab_size, &s, err);
+        if (rc) return vl_fail(err, VL_EINVAL, "%s", err->msg);
+        model_shard_close(l->shard);
+        l->shard = s;
+        l->shard_vocab = t->cfg.vocab_size;
+    }
+    if (l->bytes && t->cfg.vocab_size < 256)
+        return vl_fail(err, VL_EINVAL, "the local data are text; the model's vocabulary has "
+                       "only %d tokens", t->cfg.vocab_size);
+    int64_t have = l->shard ? model_shard_tokens(l->shard) : (int64_t)l->len;
+    if (have < (int64_t)k->context + 1)
+        return vl_fail(err, VL_EINVAL, "the local data hold %lld tokens; a sequence needs %d",
+                       (long long)have, k->context + 1);
+    return peer_task_check_model(k, &t->cfg, err);
+}
+
+int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l,
                      vl_error *err) {
+    if (t->gpt) return check_gpt(t, k, l, err);
     if (!t->mlp)
-        return vl_fail(err, VL_EINVAL, "task %lld trains on local data but the model is not "
-                       "a classifier", (long long)k->task_id);
+        return vl_fail(err, VL_EINVAL, "task %lld: no model to train", (long long)k->task_id);
     if (!l || !l->images)
-        return vl_fail(err, VL_EINVAL, "task %lld trains on the peer's own data; start the "
+        return vl_fail(err, VL_EINVAL, "task %lld trains on the peer's own images; start the "
                        "peer with --data IMAGES", (long long)k->task_id);
     model_mlp_config c = model_mlp_config_get(t->mlp);
     int d = model_images_rows(l->images) * model_images_cols(l->images);

@@ -17,9 +17,15 @@
 extern "C" {
 #endif
 
-/* A peer's own labelled images and the share of them it trains on. */
+/* A peer's own data: labelled images and the share of them it trains on
+ * (a classifier run), or a text file or token shard (a GPT run). */
 typedef struct peer_local {
-    model_images *images; /* owned */
+    model_images *images; /* owned; NULL for text or tokens */
+    uint8_t *bytes;       /* owned: a text file's bytes (the tokens of a byte model) */
+    size_t len;
+    model_shard *shard;   /* owned: a token shard, opened for shard_vocab */
+    int shard_vocab;
+    char path[4096];      /* the --data path, to reopen the shard for a model's vocab */
     uint32_t *idx;        /* owned: the indices of the share, ascending */
     size_t n;             /* images in the share, >= 1 */
     float *x;             /* owned batch buffers, grown to the largest batch */
@@ -27,7 +33,8 @@ typedef struct peer_local {
     int cap;
 } peer_local;
 
-/* What --data and --partition ask for: images and labels paths (labels
+/* What --data and --partition ask for: the data path (IDX images, a
+ * token shard, recognised by its header, or else text), labels path (labels
  * NULL: derived from the images' name, "-images-idx3-" becoming
  * "-labels-idx1-", as the MNIST family names its files), and part `part`
  * of `parts` (parts 1: all of it) with label skew beta (<= 0: IID), cut
@@ -61,10 +68,13 @@ void peer_local_free(peer_local *l);
 int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
                           vl_error *err) VL_MUST_CHECK;
 
-/* Whether task k fits the trainer's classifier and the local data: the
- * image size is the model's input, every label is below its class count,
- * and a sparse k is at most the parameter count. VL_EINVAL otherwise. */
-int peer_local_check(const peer_trainer *t, const peer_task *k, const peer_local *l,
+/* Whether task k fits the trainer's model and the local data. For a
+ * classifier: images whose size is the model's input, every label below
+ * its class count, and a sparse k at most the parameter count. For a GPT:
+ * text or tokens (the shard reopened for the model's vocabulary, so every
+ * token is checked) and the task's own checks (peer_task_check_model).
+ * VL_EINVAL otherwise. */
+int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l,
                      vl_error *err) VL_MUST_CHECK;
 
 /* Trains a local task from the base parameters: up to k->steps steps of

@@ -656,6 +656,10 @@ static int one_task(loop *L, vl_error *err) {
     if (k.local && k.split_cut > 0) {
         rc = peer_trainer_run_split(&L->tr, &k, &L->local, L->http, &L->rs, L->st.peer_id, &res,
                                     err);
+    } else if (k.local && L->tr.gpt) {
+        rc = L->local.shard ? peer_trainer_run_shard(&L->tr, &k, L->local.shard, &res, err)
+                            : peer_trainer_run(&L->tr, &k, L->local.bytes, L->local.len, &res,
+                                               err);
     } else if (k.local) {
         rc = peer_trainer_run_local(&L->tr, &k, &L->local, &res, err);
     } else if (k.tokens) {

@@ -188,12 +188,13 @@ static void test_mlp_config_refusals(void **state) {
                      "{\"kind\": \"shards\", \"train\": [\"a.bin\"], \"val\": \"b.bin\"}", "");
     refused(js, "data.kind");
     free(js);
-    /* data.kind "local" with a GPT model, named or by default. */
+    /* data.kind "local" with a GPT model, named or by default: it needs
+     * held-out text or tokens of its own, not a classifier's test set. */
     js = config_text("{\"kind\": \"gpt\", \"block_size\": 64}", "{\"kind\": \"local\"}", "");
-    refused(js, "data.kind");
+    refused(js, "give one");
     free(js);
     js = config_text("{\"block_size\": 64}", DATA_LOCAL, "");
-    refused(js, "data.kind");
+    refused(js, "data.val");
     free(js);
     /* One of the test pair alone. */
     js = config_text(MODEL_784, "{\"kind\": \"local\", \"test_images\": \"" T10K_IMAGES "\"}", "");
@@ -456,6 +457,63 @@ static void test_score_fresh_model(void **state) {
     free(js);
 }
 
+/* A GPT on the peers' own data: scored on a held-out text file (all of it
+ * validation) or token shard, with no training data of its own; the
+ * normalised form parses back to itself; the fields of served data, and
+ * both or neither held-out kinds, are refused. */
+#define GPT_SMALL "{\"vocab_size\": 256, \"block_size\": 32, \"n_layer\": 1, " \
+                  "\"n_head\": 2, \"n_embd\": 32}"
+static void test_gpt_local(void **state) {
+    (void)state;
+    coord_config cfg;
+    char *js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"/data/val.txt\"}", "");
+    parse_ok(js, &cfg);
+    assert_int_equal(cfg.net, COORD_NET_GPT);
+    assert_true(coord_config_is_local(&cfg));
+    assert_false(cfg.shards);
+    assert_string_equal(cfg.corpus, "/data/val.txt");
+    assert_true(cfg.val_fraction == 1.0);
+    char *norm = coord_config_to_json(&cfg, 1);
+    assert_non_null(norm);
+    assert_non_null(strstr(norm, "\"data\":{\"kind\":\"local\",\"val\":\"/data/val.txt\"}"));
+    coord_config again;
+    parse_ok(norm, &again);
+    char *norm2 = coord_config_to_json(&again, 1);
+    assert_string_equal(norm, norm2);
+    free(norm);
+    free(norm2);
+    coord_config_free(&again);
+    coord_config_free(&cfg);
+    free(js);
+
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val_shard\": \"/data/val.bin\"}", "");
+    parse_ok(js, &cfg);
+    assert_true(coord_config_is_local(&cfg) && cfg.shards);
+    assert_int_equal(cfg.n_train_shards, 0);
+    assert_string_equal(cfg.val_shard, "/data/val.bin");
+    coord_config_free(&cfg);
+    free(js);
+
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\"}", "");
+    refused(js, "give one");
+    free(js);
+    js = config_text(GPT_SMALL,
+                     "{\"kind\": \"local\", \"val\": \"a\", \"val_shard\": \"b\"}", "");
+    refused(js, "give one");
+    free(js);
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\"}",
+                     ", \"task_bytes\": 4096");
+    refused(js, "task_bytes");
+    free(js);
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\", \"train\": [\"b\"]}", "");
+    refused(js, "data.val");
+    free(js);
+    js = config_text(GPT_SMALL, "{\"kind\": \"shards\", \"train\": [\"a\"], \"val\": \"b\", "
+                                "\"val_shard\": \"c\"}", "");
+    refused(js, "val_shard");
+    free(js);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_config_parses),
@@ -465,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_testset_fashion),
         cmocka_unit_test_setup_teardown(test_testset_absent, test_dir_setup, test_dir_teardown),
         cmocka_unit_test(test_score_fresh_model),
+        cmocka_unit_test(test_gpt_local),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* Everything else passed but the data set's tests could not run: ctest

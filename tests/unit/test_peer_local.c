@@ -151,9 +151,19 @@ static void test_open_derived_labels(void **state) {
     assert_null(l.images);
     assert_null(l.idx);
 
-    /* A name the labels cannot be derived from, with no labels given. */
+    /* A file that is not there. */
     snprintf(fx->path, sizeof fx->path, "%s/mini-images", fx->dir);
     o = (peer_local_opts){.images = fx->path, .part = 0, .parts = 1};
+    assert_int_equal(peer_local_open(&l, &o, &e), VL_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "mini-images"));
+
+    /* IDX images under a name the labels cannot be derived from, with no
+     * labels given. */
+    FILE *f = fopen(fx->path, "wb");
+    assert_non_null(f);
+    static const uint8_t IDX3[4] = {0, 0, 8, 3};
+    assert_int_equal(fwrite(IDX3, 1, 4, f), 4);
+    assert_int_equal(fclose(f), 0);
     assert_int_equal(peer_local_open(&l, &o, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "--labels"));
     assert_non_null(strstr(e.msg, "mini-images"));
@@ -441,11 +451,11 @@ static void test_local_check(void **state) {
     assert_non_null(strstr(e.msg, "up to 5"));
     peer_trainer_free(&tr);
 
-    /* A GPT is not a classifier. */
+    /* A GPT trains on text or tokens, not images. */
     peer_trainer_init(&tr);
     OK(peer_trainer_init_model(&tr, &TINY, 0, &e_));
     assert_int_equal(peer_local_check(&tr, &k, &l, &e), VL_EINVAL);
-    assert_non_null(strstr(e.msg, "not a classifier"));
+    assert_non_null(strstr(e.msg, "trains a GPT"));
     peer_trainer_free(&tr);
 
     /* What the trainer itself refuses: K-FAC, and batches over the cap. */
