@@ -220,6 +220,10 @@ typedef struct coord_config {
      * split_dtype (F32/F16) how activations and their gradients travel.
      * split_cut 0: not a split run. */
     int split_cut;
+    /* U-shaped (split.u_shape): the peers also keep the classifier layer
+     * and the loss, so labels never leave them; the coordinator's layers
+     * are those from split_cut up to it (split_cut < n_hidden). */
+    int split_u;
     double split_alpha, split_lr;
     char split_dtype[8];
     char mode[8];

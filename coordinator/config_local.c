@@ -112,7 +112,7 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     if (!json_is_object(sp) || !json_is_integer(json_object_get(sp, "cut")))
         return vl_fail(err, VL_EINVAL, "config: mode \"split\" needs split.cut, the number of "
                                        "layers the peers keep");
-    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", NULL};
+    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", NULL};
     const char *key;
     json_t *v;
     json_object_foreach(sp, key, v) {
@@ -139,6 +139,14 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
             return vl_fail(err, VL_EINVAL, "config: split.dtype must be \"F32\" or \"F16\"");
         snprintf(cfg->split_dtype, sizeof cfg->split_dtype, "%s", json_string_value(dt));
     }
+    json_t *u = json_object_get(sp, "u_shape");
+    if (u && !json_is_boolean(u))
+        return vl_fail(err, VL_EINVAL, "config: split.u_shape must be true or false");
+    cfg->split_u = u && json_is_true(u);
+    if (cfg->split_u && cfg->split_cut >= cfg->mlp.n_hidden)
+        return vl_fail(err, VL_EINVAL, "config: a U-shaped split leaves the coordinator the "
+                                       "layers from split.cut up to the last hidden one: "
+                                       "split.cut must be below %d", cfg->mlp.n_hidden);
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
         return vl_fail(err, VL_EINVAL, "config: split runs train with \"adamw\" or \"sgd\"");
     return VL_OK;
@@ -146,7 +154,8 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
 
 int coord_config_split_json(const coord_config *cfg, json_t *root) {
     if (!coord_config_is_split(cfg)) return VL_OK;
-    json_t *sp = json_pack("{s:i, s:f, s:f, s:s}", "cut", cfg->split_cut, "alpha",
-                           cfg->split_alpha, "lr", cfg->split_lr, "dtype", cfg->split_dtype);
+    json_t *sp = json_pack("{s:i, s:f, s:f, s:s, s:b}", "cut", cfg->split_cut, "alpha",
+                           cfg->split_alpha, "lr", cfg->split_lr, "dtype", cfg->split_dtype,
+                           "u_shape", cfg->split_u);
     return !sp || json_object_set_new(root, "split", sp) != 0 ? VL_ENOMEM : VL_OK;
 }

@@ -533,7 +533,8 @@ void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */
 void coord_route_round(coord_req *cr);   /* GET /v1/round */
 void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
-void coord_route_split_forward(coord_req *cr); /* POST /v1/split/forward (split.c) */
+void coord_route_split_forward(coord_req *cr);  /* POST /v1/split/forward (split.c) */
+void coord_route_split_backward(coord_req *cr); /* POST /v1/split/backward (split.c) */
 void coord_route_factors(coord_req *cr); /* GET /v1/factors */
 
 /* ---- the update-norm bound (bound.c) ------------------------------------- */

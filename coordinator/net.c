@@ -122,7 +122,7 @@ void coord_net_log_version(const coord_server *srv, const storage_version *v, si
                            size_t stale, double bytes_per_update, double merge_s,
                            double split_loss) {
     char split_note[64] = "";
-    if (srv->split)
+    if (srv->split && isfinite(split_loss))
         snprintf(split_note, sizeof split_note, "; split batches' mean loss %.4f", split_loss);
     log_info("version %lld %s %.6f, test accuracy %.4f (train_loss %.6f, %zu updates of which "
              "%zu stale, %.0f bytes per update; merged in %.2f s)%s%s",

@@ -195,7 +195,7 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     if (!ssl || !g) goto fail;
     /* Updates and second-round values may be as large as the run allows. */
     static const char *const large[] = {"/v1/updates", "/v1/round/values", "/v1/split/forward",
-                                        NULL};
+                                        "/v1/split/backward", NULL};
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large,
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
                              .slow_timeout_s = srv->limits.slow_timeout_s,
@@ -293,6 +293,7 @@ static const route ROUTES[] = {
     {"/v1/round", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_round},
     {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_round_values},
     {"/v1/split/forward", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_split_forward},
+    {"/v1/split/backward", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_split_backward},
     {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_factors},
 };
 #undef PEER
@@ -364,7 +365,7 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
             coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes", cap);
         else if (strcmp(cr->full_path, "/v1/round/values") == 0)
             coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes", cap);
-        else if (strcmp(cr->full_path, "/v1/split/forward") == 0)
+        else if (strncmp(cr->full_path, "/v1/split/", 10) == 0)
             coord_reply_error(cr, 413, "too_large", "a batch of activations is at most %lld "
                               "bytes", cap);
         else

@@ -15,7 +15,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     if (!coord_config_is_split(cfg)) return VL_OK;
     coord_split *s = calloc(1, sizeof *s);
     if (!s) return vl_fail(err, VL_ENOMEM, "out of memory");
-    int last = cfg->mlp.n_hidden + 1, rc;
+    int last = cfg->split_u ? cfg->mlp.n_hidden : cfg->mlp.n_hidden + 1, rc;
     rc = model_mlp_part_offset(&cfg->mlp, cfg->split_cut, last, &s->offset, &s->count, err);
     if (!rc) rc = model_mlp_part_create(&cfg->mlp, cfg->split_cut, last, &s->upper, err);
     if (!rc)
@@ -30,6 +30,8 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     memcpy(model_mlp_part_params(s->upper), coord_net_params(&srv->net) + s->offset,
            s->count * sizeof(float));
     s->q = model_mlp_part_in_dim(s->upper);
+    s->h = model_mlp_part_out_dim(s->upper);
+    s->u_shape = cfg->split_u;
     srv->split = s;
     log_info("split learning: the peers keep layers below %d and send %d activations a row; "
              "the coordinator's %zu parameters start from version %lld", cfg->split_cut, s->q,
@@ -59,38 +61,67 @@ typedef struct split_job {
     coord_job job;
     coord_req cr;
     split_wire_forward in; /* owned */
-    float *dz;             /* owned: the answer, [B, q] */
-    float loss;
+    int backward;          /* a U-shaped run's backward request (in.dy set) */
+    float *out;            /* owned: the answer, dz [B, q] or (U-shaped forward) y [B, h] */
+    float loss;            /* NaN when the loss is the peer's */
     int64_t step;
 } split_job;
 
-/* The coordinator's layers on one batch: forward, the loss, backward to
- * the cut, one step. Refuses to step on a loss or gradient that is not
- * finite, so a hostile batch cannot poison the layers. */
+/* One step of the coordinator's layers with their gradients in place;
+ * refused when a gradient is not finite, so a hostile batch cannot poison
+ * them. */
+static int step_layers(coord_split *s, vl_error *err) {
+    model_mlp_part *p = s->upper;
+    const float *g = model_mlp_part_grads(p);
+    for (size_t i = 0; i < s->count; i++)
+        if (!isfinite(g[i])) return vl_fail(err, VL_ERANGE, "the batch's gradient is not finite");
+    model_tensor all = {.name = "upper", .ndim = 1, .shape = {s->count, 0}, .offset = 0,
+                        .numel = s->count};
+    int rc = model_adamw_step_tensors(&s->opt, &all, 1, s->count, model_mlp_part_params(p), g,
+                                      err);
+    if (!rc) s->steps++;
+    return rc;
+}
+
+/* The coordinator's layers on one batch. A plain split: forward, the
+ * loss, backward to the cut, one step. A U-shaped forward: the layers'
+ * output only, for the peer's head (no step). A U-shaped backward: the
+ * forward again on the same z (cheaper than keeping every batch in flight
+ * until its gradient comes), backward from the peer's dy, one step. */
 static int split_run(storage *db, coord_job *job, vl_error *err) {
     (void)db;
     split_job *j = (split_job *)job;
     coord_split *s = j->cr.srv->split;
     const int B = j->in.B;
     model_mlp_part *p = s->upper;
-    j->dz = malloc((size_t)B * (size_t)s->q * sizeof *j->dz);
-    if (!j->dz) return vl_fail(err, VL_ENOMEM, "out of memory for a batch's gradient");
-    model_mlp_part_zero_grad(p);
+    int only_forward = s->u_shape && !j->backward;
+    size_t width = only_forward ? (size_t)s->h : (size_t)s->q;
+    j->out = malloc((size_t)B * width * sizeof *j->out);
+    if (!j->out) return vl_fail(err, VL_ENOMEM, "out of memory for a batch's answer");
+    j->loss = NAN;
     int rc = model_mlp_part_forward(p, j->in.z, B, err);
-    if (!rc) rc = model_mlp_part_loss(p, j->in.labels, &j->loss, err);
-    if (!rc) rc = model_mlp_part_backward(p, NULL, j->dz, err);
     if (rc) return rc;
-    const float *g = model_mlp_part_grads(p);
-    for (size_t i = 0; i < s->count; i++)
-        if (!isfinite(g[i])) return vl_fail(err, VL_ERANGE, "the batch's gradient is not finite");
-    if (!isfinite(j->loss)) return vl_fail(err, VL_ERANGE, "the batch's loss is not finite");
-    model_tensor all = {.name = "upper", .ndim = 1, .shape = {s->count, 0}, .offset = 0,
-                        .numel = s->count};
-    rc = model_adamw_step_tensors(&s->opt, &all, 1, s->count, model_mlp_part_params(p), g, err);
+    if (only_forward) {
+        const float *y = model_mlp_part_output(p);
+        for (size_t i = 0; i < (size_t)B * width; i++)
+            if (!isfinite(y[i])) return vl_fail(err, VL_ERANGE, "the layers' output is not finite");
+        memcpy(j->out, y, (size_t)B * width * sizeof *j->out);
+        j->step = s->steps;
+        return VL_OK;
+    }
+    model_mlp_part_zero_grad(p);
+    if (!j->backward) {
+        if ((rc = model_mlp_part_loss(p, j->in.labels, &j->loss, err))) return rc;
+        if (!isfinite(j->loss)) return vl_fail(err, VL_ERANGE, "the batch's loss is not finite");
+    }
+    rc = model_mlp_part_backward(p, j->backward ? j->in.dy : NULL, j->out, err);
+    if (!rc) rc = step_layers(s, err);
     if (rc) return rc;
-    s->steps++;
-    s->loss_sum += j->loss;
-    s->batches++;
+    /* A U-shaped run's loss is the peer's: there is none to average. */
+    if (!j->backward) {
+        s->loss_sum += j->loss;
+        s->batches++;
+    }
     j->step = s->steps;
     return VL_OK;
 }
@@ -107,8 +138,9 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
         buf_init(&b, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 4096);
         vl_error e = {0};
         coord_blob *blob = NULL;
-        if (split_wire_encode_reply(j->dz, j->in.B, j->in.q, j->in.dtype, j->loss, j->step, &b,
-                                    &e) == VL_OK) {
+        int y = cr->srv->split->u_shape && !j->backward;
+        if (split_wire_encode_reply(y ? "y" : "dz", j->out, j->in.B, y ? j->in.h : j->in.q,
+                                    j->in.dtype, j->loss, j->step, &b, &e) == VL_OK) {
             size_t len;
             uint8_t *data = buf_steal(&b, &len);
             blob = coord_blob_wrap(data, len, cr->srv->version);
@@ -119,7 +151,7 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
         else coord_reply_internal(cr, &e);
     }
     split_wire_forward_free(&j->in);
-    free(j->dz);
+    free(j->out);
     free(j);
 }
 
@@ -136,13 +168,17 @@ static int check_lease(coord_req *cr, const split_wire_forward *in) {
     return 0;
 }
 
-void coord_route_split_forward(coord_req *cr) {
+/* Both routes: the checks of protocol.md's order, then the batch to the
+ * compute thread. */
+static void route(coord_req *cr, int backward) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr) != 0) return;
-    if (!srv->split) {
-        coord_reply_error(cr, 404, "not_split", "this run is not split learning (mode \"split\")");
+    if (!srv->split || (backward && !srv->split->u_shape)) {
+        coord_reply_error(cr, 404, "not_split", backward
+                              ? "this run is not U-shaped split learning (split.u_shape)"
+                              : "this run is not split learning (mode \"split\")");
         return;
     }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
@@ -166,8 +202,11 @@ void coord_route_split_forward(coord_req *cr) {
     }
     const char *code = NULL;
     vl_error e = {0};
-    int rc = split_wire_decode_forward(body, len, srv->split->q, (int)srv->cfg.train.batch,
-                                       srv->cfg.mlp.n_classes, &j->in, &code, &e);
+    const coord_split *s = srv->split;
+    /* Labels travel only to a plain split's forward. */
+    int classes = s->u_shape ? 0 : srv->cfg.mlp.n_classes;
+    int rc = split_wire_decode_forward(body, len, s->q, backward ? s->h : 0,
+                                       (int)srv->cfg.train.batch, classes, &j->in, &code, &e);
     if (rc == VL_ENOMEM) coord_reply_internal(cr, &e);
     else if (rc == VL_EINVAL) coord_reply_error(cr, 400, code, "%s", e.msg);
     /* The lease before the content: a stranger to the task learns nothing
@@ -179,8 +218,18 @@ void coord_route_split_forward(coord_req *cr) {
         free(j);
         return;
     }
+    j->in.h = s->h;
+    j->backward = backward;
     j->job.run = split_run;
     j->job.done = split_done;
     j->cr = *cr;
     coord_writer_compute(srv->writer, &j->job);
+}
+
+void coord_route_split_forward(coord_req *cr) {
+    route(cr, 0);
+}
+
+void coord_route_split_backward(coord_req *cr) {
+    route(cr, 1);
 }

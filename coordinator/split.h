@@ -4,7 +4,10 @@
  * inputs; for every batch a peer sends the cut layer's activations Z and
  * the labels to POST /v1/split/forward, and the coordinator runs its own
  * layers forward and backward on them, takes one AdamW step on those
- * layers, and answers with dL/dZ and the loss.
+ * layers, and answers with dL/dZ and the loss. In a U-shaped run the peer
+ * keeps the classifier layer and the loss as well: a forward request gets
+ * the coordinator's output, and a backward request (the same Z with the
+ * gradient of the peer's loss at that output) gets dL/dZ and the step.
  *
  * The coordinator's layers live here between versions; every version it
  * makes carries their current values in its slice of the parameter vector
@@ -29,6 +32,8 @@ typedef struct coord_split {
     model_adamw opt;
     size_t offset, count;         /* their slice of the flat parameter vector */
     int q;                        /* width of the activations at the cut */
+    int h;                        /* width of the layers' output */
+    int u_shape;                  /* the peers keep the head and the loss */
     int64_t steps;                /* batches stepped on since start */
     double loss_sum;              /* and their losses since the last version */
     int64_t batches;
@@ -45,7 +50,8 @@ void coord_split_close(struct coord_server *srv);
  * batches since the last call (NaN when none). Compute thread. */
 double coord_split_into(coord_split *s, float *theta);
 
-/* POST /v1/split/forward. */
+/* POST /v1/split/forward, and (U-shaped runs) POST /v1/split/backward. */
 void coord_route_split_forward(struct coord_req *cr);
+void coord_route_split_backward(struct coord_req *cr);
 
 #endif

@@ -96,12 +96,15 @@ int peer_local_reserve(peer_local *l, int B, int d, vl_error *err) VL_MUST_CHECK
 int peer_local_batch(peer_local *l, int B, rng *r, vl_error *err) VL_MUST_CHECK;
 
 /* A split-learning task (k->split_cut > 0): like peer_trainer_run_local,
- * but only the layers below the cut are here. For every batch their
- * output Z and the labels go to POST /v1/split/forward (through http,
- * with rs as the response buffer, signed as peer_id), the answer's dL/dZ
- * gets NoPeek's k->split_alpha * d dCor(X, Z)/dZ added, and the lower
- * layers step on its backward pass. Leaves the delta of the whole model
- * (zero above the cut) in t->delta. A refusal of a batch (the lease
+ * but only the layers below the cut are here (and, U-shaped, the
+ * classifier layer and the loss). For every batch their output Z and the
+ * labels go to POST /v1/split/forward (through http, with rs as the
+ * response buffer, signed as peer_id); U-shaped, Z alone goes, the head
+ * and loss run on the coordinator's output, and Z with the gradient there
+ * goes to POST /v1/split/backward. The answer's dL/dZ gets NoPeek's
+ * k->split_alpha * d dCor(X, Z)/dZ added, and the peer's layers step on
+ * the backward pass. Leaves the delta of the whole model (zero in the
+ * coordinator's layers) in t->delta. A refusal of a batch (the lease
  * expired, the run over) is VL_ERANGE: the task is dropped. */
 int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, peer_http *http,
                            peer_response *rs, int64_t peer_id, peer_train_result *res,

@@ -178,6 +178,7 @@ typedef struct peer_task {
      * as split_dtype, to POST /v1/split/forward; split_alpha weighs
      * NoPeek's dCor(X, Z). Only with local data. */
     int split_cut;
+    int split_u; /* U-shaped: the head and the loss stay here too */
     double split_alpha;
     st_dtype split_dtype;
     int64_t deadline;     /* lease end, unix seconds */

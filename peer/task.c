@@ -301,6 +301,10 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         if (st_dtype_parse(sdt, &t->split_dtype) != VL_OK ||
             (t->split_dtype != ST_F32 && t->split_dtype != ST_F16))
             return vl_fail(err, VL_EINVAL, "task: split dtype '%s' must be F32 or F16", sdt);
+        json_t *u = json_object_get(sp, "u_shape");
+        if (u && !json_is_boolean(u))
+            return vl_fail(err, VL_EINVAL, "task: 'split.u_shape' must be true or false");
+        t->split_u = u && json_is_true(u);
     }
     /* SelSync is optional: without it the peer runs exactly `steps`. */
     t->selsync_delta = 0;

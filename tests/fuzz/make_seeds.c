@@ -536,8 +536,8 @@ static void seeds_http(void) {
     buf_free(&b);
 }
 
-/* fuzz_split_wire: a valid batch (F32 and F16), one with a NaN, and a
- * valid reply. */
+/* fuzz_split_wire: a valid batch (F32 and F16), one with a NaN, a valid
+ * reply, a U-shaped batch and a backward request. */
 static void seeds_split(void) {
     float z[4 * 8], dz[4 * 8];
     int y[4] = {0, 3, 9, 1};
@@ -556,8 +556,16 @@ static void seeds_split(void) {
     ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F32, y, &b, &e), "split nan");
     put("fuzz_split_wire", "forward-nan", &req, 1, b.data, b.len);
     b.len = 0;
-    ok(split_wire_encode_reply(dz, 4, 8, ST_F32, 1.5, 3, &b, &e), "split reply");
+    ok(split_wire_encode_reply("dz", dz, 4, 8, ST_F32, 1.5, 3, &b, &e), "split reply");
     put("fuzz_split_wire", "reply-f32", &rep, 1, b.data, b.len);
+    b.len = 0;
+    z[5] = 0.5f;
+    uint8_t ufwd = 2, bwd = 3;
+    ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F16, NULL, &b, &e), "split u");
+    put("fuzz_split_wire", "forward-u", &ufwd, 1, b.data, b.len);
+    b.len = 0;
+    ok(split_wire_encode_backward("fuzz", 1, 2, z, dz, 4, 8, 6, ST_F32, &b, &e), "split bwd");
+    put("fuzz_split_wire", "backward-f32", &bwd, 1, b.data, b.len);
     buf_free(&b);
 }
 

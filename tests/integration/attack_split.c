@@ -51,8 +51,8 @@ static int64_t send_batch(const ctx *c, const char *name, const char *run, int64
         float *dz = malloc((size_t)b->B * (size_t)b->q * sizeof *dz);
         double loss = 0;
         if (!dz) abort();
-        if (split_wire_decode_reply(r.body.data, r.body.len, b->B, b->q, dz, &loss, &step, &e) !=
-            VL_OK)
+        if (split_wire_decode_reply(r.body.data, r.body.len, "dz", b->B, b->q, dz, &loss, &step,
+                                    &e) != VL_OK)
             step = -1;
         free(dz);
     }
@@ -125,6 +125,19 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
                "bad_batch");
     batch_free(&big);
     send_int_z(c, max_batch, q);
+    {
+        /* The backward half is only for U-shaped runs. */
+        buf body;
+        buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
+        vl_error e = {0};
+        if (split_wire_encode_backward(c->run, c->peer, c->task, b.z, b.z, max_batch, q, q,
+                                       ST_F32, &body, &e) != VL_OK)
+            abort();
+        request(c, "POST", "/v1/split/backward", NULL, body.data, body.len, NULL, 0, NULL,
+                c->peer, 0, &r);
+        expect("a backward request in a run that is not U-shaped", &r, 404, "not_split");
+        buf_free(&body);
+    }
     b.z[3] = NAN;
     send_batch(c, "an activation that is NaN", c->run, c->peer, c->task, &b, 422, "non_finite");
     b.z[3] = INFINITY;
