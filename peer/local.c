@@ -136,23 +136,7 @@ int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
 /* Frees the trainer's model and everything shaped after it; the trainer
  * then holds the new model. */
 static void replace_model(peer_trainer *t, model_mlp *m, float *base, float *delta) {
-    peer_gpu_free(t);
-    model_gpt_destroy(t->gpt);
-    t->gpt = NULL;
-    memset(&t->cfg, 0, sizeof t->cfg);
-    model_mlp_destroy(t->mlp);
-    free(t->base);
-    free(t->delta);
-    model_adamw_free(&t->opt);
-    t->have_opt = 0;
-    model_sgd_free(&t->sgd);
-    t->have_sgd = 0;
-    model_kfac_gpt_free(&t->kfac);
-    t->have_kfac = 0;
-    t->kfac_factors = -1;
-    free(t->residual);
-    t->residual = NULL;
-    t->sel_nnz = 0;
+    peer_trainer_drop_model(t);
     t->mlp = m;
     t->n_params = model_mlp_num_params(m);
     t->base = base;

@@ -45,6 +45,29 @@ static int cfg_equal(const model_gpt_config *a, const model_gpt_config *b) {
            a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd;
 }
 
+void peer_trainer_drop_model(peer_trainer *t) {
+    peer_gpu_free(t); /* a copy of the model being replaced */
+    model_gpt_destroy(t->gpt);
+    t->gpt = NULL;
+    memset(&t->cfg, 0, sizeof t->cfg);
+    model_mlp_destroy(t->mlp);
+    t->mlp = NULL;
+    free(t->base);
+    free(t->delta);
+    t->base = t->delta = NULL;
+    model_adamw_free(&t->opt);
+    t->have_opt = 0;
+    model_sgd_free(&t->sgd);
+    t->have_sgd = 0;
+    model_kfac_gpt_free(&t->kfac);
+    t->have_kfac = 0;
+    t->kfac_factors = -1;
+    /* The residual belongs to the old parameter layout. */
+    free(t->residual);
+    t->residual = NULL;
+    t->sel_nnz = 0;
+}
+
 /* Makes g (already holding the new base weights) the trainer's model.
  * When g is a new model it replaces the old one, and the optimizer state,
  * which belongs to the old shape, is dropped. Fails only before changing
@@ -59,23 +82,7 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
             free(delta);
             return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
         }
-        peer_gpu_free(t); /* a copy of the model being replaced */
-        model_gpt_destroy(t->gpt);
-        model_mlp_destroy(t->mlp);
-        t->mlp = NULL;
-        free(t->base);
-        free(t->delta);
-        model_adamw_free(&t->opt);
-        t->have_opt = 0;
-        model_sgd_free(&t->sgd);
-        t->have_sgd = 0;
-        model_kfac_gpt_free(&t->kfac);
-        t->have_kfac = 0;
-        t->kfac_factors = -1;
-        /* The residual belongs to the old parameter layout. */
-        free(t->residual);
-        t->residual = NULL;
-        t->sel_nnz = 0;
+        peer_trainer_drop_model(t);
         t->gpt = g;
         t->cfg = model_gpt_config_get(g);
         t->n_params = n;

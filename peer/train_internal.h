@@ -19,4 +19,8 @@ int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, doub
  * --slowdown ask; PEER_ESTOPPED when a stop was requested meanwhile. */
 int peer_trainer_pace(peer_trainer *t, double step_t0, vl_error *err) VL_MUST_CHECK;
 
+/* Frees the trainer's model and everything shaped after it (base, delta,
+ * optimizer state, residual, the GPU copies), leaving no model. */
+void peer_trainer_drop_model(peer_trainer *t);
+
 #endif

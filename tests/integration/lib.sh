@@ -235,3 +235,36 @@ it_storm_clients() {
     PIDS+=($!)
   done
 }
+
+# it_restart_midway VERSION: once the run has reached VERSION, stops the
+# coordinator (SIGTERM) and serves the database again on the same port;
+# then waits for every peer in PIDS to finish the run.
+it_restart_midway() {
+  for _ in $(seq 1 900); do
+    [ "$(q 'SELECT current_version FROM run')" -ge "$1" ] && break
+    sleep 0.1
+  done
+  [ "$(q 'SELECT current_version FROM run')" -ge "$1" ] || fail "the run did not reach version $1"
+  it_stop_coordinator
+  it_serve_again
+  for p in "${PIDS[@]}"; do
+    wait "$p" || fail "a peer did not survive the restart"
+  done
+  PIDS=()
+}
+
+# it_check_accuracy MIN: a classifier run's test accuracy (from the
+# coordinator's logs) rose from version 0's (init.log) to a best of at
+# least MIN, and the last version stays 0.3 above the start. A version
+# made of one fast peer's skewed updates may dip (peers that backed off
+# during a restart come back later), hence the bar on the best. Sets
+# ACC0 and ACC.
+it_check_accuracy() {
+  ACC0=$(grep -o 'accuracy [0-9.]*' init.log | tail -n1 | cut -d' ' -f2)
+  ACC=$(grep -o 'test accuracy [0-9.]*' coordinator.log | tail -n1 | cut -d' ' -f3)
+  local best
+  best=$(cat coordinator*.log | grep -o 'test accuracy [0-9.]*' | cut -d' ' -f3 | sort -g | tail -n1)
+  [ -n "$ACC" ] || fail "no version reported its test accuracy"
+  awk -v a="$ACC" -v b="$best" -v z="$ACC0" -v m="$1" 'BEGIN { exit !(b >= m && a >= z + 0.3) }' \
+    || fail "test accuracy went from $ACC0 to $ACC (best $best); expected a best of at least $1 and a last at least 0.3 above the start"
+}
