@@ -217,6 +217,11 @@ typedef struct compress_update_meta {
     int64_t num_samples; /* > 0 */
     int64_t local_steps; /* > 0 */
     double loss;         /* mean local training loss, finite */
+    /* A classifier's peer in a run whose coordinator has no test set of
+     * its own: the top-1 accuracy, in [0, 1], of the base version on the
+     * peer's own data (has_accuracy 0: not reported). */
+    int has_accuracy;
+    double accuracy;
     uint64_t seed;       /* sketch only: the sketch's hash seed */
     /* K-FAC runs that share factors: the peer's factors, written into the
      * update beside its kind's tensors (borrowed; NULL: none). Decoding

@@ -42,6 +42,11 @@ static int write_meta(st_writer *w, const compress_update_meta *meta) {
     if (!rc) rc = st_writer_meta(w, "local_steps", v[4]);
     if (!rc) rc = st_writer_meta(w, "loss", v[5]);
     if (!rc && meta->kind == COMPRESS_SKETCH) rc = st_writer_meta(w, "seed", v[6]);
+    if (!rc && meta->has_accuracy) {
+        char acc[32];
+        snprintf(acc, sizeof acc, "%.6f", meta->accuracy);
+        rc = st_writer_meta(w, "accuracy", acc);
+    }
     return rc;
 }
 
@@ -231,7 +236,9 @@ static int check_values(const st_tensor *t, size_t n, const char **code, vl_erro
 static int is_value_dtype(st_dtype d) { return d == ST_F32 || d == ST_F16; }
 
 /* Metadata common to every kind. */
-static int decode_meta(const st_file *f, compress_update_meta *m, vl_error *err) {
+static int decode_meta(const st_file *f, compress_update_meta *m, const char **code,
+                       vl_error *err) {
+    *code = "non_finite";
     const char *run = st_meta_get(f, "run");
     const char *kind = st_meta_get(f, "kind");
     const char *loss = st_meta_get(f, "loss");
@@ -258,6 +265,18 @@ static int decode_meta(const st_file *f, compress_update_meta *m, vl_error *err)
         int is_number = end != loss && *end == '\0';
         return vl_fail(err, is_number && !isfinite(v) ? VL_ERANGE : VL_EINVAL,
                        "update metadata 'loss' is %s", is_number ? "not finite" : "not a number");
+    }
+    /* Optional: only a classifier's peers report it. */
+    const char *acc = st_meta_get(f, "accuracy");
+    if (acc) {
+        if (parse_f64(acc, &m->accuracy) != VL_OK)
+            return vl_fail(err, VL_EINVAL, "update metadata 'accuracy' is not a number");
+        if (!(m->accuracy >= 0 && m->accuracy <= 1)) {
+            *code = "bad_accuracy";
+            return vl_fail(err, VL_ERANGE, "update metadata 'accuracy' %g is outside [0, 1]",
+                           m->accuracy);
+        }
+        m->has_accuracy = 1;
     }
     if (m->kind == COMPRESS_SKETCH) {
         const char *seed = st_meta_get(f, "seed");
@@ -365,8 +384,9 @@ int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
         if (code) *code = NULL;
         return VL_EINVAL;
     }
-    rc = decode_meta(&out->file, &out->meta, err);
-    if (rc == VL_ERANGE) c = "non_finite";
+    const char *meta_code = NULL;
+    rc = decode_meta(&out->file, &out->meta, &meta_code, err);
+    if (rc == VL_ERANGE) c = meta_code;
     if (rc == VL_OK) {
         switch (out->meta.kind) {
         case COMPRESS_DENSE: rc = decode_dense(out, n_params, &c, err); break;

@@ -31,6 +31,7 @@ typedef struct merge_ctx {
     size_t bounded;      /* mean: updates scaled down to robust.max_norm */
     double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
+    double acc_sum, acc_w; /* reported accuracies, weighted as the updates are */
     int64_t bytes;       /* the merged updates' bodies, as uploaded */
     int64_t version;     /* the version being merged from */
     size_t stale;        /* updates based on an older version */
@@ -119,6 +120,10 @@ static int merge_one(void *arg, const storage_update *u) {
         if (rc == VL_OK && m->round) rc = coord_round_acc_add(m->round, u->id, &cu, ws, m->err);
     }
     if (rc == VL_OK && m->factors) rc = coord_factors_add(m->factors, &cu, u->id, m->err);
+    if (rc == VL_OK && cu.meta.has_accuracy) {
+        m->acc_sum += (double)w * cu.meta.accuracy;
+        m->acc_w += (double)w;
+    }
     compress_update_free(&cu);
     if (rc == VL_OK) rc = note_update(m, u, norm);
     if (rc != VL_OK) return rc;
@@ -605,6 +610,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
      * loss its peers report (on their batches, before the step). */
     if (srv->net.mlp && srv->test.n == 0 && m->n_ids > m->set_aside)
         val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
+    /* ... and by the accuracy they measured on their own data. */
+    if (srv->net.mlp && srv->test.n == 0 && m->acc_w > 0) j->accuracy = m->acc_sum / m->acc_w;
     j->eval_s = clock_mono_s() - t_eval;
     /* A version whose loss blew up is refused, not served: it keeps the
      * current parameters, and the outer optimiser's state (momentum, the

@@ -36,7 +36,10 @@ struct coord_waiter {
  * the shards laid end to end). NULL when the stored range fits no shard,
  * which only a damaged database could give. */
 static json_t *data_json(const coord_server *srv, const storage_task *t) {
-    if (coord_config_is_local(&srv->cfg)) return json_pack("{s:s}", "kind", "local");
+    /* A classifier's coordinator without a test set asks its peers. */
+    if (coord_config_is_local(&srv->cfg))
+        return json_pack("{s:s, s:b}", "kind", "local", "report_accuracy",
+                         srv->net.mlp && srv->test.n == 0);
     if (!srv->cfg.shards)
         return json_pack("{s:s, s:s, s:I, s:I}", "kind", "bytes", "shard", "train", "offset",
                          (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);

@@ -284,6 +284,28 @@ static int local_step(peer_trainer *t, const peer_task *k, peer_local *l, rng *r
     return model_adamw_step_tensors(&t->opt, tensors, nt, t->n_params, p, g, err);
 }
 
+/* Images of the share the base version is scored on: a fixed sample (the
+ * share's first), so a peer's figures compare across versions. */
+#define ACCURACY_SAMPLE 512
+
+int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l,
+                        peer_train_result *res, vl_error *err) {
+    if (!k->report_accuracy || !t->mlp || !l->images) return VL_OK;
+    int n = l->n < ACCURACY_SAMPLE ? (int)l->n : ACCURACY_SAMPLE;
+    int d = model_images_rows(l->images) * model_images_cols(l->images);
+    float *x = malloc((size_t)n * (size_t)d * sizeof *x);
+    int *y = malloc((size_t)n * sizeof *y);
+    int rc = x && y ? model_images_batch(l->images, l->idx, n, x, y, err)
+                    : vl_fail(err, VL_ENOMEM, "out of memory scoring the base version");
+    float *params = model_mlp_params(t->mlp);
+    if (!rc) memcpy(params, t->base, t->n_params * sizeof *params);
+    if (!rc) rc = model_mlp_evaluate(t->mlp, x, y, n, NULL, &res->accuracy, err);
+    free(x);
+    free(y);
+    if (!rc) res->has_accuracy = 1;
+    return rc;
+}
+
 int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
                            peer_train_result *res, vl_error *err) {
     memset(res, 0, sizeof *res);
@@ -294,6 +316,7 @@ int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
     model_mlp_config c = model_mlp_config_get(t->mlp);
     if ((rc = peer_local_reserve(l, k->batch, c.in_dim, err))) return rc;
     if ((rc = peer_trainer_prepare(t, k, err))) return rc;
+    if ((rc = peer_local_accuracy(t, k, l, res, err))) return rc;
     double t0 = clock_mono_s(), sum = 0;
     float *params = model_mlp_params(t->mlp);
     memcpy(params, t->base, t->n_params * sizeof *params);

@@ -77,6 +77,14 @@ int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int
 int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l,
                      vl_error *err) VL_MUST_CHECK;
 
+/* When task k asks for it (report_accuracy, a classifier run whose
+ * coordinator has no test set), scores the base version on a fixed sample
+ * of the share (its first 512 images) into res->accuracy and sets
+ * res->has_accuracy; nothing otherwise. Leaves the model's parameters at
+ * the base. Returns 0, VL_EINVAL, VL_ENOMEM. */
+int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l,
+                        peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
 /* Trains a local task from the base parameters: up to k->steps steps of
  * the task's optimizer on batches of k->batch images drawn uniformly from
  * the share with the task's seed, gradients clipped to grad_clip, SelSync

@@ -508,6 +508,8 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     m.num_samples = res->tokens;
     m.local_steps = res->steps;
     m.loss = res->mean_loss;
+    m.has_accuracy = res->has_accuracy;
+    m.accuracy = res->accuracy;
     m.seed = k->comp_seed;
     buf_reset(&L->upload);
     /* K-FAC runs that share factors: this peer's go with the update. */

@@ -138,6 +138,7 @@ typedef struct peer_task {
     /* data.kind "local": the peer trains on its own data (--data); no
      * range, and the offset, length and shard fields stay zero */
     int local;
+    int report_accuracy; /* local: score the base version on the peer's data */
     char shard[32];       /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
     int64_t shard_index;  /* tokens: the training shard, 0..PEER_MAX_SHARD */
     int64_t offset;       /* first byte (token) of the data range */
@@ -512,6 +513,10 @@ typedef struct peer_train_result {
     double first_loss;  /* loss of the first step, before any update */
     double last_loss;
     int64_t tokens;     /* steps * batch * context */
+    /* A classifier task that asked for it (peer_task.report_accuracy): the
+     * base version's top-1 accuracy on a fixed sample of the peer's data. */
+    int has_accuracy;
+    double accuracy;
     double seconds;     /* wall time of the training */
 } peer_train_result;
 

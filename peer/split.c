@@ -241,6 +241,7 @@ int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, p
         return vl_fail(err, VL_EINVAL, "task: NoPeek needs batches of at least 2 images");
     if ((rc = peer_local_reserve(l, k->batch, c.in_dim, err))) return rc;
     if ((rc = peer_trainer_prepare(t, k, err))) return rc;
+    if ((rc = peer_local_accuracy(t, k, l, res, err))) return rc;
     split_bufs b;
     memset(&b, 0, sizeof b);
     buf_init(&b.req, SPLIT_WIRE_MAX_VALUES * sizeof(float) * 2 + 65536);

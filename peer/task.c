@@ -144,7 +144,16 @@ static int parse_data(json_t *data, peer_task *t, vl_error *err) {
         return rc;
     t->tokens = strcmp(kind, "tokens") == 0;
     t->local = strcmp(kind, "local") == 0;
-    if (t->local) return VL_OK; /* the peer's own data: nothing more to say */
+    if (t->local) {
+        /* The peer's own data: nothing more to say, but whether the
+         * coordinator, which has no test set, wants the base version's
+         * accuracy on them. */
+        json_t *ra = json_object_get(data, "report_accuracy");
+        if (ra && !json_is_boolean(ra))
+            return vl_fail(err, VL_EINVAL, "task: 'data.report_accuracy' must be true or false");
+        t->report_accuracy = ra && json_is_true(ra);
+        return VL_OK;
+    }
     if (!t->tokens && strcmp(kind, "bytes") != 0)
         return vl_fail(err, VL_EINVAL, "task: data kind '%s' is not supported by this peer "
                                        "(bytes, tokens, local)", kind);

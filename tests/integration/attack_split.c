@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/split_wire.h"
+#include "compress/compress.h"
 #include "tests/integration/attack.h"
 
 typedef struct batch {
@@ -149,6 +150,22 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
     b.y[1] = -1;
     send_batch(c, "a negative label", c->run, c->peer, c->task, &b, 422, "bad_label");
     b.y[1] = 1;
+    {
+        /* An update whose reported accuracy is no fraction. */
+        float *d = calloc(c->n_params, sizeof *d);
+        if (!d) abort();
+        compress_update_meta m = {0};
+        snprintf(m.run, sizeof m.run, "%s", c->run);
+        m.task = c->task, m.peer = c->peer, m.base_version = c->base_version;
+        m.kind = COMPRESS_DENSE, m.num_samples = 32, m.local_steps = 1, m.loss = 2.0;
+        m.has_accuracy = 1, m.accuracy = 1.5;
+        buf u;
+        buf_init(&u, BUF_DEFAULT_CAP);
+        vl_error e = {0};
+        if (compress_update_encode_dense(&m, d, c->n_params, ST_F32, &u, &e) != VL_OK) abort();
+        post(c, "an update reporting an accuracy of 1.5", &u, 422, "bad_accuracy");
+        free(d);
+    }
     /* Nothing refused stepped the coordinator's layers: this is step 1. */
     int64_t step = send_batch(c, "a valid batch", c->run, c->peer, c->task, &b, 200, NULL);
     record("the refused batches left the coordinator's layers unstepped", "step 1",

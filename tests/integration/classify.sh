@@ -49,4 +49,30 @@ big=$(q "SELECT count(*) FROM updates WHERE nbytes > $((4 * n + 16384))")
 [ "$big" = 0 ] || fail "$big updates are larger than a model delta"
 if grep -q '/v1/data' coordinator*.log; then fail "the coordinator served data"; fi
 echo "classify: test accuracy $ACC0 at version 0, $ACC at version $VERSIONS"
+
+# The same run without a test set on the coordinator: the peers score the
+# versions they train from on their own data, and the coordinator reports
+# the mean, which must rise.
+rm -rf run.db* peer1 peer2 peer3 coordinator*.log
+sed -i -e 's/"name": "itclassify"/"name": "itclassify2"/' \
+  -e 's|"data": {"kind": "local", "test_images": .*|"data": {"kind": "local"},|' \
+  -e '/"test_labels":/d' -e 's/"max_versions": [0-9]*/"max_versions": 5/' run.json
+"$COORD" init --db run.db --config run.json 2> init.log || fail "init without a test set: $(cat init.log)"
+it_start_coordinator
+for i in 1 2 3; do it_peer "$i"; done
+for i in 1 2 3; do
+  "$PEER" run --dir "peer$i" --threads 1 --wait 10 \
+    --data "$FM/train-images-idx3-ubyte.gz" --partition "$((i - 1))/3" 2> "peer$i.log" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do wait "$p" || fail "a peer failed without a test set"; done
+PIDS=()
+it_stop_coordinator
+accs=$(grep -o "peers' accuracy of their base versions [0-9.]*" coordinator.log | awk '{print $NF}')
+first=$(echo "$accs" | head -n1)
+last=$(echo "$accs" | tail -n1)
+[ "$(echo "$accs" | wc -l)" = 5 ] || fail "not every version reported its peers' accuracy"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a < 0.3 && b > 0.6) }' \
+  || fail "the peers' accuracy went from $first to $last; expected from chance to above 0.6"
+echo "classify: without a test set, the peers' accuracy of their base versions went from $first to $last"
 echo "1 passed, 0 failed"

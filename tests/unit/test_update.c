@@ -360,6 +360,47 @@ static void test_round_values_f16(void **state) {
     buf_free(&b);
 }
 
+/* A classifier peer's reported accuracy: absent by default, carried when
+ * given, and refused (422 bad_accuracy) outside [0, 1] or (400) when not
+ * a number. */
+static void test_reported_accuracy(void **state) {
+    (void)state;
+    float d[16] = {0};
+    d[3] = 0.5f;
+    compress_update_meta m = meta(COMPRESS_DENSE);
+    buf b;
+    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_error e = {0};
+    compress_update u;
+    const char *code = NULL;
+    OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+    OK(compress_update_decode(b.data, b.len, 16, &u, &code, &e));
+    assert_false(u.meta.has_accuracy);
+    compress_update_free(&u);
+    m.has_accuracy = 1;
+    m.accuracy = 0.8125;
+    b.len = 0;
+    OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+    OK(compress_update_decode(b.data, b.len, 16, &u, &code, &e));
+    assert_true(u.meta.has_accuracy);
+    assert_true(fabs(u.meta.accuracy - 0.8125) < 1e-9);
+    compress_update_free(&u);
+    const double bad[] = {1.5, -0.25, NAN};
+    for (int i = 0; i < 3; i++) {
+        m.accuracy = bad[i];
+        b.len = 0;
+        OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+        int rc = decode(&b, 16, &code);
+        if (isnan(bad[i])) {
+            assert_int_equal(rc, VL_EINVAL);
+        } else {
+            assert_int_equal(rc, VL_ERANGE);
+            assert_string_equal(code, "bad_accuracy");
+        }
+    }
+    buf_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk_round_trip),
@@ -368,6 +409,7 @@ int main(void) {
         cmocka_unit_test(test_sketch_malformed),
         cmocka_unit_test(test_value_bounds),
         cmocka_unit_test(test_round_values_f16),
+        cmocka_unit_test(test_reported_accuracy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
