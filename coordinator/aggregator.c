@@ -224,6 +224,17 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     } else {
         coord_scale(m->sum, n, 1.0 / m->samples);
     }
+    /* After refused versions the step backs off, halved for each refusal
+     * in a row: a refusal restarts the outer momentum, and the first step
+     * from rest (1 + mu times the mean update) can overshoot the guard
+     * again and again on skewed updates, which would hold the run at its
+     * version forever. */
+    if (srv->refused_streak > 0) {
+        int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
+        double s = ldexp(1.0, -k);
+        if (m->sk) coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, s);
+        else coord_scale(m->sum, n, s);
+    }
     int dense = strcmp(kind, "none") == 0;
     if (cfg->outer_delay > 1 && strcmp(kind, "sketch") != 0) {
         /* Delayed Nesterov: the optimiser state is [m, e (sparse kinds),
@@ -481,11 +492,14 @@ static void log_refused(const coord_server *srv, const merge_job *j) {
         used += (size_t)w;
     }
     if (used >= sizeof list) memcpy(list + sizeof list - 4, "...", 4);
+    /* merge_done has counted this refusal already. */
+    int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
     log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
-             "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters and the "
-             "outer optimiser restarts from zero; its updates (update:peer) were %s",
+             "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters, the "
+             "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
+             "updates (update:peer) were %s",
              (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
-             srv->best_val_loss, (long long)j->ver.version - 1, list);
+             srv->best_val_loss, (long long)j->ver.version - 1, 1 << k, list);
 }
 
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
@@ -499,8 +513,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     /* Committed: the served model, optimiser state and version move on. */
     memcpy(coord_net_params(&srv->net), j->b.next, srv->n_params * sizeof(float));
     /* A refused version keeps its predecessor's parameters and so its
-     * accuracy. */
+     * accuracy; the next step backs off (apply_step). */
     if (!j->ver.refused) srv->val_accuracy = j->accuracy;
+    srv->refused_streak = j->ver.refused ? srv->refused_streak + 1 : 0;
     float *old = srv->momentum;
     srv->momentum = j->b.state;
     j->b.state = old;

@@ -46,6 +46,8 @@ struct ssl_ctx_st;
 #define COORD_MAX_WAIT_S 60
 /* Largest JSON request body (join). */
 #define COORD_MAX_JSON_BODY 65536
+/* Refusals in a row past which the outer step stops shrinking. */
+#define COORD_MAX_BACKOFF 6
 /* Largest request head the guard accepts. */
 #define COORD_HEAD_CAP 16384
 /* Read/write inactivity timeout of a connection; above the longest wait. */
@@ -219,6 +221,9 @@ typedef struct coord_server {
     double val_loss;     /* the current version's (NaN when unknown) */
     double val_accuracy; /* a classifier's on the test set (NaN when unknown) */
     double best_val_loss; /* the lowest of any version's (NaN when unknown) */
+    /* Versions refused in a row just now: each halves the next outer step,
+     * down to 1 / 2^COORD_MAX_BACKOFF (counted from 0 after a restart). */
+    int refused_streak;
     size_t n_state;      /* coord_state_size() of the run */
     compress_spec spec;  /* what uploads must look like */
     int64_t version;

@@ -6,7 +6,9 @@
 # served version's loss is more than 20 % above the best before it; the
 # versions that would have been are stored as refused, keep their
 # predecessor's parameters (an empty change) and record the loss they
-# would have had; every update is still merged exactly once. Phase 2 runs
+# would have had; every update is still merged exactly once; the step
+# backs off after each refusal, so later versions are served and the run
+# ends below its initial loss. Phase 2 runs
 # the same with max_loss_rise 0 (only a loss that is not a number is
 # refused) and must go above the initial loss: what phase 1 prevents.
 source "$(dirname "$0")/lib.sh"
@@ -51,6 +53,14 @@ refused=$(q 'SELECT count(*) FROM versions WHERE refused')
          v.val_loss <> (SELECT val_loss FROM versions w WHERE w.version = v.version - 1)')" = 0 ] \
   || fail "a refused version does not carry its predecessor's loss"
 grep -q "refused: its validation loss" coordinator.log || fail "no refusal in the coordinator's log"
+# Each refusal in a row halves the next step, so the run is not held at
+# one version: a version after the first refusal is served, and learns.
+firstref=$(q 'SELECT min(version) FROM versions WHERE refused')
+[ "$(q "SELECT count(*) FROM versions WHERE version > $firstref AND NOT refused")" -ge 1 ] \
+  || fail "after the first refusal no version was served: $curve"
+grep -q "the next step is scaled by 1/2;" coordinator.log || fail "the step did not back off"
+[ "$(q "SELECT val_loss < (SELECT val_loss FROM versions WHERE version = 0) FROM versions
+        WHERE version = $VERSIONS")" = 1 ] || fail "the guarded run ended above its start: $curve"
 
 # ---- phase 2: without the rise test the same run blows up
 run_once itnoguard '"max_loss_rise": 0,'
