@@ -98,8 +98,8 @@ static int meta_i64(const st_file *f, const char *key, int64_t *out, vl_error *e
     return VL_OK;
 }
 
-/* A [B, width] float tensor (F32 or F16, same dtype as want_dt when it is
- * set) into a new array, every value finite. *code is set on failure. */
+/* A [B, width] float tensor (F32 or F16) into a new array, every value
+ * finite. *code is set on failure. */
 static int read_matrix(const st_tensor *t, const char *name, int B, int width, float **out,
                        const char **code, vl_error *err) {
     *code = "bad_shape";

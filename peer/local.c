@@ -201,7 +201,12 @@ static int check_gpt(const peer_trainer *t, const peer_task *k, peer_local *l, v
     if (l->shard && l->shard_vocab != t->cfg.vocab_size) {
         model_shard *s = NULL;
         int rc = model_shard_open(l->path, t->cfg.vocab_size, &s, err);
-        if (rc) return vl_fail(err, VL_EINVAL, "%s", err->msg);
+        /* A refusal of the task, with the shard's own message kept (a
+         * message must not be formatted from itself). */
+        if (rc) {
+            if (err) err->code = VL_EINVAL;
+            return VL_EINVAL;
+        }
         model_shard_close(l->shard);
         l->shard = s;
         l->shard_vocab = t->cfg.vocab_size;

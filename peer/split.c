@@ -123,7 +123,9 @@ static int post(peer_http *http, peer_response *rs, const char *target, const bu
     }
     rc = split_wire_decode_reply(rs->body.data, rs->body.len, name, B, width, out, loss, NULL,
                                  err);
-    return rc ? vl_fail(err, VL_ERANGE, "%s", err->msg) : VL_OK;
+    /* A bad reply drops the task like a refusal; its message stays. */
+    if (rc && err) err->code = VL_ERANGE;
+    return rc ? VL_ERANGE : VL_OK;
 }
 
 /* The gradient at the cut for the batch (z, y): from the coordinator's
