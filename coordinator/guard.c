@@ -26,6 +26,7 @@ static const char *const VERDICT_NAMES[] = {
     [COORD_GUARD_BODY_TIMEOUT] = "body_timeout",
     [COORD_GUARD_REFUSED] = "refused",
     [COORD_GUARD_PIPELINED] = "pipelined",
+    [COORD_GUARD_BODY_NOT_ALLOWED] = "body_not_allowed",
 };
 
 const char *coord_guard_verdict_name(coord_guard_verdict v) {
@@ -64,9 +65,13 @@ static int name_reserved(const uint8_t *p, size_t n) {
 }
 
 /* Validates "METHOD SP target SP HTTP/1.x". Returns the verdict for the
- * line and whether the method needs a Content-Length. */
-static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *needs_length) {
+ * line, whether the method needs a Content-Length and whether it may have
+ * a body at all: libevent reads no body after HEAD or TRACE, so bytes the
+ * guard passed on as one would reach it as the next request. */
+static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *needs_length,
+                                              int *no_body) {
     *needs_length = 0;
+    *no_body = 0;
     const uint8_t *sp1 = memchr(p, ' ', n);
     if (!sp1 || sp1 == p) return COORD_GUARD_BAD_HEAD;
     size_t mlen = (size_t)(sp1 - p);
@@ -93,6 +98,8 @@ static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *n
     *needs_length = (mlen == 4 && memcmp(p, "POST", 4) == 0) ||
                     (mlen == 3 && memcmp(p, "PUT", 3) == 0) ||
                     (mlen == 5 && memcmp(p, "PATCH", 5) == 0);
+    *no_body = (mlen == 4 && memcmp(p, "HEAD", 4) == 0) ||
+               (mlen == 5 && memcmp(p, "TRACE", 5) == 0);
     return COORD_GUARD_OK;
 }
 
@@ -145,8 +152,8 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
         out->verdict = COORD_GUARD_BAD_HEAD;
         return;
     }
-    int needs_length = 0;
-    coord_guard_verdict v = check_request_line(head, (size_t)l, &needs_length);
+    int needs_length = 0, no_body = 0;
+    coord_guard_verdict v = check_request_line(head, (size_t)l, &needs_length, &no_body);
     for (long i = 0; i < l; i++)
         if (head[i] == '\r') v = COORD_GUARD_BAD_HEAD; /* a bare CR inside the line */
     if (v != COORD_GUARD_OK) {
@@ -210,6 +217,7 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
     if (bad_expect) out->verdict = COORD_GUARD_BAD_HEAD;
     else if (has_te) out->verdict = COORD_GUARD_LENGTH_REQUIRED;
     else if (n_cl > 1 || bad_cl) out->verdict = COORD_GUARD_BAD_LENGTH;
+    else if (n_cl == 1 && cl > 0 && no_body) out->verdict = COORD_GUARD_BODY_NOT_ALLOWED;
     else if (n_cl == 1 && cl > body_cap) out->verdict = COORD_GUARD_TOO_LARGE;
     else if (n_cl == 0 && needs_length) out->verdict = COORD_GUARD_LENGTH_REQUIRED;
     else out->verdict = COORD_GUARD_OK;
@@ -419,8 +427,9 @@ static int abandon_head(coord_guard *g, coord_guard_verdict v, buf *out) {
     if (g->line_start > 0) {
         size_t adv;
         long l = line_at(g->head.data, g->head.len, &adv);
-        int needs;
-        if (l > 0 && check_request_line(g->head.data, (size_t)l, &needs) == COORD_GUARD_OK &&
+        int needs, no_body;
+        if (l > 0 &&
+            check_request_line(g->head.data, (size_t)l, &needs, &no_body) == COORD_GUARD_OK &&
             !memchr(g->head.data, '\r', (size_t)l))
             reqline = (size_t)l;
     }

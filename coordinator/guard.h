@@ -70,6 +70,8 @@ typedef enum {
     COORD_GUARD_BODY_TIMEOUT,    /* a body arrived too slowly: the connection ends */
     COORD_GUARD_REFUSED,         /* the owner's authorize refused it: its refusal */
     COORD_GUARD_PIPELINED,       /* more pipelined requests than tickets: 429 */
+    COORD_GUARD_BODY_NOT_ALLOWED, /* a body on HEAD or TRACE, which the HTTP parser
+                                     would read as the next request: 400 */
 } coord_guard_verdict;
 
 /* Whether an accepted request's body matched the digest its head named. */

@@ -15,12 +15,14 @@ typedef struct slot {
     uint64_t key; /* hash of the key; 0 = never used */
     double tokens; /* as of `at` */
     double at;
+    uint64_t used; /* l->clock at the last take: ties go to the idlest */
 } slot;
 
 struct coord_limiter {
     slot *slots;
     size_t mask;
     coord_rate r;
+    uint64_t clock; /* takes so far */
     uint8_t hash_key[crypto_shorthash_KEYBYTES];
 };
 
@@ -77,7 +79,10 @@ double coord_limiter_take(coord_limiter *l, const void *key, size_t len, double 
         }
         double lv = level(l, s, now);
         if (!refilled && lv >= l->r.burst) refilled = s;
-        if (lv > fullest_level) {
+        /* Among equally full slots the one idle longest goes: a key that
+         * is sending now would otherwise lose its partly drained bucket
+         * to a neighbour and come back with a whole burst. */
+        if (lv > fullest_level || (lv == fullest_level && s->used < fullest->used)) {
             fullest_level = lv;
             fullest = s;
         }
@@ -90,6 +95,7 @@ double coord_limiter_take(coord_limiter *l, const void *key, size_t len, double 
     }
     found->tokens = level(l, found, now);
     if (now > found->at) found->at = now;
+    found->used = ++l->clock;
     if (found->tokens >= 1) {
         found->tokens -= 1;
         return 0;

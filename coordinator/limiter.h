@@ -7,8 +7,10 @@
  * The buckets live in a fixed table, so memory stays bounded however many
  * addresses a flood comes from. A bucket that has refilled to `burst` is
  * the same as no bucket, and its slot is reused; when every slot a key may
- * use holds a bucket still refilling, the fullest of them is given up, so
- * the worst an overflowing table does is grant one client an extra burst.
+ * use holds a bucket still refilling, the fullest of them is given up (of
+ * equally full ones, the one idle longest, so two clients that are both
+ * sending cannot keep taking each other's slot), and the worst an
+ * overflowing table does is grant one client an extra burst.
  * Keys are hashed with a random key (SipHash), so a client cannot aim its
  * keys at one run of slots.
  */

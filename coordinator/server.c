@@ -386,6 +386,9 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
     case COORD_GUARD_BAD_METHOD:
         coord_reply_error(cr, 405, "method_not_allowed", "unknown method");
         break;
+    case COORD_GUARD_BODY_NOT_ALLOWED:
+        coord_reply_error(cr, 400, "bad_request", "a %s request carries no body", cr->method);
+        break;
     case COORD_GUARD_HEAD_TIMEOUT:
         coord_reply_error(cr, 408, "request_timeout", "the request head took longer than %.0f s",
                           cr->srv->limits.slow_timeout_s);

@@ -119,8 +119,20 @@ static void test_guard_bad_content_length(void **state) {
         snprintf(in, sizeof in, "POST / HTTP/1.1\r\nContent-Length: %s\r\n\r\n", bad[i]);
         expect_refusal(in, "POST / HTTP/1.1", "bad_length");
     }
+    /* HEAD and TRACE have no body as the HTTP parser reads them, so one
+     * would be parsed as the next request; an empty one is harmless. */
+    expect_refusal("HEAD / HTTP/1.1\r\nContent-Length: 4\r\n\r\nXYZ / HTTP/1.1\r\n\r\n",
+                   "HEAD / HTTP/1.1", "body_not_allowed");
+    expect_refusal("TRACE / HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", "TRACE / HTTP/1.1",
+                   "body_not_allowed");
+    assert_int_equal(coord_guard_verdict_parse("body_not_allowed"), COORD_GUARD_BODY_NOT_ALLOWED);
     /* Optional whitespace around the value is allowed. */
     coord_guard g;
+    const char *empty = "HEAD / HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    char *eout = guard_once(empty, &g);
+    assert_string_equal(eout, empty);
+    free(eout);
+    coord_guard_free(&g);
     const char *ws = "POST / HTTP/1.1\r\nContent-Length: \t3 \r\n\r\nabc";
     char *out = guard_once(ws, &g);
     assert_string_equal(out, ws);
