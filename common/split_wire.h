@@ -28,6 +28,9 @@ extern "C" {
 /* Bound on B and q: a request's floats are at most this many (64 MiB of
  * F32), whatever the run allows. */
 #define SPLIT_WIRE_MAX_VALUES ((size_t)1 << 24)
+/* The most batches a peer may have at the coordinator at once (the run's
+ * split.in_flight is 1 to this). */
+#define SPLIT_WIRE_MAX_IN_FLIGHT 8
 
 /* A decoded request. z, labels and dy are owned (split_wire_forward_free). */
 typedef struct split_wire_forward {

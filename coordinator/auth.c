@@ -16,6 +16,7 @@
 
 #include "coordinator/coord.h"
 #include "coordinator/nonce_log.h"
+#include "coordinator/split.h"
 
 #define FIELD_CAP CRYPTO_SIG_HEADER_MAX
 
@@ -241,13 +242,30 @@ static ssize_t receiving_index(const coord_server *srv, int64_t peer) {
     return -1;
 }
 
+static int receiving_count(const coord_server *srv, int64_t peer) {
+    int n = 0;
+    for (size_t i = 0; i < srv->n_receiving; i++) n += srv->receiving_peers[i] == peer;
+    return n;
+}
+
+/* Bodies a peer may send at once to path: a split run's batches as many
+ * as split.in_flight, anything else one. */
+static int bodies_allowed(const coord_server *srv, const char *path) {
+    if (srv->split && strncmp(path, "/v1/split/", 10) == 0) return srv->split->in_flight;
+    return 1;
+}
+
 /* Counts a signed body against the budget before any of it is read: one
- * body at a time per peer, and no more bytes at once than the budget. */
-static int reserve_body(coord_server *srv, int64_t peer, int64_t len, coord_guard_ticket *t,
-                        coord_guard_refusal *r) {
+ * body at a time per peer (a split peer's batches: split.in_flight), and
+ * no more bytes at once than the budget. */
+static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowed,
+                        coord_guard_ticket *t, coord_guard_refusal *r) {
     if (len <= 0) return 0;
-    if (receiving_index(srv, peer) >= 0) {
+    if (receiving_count(srv, peer) >= allowed) {
         r->retry_after = 1;
+        if (allowed > 1)
+            return refuse(r, 429, "rate_limited", "peer %lld is already sending %d bodies, its "
+                          "limit", (long long)peer, allowed);
         return refuse(r, 429, "rate_limited",
                       "peer %lld is already sending a body; one at a time", (long long)peer);
     }
@@ -316,7 +334,7 @@ int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
     int64_t body_len = 0;
     if (signed_ok(srv, v, kind, has_body, t, r) != 0 ||
         (kind == COORD_AUTH_PEER && parse_i64(clen[0] ? clen : "0", 0, INT64_MAX, &body_len) == 0 &&
-         reserve_body(srv, t->peer_id, body_len, t, r) != 0))
+         reserve_body(srv, t->peer_id, body_len, bodies_allowed(srv, path), t, r) != 0))
         goto out;
     if (nonce_ok(srv, t->peer_id, v, r) != 0) {
         coord_auth_release(srv, t);

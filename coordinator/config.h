@@ -224,6 +224,11 @@ typedef struct coord_config {
      * and the loss, so labels never leave them; the coordinator's layers
      * are those from split_cut up to it (split_cut < n_hidden). */
     int split_u;
+    /* split.in_flight: batches a peer may have at the coordinator at once
+     * (1..SPLIT_WIRE_MAX_IN_FLIGHT), so a peer on a slow link sends the
+     * next batch before the last one's gradient is back; above 1 only for
+     * a plain (not U-shaped) split. */
+    int split_in_flight;
     double split_alpha, split_lr;
     char split_dtype[8];
     char mode[8];

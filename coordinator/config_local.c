@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/split_wire.h"
 #include "coordinator/config_internal.h"
 
 int coord_config_is_split(const coord_config *cfg) {
@@ -112,7 +113,8 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     if (!json_is_object(sp) || !json_is_integer(json_object_get(sp, "cut")))
         return vl_fail(err, VL_EINVAL, "config: mode \"split\" needs split.cut, the number of "
                                        "layers the peers keep");
-    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", NULL};
+    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", "in_flight",
+                                       NULL};
     const char *key;
     json_t *v;
     json_object_foreach(sp, key, v) {
@@ -147,6 +149,19 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "config: a U-shaped split leaves the coordinator the "
                                        "layers from split.cut up to the last hidden one: "
                                        "split.cut must be below %d", cfg->mlp.n_hidden);
+    cfg->split_in_flight = 1;
+    json_t *inf = json_object_get(sp, "in_flight");
+    if (inf) {
+        if (!json_is_integer(inf) || json_integer_value(inf) < 1 ||
+            json_integer_value(inf) > SPLIT_WIRE_MAX_IN_FLIGHT)
+            return vl_fail(err, VL_EINVAL, "config: split.in_flight must be an integer from 1 "
+                                           "to %d", SPLIT_WIRE_MAX_IN_FLIGHT);
+        cfg->split_in_flight = (int)json_integer_value(inf);
+    }
+    if (cfg->split_u && cfg->split_in_flight > 1)
+        return vl_fail(err, VL_EINVAL, "config: split.in_flight above 1 is for plain split runs: "
+                                       "a U-shaped peer needs each batch's answer for its head "
+                                       "before the next step");
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
         return vl_fail(err, VL_EINVAL, "config: split runs train with \"adamw\" or \"sgd\"");
     return VL_OK;
@@ -154,8 +169,8 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
 
 int coord_config_split_json(const coord_config *cfg, json_t *root) {
     if (!coord_config_is_split(cfg)) return VL_OK;
-    json_t *sp = json_pack("{s:i, s:f, s:f, s:s, s:b}", "cut", cfg->split_cut, "alpha",
+    json_t *sp = json_pack("{s:i, s:f, s:f, s:s, s:b, s:i}", "cut", cfg->split_cut, "alpha",
                            cfg->split_alpha, "lr", cfg->split_lr, "dtype", cfg->split_dtype,
-                           "u_shape", cfg->split_u);
+                           "u_shape", cfg->split_u, "in_flight", cfg->split_in_flight);
     return !sp || json_object_set_new(root, "split", sp) != 0 ? VL_ENOMEM : VL_OK;
 }

@@ -102,8 +102,9 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     /* Where the model is cut, what NoPeek weighs and how activations
      * travel: what a split peer needs beyond a classifier's task. */
     if (o && coord_config_is_split(c)) {
-        json_t *sp = json_pack("{s:i, s:f, s:s, s:b}", "cut", c->split_cut, "alpha",
-                               c->split_alpha, "dtype", c->split_dtype, "u_shape", c->split_u);
+        json_t *sp = json_pack("{s:i, s:f, s:s, s:b, s:i}", "cut", c->split_cut, "alpha",
+                               c->split_alpha, "dtype", c->split_dtype, "u_shape", c->split_u,
+                               "in_flight", c->split_in_flight);
         if (!sp || json_object_set_new(o, "split", sp) != 0) {
             json_decref(o);
             o = NULL;

@@ -9,6 +9,46 @@
 #include "model/mlp_io.h"
 #include "model/mlp_part.h"
 
+/* Outstanding batches by peer, in a fixed table made on first use: a
+ * peer's entry is found within BUSY_PROBE slots of its home. Entries that
+ * drop to 0 keep their key and are taken over by the next peer that needs
+ * a slot there. */
+#define BUSY_SLOTS 4096
+#define BUSY_PROBE 64
+
+typedef struct split_busy {
+    int64_t peer;
+    int n;
+} split_busy;
+
+static split_busy *busy_slot(coord_split *s, int64_t peer, int take) {
+    uint64_t h = (uint64_t)peer * 0x9E3779B97F4A7C15ull;
+    split_busy *free_slot = NULL;
+    for (size_t i = 0; i < BUSY_PROBE; i++) {
+        split_busy *b = &s->busy[(h + i) & (BUSY_SLOTS - 1)];
+        if (b->peer == peer) return b;
+        if (b->n == 0 && !free_slot) free_slot = b;
+    }
+    if (!take || !free_slot) return NULL;
+    free_slot->peer = peer;
+    return free_slot;
+}
+
+int coord_split_batch_take(coord_split *s, int64_t peer) {
+    if (!s->busy && !(s->busy = calloc(BUSY_SLOTS, sizeof *s->busy))) return -2;
+    split_busy *b = busy_slot(s, peer, 1);
+    if (!b) return -2;
+    if (b->n >= s->in_flight) return -1;
+    b->n++;
+    return 0;
+}
+
+void coord_split_batch_give(coord_split *s, int64_t peer) {
+    if (!s->busy) return;
+    split_busy *b = busy_slot(s, peer, 0);
+    if (b && b->n > 0) b->n--;
+}
+
 int coord_split_open(coord_server *srv, vl_error *err) {
     srv->split = NULL;
     const coord_config *cfg = &srv->cfg;
@@ -32,6 +72,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     s->q = model_mlp_part_in_dim(s->upper);
     s->h = model_mlp_part_out_dim(s->upper);
     s->u_shape = cfg->split_u;
+    s->in_flight = cfg->split_in_flight > 0 ? cfg->split_in_flight : 1;
     srv->split = s;
     log_info("split learning: the peers keep layers below %d and send %d activations a row; "
              "the coordinator's %zu parameters start from version %lld", cfg->split_cut, s->q,
@@ -44,6 +85,7 @@ void coord_split_close(coord_server *srv) {
     if (!s) return;
     model_mlp_part_destroy(s->upper);
     model_adamw_free(&s->opt);
+    free(s->busy);
     free(s);
     srv->split = NULL;
 }
@@ -129,6 +171,7 @@ static int split_run(storage *db, coord_job *job, vl_error *err) {
 static void split_done(coord_job *job, int rc, const vl_error *err) {
     split_job *j = (split_job *)job;
     coord_req *cr = &j->cr;
+    if (cr->srv->split) coord_split_batch_give(cr->srv->split, j->in.peer);
     if (rc == VL_ERANGE) {
         coord_reply_error(cr, 422, "non_finite", "%s", err->msg);
     } else if (rc != VL_OK) {
@@ -213,6 +256,14 @@ static void route(coord_req *cr, int backward) {
      * about what a batch should look like. */
     else if (check_lease(cr, &j->in) != 0) rc = VL_ERR;
     else if (rc == VL_ERANGE) coord_reply_error(cr, 422, code, "%s", e.msg);
+    else if ((rc = coord_split_batch_take(srv->split, j->in.peer)) != 0) {
+        coord_set_header(cr, "Retry-After", "1");
+        if (rc == -1)
+            coord_reply_error(cr, 429, "too_many_batches", "this peer already has %d batches "
+                              "at the coordinator (split.in_flight)", srv->split->in_flight);
+        else
+            coord_reply_error(cr, 503, "busy", "too many peers have batches at the coordinator");
+    }
     if (rc != VL_OK) {
         split_wire_forward_free(&j->in);
         free(j);

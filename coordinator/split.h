@@ -16,6 +16,9 @@
  * batches run on the compute thread, one at a time in arrival order,
  * which is the order their steps are applied in; a version is made on the
  * same thread, between two batches, so it never sees a half-applied step.
+ * A peer may have split.in_flight batches queued or running at once (a
+ * peer on a slow link sends the next before the last one's answer is
+ * back); one more is refused with 429, so no peer can fill the queue.
  */
 #ifndef VOLLEY_COORD_SPLIT_H
 #define VOLLEY_COORD_SPLIT_H
@@ -34,6 +37,8 @@ typedef struct coord_split {
     int q;                        /* width of the activations at the cut */
     int h;                        /* width of the layers' output */
     int u_shape;                  /* the peers keep the head and the loss */
+    int in_flight;                /* split.in_flight: a peer's outstanding batches */
+    struct split_busy *busy;      /* owned: outstanding batches by peer, or NULL */
     int64_t steps;                /* batches stepped on since start */
     double loss_sum;              /* and their losses since the last version */
     int64_t batches;
@@ -49,6 +54,14 @@ void coord_split_close(struct coord_server *srv);
  * theta (a version about to be made), and returns the mean loss of the
  * batches since the last call (NaN when none). Compute thread. */
 double coord_split_into(coord_split *s, float *theta);
+
+/* Counts one more batch of peer at the coordinator against s->in_flight:
+ * 0, -1 when the peer has that many already, -2 when there is no room to
+ * count it (thousands of peers with batches at once, or no memory).
+ * coord_split_batch_give counts one off when its answer is sent. Loop
+ * thread. */
+int coord_split_batch_take(coord_split *s, int64_t peer) VL_MUST_CHECK;
+void coord_split_batch_give(coord_split *s, int64_t peer);
 
 /* POST /v1/split/forward, and (U-shaped runs) POST /v1/split/backward. */
 void coord_route_split_forward(struct coord_req *cr);

@@ -34,7 +34,7 @@ max_bytes=$((60 * 1024 * 1024))
 command -v nvcc >/dev/null || { echo "gpu-bundle: nvcc not found (CUDA 13 toolkit)" >&2; exit 1; }
 
 programs=(test_kernels_cuda test_compress_cuda test_model_cuda test_model_cuda_bf16 test_model_cuda_dp
-          test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_device
+          test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_nopeek_gpu test_peer_device
           bench_gpu_train bench_gpu_compress volley-peer volley-coordinator)
 echo "gpu-bundle: building ${programs[*]} in $build"
 mkdir -p "$build"

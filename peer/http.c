@@ -343,6 +343,10 @@ void peer_http_close(peer_http *h) {
 
 void peer_http_set_peer(peer_http *h, int64_t peer_id) { h->peer_id = peer_id; }
 
+int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) {
+    return peer_http_open(h->base, h->cacert, h->id, h->peer_id, &h->retry, out, err);
+}
+
 /* Transport failures that another attempt may cure. Certificate problems,
  * bad URLs and our own cap are permanent and fail at once. */
 static int curl_retryable(CURLcode c) {

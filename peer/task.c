@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "common/split_wire.h"
 #include "peer/peer.h"
 
 #define TASK_MAX_JSON (1024 * 1024)
@@ -314,6 +315,15 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         if (u && !json_is_boolean(u))
             return vl_fail(err, VL_EINVAL, "task: 'split.u_shape' must be true or false");
         t->split_u = u && json_is_true(u);
+        /* Absent from older coordinators' tasks: one batch at a time. */
+        t->split_in_flight = 1;
+        if (json_object_get(sp, "in_flight")) {
+            if ((rc = get_int(sp, "split", "in_flight", 1, SPLIT_WIRE_MAX_IN_FLIGHT, &v, err)))
+                return rc;
+            t->split_in_flight = (int)v;
+        }
+        if (t->split_u && t->split_in_flight > 1)
+            return vl_fail(err, VL_EINVAL, "task: a U-shaped split takes one batch at a time");
     }
     /* SelSync is optional: without it the peer runs exactly `steps`. */
     t->selsync_delta = 0;

@@ -183,7 +183,7 @@ run_test() {
   else fail "$name: exit $rc"; fi
 }
 for t in test_kernels_cuda test_compress_cuda test_model_cuda test_model_cuda_bf16 test_model_cuda_dp \
-         test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_device; do
+         test_model_cuda_multi test_gpu_memory test_peer_gpu test_peer_nopeek_gpu test_peer_device; do
   run_test "$t"
 done
 

@@ -14,10 +14,14 @@
 # forward request (activations in, the coordinator's output back) and a
 # backward one (the activations and the gradient at that output in, the
 # gradient at the cut back).
+# With "flight" the run is plain but each peer keeps up to three batches
+# at the coordinator at once (split.in_flight), over three connections.
 source "$(dirname "$0")/lib.sh"
 SHAPE=${1:-plain}
 U=false
 [ "$SHAPE" = u ] && U=true
+FLIGHT=1
+[ "$SHAPE" = flight ] && FLIGHT=3
 FM=/usr/share/datasets/fashion-mnist
 [ -f "$FM/train-images-idx3-ubyte.gz" ] || { echo "Fashion-MNIST is not installed ($FM); skipped"; exit 77; }
 VERSIONS=6
@@ -33,7 +37,7 @@ cat > run.json <<JSON
   "data": {"kind": "local", "test_images": "$FM/t10k-images-idx3-ubyte.gz",
            "test_labels": "$FM/t10k-labels-idx1-ubyte.gz"},
   "mode": "split",
-  "split": {"cut": 1, "alpha": $ALPHA, "u_shape": $U},
+  "split": {"cut": 1, "alpha": $ALPHA, "u_shape": $U, "in_flight": $FLIGHT},
   "updates_per_version": 3,
   "max_versions": $VERSIONS,
   "train": {"steps": 20, "batch": $B, "lr": 0.003},
@@ -96,12 +100,18 @@ awk -v b=$B -v q=$Q -v n=$n -v u="$([ "$SHAPE" = u ] && echo 1 || echo 0)" '
   END { printf "split bytes in: %d\n", sb; exit bad > 0 }' coordinator*.log \
   || fail "the coordinator received a request larger than its kind allows"
 if grep -q '/v1/data' coordinator*.log; then fail "the coordinator served data"; fi
+# Honest peers stay within split.in_flight, and the coordinator takes
+# that many batch bodies from a peer at once.
+if grep -q 'too_many_batches' coordinator*.log peer*.log; then fail "a peer went past split.in_flight"; fi
+if grep -q 'POST /v1/split/forward 429' coordinator*.log; then
+  fail "a batch was refused for its peer's other bodies: $(grep -h 'already sending' peer*.log | head -n 1)"
+fi
 # The coordinator's layers came back from the last stored version.
 from=$(grep -o "parameters start from version [0-9]*" coordinator.log | head -n1 | awk '{print $NF}')
 [ -n "$from" ] && [ "$from" -ge 2 ] || fail "the restarted coordinator's layers did not start from a stored version"
-if [ "$SHAPE" = plain ]; then
+if [ "$SHAPE" != u ]; then
   grep -q "split batches' mean loss" coordinator.log || fail "no version reported its split batches"
 fi
 [ "$SHAPE" = plain ] && echo "split: $refused attack cases answered as expected"
-echo "split ($SHAPE): alpha $ALPHA, test accuracy $ACC0 at version 0, $ACC at version $VERSIONS, $batches batches"
+echo "split ($SHAPE, $FLIGHT in flight): alpha $ALPHA, test accuracy $ACC0 at version 0, $ACC at version $VERSIONS, $batches batches"
 echo "1 passed, 0 failed"

@@ -8,7 +8,10 @@ volley_unit_test(test_peer_device volley_peer)
 # it reports itself skipped (exit 77).
 if(VOLLEY_HAVE_CUDA)
   volley_unit_test(test_peer_gpu volley_peer)
+  volley_unit_test(test_peer_nopeek_gpu volley_peer)
 endif()
+# NoPeek's term in a split step (peer/nopeek.h) on the CPU.
+volley_unit_test(test_peer_nopeek volley_peer)
 # Classification on the peer's own images (peer/local.h): --partition,
 # shares, local tasks, MLP model files and training.
 volley_unit_test(test_peer_local volley_peer)

@@ -20,6 +20,7 @@
 #include "coordinator/config.h"
 #include "coordinator/coord.h"
 #include "coordinator/net.h"
+#include "coordinator/split.h"
 #include "model/mlp_io.h"
 
 /* Overridable so the skipped path can be tried on a machine that has
@@ -250,6 +251,101 @@ static void test_mlp_config_refusals(void **state) {
     js = config_text("{\"kind\": \"mlp\", \"in_dim\": 784, \"classes\": 10}", DATA_LOCAL, "");
     refused(js, "hidden");
     free(js);
+}
+
+/* ---- split learning's configuration and its batches in flight ---------------- */
+
+#define MODEL_2H "{\"kind\": \"mlp\", \"in_dim\": 784, \"hidden\": [64, 32], \"classes\": 10}"
+
+static char *split_text(const char *split) {
+    char extra[512];
+    snprintf(extra, sizeof extra, ", \"mode\": \"split\", \"split\": %s", split);
+    return config_text(MODEL_2H, DATA_LOCAL, extra);
+}
+
+static void test_split_config(void **state) {
+    (void)state;
+    coord_config cfg;
+    char *js = split_text("{\"cut\": 1}");
+    parse_ok(js, &cfg);
+    assert_int_equal(cfg.split_cut, 1);
+    assert_int_equal(cfg.split_u, 0);
+    assert_int_equal(cfg.split_in_flight, 1); /* one batch at a time by default */
+    assert_string_equal(cfg.split_dtype, "F32");
+    coord_config_free(&cfg);
+    free(js);
+    js = split_text("{\"cut\": 2, \"alpha\": 3, \"in_flight\": 4, \"dtype\": \"F16\"}");
+    parse_ok(js, &cfg);
+    assert_int_equal(cfg.split_cut, 2);
+    assert_int_equal(cfg.split_in_flight, 4);
+    assert_true(cfg.split_alpha == 3.0);
+    /* What the run stores says the same, and reads back the same. */
+    char *n1 = coord_config_to_json(&cfg, 1);
+    assert_non_null(n1);
+    assert_non_null(strstr(n1, "\"in_flight\":4"));
+    coord_config_free(&cfg);
+    parse_ok(n1, &cfg);
+    assert_int_equal(cfg.split_in_flight, 4);
+    free(n1);
+    coord_config_free(&cfg);
+    free(js);
+    const struct {
+        const char *split, *needle;
+    } bad[] = {
+        {"{\"cut\": 0}", "split.cut"},
+        {"{\"cut\": 3}", "split.cut"},
+        {"{\"alpha\": 1}", "split.cut"},
+        {"{\"cut\": 1, \"in_flight\": 0}", "in_flight"},
+        {"{\"cut\": 1, \"in_flight\": 9}", "in_flight"},
+        {"{\"cut\": 1, \"in_flight\": 2.5}", "in_flight"},
+        {"{\"cut\": 1, \"in_flight\": \"2\"}", "in_flight"},
+        {"{\"cut\": 1, \"u_shape\": true, \"in_flight\": 2}", "plain split"},
+        {"{\"cut\": 2, \"u_shape\": true}", "U-shaped"},
+        {"{\"cut\": 1, \"dtype\": \"BF16\"}", "split.dtype"},
+        {"{\"cut\": 1, \"depth\": 2}", "split.depth"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        js = split_text(bad[i].split);
+        refused(js, bad[i].needle);
+        free(js);
+    }
+}
+
+/* The coordinator's count of each peer's outstanding batches: a peer at
+ * its limit is refused until an answer goes out, other peers are not
+ * affected, and a table full of busy peers refuses rather than grows. */
+static void test_split_batches_in_flight(void **state) {
+    (void)state;
+    coord_split s;
+    memset(&s, 0, sizeof s);
+    s.in_flight = 2;
+    assert_int_equal(coord_split_batch_take(&s, 7), 0);
+    assert_int_equal(coord_split_batch_take(&s, 7), 0);
+    assert_int_equal(coord_split_batch_take(&s, 7), -1);
+    assert_int_equal(coord_split_batch_take(&s, 8), 0);
+    coord_split_batch_give(&s, 7);
+    assert_int_equal(coord_split_batch_take(&s, 7), 0);
+    assert_int_equal(coord_split_batch_take(&s, 7), -1);
+    /* Giving back what was never taken changes nothing. */
+    coord_split_batch_give(&s, 99);
+    coord_split_batch_give(&s, 8);
+    coord_split_batch_give(&s, 8);
+    assert_int_equal(coord_split_batch_take(&s, 8), 0);
+    assert_int_equal(coord_split_batch_take(&s, 8), 0);
+    assert_int_equal(coord_split_batch_take(&s, 8), -1);
+    /* Many peers at once: some are refused for room, none is let past
+     * its limit, and once they are answered their slots serve others. */
+    int refused_room = 0;
+    for (int64_t p = 1000; p < 11000; p++) {
+        int rc = coord_split_batch_take(&s, p);
+        assert_true(rc == 0 || rc == -2);
+        refused_room += rc == -2;
+    }
+    assert_true(refused_room > 0);
+    for (int64_t p = 1000; p < 11000; p++) coord_split_batch_give(&s, p);
+    for (int64_t p = 20000; p < 21000; p++) assert_int_equal(coord_split_batch_take(&s, p), 0);
+    assert_int_equal(coord_split_batch_take(&s, 7), -1);
+    free(s.busy);
 }
 
 /* ---- the model file ------------------------------------------------------ */
@@ -519,6 +615,8 @@ int main(void) {
         cmocka_unit_test(test_mlp_config_parses),
         cmocka_unit_test(test_mlp_config_fixed_point),
         cmocka_unit_test(test_mlp_config_refusals),
+        cmocka_unit_test(test_split_config),
+        cmocka_unit_test(test_split_batches_in_flight),
         cmocka_unit_test(test_model_file),
         cmocka_unit_test(test_testset_fashion),
         cmocka_unit_test_setup_teardown(test_testset_absent, test_dir_setup, test_dir_teardown),

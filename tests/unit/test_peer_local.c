@@ -276,6 +276,37 @@ static void test_local_task_parses(void **state) {
     assert_non_null(strstr(e.msg, "local"));
 }
 
+/* A split task's batches in flight: one when the coordinator does not
+ * say (older coordinators), its number when it does, within bounds, and
+ * never for a U-shaped split, whose peer needs each answer first. */
+static void test_split_task_in_flight(void **state) {
+    (void)state;
+    const size_t cut = strlen(LOCAL_TASK) - 1; /* before the closing brace */
+    const struct {
+        const char *split;
+        int rc, in_flight;
+    } cases[] = {
+        {"{\"cut\": 1, \"alpha\": 0.5, \"dtype\": \"F32\"}", VL_OK, 1},
+        {"{\"cut\": 1, \"alpha\": 0.5, \"dtype\": \"F32\", \"in_flight\": 4}", VL_OK, 4},
+        {"{\"cut\": 1, \"alpha\": 0, \"dtype\": \"F16\", \"in_flight\": 8}", VL_OK, 8},
+        {"{\"cut\": 1, \"alpha\": 0, \"dtype\": \"F32\", \"in_flight\": 0}", VL_EINVAL, 0},
+        {"{\"cut\": 1, \"alpha\": 0, \"dtype\": \"F32\", \"in_flight\": 9}", VL_EINVAL, 0},
+        {"{\"cut\": 1, \"alpha\": 0, \"dtype\": \"F32\", \"in_flight\": \"2\"}", VL_EINVAL, 0},
+        {"{\"cut\": 1, \"alpha\": 0, \"dtype\": \"F32\", \"u_shape\": true, \"in_flight\": 2}",
+         VL_EINVAL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char s[sizeof LOCAL_TASK + 256];
+        snprintf(s, sizeof s, "%.*s, \"split\": %s}", (int)cut, LOCAL_TASK, cases[i].split);
+        peer_task t;
+        vl_error e = {0};
+        int rc = peer_task_parse(s, strlen(s), &t, &e);
+        if (rc != cases[i].rc) fail_msg("case %zu: %d (%s)", i, rc, e.msg);
+        if (rc == VL_OK) assert_int_equal(t.split_in_flight, cases[i].in_flight);
+        else assert_non_null(strstr(e.msg, "in_flight") ? "in_flight" : strstr(e.msg, "U-shaped"));
+    }
+}
+
 /* ---- model files --------------------------------------------------------- */
 
 /* A model file as the coordinator serves it (coordinator/state.c's
@@ -589,6 +620,7 @@ int main(void) {
                                         test_dir_teardown),
         cmocka_unit_test(test_open_fashion_shares),
         cmocka_unit_test(test_local_task_parses),
+        cmocka_unit_test(test_split_task_in_flight),
         cmocka_unit_test(test_load_mlp_file),
         cmocka_unit_test_setup_teardown(test_local_check, test_dir_setup, test_dir_teardown),
         cmocka_unit_test(test_train_fashion_share),

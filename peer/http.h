@@ -1,0 +1,118 @@
+/*
+ * The peer's HTTPS client: one libcurl easy handle per connection, every
+ * request signed with the peer's key, transient failures retried with
+ * capped, jittered exponential backoff (a fresh signature each attempt),
+ * every response body read under a hard cap. Part of the peer library;
+ * peer/peer.h includes it.
+ */
+#ifndef VOLLEY_PEER_HTTP_H
+#define VOLLEY_PEER_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/common.h"
+#include "crypto/crypto.h"
+
+/* ---- retries ----------------------------------------------------------- */
+
+/* Exponential backoff with full jitter: the n-th retry (n >= 1) waits a
+ * uniformly random time in [0, min(cap_s, base_s * factor^(n-1))), but
+ * never less than a Retry-After the server sent (itself clamped to
+ * retry_after_max_s, so a server cannot park a peer forever). */
+typedef struct peer_retry_policy {
+    int max_attempts;         /* tries in all, first included; >= 1 */
+    double base_s;            /* first window, seconds */
+    double factor;            /* growth per retry, >= 1 */
+    double cap_s;             /* largest window, seconds */
+    double retry_after_max_s; /* longest Retry-After honoured, seconds */
+} peer_retry_policy;
+
+#define PEER_RETRIES_DEFAULT 8
+
+/* Fills p with the defaults: 8 attempts, 0.5 s base, factor 2, 30 s cap,
+ * Retry-After honoured up to 300 s. */
+void peer_retry_default(peer_retry_policy *p);
+
+/* Upper bound of the jitter window before retry n (n >= 1). */
+double peer_backoff_window(const peer_retry_policy *p, int n);
+
+/* Delay in seconds before retry n: u * window(n) for u in [0, 1) drawn by
+ * the caller, raised to retry_after_s when that is >= 0 (negative: the
+ * server sent none), which is first clamped to retry_after_max_s. */
+double peer_backoff_delay(const peer_retry_policy *p, int n, double retry_after_s, double u);
+
+/* 1 when an HTTP status is worth retrying (429 and 5xx), else 0. */
+int peer_status_retryable(long status);
+
+/* Parses a Retry-After value: delta-seconds or an HTTP-date (relative to
+ * now, unix seconds). Returns seconds >= 0, or -1 when value is unusable. */
+double peer_retry_after_parse(const char *value, int64_t now);
+
+/* ---- HTTP client --------------------------------------------------------- */
+
+/* One libcurl easy handle, kept alive across requests, that signs every
+ * request with the peer's key and retries transient failures. HTTPS only,
+ * certificate and host verified, TLS 1.2 or newer. */
+typedef struct peer_http peer_http;
+
+/* Opens a client for base_url (checked by peer_url_check). cacert: a PEM
+ * file to trust instead of the system store, or NULL/"". id is borrowed
+ * and must outlive the client. The caller owns *out; peer_http_close. */
+int peer_http_open(const char *base_url, const char *cacert, const crypto_identity *id,
+                   int64_t peer_id, const peer_retry_policy *retry, peer_http **out,
+                   vl_error *err) VL_MUST_CHECK;
+/* Closes the connection and frees h (NULL is fine). */
+void peer_http_close(peer_http *h);
+/* Changes the peer id used in the Authorization header (after join). */
+void peer_http_set_peer(peer_http *h, int64_t peer_id);
+/* Opens another client like h (coordinator, trust, key, peer id, retry
+ * policy) on a connection of its own, for requests sent while h is busy.
+ * The caller owns *out; peer_http_close. */
+int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) VL_MUST_CHECK;
+
+/* One request. target is the path and query exactly as sent and signed
+ * ("/v1/task?wait=20"). body may be NULL for a GET. */
+typedef struct peer_request {
+    const char *method;        /* "GET" or "POST" */
+    const char *target;
+    const char *content_type;  /* for a body, else NULL */
+    const uint8_t *body;       /* borrowed for the call */
+    size_t body_len;
+    const char *range;         /* Range header value, or NULL */
+    const char *if_none_match; /* If-None-Match value, or NULL */
+    size_t cap;                /* most response body bytes accepted */
+    long idle_s;               /* abort after this long without progress */
+    /* When set, the body of a 2xx response is written to this file
+     * (emptied before each attempt) instead of memory, still under cap;
+     * other bodies (errors) go to memory as usual. Borrowed. */
+    FILE *sink;
+} peer_request;
+
+/* The final response. body is owned by the response (peer_response_free). */
+typedef struct peer_response {
+    long status;
+    buf body;
+    char etag[64];
+    char content_range[128];
+    double retry_after_s; /* -1 when absent */
+    uint64_t sunk;        /* body bytes written to the request's sink */
+} peer_response;
+
+/* Prepares an empty response for peer_http_do; reusable across requests
+ * (the body's memory is kept between them). */
+void peer_response_init(peer_response *r);
+/* Releases the body; r may be initialised again. */
+void peer_response_free(peer_response *r);
+
+/* Sends rq, retrying connection errors, timeouts, 429 and 5xx as the
+ * policy says, signing each attempt afresh. Returns 0 with the final
+ * response in rs for every other status (the caller judges it);
+ * PEER_ENETWORK when the retries ran out; PEER_ESTOPPED on a stop request;
+ * VL_ETOOBIG for a body over rq->cap; VL_EIO for a TLS or other permanent
+ * transport failure. */
+int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs,
+                 vl_error *err) VL_MUST_CHECK;
+
+#endif
