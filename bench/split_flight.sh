@@ -2,7 +2,7 @@
 # bench/split_flight: split learning over a slow link, one batch at a time
 # against several in flight (split.in_flight). Real processes over TLS as
 # tests/integration/split.sh runs them, but every peer reaches the
-# coordinator through bench/delay_relay.py, which delays each direction by
+# coordinator through tests/wan/relay.py, which delays each direction by
 # half the round trip. For each depth: batches per second through the
 # cut (the figure a peer on a far link is held back on), wall time, and
 # the last version's test accuracy (batches in flight are sent with
@@ -97,8 +97,8 @@ JSON
     sleep 0.1
   done
   [ -n "$port" ] || die "depth $d: the coordinator did not report its port"
-  python3 "$ROOT/bench/delay_relay.py" 0 "$port" "$(awk -v r="$RTT" 'BEGIN { print r / 2 }')" \
-    "$dir/relay.port" 2> "$dir/relay.log" &
+  python3 "$ROOT/tests/wan/relay.py" --port-file "$dir/relay.port" "127.0.0.1:$port" \
+    "$(awk -v r="$RTT" 'BEGIN { print r / 2 }')" 2> "$dir/relay.log" &
   RPID=$!
   wait_for "$dir/relay.port" "$RPID" "the relay"
   rport=$(cat "$dir/relay.port")
@@ -165,7 +165,7 @@ table=$(awk '
   echo "layer, $PEERS peers on Fashion-MNIST shares, $VERSIONS versions of $STEPS"
   echo "local steps of $BATCH images, real processes over TLS; every peer"
   echo "reaches the coordinator through a relay that adds a ${RTT} ms round trip"
-  echo "(\`bench/delay_relay.py\`, no bandwidth limit). The baseline is one batch"
+  echo "(\`tests/wan/relay.py\`, no bandwidth limit). The baseline is one batch"
   echo "at a time (\`split.in_flight\` 1), run in the same invocation; ratios are"
   echo "against it (for the time to the target, the depth-1 time over this"
   echo "one's: above 1 is faster). Accuracy is the coordinator's, on the 10,000"

@@ -6,7 +6,8 @@
 # RFC 9421 implementation volley did not write; zlib: gzip IDX image
 # files; libpng: the leakage benchmark's pictures; dataset-fashion-mnist:
 # the labelled images in /usr/share/datasets/fashion-mnist that the image
-# reader's test loads).
+# reader's test loads; iproute2 and nftables: the emulated wide-area
+# network of tests/wan, namespaces, bandwidth and packet loss).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -23,6 +24,7 @@ PKGS=(
   fortunes-min fortunes gnuplot-nox
   python3 python3-venv python3-pip python3-requests python3-cryptography
   zlib1g-dev libpng-dev dataset-fashion-mnist
+  iproute2 nftables
 )
 
 SUDO=""

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""A TCP relay that delays each direction of every connection, so tests
+and benchmarks on one machine see the round trip of a wide-area link.
+
+    relay.py [--listen HOST:PORT] [--port-file FILE] [--jitter MS] [--seed N]
+             TARGET_HOST:TARGET_PORT ONE_WAY_MS
+
+Listens on --listen (default 127.0.0.1:0, any free port; the port is
+written to --port-file once listening) and relays every connection to the
+target. Each chunk read on one side is written to the other ONE_WAY_MS
+later, plus a jitter drawn uniformly from [-MS, +MS] (never below zero).
+A chunk never overtakes the one before it, as on a TCP stream: jitter
+bunches data up rather than reordering it. So a request and its answer
+cost one round trip of about 2 * ONE_WAY_MS on top of the work.
+
+The relay only delays. Bandwidth and packet loss belong to the network
+below it (tests/wan/lib.sh shapes each emulated link with tbf and drops
+packets with nftables). TLS passes through untouched; the certificate
+must name the address the client dials. Stops on SIGTERM or SIGINT.
+"""
+import argparse
+import asyncio
+import os
+import random
+import signal
+
+
+def parse_addr(s):
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {s!r}")
+    return host, int(port)
+
+
+async def pipe(reader, writer, delay, jitter, rnd):
+    """Copies reader to writer, each chunk `delay` (+- jitter) seconds late,
+    in order; passes the end of the stream on as a half close."""
+    loop = asyncio.get_running_loop()
+    pending = asyncio.Queue()
+
+    async def sender():
+        while True:
+            due, chunk = await pending.get()
+            wait = due - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if chunk is None:
+                break
+            writer.write(chunk)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    task = asyncio.create_task(sender())
+    last_due = 0.0
+    try:
+        while True:
+            chunk = await reader.read(65536)
+            due = loop.time() + max(0.0, delay + rnd.uniform(-jitter, jitter))
+            last_due = max(last_due, due)
+            pending.put_nowait((last_due, chunk or None))
+            if not chunk:
+                break
+        await task
+    except (ConnectionError, OSError):
+        task.cancel()
+
+
+async def main(args):
+    target_host, target_port = args.target
+    delay = args.one_way_ms / 1000.0
+    jitter = args.jitter / 1000.0
+    rnd = random.Random(args.seed)
+
+    async def serve(r, w):
+        try:
+            ur, uw = await asyncio.open_connection(target_host, target_port)
+        except OSError:
+            w.close()
+            return
+        await asyncio.gather(pipe(r, uw, delay, jitter, rnd), pipe(ur, w, delay, jitter, rnd),
+                             return_exceptions=True)
+        uw.close()
+        w.close()
+
+    host, port = args.listen
+    server = await asyncio.start_server(serve, host, port)
+    bound = server.sockets[0].getsockname()[1]
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write(f"{bound}\n")
+        os.replace(args.port_file + ".tmp", args.port_file)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="delay every direction of TCP connections")
+    ap.add_argument("--listen", type=parse_addr, default=("127.0.0.1", 0))
+    ap.add_argument("--port-file")
+    ap.add_argument("--jitter", type=float, default=0.0, help="milliseconds, uniform +-")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("target", type=parse_addr)
+    ap.add_argument("one_way_ms", type=float)
+    a = ap.parse_args()
+    if a.one_way_ms < 0 or a.jitter < 0:
+        ap.error("delays must not be negative")
+    asyncio.run(main(a))
