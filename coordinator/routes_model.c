@@ -39,6 +39,40 @@ static int etag_matches(const char *header, const char *etag) {
     return 0;
 }
 
+static int parse_range(const char *h, int64_t total, int64_t *first, int64_t *last);
+static void reply_blob_part(coord_req *cr, coord_blob *blob, int status, size_t first,
+                            size_t count);
+
+/* Which part of a model file of total bytes to send: the whole (200), or,
+ * for a download that broke off and resumes, the Range asked for (206)
+ * when If-Range names this version or is absent. -1 after answering 416
+ * for a range outside the file. */
+static int model_range(coord_req *cr, const char *etag, int64_t total, int64_t *first,
+                       int64_t *last) {
+    *first = 0;
+    *last = total - 1;
+    const char *range = coord_get_header(cr, "Range");
+    if (!range) return 200;
+    /* If-Range compares strongly: a weak or different tag means the file
+     * may have changed, so the whole of it goes. */
+    const char *if_range = coord_get_header(cr, "If-Range");
+    if (if_range && strcmp(if_range, etag) != 0) return 200;
+    if (parse_range(range, total, first, last) != 0) {
+        char hdr[64];
+        snprintf(hdr, sizeof hdr, "bytes */%lld", (long long)total);
+        coord_set_header(cr, "Content-Range", hdr);
+        coord_reply_error(cr, 416, "bad_range",
+                          "Range must be one range bytes=first-last inside 0-%lld",
+                          (long long)(total - 1));
+        return -1;
+    }
+    char hdr[96];
+    snprintf(hdr, sizeof hdr, "bytes %lld-%lld/%lld", (long long)*first, (long long)*last,
+             (long long)total);
+    coord_set_header(cr, "Content-Range", hdr);
+    return 206;
+}
+
 void coord_route_model(coord_req *cr) {
     coord_server *srv = cr->srv;
     if (coord_authenticate(cr) != 0) return;
@@ -85,21 +119,34 @@ void coord_route_model(coord_req *cr) {
         coord_reply_internal(cr, &e);
         return;
     }
-    coord_reply_blob(cr, blob);
+    coord_set_header(cr, "Accept-Ranges", "bytes");
+    int64_t first, last;
+    int status = model_range(cr, etag, (int64_t)blob->len, &first, &last);
+    if (status < 0) {
+        coord_blob_unref(blob);
+        return;
+    }
+    reply_blob_part(cr, blob, status, (size_t)first, (size_t)(last - first + 1));
 }
 
-void coord_reply_blob(coord_req *cr, coord_blob *blob) {
+/* Sends count bytes of blob from first, consuming the caller's reference. */
+static void reply_blob_part(coord_req *cr, coord_blob *blob, int status, size_t first,
+                            size_t count) {
     struct evbuffer *b = evbuffer_new();
     /* The response references the shared bytes instead of copying them;
      * the reference is dropped when libevent has sent them. */
-    if (!b || evbuffer_add_reference(b, blob->data, blob->len, blob_release, blob) != 0) {
+    if (!b || evbuffer_add_reference(b, blob->data + first, count, blob_release, blob) != 0) {
         coord_blob_unref(blob);
         if (b) evbuffer_free(b);
         coord_reply_oom(cr, "sending a model file");
         return;
     }
-    coord_reply(cr, 200, "application/octet-stream", b);
+    coord_reply(cr, status, "application/octet-stream", b);
     evbuffer_free(b);
+}
+
+void coord_reply_blob(coord_req *cr, coord_blob *blob) {
+    reply_blob_part(cr, blob, 200, 0, blob->len);
 }
 
 /* ---- data ------------------------------------------------------------------- */

@@ -157,6 +157,10 @@ struct peer_http {
     FILE *sink;      /* the request's sink, or NULL */
     long status;     /* of the last status line seen */
     int sink_errno;  /* why a write to the sink failed; 0 while none did */
+    /* A download that broke off after resume_at bytes of the body with
+     * ETag resume_etag: the next attempt asks for the rest (0: none). */
+    size_t resume_at;
+    char resume_etag[64];
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -175,9 +179,10 @@ void peer_response_init(peer_response *r) {
 
 void peer_response_free(peer_response *r) { buf_free(&r->body); }
 
-static void response_clear(peer_response *r, size_t cap) {
+/* keep_body: a resumed download's first bytes stay in front. */
+static void response_clear(peer_response *r, size_t cap, int keep_body) {
     r->status = 0;
-    buf_reset(&r->body);
+    if (!keep_body) buf_reset(&r->body);
     r->body.cap = cap;
     r->etag[0] = '\0';
     r->content_range[0] = '\0';
@@ -232,6 +237,9 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
         const char *sp = memchr(line, ' ', n);
         h->status = sp && (size_t)(sp - line) + 4 <= n ? strtol(sp + 1, NULL, 10) : 0;
+        /* Anything but the rest of a resumed body replaces what came
+         * before: the file changed, or this is an error. */
+        if (h->resume_at > 0 && h->status != 206) buf_reset(&r->body);
         r->etag[0] = '\0';
         r->content_range[0] = '\0';
         r->retry_after_s = -1;
@@ -394,7 +402,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     snprintf(si, sizeof si, "Signature-Input: %s", sh.signature_input);
     snprintf(sg, sizeof sg, "Signature: %s", sh.signature);
     snprintf(cd, sizeof cd, "Content-Digest: %s", sh.content_digest);
-    char ct[128], range[128], inm[96];
+    char ct[128], range[128], inm[96], ifr[96];
     struct curl_slist *hdrs = NULL, *tmp;
     int ok = (tmp = curl_slist_append(hdrs, si)) != NULL;
     if (ok) hdrs = tmp;
@@ -410,6 +418,13 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     if (ok && rq->range) {
         snprintf(range, sizeof range, "Range: %s", rq->range);
         ok = (tmp = curl_slist_append(hdrs, range)) != NULL;
+        if (ok) hdrs = tmp;
+    } else if (ok && h->resume_at > 0) {
+        snprintf(range, sizeof range, "Range: bytes=%zu-", h->resume_at);
+        snprintf(ifr, sizeof ifr, "If-Range: %s", h->resume_etag);
+        ok = (tmp = curl_slist_append(hdrs, range)) != NULL;
+        if (ok) hdrs = tmp;
+        if (ok) ok = (tmp = curl_slist_append(hdrs, ifr)) != NULL;
         if (ok) hdrs = tmp;
     }
     if (ok && rq->if_none_match) {
@@ -443,7 +458,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
         *local_rc = vl_fail(err, VL_ERR, "libcurl option failed: %s", curl_easy_strerror(cc));
         return CURLE_OK;
     }
-    response_clear(rs, rq->cap);
+    response_clear(rs, rq->cap, h->resume_at > 0);
     h->rs = rs;
     h->cap = rq->cap;
     h->over_cap = 0;
@@ -468,10 +483,41 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     return cc;
 }
 
+/* After a broken transfer: whether the next attempt can ask for the rest
+ * of the body instead of all of it. Only for a resumable GET into memory
+ * whose answer had begun as a 200 (or a 206 resuming one) with a strong
+ * ETag, which If-Range will name. */
+static void plan_resume(peer_http *h, const peer_request *rq, const peer_response *rs) {
+    int can = rq->resume && !rq->range && !rq->sink && (h->status == 200 || h->status == 206) &&
+              rs->etag[0] == '"' && rs->body.len > 0 && strlen(rs->etag) < sizeof h->resume_etag;
+    if (!can) {
+        h->resume_at = 0;
+        return;
+    }
+    if (h->resume_at == 0 || strcmp(h->resume_etag, rs->etag) != 0)
+        snprintf(h->resume_etag, sizeof h->resume_etag, "%s", rs->etag);
+    h->resume_at = rs->body.len;
+}
+
+/* After a resumed attempt answered 206: the part must start where the
+ * body broke off and end the file; then the caller sees one whole 200. */
+static int finish_resume(peer_http *h, peer_response *rs) {
+    long long first, lastb, total;
+    char tail;
+    if (sscanf(rs->content_range, "bytes %lld-%lld/%lld%c", &first, &lastb, &total, &tail) != 3 ||
+        first != (long long)h->resume_at || lastb + 1 != total || (long long)rs->body.len != total)
+        return -1;
+    log_info("download resumed at byte %zu of %lld", h->resume_at, total);
+    rs->status = 200;
+    rs->content_range[0] = '\0';
+    return 0;
+}
+
 int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_error *err) {
     if (!rq->target || rq->target[0] != '/')
         return vl_fail(err, VL_EINVAL, "request target must start with '/'");
     char last[CURL_ERROR_SIZE + 64] = "";
+    h->resume_at = 0;
     for (int n = 1;; n++) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped");
         int local_rc;
@@ -488,11 +534,22 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
         if (cc == CURLE_OK)
             log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
                       rs->body.len, clock_mono_s() - t0);
+        int resumed_badly = 0;
+        if (cc == CURLE_OK && h->resume_at > 0) {
+            resumed_badly = rs->status == 206 && finish_resume(h, rs) != 0;
+            h->resume_at = 0;
+        }
         if (cc != CURLE_OK) {
             snprintf(last, sizeof last, "%s", h->curl_err[0] ? h->curl_err
                                                              : curl_easy_strerror(cc));
-            if (!curl_retryable(cc))
+            if (!curl_retryable(cc)) {
+                h->resume_at = 0;
                 return vl_fail(err, VL_EIO, "%s %s: %s", rq->method, rq->target, last);
+            }
+            plan_resume(h, rq, rs);
+        } else if (resumed_badly) {
+            /* The next attempt asks for the whole file again. */
+            snprintf(last, sizeof last, "a resumed download came back as %s", rs->content_range);
         } else if (peer_status_retryable(rs->status)) {
             char code[64], msg[120];
             peer_error_parse(rs->body.data, rs->body.len, code, sizeof code, msg, sizeof msg);
@@ -501,9 +558,14 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
         } else {
             return VL_OK;
         }
-        if (n >= h->retry.max_attempts)
+        if (n >= h->retry.max_attempts) {
+            h->resume_at = 0;
             return vl_fail(err, PEER_ENETWORK, "%s %s failed after %d attempts: %s", rq->method,
                            rq->target, n, last);
+        }
+        if (h->resume_at > 0)
+            log_info("%s %s broke off after %zu bytes; the next attempt asks for the rest",
+                     rq->method, rq->target, h->resume_at);
         double u = (double)(rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
         double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
         log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,

@@ -83,6 +83,11 @@ typedef struct peer_request {
     const char *range;         /* Range header value, or NULL */
     const char *if_none_match; /* If-None-Match value, or NULL */
     size_t cap;                /* most response body bytes accepted */
+    /* A GET whose transfer, when the connection breaks, resumes where it
+     * stopped: the next attempt asks for the rest (Range) of the same
+     * file (If-Range on its ETag) and appends it. Bodies into memory
+     * only; ignored with range or sink. */
+    int resume;
     long idle_s;               /* abort after this long without progress */
     /* When set, the body of a 2xx response is written to this file
      * (emptied before each attempt) instead of memory, still under cap;

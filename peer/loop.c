@@ -252,7 +252,10 @@ static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
     char target[64], inm[32], want[32];
     snprintf(target, sizeof target, "/v1/model?version=%lld", (long long)k->base_version);
     snprintf(want, sizeof want, "\"%lld\"", (long long)k->base_version);
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S};
+    /* A model file is the largest download: a broken connection resumes
+     * it rather than starting over. */
+    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
+                       .resume = 1};
     if (L->tr.base_version >= 0) {
         snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
         rq.if_none_match = inm;

@@ -121,8 +121,10 @@ wan_start() {
   WAN_WORK=$(mktemp -d /tmp/volley-wan.XXXXXX)
   local prev
   prev=$(trap -p EXIT | sed -e "s/^trap -- '//" -e "s/' EXIT$//")
+  # The exit status is handed on to the earlier handler, which may judge
+  # the run by it.
   # shellcheck disable=SC2064
-  trap "wan_teardown; ${prev:-:}" EXIT
+  trap "__wan_rc=\$?; wan_teardown; (exit \$__wan_rc); ${prev:-:}" EXIT
   ip netns add "$WAN_NS-c"
   ip -n "$WAN_NS-c" link set lo up
   for ((i = 1; i <= n; i++)); do
@@ -172,16 +174,18 @@ wan_shape() {
 # wan_addr I: the coordinator's address on link I, as peer I dials it.
 wan_addr() { echo "10.211.$1.1"; }
 
-# wan_relay I PORT: starts link I's relay (half the profile's round trip
-# each way, with its jitter) from $(wan_addr I) to 127.0.0.1:PORT in the
-# coordinator's namespace, and waits until it listens.
+# wan_relay I PORT [ARGS...]: starts link I's relay (half the profile's
+# round trip each way, with its jitter) from $(wan_addr I) to
+# 127.0.0.1:PORT in the coordinator's namespace, and waits until it
+# listens. ARGS go to relay.py (--cut-after BYTES: a line that drops).
 wan_relay() {
   local i=$1 port=$2 rtt=0 jitter=0 rest
+  shift 2
   [ -f "$WAN_WORK/link$i" ] && read -r rtt jitter rest < "$WAN_WORK/link$i"
   rm -f "$WAN_WORK/relay$i.port"
   ip netns exec "$WAN_NS-c" python3 "$WAN_HERE/relay.py" --listen "$(wan_addr "$i"):0" \
     --port-file "$WAN_WORK/relay$i.port" --jitter "$(awk -v j="$jitter" 'BEGIN { print j }')" \
-    --seed "$i" "127.0.0.1:$port" "$(awk -v r="$rtt" 'BEGIN { print r / 2 }')" \
+    --seed "$i" "$@" "127.0.0.1:$port" "$(awk -v r="$rtt" 'BEGIN { print r / 2 }')" \
     2> "$WAN_WORK/relay$i.log" &
   WAN_RELAYS+=($!)
   local pid=$! _

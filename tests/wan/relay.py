@@ -3,7 +3,7 @@
 and benchmarks on one machine see the round trip of a wide-area link.
 
     relay.py [--listen HOST:PORT] [--port-file FILE] [--jitter MS] [--seed N]
-             TARGET_HOST:TARGET_PORT ONE_WAY_MS
+             [--cut-after BYTES [--cuts N]] TARGET_HOST:TARGET_PORT ONE_WAY_MS
 
 Listens on --listen (default 127.0.0.1:0, any free port; the port is
 written to --port-file once listening) and relays every connection to the
@@ -12,6 +12,11 @@ later, plus a jitter drawn uniformly from [-MS, +MS] (never below zero).
 A chunk never overtakes the one before it, as on a TCP stream: jitter
 bunches data up rather than reordering it. So a request and its answer
 cost one round trip of about 2 * ONE_WAY_MS on top of the work.
+
+With --cut-after, a connection is cut (both sides reset) once BYTES have
+gone from the target to the client over it, for the first N connections
+that get that far (--cuts, default 1): a line that drops in the middle of
+a download, whatever short exchanges came before it.
 
 The relay only delays. Bandwidth and packet loss belong to the network
 below it (tests/wan/lib.sh shapes each emulated link with tbf and drops
@@ -23,6 +28,7 @@ import asyncio
 import os
 import random
 import signal
+import sys
 
 
 def parse_addr(s):
@@ -32,9 +38,14 @@ def parse_addr(s):
     return host, int(port)
 
 
-async def pipe(reader, writer, delay, jitter, rnd):
+class Cut(Exception):
+    pass
+
+
+async def pipe(reader, writer, delay, jitter, rnd, budget=None, on_cut=None):
     """Copies reader to writer, each chunk `delay` (+- jitter) seconds late,
-    in order; passes the end of the stream on as a half close."""
+    in order; passes the end of the stream on as a half close. With a
+    budget, calls on_cut once that many bytes have been written."""
     loop = asyncio.get_running_loop()
     pending = asyncio.Queue()
 
@@ -46,6 +57,15 @@ async def pipe(reader, writer, delay, jitter, rnd):
                 await asyncio.sleep(wait)
             if chunk is None:
                 break
+            if budget is not None and budget[0] is not None:
+                if len(chunk) >= budget[0]:
+                    head, chunk = chunk[: budget[0]], chunk[budget[0]:]
+                    writer.write(head)
+                    budget[0] = None  # spent: the cut happens once or not at all
+                    if on_cut():
+                        return
+                else:
+                    budget[0] -= len(chunk)
             writer.write(chunk)
             await writer.drain()
         if writer.can_write_eof():
@@ -72,13 +92,30 @@ async def main(args):
     jitter = args.jitter / 1000.0
     rnd = random.Random(args.seed)
 
+    cuts_left = [args.cuts if args.cut_after is not None else 0]
+
     async def serve(r, w):
         try:
             ur, uw = await asyncio.open_connection(target_host, target_port)
         except OSError:
             w.close()
             return
-        await asyncio.gather(pipe(r, uw, delay, jitter, rnd), pipe(ur, w, delay, jitter, rnd),
+        budget, on_cut = None, None
+        if cuts_left[0] > 0:
+            budget = [args.cut_after]
+
+            def on_cut():
+                if cuts_left[0] <= 0:
+                    return False
+                cuts_left[0] -= 1
+                print(f"relay: cut a connection after {args.cut_after} bytes", flush=True,
+                      file=sys.stderr)
+                w.transport.abort()
+                uw.transport.abort()
+                return True
+
+        await asyncio.gather(pipe(r, uw, delay, jitter, rnd),
+                             pipe(ur, w, delay, jitter, rnd, budget, on_cut),
                              return_exceptions=True)
         uw.close()
         w.close()
@@ -103,6 +140,8 @@ if __name__ == "__main__":
     ap.add_argument("--port-file")
     ap.add_argument("--jitter", type=float, default=0.0, help="milliseconds, uniform +-")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cut-after", type=int, help="bytes to the client before a cut")
+    ap.add_argument("--cuts", type=int, default=1, help="connections to cut")
     ap.add_argument("target", type=parse_addr)
     ap.add_argument("one_way_ms", type=float)
     a = ap.parse_args()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Two peers on the far-volunteer profile (2/10 Mbit/s, 150 ms, 0.5 % loss)
+# train a small run to its last version over TLS through the emulated
+# network, and peer 1's line drops in the middle of its first model
+# download: the download must resume where it stopped (Range with
+# If-Range on the version's ETag, answered 206) instead of starting over,
+# and the run must finish. Skipped (exit 77) where the machine cannot make
+# network namespaces.
+source "$(dirname "$0")/../integration/lib.sh"
+source "$(dirname "$0")/lib.sh"
+wan_check || { echo "skipped: $WAN_WHY"; exit 77; }
+VERSIONS=3
+IT_TRAIN='{"steps": 4, "batch": 4, "lr": 0.003}' it_setup itwan "$VERSIONS" 2 \
+  '"compression": {"kind": "none", "dtype": "F16"},'
+rm -rf tls
+bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 10.211.1.1 10.211.2.1 >/dev/null
+wan_start 2
+wan_shape 1 far
+wan_shape 2 far
+ip netns exec "$WAN_NS-c" "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
+  --listen 127.0.0.1:0 2> coordinator.log &
+CPID=$!
+PORT=""
+for _ in $(seq 1 200); do
+  PORT=$(grep -o 'listening on 127.0.0.1:[0-9]*' coordinator.log | head -n1 | cut -d: -f2 || true)
+  [ -n "$PORT" ] && break
+  kill -0 "$CPID" 2>/dev/null || fail "coordinator exited at start"
+  sleep 0.1
+done
+[ -n "$PORT" ] || fail "coordinator did not report its port"
+# The model file is about 120 KB; link 1's first connection is cut 40 KB
+# into what the coordinator sends, which lands inside the first download.
+wan_relay 1 "$PORT" --cut-after 40000
+wan_relay 2 "$PORT"
+cp "$WAN_WORK/relay1.log" relay1.log 2>/dev/null || true
+for i in 1 2; do
+  token=$("$COORD" token create --db run.db --uses 1 --ttl 1h) || fail "token create"
+  url="https://$(wan_addr "$i"):$(wan_relay_port "$i")"
+  "$PEER" keygen --dir "peer$i" > /dev/null || fail "keygen $i"
+  wan_peer "$i" "$PEER" join --dir "peer$i" --coordinator "$url" --token "$token" \
+    --cacert tls/ca.pem --name "wan-$i" > /dev/null 2> "join$i.log" || fail "join $i: $(cat "join$i.log")"
+done
+t0=$(date +%s)
+for i in 1 2; do
+  wan_peer "$i" "$PEER" run --dir "peer$i" --threads 1 --wait 10 --retries 12 2> "peer$i.log" &
+  PIDS+=($!)
+done
+for p in "${PIDS[@]}"; do wait "$p" || fail "a peer exited with an error"; done
+PIDS=()
+t1=$(date +%s)
+kill -TERM "$CPID"
+wait "$CPID" || fail "the coordinator exited with an error"
+CPID=""
+cp "$WAN_WORK/relay1.log" relay1.log
+it_check_run "$VERSIONS" 2
+grep -q 'cut a connection' relay1.log || fail "the relay never cut link 1"
+grep -q 'download resumed at byte' peer1.log || fail "peer 1 did not resume its download"
+grep -q 'GET /v1/model 206' coordinator.log \
+  || fail "the coordinator answered no ranged model request"
+at=$(grep -o 'download resumed at byte [0-9]*' peer1.log | head -n1 | awk '{print $NF}')
+echo "wan far: $VERSIONS versions in $((t1 - t0)) s over 2/10 Mbit/s, 150 ms, 0.5 % loss; peer 1's model download cut and resumed at byte $at"
+echo "1 passed, 0 failed"
