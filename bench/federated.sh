@@ -57,6 +57,10 @@
 #   FED_BATCH     32
 #   FED_LR        0.001 (AdamW, the coordinator's defaults otherwise)
 #   FED_HIDDEN    256: hidden widths, comma-separated (e.g. 256,128)
+#   FED_CONV      empty: convolution layers before them, as the model's
+#                 "conv" list (e.g. '{"channels": 16, "kernel": 5, "stride":
+#                 2}, {"channels": 32, "kernel": 5, "stride": 2}'), on the
+#                 28x28 images
 #   FED_PEERS     4
 #   FED_DATA      /usr/share/datasets/fashion-mnist
 #   FED_OUT       ${TMPDIR:-/tmp}/volley-bench-federated: one folder per
@@ -88,6 +92,9 @@ steps=${FED_STEPS:-50}
 batch=${FED_BATCH:-32}
 lr=${FED_LR:-0.001}
 hidden=${FED_HIDDEN:-256}
+conv=${FED_CONV:-}
+front=""
+[ -n "$conv" ] && front="\"image\": [1, 28, 28], \"conv\": [$conv],"
 peers=${FED_PEERS:-4}
 out=${FED_OUT:-${TMPDIR:-/tmp}/volley-bench-federated}
 plot_png=${FED_PLOT:-$root/docs/results/federated-accuracy.png}
@@ -189,7 +196,7 @@ run_one() {
 {
   "name": "federated-$setting-s$seed",
   "seed": $seed,
-  "model": {"kind": "mlp", "in_dim": 784, "hidden": [$hidden], "classes": 10},
+  "model": {"kind": "mlp", "in_dim": 784, $front "hidden": [$hidden], "classes": 10},
   "data": {"kind": "local", "test_images": "$fm/t10k-images-idx3-ubyte.gz",
            "test_labels": "$fm/t10k-labels-idx1-ubyte.gz"},
   "mode": "sync",

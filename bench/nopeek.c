@@ -165,8 +165,9 @@ static int read_config(const char *config, eval_args *a, model_mlp_config *cfg, 
     }
     if (!rc && a->cut <= 0)
         rc = die("the run is not a split run: give the layer to measure with --cut");
-    else if (!rc && a->cut > cfg->n_hidden)
-        rc = die("cut %d is outside 1..%d, the model's hidden layers", a->cut, cfg->n_hidden);
+    else if (!rc && a->cut > model_mlp_config_num_layers(cfg) - 1)
+        rc = die("cut %d is outside 1..%d, the model's conv and hidden layers", a->cut,
+                 model_mlp_config_num_layers(cfg) - 1);
     json_decref(root);
     return rc;
 }
@@ -392,7 +393,7 @@ static int cmd_eval(int argc, char **argv)
             a.out = v;
         else if (strcmp(k, "--leak") == 0 && !parse_i64(v, 2, MODEL_RECON_MAX_ROWS, &n))
             a.leak = (int)n;
-        else if (strcmp(k, "--cut") == 0 && !parse_i64(v, 1, MODEL_MLP_MAX_HIDDEN, &n))
+        else if (strcmp(k, "--cut") == 0 && !parse_i64(v, 1, MODEL_MLP_MAX_LAYERS - 1, &n))
             a.cut = (int)n;
         else if (strcmp(k, "--show") == 0 && !parse_i64(v, 0, 1000, &n))
             a.show = (int)n;

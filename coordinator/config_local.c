@@ -123,10 +123,12 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
         if (!known) return vl_fail(err, VL_EINVAL, "config: unknown key split.%.40s", key);
     }
     json_int_t cut = json_integer_value(json_object_get(sp, "cut"));
-    if (cut < 1 || cut > cfg->mlp.n_hidden)
-        return vl_fail(err, VL_EINVAL, "config: split.cut must be 1 to %d (the model's hidden "
-                                       "layers; the peers keep layers below the cut)",
-                       cfg->mlp.n_hidden);
+    /* Every layer but the classifier may be cut after: conv and hidden. */
+    const int below_head = model_mlp_config_num_layers(&cfg->mlp) - 1;
+    if (cut < 1 || cut > below_head)
+        return vl_fail(err, VL_EINVAL, "config: split.cut must be 1 to %d (the model's conv and "
+                                       "hidden layers; the peers keep layers below the cut)",
+                       below_head);
     cfg->split_cut = (int)cut;
     cfg->split_alpha = 0;
     cfg->split_lr = cfg->train.lr;
@@ -145,10 +147,10 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     if (u && !json_is_boolean(u))
         return vl_fail(err, VL_EINVAL, "config: split.u_shape must be true or false");
     cfg->split_u = u && json_is_true(u);
-    if (cfg->split_u && cfg->split_cut >= cfg->mlp.n_hidden)
+    if (cfg->split_u && cfg->split_cut >= below_head)
         return vl_fail(err, VL_EINVAL, "config: a U-shaped split leaves the coordinator the "
                                        "layers from split.cut up to the last hidden one: "
-                                       "split.cut must be below %d", cfg->mlp.n_hidden);
+                                       "split.cut must be below %d", below_head);
     cfg->split_in_flight = 1;
     json_t *inf = json_object_get(sp, "in_flight");
     if (inf) {

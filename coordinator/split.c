@@ -55,7 +55,8 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     if (!coord_config_is_split(cfg)) return VL_OK;
     coord_split *s = calloc(1, sizeof *s);
     if (!s) return vl_fail(err, VL_ENOMEM, "out of memory");
-    int last = cfg->split_u ? cfg->mlp.n_hidden : cfg->mlp.n_hidden + 1, rc;
+    const int layers = model_mlp_config_num_layers(&cfg->mlp);
+    int last = cfg->split_u ? layers - 1 : layers, rc;
     rc = model_mlp_part_offset(&cfg->mlp, cfg->split_cut, last, &s->offset, &s->count, err);
     if (!rc) rc = model_mlp_part_create(&cfg->mlp, cfg->split_cut, last, &s->upper, err);
     if (!rc)

@@ -1,6 +1,7 @@
 /*
  * kernels: the arithmetic of a GPT-2 style decoder on float32 tensors,
- * forward and backward, plus the AdamW update and gradient-norm helpers.
+ * forward and backward, plus the AdamW update and gradient-norm helpers
+ * and the 2-D convolution of the classifier's image front end.
  * The model module strings these together; nothing here allocates or does
  * I/O.
  *
@@ -95,6 +96,52 @@ void kernels_matmul_wt_forward(float *out, const float *inp, const float *weight
  * dinp may be NULL. */
 void kernels_matmul_wt_backward(float *dinp, float *dweight_t, const float *dout,
                                 const float *inp, const float *weight_t, int N, int IN, int OUT);
+
+/* ---- 2-D convolution (conv.c) -------------------------------------------- */
+
+/* One convolution layer's geometry. Images are NCHW: a batch of B images
+ * [B, ci, h, w], each image one contiguous row of ci*h*w floats, so the
+ * model can treat a batch of images as a [B, width] matrix like any other
+ * activation. Padding is "same"-style, pad = k/2 zeros on every side, and
+ * the output is [B, co, ho, wo] with ho = kernels_conv2d_out_size(h, k,
+ * stride) (likewise wo). The weight is [co, ci*k*k] row-major (one row per
+ * output channel, ordered ci, then kernel row, then kernel column: the
+ * memory order of PyTorch's [co, ci, k, k]) and the bias [co]. */
+typedef struct kernels_conv2d_shape {
+    int ci, h, w; /* input channels and image size, each >= 1 */
+    int co;       /* output channels, >= 1 */
+    int k;        /* kernel side, >= 1 */
+    int stride;   /* >= 1 */
+} kernels_conv2d_shape;
+
+/* Output side for an input side n: (n + 2*(k/2) - k) / stride + 1, always
+ * >= 1 for n, k, stride >= 1 (n itself for odd k and stride 1). */
+int kernels_conv2d_out_size(int n, int k, int stride);
+
+/* Floats of caller-owned scratch the conv2d kernels need for a batch of
+ * B: (ci*k*k + co) * B * ho * wo (the batch's im2col matrix and one
+ * transposed copy of the output). Returns 0 when an argument is below 1
+ * or the count does not fit in size_t. */
+size_t kernels_conv2d_scratch_floats(const kernels_conv2d_shape *s, int B);
+
+/* out[B, co, ho, wo] = conv(inp[B, ci, h, w], weight) + bias, through an
+ * im2col matrix in scratch and one sgemm. bias may be NULL. scratch holds
+ * kernels_conv2d_scratch_floats(s, B) floats and is clobbered; it must not
+ * overlap the other arguments. B * ho * wo * (ci*k*k + co) must not exceed
+ * INT_MAX (sgemm's dimensions are int). */
+void kernels_conv2d_forward(float *out, const float *inp, const float *weight,
+                            const float *bias, float *scratch, const kernels_conv2d_shape *s,
+                            int B);
+
+/* Adds the gradients of kernels_conv2d_forward given dout[B, co, ho, wo]
+ * and the forward's inp: dinp[B, ci, h, w] += d/dinp, dweight[co, ci*k*k]
+ * += d/dweight, dbias[co] += d/dbias (summed over the batch in double). All
+ * three ADD, as the other backward kernels do; dinp and dbias may be NULL
+ * (skipped). scratch as for the forward (its contents from the forward
+ * are not needed: the im2col matrix is rebuilt). */
+void kernels_conv2d_backward(float *dinp, float *dweight, float *dbias, float *scratch,
+                             const float *dout, const float *inp, const float *weight,
+                             const kernels_conv2d_shape *s, int B);
 
 /* ---- causal multi-head self-attention ----------------------------------- */
 

@@ -4,8 +4,10 @@
  * mirrors the GPT's memory discipline: parameters and gradients are two
  * flat vectors described by one tensor table, and every activation of a
  * batch lives in one allocation planned for the largest batch seen. The
- * arithmetic is the CPU kernels' (sgemm linear layers, GELU, softmax
- * cross-entropy), so the two models share one tested implementation.
+ * arithmetic is the CPU kernels' (sgemm linear layers, im2col
+ * convolutions, GELU, softmax cross-entropy), so the two models share one
+ * tested implementation; the layers themselves run through mlp_layers.c,
+ * which the split-learning parts share.
  */
 #include <float.h>
 #include <math.h>
@@ -24,9 +26,10 @@
 /* Evaluation chunks never force a plan larger than this many rows. */
 #define MLP_EVAL_ROWS 256
 
-/* Activations of one planned batch capacity, all views into mem. Linear
- * layer k (0 .. n_hidden) maps its input (x, or act[k-1]) to pre[k]; for a
- * hidden layer act[k] = gelu(pre[k]), for the last pre[k] is the logits. */
+/* Activations of one planned batch capacity, all views into mem. Layer k
+ * (conv or dense, 0 .. n_layers-1) maps its input (x, or act[k-1]) to
+ * pre[k]; for every layer but the last act[k] = gelu(pre[k]), for the last
+ * pre[k] is the logits. */
 typedef struct mlp_acts {
     float *mem;
     int *labels; /* [cap], copy of the last forward's labels */
@@ -35,7 +38,7 @@ typedef struct mlp_acts {
                   * layer's weight gradient needs them after the caller
                   * may have reused its buffer) */
     float *pre[MLP_MAX_LAYERS];
-    float *act[MODEL_MLP_MAX_HIDDEN];
+    float *act[MLP_MAX_LAYERS];
     float *probs;  /* [cap,C] */
     float *losses; /* [cap] */
     /* backward: each layer's output gradient (kept, for K-FAC and other
@@ -43,12 +46,13 @@ typedef struct mlp_acts {
      * the gradient of a hidden layer's activation */
     float *dout[MLP_MAX_LAYERS];
     float *da;
+    float *scratch; /* the conv layers' (mlp_scratch_floats), NULL without */
 } mlp_acts;
 
 struct model_mlp {
     model_mlp_config cfg;
-    int n_layers;                  /* n_hidden + 1 linear layers */
-    int width[MLP_MAX_LAYERS + 1]; /* width[0] = D, width[n_layers] = C */
+    mlp_net net; /* the layers; net.width[0] = D, net.width[n_layers] = C */
+    int n_layers; /* net.n_layers */
     model_tensor tensors[2 * MLP_MAX_LAYERS];
     size_t num_params;
     float *params, *grads;
@@ -59,59 +63,18 @@ struct model_mlp {
     double loss_sum;
 };
 
-/* ---- configuration -------------------------------------------------------- */
-
-/* An integer field in [lo, hi], named in the message as "<cfg>: <what>". */
-static int check_field(const char *cfg, const char *what, int v, int lo, int hi, vl_error *err)
-{
-    if (v < lo || v > hi)
-        return vl_fail(err, VL_EINVAL, "%s: %s %d outside [%d, %d]", cfg, what, v, lo, hi);
-    return 0;
-}
-
-static int check_width(int v, int lo, const char *what, vl_error *err)
-{
-    return check_field("mlp config", what, v, lo, MODEL_MLP_MAX_WIDTH, err);
-}
-
-int model_mlp_config_validate(const model_mlp_config *c, vl_error *err)
-{
-    if (c == NULL)
-        return vl_fail(err, VL_EINVAL, "mlp config: missing");
-    int rc = check_field("mlp config", "n_hidden", c->n_hidden, 1, MODEL_MLP_MAX_HIDDEN, err);
-    if (rc == 0)
-        rc = check_width(c->in_dim, 1, "in_dim", err);
-    if (rc == 0)
-        rc = check_width(c->n_classes, 2, "n_classes", err);
-    for (int l = 0; l < c->n_hidden && rc == 0; l++) {
-        char what[32];
-        snprintf(what, sizeof what, "hidden[%d]", l);
-        rc = check_width(c->hidden[l], 1, what, err);
-    }
-    if (rc != 0)
-        return rc;
-    /* Widths are at most 2^16, so each product fits in 2^32 and the sum of
-     * at most five layers cannot wrap a 64-bit size_t. */
-    size_t n = 0, in = (size_t)c->in_dim;
-    for (int l = 0; l <= c->n_hidden; l++) {
-        size_t out = (size_t)(l < c->n_hidden ? c->hidden[l] : c->n_classes);
-        n += in * out + out;
-        in = out;
-    }
-    if (n > MODEL_MLP_MAX_PARAMS)
-        return vl_fail(err, VL_EINVAL, "mlp config: %zu parameters exceed the limit of %zu", n,
-                       (size_t)MODEL_MLP_MAX_PARAMS);
-    return 0;
-}
-
 /* ---- the model ------------------------------------------------------------ */
 
 static void add_tensor(model_mlp *m, int idx, int ndim, size_t d0, size_t d1, size_t *off,
                        const char *kind, int layer)
 {
     model_tensor *t = &m->tensors[idx];
-    /* "fc.4.weight" is the longest name, far inside the 64-byte field. */
-    snprintf(t->name, sizeof t->name, "fc.%d.%s", layer, kind);
+    /* Conv layers and dense layers are counted apart, so the dense names
+     * of a model without conv layers are what they always were.
+     * "conv.3.weight" is the longest name, far inside the 64-byte field. */
+    int conv = layer < m->net.n_conv;
+    snprintf(t->name, sizeof t->name, "%s.%d.%s", conv ? "conv" : "fc",
+             conv ? layer : layer - m->net.n_conv, kind);
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim == 2 ? d1 : 0;
@@ -142,12 +105,15 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
     if (m == NULL)
         return vl_fail(err, VL_ENOMEM, "mlp: out of memory");
     m->cfg = *cfg;
-    m->n_layers = mlp_widths(cfg, m->width);
+    mlp_net_build(cfg, &m->net);
+    m->n_layers = m->net.n_layers;
     size_t off = 0;
     for (int l = 0; l < m->n_layers; l++) {
-        size_t in = (size_t)m->width[l], o = (size_t)m->width[l + 1];
-        add_tensor(m, 2 * l, 2, in, o, &off, "weight", l);
-        add_tensor(m, 2 * l + 1, 1, o, 0, &off, "bias", l);
+        const mlp_layer *L = &m->net.layer[l];
+        /* Dense weights are [in, out]; conv weights [channels, C_in*k*k]. */
+        size_t rows = L->conv ? L->bsize : (size_t)L->in;
+        add_tensor(m, 2 * l, 2, rows, L->wsize / rows, &off, "weight", l);
+        add_tensor(m, 2 * l + 1, 1, L->bsize, 0, &off, "bias", l);
     }
     m->num_params = off;
     m->params = calloc(off, sizeof(float));
@@ -176,7 +142,9 @@ void model_mlp_init_weights(model_mlp *m, uint64_t seed)
     rng_seed(&r, seed);
     for (int l = 0; l < m->n_layers; l++) {
         const model_tensor *w = &m->tensors[2 * l], *b = &m->tensors[2 * l + 1];
-        double fan_in = (double)m->width[l];
+        /* Weights per output unit: the input width of a dense layer,
+         * C_in*k*k of a conv layer. */
+        double fan_in = (double)(w->numel / b->numel);
         int last = l == m->n_layers - 1;
         float std = (float)sqrt((last ? 0.01 : 2.0) / fan_in);
         float *p = m->params + w->offset;
@@ -210,13 +178,13 @@ void model_mlp_zero_grad(model_mlp *m) { memset(m->grads, 0, m->num_params * siz
 
 /* Assigns the buffers for cap rows starting at base (NULL: only measures)
  * and returns the number of floats used, or 0 when a size would wrap. */
-static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, size_t cap)
+static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, int cap_rows)
 {
     carver cv = {base, 0, 0};
-    size_t widest = 0;
+    size_t widest = 0, cap = (size_t)cap_rows;
     a->x = carve(&cv, cap, (size_t)m->cfg.in_dim);
     for (int l = 0; l < m->n_layers; l++) {
-        size_t w = (size_t)m->width[l + 1];
+        size_t w = (size_t)m->net.width[l + 1];
         a->pre[l] = carve(&cv, cap, w);
         if (l < m->n_layers - 1) {
             a->act[l] = carve(&cv, cap, w);
@@ -227,8 +195,10 @@ static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, size_t c
     a->probs = carve(&cv, cap, C);
     a->losses = carve(&cv, cap, 1);
     for (int l = 0; l < m->n_layers; l++)
-        a->dout[l] = carve(&cv, cap, (size_t)m->width[l + 1]);
+        a->dout[l] = carve(&cv, cap, (size_t)m->net.width[l + 1]);
     a->da = carve(&cv, cap, widest);
+    size_t scratch = mlp_scratch_floats(&m->net, 0, m->n_layers, cap_rows);
+    a->scratch = scratch > 0 ? carve(&cv, scratch, 1) : NULL;
     return cv.overflow ? 0 : cv.used;
 }
 
@@ -240,7 +210,7 @@ static int plan_acts(model_mlp *m, int B, vl_error *err)
     if (a->mem && B <= a->cap)
         return 0;
     free_acts(m);
-    size_t n = layout_acts(m, a, NULL, (size_t)B);
+    size_t n = layout_acts(m, a, NULL, B);
     if (n == 0 || n > SIZE_MAX / sizeof(float))
         return vl_fail(err, VL_EINVAL, "mlp: activations for %d rows do not fit in memory", B);
     a->mem = malloc(n * sizeof(float));
@@ -249,7 +219,7 @@ static int plan_acts(model_mlp *m, int B, vl_error *err)
         free_acts(m);
         return vl_fail(err, VL_ENOMEM, "mlp: cannot allocate activations for %d rows", B);
     }
-    layout_acts(m, a, a->mem, (size_t)B);
+    layout_acts(m, a, a->mem, B);
     a->cap = B;
     return 0;
 }
@@ -268,7 +238,7 @@ static int check_batch(const model_mlp *m, const float *x, const int *labels, in
         return vl_fail(err, VL_EINVAL, "mlp forward: no inputs");
     /* The kernels index with int: every [B, width] buffer must stay
      * addressable as one. */
-    int rc = mlp_check_rows(B, m->width, m->n_layers + 1, "mlp forward", err);
+    int rc = mlp_check_rows(B, m->net.width, m->n_layers + 1, "mlp forward", err);
     if (rc != 0)
         return rc;
     return labels ? check_labels(m, labels, B, err) : 0;
@@ -290,9 +260,9 @@ static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, 
     memcpy(a->x, x, (size_t)B * (size_t)m->cfg.in_dim * sizeof(float));
     const float *in = a->x;
     for (int l = 0; l < m->n_layers; l++) {
-        int IN = m->width[l], OUT = m->width[l + 1];
-        kernels_matmul_forward(a->pre[l], in, P + m->tensors[2 * l].offset,
-                               P + m->tensors[2 * l + 1].offset, B, IN, OUT);
+        int OUT = m->net.width[l + 1];
+        mlp_layer_forward(&m->net.layer[l], a->pre[l], in, P + m->tensors[2 * l].offset,
+                          P + m->tensors[2 * l + 1].offset, B, a->scratch);
         if (l < m->n_layers - 1) {
             kernels_gelu_forward(a->act[l], a->pre[l], (size_t)B * OUT);
             in = a->act[l];
@@ -353,14 +323,13 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
      * layer below gets d(act) in da, which GELU's backward turns into
      * dout[l - 1]. The kernels add, so both are zeroed first. */
     for (int l = m->n_layers - 1; l >= 0; l--) {
-        int IN = m->width[l], OUT = m->width[l + 1];
         const float *in = l > 0 ? a->act[l - 1] : a->x;
-        size_t nin = (size_t)B * IN;
+        size_t nin = (size_t)B * (size_t)m->net.width[l];
         if (l > 0)
             memset(a->da, 0, nin * sizeof(float));
-        kernels_matmul_backward(l > 0 ? a->da : NULL, G + m->tensors[2 * l].offset,
-                                G + m->tensors[2 * l + 1].offset, a->dout[l], in,
-                                P + m->tensors[2 * l].offset, B, IN, OUT);
+        mlp_layer_backward(&m->net.layer[l], l > 0 ? a->da : NULL, G + m->tensors[2 * l].offset,
+                           G + m->tensors[2 * l + 1].offset, a->dout[l], in,
+                           P + m->tensors[2 * l].offset, B, a->scratch);
         if (l > 0) {
             memset(a->dout[l - 1], 0, nin * sizeof(float));
             kernels_gelu_backward(a->dout[l - 1], a->pre[l - 1], a->da, nin);
@@ -370,13 +339,26 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
     return 0;
 }
 
+/* K-FAC's factors (model_mlp_layer_io) describe linear layers only. */
+static int check_dense_only(const model_mlp *m, const char *what, vl_error *err)
+{
+    if (m->net.n_conv > 0)
+        return vl_fail(err, VL_EINVAL,
+                       "%s: K-FAC takes dense-only models; this one has %d conv layers", what,
+                       m->net.n_conv);
+    return 0;
+}
+
 int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
 {
+    int rc = check_dense_only(m, "mlp output gradients", err);
+    if (rc != 0)
+        return rc;
     if (!m->have_output)
         return vl_fail(err, VL_EINVAL, "mlp output gradients: needs a forward pass first");
     if (labels == NULL)
         return vl_fail(err, VL_EINVAL, "mlp output gradients: no labels");
-    int rc = check_labels(m, labels, m->B, err);
+    rc = check_labels(m, labels, m->B, err);
     if (rc != 0)
         return rc;
     mlp_acts *a = &m->acts;
@@ -387,7 +369,7 @@ int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
     /* The same chain as model_mlp_backward without the weight gradients:
      * d(act) = dout W^T, then GELU's backward. */
     for (int l = L - 1; l > 0; l--) {
-        int IN = m->width[l], OUT = m->width[l + 1];
+        int IN = m->net.width[l], OUT = m->net.width[l + 1];
         size_t nin = (size_t)B * IN;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, IN, OUT, 1.0f, a->dout[l], OUT,
                     P + m->tensors[2 * l].offset, OUT, 0.0f, a->da, IN);
@@ -401,6 +383,9 @@ int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
 int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float **dy, int *B,
                        vl_error *err)
 {
+    int rc = check_dense_only(m, "mlp layer io", err);
+    if (rc != 0)
+        return rc;
     if (l < 0 || l >= m->n_layers)
         return vl_fail(err, VL_EINVAL, "mlp layer %d: the model has layers 0..%d", l,
                        m->n_layers - 1);
@@ -483,11 +468,11 @@ int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *e
     if (c == NULL)
         return vl_fail(err, VL_EINVAL, "fed synth config: missing");
     const char *cfg = "fed synth config";
-    int rc = check_field(cfg, "dim", c->dim, 1, MODEL_MLP_MAX_WIDTH, err);
+    int rc = mlp_check_field(cfg, "dim", c->dim, 1, MODEL_MLP_MAX_WIDTH, err);
     if (rc == 0)
-        rc = check_field(cfg, "n_classes", c->n_classes, 2, MODEL_MLP_MAX_WIDTH, err);
+        rc = mlp_check_field(cfg, "n_classes", c->n_classes, 2, MODEL_MLP_MAX_WIDTH, err);
     if (rc == 0)
-        rc = check_field(cfg, "modes", c->modes, 1, MODEL_FED_MAX_MODES, err);
+        rc = mlp_check_field(cfg, "modes", c->modes, 1, MODEL_FED_MAX_MODES, err);
     if (rc != 0)
         return rc;
     /* Written so NaN fails every comparison and is refused. */

@@ -3,9 +3,9 @@
  * keeps the whole model's memory discipline (mlp.c): parameters and
  * gradients are two flat vectors laid out as the whole model's slice, and
  * every activation of a batch lives in one allocation planned for the
- * largest batch seen. The passes call the CPU kernels exactly as
- * model_mlp_forward and model_mlp_backward do, layer by layer, so a chain
- * of parts reproduces the whole model's loss and gradients.
+ * largest batch seen. The passes run each layer through mlp_layers.c
+ * exactly as model_mlp_forward and model_mlp_backward do, so a chain of
+ * parts reproduces the whole model's loss and gradients.
  */
 #include <math.h>
 #include <stdint.h>
@@ -19,9 +19,9 @@
 #include "model/mlp_part.h"
 
 /* Activations of one planned capacity, all views into mem. Local layer k
- * (global layer first + k) maps its input (x, or act[k-1]) to pre[k]; for
- * a hidden layer act[k] = gelu(pre[k]), for the classifier pre[k] is the
- * logits. */
+ * (global layer first + k, conv or dense) maps its input (x, or act[k-1])
+ * to pre[k]; for a hidden layer act[k] = gelu(pre[k]), for the classifier
+ * pre[k] is the logits. */
 typedef struct part_acts {
     float *mem;
     int cap;  /* rows planned for */
@@ -35,15 +35,18 @@ typedef struct part_acts {
      * activation between two of the part's layers */
     float *dout[MLP_MAX_LAYERS];
     float *da;
-    float *probs;  /* [cap, C], head only */
-    float *losses; /* [cap], head only */
+    float *probs;   /* [cap, C], head only */
+    float *losses;  /* [cap], head only */
+    float *scratch; /* the conv layers' (mlp_scratch_floats), NULL without */
 } part_acts;
 
 struct model_mlp_part {
     model_mlp_config cfg;
     int first, last;
     int n;                            /* last - first layers */
-    int head;                         /* last == n_hidden + 1 */
+    int head;                         /* last == the model's layer count */
+    const mlp_layer *layer;           /* local layer k is net.layer[first + k] */
+    mlp_net net;                      /* the whole model's layers */
     int width[MLP_MAX_LAYERS + 1];    /* width[k]: input of local layer k; width[n]: output */
     size_t woff[MLP_MAX_LAYERS];      /* local layer k's weight, in the part's vectors */
     size_t boff[MLP_MAX_LAYERS];      /* and its bias */
@@ -57,15 +60,16 @@ struct model_mlp_part {
 
 /* ---- the slice ---------------------------------------------------------------- */
 
-/* Validates cfg and the range, and fills width (the whole model's) so the
+/* Validates cfg and the range, and fills net (the whole model's) so the
  * callers can measure. */
-static int check_range(const model_mlp_config *cfg, int first, int last,
-                       int width[MLP_MAX_LAYERS + 1], vl_error *err)
+static int check_range(const model_mlp_config *cfg, int first, int last, mlp_net *net,
+                       vl_error *err)
 {
     int rc = model_mlp_config_validate(cfg, err);
     if (rc != 0)
         return rc;
-    int layers = mlp_widths(cfg, width);
+    mlp_net_build(cfg, net);
+    int layers = net->n_layers;
     if (first < 0 || last > layers || first >= last)
         return vl_fail(err, VL_EINVAL,
                        "mlp part: layers [%d, %d) are not a non-empty range within [0, %d)", first,
@@ -73,26 +77,26 @@ static int check_range(const model_mlp_config *cfg, int first, int last,
     return 0;
 }
 
-/* Floats of linear layer l's weight and bias (fits: the config check
- * bounds the whole model's count). */
-static size_t layer_floats(const int *width, int l)
+/* Floats of layer l's weight and bias (fits: the config check bounds the
+ * whole model's count). */
+static size_t layer_floats(const mlp_net *net, int l)
 {
-    return (size_t)width[l] * (size_t)width[l + 1] + (size_t)width[l + 1];
+    return net->layer[l].wsize + net->layer[l].bsize;
 }
 
 int model_mlp_part_offset(const model_mlp_config *cfg, int first, int last, size_t *offset,
                           size_t *count, vl_error *err)
 {
-    int width[MLP_MAX_LAYERS + 1];
-    int rc = check_range(cfg, first, last, width, err);
+    mlp_net net;
+    int rc = check_range(cfg, first, last, &net, err);
     if (rc != 0)
         return rc;
     size_t off = 0, n = 0;
     for (int l = 0; l < last; l++) {
         if (l < first)
-            off += layer_floats(width, l);
+            off += layer_floats(&net, l);
         else
-            n += layer_floats(width, l);
+            n += layer_floats(&net, l);
     }
     if (offset)
         *offset = off;
@@ -104,14 +108,14 @@ int model_mlp_part_offset(const model_mlp_config *cfg, int first, int last, size
 int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *in_dim,
                         int *out_dim, vl_error *err)
 {
-    int width[MLP_MAX_LAYERS + 1];
-    int rc = check_range(cfg, first, last, width, err);
+    mlp_net net;
+    int rc = check_range(cfg, first, last, &net, err);
     if (rc != 0)
         return rc;
     if (in_dim)
-        *in_dim = width[first];
+        *in_dim = net.width[first];
     if (out_dim)
-        *out_dim = width[last];
+        *out_dim = net.width[last];
     return 0;
 }
 
@@ -132,8 +136,8 @@ int model_mlp_part_create(const model_mlp_config *cfg, int first, int last,
     if (out == NULL)
         return vl_fail(err, VL_EINVAL, "mlp part: no output pointer");
     *out = NULL;
-    int width[MLP_MAX_LAYERS + 1];
-    int rc = check_range(cfg, first, last, width, err);
+    mlp_net net;
+    int rc = check_range(cfg, first, last, &net, err);
     if (rc != 0)
         return rc;
     model_mlp_part *p = calloc(1, sizeof *p);
@@ -143,14 +147,16 @@ int model_mlp_part_create(const model_mlp_config *cfg, int first, int last,
     p->first = first;
     p->last = last;
     p->n = last - first;
-    p->head = last == cfg->n_hidden + 1;
+    p->head = last == net.n_layers;
+    p->net = net;
+    p->layer = p->net.layer + first;
     size_t off = 0;
     for (int k = 0; k <= p->n; k++)
-        p->width[k] = width[first + k];
+        p->width[k] = net.width[first + k];
     for (int k = 0; k < p->n; k++) {
         p->woff[k] = off;
-        p->boff[k] = off + (size_t)p->width[k] * (size_t)p->width[k + 1];
-        off += layer_floats(p->width, k);
+        p->boff[k] = off + p->layer[k].wsize;
+        off += layer_floats(&net, first + k);
     }
     p->num_params = off;
     p->params = calloc(off, sizeof(float));
@@ -223,6 +229,9 @@ static size_t layout_acts(const model_mlp_part *p, part_acts *a, float *base, si
         a->probs = carve(&cv, cap, (size_t)p->width[p->n]);
         a->losses = carve(&cv, cap, 1);
     }
+    /* cap came from an int batch size. */
+    size_t scratch = mlp_scratch_floats(&p->net, p->first, p->last, (int)cap);
+    a->scratch = scratch > 0 ? carve(&cv, scratch, 1) : NULL;
     return cv.overflow ? 0 : cv.used;
 }
 
@@ -270,8 +279,9 @@ int model_mlp_part_forward(model_mlp_part *p, const float *x, int B, vl_error *e
     memcpy(a->x, x, (size_t)B * (size_t)p->width[0] * sizeof(float));
     const float *in = a->x;
     for (int k = 0; k < p->n; k++) {
-        int IN = p->width[k], OUT = p->width[k + 1];
-        kernels_matmul_forward(a->pre[k], in, P + p->woff[k], P + p->boff[k], B, IN, OUT);
+        int OUT = p->width[k + 1];
+        mlp_layer_forward(&p->layer[k], a->pre[k], in, P + p->woff[k], P + p->boff[k], B,
+                          a->scratch);
         if (is_hidden(p, k)) {
             kernels_gelu_forward(a->act[k], a->pre[k], (size_t)B * OUT);
             in = a->act[k];
@@ -297,7 +307,7 @@ int model_mlp_part_loss(model_mlp_part *p, const int *labels, float *loss, vl_er
     if (!p->head)
         return vl_fail(err, VL_EINVAL,
                        "mlp part loss: layers [%d, %d) do not include the classifier (layer %d)",
-                       p->first, p->last, p->cfg.n_hidden);
+                       p->first, p->last, p->net.n_layers - 1);
     if (!p->have_output)
         return vl_fail(err, VL_EINVAL, "mlp part loss: needs a forward pass first");
     if (labels == NULL)
@@ -345,14 +355,13 @@ int model_mlp_part_backward(model_mlp_part *p, const float *dy, float *dx, vl_er
      * its dout; the bottom layer's d(input) goes to dx. The kernels add,
      * so every target is zeroed first. */
     for (int k = top; k >= 0; k--) {
-        int IN = p->width[k], OUT = p->width[k + 1];
         const float *in = k > 0 ? a->act[k - 1] : a->x;
         float *dinp = k > 0 ? a->da : dx;
-        size_t nin = (size_t)B * IN;
+        size_t nin = (size_t)B * (size_t)p->width[k];
         if (dinp)
             memset(dinp, 0, nin * sizeof(float));
-        kernels_matmul_backward(dinp, G + p->woff[k], G + p->boff[k], a->dout[k], in,
-                                P + p->woff[k], B, IN, OUT);
+        mlp_layer_backward(&p->layer[k], dinp, G + p->woff[k], G + p->boff[k], a->dout[k], in,
+                           P + p->woff[k], B, a->scratch);
         if (k > 0) {
             memset(a->dout[k - 1], 0, nin * sizeof(float));
             kernels_gelu_backward(a->dout[k - 1], a->pre[k - 1], a->da, nin);

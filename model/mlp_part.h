@@ -11,15 +11,20 @@
  * model_mlp_forward and model_mlp_backward on the whole model, because the
  * parts run the same kernels in the same order.
  *
- * The model is a model_mlp_config: x[D] -> (Linear -> GELU) x n_hidden ->
- * Linear -> logits[C]. Its linear layers are numbered 0 .. n_hidden; layer
- * n_hidden is the classifier and has no GELU, every other layer's output is
- * taken after its GELU. A part holds layers [first, last), 0 <= first <
- * last <= n_hidden + 1, and its parameters are the slice
- * model_mlp_part_offset gives of the whole model's flat parameter vector
- * (fc.<first>.weight, fc.<first>.bias, ..., fc.<last-1>.bias), in the same
- * layout, so a party copies that slice in and out to exchange weights with
- * a model_mlp or an update.
+ * The model is a model_mlp_config: x[D] -> (Conv2d -> GELU) x n_conv ->
+ * (Linear -> GELU) x n_hidden -> Linear -> logits[C]. Its layers are
+ * numbered through the whole stack (model.h): conv layers 0 .. n_conv-1,
+ * then the dense ones, and the last, L-1 with L =
+ * model_mlp_config_num_layers(cfg), is the classifier and has no GELU;
+ * every other layer's output is taken after its GELU. A part holds layers
+ * [first, last), 0 <= first < last <= L, so a cut may fall after a conv
+ * layer: the activation crossing it is then that layer's [channels, H', W']
+ * output flattened, one row of channels*H'*W' floats per sample. Its
+ * parameters are the slice model_mlp_part_offset gives of the whole
+ * model's flat parameter vector (layer first's weight and bias, ..., layer
+ * last-1's bias: entries 2*first .. 2*last-1 of model_mlp_tensors), in the
+ * same layout, so a party copies that slice in and out to exchange weights
+ * with a model_mlp or an update.
  *
  * A part is not thread safe: one thread at a time. Functions that can fail
  * return 0 or a negative VL_E* code and describe the failure in err (which
@@ -44,14 +49,16 @@ typedef struct model_mlp_part model_mlp_part;
 /* The part [first, last) of cfg as a slice of the whole model's flat
  * parameter vector: *offset floats in, *count floats long (either pointer
  * may be NULL). Returns 0, or VL_EINVAL for an invalid cfg or a range
- * outside 0 <= first < last <= n_hidden + 1. */
+ * outside 0 <= first < last <= model_mlp_config_num_layers(cfg). */
 int model_mlp_part_offset(const model_mlp_config *cfg, int first, int last, size_t *offset,
                           size_t *count, vl_error *err) VL_MUST_CHECK;
 
-/* The width of the part's input (D for first 0, else hidden[first - 1])
- * and of its output (C when last is n_hidden + 1, else hidden[last - 1]),
- * so a party can size the activations it exchanges before creating the
- * part. Either pointer may be NULL. Returns 0 or VL_EINVAL as above. */
+/* The width of the part's input (D for first 0, else layer first-1's
+ * output width: a hidden width, or channels*H'*W' after a conv layer) and
+ * of its output (C when last is the layer count, else layer last-1's
+ * output width), so a party can size the activations it exchanges before
+ * creating the part. Either pointer may be NULL. Returns 0 or VL_EINVAL
+ * as above. */
 int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *in_dim,
                         int *out_dim, vl_error *err) VL_MUST_CHECK;
 
@@ -86,8 +93,9 @@ void model_mlp_part_range(const model_mlp_part *p, int *first, int *last);
 int model_mlp_part_in_dim(const model_mlp_part *p);
 int model_mlp_part_out_dim(const model_mlp_part *p);
 
-/* 1 when the part includes the classifier layer (last == n_hidden + 1), so
- * its output is logits and model_mlp_part_loss applies; 0 otherwise. */
+/* 1 when the part includes the classifier layer (last ==
+ * model_mlp_config_num_layers), so its output is logits and
+ * model_mlp_part_loss applies; 0 otherwise. */
 int model_mlp_part_has_head(const model_mlp_part *p);
 
 /* ---- passes ------------------------------------------------------------------- */

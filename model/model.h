@@ -323,25 +323,66 @@ void model_shard_close(model_shard *s);
  * [D,h0], "fc.0.bias" [h0], ..., "fc.<n_hidden>.weight" [h_last,C], then its
  * bias; weights [in,out] row-major as in kernels.h), and the gradients a
  * second vector with the same layout. Not thread safe; results are bitwise
- * reproducible for a given thread count. */
+ * reproducible for a given thread count.
+ *
+ * Optionally a small CNN: n_conv layers Conv2d -> GELU (NCHW, zero padding
+ * kernel/2, kernels_conv2d_forward) first, on x read as an image [C,H,W] =
+ * image[], the dense layers taking the last one's [channels, H', W']
+ * output flattened. Layers are numbered conv first, then the dense hidden
+ * layers, then the classifier: model_mlp_config_num_layers = n_conv +
+ * n_hidden + 1. Conv layer i's tensors are "conv.<i>.weight" [channels,
+ * C_in*kernel*kernel] (PyTorch's [out, in, k, k] in memory order) and
+ * "conv.<i>.bias"; dense layers keep fc.0 .. fc.<n_hidden>, counted among
+ * the dense ones, so a model without conv layers is the plain MLP. The
+ * table and flat vector go in layer order: entries 2l and 2l+1 are layer
+ * l's weight and bias. */
 
 #define MODEL_MLP_MAX_HIDDEN 4
-#define MODEL_MLP_MAX_WIDTH (1 << 16) /* bound on D, every hidden width and C */
+#define MODEL_MLP_MAX_CONV 4 /* conv layers, in front of the dense ones */
+#define MODEL_MLP_MAX_LAYERS (MODEL_MLP_MAX_CONV + MODEL_MLP_MAX_HIDDEN + 1) /* all kinds */
+#define MODEL_MLP_MAX_WIDTH (1 << 16) /* bound on D, every layer's output width and C */
 #define MODEL_MLP_MAX_PARAMS ((size_t)1 << 30)
+#define MODEL_MLP_MAX_KERNEL 15
+#define MODEL_MLP_MAX_STRIDE 8
+/* Bound on one image's conv scratch (kernels_conv2d_scratch_floats), 16 MB:
+ * im2col is k*k times a layer's input, up to 15*15 * 2^16 floats. */
+#define MODEL_MLP_MAX_CONV_SCRATCH ((size_t)1 << 22)
+
+/* One convolution layer of model_mlp_config. */
+typedef struct model_mlp_conv {
+    int channels; /* output channels, >= 1 (the output C*H'*W' <= MODEL_MLP_MAX_WIDTH) */
+    int kernel;   /* square kernel side, 1 .. MODEL_MLP_MAX_KERNEL */
+    int stride;   /* 1 .. MODEL_MLP_MAX_STRIDE */
+} model_mlp_conv;
 
 typedef struct model_mlp_config {
     int in_dim;                       /* D */
     int n_hidden;                     /* 1 .. MODEL_MLP_MAX_HIDDEN */
     int hidden[MODEL_MLP_MAX_HIDDEN]; /* widths of the hidden layers; first n_hidden used */
     int n_classes;                    /* C >= 2 */
+    /* The conv front end; all 0 (a designated initialiser's default) is none. */
+    int n_conv;                             /* 0 .. MODEL_MLP_MAX_CONV */
+    int image[3];                           /* [C, H, W] of an input, C*H*W = D, when n_conv > 0 */
+    model_mlp_conv conv[MODEL_MLP_MAX_CONV]; /* first n_conv used */
 } model_mlp_config;
 
 typedef struct model_mlp model_mlp;
 
 /* Checks every width is in [1, MODEL_MLP_MAX_WIDTH] (C in [2, ...]), the
- * hidden-layer count, and that the parameter count stays under
- * MODEL_MLP_MAX_PARAMS. Returns 0 or VL_EINVAL naming the field. */
+ * hidden-layer count, the conv layers (count, image shape against D, each
+ * kernel, stride, output width and per-image scratch under
+ * MODEL_MLP_MAX_CONV_SCRATCH), and that the parameter count stays under
+ * MODEL_MLP_MAX_PARAMS. Every product is formed in 64 bits, so any int
+ * values can be checked. Returns 0 or VL_EINVAL naming the field. */
 int model_mlp_config_validate(const model_mlp_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* The number of layers of a valid cfg, n_conv + n_hidden + 1: what layer
+ * indices (split learning's cuts, model_mlp_part ranges) run up to. */
+int model_mlp_config_num_layers(const model_mlp_config *cfg);
+
+/* Whether two valid configurations describe the same model: every field
+ * that is in use equal (unused hidden and conv entries ignored). 1 or 0. */
+int model_mlp_config_equal(const model_mlp_config *a, const model_mlp_config *b);
 
 /* Validates cfg and creates a model with zeroed parameters and zeroed
  * gradients (both allocated here, so model_mlp_grads is never NULL);
@@ -354,9 +395,11 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
 void model_mlp_destroy(model_mlp *m);
 
 /* Deterministic initialisation from the common rng (same seed, same weights
- * everywhere): hidden weights normal with variance 2/fan_in (He, suited to
- * GELU), output weights with variance 0.01/fan_in so the initial logits are
- * nearly equal and the loss starts near ln C, all biases 0. */
+ * everywhere), layer by layer in table order: conv and hidden weights
+ * normal with variance 2/fan_in (He, suited to GELU; a conv layer's fan_in
+ * is C_in*kernel*kernel), output weights with variance 0.01/fan_in so the
+ * initial logits are nearly equal and the loss starts near ln C, all
+ * biases 0. */
 void model_mlp_init_weights(model_mlp *m, uint64_t seed);
 
 model_mlp_config model_mlp_config_get(const model_mlp *m);
@@ -368,7 +411,7 @@ float *model_mlp_params(model_mlp *m);
 float *model_mlp_grads(model_mlp *m);
 
 /* Sets *out to the tensor table (owned by the model) and returns its length
- * 2 * (n_hidden + 1). */
+ * 2 * (n_conv + n_hidden + 1). */
 int model_mlp_tensors(const model_mlp *m, const model_tensor **out);
 
 /* Forward pass over x[B,D] (row-major). With labels[B] (each in [0, C)) it
@@ -395,16 +438,18 @@ int model_mlp_backward(model_mlp *m, vl_error *err) VL_MUST_CHECK;
 /* Recomputes the output gradients of every layer (what model_mlp_layer_io
  * returns) for other labels[B] on the last forward pass, without touching
  * the parameter gradients: K-FAC's Fisher wants labels drawn from the
- * model's own predictions rather than the training labels. Returns 0 or
- * VL_EINVAL (no forward pass, labels missing or out of range). */
+ * model's own predictions rather than the training labels. Dense-only
+ * models. Returns 0 or VL_EINVAL (conv layers, no forward pass, labels
+ * missing or out of range). */
 int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err) VL_MUST_CHECK;
 
 /* Layer l's (0 .. n_hidden) input x [B, in] and the gradient of the mean
  * loss with respect to its output (before the activation) dy [B, out], as
  * the last model_mlp_backward or model_mlp_output_grads left them: what
  * K-FAC folds into its factors. Both are owned by the model and valid
- * until the next forward or evaluation; *B gets the batch size. Returns 0
- * or VL_EINVAL (l out of range, or no backward since the last forward). */
+ * until the next forward or evaluation; *B gets the batch size. Dense-only
+ * models. Returns 0 or VL_EINVAL (conv layers, l out of range, or no
+ * backward since the last forward). */
 int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float **dy, int *B,
                        vl_error *err) VL_MUST_CHECK;
 

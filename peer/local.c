@@ -143,13 +143,6 @@ static void replace_model(peer_trainer *t, model_mlp *m, float *base, float *del
     t->delta = delta;
 }
 
-static int same_config(const model_mlp_config *a, const model_mlp_config *b) {
-    if (a->in_dim != b->in_dim || a->n_hidden != b->n_hidden || a->n_classes != b->n_classes)
-        return 0;
-    for (int i = 0; i < a->n_hidden; i++)
-        if (a->hidden[i] != b->hidden[i]) return 0;
-    return 1;
-}
 
 int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
                           vl_error *err) {
@@ -158,7 +151,7 @@ int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int
     if (rc) return rc;
     if (t->mlp) {
         model_mlp_config have = model_mlp_config_get(t->mlp);
-        if (same_config(&have, &cfg)) {
+        if (model_mlp_config_equal(&have, &cfg)) {
             if ((rc = model_mlp_load_safetensors(t->mlp, f, err))) return rc;
             memcpy(t->base, model_mlp_params(t->mlp), t->n_params * sizeof *t->base);
             t->base_version = version;

@@ -19,7 +19,7 @@
 #define SPLIT_REPLY_CAP (SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536)
 #define SPLIT_IDLE_S 60
 /* Most tensors a slice of the model has (its layers' weights and biases). */
-#define SLICE_TENSORS (2 * (MODEL_MLP_MAX_HIDDEN + 1))
+#define SLICE_TENSORS (2 * MODEL_MLP_MAX_LAYERS)
 
 /* The peer's layers of one kind: a part of the model and where its
  * parameters lie in the flat vector. */
@@ -421,7 +421,8 @@ static int split_steps(peer_trainer *t, const peer_task *k, peer_local *l, peer_
 static int prepare(peer_trainer *t, const model_mlp_config *c, const peer_task *k,
                    split_bufs *b, vl_error *err) {
     int rc = slice_make(c, 0, k->split_cut, &b->lower, err);
-    if (!rc && k->split_u) rc = slice_make(c, c->n_hidden, c->n_hidden + 1, &b->head, err);
+    const int layers = model_mlp_config_num_layers(c);
+    if (!rc && k->split_u) rc = slice_make(c, layers - 1, layers, &b->head, err);
     if (rc) return rc;
     b->q = model_mlp_part_out_dim(b->lower.part);
     b->h = k->split_u ? model_mlp_part_in_dim(b->head.part) : 0;
@@ -450,7 +451,8 @@ int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, p
     int rc = peer_local_check(t, k, l, err);
     if (rc) return rc;
     model_mlp_config c = model_mlp_config_get(t->mlp);
-    int top = k->split_u ? c.n_hidden - 1 : c.n_hidden;
+    const int layers = model_mlp_config_num_layers(&c);
+    int top = k->split_u ? layers - 2 : layers - 1;
     if (k->split_cut < 1 || k->split_cut > top)
         return vl_fail(err, VL_EINVAL, "task: split cut %d outside 1..%d", k->split_cut, top);
     if (k->split_alpha > 0 && k->batch < 2)

@@ -303,7 +303,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         if (!t->local)
             return vl_fail(err, VL_EINVAL, "task: split learning needs the peer's own data "
                                            "(data.kind \"local\")");
-        if ((rc = get_int(sp, "split", "cut", 1, MODEL_MLP_MAX_HIDDEN, &v, err))) return rc;
+        if ((rc = get_int(sp, "split", "cut", 1, MODEL_MLP_MAX_LAYERS - 1, &v, err))) return rc;
         t->split_cut = (int)v;
         if ((rc = get_real(sp, "split", "alpha", 0, 0, 1e3, 0, &t->split_alpha, err))) return rc;
         char sdt[16];

@@ -16,6 +16,8 @@
 # gradient at the cut back).
 # With "flight" the run is plain but each peer keeps up to three batches
 # at the coordinator at once (split.in_flight), over three connections.
+# With "conv" the model starts with a convolution (8 channels, 5x5,
+# stride 2) and the cut is after it: the peers send 8x14x14 activations.
 source "$(dirname "$0")/lib.sh"
 SHAPE=${1:-plain}
 U=false
@@ -27,13 +29,21 @@ FM=/usr/share/datasets/fashion-mnist
 VERSIONS=6
 B=32
 Q=64
+MODEL="{\"kind\": \"mlp\", \"in_dim\": 784, \"hidden\": [$Q, 32], \"classes\": 10}"
+# Parameters of the whole model, for the size of an update.
+n=$((784 * Q + Q + Q * 32 + 32 + 32 * 10 + 10))
+if [ "$SHAPE" = conv ]; then
+  Q=$((8 * 14 * 14))
+  MODEL='{"kind": "mlp", "in_dim": 784, "image": [1, 28, 28], "conv": [{"channels": 8, "kernel": 5, "stride": 2}], "hidden": [32], "classes": 10}'
+  n=$((8 * 25 + 8 + Q * 32 + 32 + 32 * 10 + 10))
+fi
 ALPHA=${IT_SPLIT_ALPHA:-0.1}
 it_files
 cat > run.json <<JSON
 {
   "name": "itsplit",
   "seed": 7,
-  "model": {"kind": "mlp", "in_dim": 784, "hidden": [$Q, 32], "classes": 10},
+  "model": $MODEL,
   "data": {"kind": "local", "test_images": "$FM/t10k-images-idx3-ubyte.gz",
            "test_labels": "$FM/t10k-labels-idx1-ubyte.gz"},
   "mode": "split",
@@ -87,7 +97,6 @@ fi
 # nothing): split requests are B x Q floats, B labels (none when
 # U-shaped) and a header, backward ones B x (Q + 32) floats and a header;
 # updates are a model's dense delta and a header; the rest is small JSON.
-n=$((784 * Q + Q + Q * 32 + 32 + 32 * 10 + 10))
 awk -v b=$B -v q=$Q -v n=$n -v u="$([ "$SHAPE" = u ] && echo 1 || echo 0)" '
   / in=[0-9]+B / && / 20[02] / {
     match($0, / in=[0-9]+B /); v = substr($0, RSTART + 4, RLENGTH - 6) + 0

@@ -4,7 +4,10 @@
  * count without a model, checkpoint files through safetensors bit for bit
  * and the files a load must refuse without touching the model, and the
  * AdamW step over a tensor table against a plain double-precision
- * reference that decays the weights and not the biases.
+ * reference that decays the weights and not the biases. The same for a
+ * model with a convolution front end: its JSON (exact bytes, round trip),
+ * parameter count, tensor table (names, shapes, layer order) and
+ * checkpoint files; test_mlp_conv.c has what its configuration refuses.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -34,13 +37,18 @@ static model_mlp *make(model_mlp_config c, uint64_t seed)
 
 static int config_equal(const model_mlp_config *a, const model_mlp_config *b)
 {
-    if (a->in_dim != b->in_dim || a->n_hidden != b->n_hidden || a->n_classes != b->n_classes)
-        return 0;
-    for (int i = 0; i < a->n_hidden; i++)
-        if (a->hidden[i] != b->hidden[i])
-            return 0;
-    return 1;
+    return model_mlp_config_equal(a, b);
 }
+
+/* The small CNN of the Fashion-MNIST runs. */
+static const model_mlp_config FASHION_CNN = {
+    .in_dim = 784, .n_hidden = 1, .hidden = {128}, .n_classes = 10, .n_conv = 2,
+    .image = {1, 28, 28}, .conv = {{16, 5, 2}, {32, 5, 2}}};
+
+/* A small odd one: image 2x5x3, conv 3 channels k3 s1 then 2 channels k2 s2. */
+static const model_mlp_config SMALL_CNN = {
+    .in_dim = 30, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4, .n_conv = 2,
+    .image = {2, 5, 3}, .conv = {{3, 3, 1}, {2, 2, 2}}};
 
 /* ---- configuration JSON -------------------------------------------------- */
 
@@ -591,6 +599,151 @@ static void test_adamw_refusals(void **state)
     model_mlp_destroy(m);
 }
 
+/* ---- the convolution front end --------------------------------------------- */
+
+static void test_conv_config_json(void **state)
+{
+    (void)state;
+    char js[MODEL_MLP_JSON_MAX];
+    OK(model_mlp_config_json(&FASHION_CNN, js, sizeof js));
+    assert_string_equal(js, "{\"kind\":\"mlp\",\"in_dim\":784,\"image\":[1,28,28],\"conv\":["
+                            "{\"channels\":16,\"kernel\":5,\"stride\":2},"
+                            "{\"channels\":32,\"kernel\":5,\"stride\":2}],"
+                            "\"hidden\":[128],\"classes\":10}");
+    assert_true(model_mlp_config_is_mlp(js, strlen(js)));
+
+    const model_mlp_config cases[] = {
+        FASHION_CNN,
+        SMALL_CNN,
+        {.in_dim = 1, .n_hidden = 1, .hidden = {1}, .n_classes = 2, .n_conv = 1,
+         .image = {1, 1, 1}, .conv = {{1, 1, 1}}},
+        {.in_dim = 3 * 8 * 8, .n_hidden = 4, .hidden = {5, 4, 3, 2}, .n_classes = 3,
+         .n_conv = 4, .image = {3, 8, 8}, .conv = {{4, 3, 1}, {5, 4, 2}, {6, 15, 8}, {2, 1, 1}}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        OK(model_mlp_config_validate(&cases[i], &e_));
+        OK(model_mlp_config_json(&cases[i], js, sizeof js));
+        model_mlp_config back;
+        memset(&back, 0x5a, sizeof back);
+        OK(model_mlp_config_parse(js, strlen(js), &back, &e_));
+        if (!config_equal(&back, &cases[i]))
+            fail_msg("case %zu: %s did not parse back to the same configuration", i, js);
+        char again[MODEL_MLP_JSON_MAX];
+        OK(model_mlp_config_json(&back, again, sizeof again));
+        assert_string_equal(again, js);
+    }
+
+    /* The brief's own text: any spacing, and a left-out stride is 1. */
+    const char *loose = "{\"kind\": \"mlp\", \"in_dim\": 784, \"image\": [1, 28, 28], \"conv\": "
+                        "[{\"channels\": 16, \"kernel\": 5, \"stride\": 2}, {\"kernel\": 5, "
+                        "\"channels\": 32, \"stride\": 2}], \"hidden\": [128], \"classes\": 10}";
+    model_mlp_config c;
+    OK(model_mlp_config_parse(loose, strlen(loose), &c, &e_));
+    assert_true(config_equal(&c, &FASHION_CNN));
+    const char *unstrided = "{\"kind\":\"mlp\",\"in_dim\":30,\"image\":[2,5,3],\"conv\":["
+                            "{\"channels\":3,\"kernel\":3},{\"channels\":2,\"kernel\":2,"
+                            "\"stride\":2}],\"hidden\":[7,3],\"classes\":4}";
+    OK(model_mlp_config_parse(unstrided, strlen(unstrided), &c, &e_));
+    assert_true(config_equal(&c, &SMALL_CNN));
+    assert_int_equal(c.conv[0].stride, 1);
+
+    /* Every field at its bound still fits the promised room. */
+    model_mlp_config widest = {.in_dim = MODEL_MLP_MAX_WIDTH, .n_hidden = MODEL_MLP_MAX_HIDDEN,
+                               .n_classes = MODEL_MLP_MAX_WIDTH, .n_conv = MODEL_MLP_MAX_CONV,
+                               .image = {MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_WIDTH,
+                                         MODEL_MLP_MAX_WIDTH}};
+    for (int i = 0; i < MODEL_MLP_MAX_HIDDEN; i++)
+        widest.hidden[i] = MODEL_MLP_MAX_WIDTH;
+    for (int i = 0; i < MODEL_MLP_MAX_CONV; i++)
+        widest.conv[i] = (model_mlp_conv){MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_KERNEL,
+                                          MODEL_MLP_MAX_STRIDE};
+    OK(model_mlp_config_json(&widest, js, MODEL_MLP_JSON_MAX));
+    /* And a buffer one byte short of the text is refused, not cut. */
+    OK(model_mlp_config_json(&FASHION_CNN, js, sizeof js));
+    assert_int_equal(model_mlp_config_json(&FASHION_CNN, js, strlen(js)), VL_EINVAL);
+}
+
+static void test_conv_tensors(void **state)
+{
+    (void)state;
+    /* By hand: conv 16*1*25 + 16, conv 32*16*25 + 32; 28 -> 14 -> 7, so the
+     * dense input is 32*7*7 = 1568: 1568*128 + 128, then 128*10 + 10. */
+    assert_int_equal(model_mlp_config_num_params(&FASHION_CNN),
+                     416 + 12832 + 200832 + 1290);
+    static const struct {
+        const char *name;
+        size_t d0, d1; /* d1 0 for a bias */
+    } want[] = {{"conv.0.weight", 16, 25},   {"conv.0.bias", 16, 0},
+                {"conv.1.weight", 32, 400},  {"conv.1.bias", 32, 0},
+                {"fc.0.weight", 1568, 128},  {"fc.0.bias", 128, 0},
+                {"fc.1.weight", 128, 10},    {"fc.1.bias", 10, 0}};
+    model_mlp *m = make(FASHION_CNN, 1);
+    const model_tensor *t;
+    int nt = model_mlp_tensors(m, &t);
+    assert_int_equal(nt, 8);
+    size_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        assert_string_equal(t[i].name, want[i].name);
+        assert_int_equal(t[i].ndim, want[i].d1 ? 2 : 1);
+        assert_int_equal(t[i].shape[0], want[i].d0);
+        if (want[i].d1)
+            assert_int_equal(t[i].shape[1], want[i].d1);
+        assert_int_equal(t[i].offset, off); /* in layer order, back to back */
+        off += t[i].numel;
+    }
+    assert_int_equal(off, model_mlp_num_params(m));
+    assert_int_equal(off, model_mlp_config_num_params(&FASHION_CNN));
+    model_mlp_destroy(m);
+    m = make(SMALL_CNN, 1);
+    assert_int_equal(model_mlp_num_params(m), model_mlp_config_num_params(&SMALL_CNN));
+    model_mlp_destroy(m);
+}
+
+static void test_conv_safetensors_round_trip(void **state)
+{
+    (void)state;
+    model_mlp *a = make(SMALL_CNN, 3);
+    randomise(a, 17);
+    st_writer w;
+    st_writer_init(&w);
+    OK(model_mlp_write_safetensors(a, &w));
+    buf b;
+    buf_init(&b, 0);
+    OK(st_writer_finish(&w, &b, &e_));
+    st_writer_free(&w);
+    st_file f;
+    OK(st_parse(b.data, b.len, &f, &e_));
+    assert_int_equal(f.ntensors, 2 * model_mlp_config_num_layers(&SMALL_CNN));
+    const st_tensor *c1 = st_find(&f, "conv.1.weight");
+    assert_non_null(c1);
+    assert_int_equal(c1->shape[0], 2);
+    assert_int_equal(c1->shape[1], 3 * 2 * 2);
+    const st_tensor *f0 = st_find(&f, "fc.0.weight");
+    assert_non_null(f0);
+    /* 5x3 under kernel 3 stride 1 stays 5x3; under kernel 2 stride 2
+     * becomes 3x2: 2 channels of 3x2 = 12 inputs. */
+    assert_int_equal(f0->shape[0], 12);
+    assert_int_equal(f0->shape[1], 7);
+    const char *js = st_meta_get(&f, "model");
+    assert_non_null(js);
+    model_mlp_config back;
+    OK(model_mlp_config_parse(js, strlen(js), &back, &e_));
+    assert_true(config_equal(&back, &SMALL_CNN));
+    model_mlp *fresh = make(back, 99);
+    OK(model_mlp_load_safetensors(fresh, &f, &e_));
+    assert_memory_equal(model_mlp_params(fresh), model_mlp_params(a),
+                        model_mlp_num_params(a) * sizeof(float));
+    /* A plain MLP's model cannot take the CNN's file. */
+    model_mlp *plain = make(SMALL, 1);
+    vl_error e = {0};
+    assert_int_not_equal(model_mlp_load_safetensors(plain, &f, &e), 0);
+    st_free(&f);
+    buf_free(&b);
+    model_mlp_destroy(plain);
+    model_mlp_destroy(fresh);
+    model_mlp_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +756,9 @@ int main(void)
         cmocka_unit_test(test_load_f16),
         cmocka_unit_test(test_adamw_matches_reference),
         cmocka_unit_test(test_adamw_refusals),
+        cmocka_unit_test(test_conv_config_json),
+        cmocka_unit_test(test_conv_tensors),
+        cmocka_unit_test(test_conv_safetensors_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,13 @@
  * alpha * dCor(X, Z), and differs from the gradient without it; slices and
  * widths agree with the whole model's tensor table; bad ranges, batch
  * sizes, labels and call orders are refused with VL_EINVAL.
+ *
+ * With a convolution front end: the whole model's loss and logits against
+ * a direct-loop double-precision reference and every gradient against
+ * central differences of it; parts at every cut (after each conv layer
+ * too), in twos, threes and U shapes, against the whole model; a batch
+ * larger than a conv layer's chunk against its rows one at a time; the
+ * slices; and K-FAC's accessors refusing a model with conv layers.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -116,13 +123,14 @@ static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds
     OK(model_mlp_forward(m, x, y, B, &ref, &e_));
     OK(model_mlp_backward(m, &e_));
 
-    model_mlp_part *parts[MODEL_MLP_MAX_HIDDEN + 1];
+    model_mlp_part *parts[MODEL_MLP_MAX_LAYERS];
     size_t total = 0;
+    int L = model_mlp_config_num_layers(&c);
     for (int i = 0; i < n; i++) {
-        int last = i + 1 < n ? first[i + 1] : c.n_hidden + 1;
+        int last = i + 1 < n ? first[i + 1] : L;
         parts[i] = make_part(m, first[i], last);
         total += model_mlp_part_num_params(parts[i]);
-        assert_int_equal(model_mlp_part_has_head(parts[i]), last == c.n_hidden + 1);
+        assert_int_equal(model_mlp_part_has_head(parts[i]), last == L);
     }
     size_t np = model_mlp_num_params(m);
     assert_int_equal(total, np);
@@ -395,6 +403,273 @@ static void test_refusals(void **state)
     model_mlp_part_destroy(NULL);
 }
 
+/* ---- the convolution front end ------------------------------------------------ */
+
+/* Image 2x6x5; conv 3 channels k3 s1 (3x6x5 = 90), conv 4 channels k3 s2
+ * (4x3x3 = 36); dense 6; 4 classes. Layers 0, 1 conv, 2 hidden, 3 the
+ * classifier. */
+static const model_mlp_config CNN = {.in_dim = 60, .n_hidden = 1, .hidden = {6}, .n_classes = 4,
+                                     .n_conv = 2, .image = {2, 6, 5},
+                                     .conv = {{3, 3, 1}, {4, 3, 2}}};
+static const int CNN_WIDTH[] = {60, 90, 36, 6, 4};
+
+static double gelu_ref(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+
+/* Mean cross-entropy of the model with parameters p (double, the flat
+ * layout: per layer weight then bias) on x[B, D], y[B], by the plain
+ * definitions in double: a convolution as the sum over channels and the
+ * kernel window with zeros outside the image, a dense layer as W[in, out].
+ * logits[B, C] may be NULL. */
+static double ref_loss(const model_mlp_config *c, const double *p, const float *x, const int *y,
+                       int B, double *logits)
+{
+    double *cur = malloc(MODEL_MLP_MAX_WIDTH * sizeof *cur);
+    double *next = malloc(MODEL_MLP_MAX_WIDTH * sizeof *next);
+    assert_non_null(cur);
+    assert_non_null(next);
+    double loss = 0.0;
+    for (int b = 0; b < B; b++) {
+        int width = c->in_dim;
+        for (int j = 0; j < width; j++)
+            cur[j] = x[(size_t)b * c->in_dim + j];
+        const double *q = p;
+        int ci = c->image[0], h = c->image[1], w = c->image[2];
+        for (int l = 0; l < c->n_conv; l++) {
+            int co = c->conv[l].channels, k = c->conv[l].kernel, s = c->conv[l].stride;
+            int pad = k / 2, ho = (h + 2 * pad - k) / s + 1, wo = (w + 2 * pad - k) / s + 1;
+            const double *W = q, *bias = q + co * ci * k * k;
+            for (int o = 0; o < co; o++)
+                for (int oy = 0; oy < ho; oy++)
+                    for (int ox = 0; ox < wo; ox++) {
+                        double sum = bias[o];
+                        for (int i = 0; i < ci; i++)
+                            for (int ky = 0; ky < k; ky++)
+                                for (int kx = 0; kx < k; kx++) {
+                                    int iy = oy * s - pad + ky, ix = ox * s - pad + kx;
+                                    if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                                        sum += W[((o * ci + i) * k + ky) * k + kx] *
+                                               cur[(i * h + iy) * w + ix];
+                                }
+                        next[(o * ho + oy) * wo + ox] = gelu_ref(sum);
+                    }
+            q += co * ci * k * k + co;
+            ci = co, h = ho, w = wo;
+            width = co * ho * wo;
+            memcpy(cur, next, (size_t)width * sizeof *cur);
+        }
+        for (int l = 0; l <= c->n_hidden; l++) {
+            int out = l < c->n_hidden ? c->hidden[l] : c->n_classes;
+            const double *W = q, *bias = q + width * out;
+            for (int o = 0; o < out; o++) {
+                double sum = bias[o];
+                for (int i = 0; i < width; i++)
+                    sum += cur[i] * W[i * out + o];
+                next[o] = l < c->n_hidden ? gelu_ref(sum) : sum;
+            }
+            q += width * out + out;
+            width = out;
+            memcpy(cur, next, (size_t)out * sizeof *cur);
+        }
+        int C = c->n_classes;
+        double mx = cur[0], z = 0.0;
+        for (int k = 1; k < C; k++)
+            mx = cur[k] > mx ? cur[k] : mx;
+        for (int k = 0; k < C; k++)
+            z += exp(cur[k] - mx);
+        if (logits)
+            memcpy(logits + (size_t)b * C, cur, (size_t)C * sizeof *cur);
+        loss += mx + log(z) - cur[y[b]];
+    }
+    free(cur);
+    free(next);
+    return loss / B;
+}
+
+static void test_conv_model_finite_differences(void **state)
+{
+    (void)state;
+    model_mlp *m = make_model(CNN, 31);
+    const int B = 3;
+    float *x = random_vec((size_t)B * CNN.in_dim, 32);
+    int *y = random_labels(B, CNN.n_classes, 33);
+    size_t np = model_mlp_num_params(m);
+    double *p = malloc(np * sizeof *p), logits[3 * 4];
+    assert_non_null(p);
+    for (size_t i = 0; i < np; i++)
+        p[i] = model_mlp_params(m)[i];
+    float loss = NAN;
+    model_mlp_zero_grad(m);
+    OK(model_mlp_forward(m, x, y, B, &loss, &e_));
+    OK(model_mlp_backward(m, &e_));
+    double ref = ref_loss(&CNN, p, x, y, B, logits);
+    assert_rel(loss, ref, 1e-5, "loss against the reference");
+    const float *lg = model_mlp_logits(m);
+    for (int i = 0; i < B * CNN.n_classes; i++)
+        assert_rel(lg[i], logits[i], 1e-5, "logit against the reference");
+
+    /* Central differences of the double reference at the model's float
+     * parameters: truncation ~h^2 = 1e-10 and rounding ~1e-16/h, so the
+     * numerical gradient is exact to ~1e-9 and the error measured is the
+     * float backward's (~1e-7 relative). Per tensor: relative 1e-5 of its
+     * norm, and no element off by more than 1e-5 of the largest. */
+    const double h = 1e-5;
+    const float *g = model_mlp_grads(m);
+    const model_tensor *t;
+    int nt = model_mlp_tensors(m, &t);
+    assert_int_equal(nt, 8);
+    double worst_rel = 0;
+    for (int i = 0; i < nt; i++) {
+        double dd = 0, nn = 0, worst = 0, gmax = 0;
+        for (size_t k = t[i].offset; k < t[i].offset + t[i].numel; k++) {
+            double saved = p[k];
+            p[k] = saved + h;
+            double lp = ref_loss(&CNN, p, x, y, B, NULL);
+            p[k] = saved - h;
+            double lm = ref_loss(&CNN, p, x, y, B, NULL);
+            p[k] = saved;
+            double num = (lp - lm) / (2 * h), d = fabs(num - g[k]);
+            dd += d * d;
+            nn += num * num;
+            worst = d > worst ? d : worst;
+            gmax = fabs(num) > gmax ? fabs(num) : gmax;
+        }
+        if (nn == 0.0)
+            fail_msg("gradient of %s is identically zero: the check would be vacuous",
+                     t[i].name);
+        double rel = sqrt(dd) / sqrt(nn);
+        if (rel > 1e-5 || worst > 1e-5 * gmax)
+            fail_msg("gradient of %s off: relative %.3g, worst element %.3g of %.3g", t[i].name,
+                     rel, worst, gmax);
+        worst_rel = rel > worst_rel ? rel : worst_rel;
+    }
+    print_message("conv model: %zu parameters, worst tensor's gradient error %.3g relative\n",
+                  np, worst_rel);
+    free(p), free(x), free(y);
+    model_mlp_destroy(m);
+}
+
+static void test_conv_every_cut(void **state)
+{
+    (void)state;
+    model_mlp *m = make_model(CNN, 41);
+    int L = model_mlp_config_num_layers(&CNN);
+    assert_int_equal(L, 4);
+    /* Two parts at every cut: after conv 0, after conv 1, after the dense
+     * hidden layer. */
+    for (int cut = 1; cut < L; cut++) {
+        int first[2] = {0, cut};
+        check_chain(m, first, 2, 5, 1);
+    }
+    /* Three and four parts, the U shape with a conv layer alone on the
+     * peer, and accumulation over two passes. */
+    int three[3] = {0, 1, 2}, u[3] = {0, 1, 3}, u2[3] = {0, 2, 3}, four[4] = {0, 1, 2, 3};
+    check_chain(m, three, 3, 5, 1);
+    check_chain(m, u, 3, 5, 1);
+    check_chain(m, u2, 3, 5, 1);
+    check_chain(m, four, 4, 5, 2);
+    model_mlp_destroy(m);
+}
+
+static void test_conv_slices(void **state)
+{
+    (void)state;
+    model_mlp *m = make_model(CNN, 1);
+    const model_tensor *t = NULL;
+    int nt = model_mlp_tensors(m, &t), L = model_mlp_config_num_layers(&CNN);
+    assert_int_equal(nt, 2 * L);
+    for (int f = 0; f < L; f++)
+        for (int l = f + 1; l <= L; l++) {
+            size_t off = 0, n = 0;
+            int in = 0, out = 0;
+            OK(model_mlp_part_offset(&CNN, f, l, &off, &n, &e_));
+            OK(model_mlp_part_dims(&CNN, f, l, &in, &out, &e_));
+            size_t end = l < L ? t[2 * l].offset : model_mlp_num_params(m);
+            assert_int_equal(off, t[2 * f].offset);
+            assert_int_equal(n, end - off);
+            assert_int_equal(in, CNN_WIDTH[f]);
+            assert_int_equal(out, CNN_WIDTH[l]);
+            model_mlp_part *p = NULL;
+            OK(model_mlp_part_create(&CNN, f, l, &p, &e_));
+            assert_int_equal(model_mlp_part_in_dim(p), in);
+            assert_int_equal(model_mlp_part_out_dim(p), out);
+            assert_int_equal(model_mlp_part_num_params(p), n);
+            assert_int_equal(model_mlp_part_has_head(p), l == L);
+            model_mlp_part_destroy(p);
+        }
+    vl_error err = {0};
+    model_mlp_part *p = NULL;
+    assert_int_equal(model_mlp_part_create(&CNN, 0, L + 1, &p, &err), VL_EINVAL);
+    assert_null(p);
+    assert_int_equal(model_mlp_part_offset(&CNN, L, L + 1, NULL, NULL, &err), VL_EINVAL);
+    model_mlp_destroy(m);
+}
+
+/* A conv layer whose scratch per image (81 + 4) * 32 * 32 floats makes it
+ * run a batch of 30 in chunks of 12: the batch's logits must be each
+ * row's alone, and its gradient the mean of the rows'. */
+static void test_conv_chunked_batch(void **state)
+{
+    (void)state;
+    const model_mlp_config c = {.in_dim = 1024, .n_hidden = 1, .hidden = {5}, .n_classes = 3,
+                                .n_conv = 1, .image = {1, 32, 32}, .conv = {{4, 9, 1}}};
+    const int B = 30;
+    model_mlp *m = make_model(c, 51);
+    size_t np = model_mlp_num_params(m), D = (size_t)c.in_dim;
+    float *x = random_vec((size_t)B * D, 52);
+    int *y = random_labels(B, c.n_classes, 53);
+    float *g = calloc(np, sizeof *g), *lg = malloc((size_t)B * 3 * sizeof *lg);
+    double *mean = calloc(np, sizeof *mean);
+    assert_true(g && lg && mean);
+    for (int i = 0; i < B; i++) {
+        model_mlp_zero_grad(m);
+        OK(model_mlp_forward(m, x + (size_t)i * D, y + i, 1, NULL, &e_));
+        OK(model_mlp_backward(m, &e_));
+        memcpy(lg + (size_t)i * 3, model_mlp_logits(m), 3 * sizeof *lg);
+        for (size_t k = 0; k < np; k++)
+            mean[k] += model_mlp_grads(m)[k] / B;
+    }
+    model_mlp_zero_grad(m);
+    OK(model_mlp_forward(m, x, y, B, NULL, &e_));
+    OK(model_mlp_backward(m, &e_));
+    double e = test_max_rel_err(model_mlp_logits(m), lg, (size_t)B * 3);
+    if (!(e <= 1e-5))
+        fail_msg("batched logits differ from the rows' by %.3g", e);
+    for (size_t k = 0; k < np; k++)
+        g[k] = (float)mean[k];
+    e = test_max_rel_err(model_mlp_grads(m), g, np);
+    if (!(e <= 1e-4))
+        fail_msg("batched gradient differs from the rows' mean by %.3g", e);
+    /* And the parts chunk the same way. */
+    int first[2] = {0, 1};
+    check_chain(m, first, 2, B, 1);
+    free(x), free(y), free(g), free(lg), free(mean);
+    model_mlp_destroy(m);
+}
+
+/* K-FAC's per-layer accessors are for dense-only models. */
+static void test_conv_kfac_refused(void **state)
+{
+    (void)state;
+    model_mlp *m = make_model(CNN, 61);
+    float *x = random_vec(2 * (size_t)CNN.in_dim, 62);
+    int y[2] = {1, 3};
+    OK(model_mlp_forward(m, x, y, 2, NULL, &e_));
+    OK(model_mlp_backward(m, &e_));
+    const float *X = NULL, *dY = NULL;
+    int nb = 0;
+    vl_error err = {0};
+    assert_int_equal(model_mlp_layer_io(m, 2, &X, &dY, &nb, &err), VL_EINVAL);
+    assert_non_null(strstr(err.msg, "dense-only"));
+    memset(&err, 0, sizeof err);
+    assert_int_equal(model_mlp_output_grads(m, y, &err), VL_EINVAL);
+    assert_non_null(strstr(err.msg, "dense-only"));
+    free(x);
+    model_mlp_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +678,11 @@ int main(void)
         cmocka_unit_test(test_slices),
         cmocka_unit_test(test_nopeek_finite_differences),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_conv_model_finite_differences),
+        cmocka_unit_test(test_conv_every_cut),
+        cmocka_unit_test(test_conv_slices),
+        cmocka_unit_test(test_conv_chunked_batch),
+        cmocka_unit_test(test_conv_kfac_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

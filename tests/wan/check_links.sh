@@ -3,7 +3,9 @@
 # tests/wan/profiles.conf, each measured from the peer's namespace
 # through its relay (tests/wan/probe.py): the median round trip, and the
 # goodput each way. Fails when any figure is off by more than 10 % from
-# what the profile asks (round trips within 2 ms where 10 % is less; the
+# what the profile asks (round trips within 5 ms where 10 % is less: the
+# relay is a user process, whose scheduling on a busy machine costs a few
+# milliseconds that a 1 ms lab link cannot hide; the
 # goodput expected is the line rate less TCP/IP and Ethernet headers,
 # 1448 of every 1514 bytes). Skipped (exit 77) where the machine cannot
 # make namespaces.
@@ -31,7 +33,7 @@ for i in "${!names[@]}"; do
     function off(got, want) { return want > 0 ? (got - want) / want : 0 }
     END {
       eff = 1448 / 1514
-      tol = rtt * 0.1; if (tol < 2) tol = 2
+      tol = rtt * 0.1; if (tol < 5) tol = 5
       r = (f["rtt_ms"] - rtt < -tol || f["rtt_ms"] - rtt > tol)
       u = off(f["up_kbit"], up * eff); d = off(f["down_kbit"], down * eff)
       printf "rtt %.1f ms (want %g) up %.0f kbit/s (%+.1f%%) down %.0f kbit/s (%+.1f%%)",
