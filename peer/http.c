@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -161,6 +162,11 @@ struct peer_http {
      * ETag resume_etag: the next attempt asks for the rest (0: none). */
     size_t resume_at;
     char resume_etag[64];
+    /* Bandwidth caps in bytes per second (0: none), and the progress line
+     * of a long transfer: its request and when it was last logged. */
+    int64_t max_up, max_down;
+    const peer_request *rq;
+    double started, logged;
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -265,8 +271,49 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
+/* Transfers shorter than this, in bytes or seconds, log no progress. */
+#define PROGRESS_BYTES ((curl_off_t)1 << 20)
+#define PROGRESS_EVERY_S 10.0
+
+/* Holds a transfer to the caps: when more has moved than the cap allows
+ * for the time since the transfer began, waits out the difference (in
+ * slices, so a stop request is still seen). libcurl's own limits average
+ * over several seconds and let a transfer of a few seconds through at
+ * line speed; this holds from the first byte. Only what the kernel's
+ * socket buffers already hold escapes it. */
+static void pace(const peer_http *h, curl_off_t sent, curl_off_t received) {
+    double now = clock_mono_s(), wait = 0;
+    if (h->max_up > 0) wait = (double)sent / (double)h->max_up - (now - h->started);
+    if (h->max_down > 0) {
+        double w = (double)received / (double)h->max_down - (now - h->started);
+        if (w > wait) wait = w;
+    }
+    while (wait > 0 && !peer_stop_requested()) {
+        double slice = wait < 0.2 ? wait : 0.2;
+        struct timespec ts = {(time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9)};
+        nanosleep(&ts, NULL);
+        wait -= slice;
+    }
+}
+
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
-    return peer_stop_requested() ? 1 : 0;
+    peer_http *h = ud;
+    if (peer_stop_requested()) return 1;
+    if (h->rq && (h->max_up > 0 || h->max_down > 0)) pace(h, un, dn);
+    /* On a slow line a model or an update takes minutes: say how far it
+     * got, so a volunteer can tell a slow transfer from a stuck one. */
+    double now = clock_mono_s();
+    int up = ut > dt;
+    curl_off_t total = up ? ut : dt, done = up ? un : dn;
+    if (h->rq && total >= PROGRESS_BYTES && now - h->logged >= PROGRESS_EVERY_S &&
+        now - h->started >= PROGRESS_EVERY_S) {
+        h->logged = now;
+        double rate = (double)done / (now - h->started);
+        log_info("%s %s: %s %.1f of %.1f MB, %.0f kB/s%s", h->rq->method, h->rq->target,
+                 up ? "sent" : "received", (double)done / 1e6, (double)total / 1e6, rate / 1e3,
+                 (up ? h->max_up : h->max_down) > 0 ? " (capped)" : "");
+    }
+    return 0;
 }
 
 static int setopt_ok(CURL *c) {
@@ -352,7 +399,21 @@ void peer_http_close(peer_http *h) {
 void peer_http_set_peer(peer_http *h, int64_t peer_id) { h->peer_id = peer_id; }
 
 int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) {
-    return peer_http_open(h->base, h->cacert, h->id, h->peer_id, &h->retry, out, err);
+    int rc = peer_http_open(h->base, h->cacert, h->id, h->peer_id, &h->retry, out, err);
+    if (!rc) rc = peer_http_set_rates(*out, h->max_up, h->max_down, err);
+    if (rc) {
+        peer_http_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int peer_http_set_rates(peer_http *h, int64_t max_up, int64_t max_down, vl_error *err) {
+    if (max_up < 0 || max_down < 0)
+        return vl_fail(err, VL_EINVAL, "bandwidth caps must not be negative");
+    h->max_up = max_up;
+    h->max_down = max_down;
+    return VL_OK;
 }
 
 /* Transport failures that another attempt may cure. Certificate problems,
@@ -475,7 +536,10 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
         return CURLE_OK;
     }
     h->curl_err[0] = '\0';
+    h->rq = rq;
+    h->started = h->logged = clock_mono_s();
     cc = curl_easy_perform(c);
+    h->rq = NULL;
     if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rs->status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);

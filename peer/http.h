@@ -67,8 +67,15 @@ int peer_http_open(const char *base_url, const char *cacert, const crypto_identi
 void peer_http_close(peer_http *h);
 /* Changes the peer id used in the Authorization header (after join). */
 void peer_http_set_peer(peer_http *h, int64_t peer_id);
+/* Caps what h sends and receives at max_up and max_down bytes per second
+ * (0: no cap), for a volunteer who shares the line: each request's body is
+ * paced so that it never gets ahead of the cap for the time since the
+ * request began. Returns 0, or VL_EINVAL for a negative cap. */
+int peer_http_set_rates(peer_http *h, int64_t max_up, int64_t max_down,
+                        vl_error *err) VL_MUST_CHECK;
 /* Opens another client like h (coordinator, trust, key, peer id, retry
- * policy) on a connection of its own, for requests sent while h is busy.
+ * policy, bandwidth caps) on a connection of its own, for requests sent
+ * while h is busy.
  * The caller owns *out; peer_http_close. */
 int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) VL_MUST_CHECK;
 

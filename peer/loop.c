@@ -773,6 +773,14 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     peer_retry_default(&pol);
     if (o->retries > 0) pol.max_attempts = o->retries;
     rc = peer_http_open(L.st.coordinator, L.st.cacert, &id, L.st.peer_id, &pol, &L.http, err);
+    if (!rc && (o->max_upload_bps > 0 || o->max_download_bps > 0)) {
+        rc = peer_http_set_rates(L.http, o->max_upload_bps, o->max_download_bps, err);
+        if (!rc)
+            log_info("bandwidth caps: upload %s, download %s",
+                     o->max_upload_bps > 0 ? "capped" : "free",
+                     o->max_download_bps > 0 ? "capped" : "free");
+        if (rc) peer_http_close(L.http);
+    }
     if (rc) {
         crypto_identity_wipe(&id);
         peer_local_free(&L.local);

@@ -32,6 +32,7 @@ static const char USAGE[] =
     "      D is cuda and no GPU is usable\n"
     "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--max-tasks N]\n"
     "      [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
+    "      [--max-upload-rate R] [--max-download-rate R]\n"
     "      [--data IMAGES [--labels FILE] [--partition i/N [--beta B]]]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
@@ -62,6 +63,10 @@ static const char USAGE[] =
     "                   (default 1): after a step the peer sleeps F - 1 times\n"
     "                   what the step took, so it is F times slower than an\n"
     "                   identical peer on any machine\n"
+    "  --max-upload-rate R, --max-download-rate R\n"
+    "                   share the line: send or receive at most R bytes a second\n"
+    "                   on average (k, M, G: thousands; 250k is 2 Mbit/s).\n"
+    "                   Transfers of a megabyte or more log their progress\n"
     "  --data IMAGES    train on this IDX images file (plain or .gz) of the peer's\n"
     "                   own, for runs whose data stay on the peers; nothing of it\n"
     "                   is sent to the coordinator\n"
@@ -81,7 +86,7 @@ static const char USAGE[] =
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
        OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
        OPT_DEVICE, OPT_GPU_MEM, OPT_DATA, OPT_LABELS, OPT_PARTITION, OPT_BETA,
-       OPT_PARTITION_SEED, OPT_HELP };
+       OPT_PARTITION_SEED, OPT_MAX_UP, OPT_MAX_DOWN, OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -105,6 +110,8 @@ static const struct option OPTIONS[] = {
     {"partition", required_argument, NULL, OPT_PARTITION},
     {"beta", required_argument, NULL, OPT_BETA},
     {"partition-seed", required_argument, NULL, OPT_PARTITION_SEED},
+    {"max-upload-rate", required_argument, NULL, OPT_MAX_UP},
+    {"max-download-rate", required_argument, NULL, OPT_MAX_DOWN},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -117,6 +124,7 @@ typedef struct args {
     const char *data, *labels, *partition;
     double beta;
     int64_t partition_seed;
+    int64_t max_up, max_down;
     unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
 
@@ -135,6 +143,34 @@ static int number(const char *opt, const char *s, int64_t min, int64_t max, int6
     if (parse_i64(s, min, max, out) == VL_OK) return 0;
     fprintf(stderr, PROG ": %s needs an integer in [%lld, %lld], got '%s'\n", opt,
             (long long)min, (long long)max, s);
+    return PEER_EXIT_USAGE;
+}
+
+/* A rate in bytes per second: digits with an optional k, M or G
+ * (thousands), at least 1 kB/s (below that no transfer of a model ends)
+ * and at most 100 GB/s. */
+static int rate(const char *opt, const char *s, int64_t *out) {
+    char digits[32];
+    size_t n = strlen(s);
+    int64_t mult = 1;
+    if (n > 0 && n < sizeof digits) {
+        char last = s[n - 1];
+        if (last == 'k' || last == 'K') mult = 1000, n--;
+        else if (last == 'M') mult = 1000000, n--;
+        else if (last == 'G') mult = 1000000000, n--;
+    }
+    int64_t v;
+    if (n > 0 && n < sizeof digits) {
+        memcpy(digits, s, n);
+        digits[n] = '\0';
+        if (parse_i64(digits, 1, INT64_MAX / 1000000000, &v) == VL_OK && v * mult >= 1000 &&
+            v * mult <= 100000000000LL) {
+            *out = v * mult;
+            return 0;
+        }
+    }
+    fprintf(stderr, PROG ": %s needs bytes per second from 1k to 100G (e.g. 250k), got '%s'\n",
+            opt, s);
     return PEER_EXIT_USAGE;
 }
 
@@ -164,6 +200,8 @@ static int parse_args(int argc, char **argv, args *a) {
             rc = number("--step-delay", optarg, 0, 60000, &a->step_delay_ms);
             break;
         case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
+        case OPT_MAX_UP: rc = rate("--max-upload-rate", optarg, &a->max_up); break;
+        case OPT_MAX_DOWN: rc = rate("--max-download-rate", optarg, &a->max_down); break;
         case OPT_GPU_MEM:
             rc = number("--gpu-mem", optarg, 1, INT64_C(1) << 30, &a->gpu_mem_mib);
             break;
@@ -309,7 +347,8 @@ static int cmd_run(const args *a) {
                                 1u << OPT_SLOWDOWN | 1u << OPT_DEVICE |
                                 1u << OPT_GPU_MEM | 1u << OPT_DATA | 1u << OPT_LABELS |
                                 1u << OPT_PARTITION | 1u << OPT_BETA |
-                                1u << OPT_PARTITION_SEED);
+                                1u << OPT_PARTITION_SEED | 1u << OPT_MAX_UP |
+                                1u << OPT_MAX_DOWN);
     if (rc) return rc;
     vl_error e = {0};
     if (!a->data && (a->labels || a->partition || a->beta > 0 ||
@@ -337,7 +376,8 @@ static int cmd_run(const args *a) {
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
                        .slowdown = (int)a->slowdown, .device = a->device,
-                       .gpu_mem_mib = a->gpu_mem_mib, .local = a->data ? &local : NULL};
+                       .gpu_mem_mib = a->gpu_mem_mib, .local = a->data ? &local : NULL,
+                       .max_upload_bps = a->max_up, .max_download_bps = a->max_down};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }

@@ -537,6 +537,8 @@ typedef struct peer_run_opts {
     int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
     peer_device_want device; /* --device; the zero value is auto */
     int64_t gpu_mem_mib;     /* --gpu-mem: cap on device memory in MiB; 0: none */
+    /* --max-upload-rate, --max-download-rate: bytes per second; 0: none */
+    int64_t max_upload_bps, max_download_bps;
     /* --data and --partition: the peer's own images, for runs whose data
      * stay on the peers (peer/local.h); NULL: none */
     const struct peer_local_opts *local;
