@@ -68,10 +68,12 @@ JSON
 }
 
 # it_start_coordinator: serves run.db on a free port; IT_SERVE_ARGS are more
-# serve options (limits).
+# serve options (limits), IT_WRAP a command the coordinator runs under
+# (e.g. "ip netns exec NS"; it must exec the coordinator, so that CPID is
+# the coordinator's).
 it_start_coordinator() {
   # shellcheck disable=SC2086 # the options are words on purpose
-  "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
+  ${IT_WRAP:-} "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
     --listen 127.0.0.1:0 ${IT_SERVE_ARGS:-} 2> coordinator.log &
   CPID=$!
   PORT=""

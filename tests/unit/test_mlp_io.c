@@ -20,6 +20,11 @@
 
 #include <cmocka.h>
 
+#include "mlp_config_refused.h"
+
+/* Short for mlp_config_refused: the cases below are many. */
+static void refused(const char *text, const char *needle) { mlp_config_refused(text, needle); }
+
 #include "common/common.h"
 #include "model/mlp_io.h"
 #include "model/model.h"
@@ -102,21 +107,6 @@ static void test_config_json_round_trip(void **state)
     assert_true(config_equal(&c, &fashion));
 }
 
-/* Parses text that must be refused: VL_EINVAL, a message holding needle,
- * and the output untouched. */
-static void refused(const char *text, const char *needle)
-{
-    model_mlp_config c, before;
-    memset(&c, 0x5a, sizeof c);
-    before = c;
-    vl_error e = {0};
-    int rc = model_mlp_config_parse(text, strlen(text), &c, &e);
-    if (rc != VL_EINVAL)
-        fail_msg("%s: got %d (%s), wanted VL_EINVAL", text, rc, e.msg);
-    if (!strstr(e.msg, needle))
-        fail_msg("%s: message '%s' lacks '%s'", text, e.msg, needle);
-    assert_memory_equal(&c, &before, sizeof c);
-}
 
 static void test_config_parse_refusals(void **state)
 {

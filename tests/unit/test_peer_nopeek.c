@@ -16,22 +16,11 @@
 #include "peer/nopeek.h"
 #include "test_util.h"
 
-static float *noise(size_t n, uint64_t seed) {
-    float *v = malloc(n * sizeof *v);
-    assert_non_null(v);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        v[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-    }
-    return v;
-}
-
 static void test_cpu_matches_kernel(void **state) {
     (void)state;
     const int B = 33, p = 20, q = 7;
-    float *X = noise((size_t)B * p, 1), *Z = noise((size_t)B * q, 2);
-    float *dz = noise((size_t)B * q, 3), *ref = malloc((size_t)B * q * sizeof *ref);
+    float *X = random_vec((size_t)B * p, 1), *Z = random_vec((size_t)B * q, 2);
+    float *dz = random_vec((size_t)B * q, 3), *ref = malloc((size_t)B * q * sizeof *ref);
     assert_non_null(ref);
     memcpy(ref, dz, (size_t)B * q * sizeof *ref);
     double *scratch = malloc(kernels_dcor_scratch_doubles(B) * sizeof *scratch);

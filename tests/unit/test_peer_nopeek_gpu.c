@@ -16,17 +16,7 @@
 
 #include "cuda_skip.h"
 #include "peer/nopeek.h"
-
-static float *noise(size_t n, uint64_t seed) {
-    float *v = malloc(n * sizeof *v);
-    assert_non_null(v);
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        v[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
-    }
-    return v;
-}
+#include "test_util.h"
 
 /* Both devices on one batch whose Z depends on X (so dCor is well away
  * from 0), starting from the same incoming gradient; two batches, so the
@@ -38,10 +28,10 @@ static void compare(int B, int p, int q) {
     assert_int_equal(g.on_gpu, 1);
     assert_int_equal(peer_nopeek_init(&c, 0, B, p, q, &e), VL_OK);
     for (int round = 0; round < 2; round++) {
-        float *X = noise((size_t)B * p, 10 + round), *Z = noise((size_t)B * q, 20 + round);
+        float *X = random_vec((size_t)B * p, 10 + round), *Z = random_vec((size_t)B * q, 20 + round);
         for (int i = 0; i < B; i++)
             for (int k = 0; k < q; k++) Z[(size_t)i * q + k] += 2 * X[(size_t)i * p + k % p];
-        float *dg = noise((size_t)B * q, 30 + round), *dc = malloc((size_t)B * q * sizeof *dc);
+        float *dg = random_vec((size_t)B * q, 30 + round), *dc = malloc((size_t)B * q * sizeof *dc);
         assert_non_null(dc);
         memcpy(dc, dg, (size_t)B * q * sizeof *dc);
         double vg = -1, vc = -2;
@@ -84,7 +74,7 @@ static void test_move_to_cpu(void **state) {
     peer_nopeek_to_cpu(&g);
     assert_int_equal(g.on_gpu, 0);
     assert_null(g.d_x);
-    float *X = noise((size_t)B * p, 5), *Z = noise((size_t)B * q, 6);
+    float *X = random_vec((size_t)B * p, 5), *Z = random_vec((size_t)B * q, 6);
     float *a = calloc((size_t)B * q, sizeof *a), *b = calloc((size_t)B * q, sizeof *b);
     assert_true(a && b);
     double va, vb;

@@ -18,17 +18,7 @@ bash "$ROOT/deploy/make-cert.sh" tls 127.0.0.1 10.211.1.1 10.211.2.1 >/dev/null
 wan_start 2
 wan_shape 1 far
 wan_shape 2 far
-ip netns exec "$WAN_NS-c" "$COORD" serve --db run.db --cert tls/server.pem --key tls/server.key \
-  --listen 127.0.0.1:0 2> coordinator.log &
-CPID=$!
-PORT=""
-for _ in $(seq 1 200); do
-  PORT=$(grep -o 'listening on 127.0.0.1:[0-9]*' coordinator.log | head -n1 | cut -d: -f2 || true)
-  [ -n "$PORT" ] && break
-  kill -0 "$CPID" 2>/dev/null || fail "coordinator exited at start"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "coordinator did not report its port"
+IT_WRAP="ip netns exec $WAN_NS-c" it_start_coordinator
 # The model file is about 120 KB; link 1's first connection is cut 40 KB
 # into what the coordinator sends, which lands inside the first download.
 wan_relay 1 "$PORT" --cut-after 40000
@@ -50,9 +40,7 @@ PIDS+=($!)
 for p in "${PIDS[@]}"; do wait "$p" || fail "a peer exited with an error"; done
 PIDS=()
 t1=$(date +%s)
-kill -TERM "$CPID"
-wait "$CPID" || fail "the coordinator exited with an error"
-CPID=""
+it_stop_coordinator
 cp "$WAN_WORK/relay1.log" relay1.log
 it_check_run "$VERSIONS" 2
 grep -q 'cut a connection' relay1.log || fail "the relay never cut link 1"

@@ -35,6 +35,26 @@ def recv_exact(s, n):
     return bytes(out)
 
 
+def recv_timed(s, n):
+    """Reads up to n bytes (less if the peer closes). Returns the bytes
+    read after the first chunk and the seconds from the first chunk to
+    the last, so neither the round trip before the data nor the bucket's
+    first burst is counted."""
+    got, first, last, first_len = 0, None, None, 0
+    while got < n:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        now = time.monotonic()
+        if first is None:
+            first, first_len = now, len(b)
+        last = now
+        got += len(b)
+    if first is None:
+        return 0, 0.0
+    return got - first_len, last - first
+
+
 def serve(port_file):
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -58,18 +78,8 @@ def serve(port_file):
             elif cmd in (b"u", b"d"):
                 (n,) = struct.unpack("!Q", recv_exact(c, 8))
                 if cmd == b"u":
-                    got, first, last = 0, None, None
-                    while got < n:
-                        b = c.recv(1 << 20)
-                        if not b:
-                            break
-                        now = time.monotonic()
-                        if first is None:
-                            first, first_len = now, len(b)
-                        last = now
-                        got += len(b)
-                    span = (last - first) if first is not None else 0.0
-                    c.sendall(struct.pack("!dQ", span, got - (first_len if first else 0)))
+                    counted, span = recv_timed(c, n)
+                    c.sendall(struct.pack("!dQ", span, counted))
                 else:
                     left = n
                     while left > 0:
@@ -116,18 +126,9 @@ def measure(addr, seconds, up_kbit, down_kbit):
     n_down = int(down_kbit * 1000 / 8 * seconds)
     s = connect(addr)
     s.sendall(b"d" + struct.pack("!Q", n_down))
-    got, first, last, first_len = 0, None, None, 0
-    while got < n_down:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        now = time.monotonic()
-        if first is None:
-            first, first_len = now, len(b)
-        last = now
-        got += len(b)
+    counted, span = recv_timed(s, n_down)
     s.close()
-    down = (got - first_len) * 8 / (last - first) / 1000 if first and last > first else 0.0
+    down = counted * 8 / span / 1000 if span > 0 else 0.0
     print(f"rtt_ms={statistics.median(rtts):.2f} up_kbit={up:.0f} down_kbit={down:.0f}")
 
 
