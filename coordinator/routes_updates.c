@@ -1,6 +1,7 @@
 /* POST /v1/updates: validation in the order of protocol.md on the loop,
  * then the insert on the writer thread, and 202 only after the
  * transaction that holds it has committed. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,16 +110,23 @@ static int check_bounds(coord_req *cr, const compress_update_meta *m, double nor
     /* What the update says of its training is shown in the version log
      * and /v1/status and averaged into a version's train loss: a task
      * takes at most train.steps local steps, and a cross-entropy is never
-     * negative (COORD_MAX_UPDATE_LOSS: far above any run that learns). */
+     * negative (COORD_MAX_UPDATE_LOSS: far above any run that learns).
+     * A model that has been driven far off (an undefended run under
+     * attack) makes honest losses large too: the bound grows with the
+     * current version's validation loss, so those peers are not refused
+     * and dropped for reporting what their model scores. */
     if (m->local_steps > cfg->train.steps) {
         coord_reply_error(cr, 422, "too_many_steps", "the update claims %lld local steps; a "
                           "task of this run takes at most %lld", (long long)m->local_steps,
                           (long long)cfg->train.steps);
         return -1;
     }
-    if (!(m->loss >= 0 && m->loss <= COORD_MAX_UPDATE_LOSS)) {
+    double most_loss = COORD_MAX_UPDATE_LOSS;
+    double val = cr->srv->val_loss;
+    if (isfinite(val) && 10 * val > most_loss) most_loss = 10 * val;
+    if (!(m->loss >= 0 && m->loss <= most_loss)) {
         coord_reply_error(cr, 422, "bad_loss", "the update's training loss %.6g is outside "
-                          "[0, %g]", m->loss, (double)COORD_MAX_UPDATE_LOSS);
+                          "[0, %g]", m->loss, most_loss);
         return -1;
     }
     int64_t most = coord_config_max_samples(cfg);
