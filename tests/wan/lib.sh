@@ -158,17 +158,37 @@ wan_shape() {
   wan_profile "$profile" || return 1
   wan_tbf "$WAN_NS-p$i" "${WAN_TAG}p$i" "$WAN_UP"
   wan_tbf "$WAN_NS-c" "${WAN_TAG}c$i" "$WAN_DOWN"
-  local ns="$WAN_NS-p$i" per
-  per=$(awk -v l="$WAN_LOSS" 'BEGIN { printf "%d", l * 100 }') # per ten thousand
-  ip netns exec "$ns" nft delete table inet wanloss 2>/dev/null || true
-  if [ "$per" -gt 0 ]; then
-    ip netns exec "$ns" nft add table inet wanloss
-    ip netns exec "$ns" nft add chain inet wanloss in '{ type filter hook input priority 0; }'
-    ip netns exec "$ns" nft add chain inet wanloss out '{ type filter hook output priority 0; }'
-    ip netns exec "$ns" nft add rule inet wanloss in iifname "${WAN_TAG}p$i" numgen random mod 10000 \< "$per" drop
-    ip netns exec "$ns" nft add rule inet wanloss out oifname "${WAN_TAG}p$i" numgen random mod 10000 \< "$per" drop
-  fi
-  printf '%s %s %s %s\n' "$WAN_RTT" "$WAN_JITTER" "$WAN_UP" "$WAN_DOWN" > "$WAN_WORK/link$i"
+  printf '%s %s %s %s %s\n' "$WAN_RTT" "$WAN_JITTER" "$WAN_UP" "$WAN_DOWN" "$WAN_LOSS" \
+    > "$WAN_WORK/link$i"
+  wan_loss_on "$i"
+}
+
+# wan_loss_on I / wan_loss_off I: link I's packet loss (as wan_shape set
+# it) in force or lifted. Rules count what they see and what they drop
+# (wan_loss_counts).
+wan_loss_on() {
+  local i=$1 ns="$WAN_NS-p$1" dev="${WAN_TAG}p$1" loss per rest
+  read -r rest rest rest rest loss < "$WAN_WORK/link$i"
+  per=$(awk -v l="$loss" 'BEGIN { printf "%d", l * 100 }') # per ten thousand
+  wan_loss_off "$i"
+  [ "$per" -gt 0 ] || return 0
+  ip netns exec "$ns" nft add table inet wanloss
+  ip netns exec "$ns" nft add chain inet wanloss in '{ type filter hook input priority 0; }'
+  ip netns exec "$ns" nft add chain inet wanloss out '{ type filter hook output priority 0; }'
+  ip netns exec "$ns" nft add rule inet wanloss in iifname "$dev" counter
+  ip netns exec "$ns" nft add rule inet wanloss in iifname "$dev" numgen random mod 10000 \< "$per" counter drop
+  ip netns exec "$ns" nft add rule inet wanloss out oifname "$dev" counter
+  ip netns exec "$ns" nft add rule inet wanloss out oifname "$dev" numgen random mod 10000 \< "$per" counter drop
+}
+wan_loss_off() { ip netns exec "$WAN_NS-p$1" nft delete table inet wanloss 2>/dev/null || true; }
+
+# wan_loss_counts I: "seen dropped" packets of link I since wan_loss_on
+# (both directions; "0 0" without loss).
+wan_loss_counts() {
+  ip netns exec "$WAN_NS-p$1" nft list table inet wanloss 2>/dev/null |
+    awk '/counter packets/ { for (i = 1; i <= NF; i++) if ($i == "packets") v = $(i + 1)
+                             if (/drop/) d += v; else s += v }
+         END { printf "%d %d\n", s, d }'
 }
 
 # wan_addr I: the coordinator's address on link I, as peer I dials it.
