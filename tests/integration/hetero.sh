@@ -85,6 +85,10 @@ echo "hetero: sync reached loss $TARGET at version $VERSIONS in ${T_SYNC} s"
 echo "hetero: async reached it at version $reached in ${T_ASYNC} s" \
      "($fast updates from the fast peers, $slow from the slow one)"
 echo "hetero: async staleness histogram (staleness:updates) $hist"
-awk -v a="$T_ASYNC" -v s="$T_SYNC" 'BEGIN { exit !(a < s) }' \
-  || fail "async (${T_ASYNC} s) was not faster than sync (${T_SYNC} s)"
+if [ -n "${HETERO_NO_TIMING:-}" ]; then
+  echo "hetero: which was faster is not judged in this (sanitizer) build"
+else
+  awk -v a="$T_ASYNC" -v s="$T_SYNC" 'BEGIN { exit !(a < s) }' \
+    || fail "async (${T_ASYNC} s) was not faster than sync (${T_SYNC} s)"
+fi
 echo "1 passed, 0 failed"
