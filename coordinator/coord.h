@@ -200,6 +200,11 @@ typedef struct coord_speed {
     int64_t task_id;     /* its newest lease, and */
     int64_t steps;       /* the local steps that lease got */
     double leased_at;    /* monotonic s; 0 once that lease's update is timed */
+    /* The lease before it: a peer that overlaps its uploads
+     * (GET /v1/task?uploading=) takes its next lease while the last
+     * one's update is still on its way, and that update is timed too. */
+    int64_t prev_task_id, prev_steps;
+    double prev_leased_at;
     double sec_per_step; /* running average; 0 until the first update */
     double seen;         /* monotonic s of the last lease or timing */
 } coord_speed;
@@ -310,6 +315,9 @@ typedef struct coord_req {
     const char *full_path; /* the request's path, valid while the request lives */
     int64_t peer_id; /* the authenticated peer, 0 before auth */
     coord_guard_ticket ticket; /* what the guard found on the head and body */
+    /* GET /v1/task?uploading=T: the peer's update of its lease T is on
+     * its way, so its next lease is past T (async runs; 0: none). */
+    int64_t uploading;
 } coord_req;
 
 /* Options of the serve command. */

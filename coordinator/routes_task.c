@@ -110,6 +110,13 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
             o = NULL;
         }
     }
+    /* An async run lets the peer lease its next task while this one's
+     * update is still uploading (GET /v1/task?uploading=), so a slow
+     * uplink does not leave its processor idle. */
+    if (o && coord_config_is_async(c) && json_object_set_new(o, "overlap", json_true()) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
     /* SGD's settings travel only in SGD runs, which peers of an AdamW run
      * would not know what to do with. */
     if (o && strcmp(tr->optimizer, "sgd") == 0) {
@@ -278,7 +285,7 @@ int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coo
     if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
     int64_t now = clock_unix_s();
     storage_task t;
-    int rc = storage_task_find_any_lease(srv->db, peer_id, now, &t, err);
+    int rc = storage_task_find_any_lease(srv->db, peer_id, now, 0, &t, err);
     if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
     /* A peer holding another live lease is sent that one by GET /v1/task. */
     if (rc == VL_OK && t.id != done_task) return 0;
@@ -354,7 +361,7 @@ static int serve_task(coord_req *cr, int behind) {
     if (!srv->finished) {
         /* An async peer keeps its lease across versions; a sync lease is
          * for the current version only. */
-        int rc = async ? storage_task_find_any_lease(srv->db, cr->peer_id, now, &t, &e)
+        int rc = async ? storage_task_find_any_lease(srv->db, cr->peer_id, now, cr->uploading, &t, &e)
                        : storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
         if (rc != VL_OK && rc != VL_ENOTFOUND) {
             coord_reply_internal(cr, &e);
@@ -370,7 +377,21 @@ static int serve_task(coord_req *cr, int behind) {
             slots += issuing_unsettled(srv, srv->version, settled);
         }
         if (async && !has_lease) {
-            int hold = async_hold(srv, 0, &e);
+            /* An update on its way (?uploading=) counts as waiting, as
+             * the upload that asks for the next lease does, until it is
+             * stored (and counted among the unmerged). */
+            int pending = 0;
+            if (cr->uploading) {
+                storage_task up;
+                int grc = storage_task_get(srv->db, cr->uploading, &up, &e);
+                if (grc != VL_OK && grc != VL_ENOTFOUND) {
+                    coord_reply_internal(cr, &e);
+                    return COORD_SERVED;
+                }
+                pending = grc == VL_OK && up.peer_id == cr->peer_id &&
+                          up.state == STORAGE_TASK_LEASED;
+            }
+            int hold = async_hold(srv, pending, &e);
             if (hold < 0) {
                 coord_reply_internal(cr, &e);
                 return COORD_SERVED;
@@ -640,13 +661,26 @@ void coord_arm_lease_timer(coord_server *srv) {
 
 void coord_route_task(coord_req *cr) {
     if (coord_authenticate(cr) != 0) return;
-    const char *const keys[] = {"wait", NULL};
-    int64_t vals[1] = {0};
+    const char *const keys[] = {"wait", "uploading", NULL};
+    int64_t vals[2] = {0, 0};
     unsigned present = 0;
-    if (coord_req_query(cr, keys, COORD_MAX_WAIT_S, vals, &present,
-                        "wait is 0 to " VL_STR(COORD_MAX_WAIT_S)) != 0)
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present,
+                        "wait is 0 to " VL_STR(COORD_MAX_WAIT_S) ", uploading a task id") != 0)
         return;
     coord_server *srv = cr->srv;
+    if (vals[0] > COORD_MAX_WAIT_S) {
+        coord_reply_error(cr, 400, "bad_request", "wait is 0 to " VL_STR(COORD_MAX_WAIT_S));
+        return;
+    }
+    /* Only an async run lets a peer's next lease overlap its last upload:
+     * a sync version takes one update per lease and would count the two
+     * leases as two of its slots. */
+    if ((present & 2u) && !coord_config_is_async(&srv->cfg)) {
+        coord_reply_error(cr, 400, "bad_request",
+                          "uploading is for async runs; this run is synchronous");
+        return;
+    }
+    cr->uploading = vals[1];
     if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;

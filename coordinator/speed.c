@@ -63,6 +63,11 @@ int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
     if (!s) return h_max;
     int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max),
                                           s->sec_per_step, fastest(srv, now));
+    if (s->task_id != task_id) {
+        s->prev_task_id = s->task_id;
+        s->prev_steps = s->steps;
+        s->prev_leased_at = s->leased_at;
+    }
     s->task_id = task_id;
     s->steps = h;
     s->leased_at = now;
@@ -73,20 +78,26 @@ void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64
     if (!srv->cfg.train.dynamic_steps || local_steps < 1) return;
     coord_speed *s = find(srv, peer_id);
     /* Only a task timed from its own lease tells the peer's pace. */
-    if (!s || s->task_id != task_id || s->leased_at <= 0) return;
+    if (!s) return;
+    double *at = s->task_id == task_id        ? &s->leased_at
+                 : s->prev_task_id == task_id ? &s->prev_leased_at
+                                              : NULL;
+    if (!at || *at <= 0) return;
     double now = clock_mono_s();
-    double per = (now - s->leased_at) / (double)local_steps;
+    double per = (now - *at) / (double)local_steps;
     s->sec_per_step = s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step
                                           : per;
     s->seen = now;
-    s->leased_at = 0;
+    *at = 0;
 }
 
 int64_t coord_speed_steps(const coord_server *srv, const storage_task *t) {
     int64_t h_max = srv->cfg.train.steps;
     if (!srv->cfg.train.dynamic_steps) return h_max;
     for (size_t i = 0; i < srv->n_speeds; i++)
-        if (srv->speeds[i].peer_id == t->peer_id && srv->speeds[i].task_id == t->id)
-            return srv->speeds[i].steps;
+        if (srv->speeds[i].peer_id == t->peer_id) {
+            if (srv->speeds[i].task_id == t->id) return srv->speeds[i].steps;
+            if (srv->speeds[i].prev_task_id == t->id) return srv->speeds[i].prev_steps;
+        }
     return h_max;
 }

@@ -46,7 +46,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 # ThreadSanitizer on the coordinator's threads (event loop, writer,
 # compute, nonce journal): its threaded unit tests, and the round, attack,
 # stale, connection, crash and split tests (the crash test's upload storm is the
-# ingest path; split_flight's peers send batches from several threads).
+# ingest path; split_flight's peers send batches from several threads, overlap's upload
+# from a thread of its own while the next task trains).
 # Any report aborts the process, which fails the test.
 echo "== ThreadSanitizer build (coordinator threads)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOLLEY_WERROR=ON -DVOLLEY_TSAN=ON \
@@ -56,7 +57,7 @@ cmake --build build-tsan -j"$jobs" --target test_coordinator test_auth test_merg
   volley_hostile_peer bench_ingest
 TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-  -R '^(test_(coordinator|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash|split|split_flight))$'
+  -R '^(test_(coordinator|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash|split|split_flight|overlap))$'
 echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null

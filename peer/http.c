@@ -9,6 +9,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +24,17 @@
 
 /* ---- stopping ---------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_flag;
+/* Set from a signal handler and read by every thread that sends or
+ * trains (an upload in the background among them): a lock-free atomic is
+ * safe in both places, where a volatile sig_atomic_t is only safe in the
+ * first. */
+static atomic_int stop_flag;
 
-void peer_stop_request(void) { stop_flag = 1; }
-int peer_stop_requested(void) { return stop_flag != 0; }
-void peer_stop_reset(void) { stop_flag = 0; }
+void peer_stop_request(void) { atomic_store_explicit(&stop_flag, 1, memory_order_relaxed); }
+int peer_stop_requested(void) {
+    return atomic_load_explicit(&stop_flag, memory_order_relaxed) != 0;
+}
+void peer_stop_reset(void) { atomic_store_explicit(&stop_flag, 0, memory_order_relaxed); }
 
 int peer_sleep(double s) {
     double end = clock_mono_s() + (s > 0 ? s : 0);

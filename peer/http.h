@@ -8,6 +8,7 @@
 #ifndef VOLLEY_PEER_HTTP_H
 #define VOLLEY_PEER_HTTP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,5 +127,41 @@ void peer_response_free(peer_response *r);
  * transport failure. */
 int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs,
                  vl_error *err) VL_MUST_CHECK;
+
+/* ---- one request in the background (http_bg.c) -------------------------- */
+
+/* A request sent by a thread of its own, on a connection of its own, while
+ * the caller goes on: how a peer keeps training while its last update
+ * uploads over a slow line. One request at a time; the caller reads the
+ * answer after peer_http_bg_wait. Zero-initialise before first use. */
+typedef struct peer_http_bg {
+    peer_http *http;  /* owned: cloned from the caller's client on first use */
+    peer_response rs; /* the answer, valid after peer_http_bg_wait */
+    char target[256];
+    peer_request rq;  /* target points into this struct; body borrowed */
+    int rc;
+    vl_error err;
+    int running;      /* a thread is sending */
+    int started;      /* a request was sent and not yet waited for */
+    pthread_t thread;
+} peer_http_bg;
+
+/* Starts sending rq (as peer_http_do on a clone of like) in a thread.
+ * rq->body must stay valid and unchanged until peer_http_bg_wait; the
+ * target is copied (at most 255 bytes). Without a thread to spare the
+ * request is sent before this returns. Returns 0, or VL_EINVAL while an
+ * earlier request was not waited for, or the clone's error. */
+int peer_http_bg_start(peer_http_bg *b, const peer_http *like, const peer_request *rq,
+                       vl_error *err) VL_MUST_CHECK;
+/* 1 while a request was started and not yet waited for. */
+int peer_http_bg_pending(const peer_http_bg *b);
+/* Waits for the request started last and returns what peer_http_do
+ * returned for it (its message in err); *rs then points at the answer,
+ * owned by b and valid until the next start or peer_http_bg_free.
+ * VL_EINVAL when nothing was started. */
+int peer_http_bg_wait(peer_http_bg *b, peer_response **rs, vl_error *err) VL_MUST_CHECK;
+/* Waits for a request still on its way, then frees the connection and
+ * the answer. b may be started again after peer_http_bg_init-like zeroing. */
+void peer_http_bg_free(peer_http_bg *b);
 
 #endif

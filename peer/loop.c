@@ -11,133 +11,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
 #include <jansson.h>
-#include <omp.h>
 
-#include "peer/local.h"
+#include "peer/loop_internal.h"
 #include "peer/peer.h"
+#include "kernels/kernels.h"
 
 #if defined(VOLLEY_HAVE_CUDA)
 #include "kernels/cuda_model.h"
 #endif
 
-#define JSON_CAP ((size_t)1 << 20)
-#define MODEL_CAP ((size_t)2 << 30)
 #define UPLOAD_CAP ((size_t)3 << 30)
-#define IDLE_S 120L
-#define FINISHED_RING 64
-#define TOKENS_FILE "task.tokens" /* a token task's data while it trains */
-
-/* ---- join -------------------------------------------------------------- */
-
-static int load_key(const char *dir, crypto_identity *id, vl_error *err) {
-    char path[PEER_PATH_MAX];
-    int rc = peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, err);
-    if (rc) return rc;
-    if (access(path, F_OK) != 0)
-        return vl_fail(err, VL_ENOTFOUND, "no key at %s; run 'volley-peer keygen --dir %s' first",
-                       path, dir);
-    return crypto_identity_load(id, path, err);
-}
-
-int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
-    peer_state st;
-    memset(&st, 0, sizeof st);
-    int rc = peer_url_check(o->coordinator, st.coordinator, sizeof st.coordinator, err);
-    if (rc) return rc;
-    size_t tl = o->token ? strnlen(o->token, 1024) : 0;
-    if (tl == 0 || tl > 512) return vl_fail(err, VL_EINVAL, "a join token of 1 to 512 characters is required");
-    for (size_t i = 0; i < tl; i++)
-        if ((unsigned char)o->token[i] < 0x21 || o->token[i] == 0x7f)
-            return vl_fail(err, VL_EINVAL, "the join token contains whitespace or a control "
-                                           "character");
-    if (o->cacert && *o->cacert) {
-        char abs[PATH_MAX];
-        if (!realpath(o->cacert, abs))
-            return vl_fail(err, VL_ENOTFOUND, "cannot find CA certificate %s", o->cacert);
-        if (strlen(abs) >= sizeof st.cacert)
-            return vl_fail(err, VL_ETOOBIG, "CA certificate path is too long");
-        memcpy(st.cacert, abs, strlen(abs) + 1);
-    }
-    if (o->name && *o->name) {
-        peer_clean_copy(o->name, st.name, sizeof st.name);
-    } else {
-        char host[256];
-        if (gethostname(host, sizeof host) == 0) {
-            host[sizeof host - 1] = '\0';
-            peer_clean_copy(host, st.name, sizeof st.name);
-        }
-    }
-    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
-    crypto_identity id;
-    if ((rc = load_key(o->dir, &id, err))) return rc;
-
-    char pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(id.pk, pk);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    json_t *body = json_pack("{s:s, s:s, s:s, s:{s:I, s:s}}", "public_key", pk, "token", o->token,
-                             "name", st.name, "hardware", "cpus", (json_int_t)(cpus > 0 ? cpus : 1),
-                             "gpu", "none");
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) {
-        crypto_identity_wipe(&id);
-        return vl_fail(err, VL_ENOMEM, "cannot build the join request");
-    }
-    peer_retry_policy pol;
-    peer_retry_default(&pol);
-    if (o->retries > 0) pol.max_attempts = o->retries;
-    peer_http *h = NULL;
-    peer_response rs;
-    peer_response_init(&rs);
-    rc = peer_http_open(st.coordinator, st.cacert, &id, 0, &pol, &h, err);
-    if (!rc) {
-        peer_request rq = {.method = "POST", .target = "/v1/peers",
-                           .content_type = "application/json", .body = (const uint8_t *)text,
-                           .body_len = strlen(text), .cap = JSON_CAP, .idle_s = IDLE_S};
-        rc = peer_http_do(h, &rq, &rs, err);
-    }
-    free(text);
-    if (!rc && rs.status != 200 && rs.status != 201)
-        rc = peer_refusal(err, "join refused", rs.status, rs.body.data, rs.body.len);
-    if (!rc) rc = peer_join_reply_parse(rs.body.data, rs.body.len, &st, err);
-    if (!rc) rc = peer_state_save(o->dir, &st, err);
-    if (!rc) *out = st;
-    peer_response_free(&rs);
-    peer_http_close(h);
-    crypto_identity_wipe(&id);
-    return rc;
-}
 
 /* ---- run --------------------------------------------------------------- */
 
-typedef struct loop {
-    const peer_run_opts *o;
-    peer_state st;
-    peer_http *http;
-    peer_trainer tr;
-    peer_response rs;
-    buf upload;
-    int64_t done;
-    int answer_round; /* the last upload was accepted: its round may follow */
-    /* The trainer state read at start, until a model of its shape is
-     * installed and takes it over. */
-    peer_resume saved;
-    /* Traffic, for the summary at exit. */
-    uint64_t up_bytes, model_bytes, delta_bytes, data_bytes, factor_bytes;
-    /* Leases this peer has finished with (uploaded or dropped). A refused
-     * request changes nothing on the coordinator, so it may offer the same
-     * lease again until its deadline; retraining it would be wasted work. */
-    struct { int64_t task_id, deadline; } finished[FINISHED_RING];
-    int nfinished;
-    char comp_desc[160]; /* the compression last logged */
-    /* The next task, leased with the last upload's 202 (async runs), so
-     * the next round trip is the model or data, not the task. */
-    int have_next;
-    peer_task next;
-    peer_local local; /* --data: the peer's own images (images NULL: none) */
-} loop;
+
 
 static void remember(loop *L, const peer_task *k) {
     int i = L->nfinished++ % FINISHED_RING;
@@ -150,16 +38,6 @@ static int seen(const loop *L, const peer_task *k) {
     for (int i = 0; i < n; i++)
         if (L->finished[i].task_id == k->task_id && L->finished[i].deadline == k->deadline) return 1;
     return 0;
-}
-
-static int error_code_is(const peer_response *rs, const char *code) {
-    char c[64], m[8];
-    peer_error_parse(rs->body.data, rs->body.len, c, sizeof c, m, sizeof m);
-    return strcmp(c, code) == 0;
-}
-
-static int run_finished(const peer_response *rs) {
-    return rs->status == 410 && error_code_is(rs, "run_finished");
 }
 
 /* 1 when an upload refusal only means the coordinator no longer wants this
@@ -175,23 +53,15 @@ static int droppable_upload(const peer_response *rs) {
     }
 }
 
-/* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
- * coordinator sent for the task (the lease, its model, its data) failed
- * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
- * a tamper hook (tests only) had nothing more to send. */
-enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
-
-/* Validation failures become STEP_REFUSED; running out of memory and
- * everything else stay errors. */
-static int refused(int rc) {
-    return rc == VL_EINVAL || rc == VL_ERANGE || rc == VL_ETOOBIG || rc == VL_ENOTFOUND
-               ? STEP_REFUSED
-               : rc;
-}
 
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
-    char target[64];
-    snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
+    char target[96];
+    /* While the last update uploads, the next lease is the one past it. */
+    if (L->flying)
+        snprintf(target, sizeof target, "/v1/task?wait=%d&uploading=%lld", L->o->wait_s,
+                 (long long)L->fly_k.task_id);
+    else
+        snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
     peer_request rq = {.method = "GET", .target = target, .cap = JSON_CAP,
                        .idle_s = L->o->wait_s + 30L};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
@@ -205,198 +75,6 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     if (prc) return refused(prc);
     if ((prc = peer_task_check_run(k, L->st.run, err))) return refused(prc);
     return VL_OK;
-}
-
-/* Brings an older cached base up to the task's version with the sum of
- * the changes in between. Returns 1 when that worked, 0 when the whole
- * model has to be fetched instead (the changes were pruned, or the delta
- * did not apply), or an error that ends the loop. */
-static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
-    char target[96];
-    snprintf(target, sizeof target, "/v1/model/delta?since=%lld&version=%lld",
-             (long long)L->tr.base_version, (long long)k->base_version);
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S};
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
-    if (rc) return rc;
-    peer_response *rs = &L->rs;
-    if (run_finished(rs)) return STEP_FINISHED;
-    if (rs->status != 200) {
-        log_debug("no delta from version %lld (status %ld); fetching the model",
-                  (long long)L->tr.base_version, rs->status);
-        return 0;
-    }
-    int64_t from = L->tr.base_version;
-    vl_error e = {0};
-    if (peer_trainer_apply_delta(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version,
-                                 &e) != VL_OK) {
-        log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
-                 e.msg);
-        return 0;
-    }
-    log_info("model version %lld from version %lld by delta: %zu bytes",
-             (long long)k->base_version, (long long)from, rs->body.len);
-    L->delta_bytes += rs->body.len;
-    return 1;
-}
-
-/* Makes the trainer hold the task's base version, downloading it only when
- * the cached one differs (If-None-Match), and only the changes when the
- * run's updates are sparse. */
-static int fetch_model(loop *L, const peer_task *k, vl_error *err) {
-    if (k->method != PEER_METHOD_NONE && L->tr.base_version >= 0 &&
-        L->tr.base_version < k->base_version) {
-        int rc = fetch_delta(L, k, err);
-        if (rc == 1) return VL_OK;
-        if (rc) return rc;
-    }
-    char target[64], inm[32], want[32];
-    snprintf(target, sizeof target, "/v1/model?version=%lld", (long long)k->base_version);
-    snprintf(want, sizeof want, "\"%lld\"", (long long)k->base_version);
-    /* A model file is the largest download: a broken connection resumes
-     * it rather than starting over. */
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
-                       .resume = 1};
-    if (L->tr.base_version >= 0) {
-        snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
-        rq.if_none_match = inm;
-    }
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
-    if (rc) return rc;
-    peer_response *rs = &L->rs;
-    if (rs->status == 304) {
-        if (L->tr.base_version != k->base_version)
-            return refused(vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, "
-                                                   "but the cached model is version %lld",
-                                   (long long)k->base_version, (long long)L->tr.base_version));
-        return VL_OK;
-    }
-    if (run_finished(rs)) return STEP_FINISHED;
-    if (rs->status == 404 && error_code_is(rs, "unknown_version")) {
-        /* The base was pruned while the lease was in flight. */
-        vl_error e = {0};
-        peer_refusal(&e, "model request refused", rs->status, rs->body.data, rs->body.len);
-        log_warn("task %lld dropped: %s", (long long)k->task_id, e.msg);
-        return STEP_AGAIN;
-    }
-    if (rs->status != 200)
-        return peer_refusal(err, "model request refused", rs->status, rs->body.data,
-                            rs->body.len);
-    if (rs->etag[0] && strcmp(rs->etag, want) != 0)
-        return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
-                               (long long)k->base_version, rs->etag));
-    double t0 = clock_mono_s();
-    rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
-    size_t bytes = rs->body.len;
-    /* The trainer holds its own copy; keeping a model-sized response
-     * buffer through training would double the peer's footprint. */
-    buf_free(&rs->body);
-    if (rc) return refused(rc);
-    L->model_bytes += bytes;
-    log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
-             (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
-    return VL_OK;
-}
-
-/* Parses "bytes FIRST-LAST/TOTAL" (TOTAL may be "*"). */
-static int content_range(const char *s, int64_t *first, int64_t *last) {
-    char a[24], b[24];
-    const char *p = s;
-    if (strncmp(p, "bytes ", 6) != 0) return VL_EINVAL;
-    p += 6;
-    size_t n = strcspn(p, "-");
-    if (n == 0 || n >= sizeof a || p[n] != '-') return VL_EINVAL;
-    memcpy(a, p, n);
-    a[n] = '\0';
-    p += n + 1;
-    n = strcspn(p, "/");
-    if (n == 0 || n >= sizeof b || p[n] != '/') return VL_EINVAL;
-    memcpy(b, p, n);
-    b[n] = '\0';
-    if (parse_i64(a, 0, INT64_MAX, first) || parse_i64(b, 0, INT64_MAX, last)) return VL_EINVAL;
-    return VL_OK;
-}
-
-static int fetch_data(loop *L, const peer_task *k, vl_error *err) {
-    char target[64], range[64];
-    int64_t last = k->offset + k->length - 1;
-    snprintf(target, sizeof target, "/v1/data/%s", k->shard);
-    snprintf(range, sizeof range, "bytes=%lld-%lld", (long long)k->offset, (long long)last);
-    peer_request rq = {.method = "GET", .target = target, .range = range,
-                       .cap = (size_t)k->length, .idle_s = IDLE_S};
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
-    if (rc) return rc;
-    peer_response *rs = &L->rs;
-    if (run_finished(rs)) return STEP_FINISHED;
-    if (rs->status != 206) {
-        if (rs->status >= 400)
-            return peer_refusal(err, "data request refused", rs->status, rs->body.data,
-                                rs->body.len);
-        return refused(vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range,
-                               rs->status));
-    }
-    int64_t f, l;
-    if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
-        return refused(vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
-                               rs->content_range, range));
-    if (rs->body.len != (size_t)k->length)
-        return refused(vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range",
-                               rs->body.len, (long long)k->length));
-    L->data_bytes += rs->body.len;
-    return VL_OK;
-}
-
-/* Downloads the task's token range into DIR/task.tokens, as the llm.c
- * shard the coordinator sends, straight to disk (a range may be far
- * larger than the model), and opens it with model_shard, which validates
- * all of it: header, size and every token below the model's vocab_size.
- * It must hold exactly the task's tokens. The file is unlinked once open
- * (the open shard keeps reading it) or on failure, so only a peer killed
- * mid-download leaves one behind, which the next download empties. */
-static int fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error *err) {
-    *out = NULL;
-    char target[128], path[PEER_PATH_MAX];
-    int rc = peer_path_join(path, sizeof path, L->o->dir, TOKENS_FILE, err);
-    if (rc) return rc;
-    snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld",
-             (long long)k->shard_index, (long long)k->offset, (long long)k->length);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
-    if (!f) {
-        rc = vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return rc;
-    }
-    size_t want = MODEL_SHARD_HEADER_BYTES + 2 * (size_t)k->length;
-    peer_request rq = {.method = "GET", .target = target, .cap = want, .idle_s = IDLE_S,
-                       .sink = f};
-    rc = peer_http_do(L->http, &rq, &L->rs, err);
-    if (fclose(f) != 0 && !rc)
-        rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
-    peer_response *rs = &L->rs;
-    if (!rc && run_finished(rs))
-        rc = STEP_FINISHED;
-    else if (!rc && rs->status >= 400)
-        rc = peer_refusal(err, "data request refused", rs->status, rs->body.data, rs->body.len);
-    else if (!rc && rs->status != 200)
-        rc = vl_fail(err, VL_EINVAL, "data: expected 200 for %s, got %ld", target, rs->status);
-    else if (!rc && rs->sunk != want)
-        rc = vl_fail(err, VL_EINVAL, "data: got %llu bytes for %lld tokens (a shard of them is "
-                     "%zu bytes)", (unsigned long long)rs->sunk, (long long)k->length, want);
-    vl_error e = {0};
-    if (!rc && model_shard_open(path, L->tr.cfg.vocab_size, out, &e) != VL_OK)
-        rc = vl_fail(err, VL_EINVAL, "data from the coordinator refused: %s", e.msg);
-    if (!rc && model_shard_tokens(*out) != k->length)
-        rc = vl_fail(err, VL_EINVAL, "data: the shard holds %lld tokens, the task %lld",
-                     (long long)model_shard_tokens(*out), (long long)k->length);
-    if (rc) {
-        model_shard_close(*out);
-        *out = NULL;
-    }
-    unlink(path);
-    if (!rc) L->data_bytes += want;
-    /* Data that fails validation is refused like a bad task: the peer
-     * keeps its state and lets the lease go. */
-    return rc == VL_EINVAL ? STEP_REFUSED : rc;
 }
 
 /* Records the upload and the state after encoding it before it is sent:
@@ -496,6 +174,9 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
     return VL_OK;
 }
 
+static int upload_answer(loop *L, const peer_task *k, const peer_train_result *res,
+                         peer_response *rs, vl_error *err);
+
 static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
                   vl_error *err) {
     const peer_run_opts *ro = L->o;
@@ -533,15 +214,38 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     free(ag);
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
-    /* The next task comes with the answer unless this is the last one. */
     int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
-    peer_request rq = {.method = "POST", .target = more ? "/v1/updates?next=1" : "/v1/updates",
+    /* The next task starts while this update uploads, when the run allows
+     * it, the volunteer asked for it (--overlap) and nothing has to follow
+     * the upload on this task: a second round answers from this task's
+     * delta, and a tamper hook retries it. */
+    int overlap = more && k->overlap && ro->overlap && !ro->tamper && !k->second_round;
+    /* Otherwise the next task comes with the answer unless this is the
+     * last one. */
+    peer_request rq = {.method = "POST",
+                       .target = more && !overlap ? "/v1/updates?next=1" : "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
                        .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
+    if (overlap) {
+        if ((rc = peer_http_bg_start(&L->bg, L->http, &rq, err))) return rc;
+        L->flying = 1;
+        L->fly_k = *k;
+        L->fly_res = *res;
+        log_debug("task %lld: upload of %zu bytes under way; the next task starts meanwhile",
+                  (long long)k->task_id, L->upload.len);
+        return VL_OK;
+    }
     /* A transport failure leaves the outcome unknown: the record stays,
      * for the next start to send again. */
     if ((rc = peer_http_do(L->http, &rq, &L->rs, err))) return rc;
-    peer_response *rs = &L->rs;
+    return upload_answer(L, k, res, &L->rs, err);
+}
+
+/* Judges the coordinator's answer rs to the upload of task k, now in
+ * L->upload: settles the record, puts back what was not taken, takes the
+ * next task when it came along. */
+static int upload_answer(loop *L, const peer_task *k, const peer_train_result *res,
+                         peer_response *rs, vl_error *err) {
     double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
     L->up_bytes += L->upload.len;
     L->answer_round = 0;
@@ -593,6 +297,19 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
 }
 
+/* Waits for the update still uploading, if any, and judges its answer as
+ * a sent-and-waited-for upload would have been. A transport failure
+ * leaves its record for the next start, as there. */
+static int land(loop *L, vl_error *err) {
+    if (!L->flying) return VL_OK;
+    L->flying = 0;
+    peer_response *rs = NULL;
+    int rc = peer_http_bg_wait(&L->bg, &rs, err);
+    if (!rc) rc = upload_answer(L, &L->fly_k, &L->fly_res, rs, err);
+    if (rc == VL_OK) remember(L, &L->fly_k);
+    return rc;
+}
+
 /* One lease from request to upload. */
 static int one_task(loop *L, vl_error *err) {
     peer_task k;
@@ -621,7 +338,7 @@ static int one_task(loop *L, vl_error *err) {
         log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
-    if ((rc = fetch_model(L, &k, err)) == VL_OK)
+    if ((rc = peer_loop_fetch_model(L, &k, err)) == VL_OK)
         rc = k.local   ? peer_local_check(&L->tr, &k, &L->local, err)
              : L->tr.mlp ? vl_fail(err, VL_EINVAL, "task %lld has a data range but the model is "
                                    "a classifier", (long long)k.task_id)
@@ -651,8 +368,8 @@ static int one_task(loop *L, vl_error *err) {
     peer_train_result res;
     model_shard *data = NULL;
     rc = k.local    ? VL_OK
-         : k.tokens ? fetch_tokens(L, &k, &data, err)
-                    : fetch_data(L, &k, err);
+         : k.tokens ? peer_loop_fetch_tokens(L, &k, &data, err)
+                    : peer_loop_fetch_data(L, &k, err);
     if (rc == STEP_REFUSED) {
         remember(L, &k);
         log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
@@ -680,6 +397,10 @@ static int one_task(loop *L, vl_error *err) {
     }
     if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
     if (rc) return rc;
+    L->train_s += res.seconds;
+    /* The last update's answer first: a refusal puts its entries back in
+     * the residual, which this encoding then carries. */
+    if ((rc = land(L, err))) return rc;
     rc = upload(L, &k, &res, 0, err);
     if (L->o->tamper) {
         /* A hostile peer turned away tries its next move on the same task,
@@ -694,14 +415,39 @@ static int one_task(loop *L, vl_error *err) {
             rc = VL_OK;
         }
     }
-    if (rc == VL_OK) remember(L, &k);
-    if (rc == VL_OK && L->answer_round)
+    if (rc == VL_OK && !L->flying) remember(L, &k);
+    if (rc == VL_OK && !L->flying && L->answer_round)
         rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,
                                &L->up_bytes, err);
     return rc;
 }
 
+static int run_tasks(loop *L, vl_error *err);
+
+/* The tasks, then the update still uploading: its answer may still end
+ * the run with an error, or say the run has finished. */
 static int run_loop(loop *L, vl_error *err) {
+    L->t_start = clock_mono_s();
+    int rc = run_tasks(L, err);
+    if (L->flying) {
+        vl_error e = {0};
+        int lrc = land(L, &e);
+        if (lrc == STEP_FINISHED) lrc = VL_OK;
+        if (!rc && lrc) {
+            *err = e;
+            rc = lrc;
+        } else if (lrc) {
+            log_warn("the last update's upload: %s", e.msg);
+        }
+    }
+    double wall = clock_mono_s() - L->t_start;
+    if (wall > 0 && L->train_s > 0)
+        log_info("compute: %.1f s of %.1f s training (%.1f %%)", L->train_s, wall,
+                 100.0 * L->train_s / wall);
+    return rc;
+}
+
+static int run_tasks(loop *L, vl_error *err) {
     int refusals = 0;
     while (L->o->max_tasks <= 0 || L->done < L->o->max_tasks) {
         if (peer_stop_requested()) return PEER_ESTOPPED;
@@ -761,14 +507,13 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     /* Read before anything else: bad data fail the start, not a task. */
     if (o->local && (rc = peer_local_open(&L.local, o->local, err))) return rc;
     crypto_identity id;
-    if ((rc = load_key(o->dir, &id, err))) {
+    if ((rc = peer_load_key(o->dir, &id, err))) {
         peer_local_free(&L.local);
         return rc;
     }
-    if (o->threads > 0) {
-        omp_set_num_threads(o->threads);
-        openblas_set_num_threads(o->threads);
-    }
+    /* The kernels' own setting: OpenMP gets n threads and OpenBLAS stays at
+     * one, so no BLAS thread pool starts (and spins) beside their team. */
+    if (o->threads > 0) kernels_set_num_threads(o->threads);
     peer_retry_policy pol;
     peer_retry_default(&pol);
     if (o->retries > 0) pol.max_attempts = o->retries;
@@ -811,6 +556,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
              (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
              (unsigned long long)L.delta_bytes, (unsigned long long)L.data_bytes,
              (unsigned long long)L.factor_bytes);
+    peer_http_bg_free(&L.bg);
     buf_free(&L.upload);
     peer_response_free(&L.rs);
     peer_resume_free(&L.saved);

@@ -1,6 +1,8 @@
-/* volley-peer: command-line entry point. Parses arguments, installs the
- * signal handlers that let a run stop between steps, and turns every
- * failure into one line on stderr and a stable exit status (peer.h). */
+/* volley-peer: command-line entry point. Parses arguments, makes `run` a
+ * good guest on a shared machine (peer/guest.h: priority, passive waits,
+ * the default thread count), installs the signal handlers that let a run
+ * stop between steps, and turns every failure into one line on stderr and
+ * a stable exit status (peer.h). */
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peer/guest.h"
 #include "peer/local.h"
 #include "peer/peer.h"
 
@@ -30,9 +33,9 @@ static const char USAGE[] =
     "  device [--device D]\n"
     "      print the device 'run --device D' would train on, and why; exit 1 when\n"
     "      D is cuda and no GPU is usable\n"
-    "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--max-tasks N]\n"
-    "      [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
-    "      [--max-upload-rate R] [--max-download-rate R]\n"
+    "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--priority P]\n"
+    "      [--max-tasks N] [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
+    "      [--max-upload-rate R] [--max-download-rate R] [--overlap]\n"
     "      [--data IMAGES [--labels FILE] [--partition i/N [--beta B]]]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
@@ -53,7 +56,16 @@ static const char USAGE[] =
     "                   optimizer and compression (default: no cap). Past it a\n"
     "                   task fails as on a full card: under auto the peer moves\n"
     "                   to the CPU, under cuda the task fails\n"
-    "  --threads N      OpenMP and OpenBLAS threads (default: library defaults)\n"
+    "  --threads N      training threads (default: the CPUs this process may run\n"
+    "                   on: its affinity mask, capped by a cgroup CPU limit)\n"
+    "  --priority P     low, idle or normal (default low). low: nice 19, so any\n"
+    "                   other program gets a shared core first; idle: SCHED_IDLE,\n"
+    "                   train only on CPU time nothing else wants, even niced\n"
+    "                   programs; normal: keep the priority it was started with.\n"
+    "                   The log says what was applied. OpenMP threads always wait\n"
+    "                   passively (volley-peer sets OMP_WAIT_POLICY=passive and\n"
+    "                   OPENBLAS_NUM_THREADS=1 unless they are set, and restarts\n"
+    "                   itself once so the libraries read them)\n"
     "  --max-tasks N    stop after N tasks (default: no limit)\n"
     "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
     "  --retries N      attempts per request, 1..100 (default 8)\n"
@@ -67,6 +79,10 @@ static const char USAGE[] =
     "                   share the line: send or receive at most R bytes a second\n"
     "                   on average (k, M, G: thousands; 250k is 2 Mbit/s).\n"
     "                   Transfers of a megabyte or more log their progress\n"
+    "  --overlap        in async runs, train the next task while the last update\n"
+    "                   uploads (one upload at a time) instead of waiting for it:\n"
+    "                   more of the processor's time on a slow uplink, at the\n"
+    "                   price of staler updates (off by default)\n"
     "  --data IMAGES    train on this IDX images file (plain or .gz) of the peer's\n"
     "                   own, for runs whose data stay on the peers; nothing of it\n"
     "                   is sent to the coordinator\n"
@@ -86,7 +102,8 @@ static const char USAGE[] =
 enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
        OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
        OPT_DEVICE, OPT_GPU_MEM, OPT_DATA, OPT_LABELS, OPT_PARTITION, OPT_BETA,
-       OPT_PARTITION_SEED, OPT_MAX_UP, OPT_MAX_DOWN, OPT_HELP };
+       OPT_PARTITION_SEED, OPT_MAX_UP, OPT_MAX_DOWN, OPT_OVERLAP,
+       OPT_PRIORITY, OPT_HELP };
 
 static const struct option OPTIONS[] = {
     {"dir", required_argument, NULL, OPT_DIR},
@@ -112,14 +129,17 @@ static const struct option OPTIONS[] = {
     {"partition-seed", required_argument, NULL, OPT_PARTITION_SEED},
     {"max-upload-rate", required_argument, NULL, OPT_MAX_UP},
     {"max-download-rate", required_argument, NULL, OPT_MAX_DOWN},
+    {"overlap", no_argument, NULL, OPT_OVERLAP},
+    {"priority", required_argument, NULL, OPT_PRIORITY},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
 typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
-    int force, verbose;
+    int force, verbose, overlap;
     peer_device_want device;
+    peer_guest_priority priority; /* the zero value is the default, low */
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
     const char *data, *labels, *partition;
     double beta;
@@ -202,6 +222,7 @@ static int parse_args(int argc, char **argv, args *a) {
         case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
         case OPT_MAX_UP: rc = rate("--max-upload-rate", optarg, &a->max_up); break;
         case OPT_MAX_DOWN: rc = rate("--max-download-rate", optarg, &a->max_down); break;
+        case OPT_OVERLAP: a->overlap = 1; break;
         case OPT_GPU_MEM:
             rc = number("--gpu-mem", optarg, 1, INT64_C(1) << 30, &a->gpu_mem_mib);
             break;
@@ -219,6 +240,10 @@ static int parse_args(int argc, char **argv, args *a) {
         case OPT_DEVICE:
             if (peer_device_parse(optarg, &a->device) != VL_OK)
                 return usage_error("--device is auto, cpu or cuda, not '%s'", optarg);
+            break;
+        case OPT_PRIORITY:
+            if (peer_guest_priority_parse(optarg, &a->priority) != VL_OK)
+                return usage_error("--priority is low, idle or normal, not '%s'", optarg);
             break;
         case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
         case ':':
@@ -341,6 +366,26 @@ static int cmd_device(const args *a) {
     return PEER_EXIT_OK;
 }
 
+/* Lowers the priority and logs what run will be as a guest: priority,
+ * waits and threads. Returns the thread count to train with, or a
+ * negative code when a priority the user asked for could not be applied:
+ * an owner who said --priority idle relies on it, whereas the default is
+ * best effort, so its failure is only a warning. */
+static int guest_setup(const args *a, vl_error *e) {
+    char line[512];
+    int rc = peer_guest_priority_apply(a->priority, line, sizeof line, e);
+    if (rc && (a->seen & (1u << OPT_PRIORITY))) return rc;
+    if (rc) log_warn("%s; going on at the priority it had", e->msg);
+    else log_info("%s", line);
+    peer_guest_waits_describe(line, sizeof line);
+    log_info("%s", line);
+    peer_guest_cpus cpus;
+    peer_guest_cpus_detect(&cpus);
+    peer_guest_threads_describe(&cpus, (int)a->threads, line, sizeof line);
+    log_info("training with %s", line);
+    return a->threads > 0 ? (int)a->threads : cpus.threads;
+}
+
 static int cmd_run(const args *a) {
     int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
                                 1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
@@ -348,7 +393,8 @@ static int cmd_run(const args *a) {
                                 1u << OPT_GPU_MEM | 1u << OPT_DATA | 1u << OPT_LABELS |
                                 1u << OPT_PARTITION | 1u << OPT_BETA |
                                 1u << OPT_PARTITION_SEED | 1u << OPT_MAX_UP |
-                                1u << OPT_MAX_DOWN);
+                                1u << OPT_MAX_DOWN | 1u << OPT_OVERLAP |
+                                1u << OPT_PRIORITY);
     if (rc) return rc;
     vl_error e = {0};
     if (!a->data && (a->labels || a->partition || a->beta > 0 ||
@@ -362,6 +408,8 @@ static int cmd_run(const args *a) {
         return usage_error("%s", e.msg);
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    int threads = guest_setup(a, &e);
+    if (threads < 0) return fail(&e, threads);
     /* The first signal asks for a clean stop; SA_RESETHAND lets a second
      * one end a process stuck in a long step the hard way. */
     struct sigaction sa;
@@ -372,12 +420,13 @@ static int cmd_run(const args *a) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    peer_run_opts o = {.dir = dir, .threads = (int)a->threads, .max_tasks = a->max_tasks,
+    peer_run_opts o = {.dir = dir, .threads = threads, .max_tasks = a->max_tasks,
                        .wait_s = (int)a->wait_s, .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
                        .slowdown = (int)a->slowdown, .device = a->device,
                        .gpu_mem_mib = a->gpu_mem_mib, .local = a->data ? &local : NULL,
-                       .max_upload_bps = a->max_up, .max_download_bps = a->max_down};
+                       .max_upload_bps = a->max_up, .max_download_bps = a->max_down,
+                       .overlap = a->overlap};
     rc = peer_run(&o, &e);
     return rc ? fail(&e, rc) : PEER_EXIT_OK;
 }
@@ -397,6 +446,13 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc - 1, argv + 1, &a);
     if (rc) return rc;
     if (a.verbose) log_set_level(LOG_DEBUG);
+    if (!strcmp(cmd, "run")) {
+        /* First, before any thread exists: on success this process is
+         * replaced by one whose OpenMP and OpenBLAS read passive settings. */
+        vl_error e = {0};
+        if (peer_guest_reexec(argv, &e))
+            log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
+    }
     if (!strcmp(cmd, "keygen")) return cmd_keygen(&a);
     if (!strcmp(cmd, "join")) return cmd_join(&a);
     if (!strcmp(cmd, "run")) return cmd_run(&a);

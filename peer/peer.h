@@ -150,6 +150,9 @@ typedef struct peer_task {
     double split_alpha;
     st_dtype split_dtype;
     int64_t deadline;     /* lease end, unix seconds */
+    /* The run lets the next task start while this one's update uploads
+     * (GET /v1/task?uploading=; async runs). */
+    int overlap;
 } peer_task;
 
 /* Hard limits on what a task may ask of this machine. */
@@ -514,6 +517,10 @@ typedef struct peer_join_opts {
 /* `volley-peer join`: POST /v1/peers signed with peer=0, then writes
  * dir/peer.json. The new state goes to out. */
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
+/* Loads the peer's key pair from DIR/key (peer_join, peer_run); a missing
+ * key is VL_ENOTFOUND with a message naming `volley-peer keygen`. The
+ * caller owns *id and wipes it (crypto_identity_wipe). */
+int peer_load_key(const char *dir, crypto_identity *id, vl_error *err) VL_MUST_CHECK;
 
 /* `volley-peer rotate-key`: moves the joined peer in dir to a new key,
  * by POST /v1/peers/rotate signed with the old key and carrying the new
@@ -529,7 +536,7 @@ int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) V
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {
     const char *dir;
-    int threads;       /* OpenMP and OpenBLAS threads; 0: leave the defaults */
+    int threads;       /* training threads (OpenMP; OpenBLAS stays single-threaded); 0: leave the defaults */
     int64_t max_tasks; /* stop after this many tasks; 0: no limit */
     int wait_s;        /* long-poll wait for GET /v1/task, 0..60 */
     int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
@@ -539,6 +546,12 @@ typedef struct peer_run_opts {
     int64_t gpu_mem_mib;     /* --gpu-mem: cap on device memory in MiB; 0: none */
     /* --max-upload-rate, --max-download-rate: bytes per second; 0: none */
     int64_t max_upload_bps, max_download_bps;
+    /* --overlap: where the task allows it (peer_task.overlap), the next
+     * task trains while the last update uploads; otherwise each upload is
+     * waited for. Off by default: on the mixed federation of
+     * docs/results/wan.md the extra, staler updates made the run slower
+     * to its target loss. */
+    int overlap;
     /* --data and --partition: the peer's own images, for runs whose data
      * stay on the peers (peer/local.h); NULL: none */
     const struct peer_local_opts *local;

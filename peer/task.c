@@ -325,6 +325,12 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
         if (t->split_u && t->split_in_flight > 1)
             return vl_fail(err, VL_EINVAL, "task: a U-shaped split takes one batch at a time");
     }
+    /* Absent from sync runs' tasks and older coordinators': the next
+     * task waits for this one's upload. */
+    json_t *ov = json_object_get(root, "overlap");
+    if (ov && !json_is_boolean(ov))
+        return vl_fail(err, VL_EINVAL, "task: 'overlap' must be true or false");
+    t->overlap = ov && json_is_true(ov);
     /* SelSync is optional: without it the peer runs exactly `steps`. */
     t->selsync_delta = 0;
     t->h_min = t->steps;

@@ -66,7 +66,8 @@ static const char *const SQL[Q_COUNT] = {
                           " base_version = ? AND state = 'leased' AND deadline > ?"
                           " ORDER BY id LIMIT 1",
     [Q_TASK_FIND_ANY_LEASE] = "SELECT " TASK_COLS " FROM tasks WHERE peer_id = ? AND"
-                              " state = 'leased' AND deadline > ? ORDER BY id LIMIT 1",
+                              " state = 'leased' AND deadline > ? AND id != ? ORDER BY id"
+                              " LIMIT 1",
     [Q_TASK_COUNT_LEASED] = "SELECT count(*) FROM tasks WHERE state = 'leased' AND deadline > ?",
     [Q_TASK_NEXT_DEADLINE_ANY] = "SELECT min(deadline) FROM tasks WHERE state = 'leased' AND"
                                  " deadline > ?",

@@ -263,10 +263,12 @@ int storage_task_get(storage *st, int64_t id, storage_task *out, vl_error *err) 
  * after now; VL_ENOTFOUND if none. */
 int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, int64_t now,
                             storage_task *out, vl_error *err) VL_MUST_CHECK;
-/* The oldest leased task of peer_id, whatever its base version, with
- * deadline after now (async runs); VL_ENOTFOUND if none. */
-int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, storage_task *out,
-                                vl_error *err) VL_MUST_CHECK;
+/* The oldest leased task of peer_id other than task except (0: none
+ * excepted), whatever its base version, with deadline after now (async
+ * runs); VL_ENOTFOUND if none. A peer whose upload of task except is
+ * still on its way asks for its next lease past that one. */
+int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, int64_t except,
+                                storage_task *out, vl_error *err) VL_MUST_CHECK;
 /* Leased tasks of every version whose deadline is after now. */
 int storage_task_count_leased(storage *st, int64_t now, int64_t *out,
                               vl_error *err) VL_MUST_CHECK;

@@ -89,12 +89,13 @@ int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, 
     return read_task(st, s, out, err);
 }
 
-int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, storage_task *out,
-                                vl_error *err) {
+int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, int64_t except,
+                                storage_task *out, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_TASK_FIND_ANY_LEASE, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, peer_id);
     sqlite3_bind_int64(s, 2, now);
+    sqlite3_bind_int64(s, 3, except);
     return read_task(st, s, out, err);
 }
 

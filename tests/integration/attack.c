@@ -303,6 +303,12 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("malformed query", &r, 400, "bad_request");
     request(c, "GET", "/v1/task?wait=1&wait=2", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("query key given twice", &r, 400, "bad_request");
+    request(c, "GET", "/v1/task?wait=61", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect("task wait over 60 s", &r, 400, "bad_request");
+    /* A sync version counts one update per lease: no second lease while
+     * an upload is on its way. */
+    request(c, "GET", "/v1/task?wait=0&uploading=1", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect("uploading in a sync run", &r, 400, "bad_request");
     request(c, "DELETE", "/v1/task", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("wrong method", &r, 405, "method_not_allowed");
     get(c, "unknown path", "/v1/nothing-here", 404, "not_found");

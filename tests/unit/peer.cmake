@@ -4,6 +4,9 @@ volley_unit_test(test_peer_tokens volley_peer)
 volley_unit_test(test_peer_refuse volley_peer)
 volley_unit_test(test_peer_kfac volley_peer)
 volley_unit_test(test_peer_device volley_peer)
+# The peer as a guest on a shared machine (peer/guest.h): priority, passive
+# waits (the test re-executes itself as volley-peer does), thread count.
+volley_unit_test(test_peer_guest volley_peer)
 # A peer's task and compression on a GPU against the host; without a device
 # it reports itself skipped (exit 77).
 if(VOLLEY_HAVE_CUDA)

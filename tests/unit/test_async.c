@@ -392,9 +392,11 @@ static void test_storage_unmerged_and_reissue(void **state) {
     assert_int_equal(t.reissue_of, 0);
 
     /* Leases of any base: peer 0 holds task 5 (base 1) and task 4 is done. */
-    OK(storage_task_find_any_lease(st, f->peer[0], 300, &t, &e_));
+    OK(storage_task_find_any_lease(st, f->peer[0], 300, 0, &t, &e_));
     assert_int_equal(t.id, 5);
-    assert_int_equal(storage_task_find_any_lease(st, f->peer[1], 300, &t, &e), VL_ENOTFOUND);
+    /* Past the lease whose upload is on its way there is none. */
+    assert_int_equal(storage_task_find_any_lease(st, f->peer[0], 300, 5, &t, &e), VL_ENOTFOUND);
+    assert_int_equal(storage_task_find_any_lease(st, f->peer[1], 300, 0, &t, &e), VL_ENOTFOUND);
     OK(storage_task_count_leased(st, 300, &n, &e_));
     assert_int_equal(n, 1);
     OK(storage_task_next_deadline_any(st, 300, &n, &e_));

@@ -1,0 +1,93 @@
+/* The run loop's state and steps, shared by loop.c (leases, uploads,
+ * the loop itself) and fetch.c (a task's model and data). Private to
+ * the peer library. */
+#ifndef VOLLEY_PEER_LOOP_INTERNAL_H
+#define VOLLEY_PEER_LOOP_INTERNAL_H
+
+#include <string.h>
+
+#include "peer/local.h"
+#include "peer/peer.h"
+
+#define JSON_CAP ((size_t)1 << 20)
+#define MODEL_CAP ((size_t)2 << 30)
+#define IDLE_S 120L
+#define FINISHED_RING 64
+#define TOKENS_FILE "task.tokens" /* a token task's data while it trains */
+
+typedef struct loop {
+    const peer_run_opts *o;
+    peer_state st;
+    peer_http *http;
+    peer_trainer tr;
+    peer_response rs;
+    buf upload;
+    int64_t done;
+    int answer_round; /* the last upload was accepted: its round may follow */
+    /* The trainer state read at start, until a model of its shape is
+     * installed and takes it over. */
+    peer_resume saved;
+    /* Traffic, for the summary at exit. */
+    uint64_t up_bytes, model_bytes, delta_bytes, data_bytes, factor_bytes;
+    /* Leases this peer has finished with (uploaded or dropped). A refused
+     * request changes nothing on the coordinator, so it may offer the same
+     * lease again until its deadline; retraining it would be wasted work. */
+    struct { int64_t task_id, deadline; } finished[FINISHED_RING];
+    int nfinished;
+    char comp_desc[160]; /* the compression last logged */
+    /* The next task, leased with the last upload's 202 (async runs), so
+     * the next round trip is the model or data, not the task. */
+    int have_next;
+    peer_task next;
+    peer_local local; /* --data: the peer's own images (images NULL: none) */
+    /* The update still uploading while the next task trains (a task that
+     * allows overlap), with what its answer is judged by. */
+    peer_http_bg bg;
+    int flying;
+    peer_task fly_k;
+    peer_train_result fly_res;
+    /* Compute utilisation, for the summary at exit: seconds spent
+     * training against the loop's wall time. */
+    double train_s, t_start;
+} loop;
+
+/* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
+ * coordinator sent for the task (the lease, its model, its data) failed
+ * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
+ * a tamper hook (tests only) had nothing more to send. */
+enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
+
+/* Validation failures become STEP_REFUSED; running out of memory and
+ * everything else stay errors. */
+static inline int refused(int rc) {
+    return rc == VL_EINVAL || rc == VL_ERANGE || rc == VL_ETOOBIG || rc == VL_ENOTFOUND
+               ? STEP_REFUSED
+               : rc;
+}
+
+/* The error code of an error body is code. */
+static inline int error_code_is(const peer_response *rs, const char *code) {
+    char c[64], m[8];
+    peer_error_parse(rs->body.data, rs->body.len, c, sizeof c, m, sizeof m);
+    return strcmp(c, code) == 0;
+}
+
+static inline int run_finished(const peer_response *rs) {
+    return rs->status == 410 && error_code_is(rs, "run_finished");
+}
+
+/* fetch.c. Each returns 0, STEP_AGAIN or STEP_REFUSED (the task's model
+ * or data failed validation; err says why), or an error that ends the
+ * loop. */
+
+/* Installs the task's base version in L->tr: kept, brought up to date
+ * with a delta, or downloaded (resuming a broken download). */
+int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+/* Downloads a text task's byte range into L->rs.body. */
+int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+/* Downloads a token task's range to a small shard in the peer's
+ * directory and opens it; the caller owns *out (model_shard_close). */
+int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out,
+                           vl_error *err) VL_MUST_CHECK;
+
+#endif
