@@ -289,3 +289,61 @@ int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
     storage_close(db);
     return rc;
 }
+
+int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
+    buf text;
+    buf_init(&text, CONFIG_MAX_BYTES);
+    int rc = buf_read_file(&text, config_path, err);
+    if (rc != VL_OK) {
+        buf_free(&text);
+        return rc;
+    }
+    coord_config cfg;
+    rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
+    buf_free(&text);
+    if (rc != VL_OK) return rc;
+    coord_corpus corpus;
+    memset(&corpus, 0, sizeof corpus);
+    coord_shards shards;
+    memset(&shards, 0, sizeof shards);
+    coord_testset test;
+    memset(&test, 0, sizeof test);
+    char *json = NULL;
+    /* The data are read through as init reads them, so that what passes
+     * here passes init. */
+    rc = resolve_data(config_path, &cfg, err);
+    if (rc == VL_OK)
+        rc = cfg.net == COORD_NET_MLP ? coord_testset_open(&test, &cfg, 0, NULL, err)
+             : cfg.shards                ? coord_shards_open(&shards, &cfg, 0, NULL, err)
+                          : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+    if (rc == VL_OK && !(json = coord_config_to_json(&cfg, 1)))
+        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    if (rc == VL_OK) {
+        size_t n = coord_config_num_params(&cfg);
+        int64_t dense = (int64_t)n * 4, data = coord_config_update_data_bytes(&cfg);
+        fprintf(out, "%s\n", json);
+        fprintf(out, "model: %zu parameters; a dense F32 update is %lld bytes\n", n,
+                (long long)dense);
+        fprintf(out, "updates: %s", cfg.compression_kind);
+        if (strcmp(cfg.compression_kind, "sketch") == 0)
+            fprintf(out, ", %lld x %lld cells", (long long)cfg.comp_rows,
+                    (long long)cfg.comp_cols);
+        else if (strcmp(cfg.compression_kind, "none") != 0)
+            fprintf(out, ", k %lld", (long long)cfg.comp_k);
+        fprintf(out, " in %s: %lld bytes of values (%.1fx smaller than dense F32), at most "
+                     "%lld bytes with the header; max_body_bytes %lld\n",
+                cfg.compression_dtype, (long long)data,
+                data > 0 ? (double)dense / (double)data : 0.0,
+                (long long)coord_config_update_bytes(&cfg), (long long)cfg.max_body_bytes);
+        fprintf(out, "data: %s\n", cfg.net == COORD_NET_MLP ? "local to the peers, scored on a test set"
+                                   : cfg.shards           ? "token shards, checked"
+                                                          : "text corpus, checked");
+        fflush(out);
+    }
+    free(json);
+    coord_testset_close(&test);
+    coord_shards_close(&shards);
+    coord_corpus_close(&corpus);
+    coord_config_free(&cfg);
+    return rc;
+}

@@ -310,6 +310,10 @@ void coord_config_spec(const coord_config *cfg, compress_spec *out);
  * (and the K-FAC factors when the run shares them); the body cap must fit
  * it. */
 int64_t coord_config_update_bytes(const coord_config *cfg);
+/* The bytes of an update's values alone (indices and values, sketch
+ * cells, or the dense tensor), without header or K-FAC factors: what the
+ * compression ratio is about. */
+int64_t coord_config_update_data_bytes(const coord_config *cfg);
 /* 1 for a K-FAC run whose peers share their factors. */
 int coord_config_shares_factors(const coord_config *cfg);
 /* Bytes of the K-FAC factors of the run's model as dtype ("F32"/"F16"),

@@ -54,18 +54,21 @@ int64_t coord_config_factor_bytes(const coord_config *cfg) {
     return bytes + (elem == 2 ? 8 * (int64_t)n + 128 : 0);
 }
 
-int64_t coord_config_update_bytes(const coord_config *cfg) {
+int64_t coord_config_update_data_bytes(const coord_config *cfg) {
     int64_t n = (int64_t)coord_config_num_params(cfg);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
     const char *kind = coord_config_update_kind(cfg);
-    int64_t data = n * elem;
     if (strcmp(kind, "topk") == 0) {
         int64_t k = cfg->comp_k;
         if (strcmp(cfg->compression_kind, "gaussk") == 0) k = COMPRESS_GAUSSK_CAP(k);
-        data = k * (4 + elem);
-    } else if (strcmp(kind, "sketch") == 0) {
-        data = cfg->comp_rows * cfg->comp_cols * elem;
+        return k * (4 + elem);
     }
+    if (strcmp(kind, "sketch") == 0) return cfg->comp_rows * cfg->comp_cols * elem;
+    return n * elem;
+}
+
+int64_t coord_config_update_bytes(const coord_config *cfg) {
+    int64_t data = coord_config_update_data_bytes(cfg);
     if (coord_config_shares_factors(cfg)) data += coord_config_factor_bytes(cfg);
     return data + 8 + UPDATE_HEADER_SLACK;
 }

@@ -694,6 +694,13 @@ int coord_open_initialised(const char *db_path, storage **db, vl_error *err) VL_
  * integrity_check (VL_EDB). Changes nothing. */
 int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems,
                     vl_error *err) VL_MUST_CHECK;
+/* `check --config`: parses the configuration at config_path and reads
+ * its data through exactly as `init` does, without touching a database,
+ * then prints the resolved configuration (every default filled in, paths
+ * absolute) as JSON and a summary: parameters, the compression's k or
+ * sketch shape, and the bytes an update may take. Returns VL_OK, or the
+ * first problem found (nothing printed then). */
+int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- export (export.c) and sample (sample.c) -------------------------------- */
 

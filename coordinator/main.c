@@ -33,6 +33,10 @@ static const char USAGE[] =
     "  check --db FILE\n"
     "      after a crash, power cut or disk fault: SQLite's integrity_check, and every\n"
     "      update waiting for a merge read back and decoded; exits 1 when either fails\n"
+    "  check --config FILE\n"
+    "      validate a run configuration and its data as init would, touching no\n"
+    "      database, and print it with every default filled in, the model's size\n"
+    "      and what an update of the run weighs\n"
     "  sample --db FILE [--version V] --prompt TEXT [--tokens N] [--temperature T]\n"
     "         [--seed S]\n"
     "      print TEXT and N bytes (default 200, at most 4096) the model of version V\n"
@@ -132,10 +136,15 @@ static int cmd_token_create(int argc, char **argv) {
 }
 
 static int cmd_check(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}};
-    int rc = parse_opts(argc, argv, o, 1);
+    opt o[] = {{"db", 0, NULL}, {"config", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 2);
     if (rc) return rc;
+    if (!o[0].value == !o[1].value) return usage_error("check takes one of --db and --config");
     vl_error err = {0};
+    if (o[1].value) {
+        if (coord_cmd_check_config(o[1].value, stdout, &err) != VL_OK) return fail(&err);
+        return 0;
+    }
     int64_t problems = 0;
     if (coord_cmd_check(o[0].value, stdout, &problems, &err) != VL_OK) return fail(&err);
     fflush(stdout);

@@ -177,6 +177,23 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
 static int upload_answer(loop *L, const peer_task *k, const peer_train_result *res,
                          peer_response *rs, vl_error *err);
 
+/* Counts a judged upload in DIR/progress.json. Only `status` reads it, so
+ * failing to write it costs a warning, not the task. */
+static void note_progress(loop *L, const peer_task *k, const peer_train_result *res,
+                          int accepted) {
+    peer_progress *p = &L->prog;
+    if (accepted) p->accepted++;
+    else p->dropped++;
+    p->last_task = k->task_id;
+    p->last_version = k->base_version;
+    p->last_loss = res->mean_loss;
+    p->last_at = clock_unix_s();
+    p->bytes_up += (int64_t)L->upload.len;
+    vl_error e = {0};
+    if (peer_progress_save(L->o->dir, p, &e) != VL_OK)
+        log_warn("progress not recorded (volley-peer status will be behind): %s", e.msg);
+}
+
 static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
                   vl_error *err) {
     const peer_run_opts *ro = L->o;
@@ -261,6 +278,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
     settle_record(L, out);
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
         L->answer_round = 1;
+        note_progress(L, k, res, 1);
         json_error_t je;
         json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
         json_t *uid = json_object_get(o, "update_id"), *ver = json_object_get(o, "version");
@@ -286,6 +304,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         /* duplicate_update: an earlier attempt was stored but its 202 was
          * lost on the way back, so the retry found it already there. */
         int dup = out == PEER_UPLOAD_STORED;
+        note_progress(L, k, res, dup);
         vl_error e = {0};
         peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
         log_msg(dup ? LOG_INFO : LOG_WARN,
@@ -504,6 +523,10 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
 #endif
     rc = peer_state_load(o->dir, &L.st, err);
     if (rc) return rc;
+    vl_error perr = {0};
+    if (peer_progress_load(o->dir, &L.prog, &perr) != VL_OK)
+        log_warn("%s; counting the peer's work from zero", perr.msg);
+    peer_clean_copy(dev.desc, L.prog.device, sizeof L.prog.device);
     /* Read before anything else: bad data fail the start, not a task. */
     if (o->local && (rc = peer_local_open(&L.local, o->local, err))) return rc;
     crypto_identity id;

@@ -8,6 +8,7 @@
 
 #include "peer/local.h"
 #include "peer/peer.h"
+#include "peer/progress.h"
 
 #define JSON_CAP ((size_t)1 << 20)
 #define MODEL_CAP ((size_t)2 << 30)
@@ -49,6 +50,7 @@ typedef struct loop {
     /* Compute utilisation, for the summary at exit: seconds spent
      * training against the loop's wall time. */
     double train_s, t_start;
+    peer_progress prog; /* DIR/progress.json, for `volley-peer status` */
 } loop;
 
 /* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the

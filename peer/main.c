@@ -13,6 +13,7 @@
 #include "peer/guest.h"
 #include "peer/local.h"
 #include "peer/peer.h"
+#include "peer/progress.h"
 
 #define PROG "volley-peer"
 
@@ -26,6 +27,9 @@ static const char USAGE[] =
     "  join --coordinator https://HOST:PORT (--token T | --token-file FILE)\n"
     "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
+    "  status [--dir DIR]\n"
+    "      what this peer knows of itself: id, coordinator, run, updates accepted\n"
+    "      and dropped, the last task, device, and an upload waiting to be resent\n"
     "  rotate-key [--dir DIR] [--retries N]\n"
     "      move the joined peer to a new key (the request is signed with the old\n"
     "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
@@ -351,6 +355,16 @@ static int cmd_rotate_key(const args *a) {
     return PEER_EXIT_OK;
 }
 
+static int cmd_status(const args *a) {
+    int rc = only(a, "status", 0);
+    if (rc) return rc;
+    vl_error e = {0};
+    char dir[PEER_PATH_MAX];
+    if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if ((rc = peer_status_print(dir, stdout, &e))) return fail(&e, rc);
+    return PEER_EXIT_OK;
+}
+
 static void on_signal(int sig) {
     (void)sig;
     peer_stop_request();
@@ -457,6 +471,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "join")) return cmd_join(&a);
     if (!strcmp(cmd, "run")) return cmd_run(&a);
     if (!strcmp(cmd, "device")) return cmd_device(&a);
+    if (!strcmp(cmd, "status")) return cmd_status(&a);
     if (!strcmp(cmd, "rotate-key")) return cmd_rotate_key(&a);
     return usage_error("unknown command '%s'", cmd);
 }

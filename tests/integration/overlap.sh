@@ -42,6 +42,16 @@ grep -q 'under way; the next task starts meanwhile' peer1.log \
 share() { grep -o 'compute: .*(\([0-9.]*\) %)' "$1" | sed 's/.*(\([0-9.]*\) %)/\1/'; }
 s1=$(share peer1.log) s2=$(share peer2.log)
 [ -n "$s1" ] && [ -n "$s2" ] || fail "a peer logged no compute share"
+# What each peer says of itself agrees with what was stored (the stop may
+# land between a store and the peer hearing of it).
+for i in 1 2; do
+  "$PEER" status --dir "peer$i" > "status$i.txt" || fail "status of peer $i"
+  said=$(sed -n 's/^updates: *\([0-9]*\) accepted.*/\1/p' "status$i.txt")
+  stored=$(q "SELECT count(*) FROM updates WHERE peer_id = $i")
+  [ -n "$said" ] && [ "$said" -le "$stored" ] && [ "$said" -ge $((stored - 1)) ] \
+    || fail "peer $i says $said updates accepted, $stored stored: $(cat "status$i.txt")"
+done
+grep -q '^run: *itoverlap$' status1.txt || fail "status names no run: $(cat status1.txt)"
 first=$(q 'SELECT val_loss FROM versions WHERE version = 0')
 last=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
 maxstale=$(q 'SELECT max(staleness) FROM updates WHERE merged_version IS NOT NULL')
