@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <event2/util.h>
 #include <jansson.h>
 
 #include "common/common.h"
@@ -271,7 +272,10 @@ typedef struct coord_server {
     struct event *round_timer; /* merges when an open second round's deadline comes */
     struct event *merge_event;
     struct event *drain_timer;
-    struct event *sig_term, *sig_int;
+    struct event *sig_term, *sig_int, *sig_hup;
+    /* Where the certificate chain and key are read from, again on SIGHUP
+     * (tls.c). */
+    char cert_path[COORD_PATH_MAX], key_path[COORD_PATH_MAX];
     int merge_scheduled;
     struct coord_linger *lingers; /* refused connections being drained */
     coord_writer *writer; /* runs every write (group commit) */
@@ -701,6 +705,19 @@ int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems,
  * sketch shape, and the bytes an update may take. Returns VL_OK, or the
  * first problem found (nothing printed then). */
 int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) VL_MUST_CHECK;
+
+/* ---- TLS (tls.c) ------------------------------------------------------------ */
+
+/* A server TLS context from the PEM certificate chain at cert and the key
+ * at key: TLS 1.2 or newer, forward-secret AEAD suites only. NULL with err
+ * set (naming the file, or a key that does not match) on failure. The
+ * caller owns the context (SSL_CTX_free). */
+struct ssl_ctx_st *coord_tls_ctx_new(const char *cert, const char *key, vl_error *err);
+/* The SIGHUP handler (an event callback, arg the server): reads the
+ * certificate and key again from srv->cert_path and srv->key_path and
+ * serves them to new connections; a pair that does not load keeps the
+ * old context, and the log says why. */
+void coord_tls_on_sighup(evutil_socket_t sig, short what, void *arg);
 
 /* ---- export (export.c) and sample (sample.c) -------------------------------- */
 

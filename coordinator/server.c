@@ -34,64 +34,13 @@ static int guard_ex_index = -1;
 static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
                           void *argp);
 
-static void ssl_error(vl_error *err, const char *what, const char *path) {
-    char detail[200] = "no detail";
-    unsigned long code = ERR_get_error();
-    if (code) ERR_error_string_n(code, detail, sizeof detail);
-    ERR_clear_error();
-    vl_fail(err, VL_EINVAL, "%s %s: %s", what, path, detail);
-}
-
-static SSL_CTX *make_ssl_ctx(const char *cert, const char *key, vl_error *err) {
+/* Registers the ex_data slot that ties a guard to its connection's SSL
+ * object; once per process, before the first TLS context is used. */
+static int guard_slot(vl_error *err) {
     if (guard_ex_index < 0)
         guard_ex_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, guard_ex_free);
-    if (guard_ex_index < 0) {
-        ssl_error(err, "cannot register TLS connection data", "");
-        return NULL;
-    }
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    if (!ctx) {
-        ssl_error(err, "cannot create a TLS context", "");
-        return NULL;
-    }
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    /* Idle keep-alive connections (peers between tasks) need no buffers. */
-    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
-                                 SSL_OP_CIPHER_SERVER_PREFERENCE);
-    /* Forward secret AEAD suites only: ECDHE with AES-GCM or ChaCha20-
-     * Poly1305 for TLS 1.2, and the same ciphers under TLS 1.3 (which has
-     * only ephemeral key exchange), on X25519 or NIST curves. */
-    if (SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL") != 1 ||
-        SSL_CTX_set_ciphersuites(ctx, "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:"
-                                      "TLS_AES_128_GCM_SHA256") != 1 ||
-        SSL_CTX_set1_groups_list(ctx, "X25519:P-256:P-384") != 1) {
-        ssl_error(err, "cannot set TLS ciphers", "");
-        goto fail;
-    }
-    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
-        ssl_error(err, "cannot load the certificate chain from", cert);
-        goto fail;
-    }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-        if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
-            vl_fail(err, VL_EINVAL, "the key in %s does not match the certificate in %s", key,
-                    cert);
-            ERR_clear_error();
-        } else {
-            ssl_error(err, "cannot load the private key from", key);
-        }
-        goto fail;
-    }
-    if (SSL_CTX_check_private_key(ctx) != 1) {
-        vl_fail(err, VL_EINVAL, "the key in %s does not match the certificate in %s", key, cert);
-        ERR_clear_error();
-        goto fail;
-    }
-    return ctx;
-fail:
-    SSL_CTX_free(ctx);
-    return NULL;
+    if (guard_ex_index < 0) return vl_fail(err, VL_ERR, "cannot register TLS connection data");
+    return VL_OK;
 }
 
 /* ---- lingering close --------------------------------------------------------- */
@@ -708,6 +657,7 @@ void coord_server_close(coord_server *srv) {
     coord_limiter_free(srv->peer_limiter);
     if (srv->sig_term) event_free(srv->sig_term);
     if (srv->sig_int) event_free(srv->sig_int);
+    if (srv->sig_hup) event_free(srv->sig_hup);
     if (srv->base) event_base_free(srv->base);
     if (srv->ssl) SSL_CTX_free(srv->ssl);
     coord_state_free(srv);
@@ -722,7 +672,8 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     int port = 0;
     int rc = split_listen(opts->listen, host, sizeof host, &port, err);
     if (rc != VL_OK) return rc;
-    SSL_CTX *ssl = make_ssl_ctx(opts->cert_path, opts->key_path, err);
+    if ((rc = guard_slot(err)) != VL_OK) return rc;
+    SSL_CTX *ssl = coord_tls_ctx_new(opts->cert_path, opts->key_path, err);
     if (!ssl) return VL_EINVAL;
     coord_server *srv = NULL;
     rc = coord_server_open(opts->db_path, &opts->limits, &srv, err);
@@ -731,12 +682,15 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         return rc;
     }
     srv->ssl = ssl;
+    snprintf(srv->cert_path, sizeof srv->cert_path, "%s", opts->cert_path);
+    snprintf(srv->key_path, sizeof srv->key_path, "%s", opts->key_path);
     srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
     evhttp_set_bevcb(srv->http, make_bev, srv);
     srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
-    if (!srv->sig_term || !srv->sig_int || evsignal_add(srv->sig_term, NULL) ||
-        evsignal_add(srv->sig_int, NULL))
+    srv->sig_hup = evsignal_new(srv->base, SIGHUP, coord_tls_on_sighup, srv);
+    if (!srv->sig_term || !srv->sig_int || !srv->sig_hup || evsignal_add(srv->sig_term, NULL) ||
+        evsignal_add(srv->sig_int, NULL) || evsignal_add(srv->sig_hup, NULL))
         rc = vl_fail(err, VL_ERR, "cannot install signal handlers");
     if (rc == VL_OK) {
         /* Updates committed just before a crash may complete a version. */
