@@ -335,9 +335,10 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
                 cfg.compression_dtype, (long long)data,
                 data > 0 ? (double)dense / (double)data : 0.0,
                 (long long)coord_config_update_bytes(&cfg), (long long)cfg.max_body_bytes);
-        fprintf(out, "data: %s\n", cfg.net == COORD_NET_MLP ? "local to the peers, scored on a test set"
-                                   : cfg.shards           ? "token shards, checked"
-                                                          : "text corpus, checked");
+        const char *src = cfg.net == COORD_NET_MLP ? "local to the peers, scored on a test set"
+                          : cfg.shards             ? "token shards, checked"
+                                                   : "text corpus, checked";
+        fprintf(out, "data: %s\n", src);
         fflush(out);
     }
     free(json);

@@ -537,6 +537,16 @@ int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYT
 #define COORD_STATUS_CACHE_S 1.0
 /* "active", "idle", "gone" or "revoked" for a peer's activity at now. */
 const char *coord_peer_state(const storage_peer_activity *a, int64_t now, int64_t lease_s);
+/* The run's summary as GET /v1/status answers it, read from db (status.c):
+ * cfg, version and finished describe the run; ws (NULL outside a running
+ * server) adds the writer's counters and accuracy (NULL: not a
+ * classifier) the test accuracy. The caller owns the result (json_decref);
+ * NULL with err set on a database error or no memory. */
+json_t *coord_status_json(storage *db, const coord_config *cfg, int64_t version, int finished,
+                          const coord_writer_stats *ws, const double *accuracy, vl_error *err);
+/* `status --db`: the same summary for a stopped coordinator or a copy of
+ * its database, printed to out as indented JSON. Reads only. */
+int coord_cmd_status(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- routes -------------------------------------------------------------- */
 

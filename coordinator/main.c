@@ -33,6 +33,10 @@ static const char USAGE[] =
     "  check --db FILE\n"
     "      after a crash, power cut or disk fault: SQLite's integrity_check, and every\n"
     "      update waiting for a merge read back and decoded; exits 1 when either fails\n"
+    "  status --db FILE\n"
+    "      the run's summary as GET /v1/status gives it (versions and losses, peers\n"
+    "      by state, local steps and staleness), read from the database: for a\n"
+    "      stopped coordinator or a copy of its database\n"
     "  check --config FILE\n"
     "      validate a run configuration and its data as init would, touching no\n"
     "      database, and print it with every default filled in, the model's size\n"
@@ -149,6 +153,15 @@ static int cmd_check(int argc, char **argv) {
     if (coord_cmd_check(o[0].value, stdout, &problems, &err) != VL_OK) return fail(&err);
     fflush(stdout);
     return problems ? 1 : 0;
+}
+
+static int cmd_status(int argc, char **argv) {
+    opt o[] = {{"db", 1, NULL}};
+    int rc = parse_opts(argc, argv, o, 1);
+    if (rc) return rc;
+    vl_error err = {0};
+    if (coord_cmd_status(o[0].value, stdout, &err) != VL_OK) return fail(&err);
+    return 0;
 }
 
 /* `list --db FILE`, shared by tokens and peers. */
@@ -363,6 +376,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "status")) return cmd_status(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -94,6 +94,17 @@ echo "$pairs" | awk '{ if ($2 < $1 / log(2) - 1e-6 || $2 > $1 / log(2) + 1e-6) e
 state4=$(echo "$status" | grep -o '"id": *4, *"state": *"[a-z]*"' | grep -o '"state": *"[a-z]*"' || true)
 echo "$status" | grep -q '"name"' && fail "status shows peer names to anyone: $status"
 case "$state4" in *idle* | *gone*) ;; *) fail "killed peer 4 is not idle or gone: $state4" ;; esac
+# The same summary from the database of the stopped coordinator.
+"$COORD" status --db run.db > offline.json 2> offline.err || fail "status --db: $(cat offline.err)"
+echo "$status" > live.json
+python3 - live.json offline.json <<'PY' || fail "status --db differs from /v1/status"
+import json, sys
+live, off = (json.load(open(f)) for f in sys.argv[1:3])
+for k in ("run", "mode", "status", "version", "max_versions", "updates", "unmerged", "peers",
+          "local_steps", "staleness", "versions"):
+    assert live[k] == off[k], (k, live[k], off[k])
+assert "writer" in live and "writer" not in off
+PY
 echo "churn: $expired leases expired, $reissued tasks redid their data; peer 3 uploaded" \
      "$after updates after its restart; peer 4 $state4"
 echo "1 passed, 0 failed"
