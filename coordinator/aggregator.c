@@ -520,6 +520,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     srv->momentum = j->b.state;
     j->b.state = old;
     srv->version = j->ver.version;
+    coord_metrics_version(&srv->metrics, j->compute_s, j->ver.train_loss);
     coord_norm_bound_refresh(srv);
     srv->val_loss = j->ver.val_loss;
     if (isfinite(j->ver.val_loss) &&

@@ -30,6 +30,7 @@
 #include "coordinator/guard.h"
 #include "coordinator/limiter.h"
 #include "coordinator/writer.h"
+#include "coordinator/metrics.h"
 #include "crypto/crypto.h"
 #include "model/model.h"
 #include "storage/storage.h"
@@ -276,6 +277,10 @@ typedef struct coord_server {
     /* Where the certificate chain and key are read from, again on SIGHUP
      * (tls.c). */
     char cert_path[COORD_PATH_MAX], key_path[COORD_PATH_MAX];
+    char db_path[COORD_PATH_MAX];
+    coord_metrics metrics;       /* metrics.c */
+    struct evhttp *admin_http;   /* the admin listener; NULL when off */
+    char admin_token[160];       /* its bearer token; "" for none */
     int merge_scheduled;
     struct coord_linger *lingers; /* refused connections being drained */
     coord_writer *writer; /* runs every write (group commit) */
@@ -322,6 +327,9 @@ typedef struct coord_req {
     /* GET /v1/task?uploading=T: the peer's update of its lease T is on
      * its way, so its next lease is past T (async runs; 0: none). */
     int64_t uploading;
+    /* The error code of a refusal being sent (coord_reply_error), for
+     * the metrics; NULL otherwise. */
+    const char *err_code;
 } coord_req;
 
 /* Options of the serve command. */
@@ -330,6 +338,12 @@ typedef struct coord_serve_opts {
     const char *cert_path;
     const char *key_path;
     const char *listen; /* HOST:PORT, [V6]:PORT */
+    /* The admin listener (plain HTTP, /metrics): HOST:PORT, or NULL for
+     * the default 127.0.0.1:9464, which is given up with a warning when
+     * taken; "off" for none. admin_token: a bearer token it requires, or
+     * NULL (only allowed on a loopback address). */
+    const char *admin_listen;
+    const char *admin_token;
     coord_limits limits;
     /* OpenMP threads that make a version (the validation loss above all);
      * 0 leaves OpenMP's default (every core). Fewer take less from the

@@ -52,8 +52,13 @@ static const char USAGE[] =
     "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]]\n"
     "        [--slow-timeout S] [--min-body-rate BYTES] [--body-budget MIB]\n"
     "        [--max-conns N] [--conns-per-addr N] [--idle-first S]\n"
+    "        [--admin-listen HOST:PORT|off] [--admin-token-file FILE]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
+    "      Prometheus metrics in plain HTTP at http://ADMIN/metrics (default\n"
+    "      127.0.0.1:9464, skipped with a warning when taken; off for none; any\n"
+    "      address but a loopback one needs the bearer token in FILE, 16 or more\n"
+    "      characters on its first line);\n"
     "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
     "      a small machine to the requests under heavy upload load).\n"
     "      Requests per second (and bursts) per peer (default 50:500) and per\n"
@@ -290,8 +295,9 @@ static int cmd_serve(int argc, char **argv) {
                {"peer-rate", 0, NULL},    {"addr-rate", 0, NULL},
                {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL},
                {"body-budget", 0, NULL},  {"max-conns", 0, NULL},
-               {"conns-per-addr", 0, NULL}, {"idle-first", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 13);
+               {"conns-per-addr", 0, NULL}, {"idle-first", 0, NULL},
+               {"admin-listen", 0, NULL}, {"admin-token-file", 0, NULL}};
+    int rc = parse_opts(argc, argv, o, 15);
     if (rc) return rc;
     int64_t threads = 0;
     if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
@@ -341,6 +347,17 @@ static int cmd_serve(int argc, char **argv) {
             return usage_error("--idle-first must be 0 (no limit) to 3600 seconds (got '%s')",
                                o[12].value);
         so.limits.idle_first_s = (double)v;
+    }
+    so.admin_listen = o[13].value;
+    /* The admin token: the file's first line, kept out of the process list. */
+    char token[192] = "";
+    if (o[14].value) {
+        FILE *f = fopen(o[14].value, "r");
+        if (!f) return usage_error("cannot read --admin-token-file %s", o[14].value);
+        if (!fgets(token, sizeof token, f)) token[0] = '\0';
+        fclose(f);
+        token[strcspn(token, "\r\n")] = '\0';
+        so.admin_token = token;
     }
     /* A peer that disconnects mid-reply must not kill the server. */
     signal(SIGPIPE, SIG_IGN);

@@ -81,6 +81,10 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
     else
         log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
                  ms);
+    int route = coord_route_index(cr->full_path);
+    coord_metrics_request(&cr->srv->metrics, route, status, in_bytes, nbytes);
+    if (cr->full_path && !strcmp(cr->full_path, "/v1/updates"))
+        coord_metrics_upload(&cr->srv->metrics, status, cr->err_code);
     /* A request whose client went away has no connection; sending frees
      * it without running the completion callback, so account for it here. */
     if (!evhttp_request_get_connection(cr->req) && cr->srv->inflight > 0) cr->srv->inflight--;
@@ -115,6 +119,7 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
     if ((status == 503 || status == 429) && !evhttp_find_header(out, "Retry-After"))
         coord_set_header(cr, "Retry-After", COORD_RETRY_AFTER_S);
     log_debug("%s %s: %s: %s", cr->method, cr->path, code, msg);
+    cr->err_code = code;
     coord_reply_json(cr, status, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
 }
 

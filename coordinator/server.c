@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,19 @@ static const route ROUTES[] = {
 
 static int route_matches(const route *r, const char *path) {
     return r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0;
+}
+
+#define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+_Static_assert(N_ROUTES < COORD_METRICS_ROUTES, "the metrics count a slot per route and one more");
+
+int coord_route_index(const char *path) {
+    for (size_t i = 0; path && i < N_ROUTES; i++)
+        if (route_matches(&ROUTES[i], path)) return (int)i;
+    return COORD_METRICS_ROUTES - 1;
+}
+
+const char *coord_route_label(int i) {
+    return i >= 0 && (size_t)i < N_ROUTES ? ROUTES[i].path : "other";
 }
 
 coord_auth_kind coord_route_auth_kind(const char *method, const char *path) {
@@ -551,6 +565,44 @@ bad:
     return vl_fail(err, VL_EINVAL, "--listen must be HOST:PORT (got \"%s\")", s);
 }
 
+int coord_bound_port(int fd) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
+    return ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                    : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* The admin listener as opts ask: the default address is given up with
+ * a warning when taken (two coordinators on one host), an explicit one
+ * is not; anything but a loopback address needs a token. */
+static int start_admin(coord_server *srv, const coord_serve_opts *opts, vl_error *err) {
+    const char *listen = opts->admin_listen ? opts->admin_listen : "127.0.0.1:9464";
+    if (!strcmp(listen, "off")) return VL_OK;
+    char host[256];
+    int port = 0;
+    if (split_listen(listen, host, sizeof host, &port, err) != VL_OK)
+        return vl_fail(err, VL_EINVAL, "--admin-listen must be HOST:PORT or off (got \"%s\")",
+                       listen);
+    int loopback = !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+    if (opts->admin_token) {
+        size_t tl = strlen(opts->admin_token);
+        if (tl < 16 || tl >= sizeof srv->admin_token)
+            return vl_fail(err, VL_EINVAL, "the admin token must be 16 to %zu characters",
+                           sizeof srv->admin_token - 1);
+        memcpy(srv->admin_token, opts->admin_token, tl + 1);
+    } else if (!loopback) {
+        return vl_fail(err, VL_EINVAL, "the admin listener on %s is not on a loopback address: "
+                       "give it --admin-token-file", listen);
+    }
+    vl_error e = {0};
+    int rc = coord_admin_start(srv, host, port, &e);
+    if (rc == VL_OK) return VL_OK;
+    if (opts->admin_listen) return vl_fail(err, rc, "%s", e.msg);
+    log_warn("%s; no /metrics (serve --admin-listen picks another address)", e.msg);
+    return VL_OK;
+}
+
 static int start_listening(coord_server *srv, const char *listen, vl_error *err) {
     char host[256];
     int port = 0;
@@ -615,6 +667,8 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     srv->compute_threads = 1;
     const char *ack = getenv("VOLLEY_ACK_CHECK");
     srv->ack_check = ack && strcmp(ack, "1") == 0;
+    snprintf(srv->db_path, sizeof srv->db_path, "%s", db_path);
+    srv->metrics.train_loss = NAN;
     int rc = storage_open(db_path, 0, &srv->db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
@@ -643,6 +697,7 @@ void coord_server_close(coord_server *srv) {
      * the connections go. */
     coord_writer_stop(srv->writer);
     srv->writer = NULL;
+    if (srv->admin_http) evhttp_free(srv->admin_http);
     if (srv->http) evhttp_free(srv->http);
     while (srv->lingers) linger_end(srv->lingers);
     if (srv->lease_timer) event_free(srv->lease_timer);
@@ -710,6 +765,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         if (srv->limits.max_conns <= 0) srv->limits.max_conns = coord_conns_default_max(fds);
         rc = coord_conns_listen(srv, err);
     }
+    if (rc == VL_OK) rc = start_admin(srv, opts, err);
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");
     coord_server_close(srv);

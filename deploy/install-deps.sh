@@ -7,7 +7,8 @@
 # files; libpng: the leakage benchmark's pictures; dataset-fashion-mnist:
 # the labelled images in /usr/share/datasets/fashion-mnist that the image
 # reader's test loads; iproute2 and nftables: the emulated wide-area
-# network of tests/wan, namespaces, bandwidth and packet loss).
+# network of tests/wan, namespaces, bandwidth and packet loss;
+# prometheus-client: its text-format parser checks the /metrics output).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -22,7 +23,7 @@ PKGS=(
   libcmocka-dev
   clang libclang-rt-14-dev libomp-14-dev
   fortunes-min fortunes gnuplot-nox
-  python3 python3-venv python3-pip python3-requests python3-cryptography
+  python3 python3-venv python3-pip python3-requests python3-cryptography python3-prometheus-client
   zlib1g-dev libpng-dev dataset-fashion-mnist
   iproute2 nftables
 )
