@@ -81,9 +81,12 @@ run_case() {
       [ "$(grep -c 'GET /v1/task 200' coordinator.log || true)" -ge "$honest" ] && break
       sleep 0.1
     done
-    "$HOSTILE" "peer$((PEERS - 1))" "$ATTACK_A" 11 2> "peer$((PEERS - 1)).log" &
+    # At the honest peers' priority: volley-peer runs at nice 19 by
+    # default, and on two shared cores attackers at normal priority would
+    # win the race for the first versions, whose norms set the bound.
+    nice -n 19 "$HOSTILE" "peer$((PEERS - 1))" "$ATTACK_A" 11 2> "peer$((PEERS - 1)).log" &
     PIDS+=($!)
-    "$HOSTILE" "peer$PEERS" "$ATTACK_B" 12 2> "peer$PEERS.log" &
+    nice -n 19 "$HOSTILE" "peer$PEERS" "$ATTACK_B" 12 2> "peer$PEERS.log" &
     PIDS+=($!)
   fi
   for p in "${PIDS[@]}"; do wait "$p" || fail "$name: a peer exited with an error"; done
