@@ -63,36 +63,50 @@ static int resolve_data(const char *config_path, coord_config *cfg, vl_error *er
                         sizeof cfg->val_shard, err);
 }
 
-int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) {
+/* Reads the configuration at config_path into *cfg and reads its data
+ * through as a run needs them (paths made absolute; the corpus, shards or
+ * test set opened and checked): what init builds on and check --config
+ * reports. On failure nothing is left open or owned; on success the
+ * caller closes the three data objects and frees cfg. */
+static int open_config(const char *config_path, coord_config *cfg, coord_corpus *corpus,
+                       coord_shards *shards, coord_testset *test, vl_error *err) {
+    memset(corpus, 0, sizeof *corpus);
+    memset(shards, 0, sizeof *shards);
+    memset(test, 0, sizeof *test);
     buf text;
     buf_init(&text, CONFIG_MAX_BYTES);
     int rc = buf_read_file(&text, config_path, err);
-    if (rc != VL_OK) {
-        buf_free(&text);
-        return rc;
-    }
-    coord_config cfg;
-    rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
+    if (rc == VL_OK) rc = coord_config_parse((const char *)text.data, text.len, cfg, err);
     buf_free(&text);
     if (rc != VL_OK) return rc;
-    storage *db = NULL;
+    rc = resolve_data(config_path, cfg, err);
+    if (rc == VL_OK)
+        rc = cfg->net == COORD_NET_MLP ? coord_testset_open(test, cfg, 0, NULL, err)
+             : cfg->shards                ? coord_shards_open(shards, cfg, 0, NULL, err)
+                           : coord_corpus_open(corpus, cfg->corpus, cfg, 0, NULL, err);
+    if (rc != VL_OK) {
+        coord_testset_close(test);
+        coord_shards_close(shards);
+        coord_corpus_close(corpus);
+        coord_config_free(cfg);
+    }
+    return rc;
+}
+
+int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) {
+    coord_config cfg;
     coord_corpus corpus;
-    memset(&corpus, 0, sizeof corpus);
     coord_shards shards;
-    memset(&shards, 0, sizeof shards);
     coord_testset test;
-    memset(&test, 0, sizeof test);
+    /* The data are checked before the database is created, so that bad
+     * data leave nothing behind. */
+    int rc = open_config(config_path, &cfg, &corpus, &shards, &test, err);
+    if (rc != VL_OK) return rc;
+    storage *db = NULL;
     coord_net net;
     memset(&net, 0, sizeof net);
     char *config_json = NULL;
-    /* The data are checked before the database is created, so that bad
-     * data leave nothing behind. */
-    rc = resolve_data(config_path, &cfg, err);
-    if (rc == VL_OK)
-        rc = cfg.net == COORD_NET_MLP ? coord_testset_open(&test, &cfg, 0, NULL, err)
-             : cfg.shards                ? coord_shards_open(&shards, &cfg, 0, NULL, err)
-                          : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
-    if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
+    rc = storage_open(db_path, 1, &db, err);
     if (rc != VL_OK) goto out;
     storage_run existing;
     vl_error probe = {0};
@@ -291,31 +305,15 @@ int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
 }
 
 int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
-    buf text;
-    buf_init(&text, CONFIG_MAX_BYTES);
-    int rc = buf_read_file(&text, config_path, err);
-    if (rc != VL_OK) {
-        buf_free(&text);
-        return rc;
-    }
     coord_config cfg;
-    rc = coord_config_parse((const char *)text.data, text.len, &cfg, err);
-    buf_free(&text);
-    if (rc != VL_OK) return rc;
     coord_corpus corpus;
-    memset(&corpus, 0, sizeof corpus);
     coord_shards shards;
-    memset(&shards, 0, sizeof shards);
     coord_testset test;
-    memset(&test, 0, sizeof test);
-    char *json = NULL;
     /* The data are read through as init reads them, so that what passes
      * here passes init. */
-    rc = resolve_data(config_path, &cfg, err);
-    if (rc == VL_OK)
-        rc = cfg.net == COORD_NET_MLP ? coord_testset_open(&test, &cfg, 0, NULL, err)
-             : cfg.shards                ? coord_shards_open(&shards, &cfg, 0, NULL, err)
-                          : coord_corpus_open(&corpus, cfg.corpus, &cfg, 0, NULL, err);
+    int rc = open_config(config_path, &cfg, &corpus, &shards, &test, err);
+    if (rc != VL_OK) return rc;
+    char *json = NULL;
     if (rc == VL_OK && !(json = coord_config_to_json(&cfg, 1)))
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) {
