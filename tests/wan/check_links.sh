@@ -32,8 +32,29 @@ for i in "${!names[@]}"; do
   wan_shape "$n" "${names[$i]}"
   wan_relay "$n" "$port"
   wan_loss_off "$n"
-  out=$(wan_peer "$n" python3 "$WAN_HERE/probe.py" measure "$(wan_addr "$n"):$(wan_relay_port "$n")" \
-    "$SECONDS_EACH" "$WAN_UP" "$WAN_DOWN")
+  # A 2-second transfer through a user-space relay on a shared 2-core
+  # machine can lose a share of its time to scheduling alone (the mobile
+  # download once measured 15.7 % low, and 2.2 % in the run before): a
+  # link that is off is measured once more, and fails only if it is off
+  # both times.
+  for attempt in 1 2; do
+    out=$(wan_peer "$n" python3 "$WAN_HERE/probe.py" measure "$(wan_addr "$n"):$(wan_relay_port "$n")" \
+      "$SECONDS_EACH" "$WAN_UP" "$WAN_DOWN")
+    verdict=$(echo "$out" | awk -v rtt="$WAN_RTT" -v up="$WAN_UP" -v down="$WAN_DOWN" '
+      { for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
+      function off(got, want) { return want > 0 ? (got - want) / want : 0 }
+      END {
+        eff = 1448 / 1514
+        tol = rtt * 0.1; if (tol < 5) tol = 5
+        r = (f["rtt_ms"] - rtt < -tol || f["rtt_ms"] - rtt > tol)
+        u = off(f["up_kbit"], up * eff); d = off(f["down_kbit"], down * eff)
+        printf "rtt %.1f ms (want %g) up %.0f kbit/s (%+.1f%%) down %.0f kbit/s (%+.1f%%)",
+          f["rtt_ms"], rtt, f["up_kbit"], 100 * u, f["down_kbit"], 100 * d
+        exit (r || u < -0.1 || u > 0.1 || d < -0.1 || d > 0.1)
+      }') && ok=1 || ok=0
+    if [ "$ok" = 1 ]; then break; fi
+    if [ "$attempt" = 1 ]; then echo "again ${names[$i]}: $verdict"; fi
+  done
   wan_loss_on "$n"
   loss="no loss"
   if awk -v l="$WAN_LOSS" 'BEGIN { exit !(l > 0) }'; then
@@ -44,18 +65,6 @@ for i in "${!names[@]}"; do
       printf "loss %.2f%% of %d packets (want %g%%)", (s ? 100 * d / s : 0), s, l
       exit (d == 0 || 100 * d / s > 3 * l) }') || { echo "FAIL ${names[$i]}: $loss"; bad=1; }
   fi
-  verdict=$(echo "$out" | awk -v rtt="$WAN_RTT" -v up="$WAN_UP" -v down="$WAN_DOWN" '
-    { for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
-    function off(got, want) { return want > 0 ? (got - want) / want : 0 }
-    END {
-      eff = 1448 / 1514
-      tol = rtt * 0.1; if (tol < 5) tol = 5
-      r = (f["rtt_ms"] - rtt < -tol || f["rtt_ms"] - rtt > tol)
-      u = off(f["up_kbit"], up * eff); d = off(f["down_kbit"], down * eff)
-      printf "rtt %.1f ms (want %g) up %.0f kbit/s (%+.1f%%) down %.0f kbit/s (%+.1f%%)",
-        f["rtt_ms"], rtt, f["up_kbit"], 100 * u, f["down_kbit"], 100 * d
-      exit (r || u < -0.1 || u > 0.1 || d < -0.1 || d > 0.1)
-    }') && ok=1 || ok=0
   if [ "$ok" = 1 ]; then echo "PASS ${names[$i]}: $verdict; $loss"
   else echo "FAIL ${names[$i]}: $verdict; $loss"; bad=1; fi
 done
