@@ -59,8 +59,8 @@ row() { # label, volley row name, torch key
 }
 row "exact top-k, k = d/1000 (torch.topk)" "exact top-k, k = d/1000" compress.topk_d1000_ms
 row "exact top-k, k = d/100 (torch.topk)" "exact top-k, k = d/100" compress.topk_d100_ms
-row "Count Sketch encode, 5 rows, 100× (index_add_)" "sketch encode r=5 (global)" compress.sketch_ms
+row "Count Sketch encode, 5 rows, 100× (index_add_)" "sketch encode r=5 (100x)" compress.sketch_ms
 row "Gaussian-k, k = d/100" "gaussian-k, k = d/100" compress.gaussk_ms
 row "sparse scatter-add, d/100 values (index_add_)" "sparse scatter-add, d/100" compress.scatter_ms
-vc=$(vms "cudaMemcpy D2D"); vs=$(vms "sketch encode r=5 (global)")
+vc=$(vms "cudaMemcpy D2D"); vs=$(vms "sketch encode r=5 (100x)")
 echo "| sketch encode against the device copy of d floats | $(ratio "$vc" "$vs")× copy | $(ratio "$(torch compress.copy_ms)" "$(torch compress.sketch_ms)")× copy | target ≥ 0.3× |"

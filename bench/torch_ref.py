@@ -164,14 +164,21 @@ def mix64(z):
 
 
 def sketch_hashes(d, rows, cols, seed, dev):
-    """Per row: the bucket and sign volley's sketch gives each coordinate."""
+    """Per row: the bucket and sign volley's windowed sketch hash gives each
+    coordinate (docs/design.md): windows of 2^L coordinates, L = min(10,
+    floor(log2 cols)), start at a hashed bucket per row; one hash per
+    coordinate gives every row's sign."""
     out = []
     i = torch.arange(d, device=dev, dtype=torch.int64)
+    wlog = min(10, cols.bit_length() - 1)
+    skey = mix64(torch.tensor([to_i64(seed)], dtype=torch.int64, device=dev))
+    sbits = mix64(i ^ skey)
     for r in range(rows):
         key = mix64(torch.tensor([seed ^ (r + 1)], dtype=torch.int64, device=dev))
-        h = mix64(i ^ key)
-        bucket = (shr(h, 32) * cols) >> 32  # (h >> 32) * cols < 2^63: no overflow
-        sign = 1.0 - 2.0 * (h & 1).to(torch.float32)
+        h = mix64(shr(i, wlog) ^ key)
+        base = (shr(h, 32) * cols) >> 32  # (h >> 32) * cols < 2^63: no overflow
+        bucket = (base + (i & ((1 << wlog) - 1))) % cols
+        sign = 1.0 - 2.0 * (shr(sbits, r) & 1).to(torch.float32)
         out.append((bucket, sign))
     return out
 

@@ -44,9 +44,14 @@ typedef struct compress_sketch {
     float *table; /* rows * cols, row-major; owned (compress_sketch_free) */
 } compress_sketch;
 
+/* The name of the hash (sketch_hash.h) that sketch updates carry in their
+ * metadata, the run's configuration and its tasks: a sketch made with
+ * any other hash is refused rather than summed into this one's. */
+#define COMPRESS_SKETCH_HASH "window"
+
 /* key_j = splitmix64(seed ^ (j + 1)). */
 uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row);
-/* Bucket and sign (+1/-1) of coordinate i in row j. */
+/* Bucket and sign (+1/-1) of coordinate i in row j, by the windowed hash. */
 void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
                           uint32_t *bucket, int *sign);
 

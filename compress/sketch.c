@@ -1,16 +1,17 @@
 /* Count Sketch of DESIGN.md: the linear, seeded summary that peers upload
  * instead of a dense delta and that the coordinator sums, keeps momentum
- * and error in, and decodes into heavy hitters. Hashes are recomputed for
- * every coordinate on every call, so the loops that touch all d coordinates
- * (encode, estimate) are the hot ones: they hash a block of coordinates at
- * a time into small arrays, a loop the compiler vectorises (64-bit
- * multiplies included), and only the table reads and updates stay scalar,
- * since buckets collide within a block. Those loops are built for several x86-64
- * levels and the best is chosen when the library loads, and they split the
- * coordinates across OpenMP threads once d is large. The FetchSGD server
- * step, which keeps momentum and error in sketch space, is here too. The
- * hash and the median over rows are in sketch_hash.h, which the CUDA
- * kernels compile too, so both agree bit for bit. */
+ * and error in, and decodes into heavy hitters. Hashes are recomputed on
+ * every call, so the loops that touch all d coordinates (encode, estimate)
+ * are the hot ones. With the windowed hash of sketch_hash.h they walk a
+ * window of coordinates and a run of consecutive cells side by side: one
+ * hash per coordinate for the signs of every row, one per window and row
+ * for where the run starts, and loads and adds the compiler vectorises.
+ * Those loops are built for several x86-64 levels and the best is chosen
+ * when the library loads, and they split the coordinates across OpenMP
+ * threads once d is large. The FetchSGD server step, which keeps momentum
+ * and error in sketch space, is here too. The hash and the median over
+ * rows are in sketch_hash.h, which the CUDA kernels compile too, so both
+ * agree bit for bit. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -36,9 +37,8 @@ uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row) {
 
 void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
                           uint32_t *bucket, int *sign) {
-    uint64_t h = compress_sk_coord_hash(compress_sk_row_key(seed, row), i);
-    *bucket = compress_sk_bucket(h, cols);
-    *sign = (h & 1) ? -1 : 1;
+    *bucket = compress_sk_bucket_of(compress_sk_row_key(seed, row), i, cols);
+    *sign = (int)compress_sk_sign(compress_sk_sign_bits(compress_sk_sign_key(seed), i), row);
 }
 
 static void row_keys(const compress_sketch *s, uint64_t *keys) {
@@ -85,70 +85,49 @@ int compress_sketch_same_shape(const compress_sketch *a, const compress_sketch *
 
 /* ---- encode ------------------------------------------------------------ */
 
-/* Buckets and signed values of n consecutive coordinates from i in one
- * row. Always inlined, so that each clone of its callers vectorises it for
- * its own instruction set with n a constant there. */
-static inline __attribute__((always_inline)) void
-hash_lanes(uint64_t key, uint64_t i, size_t n, uint32_t cols, const float *restrict x,
-           uint32_t *restrict bk, float *restrict sv) {
-    for (size_t b = 0; b < n; b++) {
-        uint64_t h = compress_sk_coord_hash(key, i + b);
-        bk[b] = compress_sk_bucket(h, cols);
-        /* The sign is exactly +-1, so the product is x or -x. */
-        sv[b] = compress_sk_sign(h) * x[b];
-    }
+/* Coordinates from i to the end of i's window, at most hi. */
+static inline size_t window_run(size_t i, size_t hi, uint32_t wlog) {
+    size_t end = ((i >> wlog) + 1) << wlog;
+    return (end < hi ? end : hi) - i;
 }
 
-/* The table updates are random stores that the hashing cannot hide on its
- * own: the block just hashed is added in while the next one is hashed, GRP
- * lanes at a time, so that both are in flight together (a quarter faster
- * than hashing and then adding each block). Rows are visited one at a time
- * over CHUNK coordinates so that the row being updated stays in cache when
- * the whole table does not fit. */
-#define GRP 16
-#define CHUNK 4096
+/* The signs of coordinates i..i+n-1 for every row, and their values in
+ * row j's sign. Always inlined, so that each clone of the callers
+ * vectorises them for its own instruction set. */
+static inline __attribute__((always_inline)) void
+sign_bits(uint64_t skey, size_t i, size_t n, uint64_t *restrict bits) {
+    for (size_t t = 0; t < n; t++) bits[t] = compress_sk_sign_bits(skey, i + t);
+}
 
+/* run[t] += sign_j(t) * x[t] for n consecutive cells: bit 31 of each value
+ * flipped by its sign bit, which is the exact product by +-1. */
+static inline __attribute__((always_inline)) void
+add_run(float *restrict run, const float *restrict x, const uint64_t *restrict bits,
+        uint32_t j, size_t n) {
+    for (size_t t = 0; t < n; t++) run[t] += compress_sk_sign(bits[t], j) * x[t];
+}
+
+/* Coordinates lo..hi-1 of x into table: window by window, each row's cells
+ * of a window one run (two where it wraps past the row's end). */
 COMPRESS_HOT_V4
-static void encode_range(float *table, uint32_t rows, uint32_t cols, const uint64_t *keys,
-                         const float *x, size_t lo, size_t hi) {
-    uint32_t bk[2][BLK];
-    float sv[2][BLK], xpad[BLK];
-    float *prow = NULL; /* where the pending block goes */
-    size_t pn = 0;      /* its size; it sits in bk/sv[cur ^ 1] */
-    int cur = 0;
-    for (size_t c0 = lo; c0 < hi; c0 += CHUNK) {
-        size_t c1 = hi - c0 < CHUNK ? hi : c0 + CHUNK;
+static void encode_range(float *table, uint32_t rows, uint32_t cols, uint64_t skey,
+                         const uint64_t *keys, const float *x, size_t lo, size_t hi) {
+    uint32_t wlog = compress_sk_window_log(cols);
+    uint64_t bits[1u << COMPRESS_SK_WINDOW_LOG_MAX];
+    for (size_t i = lo; i < hi;) {
+        size_t n = window_run(i, hi, wlog);
+        sign_bits(skey, i, n, bits);
+        uint32_t off = (uint32_t)(i & ((1u << wlog) - 1));
         for (uint32_t j = 0; j < rows; j++) {
             float *row = table + (size_t)j * cols;
-            for (size_t i0 = c0; i0 < c1; i0 += BLK) {
-                size_t n = c1 - i0 < BLK ? c1 - i0 : BLK;
-                const float *xb = x + i0;
-                if (n < BLK) {
-                    /* All BLK lanes are hashed; only n are ever added. */
-                    memset(xpad, 0, sizeof xpad);
-                    memcpy(xpad, xb, n * sizeof(float));
-                    xb = xpad;
-                }
-                uint32_t *o = bk[cur];
-                float *v = sv[cur];
-                const uint32_t *po = bk[cur ^ 1];
-                const float *pv = sv[cur ^ 1];
-                if (pn == BLK) {
-                    for (size_t g = 0; g < BLK; g += GRP) {
-                        hash_lanes(keys[j], i0 + g, GRP, cols, xb + g, o + g, v + g);
-                        for (size_t b = g; b < g + GRP; b++) prow[po[b]] += pv[b];
-                    }
-                } else {
-                    for (size_t b = 0; b < pn; b++) prow[po[b]] += pv[b];
-                    hash_lanes(keys[j], i0, BLK, cols, xb, o, v);
-                }
-                prow = row;
-                pn = n;
-                cur ^= 1;
-            }
+            uint32_t b0 = compress_sk_wrap(compress_sk_window_base(keys[j], i >> wlog, cols), off,
+                                           cols);
+            size_t m = cols - b0 < n ? cols - b0 : n;
+            add_run(row + b0, x + i, bits, j, m);
+            if (m < n) add_run(row, x + i + m, bits + m, j, n - m);
         }
+        i += n;
     }
-    for (size_t b = 0; b < pn; b++) prow[bk[cur ^ 1][b]] += sv[cur ^ 1][b];
 }
 
 /* Thread t's share of [0, d), cut at multiples of BLK so every thread but
@@ -165,6 +144,7 @@ void compress_sketch_encode(compress_sketch *s, const float *x, size_t d) {
     if (d == 0) return;
     uint64_t keys[COMPRESS_SKETCH_MAX_ROWS];
     row_keys(s, keys);
+    uint64_t skey = compress_sk_sign_key(s->seed);
     size_t cells = cells_of(s);
     int nt = omp_get_max_threads();
     /* Threads add into private tables that are summed at the end, which
@@ -174,7 +154,7 @@ void compress_sketch_encode(compress_sketch *s, const float *x, size_t d) {
     if (nt > 1 && d >= ENCODE_PAR_MIN && cells <= d / (4 * (size_t)nt))
         priv = calloc((size_t)(nt - 1) * cells, sizeof(float));
     if (!priv) {
-        encode_range(s->table, s->rows, s->cols, keys, x, 0, d);
+        encode_range(s->table, s->rows, s->cols, skey, keys, x, 0, d);
         return;
     }
 #pragma omp parallel num_threads(nt)
@@ -185,7 +165,7 @@ void compress_sketch_encode(compress_sketch *s, const float *x, size_t d) {
         /* Nobody else touches s->table until the barrier, so thread 0 can
          * add straight into it and one private table is saved. */
         float *tab = t == 0 ? s->table : priv + (size_t)(t - 1) * cells;
-        encode_range(tab, s->rows, s->cols, keys, x, lo, hi);
+        encode_range(tab, s->rows, s->cols, skey, keys, x, lo, hi);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (size_t c = 0; c < cells; c++) {
@@ -230,29 +210,27 @@ median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
 }
 
 COMPRESS_HOT_V4
-static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
+static void estimate_range(const float *table, uint32_t rows, uint32_t cols, uint64_t skey,
                            const uint64_t *keys, size_t lo, size_t hi, float *out) {
-    float v[COMPRESS_SKETCH_MAX_ROWS][BLK];
-    uint32_t bk[BLK];
-    float sg[BLK], raw[BLK];
-    /* Read through volatile so that these stay plain loads: the compiler
-     * otherwise emulates a vector gather lane by lane, which is slower than
-     * the loads themselves. */
-    const volatile float *vt = table;
-    for (size_t i0 = lo; i0 < hi; i0 += BLK) {
-        /* Lanes past hi hash to valid buckets too, so the whole block is
-         * computed and only n values are written out. */
-        size_t n = hi - i0 < BLK ? hi - i0 : BLK;
+    /* Lanes past a short block's n are sorted too, never written out:
+     * zeroed once so they hold numbers. */
+    float v[COMPRESS_SKETCH_MAX_ROWS][BLK] = {{0}};
+    uint64_t bits[BLK];
+    uint32_t wlog = compress_sk_window_log(cols);
+    for (size_t i0 = lo; i0 < hi;) {
+        /* Up to BLK lanes, all in one window. */
+        size_t n = window_run(i0, hi, wlog);
+        n = n < BLK ? n : BLK;
+        sign_bits(skey, i0, n, bits);
+        uint32_t off = (uint32_t)(i0 & ((1u << wlog) - 1));
         for (uint32_t j = 0; j < rows; j++) {
-            uint32_t base = j * cols; /* < 2^28 */
-            for (size_t b = 0; b < BLK; b++) {
-                uint64_t h = compress_sk_coord_hash(keys[j], i0 + b);
-                bk[b] = base + compress_sk_bucket(h, cols);
-                sg[b] = compress_sk_sign(h);
+            const float *row = table + (size_t)j * cols;
+            uint32_t b0 = compress_sk_wrap(compress_sk_window_base(keys[j], i0 >> wlog, cols), off,
+                                           cols);
+            for (size_t b = 0; b < n; b++) {
+                uint32_t c = b0 + (uint32_t)b;
+                v[j][b] = compress_sk_sign(bits[b], j) * row[c >= cols ? c - cols : c];
             }
-#pragma GCC unroll 8
-            for (size_t b = 0; b < BLK; b++) raw[b] = vt[bk[b]];
-            for (size_t b = 0; b < BLK; b++) v[j][b] = sg[b] * raw[b];
         }
         /* One instance per row count, so that each is straight-line code. */
         switch (rows) {
@@ -272,6 +250,7 @@ static void estimate_range(const float *table, uint32_t rows, uint32_t cols,
         case 14: median_fixed(v, 14, n, out + i0); break;
         default: median_fixed(v, 15, n, out + i0); break;
         }
+        i0 += n;
     }
 }
 
@@ -279,15 +258,16 @@ void compress_sketch_estimate(const compress_sketch *s, size_t d, float *out) {
     if (d == 0) return;
     uint64_t keys[COMPRESS_SKETCH_MAX_ROWS];
     row_keys(s, keys);
+    uint64_t skey = compress_sk_sign_key(s->seed);
     if (d < ESTIMATE_PAR_MIN || omp_get_max_threads() < 2) {
-        estimate_range(s->table, s->rows, s->cols, keys, 0, d, out);
+        estimate_range(s->table, s->rows, s->cols, skey, keys, 0, d, out);
         return;
     }
 #pragma omp parallel
     {
         size_t lo, hi;
         share(d, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        estimate_range(s->table, s->rows, s->cols, keys, lo, hi, out);
+        estimate_range(s->table, s->rows, s->cols, skey, keys, lo, hi, out);
     }
 }
 
@@ -307,13 +287,13 @@ int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *s
 
 void compress_sketch_encode_sparse(compress_sketch *s, const uint32_t *idx, const float *val,
                                    size_t n, float w) {
+    uint64_t skey = compress_sk_sign_key(s->seed);
     for (uint32_t j = 0; j < s->rows; j++) {
         uint64_t key = compress_sk_row_key(s->seed, j);
         float *row = s->table + (size_t)j * s->cols;
-        for (size_t t = 0; t < n; t++) {
-            uint64_t h = compress_sk_coord_hash(key, idx[t]);
-            row[compress_sk_bucket(h, s->cols)] += compress_sk_sign(h) * (w * val[t]);
-        }
+        for (size_t t = 0; t < n; t++)
+            row[compress_sk_bucket_of(key, idx[t], s->cols)] +=
+                compress_sk_sign(compress_sk_sign_bits(skey, idx[t]), j) * (w * val[t]);
     }
 }
 

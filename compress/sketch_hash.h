@@ -1,5 +1,5 @@
 /*
- * The Count Sketch hash of DESIGN.md and the median over rows that
+ * The Count Sketch hash (docs/design.md) and the median over rows that
  * estimates read, as inline functions that compile both as C (the CPU
  * sketch in compress/sketch.c) and as CUDA (kernels/cuda/sketch.cu), so
  * the CPU and the GPU share one copy of the logic and agree bit for bit:
@@ -45,10 +45,33 @@ COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row)
     return compress_sk_mix64(seed ^ ((uint64_t)row + 1));
 }
 
-/* h = splitmix64(key_j ^ i) of coordinate i in the row of key_j. */
-COMPRESS_SK_HD uint64_t compress_sk_coord_hash(uint64_t key, uint64_t i)
+/* The windowed hash. Coordinates fall into windows of W = 2^L consecutive
+ * indices (L = compress_sk_window_log(cols), so W <= cols); in row j a
+ * window w starts at a bucket drawn from the row's key, and coordinate i
+ * of window w = i >> L lands (i mod W) cells further on, wrapping at cols:
+ *
+ *   base_j(w)    = bucket(splitmix64(key_j ^ w), cols)
+ *   bucket_j(i)  = (base_j(i >> L) + (i & (W - 1))) mod cols
+ *   sign_j(i)    = bit j of splitmix64(splitmix64(seed) ^ i): 1 is -1
+ *
+ * Two coordinates of one window never share a cell; two of different
+ * windows share one in row j with probability 1/cols, as with a hash per
+ * coordinate, and the signs are drawn per coordinate, so an estimate's
+ * noise has the variance it had with a hash per coordinate. What changes
+ * is the memory: a window's cells are consecutive, so encoding and
+ * estimating read and add runs of cells (coalesced on a GPU, in the same
+ * cache lines on a CPU) instead of one random cell per coordinate and row,
+ * and one hash per coordinate gives the signs of every row. */
+#define COMPRESS_SK_WINDOW_LOG_MAX 10u
+
+/* L for a row of cols cells: floor(log2(cols)), at most
+ * COMPRESS_SK_WINDOW_LOG_MAX (cols >= 1). */
+COMPRESS_SK_HD uint32_t compress_sk_window_log(uint32_t cols)
 {
-    return compress_sk_mix64(key ^ i);
+    uint32_t l = 0;
+    while (l < COMPRESS_SK_WINDOW_LOG_MAX && (2u << l) <= cols)
+        l++;
+    return l;
 }
 
 /* bucket = ((h >> 32) * cols) >> 32, always below cols. */
@@ -57,11 +80,45 @@ COMPRESS_SK_HD uint32_t compress_sk_bucket(uint64_t h, uint32_t cols)
     return (uint32_t)(((h >> 32) * (uint64_t)cols) >> 32);
 }
 
-/* The sign as a float, exactly +1 or -1: encode adds sign * x and
- * estimate reads sign * cell, both exact. */
-COMPRESS_SK_HD float compress_sk_sign(uint64_t h)
+/* base_j(w): the bucket where window w starts in the row of key_j. */
+COMPRESS_SK_HD uint32_t compress_sk_window_base(uint64_t key, uint64_t w, uint32_t cols)
 {
-    return (float)(1 - 2 * (int32_t)(h & 1));
+    return compress_sk_bucket(compress_sk_mix64(key ^ w), cols);
+}
+
+/* (base + off) mod cols for base < cols and off < cols. */
+COMPRESS_SK_HD uint32_t compress_sk_wrap(uint32_t base, uint32_t off, uint32_t cols)
+{
+    uint32_t b = base + off; /* < 2 cols <= 2^29 */
+    return b >= cols ? b - cols : b;
+}
+
+/* bucket_j(i) in the row of key_j. */
+COMPRESS_SK_HD uint32_t compress_sk_bucket_of(uint64_t key, uint64_t i, uint32_t cols)
+{
+    uint32_t l = compress_sk_window_log(cols);
+    return compress_sk_wrap(compress_sk_window_base(key, i >> l, cols),
+                            (uint32_t)(i & ((1u << l) - 1)), cols);
+}
+
+/* splitmix64(seed): the key of the signs (row keys hash seed ^ (j + 1),
+ * never seed itself). */
+COMPRESS_SK_HD uint64_t compress_sk_sign_key(uint64_t seed)
+{
+    return compress_sk_mix64(seed);
+}
+
+/* Coordinate i's sign bits, bit j for row j. */
+COMPRESS_SK_HD uint64_t compress_sk_sign_bits(uint64_t skey, uint64_t i)
+{
+    return compress_sk_mix64(skey ^ i);
+}
+
+/* Row j's sign as a float, exactly +1 or -1: encode adds sign * x and
+ * estimate reads sign * cell, both exact. */
+COMPRESS_SK_HD float compress_sk_sign(uint64_t bits, uint32_t row)
+{
+    return (float)(1 - 2 * (int32_t)((bits >> row) & 1));
 }
 
 /* Median of t[0..R) (1 <= R <= 15), t clobbered: an odd-even transposition

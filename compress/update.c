@@ -42,6 +42,7 @@ static int write_meta(st_writer *w, const compress_update_meta *meta) {
     if (!rc) rc = st_writer_meta(w, "local_steps", v[4]);
     if (!rc) rc = st_writer_meta(w, "loss", v[5]);
     if (!rc && meta->kind == COMPRESS_SKETCH) rc = st_writer_meta(w, "seed", v[6]);
+    if (!rc && meta->kind == COMPRESS_SKETCH) rc = st_writer_meta(w, "hash", COMPRESS_SKETCH_HASH);
     if (!rc && meta->has_accuracy) {
         char acc[32];
         snprintf(acc, sizeof acc, "%.6f", meta->accuracy);
@@ -287,6 +288,16 @@ static int decode_meta(const st_file *f, compress_update_meta *m, const char **c
         unsigned long long v = strtoull(seed, &end, 10);
         if (errno || *end) return vl_fail(err, VL_EINVAL, "sketch metadata 'seed' is invalid");
         m->seed = (uint64_t)v;
+        /* A table made with another hash adds up to noise in this run's
+         * sketches: refused, naming what the peer must do. */
+        const char *hash = st_meta_get(f, "hash");
+        if (!hash || strcmp(hash, COMPRESS_SKETCH_HASH) != 0) {
+            *code = "wrong_sketch";
+            return vl_fail(err, VL_ERANGE,
+                           "the sketch was made with hash \"%.20s\"; this run's sketches use "
+                           "the \"%s\" hash (update volley-peer)",
+                           hash ? hash : "per coordinate", COMPRESS_SKETCH_HASH);
+        }
     }
     return VL_OK;
 }

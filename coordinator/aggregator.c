@@ -450,6 +450,7 @@ typedef struct merge_job {
     double compute_s, eval_s;  /* what the compute thread spent, validation included */
     double accuracy;           /* a classifier's on the test set (NaN: none) */
     double split_loss;         /* split runs: mean loss of the batches since the last */
+    char digest[65];           /* the version's parameter digest ("": not computed) */
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -520,6 +521,10 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     srv->momentum = j->b.state;
     j->b.state = old;
     srv->version = j->ver.version;
+    if (j->digest[0]) {
+        memcpy(srv->digest_hex, j->digest, sizeof j->digest);
+        srv->digest_version = srv->version;
+    }
     coord_metrics_version(&srv->metrics, j->compute_s, j->ver.train_loss);
     coord_norm_bound_refresh(srv);
     srv->val_loss = j->ver.val_loss;
@@ -664,6 +669,12 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
+    /* Peers of a sparse run catch up by delta, whose file carries the
+     * version's digest: computed here rather than by the first delta
+     * request on the loop (0.4 s at 86 M parameters). */
+    if (strcmp(srv->cfg.compression_kind, "none") != 0 &&
+        coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
+        j->digest[0] = '\0';
     j->compute_s = clock_mono_s() - t0;
     log_robust(m, next);
     if (m->round)

@@ -40,6 +40,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->compression_dtype[0] = '\0'; /* by kind, see resolve_compression */
     cfg->comp_rows = 5;
     cfg->comp_seed = -1;
+    snprintf(cfg->comp_hash, sizeof cfg->comp_hash, "%s", COMPRESS_SKETCH_HASH);
     cfg->comp_block = -1; /* by kind, see resolve_compression */
     cfg->comp_decay = -1;
     cfg->second_round = -1; /* chosen from the run's kind and mode */
@@ -182,8 +183,9 @@ static const char *const KFAC_KEYS[] = {"damping", "decay", "inverse_every", "kl
 static const char *const SCHEDULES[] = {"constant", "cosine", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", "delay", NULL};
 static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
-                                               "ratio", "apply_k", "second_round",
+                                               "hash", "ratio", "apply_k", "second_round",
                                                "round_s", "block", "decay", NULL};
+static const char *const SKETCH_HASHES[] = {COMPRESS_SKETCH_HASH, NULL};
 static const char *const DATA_KEYS[] = {"kind",        "train",       "val", "val_shard",
                                         "test_images", "test_labels", NULL};
 static const char *const DATA_KINDS[] = {"shards", NULL};
@@ -568,6 +570,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
                           &cfg->comp_cols, err)) ||
             (rc = get_int(comp, "seed", "compression.seed", 0, INT64_MAX, &cfg->comp_seed,
                           err)) ||
+            (rc = get_str(comp, "hash", "compression.hash", cfg->comp_hash,
+                          sizeof cfg->comp_hash, SKETCH_HASHES, err)) ||
             (rc = get_real(comp, "ratio", "compression.ratio", 1, 0, 1e9, 0, &cfg->comp_ratio,
                            err)) ||
             (rc = get_int(comp, "apply_k", "compression.apply_k", 0, UINT32_MAX,

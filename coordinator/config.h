@@ -249,6 +249,9 @@ typedef struct coord_config {
     int64_t comp_k;
     int64_t comp_rows, comp_cols;
     int64_t comp_seed;
+    /* compression.hash: COMPRESS_SKETCH_HASH, the only one there is (a
+     * stored sketch run that names none predates it: coord_state_load). */
+    char comp_hash[16];
     double comp_ratio; /* as given; 0 once resolved into k/cols */
     int64_t apply_k;
     /* Sketch runs only: with second_round = P > 0, once a version has its
@@ -336,6 +339,10 @@ const char *coord_rule_name(coord_rule r);
 /* Fills cfg with the defaults of every field (name and corpus empty, a
  * text run). Overwrites cfg without freeing: free a parsed one first. */
 void coord_config_defaults(coord_config *cfg);
+
+/* Whether a stored configuration names its sketch hash
+ * (compression.hash); runs stored before the windowed hash do not. */
+int coord_config_names_hash(const char *json);
 
 /* Parses and validates a configuration from len bytes of JSON: unknown
  * fields, wrong types and out-of-range values are VL_EINVAL with a message

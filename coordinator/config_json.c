@@ -8,6 +8,8 @@
 
 #include <jansson.h>
 
+#include "compress/compress.h"
+
 #include "model/mlp_io.h"
 #include "coordinator/config.h"
 #include "coordinator/config_internal.h"
@@ -104,6 +106,13 @@ static int data_json(const coord_config *cfg, json_t *root, int with_paths) {
     return json_object_set_new(root, "data", data) != 0 ? VL_ENOMEM : VL_OK;
 }
 
+int coord_config_names_hash(const char *json) {
+    json_t *root = json_loads(json, 0, NULL);
+    int named = json_is_string(json_object_get(json_object_get(root, "compression"), "hash"));
+    json_decref(root);
+    return named;
+}
+
 char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     const coord_train_config *t = &cfg->train;
     json_t *root = json_pack(
@@ -130,6 +139,13 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
         "keep_changes", (json_int_t)cfg->keep_changes);
     if (!root) return NULL;
+    /* Every run stores its sketch hash, so that a later hash can tell the
+     * runs it cannot go on with (coord_state_load). */
+    if (json_object_set_new(json_object_get(root, "compression"), "hash",
+                            json_string(cfg->comp_hash)) != 0) {
+        json_decref(root);
+        return NULL;
+    }
     /* A classifier's model object replaces the GPT's fields. */
     char mjs[MODEL_MLP_JSON_MAX];
     if (cfg->net == COORD_NET_MLP &&

@@ -569,6 +569,9 @@ void coord_route_rotate(coord_req *cr);  /* POST /v1/peers/rotate */
 void coord_route_task(coord_req *cr);    /* GET /v1/task */
 void coord_route_model(coord_req *cr);   /* GET /v1/model */
 void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
+/* out = hex SHA-256 of n parameters as little-endian F32 (a version's
+ * digest in delta files); any thread. VL_ENOMEM, or VL_ERR. */
+int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err);
 void coord_route_data(coord_req *cr);    /* GET /v1/data/<shard> */
 void coord_route_updates(coord_req *cr); /* POST /v1/updates */
 void coord_route_status(coord_req *cr);  /* GET /v1/status */

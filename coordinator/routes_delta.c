@@ -34,9 +34,7 @@ static int add_change(void *arg, const storage_change *c) {
     return VL_OK;
 }
 
-/* hex SHA-256 of n parameters as little-endian F32, the bytes the model
- * file carries. */
-static int params_digest(const float *theta, size_t n, char out[65], vl_error *err) {
+int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err) {
     crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
     if (!d) return vl_fail(err, VL_ENOMEM, "out of memory hashing a version");
     crypto_digest_update(d, theta, n * sizeof *theta);
@@ -57,7 +55,7 @@ static int version_params(coord_server *srv, int64_t version, const float **thet
     if (version == srv->version) {
         *theta = coord_net_params(&srv->net);
         if (srv->digest_version != version) {
-            int rc = params_digest(*theta, srv->n_params, srv->digest_hex, err);
+            int rc = coord_params_digest(*theta, srv->n_params, srv->digest_hex, err);
             if (rc != VL_OK) return rc;
             srv->digest_version = version;
         }
@@ -73,7 +71,7 @@ static int version_params(coord_server *srv, int64_t version, const float **thet
                        (long long)version);
     }
     *theta = owned->params;
-    return params_digest(*theta, srv->n_params, digest, err);
+    return coord_params_digest(*theta, srv->n_params, digest, err);
 }
 
 /* Builds the delta file: metadata run/since/version/sha256, U32 `indices`

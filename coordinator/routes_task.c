@@ -79,6 +79,14 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         (json_int_t)c->comp_block, "decay", c->comp_decay, "selsync", "delta", c->selsync_delta,
         "h_min", (json_int_t)h_min, "h_max", (json_int_t)steps, "deadline",
         (json_int_t)t->deadline);
+    /* The sketch's hash, so a peer that computes another refuses the task
+     * instead of uploading tables this run cannot use. */
+    if (o && strcmp(c->compression_kind, "sketch") == 0 &&
+        json_object_set_new(json_object_get(o, "compression"), "hash",
+                            json_string(COMPRESS_SKETCH_HASH)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
     /* K-FAC's settings likewise, with the newest merged factors when the
      * run shares them, so the peer starts from the pooled estimate. */
     if (o && strcmp(tr->optimizer, "kfac") == 0) {

@@ -43,6 +43,16 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         vl_fail(err, rc, "the stored run configuration is invalid: %s", cerr.msg);
         goto out;
     }
+    /* Its error sketch and its peers' uploads are in a hash this volley no
+     * longer computes: serving it would sum two hashes into noise. */
+    if (strcmp(srv->cfg.compression_kind, "sketch") == 0 && !coord_config_names_hash(run.config)) {
+        rc = vl_fail(err, VL_EINVAL,
+                     "this sketch run was made by a volley whose Count Sketch hashed every "
+                     "coordinate on its own; this one uses the \"%s\" hash and cannot go on "
+                     "with it: finish the run with the volley that made it, or start a new one "
+                     "(init)", COMPRESS_SKETCH_HASH);
+        goto out;
+    }
     srv->peer_config = coord_config_to_json(&srv->cfg, 0);
     if (!srv->peer_config) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");

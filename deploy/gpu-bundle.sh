@@ -53,7 +53,7 @@ done
 cp "$(command -v openssl)" "$stage/bin/"
 cp deploy/make-cert.sh bench/gpu_vs_torch.sh bench/torch_ref.py "$stage/bin/"
 cp deploy/gpu-bundle/openssl.cnf deploy/gpu-bundle/machine-libs.regex "$stage/etc/"
-cp deploy/gpu-bundle/run.json "$stage/share/"
+cp deploy/gpu-bundle/run.json deploy/gpu-bundle/task.json "$stage/share/"
 # The demo's corpus, so the bundle needs no /usr/share/common-licenses.
 find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat \
   > "$stage/share/corpus.txt"

@@ -279,6 +279,16 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
                            t->comp_rows, t->comp_cols);
         if ((rc = get_int(cmp, "compression", "seed", 0, INT64_MAX, &v, err))) return rc;
         t->comp_seed = (uint64_t)v;
+        /* Coordinators before the windowed hash send none: their runs sum
+         * tables of the hash per coordinate, which this peer no longer
+         * computes. */
+        const char *hash = json_string_value(json_object_get(cmp, "hash"));
+        if (!hash || strcmp(hash, COMPRESS_SKETCH_HASH) != 0)
+            return vl_fail(err, VL_EINVAL,
+                           "task: the coordinator's sketches use the \"%.20s\" hash; this "
+                           "volley-peer computes the \"%s\" hash (the coordinator needs the same "
+                           "volley release)",
+                           hash ? hash : "per coordinate", COMPRESS_SKETCH_HASH);
         /* Optional: coordinators without second rounds leave them out. */
         t->second_round = 0;
         t->round_s = 0;

@@ -1,12 +1,15 @@
-/* Count Sketch on the GPU with the hash and median of
- * compress/sketch_hash.h, the code the CPU sketch compiles too. Encode
- * adds each coordinate's signed value to its cell in every row with
- * atomics, four coordinates per thread read as one float4: into a copy of
- * the table in shared memory when the table fits there (one per block,
- * added to the global table at the end), straight into the global table
- * otherwise. Estimate hashes each coordinate in every row, reads the cells
- * and takes the median with the row count a template constant, so the
- * sorting network stays in registers. */
+/* Count Sketch on the GPU with the windowed hash and the median of
+ * compress/sketch_hash.h, the code the CPU sketch compiles too. A warp
+ * takes 128 consecutive coordinates of one window at a time: lane j
+ * hashes where row j's run of cells starts and passes it round the warp,
+ * each lane hashes its four coordinates' signs once for every row, and
+ * then every row gets four fire-and-forget reductions from each lane,
+ * 32 consecutive cells per instruction, which the L2 takes as whole
+ * sectors instead of one scattered cell per coordinate and row. Estimate
+ * reads the same runs and takes the median with the row count a template
+ * constant, so the sorting network stays in registers. Rows narrower than
+ * 128 cells have windows narrower than a warp's span: there every
+ * coordinate hashes its own buckets. */
 #include <stdint.h>
 
 #include "compress/sketch_hash.h"
@@ -37,114 +40,98 @@ static row_keys keys_of(uint64_t seed, uint32_t rows)
 
 /* ---- encode ---------------------------------------------------------------------- */
 
-/* The row keys into shared memory, where any thread can index them: a
- * kernel parameter indexed by a variable is copied to every thread's
- * local memory first. One thread copies them with constant indices (the
- * loop unrolls), so the parameter is read in place. Ends with a barrier. */
-__device__ __forceinline__ void keys_to_shared(const row_keys &keys, uint32_t rows,
-                                               uint64_t *sk)
+/* Coordinates a warp takes at a time: four per lane. */
+#define WARP_SPAN 128u
+
+/* keys.k[lane] for lanes below rows (0 past them), selected with constant
+ * indices: a kernel parameter indexed by a variable is first copied to
+ * every thread's local memory. */
+__device__ __forceinline__ uint64_t lane_key(const row_keys &keys, uint32_t rows, uint32_t lane)
 {
-    if (threadIdx.x == 0) {
+    uint64_t k = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < COMPRESS_SKETCH_MAX_ROWS; j++)
+        if (j == lane && j < rows)
+            k = keys.k[j];
+    return k;
+}
+
+/* *p += v where nothing reads the result: a fire-and-forget reduction,
+ * spelled out rather than left to the compiler. */
+__device__ __forceinline__ void cell_add(float *p, float v)
+{
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+
+/* Windows of at least WARP_SPAN coordinates (wlog >= 7): chunk c of the
+ * grid's warps is coordinates [128 c, 128 c + 128), all in one window. */
+__global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t cols,
+                                          uint32_t wlog, uint64_t skey, row_keys keys,
+                                          const float *x, size_t d)
+{
+    uint32_t lane = threadIdx.x & 31;
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    size_t chunks = (d + WARP_SPAN - 1) / WARP_SPAN;
+    uint64_t key = lane_key(keys, rows, lane);
+    uint32_t wmask = (1u << wlog) - 1;
+    for (size_t c = warp; c < chunks; c += nwarps) {
+        size_t i0 = c * WARP_SPAN;
+        uint32_t base = lane < rows ? compress_sk_window_base(key, i0 >> wlog, cols) : 0;
+        float v[4];
+        uint64_t bits[4];
+#pragma unroll
+        for (uint32_t k = 0; k < 4; k++) {
+            size_t i = i0 + lane + 32 * k;
+            v[k] = i < d ? __ldcs(x + i) : 0.0f;
+            bits[k] = compress_sk_sign_bits(skey, i);
+        }
+        uint32_t off = (uint32_t)(i0 & wmask) + lane;
+        for (uint32_t j = 0; j < rows; j++) {
+            uint32_t b = __shfl_sync(0xffffffffu, base, j);
+            float *row = table + (size_t)j * cols;
+#pragma unroll
+            for (uint32_t k = 0; k < 4; k++)
+                if (i0 + lane + 32 * k < d)
+                    cell_add(row + compress_sk_wrap(b, off + 32 * k, cols),
+                             compress_sk_sign(bits[k], j) * v[k]);
+        }
+    }
+}
+
+/* Narrow rows (windows under WARP_SPAN): every coordinate on its own. */
+__global__ static void encode_each_kernel(float *table, uint32_t rows, uint32_t cols,
+                                          uint64_t skey, row_keys keys, const float *x,
+                                          size_t d)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
+        float v = x[i];
+        uint64_t bits = compress_sk_sign_bits(skey, i);
 #pragma unroll
         for (uint32_t j = 0; j < COMPRESS_SKETCH_MAX_ROWS; j++)
             if (j < rows)
-                sk[j] = keys.k[j];
-    }
-    __syncthreads();
-}
-
-/* *p += v where nothing reads the result: for the global table a
- * fire-and-forget reduction, spelled out rather than left to the
- * compiler; shared memory takes the plain atomic. */
-template <bool GLOBAL> __device__ __forceinline__ void cell_add(float *p, float v)
-{
-    if (GLOBAL)
-        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-    else
-        atomicAdd(p, v);
-}
-
-/* tab += coordinate i's signed value v in every row. */
-template <bool GLOBAL>
-__device__ __forceinline__ void encode_one(float *tab, uint32_t rows, uint32_t cols,
-                                           const uint64_t *keys, size_t i, float v)
-{
-    for (uint32_t j = 0; j < rows; j++) {
-        uint64_t h = compress_sk_coord_hash(keys[j], i);
-        cell_add<GLOBAL>(&tab[(size_t)j * cols + compress_sk_bucket(h, cols)],
-                         compress_sk_sign(h) * v);
+                cell_add(table + (size_t)j * cols + compress_sk_bucket_of(keys.k[j], i, cols),
+                         compress_sk_sign(bits, j) * v);
     }
 }
 
-/* The same for coordinates i..i+3: four hashes per row are independent,
- * so their multiplies overlap, and the adds (whose results go unused, so
- * they are fire-and-forget reductions) go out four at a time. */
-template <bool GLOBAL>
-__device__ __forceinline__ void encode_quad(float *tab, uint32_t rows, uint32_t cols,
-                                            const uint64_t *keys, size_t i, float4 v)
+/* Blocks of CC_THREADS for the warp kernel: enough to fill the device,
+ * no more than there are chunks for. */
+static int warp_blocks(size_t d, unsigned *blocks, vl_error *err)
 {
-    for (uint32_t j = 0; j < rows; j++) {
-        uint64_t key = keys[j];
-        float *row = tab + (size_t)j * cols;
-        uint64_t h0 = compress_sk_coord_hash(key, i), h1 = compress_sk_coord_hash(key, i + 1);
-        uint64_t h2 = compress_sk_coord_hash(key, i + 2), h3 = compress_sk_coord_hash(key, i + 3);
-        cell_add<GLOBAL>(&row[compress_sk_bucket(h0, cols)], compress_sk_sign(h0) * v.x);
-        cell_add<GLOBAL>(&row[compress_sk_bucket(h1, cols)], compress_sk_sign(h1) * v.y);
-        cell_add<GLOBAL>(&row[compress_sk_bucket(h2, cols)], compress_sk_sign(h2) * v.z);
-        cell_add<GLOBAL>(&row[compress_sk_bucket(h3, cols)], compress_sk_sign(h3) * v.w);
-    }
+    int dev = 0, sms = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "device attributes");
+    size_t warps = (d + WARP_SPAN - 1) / WARP_SPAN;
+    size_t want = (warps + CC_THREADS / 32 - 1) / (CC_THREADS / 32);
+    size_t full = (size_t)(sms > 0 ? sms : 1) * 8;
+    *blocks = (unsigned)(want < full ? want : full);
+    return 0;
 }
-
-/* Every coordinate of x[0, d) into tab, by the threads of the grid: x
- * from coordinate head on (16-byte aligned there) in quads read as
- * float4, the head before and the tail past the last quad one by one. The
- * reads of x are streaming (each value is read once), so they do not push
- * the table out of L2, where its atomics land. */
-template <bool GLOBAL>
-__device__ __forceinline__ void encode_span(float *tab, uint32_t rows, uint32_t cols,
-                                            const uint64_t *keys, const float *x, size_t d,
-                                            size_t head)
-{
-    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t nq = (d - head) / 4, tail = head + 4 * nq;
-    const float4 *x4 = reinterpret_cast<const float4 *>(x + head);
-    for (size_t q = tid; q < nq; q += stride)
-        encode_quad<GLOBAL>(tab, rows, cols, keys, head + 4 * q, __ldcs(x4 + q));
-    for (size_t i = tid; i < head; i += stride)
-        encode_one<GLOBAL>(tab, rows, cols, keys, i, x[i]);
-    for (size_t i = tail + tid; i < d; i += stride)
-        encode_one<GLOBAL>(tab, rows, cols, keys, i, x[i]);
-}
-
-__global__ static void encode_global_kernel(float *table, uint32_t rows, uint32_t cols,
-                                            row_keys keys, const float *x, size_t d, size_t head)
-{
-    __shared__ uint64_t sk[COMPRESS_SKETCH_MAX_ROWS];
-    keys_to_shared(keys, rows, sk);
-    encode_span<true>(table, rows, cols, sk, x, d, head);
-}
-
-/* The same into a block-private table in dynamic shared memory (rows *
- * cols floats), then added into the global one. Cells the block left at
- * zero are skipped, which can at most keep a -0.0 cell from turning +0.0. */
-__global__ static void encode_shared_kernel(float *table, uint32_t rows, uint32_t cols,
-                                            row_keys keys, const float *x, size_t d, size_t head)
-{
-    extern __shared__ float tab[];
-    __shared__ uint64_t sk[COMPRESS_SKETCH_MAX_ROWS];
-    uint32_t cells = rows * cols;
-    for (uint32_t c = threadIdx.x; c < cells; c += blockDim.x)
-        tab[c] = 0.0f;
-    keys_to_shared(keys, rows, sk);
-    encode_span<false>(tab, rows, cols, sk, x, d, head);
-    __syncthreads();
-    for (uint32_t c = threadIdx.x; c < cells; c += blockDim.x)
-        if (tab[c] != 0.0f)
-            atomicAdd(&table[c], tab[c]);
-}
-
-#define ENCODE_SHARED_THREADS 512
 
 extern "C" int kernels_cuda_sketch_encode(float *d_table, uint32_t rows, uint32_t cols,
                                           uint64_t seed, const float *d_x, size_t d,
@@ -158,42 +145,17 @@ extern "C" int kernels_cuda_sketch_encode(float *d_table, uint32_t rows, uint32_
     if (!d_table || !d_x)
         return vl_fail(err, VL_EINVAL, "sketch encode: null device pointer");
     row_keys keys = keys_of(seed, rows);
-    size_t bytes = (size_t)rows * cols * sizeof(float);
-    /* Coordinates before the first 16-byte boundary of d_x go one by one
-     * (all of them when d_x is not even float-aligned). */
-    uintptr_t addr = (uintptr_t)d_x;
-    size_t head = addr % 4 ? d : (16 - addr % 16) % 16 / 4;
-    head = head < d ? head : d;
-    /* Work items for the grid's size: the quads, and the coordinates
-     * outside them. */
-    size_t quads = (d - head) / 4 + head + 3;
-    int dev = 0, optin = 0, per_sm = 0, sms = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "device attributes");
-    /* A private table pays while zeroing and adding it in is small next
-     * to the block's share of coordinates. */
-    if (bytes + sizeof(row_keys) <= (size_t)optin && d >= 4 * (size_t)rows * cols) {
-        e = cudaFuncSetAttribute(encode_shared_kernel,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        if (e != cudaSuccess)
-            return cuda_fail(err, e, "cudaFuncSetAttribute");
-        size_t fit = (size_t)per_sm / (bytes + sizeof(row_keys) + 1024);
-        fit = fit < 1 ? 1 : fit > 4 ? 4 : fit;
-        size_t blocks = (size_t)sms * fit;
-        size_t want = (quads + ENCODE_SHARED_THREADS - 1) / ENCODE_SHARED_THREADS;
-        blocks = blocks < want ? blocks : want;
-        encode_shared_kernel<<<(unsigned)blocks, ENCODE_SHARED_THREADS, bytes>>>(
-            d_table, rows, cols, keys, d_x, d, head);
+    uint64_t skey = compress_sk_sign_key(seed);
+    uint32_t wlog = compress_sk_window_log(cols);
+    if ((1u << wlog) >= WARP_SPAN) {
+        unsigned blocks = 1;
+        if ((rc = warp_blocks(d, &blocks, err)) != 0)
+            return rc;
+        encode_warp_kernel<<<blocks, CC_THREADS>>>(d_table, rows, cols, wlog, skey, keys, d_x,
+                                                   d);
     } else {
-        encode_global_kernel<<<cc_blocks(quads), CC_THREADS>>>(d_table, rows, cols, keys, d_x, d,
-                                                                head);
+        encode_each_kernel<<<cc_blocks(d), CC_THREADS>>>(d_table, rows, cols, skey, keys, d_x,
+                                                         d);
     }
     rc = cc_launched(err, "sketch encode launch");
     return rc ? rc : cc_sync(err, "sketch encode");
@@ -220,25 +182,65 @@ extern "C" int kernels_cuda_sketch_encode_host(compress_sketch *s, const float *
 
 /* ---- estimate --------------------------------------------------------------------- */
 
+/* The warp layout of encode_warp_kernel, reading the runs instead. */
 template <uint32_t R>
-__global__ static void estimate_kernel(const float *table, uint32_t cols, row_keys keys,
-                                       size_t d, float *out)
+__global__ static void estimate_warp_kernel(const float *table, uint32_t cols, uint32_t wlog,
+                                            uint64_t skey, row_keys keys, size_t d, float *out)
+{
+    uint32_t lane = threadIdx.x & 31;
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    size_t chunks = (d + WARP_SPAN - 1) / WARP_SPAN;
+    uint64_t key = lane_key(keys, R, lane);
+    uint32_t wmask = (1u << wlog) - 1;
+    for (size_t c = warp; c < chunks; c += nwarps) {
+        size_t i0 = c * WARP_SPAN;
+        uint32_t base = lane < R ? compress_sk_window_base(key, i0 >> wlog, cols) : 0;
+        uint32_t b[R];
+#pragma unroll
+        for (uint32_t j = 0; j < R; j++)
+            b[j] = __shfl_sync(0xffffffffu, base, j);
+        uint32_t off = (uint32_t)(i0 & wmask) + lane;
+#pragma unroll
+        for (uint32_t k = 0; k < 4; k++) {
+            size_t i = i0 + lane + 32 * k;
+            if (i >= d)
+                break;
+            uint64_t bits = compress_sk_sign_bits(skey, i);
+            float t[R];
+#pragma unroll
+            for (uint32_t j = 0; j < R; j++)
+                t[j] = compress_sk_sign(bits, j) *
+                       table[(size_t)j * cols + compress_sk_wrap(b[j], off + 32 * k, cols)];
+            out[i] = compress_sk_median(t, R);
+        }
+    }
+}
+
+template <uint32_t R>
+__global__ static void estimate_each_kernel(const float *table, uint32_t cols, uint64_t skey,
+                                            row_keys keys, size_t d, float *out)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
+        uint64_t bits = compress_sk_sign_bits(skey, i);
         float t[R];
 #pragma unroll
-        for (uint32_t j = 0; j < R; j++) {
-            uint64_t h = compress_sk_coord_hash(keys.k[j], i);
-            t[j] = compress_sk_sign(h) * table[(size_t)j * cols + compress_sk_bucket(h, cols)];
-        }
+        for (uint32_t j = 0; j < R; j++)
+            t[j] = compress_sk_sign(bits, j) *
+                   table[(size_t)j * cols + compress_sk_bucket_of(keys.k[j], i, cols)];
         out[i] = compress_sk_median(t, R);
     }
 }
 
 #define EST_CASE(R)                                                                         \
     case R:                                                                                 \
-        estimate_kernel<R><<<cc_blocks(d), CC_THREADS>>>(d_table, cols, keys, d, d_out);   \
+        if (warp)                                                                           \
+            estimate_warp_kernel<R><<<blocks, CC_THREADS>>>(d_table, cols, wlog, skey, keys,  \
+                                                            d, d_out);                      \
+        else                                                                                \
+            estimate_each_kernel<R><<<cc_blocks(d), CC_THREADS>>>(d_table, cols, skey, keys, \
+                                                                  d, d_out);                \
         break;
 
 extern "C" int kernels_cuda_sketch_estimate(const float *d_table, uint32_t rows, uint32_t cols,
@@ -253,6 +255,12 @@ extern "C" int kernels_cuda_sketch_estimate(const float *d_table, uint32_t rows,
     if (!d_table || !d_out)
         return vl_fail(err, VL_EINVAL, "sketch estimate: null device pointer");
     row_keys keys = keys_of(seed, rows);
+    uint64_t skey = compress_sk_sign_key(seed);
+    uint32_t wlog = compress_sk_window_log(cols);
+    int warp = (1u << wlog) >= WARP_SPAN;
+    unsigned blocks = 1;
+    if (warp && (rc = warp_blocks(d, &blocks, err)) != 0)
+        return rc;
     switch (rows) {
         EST_CASE(1) EST_CASE(2) EST_CASE(3) EST_CASE(4) EST_CASE(5)
         EST_CASE(6) EST_CASE(7) EST_CASE(8) EST_CASE(9) EST_CASE(10)
@@ -344,17 +352,18 @@ extern "C" int kernels_cuda_sketch_heavy_host(const compress_sketch *s, size_t d
 
 /* ---- the hash itself ----------------------------------------------------------------- */
 
-__global__ static void hash_kernel(row_keys keys, uint32_t rows, uint32_t cols,
+__global__ static void hash_kernel(row_keys keys, uint64_t skey, uint32_t rows, uint32_t cols,
                                    const uint64_t *coords, size_t n, uint32_t *bucket,
                                    int8_t *sign)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride)
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
+        uint64_t bits = compress_sk_sign_bits(skey, coords[t]);
         for (uint32_t j = 0; j < rows; j++) {
-            uint64_t h = compress_sk_coord_hash(keys.k[j], coords[t]);
-            bucket[(size_t)j * n + t] = compress_sk_bucket(h, cols);
-            sign[(size_t)j * n + t] = (int8_t)compress_sk_sign(h);
+            bucket[(size_t)j * n + t] = compress_sk_bucket_of(keys.k[j], coords[t], cols);
+            sign[(size_t)j * n + t] = (int8_t)compress_sk_sign(bits, j);
         }
+    }
 }
 
 extern "C" int kernels_cuda_sketch_hash_host(uint64_t seed, uint32_t rows, uint32_t cols,
@@ -374,7 +383,8 @@ extern "C" int kernels_cuda_sketch_hash_host(uint64_t seed, uint32_t rows, uint3
         (rc = cc_upload<uint32_t>(db, nullptr, m, err)) != 0 ||
         (rc = cc_upload<int8_t>(ds, nullptr, m, err)) != 0)
         return rc;
-    hash_kernel<<<cc_blocks(n), CC_THREADS>>>(keys_of(seed, rows), rows, cols,
+    hash_kernel<<<cc_blocks(n), CC_THREADS>>>(keys_of(seed, rows), compress_sk_sign_key(seed),
+                                              rows, cols,
                                               dc.as<uint64_t>(), n, db.as<uint32_t>(),
                                               ds.as<int8_t>());
     if ((rc = cc_launched(err, "sketch hash launch")) != 0 ||

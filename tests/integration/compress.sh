@@ -87,4 +87,21 @@ awk -v a="$v0" -v b="$vN" 'BEGIN { exit !(b < a) }' || fail "validation loss did
 "$ATTACK" delta "$URL" tls/ca.pem atk 4 200 | tee -a sparse.log
 [ "${PIPESTATUS[0]}" = 0 ] || fail "the delta since version 4 is not sound"
 it_stop_coordinator
+if [ "$KIND" = sketch ]; then
+  # A sketch run stored by a volley from before the windowed hash (its
+  # configuration names no hash) is refused at start, in one line, and
+  # its database is left as it was.
+  grep -q '"hash": *"window"' <(sqlite3 run.db 'SELECT config FROM run') \
+    || fail "the stored configuration does not name its sketch hash"
+  cp run.db old.db
+  sqlite3 old.db "UPDATE run SET config = json_remove(config, '\$.compression.hash')"
+  sqlite3 old.db 'PRAGMA wal_checkpoint(TRUNCATE)' > /dev/null
+  sum=$(sha256sum old.db)
+  if "$COORD" serve --db old.db --cert tls/server.pem --key tls/server.key \
+    --listen 127.0.0.1:0 --admin-listen off 2> old.log; then
+    fail "a sketch run of the old hash was served"
+  fi
+  grep -q 'hashed every coordinate on its own' old.log || fail "no reason given: $(tail -n 2 old.log)"
+  [ "$(sha256sum old.db)" = "$sum" ] || fail "refusing the old sketch run changed its database"
+fi
 echo "compress $KIND: $VERSIONS versions, val_loss $v0 -> $vN, largest update $maxb bytes"

@@ -288,7 +288,7 @@ static void test_task_compression(void **state) {
     free(s);
     s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
                   "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
-                  "\"cols\": 50, \"seed\": 5}");
+                  "\"cols\": 50, \"seed\": 5, \"hash\": \"window\"}");
     assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
     assert_int_equal(t.method, PEER_METHOD_SKETCH);
     assert_int_equal(t.kind, COMPRESS_SKETCH);
@@ -298,10 +298,24 @@ static void test_task_compression(void **state) {
     /* A second round comes with its length. */
     s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}",
                   "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
-                  "\"cols\": 50, \"seed\": 5, \"second_round\": 4, \"round_s\": 20}");
+                  "\"cols\": 50, \"seed\": 5, \"hash\": \"window\", \"second_round\": 4, "
+                  "\"round_s\": 20}");
     assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_OK);
     assert_true(t.second_round == 4 && t.round_s == 20);
     free(s);
+    /* A coordinator that names no hash (one from before the windowed
+     * hash) or another one is refused, saying why. */
+    const char *hashes[] = {"", ", \"hash\": \"mix\""};
+    for (size_t h = 0; h < 2; h++) {
+        char cmp[256];
+        snprintf(cmp, sizeof cmp,
+                 "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
+                 "\"cols\": 50, \"seed\": 5%s}", hashes[h]);
+        s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}", cmp);
+        assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_EINVAL);
+        assert_non_null(strstr(e.msg, "\"window\" hash"));
+        free(s);
+    }
     const char *bad[][2] = {
         {"{\"kind\": \"topk\", \"dtype\": \"F32\"}", "compression.k"},
         {"{\"kind\": \"gaussk\", \"dtype\": \"F32\", \"k\": 0}", "compression.k"},
@@ -319,9 +333,11 @@ static void test_task_compression(void **state) {
         {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": \"x\"}",
          "compression.decay"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
-         "\"cols\": 5, \"seed\": 1, \"second_round\": 2}", "compression.round_s"},
+         "\"cols\": 5, \"seed\": 1, \"hash\": \"window\", \"second_round\": 2}",
+         "compression.round_s"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 3, "
-         "\"cols\": 5, \"seed\": 1, \"second_round\": 65, \"round_s\": 5}",
+         "\"cols\": 5, \"seed\": 1, \"hash\": \"window\", \"second_round\": 65, "
+         "\"round_s\": 5}",
          "compression.second_round"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -224,11 +224,12 @@ static void test_sketch_round_trip_and_spec(void **state) {
 }
 
 /* A sketch update without its seed, or with a table of the wrong rank,
- * is malformed or misshapen. */
+ * is malformed or misshapen; one made with no hash named (as volley made
+ * them before the windowed hash) or another hash is the wrong sketch. */
 static void test_sketch_malformed(void **state) {
     (void)state;
     float t[6] = {0};
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 5; variant++) {
         st_writer w;
         st_writer_init(&w);
         const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
@@ -236,6 +237,8 @@ static void test_sketch_malformed(void **state) {
         const char *vals[] = {"demo", "9", "4", "2", "sketch", "512", "20", "1.75"};
         for (int i = 0; i < 8; i++) assert_int_equal(st_writer_meta(&w, keys[i], vals[i]), VL_OK);
         if (variant != 0) assert_int_equal(st_writer_meta(&w, "seed", "7"), VL_OK);
+        if (variant != 0 && variant != 3)
+            assert_int_equal(st_writer_meta(&w, "hash", variant == 4 ? "mix" : "window"), VL_OK);
         uint64_t s2[2] = {2, 3}, s1[1] = {6};
         if (variant == 2) {
             assert_int_equal(st_writer_add(&w, "table", ST_F32, 1, s1, t, 24), VL_OK);
@@ -253,6 +256,10 @@ static void test_sketch_malformed(void **state) {
         if (variant == 2) {
             assert_int_equal(rc, VL_ERANGE);
             assert_string_equal(code, "bad_shape");
+        }
+        if (variant >= 3) {
+            assert_int_equal(rc, VL_ERANGE);
+            assert_string_equal(code, "wrong_sketch");
         }
         buf_free(&b);
     }
