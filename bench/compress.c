@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/opts.h"
 #include "compress/compress.h"
 
 #define MAX_SIZES 8
@@ -376,52 +377,65 @@ static void run_size(size_t d, int reps, int header)
     free(val);
 }
 
-static int parse_sizes(const char *s, size_t *out, int *n)
+/* The sizes to run, for --sizes "1e6,1e7,1e8". */
+typedef struct size_list {
+    size_t d[MAX_SIZES];
+    int n;
+} size_list;
+
+/* --sizes: up to MAX_SIZES comma-separated counts from 1 to 4e9, into a
+ * size_list (dst), which keeps its defaults when the list is refused. */
+static int parse_sizes(const char *s, void *dst)
 {
-    *n = 0;
+    size_list got = {.n = 0};
     char tmp[256];
     if (strlen(s) >= sizeof tmp)
         return -1;
     snprintf(tmp, sizeof tmp, "%s", s);
     char *save = NULL;
     for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        double v;
-        if (*n >= MAX_SIZES || parse_f64(tok, &v) || v < 1 || v > 4e9)
+        int64_t v;
+        if (got.n >= MAX_SIZES || vl_opts_parse_size(tok, 1, 4000000000LL, &v) != VL_OK)
             return -1;
-        out[(*n)++] = (size_t)llround(v);
+        got.d[got.n++] = (size_t)v;
     }
-    return *n > 0 ? 0 : -1;
+    if (got.n == 0)
+        return -1;
+    *(size_list *)dst = got;
+    return 0;
 }
+
+static const char USAGE[] =
+    "usage: bench_compress [--sizes 1e6,1e7,1e8] [--threads N] [--reps N]\n"
+    "  the compressors' throughput as ratios to memcpy of the same vector.\n"
+    "  --sizes: vector lengths, up to " VL_STR(MAX_SIZES) " (default 1e6,1e7,1e8); --threads:\n"
+    "  OpenMP threads (default: OpenMP's); --reps: runs per figure, the best\n"
+    "  kept (default 5)\n";
 
 int main(int argc, char **argv)
 {
-    size_t sizes[MAX_SIZES] = {1000000, 10000000, 100000000};
-    int nsizes = 3, reps = 5;
-    for (int i = 1; i < argc; i++) {
-        int64_t v;
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
-            parse_i64(argv[i + 1], 1, 1024, &v) == 0) {
-            omp_set_num_threads((int)v);
-            i++;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc &&
-                   parse_i64(argv[i + 1], 1, 1000, &v) == 0) {
-            reps = (int)v;
-            i++;
-        } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc &&
-                   parse_sizes(argv[i + 1], sizes, &nsizes) == 0) {
-            i++;
-        } else {
-            fprintf(stderr, "usage: %s [--sizes 1e6,1e7,1e8] [--threads N] [--reps N]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    size_list sizes = {{1000000, 10000000, 100000000}, 3};
+    int64_t reps = 5, threads = 0;
+    vl_opt t[] = {
+        vl_opt_custom("sizes", parse_sizes, &sizes,
+                      "a comma-separated list of up to " VL_STR(MAX_SIZES)
+                      " whole sizes from 1 to 4e9"),
+        vl_opt_int("threads", &threads, 1, 1024),
+        vl_opt_int("reps", &reps, 1, 1000),
+    };
+    vl_opts o = {.prog = "bench_compress", .usage = USAGE, .opt = t, .n = VL_OPTS_COUNT(t)};
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc)
+        return vl_opts_status(rc);
+    if (threads > 0)
+        omp_set_num_threads((int)threads);
     char cpu[160];
     cpu_model(cpu, sizeof cpu);
-    printf("bench_compress: %s, %d threads, best of %d runs\n", cpu, omp_get_max_threads(), reps);
+    printf("bench_compress: %s, %d threads, best of %d runs\n", cpu, omp_get_max_threads(),
+           (int)reps);
     printf("GB/s = 4*d input bytes / s (memcpy: bytes copied; codec: 8 bytes per pair); "
            "x memcpy = ratio to the memcpy row of the same d.\n\n");
-    for (int i = 0; i < nsizes; i++)
-        run_size(sizes[i], reps, i == 0);
+    for (int i = 0; i < sizes.n; i++)
+        run_size(sizes.d[i], (int)reps, i == 0);
     return 0;
 }

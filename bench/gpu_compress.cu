@@ -28,6 +28,7 @@
 /* Declares common/ and compress/ too, as C (they have no extern "C" of
  * their own). */
 #include "kernels/cuda_compress.h"
+#include "common/opts.h"
 #include "kernels/cuda_gate.h"
 #include "kernels/kernels.h"
 
@@ -72,21 +73,27 @@ static void row(const char *name, double secs, double bytes, double copy_secs, c
     printf("%-28s %9.3f ms %9.1f GB/s %7.3fx copy  %s\n", name, secs * 1e3, gbs, ratio, note);
 }
 
+static const char USAGE[] =
+    "usage: bench_gpu_compress [--d N] [--reps N]\n"
+    "  the CUDA compressors on d floats against a device-to-device copy.\n"
+    "  --d: the vector's length, 1000 to 4e9 (default 124439808, GPT-2 small);\n"
+    "  --reps: runs per figure, the best kept (default 5). Without a usable\n"
+    "  device it exits 77\n";
+
 int main(int argc, char **argv)
 {
     int64_t d64 = 124439808, reps64 = 5;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--d") == 0 && i + 1 < argc &&
-            parse_i64(argv[i + 1], 1000, 4000000000LL, &d64) == 0) {
-            i++;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc &&
-                   parse_i64(argv[i + 1], 1, 1000, &reps64) == 0) {
-            i++;
-        } else {
-            fprintf(stderr, "usage: %s [--d N] [--reps N]\n", argv[0]);
-            return 2;
-        }
-    }
+    vl_opt t[] = {vl_opt_size("d", &d64, 1000, 4000000000LL),
+                  vl_opt_int("reps", &reps64, 1, 1000)};
+    vl_opts o;
+    memset(&o, 0, sizeof o);
+    o.prog = "bench_gpu_compress";
+    o.usage = USAGE;
+    o.opt = t;
+    o.n = VL_OPTS_COUNT(t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc)
+        return vl_opts_status(rc);
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
     kernels_cuda_gate("bench_gpu_compress", desc, sizeof desc);

@@ -19,6 +19,7 @@
 
 #include "bench/train_flops.h"
 #include "common/common.h"
+#include "common/opts.h"
 #include "kernels/cuda_bf16.h"
 #include "kernels/cuda_gate.h"
 #include "kernels/cuda_model.h"
@@ -199,39 +200,39 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
     fflush(stdout);
 }
 
+/* --math: fp32, tf32, bf16 or all, into the three flags of dst (int[3]). */
+static int parse_math(const char *m, void *dst)
+{
+    int *modes = dst, all = strcmp(m, "all") == 0;
+    int want[3] = {all || strcmp(m, "fp32") == 0, all || strcmp(m, "tf32") == 0,
+                   all || strcmp(m, "bf16") == 0};
+    if (!want[0] && !want[1] && !want[2])
+        return -1;
+    memcpy(modes, want, sizeof want);
+    return 0;
+}
+
+static const char USAGE[] =
+    "usage: bench_gpu_train [--quick] [--math fp32|tf32|bf16|all] [--gpt2] [--batch B]\n"
+    "  GPT training on a CUDA device against cuBLAS at the step's GEMM shapes.\n"
+    "  --math: the precision (default: fp32 and bf16); --gpt2: only GPT-2 small;\n"
+    "  --batch: B sequences a step instead of each model's own; --quick: shorter\n"
+    "  timings. Without a usable device it exits 77\n";
+
 int main(int argc, char **argv)
 {
-    int quick = 0, gpt2_only = 0, batch = 0, modes[3] = {1, 0, 1}; /* fp32, tf32, bf16 */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(argv[i], "--gpt2") == 0) {
-            gpt2_only = 1;
-        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long b = strtol(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || b < 1 || b > 4096) {
-                fprintf(stderr, "bench_gpu_train: --batch needs a number from 1 to 4096\n");
-                return 2;
-            }
-            batch = (int)b;
-        } else if (strcmp(argv[i], "--math") == 0 && i + 1 < argc) {
-            const char *m = argv[++i];
-            int all = strcmp(m, "all") == 0;
-            modes[0] = all || strcmp(m, "fp32") == 0;
-            modes[1] = all || strcmp(m, "tf32") == 0;
-            modes[2] = all || strcmp(m, "bf16") == 0;
-            if (!modes[0] && !modes[1] && !modes[2]) {
-                fprintf(stderr, "bench_gpu_train: unknown math mode '%s'\n", m);
-                return 2;
-            }
-        } else {
-            fprintf(stderr,
-                    "usage: %s [--quick] [--math fp32|tf32|bf16|all] [--gpt2] [--batch B]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    int quick = 0, gpt2_only = 0, modes[3] = {1, 0, 1}; /* fp32, tf32, bf16 */
+    int64_t batch = 0;
+    vl_opt t[] = {
+        vl_opt_flag("quick", &quick),
+        vl_opt_custom("math", parse_math, modes, "fp32, tf32, bf16 or all"),
+        vl_opt_flag("gpt2", &gpt2_only),
+        vl_opt_int("batch", &batch, 1, 4096),
+    };
+    vl_opts o = {.prog = "bench_gpu_train", .usage = USAGE, .opt = t, .n = VL_OPTS_COUNT(t)};
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc)
+        return vl_opts_status(rc);
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
     kernels_cuda_gate("bench_gpu_train", desc, sizeof desc);
@@ -244,7 +245,7 @@ int main(int argc, char **argv)
     };
     int ncfg = (int)(sizeof cfgs / sizeof cfgs[0]);
     for (int ci = 0; ci < ncfg && batch > 0; ci++)
-        cfgs[ci].B = batch;
+        cfgs[ci].B = (int)batch;
     printf("bench_gpu_train: %s\n", desc);
     printf("model FLOPs/step = 6*(12*L*C^2 + V*C)*B*T + 6*L*B*T^2*C (causal attention); "
            "baseline: cuBLAS on the step's GEMM shapes in the same mode\n");

@@ -18,7 +18,6 @@
 #define _GNU_SOURCE /* O_DIRECT */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "common/opts.h"
 #include "peer/peer.h"
 
 #define PROG "bench_ingest"
@@ -66,13 +66,6 @@ static int usage(const char *msg) {
 static int fail_line(const vl_error *e) {
     fprintf(stderr, PROG ": %s\n", e->msg);
     return EXIT_FAIL;
-}
-
-static int parse_seconds(const char *s, double *out) {
-    double v;
-    if (parse_f64(s, &v) != VL_OK || v < 0 || v > MAX_SECONDS) return VL_EINVAL;
-    *out = v;
-    return VL_OK;
 }
 
 /* ---- latencies ----------------------------------------------------------- */
@@ -394,61 +387,30 @@ static void client_close(client *C) {
     peer_response_free(&C->rs);
 }
 
-enum { OPT_DIR = 1, OPT_SECONDS, OPT_OUT, OPT_ACKS, OPT_BYTES, OPT_DIRECT };
-
-static const struct option OPTIONS[] = {
-    {"dir", required_argument, NULL, OPT_DIR},
-    {"seconds", required_argument, NULL, OPT_SECONDS},
-    {"out", required_argument, NULL, OPT_OUT},
-    {"log-acks", required_argument, NULL, OPT_ACKS},
-    {"bytes", required_argument, NULL, OPT_BYTES},
-    {"direct", no_argument, NULL, OPT_DIRECT},
-    {NULL, 0, NULL, 0},
-};
-
+/* What the subcommands' options fill in; each table names its fields. */
 typedef struct args {
     const char *dir, *out, *acks;
     double seconds;
-    int have_seconds;
-    int64_t bytes; /* fsync: record size, 0 when not given */
+    int64_t bytes; /* fsync: record size */
     int direct;    /* fsync: O_DIRECT */
 } args;
 
-/* Parses the options after the subcommand; 0 or an exit status. */
-static int parse_args(int argc, char **argv, args *a) {
-    opterr = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", OPTIONS, NULL)) != -1) {
-        switch (c) {
-        case OPT_DIR: a->dir = optarg; break;
-        case OPT_OUT: a->out = optarg; break;
-        case OPT_ACKS: a->acks = optarg; break;
-        case OPT_SECONDS:
-            if (parse_seconds(optarg, &a->seconds) != VL_OK)
-                return usage("--seconds needs a number of seconds in [0, 1e6]");
-            a->have_seconds = 1;
-            break;
-        case OPT_BYTES:
-            if (parse_i64(optarg, 1, FSYNC_BLOCK_MAX, &a->bytes) != VL_OK)
-                return usage("--bytes needs a whole number of bytes in [1, 16777216]");
-            break;
-        case OPT_DIRECT: a->direct = 1; break;
-        case ':': return usage("an option is missing its value");
-        default: return usage("unknown option");
-        }
-    }
-    if (optind < argc) return usage("unexpected argument");
-    return 0;
+/* Parses the options after the subcommand (argv[0]) against t; VL_OK or
+ * vl_opts_parse's other answers. */
+static int parse_args(const char *prog, vl_opt *t, size_t n, int argc, char **argv) {
+    vl_opts o = {.prog = prog, .hint = "see '" PROG " --help'", .usage = USAGE, .opt = t,
+                 .n = n};
+    return vl_opts_parse(&o, argc, argv, NULL);
 }
 
 static int cmd_client(int argc, char **argv) {
-    args a = {0};
-    int x = parse_args(argc, argv, &a);
-    if (x) return x;
-    if (!a.dir || !a.dir[0]) return usage("client needs --dir PEERDIR");
-    if (!a.out || !a.out[0]) return usage("client needs --out FILE");
-    if (a.bytes) return usage("--bytes is for fsync");
+    args a = {.seconds = 0};
+    vl_opt t[] = {vl_opt_required(vl_opt_str("dir", &a.dir)),
+                  vl_opt_f64("seconds", &a.seconds, 0, MAX_SECONDS),
+                  vl_opt_required(vl_opt_str("out", &a.out)),
+                  vl_opt_str("log-acks", &a.acks)};
+    int x = parse_args(PROG " client", t, VL_OPTS_COUNT(t), argc, argv);
+    if (x) return vl_opts_status(x);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -534,13 +496,15 @@ static int fsync_rate(const char *dir, double seconds, size_t bytes, int *direct
 }
 
 static int cmd_fsync(int argc, char **argv) {
-    args a = {0};
-    int x = parse_args(argc, argv, &a);
-    if (x) return x;
-    if (!a.dir || !a.dir[0]) return usage("fsync needs --dir D");
-    if (a.out || a.acks) return usage("fsync takes only --dir, --seconds, --bytes and --direct");
-    double seconds = a.have_seconds ? a.seconds : 1.0;
-    size_t bytes = a.bytes ? (size_t)a.bytes : FSYNC_BLOCK;
+    args a = {.seconds = 1.0, .bytes = FSYNC_BLOCK};
+    vl_opt t[] = {vl_opt_required(vl_opt_str("dir", &a.dir)),
+                  vl_opt_f64("seconds", &a.seconds, 0, MAX_SECONDS),
+                  vl_opt_int("bytes", &a.bytes, 1, FSYNC_BLOCK_MAX),
+                  vl_opt_flag("direct", &a.direct)};
+    int x = parse_args(PROG " fsync", t, VL_OPTS_COUNT(t), argc, argv);
+    if (x) return vl_opts_status(x);
+    double seconds = a.seconds;
+    size_t bytes = (size_t)a.bytes;
     double rate = 0;
     vl_error e = {0};
     int direct = a.direct;
@@ -575,12 +539,16 @@ static int read_lat_file(const char *path, buf *all, vl_error *err) {
 }
 
 static int cmd_stats(int argc, char **argv) {
-    if (argc < 2) return usage("stats needs at least one latency file");
+    /* No options, but --help, and "--" before a file named like one. */
+    vl_opts o = {.prog = PROG " stats", .hint = "see '" PROG " --help'", .usage = USAGE};
+    int first = argc, x = vl_opts_parse(&o, argc, argv, &first);
+    if (x) return vl_opts_status(x);
+    if (first >= argc) return usage("stats needs at least one latency file");
     buf all;
     buf_init(&all, LAT_CAP);
     vl_error e = {0};
     int rc = VL_OK;
-    for (int i = 1; i < argc && !rc; i++) rc = read_lat_file(argv[i], &all, &e);
+    for (int i = first; i < argc && !rc; i++) rc = read_lat_file(argv[i], &all, &e);
     if (rc) {
         buf_free(&all);
         return fail_line(&e);

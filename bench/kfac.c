@@ -435,8 +435,14 @@ static void make_data(problem *pb)
 int main(int argc, char **argv)
 {
     int threads, quick;
-    if (bench_parse_args(argc, argv, &threads, &quick) != 0)
-        return 2;
+    int rc = bench_parse_args("bench_kfac",
+                              "usage: bench_kfac [--threads N] [--quick]\n"
+                              "  steps and wall time to a target loss with K-FAC against AdamW,\n"
+                              "  for the MLP and the default GPT. --threads: training threads\n"
+                              "  (default: every processor); --quick: a reduced sweep\n",
+                              argc, argv, &threads, &quick);
+    if (rc)
+        return vl_opts_status(rc);
     kernels_set_num_threads(threads);
 
     problem pb;

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/opts.h"
 #include "kernels/dcor.h"
 #include "model/images.h"
 #include "model/mlp_io.h"
@@ -92,14 +93,16 @@ static int die(const char *fmt, ...)
     return 1;
 }
 
+static const char USAGE[] =
+    "usage: bench_nopeek eval --db RUN.db --train-images P --test-images P "
+    "[--train-labels P] [--test-labels P] [--leak N] [--cut C] [--show K] "
+    "[--out PREFIX] [--seed S] [--threads N] [--epochs E] [--hidden H]\n"
+    "       bench_nopeek grid --out FILE.png [--side S] [--scale K] ORIG.f32 RECON.f32 ...\n";
+
 static int usage(void)
 {
-    fputs("usage: bench_nopeek eval --db RUN.db --train-images P --test-images P "
-          "[--train-labels P] [--test-labels P] [--leak N] [--cut C] [--show K] "
-          "[--out PREFIX] [--seed S] [--threads N] [--epochs E] [--hidden H]\n"
-          "       bench_nopeek grid --out FILE.png [--side S] [--scale K] ORIG.f32 RECON.f32 ...\n",
-          stderr);
-    return 2;
+    fputs(USAGE, stderr);
+    return VL_OPTS_EXIT_USAGE;
 }
 
 static void eval_free(eval_state *s)
@@ -371,50 +374,35 @@ static int eval_run(eval_args *a, eval_state *s)
 
 static int cmd_eval(int argc, char **argv)
 {
-    eval_args a = {.leak = 1000, .show = 8, .out = "nopeek", .seed = 1, .threads = 0,
-                   .epochs = 60, .hidden = 256};
-    for (int i = 2; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n = 0;
-        if (!v)
-            return usage();
-        i++;
-        if (strcmp(k, "--db") == 0)
-            a.db = v;
-        else if (strcmp(k, "--train-images") == 0)
-            a.train_images = v;
-        else if (strcmp(k, "--test-images") == 0)
-            a.test_images = v;
-        else if (strcmp(k, "--train-labels") == 0)
-            a.train_labels = v;
-        else if (strcmp(k, "--test-labels") == 0)
-            a.test_labels = v;
-        else if (strcmp(k, "--out") == 0)
-            a.out = v;
-        else if (strcmp(k, "--leak") == 0 && !parse_i64(v, 2, MODEL_RECON_MAX_ROWS, &n))
-            a.leak = (int)n;
-        else if (strcmp(k, "--cut") == 0 && !parse_i64(v, 1, MODEL_MLP_MAX_LAYERS - 1, &n))
-            a.cut = (int)n;
-        else if (strcmp(k, "--show") == 0 && !parse_i64(v, 0, 1000, &n))
-            a.show = (int)n;
-        else if (strcmp(k, "--seed") == 0 && !parse_i64(v, 0, INT64_MAX, &n))
-            a.seed = (uint64_t)n;
-        else if (strcmp(k, "--threads") == 0 && !parse_i64(v, 1, 1024, &n))
-            a.threads = (int)n;
-        else if (strcmp(k, "--epochs") == 0 && !parse_i64(v, 1, MODEL_RECON_MAX_EPOCHS, &n))
-            a.epochs = (int)n;
-        else if (strcmp(k, "--hidden") == 0 && !parse_i64(v, 1, 4096, &n))
-            a.hidden = (int)n;
-        else
-            return usage();
-    }
-    if (!a.db || !a.train_images || !a.test_images)
-        return usage();
+    eval_args a = {.out = "nopeek"};
+    int64_t leak = 1000, cut = 0, show = 8, seed = 1, threads = 0, epochs = 60, hidden = 256;
+    vl_opt tab[] = {
+        vl_opt_required(vl_opt_str("db", &a.db)),
+        vl_opt_required(vl_opt_str("train-images", &a.train_images)),
+        vl_opt_required(vl_opt_str("test-images", &a.test_images)),
+        vl_opt_str("train-labels", &a.train_labels),
+        vl_opt_str("test-labels", &a.test_labels),
+        vl_opt_str("out", &a.out),
+        vl_opt_int("leak", &leak, 2, MODEL_RECON_MAX_ROWS),
+        vl_opt_int("cut", &cut, 1, MODEL_MLP_MAX_LAYERS - 1),
+        vl_opt_int("show", &show, 0, 1000),
+        vl_opt_int("seed", &seed, 0, INT64_MAX),
+        vl_opt_int("threads", &threads, 1, 1024),
+        vl_opt_int("epochs", &epochs, 1, MODEL_RECON_MAX_EPOCHS),
+        vl_opt_int("hidden", &hidden, 1, 4096),
+    };
+    vl_opts o = {.prog = "bench_nopeek eval", .usage = USAGE, .opt = tab,
+                 .n = VL_OPTS_COUNT(tab)};
+    int rc = vl_opts_parse(&o, argc - 1, argv + 1, NULL);
+    if (rc)
+        return vl_opts_status(rc);
+    a.leak = (int)leak, a.cut = (int)cut, a.show = (int)show, a.seed = (uint64_t)seed;
+    a.threads = (int)threads, a.epochs = (int)epochs, a.hidden = (int)hidden;
     if (a.threads > 0)
         omp_set_num_threads(a.threads);
     eval_state s;
     memset(&s, 0, sizeof s);
-    int rc = eval_run(&a, &s);
+    rc = eval_run(&a, &s);
     eval_free(&s);
     return rc;
 }
@@ -445,25 +433,21 @@ static int read_tiles(const char *path, int pixels, float **out, int *n)
 static int cmd_grid(int argc, char **argv)
 {
     const char *out = NULL;
-    int side = 28, scale = 3, first = 0;
-    for (int i = 2; i < argc && !first; i++) {
-        int64_t n;
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
-            out = argv[++i];
-        else if (strcmp(argv[i], "--side") == 0 && i + 1 < argc &&
-                 !parse_i64(argv[i + 1], MODEL_SSIM_WIN, 1024, &n))
-            side = (int)n, i++;
-        else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc &&
-                 !parse_i64(argv[i + 1], 1, 16, &n))
-            scale = (int)n, i++;
-        else if (argv[i][0] == '-')
-            return usage();
-        else
-            first = i;
-    }
-    if (!out || !first || argc - first < 2)
-        return usage();
-    int files = argc - first, px = side * side, k = 0, rc = 0;
+    int64_t side64 = 28, scale64 = 3;
+    vl_opt tab[] = {vl_opt_required(vl_opt_str("out", &out)),
+                  vl_opt_int("side", &side64, MODEL_SSIM_WIN, 1024),
+                  vl_opt_int("scale", &scale64, 1, 16)};
+    vl_opts o = {.prog = "bench_nopeek grid", .usage = USAGE, .opt = tab,
+                 .n = VL_OPTS_COUNT(tab)};
+    int first = 0, rc = vl_opts_parse(&o, argc - 1, argv + 1, &first);
+    if (rc)
+        return vl_opts_status(rc);
+    first += 1; /* an index into argv, which parsing saw from the subcommand on */
+    if (argc - first < 2)
+        return vl_opts_status(vl_opts_fail(&o, "give the originals and at least one "
+                                               "reconstruction file"));
+    int side = (int)side64, scale = (int)scale64;
+    int files = argc - first, px = side * side, k = 0;
     float *tiles = NULL, *pic = NULL;
     for (int f = 0; f < files && !rc; f++) {
         float *t = NULL;
@@ -513,6 +497,10 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
     if (strcmp(argv[1], "eval") == 0)
         return cmd_eval(argc, argv);
     if (strcmp(argv[1], "grid") == 0)

@@ -91,8 +91,14 @@ static void die(const char *what, const vl_error *err)
 int main(int argc, char **argv)
 {
     int threads, quick;
-    if (bench_parse_args(argc, argv, &threads, &quick) != 0)
-        return 2;
+    int rc = bench_parse_args("bench_train",
+                              "usage: bench_train [--threads N] [--quick]\n"
+                              "  GPT training-step FLOP/s at three sizes against OpenBLAS sgemm\n"
+                              "  at the same shapes. --threads: training threads (default:\n"
+                              "  every processor); --quick: shorter timings\n",
+                              argc, argv, &threads, &quick);
+    if (rc)
+        return vl_opts_status(rc);
     kernels_set_num_threads(threads);
     double min_s = quick ? 0.3 : 3.0;
 

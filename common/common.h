@@ -63,6 +63,29 @@ void log_msg(log_level level, const char *fmt, ...) VL_PRINTF(2, 3);
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
 
+/* A writer takes over how lines reach stderr, for a program that keeps a
+ * status line on a terminal or writes its lines in another format (the
+ * peer: peer/ui.h). It is called under the log's lock for every line
+ * that passes the level, with the line's time, level, program name and
+ * message (no trailing newline), and writes to stderr itself (log_write);
+ * it must not log. NULL restores the built-in lines. */
+struct timespec;
+typedef void (*log_writer)(void *arg, const struct timespec *ts, log_level level,
+                           const char *program, const char *msg);
+void log_set_writer(log_writer fn, void *arg);
+/* Runs fn(arg) under the log's lock, so that what it writes to stderr
+ * never lands inside a log line. fn must not log. */
+void log_locked(void (*fn)(void *arg), void *arg);
+/* Writes all n bytes to stderr, retrying short writes; for writers. */
+void log_write(const char *p, size_t n);
+/* The built-in line "<iso time> <LEVEL> <program>: msg\n" into out (cap
+ * >= 8): cut to fit, the cut marked "...", always one line ending in a
+ * newline. Returns its length. */
+size_t log_format(char *out, size_t cap, const struct timespec *ts, log_level level,
+                  const char *program, const char *msg);
+/* "DEBUG", "INFO", "WARN" or "ERROR". */
+const char *log_level_name(log_level level);
+
 /* ---- growable buffers -------------------------------------------------- */
 
 /* A byte buffer that grows geometrically up to cap bytes; an append that
@@ -192,15 +215,18 @@ float f16_to_f32(uint16_t h);
 
 /* ---- encodings --------------------------------------------------------- */
 
-/* Standard base64 with padding. out must hold base64_encoded_len(n) bytes
- * (NUL included). decode returns the decoded length or -1 on bad input or
- * when it would exceed out_cap. */
+/* Standard base64 with padding (RFC 4648 section 4), constant-time
+ * (libsodium). out must hold base64_encoded_len(n) bytes (NUL included).
+ * decode reads exactly n bytes and returns the decoded length, or -1 on
+ * bad input (whitespace, wrong padding, non-zero trailing bits) or when it
+ * would exceed out_cap. */
 size_t base64_encoded_len(size_t n);
 void base64_encode(const uint8_t *in, size_t n, char *out);
 long base64_decode(const char *in, size_t n, uint8_t *out, size_t out_cap);
 
-/* Lowercase hex; out must hold 2n+1 bytes. decode needs exactly 2*out_len
- * hex digits and returns 0 or -1. */
+/* Hex, constant-time (libsodium); encode writes lowercase and out must hold
+ * 2n+1 bytes. decode needs exactly 2*out_len hex digits of either case and
+ * returns 0 or -1. */
 void hex_encode(const uint8_t *in, size_t n, char *out);
 int hex_decode(const char *in, size_t in_len, uint8_t *out, size_t out_len) VL_MUST_CHECK;
 

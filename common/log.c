@@ -1,7 +1,8 @@
 /* Line-oriented logging to stderr. Each line is assembled in full and
  * emitted with a single write() under a mutex so that lines from different
  * threads (and, for short lines, different processes sharing stderr) never
- * interleave. */
+ * interleave. A program may install a writer that emits the lines itself
+ * (another format, a status line kept below them) under the same mutex. */
 #include "common/common.h"
 
 #include <errno.h>
@@ -20,6 +21,8 @@ static log_level cur_level = LOG_INFO;
  * when it is set it wins over whatever level the program configures. */
 static int env_level = -1;
 static char program[64] = "volley";
+static log_writer writer;
+static void *writer_arg;
 
 static void log_init_env(void)
 {
@@ -58,7 +61,7 @@ void log_set_level(log_level level)
     pthread_mutex_unlock(&log_lock);
 }
 
-static const char *level_name(log_level l)
+const char *log_level_name(log_level l)
 {
     switch (l) {
     case LOG_DEBUG: return "DEBUG";
@@ -68,10 +71,10 @@ static const char *level_name(log_level l)
     }
 }
 
-static void write_all(int fd, const char *p, size_t n)
+void log_write(const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = write(STDERR_FILENO, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -80,6 +83,52 @@ static void write_all(int fd, const char *p, size_t n)
         p += w;
         n -= (size_t)w;
     }
+}
+
+void log_set_writer(log_writer fn, void *arg)
+{
+    pthread_mutex_lock(&log_lock);
+    writer = fn;
+    writer_arg = arg;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void log_locked(void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&log_lock);
+    fn(arg);
+    pthread_mutex_unlock(&log_lock);
+}
+
+size_t log_format(char *out, size_t cap, const struct timespec *ts, log_level level,
+                  const char *prog, const char *msg)
+{
+    struct tm tm;
+    gmtime_r(&ts->tv_sec, &tm);
+    int n = snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts->tv_nsec / 1000000L, log_level_name(level), prog);
+    if (n < 0)
+        n = 0;
+    /* Room for the prefix and the message; the newline and NUL follow. */
+    size_t room = cap - 2;
+    size_t used = (size_t)n < room ? (size_t)n : room;
+    size_t m = strlen(msg);
+    /* A message that ends in its own newline should not produce a blank line. */
+    while (m > 0 && msg[m - 1] == '\n')
+        m--;
+    if (m <= room - used) {
+        memcpy(out + used, msg, m);
+        used += m;
+    } else {
+        /* Over-long messages are cut, and marked so the cut is visible. */
+        memcpy(out + used, msg, room - used);
+        used = room;
+        memcpy(out + used - 3, "...", 3);
+    }
+    out[used++] = '\n';
+    out[used] = '\0';
+    return used;
 }
 
 void log_msg(log_level level, const char *fmt, ...)
@@ -93,36 +142,23 @@ void log_msg(log_level level, const char *fmt, ...)
         return;
     }
 
-    char line[4096];
+    char msg[4096], line[4096];
     struct timespec ts;
-    struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000L, level_name(level), program);
-    if (n < 0)
-        n = 0;
-    size_t used = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
-
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + used, sizeof line - used, fmt, ap);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (m > 0) {
-        if ((size_t)m < sizeof line - used) {
-            used += (size_t)m;
-        } else {
-            /* Over-long messages are cut, and marked so the cut is visible. */
-            used = sizeof line - 1;
-            memcpy(line + used - 3, "...", 3);
-        }
-    }
-    /* A message that ends in its own newline should not produce a blank line. */
-    while (used > 0 && line[used - 1] == '\n')
-        used--;
-    line[used++] = '\n'; /* used <= sizeof line - 1 here */
+    if (m < 0)
+        msg[0] = '\0';
+    else if ((size_t)m >= sizeof msg)
+        memcpy(msg + sizeof msg - 4, "...", 3);
 
-    write_all(STDERR_FILENO, line, used);
+    if (writer) {
+        writer(writer_arg, &ts, level, program, msg);
+    } else {
+        size_t used = log_format(line, sizeof line, &ts, level, program, msg);
+        log_write(line, used);
+    }
     pthread_mutex_unlock(&log_lock);
 }

@@ -1,9 +1,10 @@
-/* Merging a version's updates into the next version. */
+/* Merging a version's updates into the next version, and opening a
+ * version's second round: the jobs that compute them and the writer jobs
+ * that store them. When either runs, and what follows it, is decided in
+ * schedule.c, which starts them and is called back when they are over. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <event2/event.h>
 
 #include "compress/compress.h"
 #include "coordinator/aggregator.h"
@@ -12,9 +13,6 @@
 #include "coordinator/robust.h"
 #include "coordinator/scheduler.h"
 #include "kernels/kernels.h"
-
-/* A merge that failed (the database was busy or full) is retried. */
-#define MERGE_RETRY_S 5
 
 typedef struct merge_ctx {
     const coord_config *cfg;
@@ -294,13 +292,14 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     return rc;
 }
 
-/* A round's candidates on their way to the database; waiters for the
- * round are woken once they are there. */
+/* A round's candidates on their way to the database; after runs once
+ * they are there or could not be stored. */
 typedef struct round_job {
     coord_job job;
     coord_server *srv;
     storage_round r; /* candidates owned */
     size_t n_updates;
+    coord_merge_after_fn after;
 } round_job;
 
 static int round_run(storage *db, coord_job *job, vl_error *err) {
@@ -311,17 +310,15 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     round_job *j = (round_job *)job;
     coord_server *srv = j->srv;
     srv->opening_round = 0;
-    if (rc != VL_OK) {
+    if (rc != VL_OK)
         log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
                   err->msg);
-        coord_arm_round_timer(srv, MERGE_RETRY_S);
-    } else {
+    else
         log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
                  "updates for %lld s", (long long)j->r.version, j->r.n, j->n_updates,
                  (long long)srv->cfg.round_s);
-        coord_wake_waiters(srv);
-        coord_arm_round_timer(srv, (double)srv->cfg.round_s);
-    }
+    /* err lives in the job. */
+    j->after(srv, rc, err);
     free(j->r.candidates);
     free(j);
 }
@@ -332,7 +329,7 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
  * compute thread, with its read connection db: decoding every pending
  * sketch and a pass over all coordinates is no work for the loop. The
  * served state it reads does not change meanwhile, since no version is
- * made while a round is being opened (coord_round_ready). */
+ * made while a round is being opened (srv->opening_round). */
 static int round_compute(storage *db, coord_job *job, vl_error *err) {
     round_job *j = (round_job *)job;
     coord_server *srv = j->srv;
@@ -399,37 +396,19 @@ static void round_computed(coord_job *job, int rc, const vl_error *err) {
     coord_writer_submit(j->srv->writer, &j->job);
 }
 
-/* Opens the second round of the current version: its candidates are
- * computed on the compute thread (round_compute), then stored. */
-static int open_round(coord_server *srv, vl_error *err) {
+/* Its candidates are computed on the compute thread (round_compute),
+ * then stored. */
+int coord_round_open(coord_server *srv, coord_merge_after_fn after, vl_error *err) {
     round_job *j = calloc(1, sizeof *j);
     if (!j) return vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
     j->job.run = round_compute;
     j->job.done = round_computed;
     j->srv = srv;
     j->r.version = srv->version;
+    j->after = after;
     srv->opening_round = 1;
     coord_writer_compute(srv->writer, &j->job);
     return VL_OK;
-}
-
-int coord_round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
-    if (srv->opening_round) return 0; /* its job re-arms the timer */
-    int rc = storage_round_get(srv->db, srv->version, r, err);
-    if (rc == VL_ENOTFOUND) return open_round(srv, err) == VL_OK ? 0 : VL_ERR;
-    if (rc != VL_OK) return rc;
-    int64_t have = 0;
-    if ((rc = storage_round_values_count(srv->db, srv->version, &have, err)) != VL_OK) {
-        storage_round_free(r);
-        return rc;
-    }
-    int64_t now = clock_unix_s();
-    if (have < n_updates && now < r->deadline) {
-        coord_arm_round_timer(srv, (double)(r->deadline - now));
-        storage_round_free(r);
-        return 0;
-    }
-    return 1;
 }
 
 /* A version being made: computed on the compute thread from the updates
@@ -451,6 +430,7 @@ typedef struct merge_job {
     double accuracy;           /* a classifier's on the test set (NaN: none) */
     double split_loss;         /* split runs: mean loss of the batches since the last */
     char digest[65];           /* the version's parameter digest ("": not computed) */
+    coord_merge_after_fn after;
 } merge_job;
 
 static int merge_run(storage *db, coord_job *job, vl_error *err) {
@@ -473,12 +453,11 @@ static void merge_job_free(merge_job *j) {
     free(j);
 }
 
-static void merge_failed(coord_server *srv, merge_job *j, const vl_error *err) {
+static void merge_failed(coord_server *srv, merge_job *j, int rc, const vl_error *err) {
     srv->merging = 0;
-    log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
-              MERGE_RETRY_S, err->msg);
+    /* Before the job goes: err lives in it. */
+    j->after(srv, rc, err);
     merge_job_free(j);
-    coord_schedule_merge_in(srv, MERGE_RETRY_S);
 }
 
 /* A refused version, with the updates that made it (update:peer), so an
@@ -507,7 +486,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     merge_job *j = (merge_job *)job;
     coord_server *srv = j->srv;
     if (rc != VL_OK) {
-        merge_failed(srv, j, err);
+        merge_failed(srv, j, rc, err);
         return;
     }
     srv->merging = 0;
@@ -557,11 +536,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                  j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
                  j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
                  srv->finished ? "; the run is finished" : "");
+    coord_merge_after_fn after = j->after;
     merge_job_free(j);
-    coord_wake_waiters(srv);
-    coord_arm_lease_timer(srv);
-    /* In an async run the next buffer may be full already. */
-    coord_schedule_merge(srv);
+    after(srv, VL_OK, NULL);
 }
 
 /* What the updates' norms were and what the run's defences did to them;
@@ -688,7 +665,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
 static void merge_computed(coord_job *job, int rc, const vl_error *err) {
     merge_job *j = (merge_job *)job;
     if (rc != VL_OK) {
-        merge_failed(j->srv, j, err);
+        merge_failed(j->srv, j, rc, err);
         return;
     }
     j->job.run = merge_run;
@@ -696,44 +673,21 @@ static void merge_computed(coord_job *job, int rc, const vl_error *err) {
     coord_writer_submit(j->srv->writer, &j->job);
 }
 
-/* Whether the waiting updates are due; when they are not but a sync
- * deadline will make them so, a merge is scheduled for then. */
-static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
-    int64_t unmerged = 0;
-    *done = 0;
-    int rc = storage_update_count_unmerged(srv->db, &unmerged, err);
-    if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
-    if (rc != VL_OK) return rc;
-    const coord_config *cfg = &srv->cfg;
-    double age = clock_mono_s() - srv->version_born;
-    int async = coord_config_is_async(cfg);
-    if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
-                              cfg->round_deadline_s))
-        return 1;
-    if (!async && cfg->round_deadline_s > 0 && unmerged > 0)
-        coord_schedule_merge_in(srv, (double)cfg->round_deadline_s - age + 0.05);
-    return 0;
-}
-
-int coord_merge_if_ready(coord_server *srv, vl_error *err) {
-    if (srv->finished || srv->merging) return 0;
-    int64_t done = 0;
-    int rc = merge_due(srv, &done, err);
-    if (rc <= 0) return rc;
+int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn after,
+                      vl_error *err) {
     size_t n = srv->n_params;
     int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
     merge_job *j = calloc(1, sizeof *j);
-    if (!j)
+    if (!j) {
+        if (r) storage_round_free(r);
         return vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
                        (long long)srv->version);
-    /* A second round is for the current version's own updates; one closed
-     * by a deadline before they all came has none. */
-    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
-        rc = coord_round_ready(srv, done, &j->rnd, err);
-        if (rc <= 0) {
-            free(j);
-            return rc;
-        }
+    }
+    j->after = after;
+    int rc = VL_OK;
+    if (r) {
+        j->rnd = *r;
+        *r = (storage_round){0};
         rc = coord_round_acc_init(&j->racc, srv, &j->rnd, err);
         if (rc != VL_OK) {
             memset(&j->racc, 0, sizeof j->racc);
@@ -782,58 +736,8 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
     j->job.done = merge_computed;
     srv->merging = 1;
     coord_writer_compute(srv->writer, &j->job);
-    return 1;
+    return VL_OK;
 fail:
     merge_job_free(j);
     return rc;
-}
-
-static void merge_cb(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    coord_server *srv = arg;
-    srv->merge_scheduled = 0;
-    vl_error err = {0};
-    int rc = coord_merge_if_ready(srv, &err);
-    if (rc < 0) {
-        log_error("merge of version %lld failed, retrying in %d s: %s",
-                  (long long)srv->version, MERGE_RETRY_S, err.msg);
-        coord_schedule_merge_in(srv, MERGE_RETRY_S);
-    }
-}
-
-void coord_schedule_merge_in(coord_server *srv, double delay_s) {
-    if (!srv->merge_event) {
-        srv->merge_event = evtimer_new(srv->base, merge_cb, srv);
-        if (!srv->merge_event) {
-            log_error("cannot schedule a merge: out of memory");
-            return;
-        }
-    }
-    if (delay_s < 0) delay_s = 0;
-    struct timeval tv = {(time_t)delay_s, (suseconds_t)((delay_s - (double)(time_t)delay_s) * 1e6)};
-    /* A sooner check already pending stays; a later one is brought forward. */
-    if (srv->merge_scheduled) {
-        struct timeval left;
-        if (evtimer_pending(srv->merge_event, &left)) {
-            struct timeval now;
-            evutil_gettimeofday(&now, NULL);
-            struct timeval want;
-            evutil_timeradd(&now, &tv, &want);
-            if (evutil_timercmp(&left, &want, <=)) return;
-        }
-    }
-    srv->merge_scheduled = 1;
-    evtimer_del(srv->merge_event);
-    evtimer_add(srv->merge_event, &tv);
-}
-
-void coord_schedule_merge(coord_server *srv) {
-    /* A few milliseconds let the 202 that completed the version leave
-     * before the merge holds the loop. */
-    coord_schedule_merge_in(srv, 0.005);
-}
-
-void coord_note_update(coord_server *srv) {
-    coord_schedule_merge(srv);
 }

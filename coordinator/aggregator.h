@@ -150,13 +150,27 @@ void coord_round_views(const struct coord_config *cfg, size_t n, float *state,
 int coord_round_accumulate(struct compress_sketch *E, const struct compress_sketch *S,
                            vl_error *err) VL_MUST_CHECK;
 
-/* Where the current version stands with its second round, once all its
- * updates are in: returns 1 when it can be merged now (every update has
- * its values or the deadline passed; *r then holds the round, which the
- * caller frees with storage_round_free), 0 when it must wait (the round was
- * just opened, or is still open: a timer will merge at its deadline), or a
- * negative VL_E* code. */
-int coord_round_ready(struct coord_server *srv, int64_t n_updates, struct storage_round *r,
-                      vl_error *err) VL_MUST_CHECK;
+/* ---- making versions (aggregator.c) --------------------------------------- */
+
+/* Called on the loop when a job of coord_merge_start or coord_round_open
+ * is over: rc VL_OK once it committed (err NULL), else its failure, err
+ * valid during the call only. What runs next is the caller's to decide
+ * (schedule.c). */
+typedef void (*coord_merge_after_fn)(struct coord_server *srv, int rc, const vl_error *err);
+
+/* Starts making the next version of the updates stored now: computed on
+ * the compute thread, then committed by the writer, after which the
+ * server moves to it and after runs; srv->merging is set until then. r,
+ * the current version's second round (NULL: none), is taken over, with
+ * the values reported in it so far, whether or not this succeeds.
+ * Returns VL_OK once the job is handed over, or a VL_E* code. */
+int coord_merge_start(struct coord_server *srv, struct storage_round *r,
+                      coord_merge_after_fn after, vl_error *err) VL_MUST_CHECK;
+
+/* Opens the second round of the current version: its candidates are
+ * computed and stored, after which after runs; srv->opening_round is set
+ * until then. VL_ENOMEM when the job cannot be made. */
+int coord_round_open(struct coord_server *srv, coord_merge_after_fn after,
+                     vl_error *err) VL_MUST_CHECK;
 
 #endif

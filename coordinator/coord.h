@@ -3,7 +3,8 @@
  * docs/protocol.md over TLS on one libevent loop, hands out task leases,
  * takes in updates, and merges them into new model versions, keeping every
  * durable fact in storage/. This header joins the program's files; the pure
- * parts (config.h, guard.h, scheduler.h, aggregator.h) have their own.
+ * parts (config.h, guard.h, scheduler.h, aggregator.h) have their own, and
+ * schedule.h (timers, the waiting requests) is included here.
  *
  * Everything but database writes runs on the loop's thread. Reads use the
  * loop's own connection; every write is a job for the writer thread
@@ -29,6 +30,7 @@
 #include "coordinator/net.h"
 #include "coordinator/guard.h"
 #include "coordinator/limiter.h"
+#include "coordinator/schedule.h"
 #include "coordinator/writer.h"
 #include "coordinator/metrics.h"
 #include "crypto/crypto.h"
@@ -599,41 +601,8 @@ double coord_norm_bound_for(const coord_server *srv, int64_t local_steps);
  * database error leaves the bound unset, to be tried again. */
 void coord_norm_bound_refresh(coord_server *srv);
 
-/* ---- tasks and waiting (routes_task.c) ----------------------------------- */
+/* ---- tasks (routes_task.c); waiting and timers are in schedule.h -------- */
 
-/* Answers waiting requests that can now be served (a lease freed, a
- * version was made, a round opened, the run finished). */
-void coord_wake_waiters(coord_server *srv);
-/* What a serve function did with a request. */
-#define COORD_WAITING 0  /* nothing yet: keep it waiting */
-#define COORD_SERVED 1   /* answered */
-#define COORD_DEFERRED 2 /* handed to a database job, which will answer it */
-/* Tries to answer a waiting request; returns one of the above. */
-typedef int (*coord_serve_fn)(coord_req *cr);
-/* Parks cr (a long-poll) until serve answers it on a wake-up, or for
- * wait_s seconds, after which serve gets one last try and otherwise 204 is
- * sent. Returns 0, or -1 when out of memory (cr is then still the caller's
- * to answer). */
-int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve);
-/* Answers every waiting request with 503 draining. */
-void coord_drain_waiters(coord_server *srv);
-
-/* ---- dynamic local steps (speed.c) --------------------------------------- */
-
-/* Task task_id is being leased to peer_id now: returns the local steps it
- * gets (train.steps unless the run has train.dynamic_steps) and starts
- * timing it. */
-int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id);
-/* The update of task_id arrived after local_steps steps: the peer's pace
- * becomes the time since the lease per step, averaged with earlier ones. */
-void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps);
-/* The local steps task t was leased with (train.steps when not known,
- * such as after a restart). */
-int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
-/* Marks the leases whose deadline has passed as expired (a writer job),
- * then wakes waiters and re-arms the lease timer. Also run at start, for
- * leases that ran out while the coordinator was down. */
-void coord_expire_leases(coord_server *srv);
 /* A new lease prepared on the loop and written by the writer, on its own
  * (GET /v1/task) or in the job of the upload that finished the peer's
  * previous task (POST /v1/updates?next=1), which saves the peer a round
@@ -666,30 +635,19 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) VL_MUST_CHECK;
 json_t *coord_lease_committed(coord_server *srv, const coord_lease *l);
 /* Loop thread, when the job holding the lease l failed. */
 void coord_lease_abandoned(coord_server *srv, const coord_lease *l);
-/* Arms the lease timer for the earliest unexpired lease of the current
- * version (every version in async runs), or disarms it when there is
- * none. */
-void coord_arm_lease_timer(coord_server *srv);
 
-/* ---- merging (aggregator.c) ---------------------------------------------- */
+/* ---- dynamic local steps (speed.c) --------------------------------------- */
 
-/* Makes the next version if the waiting updates are due
- * (coord_sched_merge_due): computes it and hands it to the writer, which
- * commits it with the merged updates and the optimiser state; the server
- * moves to it once that has committed. Returns 1 when a version was
- * handed over, 0 when not due (or one is already being written), or a
- * negative VL_E* code. */
-int coord_merge_if_ready(coord_server *srv, vl_error *err);
-/* Runs coord_merge_if_ready from the loop soon (after pending replies are
- * flushed). */
-void coord_schedule_merge(coord_server *srv);
-/* Runs coord_merge_if_ready in delay_s seconds, or sooner if already
- * scheduled sooner. */
-void coord_schedule_merge_in(coord_server *srv, double delay_s);
-/* An update was stored: makes a version if that completed one. */
-void coord_note_update(coord_server *srv);
-/* Schedules a merge in delay_s seconds (an open round's deadline). */
-void coord_arm_round_timer(coord_server *srv, double delay_s);
+/* Task task_id is being leased to peer_id now: returns the local steps it
+ * gets (train.steps unless the run has train.dynamic_steps) and starts
+ * timing it. */
+int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id);
+/* The update of task_id arrived after local_steps steps: the peer's pace
+ * becomes the time since the lease per step, averaged with earlier ones. */
+void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps);
+/* The local steps task t was leased with (train.steps when not known,
+ * such as after a restart). */
+int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
 
 /* ---- admin commands (admin.c) -------------------------------------------- */
 

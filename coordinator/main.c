@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/opts.h"
 #include "coordinator/coord.h"
 
 #define PROG "volley-coordinator"
@@ -55,10 +56,10 @@ static const char USAGE[] =
     "        [--admin-listen HOST:PORT|off] [--admin-token-file FILE]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
-    "      Prometheus metrics in plain HTTP at http://ADMIN/metrics (default\n"
-    "      127.0.0.1:9464, skipped with a warning when taken; off for none; any\n"
-    "      address but a loopback one needs the bearer token in FILE, 16 or more\n"
-    "      characters on its first line);\n"
+    "      Prometheus metrics in plain HTTP at http://ADMIN/metrics and the live\n"
+    "      dashboard at http://ADMIN/ (default 127.0.0.1:9464, skipped with a\n"
+    "      warning when taken; off for none; any address but a loopback one needs\n"
+    "      the token in FILE, 16 or more characters on its first line);\n"
     "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
     "      a small machine to the requests under heavy upload load).\n"
     "      Requests per second (and bursts) per peer (default 50:500) and per\n"
@@ -74,12 +75,13 @@ static const char USAGE[] =
     "\n"
     "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
 
-/* Options of one command: names, and where each value goes. */
-typedef struct opt {
-    const char *name;
-    int required;
-    const char *value;
-} opt;
+static const char HINT[] = "see '" PROG " help'";
+
+/* The options of one command: its name in messages ("volley-coordinator
+ * token create"), this program's hint and usage, and its table. */
+#define COMMAND_OPTS(command, table)                                                       \
+    {.prog = (command), .hint = HINT, .usage = USAGE, .opt = (table),                      \
+     .n = VL_OPTS_COUNT(table)}
 
 static int usage_error(const char *fmt, ...) VL_PRINTF(1, 2);
 static int usage_error(const char *fmt, ...) {
@@ -88,28 +90,8 @@ static int usage_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, PROG ": %s (see '" PROG " help')\n", msg);
-    return 2;
-}
-
-/* Parses "--name value" pairs into opts; every option takes a value, may
- * appear once, and must be known. Returns 0 or the exit status. */
-static int parse_opts(int argc, char **argv, opt *opts, size_t n) {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        opt *o = NULL;
-        for (size_t j = 0; j < n; j++)
-            if (strncmp(a, "--", 2) == 0 && strcmp(a + 2, opts[j].name) == 0) o = &opts[j];
-        if (!o) return usage_error("unknown argument '%s'", a);
-        if (o->value) return usage_error("option '%s' given twice", a);
-        if (i + 1 >= argc || argv[i + 1][0] == '\0')
-            return usage_error("option '%s' needs a value", a);
-        o->value = argv[++i];
-    }
-    for (size_t j = 0; j < n; j++)
-        if (opts[j].required && !opts[j].value)
-            return usage_error("missing required option --%s", opts[j].name);
-    return 0;
+    fprintf(stderr, PROG ": %s (%s)\n", msg, HINT);
+    return VL_OPTS_EXIT_USAGE;
 }
 
 static int fail(const vl_error *err) {
@@ -117,27 +99,58 @@ static int fail(const vl_error *err) {
     return 1;
 }
 
+/* --ttl: a duration as the run configuration writes them, for the option layer. */
+static int opt_duration(const char *s, void *dst) { return coord_parse_duration(s, dst); }
+
+/* "R" or "R:BURST", requests per second; 0 turns the limit off. A burst
+ * left out is ten seconds' worth. dst is a coord_rate. */
+static int opt_rate(const char *s, void *dst) {
+    coord_rate *out = dst;
+    char rate[32];
+    const char *colon = strchr(s, ':');
+    size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    if (n == 0 || n >= sizeof rate) return VL_EINVAL;
+    memcpy(rate, s, n);
+    rate[n] = '\0';
+    int64_t r, b;
+    if (parse_i64(rate, 0, 1000000, &r) != VL_OK) return VL_EINVAL;
+    if (colon) {
+        if (parse_i64(colon + 1, 1, 100000000, &b) != VL_OK) return VL_EINVAL;
+    } else {
+        b = r * 10 > 0 ? r * 10 : 1;
+    }
+    out->rate = (double)r;
+    out->burst = (double)b;
+    return VL_OK;
+}
+
+#define RATE_EXPECT "R or R:BURST in whole numbers (0: no limit)"
+
 static int cmd_init(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}, {"config", 1, NULL}};
-    int rc = parse_opts(argc, argv, o, 2);
-    if (rc) return rc;
+    const char *db = NULL, *config = NULL;
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
+                  vl_opt_required(vl_opt_str("config", &config))};
+    vl_opts o = COMMAND_OPTS(PROG " init", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     vl_error err = {0};
-    if (coord_cmd_init(o[0].value, o[1].value, &err) != VL_OK) return fail(&err);
+    if (coord_cmd_init(db, config, &err) != VL_OK) return fail(&err);
     return 0;
 }
 
 static int cmd_token_create(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}, {"uses", 0, NULL}, {"ttl", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 3);
-    if (rc) return rc;
+    const char *db = NULL;
     int64_t uses = 1, ttl = 7 * 86400;
-    if (o[1].value && parse_i64(o[1].value, 1, 1000000000, &uses) != VL_OK)
-        return usage_error("--uses must be a whole number from 1 (got '%s')", o[1].value);
-    if (o[2].value && coord_parse_duration(o[2].value, &ttl) != VL_OK)
-        return usage_error("--ttl must look like 7d, 24h, 30m or 3600s (got '%s')", o[2].value);
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
+                  vl_opt_int("uses", &uses, 1, 1000000000),
+                  vl_opt_custom("ttl", opt_duration, &ttl,
+                                "a duration like 7d, 24h, 30m or 3600s")};
+    vl_opts o = COMMAND_OPTS(PROG " token create", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     char token[CRYPTO_TOKEN_LEN + 1];
     vl_error err = {0};
-    if (coord_cmd_token_create(o[0].value, uses, ttl, token, &err) != VL_OK) return fail(&err);
+    if (coord_cmd_token_create(db, uses, ttl, token, &err) != VL_OK) return fail(&err);
     printf("%s\n", token);
     fflush(stdout);
     explicit_bzero(token, sizeof token);
@@ -145,37 +158,35 @@ static int cmd_token_create(int argc, char **argv) {
 }
 
 static int cmd_check(int argc, char **argv) {
-    opt o[] = {{"db", 0, NULL}, {"config", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 2);
-    if (rc) return rc;
-    if (!o[0].value == !o[1].value) return usage_error("check takes one of --db and --config");
+    const char *db = NULL, *config = NULL;
+    vl_opt t[] = {vl_opt_str("db", &db), vl_opt_str("config", &config)};
+    vl_opts o = COMMAND_OPTS(PROG " check", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
+    if (!db == !config) return vl_opts_status(vl_opts_fail(&o, "give one of --db and --config"));
     vl_error err = {0};
-    if (o[1].value) {
-        if (coord_cmd_check_config(o[1].value, stdout, &err) != VL_OK) return fail(&err);
+    if (config) {
+        if (coord_cmd_check_config(config, stdout, &err) != VL_OK) return fail(&err);
         return 0;
     }
     int64_t problems = 0;
-    if (coord_cmd_check(o[0].value, stdout, &problems, &err) != VL_OK) return fail(&err);
+    if (coord_cmd_check(db, stdout, &problems, &err) != VL_OK) return fail(&err);
     fflush(stdout);
     return problems ? 1 : 0;
 }
 
-static int cmd_status(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL}};
-    int rc = parse_opts(argc, argv, o, 1);
-    if (rc) return rc;
+/* `NAME --db FILE`, shared by status and the lists of tokens and peers. */
+static int cmd_db_only(int argc, char **argv, const char *name,
+                       int (*run)(const char *, FILE *, vl_error *)) {
+    const char *db = NULL;
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db))};
+    char prog[64];
+    snprintf(prog, sizeof prog, PROG " %s", name);
+    vl_opts o = COMMAND_OPTS(prog, t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     vl_error err = {0};
-    if (coord_cmd_status(o[0].value, stdout, &err) != VL_OK) return fail(&err);
-    return 0;
-}
-
-/* `list --db FILE`, shared by tokens and peers. */
-static int cmd_list(int argc, char **argv, int (*list)(const char *, FILE *, vl_error *)) {
-    opt o[] = {{"db", 1, NULL}};
-    int rc = parse_opts(argc, argv, o, 1);
-    if (rc) return rc;
-    vl_error err = {0};
-    if (list(o[0].value, stdout, &err) != VL_OK) return fail(&err);
+    if (run(db, stdout, &err) != VL_OK) return fail(&err);
     fflush(stdout);
     return 0;
 }
@@ -183,177 +194,120 @@ static int cmd_list(int argc, char **argv, int (*list)(const char *, FILE *, vl_
 /* `revoke --db FILE --NAME ID`, shared by tokens and peers. */
 static int cmd_revoke(int argc, char **argv, const char *name,
                       int (*revoke)(const char *, int64_t, vl_error *)) {
-    opt o[] = {{"db", 1, NULL}, {name, 1, NULL}};
-    int rc = parse_opts(argc, argv, o, 2);
-    if (rc) return rc;
-    int64_t id;
-    if (parse_i64(o[1].value, 1, INT64_MAX, &id) != VL_OK)
-        return usage_error("--%s must be a %s id (got '%s')", name, name, o[1].value);
+    const char *db = NULL;
+    int64_t id = 0;
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
+                  vl_opt_required(vl_opt_int(name, &id, 1, INT64_MAX))};
+    char prog[64];
+    snprintf(prog, sizeof prog, PROG " %s revoke", name);
+    vl_opts o = COMMAND_OPTS(prog, t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     vl_error err = {0};
-    if (revoke(o[0].value, id, &err) != VL_OK) return fail(&err);
+    if (revoke(db, id, &err) != VL_OK) return fail(&err);
     fprintf(stderr, "%s %lld revoked\n", name, (long long)id);
     return 0;
 }
 
+/* argv[0] is "token", argv[1] the token command. */
 static int cmd_token(int argc, char **argv) {
-    const char *sub = argc ? argv[0] : "";
+    const char *sub = argc > 1 ? argv[1] : "";
     if (!strcmp(sub, "create")) return cmd_token_create(argc - 1, argv + 1);
-    if (!strcmp(sub, "list")) return cmd_list(argc - 1, argv + 1, coord_cmd_token_list);
+    if (!strcmp(sub, "list"))
+        return cmd_db_only(argc - 1, argv + 1, "token list", coord_cmd_token_list);
     if (!strcmp(sub, "revoke"))
         return cmd_revoke(argc - 1, argv + 1, "token", coord_cmd_token_revoke);
     return usage_error("unknown token command '%s' (expected create, list or revoke)", sub);
 }
 
 static int cmd_peer(int argc, char **argv) {
-    const char *sub = argc ? argv[0] : "";
-    if (!strcmp(sub, "list")) return cmd_list(argc - 1, argv + 1, coord_cmd_peer_list);
+    const char *sub = argc > 1 ? argv[1] : "";
+    if (!strcmp(sub, "list"))
+        return cmd_db_only(argc - 1, argv + 1, "peer list", coord_cmd_peer_list);
     if (!strcmp(sub, "revoke"))
         return cmd_revoke(argc - 1, argv + 1, "peer", coord_cmd_peer_revoke);
     return usage_error("unknown peer command '%s' (expected list or revoke)", sub);
 }
 
 static int cmd_export(int argc, char **argv) {
-    /* --force is the one option without a value: take it out at option
-     * positions only, so a value spelled "--force" stays a value. */
-    int force = 0, n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--force") == 0) {
-            if (force++) return usage_error("option '--force' given twice");
-            continue;
-        }
-        argv[n++] = argv[i];
-        if (i + 1 < argc) argv[n++] = argv[++i];
-    }
-    opt o[] = {{"db", 1, NULL}, {"version", 0, NULL}, {"out", 1, NULL}};
-    int rc = parse_opts(n, argv, o, 3);
-    if (rc) return rc;
+    const char *db = NULL, *out = NULL;
     int64_t version = -1;
-    if (o[1].value && parse_i64(o[1].value, 0, INT64_MAX, &version) != VL_OK)
-        return usage_error("--version must be a version number (got '%s')", o[1].value);
+    int force = 0;
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
+                  vl_opt_int("version", &version, 0, INT64_MAX),
+                  vl_opt_required(vl_opt_str("out", &out)), vl_opt_flag("force", &force)};
+    vl_opts o = COMMAND_OPTS(PROG " export", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     vl_error err = {0};
-    if (coord_cmd_export(o[0].value, version, o[2].value, force, NULL, &err) != VL_OK)
-        return fail(&err);
+    if (coord_cmd_export(db, version, out, force, NULL, &err) != VL_OK) return fail(&err);
     return 0;
 }
 
 static int cmd_sample(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL},     {"version", 0, NULL},     {"prompt", 1, NULL},
-               {"tokens", 0, NULL}, {"temperature", 0, NULL}, {"seed", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 6);
-    if (rc) return rc;
+    const char *db = NULL;
     int64_t version = -1, seed = 1;
-    coord_sample_opts so = {.prompt = o[2].value, .tokens = 200, .temperature = 0.8};
-    if (o[1].value && parse_i64(o[1].value, 0, INT64_MAX, &version) != VL_OK)
-        return usage_error("--version must be a version number (got '%s')", o[1].value);
-    if (o[3].value && parse_i64(o[3].value, 1, COORD_SAMPLE_MAX_TOKENS, &so.tokens) != VL_OK)
-        return usage_error("--tokens must be 1..%d (got '%s')", COORD_SAMPLE_MAX_TOKENS,
-                           o[3].value);
-    if (o[4].value) {
-        if (parse_f64(o[4].value, &so.temperature) != VL_OK ||
-            !(so.temperature >= 0 && so.temperature <= COORD_SAMPLE_MAX_TEMP))
-            return usage_error("--temperature must be a number in 0..%g (got '%s')",
-                               COORD_SAMPLE_MAX_TEMP, o[4].value);
-    }
-    if (o[5].value && parse_i64(o[5].value, 0, INT64_MAX, &seed) != VL_OK)
-        return usage_error("--seed must be a non-negative integer (got '%s')", o[5].value);
+    coord_sample_opts so = {.tokens = 200, .temperature = 0.8};
+    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
+                  vl_opt_int("version", &version, 0, INT64_MAX),
+                  vl_opt_required(vl_opt_str("prompt", &so.prompt)),
+                  vl_opt_int("tokens", &so.tokens, 1, COORD_SAMPLE_MAX_TOKENS),
+                  vl_opt_f64("temperature", &so.temperature, 0, COORD_SAMPLE_MAX_TEMP),
+                  vl_opt_int("seed", &seed, 0, INT64_MAX)};
+    vl_opts o = COMMAND_OPTS(PROG " sample", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
     so.seed = (uint64_t)seed;
-    if (!so.prompt[0]) return usage_error("--prompt must not be empty");
     vl_error err = {0};
     int64_t got = 0;
     double vloss = NAN;
-    if (coord_cmd_sample(o[0].value, version, &so, stdout, &got, &vloss, &err) != VL_OK)
+    if (coord_cmd_sample(db, version, &so, stdout, &got, &vloss, &err) != VL_OK)
         return fail(&err);
     fprintf(stderr, PROG ": version %lld (validation loss %.4f), temperature %g, seed %lld\n",
             (long long)got, vloss, so.temperature, (long long)seed);
     return 0;
 }
 
-/* "R" or "R:BURST", requests per second; 0 turns the limit off. A burst
- * left out is ten seconds' worth. */
-static int parse_rate(const char *s, coord_rate *out) {
-    char rate[32];
-    const char *colon = strchr(s, ':');
-    size_t n = colon ? (size_t)(colon - s) : strlen(s);
-    if (n == 0 || n >= sizeof rate) return -1;
-    memcpy(rate, s, n);
-    rate[n] = '\0';
-    int64_t r, b;
-    if (parse_i64(rate, 0, 1000000, &r) != VL_OK) return -1;
-    if (colon) {
-        if (parse_i64(colon + 1, 1, 100000000, &b) != VL_OK) return -1;
-    } else {
-        b = r * 10 > 0 ? r * 10 : 1;
-    }
-    out->rate = (double)r;
-    out->burst = (double)b;
-    return 0;
-}
-
 static int cmd_serve(int argc, char **argv) {
-    opt o[] = {{"db", 1, NULL},           {"cert", 1, NULL},      {"key", 1, NULL},
-               {"listen", 0, NULL},       {"compute-threads", 0, NULL},
-               {"peer-rate", 0, NULL},    {"addr-rate", 0, NULL},
-               {"slow-timeout", 0, NULL}, {"min-body-rate", 0, NULL},
-               {"body-budget", 0, NULL},  {"max-conns", 0, NULL},
-               {"conns-per-addr", 0, NULL}, {"idle-first", 0, NULL},
-               {"admin-listen", 0, NULL}, {"admin-token-file", 0, NULL}};
-    int rc = parse_opts(argc, argv, o, 15);
-    if (rc) return rc;
-    int64_t threads = 0;
-    if (o[4].value && parse_i64(o[4].value, 1, 256, &threads) != VL_OK)
-        return usage_error("--compute-threads must be a whole number from 1 to 256 (got '%s')",
-                           o[4].value);
-    coord_serve_opts so = {.db_path = o[0].value, .cert_path = o[1].value,
-                           .key_path = o[2].value,
-                           .listen = o[3].value ? o[3].value : "127.0.0.1:8443",
-                           .compute_threads = (int)threads};
+    coord_serve_opts so = {.listen = "127.0.0.1:8443"};
     coord_limits_default(&so.limits);
-    if (o[5].value && parse_rate(o[5].value, &so.limits.peer) != 0)
-        return usage_error("--peer-rate must be R or R:BURST, whole numbers (got '%s')",
-                           o[5].value);
-    if (o[6].value && parse_rate(o[6].value, &so.limits.addr) != 0)
-        return usage_error("--addr-rate must be R or R:BURST, whole numbers (got '%s')",
-                           o[6].value);
-    int64_t v;
-    if (o[7].value) {
-        if (parse_i64(o[7].value, 0, 3600, &v) != VL_OK)
-            return usage_error("--slow-timeout must be 0 to 3600 seconds (got '%s')", o[7].value);
-        so.limits.slow_timeout_s = (double)v;
-    }
-    if (o[8].value) {
-        if (parse_i64(o[8].value, 1, (int64_t)1 << 40, &v) != VL_OK)
-            return usage_error("--min-body-rate must be a positive number of bytes per second "
-                               "(got '%s')", o[8].value);
-        so.limits.min_body_rate = (double)v;
-    }
-    if (o[9].value) {
-        if (parse_i64(o[9].value, 1, (int64_t)1 << 20, &v) != VL_OK)
-            return usage_error("--body-budget must be 1 to 1048576 MiB (got '%s')", o[9].value);
-        so.limits.body_budget = v << 20;
-    }
-    if (o[10].value) {
-        if (parse_i64(o[10].value, 16, (int64_t)1 << 24, &v) != VL_OK)
-            return usage_error("--max-conns must be 16 to 16777216 (got '%s')", o[10].value);
-        so.limits.max_conns = v;
-    }
-    if (o[11].value) {
-        if (parse_i64(o[11].value, 0, (int64_t)1 << 24, &v) != VL_OK)
-            return usage_error("--conns-per-addr must be 0 (no limit) to 16777216 (got '%s')",
-                               o[11].value);
-        so.limits.conn_per_addr = v;
-    }
-    if (o[12].value) {
-        if (parse_i64(o[12].value, 0, 3600, &v) != VL_OK)
-            return usage_error("--idle-first must be 0 (no limit) to 3600 seconds (got '%s')",
-                               o[12].value);
-        so.limits.idle_first_s = (double)v;
-    }
-    so.admin_listen = o[13].value;
+    int64_t threads = 0, slow = 0, body_rate = 0, budget = 0, conns = 0, per_addr = 0,
+            idle = 0;
+    const char *token_file = NULL;
+    vl_opt t[] = {
+        vl_opt_required(vl_opt_str("db", &so.db_path)),
+        vl_opt_required(vl_opt_str("cert", &so.cert_path)),
+        vl_opt_required(vl_opt_str("key", &so.key_path)),
+        vl_opt_str("listen", &so.listen),
+        vl_opt_int("compute-threads", &threads, 1, 256),
+        vl_opt_custom("peer-rate", opt_rate, &so.limits.peer, RATE_EXPECT),
+        vl_opt_custom("addr-rate", opt_rate, &so.limits.addr, RATE_EXPECT),
+        vl_opt_int("slow-timeout", &slow, 0, 3600),
+        vl_opt_int("min-body-rate", &body_rate, 1, (int64_t)1 << 40),
+        vl_opt_int("body-budget", &budget, 1, (int64_t)1 << 20),
+        vl_opt_int("max-conns", &conns, 16, (int64_t)1 << 24),
+        vl_opt_int("conns-per-addr", &per_addr, 0, (int64_t)1 << 24),
+        vl_opt_int("idle-first", &idle, 0, 3600),
+        vl_opt_str("admin-listen", &so.admin_listen),
+        vl_opt_str("admin-token-file", &token_file),
+    };
+    vl_opts o = COMMAND_OPTS(PROG " serve", t);
+    int rc = vl_opts_parse(&o, argc, argv, NULL);
+    if (rc) return vl_opts_status(rc);
+    so.compute_threads = (int)threads;
+    if (vl_opts_given(&o, "slow-timeout")) so.limits.slow_timeout_s = (double)slow;
+    if (vl_opts_given(&o, "min-body-rate")) so.limits.min_body_rate = (double)body_rate;
+    if (vl_opts_given(&o, "body-budget")) so.limits.body_budget = budget << 20;
+    if (vl_opts_given(&o, "max-conns")) so.limits.max_conns = conns;
+    if (vl_opts_given(&o, "conns-per-addr")) so.limits.conn_per_addr = per_addr;
+    if (vl_opts_given(&o, "idle-first")) so.limits.idle_first_s = (double)idle;
     /* The admin token: the file's first line, kept out of the process list. */
     char token[192] = "";
-    if (o[14].value) {
-        FILE *f = fopen(o[14].value, "r");
-        if (!f) return usage_error("cannot read --admin-token-file %s", o[14].value);
+    if (token_file) {
+        FILE *f = fopen(token_file, "r");
+        if (!f)
+            return vl_opts_status(vl_opts_fail(&o, "cannot read --admin-token-file %s",
+                                               token_file));
         if (!fgets(token, sizeof token, f)) token[0] = '\0';
         fclose(f);
         token[strcspn(token, "\r\n")] = '\0';
@@ -376,7 +330,7 @@ int main(int argc, char **argv) {
     log_set_program(PROG);
     if (argc < 2) {
         fputs(USAGE, stderr);
-        return 2;
+        return VL_OPTS_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
@@ -387,13 +341,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, PROG ": cannot initialise libsodium\n");
         return 1;
     }
-    if (!strcmp(cmd, "init")) return cmd_init(argc - 2, argv + 2);
-    if (!strcmp(cmd, "token")) return cmd_token(argc - 2, argv + 2);
-    if (!strcmp(cmd, "peer")) return cmd_peer(argc - 2, argv + 2);
-    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
-    if (!strcmp(cmd, "status")) return cmd_status(argc - 2, argv + 2);
-    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
+    /* Each command parses its own options, argv[0] being its word. */
+    int n = argc - 1;
+    char **args = argv + 1;
+    if (!strcmp(cmd, "init")) return cmd_init(n, args);
+    if (!strcmp(cmd, "token")) return cmd_token(n, args);
+    if (!strcmp(cmd, "peer")) return cmd_peer(n, args);
+    if (!strcmp(cmd, "export")) return cmd_export(n, args);
+    if (!strcmp(cmd, "sample")) return cmd_sample(n, args);
+    if (!strcmp(cmd, "check")) return cmd_check(n, args);
+    if (!strcmp(cmd, "status")) return cmd_db_only(n, args, "status", coord_cmd_status);
+    if (!strcmp(cmd, "serve")) return cmd_serve(n, args);
     return usage_error("unknown command '%s'", cmd);
 }

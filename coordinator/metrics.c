@@ -1,4 +1,5 @@
-/* The coordinator's metrics and the admin listener that serves them.
+/* The coordinator's metrics and the admin listener that serves them and
+ * the dashboard.
  * Counting happens on the event loop, where every answer and every
  * committed version passes; the rest is read when a scrape asks, so an
  * idle coordinator pays nothing for being watched. */
@@ -14,6 +15,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/dashboard.h"
 #include "crypto/crypto.h"
 
 static const double MERGE_LE[COORD_METRICS_MERGE_BUCKETS] = {0.01, 0.05, 0.1, 0.25, 0.5,
@@ -50,6 +52,89 @@ void coord_metrics_upload(coord_metrics *m, int status, const char *code) {
     m->refused[i].n++;
 }
 
+/* The index of peer_id in the table, or where it would go (-1 - index). */
+static long peer_index(const coord_metrics *m, int64_t peer_id) {
+    size_t lo = 0, hi = m->n_peers;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->peers[mid].id == peer_id) return (long)mid;
+        if (m->peers[mid].id < peer_id) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1 - (long)lo;
+}
+
+static coord_metrics_peer *peer_entry(coord_metrics *m, int64_t peer_id) {
+    long i = peer_index(m, peer_id);
+    if (i >= 0) return &m->peers[i];
+    if (m->n_peers == COORD_METRICS_PEERS) {
+        /* Full: the peer heard from longest ago makes room, so the table
+         * holds the peers that are around now. */
+        size_t old = 0;
+        for (size_t k = 1; k < m->n_peers; k++)
+            if (m->peers[k].seen < m->peers[old].seen) old = k;
+        memmove(&m->peers[old], &m->peers[old + 1], (m->n_peers - old - 1) * sizeof m->peers[0]);
+        m->n_peers--;
+        i = peer_index(m, peer_id);
+    }
+    size_t at = (size_t)(-1 - i);
+    memmove(&m->peers[at + 1], &m->peers[at], (m->n_peers - at) * sizeof m->peers[0]);
+    m->n_peers++;
+    memset(&m->peers[at], 0, sizeof m->peers[at]);
+    m->peers[at].id = peer_id;
+    return &m->peers[at];
+}
+
+const char *coord_request_addr(struct evhttp_request *req) {
+    struct evhttp_connection *c = req ? evhttp_request_get_connection(req) : NULL;
+    if (!c) return NULL;
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    evhttp_connection_get_peer(c, &addr, &port);
+    return addr;
+}
+
+const coord_metrics_peer *coord_metrics_peer_find(const coord_metrics *m, int64_t peer_id) {
+    long i = peer_index(m, peer_id);
+    return i >= 0 ? &m->peers[i] : NULL;
+}
+
+void coord_metrics_answer(coord_metrics *m, int route, int status, const char *code,
+                          int64_t peer_id, const char *addr, size_t in, int64_t now) {
+    if (!code) code = "";
+    if (!addr) addr = "";
+    int refused = status >= 400;
+    int upload = route >= 0 && route < COORD_METRICS_ROUTES &&
+                 strcmp(coord_route_label(route), "/v1/updates") == 0;
+    if (upload) {
+        int64_t minute = now / 60;
+        coord_metrics_minute *mm = &m->minutes[minute % COORD_METRICS_MINUTES];
+        if (mm->minute != minute) {
+            memset(mm, 0, sizeof *mm);
+            mm->minute = minute;
+        }
+        if (status >= 200 && status < 300) mm->accepted++;
+        else if (refused) mm->refused++;
+        mm->bytes += in;
+    }
+    if (peer_id > 0) {
+        coord_metrics_peer *p = peer_entry(m, peer_id);
+        p->seen = now;
+        if (*addr) snprintf(p->addr, sizeof p->addr, "%s", addr);
+        if (upload && refused) p->refused++;
+    }
+    if (refused) {
+        coord_metrics_refusal *r = &m->recent[m->n_recent % COORD_METRICS_RECENT];
+        m->n_recent++;
+        r->at = now;
+        r->peer_id = peer_id;
+        r->route = route;
+        r->status = status;
+        snprintf(r->code, sizeof r->code, "%s", code);
+        snprintf(r->addr, sizeof r->addr, "%s", addr);
+    }
+}
+
 void coord_metrics_version(coord_metrics *m, double seconds, double train_loss) {
     size_t b = 0;
     while (b < COORD_METRICS_MERGE_BUCKETS && seconds > MERGE_LE[b]) b++;
@@ -69,6 +154,21 @@ static void gauge(struct evbuffer *b, const char *name, const char *help, double
     head(b, name, "gauge", help);
     if (isnan(v)) evbuffer_add_printf(b, "%s NaN\n", name);
     else evbuffer_add_printf(b, "%s %.17g\n", name, v);
+}
+
+/* A histogram whose per-bucket counts (not cumulative) were kept at fixed
+ * bounds le (n_le of them); total is its count, the +Inf bucket. */
+static void hist_fixed(struct evbuffer *b, const char *name, const char *help, const double *le,
+                       const uint64_t *counts, size_t n_le, uint64_t total, double sum) {
+    head(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < n_le; i++) {
+        cum += counts[i];
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
+                            (unsigned long long)cum);
+    }
+    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
+                        (unsigned long long)total, name, sum, name, (unsigned long long)total);
 }
 
 /* A histogram over whole numbers from the database (value, count pairs),
@@ -179,19 +279,9 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
           srv->val_loss);
     gauge(b, "volley_training_loss",
           "The last version's mean training loss over its updates (nats).", m->train_loss);
-    head(b, "volley_version_seconds", "histogram",
-         "Time to make a version: merge, outer step and validation.");
-    uint64_t cum = 0;
-    for (size_t i = 0; i < COORD_METRICS_MERGE_BUCKETS; i++) {
-        cum += m->merge_buckets[i];
-        evbuffer_add_printf(b, "volley_version_seconds_bucket{le=\"%g\"} %llu\n", MERGE_LE[i],
-                            (unsigned long long)cum);
-    }
-    evbuffer_add_printf(b,
-                        "volley_version_seconds_bucket{le=\"+Inf\"} %llu\n"
-                        "volley_version_seconds_sum %.17g\nvolley_version_seconds_count %llu\n",
-                        (unsigned long long)m->merge_count, m->merge_sum,
-                        (unsigned long long)m->merge_count);
+    hist_fixed(b, "volley_version_seconds",
+               "Time to make a version: merge, outer step and validation.", MERGE_LE,
+               m->merge_buckets, COORD_METRICS_MERGE_BUCKETS, m->merge_count, m->merge_sum);
     /* From the database: what every stored update recorded. */
     static const int64_t STALE_LE[] = {0, 1, 2, 4, 8, 16, 32, 64};
     static const int64_t STEPS_LE[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
@@ -225,6 +315,17 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     evbuffer_add_printf(b, "volley_writer_failed_total %llu\n", (unsigned long long)ws.failed);
     gauge(b, "volley_writer_max_batch", "The most jobs one commit has carried.",
           (double)ws.max_batch);
+    /* The writer's histograms, copied under its lock with the counters
+     * above, so a scrape sees one consistent moment of that thread. */
+    uint64_t batches = 0;
+    for (size_t i = 0; i <= COORD_WRITER_BATCH_BUCKETS; i++) batches += ws.batch_hist[i];
+    hist_fixed(b, "volley_writer_batch_size", "Jobs per database transaction (group commit).",
+               coord_writer_batch_le, ws.batch_hist, COORD_WRITER_BATCH_BUCKETS, batches,
+               (double)ws.jobs);
+    hist_fixed(b, "volley_writer_commit_seconds",
+               "Time a commit took, the fsyncs of the update bodies and the WAL included.",
+               coord_writer_commit_le, ws.commit_hist, COORD_WRITER_COMMIT_BUCKETS, ws.commits,
+               ws.commit_seconds);
     char path[COORD_PATH_MAX + 16];
     head(b, "volley_database_bytes", "gauge", "Size of the SQLite database and its WAL.");
     snprintf(path, sizeof path, "%s", srv->db_path);
@@ -249,31 +350,77 @@ static void admin_error(struct evhttp_request *req, int status, const char *code
     if (b) evbuffer_free(b);
 }
 
-static void admin_cb(struct evhttp_request *req, void *arg) {
-    coord_server *srv = arg;
-    if (srv->admin_token[0]) {
-        const char *auth =
-            evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-        size_t tl = strlen(srv->admin_token);
-        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strlen(auth + 7) != tl ||
-            !crypto_equal(auth + 7, srv->admin_token, tl)) {
-            evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
-                              "Bearer");
-            admin_error(req, 401, "unauthorized", "this listener needs its bearer token");
-            return;
-        }
-    }
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
-        admin_error(req, 405, "method_not_allowed", "only GET is served here");
+/* Whether secret is the token, in time that does not depend on where they
+ * differ. */
+static int token_matches(const coord_server *srv, const char *secret, size_t len) {
+    size_t tl = strlen(srv->admin_token);
+    return len == tl && crypto_equal(secret, srv->admin_token, tl);
+}
+
+/* The token as a bearer token (scrapers, curl), or as the password of
+ * Basic credentials (any user name): a browser asks its user for those
+ * when a 401 offers Basic, then sends them with every request to the
+ * listener, the page's polls included. */
+static int authorised(const coord_server *srv, const char *auth) {
+    if (!auth) return 0;
+    if (strncmp(auth, "Bearer ", 7) == 0) return token_matches(srv, auth + 7, strlen(auth + 7));
+    if (strncmp(auth, "Basic ", 6) != 0) return 0;
+    const char *b64 = auth + 6;
+    size_t n = strlen(b64);
+    /* A user name and a token of at most sizeof admin_token fit in far
+     * less; anything longer is refused before decoding. */
+    char plain[512];
+    if (n > 4 * (sizeof plain / 3)) return 0;
+    long len = base64_decode(b64, n, (uint8_t *)plain, sizeof plain - 1);
+    if (len < 0) return 0;
+    const char *colon = memchr(plain, ':', (size_t)len);
+    if (!colon) return 0;
+    size_t off = (size_t)(colon + 1 - plain);
+    return token_matches(srv, colon + 1, (size_t)len - off);
+}
+
+static void send_page(struct evhttp_request *req) {
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "text/html; charset=utf-8");
+    /* The page is self-contained: it may talk only to this listener and
+     * load nothing from anywhere. */
+    evhttp_add_header(h, "Content-Security-Policy",
+                      "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                      "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                      "frame-ancestors 'none'");
+    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+    struct evbuffer *b = evbuffer_new();
+    if (!b || evbuffer_add_reference(b, coord_dashboard_html, coord_dashboard_html_len, NULL,
+                                     NULL) != 0) {
+        if (b) evbuffer_free(b);
+        admin_error(req, 500, "internal", "out of memory");
         return;
     }
-    if (!path || strcmp(path, "/metrics") != 0) {
-        admin_error(req, 404, "not_found", "this listener serves /metrics");
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
+static void send_summary(coord_server *srv, struct evhttp_request *req) {
+    vl_error e = {0};
+    json_t *o = coord_dashboard_json(srv, &e);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    struct evbuffer *b = text ? evbuffer_new() : NULL;
+    if (!b) {
+        free(text);
+        log_error("GET /dashboard.json: %s", e.msg[0] ? e.msg : "out of memory");
+        admin_error(req, 500, "internal", "the dashboard's figures could not be read");
         return;
     }
+    evbuffer_add(b, text, strlen(text));
+    free(text);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "application/json");
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
+static void send_metrics(coord_server *srv, struct evhttp_request *req) {
     struct evbuffer *b = evbuffer_new();
     vl_error e = {0};
     if (!b || coord_metrics_write(srv, b, &e) != VL_OK) {
@@ -286,6 +433,36 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
                       "text/plain; version=0.0.4; charset=utf-8");
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
+}
+
+static void admin_cb(struct evhttp_request *req, void *arg) {
+    coord_server *srv = arg;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    /* Everything here is the operator's: never cached on the way, never
+     * read as another type than it says. */
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+    if (srv->admin_token[0] &&
+        !authorised(srv, evhttp_find_header(evhttp_request_get_input_headers(req),
+                                            "Authorization"))) {
+        evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+        evhttp_add_header(out, "WWW-Authenticate",
+                          "Basic realm=\"volley admin\", charset=\"UTF-8\"");
+        admin_error(req, 401, "unauthorized",
+                    "this listener needs its token (bearer, or a browser's password)");
+        return;
+    }
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+        evhttp_add_header(out, "Allow", "GET");
+        admin_error(req, 405, "method_not_allowed", "only GET is served here");
+        return;
+    }
+    if (path && strcmp(path, "/metrics") == 0) send_metrics(srv, req);
+    else if (path && strcmp(path, "/dashboard.json") == 0) send_summary(srv, req);
+    else if (path && strcmp(path, "/") == 0) send_page(req);
+    else admin_error(req, 404, "not_found", "this listener serves /, /dashboard.json and /metrics");
 }
 
 int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *err) {
@@ -304,7 +481,8 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
         return vl_fail(err, VL_EIO, "cannot listen on %s:%d for the admin listener", host, port);
     }
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
-    log_info("admin listener on http://%s:%d/metrics%s", host, bound_port > 0 ? bound_port : port,
-             srv->admin_token[0] ? " (bearer token required)" : "");
+    bound_port = bound_port > 0 ? bound_port : port;
+    log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
+             bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
     return VL_OK;
 }

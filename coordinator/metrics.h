@@ -2,9 +2,11 @@
  * metrics: what an operator's Prometheus scrapes. Counters kept on the
  * event loop as requests are answered and versions are made, gauges read
  * when /metrics is asked for (the database's histograms, peers by state,
- * file sizes), all written in the Prometheus text exposition format.
- * They are served on the admin listener (serve --admin-listen), never on
- * the public port: per-peer figures and sizes are the operator's.
+ * file sizes, the writer thread's counters), all written in the
+ * Prometheus text exposition format. They are served on the admin
+ * listener (serve --admin-listen), never on the public port: per-peer
+ * figures and sizes are the operator's. The same listener serves the
+ * dashboard (dashboard.h), which reads these counters too.
  */
 #ifndef VOLLEY_COORD_METRICS_H
 #define VOLLEY_COORD_METRICS_H
@@ -16,6 +18,7 @@
 
 struct coord_server;
 struct evbuffer;
+struct evhttp_request;
 
 /* Requests are counted per route (the route table's paths, then one for
  * anything else) and per status class (1xx to 5xx). */
@@ -24,6 +27,38 @@ struct evbuffer;
 #define COORD_METRICS_CODES 32
 /* Upper bounds (seconds) of the version-making time histogram's buckets. */
 #define COORD_METRICS_MERGE_BUCKETS 10
+/* What the dashboard follows besides (dashboard.h): per peer, the address
+ * of its last request and its refused uploads, for this many peers (when
+ * full, the one heard from longest ago makes room); the last
+ * COORD_METRICS_MINUTES minutes of uploads; the last COORD_METRICS_RECENT
+ * refused requests. All of it starts empty when the coordinator does. */
+#define COORD_METRICS_PEERS 1024
+#define COORD_METRICS_MINUTES 60
+#define COORD_METRICS_RECENT 32
+/* Room for an IPv6 address as text (INET6_ADDRSTRLEN is 46). */
+#define COORD_METRICS_ADDR 48
+
+typedef struct coord_metrics_peer {
+    int64_t id;
+    int64_t seen;     /* unix s of its last answered request */
+    uint64_t refused; /* its uploads refused */
+    char addr[COORD_METRICS_ADDR];
+} coord_metrics_peer;
+
+/* Uploads answered in one minute; bytes are their request bodies. */
+typedef struct coord_metrics_minute {
+    int64_t minute; /* unix s / 60 */
+    uint64_t accepted, refused, bytes;
+} coord_metrics_minute;
+
+/* A request answered with status 400 or above. */
+typedef struct coord_metrics_refusal {
+    int64_t at;      /* unix s */
+    int64_t peer_id; /* 0: not authenticated */
+    int route, status;
+    char code[32];   /* "" for a status without a code */
+    char addr[COORD_METRICS_ADDR];
+} coord_metrics_refusal;
 
 typedef struct coord_metrics {
     uint64_t requests[COORD_METRICS_ROUTES][5];
@@ -38,6 +73,13 @@ typedef struct coord_metrics {
     uint64_t merge_count;
     double merge_sum;
     double train_loss; /* the last version's mean training loss (NaN: none yet) */
+    coord_metrics_peer peers[COORD_METRICS_PEERS]; /* n_peers of them, by id */
+    size_t n_peers;
+    coord_metrics_minute minutes[COORD_METRICS_MINUTES]; /* at minute % COORD_METRICS_MINUTES */
+    /* Refusals noted so far; the newest is at (n_recent - 1) %
+     * COORD_METRICS_RECENT. */
+    coord_metrics_refusal recent[COORD_METRICS_RECENT];
+    uint64_t n_recent;
 } coord_metrics;
 
 /* Counts one answered request: route is the index from the route table
@@ -47,6 +89,18 @@ void coord_metrics_request(coord_metrics *m, int route, int status, size_t in, s
 /* Counts an upload's answer: 2xx accepted, else refused under code
  * (NULL or "" for a status without a code). */
 void coord_metrics_upload(coord_metrics *m, int status, const char *code);
+/* Notes what the dashboard shows of an answer at unix time now: route and
+ * status as for coord_metrics_request, code the refusal's error code
+ * (NULL or "" for none), peer_id the authenticated peer (0: none), addr
+ * the client's address (NULL: unknown), in the request body's bytes. */
+void coord_metrics_answer(coord_metrics *m, int route, int status, const char *code,
+                          int64_t peer_id, const char *addr, size_t in, int64_t now);
+/* The numeric address of req's client, owned by its connection; NULL when
+ * the connection is gone. */
+const char *coord_request_addr(struct evhttp_request *req);
+/* The peer's entry, NULL when it made no request since start (or was
+ * pushed out of the table). */
+const coord_metrics_peer *coord_metrics_peer_find(const coord_metrics *m, int64_t peer_id);
 /* Counts a version made in seconds, with its mean training loss. */
 void coord_metrics_version(coord_metrics *m, double seconds, double train_loss);
 
@@ -61,9 +115,12 @@ int coord_bound_port(int fd);
  * database for histograms and peers. 0 or a VL_E* code with err set. */
 int coord_metrics_write(struct coord_server *srv, struct evbuffer *b,
                         vl_error *err) VL_MUST_CHECK;
-/* Serves /metrics in plain HTTP on host:port (port 0: any; the log names
- * it), requiring srv->admin_token as a bearer token when it is set.
- * VL_EIO when the address cannot be bound. */
+/* Serves /metrics, and the dashboard at / and /dashboard.json
+ * (dashboard.h), in plain HTTP on host:port (port 0: any; the log names
+ * it), requiring srv->admin_token on every path when it is set: as a
+ * bearer token, or as the password of HTTP Basic authentication, which is
+ * what a browser can be asked for. VL_EIO when the address cannot be
+ * bound. */
 int coord_admin_start(struct coord_server *srv, const char *host, int port,
                       vl_error *err) VL_MUST_CHECK;
 

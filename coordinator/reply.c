@@ -85,6 +85,8 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
     coord_metrics_request(&cr->srv->metrics, route, status, in_bytes, nbytes);
     if (cr->full_path && !strcmp(cr->full_path, "/v1/updates"))
         coord_metrics_upload(&cr->srv->metrics, status, cr->err_code);
+    coord_metrics_answer(&cr->srv->metrics, route, status, cr->err_code, cr->peer_id,
+                         coord_request_addr(cr->req), in_bytes, clock_unix_s());
     /* A request whose client went away has no connection; sending frees
      * it without running the completion callback, so account for it here. */
     if (!evhttp_request_get_connection(cr->req) && cr->srv->inflight > 0) cr->srv->inflight--;

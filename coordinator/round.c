@@ -1,13 +1,11 @@
 /* The coordinator's side of the Sketched-SGD second round (sketch runs with
  * compression.second_round): summing the exact values peers reported (a
- * silent peer's update is left out of them), the state a round keeps
- * between versions, and the timer that closes a round at its deadline. Opening a round is in aggregator.c,
- * next to the merge it shares its code with; the HTTP side is in
- * routes_round.c. */
+ * silent peer's update is left out of them) and the state a round keeps
+ * between versions. Opening a round is in aggregator.c, next to the merge
+ * it shares its code with; when a round opens and closes is decided in
+ * schedule.c; the HTTP side is in routes_round.c. */
 #include <stdlib.h>
 #include <string.h>
-
-#include <event2/event.h>
 
 #include "compress/compress.h"
 #include "coordinator/aggregator.h"
@@ -93,29 +91,6 @@ void coord_round_acc_free(coord_round_acc *a) {
     free(a->ids);
     free(a->sum);
     memset(a, 0, sizeof *a);
-}
-
-static void round_timer_cb(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    coord_schedule_merge(arg);
-}
-
-void coord_arm_round_timer(coord_server *srv, double delay_s) {
-    if (!srv->round_timer) {
-        srv->round_timer = evtimer_new(srv->base, round_timer_cb, srv);
-        if (!srv->round_timer) {
-            log_error("cannot create the round timer");
-            return;
-        }
-    }
-    /* Deadlines are whole seconds of the coordinator's clock; a little
-     * past it the round is surely over. */
-    if (delay_s < 0) delay_s = 0;
-    delay_s += 0.05;
-    struct timeval tv = {(time_t)delay_s, (suseconds_t)((delay_s - (double)(time_t)delay_s) * 1e6)};
-    evtimer_del(srv->round_timer);
-    evtimer_add(srv->round_timer, &tv);
 }
 
 void coord_sketch_view(compress_sketch *s, const coord_config *cfg, float *table) {

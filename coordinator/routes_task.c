@@ -1,35 +1,14 @@
 /* GET /v1/task: leases (written by the writer thread, answered when
- * committed), the long-poll waiters, and the lease timer that frees
- * expired slots and hands their data to later tasks. */
+ * committed), given out in the order the requests came. Requests that
+ * must wait park in the waiting queue (schedule_wait.c), their turn kept;
+ * the lease timer that frees expired slots is in schedule.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <event2/http.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/schedule.h"
 #include "coordinator/scheduler.h"
-
-struct coord_waiter {
-    coord_req cr;
-    coord_serve_fn serve;
-    struct event *timer;
-    struct evhttp_connection *evcon; /* NULL once the connection is gone */
-    /* libevent's own callbacks of the connection, while waiting replaced
-     * by ours (see coord_waiter_add). */
-    bufferevent_data_cb rd, wr;
-    bufferevent_event_cb ev;
-    void *cbarg;
-    /* A task request waiting for its peer's lease that was being written
-     * when it parked or was last looked at: that lease may be its answer
-     * whatever the requests before it wait for. */
-    int own_lease;
-    int expired; /* its wait is over: 204 unless the wake-up it is in serves it */
-    coord_waiter *prev, *next;
-};
 
 /* The task's data: a byte range of the text corpus's "train" shard, or a
  * token range inside one training shard (the stored offset counts over
@@ -325,7 +304,7 @@ static void issue_done(coord_job *job, int rc, const vl_error *err) {
         coord_reply_json(&j->cr, 200, coord_lease_committed(srv, &j->lease));
     }
     free(j);
-    /* The peer's other task requests waited for this lease (try_serve),
+    /* The peer's other task requests waited for this lease (lease_owed),
      * and a request that found the lease both committed and in flight
      * counts its slot once now. */
     coord_wake_waiters(srv);
@@ -428,241 +407,10 @@ static int serve_task(coord_req *cr, int behind) {
     return COORD_WAITING;
 }
 
-/* The serve function of parked task requests: the wake-up decides who
- * is behind whom. */
-static int try_serve(coord_req *cr) {
-    return serve_task(cr, 0);
-}
-
-/* ---- waiters ------------------------------------------------------------ */
-
-/* Gives the connection back to libevent as it was before the wait, for a
- * request that will be answered later (by a job): with reading off again
- * a client that goes away cannot free the request under the job. */
-static void waiter_restore(coord_waiter *w) {
-    struct bufferevent *bev = w->evcon ? evhttp_connection_get_bufferevent(w->evcon) : NULL;
-    if (!bev) return;
-    bufferevent_disable(bev, EV_READ);
-    bufferevent_setcb(bev, w->rd, w->wr, w->ev, w->cbarg);
-}
-
-static void waiter_unlink(coord_server *srv, coord_waiter *w) {
-    if (w->prev) w->prev->next = w->next;
-    else srv->waiters = w->next;
-    if (w->next) w->next->prev = w->prev;
-    else srv->waiters_tail = w->prev;
-    srv->n_waiters--;
-    if (w->evcon) evhttp_connection_set_closecb(w->evcon, NULL, NULL);
-    if (w->timer) event_free(w->timer);
-    free(w);
-}
-
-static int wake(coord_server *srv);
-
-static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    coord_waiter *w = arg;
-    /* The wait may end just as a slot frees without a wake-up reaching it
-     * (a lease past its deadline before the lease timer ran). The last
-     * look is a wake-up of the whole queue, so such a slot goes to the
-     * oldest request, which need not be this one; w gets its 204 there. */
-    w->expired = 1;
-    wake(w->cr.srv);
-}
-
-static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
-    (void)evcon;
-    coord_waiter *w = arg;
-    coord_server *srv = w->cr.srv;
-    w->evcon = NULL; /* being freed: do not touch it again */
-    if (evhttp_request_get_connection(w->cr.req)) {
-        /* libevent frees a request still attached to a dying connection,
-         * without its completion callback. */
-        if (srv->inflight > 0) srv->inflight--;
-        log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
-    } else {
-        /* A detached request is ours to free; sending does that. */
-        log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
-        if (srv->inflight > 0) srv->inflight--;
-        evhttp_send_reply(w->cr.req, 204, "No Content", NULL);
-    }
-    waiter_unlink(srv, w);
-}
-
-int coord_waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve) {
-    coord_server *srv = cr->srv;
-    coord_waiter *w = calloc(1, sizeof *w);
-    if (!w) return -1;
-    w->cr = *cr;
-    w->serve = serve;
-    w->own_lease = serve == try_serve && issuing_has(srv, cr->peer_id);
-    w->timer = evtimer_new(srv->base, waiter_timeout, w);
-    w->evcon = evhttp_request_get_connection(cr->req);
-    if (!w->timer || !w->evcon) {
-        if (w->timer) event_free(w->timer);
-        free(w);
-        return -1;
-    }
-    struct timeval tv = {(time_t)wait_s, 0};
-    evtimer_add(w->timer, &tv);
-    evhttp_connection_set_closecb(w->evcon, waiter_closed, w);
-    /* libevent does not read while a request awaits its answer, so a
-     * client that gives up would go unnoticed until the wait ends. Reading
-     * with no read callback lets end-of-stream reach libevent's error
-     * callback, which frees the connection (and calls waiter_closed),
-     * while any early bytes of a next request just stay buffered; replying
-     * restores libevent's own callbacks. */
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->evcon);
-    if (bev) {
-        bufferevent_getcb(bev, &w->rd, &w->wr, &w->ev, &w->cbarg);
-        bufferevent_setcb(bev, NULL, w->wr, w->ev, w->cbarg);
-        bufferevent_enable(bev, EV_READ);
-    }
-    w->prev = srv->waiters_tail;
-    if (srv->waiters_tail) srv->waiters_tail->next = w;
-    else srv->waiters = w;
-    srv->waiters_tail = w;
-    srv->n_waiters++;
-    return 0;
-}
-
-/* Serves the waiting requests that can be, oldest first, and answers 204
- * to those whose wait is over and still have to wait. Returns 1 when a
- * task request still waits for a slot. */
-static int wake(coord_server *srv) {
-    /* Task requests are first come, first served: once one has to wait
-     * for a slot, so do the task requests behind it, which are not even
-     * looked at (none of them can hold a lease on the current version),
-     * but for those waiting for their peer's lease being written. Such a
-     * request holds up nobody, and once that lease is committed it is
-     * answered with it, though not with a new one ahead of the requests
-     * blocked before it. Which requests those are is found here, not only
-     * when they park: a peer's lease may be asked for by its other request
-     * after this one parked. Other requests are each served as soon as
-     * they can be. */
-    int tasks_blocked = 0;
-    coord_waiter *w = srv->waiters;
-    while (w) {
-        coord_waiter *next = w->next;
-        int r = COORD_WAITING;
-        if (w->serve != try_serve) {
-            r = w->serve(&w->cr);
-        } else if (!tasks_blocked || w->own_lease) {
-            r = serve_task(&w->cr, tasks_blocked);
-            if (r == COORD_WAITING) {
-                w->own_lease = issuing_has(srv, w->cr.peer_id);
-                if (!w->own_lease) tasks_blocked = 1;
-            }
-        }
-        if (r == COORD_WAITING && w->expired) {
-            coord_reply(&w->cr, 204, NULL, NULL);
-            r = COORD_SERVED;
-        }
-        if (r == COORD_DEFERRED) waiter_restore(w);
-        if (r != COORD_WAITING) waiter_unlink(srv, w);
-        w = next;
-    }
-    return tasks_blocked;
-}
-
-void coord_wake_waiters(coord_server *srv) {
-    wake(srv);
-}
-
-void coord_drain_waiters(coord_server *srv) {
-    while (srv->waiters) {
-        coord_waiter *w = srv->waiters;
-        coord_reply_error(&w->cr, 503, "draining", "the coordinator is shutting down");
-        waiter_unlink(srv, w);
-    }
-}
-
-/* ---- lease expiry --------------------------------------------------------- */
-
-typedef struct expire_job {
-    coord_job job;
-    coord_server *srv;
-    int64_t now, n;
-} expire_job;
-
-static int expire_run(storage *db, coord_job *job, vl_error *err) {
-    expire_job *j = (expire_job *)job;
-    return storage_task_expire(db, j->now, &j->n, err);
-}
-
-static void expire_done(coord_job *job, int rc, const vl_error *err) {
-    expire_job *j = (expire_job *)job;
-    coord_server *srv = j->srv;
-    srv->expiring = 0;
-    if (rc != VL_OK) log_error("cannot expire leases: %s", err->msg);
-    else if (j->n > 0) log_info("%lld lease(s) expired; their data goes to the next tasks",
-                                (long long)j->n);
-    free(j);
-    coord_wake_waiters(srv);
-    coord_arm_lease_timer(srv);
-    /* A sync round that was waiting on a vanished peer may be due now. */
-    coord_schedule_merge(srv);
-}
-
-static void lease_timer_cb(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    coord_expire_leases(arg);
-}
-
-void coord_expire_leases(coord_server *srv) {
-    if (srv->expiring) return; /* the job in flight re-arms the timer */
-    if (!srv->lease_timer) {
-        srv->lease_timer = evtimer_new(srv->base, lease_timer_cb, srv);
-        if (!srv->lease_timer) {
-            log_error("cannot create the lease timer");
-            return;
-        }
-    }
-    expire_job *j = calloc(1, sizeof *j);
-    if (!j) {
-        log_error("cannot expire leases: out of memory; retrying");
-        struct timeval tv = {1, 0};
-        evtimer_add(srv->lease_timer, &tv);
-        return;
-    }
-    j->job.run = expire_run;
-    j->job.done = expire_done;
-    j->srv = srv;
-    j->now = clock_unix_s();
-    srv->expiring = 1;
-    coord_writer_submit(srv->writer, &j->job);
-}
-
-void coord_arm_lease_timer(coord_server *srv) {
-    if (!srv->lease_timer) {
-        srv->lease_timer = evtimer_new(srv->base, lease_timer_cb, srv);
-        if (!srv->lease_timer) {
-            log_error("cannot create the lease timer");
-            return;
-        }
-    }
-    evtimer_del(srv->lease_timer);
-    if (srv->finished) return;
-    vl_error e = {0};
-    int64_t next = 0;
-    int rc = coord_config_is_async(&srv->cfg)
-                 ? storage_task_next_deadline_any(srv->db, clock_unix_s(), &next, &e)
-                 : storage_task_next_deadline(srv->db, srv->version, clock_unix_s(), &next, &e);
-    if (rc != VL_OK) {
-        log_error("cannot find the next lease deadline: %s", e.msg);
-        return;
-    }
-    if (next <= 0) return;
-    /* A lease ends when the whole-second clock reaches its deadline. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-    double delay = (double)next - now + 0.01;
-    if (delay < 0.01) delay = 0.01;
-    struct timeval tv = {(time_t)delay, (suseconds_t)((delay - (double)(time_t)delay) * 1e6)};
-    evtimer_add(srv->lease_timer, &tv);
+/* A parked task request is owed an answer while its peer's lease is
+ * being written (issue_done wakes the waiters once it is committed). */
+static int lease_owed(const coord_req *cr) {
+    return issuing_has(cr->srv, cr->peer_id);
 }
 
 /* ---- the route -------------------------------------------------------------- */
@@ -697,13 +445,13 @@ void coord_route_task(coord_req *cr) {
      * wake-up to hand it on (a lease reaching its deadline before the
      * lease timer has run), and a request that looked for itself alone
      * would take it from the oldest waiter. */
-    int behind = srv->waiters ? wake(srv) : 0;
+    int behind = srv->waiters ? coord_wake_waiters(srv) : 0;
     if (serve_task(cr, behind) != COORD_WAITING) return;
     if (vals[0] == 0) {
         coord_reply(cr, 204, NULL, NULL);
         return;
     }
-    if (coord_waiter_add(cr, vals[0], try_serve) != 0) {
+    if (coord_waiter_add_turn(cr, vals[0], serve_task, lease_owed) != 0) {
         coord_reply_oom(cr, "registering a waiter");
     }
 }

@@ -60,6 +60,11 @@ struct coord_writer {
  * under an upload storm. */
 #define CKPT_FRAMES 1000
 
+const double coord_writer_batch_le[COORD_WRITER_BATCH_BUCKETS] = {1,  2,  4,   8,   16,
+                                                                   32, 64, 128, 256, 512};
+const double coord_writer_commit_le[COORD_WRITER_COMMIT_BUCKETS] = {
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5};
+
 static void append(coord_job **head, coord_job **tail, coord_job *first, coord_job *last) {
     if (!first) return;
     if (*tail) (*tail)->next = first;
@@ -91,9 +96,12 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
             e = se;
         }
     }
+    double commit_s = -1;
     if (!broken) {
+        double t0 = clock_mono_s();
         rc = storage_commit(w->db, &e);
         broken = rc != VL_OK;
+        if (!broken) commit_s = clock_mono_s() - t0;
     } else {
         storage_rollback(w->db);
     }
@@ -114,8 +122,15 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     if (last > w->settled) w->settled = last;
     w->stats.jobs += n;
     w->stats.failed += failed;
+    size_t b = 0;
+    while (b < COORD_WRITER_BATCH_BUCKETS && (double)n > coord_writer_batch_le[b]) b++;
+    w->stats.batch_hist[b]++;
     if (!broken) {
         w->stats.commits++;
+        b = 0;
+        while (b < COORD_WRITER_COMMIT_BUCKETS && commit_s > coord_writer_commit_le[b]) b++;
+        w->stats.commit_hist[b]++;
+        w->stats.commit_seconds += commit_s;
         if (storage_wal_frames(w->db) >= CKPT_FRAMES) {
             w->ckpt_due++;
             pthread_cond_signal(&w->ckpt_cv);

@@ -58,7 +58,16 @@ struct coord_job {
 
 typedef struct coord_writer coord_writer;
 
-/* Counters since start, for /v1/status and the ingest benchmark. */
+/* Upper bounds of the two histograms' buckets (/metrics): jobs per
+ * transaction (COORD_WRITER_MAX_BATCH caps the last) and seconds a commit
+ * took, its fsyncs of the body segment and of the WAL included. */
+#define COORD_WRITER_BATCH_BUCKETS 10
+#define COORD_WRITER_COMMIT_BUCKETS 12
+extern const double coord_writer_batch_le[COORD_WRITER_BATCH_BUCKETS];
+extern const double coord_writer_commit_le[COORD_WRITER_COMMIT_BUCKETS];
+
+/* Counters since start, for /v1/status, /metrics and the ingest
+ * benchmark. */
 typedef struct coord_writer_stats {
     uint64_t jobs;        /* jobs run */
     uint64_t commits;     /* transactions committed (one fsync of the WAL each) */
@@ -66,6 +75,13 @@ typedef struct coord_writer_stats {
     uint64_t max_batch;   /* most jobs in one transaction */
     uint64_t queued;      /* jobs waiting now */
     uint64_t checkpoints; /* WAL checkpoints run (each copies pages and syncs the database) */
+    /* Per bucket of the bounds above, not cumulative; the extra last one
+     * counts what exceeds them all. Every transaction is in batch_hist
+     * (its counts sum to the transactions, its jobs to `jobs`), only
+     * those that committed in commit_hist (summing to `commits`). */
+    uint64_t batch_hist[COORD_WRITER_BATCH_BUCKETS + 1];
+    uint64_t commit_hist[COORD_WRITER_COMMIT_BUCKETS + 1];
+    double commit_seconds; /* the commits' time together */
 } coord_writer_stats;
 
 /* Most jobs one transaction takes; the rest wait for the next. */

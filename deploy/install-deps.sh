@@ -8,7 +8,8 @@
 # the labelled images in /usr/share/datasets/fashion-mnist that the image
 # reader's test loads; iproute2 and nftables: the emulated wide-area
 # network of tests/wan, namespaces, bandwidth and packet loss;
-# prometheus-client: its text-format parser checks the /metrics output).
+# prometheus-client: its text-format parser checks the /metrics output;
+# chromium: the dashboard's test loads the page in a headless browser).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -26,6 +27,7 @@ PKGS=(
   python3 python3-venv python3-pip python3-requests python3-cryptography python3-prometheus-client
   zlib1g-dev libpng-dev dataset-fashion-mnist
   iproute2 nftables
+  chromium
 )
 
 SUDO=""

@@ -21,7 +21,8 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     char target[96];
     snprintf(target, sizeof target, "/v1/model/delta?since=%lld&version=%lld",
              (long long)L->tr.base_version, (long long)k->base_version);
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S};
+    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
+                       .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
@@ -61,7 +62,7 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
     /* A model file is the largest download: a broken connection resumes
      * it rather than starting over. */
     peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
-                       .resume = 1};
+                       .resume = 1, .show_progress = 1};
     if (L->tr.base_version >= 0) {
         snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
         rq.if_none_match = inm;
@@ -128,7 +129,7 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
     snprintf(target, sizeof target, "/v1/data/%s", k->shard);
     snprintf(range, sizeof range, "bytes=%lld-%lld", (long long)k->offset, (long long)last);
     peer_request rq = {.method = "GET", .target = target, .range = range,
-                       .cap = (size_t)k->length, .idle_s = IDLE_S};
+                       .cap = (size_t)k->length, .idle_s = IDLE_S, .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
@@ -174,7 +175,7 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
     }
     size_t want = MODEL_SHARD_HEADER_BYTES + 2 * (size_t)k->length;
     peer_request rq = {.method = "GET", .target = target, .cap = want, .idle_s = IDLE_S,
-                       .sink = f};
+                       .sink = f, .show_progress = 1};
     rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (fclose(f) != 0 && !rc)
         rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "peer/peer.h"
+#include "peer/ui.h"
 
 /* ---- stopping ---------------------------------------------------------- */
 
@@ -137,9 +138,32 @@ void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_c
     json_decref(root);
 }
 
+/* What a refusal that ends the peer's work means to a volunteer, and
+ * what to do about it; NULL for the rest. */
+static const char *refusal_hint(long status, const char *code) {
+    static const struct { long status; const char *code, *hint; } HINTS[] = {
+        {401, "unknown_peer", "the coordinator does not know this peer (removed, or another "
+                              "run); join again with a new token"},
+        {401, "bad_signature", "the coordinator does not accept this peer's key (replaced or "
+                               "rotated elsewhere?); join again with a new token"},
+        {401, "stale_timestamp", "this machine's clock is more than 5 minutes off; set it "
+                                 "right (NTP) and start again"},
+        {403, "revoked", "the operator has revoked this peer; it cannot take part any more"},
+        {403, "invalid_token", "the join token is unknown, expired or used up; ask the "
+                               "operator for a new one"},
+    };
+    for (size_t i = 0; i < sizeof HINTS / sizeof HINTS[0]; i++)
+        if (HINTS[i].status == status && !strcmp(HINTS[i].code, code)) return HINTS[i].hint;
+    return NULL;
+}
+
 int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *body, size_t len) {
     char code[64], msg[200];
     peer_error_parse(body, len, code, sizeof code, msg, sizeof msg);
+    const char *hint = refusal_hint(status, code);
+    if (hint)
+        return vl_fail(err, PEER_EREFUSED, "%s: %ld %s: %s%s%s", what, status, code, hint,
+                       msg[0] ? "; it said: " : "", msg);
     if (code[0] && msg[0])
         return vl_fail(err, PEER_EREFUSED, "%s: %ld %s: %s", what, status, code, msg);
     if (code[0] || msg[0])
@@ -312,6 +336,10 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     double now = clock_mono_s();
     int up = ut > dt;
     curl_off_t total = up ? ut : dt, done = up ? un : dn;
+    if (h->rq && h->rq->show_progress) {
+        int post = !strcmp(h->rq->method, "POST");
+        peer_ui_transfer(post, post ? un : dn, post ? ut : dt, now - h->started);
+    }
     if (h->rq && total >= PROGRESS_BYTES && now - h->logged >= PROGRESS_EVERY_S &&
         now - h->started >= PROGRESS_EVERY_S) {
         h->logged = now;
@@ -444,6 +472,27 @@ static int curl_retryable(CURLcode c) {
     }
 }
 
+/* A transport failure in a volunteer's words, the same for every attempt
+ * that fails the same way (curl's own text carries timings); os_errno is
+ * the system's error of the connection. */
+static const char *transport_reason(CURLcode cc, long os_errno) {
+    switch (cc) {
+    case CURLE_COULDNT_RESOLVE_HOST: return "its host name does not resolve";
+    case CURLE_COULDNT_CONNECT:
+        return os_errno == ECONNREFUSED ? "connection refused"
+               : os_errno == ENETUNREACH || os_errno == EHOSTUNREACH ? "no route to it"
+               : os_errno == ETIMEDOUT ? "timed out"
+                                       : "no connection";
+    case CURLE_OPERATION_TIMEDOUT: return "timed out";
+    case CURLE_SSL_CONNECT_ERROR: return "the TLS handshake failed";
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE: return "the connection broke off";
+    default: return curl_easy_strerror(cc);
+    }
+}
+
 /* One attempt: fresh signature, headers, transfer. Returns the CURLcode. */
 static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs, int *local_rc,
                         vl_error *err) {
@@ -547,6 +596,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     h->started = h->logged = clock_mono_s();
     cc = curl_easy_perform(c);
     h->rq = NULL;
+    if (rq->show_progress) peer_ui_transfer(post, 0, 0, 0);
     if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rs->status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
@@ -588,6 +638,10 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
     if (!rq->target || rq->target[0] != '/')
         return vl_fail(err, VL_EINVAL, "request target must start with '/'");
     char last[CURL_ERROR_SIZE + 64] = "";
+    /* Why the coordinator is out of reach, in words (transport failures
+     * and statuses worth a retry), or "" for other retries. */
+    char reason[96];
+    int answered = 0;
     h->resume_at = 0;
     for (int n = 1;; n++) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped");
@@ -606,6 +660,7 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
                       rs->body.len, clock_mono_s() - t0);
         int resumed_badly = 0;
+        reason[0] = '\0';
         if (cc == CURLE_OK && h->resume_at > 0) {
             resumed_badly = rs->status == 206 && finish_resume(h, rs) != 0;
             h->resume_at = 0;
@@ -615,8 +670,13 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
                                                              : curl_easy_strerror(cc));
             if (!curl_retryable(cc)) {
                 h->resume_at = 0;
-                return vl_fail(err, VL_EIO, "%s %s: %s", rq->method, rq->target, last);
+                return vl_fail(err, VL_EIO, "cannot talk to the coordinator at %s: %s (%s %s)",
+                               h->base, last, rq->method, rq->target);
             }
+            long os_errno = 0;
+            if (curl_easy_getinfo(h->curl, CURLINFO_OS_ERRNO, &os_errno) != CURLE_OK) os_errno = 0;
+            snprintf(reason, sizeof reason, "%s", transport_reason(cc, os_errno));
+            answered = 0;
             plan_resume(h, rq, rs);
         } else if (resumed_badly) {
             /* The next attempt asks for the whole file again. */
@@ -626,11 +686,22 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             peer_error_parse(rs->body.data, rs->body.len, code, sizeof code, msg, sizeof msg);
             snprintf(last, sizeof last, "%ld%s%s%s%s", rs->status, code[0] ? " " : "", code,
                      msg[0] ? ": " : "", msg);
+            snprintf(reason, sizeof reason, "%ld%s%s", rs->status, code[0] ? " " : "", code);
+            answered = 1;
         } else {
+            peer_ui_reached(h->base);
             return VL_OK;
         }
         if (n >= h->retry.max_attempts) {
             h->resume_at = 0;
+            if (reason[0] && !answered)
+                return vl_fail(err, PEER_ENETWORK, "gave up after %d attempts to reach the "
+                               "coordinator at %s (%s; %s %s: %s)", n, h->base, reason,
+                               rq->method, rq->target, last);
+            if (reason[0])
+                return vl_fail(err, PEER_ENETWORK, "gave up after %d attempts: the coordinator "
+                               "at %s kept answering %s (%s %s)", n, h->base, last, rq->method,
+                               rq->target);
             return vl_fail(err, PEER_ENETWORK, "%s %s failed after %d attempts: %s", rq->method,
                            rq->target, n, last);
         }
@@ -639,8 +710,15 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
                      rq->method, rq->target, h->resume_at);
         double u = (double)(rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
         double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
-        log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
-                 h->retry.max_attempts - 1, d);
+        if (reason[0]) {
+            /* Said once in plain words; each retry's detail only in debug. */
+            peer_ui_unreachable(h->base, reason, answered, d, h->retry.max_attempts - n);
+            log_debug("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
+                      h->retry.max_attempts - 1, d);
+        } else {
+            log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
+                     h->retry.max_attempts - 1, d);
+        }
         if (peer_sleep(d)) return vl_fail(err, PEER_ESTOPPED, "stopped");
     }
 }

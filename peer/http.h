@@ -101,6 +101,9 @@ typedef struct peer_request {
      * (emptied before each attempt) instead of memory, still under cap;
      * other bodies (errors) go to memory as usual. Borrowed. */
     FILE *sink;
+    /* 1: the transfer's progress shows on the terminal's status line
+     * (peer_ui_transfer): an update's upload, a model's download. */
+    int show_progress;
 } peer_request;
 
 /* The final response. body is owned by the response (peer_response_free). */
@@ -143,6 +146,7 @@ typedef struct peer_http_bg {
     vl_error err;
     int running;      /* a thread is sending */
     int started;      /* a request was sent and not yet waited for */
+    double seconds;   /* how long the last request took, retries included */
     pthread_t thread;
 } peer_http_bg;
 

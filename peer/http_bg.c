@@ -10,7 +10,9 @@
 
 static void *send_it(void *arg) {
     peer_http_bg *b = arg;
+    double t0 = clock_mono_s();
     b->rc = peer_http_do(b->http, &b->rq, &b->rs, &b->err);
+    b->seconds = clock_mono_s() - t0;
     return NULL;
 }
 

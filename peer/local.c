@@ -7,6 +7,7 @@
 #include "model/mlp_io.h"
 #include "peer/local.h"
 #include "peer/train_internal.h"
+#include "peer/ui.h"
 
 int peer_local_parse_part(const char *s, int *part, int *parts, vl_error *err) {
     const char *slash = s ? strchr(s, '/') : NULL;
@@ -332,6 +333,7 @@ int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;
         if ((rc = peer_trainer_pace(t, step_t0, err))) return rc;
+        peer_ui_step(step, loss);
         double change = peer_selsync_feed(&ss, g2);
         if (step >= k->h_min && change >= k->selsync_delta) break;
     }

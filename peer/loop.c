@@ -15,6 +15,7 @@
 
 #include "peer/loop_internal.h"
 #include "peer/peer.h"
+#include "peer/ui.h"
 #include "kernels/kernels.h"
 
 #if defined(VOLLEY_HAVE_CUDA)
@@ -56,6 +57,7 @@ static int droppable_upload(const peer_response *rs) {
 
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[96];
+    peer_ui_phase(0, "waiting for a task");
     /* While the last update uploads, the next lease is the one past it. */
     if (L->flying)
         snprintf(target, sizeof target, "/v1/task?wait=%d&uploading=%lld", L->o->wait_s,
@@ -133,7 +135,8 @@ static void settle_record(loop *L, peer_upload_outcome out) {
 static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
     peer_request rq = {.method = "POST", .target = "/v1/updates",
                        .content_type = "application/octet-stream", .body = p->bytes,
-                       .body_len = p->len, .cap = JSON_CAP, .idle_s = IDLE_S};
+                       .body_len = p->len, .cap = JSON_CAP, .idle_s = IDLE_S,
+                       .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
@@ -175,7 +178,45 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
 }
 
 static int upload_answer(loop *L, const peer_task *k, const peer_train_result *res,
-                         peer_response *rs, vl_error *err);
+                         const task_times *tm, peer_response *rs, vl_error *err);
+
+/* The line that ends a task: what it trained, what it sent and what that
+ * saved against a dense update, where its time went, and the outcome
+ * (what: "accepted", "already_stored" or "dropped"; said: its words). */
+static void task_summary(loop *L, log_level level, const peer_task *k,
+                         const peer_train_result *res, const task_times *tm, const char *what,
+                         int64_t update, int64_t version, const char *said) {
+    double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
+    int64_t sent = (int64_t)L->upload.len;
+    /* Against the F32 values alone: a dense update's header makes it a
+     * little larger, which is no saving. */
+    int64_t dense = (int64_t)L->tr.n_params * (int64_t)sizeof(float);
+    int64_t saved = dense > sent ? dense - sent : 0;
+    peer_ui_saved(saved);
+    char how[128] = "dense";
+    if (saved > 0) {
+        char d[32];
+        peer_ui_bytes(dense, d, sizeof d);
+        snprintf(how, sizeof how, "%.1f %% less than the %s of a dense one",
+                 100.0 * (double)saved / (double)dense, d);
+    }
+    peer_ui_field f[] = {
+        PEER_UI_INT("task", k->task_id), PEER_UI_INT("base_version", k->base_version),
+        PEER_UI_INT("steps", res->steps), PEER_UI_NUM("loss", res->mean_loss),
+        PEER_UI_NUM("last_loss", res->last_loss), PEER_UI_NUM("tokens_per_s", tps),
+        PEER_UI_INT("bytes_up", sent), PEER_UI_INT("dense_bytes", dense),
+        PEER_UI_INT("saved_bytes", saved), PEER_UI_NUM("download_s", tm->download),
+        PEER_UI_NUM("train_s", tm->train), PEER_UI_NUM("compress_s", tm->compress),
+        PEER_UI_NUM("upload_s", tm->upload), PEER_UI_STR("outcome", what),
+        PEER_UI_INT("update", update), PEER_UI_INT("version", version)};
+    peer_ui_event(level, "task_end", f, PEER_UI_NFIELDS(f),
+                  "task %lld: base v%lld, %d steps, loss %.4f (last %.4f), upload %lld bytes "
+                  "(%s), %.0f tok/s, %s; time: download %.2f s, train %.2f s, compress %.2f s, "
+                  "upload %.2f s",
+                  (long long)k->task_id, (long long)k->base_version, res->steps, res->mean_loss,
+                  res->last_loss, (long long)sent, how, tps, said, tm->download, tm->train,
+                  tm->compress, tm->upload);
+}
 
 /* Counts a judged upload in DIR/progress.json. Only `status` reads it, so
  * failing to write it costs a warning, not the task. */
@@ -197,8 +238,10 @@ static void note_progress(loop *L, const peer_task *k, const peer_train_result *
 static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
                   vl_error *err) {
     const peer_run_opts *ro = L->o;
-    if (ro->tamper && ro->tamper(ro->tamper_arg, attempt, L->tr.delta, L->tr.n_params) != 0)
+    if (L->tamper && L->tamper(L->tamper_arg, attempt, L->tr.delta, L->tr.n_params) != 0)
         return STEP_GAVE_UP;
+    peer_ui_phase(k->task_id, "compressing");
+    double t0 = clock_mono_s();
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -229,6 +272,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     if (!rc) rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
     free(layers);
     free(ag);
+    L->times.compress += clock_mono_s() - t0;
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
     int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
@@ -236,34 +280,41 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
      * it, the volunteer asked for it (--overlap) and nothing has to follow
      * the upload on this task: a second round answers from this task's
      * delta, and a tamper hook retries it. */
-    int overlap = more && k->overlap && ro->overlap && !ro->tamper && !k->second_round;
+    int overlap = more && k->overlap && ro->overlap && !L->tamper && !k->second_round;
     /* Otherwise the next task comes with the answer unless this is the
      * last one. */
     peer_request rq = {.method = "POST",
                        .target = more && !overlap ? "/v1/updates?next=1" : "/v1/updates",
                        .content_type = "application/octet-stream", .body = L->upload.data,
-                       .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
+                       .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S,
+                       .show_progress = 1};
     if (overlap) {
         if ((rc = peer_http_bg_start(&L->bg, L->http, &rq, err))) return rc;
         L->flying = 1;
         L->fly_k = *k;
         L->fly_res = *res;
+        L->fly_times = L->times;
         log_debug("task %lld: upload of %zu bytes under way; the next task starts meanwhile",
                   (long long)k->task_id, L->upload.len);
         return VL_OK;
     }
     /* A transport failure leaves the outcome unknown: the record stays,
      * for the next start to send again. */
-    if ((rc = peer_http_do(L->http, &rq, &L->rs, err))) return rc;
-    return upload_answer(L, k, res, &L->rs, err);
+    peer_ui_phase(k->task_id, "uploading");
+    t0 = clock_mono_s();
+    rc = peer_http_do(L->http, &rq, &L->rs, err);
+    L->times.upload += clock_mono_s() - t0;
+    if (rc) return rc;
+    rc = upload_answer(L, k, res, &L->times, &L->rs, err);
+    if (rc == VL_OK) peer_ui_phase(k->task_id, "update sent");
+    return rc;
 }
 
 /* Judges the coordinator's answer rs to the upload of task k, now in
  * L->upload: settles the record, puts back what was not taken, takes the
  * next task when it came along. */
 static int upload_answer(loop *L, const peer_task *k, const peer_train_result *res,
-                         peer_response *rs, vl_error *err) {
-    double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
+                         const task_times *tm, peer_response *rs, vl_error *err) {
     L->up_bytes += L->upload.len;
     L->answer_round = 0;
     char code[64], msg[8];
@@ -282,12 +333,12 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         json_error_t je;
         json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
         json_t *uid = json_object_get(o, "update_id"), *ver = json_object_get(o, "version");
-        log_info("task %lld: base v%lld, %d steps, loss %.4f, upload %zu bytes, %.0f tok/s, "
-                 "update %lld accepted (version %lld)",
-                 (long long)k->task_id, (long long)k->base_version, res->steps, res->mean_loss,
-                 L->upload.len, tps,
-                 json_is_integer(uid) ? (long long)json_integer_value(uid) : -1LL,
-                 json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL);
+        int64_t update = json_is_integer(uid) ? (int64_t)json_integer_value(uid) : -1;
+        int64_t version = json_is_integer(ver) ? (int64_t)json_integer_value(ver) : -1;
+        char said[96];
+        snprintf(said, sizeof said, "update %lld accepted (version %lld)", (long long)update,
+                 (long long)version);
+        task_summary(L, LOG_INFO, k, res, tm, "accepted", update, version, said);
         json_t *next = json_object_get(o, "next_task");
         if (next) {
             /* A bad offer costs only the round trip it would have saved. */
@@ -307,10 +358,10 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         note_progress(L, k, res, dup);
         vl_error e = {0};
         peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
-        log_msg(dup ? LOG_INFO : LOG_WARN,
-                "task %lld: base v%lld, %d steps, loss %.4f, upload %zu bytes, %.0f tok/s; %s: %s",
-                (long long)k->task_id, (long long)k->base_version, res->steps, res->mean_loss,
-                L->upload.len, tps, dup ? "already stored" : "dropped", e.msg);
+        char said[sizeof e.msg + 32];
+        snprintf(said, sizeof said, "%s: %s", dup ? "already stored" : "dropped", e.msg);
+        task_summary(L, dup ? LOG_INFO : LOG_WARN, k, res, tm,
+                     dup ? "already_stored" : "dropped", -1, -1, said);
         return VL_OK;
     }
     return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
@@ -324,7 +375,8 @@ static int land(loop *L, vl_error *err) {
     L->flying = 0;
     peer_response *rs = NULL;
     int rc = peer_http_bg_wait(&L->bg, &rs, err);
-    if (!rc) rc = upload_answer(L, &L->fly_k, &L->fly_res, rs, err);
+    L->fly_times.upload += L->bg.seconds;
+    if (!rc) rc = upload_answer(L, &L->fly_k, &L->fly_res, &L->fly_times, rs, err);
     if (rc == VL_OK) remember(L, &L->fly_k);
     return rc;
 }
@@ -333,6 +385,7 @@ static int land(loop *L, vl_error *err) {
 static int one_task(loop *L, vl_error *err) {
     peer_task k;
     int rc = VL_OK;
+    memset(&L->times, 0, sizeof L->times);
     if (L->have_next) {
         k = L->next;
         L->have_next = 0;
@@ -351,12 +404,22 @@ static int one_task(loop *L, vl_error *err) {
         if (peer_sleep(left < 1 ? 1 : left > 30 ? 30 : left)) return PEER_ESTOPPED;
         return STEP_AGAIN;
     }
+    peer_ui_phase(k.task_id, "fetching the model");
+    peer_ui_field tf[] = {PEER_UI_INT("task", k.task_id),
+                          PEER_UI_INT("base_version", k.base_version),
+                          PEER_UI_INT("steps", k.steps), PEER_UI_INT("batch", k.batch),
+                          PEER_UI_INT("context", k.context), PEER_UI_INT("deadline", k.deadline)};
+    peer_ui_event(LOG_INFO, "task_start", tf, PEER_UI_NFIELDS(tf),
+                  "task %lld: model version %lld, up to %d local steps, lease ends in %lld s",
+                  (long long)k.task_id, (long long)k.base_version, k.steps,
+                  (long long)(k.deadline - clock_unix_s()));
     char desc[sizeof L->comp_desc];
     peer_task_describe_compression(&k, desc, sizeof desc);
     if (strcmp(desc, L->comp_desc) != 0) {
         log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
+    double t_fetch = clock_mono_s();
     if ((rc = peer_loop_fetch_model(L, &k, err)) == VL_OK)
         rc = k.local   ? peer_local_check(&L->tr, &k, &L->local, err)
              : L->tr.mlp ? vl_fail(err, VL_EINVAL, "task %lld has a data range but the model is "
@@ -386,6 +449,7 @@ static int one_task(loop *L, vl_error *err) {
     if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, &k, &L->factor_bytes, err))) return rc;
     peer_train_result res;
     model_shard *data = NULL;
+    if (!k.local) peer_ui_phase(k.task_id, "fetching data");
     rc = k.local    ? VL_OK
          : k.tokens ? peer_loop_fetch_tokens(L, &k, &data, err)
                     : peer_loop_fetch_data(L, &k, err);
@@ -394,6 +458,10 @@ static int one_task(loop *L, vl_error *err) {
         log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
     }
     if (rc) return rc;
+    L->times.download = clock_mono_s() - t_fetch;
+    peer_ui_device(L->tr.device == PEER_DEVICE_CUDA ? "cuda" : "cpu");
+    peer_ui_train_begin(k.task_id, k.steps,
+                        k.local && !L->tr.gpt ? (int64_t)k.batch : (int64_t)k.batch * k.context);
     if (k.local && k.split_cut > 0) {
         rc = peer_trainer_run_split(&L->tr, &k, &L->local, L->http, &L->rs, L->st.peer_id, &res,
                                     err);
@@ -417,11 +485,12 @@ static int one_task(loop *L, vl_error *err) {
     if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
     if (rc) return rc;
     L->train_s += res.seconds;
+    L->times.train = res.seconds;
     /* The last update's answer first: a refusal puts its entries back in
      * the residual, which this encoding then carries. */
     if ((rc = land(L, err))) return rc;
     rc = upload(L, &k, &res, 0, err);
-    if (L->o->tamper) {
+    if (L->tamper) {
         /* A hostile peer turned away tries its next move on the same task,
          * and finally leaves the task, never the run. */
         for (int a = 1; rc == PEER_EREFUSED && a < PEER_TAMPER_ATTEMPTS; a++) {
@@ -435,10 +504,21 @@ static int one_task(loop *L, vl_error *err) {
         }
     }
     if (rc == VL_OK && !L->flying) remember(L, &k);
-    if (rc == VL_OK && !L->flying && L->answer_round)
+    if (rc == VL_OK && !L->flying && L->answer_round) {
+        if (k.method == PEER_METHOD_SKETCH && k.second_round > 0)
+            peer_ui_phase(k.task_id, "second round");
         rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,
                                &L->up_bytes, err);
+    }
     return rc;
+}
+
+/* The run is over on the coordinator: said once, in words. */
+static void say_finished(const loop *L) {
+    peer_ui_field f[] = {PEER_UI_STR("run", L->st.run), PEER_UI_INT("tasks", L->done)};
+    peer_ui_event(LOG_INFO, "run_finished", f, PEER_UI_NFIELDS(f),
+                  "run '%s' has finished (410 run_finished): nothing more to train, stopping "
+                  "after %lld tasks here", L->st.run, (long long)L->done);
 }
 
 static int run_tasks(loop *L, vl_error *err);
@@ -486,8 +566,7 @@ static int run_tasks(loop *L, vl_error *err) {
         if (rc != STEP_AGAIN) refusals = 0;
         if (rc == STEP_AGAIN) continue;
         if (rc == STEP_FINISHED) {
-            log_info("run '%s' has finished (410 run_finished); %lld tasks done here",
-                     L->st.run, (long long)L->done);
+            say_finished(L);
             return VL_OK;
         }
         if (rc) return rc;
@@ -497,7 +576,8 @@ static int run_tasks(loop *L, vl_error *err) {
     return VL_OK;
 }
 
-int peer_run(const peer_run_opts *o, vl_error *err) {
+static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_arg,
+                    vl_error *err) {
     if (o->wait_s < 0 || o->wait_s > 60) return vl_fail(err, VL_EINVAL, "--wait must be 0..60");
     if (o->step_delay_ms < 0 || o->step_delay_ms > 60000)
         return vl_fail(err, VL_EINVAL, "--step-delay must be 0..60000");
@@ -509,10 +589,13 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     loop L;
     memset(&L, 0, sizeof L);
     L.o = o;
+    L.tamper = tamper;
+    L.tamper_arg = tamper_arg;
     peer_device dev;
     int rc = peer_device_choose(o->device, &dev, err);
     if (rc) return rc;
     log_info("training on %s", dev.desc);
+    peer_ui_device(dev.kind == PEER_DEVICE_CUDA ? "cuda" : "cpu");
 #if defined(VOLLEY_HAVE_CUDA)
     if (o->gpu_mem_mib > 0) {
         kernels_cuda_set_mem_cap((size_t)o->gpu_mem_mib << 20);
@@ -568,7 +651,7 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     if (!rc && recorded.task_id) rc = retry_recorded(&L, &recorded, err);
     peer_pending_free(&recorded);
     if (rc == STEP_FINISHED) {
-        log_info("run '%s' has finished (410 run_finished)", L.st.run);
+        say_finished(&L);
         rc = VL_OK;
     } else if (!rc) {
         rc = run_loop(&L, err);
@@ -588,4 +671,10 @@ int peer_run(const peer_run_opts *o, vl_error *err) {
     peer_http_close(L.http);
     crypto_identity_wipe(&id);
     return rc == PEER_ESTOPPED ? VL_OK : rc;
+}
+
+int peer_run(const peer_run_opts *o, vl_error *err) { return run_with(o, NULL, NULL, err); }
+
+int peer_run_tampered(const peer_run_opts *o, peer_tamper_fn fn, void *arg, vl_error *err) {
+    return run_with(o, fn, arg, err);
 }

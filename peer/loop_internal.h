@@ -9,6 +9,7 @@
 #include "peer/local.h"
 #include "peer/peer.h"
 #include "peer/progress.h"
+#include "peer/tamper.h"
 
 #define JSON_CAP ((size_t)1 << 20)
 #define MODEL_CAP ((size_t)2 << 30)
@@ -16,8 +17,15 @@
 #define FINISHED_RING 64
 #define TOKENS_FILE "task.tokens" /* a token task's data while it trains */
 
+/* Where one task's wall time went, for its summary line. */
+typedef struct task_times {
+    double download, train, compress, upload; /* seconds */
+} task_times;
+
 typedef struct loop {
     const peer_run_opts *o;
+    peer_tamper_fn tamper; /* tests only (peer/tamper.h); NULL in volley-peer */
+    void *tamper_arg;
     peer_state st;
     peer_http *http;
     peer_trainer tr;
@@ -47,6 +55,7 @@ typedef struct loop {
     int flying;
     peer_task fly_k;
     peer_train_result fly_res;
+    task_times times, fly_times; /* the task in hand's, the one uploading's */
     /* Compute utilisation, for the summary at exit: seconds spent
      * training against the loop's wall time. */
     double train_s, t_start;

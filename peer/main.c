@@ -3,17 +3,19 @@
  * the default thread count), installs the signal handlers that let a run
  * stop between steps, and turns every failure into one line on stderr and
  * a stable exit status (peer.h). */
-#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "common/opts.h"
 #include "peer/guest.h"
 #include "peer/local.h"
 #include "peer/peer.h"
 #include "peer/progress.h"
+#include "peer/ui.h"
 
 #define PROG "volley-peer"
 
@@ -39,12 +41,14 @@ static const char USAGE[] =
     "      D is cuda and no GPU is usable\n"
     "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--priority P]\n"
     "      [--max-tasks N] [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
-    "      [--max-upload-rate R] [--max-download-rate R] [--overlap]\n"
+    "      [--max-upload-rate R] [--max-download-rate R] [--overlap] [--log-format F]\n"
     "      [--data IMAGES [--labels FILE] [--partition i/N [--beta B]]]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
     "      are done, or SIGINT/SIGTERM. Keeps the optimizer state and residual\n"
     "      in DIR/trainer.st and records each upload in DIR/pending.st before\n"
-    "      sending it, so a killed peer started again resumes by itself\n"
+    "      sending it, so a killed peer started again resumes by itself. On a\n"
+    "      terminal a status line below the log shows the task, step, loss,\n"
+    "      speed, device, upload and the bytes compression saved\n"
     "\n"
     "options:\n"
     "  --dir DIR        the peer's directory (key and state)\n"
@@ -98,59 +102,49 @@ static const char USAGE[] =
     "                   Dirichlet(B) (0.1: a few classes per part; default IID)\n"
     "  --partition-seed S  seed of the cut (default 20240520); peers of one\n"
     "                   federation must agree on it\n"
+    "  --log-format F   text or json (default text): json writes each log line and\n"
+    "                   event (task_start, task_end, coordinator_unreachable, ...)\n"
+    "                   as one JSON object a line, for log collectors; no status\n"
+    "                   line then\n"
     "  -v, --verbose    debug logging\n"
     "\n"
     "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
     "2 usage, 3 refused by the coordinator, 4 coordinator unreachable\n";
 
-enum { OPT_DIR = 1, OPT_FORCE, OPT_COORD, OPT_TOKEN, OPT_TOKEN_FILE, OPT_CACERT, OPT_NAME,
-       OPT_THREADS, OPT_MAX_TASKS, OPT_WAIT, OPT_RETRIES, OPT_STEP_DELAY, OPT_SLOWDOWN, OPT_VERBOSE,
-       OPT_DEVICE, OPT_GPU_MEM, OPT_DATA, OPT_LABELS, OPT_PARTITION, OPT_BETA,
-       OPT_PARTITION_SEED, OPT_MAX_UP, OPT_MAX_DOWN, OPT_OVERLAP,
-       OPT_PRIORITY, OPT_HELP };
+static const char HINT[] = "see '" PROG " --help'";
 
-static const struct option OPTIONS[] = {
-    {"dir", required_argument, NULL, OPT_DIR},
-    {"force", no_argument, NULL, OPT_FORCE},
-    {"coordinator", required_argument, NULL, OPT_COORD},
-    {"token", required_argument, NULL, OPT_TOKEN},
-    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
-    {"cacert", required_argument, NULL, OPT_CACERT},
-    {"name", required_argument, NULL, OPT_NAME},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"max-tasks", required_argument, NULL, OPT_MAX_TASKS},
-    {"wait", required_argument, NULL, OPT_WAIT},
-    {"retries", required_argument, NULL, OPT_RETRIES},
-    {"step-delay", required_argument, NULL, OPT_STEP_DELAY},
-    {"slowdown", required_argument, NULL, OPT_SLOWDOWN},
-    {"verbose", no_argument, NULL, OPT_VERBOSE},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"gpu-mem", required_argument, NULL, OPT_GPU_MEM},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"labels", required_argument, NULL, OPT_LABELS},
-    {"partition", required_argument, NULL, OPT_PARTITION},
-    {"beta", required_argument, NULL, OPT_BETA},
-    {"partition-seed", required_argument, NULL, OPT_PARTITION_SEED},
-    {"max-upload-rate", required_argument, NULL, OPT_MAX_UP},
-    {"max-download-rate", required_argument, NULL, OPT_MAX_DOWN},
-    {"overlap", no_argument, NULL, OPT_OVERLAP},
-    {"priority", required_argument, NULL, OPT_PRIORITY},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
-};
+_Static_assert(PEER_EXIT_USAGE == VL_OPTS_EXIT_USAGE, "one exit status for bad usage");
 
+/* What the commands' options fill in; each command's table names the
+ * fields it takes, and its variables' values beforehand are the defaults. */
 typedef struct args {
     const char *dir, *coordinator, *token, *token_file, *cacert, *name;
     int force, verbose, overlap;
     peer_device_want device;
     peer_guest_priority priority; /* the zero value is the default, low */
+    int priority_given;
+    peer_log_format log_format;   /* the zero value is the default, text */
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
     const char *data, *labels, *partition;
     double beta;
     int64_t partition_seed;
     int64_t max_up, max_down;
-    unsigned seen; /* bit per OPT_* given, to refuse options a command ignores */
 } args;
+
+/* Every command takes --dir and -v/--verbose besides its own options. */
+#define COMMON_OPTS(a)                                                                     \
+    vl_opt_str("dir", &(a)->dir), vl_opt_letter(vl_opt_flag("verbose", &(a)->verbose), 'v')
+#define COMMAND_OPTS(command, table)                                                       \
+    {.prog = (command), .hint = HINT, .usage = USAGE, .opt = (table),                      \
+     .n = VL_OPTS_COUNT(table)}
+
+/* Parses a command's options (argv[0] is the command's word) and applies
+ * --verbose; returns vl_opts_parse's answer. */
+static int parse(vl_opts *o, int argc, char **argv, const args *a) {
+    int rc = vl_opts_parse(o, argc, argv, NULL);
+    if (rc == VL_OK && a->verbose) log_set_level(LOG_DEBUG);
+    return rc;
+}
 
 static int usage_error(const char *fmt, ...) VL_PRINTF(1, 2);
 static int usage_error(const char *fmt, ...) {
@@ -159,21 +153,23 @@ static int usage_error(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, PROG ": %s (see '" PROG " --help')\n", msg);
+    fprintf(stderr, PROG ": %s (%s)\n", msg, HINT);
     return PEER_EXIT_USAGE;
 }
 
-static int number(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out) {
-    if (parse_i64(s, min, max, out) == VL_OK) return 0;
-    fprintf(stderr, PROG ": %s needs an integer in [%lld, %lld], got '%s'\n", opt,
-            (long long)min, (long long)max, s);
-    return PEER_EXIT_USAGE;
-}
+/* What --device and the rate options take, for messages. */
+#define DEVICES "auto, cpu or cuda"
+#define RATES "bytes per second from 1k to 100G (e.g. 250k)"
 
-/* A rate in bytes per second: digits with an optional k, M or G
- * (thousands), at least 1 kB/s (below that no transfer of a model ends)
- * and at most 100 GB/s. */
-static int rate(const char *opt, const char *s, int64_t *out) {
+/* The values parsed by the peer's own parsers, for the option layer. */
+static int opt_device(const char *s, void *dst) { return peer_device_parse(s, dst); }
+static int opt_priority(const char *s, void *dst) { return peer_guest_priority_parse(s, dst); }
+static int opt_log_format(const char *s, void *dst) { return peer_log_format_parse(s, dst); }
+
+/* A rate in bytes per second into an int64_t: digits with an optional k,
+ * M or G (thousands), at least 1 kB/s (below that no transfer of a model
+ * ends) and at most 100 GB/s. */
+static int opt_rate(const char *s, void *dst) {
     char digits[32];
     size_t n = strlen(s);
     int64_t mult = 1;
@@ -189,93 +185,29 @@ static int rate(const char *opt, const char *s, int64_t *out) {
         digits[n] = '\0';
         if (parse_i64(digits, 1, INT64_MAX / 1000000000, &v) == VL_OK && v * mult >= 1000 &&
             v * mult <= 100000000000LL) {
-            *out = v * mult;
-            return 0;
+            *(int64_t *)dst = v * mult;
+            return VL_OK;
         }
     }
-    fprintf(stderr, PROG ": %s needs bytes per second from 1k to 100G (e.g. 250k), got '%s'\n",
-            opt, s);
-    return PEER_EXIT_USAGE;
+    return VL_EINVAL;
 }
 
-static int parse_args(int argc, char **argv, args *a) {
-    memset(a, 0, sizeof *a);
-    a->wait_s = 20;
-    a->partition_seed = PEER_PARTITION_SEED;
-    opterr = 0;
-    optind = 1;
-    int c, rc = 0;
-    while ((c = getopt_long(argc, argv, ":v", OPTIONS, NULL)) != -1 && !rc) {
-        if (c == 'v') c = OPT_VERBOSE;
-        if (c > 0 && c <= OPT_HELP) a->seen |= 1u << c;
-        switch (c) {
-        case OPT_DIR: a->dir = optarg; break;
-        case OPT_FORCE: a->force = 1; break;
-        case OPT_COORD: a->coordinator = optarg; break;
-        case OPT_TOKEN: a->token = optarg; break;
-        case OPT_TOKEN_FILE: a->token_file = optarg; break;
-        case OPT_CACERT: a->cacert = optarg; break;
-        case OPT_NAME: a->name = optarg; break;
-        case OPT_THREADS: rc = number("--threads", optarg, 1, 1024, &a->threads); break;
-        case OPT_MAX_TASKS: rc = number("--max-tasks", optarg, 1, INT64_MAX, &a->max_tasks); break;
-        case OPT_WAIT: rc = number("--wait", optarg, 0, 60, &a->wait_s); break;
-        case OPT_RETRIES: rc = number("--retries", optarg, 1, 100, &a->retries); break;
-        case OPT_STEP_DELAY:
-            rc = number("--step-delay", optarg, 0, 60000, &a->step_delay_ms);
-            break;
-        case OPT_SLOWDOWN: rc = number("--slowdown", optarg, 1, 100, &a->slowdown); break;
-        case OPT_MAX_UP: rc = rate("--max-upload-rate", optarg, &a->max_up); break;
-        case OPT_MAX_DOWN: rc = rate("--max-download-rate", optarg, &a->max_down); break;
-        case OPT_OVERLAP: a->overlap = 1; break;
-        case OPT_GPU_MEM:
-            rc = number("--gpu-mem", optarg, 1, INT64_C(1) << 30, &a->gpu_mem_mib);
-            break;
-        case OPT_VERBOSE: a->verbose = 1; break;
-        case OPT_DATA: a->data = optarg; break;
-        case OPT_LABELS: a->labels = optarg; break;
-        case OPT_PARTITION: a->partition = optarg; break;
-        case OPT_BETA:
-            if (parse_f64(optarg, &a->beta) != VL_OK || !(a->beta > 0) || a->beta > 1e6)
-                return usage_error("--beta must be a number in (0, 1e6], not '%s'", optarg);
-            break;
-        case OPT_PARTITION_SEED:
-            rc = number("--partition-seed", optarg, 0, INT64_MAX, &a->partition_seed);
-            break;
-        case OPT_DEVICE:
-            if (peer_device_parse(optarg, &a->device) != VL_OK)
-                return usage_error("--device is auto, cpu or cuda, not '%s'", optarg);
-            break;
-        case OPT_PRIORITY:
-            if (peer_guest_priority_parse(optarg, &a->priority) != VL_OK)
-                return usage_error("--priority is low, idle or normal, not '%s'", optarg);
-            break;
-        case OPT_HELP: fputs(USAGE, stdout); exit(PEER_EXIT_OK);
-        case ':':
-            return usage_error("option %s needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (rc) return rc;
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    return 0;
-}
-
-/* Refuses options that the command would silently ignore. */
-static int only(const args *a, const char *cmd, unsigned allowed) {
-    allowed |= 1u << OPT_DIR | 1u << OPT_VERBOSE | 1u << OPT_HELP;
-    for (int o = 1; o <= OPT_HELP; o++) {
-        if ((a->seen & (1u << o)) && !(allowed & (1u << o))) {
-            fprintf(stderr, PROG ": %s does not take --%s\n", cmd, OPTIONS[o - 1].name);
-            return PEER_EXIT_USAGE;
-        }
-    }
-    return 0;
-}
-
+/* The line that ends a failed command. The status line goes first; with
+ * --log-format json the line is an event like the rest. A refusal or an
+ * unreachable coordinator ends `run` for good (a service manager may
+ * start it again), which the line says. */
 static int fail(const vl_error *e, int rc) {
-    fprintf(stderr, PROG ": %s\n", e->msg[0] ? e->msg : vl_strerror(rc));
-    return peer_exit_status(rc);
+    peer_ui_stop();
+    const char *msg = e->msg[0] ? e->msg : vl_strerror(rc);
+    const char *then = rc == PEER_EREFUSED || rc == PEER_ENETWORK ? "; stopping" : "";
+    int status = peer_exit_status(rc);
+    if (peer_ui_format() == PEER_LOG_JSON) {
+        peer_ui_field f[] = {PEER_UI_INT("status", status)};
+        peer_ui_event(LOG_ERROR, "exit", f, PEER_UI_NFIELDS(f), "%s%s", msg, then);
+    } else {
+        fprintf(stderr, PROG ": %s%s\n", msg, then);
+    }
+    return status;
 }
 
 static int resolve_dir(const args *a, char *dir, size_t cap, vl_error *e) {
@@ -287,9 +219,12 @@ static int resolve_dir(const args *a, char *dir, size_t cap, vl_error *e) {
     return peer_dir_default(dir, cap, e);
 }
 
-static int cmd_keygen(const args *a) {
-    int rc = only(a, "keygen", 1u << OPT_FORCE);
-    if (rc) return rc;
+static int cmd_keygen(int argc, char **argv) {
+    args parsed = {0}, *a = &parsed;
+    vl_opt t[] = {COMMON_OPTS(a), vl_opt_flag("force", &a->force)};
+    vl_opts cl = COMMAND_OPTS(PROG " keygen", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
     vl_error e = {0};
     char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
@@ -321,12 +256,20 @@ static int read_token(const char *path, char *out, size_t cap, vl_error *e) {
     return rc;
 }
 
-static int cmd_join(const args *a) {
-    int rc = only(a, "join", 1u << OPT_COORD | 1u << OPT_TOKEN | 1u << OPT_TOKEN_FILE |
-                                 1u << OPT_CACERT | 1u << OPT_NAME | 1u << OPT_RETRIES);
-    if (rc) return rc;
-    if (!a->coordinator) return usage_error("join needs --coordinator");
-    if (!a->token == !a->token_file) return usage_error("join needs one of --token, --token-file");
+static int cmd_join(int argc, char **argv) {
+    args parsed = {0}, *a = &parsed;
+    vl_opt t[] = {COMMON_OPTS(a),
+                  vl_opt_required(vl_opt_str("coordinator", &a->coordinator)),
+                  vl_opt_str("token", &a->token),
+                  vl_opt_str("token-file", &a->token_file),
+                  vl_opt_str("cacert", &a->cacert),
+                  vl_opt_str("name", &a->name),
+                  vl_opt_int("retries", &a->retries, 1, 100)};
+    vl_opts cl = COMMAND_OPTS(PROG " join", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
+    if (!a->token == !a->token_file)
+        return vl_opts_status(vl_opts_fail(&cl, "give one of --token, --token-file"));
     vl_error e = {0};
     char dir[PEER_PATH_MAX], token[600];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
@@ -344,9 +287,12 @@ static int cmd_join(const args *a) {
     return PEER_EXIT_OK;
 }
 
-static int cmd_rotate_key(const args *a) {
-    int rc = only(a, "rotate-key", 1u << OPT_RETRIES);
-    if (rc) return rc;
+static int cmd_rotate_key(int argc, char **argv) {
+    args parsed = {0}, *a = &parsed;
+    vl_opt t[] = {COMMON_OPTS(a), vl_opt_int("retries", &a->retries, 1, 100)};
+    vl_opts cl = COMMAND_OPTS(PROG " rotate-key", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
     vl_error e = {0};
     char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
@@ -355,9 +301,12 @@ static int cmd_rotate_key(const args *a) {
     return PEER_EXIT_OK;
 }
 
-static int cmd_status(const args *a) {
-    int rc = only(a, "status", 0);
-    if (rc) return rc;
+static int cmd_status(int argc, char **argv) {
+    args parsed = {0}, *a = &parsed;
+    vl_opt t[] = {COMMON_OPTS(a)};
+    vl_opts cl = COMMAND_OPTS(PROG " status", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
@@ -370,9 +319,12 @@ static void on_signal(int sig) {
     peer_stop_request();
 }
 
-static int cmd_device(const args *a) {
-    int rc = only(a, "device", 1u << OPT_DEVICE);
-    if (rc) return rc;
+static int cmd_device(int argc, char **argv) {
+    args parsed = {0}, *a = &parsed;
+    vl_opt t[] = {COMMON_OPTS(a), vl_opt_custom("device", opt_device, &a->device, DEVICES)};
+    vl_opts cl = COMMAND_OPTS(PROG " device", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
     peer_device d;
     vl_error e = {0};
     if ((rc = peer_device_choose(a->device, &d, &e))) return fail(&e, rc);
@@ -388,7 +340,7 @@ static int cmd_device(const args *a) {
 static int guest_setup(const args *a, vl_error *e) {
     char line[512];
     int rc = peer_guest_priority_apply(a->priority, line, sizeof line, e);
-    if (rc && (a->seen & (1u << OPT_PRIORITY))) return rc;
+    if (rc && a->priority_given) return rc;
     if (rc) log_warn("%s; going on at the priority it had", e->msg);
     else log_info("%s", line);
     peer_guest_waits_describe(line, sizeof line);
@@ -400,26 +352,53 @@ static int guest_setup(const args *a, vl_error *e) {
     return a->threads > 0 ? (int)a->threads : cpus.threads;
 }
 
-static int cmd_run(const args *a) {
-    int rc = only(a, "run", 1u << OPT_THREADS | 1u << OPT_MAX_TASKS | 1u << OPT_WAIT |
-                                1u << OPT_RETRIES | 1u << OPT_STEP_DELAY |
-                                1u << OPT_SLOWDOWN | 1u << OPT_DEVICE |
-                                1u << OPT_GPU_MEM | 1u << OPT_DATA | 1u << OPT_LABELS |
-                                1u << OPT_PARTITION | 1u << OPT_BETA |
-                                1u << OPT_PARTITION_SEED | 1u << OPT_MAX_UP |
-                                1u << OPT_MAX_DOWN | 1u << OPT_OVERLAP |
-                                1u << OPT_PRIORITY);
-    if (rc) return rc;
+/* argv[0] is "run"; whole_argv, the program's own, restarts it. */
+static int cmd_run(int argc, char **argv, char **whole_argv) {
+    args parsed = {.wait_s = 20, .partition_seed = PEER_PARTITION_SEED}, *a = &parsed;
+    vl_opt t[] = {
+        COMMON_OPTS(a),
+        vl_opt_custom("device", opt_device, &a->device, DEVICES),
+        vl_opt_int("gpu-mem", &a->gpu_mem_mib, 1, INT64_C(1) << 30),
+        vl_opt_int("threads", &a->threads, 1, 1024),
+        vl_opt_custom("priority", opt_priority, &a->priority, "low, idle or normal"),
+        vl_opt_int("max-tasks", &a->max_tasks, 1, INT64_MAX),
+        vl_opt_int("wait", &a->wait_s, 0, 60),
+        vl_opt_int("retries", &a->retries, 1, 100),
+        vl_opt_int("step-delay", &a->step_delay_ms, 0, 60000),
+        vl_opt_int("slowdown", &a->slowdown, 1, 100),
+        vl_opt_custom("max-upload-rate", opt_rate, &a->max_up, RATES),
+        vl_opt_custom("max-download-rate", opt_rate, &a->max_down, RATES),
+        vl_opt_flag("overlap", &a->overlap),
+        vl_opt_custom("log-format", opt_log_format, &a->log_format, "text or json"),
+        vl_opt_str("data", &a->data),
+        vl_opt_str("labels", &a->labels),
+        vl_opt_str("partition", &a->partition),
+        vl_opt_f64_above("beta", &a->beta, 0, 1e6),
+        vl_opt_int("partition-seed", &a->partition_seed, 0, INT64_MAX),
+    };
+    vl_opts cl = COMMAND_OPTS(PROG " run", t);
+    int rc = parse(&cl, argc, argv, a);
+    if (rc) return vl_opts_status(rc);
+    a->priority_given = vl_opts_given(&cl, "priority");
+    /* Before the first line: every line of run has its format. */
+    peer_ui_start(a->log_format, isatty(STDERR_FILENO));
     vl_error e = {0};
+    /* First, before any thread exists: on success this process is
+     * replaced by one whose OpenMP and OpenBLAS read passive settings. */
+    if (peer_guest_reexec(whole_argv, &e))
+        log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
+    memset(&e, 0, sizeof e);
     if (!a->data && (a->labels || a->partition || a->beta > 0 ||
-                     (a->seen & (1u << OPT_PARTITION_SEED))))
-        return usage_error("--labels, --partition, --beta and --partition-seed go with --data");
+                     vl_opts_given(&cl, "partition-seed")))
+        return vl_opts_status(vl_opts_fail(
+            &cl, "--labels, --partition, --beta and --partition-seed go with --data"));
     if (a->beta > 0 && !a->partition)
-        return usage_error("--beta skews the labels of a --partition; give --partition i/N");
+        return vl_opts_status(vl_opts_fail(
+            &cl, "--beta skews the labels of a --partition; give --partition i/N"));
     peer_local_opts local = {.images = a->data, .labels = a->labels, .part = 0, .parts = 1,
                              .beta = a->beta, .seed = (uint64_t)a->partition_seed};
     if (a->partition && peer_local_parse_part(a->partition, &local.part, &local.parts, &e))
-        return usage_error("%s", e.msg);
+        return vl_opts_status(vl_opts_fail(&cl, "%s", e.msg));
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
     int threads = guest_setup(a, &e);
@@ -442,7 +421,9 @@ static int cmd_run(const args *a) {
                        .max_upload_bps = a->max_up, .max_download_bps = a->max_down,
                        .overlap = a->overlap};
     rc = peer_run(&o, &e);
-    return rc ? fail(&e, rc) : PEER_EXIT_OK;
+    if (rc) return fail(&e, rc);
+    peer_ui_stop();
+    return PEER_EXIT_OK;
 }
 
 int main(int argc, char **argv) {
@@ -456,22 +437,14 @@ int main(int argc, char **argv) {
         fputs(USAGE, stdout);
         return PEER_EXIT_OK;
     }
-    args a;
-    int rc = parse_args(argc - 1, argv + 1, &a);
-    if (rc) return rc;
-    if (a.verbose) log_set_level(LOG_DEBUG);
-    if (!strcmp(cmd, "run")) {
-        /* First, before any thread exists: on success this process is
-         * replaced by one whose OpenMP and OpenBLAS read passive settings. */
-        vl_error e = {0};
-        if (peer_guest_reexec(argv, &e))
-            log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
-    }
-    if (!strcmp(cmd, "keygen")) return cmd_keygen(&a);
-    if (!strcmp(cmd, "join")) return cmd_join(&a);
-    if (!strcmp(cmd, "run")) return cmd_run(&a);
-    if (!strcmp(cmd, "device")) return cmd_device(&a);
-    if (!strcmp(cmd, "status")) return cmd_status(&a);
-    if (!strcmp(cmd, "rotate-key")) return cmd_rotate_key(&a);
+    /* Each command parses its own options, argv[0] being its word. */
+    int n = argc - 1;
+    char **args_ = argv + 1;
+    if (!strcmp(cmd, "keygen")) return cmd_keygen(n, args_);
+    if (!strcmp(cmd, "join")) return cmd_join(n, args_);
+    if (!strcmp(cmd, "run")) return cmd_run(n, args_, argv);
+    if (!strcmp(cmd, "device")) return cmd_device(n, args_);
+    if (!strcmp(cmd, "status")) return cmd_status(n, args_);
+    if (!strcmp(cmd, "rotate-key")) return cmd_rotate_key(n, args_);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -555,17 +555,6 @@ typedef struct peer_run_opts {
     /* --data and --partition: the peer's own images, for runs whose data
      * stay on the peers (peer/local.h); NULL: none */
     const struct peer_local_opts *local;
-    /* Plays a hostile peer, for tests of the coordinator's defences only
-     * (tests/integration/hostile_peer.c; volley-peer leaves it NULL).
-     * Called before each upload of a task is encoded, attempt 0 first and
-     * 1, 2, ... after each refusal of that task's upload, with delta
-     * holding the task's honest delta on attempt 0 and whatever the last
-     * call left after that; it may rewrite delta. A refused upload is
-     * tried again while the hook returns 0, up to PEER_TAMPER_ATTEMPTS in
-     * all; a refusal left after that drops the task instead of ending the
-     * loop. */
-    int (*tamper)(void *arg, int attempt, float *delta, size_t n);
-    void *tamper_arg;
 } peer_run_opts;
 
 /* Refused tasks in a row after which `run` stops (PEER_EXIT_FAIL). A task
@@ -574,9 +563,6 @@ typedef struct peer_run_opts {
  * non-finite values, wrong sizes); the peer keeps the model and state it
  * had, pauses n seconds after the n-th refusal in a row, and asks again. */
 #define PEER_MAX_REFUSALS 5
-
-/* Uploads of one task a tamper hook may try. */
-#define PEER_TAMPER_ATTEMPTS 8
 
 /* `volley-peer run`: the task loop. It first restores DIR/trainer.st and
  * settles an upload left in DIR/pending.st by an earlier process (see

@@ -14,6 +14,7 @@
 #include "peer/local.h"
 #include "peer/nopeek.h"
 #include "peer/train_internal.h"
+#include "peer/ui.h"
 
 /* Reply bodies are a batch's gradient or output and a header. */
 #define SPLIT_REPLY_CAP (SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536)
@@ -223,6 +224,7 @@ static int learn_step(peer_trainer *t, const peer_task *k, split_bufs *b, float 
     if (step == 1) res->first_loss = loss;
     res->last_loss = loss;
     if ((rc = peer_trainer_pace(t, step_t0, err))) return rc;
+    peer_ui_step(step, loss);
     double change = peer_selsync_feed(&ty->ss, g2);
     ty->stop = step >= k->h_min && change >= k->selsync_delta;
     return VL_OK;

@@ -12,6 +12,7 @@
 #include "peer/local.h"
 #include "peer/train_internal.h"
 #include "peer/peer.h"
+#include "peer/ui.h"
 
 /* Seed of the weights peer_trainer_init_model draws; tests rely on it being
  * fixed, the coordinator's models always come from a file. */
@@ -406,6 +407,7 @@ static int train_steps(peer_trainer *t, const peer_task *task, const task_data *
         if (step == 1) res->first_loss = loss;
         res->last_loss = loss;
         if ((rc = peer_trainer_pace(t, step_t0, err))) return rc;
+        peer_ui_step(step, loss);
 
         double change = peer_selsync_feed(&ss, g2);
         if (step >= task->h_min && change >= task->selsync_delta) break;

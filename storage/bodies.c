@@ -349,26 +349,13 @@ typedef struct prune_ctx {
     vl_error *err;
 } prune_ctx;
 
-/* 1 when no update row (in this transaction's view) points into seg. */
-static int seg_unused(storage *st, int64_t seg, int *out, vl_error *err) {
-    sqlite3_stmt *s = q_get(st, Q_BODY_SEG_USED, err);
-    if (!s) return VL_EDB;
-    sqlite3_bind_int64(s, 1, seg);
-    int64_t used = 0;
-    int rc = q_int(st, s, 0, &used, "find segment use", err);
-    if (rc == VL_ENOTFOUND) used = 0;
-    else if (rc != VL_OK) return rc;
-    *out = used == 0;
-    return VL_OK;
-}
-
 static int note_one(void *arg, int64_t seg) {
     prune_ctx *c = arg;
     body_files *b = &c->st->bodies;
     if (seg >= c->max || (b->wfd >= 0 && seg == b->wseg) || b->n_prune >= BODY_PRUNE_MAX)
         return VL_OK;
     int unused = 0;
-    int rc = seg_unused(c->st, seg, &unused, c->err);
+    int rc = q_body_seg_unused(c->st, seg, &unused, c->err);
     if (rc == VL_OK && unused) b->prune[b->n_prune++] = seg;
     return rc;
 }
@@ -385,7 +372,7 @@ int body_prune(storage *st, vl_error *err) {
         for (size_t i = 0; i < b->n_prune; i++) {
             int64_t seg = b->prune[i];
             int unused = 0;
-            int rc = seg_unused(st, seg, &unused, err);
+            int rc = q_body_seg_unused(st, seg, &unused, err);
             if (rc != VL_OK) return rc;
             if (!unused || (b->wfd >= 0 && seg == b->wseg)) continue;
             char path[sizeof b->dir + 32];

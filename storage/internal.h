@@ -186,6 +186,9 @@ int body_prune(storage *st, vl_error *err);
 void body_committed(body_files *b);
 /* After a rollback: forgets what the transaction noted or lost. */
 void body_rolled_back(body_files *b);
+/* Sets *out to 1 when no update body row, in this transaction's view,
+ * points into segment seg (work.c; body_prune decides with it). */
+int q_body_seg_unused(storage *st, int64_t seg, int *out, vl_error *err);
 /* The part of a version commit that stores v's merged K-FAC factors (when
  * it has them) and prunes factors older than keep_versions below it
  * (factors.c). */

@@ -1,5 +1,7 @@
-/* Read-only summaries for the status endpoint and the operator's CLI:
- * distributions over the stored updates and each peer's activity. */
+/* Read-only summaries for the status endpoint, the operator's CLI and
+ * dashboard: distributions over the stored updates and each peer's
+ * activity and totals. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,5 +52,34 @@ int storage_peer_each(storage *st, int64_t now, storage_peer_fn fn, void *ctx, v
     }
     int ret = rc == SQLITE_DONE ? VL_OK : q_fail(st, err, "list peers");
     q_done(s);
+    return ret;
+}
+
+int storage_peer_totals_each(storage *st, storage_peer_totals_fn fn, void *ctx, vl_error *err) {
+    /* Prepared on each call, not kept with the statements the server runs
+     * per request (db.c): only the dashboard asks, every few seconds. One
+     * pass over updates_by_peer. */
+    static const char *SQL =
+        "SELECT p.id, p.hardware, count(u.id), count(u.merged_version), avg(u.staleness),"
+        " coalesce(sum(u.nbytes), 0)"
+        " FROM peers p LEFT JOIN updates u ON u.peer_id = p.id GROUP BY p.id ORDER BY p.id";
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, SQL, -1, &s, NULL) != SQLITE_OK)
+        return q_fail(st, err, "prepare peer totals");
+    int rc, ret = VL_OK;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        storage_peer_totals t;
+        t.id = sqlite3_column_int64(s, 0);
+        const char *hw = (const char *)sqlite3_column_text(s, 1);
+        t.hardware = hw ? hw : "";
+        t.stored = sqlite3_column_int64(s, 2);
+        t.merged = sqlite3_column_int64(s, 3);
+        t.mean_staleness =
+            sqlite3_column_type(s, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 4);
+        t.bytes = sqlite3_column_int64(s, 5);
+        if ((ret = fn(ctx, &t)) != 0) break;
+    }
+    if (ret == VL_OK && rc != SQLITE_DONE) ret = q_fail(st, err, "peer totals");
+    sqlite3_finalize(s);
     return ret;
 }

@@ -505,6 +505,22 @@ typedef int (*storage_peer_fn)(void *ctx, const storage_peer_activity *a);
 int storage_peer_each(storage *st, int64_t now, storage_peer_fn fn, void *ctx,
                       vl_error *err) VL_MUST_CHECK;
 
+/* What one peer has sent, for the operator's dashboard. */
+typedef struct storage_peer_totals {
+    int64_t id;
+    const char *hardware; /* as it described itself when joining (JSON text); valid
+                           * only during the callback */
+    int64_t stored;        /* its updates stored */
+    int64_t merged;        /* of them, merged into a version */
+    double mean_staleness; /* over its stored updates; NaN when none */
+    int64_t bytes;         /* its stored updates' bodies as sent */
+} storage_peer_totals;
+typedef int (*storage_peer_totals_fn)(void *ctx, const storage_peer_totals *t);
+/* Every registered peer's totals, by id; a non-zero return from fn stops
+ * the walk and is returned. */
+int storage_peer_totals_each(storage *st, storage_peer_totals_fn fn, void *ctx,
+                             vl_error *err) VL_MUST_CHECK;
+
 /* ---- second rounds -------------------------------------------------------- */
 
 /* The second round of the updates based on `version`: the n candidate

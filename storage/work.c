@@ -235,6 +235,18 @@ int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err)
     return rc;
 }
 
+int q_body_seg_unused(storage *st, int64_t seg, int *out, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_BODY_SEG_USED, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, seg);
+    int64_t used = 0;
+    int rc = q_int(st, s, 0, &used, "find segment use", err);
+    if (rc == VL_ENOTFOUND) used = 0;
+    else if (rc != VL_OK) return rc;
+    *out = used == 0;
+    return VL_OK;
+}
+
 static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void *ctx,
                        vl_error *err) {
     int rc;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "peer/peer.h"
+#include "peer/tamper.h"
 
 typedef enum { A_SCALE100, A_SIGNFLIP, A_NOISE, A_NAN, A_REPLAY } attack;
 static const char *const NAMES[] = {"scale100", "signflip", "noise", "nan", "replay"};
@@ -120,10 +121,9 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    peer_run_opts o = {.dir = argv[1], .threads = 1, .wait_s = 10, .retries = 20,
-                       .tamper = tamper, .tamper_arg = &h};
+    peer_run_opts o = {.dir = argv[1], .threads = 1, .wait_s = 10, .retries = 20};
     vl_error e = {0};
-    int rc = peer_run(&o, &e);
+    int rc = peer_run_tampered(&o, tamper, &h, &e);
     free(h.honest);
     free(h.first);
     if (rc) {

@@ -7,13 +7,8 @@
 # after signing. The package is installed, at a pinned version, into a
 # virtual environment under the build directory (VOLLEY_PYENV).
 source "$(dirname "$0")/lib.sh"
-PYENV=${VOLLEY_PYENV:?}
-if [ ! -x "$PYENV/bin/python" ] || ! "$PYENV/bin/python" -c 'import http_message_signatures' 2>/dev/null; then
-  python3 -m venv --system-site-packages "$PYENV" || fail "cannot make a Python virtual environment"
-  "$PYENV/bin/python" -m pip install -q --disable-pip-version-check \
-    "http-message-signatures==3.0.0" "http-sf==1.4.0" \
-    || fail "cannot install http-message-signatures (the test needs PyPI once)"
-fi
+source "$(dirname "$0")/pyenv.sh"
+it_pyenv "http-message-signatures==3.0.0" "http-sf==1.4.0"
 it_setup itsig 2 2
 it_start_coordinator
 token=$("$COORD" token create --db run.db --uses 1 --ttl 1h) || fail "token create"

@@ -6,6 +6,8 @@ volley_unit_test(test_peer_kfac volley_peer)
 volley_unit_test(test_peer_device volley_peer)
 # What a peer has done (peer/progress.h) and `volley-peer status`.
 volley_unit_test(test_peer_progress volley_peer)
+# What a volunteer sees of a run (peer/ui.h): the status line, JSON lines.
+volley_unit_test(test_peer_ui volley_peer)
 # The peer as a guest on a shared machine (peer/guest.h): priority, passive
 # waits (the test re-executes itself as volley-peer does), thread count.
 volley_unit_test(test_peer_guest volley_peer)

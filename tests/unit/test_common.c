@@ -512,11 +512,31 @@ static void test_base64_reject(void **state)
     (void)state;
     const char *bad[] = {"Zg=",  "Zg=a", "Z===", "====", "Zh==", "Zm9=", "Zm9v!A==", "=Zm9",
                          "Zm=v", "Zm9v Zg==", "Zm9vYg==Zm9v", "Zg==Zg==", "Zm9", "Zm9vY",
-                         "Zm9vYmF-", "Zm9vYmF_", "\nZm9"};
+                         "Zm9vYmF-", "Zm9vYmF_", "\nZm9",
+                         /* what a lenient decoder would skip or mend */
+                         "Zm9v\r\nYmFy", "Zm9v\tYmFy", "Zm9vYmFy ", "Zm9vYmFy\n", "Zm9vYg= =",
+                         "Zm9vYg=\n=", "Zm9vYg==\n", "Zm9vYg===", "Zm9vYmE==", "Zm9vYmE",
+                         "Zm9vYg", "Zm9vYg=", "Zm9v=", "Zm9vYmFy="};
     uint8_t out[64];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (base64_decode(bad[i], strlen(bad[i]), out, sizeof out) != -1)
             fail_msg("accepted bad base64 '%s'", bad[i]);
+    }
+    /* All 256 byte values in each place of a group: only the alphabet's
+     * 64 pass. After "Z" a one-byte group must end in a digit whose low
+     * four bits are zero. */
+    const char *alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int c = 0; c < 256; c++) {
+        const char *at = c ? strchr(alphabet, c) : NULL;
+        for (int pos = 0; pos < 4; pos++) {
+            char in[4] = {'Z', 'm', '9', 'v'};
+            in[pos] = (char)c;
+            if (base64_decode(in, 4, out, sizeof out) != (at ? 3 : -1))
+                fail_msg("byte 0x%02x at %d: wrong verdict", (unsigned)c, pos);
+        }
+        char one[4] = {'Z', (char)c, '=', '='};
+        assert_int_equal(base64_decode(one, 4, out, sizeof out),
+                         at && (at - alphabet) % 16 == 0 ? 1 : -1);
     }
     /* Length is taken from n, not from a NUL: a NUL inside is just bad input. */
     assert_int_equal(base64_decode("Zm\0v", 4, out, sizeof out), -1);
@@ -554,6 +574,16 @@ static void test_hex(void **state)
     assert_int_equal(hex_decode("abcd", 4, dec, 1), -1);
     assert_int_equal(hex_decode("ab", 2, dec, 2), -1);
     assert_int_equal(hex_decode("ab", 2, dec, SIZE_MAX), -1);
+    assert_int_equal(hex_decode("ab:cd", 5, dec, 2), -1);
+    assert_int_equal(hex_decode("abcdef", 4, dec, 2), 0); /* in_len bounds the read */
+    assert_int_equal(dec[1], 0xcd);
+    /* All 256 byte values in either nibble: only the 22 hex digits pass. */
+    for (int c = 0; c < 256; c++) {
+        int digit = c != 0 && strchr("0123456789abcdefABCDEF", c) != NULL;
+        char lo[2] = {'a', (char)c}, hi[2] = {(char)c, 'a'};
+        assert_int_equal(hex_decode(lo, 2, dec, 1), digit ? 0 : -1);
+        assert_int_equal(hex_decode(hi, 2, dec, 1), digit ? 0 : -1);
+    }
 }
 
 /* ---- clocks and randomness --------------------------------------------- */

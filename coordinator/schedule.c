@@ -1,0 +1,265 @@
+/* The loop's timers for merges, second rounds and leases, and what
+ * follows each version, round and expiry (schedule.h). */
+#include <stdlib.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "coordinator/aggregator.h"
+#include "coordinator/coord.h"
+#include "coordinator/schedule.h"
+#include "coordinator/scheduler.h"
+
+/* A merge that failed (the database was busy or full) is retried, and so
+ * is the opening of a round. */
+#define MERGE_RETRY_S 5
+
+/* A timeval of s >= 0 seconds. */
+static struct timeval timeval_of(double s) {
+    return (struct timeval){(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+}
+
+/* *ev, created on first use; NULL (logged as what) when it cannot be. */
+static struct event *timer_of(coord_server *srv, struct event **ev, event_callback_fn cb,
+                              const char *what) {
+    if (!*ev) {
+        *ev = evtimer_new(srv->base, cb, srv);
+        if (!*ev) log_error("%s", what);
+    }
+    return *ev;
+}
+
+/* ---- the merge timer ----------------------------------------------------- */
+
+static void merge_retry(coord_server *srv, const char *why) {
+    log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
+              MERGE_RETRY_S, why);
+    coord_schedule_merge_in(srv, MERGE_RETRY_S);
+}
+
+static void merge_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_server *srv = arg;
+    srv->merge_scheduled = 0;
+    vl_error err = {0};
+    int rc = coord_merge_if_ready(srv, &err);
+    if (rc < 0) merge_retry(srv, err.msg);
+}
+
+void coord_schedule_merge_in(coord_server *srv, double delay_s) {
+    if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
+        return;
+    if (delay_s < 0) delay_s = 0;
+    struct timeval tv = timeval_of(delay_s);
+    /* A sooner check already pending stays; a later one is brought forward. */
+    if (srv->merge_scheduled) {
+        struct timeval left;
+        if (evtimer_pending(srv->merge_event, &left)) {
+            struct timeval now;
+            evutil_gettimeofday(&now, NULL);
+            struct timeval want;
+            evutil_timeradd(&now, &tv, &want);
+            if (evutil_timercmp(&left, &want, <=)) return;
+        }
+    }
+    srv->merge_scheduled = 1;
+    evtimer_del(srv->merge_event);
+    evtimer_add(srv->merge_event, &tv);
+}
+
+void coord_schedule_merge(coord_server *srv) {
+    /* A few milliseconds let the 202 that completed the version leave
+     * before the merge holds the loop. */
+    coord_schedule_merge_in(srv, 0.005);
+}
+
+void coord_note_update(coord_server *srv) {
+    coord_schedule_merge(srv);
+}
+
+/* ---- the round timer ----------------------------------------------------- */
+
+static void round_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_schedule_merge(arg);
+}
+
+void coord_arm_round_timer(coord_server *srv, double delay_s) {
+    if (!timer_of(srv, &srv->round_timer, round_timer_cb, "cannot create the round timer"))
+        return;
+    /* Deadlines are whole seconds of the coordinator's clock; a little
+     * past it the round is surely over. */
+    if (delay_s < 0) delay_s = 0;
+    delay_s += 0.05;
+    struct timeval tv = timeval_of(delay_s);
+    evtimer_del(srv->round_timer);
+    evtimer_add(srv->round_timer, &tv);
+}
+
+/* ---- when a version is made ---------------------------------------------- */
+
+/* After a version's job: the waiters may be served by it, the lease
+ * timer follows the new version's leases, and in an async run the next
+ * buffer may be full already. A failed one is tried again later. */
+static void version_made(coord_server *srv, int rc, const vl_error *err) {
+    if (rc != VL_OK) {
+        merge_retry(srv, err->msg);
+        return;
+    }
+    coord_wake_waiters(srv);
+    coord_arm_lease_timer(srv);
+    coord_schedule_merge(srv);
+}
+
+/* After a round's opening: its waiters get the candidates, and its
+ * deadline closes it; one that failed to open is tried again. */
+static void round_opened(coord_server *srv, int rc, const vl_error *err) {
+    (void)err; /* logged by the engine */
+    if (rc != VL_OK) {
+        coord_arm_round_timer(srv, MERGE_RETRY_S);
+        return;
+    }
+    coord_wake_waiters(srv);
+    coord_arm_round_timer(srv, (double)srv->cfg.round_s);
+}
+
+/* Whether the waiting updates are due; when they are not but a sync
+ * deadline will make them so, a merge is scheduled for then. */
+static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
+    int64_t unmerged = 0;
+    *done = 0;
+    int rc = storage_update_count_unmerged(srv->db, &unmerged, err);
+    if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
+    if (rc != VL_OK) return rc;
+    const coord_config *cfg = &srv->cfg;
+    double age = clock_mono_s() - srv->version_born;
+    int async = coord_config_is_async(cfg);
+    if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
+                              cfg->round_deadline_s))
+        return 1;
+    if (!async && cfg->round_deadline_s > 0 && unmerged > 0)
+        coord_schedule_merge_in(srv, (double)cfg->round_deadline_s - age + 0.05);
+    return 0;
+}
+
+/* Where the current version stands with its second round, once all its
+ * n_updates updates are in: 1 when it can be merged now (every update has
+ * its values or the deadline passed; *r then holds the round, which the
+ * caller frees), 0 when it must wait (the round was just opened, or is
+ * still open: the round timer merges at its deadline), or a negative
+ * VL_E* code. */
+static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
+    if (srv->opening_round) return 0; /* its job re-arms the timer */
+    int rc = storage_round_get(srv->db, srv->version, r, err);
+    if (rc == VL_ENOTFOUND) return coord_round_open(srv, round_opened, err) == VL_OK ? 0 : VL_ERR;
+    if (rc != VL_OK) return rc;
+    int64_t have = 0;
+    if ((rc = storage_round_values_count(srv->db, srv->version, &have, err)) != VL_OK) {
+        storage_round_free(r);
+        return rc;
+    }
+    int64_t now = clock_unix_s();
+    if (have < n_updates && now < r->deadline) {
+        coord_arm_round_timer(srv, (double)(r->deadline - now));
+        storage_round_free(r);
+        return 0;
+    }
+    return 1;
+}
+
+int coord_merge_if_ready(coord_server *srv, vl_error *err) {
+    if (srv->finished || srv->merging) return 0;
+    int64_t done = 0;
+    int rc = merge_due(srv, &done, err);
+    if (rc <= 0) return rc;
+    /* A second round is for the current version's own updates; one closed
+     * by a deadline before they all came has none. */
+    storage_round r = {0};
+    int with_round = 0;
+    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
+        rc = round_ready(srv, done, &r, err);
+        if (rc <= 0) return rc;
+        with_round = 1;
+    }
+    rc = coord_merge_start(srv, with_round ? &r : NULL, version_made, err);
+    return rc == VL_OK ? 1 : rc;
+}
+
+/* ---- lease expiry ---------------------------------------------------------- */
+
+typedef struct expire_job {
+    coord_job job;
+    coord_server *srv;
+    int64_t now, n;
+} expire_job;
+
+static int expire_run(storage *db, coord_job *job, vl_error *err) {
+    expire_job *j = (expire_job *)job;
+    return storage_task_expire(db, j->now, &j->n, err);
+}
+
+static void expire_done(coord_job *job, int rc, const vl_error *err) {
+    expire_job *j = (expire_job *)job;
+    coord_server *srv = j->srv;
+    srv->expiring = 0;
+    if (rc != VL_OK) log_error("cannot expire leases: %s", err->msg);
+    else if (j->n > 0) log_info("%lld lease(s) expired; their data goes to the next tasks",
+                                (long long)j->n);
+    free(j);
+    coord_wake_waiters(srv);
+    coord_arm_lease_timer(srv);
+    /* A sync round that was waiting on a vanished peer may be due now. */
+    coord_schedule_merge(srv);
+}
+
+static void lease_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_expire_leases(arg);
+}
+
+void coord_expire_leases(coord_server *srv) {
+    if (srv->expiring) return; /* the job in flight re-arms the timer */
+    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer"))
+        return;
+    expire_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        log_error("cannot expire leases: out of memory; retrying");
+        struct timeval tv = {1, 0};
+        evtimer_add(srv->lease_timer, &tv);
+        return;
+    }
+    j->job.run = expire_run;
+    j->job.done = expire_done;
+    j->srv = srv;
+    j->now = clock_unix_s();
+    srv->expiring = 1;
+    coord_writer_submit(srv->writer, &j->job);
+}
+
+void coord_arm_lease_timer(coord_server *srv) {
+    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer"))
+        return;
+    evtimer_del(srv->lease_timer);
+    if (srv->finished) return;
+    vl_error e = {0};
+    int64_t next = 0;
+    int rc = coord_config_is_async(&srv->cfg)
+                 ? storage_task_next_deadline_any(srv->db, clock_unix_s(), &next, &e)
+                 : storage_task_next_deadline(srv->db, srv->version, clock_unix_s(), &next, &e);
+    if (rc != VL_OK) {
+        log_error("cannot find the next lease deadline: %s", e.msg);
+        return;
+    }
+    if (next <= 0) return;
+    /* A lease ends when the whole-second clock reaches its deadline. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    double delay = (double)next - now + 0.01;
+    if (delay < 0.01) delay = 0.01;
+    struct timeval tv = timeval_of(delay);
+    evtimer_add(srv->lease_timer, &tv);
+}
