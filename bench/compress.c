@@ -188,14 +188,14 @@ static void run_size(size_t d, int reps, int header)
           *scratch = xmalloc(d * sizeof *scratch);
     uint32_t *idx = xmalloc(COMPRESS_GAUSSK_CAP(k100) * sizeof *idx);
     float *val = xmalloc(COMPRESS_GAUSSK_CAP(k100) * sizeof *val);
-    rng r;
-    rng_seed(&r, 20240607);
+    vl_rng r;
+    vl_rng_seed(&r, 20240607);
     for (size_t i = 0; i < d; i++)
-        x[i] = rng_normal(&r);
+        x[i] = vl_rng_normal(&r);
     /* A few coordinates far out, as a real update has. */
     for (int h = 0; h < 64; h++)
-        x[rng_below(&r, (uint32_t)d)] = (rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) *
-                                        (20.0f + 30.0f * rng_uniform(&r));
+        x[vl_rng_below(&r, (uint32_t)d)] = (vl_rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) *
+                                        (20.0f + 30.0f * vl_rng_uniform(&r));
 
     table t = {.n = 0};
     double best, t0;
@@ -206,12 +206,12 @@ static void run_size(size_t d, int reps, int header)
 #define TIME(...)                                                                                 \
     do {                                                                                          \
         best = INFINITY;                                                                          \
-        double start_ = clock_mono_s();                                                           \
-        for (int rep_ = 0; rep_ < reps || (clock_mono_s() - start_ < MIN_TIME_S && rep_ < 1000);  \
+        double start_ = vl_clock_mono_s();                                                           \
+        for (int rep_ = 0; rep_ < reps || (vl_clock_mono_s() - start_ < MIN_TIME_S && rep_ < 1000);  \
              rep_++) {                                                                            \
-            t0 = clock_mono_s();                                                                  \
+            t0 = vl_clock_mono_s();                                                                  \
             __VA_ARGS__;                                                                          \
-            double s_ = clock_mono_s() - t0;                                                      \
+            double s_ = vl_clock_mono_s() - t0;                                                      \
             best = s_ < best ? s_ : best;                                                         \
         }                                                                                         \
     } while (0)
@@ -241,7 +241,7 @@ static void run_size(size_t d, int reps, int header)
         float *tabs = xmalloc((size_t)omp_get_max_threads() * rows * cols * sizeof *tabs);
         for (uint32_t j = 0; j < rows; j++)
             for (size_t i = 0; i < BOUND_W; i++)
-                bk[(size_t)j * BOUND_W + i] = rng_below(&r, cols);
+                bk[(size_t)j * BOUND_W + i] = vl_rng_below(&r, cols);
         TIME(scatter_bound(tabs, rows, cols, bk, x, d));
         row *rb = add_row(&t, "table updates alone r=5", bytes, best, 0);
         snprintf(rb->note, sizeof rb->note, "table updates alone, buckets precomputed");
@@ -269,17 +269,17 @@ static void run_size(size_t d, int reps, int header)
     if (pairs) {
         memset(pairs, 0, d * sizeof *pairs);
         size_t probe = d < 1000000 ? d : 1000000;
-        t0 = clock_mono_s();
+        t0 = vl_clock_mono_s();
         sort_topk(x, probe, pairs);
-        double ps = clock_mono_s() - t0;
+        double ps = vl_clock_mono_s() - t0;
         double est = ps * ((double)d / (double)probe) * (log((double)d) / log((double)probe));
         if (est <= SORT_LIMIT_S) {
             int sreps = est * reps > SORT_LIMIT_S ? 1 : reps;
             best = INFINITY;
             for (int rep = 0; rep < sreps; rep++) {
-                t0 = clock_mono_s();
+                t0 = vl_clock_mono_s();
                 sort_topk(x, d, pairs);
-                double s = clock_mono_s() - t0;
+                double s = vl_clock_mono_s() - t0;
                 best = s < best ? s : best;
             }
             sort_s = best;
@@ -317,11 +317,11 @@ static void run_size(size_t d, int reps, int header)
     meta.num_samples = 1;
     meta.local_steps = 1;
     meta.loss = 1.0;
-    buf out;
-    buf_init(&out, (size_t)1 << 40);
-    if (buf_reserve(&out, 8 * nnz + 4096))
+    vl_buf out;
+    vl_buf_init(&out, (size_t)1 << 40);
+    if (vl_buf_reserve(&out, 8 * nnz + 4096))
         die("codec buffer", NULL);
-    TIME(buf_reset(&out);
+    TIME(vl_buf_reset(&out);
          if (compress_update_encode_topk(&meta, idx, val, nnz, ST_F32, &out, &err))
              die("encode", &err));
     double pair_bytes = 8.0 * (double)nnz;
@@ -336,7 +336,7 @@ static void run_size(size_t d, int reps, int header)
     });
     rw = add_row(&t, "sparse codec decode", pair_bytes, best, 0);
     snprintf(rw->note, sizeof rw->note, "%zu F32 pairs, GB/s of pair bytes", nnz);
-    buf_free(&out);
+    vl_buf_free(&out);
 #undef TIME
 
     char ds[32];

@@ -105,10 +105,10 @@ int main(int argc, char **argv)
     float *x = (float *)malloc(d * sizeof(float));
     if (!x)
         die("host allocation", NULL);
-    rng r;
-    rng_seed(&r, 7);
+    vl_rng r;
+    vl_rng_seed(&r, 7);
     for (size_t i = 0; i < d; i++)
-        x[i] = rng_normal(&r);
+        x[i] = vl_rng_normal(&r);
     float *d_x = NULL, *d_y = NULL, *d_tab = NULL, *d_val = NULL;
     uint32_t *d_idx = NULL;
     size_t kmax = COMPRESS_GAUSSK_CAP(d / 100);

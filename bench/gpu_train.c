@@ -49,10 +49,10 @@ static void fill_device(float *d, size_t n)
         fprintf(stderr, "bench_gpu_train: out of memory\n");
         exit(1);
     }
-    rng r;
-    rng_seed(&r, 1);
+    vl_rng r;
+    vl_rng_seed(&r, 1);
     for (size_t i = 0; i < BLOCK; i++)
-        h[i] = rng_uniform(&r) - 0.5f;
+        h[i] = vl_rng_uniform(&r) - 0.5f;
     vl_error err = {0};
     for (size_t off = 0; off < n; off += BLOCK) {
         size_t len = n - off < BLOCK ? n - off : BLOCK;
@@ -102,7 +102,7 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
     for (int round = 0; round == 0 || elapsed < min_seconds; round++) {
         if (kernels_cuda_sync(&err) != 0)
             die("GEMM", &err);
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         for (int i = 0; i < ns; i++)
             for (int k = 0; k < s[i].count; k++) {
                 int lda = LD(s[i].ta ? s[i].M : s[i].K), ldb = LD(s[i].tb ? s[i].K : s[i].N);
@@ -117,7 +117,7 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
             }
         if (kernels_cuda_sync(&err) != 0)
             die("GEMM", &err);
-        double dt = clock_mono_s() - t0;
+        double dt = vl_clock_mono_s() - t0;
         if (round == 0)
             continue;
         elapsed += dt;
@@ -154,8 +154,8 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
         fprintf(stderr, "bench_gpu_train: out of memory\n");
         exit(1);
     }
-    rng r;
-    rng_seed(&r, 7);
+    vl_rng r;
+    vl_rng_seed(&r, 7);
     double elapsed = 0;
     int steps = 0;
     float loss = 0;
@@ -164,16 +164,16 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
      * pass and the end of AdamW. */
     for (int s = 0; s == 0 || (elapsed < min_s && s < 200) || steps < 3; s++) {
         for (size_t i = 0; i < bt; i++) {
-            in[i] = (int)rng_below(&r, (uint32_t)c->vocab_size);
-            tg[i] = (int)rng_below(&r, (uint32_t)c->vocab_size);
+            in[i] = (int)vl_rng_below(&r, (uint32_t)c->vocab_size);
+            tg[i] = (int)vl_rng_below(&r, (uint32_t)c->vocab_size);
         }
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         if (model_gpt_cuda_zero_grad(g, &err) != 0 ||
             model_gpt_cuda_forward(g, in, tg, B, T, &loss, &err) != 0 ||
             model_gpt_cuda_backward(g, &err) != 0 ||
             model_gpt_cuda_adamw_step(g, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, &err) != 0)
             die("step", &err);
-        double dt = clock_mono_s() - t0;
+        double dt = vl_clock_mono_s() - t0;
         if (s > 0) {
             elapsed += dt;
             steps++;

@@ -118,10 +118,10 @@ typedef struct client {
     crypto_identity id;
     peer_http *http;
     peer_response rs;
-    buf upload;
-    buf lat; /* doubles, ms */
+    vl_buf upload;
+    vl_buf lat; /* doubles, ms */
     compress_sketch sk;
-    rng r;
+    vl_rng r;
     FILE *acks;
     uint64_t uploads, errors, network, no_task, next_tasks;
     status_count statuses[MAX_STATUSES];
@@ -156,7 +156,7 @@ static int transient(client *C, int rc, const vl_error *e) {
         /* peer_http_do has already logged each failed attempt; a transport
          * error it gave up on at once (VL_EIO: TLS, a broken connection)
          * has not been, and could be a misconfiguration worth seeing. */
-        if (rc == VL_EIO) log_warn("%s", e->msg);
+        if (rc == VL_EIO) vl_log_warn("%s", e->msg);
         return STEP_RETRY;
     }
     return rc;
@@ -206,11 +206,11 @@ static int build_update(client *C, const peer_task *k, vl_error *err) {
         int rc = compress_sketch_init(s, k->comp_rows, k->comp_cols, k->comp_seed, err);
         if (rc) return rc;
         size_t cells = (size_t)s->rows * s->cols;
-        for (size_t i = 0; i < cells; i++) s->table[i] = 1e-3f * (rng_uniform(&C->r) - 0.5f);
+        for (size_t i = 0; i < cells; i++) s->table[i] = 1e-3f * (vl_rng_uniform(&C->r) - 0.5f);
     }
     size_t cells = (size_t)s->rows * s->cols;
     for (int i = 0; i < 16; i++)
-        s->table[rng_below_u64(&C->r, cells)] = 1e-3f * (rng_uniform(&C->r) - 0.5f);
+        s->table[vl_rng_below_u64(&C->r, cells)] = 1e-3f * (vl_rng_uniform(&C->r) - 0.5f);
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -220,9 +220,9 @@ static int build_update(client *C, const peer_task *k, vl_error *err) {
     m.kind = COMPRESS_SKETCH;
     m.num_samples = (int64_t)k->batch * k->context;
     m.local_steps = 1;
-    m.loss = 5.5 + 0.1 * rng_uniform(&C->r);
+    m.loss = 5.5 + 0.1 * vl_rng_uniform(&C->r);
     m.seed = k->comp_seed;
-    buf_reset(&C->upload);
+    vl_buf_reset(&C->upload);
     return compress_update_encode_sketch(&m, s, k->dtype, &C->upload, err);
 }
 
@@ -256,9 +256,9 @@ static int send_update(client *C, const peer_task *k, vl_error *err) {
     peer_request rq = {.method = "POST", .target = "/v1/updates?next=1",
                        .content_type = "application/octet-stream", .body = C->upload.data,
                        .body_len = C->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     int rc = peer_http_do(C->http, &rq, &C->rs, err);
-    double ms = (clock_mono_s() - t0) * 1e3;
+    double ms = (vl_clock_mono_s() - t0) * 1e3;
     if (rc) return transient(C, rc, err);
     if (C->rs.status != 202) {
         /* 409 duplicate_update after a crash: an earlier attempt was
@@ -276,7 +276,7 @@ static int send_update(client *C, const peer_task *k, vl_error *err) {
     json_decref(o);
     if (rc != VL_OK) return rc;
     if ((rc = log_ack(C, k->task_id, update_id, err))) return rc;
-    if ((rc = buf_append(&C->lat, &ms, sizeof ms)))
+    if ((rc = vl_buf_append(&C->lat, &ms, sizeof ms)))
         return vl_fail(err, rc, "too many latencies to keep");
     C->uploads++;
     return VL_OK;
@@ -284,13 +284,13 @@ static int send_update(client *C, const peer_task *k, vl_error *err) {
 
 /* A pause of 50 to 200 ms before trying again, cut short by a stop. */
 static int back_off(client *C) {
-    return peer_sleep(0.05 + 0.15 * rng_uniform(&C->r)) ? PEER_ESTOPPED : VL_OK;
+    return peer_sleep(0.05 + 0.15 * vl_rng_uniform(&C->r)) ? PEER_ESTOPPED : VL_OK;
 }
 
 static int client_loop(client *C, double seconds, double *elapsed, vl_error *err) {
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     int rc = VL_OK;
-    while (!peer_stop_requested() && (seconds == 0 || clock_mono_s() - t0 < seconds)) {
+    while (!peer_stop_requested() && (seconds == 0 || vl_clock_mono_s() - t0 < seconds)) {
         peer_task k;
         if (C->have_next) {
             k = C->next;
@@ -306,13 +306,13 @@ static int client_loop(client *C, double seconds, double *elapsed, vl_error *err
         if (rc == STEP_NO_TASK) rc = peer_sleep(0.01) ? PEER_ESTOPPED : VL_OK;
         else if (rc == STEP_RETRY) rc = back_off(C);
         if (rc == STEP_FINISHED) {
-            log_info("the run has finished");
+            vl_log_info("the run has finished");
             rc = VL_OK;
             break;
         }
         if (rc) break;
     }
-    *elapsed = clock_mono_s() - t0;
+    *elapsed = vl_clock_mono_s() - t0;
     return rc == PEER_ESTOPPED ? VL_OK : rc;
 }
 
@@ -332,22 +332,22 @@ static int write_results(client *C, const char *out, double elapsed, vl_error *e
         return vl_fail(err, VL_EIO, "cannot write %s: %s", lat_path, strerror(errno));
     lat_summary s;
     summarize(v, n, &s);
-    buf line;
-    buf_init(&line, 1 << 16);
-    int rc = buf_printf(&line, "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
+    vl_buf line;
+    vl_buf_init(&line, 1 << 16);
+    int rc = vl_buf_printf(&line, "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
                                "max_ms=%.3f network=%llu no_task=%llu next_tasks=%llu",
                         (unsigned long long)C->uploads, (unsigned long long)C->errors, elapsed,
                         s.p50, s.p99, s.max, (unsigned long long)C->network,
                         (unsigned long long)C->no_task, (unsigned long long)C->next_tasks);
     for (int i = 0; i < C->nstatuses && !rc; i++)
-        rc = buf_printf(&line, " %s_%ld=%llu", C->statuses[i].what == 't' ? "task" : "upload",
+        rc = vl_buf_printf(&line, " %s_%ld=%llu", C->statuses[i].what == 't' ? "task" : "upload",
                         C->statuses[i].status, (unsigned long long)C->statuses[i].n);
     if (!rc && C->other_statuses)
-        rc = buf_printf(&line, " other_status=%llu", (unsigned long long)C->other_statuses);
-    if (!rc) rc = buf_append_str(&line, "\n");
-    if (!rc) rc = file_write_atomic(out, line.data, line.len, 0644, err);
+        rc = vl_buf_printf(&line, " other_status=%llu", (unsigned long long)C->other_statuses);
+    if (!rc) rc = vl_buf_append_str(&line, "\n");
+    if (!rc) rc = vl_file_write_atomic(out, line.data, line.len, 0644, err);
     else rc = vl_fail(err, rc, "summary line too long");
-    buf_free(&line);
+    vl_buf_free(&line);
     return rc;
 }
 
@@ -382,8 +382,8 @@ static void client_close(client *C) {
     peer_http_close(C->http);
     crypto_identity_wipe(&C->id);
     compress_sketch_free(&C->sk);
-    buf_free(&C->lat);
-    buf_free(&C->upload);
+    vl_buf_free(&C->lat);
+    vl_buf_free(&C->upload);
     peer_response_free(&C->rs);
 }
 
@@ -422,14 +422,14 @@ static int cmd_client(int argc, char **argv) {
     memset(&C, 0, sizeof C);
     C.dir = a.dir;
     peer_response_init(&C.rs);
-    buf_init(&C.upload, UPLOAD_CAP);
-    buf_init(&C.lat, LAT_CAP);
-    rng_seed(&C.r, (uint64_t)getpid() ^ (uint64_t)(clock_mono_s() * 1e9));
+    vl_buf_init(&C.upload, UPLOAD_CAP);
+    vl_buf_init(&C.lat, LAT_CAP);
+    vl_rng_seed(&C.r, (uint64_t)getpid() ^ (uint64_t)(vl_clock_mono_s() * 1e9));
     vl_error e = {0};
     double elapsed = 0;
     int rc = client_open(&C, a.acks, &e);
     if (!rc) {
-        log_info("peer %lld uploading to %s (run '%s')%s", (long long)C.st.peer_id,
+        vl_log_info("peer %lld uploading to %s (run '%s')%s", (long long)C.st.peer_id,
                  C.st.coordinator, C.st.run, a.seconds > 0 ? "" : " until stopped");
         rc = client_loop(&C, a.seconds, &elapsed, &e);
         /* The figures are written even after a failure: they say how far
@@ -442,7 +442,7 @@ static int cmd_client(int argc, char **argv) {
         }
     }
     if (!rc)
-        log_info("%llu uploads in %.2f s, %llu errors", (unsigned long long)C.uploads, elapsed,
+        vl_log_info("%llu uploads in %.2f s, %llu errors", (unsigned long long)C.uploads, elapsed,
                  (unsigned long long)C.errors);
     client_close(&C);
     return rc ? fail_line(&e) : EXIT_OK;
@@ -476,7 +476,7 @@ static int fsync_rate(const char *dir, double seconds, size_t bytes, int *direct
     }
     uint64_t n = 0;
     off_t off = 0;
-    double t0 = clock_mono_s(), t = t0;
+    double t0 = vl_clock_mono_s(), t = t0;
     while (rc == VL_OK && (n == 0 || t - t0 < seconds)) {
         ssize_t w = pwrite(fd, block, bytes, off);
         if (w != (ssize_t)bytes)
@@ -486,7 +486,7 @@ static int fsync_rate(const char *dir, double seconds, size_t bytes, int *direct
             rc = vl_fail(err, VL_EIO, "fdatasync %s: %s", path, strerror(errno));
         off += (off_t)bytes;
         n++;
-        t = clock_mono_s();
+        t = vl_clock_mono_s();
     }
     close(fd);
     unlink(path);
@@ -517,10 +517,10 @@ static int cmd_fsync(int argc, char **argv) {
 /* ---- global percentiles -------------------------------------------------- */
 
 /* Appends the values of one latency file (one number a line) to all. */
-static int read_lat_file(const char *path, buf *all, vl_error *err) {
-    buf b;
-    buf_init(&b, LAT_FILE_CAP);
-    int rc = buf_read_file(&b, path, err);
+static int read_lat_file(const char *path, vl_buf *all, vl_error *err) {
+    vl_buf b;
+    vl_buf_init(&b, LAT_FILE_CAP);
+    int rc = vl_buf_read_file(&b, path, err);
     char *p = (char *)b.data;
     long line = 0;
     while (!rc && p && *p) {
@@ -528,13 +528,13 @@ static int read_lat_file(const char *path, buf *all, vl_error *err) {
         if (nl) *nl = '\0';
         line++;
         double v;
-        if (*p && (parse_f64(p, &v) != VL_OK || v < 0))
+        if (*p && (vl_parse_f64(p, &v) != VL_OK || v < 0))
             rc = vl_fail(err, VL_EINVAL, "%s:%ld: not a latency in ms", path, line);
-        else if (*p && buf_append(all, &v, sizeof v) != VL_OK)
+        else if (*p && vl_buf_append(all, &v, sizeof v) != VL_OK)
             rc = vl_fail(err, VL_ETOOBIG, "too many latencies");
         p = nl ? nl + 1 : NULL;
     }
-    buf_free(&b);
+    vl_buf_free(&b);
     return rc;
 }
 
@@ -544,24 +544,24 @@ static int cmd_stats(int argc, char **argv) {
     int first = argc, x = vl_opts_parse(&o, argc, argv, &first);
     if (x) return vl_opts_status(x);
     if (first >= argc) return usage("stats needs at least one latency file");
-    buf all;
-    buf_init(&all, LAT_CAP);
+    vl_buf all;
+    vl_buf_init(&all, LAT_CAP);
     vl_error e = {0};
     int rc = VL_OK;
     for (int i = first; i < argc && !rc; i++) rc = read_lat_file(argv[i], &all, &e);
     if (rc) {
-        buf_free(&all);
+        vl_buf_free(&all);
         return fail_line(&e);
     }
     lat_summary s;
     summarize((double *)(void *)all.data, all.len / sizeof(double), &s);
     printf("count=%zu p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n", s.n, s.p50, s.p99, s.max);
-    buf_free(&all);
+    vl_buf_free(&all);
     return EXIT_OK;
 }
 
 int main(int argc, char **argv) {
-    log_set_program(PROG);
+    vl_log_set_program(PROG);
     if (argc < 2) return usage("a subcommand is needed: client, fsync or stats");
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

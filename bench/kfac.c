@@ -123,7 +123,7 @@ typedef struct work {
     float *nat, *adam_m, *adam_v;
     model_kfac_layer *kf[MAXL];
     model_sgd sgd;
-    rng fisher_rng;
+    vl_rng fisher_rng;
 } work;
 
 static void work_init(work *wk, const problem *pb)
@@ -146,7 +146,7 @@ static void work_init(work *wk, const problem *pb)
     wk->nat = xcalloc(wk->np, sizeof(float));
     wk->adam_m = xcalloc(wk->np, sizeof(float));
     wk->adam_v = xcalloc(wk->np, sizeof(float));
-    rng_seed(&wk->fisher_rng, FISHER_SEED);
+    vl_rng_seed(&wk->fisher_rng, FISHER_SEED);
 }
 
 static void work_free(work *wk)
@@ -166,7 +166,7 @@ static void sample_labels(work *wk, int B, int C)
 {
     const float *probs = model_mlp_probs(wk->m);
     for (int i = 0; i < B; i++) {
-        float u = rng_uniform(&wk->fisher_rng), acc = 0.0f;
+        float u = vl_rng_uniform(&wk->fisher_rng), acc = 0.0f;
         wk->yhat[i] = C - 1; /* rounding can leave the cumulative sum below u */
         for (int k = 0; k < C; k++) {
             acc += probs[i * C + k];
@@ -203,7 +203,7 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
                      size_t note_len, double *part)
 {
     vl_error err = {0};
-    double t0 = clock_mono_s(), t1;
+    double t0 = vl_clock_mono_s(), t1;
     float *P = model_mlp_params(wk->m), *G = model_mlp_grads(wk->m);
     for (int l = 0; l < wk->L; l++) {
         const float *X, *dY;
@@ -215,7 +215,7 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
             return -1;
         }
     }
-    t1 = clock_mono_s();
+    t1 = vl_clock_mono_s();
     part[PART_FACTORS] += t1 - t0, t0 = t1;
     /* A refused inversion ends the run: that damping is not usable. */
     for (int l = 0; l < wk->L && step % INVERT_EVERY == 0; l++)
@@ -223,7 +223,7 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
             snprintf(note, note_len, "inversion refused at step %ld", step + 1);
             return -1;
         }
-    t1 = clock_mono_s();
+    t1 = vl_clock_mono_s();
     part[PART_INVERT] += t1 - t0, t0 = t1;
     for (int l = 0; l < wk->L; l++) {
         const model_tensor *tw = &wk->t[2 * l], *tb = &wk->t[2 * l + 1];
@@ -238,13 +238,13 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
         snprintf(note, note_len, "non-finite step at step %ld", step + 1);
         return -1;
     }
-    t1 = clock_mono_s();
+    t1 = vl_clock_mono_s();
     part[PART_PRECOND] += t1 - t0, t0 = t1;
     for (size_t i = 0; i < wk->np; i++)
         wk->nat[i] *= nu;
     if (model_sgd_step(&wk->sgd, P, wk->nat, wk->np, 0, &err) != 0)
         die("sgd step", &err);
-    part[PART_UPDATE] += clock_mono_s() - t0;
+    part[PART_UPDATE] += vl_clock_mono_s() - t0;
     return 0;
 }
 
@@ -275,19 +275,19 @@ static void run_one(const problem *pb, const run_cfg *c, result *res)
     for (long s = 0; s < pb->budget; s++) {
         const float *x = pb->xtr + (size_t)s * B * D;
         const int *y = pb->ytr + (size_t)s * B;
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         pass(&wk, x, y, B, c->opt == OPT_KFAC && c->true_fisher);
-        double t1 = clock_mono_s();
+        double t1 = vl_clock_mono_s();
         res->part[PART_PASS] += t1 - t0;
         if (c->opt == OPT_ADAMW) {
             kernels_adamw_hparams hp = {c->lr, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1};
             kernels_adamw_step(model_mlp_params(wk.m), model_mlp_grads(wk.m), wk.adam_m,
                                wk.adam_v, NULL, wk.np, &hp);
-            res->part[PART_UPDATE] += clock_mono_s() - t1;
+            res->part[PART_UPDATE] += vl_clock_mono_s() - t1;
         } else if (kfac_step(&wk, c, s, x, B, res->note, sizeof res->note, res->part) != 0) {
             break;
         }
-        train_s += clock_mono_s() - t0;
+        train_s += vl_clock_mono_s() - t0;
         if ((s + 1) % EVAL_EVERY == 0) {
             double loss = 0.0, acc = 0.0;
             if (model_mlp_evaluate(wk.m, pb->xev, pb->yev, pb->n_eval, &loss, &acc, &err) != 0)

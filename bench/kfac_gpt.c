@@ -95,26 +95,26 @@ static int load_corpus(gprob *p)
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_name);
-    buf all;
-    buf_init(&all, CORPUS_CAP);
+    vl_buf all;
+    vl_buf_init(&all, CORPUS_CAP);
     int rc = 0;
     for (int i = 0; i < n; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", CORPUS_DIR, names[i]);
-        buf one;
-        buf_init(&one, CORPUS_CAP);
+        vl_buf one;
+        vl_buf_init(&one, CORPUS_CAP);
         vl_error err = {0};
-        if (rc == 0 && (buf_read_file(&one, path, &err) != 0 ||
-                        buf_append(&all, one.data, one.len) != 0)) {
+        if (rc == 0 && (vl_buf_read_file(&one, path, &err) != 0 ||
+                        vl_buf_append(&all, one.data, one.len) != 0)) {
             fprintf(stderr, "bench_kfac: %s: %s\n", path, err.msg);
             rc = -1;
         }
-        buf_free(&one);
+        vl_buf_free(&one);
         free(names[i]);
     }
     size_t len = 0;
-    p->text = buf_steal(&all, &len);
-    buf_free(&all);
+    p->text = vl_buf_steal(&all, &len);
+    vl_buf_free(&all);
     p->val_len = len / 10;
     p->train_len = len - p->val_len;
     if (rc == 0 && p->val_len < (size_t)GT * GB + 1) {
@@ -166,27 +166,27 @@ static void run_one(const gprob *p, const gcfg *c, gres *r)
     r->note[0] = '\0';
     memset(r->part, 0, sizeof r->part);
     int in[GB * GT], tg[GB * GT];
-    rng data;
-    rng_seed(&data, DATA_SEED);
+    vl_rng data;
+    vl_rng_seed(&data, DATA_SEED);
     double train_s = 0.0, blowup = 2.0 * log(256.0);
     for (int s = 0; s < p->budget; s++) {
         if (model_data_sample(p->text, p->train_len, GB, GT, &data, in, tg, &err) != 0)
             die("sample", &err);
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         float loss = 0.0f;
         if (model_gpt_zero_grad(m, &err) != 0 ||
             model_gpt_forward(m, in, tg, GB, GT, &loss, &err) != 0)
             die("forward", &err);
-        double t1 = clock_mono_s();
+        double t1 = vl_clock_mono_s();
         int rc = c->opt == OPT_KFAC ? model_kfac_gpt_backward(&kf, m, &err)
                                     : model_gpt_backward(m, &err);
         if (rc != 0)
             die("backward", &err);
-        double t2 = clock_mono_s();
+        double t2 = vl_clock_mono_s();
         clip(model_gpt_grads(m), n);
         rc = c->opt == OPT_KFAC ? model_kfac_gpt_step(&kf, m, &err)
                                 : model_adamw_step(&adam, m, &err);
-        double t3 = clock_mono_s();
+        double t3 = vl_clock_mono_s();
         if (rc != 0) {
             snprintf(r->note, sizeof r->note, "step %d failed: %.60s", s + 1, err.msg);
             break;

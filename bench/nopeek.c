@@ -238,7 +238,7 @@ static int write_f32(const char *prefix, const char *suffix, const float *v, siz
     if (snprintf(path, sizeof path, "%s%s", prefix, suffix) >= (int)sizeof path)
         return die("--out %s: path too long", prefix);
     vl_error e = {0};
-    if (file_write_atomic(path, v, n * sizeof *v, 0644, &e))
+    if (vl_file_write_atomic(path, v, n * sizeof *v, 0644, &e))
         return die("%s: %s", path, e.msg);
     return 0;
 }
@@ -411,12 +411,12 @@ static int cmd_eval(int argc, char **argv)
  * (the caller's to free), their count into *n. */
 static int read_tiles(const char *path, int pixels, float **out, int *n)
 {
-    buf b;
-    buf_init(&b, (size_t)1 << 28);
+    vl_buf b;
+    vl_buf_init(&b, (size_t)1 << 28);
     vl_error e = {0};
     int rc = 0;
     size_t img = (size_t)pixels * sizeof(float);
-    if (buf_read_file(&b, path, &e))
+    if (vl_buf_read_file(&b, path, &e))
         rc = die("%s: %s", path, e.msg);
     else if (b.len == 0 || b.len % img != 0)
         rc = die("%s: %zu bytes is not a whole number of %zu-byte images", path, b.len, img);
@@ -426,7 +426,7 @@ static int read_tiles(const char *path, int pixels, float **out, int *n)
         memcpy(*out, b.data, b.len);
         *n = (int)(b.len / img);
     }
-    buf_free(&b);
+    vl_buf_free(&b);
     return rc;
 }
 

@@ -53,16 +53,16 @@ static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double
         fprintf(stderr, "bench_train: out of memory\n");
         exit(1);
     }
-    rng r;
-    rng_seed(&r, 1);
+    vl_rng r;
+    vl_rng_seed(&r, 1);
     for (size_t i = 0; i < maxa; i++)
-        A[i] = rng_uniform(&r) - 0.5f;
+        A[i] = vl_rng_uniform(&r) - 0.5f;
     for (size_t i = 0; i < maxb; i++)
-        Bm[i] = rng_uniform(&r) - 0.5f;
+        Bm[i] = vl_rng_uniform(&r) - 0.5f;
     double flops = 0, elapsed = 0;
     /* One untimed round warms caches and the BLAS thread pool. */
     for (int round = 0; round == 0 || elapsed < min_seconds; round++) {
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         for (int i = 0; i < ns; i++)
             for (int k = 0; k < s[i].count; k++) {
                 int lda = s[i].ta ? s[i].M : s[i].K, ldb = s[i].tb ? s[i].K : s[i].N;
@@ -70,7 +70,7 @@ static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double
                             s[i].tb ? CblasTrans : CblasNoTrans, s[i].M, s[i].N, s[i].K, 1.0f, A,
                             lda, Bm, ldb, 1.0f, Cm, s[i].N);
             }
-        double dt = clock_mono_s() - t0;
+        double dt = vl_clock_mono_s() - t0;
         if (round == 0)
             continue;
         elapsed += dt;
@@ -118,10 +118,10 @@ int main(int argc, char **argv)
     uint8_t *data = malloc(max_bytes);
     if (!data)
         return 1;
-    rng dr;
-    rng_seed(&dr, 99);
+    vl_rng dr;
+    vl_rng_seed(&dr, 99);
     for (size_t i = 0; i < max_bytes; i++)
-        data[i] = (uint8_t)(' ' + rng_below(&dr, 64)); /* text-like bytes */
+        data[i] = (uint8_t)(' ' + vl_rng_below(&dr, 64)); /* text-like bytes */
 
     for (int ci = 0; ci < ncfg; ci++) {
         const model_gpt_config *c = &cfgs[ci].cfg;
@@ -138,8 +138,8 @@ int main(int argc, char **argv)
         int *in = malloc((size_t)B * T * sizeof(int)), *tg = malloc((size_t)B * T * sizeof(int));
         if (!in || !tg)
             return 1;
-        rng r;
-        rng_seed(&r, 7);
+        vl_rng r;
+        vl_rng_seed(&r, 7);
         double elapsed = 0;
         int steps = 0;
         float loss = 0;
@@ -147,12 +147,12 @@ int main(int argc, char **argv)
         for (int s = 0; s == 0 || (elapsed < min_s && s < 200) || steps < 3; s++) {
             if (model_data_sample(data, max_bytes, B, T, &r, in, tg, &err) != 0)
                 die("sample", &err);
-            double t0 = clock_mono_s();
+            double t0 = vl_clock_mono_s();
             if (model_gpt_zero_grad(m, &err) != 0 ||
                 model_gpt_forward(m, in, tg, B, T, &loss, &err) != 0 ||
                 model_gpt_backward(m, &err) != 0 || model_adamw_step(&opt, m, &err) != 0)
                 die("step", &err);
-            double dt = clock_mono_s() - t0;
+            double dt = vl_clock_mono_s() - t0;
             if (s > 0) {
                 elapsed += dt;
                 steps++;

@@ -13,18 +13,18 @@
  * so cap is clamped to keep cap + 1 and the doubling below from wrapping. */
 #define BUF_MAX_CAP (SIZE_MAX / 4)
 
-void buf_init(buf *b, size_t cap)
+void vl_buf_init(vl_buf *b, size_t cap)
 {
     b->data = NULL;
     b->len = 0;
     b->alloc = 0;
     /* A zero cap would make the buffer useless; treat it as "default". */
     if (cap == 0)
-        cap = BUF_DEFAULT_CAP;
+        cap = VL_BUF_DEFAULT_CAP;
     b->cap = cap > BUF_MAX_CAP ? BUF_MAX_CAP : cap;
 }
 
-void buf_free(buf *b)
+void vl_buf_free(vl_buf *b)
 {
     free(b->data);
     b->data = NULL;
@@ -32,14 +32,14 @@ void buf_free(buf *b)
     b->alloc = 0;
 }
 
-void buf_reset(buf *b)
+void vl_buf_reset(vl_buf *b)
 {
     b->len = 0;
     if (b->data)
         b->data[0] = '\0';
 }
 
-int buf_reserve(buf *b, size_t extra)
+int vl_buf_reserve(vl_buf *b, size_t extra)
 {
     if (extra > b->cap || b->len > b->cap - extra)
         return VL_ETOOBIG;
@@ -61,9 +61,9 @@ int buf_reserve(buf *b, size_t extra)
     return VL_OK;
 }
 
-int buf_append(buf *b, const void *p, size_t n)
+int vl_buf_append(vl_buf *b, const void *p, size_t n)
 {
-    int rc = buf_reserve(b, n);
+    int rc = vl_buf_reserve(b, n);
     if (rc)
         return rc;
     if (n)
@@ -73,15 +73,15 @@ int buf_append(buf *b, const void *p, size_t n)
     return VL_OK;
 }
 
-int buf_append_str(buf *b, const char *s)
+int vl_buf_append_str(vl_buf *b, const char *s)
 {
-    return buf_append(b, s, strlen(s));
+    return vl_buf_append(b, s, strlen(s));
 }
 
-int buf_printf(buf *b, const char *fmt, ...)
+int vl_buf_printf(vl_buf *b, const char *fmt, ...)
 {
     va_list ap, ap2;
-    int rc = buf_reserve(b, 0);
+    int rc = vl_buf_reserve(b, 0);
     if (rc)
         return rc;
     size_t room = b->alloc - b->len; /* includes the NUL slot */
@@ -99,7 +99,7 @@ int buf_printf(buf *b, const char *fmt, ...)
         b->len += (size_t)n;
         return VL_OK;
     }
-    rc = buf_reserve(b, (size_t)n);
+    rc = vl_buf_reserve(b, (size_t)n);
     if (rc) {
         va_end(ap2);
         /* The first attempt wrote a truncated prefix past len; undo it. */
@@ -112,7 +112,7 @@ int buf_printf(buf *b, const char *fmt, ...)
     return VL_OK;
 }
 
-uint8_t *buf_steal(buf *b, size_t *len)
+uint8_t *vl_buf_steal(vl_buf *b, size_t *len)
 {
     uint8_t *p = b->data;
     if (len)
@@ -130,7 +130,7 @@ uint8_t *buf_steal(buf *b, size_t *len)
 }
 
 /* Appends the file to whatever b already holds; on failure b is as before. */
-int buf_read_file(buf *b, const char *path, vl_error *err)
+int vl_buf_read_file(vl_buf *b, const char *path, vl_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -150,7 +150,7 @@ int buf_read_file(buf *b, const char *path, vl_error *err)
             return vl_fail(err, VL_ETOOBIG, "%s: %lld bytes exceeds the %zu-byte limit", path,
                            (long long)st.st_size, b->cap - b->len);
         }
-        if ((rc = buf_reserve(b, (size_t)st.st_size)) != VL_OK) {
+        if ((rc = vl_buf_reserve(b, (size_t)st.st_size)) != VL_OK) {
             what = "allocate";
             goto fail;
         }
@@ -158,7 +158,7 @@ int buf_read_file(buf *b, const char *path, vl_error *err)
     for (;;) {
         /* Read straight into spare room; when there is none, a small probe
          * read finds EOF without growing the buffer for nothing, and
-         * otherwise grows it geometrically through buf_append (which also
+         * otherwise grows it geometrically through vl_buf_append (which also
          * enforces the cap for files of unknown size such as /proc). */
         uint8_t probe[4096];
         size_t room = b->data ? b->alloc - b->len - 1 : 0;
@@ -175,14 +175,14 @@ int buf_read_file(buf *b, const char *path, vl_error *err)
         if (room) {
             b->len += (size_t)r;
             b->data[b->len] = '\0';
-        } else if ((rc = buf_append(b, probe, (size_t)r)) != VL_OK) {
+        } else if ((rc = vl_buf_append(b, probe, (size_t)r)) != VL_OK) {
             what = rc == VL_ETOOBIG ? "over the size limit" : "out of memory";
             goto fail;
         }
     }
     close(fd);
     /* An empty file still yields a valid (empty) C string. */
-    if (!b->data && (rc = buf_reserve(b, 0)) != VL_OK)
+    if (!b->data && (rc = vl_buf_reserve(b, 0)) != VL_OK)
         return vl_fail(err, rc, "%s: out of memory", path);
     return VL_OK;
 
@@ -209,7 +209,7 @@ static int write_all_fd(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-int file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
+int vl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
                       vl_error *err)
 {
     size_t plen = strlen(path);
@@ -263,10 +263,10 @@ int file_write_atomic(const char *path, const void *data, size_t len, unsigned m
         unlink(tmp);
         return vl_fail(err, VL_EIO, "rename %s -> %s: %s", tmp, path, strerror(e));
     }
-    return file_sync_dir(dir, err);
+    return vl_file_sync_dir(dir, err);
 }
 
-int file_sync_dir(const char *dir, vl_error *err) {
+int vl_file_sync_dir(const char *dir, vl_error *err) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return vl_fail(err, VL_EIO, "open directory %s: %s", dir, strerror(errno));

@@ -1,4 +1,4 @@
-/* Clocks, splitmix64 and the xoshiro256** generator. The RNG must produce
+/* Clocks, vl_splitmix64 and the xoshiro256** generator. The RNG must produce
  * the same stream on every machine, since peers and coordinator derive
  * shared randomness (initialisation, sampling) from seeds. */
 #include "common/common.h"
@@ -7,21 +7,21 @@
 #include <math.h>
 #include <time.h>
 
-int64_t clock_unix_s(void)
+int64_t vl_clock_unix_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec;
 }
 
-double clock_mono_s(void)
+double vl_clock_mono_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void clock_sleep_ms(long ms)
+void vl_clock_sleep_ms(long ms)
 {
     if (ms <= 0)
         return;
@@ -31,7 +31,7 @@ void clock_sleep_ms(long ms)
     }
 }
 
-uint64_t splitmix64(uint64_t x)
+uint64_t vl_splitmix64(uint64_t x)
 {
     uint64_t z = x + 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -40,13 +40,13 @@ uint64_t splitmix64(uint64_t x)
 }
 
 /* The state words are the first four outputs of the SplitMix64 generator
- * started at seed, as the xoshiro authors recommend; splitmix64() adds the
- * increment itself, so output i is splitmix64(seed + i * increment). Being a
+ * started at seed, as the xoshiro authors recommend; vl_splitmix64() adds the
+ * increment itself, so output i is vl_splitmix64(seed + i * increment). Being a
  * bijection, it never yields an all-zero state. */
-void rng_seed(rng *r, uint64_t seed)
+void vl_rng_seed(vl_rng *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(seed + (uint64_t)i * 0x9E3779B97F4A7C15ull);
+        r->s[i] = vl_splitmix64(seed + (uint64_t)i * 0x9E3779B97F4A7C15ull);
 }
 
 static inline uint64_t rotl(uint64_t x, int k)
@@ -54,7 +54,7 @@ static inline uint64_t rotl(uint64_t x, int k)
     return (x << k) | (x >> (64 - k));
 }
 
-uint64_t rng_u64(rng *r)
+uint64_t vl_rng_u64(vl_rng *r)
 {
     uint64_t *s = r->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
@@ -70,77 +70,77 @@ uint64_t rng_u64(rng *r)
 
 /* Lemire's multiply-and-reject: unbiased without a division in the common
  * case. n == 0 has no valid answer; it returns 0 rather than trapping. */
-uint32_t rng_below(rng *r, uint32_t n)
+uint32_t vl_rng_below(vl_rng *r, uint32_t n)
 {
     if (n == 0)
         return 0;
-    uint64_t m = (rng_u64(r) >> 32) * (uint64_t)n;
+    uint64_t m = (vl_rng_u64(r) >> 32) * (uint64_t)n;
     uint32_t l = (uint32_t)m;
     if (l < n) {
         uint32_t t = (uint32_t)(-n) % n;
         while (l < t) {
-            m = (rng_u64(r) >> 32) * (uint64_t)n;
+            m = (vl_rng_u64(r) >> 32) * (uint64_t)n;
             l = (uint32_t)m;
         }
     }
     return (uint32_t)(m >> 32);
 }
 
-uint64_t rng_below_u64(rng *r, uint64_t n)
+uint64_t vl_rng_below_u64(vl_rng *r, uint64_t n)
 {
     if (n <= UINT32_MAX)
-        return rng_below(r, (uint32_t)n);
+        return vl_rng_below(r, (uint32_t)n);
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     uint64_t x;
     do
-        x = rng_u64(r);
+        x = vl_rng_u64(r);
     while (x >= limit);
     return x % n;
 }
 
-float rng_uniform(rng *r)
+float vl_rng_uniform(vl_rng *r)
 {
     /* 24 random bits fill a float mantissa exactly, so the result is < 1. */
-    return (float)(rng_u64(r) >> 40) * 0x1.0p-24f;
+    return (float)(vl_rng_u64(r) >> 40) * 0x1.0p-24f;
 }
 
-/* Box-Muller, one output per call (the rng struct has no room to cache the
+/* Box-Muller, one output per call (the vl_rng struct has no room to cache the
  * second), computed in double for accuracy in the tails. */
-float rng_normal(rng *r)
+float vl_rng_normal(vl_rng *r)
 {
-    double u1 = ((double)(rng_u64(r) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1]: log is finite */
-    double u2 = (double)(rng_u64(r) >> 11) * 0x1.0p-53;
+    double u1 = ((double)(vl_rng_u64(r) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1]: log is finite */
+    double u2 = (double)(vl_rng_u64(r) >> 11) * 0x1.0p-53;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
 }
 
-double rng_uniform_open(rng *r)
+double vl_rng_uniform_open(vl_rng *r)
 {
-    return ((double)(rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
+    return ((double)(vl_rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
 }
 
-double rng_log_gamma(rng *r, double shape)
+double vl_rng_log_gamma(vl_rng *r, double shape)
 {
     double boost = 0.0;
     if (shape < 1.0) {
-        boost = log(rng_uniform_open(r)) / shape;
+        boost = log(vl_rng_uniform_open(r)) / shape;
         shape += 1.0;
     }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
     for (;;) {
-        double x = rng_normal(r), v = 1.0 + c * x;
+        double x = vl_rng_normal(r), v = 1.0 + c * x;
         if (v <= 0.0)
             continue;
         v = v * v * v;
-        double u = rng_uniform_open(r), x2 = x * x;
+        double u = vl_rng_uniform_open(r), x2 = x * x;
         /* The squeeze accepts most draws without a logarithm. */
         if (u < 1.0 - 0.0331 * x2 * x2 || log(u) < 0.5 * x2 + d * (1.0 - v + log(v)))
             return log(d) + log(v) + boost;
     }
 }
 
-void rng_normal_skip(rng *r, uint64_t n)
+void vl_rng_normal_skip(vl_rng *r, uint64_t n)
 {
-    /* rng_normal takes exactly two draws; keep the two in step. */
+    /* vl_rng_normal takes exactly two draws; keep the two in step. */
     for (uint64_t i = 0; i < 2 * n; i++)
-        (void)rng_u64(r);
+        (void)vl_rng_u64(r);
 }

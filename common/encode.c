@@ -12,17 +12,17 @@
 #include <limits.h>
 #include <sodium.h>
 
-size_t base64_encoded_len(size_t n)
+size_t vl_base64_encoded_len(size_t n)
 {
     return sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL);
 }
 
-void base64_encode(const uint8_t *in, size_t n, char *out)
+void vl_base64_encode(const uint8_t *in, size_t n, char *out)
 {
-    sodium_bin2base64(out, base64_encoded_len(n), in, n, sodium_base64_VARIANT_ORIGINAL);
+    sodium_bin2base64(out, vl_base64_encoded_len(n), in, n, sodium_base64_VARIANT_ORIGINAL);
 }
 
-long base64_decode(const char *in, size_t n, uint8_t *out, size_t out_cap)
+long vl_base64_decode(const char *in, size_t n, uint8_t *out, size_t out_cap)
 {
     /* libsodium 1.0.18 (Debian 12's) reads each character as a
      * signed char, so every byte from 0x80 up decodes as a base64 digit and
@@ -44,12 +44,12 @@ long base64_decode(const char *in, size_t n, uint8_t *out, size_t out_cap)
     return (long)got;
 }
 
-void hex_encode(const uint8_t *in, size_t n, char *out)
+void vl_hex_encode(const uint8_t *in, size_t n, char *out)
 {
     sodium_bin2hex(out, 2 * n + 1, in, n);
 }
 
-int hex_decode(const char *in, size_t in_len, uint8_t *out, size_t out_len)
+int vl_hex_decode(const char *in, size_t in_len, uint8_t *out, size_t out_len)
 {
     /* The length check comes first: libsodium would take a shorter string
      * and leave the rest of out unwritten. */

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-uint16_t f32_to_f16(float f)
+uint16_t vl_f32_to_f16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
@@ -49,7 +49,7 @@ uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | r);
 }
 
-float f16_to_f32(uint16_t h)
+float vl_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

@@ -16,12 +16,12 @@
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
-static log_level cur_level = LOG_INFO;
+static vl_log_level cur_level = LOG_INFO;
 /* VOLLEY_LOG is an operator override for debugging a deployed program, so
  * when it is set it wins over whatever level the program configures. */
 static int env_level = -1;
 static char program[64] = "volley";
-static log_writer writer;
+static vl_log_writer writer;
 static void *writer_arg;
 
 static void log_init_env(void)
@@ -39,7 +39,7 @@ static void log_init_env(void)
         env_level = LOG_ERROR;
 }
 
-void log_set_program(const char *name)
+void vl_log_set_program(const char *name)
 {
     if (!name)
         return;
@@ -52,7 +52,7 @@ void log_set_program(const char *name)
     pthread_mutex_unlock(&log_lock);
 }
 
-void log_set_level(log_level level)
+void vl_log_set_level(vl_log_level level)
 {
     if (level < LOG_DEBUG || level > LOG_ERROR)
         return;
@@ -61,7 +61,7 @@ void log_set_level(log_level level)
     pthread_mutex_unlock(&log_lock);
 }
 
-const char *log_level_name(log_level l)
+const char *vl_log_level_name(vl_log_level l)
 {
     switch (l) {
     case LOG_DEBUG: return "DEBUG";
@@ -71,7 +71,7 @@ const char *log_level_name(log_level l)
     }
 }
 
-void log_write(const char *p, size_t n)
+void vl_log_write(const char *p, size_t n)
 {
     while (n > 0) {
         ssize_t w = write(STDERR_FILENO, p, n);
@@ -85,7 +85,7 @@ void log_write(const char *p, size_t n)
     }
 }
 
-void log_set_writer(log_writer fn, void *arg)
+void vl_log_set_writer(vl_log_writer fn, void *arg)
 {
     pthread_mutex_lock(&log_lock);
     writer = fn;
@@ -93,21 +93,21 @@ void log_set_writer(log_writer fn, void *arg)
     pthread_mutex_unlock(&log_lock);
 }
 
-void log_locked(void (*fn)(void *arg), void *arg)
+void vl_log_locked(void (*fn)(void *arg), void *arg)
 {
     pthread_mutex_lock(&log_lock);
     fn(arg);
     pthread_mutex_unlock(&log_lock);
 }
 
-size_t log_format(char *out, size_t cap, const struct timespec *ts, log_level level,
+size_t vl_log_format(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
                   const char *prog, const char *msg)
 {
     struct tm tm;
     gmtime_r(&ts->tv_sec, &tm);
     int n = snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts->tv_nsec / 1000000L, log_level_name(level), prog);
+                     tm.tm_sec, ts->tv_nsec / 1000000L, vl_log_level_name(level), prog);
     if (n < 0)
         n = 0;
     /* Room for the prefix and the message; the newline and NUL follow. */
@@ -131,7 +131,7 @@ size_t log_format(char *out, size_t cap, const struct timespec *ts, log_level le
     return used;
 }
 
-void log_msg(log_level level, const char *fmt, ...)
+void vl_log_msg(vl_log_level level, const char *fmt, ...)
 {
     pthread_once(&log_once, log_init_env);
 
@@ -157,8 +157,8 @@ void log_msg(log_level level, const char *fmt, ...)
     if (writer) {
         writer(writer_arg, &ts, level, program, msg);
     } else {
-        size_t used = log_format(line, sizeof line, &ts, level, program, msg);
-        log_write(line, used);
+        size_t used = vl_log_format(line, sizeof line, &ts, level, program, msg);
+        vl_log_write(line, used);
     }
     pthread_mutex_unlock(&log_lock);
 }

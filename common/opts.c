@@ -42,7 +42,7 @@ int vl_opts_given(const vl_opts *o, const char *name)
 int vl_opts_parse_size(const char *s, int64_t min, int64_t max, int64_t *out)
 {
     double v;
-    if (parse_f64(s, &v) != VL_OK || v != floor(v) || v < (double)min || v > (double)max)
+    if (vl_parse_f64(s, &v) != VL_OK || v != floor(v) || v < (double)min || v > (double)max)
         return VL_EINVAL;
     /* (double)max may round up to 2^63, which no int64_t holds; below
      * it a whole double converts exactly, and the integer check is then
@@ -95,14 +95,14 @@ static int convert(const vl_opts *o, const vl_opt *d, const char *value)
         *(const char **)d->dst = value;
         return VL_OK;
     case VL_OPT_INT:
-        ok = parse_i64(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK;
+        ok = vl_parse_i64(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK;
         break;
     case VL_OPT_SIZE:
         ok = vl_opts_parse_size(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK;
         break;
     case VL_OPT_F64: {
         double v;
-        ok = parse_f64(value, &v) == VL_OK && v <= d->fmax &&
+        ok = vl_parse_f64(value, &v) == VL_OK && v <= d->fmax &&
              (d->open_min ? v > d->fmin : v >= d->fmin);
         if (ok)
             *(double *)d->dst = v;

@@ -15,7 +15,7 @@ static int starts_like_number(const char *s)
     return (*p >= '0' && *p <= '9') || *p == '.';
 }
 
-int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+int vl_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
     if (!s)
         return VL_EINVAL;
@@ -33,7 +33,7 @@ int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
     return VL_OK;
 }
 
-int parse_f64(const char *s, double *out)
+int vl_parse_f64(const char *s, double *out)
 {
     /* Requiring a digit or '.' up front rules out "nan", "inf" and hex
      * prefixes' surprises at the syntax level; isfinite() catches overflow. */

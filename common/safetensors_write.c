@@ -108,7 +108,7 @@ static void layout_sort(int *order, int n, const st_writer *w)
     }
 }
 
-int st_writer_finish(st_writer *w, buf *out, vl_error *err)
+int st_writer_finish(st_writer *w, vl_buf *out, vl_error *err)
 {
     int n = w->ntensors;
     int rc = VL_OK;
@@ -201,7 +201,7 @@ int st_writer_finish(st_writer *w, buf *out, vl_error *err)
     }
     size_t total = 8 + padded + (size_t)data_len;
     /* Reserve everything first so a failure leaves out untouched. */
-    if ((rc = buf_reserve(out, total)) != VL_OK) {
+    if ((rc = vl_buf_reserve(out, total)) != VL_OK) {
         rc = vl_fail(err, rc, "safetensors: cannot fit %zu bytes in the output buffer", total);
         goto done;
     }
@@ -250,7 +250,7 @@ int st_tensor_to_f32(const st_tensor *t, float *dst, size_t n, vl_error *err)
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, t->data + 2 * i, 2);
-            dst[i] = f16_to_f32(h);
+            dst[i] = vl_f16_to_f32(h);
         }
         return VL_OK;
     default:

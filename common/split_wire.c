@@ -16,7 +16,7 @@ static int add_matrix(st_writer *w, const char *name, const float *x, int B, int
     if (dt != ST_F16) return vl_fail(err, VL_EINVAL, "split: dtype must be F32 or F16");
     uint16_t *h = malloc(n * sizeof *h);
     if (!h) return vl_fail(err, VL_ENOMEM, "split: out of memory");
-    for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(x[i]);
+    for (size_t i = 0; i < n; i++) h[i] = vl_f32_to_f16(x[i]);
     *scratch = h;
     return st_writer_add(w, name, ST_F16, 2, shape, h, n * sizeof *h);
 }
@@ -29,7 +29,7 @@ static int check_dims(int B, int q, vl_error *err) {
 }
 
 int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z,
-                              int B, int q, st_dtype dtype, const int *labels, buf *out,
+                              int B, int q, st_dtype dtype, const int *labels, vl_buf *out,
                               vl_error *err) {
     int rc = check_dims(B, q, err);
     if (rc) return rc;
@@ -59,7 +59,7 @@ int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const
 }
 
 int split_wire_encode_backward(const char *run, int64_t peer, int64_t task, const float *z,
-                               const float *dy, int B, int q, int h, st_dtype dtype, buf *out,
+                               const float *dy, int B, int q, int h, st_dtype dtype, vl_buf *out,
                                vl_error *err) {
     int rc = check_dims(B, q, err);
     if (!rc) rc = check_dims(B, h, err);
@@ -93,7 +93,7 @@ void split_wire_forward_free(split_wire_forward *f) {
 
 static int meta_i64(const st_file *f, const char *key, int64_t *out, vl_error *err) {
     const char *s = st_meta_get(f, key);
-    if (!s || parse_i64(s, 1, INT64_MAX, out) != VL_OK)
+    if (!s || vl_parse_i64(s, 1, INT64_MAX, out) != VL_OK)
         return vl_fail(err, VL_EINVAL, "split: metadata %s must be a positive integer", key);
     return VL_OK;
 }
@@ -206,7 +206,7 @@ int split_wire_decode_forward(const uint8_t *body, size_t len, int q, int h, int
 }
 
 int split_wire_encode_reply(const char *name, const float *x, int B, int width, st_dtype dtype,
-                            double loss, int64_t step, buf *out, vl_error *err) {
+                            double loss, int64_t step, vl_buf *out, vl_error *err) {
     int rc = check_dims(B, width, err);
     if (rc) return rc;
     if (!name || !x || !out) return vl_fail(err, VL_EINVAL, "split: missing argument");
@@ -242,9 +242,9 @@ int split_wire_decode_reply(const uint8_t *body, size_t len, const char *name, i
         t->shape[1] != (uint64_t)width)
         rc = vl_fail(err, VL_EINVAL, "split reply: %s must be the only tensor, [%d, %d]", name,
                      B, width);
-    else if (ls && (parse_f64(ls, &l) != VL_OK || !isfinite(l) || l < 0))
+    else if (ls && (vl_parse_f64(ls, &l) != VL_OK || !isfinite(l) || l < 0))
         rc = vl_fail(err, VL_EINVAL, "split reply: the loss is not a finite number");
-    else if (!ss || parse_i64(ss, 0, INT64_MAX, &s) != VL_OK)
+    else if (!ss || vl_parse_i64(ss, 0, INT64_MAX, &s) != VL_OK)
         rc = vl_fail(err, VL_EINVAL, "split reply: the step count is missing");
     float *tmp = rc ? NULL : malloc((size_t)B * (size_t)width * sizeof *tmp);
     if (!rc && !tmp) rc = vl_fail(err, VL_ENOMEM, "split reply: out of memory");

@@ -47,12 +47,12 @@ typedef struct split_wire_forward {
  * labels [B] (NULL: a U-shaped run's, which carry none) to out. Returns
  * 0, VL_EINVAL (bad arguments or sizes), VL_ENOMEM. */
 int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z,
-                              int B, int q, st_dtype dtype, const int *labels, buf *out,
+                              int B, int q, st_dtype dtype, const int *labels, vl_buf *out,
                               vl_error *err) VL_MUST_CHECK;
 
 /* Appends a backward request: z [B, q] and dy [B, h], both as dtype. */
 int split_wire_encode_backward(const char *run, int64_t peer, int64_t task, const float *z,
-                               const float *dy, int B, int q, int h, st_dtype dtype, buf *out,
+                               const float *dy, int B, int q, int h, st_dtype dtype, vl_buf *out,
                                vl_error *err) VL_MUST_CHECK;
 
 /* Decodes and checks a forward request: the file, its metadata, z of
@@ -76,7 +76,7 @@ void split_wire_forward_free(split_wire_forward *f);
  * the step count and, unless it is NaN, the loss. Returns 0, VL_EINVAL,
  * VL_ENOMEM. */
 int split_wire_encode_reply(const char *name, const float *x, int B, int width, st_dtype dtype,
-                            double loss, int64_t step, buf *out, vl_error *err) VL_MUST_CHECK;
+                            double loss, int64_t step, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 
 /* Decodes a reply holding tensor `name` for a batch of B rows of width
  * `width` into x (caller's, B*width floats), *loss (NaN when the reply

@@ -49,7 +49,7 @@ typedef struct compress_sketch {
  * any other hash is refused rather than summed into this one's. */
 #define COMPRESS_SKETCH_HASH "window"
 
-/* key_j = splitmix64(seed ^ (j + 1)). */
+/* key_j = vl_splitmix64(seed ^ (j + 1)). */
 uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row);
 /* Bucket and sign (+1/-1) of coordinate i in row j, by the windowed hash. */
 void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
@@ -236,15 +236,15 @@ typedef struct compress_update_meta {
 
 /* Appends a dense update (delta as F32 or F16) to out. */
 int compress_update_encode_dense(const compress_update_meta *meta, const float *delta, size_t n,
-                                 st_dtype dtype, buf *out, vl_error *err) VL_MUST_CHECK;
+                                 st_dtype dtype, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* Appends a sparse (topk) update: nnz ascending unique indices and their
  * values, stored as dtype (F32 or F16). */
 int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t *idx,
-                                const float *val, size_t nnz, st_dtype dtype, buf *out,
+                                const float *val, size_t nnz, st_dtype dtype, vl_buf *out,
                                 vl_error *err) VL_MUST_CHECK;
 /* Appends a sketch update of s (meta->seed is taken from s). */
 int compress_update_encode_sketch(const compress_update_meta *meta, const compress_sketch *s,
-                                  st_dtype dtype, buf *out, vl_error *err) VL_MUST_CHECK;
+                                  st_dtype dtype, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 
 /* A decoded update. Tensors point into the caller's bytes (through file),
  * which must outlive it; compress_update_free releases the tables. */
@@ -320,7 +320,7 @@ int compress_factors_write(st_writer *w, const compress_factors *f, void **scrat
 /* Appends a merged-factors file: metadata "format" COMPRESS_FACTORS_FORMAT,
  * "run", "version" (the version they were merged into) and f. */
 int compress_factors_encode_file(const compress_factors *f, const char *run, int64_t version,
-                                 buf *out, vl_error *err) VL_MUST_CHECK;
+                                 vl_buf *out, vl_error *err) VL_MUST_CHECK;
 
 /* 1 when the file holds any tensor whose name starts with "kfac.". */
 int compress_factors_present(const st_file *f);
@@ -391,7 +391,7 @@ typedef struct compress_round_meta {
 /* Appends the candidates file: metadata run, version, deadline and n
  * ascending U32 `indices`. */
 int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx,
-                                     size_t n, buf *out, vl_error *err) VL_MUST_CHECK;
+                                     size_t n, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* Parses a candidates file for a model of n_params parameters: *idx gets
  * a heap copy of the indices (caller frees), strictly ascending and each
  * below n_params, else VL_EINVAL. */
@@ -401,10 +401,10 @@ int compress_round_decode_candidates(const uint8_t *bytes, size_t len, size_t n_
 /* Appends the values file: metadata run, version, task, peer and n F32
  * `values`, one per candidate in the candidates' order. */
 int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
-                                 buf *out, vl_error *err) VL_MUST_CHECK;
+                                 vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* The same with `values` stored as dtype (F32 or F16, VL_EINVAL else). */
 int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
-                                    size_t n, st_dtype dtype, buf *out,
+                                    size_t n, st_dtype dtype, vl_buf *out,
                                     vl_error *err) VL_MUST_CHECK;
 /* Parses a values file into meta and *vals (a heap copy, caller frees) of
  * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;

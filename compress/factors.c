@@ -97,7 +97,7 @@ int compress_factors_write(st_writer *w, const compress_factors *f, void **scrat
             }
             float s = max_abs(m, len);
             scales[2 * i + k] = s;
-            for (size_t j = 0; j < len; j++) half[at + j] = f32_to_f16(m[j] / s);
+            for (size_t j = 0; j < len; j++) half[at + j] = vl_f32_to_f16(m[j] / s);
             rc = st_writer_add(w, name, ST_F16, 2, shape, half + at, len * sizeof *half);
             at += len;
         }
@@ -116,7 +116,7 @@ int compress_factors_write(st_writer *w, const compress_factors *f, void **scrat
 }
 
 int compress_factors_encode_file(const compress_factors *f, const char *run, int64_t version,
-                                 buf *out, vl_error *err)
+                                 vl_buf *out, vl_error *err)
 {
     st_writer w;
     st_writer_init(&w);
@@ -158,7 +158,7 @@ static float at_f32(const st_tensor *t, size_t j)
     }
     uint16_t h;
     memcpy(&h, t->data + 2 * j, 2);
-    return f16_to_f32(h);
+    return vl_f16_to_f32(h);
 }
 
 /* The content checks of one factor matrix (values as stored; a positive
@@ -198,7 +198,7 @@ int compress_factors_decode(const st_file *f, const compress_factor_layer *layer
     int rc = check_layers(layers, n, err);
     if (rc) goto done;
     const char *s = st_meta_get(f, COMPRESS_FACTORS_SAMPLES_KEY);
-    if (!s || parse_i64(s, 1, COMPRESS_FACTORS_MAX_SAMPLES, &out->samples) != VL_OK) {
+    if (!s || vl_parse_i64(s, 1, COMPRESS_FACTORS_MAX_SAMPLES, &out->samples) != VL_OK) {
         rc = vl_fail(err, VL_EINVAL, "factors: metadata '%s' must be an integer in [1, %lld]",
                      COMPRESS_FACTORS_SAMPLES_KEY, (long long)COMPRESS_FACTORS_MAX_SAMPLES);
         goto done;

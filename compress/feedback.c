@@ -51,7 +51,7 @@ void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype 
             float v = e[idx[j]];
             /* Beyond the largest half the encoder would send Inf. */
             v = v > F16_MAX ? F16_MAX : v < -F16_MAX ? -F16_MAX : v;
-            float h = f16_to_f32(f32_to_f16(v));
+            float h = vl_f16_to_f32(vl_f32_to_f16(v));
             val[j] = h;
             e[idx[j]] -= h;
         }

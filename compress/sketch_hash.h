@@ -28,7 +28,7 @@
 #define COMPRESS_SK_UNROLL
 #endif
 
-/* splitmix64 of DESIGN.md (the same function as splitmix64() in common; its
+/* vl_splitmix64 of DESIGN.md (the same function as vl_splitmix64() in common; its
  * body is here so that the CPU compiler can vectorise the loops around it
  * and nvcc can compile it for the device; the tests check the two agree). */
 COMPRESS_SK_HD uint64_t compress_sk_mix64(uint64_t z)
@@ -39,7 +39,7 @@ COMPRESS_SK_HD uint64_t compress_sk_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* key_j = splitmix64(seed ^ (j + 1)). */
+/* key_j = vl_splitmix64(seed ^ (j + 1)). */
 COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row)
 {
     return compress_sk_mix64(seed ^ ((uint64_t)row + 1));
@@ -50,9 +50,9 @@ COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row)
  * window w starts at a bucket drawn from the row's key, and coordinate i
  * of window w = i >> L lands (i mod W) cells further on, wrapping at cols:
  *
- *   base_j(w)    = bucket(splitmix64(key_j ^ w), cols)
+ *   base_j(w)    = bucket(vl_splitmix64(key_j ^ w), cols)
  *   bucket_j(i)  = (base_j(i >> L) + (i & (W - 1))) mod cols
- *   sign_j(i)    = bit j of splitmix64(splitmix64(seed) ^ i): 1 is -1
+ *   sign_j(i)    = bit j of vl_splitmix64(vl_splitmix64(seed) ^ i): 1 is -1
  *
  * Two coordinates of one window never share a cell; two of different
  * windows share one in row j with probability 1/cols, as with a hash per
@@ -101,7 +101,7 @@ COMPRESS_SK_HD uint32_t compress_sk_bucket_of(uint64_t key, uint64_t i, uint32_t
                             (uint32_t)(i & ((1u << l) - 1)), cols);
 }
 
-/* splitmix64(seed): the key of the signs (row keys hash seed ^ (j + 1),
+/* vl_splitmix64(seed): the key of the signs (row keys hash seed ^ (j + 1),
  * never seed itself). */
 COMPRESS_SK_HD uint64_t compress_sk_sign_key(uint64_t seed)
 {

@@ -60,7 +60,7 @@ int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
     if (dtype != ST_F16) return vl_fail(err, VL_EINVAL, "update values are F32 or F16");
     *half = malloc(n * sizeof **half + 1);
     if (!*half) return vl_fail(err, VL_ENOMEM, "out of memory encoding update");
-    for (size_t i = 0; i < n; i++) (*half)[i] = f32_to_f16(x[i]);
+    for (size_t i = 0; i < n; i++) (*half)[i] = vl_f32_to_f16(x[i]);
     *data = *half;
     *nbytes = n * sizeof **half;
     return VL_OK;
@@ -69,7 +69,7 @@ int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
 /* Writes meta plus up to two tensors and finishes into out. */
 static int encode(const compress_update_meta *meta, const char *name1, st_dtype dt1, int ndim1,
                   const uint64_t *shape1, const void *data1, size_t bytes1, const char *name2,
-                  st_dtype dt2, const void *data2, size_t bytes2, buf *out, vl_error *err) {
+                  st_dtype dt2, const void *data2, size_t bytes2, vl_buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
     void *scratch = NULL;
@@ -85,7 +85,7 @@ static int encode(const compress_update_meta *meta, const char *name1, st_dtype 
 }
 
 int compress_update_encode_dense(const compress_update_meta *meta, const float *delta, size_t n,
-                                 st_dtype dtype, buf *out, vl_error *err) {
+                                 st_dtype dtype, vl_buf *out, vl_error *err) {
     if (meta->kind != COMPRESS_DENSE) return vl_fail(err, VL_EINVAL, "meta kind is not dense");
     uint16_t *half;
     const void *data;
@@ -99,7 +99,7 @@ int compress_update_encode_dense(const compress_update_meta *meta, const float *
 }
 
 int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t *idx,
-                                const float *val, size_t nnz, st_dtype dtype, buf *out,
+                                const float *val, size_t nnz, st_dtype dtype, vl_buf *out,
                                 vl_error *err) {
     if (meta->kind != COMPRESS_TOPK) return vl_fail(err, VL_EINVAL, "meta kind is not topk");
     if (!compress_indices_valid(idx, nnz, (size_t)UINT32_MAX + 1))
@@ -117,7 +117,7 @@ int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t
 }
 
 int compress_update_encode_sketch(const compress_update_meta *meta, const compress_sketch *s,
-                                  st_dtype dtype, buf *out, vl_error *err) {
+                                  st_dtype dtype, vl_buf *out, vl_error *err) {
     if (meta->kind != COMPRESS_SKETCH)
         return vl_fail(err, VL_EINVAL, "meta kind is not sketch");
     compress_update_meta m = *meta;
@@ -137,7 +137,7 @@ int compress_update_encode_sketch(const compress_update_meta *meta, const compre
 static int meta_i64(const st_file *f, const char *key, int64_t min, int64_t *out, vl_error *err) {
     const char *s = st_meta_get(f, key);
     if (!s) return vl_fail(err, VL_EINVAL, "update metadata lacks '%s'", key);
-    if (parse_i64(s, min, INT64_MAX, out) != VL_OK)
+    if (vl_parse_i64(s, min, INT64_MAX, out) != VL_OK)
         return vl_fail(err, VL_EINVAL, "update metadata '%s' is not an integer >= %lld", key,
                        (long long)min);
     return VL_OK;
@@ -258,7 +258,7 @@ static int decode_meta(const st_file *f, compress_update_meta *m, const char **c
     if (!kind || compress_kind_parse(kind, &m->kind) != VL_OK)
         return vl_fail(err, VL_EINVAL, "update metadata 'kind' is missing or unknown");
     if (!loss) return vl_fail(err, VL_EINVAL, "update metadata lacks 'loss'");
-    if (parse_f64(loss, &m->loss) != VL_OK) {
+    if (vl_parse_f64(loss, &m->loss) != VL_OK) {
         /* Tell a number that is not finite (422) from text that is no
          * number at all (400). */
         char *end = NULL;
@@ -270,7 +270,7 @@ static int decode_meta(const st_file *f, compress_update_meta *m, const char **c
     /* Optional: only a classifier's peers report it. */
     const char *acc = st_meta_get(f, "accuracy");
     if (acc) {
-        if (parse_f64(acc, &m->accuracy) != VL_OK)
+        if (vl_parse_f64(acc, &m->accuracy) != VL_OK)
             return vl_fail(err, VL_EINVAL, "update metadata 'accuracy' is not a number");
         if (!(m->accuracy >= 0 && m->accuracy <= 1)) {
             *code = "bad_accuracy";
@@ -453,7 +453,7 @@ static inline float value_at(const st_tensor *t, size_t j) {
     }
     uint16_t h;
     memcpy(&h, t->data + 2 * j, 2);
-    return f16_to_f32(h);
+    return vl_f16_to_f32(h);
 }
 
 int compress_update_accumulate(const compress_update *u, float w, float *dst, size_t n,

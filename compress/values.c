@@ -15,7 +15,7 @@ static int put_i64(st_writer *w, const char *key, int64_t v) {
     return st_writer_meta(w, key, s);
 }
 
-static int finish(st_writer *w, int rc, buf *out, const char *what, vl_error *err) {
+static int finish(st_writer *w, int rc, vl_buf *out, const char *what, vl_error *err) {
     if (rc) rc = vl_fail(err, rc, "cannot describe the %s", what);
     else rc = st_writer_finish(w, out, err);
     st_writer_free(w);
@@ -23,7 +23,7 @@ static int finish(st_writer *w, int rc, buf *out, const char *what, vl_error *er
 }
 
 int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx,
-                                     size_t n, buf *out, vl_error *err) {
+                                     size_t n, vl_buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
     uint64_t shape[1] = {n};
@@ -35,12 +35,12 @@ int compress_round_encode_candidates(const compress_round_meta *meta, const uint
 }
 
 int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
-                                 buf *out, vl_error *err) {
+                                 vl_buf *out, vl_error *err) {
     return compress_round_encode_values_as(meta, vals, n, ST_F32, out, err);
 }
 
 int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
-                                    size_t n, st_dtype dtype, buf *out, vl_error *err) {
+                                    size_t n, st_dtype dtype, vl_buf *out, vl_error *err) {
     uint16_t *half = NULL;
     const void *data = NULL;
     size_t nbytes = 0;
@@ -63,7 +63,7 @@ int compress_round_encode_values_as(const compress_round_meta *meta, const float
 static int meta_i64(const st_file *f, const char *key, int64_t min, int64_t max, int64_t *out,
                     vl_error *err) {
     const char *v = st_meta_get(f, key);
-    if (!v || parse_i64(v, min, max, out) != VL_OK)
+    if (!v || vl_parse_i64(v, min, max, out) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata '%s' is missing or not an integer in range",
                        key);
     return VL_OK;
@@ -152,7 +152,7 @@ int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n
         for (size_t i = 0; i < want_n; i++) {
             uint16_t h;
             memcpy(&h, t->data + 2 * i, 2);
-            v[i] = f16_to_f32(h);
+            v[i] = vl_f16_to_f32(h);
         }
     }
     if (!compress_all_finite(v, want_n)) {

@@ -73,11 +73,11 @@ static int open_config(const char *config_path, coord_config *cfg, coord_corpus 
     memset(corpus, 0, sizeof *corpus);
     memset(shards, 0, sizeof *shards);
     memset(test, 0, sizeof *test);
-    buf text;
-    buf_init(&text, CONFIG_MAX_BYTES);
-    int rc = buf_read_file(&text, config_path, err);
+    vl_buf text;
+    vl_buf_init(&text, CONFIG_MAX_BYTES);
+    int rc = vl_buf_read_file(&text, config_path, err);
     if (rc == VL_OK) rc = coord_config_parse((const char *)text.data, text.len, cfg, err);
-    buf_free(&text);
+    vl_buf_free(&text);
     if (rc != VL_OK) return rc;
     rc = resolve_data(config_path, cfg, err);
     if (rc == VL_OK)
@@ -129,7 +129,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     vl_error everr = {0};
     if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) !=
         VL_OK)
-        log_warn("validation of version 0 failed: %s", everr.msg);
+        vl_log_warn("validation of version 0 failed: %s", everr.msg);
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
@@ -151,7 +151,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         run.corpus_size = test.size;
         snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", test.hash);
     }
-    run.created_at = clock_unix_s();
+    run.created_at = vl_clock_unix_s();
     storage_version v0 = {.version = 0, .created_at = run.created_at,
                           .params = coord_net_params(&net), .momentum = NULL,
                           .n = coord_net_num_params(&net), .val_loss = val_loss,
@@ -166,18 +166,18 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     if (rc == VL_OK) rc = storage_commit(db, err);
     else storage_rollback(db);
     if (rc == VL_OK && cfg.net == COORD_NET_MLP)
-        log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
+        vl_log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
                  "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",
                  cfg.name, v0.n, test.n ? "" : "no held-out set of its own, ", test.n,
                  (double)val_loss, accuracy);
     else if (rc == VL_OK && cfg.shards)
-        log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
+        vl_log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
                  "validation shard %s (%lld tokens), version 0 val_loss %.6f (%.4f bits per "
                  "token)",
                  cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
                  (long long)shards.val_tokens, (double)val_loss, (double)val_loss / M_LN2);
     else if (rc == VL_OK)
-        log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
+        vl_log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
                  "version 0 val_loss %.6f (%.4f bits per byte)",
                  cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
                  (double)val_loss, (double)val_loss / M_LN2);
@@ -215,7 +215,7 @@ int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, cha
     crypto_token_generate(token);
     char hash[CRYPTO_HASH_HEX + 1];
     crypto_hash_hex(token, strlen(token), hash);
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     rc = storage_token_insert(db, hash, uses, now + ttl_s, now, NULL, err);
     storage_close(db);
     if (rc == VL_OK) memcpy(out, token, sizeof token);
@@ -272,7 +272,7 @@ int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) {
     storage *db = NULL;
     int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
-    list_ctx c = {.out = out, .now = clock_unix_s()};
+    list_ctx c = {.out = out, .now = vl_clock_unix_s()};
     fprintf(out, "%-6s %-12s %9s %-20s %-20s %5s %s\n", "id", "hash", "uses_left", "expires",
             "created", "peers", "state");
     rc = storage_token_each(db, print_token, &c, err);
@@ -296,7 +296,7 @@ int coord_cmd_peer_list(const char *db_path, FILE *out, vl_error *err) {
     storage *db = NULL;
     int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
-    list_ctx c = {.out = out, .now = clock_unix_s()};
+    list_ctx c = {.out = out, .now = vl_clock_unix_s()};
     fprintf(out, "%-6s %-44s %-20s %-20s %6s %7s %-7s %s\n", "id", "public_key", "joined",
             "last_seen", "leases", "updates", "state", "name");
     rc = storage_peer_each(db, c.now, print_peer, &c, err);

@@ -77,7 +77,7 @@ static int note_update(merge_ctx *m, const storage_update *u, double norm) {
  * and retrying would stall the run for good, so it is left out of the
  * version, marked merged there so nothing offers it again, and logged. */
 static int set_aside(merge_ctx *m, const storage_update *u, const char *why) {
-    log_warn("update %lld of peer %lld is left out of version %lld: %s", (long long)u->id,
+    vl_log_warn("update %lld of peer %lld is left out of version %lld: %s", (long long)u->id,
              (long long)u->peer_id, (long long)m->version + 1, why);
     m->set_aside++;
     return note_update(m, u, NAN);
@@ -311,10 +311,10 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     coord_server *srv = j->srv;
     srv->opening_round = 0;
     if (rc != VL_OK)
-        log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
+        vl_log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
                   err->msg);
     else
-        log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
+        vl_log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
                  "updates for %lld s", (long long)j->r.version, j->r.n, j->n_updates,
                  (long long)srv->cfg.round_s);
     /* err lives in the job. */
@@ -368,7 +368,7 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     if (rc == VL_OK && got == 0)
         rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {
-        int64_t now = clock_unix_s();
+        int64_t now = vl_clock_unix_s();
         j->n_updates = m.n_ids;
         j->r.n = got;
         j->r.candidates = b.cand;
@@ -425,7 +425,7 @@ typedef struct merge_job {
     storage_version ver;
     storage_commit_opts opts;
     compress_factors_sum fsum; /* K-FAC runs that share factors */
-    buf fbuf;                  /* and the merged factors file */
+    vl_buf fbuf;                  /* and the merged factors file */
     double compute_s, eval_s;  /* what the compute thread spent, validation included */
     double accuracy;           /* a classifier's on the test set (NaN: none) */
     double split_loss;         /* split runs: mean loss of the batches since the last */
@@ -440,7 +440,7 @@ static int merge_run(storage *db, coord_job *job, vl_error *err) {
 
 static void merge_job_free(merge_job *j) {
     compress_factors_sum_free(&j->fsum);
-    buf_free(&j->fbuf);
+    vl_buf_free(&j->fbuf);
     coord_round_acc_free(&j->racc);
     storage_round_free(&j->rnd);
     coord_robust_acc_free(&j->rb);
@@ -474,7 +474,7 @@ static void log_refused(const coord_server *srv, const merge_job *j) {
     if (used >= sizeof list) memcpy(list + sizeof list - 4, "...", 4);
     /* merge_done has counted this refusal already. */
     int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
-    log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
+    vl_log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
              "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters, the "
              "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
              "updates (update:peer) were %s",
@@ -510,7 +510,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     if (isfinite(j->ver.val_loss) &&
         (!isfinite(srv->best_val_loss) || j->ver.val_loss < srv->best_val_loss))
         srv->best_val_loss = j->ver.val_loss;
-    srv->version_born = clock_mono_s();
+    srv->version_born = vl_clock_mono_s();
     srv->finished = j->opts.finished;
     if (srv->model_blob) {
         coord_blob_unref(srv->model_blob);
@@ -519,7 +519,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     if (j->ver.factors) srv->factors_version = j->ver.version;
     if (j->ver.refused) log_refused(srv, j);
     if (j->m.set_aside)
-        log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
+        vl_log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
                  "unreadable", (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
     if (srv->net.mlp)
         coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
@@ -528,7 +528,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     else /* bits per byte (per token in a shard run) compare across
           * vocabularies and with published figures; nats are what
           * training minimises */
-        log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
+        vl_log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
                  "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
                  "%.2f s, validation %.2f s of it)%s",
                  (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
@@ -547,7 +547,7 @@ static void log_robust(const merge_ctx *m, int64_t next) {
     double max, med = coord_robust_median_known(m->norms, m->n_ids, &max);
     const coord_robust_config *r = &m->cfg->robust;
     size_t bounded = m->rb ? m->rb->bounded : m->bounded;
-    log_info("version %lld: %s of %zu updates, norms median %.6g max %.6g; %zu scaled down "
+    vl_log_info("version %lld: %s of %zu updates, norms median %.6g max %.6g; %zu scaled down "
              "to max_norm, %zu clipped by norm_clip", (long long)next, coord_rule_name(r->rule),
              m->n_ids, med, max, bounded, m->rb ? m->rb->clipped : 0);
 }
@@ -569,7 +569,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
     /* Async: exactly the buffer's updates_per_version, oldest first; sync:
      * what waits, up to a bound (coord_config_merge_max). */
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), merge_one, m,
                                         &j->merr);
     if (rc == VL_OK && m->n_ids == 0)
@@ -597,7 +597,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         return rc;
     }
     int64_t next = m->version + 1;
-    double t_eval = clock_mono_s();
+    double t_eval = vl_clock_mono_s();
     float val_loss = NAN;
     j->accuracy = NAN;
     if ((rc = eval_val(srv, b->next, &val_loss, &j->accuracy, &j->merr)) != VL_OK) {
@@ -610,7 +610,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
     /* ... and by the accuracy they measured on their own data. */
     if (srv->net.mlp && srv->test.n == 0 && m->acc_w > 0) j->accuracy = m->acc_sum / m->acc_w;
-    j->eval_s = clock_mono_s() - t_eval;
+    j->eval_s = vl_clock_mono_s() - t_eval;
     /* A version whose loss blew up is refused, not served: it keeps the
      * current parameters, and the outer optimiser's state (momentum, the
      * sketch's error, the delayed step's buffer) restarts from zero, since
@@ -624,7 +624,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         n_cand = 0;
     }
     size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
-    j->ver = (storage_version){.version = next, .created_at = clock_unix_s(), .params = b->next,
+    j->ver = (storage_version){.version = next, .created_at = vl_clock_unix_s(), .params = b->next,
                                .momentum = b->state, .n = n, .n_state = srv->n_state,
                                .val_loss = refused ? srv->val_loss : val_loss,
                                .train_loss = m->n_ids > m->set_aside
@@ -652,10 +652,10 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (strcmp(srv->cfg.compression_kind, "none") != 0 &&
         coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
         j->digest[0] = '\0';
-    j->compute_s = clock_mono_s() - t0;
+    j->compute_s = vl_clock_mono_s() - t0;
     log_robust(m, next);
     if (m->round)
-        log_info("version %lld: second round used %zu reported and %zu silent updates over "
+        vl_log_info("version %lld: second round used %zu reported and %zu silent updates over "
                  "%zu candidates", (long long)next, j->racc.reported, j->racc.silent,
                  j->racc.n_cand);
     return VL_OK;

@@ -80,7 +80,7 @@ struct compress_update;
 struct compress_factors_sum;
 struct storage_version;
 struct coord_server;
-struct buf;
+struct vl_buf;
 
 /* Adds the factors of update u (stored as update_id, checked on arrival)
  * to s, weighted by the samples they carry. VL_EDB when they no longer
@@ -93,7 +93,7 @@ int coord_factors_add(struct compress_factors_sum *s, const struct compress_upda
  * version made only of updates without factors cannot happen in runs that
  * require them, but is not an error). */
 int coord_factors_merged(struct coord_server *srv, struct compress_factors_sum *s,
-                         int64_t version, struct buf *out, struct storage_version *v,
+                         int64_t version, struct vl_buf *out, struct storage_version *v,
                          vl_error *err) VL_MUST_CHECK;
 
 /* ---- the Sketched-SGD second round (round.c) ----------------------------- */

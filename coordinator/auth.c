@@ -135,7 +135,7 @@ static int address_ok(coord_server *srv, coord_guard *g, coord_guard_refusal *r)
     uint8_t key[COORD_ADDR_KEY_MAX];
     size_t n = coord_limiter_addr_key((const struct sockaddr *)&ss, key);
     if (n == 0) return 0;
-    double wait = coord_limiter_take(srv->addr_limiter, key, n, clock_mono_s());
+    double wait = coord_limiter_take(srv->addr_limiter, key, n, vl_clock_mono_s());
     return wait > 0 ? refuse_rate(r, wait, "address") : 0;
 }
 
@@ -153,14 +153,14 @@ static int signer_key(coord_server *srv, const crypto_sig *s, coord_auth_kind ki
         return 0;
     }
     int64_t id = 0;
-    if (parse_i64(s->keyid, 1, INT64_MAX, &id) != 0)
+    if (vl_parse_i64(s->keyid, 1, INT64_MAX, &id) != 0)
         return refuse(r, 401, "unknown_peer", "keyid must be a peer id");
     storage_peer p;
     vl_error e = {0};
     int rc = storage_peer_get(srv->db, id, &p, &e);
     if (rc == VL_ENOTFOUND) return refuse(r, 401, "unknown_peer", "no peer %lld", (long long)id);
     if (rc != VL_OK) {
-        log_error("authenticating peer %lld: %s", (long long)id, e.msg);
+        vl_log_error("authenticating peer %lld: %s", (long long)id, e.msg);
         return refuse(r, 500, "internal", "internal error");
     }
     *revoked = p.revoked;
@@ -176,7 +176,7 @@ static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v,
                     coord_guard_refusal *r) {
     char key[CRYPTO_NONCE_HEX + 1];
     crypto_nonce_key(v->nonce, key);
-    int rc = crypto_nonce_check(srv->nonces, peer, key, v->created, clock_unix_s());
+    int rc = crypto_nonce_check(srv->nonces, peer, key, v->created, vl_clock_unix_s());
     if (rc == VL_ECONFLICT) return refuse(r, 401, "replayed_nonce", "this nonce was already used");
     if (rc != VL_OK) return refuse_rate(r, 1, "coordinator");
     coord_nonce_log_add(srv->nonce_log, peer, key, v->created);
@@ -206,7 +206,7 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
     uint8_t pk[CRYPTO_PK_BYTES];
     int revoked = 0;
     if (signer_key(srv, &s, kind, pk, t, &revoked, r) != 0) return -1;
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     int64_t skew = s.created - now;
     if (skew > CRYPTO_TS_WINDOW_S || skew < -CRYPTO_TS_WINDOW_S)
         return refuse(r, 401, "stale_timestamp",
@@ -214,11 +214,11 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
                       "s)", (long long)skew, CRYPTO_TS_WINDOW_S);
     if (s.expires != 0 && s.expires < now)
         return refuse(r, 401, "stale_timestamp", "the signature expired");
-    buf base;
-    buf_init(&base, 2 * COORD_HEAD_CAP);
+    vl_buf base;
+    vl_buf_init(&base, 2 * COORD_HEAD_CAP);
     int rc = crypto_sig_base(&s, view_lookup, v, &base, &e);
     if (rc == VL_OK) rc = crypto_sig_verify(pk, &s, &base, &e);
-    buf_free(&base);
+    vl_buf_free(&base);
     if (rc == VL_EINVAL) return refuse(r, 401, "bad_signature", "%s", e.msg);
     if (rc != VL_OK)
         return refuse(r, 401, "bad_signature", "the request signature does not verify");
@@ -226,7 +226,7 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
                                (long long)t->peer_id);
     if (kind == COORD_AUTH_PEER) {
         double wait = coord_limiter_take(srv->peer_limiter, &t->peer_id, sizeof t->peer_id,
-                                         clock_mono_s());
+                                         vl_clock_mono_s());
         if (wait > 0) return refuse_rate(r, wait, "peer");
     }
     snprintf(v->nonce, sizeof v->nonce, "%s", s.nonce);
@@ -333,7 +333,7 @@ int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
      * so a refused request may be sent again as it was. */
     int64_t body_len = 0;
     if (signed_ok(srv, v, kind, has_body, t, r) != 0 ||
-        (kind == COORD_AUTH_PEER && parse_i64(clen[0] ? clen : "0", 0, INT64_MAX, &body_len) == 0 &&
+        (kind == COORD_AUTH_PEER && vl_parse_i64(clen[0] ? clen : "0", 0, INT64_MAX, &body_len) == 0 &&
          reserve_body(srv, t->peer_id, body_len, bodies_allowed(srv, path), t, r) != 0))
         goto out;
     if (nonce_ok(srv, t->peer_id, v, r) != 0) {

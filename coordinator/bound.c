@@ -28,14 +28,14 @@ void coord_norm_bound_refresh(coord_server *srv) {
     int64_t n;
     vl_error e = {0};
     if (storage_version_norm_median(srv->db, r->auto_versions, &med, &n, &e) != VL_OK) {
-        log_warn("robust: the update-norm bound could not be derived yet: %s", e.msg);
+        vl_log_warn("robust: the update-norm bound could not be derived yet: %s", e.msg);
         return;
     }
     /* Versions made before the norms were recorded (an older coordinator)
      * have none; with none at all the run goes on without a bound. */
     if (n == 0 || !(med > 0) || !isfinite(med)) return;
     atomic_store(&srv->norm_bound, r->auto_mult * med);
-    log_info("robust: updates whose L2 norm over the square root of their local steps "
+    vl_log_info("robust: updates whose L2 norm over the square root of their local steps "
              "exceeds %.6g (%g times the median of versions 1 to %lld, %.6g) are %s from now "
              "on", r->auto_mult * med, r->auto_mult, (long long)r->auto_versions, med,
              r->refuse_excess ? "refused (422 norm_exceeded)" : "scaled down to it when merged");

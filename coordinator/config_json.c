@@ -239,7 +239,7 @@ int coord_parse_duration(const char *s, int64_t *out_s) {
         if (num[i] < '0' || num[i] > '9') return VL_EINVAL;
     int64_t v;
     const int64_t max_s = (int64_t)10 * 366 * 86400;
-    if (parse_i64(num, 1, max_s, &v) != VL_OK || v > max_s / mult) return VL_EINVAL;
+    if (vl_parse_i64(num, 1, max_s, &v) != VL_OK || v > max_s / mult) return VL_EINVAL;
     *out_s = v * mult;
     return VL_OK;
 }

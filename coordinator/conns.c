@@ -67,10 +67,10 @@ static void accept_error(struct evconnlistener *l, void *arg) {
     coord_server *srv = accept_srv;
     if (!srv) return;
     int err = EVUTIL_SOCKET_ERROR();
-    double now = clock_mono_s();
+    double now = vl_clock_mono_s();
     srv->accept_errors++;
     if (now - srv->accept_logged >= ACCEPT_LOG_EVERY_S) {
-        log_warn("accept() failed %lld time(s) since the last report (%s) with %zu "
+        vl_log_warn("accept() failed %lld time(s) since the last report (%s) with %zu "
                  "connections open; new connections pause %.2f s after each failure",
                  (long long)srv->accept_errors, evutil_socket_error_to_string(err),
                  srv->n_conns, ACCEPT_PAUSE_S);
@@ -180,7 +180,7 @@ void coord_conns_tick(coord_server *srv, double now) {
     if (closed > 0) {
         srv->conns_closed += (int64_t)closed;
         if (now - srv->conns_logged >= ACCEPT_LOG_EVERY_S) {
-            log_info("closed %lld connection(s) that sent no request (%zu open%s)",
+            vl_log_info("closed %lld connection(s) that sent no request (%zu open%s)",
                      (long long)srv->conns_closed, srv->n_conns,
                      pressed ? ", under descriptor pressure" : "");
             srv->conns_logged = now;

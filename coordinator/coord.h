@@ -297,7 +297,7 @@ typedef struct coord_server {
     int expiring;         /* a lease expiry is with the writer */
     int merging;          /* a version is with the writer */
     int opening_round;    /* a second round's candidates are with the writer */
-    /* When the current version was made, on clock_mono_s()'s clock (its
+    /* When the current version was made, on vl_clock_mono_s()'s clock (its
      * age decides a sync deadline). */
     double version_born;
     coord_net eval;       /* scratch model that validates a version before it is made */
@@ -399,7 +399,7 @@ void coord_state_free(coord_server *srv);
  * classifier's under fc.<layer>.weight/bias. The same bytes serve
  * downloads and `export`. */
 int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
-                     double val_loss, buf *out, vl_error *err) VL_MUST_CHECK;
+                     double val_loss, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);

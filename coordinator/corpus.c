@@ -49,7 +49,7 @@ static int hash_and_load(coord_corpus *c, vl_error *err) {
     free(chunk);
     uint8_t h[32];
     crypto_generichash_final(&st, h, sizeof h);
-    hex_encode(h, sizeof h, c->hash);
+    vl_hex_encode(h, sizeof h, c->hash);
     return VL_OK;
 }
 

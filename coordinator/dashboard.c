@@ -157,7 +157,7 @@ static int add_totals(void *arg, const storage_peer_totals *t) {
 }
 
 json_t *coord_dashboard_json(coord_server *srv, vl_error *err) {
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     coord_writer_stats ws;
     coord_writer_stats_get(srv->writer, &ws);
     json_t *status = coord_status_json(srv->db, &srv->cfg, srv->version, srv->finished, &ws,

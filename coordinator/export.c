@@ -195,8 +195,8 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     /* The data block is 4 bytes a parameter; the header stays under
      * ST_MAX_HEADER, so this cap never cuts a valid file short. */
     size_t n = model_gpt_num_params(gpt);
-    buf file;
-    buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
+    vl_buf file;
+    vl_buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
     coord_net net = {.gpt = gpt};
     rc = coord_model_file(&cfg, &net, version, val_loss, &file, err);
     model_gpt_destroy(gpt);
@@ -211,9 +211,9 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
         }
         made_dir = 1;
     }
-    rc = file_write_atomic(model_path, file.data, file.len, 0644, err);
+    rc = vl_file_write_atomic(model_path, file.data, file.len, 0644, err);
     wrote_model = rc == VL_OK;
-    if (rc == VL_OK) rc = file_write_atomic(config_path, config_json, strlen(config_json), 0644,
+    if (rc == VL_OK) rc = vl_file_write_atomic(config_path, config_json, strlen(config_json), 0644,
                                             err);
     if (rc != VL_OK) {
         /* A half export is worse than none: a model without its config (or
@@ -223,10 +223,10 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
         goto out;
     }
     if (exported) *exported = version;
-    log_info("exported version %lld of run \"%s\" to %s (%zu parameters)", (long long)version,
+    vl_log_info("exported version %lld of run \"%s\" to %s (%zu parameters)", (long long)version,
              cfg.name, out_dir, n);
 out:
     free(config_json);
-    buf_free(&file);
+    vl_buf_free(&file);
     return rc;
 }

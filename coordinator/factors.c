@@ -24,9 +24,9 @@ int coord_factors_add(compress_factors_sum *s, const compress_update *u, int64_t
     return rc;
 }
 
-int coord_factors_merged(coord_server *srv, compress_factors_sum *s, int64_t version, buf *out,
+int coord_factors_merged(coord_server *srv, compress_factors_sum *s, int64_t version, vl_buf *out,
                          storage_version *v, vl_error *err) {
-    buf_init(out, (size_t)coord_config_factor_bytes(&srv->cfg) + ((size_t)1 << 20));
+    vl_buf_init(out, (size_t)coord_config_factor_bytes(&srv->cfg) + ((size_t)1 << 20));
     if (s->count == 0) return VL_OK;
     const float **A = calloc(2 * (size_t)s->n, sizeof *A);
     if (!A) return vl_fail(err, VL_ENOMEM, "out of memory merging factors");

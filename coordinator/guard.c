@@ -232,9 +232,9 @@ void coord_guard_init(coord_guard *g, size_t head_cap, const coord_guard_caps *c
     g->caps = *caps;
     g->state = COORD_GUARD_IN_HEAD;
     g->linger_fd = -1;
-    g->created = g->caps.clock ? g->caps.clock() : clock_mono_s();
-    buf_init(&g->head, head_cap);
-    buf_init(&g->out, head_cap + 256);
+    g->created = g->caps.clock ? g->caps.clock() : vl_clock_mono_s();
+    vl_buf_init(&g->head, head_cap);
+    vl_buf_init(&g->out, head_cap + 256);
 }
 
 void coord_guard_free(coord_guard *g) {
@@ -242,8 +242,8 @@ void coord_guard_free(coord_guard *g) {
         if (g->tickets[i].live && g->caps.release)
             g->caps.release(g->caps.authorize_arg, &g->tickets[i]);
     memset(g->tickets, 0, sizeof g->tickets);
-    buf_free(&g->head);
-    buf_free(&g->out);
+    vl_buf_free(&g->head);
+    vl_buf_free(&g->out);
     crypto_digest_free(g->digest);
     g->digest = NULL;
     g->body_ticket = NULL;
@@ -257,15 +257,15 @@ int coord_guard_idle(const coord_guard *g) {
  * valid one (so the handler can log the path), an empty body, and the
  * marker. Connection: close makes libevent drop the connection after the
  * answer; the guard discards whatever follows meanwhile. */
-static int emit_refusal(coord_guard *g, coord_guard_verdict v, size_t reqline_len, buf *out) {
+static int emit_refusal(coord_guard *g, coord_guard_verdict v, size_t reqline_len, vl_buf *out) {
     int rc;
     if (reqline_len > 0) {
-        rc = buf_append(out, g->head.data, reqline_len);
-        if (!rc) rc = buf_append_str(out, "\r\n");
+        rc = vl_buf_append(out, g->head.data, reqline_len);
+        if (!rc) rc = vl_buf_append_str(out, "\r\n");
     } else {
-        rc = buf_append_str(out, "GET / HTTP/1.1\r\n");
+        rc = vl_buf_append_str(out, "GET / HTTP/1.1\r\n");
     }
-    if (!rc) rc = buf_printf(out, "Content-Length: 0\r\nConnection: close\r\n%s: %s\r\n\r\n",
+    if (!rc) rc = vl_buf_printf(out, "Content-Length: 0\r\nConnection: close\r\n%s: %s\r\n\r\n",
                              COORD_GUARD_HEADER, coord_guard_verdict_name(v));
     g->state = COORD_GUARD_DISCARD;
     g->last_verdict = v;
@@ -274,7 +274,7 @@ static int emit_refusal(coord_guard *g, coord_guard_verdict v, size_t reqline_le
 
 /* Copies the head without any client-sent reserved lines; with ticket > 0
  * the ticket header numbering it goes in before the closing empty line. */
-static int emit_stripped(coord_guard *g, uint64_t ticket, buf *out) {
+static int emit_stripped(coord_guard *g, uint64_t ticket, vl_buf *out) {
     const uint8_t *p = g->head.data;
     size_t n = g->head.len, pos = 0;
     while (pos < n) {
@@ -285,9 +285,9 @@ static int emit_stripped(coord_guard *g, uint64_t ticket, buf *out) {
         int drop = pos > 0 && colon && name_reserved(p + pos, (size_t)(colon - (p + pos)));
         int rc = VL_OK;
         if (last && ticket > 0)
-            rc = buf_printf(out, "%s: %llu\r\n", COORD_GUARD_TICKET_HEADER,
+            rc = vl_buf_printf(out, "%s: %llu\r\n", COORD_GUARD_TICKET_HEADER,
                             (unsigned long long)ticket);
-        if (!rc && !drop) rc = buf_append(out, p + pos, adv);
+        if (!rc && !drop) rc = vl_buf_append(out, p + pos, adv);
         if (rc) return rc;
         pos += adv;
     }
@@ -334,7 +334,7 @@ int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *ou
 }
 
 static double now_s(const coord_guard *g) {
-    return g->caps.clock ? g->caps.clock() : clock_mono_s();
+    return g->caps.clock ? g->caps.clock() : vl_clock_mono_s();
 }
 
 /* Starts hashing the body of an accepted request whose head named a
@@ -394,7 +394,7 @@ static coord_guard_verdict authorize_head(coord_guard *g, const coord_guard_head
     return COORD_GUARD_OK;
 }
 
-static int finish_head(coord_guard *g, buf *out) {
+static int finish_head(coord_guard *g, vl_buf *out) {
     coord_guard_head h;
     coord_guard_parse_head(g->head.data, g->head.len, &g->caps, &h);
     g->requests++;
@@ -406,7 +406,7 @@ static int finish_head(coord_guard *g, buf *out) {
         rc = emit_refusal(g, h.verdict, h.reqline_len, out);
     } else {
         rc = h.has_marker || ticket > 0 ? emit_stripped(g, ticket, out)
-                                        : buf_append(out, g->head.data, g->head.len);
+                                        : vl_buf_append(out, g->head.data, g->head.len);
         g->body_left = h.body_len;
         if (h.body_len > 0 && g->caps.slow_timeout_s > 0)
             g->body_deadline = now_s(g) + g->caps.slow_timeout_s +
@@ -414,7 +414,7 @@ static int finish_head(coord_guard *g, buf *out) {
         g->state = h.body_len > 0 ? COORD_GUARD_IN_BODY : COORD_GUARD_IN_HEAD;
         g->last_verdict = COORD_GUARD_OK;
     }
-    buf_reset(&g->head);
+    vl_buf_reset(&g->head);
     g->line_start = 0;
     return rc;
 }
@@ -422,7 +422,7 @@ static int finish_head(coord_guard *g, buf *out) {
 /* Gives up on the head in progress with verdict v: keeps a complete
  * request line for the log, then refuses, since nothing after an
  * unparsed head can be framed. */
-static int abandon_head(coord_guard *g, coord_guard_verdict v, buf *out) {
+static int abandon_head(coord_guard *g, coord_guard_verdict v, vl_buf *out) {
     size_t reqline = 0;
     if (g->line_start > 0) {
         size_t adv;
@@ -434,13 +434,13 @@ static int abandon_head(coord_guard *g, coord_guard_verdict v, buf *out) {
             reqline = (size_t)l;
     }
     int rc = emit_refusal(g, v, reqline, out);
-    buf_reset(&g->head);
+    vl_buf_reset(&g->head);
     g->line_start = 0;
     g->requests++;
     return rc;
 }
 
-size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
+size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) {
     size_t i = 0;
     if (n > 0 && g->head.len == 0) g->head_started = now_s(g);
     while (i < n) {
@@ -451,7 +451,7 @@ size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *o
                 g->state = COORD_GUARD_DISCARD;
             return n;
         }
-        if (buf_append(&g->head, in + i, seg) != VL_OK) {
+        if (vl_buf_append(&g->head, in + i, seg) != VL_OK) {
             g->state = COORD_GUARD_DISCARD;
             return n;
         }
@@ -469,7 +469,7 @@ size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *o
     return i;
 }
 
-int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
+int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) {
     size_t i = 0;
     while (i < n) {
         switch (g->state) {
@@ -478,7 +478,7 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) {
         case COORD_GUARD_IN_BODY: {
             size_t take = n - i;
             if ((uint64_t)take > g->body_left) take = (size_t)g->body_left;
-            int rc = buf_append(out, in + i, take);
+            int rc = vl_buf_append(out, in + i, take);
             if (rc) return rc;
             body_passed(g, in + i, take);
             i += take;
@@ -509,7 +509,7 @@ coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now) {
     return COORD_GUARD_OK;
 }
 
-int coord_guard_expire_head(coord_guard *g, buf *out) {
+int coord_guard_expire_head(coord_guard *g, vl_buf *out) {
     if (g->state != COORD_GUARD_IN_HEAD) return VL_EINVAL;
     return abandon_head(g, COORD_GUARD_HEAD_TIMEOUT, out);
 }
@@ -573,7 +573,7 @@ static void guard_input(struct evbuffer *input, const struct evbuffer_cb_info *i
         }
         if (g->out.len > 0) {
             if (evbuffer_add(input, g->out.data, g->out.len) != 0) g->state = COORD_GUARD_DISCARD;
-            buf_reset(&g->out);
+            vl_buf_reset(&g->out);
         }
     }
     g->in_callback = 0;
@@ -630,7 +630,7 @@ coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now) {
     g->in_callback = 1; /* our own edit of the input must not re-enter */
     int rc = coord_guard_expire_head(g, &g->out);
     if (rc == VL_OK && evbuffer_add(g->input, g->out.data, g->out.len) != 0) rc = VL_ENOMEM;
-    buf_reset(&g->out);
+    vl_buf_reset(&g->out);
     g->in_callback = 0;
     if (rc != VL_OK) {
         shut_down(g);

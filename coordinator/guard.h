@@ -130,7 +130,7 @@ typedef struct coord_guard_caps {
      * the end of its head (0: no time limits). */
     double slow_timeout_s;
     double min_body_rate; /* bytes per second, > 0 when slow_timeout_s is */
-    double (*clock)(void); /* monotonic seconds; NULL for clock_mono_s */
+    double (*clock)(void); /* monotonic seconds; NULL for vl_clock_mono_s */
     coord_guard_authorize_fn authorize; /* NULL: every valid head is let through */
     void *authorize_arg;
     /* Called with authorize_arg for every ticket the guard drops untaken
@@ -164,8 +164,8 @@ typedef struct coord_guard {
     coord_guard_state state;
     uint64_t body_left; /* body bytes of the current request still to pass */
     size_t line_start;  /* offset in head of the line being read */
-    buf head;           /* the current head so far (at most head_cap bytes) */
-    buf out;            /* scratch for rewritten heads */
+    vl_buf head;           /* the current head so far (at most head_cap bytes) */
+    vl_buf out;            /* scratch for rewritten heads */
     uint64_t requests;  /* heads completed on this connection */
     coord_guard_verdict last_verdict;
     double created;       /* when the connection was set up (caps.clock) */
@@ -218,13 +218,13 @@ int coord_guard_head_field(const uint8_t *head, size_t len, const char *name, ch
 /* Consumes head bytes from in (n > 0), appending what the HTTP parser should
  * see to out. Stops right after a head completes (the state then changes)
  * and returns the number of bytes consumed. Call only in the IN_HEAD state. */
-size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, buf *out);
+size_t coord_guard_feed_head(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out);
 
 /* Processes n bytes of the connection's input in any state, appending the
  * bytes the HTTP parser should see to out. Returns 0, or VL_ENOMEM/VL_ETOOBIG
  * if out cannot take them. The attached hook below does the same work with
  * zero-copy body forwarding; this form exists for tests and tools. */
-int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, buf *out) VL_MUST_CHECK;
+int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) VL_MUST_CHECK;
 
 /* 1 when no request is partly received: between requests, or discarding
  * after a refused one. */
@@ -238,7 +238,7 @@ coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now);
 /* Refuses the head in progress as too slow: appends the refusal head that
  * makes the handler answer 408 to out and discards the rest of the
  * connection, like any refused head. Returns 0 or VL_ENOMEM/VL_ETOOBIG. */
-int coord_guard_expire_head(coord_guard *g, buf *out) VL_MUST_CHECK;
+int coord_guard_expire_head(coord_guard *g, vl_buf *out) VL_MUST_CHECK;
 
 /* Attaches g to bev: every byte bev reads (after TLS) passes through g,
  * in a callback on bev's input buffer that runs before the HTTP parser

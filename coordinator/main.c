@@ -113,9 +113,9 @@ static int opt_rate(const char *s, void *dst) {
     memcpy(rate, s, n);
     rate[n] = '\0';
     int64_t r, b;
-    if (parse_i64(rate, 0, 1000000, &r) != VL_OK) return VL_EINVAL;
+    if (vl_parse_i64(rate, 0, 1000000, &r) != VL_OK) return VL_EINVAL;
     if (colon) {
-        if (parse_i64(colon + 1, 1, 100000000, &b) != VL_OK) return VL_EINVAL;
+        if (vl_parse_i64(colon + 1, 1, 100000000, &b) != VL_OK) return VL_EINVAL;
     } else {
         b = r * 10 > 0 ? r * 10 : 1;
     }
@@ -327,7 +327,7 @@ static int cmd_serve(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    log_set_program(PROG);
+    vl_log_set_program(PROG);
     if (argc < 2) {
         fputs(USAGE, stderr);
         return VL_OPTS_EXIT_USAGE;

@@ -287,7 +287,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     static const int64_t STEPS_LE[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
     int_hist stale = {.le = STALE_LE, .n_le = sizeof STALE_LE / sizeof STALE_LE[0]};
     int_hist steps = {.le = STEPS_LE, .n_le = sizeof STEPS_LE / sizeof STEPS_LE[0]};
-    peer_counts pc = {.now = clock_unix_s(), .lease_s = srv->cfg.lease_s};
+    peer_counts pc = {.now = vl_clock_unix_s(), .lease_s = srv->cfg.lease_s};
     int64_t unmerged = 0;
     int rc = storage_update_histogram(srv->db, STORAGE_HIST_STALENESS, hist_add, &stale, err);
     if (rc == VL_OK)
@@ -371,7 +371,7 @@ static int authorised(const coord_server *srv, const char *auth) {
      * less; anything longer is refused before decoding. */
     char plain[512];
     if (n > 4 * (sizeof plain / 3)) return 0;
-    long len = base64_decode(b64, n, (uint8_t *)plain, sizeof plain - 1);
+    long len = vl_base64_decode(b64, n, (uint8_t *)plain, sizeof plain - 1);
     if (len < 0) return 0;
     const char *colon = memchr(plain, ':', (size_t)len);
     if (!colon) return 0;
@@ -408,7 +408,7 @@ static void send_summary(coord_server *srv, struct evhttp_request *req) {
     struct evbuffer *b = text ? evbuffer_new() : NULL;
     if (!b) {
         free(text);
-        log_error("GET /dashboard.json: %s", e.msg[0] ? e.msg : "out of memory");
+        vl_log_error("GET /dashboard.json: %s", e.msg[0] ? e.msg : "out of memory");
         admin_error(req, 500, "internal", "the dashboard's figures could not be read");
         return;
     }
@@ -425,7 +425,7 @@ static void send_metrics(coord_server *srv, struct evhttp_request *req) {
     vl_error e = {0};
     if (!b || coord_metrics_write(srv, b, &e) != VL_OK) {
         if (b) evbuffer_free(b);
-        log_error("GET /metrics: %s", e.msg[0] ? e.msg : "out of memory");
+        vl_log_error("GET /metrics: %s", e.msg[0] ? e.msg : "out of memory");
         admin_error(req, 500, "internal", "the metrics could not be read");
         return;
     }
@@ -482,7 +482,7 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
     }
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
     bound_port = bound_port > 0 ? bound_port : port;
-    log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
+    vl_log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
              bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
     return VL_OK;
 }

@@ -83,7 +83,7 @@ static int fill(coord_testset *t, const model_images *im, const coord_config *cf
     crypto_generichash_update(&st, model_images_pixels(im), n * d);
     crypto_generichash_update(&st, model_images_labels(im), n);
     crypto_generichash_final(&st, h, sizeof h);
-    hex_encode(h, sizeof h, t->hash);
+    vl_hex_encode(h, sizeof h, t->hash);
     return VL_OK;
 }
 
@@ -126,7 +126,7 @@ void coord_net_log_version(const coord_server *srv, const storage_version *v, si
         snprintf(split_note, sizeof split_note, "; split batches' mean loss %.4f", split_loss);
     /* Without a test set the accuracy is the peers', measured on their own
      * data with the versions they trained from. */
-    log_info("version %lld %s %.6f, %s %.4f (train_loss %.6f, %zu updates of which %zu stale, "
+    vl_log_info("version %lld %s %.6f, %s %.4f (train_loss %.6f, %zu updates of which %zu stale, "
              "%.0f bytes per update; merged in %.2f s)%s%s",
              (long long)v->version, srv->test.n ? "test_loss" : "reported loss", v->val_loss,
              srv->test.n ? "test accuracy" : "peers' accuracy of their base versions",

@@ -24,7 +24,7 @@
 struct coord_nonce_log {
     char path[4096], old_path[4096], dir[4096];
     int fd;
-    buf pending;
+    vl_buf pending;
     int64_t started; /* when the current file began (unix s) */
     int64_t window;
     struct event *timer;
@@ -37,7 +37,7 @@ static int open_current(coord_nonce_log *l, vl_error *err) {
                        strerror(errno));
     if (fchmod(l->fd, 0600) != 0)
         return vl_fail(err, VL_EIO, "cannot set the mode of %s: %s", l->path, strerror(errno));
-    return file_sync_dir(l->dir, err);
+    return vl_file_sync_dir(l->dir, err);
 }
 
 static int is_hex(const char *s, size_t max) {
@@ -51,14 +51,14 @@ static int is_hex(const char *s, size_t max) {
 /* Loads the entries of one journal file still inside the window into the
  * cache, and copies their lines to keep. A missing file holds none. */
 static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t now,
-                     int64_t window, buf *keep, size_t *loaded, vl_error *err) {
-    buf b;
-    buf_init(&b, NONCE_LOG_READ_MAX);
+                     int64_t window, vl_buf *keep, size_t *loaded, vl_error *err) {
+    vl_buf b;
+    vl_buf_init(&b, NONCE_LOG_READ_MAX);
     vl_error re = {0};
     if (access(path, F_OK) != 0) return VL_OK;
-    int rc = buf_read_file(&b, path, &re);
+    int rc = vl_buf_read_file(&b, path, &re);
     if (rc != VL_OK) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return vl_fail(err, rc, "cannot read the nonce journal: %s", re.msg);
     }
     char *line = (char *)b.data;
@@ -76,15 +76,15 @@ static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t
             if (c == VL_OK) {
                 (*loaded)++;
                 *nl = '\n';
-                rc = buf_append(keep, line, (size_t)(nl - line) + 1);
+                rc = vl_buf_append(keep, line, (size_t)(nl - line) + 1);
             } else if (c == VL_ETOOBIG) {
-                log_warn("nonce journal: the replay cache is full; older entries not loaded");
+                vl_log_warn("nonce journal: the replay cache is full; older entries not loaded");
                 break;
             }
         }
         line = nl + 1;
     }
-    buf_free(&b);
+    vl_buf_free(&b);
     if (rc != VL_OK) return vl_fail(err, rc, "out of memory reading the nonce journal");
     return VL_OK;
 }
@@ -93,7 +93,7 @@ static void tick(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     vl_error e = {0};
-    if (coord_nonce_log_flush(arg, &e) != VL_OK) log_warn("nonce journal: %s", e.msg);
+    if (coord_nonce_log_flush(arg, &e) != VL_OK) vl_log_warn("nonce journal: %s", e.msg);
 }
 
 int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
@@ -103,7 +103,7 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
     if (!l) return vl_fail(err, VL_ENOMEM, "out of memory");
     l->fd = -1;
     l->window = CRYPTO_TS_WINDOW_S;
-    buf_init(&l->pending, NONCE_LOG_PENDING_MAX * 2);
+    vl_buf_init(&l->pending, NONCE_LOG_PENDING_MAX * 2);
     char copy[sizeof l->dir];
     int n1 = snprintf(l->path, sizeof l->path, "%s-nonces", db_path);
     int n2 = snprintf(l->old_path, sizeof l->old_path, "%s-nonces.old", db_path);
@@ -114,16 +114,16 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         return vl_fail(err, VL_EINVAL, "database path too long for its nonce journal");
     }
     snprintf(l->dir, sizeof l->dir, "%s", dirname(copy));
-    int64_t now = clock_unix_s();
-    buf keep;
-    buf_init(&keep, NONCE_LOG_READ_MAX);
+    int64_t now = vl_clock_unix_s();
+    vl_buf keep;
+    vl_buf_init(&keep, NONCE_LOG_READ_MAX);
     size_t loaded = 0;
     int rc = load_file(l->old_path, cache, now, l->window, &keep, &loaded, err);
     if (rc == VL_OK) rc = load_file(l->path, cache, now, l->window, &keep, &loaded, err);
     /* One file with what is live, then appends to it; the old one goes. */
-    if (rc == VL_OK) rc = file_write_atomic(l->path, keep.data ? keep.data : (uint8_t *)"",
+    if (rc == VL_OK) rc = vl_file_write_atomic(l->path, keep.data ? keep.data : (uint8_t *)"",
                                             keep.len, 0600, err);
-    buf_free(&keep);
+    vl_buf_free(&keep);
     if (rc == VL_OK && unlink(l->old_path) != 0 && errno != ENOENT)
         rc = vl_fail(err, VL_EIO, "cannot remove %s: %s", l->old_path, strerror(errno));
     if (rc == VL_OK) rc = open_current(l, err);
@@ -138,7 +138,7 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         coord_nonce_log_close(l);
         return rc;
     }
-    if (loaded) log_info("nonce journal: %zu nonces of the last %lld s remembered", loaded,
+    if (loaded) vl_log_info("nonce journal: %zu nonces of the last %lld s remembered", loaded,
                          (long long)l->window);
     *out = l;
     return VL_OK;
@@ -146,12 +146,12 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
 
 void coord_nonce_log_add(coord_nonce_log *l, int64_t peer_id, const char *nonce, int64_t ts) {
     if (!l || !is_hex(nonce, CRYPTO_NONCE_HEX)) return;
-    if (buf_printf(&l->pending, "%lld %lld %s\n", (long long)peer_id, (long long)ts, nonce) !=
+    if (vl_buf_printf(&l->pending, "%lld %lld %s\n", (long long)peer_id, (long long)ts, nonce) !=
         VL_OK)
-        log_warn("nonce journal: a nonce could not be noted (the journal is behind)");
+        vl_log_warn("nonce journal: a nonce could not be noted (the journal is behind)");
     if (l->pending.len >= NONCE_LOG_PENDING_MAX) {
         vl_error e = {0};
-        if (coord_nonce_log_flush(l, &e) != VL_OK) log_warn("nonce journal: %s", e.msg);
+        if (coord_nonce_log_flush(l, &e) != VL_OK) vl_log_warn("nonce journal: %s", e.msg);
     }
 }
 
@@ -162,7 +162,7 @@ static int rotate(coord_nonce_log *l, vl_error *err) {
     l->fd = -1;
     if (rename(l->path, l->old_path) != 0)
         return vl_fail(err, VL_EIO, "cannot rotate %s: %s", l->path, strerror(errno));
-    l->started = clock_unix_s();
+    l->started = vl_clock_unix_s();
     return open_current(l, err);
 }
 
@@ -183,8 +183,8 @@ int coord_nonce_log_flush(coord_nonce_log *l, vl_error *err) {
     }
     if (done && fdatasync(l->fd) != 0)
         return vl_fail(err, VL_EIO, "cannot sync %s: %s", l->path, strerror(errno));
-    buf_reset(&l->pending);
-    if (clock_unix_s() - l->started >= l->window) return rotate(l, err);
+    vl_buf_reset(&l->pending);
+    if (vl_clock_unix_s() - l->started >= l->window) return rotate(l, err);
     return VL_OK;
 }
 
@@ -192,9 +192,9 @@ void coord_nonce_log_close(coord_nonce_log *l) {
     if (!l) return;
     vl_error e = {0};
     if (l->pending.len && coord_nonce_log_flush(l, &e) != VL_OK)
-        log_warn("nonce journal: %s", e.msg);
+        vl_log_warn("nonce journal: %s", e.msg);
     if (l->timer) event_free(l->timer);
     if (l->fd >= 0) close(l->fd);
-    buf_free(&l->pending);
+    vl_buf_free(&l->pending);
     free(l);
 }

@@ -70,23 +70,23 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
         coord_set_header(cr, "Content-Type", content_type);
     /* While draining every connection ends after its answer. */
     if (cr->srv->draining) coord_set_header(cr, "Connection", "close");
-    double ms = (clock_mono_s() - cr->t0) * 1000.0;
+    double ms = (vl_clock_mono_s() - cr->t0) * 1000.0;
     /* What came in as well as what goes out: an operator (and the split
      * test) can see that a peer sent nothing but what its mode allows. */
     struct evbuffer *in = cr->req ? evhttp_request_get_input_buffer(cr->req) : NULL;
     size_t in_bytes = in ? evbuffer_get_length(in) : 0;
     if (cr->peer_id > 0)
-        log_info("%s %s %d %zuB in=%zuB %.1fms peer=%lld", cr->method, cr->path, status, nbytes,
+        vl_log_info("%s %s %d %zuB in=%zuB %.1fms peer=%lld", cr->method, cr->path, status, nbytes,
                  in_bytes, ms, (long long)cr->peer_id);
     else
-        log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
+        vl_log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
                  ms);
     int route = coord_route_index(cr->full_path);
     coord_metrics_request(&cr->srv->metrics, route, status, in_bytes, nbytes);
     if (cr->full_path && !strcmp(cr->full_path, "/v1/updates"))
         coord_metrics_upload(&cr->srv->metrics, status, cr->err_code);
     coord_metrics_answer(&cr->srv->metrics, route, status, cr->err_code, cr->peer_id,
-                         coord_request_addr(cr->req), in_bytes, clock_unix_s());
+                         coord_request_addr(cr->req), in_bytes, vl_clock_unix_s());
     /* A request whose client went away has no connection; sending frees
      * it without running the completion callback, so account for it here. */
     if (!evhttp_request_get_connection(cr->req) && cr->srv->inflight > 0) cr->srv->inflight--;
@@ -100,7 +100,7 @@ void coord_reply_json(coord_req *cr, int status, json_t *obj) {
     if (!b || !text) {
         free(text);
         if (b) evbuffer_free(b);
-        log_error("out of memory building a JSON reply");
+        vl_log_error("out of memory building a JSON reply");
         coord_reply(cr, 500, NULL, NULL);
         return;
     }
@@ -120,7 +120,7 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
     struct evkeyvalq *out = evhttp_request_get_output_headers(cr->req);
     if ((status == 503 || status == 429) && !evhttp_find_header(out, "Retry-After"))
         coord_set_header(cr, "Retry-After", COORD_RETRY_AFTER_S);
-    log_debug("%s %s: %s: %s", cr->method, cr->path, code, msg);
+    vl_log_debug("%s %s: %s: %s", cr->method, cr->path, code, msg);
     cr->err_code = code;
     coord_reply_json(cr, status, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
 }
@@ -137,7 +137,7 @@ void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who) {
 }
 
 void coord_reply_internal(coord_req *cr, const vl_error *err) {
-    log_error("%s %s: %s", cr->method, cr->path, err && err->msg[0] ? err->msg : "internal error");
+    vl_log_error("%s %s: %s", cr->method, cr->path, err && err->msg[0] ? err->msg : "internal error");
     coord_reply_error(cr, 500, "internal", "internal error");
 }
 
@@ -184,7 +184,7 @@ int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
             if (num[i] < '0' || num[i] > '9')
                 return vl_fail(err, VL_EINVAL, "query parameter '%s' is not a number",
                                allowed[idx]);
-        if (parse_i64(num, 0, max, &values[idx]) != VL_OK)
+        if (vl_parse_i64(num, 0, max, &values[idx]) != VL_OK)
             return vl_fail(err, VL_EINVAL, "query parameter '%s' must be at most %lld",
                            allowed[idx], (long long)max);
         *present |= 1u << idx;

@@ -42,7 +42,7 @@ int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *er
     size_t len = crypto_digest_final(d, md);
     crypto_digest_free(d);
     if (len != 32) return vl_fail(err, VL_ERR, "cannot hash a version");
-    hex_encode(md, 32, out);
+    vl_hex_encode(md, 32, out);
     return VL_OK;
 }
 
@@ -89,8 +89,8 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
     char digest[65] = "";
     st_writer w;
     st_writer_init(&w);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     int rc = VL_OK;
     if (!a.touched) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
     if (rc == VL_OK) rc = storage_change_each(srv->db, since, version, add_change, &a, err);
@@ -122,11 +122,11 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
     }
     if (rc == VL_OK) {
         size_t len;
-        uint8_t *data = buf_steal(&b, &len);
+        uint8_t *data = vl_buf_steal(&b, &len);
         *out = coord_blob_wrap(data, len, version);
         if (!*out) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
     }
-    buf_free(&b);
+    vl_buf_free(&b);
     st_writer_free(&w);
     storage_version_free(&owned);
     free(idx);

@@ -170,7 +170,7 @@ static void join_done(coord_job *job, int rc, const vl_error *err) {
     } else if (rc != VL_OK) {
         coord_reply_internal(&j->cr, err);
     } else {
-        log_info("peer %lld joined as \"%s\"", (long long)j->id, j->name);
+        vl_log_info("peer %lld joined as \"%s\"", (long long)j->id, j->name);
         reply_joined(&j->cr, 201, j->id);
     }
     free(j->hardware);
@@ -227,7 +227,7 @@ void coord_route_join(coord_req *cr) {
     char hash[CRYPTO_HASH_HEX + 1];
     crypto_hash_hex(jb.token, jb.token_len, hash);
     int64_t token_id = 0;
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     if (known) {
         /* A peer whose join reply was lost retries with the token that
          * registered it, which may have no uses left by now: the same token
@@ -306,7 +306,7 @@ static void rotate_done(coord_job *job, int rc, const vl_error *err) {
     } else if (rc != VL_OK) {
         coord_reply_internal(&j->cr, err);
     } else {
-        log_info("peer %lld rotated its key", (long long)j->cr.peer_id);
+        vl_log_info("peer %lld rotated its key", (long long)j->cr.peer_id);
         reply_key(&j->cr, j->new_pk, 1);
     }
     free(j);

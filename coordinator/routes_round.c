@@ -59,18 +59,18 @@ static int serve_round(coord_req *cr) {
     }
     compress_round_meta m = {.version = version, .deadline = r.deadline};
     snprintf(m.run, sizeof m.run, "%s", srv->cfg.name);
-    buf b;
-    buf_init(&b, (size_t)srv->cfg.max_body_bytes);
+    vl_buf b;
+    vl_buf_init(&b, (size_t)srv->cfg.max_body_bytes);
     rc = compress_round_encode_candidates(&m, r.candidates, r.n, &b, &e);
     storage_round_free(&r);
     coord_blob *blob = NULL;
     if (rc == VL_OK) {
         size_t len;
-        uint8_t *data = buf_steal(&b, &len);
+        uint8_t *data = vl_buf_steal(&b, &len);
         blob = coord_blob_wrap(data, len, version);
         if (!blob) rc = vl_fail(&e, VL_ENOMEM, "out of memory sending a round");
     }
-    buf_free(&b);
+    vl_buf_free(&b);
     if (!blob) {
         coord_reply_internal(cr, &e);
         return 1;
@@ -195,7 +195,7 @@ static void values_done(coord_job *job, int rc, const vl_error *err) {
         if (storage_round_values_count(srv->db, j->version, &have, &se) != VL_OK ||
             storage_task_count_done(srv->db, j->version, &done, &se) != VL_OK) {
             /* Stored all the same; the deadline merges the round. */
-            log_error("cannot count round values: %s", se.msg);
+            vl_log_error("cannot count round values: %s", se.msg);
             coord_reply_json(cr, 202, json_pack("{s:I}", "version", (json_int_t)j->version));
         } else {
             coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "version",
@@ -261,6 +261,6 @@ void coord_route_round_values(coord_req *cr) {
     j->task = m.task;
     j->vals = vals;
     j->n = n;
-    j->now = clock_unix_s();
+    j->now = vl_clock_unix_s();
     coord_writer_submit(srv->writer, &j->job);
 }

@@ -26,7 +26,7 @@ static json_t *data_json(const coord_server *srv, const storage_task *t) {
     int64_t local;
     if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset,
                                  t->data_length, &shard, &local) != 0) {
-        log_error("task %lld: its token range %lld+%lld lies in no training shard",
+        vl_log_error("task %lld: its token range %lld+%lld lies in no training shard",
                   (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
         return NULL;
     }
@@ -233,10 +233,10 @@ json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
     issuing_remove(srv, l->t.peer_id);
     coord_speed_lease(srv, l->t.peer_id, l->t.id);
     if (l->reissued)
-        log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
+        vl_log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
                  (long long)l->t.id, (long long)l->t.peer_id, (long long)l->t.reissue_of);
     else
-        log_debug("task %lld leased to peer %lld until %lld", (long long)l->t.id,
+        vl_log_debug("task %lld leased to peer %lld until %lld", (long long)l->t.id,
                   (long long)l->t.peer_id, (long long)l->t.deadline);
     coord_arm_lease_timer(srv);
     return task_json(srv, &l->t);
@@ -270,7 +270,7 @@ static int async_hold(coord_server *srv, int pending, vl_error *err) {
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) {
     if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     storage_task t;
     int rc = storage_task_find_any_lease(srv->db, peer_id, now, 0, &t, err);
     if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
@@ -334,7 +334,7 @@ static int issue_task(coord_req *cr, int64_t now) {
  * new lease (it may still get the lease it holds). */
 static int serve_task(coord_req *cr, int behind) {
     coord_server *srv = cr->srv;
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     vl_error e = {0};
     storage_task t;
     int has_lease = 0;

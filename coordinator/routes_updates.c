@@ -21,9 +21,9 @@ static int read_meta(const uint8_t *body, size_t len, compress_update_meta *m) {
     const char *base = st_meta_get(&f, "base_version");
     const char *kind = st_meta_get(&f, "kind");
     int ok = run && strlen(run) < sizeof m->run && task && peer && base && kind &&
-             parse_i64(task, 1, INT64_MAX, &m->task) == VL_OK &&
-             parse_i64(peer, 1, INT64_MAX, &m->peer) == VL_OK &&
-             parse_i64(base, 0, INT64_MAX, &m->base_version) == VL_OK &&
+             vl_parse_i64(task, 1, INT64_MAX, &m->task) == VL_OK &&
+             vl_parse_i64(peer, 1, INT64_MAX, &m->peer) == VL_OK &&
+             vl_parse_i64(base, 0, INT64_MAX, &m->base_version) == VL_OK &&
              compress_kind_parse(kind, &m->kind) == VL_OK;
     if (ok) snprintf(m->run, sizeof m->run, "%s", run);
     st_free(&f);
@@ -174,7 +174,7 @@ static void check_acknowledged(coord_server *srv, int64_t task_id) {
     int exists = 0;
     vl_error e = {0};
     if (storage_update_exists(srv->db, task_id, &exists, &e) != VL_OK || !exists) {
-        log_error("about to acknowledge the update of task %lld, which another connection "
+        vl_log_error("about to acknowledge the update of task %lld, which another connection "
                   "cannot read: %s", (long long)task_id, e.msg[0] ? e.msg : "no such row");
         abort();
     }
@@ -297,7 +297,7 @@ void coord_route_updates(coord_req *cr) {
                             .base_version = t.base_version, .num_samples = meta.num_samples,
                             .local_steps = meta.local_steps, .loss = meta.loss,
                             .nbytes = (int64_t)len, .blob = body,
-                            .received_at = clock_unix_s(), .staleness = tau};
+                            .received_at = vl_clock_unix_s(), .staleness = tau};
     snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
     coord_writer_submit(srv->writer, &j->job);
 }

@@ -16,7 +16,7 @@
 
 /* The byte the model continues with, from logits[V]: the argmax at
  * temperature 0 (lowest byte on ties), else a draw. */
-static int pick(const float *logits, int V, double temperature, rng *r) {
+static int pick(const float *logits, int V, double temperature, vl_rng *r) {
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
@@ -27,7 +27,7 @@ static int pick(const float *logits, int V, double temperature, rng *r) {
         p[i] = exp(((double)logits[i] - logits[best]) / temperature);
         total += p[i];
     }
-    double u = (double)rng_uniform(r) * total, acc = 0;
+    double u = (double)vl_rng_uniform(r) * total, acc = 0;
     for (int i = 0; i < V; i++) {
         acc += p[i];
         if (u < acc) return i;
@@ -72,8 +72,8 @@ int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_op
         return vl_fail(err, VL_ENOMEM, "sample: out of memory");
     }
     for (size_t i = 0; i < plen; i++) toks[i] = (unsigned char)o->prompt[i];
-    rng r;
-    rng_seed(&r, o->seed);
+    vl_rng r;
+    vl_rng_seed(&r, o->seed);
     for (size_t i = 0; i < plen; i++) put_byte(toks[i], out);
     size_t n = plen;
     for (int64_t k = 0; k < o->tokens && rc == VL_OK; k++) {

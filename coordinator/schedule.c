@@ -24,7 +24,7 @@ static struct event *timer_of(coord_server *srv, struct event **ev, event_callba
                               const char *what) {
     if (!*ev) {
         *ev = evtimer_new(srv->base, cb, srv);
-        if (!*ev) log_error("%s", what);
+        if (!*ev) vl_log_error("%s", what);
     }
     return *ev;
 }
@@ -32,7 +32,7 @@ static struct event *timer_of(coord_server *srv, struct event **ev, event_callba
 /* ---- the merge timer ----------------------------------------------------- */
 
 static void merge_retry(coord_server *srv, const char *why) {
-    log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
+    vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
               MERGE_RETRY_S, why);
     coord_schedule_merge_in(srv, MERGE_RETRY_S);
 }
@@ -134,7 +134,7 @@ static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
     if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
     if (rc != VL_OK) return rc;
     const coord_config *cfg = &srv->cfg;
-    double age = clock_mono_s() - srv->version_born;
+    double age = vl_clock_mono_s() - srv->version_born;
     int async = coord_config_is_async(cfg);
     if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
                               cfg->round_deadline_s))
@@ -160,7 +160,7 @@ static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, v
         storage_round_free(r);
         return rc;
     }
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     if (have < n_updates && now < r->deadline) {
         coord_arm_round_timer(srv, (double)(r->deadline - now));
         storage_round_free(r);
@@ -204,8 +204,8 @@ static void expire_done(coord_job *job, int rc, const vl_error *err) {
     expire_job *j = (expire_job *)job;
     coord_server *srv = j->srv;
     srv->expiring = 0;
-    if (rc != VL_OK) log_error("cannot expire leases: %s", err->msg);
-    else if (j->n > 0) log_info("%lld lease(s) expired; their data goes to the next tasks",
+    if (rc != VL_OK) vl_log_error("cannot expire leases: %s", err->msg);
+    else if (j->n > 0) vl_log_info("%lld lease(s) expired; their data goes to the next tasks",
                                 (long long)j->n);
     free(j);
     coord_wake_waiters(srv);
@@ -226,7 +226,7 @@ void coord_expire_leases(coord_server *srv) {
         return;
     expire_job *j = calloc(1, sizeof *j);
     if (!j) {
-        log_error("cannot expire leases: out of memory; retrying");
+        vl_log_error("cannot expire leases: out of memory; retrying");
         struct timeval tv = {1, 0};
         evtimer_add(srv->lease_timer, &tv);
         return;
@@ -234,7 +234,7 @@ void coord_expire_leases(coord_server *srv) {
     j->job.run = expire_run;
     j->job.done = expire_done;
     j->srv = srv;
-    j->now = clock_unix_s();
+    j->now = vl_clock_unix_s();
     srv->expiring = 1;
     coord_writer_submit(srv->writer, &j->job);
 }
@@ -247,10 +247,10 @@ void coord_arm_lease_timer(coord_server *srv) {
     vl_error e = {0};
     int64_t next = 0;
     int rc = coord_config_is_async(&srv->cfg)
-                 ? storage_task_next_deadline_any(srv->db, clock_unix_s(), &next, &e)
-                 : storage_task_next_deadline(srv->db, srv->version, clock_unix_s(), &next, &e);
+                 ? storage_task_next_deadline_any(srv->db, vl_clock_unix_s(), &next, &e)
+                 : storage_task_next_deadline(srv->db, srv->version, vl_clock_unix_s(), &next, &e);
     if (rc != VL_OK) {
-        log_error("cannot find the next lease deadline: %s", e.msg);
+        vl_log_error("cannot find the next lease deadline: %s", e.msg);
         return;
     }
     if (next <= 0) return;

@@ -73,10 +73,10 @@ static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
         /* libevent frees a request still attached to a dying connection,
          * without its completion callback. */
         if (srv->inflight > 0) srv->inflight--;
-        log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
+        vl_log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
     } else {
         /* A detached request is ours to free; sending does that. */
-        log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
+        vl_log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
         if (srv->inflight > 0) srv->inflight--;
         evhttp_send_reply(w->cr.req, 204, "No Content", NULL);
     }

@@ -49,7 +49,7 @@ int64_t coord_sched_dynamic_floor(int64_t h_max) {
 #define SEED_STREAM 0x53454544ULL    /* "SEED" */
 
 static uint64_t mix(uint64_t run_seed, int64_t task_id, uint64_t stream) {
-    return splitmix64(splitmix64(run_seed ^ stream) ^ (uint64_t)task_id);
+    return vl_splitmix64(vl_splitmix64(run_seed ^ stream) ^ (uint64_t)task_id);
 }
 
 /* A draw in [0, choices) for the task, exactly uniform: rejection
@@ -57,7 +57,7 @@ static uint64_t mix(uint64_t run_seed, int64_t task_id, uint64_t stream) {
 static uint64_t range_draw(uint64_t run_seed, int64_t task_id, uint64_t choices) {
     uint64_t limit = UINT64_MAX - UINT64_MAX % choices;
     uint64_t x = mix(run_seed, task_id, RANGE_STREAM);
-    while (x >= limit) x = splitmix64(x);
+    while (x >= limit) x = vl_splitmix64(x);
     return x % choices;
 }
 

@@ -73,7 +73,7 @@ static void linger_end(coord_linger *l) {
 
 static void linger_cb(evutil_socket_t fd, short what, void *arg) {
     coord_linger *l = arg;
-    if ((what & EV_READ) && clock_mono_s() < l->deadline) {
+    if ((what & EV_READ) && vl_clock_mono_s() < l->deadline) {
         char sink[16384];
         /* A bounded number of reads per wake-up keeps the loop fair. */
         for (int i = 0; i < 64; i++) {
@@ -102,7 +102,7 @@ static void linger_start(coord_server *srv, int fd) {
     shutdown(fd, SHUT_WR);
     l->fd = fd;
     l->srv = srv;
-    l->deadline = clock_mono_s() + LINGER_S;
+    l->deadline = vl_clock_mono_s() + LINGER_S;
     l->next = srv->lingers;
     if (srv->lingers) srv->lingers->prev = l;
     srv->lingers = l;
@@ -190,7 +190,7 @@ fail:
 static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     struct bufferevent *bev = guarded_tls(base, arg);
     if (bev) return bev;
-    log_error("cannot set up TLS for a connection; refusing it");
+    vl_log_error("cannot set up TLS for a connection; refusing it");
     bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (bev && !evbuffer_add_cb(bufferevent_get_input(bev), discard_input, NULL)) {
         bufferevent_free(bev);
@@ -300,9 +300,9 @@ static int take_ticket(coord_req *cr) {
     const char *v = coord_get_header(cr, COORD_GUARD_TICKET_HEADER);
     coord_guard *g = guard_of(cr->srv, cr->req);
     int64_t seq = 0;
-    if (!v || !g || parse_i64(v, 1, INT64_MAX, &seq) != 0 ||
+    if (!v || !g || vl_parse_i64(v, 1, INT64_MAX, &seq) != 0 ||
         coord_guard_ticket_take(g, (uint64_t)seq, &cr->ticket) != VL_OK) {
-        log_error("%s %s: the request has no ticket from the input guard", cr->method, cr->path);
+        vl_log_error("%s %s: the request has no ticket from the input guard", cr->method, cr->path);
         coord_reply_error(cr, 500, "internal", "internal error");
         return -1;
     }
@@ -387,7 +387,7 @@ void coord_server_dispatch(struct evhttp_request *req, void *arg) {
     memset(&cr, 0, sizeof cr);
     cr.srv = srv;
     cr.req = req;
-    cr.t0 = clock_mono_s();
+    cr.t0 = vl_clock_mono_s();
     snprintf(cr.method, sizeof cr.method, "%s", method_name(evhttp_request_get_command(req)));
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -433,17 +433,17 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     coord_server *srv = arg;
-    double now = clock_mono_s();
+    double now = vl_clock_mono_s();
     /* Enforcing may free that guard's connection (and unlink the guard),
      * never another one, so the next pointer is taken first. */
     for (coord_guard *g = srv->guards, *next; g; g = next) {
         next = g->next;
         coord_guard_verdict v = coord_guard_enforce_time(g, now);
         if (v == COORD_GUARD_HEAD_TIMEOUT)
-            log_info("a request head took longer than %.0f s; refused",
+            vl_log_info("a request head took longer than %.0f s; refused",
                      srv->limits.slow_timeout_s);
         else if (v == COORD_GUARD_BODY_TIMEOUT)
-            log_info("a request body arrived slower than %.0f bytes/s; connection closed",
+            vl_log_info("a request body arrived slower than %.0f bytes/s; connection closed",
                      srv->limits.min_body_rate);
     }
     coord_conns_tick(srv, now);
@@ -498,12 +498,12 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     coord_server *srv = arg;
     if (all_idle(srv)) {
-        log_info("drained; shutting down");
+        vl_log_info("drained; shutting down");
         event_base_loopexit(srv->base, NULL);
         return;
     }
-    if (clock_mono_s() >= srv->drain_deadline) {
-        log_warn("drain grace of %d s over with %lld request(s) unfinished; shutting down",
+    if (vl_clock_mono_s() >= srv->drain_deadline) {
+        vl_log_warn("drain grace of %d s over with %lld request(s) unfinished; shutting down",
                  COORD_DRAIN_GRACE_S, (long long)srv->inflight);
         event_base_loopexit(srv->base, NULL);
         return;
@@ -516,13 +516,13 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     coord_server *srv = arg;
     if (srv->draining) {
-        log_warn("second signal: shutting down now");
+        vl_log_warn("second signal: shutting down now");
         event_base_loopexit(srv->base, NULL);
         return;
     }
-    log_info("signal %d: draining (no new connections; finishing requests in flight)", (int)sig);
+    vl_log_info("signal %d: draining (no new connections; finishing requests in flight)", (int)sig);
     srv->draining = 1;
-    srv->drain_deadline = clock_mono_s() + COORD_DRAIN_GRACE_S;
+    srv->drain_deadline = vl_clock_mono_s() + COORD_DRAIN_GRACE_S;
     if (srv->bound) {
         evhttp_del_accept_socket(srv->http, srv->bound);
         srv->bound = NULL;
@@ -558,7 +558,7 @@ static int split_listen(const char *s, char *host, size_t cap, int *port, vl_err
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     int64_t p;
-    if (parse_i64(colon + 1, 0, 65535, &p) != VL_OK) goto bad;
+    if (vl_parse_i64(colon + 1, 0, 65535, &p) != VL_OK) goto bad;
     *port = (int)p;
     return VL_OK;
 bad:
@@ -599,7 +599,7 @@ static int start_admin(coord_server *srv, const coord_serve_opts *opts, vl_error
     int rc = coord_admin_start(srv, host, port, &e);
     if (rc == VL_OK) return VL_OK;
     if (opts->admin_listen) return vl_fail(err, rc, "%s", e.msg);
-    log_warn("%s; no /metrics (serve --admin-listen picks another address)", e.msg);
+    vl_log_warn("%s; no /metrics (serve --admin-listen picks another address)", e.msg);
     return VL_OK;
 }
 
@@ -617,7 +617,7 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
      * Accepted sockets inherit the option from the listener on Linux. */
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
-        log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));
+        vl_log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     char addr[INET6_ADDRSTRLEN] = "?";
@@ -754,7 +754,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
     }
     if (rc == VL_OK) {
-        log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
+        vl_log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
                  (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
                  srv->finished ? " (finished)" : "");
         coord_expire_leases(srv);

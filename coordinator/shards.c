@@ -128,7 +128,7 @@ int coord_shards_open(coord_shards *s, const coord_config *cfg, int64_t expect_s
     if (rc == VL_OK) {
         uint8_t h[32];
         crypto_generichash_final(&st, h, sizeof h);
-        hex_encode(h, sizeof h, s->hash);
+        vl_hex_encode(h, sizeof h, s->hash);
         if (expect_hash && (s->size != expect_size || strcmp(expect_hash, s->hash) != 0))
             rc = vl_fail(err, VL_ECONFLICT, "the token shards changed since init (%s); "
                          "refusing to serve", s->size != expect_size ? "their size differs"

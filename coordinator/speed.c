@@ -58,7 +58,7 @@ int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
     const coord_config *cfg = &srv->cfg;
     int64_t h_max = cfg->train.steps;
     if (!cfg->train.dynamic_steps) return h_max;
-    double now = clock_mono_s();
+    double now = vl_clock_mono_s();
     coord_speed *s = find_or_add(srv, peer_id, now);
     if (!s) return h_max;
     int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max),
@@ -83,7 +83,7 @@ void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64
                  : s->prev_task_id == task_id ? &s->prev_leased_at
                                               : NULL;
     if (!at || *at <= 0) return;
-    double now = clock_mono_s();
+    double now = vl_clock_mono_s();
     double per = (now - *at) / (double)local_steps;
     s->sec_per_step = s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step
                                           : per;

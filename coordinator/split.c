@@ -75,7 +75,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     s->u_shape = cfg->split_u;
     s->in_flight = cfg->split_in_flight > 0 ? cfg->split_in_flight : 1;
     srv->split = s;
-    log_info("split learning: the peers keep layers below %d and send %d activations a row; "
+    vl_log_info("split learning: the peers keep layers below %d and send %d activations a row; "
              "the coordinator's %zu parameters start from version %lld", cfg->split_cut, s->q,
              s->count, (long long)srv->version);
     return VL_OK;
@@ -178,19 +178,19 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
     } else if (rc != VL_OK) {
         coord_reply_internal(cr, err);
     } else {
-        buf b;
-        buf_init(&b, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 4096);
+        vl_buf b;
+        vl_buf_init(&b, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 4096);
         vl_error e = {0};
         coord_blob *blob = NULL;
         int y = cr->srv->split->u_shape && !j->backward;
         if (split_wire_encode_reply(y ? "y" : "dz", j->out, j->in.B, y ? j->in.h : j->in.q,
                                     j->in.dtype, j->loss, j->step, &b, &e) == VL_OK) {
             size_t len;
-            uint8_t *data = buf_steal(&b, &len);
+            uint8_t *data = vl_buf_steal(&b, &len);
             blob = coord_blob_wrap(data, len, cr->srv->version);
             if (!blob) vl_fail(&e, VL_ENOMEM, "out of memory sending a gradient");
         }
-        buf_free(&b);
+        vl_buf_free(&b);
         if (blob) coord_reply_blob(cr, blob);
         else coord_reply_internal(cr, &e);
     }
@@ -204,7 +204,7 @@ static int check_lease(coord_req *cr, const split_wire_forward *in) {
     storage_task t;
     if (coord_check_task_owner(cr, "the activations", in->run, in->peer, in->task, &t) != 0)
         return -1;
-    if (t.state != STORAGE_TASK_LEASED || t.deadline <= clock_unix_s()) {
+    if (t.state != STORAGE_TASK_LEASED || t.deadline <= vl_clock_unix_s()) {
         coord_reply_error(cr, 409, "lease_expired", "task %lld is not leased any more: its "
                           "batches are no longer taken", (long long)t.id);
         return -1;

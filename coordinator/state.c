@@ -88,7 +88,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         vl_error serr = {0};
         if (coord_net_score(&srv->cfg, NULL, NULL, &srv->test, &srv->net, &ignored,
                             &srv->val_accuracy, &serr) != VL_OK)
-            log_warn("scoring version %lld: %s", (long long)run.current_version, serr.msg);
+            vl_log_warn("scoring version %lld: %s", (long long)run.current_version, serr.msg);
     }
     if ((rc = storage_version_best_loss(srv->db, &srv->best_val_loss, err)) != VL_OK) {
         storage_version_free(&v);
@@ -109,7 +109,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         memset(grown + v.n_state, 0, srv->n_params * sizeof(float));
         v.momentum = grown;
         v.n_state = srv->n_state;
-        log_info("version %lld: delayed Nesterov's buffer starts empty (the run was stored "
+        vl_log_info("version %lld: delayed Nesterov's buffer starts empty (the run was stored "
                  "without one)", (long long)run.current_version);
     }
     if (v.momentum && v.n_state != srv->n_state) {
@@ -132,8 +132,8 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     /* The stored time is whole seconds, cut down: taken as the end of that
      * second, the age is never overstated, so a deadline is never early
      * (at most a second late, once, after a restart). */
-    int64_t stored_age = clock_unix_s() - v.created_at - 1;
-    srv->version_born = clock_mono_s() - (double)(stored_age > 0 ? stored_age : 0);
+    int64_t stored_age = vl_clock_unix_s() - v.created_at - 1;
+    srv->version_born = vl_clock_mono_s() - (double)(stored_age > 0 ? stored_age : 0);
     srv->finished = run.status == STORAGE_RUN_FINISHED ||
                     run.current_version >= srv->cfg.max_versions;
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
@@ -228,7 +228,7 @@ int coord_download_room(const coord_server *srv, int64_t need) {
 /* Serialises gpt as the /v1/model file: the parameters under their
  * Hugging Face names plus run, version and model metadata. */
 int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
-                     double val_loss, buf *out, vl_error *err) {
+                     double val_loss, vl_buf *out, vl_error *err) {
     char vstr[24], mjson[MODEL_MLP_JSON_MAX], nats[32], bits[32];
     snprintf(vstr, sizeof vstr, "%lld", (long long)version);
     snprintf(nats, sizeof nats, "%.6f", val_loss);
@@ -255,15 +255,15 @@ int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t vers
 
 static int build_blob(coord_server *srv, const coord_net *net, int64_t version,
                       double val_loss, coord_blob **out, vl_error *err) {
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     int rc = coord_model_file(&srv->cfg, net, version, val_loss, &b, err);
     if (rc) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return rc;
     }
     size_t len;
-    uint8_t *data = buf_steal(&b, &len);
+    uint8_t *data = vl_buf_steal(&b, &len);
     coord_blob *blob = coord_blob_wrap(data, len, version);
     if (!blob) return vl_fail(err, VL_ENOMEM, "out of memory");
     *out = blob;

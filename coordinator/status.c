@@ -72,7 +72,7 @@ static int add_count(void *arg, int64_t value, int64_t count) {
 
 json_t *coord_status_json(storage *db, const coord_config *cfg, int64_t version, int finished,
                           const coord_writer_stats *ws, const double *accuracy, vl_error *err) {
-    int64_t peers = 0, updates = 0, slots = 0, unmerged = 0, now = clock_unix_s();
+    int64_t peers = 0, updates = 0, slots = 0, unmerged = 0, now = vl_clock_unix_s();
     json_t *versions = json_array(), *steps = json_object(), *stale = json_object();
     peers_ctx pc = {.list = json_array(), .now = now, .lease_s = cfg->lease_s};
     int rc = versions && steps && stale && pc.list ? VL_OK
@@ -129,7 +129,7 @@ void coord_route_status(coord_req *cr) {
     coord_server *srv = cr->srv;
     /* Anyone may ask, as often as the address limit allows: the answer
      * is built at most once per COORD_STATUS_CACHE_S on the loop. */
-    double mono = clock_mono_s();
+    double mono = vl_clock_mono_s();
     if (srv->status_cache && mono - srv->status_at < COORD_STATUS_CACHE_S) {
         coord_reply_json(cr, 200, json_incref(srv->status_cache));
         return;

@@ -98,10 +98,10 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     }
     double commit_s = -1;
     if (!broken) {
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         rc = storage_commit(w->db, &e);
         broken = rc != VL_OK;
-        if (!broken) commit_s = clock_mono_s() - t0;
+        if (!broken) commit_s = vl_clock_mono_s() - t0;
     } else {
         storage_rollback(w->db);
     }
@@ -115,7 +115,7 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
         }
         failed += j->rc != VL_OK;
     }
-    if (broken) log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
+    if (broken) vl_log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
     pthread_mutex_lock(&w->mu);
     /* Batches are taken from the head of the queue, so the last job of
      * this one is the highest number that has settled. */
@@ -200,10 +200,10 @@ static void *ckpt_main(void *arg) {
         vl_error e = {0};
         int wal = 0, done = 0;
         if (storage_checkpoint(w->ckpt_db, &wal, &done, &e) != VL_OK) {
-            log_warn("database checkpoint failed (the WAL keeps growing until one works): %s",
+            vl_log_warn("database checkpoint failed (the WAL keeps growing until one works): %s",
                      e.msg);
         } else if (wal - done > CKPT_WARN_PAGES && !warned) {
-            log_warn("database checkpoint is %d pages behind the WAL", wal - done);
+            vl_log_warn("database checkpoint is %d pages behind the WAL", wal - done);
             warned = 1;
         }
         pthread_mutex_lock(&w->mu);

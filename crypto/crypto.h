@@ -168,12 +168,12 @@ typedef const char *(*crypto_sig_lookup)(void *arg, const char *component);
  * out (reset first; out's own cap bounds it). VL_EINVAL with a message
  * when a covered component is missing or holds a byte a field value
  * cannot (control characters), VL_ETOOBIG when the base exceeds the cap. */
-int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, buf *out,
+int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl_buf *out,
                     vl_error *err) VL_MUST_CHECK;
 
 /* Verifies s's signature over base with pk: 0 or VL_EAUTH. Checks nothing
  * about time, nonce or components (the caller's policy). */
-int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const buf *base,
+int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const vl_buf *base,
                       vl_error *err) VL_MUST_CHECK;
 
 /* The headers a client adds to one request. */

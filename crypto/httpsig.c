@@ -62,7 +62,7 @@ int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) {
     unsigned n = 0;
     if (EVP_Digest(len ? body : "", len, md, &n, EVP_sha256(), NULL) != 1) return VL_ERR;
     char b64[96];
-    base64_encode(md, n, b64);
+    vl_base64_encode(md, n, b64);
     int w = snprintf(out, cap, "sha-256=:%s:", b64);
     return w < 0 || (size_t)w >= cap ? VL_ETOOBIG : VL_OK;
 }
@@ -72,7 +72,7 @@ void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]) {
     unsigned n = 0;
     if (EVP_Digest(nonce, strlen(nonce), md, &n, EVP_sha256(), NULL) != 1)
         memset(md, 0, sizeof md); /* cannot happen with a built-in digest */
-    hex_encode(md, CRYPTO_NONCE_HEX / 2, out);
+    vl_hex_encode(md, CRYPTO_NONCE_HEX / 2, out);
 }
 
 /* ---- RFC 8941 structured fields, as far as these headers need ---------- */
@@ -152,7 +152,7 @@ static int sf_bytes(sf *s, uint8_t *out, size_t cap, size_t *n) {
         s->p++;
     }
     if (!sf_at(s, ':')) return -1;
-    long got = base64_decode(start, (size_t)(s->p - start), out, cap);
+    long got = vl_base64_decode(start, (size_t)(s->p - start), out, cap);
     s->p++;
     if (got < 0) return -1;
     *n = (size_t)got;
@@ -587,9 +587,9 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
 
 /* ---- the signature base ---------------------------------------------------- */
 
-int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, buf *out,
+int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl_buf *out,
                     vl_error *err) {
-    buf_reset(out);
+    vl_buf_reset(out);
     for (size_t i = 0; i < s->n_components; i++) {
         const char *c = s->components[i];
         const char *v = lookup(arg, c);
@@ -599,15 +599,15 @@ int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, bu
         for (const char *p = v; *p; p++)
             if ((unsigned char)*p < 0x20 || *p == 0x7f)
                 return vl_fail(err, VL_EINVAL, "%s holds a control character", c);
-        int rc = buf_printf(out, "\"%s\": %s\n", c, v);
+        int rc = vl_buf_printf(out, "\"%s\": %s\n", c, v);
         if (rc) return rc == VL_ETOOBIG ? vl_fail(err, rc, "the signature base is too long") : rc;
     }
-    int rc = buf_printf(out, "\"@signature-params\": %s", s->params);
+    int rc = vl_buf_printf(out, "\"@signature-params\": %s", s->params);
     if (rc) return rc == VL_ETOOBIG ? vl_fail(err, rc, "the signature base is too long") : rc;
     return VL_OK;
 }
 
-int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const buf *base,
+int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const vl_buf *base,
                       vl_error *err) {
     if (crypto_sign_verify_detached(s->sig, base->data, base->len, pk) != 0)
         return vl_fail(err, VL_EAUTH, "the signature does not verify");
@@ -698,16 +698,16 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
                               .content_length = has_body ? clen : NULL};
     /* What the lookup cannot hold it would not sign (see above). */
     if (strlen(path_query) + 2 > sizeof rq.scratch) return VL_ETOOBIG;
-    buf base;
-    buf_init(&base, 4 * CRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
+    vl_buf base;
+    vl_buf_init(&base, 4 * CRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
     vl_error e = {0};
     int rc = crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e);
     uint8_t sig[CRYPTO_SIG_BYTES];
     if (rc == VL_OK) crypto_sign_detached(sig, NULL, base.data, base.len, id->sk);
-    buf_free(&base);
+    vl_buf_free(&base);
     if (rc != VL_OK) return rc == VL_ETOOBIG ? VL_ETOOBIG : VL_EINVAL;
     char b64[CRYPTO_SIG_B64_LEN + 1];
-    base64_encode(sig, sizeof sig, b64);
+    vl_base64_encode(sig, sizeof sig, b64);
     int n1 = snprintf(out->signature_input, sizeof out->signature_input, CRYPTO_SIG_LABEL "=%s",
                       s.params);
     int n2 = snprintf(out->signature, sizeof out->signature, CRYPTO_SIG_LABEL "=:%s:", b64);

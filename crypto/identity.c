@@ -26,10 +26,10 @@ int crypto_identity_save(const crypto_identity *id, const char *path, int overwr
     char text[sizeof KEY_FILE_MAGIC + 100];
     size_t m = sizeof KEY_FILE_MAGIC - 1;
     memcpy(text, KEY_FILE_MAGIC, m);
-    base64_encode(id->sk, CRYPTO_SK_BYTES, text + m);
+    vl_base64_encode(id->sk, CRYPTO_SK_BYTES, text + m);
     size_t n = strlen(text);
     text[n++] = '\n';
-    int rc = file_write_atomic(path, text, n, 0600, err);
+    int rc = vl_file_write_atomic(path, text, n, 0600, err);
     sodium_memzero(text, sizeof text);
     return rc;
 }
@@ -42,11 +42,11 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
         return vl_fail(err, VL_EINVAL,
                        "key file %s is readable by other users (mode %03o); chmod 600 it",
                        path, (unsigned)(st.st_mode & 0777));
-    buf b;
-    buf_init(&b, 4096);
-    int rc = buf_read_file(&b, path, err);
+    vl_buf b;
+    vl_buf_init(&b, 4096);
+    int rc = vl_buf_read_file(&b, path, err);
     if (rc != VL_OK) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return rc;
     }
     size_t m = sizeof KEY_FILE_MAGIC - 1;
@@ -57,7 +57,7 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
         while (n > 0 && (p[n - 1] == '\n' || p[n - 1] == '\r')) n--;
         uint8_t sk[CRYPTO_SK_BYTES + 8];
         uint8_t seed[crypto_sign_SEEDBYTES], pk[CRYPTO_PK_BYTES], sk2[CRYPTO_SK_BYTES];
-        long got = base64_decode(p, n, sk, sizeof sk);
+        long got = vl_base64_decode(p, n, sk, sizeof sk);
         if (got == CRYPTO_SK_BYTES) {
             /* The stored public half must be the one the seed derives;
              * libsodium's sk_to_pk only copies it, so derive afresh. */
@@ -76,19 +76,19 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
         sodium_memzero(sk2, sizeof sk2);
     }
     sodium_memzero(b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
     return rc;
 }
 
 void crypto_pk_encode(const uint8_t pk[CRYPTO_PK_BYTES], char *out) {
-    base64_encode(pk, CRYPTO_PK_BYTES, out);
+    vl_base64_encode(pk, CRYPTO_PK_BYTES, out);
 }
 
 int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) {
     size_t n = strnlen(b64, CRYPTO_PK_B64_LEN + 1);
     if (n != CRYPTO_PK_B64_LEN) return VL_EINVAL;
     uint8_t tmp[CRYPTO_PK_BYTES + 4];
-    if (base64_decode(b64, n, tmp, sizeof tmp) != CRYPTO_PK_BYTES) return VL_EINVAL;
+    if (vl_base64_decode(b64, n, tmp, sizeof tmp) != CRYPTO_PK_BYTES) return VL_EINVAL;
     memcpy(pk, tmp, CRYPTO_PK_BYTES);
     return VL_OK;
 }
@@ -97,14 +97,14 @@ void crypto_token_generate(char *out) {
     uint8_t r[32];
     randombytes_buf(r, sizeof r);
     memcpy(out, "vlt_", 4);
-    hex_encode(r, sizeof r, out + 4);
+    vl_hex_encode(r, sizeof r, out + 4);
     sodium_memzero(r, sizeof r);
 }
 
 void crypto_hash_hex(const void *data, size_t len, char *out) {
     uint8_t h[32];
     crypto_generichash(h, sizeof h, data, len, NULL, 0);
-    hex_encode(h, sizeof h, out);
+    vl_hex_encode(h, sizeof h, out);
 }
 
 int crypto_equal(const void *a, const void *b, size_t n) { return sodium_memcmp(a, b, n) == 0; }
@@ -114,7 +114,7 @@ void crypto_random_hex(size_t n, char *out) {
     while (n > 0) {
         size_t k = n < sizeof r ? n : sizeof r;
         randombytes_buf(r, k);
-        hex_encode(r, k, out);
+        vl_hex_encode(r, k, out);
         out += 2 * k;
         n -= k;
     }

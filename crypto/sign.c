@@ -26,7 +26,7 @@ void crypto_rotation_sign(const crypto_identity *new_id, int64_t peer_id,
     size_t n = rotation_message(peer_id, old_pk, new_id->pk, msg, sizeof msg);
     uint8_t sig[CRYPTO_SIG_BYTES];
     crypto_sign_detached(sig, NULL, (const uint8_t *)msg, n, new_id->sk);
-    base64_encode(sig, sizeof sig, out);
+    vl_base64_encode(sig, sizeof sig, out);
 }
 
 int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_id,
@@ -34,7 +34,7 @@ int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_i
                            vl_error *err) {
     uint8_t sig[CRYPTO_SIG_BYTES + 4];
     size_t plen = strnlen(proof, CRYPTO_SIG_B64_LEN + 1);
-    if (plen != CRYPTO_SIG_B64_LEN || base64_decode(proof, plen, sig, sizeof sig) !=
+    if (plen != CRYPTO_SIG_B64_LEN || vl_base64_decode(proof, plen, sig, sizeof sig) !=
                                           CRYPTO_SIG_BYTES)
         return vl_fail(err, VL_EINVAL, "proof must be base64 of 64 bytes");
     char msg[160];

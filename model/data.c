@@ -3,7 +3,7 @@
 
 #include "model/model.h"
 
-int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, int *inputs,
+int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, vl_rng *r, int *inputs,
                       int *targets, vl_error *err)
 {
     if (bytes == NULL || r == NULL || inputs == NULL || targets == NULL)
@@ -16,7 +16,7 @@ int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, in
                        T + 1);
     uint64_t starts = (uint64_t)(len - (size_t)T); /* offsets 0 .. len-T-1 */
     for (int b = 0; b < B; b++) {
-        const uint8_t *w = bytes + rng_below_u64(r, starts);
+        const uint8_t *w = bytes + vl_rng_below_u64(r, starts);
         int *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         for (int t = 0; t < T; t++) {
             in[t] = w[t];

@@ -155,38 +155,38 @@ void model_gpt_destroy(model_gpt *m)
 /* Draws per chunk of fill_normal. */
 #define INIT_CHUNK ((size_t)1 << 16)
 
-/* p[k] = std * rng_normal(r) for k < n, in order, as one sequential loop
+/* p[k] = std * vl_rng_normal(r) for k < n, in order, as one sequential loop
  * would, but with the log and cos (nearly all of the cost) computed in
  * chunks on the OpenMP threads: a cheap pass steps r to each chunk's start
- * (rng_normal_skip), so every chunk draws exactly its own numbers. GPT-2
+ * (vl_rng_normal_skip), so every chunk draws exactly its own numbers. GPT-2
  * small's 124 M draws take seconds on one core. */
-static void fill_normal(float *p, size_t n, float std, rng *r)
+static void fill_normal(float *p, size_t n, float std, vl_rng *r)
 {
     size_t chunks = (n + INIT_CHUNK - 1) / INIT_CHUNK;
-    rng *starts = chunks > 1 ? malloc(chunks * sizeof *starts) : NULL;
+    vl_rng *starts = chunks > 1 ? malloc(chunks * sizeof *starts) : NULL;
     if (starts == NULL) { /* one chunk, or no memory for the states */
         for (size_t k = 0; k < n; k++)
-            p[k] = std * rng_normal(r);
+            p[k] = std * vl_rng_normal(r);
         return;
     }
     for (size_t c = 0; c < chunks; c++) {
         starts[c] = *r;
-        rng_normal_skip(r, c + 1 < chunks ? INIT_CHUNK : n - c * INIT_CHUNK);
+        vl_rng_normal_skip(r, c + 1 < chunks ? INIT_CHUNK : n - c * INIT_CHUNK);
     }
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < (long)chunks; c++) {
-        rng local = starts[c];
+        vl_rng local = starts[c];
         size_t lo = (size_t)c * INIT_CHUNK, hi = lo + INIT_CHUNK < n ? lo + INIT_CHUNK : n;
         for (size_t k = lo; k < hi; k++)
-            p[k] = std * rng_normal(&local);
+            p[k] = std * vl_rng_normal(&local);
     }
     free(starts);
 }
 
 void model_gpt_init_weights(model_gpt *m, uint64_t seed)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const model_tensor *t = &m->tensors[i];

@@ -36,7 +36,7 @@ int model_gpt_config_from_safetensors(const st_file *f, model_gpt_config *cfg, v
         if (s == NULL)
             return vl_fail(err, VL_ENOTFOUND, "gpt checkpoint: metadata %s is missing",
                            CONFIG_KEYS[i]);
-        if (parse_i64(s, 1, INT32_MAX, &v[i]) != 0)
+        if (vl_parse_i64(s, 1, INT32_MAX, &v[i]) != 0)
             return vl_fail(err, VL_EINVAL, "gpt checkpoint: metadata %s = \"%s\" is not a count",
                            CONFIG_KEYS[i], s);
     }

@@ -139,6 +139,6 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
  * draws that would underflow here still count). Returns NaN when shape is
  * not a positive finite number; for shape far below 1 the draw may
  * underflow to 0. */
-double model_partition_gamma(rng *r, double shape);
+double model_partition_gamma(vl_rng *r, double shape);
 
 #endif

@@ -138,8 +138,8 @@ void model_mlp_destroy(model_mlp *m)
 
 void model_mlp_init_weights(model_mlp *m, uint64_t seed)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (int l = 0; l < m->n_layers; l++) {
         const model_tensor *w = &m->tensors[2 * l], *b = &m->tensors[2 * l + 1];
         /* Weights per output unit: the input width of a dense layer,
@@ -149,7 +149,7 @@ void model_mlp_init_weights(model_mlp *m, uint64_t seed)
         float std = (float)sqrt((last ? 0.01 : 2.0) / fan_in);
         float *p = m->params + w->offset;
         for (size_t k = 0; k < w->numel; k++)
-            p[k] = std * rng_normal(&r);
+            p[k] = std * vl_rng_normal(&r);
         memset(m->params + b->offset, 0, b->numel * sizeof(float));
     }
     m->have_output = 0;
@@ -494,16 +494,16 @@ int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *e
     return 0;
 }
 
-/* An rng for stream (tag, a, b) of the task seed: a chain of seedings, one
+/* An vl_rng for stream (tag, a, b) of the task seed: a chain of seedings, one
  * per component, so that no two (seed, tag) pairs alias (as seed + tag
  * would). Seeding is injective, so under one (seed, tag, a) distinct b never
  * share a state; other combinations meet only by 64-bit chance. */
-static void fed_rng(rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b)
+static void fed_rng(vl_rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b)
 {
-    rng_seed(r, seed);
-    rng_seed(r, rng_u64(r) + tag);
-    rng_seed(r, rng_u64(r) + a);
-    rng_seed(r, rng_u64(r) + b);
+    vl_rng_seed(r, seed);
+    vl_rng_seed(r, vl_rng_u64(r) + tag);
+    vl_rng_seed(r, vl_rng_u64(r) + a);
+    vl_rng_seed(r, vl_rng_u64(r) + b);
 }
 
 int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, double *probs,
@@ -517,12 +517,12 @@ int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, doub
                        MODEL_FED_MAX_PEER);
     if (probs == NULL)
         return vl_fail(err, VL_EINVAL, "fed synth: no output for the label distribution");
-    rng r;
+    vl_rng r;
     fed_rng(&r, cfg->seed, FED_DIST, (uint64_t)peer, 0);
     int C = cfg->n_classes;
     double mx = -INFINITY;
     for (int k = 0; k < C; k++) {
-        probs[k] = rng_log_gamma(&r, cfg->alpha);
+        probs[k] = vl_rng_log_gamma(&r, cfg->alpha);
         mx = probs[k] > mx ? probs[k] : mx;
     }
     /* Normalise relative to the largest draw: that one is exp(0) = 1, so the
@@ -546,10 +546,10 @@ static float *make_centres(const model_fed_synth_config *cfg, vl_error *err)
         vl_fail(err, VL_ENOMEM, "fed synth: out of memory for %zu centres", rows);
         return NULL;
     }
-    rng r;
+    vl_rng r;
     fed_rng(&r, cfg->seed, FED_CENTRES, 0, 0);
     for (size_t i = 0; i < rows * D; i++)
-        c[i] = cfg->separation * rng_normal(&r);
+        c[i] = cfg->separation * vl_rng_normal(&r);
     return c;
 }
 
@@ -566,14 +566,14 @@ static int check_range(uint64_t first, int n, const float *x, const int *y, vl_e
 
 /* Writes one sample of class y from stream r: a uniform mode of the class,
  * then per-coordinate noise. */
-static void draw_point(const model_fed_synth_config *cfg, const float *centres, int y, rng *r,
+static void draw_point(const model_fed_synth_config *cfg, const float *centres, int y, vl_rng *r,
                        float *x)
 {
     size_t D = (size_t)cfg->dim;
-    uint32_t k = rng_below(r, (uint32_t)cfg->modes);
+    uint32_t k = vl_rng_below(r, (uint32_t)cfg->modes);
     const float *c = centres + ((size_t)y * (size_t)cfg->modes + k) * D;
     for (size_t j = 0; j < D; j++)
-        x[j] = c[j] + cfg->noise * rng_normal(r);
+        x[j] = c[j] + cfg->noise * vl_rng_normal(r);
 }
 
 /* What both generators check before drawing anything. */
@@ -603,11 +603,11 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
     for (int k = 1; k < C; k++)
         cdf[k] += cdf[k - 1];
     for (int i = 0; i < n; i++) {
-        rng r;
+        vl_rng r;
         fed_rng(&r, cfg->seed, FED_PEER, (uint64_t)peer, first + (uint64_t)i);
         /* Inverse CDF by bisection: the first class with u < cdf[k]; the
          * last class takes whatever rounding leaves above cdf[C-1]. */
-        double u = rng_uniform_open(&r);
+        double u = vl_rng_uniform_open(&r);
         int lo = 0, hi = C - 1;
         while (lo < hi) {
             int mid = lo + (hi - lo) / 2;
@@ -635,7 +635,7 @@ int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first
         return VL_ENOMEM;
     for (int i = 0; i < n; i++) {
         uint64_t idx = first + (uint64_t)i;
-        rng r;
+        vl_rng r;
         fed_rng(&r, cfg->seed, FED_VALID, 0, idx);
         y[i] = (int)(idx % (uint64_t)cfg->n_classes);
         draw_point(cfg, centres, y[i], &r, x + (size_t)i * (size_t)cfg->dim);

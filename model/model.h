@@ -94,7 +94,7 @@ int model_gpt_create(const model_gpt_config *cfg, model_gpt **out, vl_error *err
 /* Frees everything the model owns. NULL is a no-op. */
 void model_gpt_destroy(model_gpt *m);
 
-/* GPT-2 initialisation from the deterministic common rng (same seed, same
+/* GPT-2 initialisation from the deterministic common vl_rng (same seed, same
  * weights on every machine): weights normal(0, 0.02), the residual output
  * projections (attn.c_proj, mlp.c_proj) scaled by 1/sqrt(2 n_layer),
  * LayerNorm weights 1, all biases 0. */
@@ -249,7 +249,7 @@ void model_adamw_free(model_adamw *opt);
  * (with replacement) using r: inputs[b*T + t] = window[t], targets[b*T + t]
  * = window[t+1]. inputs and targets are caller-owned arrays of B*T ints.
  * Requires B >= 1, T >= 1 and len >= T+1; returns 0 or VL_EINVAL. */
-int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, rng *r, int *inputs,
+int model_data_sample(const uint8_t *bytes, size_t len, int B, int T, vl_rng *r, int *inputs,
                       int *targets, vl_error *err) VL_MUST_CHECK;
 
 /* ---- token shards (shard.c) ------------------------------------------------------ */
@@ -300,7 +300,7 @@ int64_t model_shard_tokens(const model_shard *s);
  * Requires B >= 1, T >= 1 and N >= T+1. Returns 0, VL_EINVAL (bad
  * arguments, or a token out of range), VL_EIO (read failed or the file
  * shrank), VL_ENOMEM; on failure inputs and targets are unspecified. */
-int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *targets,
+int model_shard_sample(model_shard *s, int B, int T, vl_rng *r, int *inputs, int *targets,
                        vl_error *err) VL_MUST_CHECK;
 
 /* Reads the n consecutive tokens starting at token offset into out
@@ -394,7 +394,7 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
 /* Frees everything the model owns. NULL is a no-op. */
 void model_mlp_destroy(model_mlp *m);
 
-/* Deterministic initialisation from the common rng (same seed, same weights
+/* Deterministic initialisation from the common vl_rng (same seed, same weights
  * everywhere), layer by layer in table order: conv and hidden weights
  * normal with variance 2/fan_in (He, suited to GELU; a conv layer's fan_in
  * is C_in*kernel*kernel), output weights with variance 0.01/fan_in so the
@@ -532,7 +532,7 @@ int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first
  * or d = g + μ·b for Nesterov momentum. Weight decay is decoupled, as in
  * AdamW. The buffer b starts at zero, so the first step is plain SGD. The
  * fields are public so a caller can change lr (schedules) between steps;
- * buf is owned by the optimiser. */
+ * vl_buf is owned by the optimiser. */
 typedef struct model_sgd {
     float *buf; /* momentum b, n floats */
     size_t n;

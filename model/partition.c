@@ -10,18 +10,18 @@
 
 #include "model/images.h"
 
-double model_partition_gamma(rng *r, double shape)
+double model_partition_gamma(vl_rng *r, double shape)
 {
     if (r == NULL || !(shape > 0) || !isfinite(shape))
         return NAN;
-    return exp(rng_log_gamma(r, shape));
+    return exp(vl_rng_log_gamma(r, shape));
 }
 
 /* Fisher-Yates over a[0..m), m <= UINT32_MAX. */
-static void shuffle(uint32_t *a, size_t m, rng *r)
+static void shuffle(uint32_t *a, size_t m, vl_rng *r)
 {
     for (size_t i = m; i > 1; i--) {
-        size_t j = rng_below(r, (uint32_t)i);
+        size_t j = vl_rng_below(r, (uint32_t)i);
         uint32_t t = a[i - 1];
         a[i - 1] = a[j];
         a[j] = t;
@@ -36,14 +36,14 @@ static int cmp_u32(const void *a, const void *b)
 
 /* The bounds [lo, hi) of part's share of a class of m items, from a fresh
  * Dirichlet(beta) draw over all parts. lg is scratch for parts doubles. */
-static void dirichlet_cut(rng *r, double beta, int parts, int part, size_t m, double *lg,
+static void dirichlet_cut(vl_rng *r, double beta, int parts, int part, size_t m, double *lg,
                           size_t *lo, size_t *hi)
 {
     /* Every part's draw is taken, so the stream (and the other parts'
      * cuts) do not depend on which part is asked for. */
     double top = -INFINITY;
     for (int p = 0; p < parts; p++) {
-        lg[p] = rng_log_gamma(r, beta);
+        lg[p] = vl_rng_log_gamma(r, beta);
         if (lg[p] > top)
             top = lg[p];
     }
@@ -110,8 +110,8 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
     uint32_t *order = malloc(n * sizeof *order);
     if (order == NULL)
         return vl_fail(err, VL_ENOMEM, "partition: out of memory for %zu indices", n);
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     size_t kept = 0;
     if (beta <= 0) {
         for (size_t i = 0; i < n; i++)
@@ -147,8 +147,8 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
         for (int c = 0; c < classes; c++) {
             /* Each class has its own stream, derived from the seed alone,
              * so its split does not shift with the sizes of other classes. */
-            rng cr;
-            rng_seed(&cr, rng_u64(&r));
+            vl_rng cr;
+            vl_rng_seed(&cr, vl_rng_u64(&r));
             size_t m = per_class[c], lo, hi;
             uint32_t *run = order + start[c];
             shuffle(run, m, &cr);

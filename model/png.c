@@ -219,5 +219,5 @@ int model_png_write_gray(const char *path, const float *pixels, int w, int h, vl
         unlink(tmp);
         return rc;
     }
-    return file_sync_dir(dir, err);
+    return vl_file_sync_dir(dir, err);
 }

@@ -29,7 +29,7 @@ struct model_recon {
     float *params, *grads, *am, *av;
     size_t off_b1, off_w2, off_b2;       /* W1 is at offset 0 */
     long step;                           /* Adam steps taken */
-    rng shuffle;                         /* minibatch order, from the seed */
+    vl_rng shuffle;                         /* minibatch order, from the seed */
     /* Activations for cap rows, all views into act_mem. z and x are
      * copies of the batch's rows, gathered from wherever the shuffle put
      * them; out is the sigmoid output, which is all its backward needs. */
@@ -48,10 +48,10 @@ static int check_width(const char *what, int v, vl_error *err)
     return 0;
 }
 
-static void fill_normal(float *w, size_t n, float std, rng *r)
+static void fill_normal(float *w, size_t n, float std, vl_rng *r)
 {
     for (size_t i = 0; i < n; i++)
-        w[i] = std * rng_normal(r);
+        w[i] = std * vl_rng_normal(r);
 }
 
 int model_recon_create(int q, int hidden, int p, uint64_t seed, model_recon **out,
@@ -101,11 +101,11 @@ int model_recon_create(int q, int hidden, int p, uint64_t seed, model_recon **ou
     /* Variance 1/fan_in keeps the pre-activations of both layers on the
      * scale of their inputs whatever the widths, so training starts in
      * GELU's and the sigmoid's responsive range. */
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     fill_normal(d->params, Q * H, (float)(1.0 / sqrt((double)q)), &r);
     fill_normal(d->params + d->off_w2, H * P, (float)(1.0 / sqrt((double)hidden)), &r);
-    rng_seed(&d->shuffle, rng_u64(&r));
+    vl_rng_seed(&d->shuffle, vl_rng_u64(&r));
     *out = d;
     return 0;
 }
@@ -388,7 +388,7 @@ int model_recon_train(model_recon *d, const float *Z, const float *X, int n, int
         for (int i = 0; i < n; i++)
             perm[i] = (uint32_t)i;
         for (int i = n - 1; i > 0; i--) {
-            uint32_t j = rng_below(&d->shuffle, (uint32_t)i + 1), t = perm[i];
+            uint32_t j = vl_rng_below(&d->shuffle, (uint32_t)i + 1), t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
         }

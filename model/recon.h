@@ -41,7 +41,7 @@ typedef struct model_recon model_recon;
 #define MODEL_RECON_MAX_BATCH 65536
 
 /* Creates a decoder from q activations to p pixels through `hidden` GELU
- * units, initialised from the common rng seeded with seed: weights
+ * units, initialised from the common vl_rng seeded with seed: weights
  * normal with mean 0 and variance 1/fan_in, biases 0, so the output starts near 0.5. The same
  * seed also drives the minibatch order of model_recon_train. On success
  * *out is the caller's, released with model_recon_destroy; on failure it

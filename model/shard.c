@@ -215,7 +215,7 @@ int64_t model_shard_tokens(const model_shard *s)
     return s ? s->ntok : 0;
 }
 
-int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *targets,
+int model_shard_sample(model_shard *s, int B, int T, vl_rng *r, int *inputs, int *targets,
                        vl_error *err)
 {
     if (s == NULL || r == NULL || inputs == NULL || targets == NULL)
@@ -236,7 +236,7 @@ int model_shard_sample(model_shard *s, int B, int T, rng *r, int *inputs, int *t
     }
     uint64_t starts = (uint64_t)(s->ntok - T); /* offsets 0 .. N-T-1 */
     for (int b = 0; b < B; b++) {
-        int64_t off = (int64_t)rng_below_u64(r, starts);
+        int64_t off = (int64_t)vl_rng_below_u64(r, starts);
         int rc = read_exact(s, s->scratch, need, (off_t)(MODEL_SHARD_HEADER_BYTES + 2 * off),
                             err);
         if (rc != 0)

@@ -10,7 +10,7 @@
 
 static int meta_version(const st_file *f, const char *key, int64_t *out, vl_error *err) {
     const char *s = st_meta_get(f, key);
-    if (!s || parse_i64(s, 0, INT64_MAX, out) != VL_OK)
+    if (!s || vl_parse_i64(s, 0, INT64_MAX, out) != VL_OK)
         return vl_fail(err, VL_EINVAL, "delta: metadata lacks a valid '%s'", key);
     return VL_OK;
 }
@@ -32,7 +32,7 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
                        (long long)t->base_version, (long long)version);
     const char *sha = st_meta_get(f, "sha256");
     uint8_t want[32];
-    if (!sha || strlen(sha) != 64 || hex_decode(sha, 64, want, sizeof want) != 0)
+    if (!sha || strlen(sha) != 64 || vl_hex_decode(sha, 64, want, sizeof want) != 0)
         return vl_fail(err, VL_EINVAL, "delta: metadata lacks the version's sha256");
     *idx = st_find(f, "indices");
     *val = st_find(f, "values");
@@ -65,7 +65,7 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
 static int check_result(const peer_trainer *t, const st_file *f, const st_tensor *idx,
                         const st_tensor *val, int64_t version, vl_error *err) {
     uint8_t want[32], got[CRYPTO_DIGEST_MAX];
-    if (hex_decode(st_meta_get(f, "sha256"), 64, want, sizeof want) != 0)
+    if (vl_hex_decode(st_meta_get(f, "sha256"), 64, want, sizeof want) != 0)
         return vl_fail(err, VL_EINVAL, "delta: metadata lacks the version's sha256");
     crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
     if (!d) return vl_fail(err, VL_ENOMEM, "delta: out of memory");

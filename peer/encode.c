@@ -40,7 +40,7 @@ static int ensure_feedback(peer_trainer *t, size_t k, vl_error *err) {
  * GPU for good, as it does when training fails there; under --device cuda
  * the next task finds out whether the GPU still works. */
 static void gpu_encode_failed(peer_trainer *t, const vl_error *e) {
-    log_warn("GPU: %s; compressing this update on the CPU", e->msg);
+    vl_log_warn("GPU: %s; compressing this update on the CPU", e->msg);
     if (t->gpu_fallback) {
         t->device = PEER_DEVICE_CPU;
         peer_gpu_free(t);
@@ -48,7 +48,7 @@ static void gpu_encode_failed(peer_trainer *t, const vl_error *e) {
 }
 
 static int encode_sketch(peer_trainer *t, const peer_task *k, const compress_update_meta *m,
-                         buf *out, vl_error *err) {
+                         vl_buf *out, vl_error *err) {
     compress_sketch s;
     int rc = compress_sketch_init(&s, k->comp_rows, k->comp_cols, k->comp_seed, err);
     if (rc) return rc;
@@ -78,7 +78,7 @@ static int gpu_select(peer_trainer *t, const peer_task *k, size_t *nnz) {
 }
 
 int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_update_meta *m,
-                       buf *out, vl_error *err) {
+                       vl_buf *out, vl_error *err) {
     size_t n = t->n_params;
     t->sel_nnz = 0;
     switch (k->method) {

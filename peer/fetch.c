@@ -28,7 +28,7 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     peer_response *rs = &L->rs;
     if (run_finished(rs)) return STEP_FINISHED;
     if (rs->status != 200) {
-        log_debug("no delta from version %lld (status %ld); fetching the model",
+        vl_log_debug("no delta from version %lld (status %ld); fetching the model",
                   (long long)L->tr.base_version, rs->status);
         return 0;
     }
@@ -36,11 +36,11 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     vl_error e = {0};
     if (peer_trainer_apply_delta(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version,
                                  &e) != VL_OK) {
-        log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
+        vl_log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
                  e.msg);
         return 0;
     }
-    log_info("model version %lld from version %lld by delta: %zu bytes",
+    vl_log_info("model version %lld from version %lld by delta: %zu bytes",
              (long long)k->base_version, (long long)from, rs->body.len);
     L->delta_bytes += rs->body.len;
     return 1;
@@ -82,7 +82,7 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
         /* The base was pruned while the lease was in flight. */
         vl_error e = {0};
         peer_refusal(&e, "model request refused", rs->status, rs->body.data, rs->body.len);
-        log_warn("task %lld dropped: %s", (long long)k->task_id, e.msg);
+        vl_log_warn("task %lld dropped: %s", (long long)k->task_id, e.msg);
         return STEP_AGAIN;
     }
     if (rs->status != 200)
@@ -91,16 +91,16 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
     if (rs->etag[0] && strcmp(rs->etag, want) != 0)
         return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
                                (long long)k->base_version, rs->etag));
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
     size_t bytes = rs->body.len;
     /* The trainer holds its own copy; keeping a model-sized response
      * buffer through training would double the peer's footprint. */
-    buf_free(&rs->body);
+    vl_buf_free(&rs->body);
     if (rc) return refused(rc);
     L->model_bytes += bytes;
-    log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
-             (long long)k->base_version, L->tr.n_params, bytes, clock_mono_s() - t0);
+    vl_log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
+             (long long)k->base_version, L->tr.n_params, bytes, vl_clock_mono_s() - t0);
     return VL_OK;
 }
 
@@ -119,7 +119,7 @@ static int content_range(const char *s, int64_t *first, int64_t *last) {
     if (n == 0 || n >= sizeof b || p[n] != '/') return VL_EINVAL;
     memcpy(b, p, n);
     b[n] = '\0';
-    if (parse_i64(a, 0, INT64_MAX, first) || parse_i64(b, 0, INT64_MAX, last)) return VL_EINVAL;
+    if (vl_parse_i64(a, 0, INT64_MAX, first) || vl_parse_i64(b, 0, INT64_MAX, last)) return VL_EINVAL;
     return VL_OK;
 }
 

@@ -40,7 +40,7 @@ static int load_params(peer_trainer *t, vl_error *err) {
     if (t->gpu) return model_gpt_cuda_dp_upload_params(t->gpu, t->gpt, err);
     int rc = model_gpt_cuda_dp_create(t->gpt, KERNELS_CUDA_BF16, 0, &t->gpu, err);
     if (!rc && model_gpt_cuda_dp_devices(t->gpu) > 1)
-        log_info("GPU: training data-parallel on %d devices", model_gpt_cuda_dp_devices(t->gpu));
+        vl_log_info("GPU: training data-parallel on %d devices", model_gpt_cuda_dp_devices(t->gpu));
     return rc;
 }
 

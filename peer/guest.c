@@ -92,7 +92,7 @@ static int set_all_threads(peer_guest_priority p, int *threads, vl_error *err) {
     while (rc == VL_OK && (de = readdir(d)) != NULL) {
         int64_t tid;
         if (de->d_name[0] < '0' || de->d_name[0] > '9' ||
-            parse_i64(de->d_name, 1, INT32_MAX, &tid) != VL_OK)
+            vl_parse_i64(de->d_name, 1, INT32_MAX, &tid) != VL_OK)
             continue;
         int e = set_thread((pid_t)tid, p);
         if (e) rc = vl_fail(err, VL_EIO, "thread %lld: %s", (long long)tid, strerror(e));
@@ -110,11 +110,11 @@ static int set_all_threads(peer_guest_priority p, int *threads, vl_error *err) {
  * the peer leads its session and so is alone in it (run as a service or
  * under setsid). */
 static void renice_autogroup(char *desc, size_t cap) {
-    buf b;
-    buf_init(&b, 64);
-    int on = buf_read_file(&b, "/proc/sys/kernel/sched_autogroup_enabled", NULL) == VL_OK &&
+    vl_buf b;
+    vl_buf_init(&b, 64);
+    int on = vl_buf_read_file(&b, "/proc/sys/kernel/sched_autogroup_enabled", NULL) == VL_OK &&
              b.len > 0 && b.data[0] == '1';
-    buf_free(&b);
+    vl_buf_free(&b);
     if (!on) return;
     if (getsid(0) != getpid()) {
         appendf(desc, cap, "; with autogroup scheduling that may rank it only against "
@@ -274,7 +274,7 @@ static int strip_newline(const char *s, char *out, size_t cap) {
 /* A positive count of digits only (no sign, no blank), at most QUOTA_MAX. */
 static int positive(const char *s, int64_t *out) {
     if (s[0] < '0' || s[0] > '9') return VL_EINVAL;
-    return parse_i64(s, 1, QUOTA_MAX, out);
+    return vl_parse_i64(s, 1, QUOTA_MAX, out);
 }
 
 int peer_guest_cpu_max_parse(const char *s, int64_t *quota, int64_t *period) {
@@ -465,18 +465,18 @@ int peer_guest_cgroup_dir(const char *root, const char *point, const char *path,
 }
 
 /* Reads a small cgroup file into b (reset first). */
-static int read_small(buf *b, const char *path, vl_error *err) {
-    buf_reset(b);
-    return buf_read_file(b, path, err);
+static int read_small(vl_buf *b, const char *path, vl_error *err) {
+    vl_buf_reset(b);
+    return vl_buf_read_file(b, path, err);
 }
 
 /* The limit set at one level, dir, as whole CPUs into *cpus (0: none);
  * the file read goes to file. VL_ENOTFOUND when the level sets none. */
 static int level_limit(const char *dir, int v2, int *cpus, char *file, size_t cap,
                        vl_error *err) {
-    buf a, b;
-    buf_init(&a, 128);
-    buf_init(&b, 128);
+    vl_buf a, b;
+    vl_buf_init(&a, 128);
+    vl_buf_init(&b, 128);
     int64_t quota = -1, period = 0;
     int n = snprintf(file, cap, "%s/%s", dir, v2 ? "cpu.max" : "cpu.cfs_quota_us");
     int rc = n < 0 || (size_t)n >= cap ? vl_fail(err, VL_ETOOBIG, "path too long")
@@ -494,8 +494,8 @@ static int level_limit(const char *dir, int v2, int *cpus, char *file, size_t ca
             if (rc) vl_fail(err, rc, "not a quota and a period");
         }
     }
-    buf_free(&a);
-    buf_free(&b);
+    vl_buf_free(&a);
+    vl_buf_free(&b);
     *cpus = rc ? 0 : peer_guest_quota_cpus(quota, period);
     return rc;
 }
@@ -588,16 +588,16 @@ int peer_guest_affinity_cpus(void) {
 }
 
 void peer_guest_cpus_detect(peer_guest_cpus *out) {
-    buf cg, mi;
-    buf_init(&cg, 1 << 16);
-    buf_init(&mi, 1 << 22);
-    int have_cg = buf_read_file(&cg, "/proc/self/cgroup", NULL) == VL_OK;
-    int have_mi = buf_read_file(&mi, "/proc/self/mountinfo", NULL) == VL_OK;
+    vl_buf cg, mi;
+    vl_buf_init(&cg, 1 << 16);
+    vl_buf_init(&mi, 1 << 22);
+    int have_cg = vl_buf_read_file(&cg, "/proc/self/cgroup", NULL) == VL_OK;
+    int have_mi = vl_buf_read_file(&mi, "/proc/self/mountinfo", NULL) == VL_OK;
     peer_guest_cpus_from(have_cg ? (const char *)cg.data : NULL,
                          have_mi ? (const char *)mi.data : NULL, "", peer_guest_affinity_cpus(),
                          out);
-    buf_free(&cg);
-    buf_free(&mi);
+    vl_buf_free(&cg);
+    vl_buf_free(&mi);
 }
 
 void peer_guest_threads_describe(const peer_guest_cpus *c, int given, char *out, size_t cap) {

@@ -38,12 +38,12 @@ int peer_stop_requested(void) {
 void peer_stop_reset(void) { atomic_store_explicit(&stop_flag, 0, memory_order_relaxed); }
 
 int peer_sleep(double s) {
-    double end = clock_mono_s() + (s > 0 ? s : 0);
+    double end = vl_clock_mono_s() + (s > 0 ? s : 0);
     for (;;) {
         if (peer_stop_requested()) return 1;
-        double left = end - clock_mono_s();
+        double left = end - vl_clock_mono_s();
         if (left <= 0) return 0;
-        clock_sleep_ms(left > 0.1 ? 100 : (long)(left * 1000) + 1);
+        vl_clock_sleep_ms(left > 0.1 ? 100 : (long)(left * 1000) + 1);
     }
 }
 
@@ -95,7 +95,7 @@ double peer_retry_after_parse(const char *value, int64_t now) {
     memcpy(tmp, value, n + 1);
     while (n > 0 && isspace((unsigned char)tmp[n - 1])) tmp[--n] = '\0';
     int64_t secs;
-    if (parse_i64(tmp, 0, 1000000000, &secs) == VL_OK) return (double)secs;
+    if (vl_parse_i64(tmp, 0, 1000000000, &secs) == VL_OK) return (double)secs;
     time_t t = curl_getdate(tmp, NULL);
     if (t == (time_t)-1) return -1;
     return (int64_t)t > now ? (double)((int64_t)t - now) : 0.0;
@@ -180,7 +180,7 @@ struct peer_http {
     const crypto_identity *id;
     int64_t peer_id;
     peer_retry_policy retry;
-    rng jitter;
+    vl_rng jitter;
     char curl_err[CURL_ERROR_SIZE];
     /* Per-transfer state the callbacks write. */
     peer_response *rs;
@@ -207,19 +207,19 @@ static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT
 
 void peer_response_init(peer_response *r) {
     r->status = 0;
-    buf_init(&r->body, 1);
+    vl_buf_init(&r->body, 1);
     r->etag[0] = '\0';
     r->content_range[0] = '\0';
     r->retry_after_s = -1;
     r->sunk = 0;
 }
 
-void peer_response_free(peer_response *r) { buf_free(&r->body); }
+void peer_response_free(peer_response *r) { vl_buf_free(&r->body); }
 
 /* keep_body: a resumed download's first bytes stay in front. */
 static void response_clear(peer_response *r, size_t cap, int keep_body) {
     r->status = 0;
-    if (!keep_body) buf_reset(&r->body);
+    if (!keep_body) vl_buf_reset(&r->body);
     r->body.cap = cap;
     r->etag[0] = '\0';
     r->content_range[0] = '\0';
@@ -245,7 +245,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
     peer_http *h = ud;
     size_t n = size * nmemb;
     if (h->sink && h->status >= 200 && h->status <= 299) return sink_body(h, p, n);
-    if (n > h->cap || h->rs->body.len > h->cap - n || buf_append(&h->rs->body, p, n) != VL_OK) {
+    if (n > h->cap || h->rs->body.len > h->cap - n || vl_buf_append(&h->rs->body, p, n) != VL_OK) {
         h->over_cap = 1;
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
     }
@@ -276,7 +276,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
         h->status = sp && (size_t)(sp - line) + 4 <= n ? strtol(sp + 1, NULL, 10) : 0;
         /* Anything but the rest of a resumed body replaces what came
          * before: the file changed, or this is an error. */
-        if (h->resume_at > 0 && h->status != 206) buf_reset(&r->body);
+        if (h->resume_at > 0 && h->status != 206) vl_buf_reset(&r->body);
         r->etag[0] = '\0';
         r->content_range[0] = '\0';
         r->retry_after_s = -1;
@@ -289,16 +289,16 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
          * geometric growth; the cap still rules (over it: fail later). A
          * body bound for the sink needs no memory at all. */
         int to_sink = h->sink && h->status >= 200 && h->status <= 299;
-        if (!to_sink && parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
-            buf_reserve(&r->body, (size_t)clen) != VL_OK)
-            log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
+        if (!to_sink && vl_parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
+            vl_buf_reserve(&r->body, (size_t)clen) != VL_OK)
+            vl_log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
         return n;
     }
     if (header_value(line, n, "ETag", r->etag, sizeof r->etag)) return n;
     if (header_value(line, n, "Content-Range", r->content_range, sizeof r->content_range))
         return n;
     if (header_value(line, n, "Retry-After", v, sizeof v))
-        r->retry_after_s = peer_retry_after_parse(v, clock_unix_s());
+        r->retry_after_s = peer_retry_after_parse(v, vl_clock_unix_s());
     return n;
 }
 
@@ -313,7 +313,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
  * line speed; this holds from the first byte. Only what the kernel's
  * socket buffers already hold escapes it. */
 static void pace(const peer_http *h, curl_off_t sent, curl_off_t received) {
-    double now = clock_mono_s(), wait = 0;
+    double now = vl_clock_mono_s(), wait = 0;
     if (h->max_up > 0) wait = (double)sent / (double)h->max_up - (now - h->started);
     if (h->max_down > 0) {
         double w = (double)received / (double)h->max_down - (now - h->started);
@@ -333,7 +333,7 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     if (h->rq && (h->max_up > 0 || h->max_down > 0)) pace(h, un, dn);
     /* On a slow line a model or an update takes minutes: say how far it
      * got, so a volunteer can tell a slow transfer from a stuck one. */
-    double now = clock_mono_s();
+    double now = vl_clock_mono_s();
     int up = ut > dt;
     curl_off_t total = up ? ut : dt, done = up ? un : dn;
     if (h->rq && h->rq->show_progress) {
@@ -344,7 +344,7 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
         now - h->started >= PROGRESS_EVERY_S) {
         h->logged = now;
         double rate = (double)done / (now - h->started);
-        log_info("%s %s: %s %.1f of %.1f MB, %.0f kB/s%s", h->rq->method, h->rq->target,
+        vl_log_info("%s %s: %s %.1f of %.1f MB, %.0f kB/s%s", h->rq->method, h->rq->target,
                  up ? "sent" : "received", (double)done / 1e6, (double)total / 1e6, rate / 1e3,
                  (up ? h->max_up : h->max_down) > 0 ? " (capped)" : "");
     }
@@ -403,8 +403,8 @@ int peer_http_open(const char *base_url, const char *cacert, const crypto_identi
     if (retry) h->retry = *retry;
     else peer_retry_default(&h->retry);
     if (h->retry.max_attempts < 1) h->retry.max_attempts = 1;
-    rng_seed(&h->jitter, (uint64_t)getpid() ^ (uint64_t)(clock_mono_s() * 1e9) ^
-                             ((uint64_t)clock_unix_s() << 20));
+    vl_rng_seed(&h->jitter, (uint64_t)getpid() ^ (uint64_t)(vl_clock_mono_s() * 1e9) ^
+                             ((uint64_t)vl_clock_unix_s() << 20));
     h->curl = curl_easy_init();
     if (!h->curl) {
         free(h);
@@ -510,7 +510,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     int post = strcmp(rq->method, "POST") == 0;
     crypto_signed_headers sh;
     if (crypto_sign_http(h->id, keyid, rq->method, rq->target, post, rq->body, rq->body_len,
-                         clock_unix_s(), &sh) != VL_OK) {
+                         vl_clock_unix_s(), &sh) != VL_OK) {
         *local_rc = vl_fail(err, VL_EINVAL, "cannot sign %s %s", rq->method, rq->target);
         return CURLE_OK;
     }
@@ -593,7 +593,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     }
     h->curl_err[0] = '\0';
     h->rq = rq;
-    h->started = h->logged = clock_mono_s();
+    h->started = h->logged = vl_clock_mono_s();
     cc = curl_easy_perform(c);
     h->rq = NULL;
     if (rq->show_progress) peer_ui_transfer(post, 0, 0, 0);
@@ -628,7 +628,7 @@ static int finish_resume(peer_http *h, peer_response *rs) {
     if (sscanf(rs->content_range, "bytes %lld-%lld/%lld%c", &first, &lastb, &total, &tail) != 3 ||
         first != (long long)h->resume_at || lastb + 1 != total || (long long)rs->body.len != total)
         return -1;
-    log_info("download resumed at byte %zu of %lld", h->resume_at, total);
+    vl_log_info("download resumed at byte %zu of %lld", h->resume_at, total);
     rs->status = 200;
     rs->content_range[0] = '\0';
     return 0;
@@ -646,7 +646,7 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
     for (int n = 1;; n++) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped");
         int local_rc;
-        double t0 = clock_mono_s();
+        double t0 = vl_clock_mono_s();
         CURLcode cc = attempt(h, rq, rs, &local_rc, err);
         if (local_rc) return local_rc;
         if (cc == CURLE_ABORTED_BY_CALLBACK) return vl_fail(err, PEER_ESTOPPED, "stopped");
@@ -657,8 +657,8 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             return vl_fail(err, VL_EIO, "%s %s: cannot write the response to disk: %s",
                            rq->method, rq->target, strerror(h->sink_errno));
         if (cc == CURLE_OK)
-            log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
-                      rs->body.len, clock_mono_s() - t0);
+            vl_log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
+                      rs->body.len, vl_clock_mono_s() - t0);
         int resumed_badly = 0;
         reason[0] = '\0';
         if (cc == CURLE_OK && h->resume_at > 0) {
@@ -706,17 +706,17 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
                            rq->target, n, last);
         }
         if (h->resume_at > 0)
-            log_info("%s %s broke off after %zu bytes; the next attempt asks for the rest",
+            vl_log_info("%s %s broke off after %zu bytes; the next attempt asks for the rest",
                      rq->method, rq->target, h->resume_at);
-        double u = (double)(rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
+        double u = (double)(vl_rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
         double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
         if (reason[0]) {
             /* Said once in plain words; each retry's detail only in debug. */
             peer_ui_unreachable(h->base, reason, answered, d, h->retry.max_attempts - n);
-            log_debug("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
+            vl_log_debug("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
                       h->retry.max_attempts - 1, d);
         } else {
-            log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
+            vl_log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
                      h->retry.max_attempts - 1, d);
         }
         if (peer_sleep(d)) return vl_fail(err, PEER_ESTOPPED, "stopped");

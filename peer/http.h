@@ -109,7 +109,7 @@ typedef struct peer_request {
 /* The final response. body is owned by the response (peer_response_free). */
 typedef struct peer_response {
     long status;
-    buf body;
+    vl_buf body;
     char etag[64];
     char content_range[128];
     double retry_after_s; /* -1 when absent */

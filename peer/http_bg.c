@@ -10,9 +10,9 @@
 
 static void *send_it(void *arg) {
     peer_http_bg *b = arg;
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     b->rc = peer_http_do(b->http, &b->rq, &b->rs, &b->err);
-    b->seconds = clock_mono_s() - t0;
+    b->seconds = vl_clock_mono_s() - t0;
     return NULL;
 }
 

@@ -58,7 +58,7 @@ int peer_trainer_adopt_factors(peer_trainer *t, const peer_task *k, const uint8_
     else if (!run || strcmp(run, k->run) != 0)
         rc = vl_fail(err, VL_EINVAL, "merged factors: for run '%.64s', not '%s'",
                      run ? run : "(none)", k->run);
-    else if (!ver || parse_i64(ver, 0, INT64_MAX, &v) != VL_OK || v != k->kfac_factors)
+    else if (!ver || vl_parse_i64(ver, 0, INT64_MAX, &v) != VL_OK || v != k->kfac_factors)
         rc = vl_fail(err, VL_EINVAL, "merged factors: version %.24s, the task names %lld",
                      ver ? ver : "(none)", (long long)k->kfac_factors);
     compress_factor_layer *layers = NULL;
@@ -93,19 +93,19 @@ int peer_kfac_sync(peer_http *h, peer_response *rs, peer_trainer *t, const peer_
     if (rs->status != 200) {
         vl_error e = {0};
         peer_refusal(&e, "factors request refused", rs->status, rs->body.data, rs->body.len);
-        log_warn("task %lld: training on this peer's own K-FAC factors: %s",
+        vl_log_warn("task %lld: training on this peer's own K-FAC factors: %s",
                  (long long)k->task_id, e.msg);
         return VL_OK;
     }
     *down_bytes += rs->body.len;
     vl_error e = {0};
     if (peer_trainer_adopt_factors(t, k, rs->body.data, rs->body.len, &e) != VL_OK)
-        log_warn("task %lld: merged K-FAC factors of version %lld refused, training on this "
+        vl_log_warn("task %lld: merged K-FAC factors of version %lld refused, training on this "
                  "peer's own: %s", (long long)k->task_id, (long long)k->kfac_factors, e.msg);
     else
-        log_info("K-FAC factors merged into version %lld adopted (%zu bytes)",
+        vl_log_info("K-FAC factors merged into version %lld adopted (%zu bytes)",
                  (long long)k->kfac_factors, rs->body.len);
-    buf_free(&rs->body);
+    vl_buf_free(&rs->body);
     return VL_OK;
 }
 
@@ -184,7 +184,7 @@ static int meta_get(const st_file *f, const char *key, double lo, double hi, dou
                     vl_error *err) {
     const char *s = st_meta_get(f, key);
     double x;
-    if (!s || parse_f64(s, &x) != VL_OK || !(x >= lo && x <= hi))
+    if (!s || vl_parse_f64(s, &x) != VL_OK || !(x >= lo && x <= hi))
         return vl_fail(err, VL_EINVAL, "metadata '%s' must be a number in [%g, %g]", key, lo, hi);
     *out = x;
     return VL_OK;

@@ -17,8 +17,8 @@ int peer_local_parse_part(const char *s, int *part, int *parts, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "--partition must be i/N, e.g. 0/4");
     memcpy(a, s, (size_t)(slash - s));
     a[slash - s] = '\0';
-    if (parse_i64(slash + 1, 1, MODEL_PARTITION_MAX_PARTS, &n) != VL_OK ||
-        parse_i64(a, 0, n - 1, &i) != VL_OK)
+    if (vl_parse_i64(slash + 1, 1, MODEL_PARTITION_MAX_PARTS, &n) != VL_OK ||
+        vl_parse_i64(a, 0, n - 1, &i) != VL_OK)
         return vl_fail(err, VL_EINVAL, "--partition %.40s: need 0 <= i < N <= %d", s,
                        MODEL_PARTITION_MAX_PARTS);
     *part = (int)i;
@@ -82,23 +82,23 @@ static int open_tokens_or_text(peer_local *l, const peer_local_opts *o, int kind
         rc = model_shard_open(o->images, SHARD_MAX_VOCAB, &l->shard, err);
         if (rc) return rc;
         l->shard_vocab = SHARD_MAX_VOCAB;
-        log_info("local data: %lld tokens from %s", (long long)model_shard_tokens(l->shard),
+        vl_log_info("local data: %lld tokens from %s", (long long)model_shard_tokens(l->shard),
                  o->images);
         return VL_OK;
     }
-    buf b;
-    buf_init(&b, (size_t)PEER_MAX_DATA_BYTES);
-    if ((rc = buf_read_file(&b, o->images, err))) {
-        buf_free(&b);
+    vl_buf b;
+    vl_buf_init(&b, (size_t)PEER_MAX_DATA_BYTES);
+    if ((rc = vl_buf_read_file(&b, o->images, err))) {
+        vl_buf_free(&b);
         return rc;
     }
     if (b.len < 2) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return vl_fail(err, VL_EINVAL, "--data %.200s holds %zu bytes; nothing to train on",
                        o->images, b.len);
     }
-    l->bytes = buf_steal(&b, &l->len);
-    log_info("local data: %zu bytes of text from %s", l->len, o->images);
+    l->bytes = vl_buf_steal(&b, &l->len);
+    vl_log_info("local data: %zu bytes of text from %s", l->len, o->images);
     return VL_OK;
 }
 
@@ -127,7 +127,7 @@ int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
         peer_local_free(l);
         return rc;
     }
-    log_info("local data: %zu of %zu images (%dx%d, %d classes) from %s, part %d of %d%s", l->n,
+    vl_log_info("local data: %zu of %zu images (%dx%d, %d classes) from %s, part %d of %d%s", l->n,
              n, model_images_rows(l->images), model_images_cols(l->images),
              model_images_classes(l->images), o->images, o->part, o->parts,
              o->parts > 1 && o->beta > 0 ? ", label-skewed" : "");
@@ -255,17 +255,17 @@ int peer_local_reserve(peer_local *l, int B, int d, vl_error *err) {
     return VL_OK;
 }
 
-int peer_local_batch(peer_local *l, int B, rng *r, vl_error *err) {
+int peer_local_batch(peer_local *l, int B, vl_rng *r, vl_error *err) {
     if (B < 1 || B > PEER_MAX_BATCH || B > l->cap)
         return vl_fail(err, VL_EINVAL, "a batch of %d images does not fit (reserved %d)", B,
                        l->cap);
     uint32_t idx[PEER_MAX_BATCH];
-    for (int b = 0; b < B; b++) idx[b] = l->idx[rng_below_u64(r, l->n)];
+    for (int b = 0; b < B; b++) idx[b] = l->idx[vl_rng_below_u64(r, l->n)];
     return model_images_batch(l->images, idx, B, l->x, l->y, err);
 }
 
 /* One step: loss and gradients of a batch, clipping, the optimizer. */
-static int local_step(peer_trainer *t, const peer_task *k, peer_local *l, rng *r, int step,
+static int local_step(peer_trainer *t, const peer_task *k, peer_local *l, vl_rng *r, int step,
                       float *loss, double *g2, vl_error *err) {
     const int B = k->batch;
     int rc = peer_local_batch(l, B, r, err);
@@ -316,16 +316,16 @@ int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
     if ((rc = peer_local_reserve(l, k->batch, c.in_dim, err))) return rc;
     if ((rc = peer_trainer_prepare(t, k, err))) return rc;
     if ((rc = peer_local_accuracy(t, k, l, res, err))) return rc;
-    double t0 = clock_mono_s(), sum = 0;
+    double t0 = vl_clock_mono_s(), sum = 0;
     float *params = model_mlp_params(t->mlp);
     memcpy(params, t->base, t->n_params * sizeof *params);
-    rng r;
-    rng_seed(&r, k->seed);
+    vl_rng r;
+    vl_rng_seed(&r, k->seed);
     peer_selsync ss = {0};
     int step = 0;
     while (step < k->steps) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-        double step_t0 = clock_mono_s(), g2 = 0;
+        double step_t0 = vl_clock_mono_s(), g2 = 0;
         float loss = 0;
         step++;
         if ((rc = local_step(t, k, l, &r, step, &loss, &g2, err))) return rc;
@@ -343,6 +343,6 @@ int peer_trainer_run_local(peer_trainer *t, const peer_task *k, peer_local *l,
     res->steps = step;
     res->mean_loss = sum / step;
     res->tokens = (int64_t)step * k->batch;
-    res->seconds = clock_mono_s() - t0;
+    res->seconds = vl_clock_mono_s() - t0;
     return VL_OK;
 }

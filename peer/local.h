@@ -101,7 +101,7 @@ int peer_local_reserve(peer_local *l, int B, int d, vl_error *err) VL_MUST_CHECK
 
 /* Draws B images uniformly (with replacement) from the share with r into
  * l->x and l->y (reserved first). Returns 0 or VL_EINVAL. */
-int peer_local_batch(peer_local *l, int B, rng *r, vl_error *err) VL_MUST_CHECK;
+int peer_local_batch(peer_local *l, int B, vl_rng *r, vl_error *err) VL_MUST_CHECK;
 
 /* A split-learning task (k->split_cut > 0): like peer_trainer_run_local,
  * but only the layers below the cut are here (and, U-shaped, the

@@ -101,7 +101,7 @@ static int write_ahead(loop *L, const peer_task *k, vl_error *err) {
     if (rc == VL_ETOOBIG && k->kind != COMPRESS_TOPK) {
         /* A sketch larger than the model: no residual depends on it, so
          * losing it to a crash costs only the one update. */
-        log_warn("task %lld: upload not recorded before sending: %s", (long long)k->task_id,
+        vl_log_warn("task %lld: upload not recorded before sending: %s", (long long)k->task_id,
                  e.msg);
         mark = 0;
         rc = VL_OK;
@@ -122,11 +122,11 @@ static void settle_record(loop *L, peer_upload_outcome out) {
     vl_error e = {0};
     if (out == PEER_UPLOAD_NOT_TAKEN &&
         peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, 0, &e) != VL_OK) {
-        log_warn("upload record kept, the trainer state cannot be saved: %s", e.msg);
+        vl_log_warn("upload record kept, the trainer state cannot be saved: %s", e.msg);
         return;
     }
     if (peer_pending_clear(L->o->dir, &e) != VL_OK)
-        log_warn("upload record not cleared (a restart will send it again): %s", e.msg);
+        vl_log_warn("upload record not cleared (a restart will send it again): %s", e.msg);
 }
 
 /* Sends the upload an earlier process recorded but may not have sent, or
@@ -161,13 +161,13 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
     }
     vl_error ce = {0};
     if (peer_pending_clear(L->o->dir, &ce) != VL_OK)
-        log_warn("upload record not cleared (the next start will send it again): %s", ce.msg);
+        vl_log_warn("upload record not cleared (the next start will send it again): %s", ce.msg);
     if (out == PEER_UPLOAD_STORED)
-        log_info("task %lld: recorded upload of %zu bytes sent again after the restart: %s",
+        vl_log_info("task %lld: recorded upload of %zu bytes sent again after the restart: %s",
                  (long long)p->task_id, p->len,
                  rs->status == 409 ? "it was already stored" : "accepted");
     else
-        log_warn("task %lld: recorded upload of %zu bytes sent again after the restart: not "
+        vl_log_warn("task %lld: recorded upload of %zu bytes sent again after the restart: not "
                  "taken (%s); %s", (long long)p->task_id, p->len, e.msg,
                  p->kind == COMPRESS_TOPK ? "its entries are back in the residual"
                                           : "it leaves nothing to put back");
@@ -183,7 +183,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
 /* The line that ends a task: what it trained, what it sent and what that
  * saved against a dense update, where its time went, and the outcome
  * (what: "accepted", "already_stored" or "dropped"; said: its words). */
-static void task_summary(loop *L, log_level level, const peer_task *k,
+static void task_summary(loop *L, vl_log_level level, const peer_task *k,
                          const peer_train_result *res, const task_times *tm, const char *what,
                          int64_t update, int64_t version, const char *said) {
     double tps = res->seconds > 0 ? (double)res->tokens / res->seconds : 0;
@@ -228,11 +228,11 @@ static void note_progress(loop *L, const peer_task *k, const peer_train_result *
     p->last_task = k->task_id;
     p->last_version = k->base_version;
     p->last_loss = res->mean_loss;
-    p->last_at = clock_unix_s();
+    p->last_at = vl_clock_unix_s();
     p->bytes_up += (int64_t)L->upload.len;
     vl_error e = {0};
     if (peer_progress_save(L->o->dir, p, &e) != VL_OK)
-        log_warn("progress not recorded (volley-peer status will be behind): %s", e.msg);
+        vl_log_warn("progress not recorded (volley-peer status will be behind): %s", e.msg);
 }
 
 static int upload(loop *L, const peer_task *k, const peer_train_result *res, int attempt,
@@ -241,7 +241,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     if (L->tamper && L->tamper(L->tamper_arg, attempt, L->tr.delta, L->tr.n_params) != 0)
         return STEP_GAVE_UP;
     peer_ui_phase(k->task_id, "compressing");
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", k->run);
@@ -255,7 +255,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     m.has_accuracy = res->has_accuracy;
     m.accuracy = res->accuracy;
     m.seed = k->comp_seed;
-    buf_reset(&L->upload);
+    vl_buf_reset(&L->upload);
     /* K-FAC runs that share factors: this peer's go with the update. */
     compress_factors cf;
     compress_factor_layer *layers = NULL;
@@ -272,7 +272,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     if (!rc) rc = peer_encode_update(&L->tr, k, &m, &L->upload, err);
     free(layers);
     free(ag);
-    L->times.compress += clock_mono_s() - t0;
+    L->times.compress += vl_clock_mono_s() - t0;
     if (rc) return rc;
     if ((rc = write_ahead(L, k, err))) return rc;
     int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
@@ -294,16 +294,16 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
         L->fly_k = *k;
         L->fly_res = *res;
         L->fly_times = L->times;
-        log_debug("task %lld: upload of %zu bytes under way; the next task starts meanwhile",
+        vl_log_debug("task %lld: upload of %zu bytes under way; the next task starts meanwhile",
                   (long long)k->task_id, L->upload.len);
         return VL_OK;
     }
     /* A transport failure leaves the outcome unknown: the record stays,
      * for the next start to send again. */
     peer_ui_phase(k->task_id, "uploading");
-    t0 = clock_mono_s();
+    t0 = vl_clock_mono_s();
     rc = peer_http_do(L->http, &rq, &L->rs, err);
-    L->times.upload += clock_mono_s() - t0;
+    L->times.upload += vl_clock_mono_s() - t0;
     if (rc) return rc;
     rc = upload_answer(L, k, res, &L->times, &L->rs, err);
     if (rc == VL_OK) peer_ui_phase(k->task_id, "update sent");
@@ -345,7 +345,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
             vl_error e = {0};
             L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK &&
                            peer_task_check_run(&L->next, L->st.run, &e) == VL_OK;
-            if (!L->have_next) log_warn("next task ignored: %s", e.msg);
+            if (!L->have_next) vl_log_warn("next task ignored: %s", e.msg);
         }
         json_decref(o);
         return VL_OK;
@@ -393,14 +393,14 @@ static int one_task(loop *L, vl_error *err) {
         /* A refused lease has no usable task id: it cannot be remembered,
          * only waited out by the pause after a refusal. */
         if (rc == STEP_REFUSED)
-            log_warn("task refused: %s; keeping model version %lld", err->msg,
+            vl_log_warn("task refused: %s; keeping model version %lld", err->msg,
                      (long long)L->tr.base_version);
         return rc;
     }
     if (seen(L, &k)) {
         /* Wait the lease out, a slice at a time, rather than redo it. */
-        double left = (double)(k.deadline - clock_unix_s()) + 1;
-        log_debug("task %lld offered again; waiting for its lease to end", (long long)k.task_id);
+        double left = (double)(k.deadline - vl_clock_unix_s()) + 1;
+        vl_log_debug("task %lld offered again; waiting for its lease to end", (long long)k.task_id);
         if (peer_sleep(left < 1 ? 1 : left > 30 ? 30 : left)) return PEER_ESTOPPED;
         return STEP_AGAIN;
     }
@@ -412,14 +412,14 @@ static int one_task(loop *L, vl_error *err) {
     peer_ui_event(LOG_INFO, "task_start", tf, PEER_UI_NFIELDS(tf),
                   "task %lld: model version %lld, up to %d local steps, lease ends in %lld s",
                   (long long)k.task_id, (long long)k.base_version, k.steps,
-                  (long long)(k.deadline - clock_unix_s()));
+                  (long long)(k.deadline - vl_clock_unix_s()));
     char desc[sizeof L->comp_desc];
     peer_task_describe_compression(&k, desc, sizeof desc);
     if (strcmp(desc, L->comp_desc) != 0) {
-        log_info("compression: %s", desc);
+        vl_log_info("compression: %s", desc);
         memcpy(L->comp_desc, desc, sizeof desc);
     }
-    double t_fetch = clock_mono_s();
+    double t_fetch = vl_clock_mono_s();
     if ((rc = peer_loop_fetch_model(L, &k, err)) == VL_OK)
         rc = k.local   ? peer_local_check(&L->tr, &k, &L->local, err)
              : L->tr.mlp ? vl_fail(err, VL_EINVAL, "task %lld has a data range but the model is "
@@ -428,15 +428,15 @@ static int one_task(loop *L, vl_error *err) {
     if (rc == VL_EINVAL) rc = STEP_REFUSED;
     if (rc == STEP_AGAIN || rc == STEP_REFUSED) remember(L, &k);
     if (rc == STEP_REFUSED)
-        log_warn("task %lld refused: %s; keeping model version %lld", (long long)k.task_id,
+        vl_log_warn("task %lld refused: %s; keeping model version %lld", (long long)k.task_id,
                  err->msg, (long long)L->tr.base_version);
     if (rc) return rc;
     if (L->saved.n_params) {
         vl_error e = {0};
         rc = peer_resume_apply(&L->tr, &L->saved, &e);
-        if (rc == VL_ECONFLICT) log_warn("trainer state not applied: %s", e.msg);
+        if (rc == VL_ECONFLICT) vl_log_warn("trainer state not applied: %s", e.msg);
         else if (rc) return vl_fail(err, rc, "%s", e.msg);
-        else log_info("trainer state applied to model version %lld: %s at step %ld",
+        else vl_log_info("trainer state applied to model version %lld: %s at step %ld",
                       (long long)L->tr.base_version,
                       L->tr.have_kfac  ? "K-FAC"
                       : L->tr.have_sgd ? "SGD"
@@ -455,10 +455,10 @@ static int one_task(loop *L, vl_error *err) {
                     : peer_loop_fetch_data(L, &k, err);
     if (rc == STEP_REFUSED) {
         remember(L, &k);
-        log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
+        vl_log_warn("task %lld refused: %s", (long long)k.task_id, err->msg);
     }
     if (rc) return rc;
-    L->times.download = clock_mono_s() - t_fetch;
+    L->times.download = vl_clock_mono_s() - t_fetch;
     peer_ui_device(L->tr.device == PEER_DEVICE_CUDA ? "cuda" : "cpu");
     peer_ui_train_begin(k.task_id, k.steps,
                         k.local && !L->tr.gpt ? (int64_t)k.batch : (int64_t)k.batch * k.context);
@@ -478,11 +478,11 @@ static int one_task(loop *L, vl_error *err) {
         rc = peer_trainer_run(&L->tr, &k, L->rs.body.data, L->rs.body.len, &res, err);
     }
     if (rc == VL_ERANGE) {
-        log_warn("task %lld dropped: %s", (long long)k.task_id, err->msg);
+        vl_log_warn("task %lld dropped: %s", (long long)k.task_id, err->msg);
         remember(L, &k);
         return VL_OK;
     }
-    if (rc == PEER_ESTOPPED) log_info("task %lld abandoned", (long long)k.task_id);
+    if (rc == PEER_ESTOPPED) vl_log_info("task %lld abandoned", (long long)k.task_id);
     if (rc) return rc;
     L->train_s += res.seconds;
     L->times.train = res.seconds;
@@ -494,11 +494,11 @@ static int one_task(loop *L, vl_error *err) {
         /* A hostile peer turned away tries its next move on the same task,
          * and finally leaves the task, never the run. */
         for (int a = 1; rc == PEER_EREFUSED && a < PEER_TAMPER_ATTEMPTS; a++) {
-            log_warn("%s", err->msg);
+            vl_log_warn("%s", err->msg);
             rc = upload(L, &k, &res, a, err);
         }
         if (rc == PEER_EREFUSED || rc == STEP_GAVE_UP) {
-            log_warn("task %lld left: %s", (long long)k.task_id,
+            vl_log_warn("task %lld left: %s", (long long)k.task_id,
                      rc == STEP_GAVE_UP ? "nothing more to send" : err->msg);
             rc = VL_OK;
         }
@@ -526,7 +526,7 @@ static int run_tasks(loop *L, vl_error *err);
 /* The tasks, then the update still uploading: its answer may still end
  * the run with an error, or say the run has finished. */
 static int run_loop(loop *L, vl_error *err) {
-    L->t_start = clock_mono_s();
+    L->t_start = vl_clock_mono_s();
     int rc = run_tasks(L, err);
     if (L->flying) {
         vl_error e = {0};
@@ -536,12 +536,12 @@ static int run_loop(loop *L, vl_error *err) {
             *err = e;
             rc = lrc;
         } else if (lrc) {
-            log_warn("the last update's upload: %s", e.msg);
+            vl_log_warn("the last update's upload: %s", e.msg);
         }
     }
-    double wall = clock_mono_s() - L->t_start;
+    double wall = vl_clock_mono_s() - L->t_start;
     if (wall > 0 && L->train_s > 0)
-        log_info("compute: %.1f s of %.1f s training (%.1f %%)", L->train_s, wall,
+        vl_log_info("compute: %.1f s of %.1f s training (%.1f %%)", L->train_s, wall,
                  100.0 * L->train_s / wall);
     return rc;
 }
@@ -572,7 +572,7 @@ static int run_tasks(loop *L, vl_error *err) {
         if (rc) return rc;
         L->done++;
     }
-    log_info("done: %lld tasks", (long long)L->done);
+    vl_log_info("done: %lld tasks", (long long)L->done);
     return VL_OK;
 }
 
@@ -594,13 +594,13 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     peer_device dev;
     int rc = peer_device_choose(o->device, &dev, err);
     if (rc) return rc;
-    log_info("training on %s", dev.desc);
+    vl_log_info("training on %s", dev.desc);
     peer_ui_device(dev.kind == PEER_DEVICE_CUDA ? "cuda" : "cpu");
 #if defined(VOLLEY_HAVE_CUDA)
     if (o->gpu_mem_mib > 0) {
         kernels_cuda_set_mem_cap((size_t)o->gpu_mem_mib << 20);
         if (dev.kind == PEER_DEVICE_CUDA)
-            log_info("GPU: holding at most %lld MiB of device memory (--gpu-mem)",
+            vl_log_info("GPU: holding at most %lld MiB of device memory (--gpu-mem)",
                      (long long)o->gpu_mem_mib);
     }
 #endif
@@ -608,7 +608,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     if (rc) return rc;
     vl_error perr = {0};
     if (peer_progress_load(o->dir, &L.prog, &perr) != VL_OK)
-        log_warn("%s; counting the peer's work from zero", perr.msg);
+        vl_log_warn("%s; counting the peer's work from zero", perr.msg);
     peer_clean_copy(dev.desc, L.prog.device, sizeof L.prog.device);
     /* Read before anything else: bad data fail the start, not a task. */
     if (o->local && (rc = peer_local_open(&L.local, o->local, err))) return rc;
@@ -627,7 +627,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     if (!rc && (o->max_upload_bps > 0 || o->max_download_bps > 0)) {
         rc = peer_http_set_rates(L.http, o->max_upload_bps, o->max_download_bps, err);
         if (!rc)
-            log_info("bandwidth caps: upload %s, download %s",
+            vl_log_info("bandwidth caps: upload %s, download %s",
                      o->max_upload_bps > 0 ? "capped" : "free",
                      o->max_download_bps > 0 ? "capped" : "free");
         if (rc) peer_http_close(L.http);
@@ -643,8 +643,8 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     L.tr.step_delay_s = o->step_delay_ms / 1000.0;
     L.tr.slowdown = o->slowdown;
     peer_response_init(&L.rs);
-    buf_init(&L.upload, UPLOAD_CAP);
-    log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,
+    vl_buf_init(&L.upload, UPLOAD_CAP);
+    vl_log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,
              L.st.run);
     peer_pending recorded;
     rc = peer_resume_open(o->dir, &L.st, &L.saved, &recorded, err);
@@ -656,14 +656,14 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     } else if (!rc) {
         rc = run_loop(&L, err);
     }
-    if (rc == PEER_ESTOPPED) log_info("stopped by signal after %lld tasks", (long long)L.done);
-    log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
+    if (rc == PEER_ESTOPPED) vl_log_info("stopped by signal after %lld tasks", (long long)L.done);
+    vl_log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
              "deltas, %llu bytes of data and %llu bytes of K-FAC factors",
              (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
              (unsigned long long)L.delta_bytes, (unsigned long long)L.data_bytes,
              (unsigned long long)L.factor_bytes);
     peer_http_bg_free(&L.bg);
-    buf_free(&L.upload);
+    vl_buf_free(&L.upload);
     peer_response_free(&L.rs);
     peer_resume_free(&L.saved);
     peer_trainer_free(&L.tr);

@@ -30,7 +30,7 @@ typedef struct loop {
     peer_http *http;
     peer_trainer tr;
     peer_response rs;
-    buf upload;
+    vl_buf upload;
     int64_t done;
     int answer_round; /* the last upload was accepted: its round may follow */
     /* The trainer state read at start, until a model of its shape is

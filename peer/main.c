@@ -123,7 +123,7 @@ typedef struct args {
     peer_device_want device;
     peer_guest_priority priority; /* the zero value is the default, low */
     int priority_given;
-    peer_log_format log_format;   /* the zero value is the default, text */
+    peer_log_format log_format;      /* the zero value is the default, text */
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
     const char *data, *labels, *partition;
     double beta;
@@ -142,7 +142,7 @@ typedef struct args {
  * --verbose; returns vl_opts_parse's answer. */
 static int parse(vl_opts *o, int argc, char **argv, const args *a) {
     int rc = vl_opts_parse(o, argc, argv, NULL);
-    if (rc == VL_OK && a->verbose) log_set_level(LOG_DEBUG);
+    if (rc == VL_OK && a->verbose) vl_log_set_level(LOG_DEBUG);
     return rc;
 }
 
@@ -183,7 +183,7 @@ static int opt_rate(const char *s, void *dst) {
     if (n > 0 && n < sizeof digits) {
         memcpy(digits, s, n);
         digits[n] = '\0';
-        if (parse_i64(digits, 1, INT64_MAX / 1000000000, &v) == VL_OK && v * mult >= 1000 &&
+        if (vl_parse_i64(digits, 1, INT64_MAX / 1000000000, &v) == VL_OK && v * mult >= 1000 &&
             v * mult <= 100000000000LL) {
             *(int64_t *)dst = v * mult;
             return VL_OK;
@@ -240,9 +240,9 @@ static int cmd_keygen(int argc, char **argv) {
 /* Reads the first line of a token file, so the secret never appears in
  * the process list. */
 static int read_token(const char *path, char *out, size_t cap, vl_error *e) {
-    buf b;
-    buf_init(&b, 4096);
-    int rc = buf_read_file(&b, path, e);
+    vl_buf b;
+    vl_buf_init(&b, 4096);
+    int rc = vl_buf_read_file(&b, path, e);
     if (!rc) {
         size_t n = strcspn((const char *)b.data, "\r\n");
         if (n == 0 || n >= cap) rc = vl_fail(e, VL_EINVAL, "%s: no token on its first line", path);
@@ -252,7 +252,7 @@ static int read_token(const char *path, char *out, size_t cap, vl_error *e) {
         }
     }
     if (b.data) memset(b.data, 0, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
     return rc;
 }
 
@@ -282,7 +282,7 @@ static int cmd_join(int argc, char **argv) {
     rc = peer_join(&o, &st, &e);
     memset(token, 0, sizeof token);
     if (rc) return fail(&e, rc);
-    log_info("joined %s as peer %lld (run '%s')", st.coordinator, (long long)st.peer_id, st.run);
+    vl_log_info("joined %s as peer %lld (run '%s')", st.coordinator, (long long)st.peer_id, st.run);
     printf("%lld\n", (long long)st.peer_id);
     return PEER_EXIT_OK;
 }
@@ -341,14 +341,14 @@ static int guest_setup(const args *a, vl_error *e) {
     char line[512];
     int rc = peer_guest_priority_apply(a->priority, line, sizeof line, e);
     if (rc && a->priority_given) return rc;
-    if (rc) log_warn("%s; going on at the priority it had", e->msg);
-    else log_info("%s", line);
+    if (rc) vl_log_warn("%s; going on at the priority it had", e->msg);
+    else vl_log_info("%s", line);
     peer_guest_waits_describe(line, sizeof line);
-    log_info("%s", line);
+    vl_log_info("%s", line);
     peer_guest_cpus cpus;
     peer_guest_cpus_detect(&cpus);
     peer_guest_threads_describe(&cpus, (int)a->threads, line, sizeof line);
-    log_info("training with %s", line);
+    vl_log_info("training with %s", line);
     return a->threads > 0 ? (int)a->threads : cpus.threads;
 }
 
@@ -386,7 +386,7 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
     /* First, before any thread exists: on success this process is
      * replaced by one whose OpenMP and OpenBLAS read passive settings. */
     if (peer_guest_reexec(whole_argv, &e))
-        log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
+        vl_log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
     memset(&e, 0, sizeof e);
     if (!a->data && (a->labels || a->partition || a->beta > 0 ||
                      vl_opts_given(&cl, "partition-seed")))
@@ -427,7 +427,7 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
 }
 
 int main(int argc, char **argv) {
-    log_set_program(PROG);
+    vl_log_set_program(PROG);
     if (argc < 2) {
         fputs(USAGE, stderr);
         return PEER_EXIT_USAGE;

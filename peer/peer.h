@@ -492,7 +492,7 @@ int peer_kfac_factors(const peer_trainer *t, const peer_task *k, int64_t samples
  * sent entries taken out of the residual (remembered for
  * peer_encode_unsent). */
 int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_update_meta *m,
-                       buf *out, vl_error *err) VL_MUST_CHECK;
+                       vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* Puts the entries of the last sparse upload back into the residual, for
  * an upload the coordinator did not take. */
 void peer_encode_unsent(peer_trainer *t);
@@ -587,7 +587,7 @@ void peer_round_values(const peer_trainer *t, const uint32_t *idx, size_t n, flo
  * transport failures and stop requests (PEER_ESTOPPED). *up_bytes grows
  * by what was uploaded; scratch is reused for the upload body. */
 int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
-                      const peer_task *k, int64_t peer_id, buf *scratch, uint64_t *up_bytes,
+                      const peer_task *k, int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes,
                       vl_error *err) VL_MUST_CHECK;
 
 /* ---- surviving a restart (resume.c) -------------------------------------- */

@@ -31,20 +31,20 @@ int peer_progress_load(const char *dir, peer_progress *p, vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_PROGRESS_FILE, err);
     if (rc) return rc;
-    buf b;
-    buf_init(&b, PROGRESS_MAX_BYTES);
-    rc = buf_read_file(&b, path, err);
+    vl_buf b;
+    vl_buf_init(&b, PROGRESS_MAX_BYTES);
+    rc = vl_buf_read_file(&b, path, err);
     if (rc == VL_ENOTFOUND) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return VL_OK;
     }
     if (rc) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return rc;
     }
     json_error_t je;
     json_t *o = json_loadb((const char *)b.data, b.len, JSON_REJECT_DUPLICATES, &je);
-    buf_free(&b);
+    vl_buf_free(&b);
     if (!json_is_object(o)) {
         json_decref(o);
         return vl_fail(err, VL_EINVAL, "%s is not a JSON object", path);
@@ -90,7 +90,7 @@ int peer_progress_save(const char *dir, const peer_progress *p, vl_error *err) {
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
     if (!text) return vl_fail(err, VL_ENOMEM, "cannot serialise %s", path);
-    rc = file_write_atomic(path, text, strlen(text), 0600, err);
+    rc = vl_file_write_atomic(path, text, strlen(text), 0600, err);
     free(text);
     return rc;
 }

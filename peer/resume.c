@@ -151,13 +151,13 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
         st_writer_free(&w);
         return rc;
     }
-    buf b;
-    buf_init(&b, file_cap(n));
+    vl_buf b;
+    vl_buf_init(&b, file_cap(n));
     rc = st_writer_finish(&w, &b, err);
     st_writer_free(&w);
     free(scratch);
-    if (!rc) rc = file_write_atomic(path, b.data, b.len, 0600, err);
-    buf_free(&b);
+    if (!rc) rc = vl_file_write_atomic(path, b.data, b.len, 0600, err);
+    vl_buf_free(&b);
     return rc;
 }
 
@@ -266,7 +266,7 @@ static int take_vector(const st_file *f, const char *name, size_t n, float *dst,
 static int meta_f32(const st_file *f, const char *key, float *out, vl_error *err) {
     const char *s = st_meta_get(f, key);
     double x;
-    if (!s || parse_f64(s, &x) != VL_OK || fabs(x) > 3.0e38)
+    if (!s || vl_parse_f64(s, &x) != VL_OK || fabs(x) > 3.0e38)
         return vl_fail(err, VL_EINVAL, "metadata '%s' must be a finite number", key);
     *out = (float)x;
     return VL_OK;
@@ -285,7 +285,7 @@ static int read_optimizer(const st_file *f, size_t n, model_adamw *opt, vl_error
     if (!rc) rc = meta_f32(f, "adam_weight_decay", &wd, err);
     if (rc) return rc;
     const char *s = st_meta_get(f, "adam_step");
-    if (!s || parse_i64(s, 0, LONG_MAX, &step) != VL_OK)
+    if (!s || vl_parse_i64(s, 0, LONG_MAX, &step) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata 'adam_step' must be an integer >= 0");
     vl_error e = {0};
     if ((rc = model_adamw_init(opt, n, lr, b1, b2, eps, wd, &e)))
@@ -304,10 +304,10 @@ static int read_sgd(const st_file *f, size_t n, model_sgd *sgd, vl_error *err) {
     if (!rc) rc = meta_f32(f, "sgd_weight_decay", &wd, err);
     if (rc) return rc;
     const char *s = st_meta_get(f, "sgd_step");
-    if (!s || parse_i64(s, 0, LONG_MAX, &step) != VL_OK)
+    if (!s || vl_parse_i64(s, 0, LONG_MAX, &step) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata 'sgd_step' must be an integer >= 0");
     s = st_meta_get(f, "sgd_nesterov");
-    if (!s || parse_i64(s, 0, 1, &nesterov) != VL_OK)
+    if (!s || vl_parse_i64(s, 0, 1, &nesterov) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata 'sgd_nesterov' must be 0 or 1");
     vl_error e = {0};
     if ((rc = model_sgd_init(sgd, n, lr, mu, wd, (int)nesterov, &e)))
@@ -324,7 +324,7 @@ static int read_owner(const st_file *f, const peer_state *owner, peer_resume *r,
     const char *coord = st_meta_get(f, "coordinator"), *peer = st_meta_get(f, "peer"),
                *run = st_meta_get(f, "run");
     if (!coord || strlen(coord) >= sizeof r->coordinator || !run || strlen(run) >= sizeof r->run ||
-        !peer || parse_i64(peer, 1, INT64_MAX, &r->peer_id) != VL_OK)
+        !peer || vl_parse_i64(peer, 1, INT64_MAX, &r->peer_id) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata lacks a usable 'coordinator', 'peer' or 'run'");
     if (strcmp(coord, owner->coordinator) != 0 || r->peer_id != owner->peer_id ||
         strcmp(run, owner->run) != 0)
@@ -346,9 +346,9 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
     size_t n = r->n_params;
     const char *s = st_meta_get(f, "params");
     int64_t v;
-    if (!s || parse_i64(s, 1, INT64_MAX, &v) != VL_OK || (uint64_t)v != n)
+    if (!s || vl_parse_i64(s, 1, INT64_MAX, &v) != VL_OK || (uint64_t)v != n)
         return vl_fail(err, VL_EINVAL, "metadata 'params' does not match the model's %zu", n);
-    if ((s = st_meta_get(f, "pending_task")) && parse_i64(s, 1, INT64_MAX, &r->pending_task))
+    if ((s = st_meta_get(f, "pending_task")) && vl_parse_i64(s, 1, INT64_MAX, &r->pending_task))
         return vl_fail(err, VL_EINVAL, "metadata 'pending_task' must be a positive integer");
     size_t np = strlen(COMPRESS_FACTORS_PREFIX);
     for (int i = 0; i < f->ntensors; i++) {
@@ -383,15 +383,15 @@ int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
     size_t n = 0;
     if ((rc = peek_shape(path, &cfg, &n, &e)))
         return vl_fail(err, rc, PEER_TRAINER_FILE ": %s", e.msg);
-    buf b;
-    buf_init(&b, file_cap(n));
-    rc = buf_read_file(&b, path, &e);
+    vl_buf b;
+    vl_buf_init(&b, file_cap(n));
+    rc = vl_buf_read_file(&b, path, &e);
     st_file f;
     memset(&f, 0, sizeof f);
     if (!rc && (rc = st_parse(b.data, b.len, &f, &e)) != VL_OK) rc = VL_EINVAL;
     if (!rc) rc = read_state(&f, owner, out, &e);
     st_free(&f);
-    buf_free(&b);
+    vl_buf_free(&b);
     if (rc) {
         peer_resume_free(out);
         return vl_fail(err, rc, PEER_TRAINER_FILE ": %s", e.msg);
@@ -465,13 +465,13 @@ int peer_pending_save(const char *dir, const peer_pending *p, size_t n_params, v
     if (!rc) rc = meta_i64(&w, "task", (long long)p->task_id);
     if (!rc) rc = meta_i64(&w, "deadline", (long long)p->deadline);
     if (!rc) rc = st_writer_add(&w, "update", ST_U8, 1, shape, p->bytes, p->len);
-    buf b;
-    buf_init(&b, cap);
+    vl_buf b;
+    vl_buf_init(&b, cap);
     if (rc) rc = vl_fail(err, rc, PEER_PENDING_FILE ": cannot describe the upload");
     else rc = st_writer_finish(&w, &b, err);
     st_writer_free(&w);
-    if (!rc) rc = file_write_atomic(path, b.data, b.len, 0600, err);
-    buf_free(&b);
+    if (!rc) rc = vl_file_write_atomic(path, b.data, b.len, 0600, err);
+    vl_buf_free(&b);
     return rc;
 }
 
@@ -484,9 +484,9 @@ static int read_pending(const st_file *f, const char *run, size_t n_params, peer
     if (!frun || strlen(frun) >= sizeof p->run || (run && strcmp(frun, run) != 0))
         return vl_fail(err, VL_EINVAL, "recorded for run '%.64s', not this run",
                        frun ? frun : "(none)");
-    if (!task || parse_i64(task, 1, INT64_MAX, &p->task_id) != VL_OK)
+    if (!task || vl_parse_i64(task, 1, INT64_MAX, &p->task_id) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata 'task' must be a positive integer");
-    if (!deadline || parse_i64(deadline, 0, INT64_MAX, &p->deadline) != VL_OK)
+    if (!deadline || vl_parse_i64(deadline, 0, INT64_MAX, &p->deadline) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata 'deadline' must be an integer >= 0");
     snprintf(p->run, sizeof p->run, "%s", frun);
     const st_tensor *t = st_find(f, "update");
@@ -513,9 +513,9 @@ int peer_pending_load(const char *dir, const char *run, size_t n_params, peer_pe
     int rc = peer_path_join(path, sizeof path, dir, PEER_PENDING_FILE, err);
     if (rc) return rc;
     vl_error e = {0};
-    buf b;
-    buf_init(&b, file_cap(n_params));
-    rc = buf_read_file(&b, path, &e);
+    vl_buf b;
+    vl_buf_init(&b, file_cap(n_params));
+    rc = vl_buf_read_file(&b, path, &e);
     st_file f;
     memset(&f, 0, sizeof f);
     const st_tensor *upd = NULL;
@@ -527,10 +527,10 @@ int peer_pending_load(const char *dir, const char *run, size_t n_params, peer_pe
         size_t len = upd->nbytes;
         memmove(b.data, upd->data, len);
         b.len = len;
-        out->bytes = buf_steal(&b, &out->len);
+        out->bytes = vl_buf_steal(&b, &out->len);
     }
     st_free(&f);
-    buf_free(&b);
+    vl_buf_free(&b);
     if (rc) {
         peer_pending_init(out);
         return vl_fail(err, rc, PEER_PENDING_FILE ": %s", e.msg);
@@ -616,7 +616,7 @@ int peer_pending_settle(peer_resume *r, const peer_pending *p, long status, cons
 static void drop_pending(const char *dir, const char *why) {
     vl_error e = {0};
     if (peer_pending_clear(dir, &e) != VL_OK)
-        log_warn("%s %s, but it cannot be removed: %s", PEER_PENDING_FILE, why, e.msg);
+        vl_log_warn("%s %s, but it cannot be removed: %s", PEER_PENDING_FILE, why, e.msg);
 }
 
 int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
@@ -626,11 +626,11 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
     int rc = peer_resume_load(dir, owner, r, &e);
     if (rc == VL_ENOMEM) return vl_fail(err, rc, "%s", e.msg);
     if (rc == VL_ENOTFOUND)
-        log_info("no trainer state in %s; training starts fresh", dir);
+        vl_log_info("no trainer state in %s; training starts fresh", dir);
     else if (rc)
-        log_warn("trainer state ignored, training starts fresh: %s", e.msg);
+        vl_log_warn("trainer state ignored, training starts fresh: %s", e.msg);
     else
-        log_info("trainer state restored for %zu parameters: %s, %s residual; it "
+        vl_log_info("trainer state restored for %zu parameters: %s, %s residual; it "
                  "applies once a model of that shape is installed", r->n_params,
                  r->opt.m           ? "AdamW moments"
                  : r->sgd.buf       ? "SGD momentum"
@@ -645,7 +645,7 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
         struct stat st;
         if (peer_path_join(path, sizeof path, dir, PEER_PENDING_FILE, &e) == VL_OK &&
             lstat(path, &st) == 0) {
-            log_warn("%s is not named by a usable trainer state, so it was never sent or "
+            vl_log_warn("%s is not named by a usable trainer state, so it was never sent or "
                      "cannot be settled; removing it", PEER_PENDING_FILE);
             drop_pending(dir, "is unusable");
         }
@@ -654,13 +654,13 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
     rc = peer_pending_load(dir, owner->run, r->n_params, p, &e);
     if (rc == VL_ENOMEM) return vl_fail(err, rc, "%s", e.msg);
     if (rc == VL_ENOTFOUND) {
-        log_debug("the upload of task %lld was settled before the restart",
+        vl_log_debug("the upload of task %lld was settled before the restart",
                   (long long)r->pending_task);
     } else if (rc || p->task_id != r->pending_task) {
         /* Unreadable, or a newer record that was never sent. Keeping the
          * state as saved can at worst lose that upload's entries; putting
          * anything back without knowing could count them twice. */
-        log_warn("recorded upload ignored and removed: %s",
+        vl_log_warn("recorded upload ignored and removed: %s",
                  rc ? e.msg : "it is not the upload the trainer state names");
         peer_pending_free(p);
         drop_pending(dir, "is unusable");

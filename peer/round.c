@@ -33,7 +33,7 @@ static int error_code_is(const peer_response *rs, const char *code) {
 
 /* Reports the values for the candidates now in rs. */
 static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const peer_task *k,
-                  int64_t peer_id, buf *scratch, uint64_t *up_bytes, vl_error *err) {
+                  int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes, vl_error *err) {
     compress_round_meta cm;
     uint32_t *idx = NULL;
     size_t n = 0;
@@ -42,7 +42,7 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
                                          &n, &e) != VL_OK ||
         cm.version != k->base_version || strcmp(cm.run, k->run) != 0) {
         free(idx);
-        log_warn("task %lld: second round of version %lld: unusable candidates (%s); not "
+        vl_log_warn("task %lld: second round of version %lld: unusable candidates (%s); not "
                  "answering", (long long)k->task_id, (long long)k->base_version,
                  e.msg[0] ? e.msg : "wrong run or version");
         return VL_OK;
@@ -56,7 +56,7 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     free(idx);
     compress_round_meta vm = {.version = k->base_version, .task = k->task_id, .peer = peer_id};
     snprintf(vm.run, sizeof vm.run, "%s", k->run);
-    buf_reset(scratch);
+    vl_buf_reset(scratch);
     /* In the run's dtype: half the bytes for F16 runs, which the ratio's
      * budget counts. */
     int rc = compress_round_encode_values_as(&vm, vals, n, k->dtype, scratch, err);
@@ -68,20 +68,20 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     if ((rc = peer_http_do(h, &rq, rs, err))) return rc;
     *up_bytes += scratch->len;
     if (rs->status == 202) {
-        log_info("task %lld: reported %zu exact values for the second round of version %lld "
+        vl_log_info("task %lld: reported %zu exact values for the second round of version %lld "
                  "(%zu bytes)", (long long)k->task_id, n, (long long)k->base_version,
                  scratch->len);
     } else if (error_code_is(rs, "duplicate_values")) {
-        log_info("task %lld: second round values were already stored", (long long)k->task_id);
+        vl_log_info("task %lld: second round values were already stored", (long long)k->task_id);
     } else {
         peer_refusal(&e, "second-round values refused", rs->status, rs->body.data, rs->body.len);
-        log_warn("task %lld: %s", (long long)k->task_id, e.msg);
+        vl_log_warn("task %lld: %s", (long long)k->task_id, e.msg);
     }
     return VL_OK;
 }
 
 int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
-                      const peer_task *k, int64_t peer_id, buf *scratch, uint64_t *up_bytes,
+                      const peer_task *k, int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes,
                       vl_error *err) {
     if (k->method != PEER_METHOD_SKETCH || k->second_round <= 0 || !t->delta) return VL_OK;
     /* The round opens once the version has all its updates, which may take
@@ -89,9 +89,9 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
     int64_t give_up = k->deadline + k->round_s;
     for (;;) {
         if (peer_stop_requested()) return PEER_ESTOPPED;
-        int64_t left = give_up - clock_unix_s();
+        int64_t left = give_up - vl_clock_unix_s();
         if (left <= 0) {
-            log_info("task %lld: the second round of version %lld did not open in time; moving "
+            vl_log_info("task %lld: the second round of version %lld did not open in time; moving "
                      "on", (long long)k->task_id, (long long)k->base_version);
             return VL_OK;
         }
@@ -109,7 +109,7 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
          * deadline passed); anything else: nothing to answer. */
         vl_error e = {0};
         peer_refusal(&e, "second round", rs->status, rs->body.data, rs->body.len);
-        log_msg(rs->status == 410 ? LOG_INFO : LOG_WARN, "task %lld: %s", (long long)k->task_id,
+        vl_log_msg(rs->status == 410 ? LOG_INFO : LOG_WARN, "task %lld: %s", (long long)k->task_id,
                 e.msg);
         return VL_OK;
     }

@@ -38,7 +38,7 @@ typedef struct split_bufs {
     float *y, *dy;     /* [B, h], U-shaped only */
     peer_nopeek nopeek; /* set up when alpha > 0 */
     double dcor;        /* the last batch's dCor(X, Z) */
-    buf req;
+    vl_buf req;
 } split_bufs;
 
 static void bufs_free(split_bufs *b) {
@@ -48,7 +48,7 @@ static void bufs_free(split_bufs *b) {
     free(b->y);
     free(b->dy);
     peer_nopeek_free(&b->nopeek);
-    buf_free(&b->req);
+    vl_buf_free(&b->req);
 }
 
 static int slice_make(const model_mlp_config *c, int first, int last, slice *s, vl_error *err) {
@@ -112,7 +112,7 @@ static double clip_slices(split_bufs *b, double max_norm) {
  * loss (NaN when the reply has none) into *loss. A refusal (the lease
  * gone, the run over, a batch the coordinator will not take) is
  * VL_ERANGE: the task is dropped, not the run. */
-static int post(peer_http *http, peer_response *rs, const char *target, const buf *body,
+static int post(peer_http *http, peer_response *rs, const char *target, const vl_buf *body,
                 const char *name, int B, int width, float *out, double *loss, vl_error *err) {
     peer_request rq = {.method = "POST", .target = target,
                        .content_type = "application/octet-stream", .body = body->data,
@@ -167,7 +167,7 @@ static int exchange(peer_http *http, peer_response *rs, const peer_task *k, int6
  * good, as for other tasks; with --device cuda it fails the task. */
 static int gpu_lost(peer_trainer *t, split_bufs *b, const vl_error *e, vl_error *err) {
     if (!t->gpu_fallback) return vl_fail(err, e->code ? e->code : VL_ERR, "GPU: %s", e->msg);
-    log_warn("GPU: %s; training on the CPU from now on", e->msg);
+    vl_log_warn("GPU: %s; training on the CPU from now on", e->msg);
     t->device = PEER_DEVICE_CPU;
     peer_nopeek_to_cpu(&b->nopeek);
     return VL_OK;
@@ -242,12 +242,12 @@ static int steps_in_turn(peer_trainer *t, const peer_task *k, peer_local *l, pee
                          peer_response *rs, int64_t peer_id, split_bufs *b, tally *ty,
                          peer_train_result *res, vl_error *err) {
     const int B = k->batch;
-    rng r;
-    rng_seed(&r, k->seed);
+    vl_rng r;
+    vl_rng_seed(&r, k->seed);
     int rc;
     while (ty->steps < k->steps && !ty->stop) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
-        double step_t0 = clock_mono_s();
+        double step_t0 = vl_clock_mono_s();
         if ((rc = peer_local_batch(l, B, &r, err))) return rc;
         model_mlp_part_zero_grad(b->lower.part);
         if (b->head.part) model_mlp_part_zero_grad(b->head.part);
@@ -274,7 +274,7 @@ static int steps_in_turn(peer_trainer *t, const peer_task *k, peer_local *l, pee
 typedef struct flight {
     peer_http *http; /* owned, except the first flight's: the task's */
     peer_response rs;
-    buf req;
+    vl_buf req;
     float *x, *dz; /* [B, p], [B, q] */
     float *w;      /* the peer's layers when the batch was sent */
     int *y;        /* [B] */
@@ -303,7 +303,7 @@ static void flights_free(flight *f, int n, const peer_http *task_http) {
         land(&f[i]);
         if (f[i].http != task_http) peer_http_close(f[i].http);
         peer_response_free(&f[i].rs);
-        buf_free(&f[i].req);
+        vl_buf_free(&f[i].req);
         free(f[i].x);
         free(f[i].dz);
         free(f[i].w);
@@ -317,7 +317,7 @@ static int flights_make(flight *f, int n, peer_http *http, int B, int p, int q, 
         f[i].B = B;
         f[i].q = q;
         peer_response_init(&f[i].rs);
-        buf_init(&f[i].req, SPLIT_WIRE_MAX_VALUES * sizeof(float) * 2 + 65536);
+        vl_buf_init(&f[i].req, SPLIT_WIRE_MAX_VALUES * sizeof(float) * 2 + 65536);
         f[i].x = malloc((size_t)B * (size_t)p * sizeof *f[i].x);
         f[i].dz = malloc((size_t)B * (size_t)q * sizeof *f[i].dz);
         f[i].y = malloc((size_t)B * sizeof *f[i].y);
@@ -351,8 +351,8 @@ static int steps_in_flight(peer_trainer *t, const peer_task *k, peer_local *l,
     float *now = malloc(nw * sizeof *now);
     int rc = now ? flights_make(f, D, http, B, p, b->q, nw, err)
                  : vl_fail(err, VL_ENOMEM, "out of memory for batches in flight");
-    rng r;
-    rng_seed(&r, k->seed);
+    vl_rng r;
+    vl_rng_seed(&r, k->seed);
     int sent = 0;
     while (!rc && ty->steps < k->steps && !ty->stop) {
         while (!rc && sent < k->steps && sent - ty->steps < D) {
@@ -378,7 +378,7 @@ static int steps_in_flight(peer_trainer *t, const peer_task *k, peer_local *l,
         if (rc) break;
         flight *g = &f[ty->steps % D];
         land(g);
-        double step_t0 = clock_mono_s();
+        double step_t0 = vl_clock_mono_s();
         if (g->rc) {
             rc = vl_fail(err, g->rc, "%s", g->err.msg);
             break;
@@ -414,7 +414,7 @@ static int split_steps(peer_trainer *t, const peer_task *k, peer_local *l, peer_
     res->steps = ty.steps;
     res->mean_loss = ty.sum / ty.steps;
     if (k->split_alpha > 0)
-        log_debug("task %lld: mean dCor(X, Z) %.4f over %d batches", (long long)k->task_id,
+        vl_log_debug("task %lld: mean dCor(X, Z) %.4f over %d batches", (long long)k->task_id,
                   ty.dcor_sum / ty.steps, ty.steps);
     return VL_OK;
 }
@@ -464,9 +464,9 @@ int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, p
     if ((rc = peer_local_accuracy(t, k, l, res, err))) return rc;
     split_bufs b;
     memset(&b, 0, sizeof b);
-    buf_init(&b.req, SPLIT_WIRE_MAX_VALUES * sizeof(float) * 2 + 65536);
+    vl_buf_init(&b.req, SPLIT_WIRE_MAX_VALUES * sizeof(float) * 2 + 65536);
     rc = prepare(t, &c, k, &b, err);
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     float *params = model_mlp_params(t->mlp);
     slice *mine[2] = {&b.lower, &b.head};
     if (!rc) {
@@ -490,6 +490,6 @@ int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, p
     bufs_free(&b);
     if (rc) return rc;
     res->tokens = (int64_t)res->steps * k->batch;
-    res->seconds = clock_mono_s() - t0;
+    res->seconds = vl_clock_mono_s() - t0;
     return VL_OK;
 }

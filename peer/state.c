@@ -92,7 +92,7 @@ int peer_url_check(const char *url, char *out, size_t cap, vl_error *err) {
             return vl_fail(err, VL_EINVAL, "coordinator URL has a bad port");
         memcpy(digits, port, pl);
         digits[pl] = '\0';
-        if (parse_i64(digits, 1, 65535, &v) != VL_OK)
+        if (vl_parse_i64(digits, 1, 65535, &v) != VL_OK)
             return vl_fail(err, VL_EINVAL, "coordinator URL port must be 1..65535");
     }
     size_t end = (size_t)(p - url);
@@ -138,17 +138,17 @@ int peer_state_save(const char *dir, const peer_state *s, vl_error *err) {
     json_decref(o);
     if (!text) return vl_fail(err, VL_ENOMEM, "cannot serialise %s", path);
     size_t n = strlen(text);
-    buf b;
-    buf_init(&b, STATE_MAX_BYTES);
-    rc = buf_append(&b, text, n);
-    if (!rc) rc = buf_append(&b, "\n", 1);
+    vl_buf b;
+    vl_buf_init(&b, STATE_MAX_BYTES);
+    rc = vl_buf_append(&b, text, n);
+    if (!rc) rc = vl_buf_append(&b, "\n", 1);
     free(text);
     if (rc) {
-        buf_free(&b);
+        vl_buf_free(&b);
         return vl_fail(err, rc, "%s would be too large", path);
     }
-    rc = file_write_atomic(path, b.data, b.len, 0600, err);
-    buf_free(&b);
+    rc = vl_file_write_atomic(path, b.data, b.len, 0600, err);
+    vl_buf_free(&b);
     return rc;
 }
 
@@ -156,11 +156,11 @@ int peer_state_load(const char *dir, peer_state *s, vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_STATE_FILE, err);
     if (rc) return rc;
-    buf b;
-    buf_init(&b, STATE_MAX_BYTES);
-    rc = buf_read_file(&b, path, err);
+    vl_buf b;
+    vl_buf_init(&b, STATE_MAX_BYTES);
+    rc = vl_buf_read_file(&b, path, err);
     if (rc) {
-        buf_free(&b);
+        vl_buf_free(&b);
         if (rc == VL_ENOTFOUND)
             return vl_fail(err, VL_ENOTFOUND, "%s not found; run 'volley-peer join' first",
                            path);
@@ -168,7 +168,7 @@ int peer_state_load(const char *dir, peer_state *s, vl_error *err) {
     }
     json_error_t je;
     json_t *o = json_loadb((const char *)b.data, b.len, JSON_REJECT_DUPLICATES, &je);
-    buf_free(&b);
+    vl_buf_free(&b);
     if (!o || !json_is_object(o)) {
         json_decref(o);
         return vl_fail(err, VL_EINVAL, "%s is not a JSON object", path);

@@ -113,7 +113,7 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
                        mrun ? mrun : "(none)", run);
     const char *mver = st_meta_get(f, "version");
     int64_t v;
-    if (!mver || parse_i64(mver, 0, INT64_MAX, &v) != VL_OK)
+    if (!mver || vl_parse_i64(mver, 0, INT64_MAX, &v) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata lacks a valid 'version'");
     if (v != version)
         return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
@@ -291,7 +291,7 @@ typedef struct task_data {
     model_shard *shard; /* set for token tasks */
 } task_data;
 
-static int sample(const task_data *d, int B, int T, rng *r, int *in, int *tg, vl_error *err) {
+static int sample(const task_data *d, int B, int T, vl_rng *r, int *in, int *tg, vl_error *err) {
     return d->shard ? model_shard_sample(d->shard, B, T, r, in, tg, err)
                     : model_data_sample(d->bytes, d->len, B, T, r, in, tg, err);
 }
@@ -302,7 +302,7 @@ static int sample(const task_data *d, int B, int T, rng *r, int *in, int *tg, vl
 #define GPU_FELL_BACK 1
 static int gpu_failed(peer_trainer *t, int rc, const vl_error *e, vl_error *err) {
     if (!t->gpu_fallback) return vl_fail(err, rc, "GPU: %s", e->msg);
-    log_warn("GPU: %s; training on the CPU from now on", e->msg);
+    vl_log_warn("GPU: %s; training on the CPU from now on", e->msg);
     t->device = PEER_DEVICE_CPU;
     return GPU_FELL_BACK;
 }
@@ -369,7 +369,7 @@ int peer_trainer_pace(peer_trainer *t, double step_t0, vl_error *err) {
         return vl_fail(err, PEER_ESTOPPED, "stopped during training");
     /* Proportional to the step's own time, so a slowed peer stays the
      * same factor slower however busy the machine is. */
-    if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (clock_mono_s() - step_t0)))
+    if (t->slowdown > 1 && peer_sleep((t->slowdown - 1) * (vl_clock_mono_s() - step_t0)))
         return vl_fail(err, PEER_ESTOPPED, "stopped during training");
     return VL_OK;
 }
@@ -389,14 +389,14 @@ static int train_steps(peer_trainer *t, const peer_task *task, const task_data *
         int rc = peer_gpu_begin(t, &e);
         if (rc) return gpu_failed(t, rc, &e, err);
     }
-    rng r;
-    rng_seed(&r, task->seed);
+    vl_rng r;
+    vl_rng_seed(&r, task->seed);
     peer_selsync ss = {0};
     int step = 0;
     while (step < task->steps) {
         if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped during training");
         float loss = 0;
-        double g2 = 0, step_t0 = clock_mono_s();
+        double g2 = 0, step_t0 = vl_clock_mono_s();
         int rc = sample(data, B, T, &r, t->inputs, t->targets, err);
         if (rc) return rc;
         step++;
@@ -439,7 +439,7 @@ static int run_task(peer_trainer *t, const peer_task *task, const task_data *dat
      * kept between tasks (and restored from trainer.st). */
     if (t->have_kfac) model_kfac_gpt_refresh(&t->kfac);
 
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     rc = train_steps(t, task, data, mode_for(t, task), res, err);
     if (rc == GPU_FELL_BACK) {
         memset(res, 0, sizeof *res);
@@ -450,7 +450,7 @@ static int run_task(peer_trainer *t, const peer_task *task, const task_data *dat
     if (!compress_all_finite(t->delta, t->n_params))
         return peer_trainer_diverged(t, err, "a parameter", NAN, res->steps);
     res->tokens = (int64_t)res->steps * B * T;
-    res->seconds = clock_mono_s() - t0;
+    res->seconds = vl_clock_mono_s() - t0;
     return VL_OK;
 }
 

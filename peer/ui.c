@@ -1,6 +1,6 @@
 /* The status line and the log's format for a running peer (peer/ui.h).
  * Lock order: the log's lock, then ui_lock. The log calls the writer
- * below under its lock; redraws go through log_locked, so they hold the
+ * below under its lock; redraws go through vl_log_locked, so they hold the
  * same two locks in the same order, and what the training thread, the
  * upload thread and the log write to stderr never interleaves. */
 #include <math.h>
@@ -36,7 +36,7 @@ static struct {
     int down;
 } U = {.st = {.loss = NAN}};
 
-/* What an event hands the writer on its way through log_msg, which runs
+/* What an event hands the writer on its way through vl_log_msg, which runs
  * the writer on the caller's thread. */
 static _Thread_local const char *tl_event;
 static _Thread_local const peer_ui_field *tl_fields;
@@ -57,22 +57,22 @@ static size_t status_into(char *out, size_t cap) {
     size_t n = sizeof CLEAR - 1;
     n += peer_ui_status_format(&U.st, term_width(), out + n, cap - n);
     U.shown = 1;
-    U.drawn_at = clock_mono_s();
+    U.drawn_at = vl_clock_mono_s();
     return n;
 }
 
-static void writer(void *arg, const struct timespec *ts, log_level level, const char *program,
+static void writer(void *arg, const struct timespec *ts, vl_log_level level, const char *program,
                    const char *msg) {
     (void)arg;
     char line[8192];
     size_t n = U.fmt == PEER_LOG_JSON
                    ? peer_ui_json_line(line, sizeof line, ts, level, program,
                                        tl_event ? tl_event : "log", tl_fields, tl_nf, msg)
-                   : log_format(line, sizeof line, ts, level, program, msg);
+                   : vl_log_format(line, sizeof line, ts, level, program, msg);
     pthread_mutex_lock(&ui_lock);
     if (!atomic_load(&line_on)) {
         pthread_mutex_unlock(&ui_lock);
-        log_write(line, n);
+        vl_log_write(line, n);
         return;
     }
     /* The line above the status line, then the status line again: one
@@ -85,7 +85,7 @@ static void writer(void *arg, const struct timespec *ts, log_level level, const 
     o += n;
     if (U.shown) o += status_into(out + o, sizeof out - o);
     pthread_mutex_unlock(&ui_lock);
-    log_write(out, o);
+    vl_log_write(out, o);
 }
 
 static void draw(void *arg) {
@@ -94,16 +94,16 @@ static void draw(void *arg) {
     pthread_mutex_lock(&ui_lock);
     size_t n = atomic_load(&line_on) ? status_into(out, sizeof out) : 0;
     pthread_mutex_unlock(&ui_lock);
-    log_write(out, n);
+    vl_log_write(out, n);
 }
 
 /* Redraws when the last draw is old enough; otherwise the change waits
  * for the next one. Called with ui_lock held; releases it. */
 static void changed_unlock(void) {
-    int due = atomic_load(&line_on) && clock_mono_s() - U.drawn_at >= REDRAW_EVERY_S;
-    if (due) U.drawn_at = clock_mono_s(); /* one thread draws */
+    int due = atomic_load(&line_on) && vl_clock_mono_s() - U.drawn_at >= REDRAW_EVERY_S;
+    if (due) U.drawn_at = vl_clock_mono_s(); /* one thread draws */
     pthread_mutex_unlock(&ui_lock);
-    if (due) log_locked(draw, NULL);
+    if (due) vl_log_locked(draw, NULL);
 }
 
 void peer_ui_start(peer_log_format fmt, int status_line) {
@@ -112,7 +112,7 @@ void peer_ui_start(peer_log_format fmt, int status_line) {
     int line = status_line && fmt == PEER_LOG_TEXT;
     atomic_store(&line_on, line);
     pthread_mutex_unlock(&ui_lock);
-    if (line || fmt == PEER_LOG_JSON) log_set_writer(writer, NULL);
+    if (line || fmt == PEER_LOG_JSON) vl_log_set_writer(writer, NULL);
 }
 
 static void clear(void *arg) {
@@ -122,12 +122,12 @@ static void clear(void *arg) {
     atomic_store(&line_on, 0);
     U.shown = 0;
     pthread_mutex_unlock(&ui_lock);
-    if (shown) log_write(CLEAR, sizeof CLEAR - 1);
+    if (shown) vl_log_write(CLEAR, sizeof CLEAR - 1);
 }
 
-void peer_ui_stop(void) { log_locked(clear, NULL); }
+void peer_ui_stop(void) { vl_log_locked(clear, NULL); }
 
-void peer_ui_event(log_level level, const char *event, const peer_ui_field *f, size_t nf,
+void peer_ui_event(vl_log_level level, const char *event, const peer_ui_field *f, size_t nf,
                    const char *fmt, ...) {
     char msg[4096];
     va_list ap;
@@ -137,7 +137,7 @@ void peer_ui_event(log_level level, const char *event, const peer_ui_field *f, s
     tl_event = event;
     tl_fields = f;
     tl_nf = nf > 32 ? 32 : nf;
-    log_msg(level, "%s", msg);
+    vl_log_msg(level, "%s", msg);
     tl_event = NULL;
     tl_fields = NULL;
     tl_nf = 0;
@@ -169,7 +169,7 @@ void peer_ui_train_begin(int64_t task, int steps, int64_t tokens_per_step) {
     U.st.steps = steps;
     U.st.down_total = U.st.down_done = 0;
     U.tokens_per_step = tokens_per_step;
-    U.train_t0 = clock_mono_s();
+    U.train_t0 = vl_clock_mono_s();
     changed_unlock();
 }
 
@@ -178,7 +178,7 @@ void peer_ui_step(int step, double loss) {
     pthread_mutex_lock(&ui_lock);
     U.st.step = step;
     U.st.loss = loss;
-    double t = clock_mono_s() - U.train_t0;
+    double t = vl_clock_mono_s() - U.train_t0;
     if (t > 0 && U.tokens_per_step > 0) U.st.tokens_per_s = step * (double)U.tokens_per_step / t;
     changed_unlock();
 }
@@ -215,7 +215,7 @@ void peer_ui_unreachable(const char *url, const char *reason, int answered, doub
     U.down = 1;
     pthread_mutex_unlock(&ui_lock);
     if (again) {
-        log_debug("still the same (%s); retrying in %.1f s", reason, retry_in_s);
+        vl_log_debug("still the same (%s); retrying in %.1f s", reason, retry_in_s);
         return;
     }
     peer_ui_field f[] = {PEER_UI_STR("url", url), PEER_UI_STR("reason", reason),

@@ -4,7 +4,7 @@
  * device, upload progress, bytes compression saved), redrawn in place a
  * few times a second. Elsewhere (systemd, pipes) every log line and event
  * is one line of text as always, or with --log-format json one JSON
- * object. Every line goes through common's log (log_set_writer), so log
+ * object. Every line goes through common's log (vl_log_set_writer), so log
  * lines, events and the status line never interleave. The peer also
  * tells a volunteer once, in plain words, when the coordinator cannot be
  * reached and when it can again. Part of the peer library; the
@@ -54,7 +54,7 @@ typedef struct peer_ui_field {
 /* Logs an event: in text the formatted message as an ordinary log line;
  * in JSON one object with ts, level, program, event, the fields (at most
  * 32) and msg. Ordinary log lines are JSON objects of event "log". */
-void peer_ui_event(log_level level, const char *event, const peer_ui_field *f, size_t nf,
+void peer_ui_event(vl_log_level level, const char *event, const peer_ui_field *f, size_t nf,
                    const char *fmt, ...) VL_PRINTF(5, 6);
 
 /* ---- what the status line shows ----------------------------------------- */
@@ -115,7 +115,7 @@ size_t peer_ui_status_format(const peer_ui_status *s, size_t width, char *out, s
  * then msg. Strings are escaped (control characters as \u00XX, invalid
  * UTF-8 as U+FFFD); a message too long for cap is cut and marked "...",
  * so the line is always whole JSON. Returns its length. */
-size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, log_level level,
+size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
                          const char *program, const char *event, const peer_ui_field *f,
                          size_t nf, const char *msg);
 

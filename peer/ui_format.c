@@ -199,7 +199,7 @@ static void jfield(jbuf *b, const peer_ui_field *f, size_t limit) {
     if (!ok) b->len = mark;
 }
 
-size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, log_level level,
+size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
                          const char *program, const char *event, const peer_ui_field *f,
                          size_t nf, const char *msg) {
     static const char *const LEVELS[] = {"debug", "info", "warn", "error"};

@@ -282,8 +282,8 @@ int body_sync(body_files *b, vl_error *err) {
         if (!slash) snprintf(parent, sizeof parent, ".");
         else if (slash == b->dir) snprintf(parent, sizeof parent, "/");
         else snprintf(parent, sizeof parent, "%.*s", (int)(slash - b->dir), b->dir);
-        int rc = file_sync_dir(b->dir, err);
-        if (rc == VL_OK) rc = file_sync_dir(parent, err);
+        int rc = vl_file_sync_dir(b->dir, err);
+        if (rc == VL_OK) rc = vl_file_sync_dir(parent, err);
         if (rc != VL_OK) return rc;
         b->dir_dirty = 0;
     }
@@ -378,12 +378,12 @@ int body_prune(storage *st, vl_error *err) {
             char path[sizeof b->dir + 32];
             if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0) removed++;
             else if (errno != ENOENT)
-                log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
+                vl_log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
         }
     }
     b->n_prune = 0;
     b->prune_ready = 0;
-    if (removed) log_debug("update bodies: removed %zu unused segment(s)", removed);
+    if (removed) vl_log_debug("update bodies: removed %zu unused segment(s)", removed);
     int64_t max;
     /* The first pass finds the highest number, which is never noted. */
     int rc = each_segment(b, NULL, NULL, &max, err);

@@ -262,7 +262,7 @@ void storage_rollback(storage *st) {
     for (int i = 0; i < Q_COUNT; i++)
         if (st->stmts[i]) sqlite3_reset(st->stmts[i]);
     if (run_simple(st, Q_ROLLBACK, "rollback", NULL) != VL_OK)
-        log_error("database: rollback failed: %s", sqlite3_errmsg(st->db));
+        vl_log_error("database: rollback failed: %s", sqlite3_errmsg(st->db));
 }
 
 int storage_in_transaction(storage *st) {
@@ -281,7 +281,7 @@ int q_tx_end(storage *st, int nested, int ok, vl_error *err) {
         return VL_OK;
     }
     if (!ok && run_simple(st, Q_ROLLBACK_TO, "rollback to savepoint", NULL) != VL_OK)
-        log_error("database: rollback to savepoint failed: %s", sqlite3_errmsg(st->db));
+        vl_log_error("database: rollback to savepoint failed: %s", sqlite3_errmsg(st->db));
     int rc = run_simple(st, Q_RELEASE, "release savepoint", err);
     return ok ? rc : VL_OK;
 }
@@ -360,7 +360,7 @@ int storage_migrate_with(storage *st, const storage_migration *migrations, size_
         if (migrations[i].version <= cur) continue;
         rc = apply_one(st, &migrations[i], err);
         if (rc != VL_OK) return rc;
-        log_debug("database: applied migration %d", migrations[i].version);
+        vl_log_debug("database: applied migration %d", migrations[i].version);
     }
     return VL_OK;
 }
@@ -507,7 +507,7 @@ void storage_close(storage *st) {
     storage_rollback(st);
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(st->stmts[i]);
     if (sqlite3_close(st->db) != SQLITE_OK)
-        log_error("database: close failed: %s", sqlite3_errmsg(st->db));
+        vl_log_error("database: close failed: %s", sqlite3_errmsg(st->db));
     body_close(&st->bodies);
     free(st);
 }

@@ -649,6 +649,6 @@ int storage_change_each(storage *st, int64_t since, int64_t until, storage_chang
     rc = change_walk(st, since, until, fn, ctx, err);
     /* Nothing was written: ending it either way only lets the snapshot go. */
     if (q_run(st, Q_ROLLBACK, "end read", NULL) != VL_OK)
-        log_error("database: ending a read transaction failed: %s", sqlite3_errmsg(st->db));
+        vl_log_error("database: ending a read transaction failed: %s", sqlite3_errmsg(st->db));
     return rc;
 }

@@ -224,7 +224,7 @@ extern "C" int kernels_cuda_feedback_add_host(float *e, const float *delta, size
 
 /* val[j] = e[idx[j]] as it will be decoded, e[idx[j]] -= val[j]. For F16
  * the value is clamped to the largest finite half and rounded to nearest
- * even, as common's f32_to_f16 does. */
+ * even, as common's vl_f32_to_f16 does. */
 __global__ static void feedback_take_kernel(float *e, size_t d, const uint32_t *idx, size_t nnz,
                                             int f16, float *val, const unsigned long long *bad,
                                             unsigned long long epoch)

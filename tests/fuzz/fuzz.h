@@ -37,7 +37,7 @@
 
 /* Functions under test log what they refuse; thousands of lines a second
  * would only slow the run down. Errors still show. */
-static inline void fuzz_quiet(void) { log_set_level(LOG_ERROR); }
+static inline void fuzz_quiet(void) { vl_log_set_level(LOG_ERROR); }
 
 /* A NUL-terminated heap copy of n bytes (the caller frees it), for
  * functions that take C strings. */

@@ -41,11 +41,11 @@ static int verify(const char *input, const char *sig, crypto_http_request *rq) {
     vl_error e = {0};
     int rc = crypto_sig_parse(input, sig, &s, &e);
     if (rc != VL_OK) return rc;
-    buf base;
-    buf_init(&base, 1 << 16);
+    vl_buf base;
+    vl_buf_init(&base, 1 << 16);
     rc = crypto_sig_base(&s, crypto_http_request_lookup, rq, &base, &e);
     if (rc == VL_OK) rc = crypto_sig_verify(key.pk, &s, &base, &e);
-    buf_free(&base);
+    vl_buf_free(&base);
     return rc;
 }
 
@@ -108,8 +108,8 @@ static void parse_and_verify(const uint8_t *data, size_t size) {
     if (crypto_sig_parse(v, sig, &s, &e) == VL_OK) {
         check_bounds(&s);
         check_round_trip(&s, sig);
-        buf base;
-        buf_init(&base, 1 << 16);
+        vl_buf base;
+        vl_buf_init(&base, 1 << 16);
         if (crypto_sig_base(&s, any_value, NULL, &base, &e) == VL_OK)
             FUZZ_CHECK(crypto_sig_verify(key.pk, &s, &base, &e) == VL_EAUTH,
                        "a signature the key never made verifies");
@@ -121,7 +121,7 @@ static void parse_and_verify(const uint8_t *data, size_t size) {
         if (crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e) == VL_OK)
             FUZZ_CHECK(crypto_sig_verify(key.pk, &s, &base, &e) == VL_EAUTH,
                        "a signature the key never made verifies");
-        buf_free(&base);
+        vl_buf_free(&base);
     } else {
         FUZZ_CHECK(e.msg[0] != '\0', "a refusal without a message");
     }

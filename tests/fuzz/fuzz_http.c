@@ -57,7 +57,7 @@ static struct {
     crypto_identity keys[3]; /* peer 1, peer 2, the joining key */
     guard_conn *conns;
     struct event *tick;
-    buf resp;
+    vl_buf resp;
 } H;
 
 /* ---- connections ------------------------------------------------------- */
@@ -78,7 +78,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
 static void write_file(const char *path, const void *data, size_t len) {
     vl_error e = {0};
-    FUZZ_CHECK(file_write_atomic(path, data, len, 0600, &e) == VL_OK, "%s", e.msg);
+    FUZZ_CHECK(vl_file_write_atomic(path, data, len, 0600, &e) == VL_OK, "%s", e.msg);
 }
 
 static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *f) {
@@ -94,7 +94,7 @@ static void remove_dir(void) {
     H.srv = NULL;
     guard_conn_release_all(&H.conns, NULL);
     if (H.tick) event_free(H.tick);
-    buf_free(&H.resp);
+    vl_buf_free(&H.resp);
     /* The database, its -wal, -shm, -bodies/ and -nonces, the corpus, the socket. */
     nftw(H.dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
@@ -103,15 +103,15 @@ static void remove_dir(void) {
 static void make_corpus(const char *path) {
     static const char words[][12] = {"the ", "model ", "peer ", "learns ", "a ", "version ",
                                     "of ", "data ", "and ", "sends ", "updates. "};
-    buf b;
-    buf_init(&b, 1 << 20);
-    rng r;
-    rng_seed(&r, 11);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 20);
+    vl_rng r;
+    vl_rng_seed(&r, 11);
     while (b.len < 32768)
-        FUZZ_CHECK(buf_append_str(&b, words[rng_below(&r, sizeof words / sizeof words[0])]) == 0,
+        FUZZ_CHECK(vl_buf_append_str(&b, words[vl_rng_below(&r, sizeof words / sizeof words[0])]) == 0,
                    "corpus");
     write_file(path, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* Only wakes the loop. */
@@ -154,7 +154,7 @@ static void setup_run(void) {
     FUZZ_CHECK(storage_open(db, 0, &st, &e) == VL_OK, "%s", e.msg);
     char hash[CRYPTO_HASH_HEX + 1];
     crypto_hash_hex(FUZZ_HTTP_TOKEN, strlen(FUZZ_HTTP_TOKEN), hash);
-    int64_t now = clock_unix_s(), token = 0;
+    int64_t now = vl_clock_unix_s(), token = 0;
     FUZZ_CHECK(storage_token_insert(st, hash, INT32_MAX, now + 86400 * 365, now, &token, &e) ==
                    VL_OK,
                "%s", e.msg);
@@ -193,7 +193,7 @@ static void setup_run(void) {
     coord_expire_leases(H.srv);
     H.tick = evtimer_new(H.srv->base, tick, NULL);
     FUZZ_CHECK(H.tick != NULL, "timer");
-    buf_init(&H.resp, RESPONSE_CAP);
+    vl_buf_init(&H.resp, RESPONSE_CAP);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -222,16 +222,16 @@ static int unread(int fd) {
  * answers until it closes; the client's side is shut for writing once the
  * server has read everything and has nothing left in progress. */
 static void exchange(const uint8_t *data, size_t n) {
-    buf_reset(&H.resp);
+    vl_buf_reset(&H.resp);
     int c = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
     FUZZ_CHECK(c >= 0, "socket: %s", strerror(errno));
-    double end = clock_mono_s() + EXCHANGE_LIMIT_S;
+    double end = vl_clock_mono_s() + EXCHANGE_LIMIT_S;
     while (connect(c, (struct sockaddr *)&sa, sizeof sa) != 0) {
         FUZZ_CHECK(errno == EAGAIN || errno == EINTR, "connect: %s", strerror(errno));
         event_base_loop(H.srv->base, EVLOOP_NONBLOCK);
-        FUZZ_CHECK(clock_mono_s() < end, "cannot connect");
+        FUZZ_CHECK(vl_clock_mono_s() < end, "cannot connect");
     }
     size_t off = 0;
     int shut = 0, quiet = 0;
@@ -257,7 +257,7 @@ static void exchange(const uint8_t *data, size_t n) {
             if (r > 0) {
                 size_t keep = H.resp.cap - H.resp.len;
                 if (keep > (size_t)r) keep = (size_t)r;
-                FUZZ_CHECK(buf_append(&H.resp, tmp, keep) == 0, "response buffer");
+                FUZZ_CHECK(vl_buf_append(&H.resp, tmp, keep) == 0, "response buffer");
                 continue;
             }
             if (r == 0 || (errno != EAGAIN && errno != EINTR)) eof = 1;
@@ -275,7 +275,7 @@ static void exchange(const uint8_t *data, size_t n) {
         } else {
             quiet = 0;
         }
-        FUZZ_CHECK(clock_mono_s() < end, "the exchange did not end in %.0f s (%zu of %zu bytes "
+        FUZZ_CHECK(vl_clock_mono_s() < end, "the exchange did not end in %.0f s (%zu of %zu bytes "
                                          "sent, %zu answered)",
                    EXCHANGE_LIMIT_S, off, n, H.resp.len);
     }
@@ -331,7 +331,7 @@ static void check_answers(int head) {
 
 /* Builds the request a peer would send from a signed input; 0 when the
  * input does not make one. */
-static int build_signed(const uint8_t *data, size_t n, buf *out, int *head) {
+static int build_signed(const uint8_t *data, size_t n, vl_buf *out, int *head) {
     if (n < 2) return 0;
     int who = data[1] % 4;
     data += 2;
@@ -361,23 +361,23 @@ static int build_signed(const uint8_t *data, size_t n, buf *out, int *head) {
         else crypto_pk_encode(id->pk, keyid);
         int has_body = blen > 0 || strcmp(method, "POST") == 0;
         crypto_signed_headers sh;
-        ok = crypto_sign_http(id, keyid, method, target, has_body, body, blen, clock_unix_s(),
+        ok = crypto_sign_http(id, keyid, method, target, has_body, body, blen, vl_clock_unix_s(),
                               &sh) == VL_OK;
         if (ok)
-            ok = buf_printf(out, "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"
+            ok = vl_buf_printf(out, "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"
                             "Signature: %s\r\n", method, target, sh.signature_input,
                             sh.signature) == 0;
         if (ok && has_body)
-            ok = buf_printf(out, "Content-Digest: %s\r\n", sh.content_digest) == 0;
+            ok = vl_buf_printf(out, "Content-Digest: %s\r\n", sh.content_digest) == 0;
         for (size_t i = hdr_at; ok && i < hdr_end;) {
             const uint8_t *e = memchr(data + i, '\n', hdr_end - i);
             size_t l = (size_t)(e - (data + i));
-            ok = buf_append(out, data + i, l) == 0 && buf_append_str(out, "\r\n") == 0;
+            ok = vl_buf_append(out, data + i, l) == 0 && vl_buf_append_str(out, "\r\n") == 0;
             i += l + 1;
         }
         if (ok && (blen > 0 || strcmp(method, "POST") == 0))
-            ok = buf_printf(out, "Content-Length: %zu\r\n", blen) == 0;
-        if (ok) ok = buf_append_str(out, "\r\n") == 0 && buf_append(out, body, blen) == 0;
+            ok = vl_buf_printf(out, "Content-Length: %zu\r\n", blen) == 0;
+        if (ok) ok = vl_buf_append_str(out, "\r\n") == 0 && vl_buf_append(out, body, blen) == 0;
     }
     free(line);
     return ok;
@@ -387,13 +387,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int head = 0;
     if (data[0] & 1) {
-        buf req;
-        buf_init(&req, (size_t)1 << 24);
+        vl_buf req;
+        vl_buf_init(&req, (size_t)1 << 24);
         if (build_signed(data, size, &req, &head)) {
             exchange(req.data, req.len);
             check_answers(head);
         }
-        buf_free(&req);
+        vl_buf_free(&req);
         return 0;
     }
     head = size >= 5 && memcmp(data + 1, "HEAD", 4) == 0;

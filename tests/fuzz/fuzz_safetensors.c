@@ -53,8 +53,8 @@ static void round_trip(const st_file *f, size_t header_len) {
                        VL_OK,
                    "the writer refuses tensor '%s' the parser took", t->name);
     }
-    buf out;
-    buf_init(&out, BUF_DEFAULT_CAP);
+    vl_buf out;
+    vl_buf_init(&out, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
     FUZZ_CHECK(st_writer_finish(&w, &out, &e) == VL_OK, "writing a parsed file failed: %s",
                e.msg);
@@ -63,7 +63,7 @@ static void round_trip(const st_file *f, size_t header_len) {
                e.msg);
     check_same(f, &g);
     st_free(&g);
-    buf_free(&out);
+    vl_buf_free(&out);
     st_writer_free(&w);
 }
 

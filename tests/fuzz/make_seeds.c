@@ -47,12 +47,12 @@ static void put_str(const char *target, const char *name, int sel, const char *s
 }
 
 /* A file from a hand-written header and data block. */
-static void raw_file(buf *out, const char *header, const void *data, size_t n) {
+static void raw_file(vl_buf *out, const char *header, const void *data, size_t n) {
     uint64_t hl = strlen(header);
     uint8_t le[8];
     for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
-    buf_reset(out);
-    ok(buf_append(out, le, 8) || buf_append(out, header, hl) || buf_append(out, data, n),
+    vl_buf_reset(out);
+    ok(vl_buf_append(out, le, 8) || vl_buf_append(out, header, hl) || vl_buf_append(out, data, n),
        "raw file");
 }
 
@@ -74,8 +74,8 @@ static compress_update_meta meta_of(compress_kind kind, int64_t task, int64_t pe
 /* ---- safetensors and updates ------------------------------------------ */
 
 static void seeds_updates(void) {
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     float x[16];
     for (int i = 0; i < 16; i++) x[i] = 0.25f * (float)(i - 8);
     uint8_t pre[5] = {0, 16, 0, 0, 0}; /* fuzz_update: mode 0, 16 parameters */
@@ -85,18 +85,18 @@ static void seeds_updates(void) {
     ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense");
     put("fuzz_update", "dense-f32", pre, 5, b.data, b.len);
     put("fuzz_safetensors", "update-dense", "", 0, b.data, b.len);
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_dense(&m, x, 16, ST_F16, &b, &e), "dense f16");
     put("fuzz_update", "dense-f16", pre, 5, b.data, b.len);
 
     uint32_t idx[4] = {1, 4, 9, 15};
     float val[4] = {0.5f, -1.0f, 2.0f, 1e-3f};
     m.kind = COMPRESS_TOPK;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_topk(&m, idx, val, 4, ST_F32, &b, &e), "topk");
     put("fuzz_update", "topk-f32", pre, 5, b.data, b.len);
     put("fuzz_safetensors", "update-topk", "", 0, b.data, b.len);
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_topk(&m, idx, val, 4, ST_F16, &b, &e), "topk f16");
     put("fuzz_update", "topk-f16", pre, 5, b.data, b.len);
 
@@ -104,12 +104,12 @@ static void seeds_updates(void) {
     ok(compress_sketch_init(&s, 3, 8, 99, &e), "sketch");
     compress_sketch_encode(&s, x, 16);
     m.kind = COMPRESS_SKETCH;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e), "sketch update");
     put("fuzz_update", "sketch-f32", pre, 5, b.data, b.len);
     put("fuzz_safetensors", "update-sketch", "", 0, b.data, b.len);
     s.table[3] = -3e38f;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e), "sketch update");
     put("fuzz_update", "sketch-huge", pre, 5, b.data, b.len);
     compress_sketch_free(&s);
@@ -118,7 +118,7 @@ static void seeds_updates(void) {
     uint32_t back[4] = {1, 9, 4, 15};
     m.kind = COMPRESS_TOPK;
     float nan_val[4] = {0.5f, NAN, 2.0f, 1.0f};
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_topk(&m, idx, nan_val, 4, ST_F32, &b, &e), "topk nan");
     put("fuzz_update", "topk-nan", pre, 5, b.data, b.len);
     {
@@ -147,17 +147,17 @@ static void seeds_updates(void) {
                            .dtype = ST_F32};
     m = meta_of(COMPRESS_DENSE, 7, 2, 3, "demo");
     m.factors = &kf;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense with factors");
     put("fuzz_update", "dense-kfac-f32", pre, 5, b.data, b.len);
     kf.dtype = ST_F16;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense with f16 factors");
     put("fuzz_update", "dense-kfac-f16", pre, 5, b.data, b.len);
     m.factors = NULL;
     uint8_t pre8[5] = {0, 8, 0, 0, 0}; /* the dense update against 8 parameters */
     m = meta_of(COMPRESS_DENSE, 7, 2, 3, "demo");
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_update_encode_dense(&m, x, 16, ST_F32, &b, &e), "dense");
     put("fuzz_update", "dense-wrong-size", pre8, 5, b.data, b.len);
 
@@ -165,13 +165,13 @@ static void seeds_updates(void) {
     compress_round_meta rm = {.run = "demo", .version = 3, .task = 7, .peer = 2,
                               .deadline = 1700000000};
     uint8_t pre_c[5] = {1, 16, 0, 0, 0}, pre_v[5] = {2, 4, 0, 0, 0};
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_round_encode_candidates(&rm, idx, 4, &b, &e), "candidates");
     put("fuzz_update", "candidates", pre_c, 5, b.data, b.len);
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_round_encode_values(&rm, val, 4, &b, &e), "values");
     put("fuzz_update", "values", pre_v, 5, b.data, b.len);
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_round_encode_values(&rm, nan_val, 4, &b, &e), "values nan");
     put("fuzz_update", "values-nan", pre_v, 5, b.data, b.len);
 
@@ -189,7 +189,7 @@ static void seeds_updates(void) {
            st_writer_add(&w, "e", ST_BF16, 1, sh1, half, 8) ||
            st_writer_add(&w, "empty", ST_F32, 1, (uint64_t[]){0}, NULL, 0),
        "tensors");
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(st_writer_finish(&w, &b, &e), "finish");
     st_writer_free(&w);
     put("fuzz_safetensors", "dtypes", "", 0, b.data, b.len);
@@ -206,24 +206,24 @@ static void seeds_updates(void) {
                  "\"data_offsets\":[0,8]}}",
              x, 8);
     put("fuzz_safetensors", "bad-dtype-shape", "", 0, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* ---- the peer's files ---------------------------------------------------- */
 
-static void model_file(const peer_trainer *t, const char *version, const char *cfg, buf *out) {
+static void model_file(const peer_trainer *t, const char *version, const char *cfg, vl_buf *out) {
     st_writer w;
     st_writer_init(&w);
     vl_error e = {0};
     ok(st_writer_meta(&w, "run", "fuzz") || st_writer_meta(&w, "version", version) ||
            st_writer_meta(&w, "model", cfg) || model_gpt_write_safetensors(t->gpt, &w),
        "model file");
-    buf_reset(out);
+    vl_buf_reset(out);
     ok(st_writer_finish(&w, out, &e), "model file");
     st_writer_free(&w);
 }
 
-static void delta_file(buf *out, const char *since, const char *version, const uint32_t *idx,
+static void delta_file(vl_buf *out, const char *since, const char *version, const uint32_t *idx,
                        const float *val, size_t n) {
     st_writer w;
     st_writer_init(&w);
@@ -234,7 +234,7 @@ static void delta_file(buf *out, const char *since, const char *version, const u
            st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4) ||
            st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4),
        "delta");
-    buf_reset(out);
+    vl_buf_reset(out);
     ok(st_writer_finish(&w, out, &e), "delta");
     st_writer_free(&w);
 }
@@ -250,8 +250,8 @@ static void seeds_peer_files(void) {
              "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
              held.vocab_size, held.block_size, held.n_layer, held.n_head, held.n_embd);
     snprintf(version, sizeof version, "%d", FUZZ_PEER_NEXT);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     uint8_t model = 0, delta = 1;
     model_file(&t, version, cfg, &b);
     put("fuzz_peer_files", "model", &model, 1, b.data, b.len);
@@ -289,7 +289,7 @@ static void seeds_peer_files(void) {
     uint32_t same[3] = {0, 1, 2};
     delta_file(&b, held_s, version, same, huge, 3);
     put("fuzz_peer_files", "delta-huge", &delta, 1, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* ---- JSON ------------------------------------------------------------------ */
@@ -403,12 +403,12 @@ static void seeds_auth(void) {
 
 static void http_signed(const char *name, int who, const char *head, const void *body,
                         size_t n) {
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     uint8_t pre[2] = {1, (uint8_t)who};
-    ok(buf_append(&b, pre, 2) || buf_append_str(&b, head) || buf_append(&b, body, n), "signed");
+    ok(vl_buf_append(&b, pre, 2) || vl_buf_append_str(&b, head) || vl_buf_append(&b, body, n), "signed");
     put("fuzz_http", name, "", 0, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 static void seeds_http(void) {
@@ -459,8 +459,8 @@ static void seeds_http(void) {
 
     /* Uploads for the first two tasks (peer 1 gets task 1, peer 2 task
      * 2) of the run fuzz_http sets up: a sketch of 3 x 64, seed 5. */
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
     float x[96];
     for (int i = 0; i < 96; i++) x[i] = 0.01f * (float)(i % 13 - 6);
@@ -469,7 +469,7 @@ static void seeds_http(void) {
         ok(compress_sketch_init(&s, 3, 64, 5, &e), "sketch");
         compress_sketch_encode(&s, x, 96);
         compress_update_meta m = meta_of(COMPRESS_SKETCH, p, p, 0, "fuzz");
-        buf_reset(&b);
+        vl_buf_reset(&b);
         ok(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e), "sketch update");
         compress_sketch_free(&s);
         char name[32];
@@ -489,7 +489,7 @@ static void seeds_http(void) {
         ok(compress_sketch_init(&s, 3, 64, 5, &e), "sketch");
         s.table[p] = 3e38f;
         compress_update_meta m = meta_of(COMPRESS_SKETCH, p, p, 0, "fuzz");
-        buf_reset(&b);
+        vl_buf_reset(&b);
         ok(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e), "sketch update");
         compress_sketch_free(&s);
         char name[32];
@@ -498,7 +498,7 @@ static void seeds_http(void) {
                     b.data, b.len);
     }
     compress_round_meta rm = {.run = "fuzz", .version = 0, .task = 1, .peer = 1};
-    buf_reset(&b);
+    vl_buf_reset(&b);
     ok(compress_round_encode_values(&rm, x, 32, &b, &e), "values");
     http_signed("round-values", 0,
                 "POST /v1/round/values\nContent-Type: application/octet-stream\n\n", b.data,
@@ -533,7 +533,7 @@ static void seeds_http(void) {
     snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", pk, proof);
     http_signed("rotate-bad-proof", 1,
                 "POST /v1/peers/rotate\nContent-Type: application/json\n\n", body, strlen(body));
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* fuzz_split_wire: a valid batch (F32 and F16), one with a NaN, a valid
@@ -543,9 +543,9 @@ static void seeds_split(void) {
     int y[4] = {0, 3, 9, 1};
     for (int i = 0; i < 4 * 8; i++) z[i] = dz[i] = 0.125f * (float)(i % 7) - 0.25f;
     uint8_t req = 0, rep = 1;
-    buf b;
+    vl_buf b;
     vl_error e;
-    buf_init(&b, 1 << 20);
+    vl_buf_init(&b, 1 << 20);
     ok(split_wire_encode_forward("fuzz", 1, 2, z, 4, 8, ST_F32, y, &b, &e), "split f32");
     put("fuzz_split_wire", "forward-f32", &req, 1, b.data, b.len);
     b.len = 0;
@@ -566,7 +566,7 @@ static void seeds_split(void) {
     b.len = 0;
     ok(split_wire_encode_backward("fuzz", 1, 2, z, dz, 4, 8, 6, ST_F32, &b, &e), "split bwd");
     put("fuzz_split_wire", "backward-f32", &bwd, 1, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 int main(int argc, char **argv) {

@@ -158,7 +158,7 @@ void attack_general(ctx *c, const char *badtoken) {
             "Signature-Input: sig1=(\"@method\");created=2;keyid=\"1\"\nSignature: sig1=:AA==:",
             NULL, 0, NULL, 0, NULL, 0, 0, &r);
     expect("truncated signature", &r, 401, "unauthorized");
-    if (sign_lines(&c->id, c->peer, "GET", "/v1/task", NULL, 0, clock_unix_s(), hdr,
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/task", NULL, 0, vl_clock_unix_s(), hdr,
                    sizeof hdr) != 0)
         abort();
     {
@@ -176,13 +176,13 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, 0, 0, &r);
     expect("peer=0 outside a join", &r, 401, "unknown_peer");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            clock_unix_s() - 1000, &r);
+            vl_clock_unix_s() - 1000, &r);
     expect("timestamp 1000 s old", &r, 401, "stale_timestamp");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            clock_unix_s() - CRYPTO_TS_WINDOW_S - 5, &r);
+            vl_clock_unix_s() - CRYPTO_TS_WINDOW_S - 5, &r);
     expect("timestamp just outside the 300 s window", &r, 401, "stale_timestamp");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            clock_unix_s() + 1000, &r);
+            vl_clock_unix_s() + 1000, &r);
     expect("timestamp 1000 s ahead", &r, 401, "stale_timestamp");
     req_opts o = {.method = "GET", .target = "/v1/task", .sign_target = "/v1/model",
                   .peer = c->peer};
@@ -198,7 +198,7 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("signature for another method", &r, 401, "bad_signature");
 
     /* A replay: the same header twice. The first is honest and harmless. */
-    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, vl_clock_unix_s(), hdr,
                    sizeof hdr) != 0)
         abort();
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
@@ -206,7 +206,7 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "GET", "/v1/model", hdr, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("replayed request (same nonce)", &r, 401, "replayed_nonce");
 
-    buf good, nan_b, huge_b, shape_b, run_b, ver_b;
+    vl_buf good, nan_b, huge_b, shape_b, run_b, ver_b;
     update_body(c, &good, c->run, c->base_version, c->n_params, 0.0f);
     update_body(c, &nan_b, c->run, c->base_version, c->n_params, NAN);
     update_body(c, &huge_b, c->run, c->base_version, c->n_params, 1e30f);
@@ -215,9 +215,9 @@ void attack_general(ctx *c, const char *badtoken) {
     update_body(c, &ver_b, c->run, c->base_version + 7, c->n_params, 0.0f);
 
     /* The body is altered after signing. */
-    buf tampered;
-    buf_init(&tampered, BUF_DEFAULT_CAP);
-    if (buf_append(&tampered, good.data, good.len) != VL_OK) abort();
+    vl_buf tampered;
+    vl_buf_init(&tampered, VL_BUF_DEFAULT_CAP);
+    if (vl_buf_append(&tampered, good.data, good.len) != VL_OK) abort();
     tampered.data[tampered.len - 1] ^= 0x40;
     request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len, good.data, good.len,
             NULL, c->peer, 0, &r);
@@ -225,7 +225,7 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len - 1, good.data, good.len,
             NULL, c->peer, 0, &r);
     expect("body cut after signing (content-length signed)", &r, 401, "bad_signature");
-    buf_free(&tampered);
+    vl_buf_free(&tampered);
 
     request(c, "POST", "/v1/updates?next=2", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
             0, &r);
@@ -245,12 +245,12 @@ void attack_general(ctx *c, const char *badtoken) {
             &r);
     expect("a finite delta value of 1e30", &r, 422, "out_of_bounds");
     /* The run's robust.max_norm is 100 with excess refused (attack.sh). */
-    buf over, many;
+    vl_buf over, many;
     update_body(c, &over, c->run, c->base_version, c->n_params, 1e4f);
     post(c, "norm over robust.max_norm", &over, 422, "norm_exceeded");
     update_body_claiming(c, &many, c->run, c->base_version, c->n_params, 0.0f, 1000000000000LL);
     post(c, "more samples than a task has", &many, 422, "too_many_samples");
-    buf steps, lossy, negative;
+    vl_buf steps, lossy, negative;
     update_body_meta(c, &steps, c->run, c->base_version, c->n_params, 0.0f, 10,
                      1000000000000000LL, 5.0);
     post(c, "10^15 local steps", &steps, 422, "too_many_steps");
@@ -266,12 +266,12 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "POST", "/v1/updates", NULL, ver_b.data, ver_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("base version not the task's", &r, 422, "wrong_version");
     c->task += 100000;
-    buf unk;
+    vl_buf unk;
     update_body(c, &unk, c->run, c->base_version, c->n_params, 0.0f);
     c->task -= 100000;
     request(c, "POST", "/v1/updates", NULL, unk.data, unk.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("update for an unknown task", &r, 404, "unknown_task");
-    buf_free(&unk);
+    vl_buf_free(&unk);
     /* Content types: a valid, signed update under the wrong type. */
     o = (req_opts){.method = "POST", .target = "/v1/updates", .body = good.data, .len = good.len,
                    .peer = c->peer, .ctype = "application/json"};
@@ -280,12 +280,12 @@ void attack_general(ctx *c, const char *badtoken) {
     o.ctype = "";
     send_req(c, &o, &r);
     expect("update without Content-Type", &r, 415, "unsupported_media_type");
-    buf_free(&good);
-    buf_free(&nan_b);
-    buf_free(&huge_b);
-    buf_free(&shape_b);
-    buf_free(&run_b);
-    buf_free(&ver_b);
+    vl_buf_free(&good);
+    vl_buf_free(&nan_b);
+    vl_buf_free(&huge_b);
+    vl_buf_free(&shape_b);
+    vl_buf_free(&run_b);
+    vl_buf_free(&ver_b);
 
     char body[512];
     request(c, "POST", "/v1/peers", NULL, "{\"public_key\":", 14, NULL, 0, NULL, 0, 0, &r);
@@ -429,7 +429,7 @@ static int burst(ctx *c, const char *token, int n) {
  * (after a restart, say) by someone who could read but not sign. */
 static int capture(ctx *c, const char *file) {
     char hdr[ATTACK_SIG_LINES];
-    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, clock_unix_s(), hdr,
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, vl_clock_unix_s(), hdr,
                    sizeof hdr) != 0)
         return -1;
     reply r;

@@ -34,7 +34,7 @@ typedef struct reply {
     long status;
     char code[64];
     char retry_after[32]; /* the Retry-After header, "" when absent */
-    buf body;
+    vl_buf body;
     int have_digest;
     char digest[CRYPTO_HASH_HEX + 1]; /* the database before the request */
 } reply;
@@ -106,17 +106,17 @@ int table_end(void);
 /* GET target signed as the attacker, expected to answer status/code. */
 void get(const ctx *c, const char *name, const char *target, long status, const char *code);
 /* POST body to /v1/updates signed as the attacker; frees b. */
-void post(const ctx *c, const char *name, buf *b, long status, const char *code);
+void post(const ctx *c, const char *name, vl_buf *b, long status, const char *code);
 
 /* A dense update of n floats with metadata for run and base; element n/2
  * is poison. */
-void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison);
+void update_body(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n, float poison);
 /* The same claiming num_samples = samples (update_body claims 10). */
-void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+void update_body_claiming(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n,
                           float poison, int64_t samples);
 /* The same with local_steps = steps and loss = loss (the others claim 1
  * and 5.0). */
-void update_body_meta(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+void update_body_meta(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n,
                       float poison, int64_t samples, int64_t steps, double loss);
 
 /* dir/attack.state and dir/attack.key. */

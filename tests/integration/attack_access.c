@@ -126,7 +126,7 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
     /* The same signed join twice: refused for its token, then as a replay. */
     char hdr[ATTACK_SIG_LINES];
     join_json(body, sizeof body, other.pk, "vlt_guess", "");
-    if (sign_lines(&other, 0, "POST", "/v1/peers", body, strlen(body), clock_unix_s(), hdr,
+    if (sign_lines(&other, 0, "POST", "/v1/peers", body, strlen(body), vl_clock_unix_s(), hdr,
                    sizeof hdr) != 0)
         abort();
     request(c, "POST", "/v1/peers", hdr, body, strlen(body), NULL, 0, NULL, 0, 0, &r);
@@ -234,7 +234,7 @@ void attack_tls(ctx *c) {
 
 #define SLOW_TIMEOUT_S 2.0
 
-static double mono(void) { return clock_mono_s(); }
+static double mono(void) { return vl_clock_mono_s(); }
 
 static void timed(const char *name, double t0, double lo, double hi) {
     double dt = mono() - t0;
@@ -271,7 +271,7 @@ void attack_limits(ctx *c) {
     for (int i = 0; i < 8; i++) {
         request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, &other, c->peer, 0, &r);
         forged_401 += r.status == 401;
-        buf_free(&r.body);
+        vl_buf_free(&r.body);
     }
     char got[64];
     snprintf(got, sizeof got, "%d of 8 answered 401", forged_401);
@@ -289,7 +289,7 @@ void attack_limits(ctx *c) {
                 &r);
         if (r.status != 404) break;
         served++;
-        buf_free(&r.body);
+        vl_buf_free(&r.body);
     }
     int most = 3 + 1 + (int)(2 * (mono() - t1));
     char want[64];
@@ -308,7 +308,7 @@ void attack_limits(ctx *c) {
         req_opts o = {.method = "GET", .target = "/v1/status", .auth = ""};
         send_req(c, &o, &r);
         if (r.status != 200) break;
-        buf_free(&r.body);
+        vl_buf_free(&r.body);
     }
     expect("requests over the address's rate", &r, 429, "rate_limited");
 }

@@ -40,7 +40,7 @@ static int model_config(const ctx *c, model_gpt_config *cfg) {
         json_decref(j);
         st_free(&f);
     }
-    buf_free(&r.body);
+    vl_buf_free(&r.body);
     return rc;
 }
 
@@ -86,8 +86,8 @@ static void post_update(const ctx *c, const char *name, const factors *f,
                                 .dtype = ST_F16};
         m.factors = &cf;
     }
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     vl_error e;
     if (compress_update_encode_dense(&m, d, c->n_params, ST_F32, &b, &e) != VL_OK) {
         fprintf(stderr, "attack: cannot build '%s': %s\n", name, e.msg);
@@ -96,7 +96,7 @@ static void post_update(const ctx *c, const char *name, const factors *f,
     reply r;
     request(c, "POST", "/v1/updates", NULL, b.data, b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect(name, &r, status, code);
-    buf_free(&b);
+    vl_buf_free(&b);
     free(d);
 }
 

@@ -78,7 +78,7 @@ static int db_digest(const char *path, char out[CRYPTO_HASH_HEX + 1]) {
     sqlite3_close(db);
     uint8_t h[32];
     crypto_generichash_final(&st, h, sizeof h);
-    hex_encode(h, sizeof h, out);
+    vl_hex_encode(h, sizeof h, out);
     return rc;
 }
 
@@ -90,7 +90,7 @@ static void snapshot(reply *r) {
 /* ---- requests ------------------------------------------------------------- */
 
 static size_t on_body(char *p, size_t sz, size_t n, void *ud) {
-    return buf_append((buf *)ud, p, sz * n) == VL_OK ? sz * n : 0;
+    return vl_buf_append((vl_buf *)ud, p, sz * n) == VL_OK ? sz * n : 0;
 }
 
 static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
@@ -139,7 +139,7 @@ int sign_lines(const crypto_identity *key, int64_t peer, const char *method, con
 int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
                 const void *body, size_t len, size_t sent, char *out, size_t cap) {
     char lines[ATTACK_SIG_LINES], crlf[ATTACK_SIG_LINES + 16];
-    if (sign_lines(&c->id, 0, method, target, body, len, clock_unix_s(), lines, sizeof lines) != 0)
+    if (sign_lines(&c->id, 0, method, target, body, len, vl_clock_unix_s(), lines, sizeof lines) != 0)
         return -1;
     size_t k = 0;
     for (const char *p = lines; *p && k + 3 < sizeof crlf; p++) {
@@ -173,7 +173,7 @@ static struct curl_slist *add_lines(struct curl_slist *hs, const char *lines) {
 
 void send_req(const ctx *c, const req_opts *o, reply *r) {
     memset(r, 0, sizeof *r);
-    buf_init(&r->body, 64u << 20);
+    vl_buf_init(&r->body, 64u << 20);
     snapshot(r);
     char url[1024], lines[ATTACK_SIG_LINES], ct[128];
     snprintf(url, sizeof url, "%s%s", c->url, o->target);
@@ -185,7 +185,7 @@ void send_req(const ctx *c, const req_opts *o, reply *r) {
         if (sign_lines(o->key ? o->key : &c->id, o->peer,
                        o->sign_method ? o->sign_method : o->method,
                        o->sign_target ? o->sign_target : o->target, sb, sl,
-                       o->ts ? o->ts : clock_unix_s(), lines, sizeof lines) != 0)
+                       o->ts ? o->ts : vl_clock_unix_s(), lines, sizeof lines) != 0)
             abort();
         hs = add_lines(hs, lines);
     } else if (*o->auth) {
@@ -265,7 +265,7 @@ static void parse_raw(reply *r) {
 void raw_conn(const ctx *c, SSL_CTX *sc, const char *head, double pause_s, const char *tail,
               int tail_close, reply *r) {
     memset(r, 0, sizeof *r);
-    buf_init(&r->body, 1 << 20);
+    vl_buf_init(&r->body, 1 << 20);
     snapshot(r);
     r->status = -1;
     const char *hp = strstr(c->url, "://");
@@ -306,7 +306,7 @@ void raw_conn(const ctx *c, SSL_CTX *sc, const char *head, double pause_s, const
     char tmp[4096];
     for (;;) {
         int n = s ? SSL_read(s, tmp, sizeof tmp) : (int)read(fd, tmp, sizeof tmp);
-        if (n <= 0 || buf_append(&r->body, tmp, (size_t)n) != VL_OK) break;
+        if (n <= 0 || vl_buf_append(&r->body, tmp, (size_t)n) != VL_OK) break;
     }
     parse_raw(r);
     SSL_free(s);
@@ -382,7 +382,7 @@ void expect(const char *name, reply *r, long status, const char *code) {
         snprintf(got + n, sizeof got - n, ", Retry-After %s", r->retry_after);
     }
     row(name, want, got, db, ok);
-    buf_free(&r->body);
+    vl_buf_free(&r->body);
 }
 
 void get(const ctx *c, const char *name, const char *target, long status, const char *code) {
@@ -391,23 +391,23 @@ void get(const ctx *c, const char *name, const char *target, long status, const 
     expect(name, &r, status, code);
 }
 
-void post(const ctx *c, const char *name, buf *b, long status, const char *code) {
+void post(const ctx *c, const char *name, vl_buf *b, long status, const char *code) {
     reply r;
     request(c, "POST", "/v1/updates", NULL, b->data, b->len, NULL, 0, NULL, c->peer, 0, &r);
     expect(name, &r, status, code);
-    buf_free(b);
+    vl_buf_free(b);
 }
 
-void update_body(const ctx *c, buf *out, const char *run, int64_t base, size_t n, float poison) {
+void update_body(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n, float poison) {
     update_body_claiming(c, out, run, base, n, poison, 10);
 }
 
-void update_body_claiming(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+void update_body_claiming(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n,
                           float poison, int64_t samples) {
     update_body_meta(c, out, run, base, n, poison, samples, 1, 5.0);
 }
 
-void update_body_meta(const ctx *c, buf *out, const char *run, int64_t base, size_t n,
+void update_body_meta(const ctx *c, vl_buf *out, const char *run, int64_t base, size_t n,
                       float poison, int64_t samples, int64_t steps, double loss) {
     float *d = calloc(n ? n : 1, sizeof *d);
     if (!d) abort();
@@ -422,7 +422,7 @@ void update_body_meta(const ctx *c, buf *out, const char *run, int64_t base, siz
     m.num_samples = samples;
     m.local_steps = steps;
     m.loss = loss;
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     vl_error e;
     if (compress_update_encode_dense(&m, d, n, ST_F32, out, &e) != VL_OK) abort();
     free(d);

@@ -26,7 +26,7 @@ static compress_update_meta sparse_meta(const ctx *c, compress_kind kind) {
 
 /* A topk body written by hand, so the indices can break the rules the
  * encoder enforces. */
-static void topk_raw(const ctx *c, buf *out, const uint32_t *idx, const float *val, size_t n) {
+static void topk_raw(const ctx *c, vl_buf *out, const uint32_t *idx, const float *val, size_t n) {
     compress_update_meta m = sparse_meta(c, COMPRESS_TOPK);
     char v[5][32];
     snprintf(v[0], sizeof v[0], "%lld", (long long)m.task);
@@ -42,13 +42,13 @@ static void topk_raw(const ctx *c, buf *out, const uint32_t *idx, const float *v
         st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4) ||
         st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4))
         abort();
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     vl_error e;
     if (st_writer_finish(&w, out, &e) != VL_OK) abort();
     st_writer_free(&w);
 }
 
-static void sketch_body(const ctx *c, buf *out, uint64_t seed, uint32_t rows, uint32_t cols,
+static void sketch_body(const ctx *c, vl_buf *out, uint64_t seed, uint32_t rows, uint32_t cols,
                         float poison) {
     compress_sketch s;
     vl_error e;
@@ -59,7 +59,7 @@ static void sketch_body(const ctx *c, buf *out, uint64_t seed, uint32_t rows, ui
     compress_sketch_encode(&s, x, c->n_params);
     s.table[0] = s.table[0] + poison;
     compress_update_meta m = sparse_meta(c, COMPRESS_SKETCH);
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     if (compress_update_encode_sketch(&m, &s, ST_F32, out, &e) != VL_OK) abort();
     compress_sketch_free(&s);
     free(x);
@@ -68,7 +68,7 @@ static void sketch_body(const ctx *c, buf *out, uint64_t seed, uint32_t rows, ui
 
 
 void attack_sparse(ctx *c) {
-    buf b;
+    vl_buf b;
     size_t n = c->n_params;
     int is_sketch = strcmp(c->kind, "sketch") == 0;
     uint32_t rows = (uint32_t)(c->rows > 0 ? c->rows : 3);
@@ -137,7 +137,7 @@ void attack_sparse(ctx *c) {
 
 /* A valid update of the run's kind, so the lease is not left hanging. */
 void finish(ctx *c, long status, const char *code) {
-    buf b;
+    vl_buf b;
     if (strcmp(c->kind, "sketch") == 0) {
         sketch_body(c, &b, (uint64_t)c->seed, (uint32_t)c->rows, (uint32_t)c->cols, 0.0f);
     } else if (strcmp(c->kind, "none") == 0) {
@@ -146,7 +146,7 @@ void finish(ctx *c, long status, const char *code) {
         uint32_t idx[2] = {0, (uint32_t)c->n_params - 1};
         float val[2] = {1e-4f, -1e-4f};
         compress_update_meta m = sparse_meta(c, COMPRESS_TOPK);
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         vl_error e;
         if (compress_update_encode_topk(&m, idx, val, 2, ST_F32, &b, &e) != VL_OK) abort();
     }
@@ -187,7 +187,7 @@ void delta(ctx *c, const char *since, long status) {
 /* ---- second rounds ------------------------------------------------------ */
 
 /* The values file, with every field under the caller's control. */
-static void values_body(const ctx *c, buf *out, const char *run, int64_t version, int64_t task,
+static void values_body(const ctx *c, vl_buf *out, const char *run, int64_t version, int64_t task,
                         int64_t peer, size_t n, float poison) {
     float *v = calloc(n ? n : 1, sizeof *v);
     if (!v) abort();
@@ -195,18 +195,18 @@ static void values_body(const ctx *c, buf *out, const char *run, int64_t version
     if (n) v[n / 2] += poison;
     compress_round_meta m = {.version = version, .task = task, .peer = peer};
     snprintf(m.run, sizeof m.run, "%s", run);
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     vl_error e;
     if (compress_round_encode_values(&m, v, n, out, &e) != VL_OK) abort();
     free(v);
     (void)c;
 }
 
-static void post_values(const ctx *c, const char *name, buf *b, long status, const char *code) {
+static void post_values(const ctx *c, const char *name, vl_buf *b, long status, const char *code) {
     reply r;
     request(c, "POST", "/v1/round/values", NULL, b->data, b->len, NULL, 0, NULL, c->peer, 0, &r);
     expect(name, &r, status, code);
-    buf_free(b);
+    vl_buf_free(b);
 }
 
 /* The round's candidate count, checked for a sound file; 0 when closed. */
@@ -232,7 +232,7 @@ static size_t candidates(const ctx *c) {
 }
 
 void attack_values(ctx *c, const char *stage) {
-    buf b;
+    vl_buf b;
     char target[96];
     int64_t v = c->base_version;
     if (strcmp(stage, "early") == 0) {
@@ -248,9 +248,9 @@ void attack_values(ctx *c, const char *stage) {
         reply r;
         request(c, "POST", "/v1/round/values", NULL, "", 0, NULL, 0, NULL, c->peer, 0, &r);
         expect("values with an empty body", &r, 400, "malformed_values");
-        buf junk;
-        buf_init(&junk, 64);
-        if (buf_append(&junk, "not safetensors", 15) != VL_OK) abort();
+        vl_buf junk;
+        vl_buf_init(&junk, 64);
+        if (vl_buf_append(&junk, "not safetensors", 15) != VL_OK) abort();
         post_values(c, "values that do not parse", &junk, 400, "malformed_values");
         values_body(c, &b, "another-run", v, c->task, c->peer, 4, 0);
         post_values(c, "values for another run", &b, 422, "wrong_run");

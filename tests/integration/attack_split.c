@@ -36,8 +36,8 @@ static void batch_free(batch *b) {
  * code; returns the reply's step count on a 200, else -1. */
 static int64_t send_batch(const ctx *c, const char *name, const char *run, int64_t peer,
                           int64_t task, const batch *b, long status, const char *code) {
-    buf body;
-    buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
+    vl_buf body;
+    vl_buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
     vl_error e = {0};
     if (split_wire_encode_forward(run, peer, task, b->z, b->B, b->q, ST_F32, b->y, &body, &e) !=
         VL_OK) {
@@ -58,7 +58,7 @@ static int64_t send_batch(const ctx *c, const char *name, const char *run, int64
         free(dz);
     }
     expect(name, &r, status, code);
-    buf_free(&body);
+    vl_buf_free(&body);
     return step;
 }
 
@@ -73,8 +73,8 @@ static void send_int_z(const ctx *c, int B, int q) {
     st_writer w;
     st_writer_init(&w);
     uint64_t zs[2] = {(uint64_t)B, (uint64_t)q}, ys[1] = {(uint64_t)B};
-    buf body;
-    buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
+    vl_buf body;
+    vl_buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
     vl_error e = {0};
     if (st_writer_meta(&w, "run", c->run) || st_writer_meta(&w, "peer", ps) ||
         st_writer_meta(&w, "task", ts) ||
@@ -87,7 +87,7 @@ static void send_int_z(const ctx *c, int B, int q) {
             0, &r);
     expect("activations as I32", &r, 422, "bad_dtype");
     st_writer_free(&w);
-    buf_free(&body);
+    vl_buf_free(&body);
     free(z);
     free(y);
 }
@@ -128,8 +128,8 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
     send_int_z(c, max_batch, q);
     {
         /* The backward half is only for U-shaped runs. */
-        buf body;
-        buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
+        vl_buf body;
+        vl_buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
         vl_error e = {0};
         if (split_wire_encode_backward(c->run, c->peer, c->task, b.z, b.z, max_batch, q, q,
                                        ST_F32, &body, &e) != VL_OK)
@@ -137,7 +137,7 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
         request(c, "POST", "/v1/split/backward", NULL, body.data, body.len, NULL, 0, NULL,
                 c->peer, 0, &r);
         expect("a backward request in a run that is not U-shaped", &r, 404, "not_split");
-        buf_free(&body);
+        vl_buf_free(&body);
     }
     b.z[3] = NAN;
     send_batch(c, "an activation that is NaN", c->run, c->peer, c->task, &b, 422, "non_finite");
@@ -159,8 +159,8 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
         m.task = c->task, m.peer = c->peer, m.base_version = c->base_version;
         m.kind = COMPRESS_DENSE, m.num_samples = 32, m.local_steps = 1, m.loss = 2.0;
         m.has_accuracy = 1, m.accuracy = 1.5;
-        buf u;
-        buf_init(&u, BUF_DEFAULT_CAP);
+        vl_buf u;
+        vl_buf_init(&u, VL_BUF_DEFAULT_CAP);
         vl_error e = {0};
         if (compress_update_encode_dense(&m, d, c->n_params, ST_F32, &u, &e) != VL_OK) abort();
         post(c, "an update reporting an accuracy of 1.5", &u, 422, "bad_accuracy");

@@ -7,7 +7,7 @@
 #include "attack.h"
 
 /* llm.c's header: int32 magic 20240520, version 1, the token count. */
-static int shard_of(const buf *b, long long len) {
+static int shard_of(const vl_buf *b, long long len) {
     uint32_t w[3] = {0, 0, 0};
     for (int i = 0; b->len >= 12 && i < 12; i++) w[i / 4] |= (uint32_t)b->data[i] << 8 * (i % 4);
     return b->len == 1024 + 2 * (size_t)len && w[0] == 20240520 && w[1] == 1 &&

@@ -39,7 +39,7 @@ typedef struct hostile {
     float *honest; /* this task's honest delta */
     float *first;  /* the first honest delta, for replay */
     size_t n_params;
-    rng r;
+    vl_rng r;
 } hostile;
 
 static int parse_cycle(hostile *h, const char *list) {
@@ -83,7 +83,7 @@ static int tamper(void *arg, int attempt, float *delta, size_t n) {
     case A_NOISE:
         for (size_t i = 0; i < n; i++) ss += (double)delta[i] * delta[i];
         for (size_t i = 0; i < n; i++)
-            delta[i] = (float)(10.0 * sqrt(ss / (double)n)) * rng_normal(&h->r);
+            delta[i] = (float)(10.0 * sqrt(ss / (double)n)) * vl_rng_normal(&h->r);
         break;
     case A_NAN:
         for (size_t i = 0; i < n; i += 1000) delta[i] = NAN;
@@ -92,7 +92,7 @@ static int tamper(void *arg, int attempt, float *delta, size_t n) {
         memcpy(delta, h->first, n * sizeof *delta);
         break;
     }
-    log_info("attack %s on attempt %d", NAMES[a], attempt);
+    vl_log_info("attack %s on attempt %d", NAMES[a], attempt);
     return 0;
 }
 
@@ -102,17 +102,17 @@ static void on_signal(int sig) {
 }
 
 int main(int argc, char **argv) {
-    log_set_program("hostile_peer");
+    vl_log_set_program("hostile_peer");
     hostile h;
     memset(&h, 0, sizeof h);
     int64_t seed = 1;
     if ((argc != 3 && argc != 4) || parse_cycle(&h, argv[2]) != 0 ||
-        (argc == 4 && parse_i64(argv[3], 0, INT64_MAX, &seed) != VL_OK)) {
+        (argc == 4 && vl_parse_i64(argv[3], 0, INT64_MAX, &seed) != VL_OK)) {
         fprintf(stderr, "usage: hostile_peer DIR scale100|signflip|noise|nan|replay[,...] "
                         "[SEED]\n");
         return PEER_EXIT_USAGE;
     }
-    rng_seed(&h.r, (uint64_t)seed);
+    vl_rng_seed(&h.r, (uint64_t)seed);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -45,10 +45,10 @@ static inline float *hbuf(size_t n)
 /* ---- device copies and comparisons (test_model_cuda*.c) ---------------------- */
 
 /* x[i] = offset + scale * N(0, 1). */
-static inline void fill(float *x, size_t n, rng *r, float scale, float offset)
+static inline void fill(float *x, size_t n, vl_rng *r, float scale, float offset)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = offset + scale * rng_normal(r);
+        x[i] = offset + scale * vl_rng_normal(r);
 }
 
 /* A device copy of bytes of host memory (freed with kernels_cuda_free). */
@@ -122,20 +122,20 @@ static inline void expect_bits(const char *what, const float *a, const float *b,
 /* inputs: distinct tokens (a prefix of a shuffled vocabulary, so n <= V),
  * so the embedding gradient's atomics add one value per element; targets:
  * any. */
-static inline void batch(int *in, int *tg, int n, rng *r)
+static inline void batch(int *in, int *tg, int n, vl_rng *r)
 {
     int V = CFG.vocab_size, perm[256];
     assert_true(n <= V && V <= 256);
     for (int i = 0; i < V; i++)
         perm[i] = i;
     for (int i = V - 1; i > 0; i--) {
-        int j = (int)rng_below(r, (uint32_t)i + 1), t = perm[i];
+        int j = (int)vl_rng_below(r, (uint32_t)i + 1), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
     for (int i = 0; i < n; i++) {
         in[i] = perm[i];
-        tg[i] = (int)rng_below(r, (uint32_t)V);
+        tg[i] = (int)vl_rng_below(r, (uint32_t)V);
     }
 }
 
@@ -165,7 +165,7 @@ static inline void plain_grads(model_gpt_cuda *g, const int *in, const int *tg, 
  * model's loss into *lp and its gradient into pg (np floats), the
  * data-parallel model's loss into *ld (its gradient stays on the
  * devices). */
-static inline void both_grads(model_gpt_cuda *plain, model_gpt_cuda_dp *dp, int B, int T, rng *r,
+static inline void both_grads(model_gpt_cuda *plain, model_gpt_cuda_dp *dp, int B, int T, vl_rng *r,
                               float *lp, float *ld, float *pg, size_t np)
 {
     int in[64], tg[64];

@@ -15,13 +15,13 @@
 /* The windowed hash of docs/design.md, spelled out from the formulas. */
 static inline void ref_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i, uint32_t *bucket,
                      float *sign) {
-    uint64_t key = splitmix64(seed ^ ((uint64_t)row + 1));
+    uint64_t key = vl_splitmix64(seed ^ ((uint64_t)row + 1));
     uint32_t wlog = 0;
     while (wlog < 10 && ((uint64_t)2 << wlog) <= cols) wlog++;
-    uint64_t h = splitmix64(key ^ (i >> wlog));
+    uint64_t h = vl_splitmix64(key ^ (i >> wlog));
     uint64_t base = ((h >> 32) * (uint64_t)cols) >> 32;
     *bucket = (uint32_t)((base + (i & (((uint64_t)1 << wlog) - 1))) % cols);
-    *sign = ((splitmix64(splitmix64(seed) ^ i) >> row) & 1) ? -1.0f : 1.0f;
+    *sign = ((vl_splitmix64(vl_splitmix64(seed) ^ i) >> row) & 1) ? -1.0f : 1.0f;
 }
 
 /* table += S(x), coordinate by coordinate in increasing order per row. */

@@ -228,11 +228,11 @@ static void test_config_async_outer(void **state) {
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 0}}",
                            &cfg, &e), VL_EINVAL);
     /* The deployable async example is such a run. */
-    buf text;
-    buf_init(&text, 1 << 20);
-    OK(buf_read_file(&text, VOLLEY_SOURCE_DIR "/deploy/coordinator.async.example.json", &e_));
+    vl_buf text;
+    vl_buf_init(&text, 1 << 20);
+    OK(vl_buf_read_file(&text, VOLLEY_SOURCE_DIR "/deploy/coordinator.async.example.json", &e_));
     OK(coord_config_parse((const char *)text.data, text.len, &cfg, &e_));
-    buf_free(&text);
+    vl_buf_free(&text);
     assert_true(coord_config_is_async(&cfg));
     assert_int_equal(cfg.outer_delay, 2);
     assert_true(cfg.train.dynamic_steps);

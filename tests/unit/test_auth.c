@@ -38,12 +38,12 @@ static int setup(void **state) {
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", fx->dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", fx->dir);
     snprintf(fx->db, sizeof fx->db, "%s/run.db", fx->dir);
-    buf c;
-    buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "the quick brown fox jumps. "));
-    OK(buf_append(&c, "", 1));
+    vl_buf c;
+    vl_buf_init(&c, 1 << 20);
+    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "the quick brown fox jumps. "));
+    OK(vl_buf_append(&c, "", 1));
     test_write_text(corpus, (const char *)c.data);
-    buf_free(&c);
+    vl_buf_free(&c);
     snprintf(text, sizeof text,
              "{\"name\": \"auth\", \"corpus\": \"%s\", \"model\": {\"vocab_size\": 256, "
              "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
@@ -55,9 +55,9 @@ static int setup(void **state) {
     crypto_identity_generate(&fx->key);
     crypto_identity_generate(&fx->other);
     crypto_identity_generate(&fx->revoked_key);
-    OK(storage_peer_insert(fx->srv->db, fx->key.pk, "p", "{}", 0, clock_unix_s(), &fx->peer,
+    OK(storage_peer_insert(fx->srv->db, fx->key.pk, "p", "{}", 0, vl_clock_unix_s(), &fx->peer,
                            &e_));
-    OK(storage_peer_insert(fx->srv->db, fx->revoked_key.pk, "r", "{}", 0, clock_unix_s(),
+    OK(storage_peer_insert(fx->srv->db, fx->revoked_key.pk, "r", "{}", 0, vl_clock_unix_s(),
                            &fx->revoked_peer, &e_));
     OK(storage_peer_revoke(fx->srv->db, fx->revoked_peer, &e_));
     *state = fx;
@@ -128,7 +128,7 @@ static void test_honest_then_replayed(void **state) {
     char id[24], head[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=5", NULL,
-                         clock_unix_s(), NULL);
+                         vl_clock_unix_s(), NULL);
     coord_guard_ticket t;
     coord_guard_refusal r;
     assert_int_equal(auth(fx, head, n, &t, &r), 0);
@@ -142,7 +142,7 @@ static void test_clock_window(void **state) {
     fixture *fx = *state;
     char id[24], head[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model",
                          NULL, now - CRYPTO_TS_WINDOW_S - 5, NULL);
     expect_refused(fx, head, n, 401, "stale_timestamp");
@@ -159,7 +159,7 @@ static void test_clock_window(void **state) {
 static void test_wrong_signers(void **state) {
     fixture *fx = *state;
     char id[24], head[4096];
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     size_t n = make_head(head, sizeof head, &fx->other, id, "GET", "/v1/model", NULL, now, NULL);
     expect_refused(fx, head, n, 401, "bad_signature");
@@ -181,7 +181,7 @@ static void test_wrong_signers(void **state) {
 static void test_coverage_and_digest(void **state) {
     fixture *fx = *state;
     char id[24], head[4096];
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     /* The head is changed after signing: another target. */
     size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=1", NULL, now,
@@ -213,7 +213,7 @@ static void test_join_and_public(void **state) {
     char head[4096], pk[CRYPTO_PK_B64_LEN + 1];
     crypto_pk_encode(fx->other.pk, pk);
     size_t n = make_head(head, sizeof head, &fx->other, pk, "POST", "/v1/peers", "{}",
-                         clock_unix_s(), NULL);
+                         vl_clock_unix_s(), NULL);
     coord_guard_ticket t;
     coord_guard_refusal r;
     assert_int_equal(auth(fx, head, n, &t, &r), 0);
@@ -235,21 +235,21 @@ static void test_body_digest_through_guard(void **state) {
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     for (int tamper = 0; tamper < 2; tamper++) {
         size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates",
-                             "0123456789", clock_unix_s(), NULL);
+                             "0123456789", vl_clock_unix_s(), NULL);
         snprintf(head + n, sizeof head - n, "%s", tamper ? "0123456780" : "0123456789");
         coord_guard g;
         coord_guard_caps caps = {.body_cap = 1 << 20, .authorize = coord_auth_head,
                                  .authorize_arg = fx->srv, .release = coord_auth_release};
         coord_guard_init(&g, COORD_HEAD_CAP, &caps);
-        buf out;
-        buf_init(&out, 1 << 20);
+        vl_buf out;
+        vl_buf_init(&out, 1 << 20);
         OK(coord_guard_feed(&g, (const uint8_t *)head, strlen(head), &out));
         coord_guard_ticket t;
         OK(coord_guard_ticket_take(&g, 1, &t));
         assert_int_equal(t.peer_id, fx->peer);
         assert_int_equal(t.digest, tamper ? COORD_GUARD_DIGEST_MISMATCH : COORD_GUARD_DIGEST_OK);
         coord_auth_release(fx->srv, &t);
-        buf_free(&out);
+        vl_buf_free(&out);
         coord_guard_free(&g);
     }
 }
@@ -262,7 +262,7 @@ static void test_body_budget(void **state) {
     fixture *fx = *state;
     char id[24], head[4096], again[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
-    int64_t now = clock_unix_s();
+    int64_t now = vl_clock_unix_s();
     size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789",
                          now, NULL);
     coord_guard_ticket t1, t;
@@ -319,7 +319,7 @@ static void test_download_sharing_and_budget(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_honest_then_replayed),
         cmocka_unit_test(test_clock_window),

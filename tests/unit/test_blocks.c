@@ -137,11 +137,11 @@ static void test_blocks_ties(void **state)
     float *x = calloc(d, sizeof *x);
     assert_non_null(x);
     check_blocks(x, d, 100, 512);
-    rng r;
-    rng_seed(&r, 9);
+    vl_rng r;
+    vl_rng_seed(&r, 9);
     static const float vals[3] = {-1.0f, 0.0f, 1.0f};
     for (size_t i = 0; i < d; i++)
-        x[i] = vals[rng_below(&r, 3)];
+        x[i] = vals[vl_rng_below(&r, 3)];
     check_blocks(x, d, 100, 512);
     check_blocks(x, d, 1000, 64);
     free(x);

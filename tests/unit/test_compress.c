@@ -38,8 +38,8 @@ static void test_round_trip_f32_and_f16(void **state) {
     float delta[N], acc[N];
     fill(delta, N);
     for (int dt = 0; dt < 2; dt++) {
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         compress_update_meta m = meta();
         vl_error e = {0};
         assert_int_equal(compress_update_encode_dense(&m, delta, N, dt ? ST_F16 : ST_F32, &b, &e),
@@ -58,11 +58,11 @@ static void test_round_trip_f32_and_f16(void **state) {
         /* Multiples of 1/8 in [-1, 1] are exact in F16 too. */
         for (size_t i = 0; i < N; i++) assert_true(acc[i] == 2.0f * delta[i]);
         compress_update_free(&u);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
 }
 
-static int decode_code(const buf *b, size_t n) {
+static int decode_code(const vl_buf *b, size_t n) {
     compress_update u;
     vl_error e = {0};
     int rc = compress_update_decode(b->data, b->len, n, &u, NULL, &e);
@@ -79,37 +79,37 @@ static void test_bad_values_are_422(void **state) {
         for (int dt = 0; dt < 2; dt++) {
             fill(delta, N);
             delta[N - 1 - k] = bad[k];
-            buf b;
-            buf_init(&b, BUF_DEFAULT_CAP);
+            vl_buf b;
+            vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
             compress_update_meta m = meta();
             vl_error e = {0};
             assert_int_equal(
                 compress_update_encode_dense(&m, delta, N, dt ? ST_F16 : ST_F32, &b, &e), VL_OK);
             assert_int_equal(decode_code(&b, N), VL_ERANGE);
-            buf_free(&b);
+            vl_buf_free(&b);
         }
     }
     /* Right values, wrong model size. */
     fill(delta, N);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     compress_update_meta m = meta();
     vl_error e = {0};
     assert_int_equal(compress_update_encode_dense(&m, delta, N, ST_F32, &b, &e), VL_OK);
     assert_int_equal(decode_code(&b, N + 1), VL_ERANGE);
     assert_int_equal(decode_code(&b, N - 1), VL_ERANGE);
     /* A finite F32 that overflows F16 becomes Inf when encoded as F16. */
-    buf_reset(&b);
+    vl_buf_reset(&b);
     delta[7] = 1e6f;
     assert_int_equal(compress_update_encode_dense(&m, delta, N, ST_F16, &b, &e), VL_OK);
     assert_int_equal(decode_code(&b, N), VL_ERANGE);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* Builds an update by hand so metadata and tensors can be wrong. */
 static const char *loss_text = "2.5";
 
-static void build(buf *b, const char *drop_key, const char *kind, const char *task,
+static void build(vl_buf *b, const char *drop_key, const char *kind, const char *task,
                   int extra_tensor, st_dtype dt) {
     static float delta[N];
     fill(delta, N);
@@ -127,51 +127,51 @@ static void build(buf *b, const char *drop_key, const char *kind, const char *ta
     if (extra_tensor)
         assert_int_equal(st_writer_add(&w, "other", ST_F32, 1, shape, delta, N * 4), VL_OK);
     vl_error e = {0};
-    buf_init(b, BUF_DEFAULT_CAP);
+    vl_buf_init(b, VL_BUF_DEFAULT_CAP);
     assert_int_equal(st_writer_finish(&w, b, &e), VL_OK);
     st_writer_free(&w);
 }
 
 static void test_malformed_is_400(void **state) {
     (void)state;
-    buf b;
+    vl_buf b;
     const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
                           "local_steps"};
     for (int i = 0; i < 7; i++) {
         build(&b, keys[i], "dense", "3", 0, ST_F32);
         assert_int_equal(decode_code(&b, N), VL_EINVAL);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     build(&b, NULL, "sketchy", "3", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     build(&b, NULL, "dense", "-3", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     build(&b, NULL, "dense", "3x", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     build(&b, NULL, "dense", "3", 1, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* Wrong dtype for a dense delta: well formed, but not what the run takes. */
     build(&b, NULL, "dense", "3", 0, ST_I32);
     assert_int_equal(decode_code(&b, N), VL_ERANGE);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* Missing loss. */
     build(&b, "loss", "dense", "3", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* A loss that is a number but not finite is out of bounds (422); one
      * that is not a number is malformed (400). */
     loss_text = "nan";
     build(&b, NULL, "dense", "3", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_ERANGE);
-    buf_free(&b);
+    vl_buf_free(&b);
     loss_text = "two";
     build(&b, NULL, "dense", "3", 0, ST_F32);
     assert_int_equal(decode_code(&b, N), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     loss_text = "2.5";
     /* Garbage and truncation. */
     build(&b, NULL, "dense", "3", 0, ST_F32);
@@ -180,7 +180,7 @@ static void test_malformed_is_400(void **state) {
         vl_error e = {0};
         assert_int_equal(compress_update_decode(b.data, cut, N, &u, NULL, &e), VL_EINVAL);
     }
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 static void test_delta_and_finite(void **state) {

@@ -71,10 +71,10 @@ static void test_hash_matches_cpu(void **state)
     uint64_t *coords = xcalloc(N, sizeof *coords);
     uint32_t *bucket = xcalloc((size_t)15 * N, sizeof *bucket);
     int8_t *sign = xcalloc((size_t)15 * N, sizeof *sign);
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     for (size_t t = 0; t < N; t++)
-        coords[t] = t < 1024 ? t : t < 2048 ? 0xFFFFFF00ull + t : rng_u64(&r);
+        coords[t] = t < 1024 ? t : t < 2048 ? 0xFFFFFF00ull + t : vl_rng_u64(&r);
     const uint32_t shapes[][2] = {{1, 1}, {5, 2000}, {15, 17895697}, {7, 1u << 20}};
     for (size_t s = 0; s < 4; s++) {
         uint32_t rows = shapes[s][0], cols = shapes[s][1];

@@ -363,8 +363,8 @@ static void test_model_file(void **state) {
     assert_null(net.gpt);
     coord_net_init_weights(&net, 42);
     assert_int_equal(coord_net_num_params(&net), 50890);
-    buf b;
-    buf_init(&b, 0);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     OK(coord_model_file(&cfg, &net, 7, 1.5, &b, &e_));
     st_file f;
     OK(st_parse(b.data, b.len, &f, &e_));
@@ -384,13 +384,13 @@ static void test_model_file(void **state) {
                         coord_net_num_params(&net) * sizeof(float));
     /* A NaN loss (no test set yet) is left out rather than written. */
     st_free(&f);
-    buf_free(&b);
-    buf_init(&b, 0);
+    vl_buf_free(&b);
+    vl_buf_init(&b, 0);
     OK(coord_model_file(&cfg, &net, 0, NAN, &b, &e_));
     OK(st_parse(b.data, b.len, &f, &e_));
     assert_null(st_meta_get(&f, "val_loss"));
     st_free(&f);
-    buf_free(&b);
+    vl_buf_free(&b);
     model_mlp_destroy(m);
     coord_net_destroy(&net);
     assert_null(net.mlp);

@@ -111,7 +111,7 @@ static const model_gpt_config SMALL = {256, 8, 1, 2, 8};
 /* A dense update whose factors are those of layers built from random
  * batches, `samples` of them. */
 static void make_update(model_kfac_layer **layers, int n, const compress_factor_layer *fl,
-                        int64_t samples, uint64_t seed, st_dtype dt, buf *out) {
+                        int64_t samples, uint64_t seed, st_dtype dt, vl_buf *out) {
     const float **A = calloc((size_t)n, sizeof *A), **G = calloc((size_t)n, sizeof *G);
     assert_true(A && G);
     for (int i = 0; i < n; i++) {
@@ -133,7 +133,7 @@ static void make_update(model_kfac_layer **layers, int n, const compress_factor_
     size_t np = model_gpt_config_num_params(&SMALL);
     float *delta = calloc(np, sizeof *delta);
     assert_non_null(delta);
-    buf_init(out, 1 << 24);
+    vl_buf_init(out, 1 << 24);
     OK(compress_update_encode_dense(&m, delta, np, ST_F32, out, &e_));
     free(delta), free(A), free(G);
 }
@@ -159,7 +159,7 @@ static void test_merge_factors(void **state) {
             OK(model_gpt_kfac_layer(&SMALL, i, NULL, 0, &in, &out, &e_));
             OK(model_kfac_layer_create(in, out, &p[k][i], &e_));
         }
-    buf up[2];
+    vl_buf up[2];
     make_update(p[0], n, fl, 640, 11, ST_F32, &up[0]);
     make_update(p[1], n, fl, 1920, 21, ST_F32, &up[1]);
     compress_factors_sum s;
@@ -171,7 +171,7 @@ static void test_merge_factors(void **state) {
         OK(coord_factors_add(&s, &u, k + 1, &e_));
         compress_update_free(&u);
     }
-    buf file;
+    vl_buf file;
     storage_version v;
     memset(&v, 0, sizeof v);
     OK(coord_factors_merged(&srv, &s, 7, &file, &v, &e_));
@@ -204,7 +204,7 @@ static void test_merge_factors(void **state) {
     }
     /* a stored update whose factors no longer check out stops the merge */
     compress_update u;
-    buf_free(&up[0]);
+    vl_buf_free(&up[0]);
     make_update(p[0], n, fl, 640, 31, ST_F32, &up[0]);
     OK(compress_update_decode(up[0].data, up[0].len, np, &u, NULL, &e_));
     compress_factor_layer wrong[4];
@@ -215,28 +215,28 @@ static void test_merge_factors(void **state) {
     assert_int_equal(coord_factors_add(&bad, &u, 9, &e), VL_EDB);
     assert_non_null(strstr(e.msg, "update 9"));
     /* nothing added: no factors for the version, and no error */
-    buf none;
+    vl_buf none;
     storage_version v2;
     memset(&v2, 0, sizeof v2);
     compress_factors_sum_free(&bad);
     OK(compress_factors_sum_init(&bad, fl, n, &e_));
     OK(coord_factors_merged(&srv, &bad, 8, &none, &v2, &e_));
     assert_null(v2.factors);
-    buf_free(&none);
+    vl_buf_free(&none);
     compress_factors_sum_free(&bad);
     compress_update_free(&u);
     compress_factors_view_free(&view);
     st_free(&f);
-    buf_free(&file);
+    vl_buf_free(&file);
     compress_factors_sum_free(&s);
     for (int k = 0; k < 2; k++) {
-        buf_free(&up[k]);
+        vl_buf_free(&up[k]);
         for (int i = 0; i < n; i++) model_kfac_layer_free(p[k][i]);
     }
 }
 
 int main(void) {
-    log_set_level(LOG_ERROR);
+    vl_log_set_level(LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_merge_factors),

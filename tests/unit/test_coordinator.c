@@ -55,9 +55,9 @@ static void test_weighted_mean_of_updates(void **state) {
     compress_update_meta meta = {.run = "demo", .task = 1, .peer = 1, .base_version = 0,
                                  .kind = COMPRESS_DENSE, .num_samples = 30, .local_steps = 1,
                                  .loss = 1.0};
-    buf b1, b2;
-    buf_init(&b1, 0);
-    buf_init(&b2, 0);
+    vl_buf b1, b2;
+    vl_buf_init(&b1, 0);
+    vl_buf_init(&b2, 0);
     vl_error e = {0};
     assert_int_equal(compress_update_encode_dense(&meta, d1, N, ST_F32, &b1, &e), VL_OK);
     meta.num_samples = 10;
@@ -72,8 +72,8 @@ static void test_weighted_mean_of_updates(void **state) {
     for (int i = 0; i < N; i++) assert_float_equal(sum[i], (30 * d1[i] + 10 * d2[i]) / 40, 1e-5);
     compress_update_free(&u1);
     compress_update_free(&u2);
-    buf_free(&b1);
-    buf_free(&b2);
+    vl_buf_free(&b1);
+    vl_buf_free(&b2);
 }
 
 /* ---- configuration ------------------------------------------------------- */
@@ -694,7 +694,7 @@ static void test_query_ints(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outer_step_by_hand),
         cmocka_unit_test(test_weighted_mean_of_updates),

@@ -51,11 +51,11 @@ static int verify_with(const uint8_t pk[CRYPTO_PK_BYTES], const char *input, con
     vl_error e = {0};
     int rc = crypto_sig_parse(input, sig, &s, &e);
     if (rc != VL_OK) return rc;
-    buf base;
-    buf_init(&base, 1 << 16);
+    vl_buf base;
+    vl_buf_init(&base, 1 << 16);
     rc = crypto_sig_base(&s, crypto_http_request_lookup, rq, &base, &e);
     if (rc == VL_OK) rc = crypto_sig_verify(pk, &s, &base, &e);
-    buf_free(&base);
+    vl_buf_free(&base);
     return rc;
 }
 
@@ -96,17 +96,17 @@ static void test_signature_base_layout(void **state) {
     char sig[200];
     uint8_t zero[64] = {0};
     char b64[CRYPTO_SIG_B64_LEN + 1];
-    base64_encode(zero, sizeof zero, b64);
+    vl_base64_encode(zero, sizeof zero, b64);
     snprintf(sig, sizeof sig, "sig1=:%s:", b64);
     crypto_sig s;
     vl_error e = {0};
     assert_int_equal(crypto_sig_parse(input, sig, &s, &e), VL_OK);
     crypto_http_request rq = {.method = "GET", .path_query = "/v1/model/delta?since=3",
                               .content_length = "0"};
-    buf base;
-    buf_init(&base, 4096);
+    vl_buf base;
+    vl_buf_init(&base, 4096);
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
-    assert_int_equal(buf_append(&base, "", 1), VL_OK);
+    assert_int_equal(vl_buf_append(&base, "", 1), VL_OK);
     assert_string_equal((const char *)base.data,
                         "\"@method\": GET\n\"@path\": /v1/model/delta\n\"@query\": ?since=3\n"
                         "\"content-length\": 0\n\"@signature-params\": (\"@method\" \"@path\" "
@@ -116,7 +116,7 @@ static void test_signature_base_layout(void **state) {
     rq.path_query = "/v1/model";
     rq.content_length = NULL;
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_EINVAL);
-    buf_free(&base);
+    vl_buf_free(&base);
 }
 
 /* RFC 9421 Appendix B.2.6: the RFC's own ed25519 signature over its example
@@ -144,8 +144,8 @@ static const char *b26_lookup(void *arg, const char *c) {
 static void test_rfc9421_b26(void **state) {
     (void)state;
     uint8_t spki[44], pkcs8[48];
-    assert_int_equal(base64_decode(B14_SPKI, strlen(B14_SPKI), spki, sizeof spki), 44);
-    assert_int_equal(base64_decode(B14_PKCS8, strlen(B14_PKCS8), pkcs8, sizeof pkcs8), 48);
+    assert_int_equal(vl_base64_decode(B14_SPKI, strlen(B14_SPKI), spki, sizeof spki), 44);
+    assert_int_equal(vl_base64_decode(B14_PKCS8, strlen(B14_PKCS8), pkcs8, sizeof pkcs8), 48);
     /* The DER headers name Ed25519 (OID 1.3.101.112) with a 32-byte key. */
     assert_memory_equal(spki, "\x30\x2a\x30\x05\x06\x03\x2b\x65\x70\x03\x21\x00", 12);
     assert_memory_equal(pkcs8, "\x30\x2e\x02\x01\x00\x30\x05\x06\x03\x2b\x65\x70\x04\x22\x04\x20",
@@ -166,10 +166,10 @@ static void test_rfc9421_b26(void **state) {
     assert_string_equal(s.nonce, ""); /* the RFC's example has none */
     assert_string_equal(s.alg, "");
     assert_int_equal(s.created, 1618884473);
-    buf base;
-    buf_init(&base, 4096);
+    vl_buf base;
+    vl_buf_init(&base, 4096);
     assert_int_equal(crypto_sig_base(&s, b26_lookup, NULL, &base, &e), VL_OK);
-    assert_int_equal(buf_append(&base, "", 1), VL_OK);
+    assert_int_equal(vl_buf_append(&base, "", 1), VL_OK);
     assert_string_equal((const char *)base.data,
                         "\"date\": Tue, 20 Apr 2021 02:07:55 GMT\n"
                         "\"@method\": POST\n"
@@ -188,7 +188,7 @@ static void test_rfc9421_b26(void **state) {
     /* One byte of the request changed: it no longer verifies. */
     base.data[10] ^= 1;
     assert_int_equal(crypto_sig_verify(pk, &s, &base, &e), VL_EAUTH);
-    buf_free(&base);
+    vl_buf_free(&base);
     crypto_identity_wipe(&rfc);
     /* RFC 9530's example digests of {"hello": "world"} (section 2). */
     const char *hello = "{\"hello\": \"world\"}";
@@ -268,9 +268,9 @@ static void test_header_grammar(void **state) {
     (void)state;
     uint8_t zero[64] = {0};
     char b64[CRYPTO_SIG_B64_LEN + 1], sig[200], sig63[200];
-    base64_encode(zero, sizeof zero, b64);
+    vl_base64_encode(zero, sizeof zero, b64);
     snprintf(sig, sizeof sig, "sig1=:%s:", b64);
-    base64_encode(zero, 63, b64);
+    vl_base64_encode(zero, 63, b64);
     snprintf(sig63, sizeof sig63, "sig1=:%s:", b64);
     const char *ok = "sig1=(\"@method\");created=1;keyid=\"1\";nonce=\"0123456789abcdef\"";
     crypto_sig s;
@@ -334,7 +334,7 @@ static void test_header_grammar(void **state) {
     }
 
     char sig65[200], twice[2 * 200 + 4], unpadded[200];
-    base64_encode(zero, 63, b64);
+    vl_base64_encode(zero, 63, b64);
     snprintf(sig65, sizeof sig65, "sig1=:%sAAAA:", b64); /* 63 + 3 bytes */
     snprintf(twice, sizeof twice, "%s, %s", sig, sig);
     snprintf(unpadded, sizeof unpadded, "%.*s:", (int)strlen(sig) - 3, sig); /* "==" dropped */
@@ -394,7 +394,7 @@ static void test_header_grammar(void **state) {
      * under ours it is not. */
     uint8_t big[256] = {0};
     char bigb64[400], many[sizeof bigb64 + 200 + 16];
-    base64_encode(big, sizeof big, bigb64);
+    vl_base64_encode(big, sizeof big, bigb64);
     snprintf(many, sizeof many, "rsa=:%s:, %s", bigb64, sig);
     assert_int_equal(crypto_sig_parse(ok, many, &s, &e), VL_OK);
     snprintf(many, sizeof many, "sig1=:%s:", bigb64);
@@ -437,7 +437,7 @@ static void test_digests(void **state) {
     crypto_digest_free(c);
     /* sha-512 alone, and sha-256 preferred when both are given. */
     char b64[100], both[400];
-    base64_encode(got, 64, b64);
+    vl_base64_encode(got, 64, b64);
     snprintf(both, sizeof both, "sha-512=:%s:", b64);
     assert_int_equal(crypto_digest_parse(both, &w, &e), VL_OK);
     assert_int_equal(w.alg, CRYPTO_DIGEST_SHA512);
@@ -579,8 +579,8 @@ static void test_lookup_and_signing_limits(void **state) {
     assert_string_equal(h.content_digest, "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
     rq = (crypto_http_request){.method = "POST", .path_query = "/v1/join",
                                .content_digest = h.content_digest, .content_length = "0"};
-    buf base;
-    buf_init(&base, 4096);
+    vl_buf base;
+    vl_buf_init(&base, 4096);
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
     assert_int_equal(crypto_sig_verify(id.pk, &s, &base, &e), VL_OK);
     /* A field value with a control character (a tab included) or DEL
@@ -594,12 +594,12 @@ static void test_lookup_and_signing_limits(void **state) {
         assert_non_null(strstr(e.msg, "content-length"));
     }
     rq.content_length = "0";
-    buf small;
-    buf_init(&small, 64);
+    vl_buf small;
+    vl_buf_init(&small, 64);
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &small, &e),
                      VL_ETOOBIG);
-    buf_free(&small);
-    buf_free(&base);
+    vl_buf_free(&small);
+    vl_buf_free(&base);
 }
 
 static void test_nonce_replay(void **state) {

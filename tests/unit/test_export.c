@@ -66,10 +66,10 @@ static int setup(void **state) {
     size_t len = 40000;
     char *text = malloc(len + 1);
     assert_non_null(text);
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     for (size_t i = 0; i < len; i++) {
-        unsigned k = (unsigned)(rng_uniform(&r) * 27.0f);
+        unsigned k = (unsigned)(vl_rng_uniform(&r) * 27.0f);
         text[i] = k >= 26 ? ' ' : (char)('a' + k);
     }
     text[len] = '\0';
@@ -233,25 +233,25 @@ static void check_config_json(const char *dir) {
     assert_true(json_is_true(json_object_get(c, "tie_word_embeddings")));
     json_decref(c);
     /* Two-space indentation, as transformers writes it. */
-    buf text;
-    buf_init(&text, 1 << 16);
-    OK(buf_read_file(&text, path, &e_));
+    vl_buf text;
+    vl_buf_init(&text, 1 << 16);
+    OK(vl_buf_read_file(&text, path, &e_));
     assert_non_null(strstr((const char *)text.data, "{\n  \"architectures\": ["));
-    buf_free(&text);
+    vl_buf_free(&text);
 }
 
 /* Mean loss of params on a fixed batch of the corpus. */
 static float batch_loss(model_gpt *m, const fixture *f) {
     char path[600];
     snprintf(path, sizeof path, "%s/corpus.txt", f->dir);
-    buf corpus;
-    buf_init(&corpus, 1 << 20);
-    OK(buf_read_file(&corpus, path, &e_));
+    vl_buf corpus;
+    vl_buf_init(&corpus, 1 << 20);
+    OK(vl_buf_read_file(&corpus, path, &e_));
     int in[BATCH * BLOCK], tg[BATCH * BLOCK];
-    rng r;
-    rng_seed(&r, 99);
+    vl_rng r;
+    vl_rng_seed(&r, 99);
     OK(model_data_sample(corpus.data, corpus.len, BATCH, BLOCK, &r, in, tg, &e_));
-    buf_free(&corpus);
+    vl_buf_free(&corpus);
     float loss = NAN;
     OK(model_gpt_forward(m, in, tg, BATCH, BLOCK, &loss, &e_));
     assert_true(isfinite(loss));
@@ -268,9 +268,9 @@ static void export_and_check(const fixture *f, int64_t v, const char *out) {
 
     char path[600];
     snprintf(path, sizeof path, "%s/model.safetensors", out);
-    buf file;
-    buf_init(&file, 1 << 26);
-    OK(buf_read_file(&file, path, &e_));
+    vl_buf file;
+    vl_buf_init(&file, 1 << 26);
+    OK(vl_buf_read_file(&file, path, &e_));
     st_file sf;
     OK(st_parse(file.data, file.len, &sf, &e_));
     check_hf_tensors(&sf);
@@ -298,7 +298,7 @@ static void export_and_check(const fixture *f, int64_t v, const char *out) {
     OK(model_gpt_create(&cfg, &loaded, &e_));
     OK(model_gpt_load_safetensors(loaded, &sf, &e_));
     st_free(&sf);
-    buf_free(&file);
+    vl_buf_free(&file);
 
     size_t n = 0;
     float *p = stored_params(f, want, &n);
@@ -509,7 +509,7 @@ static void test_sample_refusals(void **state) {
 
 int main(void) {
     /* Keep init's and export's info lines out of the test output. */
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_export_current, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_older_into_empty_dir, setup, teardown),

@@ -120,8 +120,8 @@ static void test_round_trip(void **state)
     for (int dt = 0; dt < 2; dt++) {
         compress_factors cf = as_factors(&f, dt ? ST_F16 : ST_F32, 640);
         compress_update_meta m = meta(COMPRESS_DENSE, &cf);
-        buf b;
-        buf_init(&b, 1 << 20);
+        vl_buf b;
+        vl_buf_init(&b, 1 << 20);
         OK(compress_update_encode_dense(&m, delta, 10, ST_F32, &b, &e_));
         compress_update u;
         OK(compress_update_decode(b.data, b.len, 10, &u, NULL, &e_));
@@ -137,22 +137,22 @@ static void test_round_trip(void **state)
         check_values(&v, &f, dt ? 1e-3 : 0.0);
         compress_factors_view_free(&v);
         compress_update_free(&u);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     /* a top-k update with factors, and one without */
     uint32_t idx[2] = {1, 7};
     float val[2] = {0.5f, -1.0f};
     compress_factors cf = as_factors(&f, ST_F32, 5);
     compress_update_meta m = meta(COMPRESS_TOPK, &cf);
-    buf b;
-    buf_init(&b, 1 << 20);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 20);
     OK(compress_update_encode_topk(&m, idx, val, 2, ST_F16, &b, &e_));
     compress_update u;
     OK(compress_update_decode(b.data, b.len, 10, &u, NULL, &e_));
     assert_true(u.has_factors);
     assert_int_equal(u.nnz, 2);
     compress_update_free(&u);
-    buf_reset(&b);
+    vl_buf_reset(&b);
     m.factors = NULL;
     OK(compress_update_encode_topk(&m, idx, val, 2, ST_F16, &b, &e_));
     OK(compress_update_decode(b.data, b.len, 10, &u, NULL, &e_));
@@ -164,7 +164,7 @@ static void test_round_trip(void **state)
     compress_update_free(&u);
 
     /* the merged file */
-    buf_reset(&b);
+    vl_buf_reset(&b);
     cf.samples = 1280;
     OK(compress_factors_encode_file(&cf, "run-1", 12, &b, &e_));
     st_file sf;
@@ -177,7 +177,7 @@ static void test_round_trip(void **state)
     check_values(&v, &f, 0.0);
     compress_factors_view_free(&v);
     st_free(&sf);
-    buf_free(&b);
+    vl_buf_free(&b);
     fset_free(&f);
 }
 
@@ -215,7 +215,7 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
             uint16_t *h = malloc((size_t)d * d * 2);
             assert_non_null(h);
             for (size_t j = 0; j < (size_t)d * d; j++)
-                h[j] = f32_to_f16(x[j] / scale[2 * i + k]);
+                h[j] = vl_f32_to_f16(x[j] / scale[2 * i + k]);
             half[2 * i + k] = h;
             assert_int_equal(st_writer_add(&w, name, ST_F16, 2, shape, h, (size_t)d * d * 2), 0);
         }
@@ -227,8 +227,8 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
                                        sizeof scale),
                          0);
     }
-    buf b;
-    buf_init(&b, 1 << 20);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 20);
     OK(st_writer_finish(&w, &b, &e_));
     st_writer_free(&w);
     st_file sf;
@@ -242,7 +242,7 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
     else
         assert_int_equal(v.n, 0); /* nothing half-decoded */
     st_free(&sf);
-    buf_free(&b);
+    vl_buf_free(&b);
     for (int i = 0; i < 2 * NLAYER; i++)
         free(half[i]);
     fset_free(&f);
@@ -357,8 +357,8 @@ static void test_refusals(void **state)
     fset_make(&f, 9);
     for (int dt = 0; dt < 2; dt++) {
         compress_factors cf = as_factors(&f, dt ? ST_F16 : ST_F32, 3);
-        buf b;
-        buf_init(&b, 1 << 20);
+        vl_buf b;
+        vl_buf_init(&b, 1 << 20);
         OK(compress_factors_encode_file(&cf, "r", 1, &b, &e_));
         st_file sf;
         OK(st_parse(b.data, b.len, &sf, &e_));
@@ -378,18 +378,18 @@ static void test_refusals(void **state)
         assert_int_equal(compress_factors_decode(&sf, other, NLAYER, &v, &code, &err), VL_ERANGE);
         assert_int_equal(compress_factors_decode(&sf, other, 0, &v, &code, &err), VL_EINVAL);
         st_free(&sf);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     /* bad inputs to the writer */
     compress_factors cf = as_factors(&f, ST_BF16, 3);
-    buf b;
-    buf_init(&b, 1 << 20);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 20);
     assert_int_equal(compress_factors_encode_file(&cf, "r", 1, &b, &err), VL_EINVAL);
     cf.dtype = ST_F32, cf.samples = 0;
     assert_int_equal(compress_factors_encode_file(&cf, "r", 1, &b, &err), VL_EINVAL);
     cf.samples = 1, cf.n = 0;
     assert_int_equal(compress_factors_encode_file(&cf, "r", 1, &b, &err), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
     fset_free(&f);
 }
 
@@ -405,13 +405,13 @@ static void test_weighted_mean(void **state)
     const float *A[NLAYER], *G[NLAYER];
     vl_error err = {0};
     assert_int_equal(compress_factors_sum_mean(&s, A, G, &err), VL_EINVAL);
-    buf b[3];
+    vl_buf b[3];
     st_file sf[3];
     compress_factors_view v[3];
     for (int k = 0; k < 3; k++) {
         fset_make(&f[k], 100 + 10 * (uint64_t)k);
         compress_factors cf = as_factors(&f[k], k == 1 ? ST_F16 : ST_F32, (int64_t)w[k]);
-        buf_init(&b[k], 1 << 20);
+        vl_buf_init(&b[k], 1 << 20);
         OK(compress_factors_encode_file(&cf, "r", 4, &b[k], &e_));
         OK(st_parse(b[k].data, b[k].len, &sf[k], &e_));
         OK(compress_factors_decode(&sf[k], LAYERS, NLAYER, &v[k], NULL, &e_));
@@ -442,8 +442,8 @@ static void test_weighted_mean(void **state)
     /* the mean is valid factors itself */
     compress_factors mean = {.layers = LAYERS, .n = NLAYER, .A = A, .G = G, .samples = s.samples,
                              .dtype = ST_F32};
-    buf out;
-    buf_init(&out, 1 << 20);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
     OK(compress_factors_encode_file(&mean, "r", 5, &out, &e_));
     st_file mf;
     OK(st_parse(out.data, out.len, &mf, &e_));
@@ -451,11 +451,11 @@ static void test_weighted_mean(void **state)
     OK(compress_factors_decode(&mf, LAYERS, NLAYER, &mv, NULL, &e_));
     compress_factors_view_free(&mv);
     st_free(&mf);
-    buf_free(&out);
+    vl_buf_free(&out);
     for (int k = 0; k < 3; k++) {
         compress_factors_view_free(&v[k]);
         st_free(&sf[k]);
-        buf_free(&b[k]);
+        vl_buf_free(&b[k]);
         fset_free(&f[k]);
     }
     compress_factors_sum_free(&s);

@@ -24,9 +24,9 @@ static size_t cells(const compress_sketch *s) {
 }
 
 static void fill_table(compress_sketch *s, uint64_t seed) {
-    rng g;
-    rng_seed(&g, seed);
-    for (size_t c = 0; c < cells(s); c++) s->table[c] = rng_normal(&g);
+    vl_rng g;
+    vl_rng_seed(&g, seed);
+    for (size_t c = 0; c < cells(s); c++) s->table[c] = vl_rng_normal(&g);
 }
 
 /* sigma of the estimates' noise: median |est| of 4096 evenly spaced

@@ -98,12 +98,12 @@ static void test_config(void **state) {
 static void test_deploy_example(void **state) {
     (void)state;
     const char *path = VOLLEY_SOURCE_DIR "/deploy/coordinator.shards.example.json";
-    buf text;
-    buf_init(&text, 1 << 20);
-    OK(buf_read_file(&text, path, &e_));
+    vl_buf text;
+    vl_buf_init(&text, 1 << 20);
+    OK(vl_buf_read_file(&text, path, &e_));
     coord_config cfg;
     OK(coord_config_parse((const char *)text.data, text.len, &cfg, &e_));
-    buf_free(&text);
+    vl_buf_free(&text);
     assert_true(cfg.shards);
     assert_int_equal(cfg.n_train_shards, 3);
     assert_int_equal(model_gpt_config_num_params(&cfg.model), GPT2_SMALL_PARAMS);
@@ -151,22 +151,22 @@ static void test_forward_backward(void **state) {
     parse_gpt2(&cfg);
     model_gpt *m = NULL;
     OK(model_gpt_create(&cfg.model, &m, &e_));
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     model_gpt_init_weights(m, 1337);
     enum { B = 1, T = 64 };
     int in[B * T], tg[B * T];
-    rng r;
-    rng_seed(&r, 7);
+    vl_rng r;
+    vl_rng_seed(&r, 7);
     /* One sequence of T + 1 random tokens: inputs, and targets one later. */
     int seq[B * T + 1];
-    for (int i = 0; i <= B * T; i++) seq[i] = (int)rng_below_u64(&r, 50257);
+    for (int i = 0; i <= B * T; i++) seq[i] = (int)vl_rng_below_u64(&r, 50257);
     memcpy(in, seq, sizeof in);
     memcpy(tg, seq + 1, sizeof tg);
-    double t1 = clock_mono_s();
+    double t1 = vl_clock_mono_s();
     float loss = 0;
     OK(model_gpt_zero_grad(m, &e_));
     OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
-    double t2 = clock_mono_s();
+    double t2 = vl_clock_mono_s();
     /* A plain reference from the softmax the pass left behind: the loss
      * is the mean of -log p[target], and, log p being the logits shifted
      * per row, the variance of log p over the vocabulary is the logits'.
@@ -201,9 +201,9 @@ static void test_forward_backward(void **state) {
     assert_true(fabs((double)loss - (lnv + var / 2)) < 0.2);
     assert_true(fabs((double)loss - lnv) < 0.6);
     /* Every gradient finite, and every tensor has some. */
-    double t3 = clock_mono_s();
+    double t3 = vl_clock_mono_s();
     OK(model_gpt_backward(m, &e_));
-    print_message("GPT-2 small: backward %.2f s\n", clock_mono_s() - t3);
+    print_message("GPT-2 small: backward %.2f s\n", vl_clock_mono_s() - t3);
     const float *g = model_gpt_grads(m);
     assert_non_null(g);
     double sq = 0;

@@ -22,8 +22,8 @@
 /* Feeds s to a fresh guard in chunks of step bytes (0: all at once) and
  * returns what the HTTP parser would see, as a heap string. */
 static char *guard_run(const char *s, size_t len, size_t step, coord_guard *g) {
-    buf out;
-    buf_init(&out, 1 << 20);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
     static const char *const large[] = {"/up", NULL};
     coord_guard_caps caps = {.body_cap = CAP, .large_paths = large, .large_cap = 10 * CAP};
     coord_guard_init(g, HEAD_CAP, &caps);
@@ -33,7 +33,7 @@ static char *guard_run(const char *s, size_t len, size_t step, coord_guard *g) {
         assert_int_equal(coord_guard_feed(g, (const uint8_t *)s + i, n, &out), VL_OK);
     }
     size_t n;
-    char *text = (char *)buf_steal(&out, &n);
+    char *text = (char *)vl_buf_steal(&out, &n);
     if (!text) text = calloc(1, 1);
     return text;
 }
@@ -284,8 +284,8 @@ static int ok_path_authorize(void *arg, coord_guard *g, const uint8_t *head, siz
 }
 
 static char *guard_auth_run(const char *s, size_t step, coord_guard *g) {
-    buf out;
-    buf_init(&out, 1 << 20);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
     coord_guard_caps caps = {.body_cap = 1000, .authorize = ok_path_authorize};
     coord_guard_init(g, HEAD_CAP, &caps);
     size_t len = strlen(s);
@@ -295,7 +295,7 @@ static char *guard_auth_run(const char *s, size_t step, coord_guard *g) {
         assert_int_equal(coord_guard_feed(g, (const uint8_t *)s + i, n, &out), VL_OK);
     }
     size_t n;
-    char *text = (char *)buf_steal(&out, &n);
+    char *text = (char *)vl_buf_steal(&out, &n);
     return text ? text : calloc(1, 1);
 }
 
@@ -381,7 +381,7 @@ static void test_guard_head_field(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     if (crypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_over_cap_content_length),

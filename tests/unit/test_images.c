@@ -355,10 +355,10 @@ static void test_refused_gzip(void **state)
     enum { N = 200, R = 8, C = 8 };
     uint8_t *px = malloc(N * R * C);
     assert_non_null(px);
-    rng r;
-    rng_seed(&r, 7);
+    vl_rng r;
+    vl_rng_seed(&r, 7);
     for (int i = 0; i < N * R * C; i++)
-        px[i] = (uint8_t)rng_below(&r, 256);
+        px[i] = (uint8_t)vl_rng_below(&r, 256);
     uint8_t labs[N];
     for (int i = 0; i < N; i++)
         labs[i] = (uint8_t)(i % 10);
@@ -435,9 +435,9 @@ static void check_fashion(const char *set, size_t n, size_t per_class)
     char img[256], lab[256];
     snprintf(img, sizeof img, FASHION_DIR "/%s-images-idx3-ubyte.gz", set);
     snprintf(lab, sizeof lab, FASHION_DIR "/%s-labels-idx1-ubyte.gz", set);
-    double t0 = clock_mono_s();
+    double t0 = vl_clock_mono_s();
     model_images *s = load_ok(img, lab);
-    double dt = clock_mono_s() - t0;
+    double dt = vl_clock_mono_s() - t0;
     assert_int_equal(model_images_count(s), n);
     assert_int_equal(model_images_rows(s), 28);
     assert_int_equal(model_images_cols(s), 28);
@@ -681,8 +681,8 @@ static void test_gamma_moments(void **state)
 {
     const double shapes[5] = {0.1, 0.5, 1, 2, 30};
     const int N = 400000;
-    rng r;
-    rng_seed(&r, 12345);
+    vl_rng r;
+    vl_rng_seed(&r, 12345);
     for (int k = 0; k < 5; k++) {
         double a = shapes[k], sum = 0, sum2 = 0;
         for (int i = 0; i < N; i++) {

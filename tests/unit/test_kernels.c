@@ -37,10 +37,10 @@ static float *falloc(size_t n)
     return p;
 }
 
-static void fill_normal(float *x, size_t n, rng *r, float scale, float shift)
+static void fill_normal(float *x, size_t n, vl_rng *r, float scale, float shift)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = shift + scale * rng_normal(r);
+        x[i] = shift + scale * vl_rng_normal(r);
 }
 
 /* One differentiable input of a layer: its values and the analytic gradient
@@ -78,8 +78,8 @@ static double gc_loss(const gc_case *c)
 static void gc_check(const char *layer, const gc_case *c, const gc_input *in, int nin,
                      int max_samples, float h, double tol)
 {
-    rng r;
-    rng_seed(&r, 1234);
+    vl_rng r;
+    vl_rng_seed(&r, 1234);
     for (int k = 0; k < nin; k++) {
         size_t n = in[k].n;
         size_t ns = n <= (size_t)max_samples ? n : (size_t)max_samples;
@@ -89,7 +89,7 @@ static void gc_check(const char *layer, const gc_case *c, const gc_input *in, in
         assert_non_null(num);
         assert_non_null(ana);
         for (size_t s = 0; s < ns; s++) {
-            size_t i = ns == n ? s : (size_t)rng_below(&r, (uint32_t)n);
+            size_t i = ns == n ? s : (size_t)vl_rng_below(&r, (uint32_t)n);
             float saved = in[k].x[i];
             in[k].x[i] = saved + h;
             double lp = gc_loss(c);
@@ -152,14 +152,14 @@ static void test_encoder_grad(void **state)
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
-        rng r;
-        rng_seed(&r, 10 + si);
+        vl_rng r;
+        vl_rng_seed(&r, 10 + si);
         size_t BT = (size_t)s.B * s.T;
         enc_ctx c = {falloc(BT * s.C), falloc((size_t)s.V * s.C), falloc((size_t)s.T * s.C),
                      calloc(BT, sizeof(int)), s.B, s.T, s.C};
         assert_non_null(c.tok);
         for (size_t i = 0; i < BT; i++)
-            c.tok[i] = (int)rng_below(&r, (uint32_t)(i % 3 == 0 ? 2 : s.V)); /* repeats */
+            c.tok[i] = (int)vl_rng_below(&r, (uint32_t)(i % 3 == 0 ? 2 : s.V)); /* repeats */
         fill_normal(c.wte, (size_t)s.V * s.C, &r, 1.0f, 0.0f);
         fill_normal(c.wpe, (size_t)s.T * s.C, &r, 1.0f, 0.0f);
         float *proj = falloc(BT * s.C), *dwte = falloc((size_t)s.V * s.C),
@@ -191,8 +191,8 @@ static void ln_fwd(void *p)
 static void test_layernorm_forward_ref(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 3);
+    vl_rng r;
+    vl_rng_seed(&r, 3);
     int N = 7, C = 37;
     ln_ctx c = {falloc((size_t)N * C), falloc(N), falloc(N), falloc((size_t)N * C), falloc(C),
                 falloc(C), N, C};
@@ -226,8 +226,8 @@ static void test_layernorm_grad(void **state)
         shape s = SHAPES[si];
         if (s.C < 2)
             continue;
-        rng r;
-        rng_seed(&r, 20 + si);
+        vl_rng r;
+        vl_rng_seed(&r, 20 + si);
         int N = s.B * s.T, C = s.C;
         size_t NC = (size_t)N * C;
         ln_ctx c = {falloc(NC), falloc(N), falloc(N), falloc(NC), falloc(C), falloc(C), N, C};
@@ -265,8 +265,8 @@ static void mm_fwd(void *p)
 static void test_matmul_forward_ref(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 4);
+    vl_rng r;
+    vl_rng_seed(&r, 4);
     int N = 13, IN = 19, OUT = 23;
     for (int tr = 0; tr < 2; tr++) {
         mm_ctx c = {falloc((size_t)N * OUT), falloc((size_t)N * IN), falloc((size_t)IN * OUT),
@@ -292,8 +292,8 @@ static void test_matmul_forward_ref(void **state)
 static void test_matmul_split_ref(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 8);
+    vl_rng r;
+    vl_rng_seed(&r, 8);
     const int dims[][3] = {{301, 70, 130}, {37, 150, 260}}; /* N, IN, OUT */
     for (int d = 0; d < 2; d++) {
         int N = dims[d][0], IN = dims[d][1], OUT = dims[d][2];
@@ -343,8 +343,8 @@ static void test_matmul_grad(void **state)
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
         for (int tr = 0; tr < 2; tr++) {
-            rng r;
-            rng_seed(&r, 30 + si * 2 + tr);
+            vl_rng r;
+            vl_rng_seed(&r, 30 + si * 2 + tr);
             /* Odd output widths: 3C (qkv), V (head). */
             int N = s.B * s.T, IN = s.C, OUT = tr ? s.V : 3 * s.C + 1;
             size_t NI = (size_t)N * IN, NO = (size_t)N * OUT, W = (size_t)IN * OUT;
@@ -383,8 +383,8 @@ static void att_fwd(void *p)
 
 static void attention_forward_ref(int B, int T, int C, int NH)
 {
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     int hs = C / NH;
     att_ctx c = {falloc((size_t)B * T * C), falloc((size_t)B * NH * T * T),
                  falloc((size_t)B * T * 3 * C), B, T, C, NH};
@@ -434,8 +434,8 @@ static void test_attention_grad(void **state)
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
-        rng r;
-        rng_seed(&r, 40 + si);
+        vl_rng r;
+        vl_rng_seed(&r, 40 + si);
         size_t BT = (size_t)s.B * s.T, n3 = BT * 3 * s.C;
         att_ctx c = {falloc(BT * s.C), falloc((size_t)s.B * s.NH * s.T * s.T), falloc(n3), s.B,
                      s.T, s.C, s.NH};
@@ -488,8 +488,8 @@ static void test_elementwise_grad(void **state)
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         size_t n = sizes[si];
         for (int which = 0; which < 2; which++) {
-            rng r;
-            rng_seed(&r, 50 + si * 2 + which);
+            vl_rng r;
+            vl_rng_seed(&r, 50 + si * 2 + which);
             ew_ctx c = {falloc(n), falloc(n), falloc(n), n, which};
             fill_normal(c.a, n, &r, 2, 0);
             fill_normal(c.b, n, &r, 2, 0);
@@ -527,14 +527,14 @@ static void test_xent(void **state)
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
-        rng r;
-        rng_seed(&r, 60 + si);
+        vl_rng r;
+        vl_rng_seed(&r, 60 + si);
         int N = s.B * s.T, V = s.V;
         size_t NV = (size_t)N * V;
         xe_ctx c = {falloc(NV), falloc(N), falloc(NV), calloc(N, sizeof(int)), N, V};
         assert_non_null(c.tgt);
         for (int i = 0; i < N; i++)
-            c.tgt[i] = (int)rng_below(&r, (uint32_t)V);
+            c.tgt[i] = (int)vl_rng_below(&r, (uint32_t)V);
         fill_normal(c.logits, NV, &r, 2, 0);
         xe_fwd(&c);
         for (int n = 0; n < N; n++) {
@@ -586,8 +586,8 @@ static void test_adamw_reference(void **state)
 {
     (void)state;
     size_t n = 40001;
-    rng r;
-    rng_seed(&r, 70);
+    vl_rng r;
+    vl_rng_seed(&r, 70);
     float *p = falloc(n), *g = falloc(n), *m = falloc(n), *v = falloc(n);
     double *rp = calloc(n, sizeof(double)), *rm = calloc(n, sizeof(double)),
            *rv = calloc(n, sizeof(double));
@@ -661,8 +661,8 @@ static float *run_parallel_kernels(int threads, size_t *total)
     omp_set_num_threads(threads);
     int B = 4, T = 100, C = 48, NH = 4, V = 50;
     size_t BT = (size_t)B * T, n3 = BT * 3 * C, natt = (size_t)B * NH * T * T;
-    rng r;
-    rng_seed(&r, 99);
+    vl_rng r;
+    vl_rng_seed(&r, 99);
     float *qkv = falloc(n3), *dout = falloc(BT * C), *wte = falloc((size_t)V * C),
           *wpe = falloc((size_t)T * C);
     int *tok = calloc(BT, sizeof(int));
@@ -670,7 +670,7 @@ static float *run_parallel_kernels(int threads, size_t *total)
     fill_normal(qkv, n3, &r, 1, 0);
     fill_normal(dout, BT * C, &r, 1, 0);
     for (size_t i = 0; i < BT; i++)
-        tok[i] = (int)rng_below(&r, 4);
+        tok[i] = (int)vl_rng_below(&r, 4);
     *total = BT * C + natt + n3 + (size_t)V * C + (size_t)T * C + 2 * (size_t)C + BT * C;
     float *res = falloc(*total), *o = res;
     float *att = o + BT * C, *dqkv = att + natt, *dwte = dqkv + n3, *dwpe = dwte + (size_t)V * C;

@@ -20,8 +20,8 @@
 
 static void adamw_compare(size_t n, int with_mask)
 {
-    rng r;
-    rng_seed(&r, 1000 + n);
+    vl_rng r;
+    vl_rng_seed(&r, 1000 + n);
     float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
     float *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
     float *cp = malloc(n * sizeof(float)), *cm = calloc(n, sizeof(float)),
@@ -29,15 +29,15 @@ static void adamw_compare(size_t n, int with_mask)
     uint8_t *mask = with_mask ? malloc(n) : NULL;
     assert_true(p && g && m && v && cp && cm && cv && (mask || !with_mask));
     for (size_t i = 0; i < n; i++) {
-        p[i] = cp[i] = rng_normal(&r);
+        p[i] = cp[i] = vl_rng_normal(&r);
         if (mask)
-            mask[i] = (uint8_t)(rng_below(&r, 2));
+            mask[i] = (uint8_t)(vl_rng_below(&r, 2));
     }
     kernels_adamw_hparams hp = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0};
     double worst = 0;
     for (long step = 1; step <= 3; step++) {
         for (size_t i = 0; i < n; i++)
-            g[i] = rng_normal(&r) * 0.1f;
+            g[i] = vl_rng_normal(&r) * 0.1f;
         hp.step = step;
         vl_error err = {0};
         int rc = kernels_cuda_adamw_step_host(p, g, m, v, mask, n, &hp, &err);
@@ -93,13 +93,13 @@ static void test_cuda_sumsq_and_scale(void **state)
                      0);
     for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
         size_t n = sizes[c];
-        rng r;
-        rng_seed(&r, 77 + n);
+        vl_rng r;
+        vl_rng_seed(&r, 77 + n);
         float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
         assert_true(x && y);
         double want = 0;
         for (size_t i = 0; i < n; i++) {
-            x[i] = rng_normal(&r) * 0.01f;
+            x[i] = vl_rng_normal(&r) * 0.01f;
             want += (double)x[i] * x[i];
         }
         float *d_x = NULL;

@@ -420,14 +420,14 @@ static void trainer_init(trainer *tr)
  * bias gradient, and dY_i = g_i / N is the mean-loss gradient
  * model_kfac_update_factors expects. The MLP's own backward does the work,
  * so nothing here re-derives it. */
-static void fisher_batch(trainer *tr, rng *r)
+static void fisher_batch(trainer *tr, vl_rng *r)
 {
     model_mlp *m = tr->m;
     OK(model_mlp_forward(m, tr->x, NULL, TR_N, NULL, &e_));
     const float *probs = model_mlp_probs(m);
     int yhat[TR_N];
     for (int i = 0; i < TR_N; i++) {
-        float u = rng_uniform(r), acc = 0.0f;
+        float u = vl_rng_uniform(r), acc = 0.0f;
         yhat[i] = 3;
         for (int k = 0; k < 4; k++) {
             acc += probs[i * 4 + k];
@@ -466,8 +466,8 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
     assert_non_null(grad);
     assert_non_null(nat);
     model_kfac_layer *layer[2] = {make(10, 16), make(16, 4)};
-    rng r;
-    rng_seed(&r, 77);
+    vl_rng r;
+    vl_rng_seed(&r, 77);
     float loss = 0.0f;
     for (int step = 0; step < TR_STEPS; step++) {
         model_mlp_zero_grad(m);

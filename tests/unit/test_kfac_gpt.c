@@ -42,11 +42,11 @@ static model_gpt *make_gpt(void)
 
 static void batch(uint64_t seed, int *in, int *tg)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (int i = 0; i < B * T; i++) {
-        in[i] = (int)rng_below(&r, (uint32_t)CFG.vocab_size);
-        tg[i] = (int)rng_below(&r, (uint32_t)CFG.vocab_size);
+        in[i] = (int)vl_rng_below(&r, (uint32_t)CFG.vocab_size);
+        tg[i] = (int)vl_rng_below(&r, (uint32_t)CFG.vocab_size);
     }
 }
 
@@ -527,8 +527,8 @@ static float train_tiny(int kfac, float *first)
     model_sgd sgd;
     OK(model_kfac_gpt_init(&o, m, &c, &e_));
     OK(model_sgd_init(&sgd, model_gpt_num_params(m), c.lr, 0.0f, 0.0f, 0, &e_));
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     int in[8 * 16], tg[8 * 16];
     float last = 0.0f;
     for (int s = 0; s < 40; s++) {

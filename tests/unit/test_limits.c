@@ -126,7 +126,7 @@ static void guard_with_clock(coord_guard *g, double timeout, double rate) {
     coord_guard_init(g, 4096, &caps);
 }
 
-static void feed(coord_guard *g, const char *s, buf *out) {
+static void feed(coord_guard *g, const char *s, vl_buf *out) {
     assert_int_equal(coord_guard_feed(g, (const uint8_t *)s, strlen(s), out), VL_OK);
 }
 
@@ -136,8 +136,8 @@ static void feed(coord_guard *g, const char *s, buf *out) {
 static void test_guard_slow_head(void **state) {
     (void)state;
     coord_guard g;
-    buf out;
-    buf_init(&out, 1 << 16);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 16);
     guard_with_clock(&g, 30, 1000);
     fake_now = 100;
     assert_int_equal(coord_guard_check_time(&g, 1000), COORD_GUARD_OK); /* idle */
@@ -156,7 +156,7 @@ static void test_guard_slow_head(void **state) {
     assert_int_equal(g.state, COORD_GUARD_DISCARD);
     assert_int_equal(coord_guard_verdict_parse("head_timeout"), COORD_GUARD_HEAD_TIMEOUT);
     /* Whatever the client sends later is dropped. */
-    buf_reset(&out);
+    vl_buf_reset(&out);
     feed(&g, "\r\nGET / HTTP/1.1\r\n\r\n", &out);
     assert_int_equal(out.len, 0);
     coord_guard_free(&g);
@@ -176,14 +176,14 @@ static void test_guard_slow_head(void **state) {
 
     /* A head whose request line never ended: refused without one. */
     guard_with_clock(&g, 30, 1000);
-    buf_reset(&out);
+    vl_buf_reset(&out);
     fake_now = 0;
     feed(&g, "POST /v1/upd", &out);
     assert_int_equal(coord_guard_check_time(&g, 31), COORD_GUARD_HEAD_TIMEOUT);
     assert_int_equal(coord_guard_expire_head(&g, &out), VL_OK);
     assert_true(out.len > 15 && memcmp(out.data, "GET / HTTP/1.1\r\n", 16) == 0);
     coord_guard_free(&g);
-    buf_free(&out);
+    vl_buf_free(&out);
 }
 
 /* A body has the limit plus its length over the minimum rate, counted from
@@ -191,8 +191,8 @@ static void test_guard_slow_head(void **state) {
 static void test_guard_slow_body(void **state) {
     (void)state;
     coord_guard g;
-    buf out;
-    buf_init(&out, 1 << 16);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 16);
     guard_with_clock(&g, 10, 1000);
     fake_now = 50;
     feed(&g, "POST /v1/peers HTTP/1.1\r\nContent-Length: 5000\r\n\r\n", &out);
@@ -224,7 +224,7 @@ static void test_guard_slow_body(void **state) {
     feed(&g, "GET /x", &out);
     assert_int_equal(coord_guard_check_time(&g, 1e9), COORD_GUARD_OK);
     coord_guard_free(&g);
-    buf_free(&out);
+    vl_buf_free(&out);
 }
 
 /* "//host/path" is an authority to libevent's URI parser: the path it

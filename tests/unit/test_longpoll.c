@@ -113,7 +113,7 @@ static void start_probe(struct evhttp_request *req) {
     memset(&cr, 0, sizeof cr);
     cr.srv = H.srv;
     cr.req = req;
-    cr.t0 = clock_mono_s();
+    cr.t0 = vl_clock_mono_s();
     snprintf(cr.method, sizeof cr.method, "GET");
     snprintf(cr.path, sizeof cr.path, "/test/probe");
     cr.full_path = "/test/probe";
@@ -145,12 +145,12 @@ static void open_run(int upv, int lease_s) {
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", H.dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", H.dir);
     snprintf(db, sizeof db, "%s/run.db", H.dir);
-    buf c;
-    buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "every request in its turn. "));
-    OK(buf_append(&c, "", 1));
+    vl_buf c;
+    vl_buf_init(&c, 1 << 20);
+    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "every request in its turn. "));
+    OK(vl_buf_append(&c, "", 1));
     test_write_text(corpus, (const char *)c.data);
-    buf_free(&c);
+    vl_buf_free(&c);
     snprintf(text, sizeof text,
              "{\"name\": \"longpoll\", \"corpus\": \"%s\", \"mode\": \"sync\", \"model\": "
              "{\"vocab_size\": 256, \"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, "
@@ -219,9 +219,9 @@ static void pump(void) {
 
 #define PUMP_UNTIL(cond, what)                                                                    \
     do {                                                                                          \
-        double end_ = clock_mono_s() + STEP_S;                                                    \
+        double end_ = vl_clock_mono_s() + STEP_S;                                                    \
         while (!(cond)) {                                                                         \
-            if (clock_mono_s() > end_) fail_msg("%s: not within %.0f s", what, STEP_S);           \
+            if (vl_clock_mono_s() > end_) fail_msg("%s: not within %.0f s", what, STEP_S);           \
             pump();                                                                               \
         }                                                                                         \
     } while (0)
@@ -234,7 +234,7 @@ static int add_peer(void) {
     crypto_identity_generate(&H.keys[i]);
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
-    OK(storage_peer_insert(H.srv->db, H.keys[i].pk, name, "{}", 0, clock_unix_s(), &H.ids[i],
+    OK(storage_peer_insert(H.srv->db, H.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &H.ids[i],
                            &e_));
     return i;
 }
@@ -242,7 +242,7 @@ static int add_peer(void) {
 /* A task of peer i on version 0, inserted as the writer would have. */
 static int64_t add_task(int i, storage_task_state state, int64_t deadline) {
     storage_task t = {.peer_id = H.ids[i], .base_version = 0, .data_offset = 0,
-                      .data_length = 4096, .seed = 1, .issued_at = clock_unix_s(),
+                      .data_length = 4096, .seed = 1, .issued_at = vl_clock_unix_s(),
                       .deadline = deadline, .state = state};
     int64_t id = 0;
     OK(storage_task_insert(H.srv->db, &t, &id, &e_));
@@ -252,7 +252,7 @@ static int64_t add_task(int i, storage_task_state state, int64_t deadline) {
 /* Peer i's task on version 0 is done and its update stored: one of the
  * updates the merge takes. */
 static void add_update(int i) {
-    int64_t task = add_task(i, STORAGE_TASK_DONE, clock_unix_s() + 600);
+    int64_t task = add_task(i, STORAGE_TASK_DONE, vl_clock_unix_s() + 600);
     size_t n = H.srv->n_params;
     float *d = random_vec(n, 50 + (uint64_t)i);
     for (size_t k = 0; k < n; k++) d[k] *= 1e-3f;
@@ -260,16 +260,16 @@ static void add_update(int i) {
                               .num_samples = 16, .local_steps = 4, .loss = 3.0,
                               .kind = COMPRESS_DENSE};
     snprintf(m.run, sizeof m.run, "longpoll");
-    buf b;
-    buf_init(&b, 1 << 24);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 24);
     OK(compress_update_encode_dense(&m, d, n, ST_F32, &b, &e_));
     storage_update u = {.task_id = task, .peer_id = H.ids[i], .base_version = 0,
                         .num_samples = m.num_samples, .local_steps = m.local_steps,
                         .loss = m.loss, .nbytes = (int64_t)b.len, .blob = b.data,
-                        .received_at = clock_unix_s()};
+                        .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(COMPRESS_DENSE));
     OK(storage_update_insert(H.srv->db, &u, NULL, &e_));
-    buf_free(&b);
+    vl_buf_free(&b);
     free(d);
 }
 
@@ -281,10 +281,10 @@ static client *connect_client(void) {
     assert_true(c->fd >= 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
-    double end = clock_mono_s() + STEP_S;
+    double end = vl_clock_mono_s() + STEP_S;
     while (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         assert_true(errno == EAGAIN || errno == EINTR);
-        assert_true(clock_mono_s() < end);
+        assert_true(vl_clock_mono_s() < end);
         pump();
     }
     return c;
@@ -306,7 +306,7 @@ static client *ask_task(int i, int wait) {
     snprintf(target, sizeof target, "/v1/task?wait=%d", wait);
     snprintf(keyid, sizeof keyid, "%lld", (long long)H.ids[i]);
     crypto_signed_headers sh;
-    OK(crypto_sign_http(&H.keys[i], keyid, "GET", target, 0, NULL, 0, clock_unix_s(), &sh));
+    OK(crypto_sign_http(&H.keys[i], keyid, "GET", target, 0, NULL, 0, vl_clock_unix_s(), &sh));
     snprintf(req, sizeof req,
              "GET %s HTTP/1.1\r\nHost: longpoll\r\nSignature-Input: %s\r\nSignature: %s\r\n\r\n",
              target, sh.signature_input, sh.signature);
@@ -346,8 +346,8 @@ static int all_answered(client *const *c, int n) {
 
 /* Turns the loop for up to seconds, or until cond(arg). */
 static void pump_for(double seconds, int (*cond)(void *arg), void *arg) {
-    double end = clock_mono_s() + seconds;
-    while (!cond(arg) && clock_mono_s() < end) pump();
+    double end = vl_clock_mono_s() + seconds;
+    while (!cond(arg) && vl_clock_mono_s() < end) pump();
 }
 
 static int answered(void *arg) {
@@ -431,13 +431,13 @@ static void hold_for_commits(probe *p) {
     uint64_t last = 0;
     for (int64_t i = 0; i < srv->issuing; i++)
         if (srv->issuing_leases[i].seq > last) last = srv->issuing_leases[i].seq;
-    double end = clock_mono_s() + STEP_S;
+    double end = vl_clock_mono_s() + STEP_S;
     while (coord_writer_settled(srv->writer) < last) {
-        if (clock_mono_s() > end) fail_msg("the writer did not commit the leases");
+        if (vl_clock_mono_s() > end) fail_msg("the writer did not commit the leases");
         usleep(1000);
     }
     int64_t held = 0;
-    OK(storage_task_count_slots(srv->db, srv->version, clock_unix_s(), &held, &e_));
+    OK(storage_task_count_slots(srv->db, srv->version, vl_clock_unix_s(), &held, &e_));
     assert_int_equal(held, srv->issuing);
 }
 
@@ -529,9 +529,9 @@ static client *slot_about_to_free(gate *writer, int64_t *deadline, int *other) {
         usleep(5000);
         clock_gettime(CLOCK_REALTIME, &ts);
     } while (ts.tv_nsec > 100000000L);
-    *deadline = clock_unix_s() + 1;
+    *deadline = vl_clock_unix_s() + 1;
     add_task(holder, STORAGE_TASK_LEASED, *deadline);
-    add_task(done, STORAGE_TASK_DONE, clock_unix_s() + 600);
+    add_task(done, STORAGE_TASK_DONE, vl_clock_unix_s() + 600);
     client *w = park_task(parked);
     gate_close(writer, 0);
     coord_arm_lease_timer(H.srv);
@@ -547,7 +547,7 @@ static void test_expired_slot_goes_to_oldest(void **state) {
     int64_t deadline = 0;
     int late = 0;
     client *w = slot_about_to_free(&writer, &deadline, &late);
-    PUMP_UNTIL(clock_unix_s() >= deadline && H.srv->expiring, "the lease to run out");
+    PUMP_UNTIL(vl_clock_unix_s() >= deadline && H.srv->expiring, "the lease to run out");
     /* Refused on the loop, with the writer still held, when the slot went
      * to the parked request; answered after the writer when it took it. */
     client *z = ask_task(late, 0);
@@ -641,7 +641,7 @@ static void test_lease_answered_while_queue_waits(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     if (crypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_waiters_across_merge),

@@ -38,12 +38,12 @@ static coord_server *open_run(const char *dir, const char *kind, const char *rob
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", dir);
     snprintf(db, sizeof db, "%s/run.db", dir);
-    buf c;
-    buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(buf_append_str(&c, "a quick merge of two updates. "));
-    OK(buf_append(&c, "", 1));
+    vl_buf c;
+    vl_buf_init(&c, 1 << 20);
+    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "a quick merge of two updates. "));
+    OK(vl_buf_append(&c, "", 1));
     test_write_text(corpus, (const char *)c.data);
-    buf_free(&c);
+    vl_buf_free(&c);
     /* The sketch run's updates are F32, as sent here, so that the exact
      * mean is what comes back; no second round, which would apply only
      * the values its peers report. */
@@ -72,17 +72,17 @@ static coord_server *open_run(const char *dir, const char *kind, const char *rob
 
 /* Stores a done task of peer for m's base version and its update (body). */
 static void store_update(coord_server *srv, int64_t peer, const compress_update_meta *m,
-                         const buf *body) {
+                         const vl_buf *body) {
     storage_task t = {.peer_id = peer, .base_version = m->base_version, .data_offset = 0,
                       .data_length = 4096, .seed = 1, .issued_at = 1000,
-                      .deadline = clock_unix_s() + 600, .state = STORAGE_TASK_DONE};
+                      .deadline = vl_clock_unix_s() + 600, .state = STORAGE_TASK_DONE};
     int64_t tid = 0;
     OK(storage_task_insert(srv->db, &t, &tid, &e_));
     assert_int_equal(tid, m->task);
     storage_update u = {.task_id = tid, .peer_id = peer, .base_version = m->base_version,
                         .num_samples = m->num_samples, .local_steps = m->local_steps,
                         .loss = m->loss, .nbytes = (int64_t)body->len, .blob = body->data,
-                        .received_at = clock_unix_s()};
+                        .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(m->kind));
     OK(storage_update_insert(srv->db, &u, NULL, &e_));
 }
@@ -154,7 +154,7 @@ static void check_recovery(const coord_server *srv, const float *mean, size_t n)
 /* An update's body of the run's kind for the values d (n of them; for a
  * sketch run, zero off the support). */
 static void encode_update(const coord_server *srv, const char *kind, compress_update_meta *m,
-                          const uint32_t *idx, const float *d, size_t n, buf *b) {
+                          const uint32_t *idx, const float *d, size_t n, vl_buf *b) {
     if (strcmp(kind, "topk") == 0) {
         m->kind = COMPRESS_TOPK;
         OK(compress_update_encode_topk(m, idx, d, n, ST_F32, b, &e_));
@@ -183,7 +183,7 @@ static void check_kind(const char *kind) {
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
         memset(pk[k], k + 1, sizeof pk[k]);
-        OK(storage_peer_insert(srv->db, pk[k], "p", "{}", 0, clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->db, pk[k], "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
     int64_t samples[2] = {10, 30};
     float *d[2];
@@ -217,11 +217,11 @@ static void check_kind(const char *kind) {
         compress_update_meta m = {.task = k + 1, .peer = peer[k], .base_version = 0,
                                   .num_samples = samples[k], .local_steps = 2, .loss = 3.0};
         snprintf(m.run, sizeof m.run, "merge");
-        buf b;
-        buf_init(&b, 1 << 24);
+        vl_buf b;
+        vl_buf_init(&b, 1 << 24);
         encode_update(srv, kind, &m, idx, d[k], n, &b);
         store_update(srv, peer[k], &m, &b);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     merge_next(srv);
     const float *theta1 = coord_net_params(&srv->net);
@@ -273,11 +273,11 @@ static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t s
     compress_update_meta m = {.task = task, .peer = peer, .base_version = srv->version,
                               .num_samples = samples, .local_steps = 2, .loss = 3.0};
     snprintf(m.run, sizeof m.run, "merge");
-    buf b;
-    buf_init(&b, 1 << 24);
+    vl_buf b;
+    vl_buf_init(&b, 1 << 24);
     encode_update(srv, "none", &m, NULL, d, srv->n_params, &b);
     store_update(srv, peer, &m, &b);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 static double l2(const float *d, size_t n) {
@@ -304,7 +304,7 @@ static void test_auto_norm_bound(void **state) {
     for (int k = 0; k < 2; k++) {
         uint8_t pk[CRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
-        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
     float *d[2];
     for (int k = 0; k < 2; k++) {
@@ -423,7 +423,7 @@ static void test_round_state(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     if (crypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_divides_by_samples),

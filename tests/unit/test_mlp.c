@@ -52,19 +52,19 @@ static model_mlp_config small_config(void)
  * zero and the GELUs see both signs. */
 static void randomise(model_mlp *m, uint64_t seed)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     float *p = model_mlp_params(m);
     for (size_t i = 0; i < model_mlp_num_params(m); i++)
-        p[i] = 0.8f * rng_normal(&r);
+        p[i] = 0.8f * vl_rng_normal(&r);
 }
 
 static void random_labels(int *y, int n, int C, uint64_t seed)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (int i = 0; i < n; i++)
-        y[i] = (int)rng_below(&r, (uint32_t)C);
+        y[i] = (int)vl_rng_below(&r, (uint32_t)C);
 }
 
 /* ---- the naive reference ------------------------------------------------ */

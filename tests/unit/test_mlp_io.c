@@ -220,11 +220,11 @@ static const model_mlp_config SMALL = {.in_dim = 5, .n_hidden = 2, .hidden = {7,
  * wrong place or not at all shows. */
 static void randomise(model_mlp *m, uint64_t seed)
 {
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     float *p = model_mlp_params(m);
     for (size_t i = 0; i < model_mlp_num_params(m); i++)
-        p[i] = rng_normal(&r);
+        p[i] = vl_rng_normal(&r);
 }
 
 static void test_safetensors_round_trip(void **state)
@@ -241,8 +241,8 @@ static void test_safetensors_round_trip(void **state)
         st_writer w;
         st_writer_init(&w);
         OK(model_mlp_write_safetensors(a, &w));
-        buf b;
-        buf_init(&b, 0);
+        vl_buf b;
+        vl_buf_init(&b, 0);
         OK(st_writer_finish(&w, &b, &e_));
         st_writer_free(&w);
 
@@ -276,7 +276,7 @@ static void test_safetensors_round_trip(void **state)
         assert_memory_equal(model_mlp_params(fresh), model_mlp_params(a),
                             model_mlp_num_params(a) * sizeof(float));
         st_free(&f);
-        buf_free(&b);
+        vl_buf_free(&b);
         model_mlp_destroy(fresh);
         model_mlp_destroy(a);
     }
@@ -295,7 +295,7 @@ typedef struct file_fault {
 
 /* Writes m's tensors into b the way model_mlp_write_safetensors would, with
  * the fault f. */
-static void write_faulty(model_mlp *m, const file_fault *f, buf *b)
+static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b)
 {
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
@@ -310,7 +310,7 @@ static void write_faulty(model_mlp *m, const file_fault *f, buf *b)
     if (f->inf_at >= 0)
         p[f->inf_at] = INFINITY;
     for (size_t i = 0; i < n; i++)
-        half[i] = f32_to_f16(p[i]);
+        half[i] = vl_f32_to_f16(p[i]);
     static const float three[3] = {1, 2, 3};
     st_writer w;
     st_writer_init(&w);
@@ -360,8 +360,8 @@ static void load_refused(const file_fault *f, int want, const char *needle)
     float *before = malloc(n * sizeof *before);
     assert_non_null(before);
     memcpy(before, model_mlp_params(dst), n * sizeof *before);
-    buf b;
-    buf_init(&b, 0);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     write_faulty(src, f, &b);
     st_file sf;
     OK(st_parse(b.data, b.len, &sf, &e_));
@@ -373,7 +373,7 @@ static void load_refused(const file_fault *f, int want, const char *needle)
         fail_msg("message '%s' lacks '%s'", e.msg, needle);
     assert_memory_equal(model_mlp_params(dst), before, n * sizeof *before);
     st_free(&sf);
-    buf_free(&b);
+    vl_buf_free(&b);
     free(before);
     model_mlp_destroy(src);
     model_mlp_destroy(dst);
@@ -414,8 +414,8 @@ static void test_load_refusals(void **state)
     model_mlp_config other = SMALL;
     other.hidden[0] = 8;
     model_mlp *src = make(other, 1), *dst = make(SMALL, 2);
-    buf b;
-    buf_init(&b, 0);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     write_faulty(src, &none, &b);
     st_file sf;
     OK(st_parse(b.data, b.len, &sf, &e_));
@@ -424,7 +424,7 @@ static void test_load_refusals(void **state)
     assert_non_null(strstr(e.msg, "mlp checkpoint"));
     assert_int_equal(model_mlp_load_safetensors(dst, NULL, &e), VL_EINVAL);
     st_free(&sf);
-    buf_free(&b);
+    vl_buf_free(&b);
     model_mlp_destroy(src);
     model_mlp_destroy(dst);
 }
@@ -436,8 +436,8 @@ static void test_load_f16(void **state)
     model_mlp *src = make(SMALL, 1), *dst = make(SMALL, 2);
     randomise(src, 8);
     file_fault f = {.as_f16 = "fc.0.weight", .nan_at = -1, .inf_at = -1};
-    buf b;
-    buf_init(&b, 0);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     write_faulty(src, &f, &b);
     st_file sf;
     OK(st_parse(b.data, b.len, &sf, &e_));
@@ -447,13 +447,13 @@ static void test_load_f16(void **state)
     const float *a = model_mlp_params(src), *d = model_mlp_params(dst);
     for (int i = 0; i < nt; i++)
         for (size_t k = t[i].offset; k < t[i].offset + t[i].numel; k++) {
-            float want = i == 0 ? f16_to_f32(f32_to_f16(a[k])) : a[k];
+            float want = i == 0 ? vl_f16_to_f32(vl_f32_to_f16(a[k])) : a[k];
             if (memcmp(&d[k], &want, sizeof want) != 0)
                 fail_msg("%s element %zu: %.9g, wanted %.9g", t[i].name, k - t[i].offset,
                          d[k], want);
         }
     st_free(&sf);
-    buf_free(&b);
+    vl_buf_free(&b);
     model_mlp_destroy(src);
     model_mlp_destroy(dst);
 }
@@ -497,11 +497,11 @@ static void test_adamw_matches_reference(void **state)
         p[i] = params[i];
     }
 
-    rng r;
-    rng_seed(&r, 77);
+    vl_rng r;
+    vl_rng_seed(&r, 77);
     for (int step = 1; step <= 3; step++) {
         for (size_t i = 0; i < n; i++)
-            g[i] = 0.5f * rng_normal(&r);
+            g[i] = 0.5f * vl_rng_normal(&r);
         OK(model_adamw_step_tensors(&opt, t, nt, n, params, g, &e_));
         assert_int_equal(opt.step, step);
         double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
@@ -697,8 +697,8 @@ static void test_conv_safetensors_round_trip(void **state)
     st_writer w;
     st_writer_init(&w);
     OK(model_mlp_write_safetensors(a, &w));
-    buf b;
-    buf_init(&b, 0);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     OK(st_writer_finish(&w, &b, &e_));
     st_writer_free(&w);
     st_file f;
@@ -728,7 +728,7 @@ static void test_conv_safetensors_round_trip(void **state)
     vl_error e = {0};
     assert_int_not_equal(model_mlp_load_safetensors(plain, &f, &e), 0);
     st_free(&f);
-    buf_free(&b);
+    vl_buf_free(&b);
     model_mlp_destroy(plain);
     model_mlp_destroy(fresh);
     model_mlp_destroy(a);

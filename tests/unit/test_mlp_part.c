@@ -40,12 +40,12 @@ static model_mlp *make_model(model_mlp_config c, uint64_t seed)
     model_mlp_init_weights(m, seed);
     const model_tensor *t = NULL;
     int nt = model_mlp_tensors(m, &t);
-    rng r;
-    rng_seed(&r, seed + 1000);
+    vl_rng r;
+    vl_rng_seed(&r, seed + 1000);
     float *p = model_mlp_params(m);
     for (int i = 1; i < nt; i += 2)
         for (size_t k = 0; k < t[i].numel; k++)
-            p[t[i].offset + k] = 0.1f * rng_normal(&r);
+            p[t[i].offset + k] = 0.1f * vl_rng_normal(&r);
     return m;
 }
 
@@ -66,10 +66,10 @@ static int *random_labels(int n, int C, uint64_t seed)
 {
     int *y = malloc((size_t)n * sizeof *y);
     assert_non_null(y);
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (int i = 0; i < n; i++)
-        y[i] = (int)rng_below(&r, (uint32_t)C);
+        y[i] = (int)vl_rng_below(&r, (uint32_t)C);
     return y;
 }
 

@@ -151,19 +151,19 @@ static void test_init(void **state)
 }
 
 /* The initialisation drawn in chunks on several threads is, bit for bit,
- * the plain sequential draw: every 2-D tensor std * rng_normal in table
- * order from one stream, and rng_normal_skip steps that stream exactly as
+ * the plain sequential draw: every 2-D tensor std * vl_rng_normal in table
+ * order from one stream, and vl_rng_normal_skip steps that stream exactly as
  * the draws would. wte here spans several chunks and ends inside one. */
 static void test_init_sequential(void **state)
 {
     (void)state;
-    rng a, b;
-    rng_seed(&a, 11);
-    rng_seed(&b, 11);
-    rng_normal_skip(&a, 1001);
+    vl_rng a, b;
+    vl_rng_seed(&a, 11);
+    vl_rng_seed(&b, 11);
+    vl_rng_normal_skip(&a, 1001);
     for (int i = 0; i < 1001; i++)
-        (void)rng_normal(&b);
-    assert_true(rng_u64(&a) == rng_u64(&b));
+        (void)vl_rng_normal(&b);
+    assert_true(vl_rng_u64(&a) == vl_rng_u64(&b));
 
     model_gpt_config c = {.vocab_size = 5003, .block_size = 16, .n_layer = 2, .n_head = 4,
                           .n_embd = 32};
@@ -171,15 +171,15 @@ static void test_init_sequential(void **state)
     const float *p = model_gpt_params(m);
     const model_tensor *t;
     int n = model_gpt_tensors(m, &t);
-    rng r;
-    rng_seed(&r, 99);
+    vl_rng r;
+    vl_rng_seed(&r, 99);
     float proj = 0.02f / sqrtf(2.0f * (float)c.n_layer);
     for (int i = 0; i < n; i++) {
         if (t[i].ndim != 2)
             continue;
         float std = strstr(t[i].name, ".c_proj.weight") ? proj : 0.02f;
         for (size_t k = 0; k < t[i].numel; k++) {
-            float want = std * rng_normal(&r);
+            float want = std * vl_rng_normal(&r);
             if (memcmp(&want, p + t[i].offset + k, sizeof want) != 0)
                 fail_msg("%s[%zu] = %.9g, sequentially %.9g", t[i].name, k,
                          (double)p[t[i].offset + k], (double)want);
@@ -190,10 +190,10 @@ static void test_init_sequential(void **state)
 
 /* ---- forward -------------------------------------------------------------- */
 
-static void random_tokens(int *x, size_t n, int V, rng *r)
+static void random_tokens(int *x, size_t n, int V, vl_rng *r)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = (int)rng_below(r, (uint32_t)V);
+        x[i] = (int)vl_rng_below(r, (uint32_t)V);
 }
 
 static void test_init_loss_is_uniform(void **state)
@@ -202,8 +202,8 @@ static void test_init_loss_is_uniform(void **state)
     model_gpt *m = make(model_gpt_config_default(), 42);
     int B = 4, T = 64;
     int in[4 * 64], tg[4 * 64];
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     random_tokens(in, (size_t)B * T, 256, &r);
     random_tokens(tg, (size_t)B * T, 256, &r);
     float loss = 0;
@@ -258,8 +258,8 @@ static void test_replanning(void **state)
     model_gpt_config c = model_gpt_config_default();
     c.block_size = 16, c.n_embd = 32, c.n_head = 2;
     model_gpt *m = make(c, 3);
-    rng r;
-    rng_seed(&r, 9);
+    vl_rng r;
+    vl_rng_seed(&r, 9);
     int in[64];
     random_tokens(in, 64, 256, &r);
     const int shapes[][2] = {{2, 4}, {4, 4}, {1, 16}, {2, 3}, {4, 16}};
@@ -285,14 +285,14 @@ static void test_full_model_gradient(void **state)
     model_gpt *m = make(c, 11);
     /* Larger weights than the 0.02 initialisation, so every tensor's
      * gradient is well above float rounding. */
-    rng r;
-    rng_seed(&r, 12);
+    vl_rng r;
+    vl_rng_seed(&r, 12);
     const model_tensor *t;
     int nt = model_gpt_tensors(m, &t);
     float *p = model_gpt_params(m);
     for (int i = 0; i < nt; i++)
         for (size_t k = 0; k < t[i].numel; k++)
-            p[t[i].offset + k] += (t[i].ndim == 2 ? 0.3f : 0.2f) * rng_normal(&r);
+            p[t[i].offset + k] += (t[i].ndim == 2 ? 0.3f : 0.2f) * vl_rng_normal(&r);
     int B = 2, T = 5;
     int in[10], tg[10];
     random_tokens(in, 10, c.vocab_size, &r);
@@ -310,9 +310,9 @@ static void test_full_model_gradient(void **state)
         size_t ns = t[i].numel < 12 ? t[i].numel : 12;
         double dd = 0, nn = 0, aa = 0;
         for (size_t s = 0; s < ns; s++) {
-            size_t k = t[i].offset + (ns == t[i].numel ? s : rng_below(&r, (uint32_t)t[i].numel));
+            size_t k = t[i].offset + (ns == t[i].numel ? s : vl_rng_below(&r, (uint32_t)t[i].numel));
             if (strcmp(t[i].name, "wpe.weight") == 0)
-                k = t[i].offset + rng_below(&r, (uint32_t)(T * c.n_embd)); /* rows < T */
+                k = t[i].offset + vl_rng_below(&r, (uint32_t)(T * c.n_embd)); /* rows < T */
             float saved = p[k];
             float lp, lm;
             p[k] = saved + h;
@@ -344,8 +344,8 @@ static void test_gradient_accumulates(void **state)
                           .n_embd = 16};
     model_gpt *m = make(c, 4);
     int in[16], tg[16];
-    rng r;
-    rng_seed(&r, 1);
+    vl_rng r;
+    vl_rng_seed(&r, 1);
     random_tokens(in, 16, 256, &r);
     random_tokens(tg, 16, 256, &r);
     size_t n = model_gpt_num_params(m);
@@ -442,14 +442,14 @@ static model_gpt *hook_model(int *in, int *tg, size_t bt)
     model_gpt *m = make(hook_cfg, 31);
     /* Larger weights than the initialisation, so every layer's gradient
      * stands well clear of zero. */
-    rng r;
-    rng_seed(&r, 32);
+    vl_rng r;
+    vl_rng_seed(&r, 32);
     const model_tensor *t;
     int nt = model_gpt_tensors(m, &t);
     float *p = model_gpt_params(m);
     for (int i = 0; i < nt; i++)
         for (size_t k = 0; k < t[i].numel; k++)
-            p[t[i].offset + k] += 0.1f * rng_normal(&r);
+            p[t[i].offset + k] += 0.1f * vl_rng_normal(&r);
     random_tokens(in, bt, hook_cfg.vocab_size, &r);
     random_tokens(tg, bt, hook_cfg.vocab_size, &r);
     return m;
@@ -546,8 +546,8 @@ static void test_overfit_one_batch(void **state)
     model_gpt *m = make(c, 1);
     int B = 4, T = 16;
     int in[64], tg[64];
-    rng r;
-    rng_seed(&r, 77);
+    vl_rng r;
+    vl_rng_seed(&r, 77);
     random_tokens(in, 64, 256, &r);
     random_tokens(tg, 64, 256, &r);
     model_adamw opt;
@@ -577,8 +577,8 @@ static void train_run(float *losses, int steps, float **params_out, size_t *n_ou
     model_gpt *m = make(c, 2024);
     static const char text[] =
         "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs.";
-    rng r;
-    rng_seed(&r, 31337);
+    vl_rng r;
+    vl_rng_seed(&r, 31337);
     int in[8 * 16], tg[8 * 16];
     model_adamw opt;
     OK(model_adamw_init(&opt, model_gpt_num_params(m), 3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, &e_));
@@ -711,8 +711,8 @@ static void test_data_sample(void **state)
     uint8_t data[40];
     for (int i = 0; i < 40; i++)
         data[i] = (uint8_t)(200 + i); /* value encodes the offset */
-    rng r;
-    rng_seed(&r, 3);
+    vl_rng r;
+    vl_rng_seed(&r, 3);
     int B = 50, T = 9;
     int in[50 * 9], tg[50 * 9];
     int seen[40] = {0};

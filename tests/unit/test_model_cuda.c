@@ -51,8 +51,8 @@ static void test_layernorm(void **state)
 {
     (void)state;
     const int shapes[][2] = {{1, 1}, {7, 33}, {130, 1000}, {3, 2050}, {257, 96}};
-    rng r;
-    rng_seed(&r, 11);
+    vl_rng r;
+    vl_rng_seed(&r, 11);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], C = shapes[s][1];
         size_t NC = (size_t)N * C;
@@ -159,7 +159,7 @@ static void expect_mm(const char *shape, const char *what, const float *d, const
  * in bf16, the bound per product magnitude (the fp32 sum's K 2^-24 is
  * added here). */
 static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_bias,
-                        int with_dinp, double tol, rng *r)
+                        int with_dinp, double tol, vl_rng *r)
 {
     size_t ni = (size_t)N * IN, no = (size_t)N * OUT, nw = (size_t)IN * OUT;
     float *x = hbuf(ni), *w = hbuf(nw), *bias = hbuf(OUT), *out = hbuf(no), *dy = hbuf(no),
@@ -239,8 +239,8 @@ static void test_matmul_fp32(void **state)
 {
     (void)state;
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
-    rng r;
-    rng_seed(&r, 12);
+    vl_rng r;
+    vl_rng_seed(&r, 12);
     for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
         for (int v = 0; v < 4; v++)
             matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], v & 1, v >> 1,
@@ -256,8 +256,8 @@ static void test_matmul_bf16(void **state)
 {
     (void)state;
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
-    rng r;
-    rng_seed(&r, 13);
+    vl_rng r;
+    vl_rng_seed(&r, 13);
     for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
         matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], 1, 1,
                     BF16_PRODUCT_TOL, &r);
@@ -271,8 +271,8 @@ static void test_attention(void **state)
     (void)state;
     const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
-    rng r;
-    rng_seed(&r, 14);
+    vl_rng r;
+    vl_rng_seed(&r, 14);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
         size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
@@ -314,8 +314,8 @@ static void test_elementwise(void **state)
 {
     (void)state;
     const size_t sizes[] = {1, 255, 257, 100003};
-    rng r;
-    rng_seed(&r, 15);
+    vl_rng r;
+    vl_rng_seed(&r, 15);
     vl_error err = {0};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
@@ -354,8 +354,8 @@ static void test_encoder(void **state)
     /* B, T, C, V: small vocabularies repeat tokens, which the token
      * gradient's atomics must add up. */
     const int shapes[][4] = {{1, 1, 1, 1}, {2, 33, 50, 7}, {4, 65, 96, 67}};
-    rng r;
-    rng_seed(&r, 16);
+    vl_rng r;
+    vl_rng_seed(&r, 16);
     vl_error err = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
@@ -363,7 +363,7 @@ static void test_encoder(void **state)
         int *tok = malloc(bt * sizeof(int));
         assert_non_null(tok);
         for (size_t i = 0; i < bt; i++)
-            tok[i] = (int)rng_below(&r, (uint32_t)V);
+            tok[i] = (int)vl_rng_below(&r, (uint32_t)V);
         float *wte = hbuf((size_t)V * C), *wpe = hbuf((size_t)T * C), *out = hbuf(n),
               *dy = hbuf(n);
         fill(wte, (size_t)V * C, &r, 1.0f, 0.0f);
@@ -399,8 +399,8 @@ static void test_softmax_xent(void **state)
 {
     (void)state;
     const int shapes[][2] = {{1, 1}, {5, 257}, {9, 50257}, {33, 1000}};
-    rng r;
-    rng_seed(&r, 17);
+    vl_rng r;
+    vl_rng_seed(&r, 17);
     vl_error err = {0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], V = shapes[s][1];
@@ -408,7 +408,7 @@ static void test_softmax_xent(void **state)
         int *tg = malloc((size_t)N * sizeof(int));
         assert_non_null(tg);
         for (int i = 0; i < N; i++)
-            tg[i] = (int)rng_below(&r, (uint32_t)V);
+            tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
         float *logits = hbuf(n), *probs = hbuf(n), *loss = hbuf(N);
         fill(logits, n, &r, 3.0f, 1.0f);
         int *d_tg = dev(tg, (size_t)N * sizeof(int));
@@ -474,12 +474,12 @@ static void gpt_compare(kernels_cuda_math math)
     ok(model_gpt_create(&cfg, &dl, &err), &err, "download model");
     const model_tensor *tab = NULL;
     int ntab = model_gpt_tensors(cpu, &tab);
-    rng r;
-    rng_seed(&r, 22);
+    vl_rng r;
+    vl_rng_seed(&r, 22);
     for (int step = 1; step <= 2; step++) {
         for (int i = 0; i < N; i++) {
-            in[i] = (int)rng_below(&r, (uint32_t)cfg.vocab_size);
-            tg[i] = (int)rng_below(&r, (uint32_t)cfg.vocab_size);
+            in[i] = (int)vl_rng_below(&r, (uint32_t)cfg.vocab_size);
+            tg[i] = (int)vl_rng_below(&r, (uint32_t)cfg.vocab_size);
         }
         float lc = 0, lg = 0;
         ok(model_gpt_zero_grad(cpu, &err), &err, "cpu zero_grad");
@@ -623,11 +623,11 @@ static void test_clip_and_adamw_state(void **state)
     /* State in, one step on each side from it, state out. */
     model_adamw opt;
     ok(model_adamw_init(&opt, np, LR, B1, B2, EPS, WD, &err), &err, "adamw");
-    rng r;
-    rng_seed(&r, 6);
+    vl_rng r;
+    vl_rng_seed(&r, 6);
     for (size_t i = 0; i < np; i++) {
-        opt.m[i] = rng_normal(&r) * 1e-3f;
-        opt.v[i] = fabsf(rng_normal(&r)) * 1e-6f;
+        opt.m[i] = vl_rng_normal(&r) * 1e-3f;
+        opt.v[i] = fabsf(vl_rng_normal(&r)) * 1e-6f;
     }
     opt.step = 3;
     ok(model_gpt_cuda_set_adamw(gpu, opt.m, opt.v, np, opt.step, &err), &err, "set");

@@ -56,7 +56,7 @@ static float bf16_value(uint16_t h)
 
 /* Fills x and rounds it to bfloat16 values, so host and device agree on
  * the operand. */
-static void fill_rounded(float *x, size_t n, rng *r, float scale)
+static void fill_rounded(float *x, size_t n, vl_rng *r, float scale)
 {
     fill(x, n, r, scale, 0.0f);
     for (size_t i = 0; i < n; i++)
@@ -110,8 +110,8 @@ static void test_conversion(void **state)
     (void)state;
     const size_t n = 10001;
     float *x = hbuf(n + 1);
-    rng r;
-    rng_seed(&r, 31);
+    vl_rng r;
+    vl_rng_seed(&r, 31);
     fill(x, n + 1, &r, 100.0f, 0.0f);
     /* Exact ties: halfway between two bfloat16 values, even and odd below. */
     const uint32_t ties[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x47ff8000u};
@@ -152,7 +152,7 @@ static void test_conversion(void **state)
 
 /* ---- linear layers ----------------------------------------------------------------- */
 
-static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, rng *r)
+static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, vl_rng *r)
 {
     size_t ni = (size_t)N * IN, nw = (size_t)IN * OUT, no = (size_t)N * OUT;
     float *x = hbuf(ni), *w = hbuf(nw), *bias = hbuf(OUT), *out = hbuf(no), *dy = hbuf(no),
@@ -230,8 +230,8 @@ static void test_matmul(void **state)
     (void)state;
     const int shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {130, 96, 257}, {64, 128, 384}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
-    rng r;
-    rng_seed(&r, 32);
+    vl_rng r;
+    vl_rng_seed(&r, 32);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         matmul_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], &r);
     /* The plain product, used by the benchmark's baseline. */
@@ -260,8 +260,8 @@ static void test_attention(void **state)
     (void)state;
     const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
-    rng r;
-    rng_seed(&r, 33);
+    vl_rng r;
+    vl_rng_seed(&r, 33);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
         size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
@@ -305,8 +305,8 @@ static void test_attention(void **state)
 static void test_rowwise(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 34);
+    vl_rng r;
+    vl_rng_seed(&r, 34);
     vl_error err = {0};
     /* LayerNorm with a bfloat16 output; its statistics stay float32. */
     const int N = 130, C = 1000;
@@ -344,7 +344,7 @@ static void test_rowwise(void **state)
     int *tg = malloc(N * sizeof(int));
     assert_non_null(tg);
     for (int i = 0; i < N; i++)
-        tg[i] = (int)rng_below(&r, (uint32_t)V);
+        tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
     int *d_tg = NULL;
     ok(kernels_cuda_alloc((void **)&d_tg, N * sizeof(int), &err), &err, "alloc");
     ok(kernels_cuda_upload(d_tg, tg, N * sizeof(int), &err), &err, "upload");
@@ -404,8 +404,8 @@ static void test_rowwise(void **state)
 static void test_bias(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 35);
+    vl_rng r;
+    vl_rng_seed(&r, 35);
     vl_error err = {0};
     const int N = 77, W = 300;
     size_t n = (size_t)N * W;

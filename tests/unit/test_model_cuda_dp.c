@@ -51,8 +51,8 @@ static void test_one_device_is_the_plain_model(void **state)
     assert_int_equal(model_gpt_cuda_dp_num_params(dp), np);
     float *pg = hbuf(np), *dg = hbuf(np), *pp = hbuf(np), *pm = hbuf(np), *pv = hbuf(np),
           *dm = hbuf(np), *dv = hbuf(np);
-    rng r;
-    rng_seed(&r, 32);
+    vl_rng r;
+    vl_rng_seed(&r, 32);
     for (int step = 1; step <= 2; step++) {
         float lp = 0, ld = 0;
         double g2p = 0, g2d = 0;

@@ -83,8 +83,8 @@ static void two_devices(int B)
     const model_tensor *tab = NULL;
     int ntab = model_gpt_tensors(host, &tab);
     float *pg = hbuf(np), *dg = hbuf(np), *pp = hbuf(np);
-    rng r;
-    rng_seed(&r, 52);
+    vl_rng r;
+    vl_rng_seed(&r, 52);
     for (int step = 1; step <= 2; step++) {
         float lp = 0, ld = 0;
         double g2p = 0, g2d = 0;

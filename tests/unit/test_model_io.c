@@ -30,11 +30,11 @@ static model_gpt *make(uint64_t seed)
 }
 
 /* Serialises m (optionally with config metadata) into out. */
-static void save(const model_gpt *m, int with_meta, buf *out)
+static void save(const model_gpt *m, int with_meta, vl_buf *out)
 {
     st_writer w;
     st_writer_init(&w);
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     assert_int_equal(model_gpt_write_safetensors(m, &w), 0);
     if (with_meta)
         assert_int_equal(model_gpt_write_config_meta(m, &w), 0);
@@ -47,7 +47,7 @@ static void test_round_trip(void **state)
     (void)state;
     model_gpt *a = make(1), *b = make(2);
     size_t n = model_gpt_num_params(a);
-    buf file;
+    vl_buf file;
     save(a, 1, &file);
     st_file f;
     OK(st_parse(file.data, file.len, &f, &e_));
@@ -72,14 +72,14 @@ static void test_round_trip(void **state)
     OK(model_gpt_forward(b, in, tg, 1, 8, &lb, &e_));
     assert_memory_equal(&la, &lb, sizeof la);
     st_free(&f);
-    buf_free(&file);
+    vl_buf_free(&file);
     /* Without metadata the configuration cannot be recovered. */
     save(a, 0, &file);
     OK(st_parse(file.data, file.len, &f, &e_));
     vl_error err = {0};
     assert_int_equal(model_gpt_config_from_safetensors(&f, &c, &err), VL_ENOTFOUND);
     st_free(&f);
-    buf_free(&file);
+    vl_buf_free(&file);
     model_gpt_destroy(a);
     model_gpt_destroy(b);
 }
@@ -87,7 +87,7 @@ static void test_round_trip(void **state)
 /* Builds a file from the model's tensors with one tensor altered:
  * mode 0 drop it, 1 change its shape, 2 put a NaN in it, 3 add an extra
  * tensor, 4 store it as I32, 5 store everything as F16. */
-static void save_altered(model_gpt *m, const char *victim, int mode, buf *out, float *scratch)
+static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out, float *scratch)
 {
     const model_tensor *t;
     int nt = model_gpt_tensors(m, &t);
@@ -99,7 +99,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, buf *out, f
         half = malloc(model_gpt_num_params(m) * sizeof(uint16_t));
         assert_non_null(half);
         for (size_t i = 0; i < model_gpt_num_params(m); i++)
-            half[i] = f32_to_f16(p[i]);
+            half[i] = vl_f32_to_f16(p[i]);
     }
     for (int i = 0; i < nt; i++) {
         uint64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
@@ -132,7 +132,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, buf *out, f
         uint64_t shape[1] = {1};
         assert_int_equal(st_writer_add(&w, "h.0.attn.bias", ST_F32, 1, shape, &one, 4), 0);
     }
-    buf_init(out, BUF_DEFAULT_CAP);
+    vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     OK(st_writer_finish(&w, out, &e_));
     st_writer_free(&w);
     free(half);
@@ -160,7 +160,7 @@ static void test_rejects_bad_checkpoints(void **state)
         {"wpe.weight", 4, VL_EINVAL, "dtype I32"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        buf file;
+        vl_buf file;
         save_altered(src, cases[k].victim, cases[k].mode, &file, scratch);
         st_file f;
         OK(st_parse(file.data, file.len, &f, &e_));
@@ -172,7 +172,7 @@ static void test_rejects_bad_checkpoints(void **state)
         /* Unchanged on failure. */
         assert_memory_equal(model_gpt_params(dst), before, n * sizeof(float));
         st_free(&f);
-        buf_free(&file);
+        vl_buf_free(&file);
     }
     vl_error err = {0};
     assert_int_equal(model_gpt_load_safetensors(dst, NULL, &err), VL_EINVAL);
@@ -186,16 +186,16 @@ static void test_load_f16(void **state)
 {
     (void)state;
     model_gpt *src = make(7), *dst = make(8);
-    buf file;
+    vl_buf file;
     save_altered(src, "", 5, &file, NULL);
     st_file f;
     OK(st_parse(file.data, file.len, &f, &e_));
     OK(model_gpt_load_safetensors(dst, &f, &e_));
     const float *a = model_gpt_params(src), *b = model_gpt_params(dst);
     for (size_t i = 0; i < model_gpt_num_params(src); i++)
-        assert_true(b[i] == f16_to_f32(f32_to_f16(a[i])));
+        assert_true(b[i] == vl_f16_to_f32(vl_f32_to_f16(a[i])));
     st_free(&f);
-    buf_free(&file);
+    vl_buf_free(&file);
     model_gpt_destroy(src);
     model_gpt_destroy(dst);
 }
@@ -210,7 +210,7 @@ static void test_shape_mismatch_between_configs(void **state)
     OK(model_gpt_create(&wide, &w, &e_));
     model_gpt_init_weights(w, 1);
     model_gpt *m = make(1);
-    buf file;
+    vl_buf file;
     save(w, 0, &file);
     st_file f;
     OK(st_parse(file.data, file.len, &f, &e_));
@@ -218,7 +218,7 @@ static void test_shape_mismatch_between_configs(void **state)
     assert_int_equal(model_gpt_load_safetensors(m, &f, &err), VL_EINVAL);
     assert_non_null(strstr(err.msg, "wte.weight"));
     st_free(&f);
-    buf_free(&file);
+    vl_buf_free(&file);
     model_gpt_destroy(w);
     model_gpt_destroy(m);
 }

@@ -75,12 +75,12 @@ static void test_backoff_jitter_range(void **state) {
     (void)state;
     peer_retry_policy p;
     peer_retry_default(&p);
-    rng r;
-    rng_seed(&r, 42);
+    vl_rng r;
+    vl_rng_seed(&r, 42);
     for (int n = 1; n <= 12; n++) {
         double w = peer_backoff_window(&p, n), lo = w, hi = 0;
         for (int i = 0; i < 2000; i++) {
-            double d = peer_backoff_delay(&p, n, -1, rng_uniform(&r));
+            double d = peer_backoff_delay(&p, n, -1, vl_rng_uniform(&r));
             assert_true(d >= 0 && d < w);
             lo = d < lo ? d : lo;
             hi = d > hi ? d : hi;
@@ -552,8 +552,8 @@ static void test_train_lowers_loss(void **state) {
 
     /* The task's first batch, drawn the way the trainer draws it. */
     int in[64], tg[64];
-    rng r;
-    rng_seed(&r, task.seed);
+    vl_rng r;
+    vl_rng_seed(&r, task.seed);
     assert_int_equal(model_data_sample(TEXT, 17, 4, 16, &r, in, tg, &e), VL_OK);
     float before, after;
     assert_int_equal(model_gpt_forward(tr.gpt, in, tg, 4, 16, &before, &e), VL_OK);
@@ -664,17 +664,17 @@ static void test_encode_feedback(void **state) {
     m.task = m.peer = 1;
     m.kind = COMPRESS_TOPK;
     m.num_samples = m.local_steps = 1;
-    rng r;
-    rng_seed(&r, 3);
-    buf b;
-    buf_init(&b, 0);
+    vl_rng r;
+    vl_rng_seed(&r, 3);
+    vl_buf b;
+    vl_buf_init(&b, 0);
     for (int round = 0; round < 4; round++) {
         for (size_t i = 0; i < n; i++) {
-            tr.delta[i] = 0.01f * rng_normal(&r);
+            tr.delta[i] = 0.01f * vl_rng_normal(&r);
             total[i] += tr.delta[i];
         }
         k.method = round == 2 ? PEER_METHOD_GAUSSK : PEER_METHOD_TOPK;
-        buf_reset(&b);
+        vl_buf_reset(&b);
         assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
         compress_update u;
         assert_int_equal(compress_update_decode(b.data, b.len, n, &u, NULL, &e), VL_OK);
@@ -700,10 +700,10 @@ static void test_encode_feedback(void **state) {
     float *input = malloc(n * sizeof *input);
     assert_non_null(input);
     for (size_t i = 0; i < n; i++) {
-        tr.delta[i] = 0.01f * rng_normal(&r);
+        tr.delta[i] = 0.01f * vl_rng_normal(&r);
         input[i] = 0.5f * tr.residual[i] + tr.delta[i];
     }
-    buf_reset(&b);
+    vl_buf_reset(&b);
     assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
     {
         compress_update u;
@@ -737,7 +737,7 @@ static void test_encode_feedback(void **state) {
     k.comp_cols = 97;
     k.comp_seed = 11;
     m.kind = COMPRESS_SKETCH;
-    buf_reset(&b);
+    vl_buf_reset(&b);
     assert_int_equal(peer_encode_update(&tr, &k, &m, &b, &e), VL_OK);
     compress_update u;
     assert_int_equal(compress_update_decode(b.data, b.len, n, &u, NULL, &e), VL_OK);
@@ -754,8 +754,8 @@ static void test_encode_feedback(void **state) {
     peer_round_values(&tr, cand, 4, vals);
     compress_round_meta rm = {.version = 3, .task = 9, .peer = 2};
     snprintf(rm.run, sizeof rm.run, "demo");
-    buf vb;
-    buf_init(&vb, BUF_DEFAULT_CAP);
+    vl_buf vb;
+    vl_buf_init(&vb, VL_BUF_DEFAULT_CAP);
     assert_int_equal(compress_round_encode_values(&rm, vals, 4, &vb, &e), VL_OK);
     compress_round_meta back;
     float *got_vals = NULL;
@@ -769,11 +769,11 @@ static void test_encode_feedback(void **state) {
     assert_int_equal(compress_round_decode_values(vb.data, vb.len, 5, &back, &got_vals, &got_n,
                                                   &code, &e), VL_ERANGE);
     assert_string_equal(code, "bad_shape");
-    buf_free(&vb);
+    vl_buf_free(&vb);
     compress_sketch_free(&want);
     compress_sketch_free(&got);
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     free(total);
     free(sent);
     peer_trainer_free(&tr);

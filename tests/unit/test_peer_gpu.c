@@ -208,9 +208,9 @@ static void select_both(peer_method method, int64_t k, int64_t block) {
     t.sel_val = malloc(cap * sizeof *t.sel_val);
     assert_true(r0 && hr && hv && hi && t.residual && t.sel_idx && t.sel_val);
     t.sel_cap = cap;
-    rng r;
-    rng_seed(&r, 3);
-    for (size_t i = 0; i < n; i++) r0[i] = t.residual[i] = rng_normal(&r) * 1e-3f;
+    vl_rng r;
+    vl_rng_seed(&r, 3);
+    for (size_t i = 0; i < n; i++) r0[i] = t.residual[i] = vl_rng_normal(&r) * 1e-3f;
     vl_error e = {0};
     size_t nnz = 0, hn = 0;
     if (peer_gpu_select(&t, &task, &nnz, &e) != VL_OK) fail_msg("GPU select: %s", e.msg);

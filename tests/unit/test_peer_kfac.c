@@ -161,7 +161,7 @@ static void test_state_round_trip(void **state) {
 /* The merged file the coordinator would serve for run/version, built from
  * trainer t's factors scaled by `scale`. */
 static void merged_file(const peer_trainer *t, const char *run, int64_t version, float scale,
-                        buf *out) {
+                        vl_buf *out) {
     int n = t->kfac.n_layers;
     compress_factor_layer *layers = calloc((size_t)n, sizeof *layers);
     const float **A = calloc((size_t)n, sizeof *A), **G = calloc((size_t)n, sizeof *G);
@@ -181,7 +181,7 @@ static void merged_file(const peer_trainer *t, const char *run, int64_t version,
     }
     compress_factors f = {.layers = layers, .n = n, .A = A, .G = G, .samples = 2048,
                           .dtype = ST_F32};
-    buf_init(out, 1 << 24);
+    vl_buf_init(out, 1 << 24);
     OK(compress_factors_encode_file(&f, run, version, out, &e_));
     for (int i = 0; i < 2 * n; i++) free(copies[i]);
     free(copies), free(layers), free(A), free(G);
@@ -192,7 +192,7 @@ static void test_adopt_and_attach(void **state) {
     peer_trainer t;
     trained(&t, 2);
     peer_task k = kfac_task(2);
-    buf good;
+    vl_buf good;
     merged_file(&t, "unit", 4, 3.0f, &good);
     const model_kfac_layer *l = t.kfac.layers[2];
     size_t ng = (size_t)l->out * l->out;
@@ -200,16 +200,16 @@ static void test_adopt_and_attach(void **state) {
     assert_non_null(G0);
     memcpy(G0, l->G, ng * sizeof *G0);
     /* refused: another run, another version, another model, garbage */
-    buf other;
+    vl_buf other;
     merged_file(&t, "other", 4, 3.0f, &other);
     vl_error e = {0};
     assert_int_equal(peer_trainer_adopt_factors(&t, &k, other.data, other.len, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "other"));
-    buf_free(&other);
+    vl_buf_free(&other);
     merged_file(&t, "unit", 3, 3.0f, &other);
     assert_int_equal(peer_trainer_adopt_factors(&t, &k, other.data, other.len, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "version"));
-    buf_free(&other);
+    vl_buf_free(&other);
     assert_int_equal(peer_trainer_adopt_factors(&t, &k, good.data, 100, &e), VL_EINVAL);
     peer_trainer w;
     peer_trainer_init(&w);
@@ -238,8 +238,8 @@ static void test_adopt_and_attach(void **state) {
     m.task = 17, m.peer = 3, m.base_version = 5, m.kind = COMPRESS_DENSE, m.num_samples = 640;
     m.local_steps = 2, m.loss = 3.0, m.factors = &cf;
     OK(peer_trainer_run(&t, &k, TEXT, 17, &(peer_train_result){0}, &e_));
-    buf up;
-    buf_init(&up, 1 << 24);
+    vl_buf up;
+    vl_buf_init(&up, 1 << 24);
     OK(peer_encode_update(&t, &k, &m, &up, &e_));
     compress_update u;
     OK(compress_update_decode(up.data, up.len, t.n_params, &u, NULL, &e_));
@@ -259,14 +259,14 @@ static void test_adopt_and_attach(void **state) {
     free(got);
     compress_factors_view_free(&v);
     compress_update_free(&u);
-    buf_free(&up);
-    buf_free(&good);
+    vl_buf_free(&up);
+    vl_buf_free(&good);
     free(G0);
     peer_trainer_free(&t);
 }
 
 int main(void) {
-    log_set_level(LOG_ERROR);
+    vl_log_set_level(LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_task_parse),
         cmocka_unit_test(test_state_round_trip),

@@ -313,7 +313,7 @@ static void test_split_task_in_flight(void **state) {
  * coord_model_file), made from the model library alone. nan_at >= 0 puts
  * a NaN in that parameter. */
 static void model_file(const model_mlp_config *cfg, uint64_t seed, const char *run,
-                       int64_t version, long nan_at, buf *out) {
+                       int64_t version, long nan_at, vl_buf *out) {
     model_mlp *m = NULL;
     OK(model_mlp_create(cfg, &m, &e_));
     model_mlp_init_weights(m, seed);
@@ -325,7 +325,7 @@ static void model_file(const model_mlp_config *cfg, uint64_t seed, const char *r
     assert_int_equal(st_writer_meta(&w, "run", run), 0);
     assert_int_equal(st_writer_meta(&w, "version", v), 0);
     OK(model_mlp_write_safetensors(m, &w));
-    buf_init(out, 0);
+    vl_buf_init(out, 0);
     OK(st_writer_finish(&w, out, &e_));
     st_writer_free(&w);
     model_mlp_destroy(m);
@@ -344,7 +344,7 @@ static float *file_params(const model_mlp_config *cfg, uint64_t seed, size_t *n)
     return p;
 }
 
-static void load_ok(peer_trainer *t, const buf *b, const char *run, int64_t version) {
+static void load_ok(peer_trainer *t, const vl_buf *b, const char *run, int64_t version) {
     vl_error e = {0};
     int rc = peer_trainer_load(t, b->data, b->len, run, version, &e);
     if (rc) fail_msg("peer_trainer_load: %d %s", rc, e.msg);
@@ -357,7 +357,7 @@ static void test_load_mlp_file(void **state) {
     /* A GPT in place first: the classifier's file replaces it. */
     OK(peer_trainer_init_model(&tr, &TINY, 0, &e_));
     assert_non_null(tr.gpt);
-    buf b;
+    vl_buf b;
     model_file(&FASHION_MLP, 5, "fashion", 3, -1, &b);
     load_ok(&tr, &b, "fashion", 3);
     assert_null(tr.gpt);
@@ -371,14 +371,14 @@ static void test_load_mlp_file(void **state) {
     model_mlp_config got = model_mlp_config_get(tr.mlp);
     assert_int_equal(got.in_dim, 784);
     assert_int_equal(got.hidden[0], 64);
-    buf_free(&b);
+    vl_buf_free(&b);
 
     /* The run and version must be the task's. */
     vl_error e = {0};
     model_file(&FASHION_MLP, 6, "other", 4, -1, &b);
     assert_int_equal(peer_trainer_load(&tr, b.data, b.len, "fashion", 4, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "run"));
-    buf_free(&b);
+    vl_buf_free(&b);
     model_file(&FASHION_MLP, 6, "fashion", 4, -1, &b);
     assert_int_equal(peer_trainer_load(&tr, b.data, b.len, "fashion", 5, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "version"));
@@ -390,7 +390,7 @@ static void test_load_mlp_file(void **state) {
     assert_int_equal(tr.base_version, 4);
     want = file_params(&FASHION_MLP, 6, &n);
     assert_memory_equal(tr.base, want, n * sizeof *want);
-    buf_free(&b);
+    vl_buf_free(&b);
 
     /* A file with a NaN changes nothing. */
     model_file(&FASHION_MLP, 7, "fashion", 5, (long)n - 1, &b);
@@ -400,7 +400,7 @@ static void test_load_mlp_file(void **state) {
     assert_memory_equal(tr.base, want, n * sizeof *want);
     assert_memory_equal(model_mlp_params(tr.mlp), want, n * sizeof *want);
     free(want);
-    buf_free(&b);
+    vl_buf_free(&b);
 
     /* Another shape replaces the model. */
     const model_mlp_config wide = {.in_dim = 784, .n_hidden = 2, .hidden = {32, 16},
@@ -409,7 +409,7 @@ static void test_load_mlp_file(void **state) {
     load_ok(&tr, &b, "fashion", 6);
     assert_int_equal(tr.n_params, model_mlp_config_num_params(&wide));
     assert_int_equal(model_mlp_config_get(tr.mlp).n_hidden, 2);
-    buf_free(&b);
+    vl_buf_free(&b);
     peer_trainer_free(&tr);
 }
 
@@ -418,10 +418,10 @@ static void test_load_mlp_file(void **state) {
 /* A trainer holding a fresh model of cfg as version 3 of run "fashion". */
 static void trainer_with(peer_trainer *t, const model_mlp_config *cfg, uint64_t seed) {
     peer_trainer_init(t);
-    buf b;
+    vl_buf b;
     model_file(cfg, seed, "fashion", 3, -1, &b);
     load_ok(t, &b, "fashion", 3);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 static peer_task local_task(void) {
@@ -549,9 +549,9 @@ static void test_train_fashion_share(void **state) {
      * base model: what the first step must report. */
     int B = k.batch;
     uint32_t idx[32];
-    rng r;
-    rng_seed(&r, k.seed);
-    for (int b = 0; b < B; b++) idx[b] = l.idx[rng_below_u64(&r, l.n)];
+    vl_rng r;
+    vl_rng_seed(&r, k.seed);
+    for (int b = 0; b < B; b++) idx[b] = l.idx[vl_rng_below_u64(&r, l.n)];
     float *x = malloc((size_t)B * 784 * sizeof *x);
     int y[32];
     assert_non_null(x);

@@ -19,7 +19,7 @@
 /* A model file as the coordinator serves it, with the configuration JSON
  * it claims. */
 static void model_file_cfg(peer_trainer *src, const char *run, const char *version,
-                           const char *cfg, buf *out) {
+                           const char *cfg, vl_buf *out) {
     st_writer w;
     st_writer_init(&w);
     assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
@@ -32,7 +32,7 @@ static void model_file_cfg(peer_trainer *src, const char *run, const char *versi
 }
 
 /* The same with src's own configuration. */
-static void model_file(peer_trainer *src, const char *run, const char *version, buf *out) {
+static void model_file(peer_trainer *src, const char *run, const char *version, vl_buf *out) {
     char cfg[200];
     snprintf(cfg, sizeof cfg,
              "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
@@ -55,12 +55,12 @@ static void digest_after(const float *base, size_t np, const uint32_t *idx, cons
     uint8_t md[CRYPTO_DIGEST_MAX];
     assert_int_equal(crypto_digest_final(d, md), 32);
     crypto_digest_free(d);
-    hex_encode(md, 32, hex);
+    vl_hex_encode(md, 32, hex);
     free(v);
 }
 
 /* Writes a delta file by hand; sha NULL leaves the digest out. */
-static void delta_file(buf *out, const char *run, const char *since, const char *version,
+static void delta_file(vl_buf *out, const char *run, const char *since, const char *version,
                        const uint32_t *idx, const float *val, size_t n, const char *sha) {
     st_writer w;
     st_writer_init(&w);
@@ -72,7 +72,7 @@ static void delta_file(buf *out, const char *run, const char *since, const char 
     assert_int_equal(st_writer_add(&w, "indices", ST_U32, 1, shape, idx, n * 4), VL_OK);
     assert_int_equal(st_writer_add(&w, "values", ST_F32, 1, shape, val, n * 4), VL_OK);
     vl_error e = {0};
-    buf_reset(out);
+    vl_buf_reset(out);
     assert_int_equal(st_writer_finish(&w, out, &e), VL_OK);
     st_writer_free(&w);
 }
@@ -82,8 +82,8 @@ static void test_apply_delta(void **state) {
     peer_trainer tr;
     peer_trainer_init(&tr);
     vl_error e = {0};
-    buf f;
-    buf_init(&f, 0);
+    vl_buf f;
+    vl_buf_init(&f, 0);
     uint32_t idx[3] = {0, 5, 9};
     float val[3] = {0.5f, -1.0f, 2.0f};
     char zero[65];
@@ -132,7 +132,7 @@ static void test_apply_delta(void **state) {
         assert_true(tr.base[i] == want);
     }
     free(before);
-    buf_free(&f);
+    vl_buf_free(&f);
     peer_trainer_free(&tr);
 }
 
@@ -143,8 +143,8 @@ static void test_trainer_load(void **state) {
     peer_trainer_init(&tr);
     vl_error e = {0};
     assert_int_equal(peer_trainer_init_model(&src, &TINY, 0, &e), VL_OK);
-    buf f;
-    buf_init(&f, 0);
+    vl_buf f;
+    vl_buf_init(&f, 0);
     model_file(&src, "demo", "4", &f);
 
     assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 5, &e), VL_EINVAL);
@@ -176,12 +176,12 @@ static void test_trainer_load(void **state) {
     assert_non_null(before);
     memcpy(before, tr.base, tr.n_params * sizeof *before);
     model_gpt_params(src.gpt)[7] = NAN;
-    buf_reset(&f);
+    vl_buf_reset(&f);
     model_file(&src, "demo", "6", &f);
     assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 6, &e), VL_ERANGE);
     assert_non_null(strstr(e.msg, "NaN"));
     model_gpt_params(src.gpt)[7] = 0.0f;
-    buf_reset(&f);
+    vl_buf_reset(&f);
     model_file_cfg(&src, "demo", "6",
                    "{\"vocab_size\":1048576,\"block_size\":8192,\"n_layer\":4,\"n_head\":8,"
                    "\"n_embd\":8192}",
@@ -193,7 +193,7 @@ static void test_trainer_load(void **state) {
     snprintf(cfg, sizeof cfg,
              "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
              TINY.block_size, TINY.vocab_size, TINY.n_layer, TINY.n_head, TINY.n_embd);
-    buf_reset(&f);
+    vl_buf_reset(&f);
     model_file_cfg(&src, "demo", "6", cfg, &f);
     assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 6, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "shape"));
@@ -212,7 +212,7 @@ static void test_trainer_load(void **state) {
     model_gpt_config cfg2 = TINY;
     cfg2.n_layer = 2;
     assert_int_equal(peer_trainer_init_model(&big, &cfg2, 0, &e), VL_OK);
-    buf_reset(&f);
+    vl_buf_reset(&f);
     model_file(&big, "demo", "7", &f);
     assert_int_equal(peer_trainer_load(&tr, f.data, f.len, "demo", 7, &e), VL_OK);
     assert_int_equal(tr.cfg.n_layer, 2);
@@ -220,7 +220,7 @@ static void test_trainer_load(void **state) {
     assert_false(tr.have_opt);
     assert_int_equal(peer_trainer_run(&tr, &task, TEXT, 17, &res, &e), VL_OK);
 
-    buf_free(&f);
+    vl_buf_free(&f);
     peer_trainer_free(&big);
     peer_trainer_free(&src);
     peer_trainer_free(&tr);

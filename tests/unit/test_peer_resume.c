@@ -68,28 +68,28 @@ static compress_update_meta meta_for(const peer_task *k) {
 }
 
 /* Random delta into t, then one top-k encoding of it into out. */
-static void encode_random(peer_trainer *t, const peer_task *k, rng *r, buf *out) {
-    for (size_t i = 0; i < t->n_params; i++) t->delta[i] = 0.01f * rng_normal(r);
+static void encode_random(peer_trainer *t, const peer_task *k, vl_rng *r, vl_buf *out) {
+    for (size_t i = 0; i < t->n_params; i++) t->delta[i] = 0.01f * vl_rng_normal(r);
     compress_update_meta m = meta_for(k);
     vl_error e = {0};
-    buf_reset(out);
+    vl_buf_reset(out);
     assert_int_equal(peer_encode_update(t, k, &m, out, &e), VL_OK);
 }
 
 /* A trainer with moments (three steps trained) and a residual (one top-k
  * upload taken out of a random delta). */
-static void trained(peer_trainer *t, rng *r) {
+static void trained(peer_trainer *t, vl_rng *r) {
     peer_trainer_init(t);
     vl_error e = {0};
     assert_int_equal(peer_trainer_init_model(t, &TINY, 0, &e), VL_OK);
     peer_task k = topk_task(3);
     peer_train_result res;
     assert_int_equal(peer_trainer_run(t, &k, TEXT, 17, &res, &e), VL_OK);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     k.comp_k = (int64_t)(t->n_params / 20);
     encode_random(t, &k, r, &b);
-    buf_free(&b);
+    vl_buf_free(&b);
     assert_non_null(t->residual);
 }
 
@@ -101,12 +101,12 @@ static void assert_empty(const peer_resume *r) {
     assert_int_equal(r->pending_task, 0);
 }
 
-static void read_file(const char *dir, const char *file, buf *b) {
+static void read_file(const char *dir, const char *file, vl_buf *b) {
     char p[PEER_PATH_MAX];
     path_of(p, dir, file);
-    buf_init(b, BUF_DEFAULT_CAP);
+    vl_buf_init(b, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
-    assert_int_equal(buf_read_file(b, p, &e), VL_OK);
+    assert_int_equal(vl_buf_read_file(b, p, &e), VL_OK);
 }
 
 static void write_file(const char *dir, const char *file, const void *data, size_t len) {
@@ -119,7 +119,7 @@ static void write_file(const char *dir, const char *file, const void *data, size
 }
 
 /* Offset in the file of tensor name's data. */
-static size_t data_offset(const buf *file, const char *name) {
+static size_t data_offset(const vl_buf *file, const char *name) {
     st_file f;
     vl_error e = {0};
     assert_int_equal(st_parse(file->data, file->len, &f, &e), VL_OK);
@@ -135,8 +135,8 @@ static size_t data_offset(const buf *file, const char *name) {
 static void test_state_round_trip(void **state) {
     (void)state;
     char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     peer_trainer t;
     trained(&t, &r);
     size_t n = t.n_params;
@@ -268,14 +268,14 @@ static void hand_state(const char *dir, const char *key, const char *value,
         assert_int_equal(st_writer_add(&w, ts[i].name, ts[i].dtype, 1, shape, blobs[i], nb),
                          VL_OK);
     }
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &b, &e), VL_OK);
     st_writer_free(&w);
     for (int i = 0; i < nt; i++) free(blobs[i]);
     write_file(dir, PEER_TRAINER_FILE, b.data, b.len);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* Loads the state in dir, which must be refused with rc, and checks that
@@ -296,18 +296,18 @@ static void refused(const char *dir, const peer_state *run, int rc, const char *
 static void test_state_refused(void **state) {
     (void)state;
     char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
-    rng r;
-    rng_seed(&r, 6);
+    vl_rng r;
+    vl_rng_seed(&r, 6);
     peer_trainer t;
     trained(&t, &r);
     size_t n = t.n_params;
     vl_error e = {0};
     assert_int_equal(peer_resume_save_trainer(dir, &t, &OWNER, 0, &e), VL_OK);
-    buf good;
+    vl_buf good;
     read_file(dir, PEER_TRAINER_FILE, &good);
-    buf bad;
-    buf_init(&bad, BUF_DEFAULT_CAP);
-#define WITH_GOOD() (buf_reset(&bad), assert_int_equal(buf_append(&bad, good.data, good.len), 0))
+    vl_buf bad;
+    vl_buf_init(&bad, VL_BUF_DEFAULT_CAP);
+#define WITH_GOOD() (vl_buf_reset(&bad), assert_int_equal(vl_buf_append(&bad, good.data, good.len), 0))
 
     /* Cut short, anywhere. */
     write_file(dir, PEER_TRAINER_FILE, good.data, good.len / 2);
@@ -407,8 +407,8 @@ static void test_state_refused(void **state) {
     assert_int_equal(peer_resume_apply(&w, &s, &e), VL_OK); /* empty: nothing to do */
     peer_trainer_free(&w);
 #undef WITH_GOOD
-    buf_free(&bad);
-    buf_free(&good);
+    vl_buf_free(&bad);
+    vl_buf_free(&good);
     peer_trainer_free(&t);
     test_remove_tree(dir);
     free(dir);
@@ -495,17 +495,17 @@ static void test_upload_classify(void **state) {
 /* What the loop does before POST /v1/updates: encode (taking the sent
  * entries out of the residual), record the upload, save the state naming
  * it. *before gets residual + delta as the encoder saw it. */
-static void write_ahead(const char *dir, peer_trainer *t, const peer_task *k, rng *r, buf *upload,
+static void write_ahead(const char *dir, peer_trainer *t, const peer_task *k, vl_rng *r, vl_buf *upload,
                         float **before) {
     size_t n = t->n_params;
     *before = malloc(n * sizeof **before);
     assert_non_null(*before);
-    for (size_t i = 0; i < n; i++) t->delta[i] = 0.01f * rng_normal(r);
+    for (size_t i = 0; i < n; i++) t->delta[i] = 0.01f * vl_rng_normal(r);
     memcpy(*before, t->residual, n * sizeof **before);
     compress_feedback_add(*before, t->delta, n, k->comp_decay);
     compress_update_meta m = meta_for(k);
     vl_error e = {0};
-    buf_reset(upload);
+    vl_buf_reset(upload);
     assert_int_equal(peer_encode_update(t, k, &m, upload, &e), VL_OK);
     peer_pending p;
     peer_pending_init(&p);
@@ -525,16 +525,16 @@ static void test_pending_refused(void **state) {
     (void)state;
     for (int f16 = 0; f16 < 2; f16++) {
         char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
-        rng r;
-        rng_seed(&r, 8 + (uint64_t)f16);
+        vl_rng r;
+        vl_rng_seed(&r, 8 + (uint64_t)f16);
         peer_trainer t;
         trained(&t, &r);
         size_t n = t.n_params;
         peer_task k = topk_task(2);
         k.comp_k = (int64_t)(n / 10);
         k.dtype = f16 ? ST_F16 : ST_F32;
-        buf up;
-        buf_init(&up, BUF_DEFAULT_CAP);
+        vl_buf up;
+        vl_buf_init(&up, VL_BUF_DEFAULT_CAP);
         float *before;
         write_ahead(dir, &t, &k, &r, &up, &before);
         char p[PEER_PATH_MAX];
@@ -586,7 +586,7 @@ static void test_pending_refused(void **state) {
         assert_memory_equal(s.residual, before, n * sizeof(float));
         peer_resume_free(&s);
         free(before);
-        buf_free(&up);
+        vl_buf_free(&up);
         peer_trainer_free(&t);
         test_remove_tree(dir);
         free(dir);
@@ -599,15 +599,15 @@ static void test_pending_accepted(void **state) {
     const long statuses[2] = {202, 409};
     for (int c = 0; c < 2; c++) {
         char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
-        rng r;
-        rng_seed(&r, 20 + (uint64_t)c);
+        vl_rng r;
+        vl_rng_seed(&r, 20 + (uint64_t)c);
         peer_trainer t;
         trained(&t, &r);
         size_t n = t.n_params;
         peer_task k = topk_task(2);
         k.comp_k = (int64_t)(n / 10);
-        buf up;
-        buf_init(&up, BUF_DEFAULT_CAP);
+        vl_buf up;
+        vl_buf_init(&up, VL_BUF_DEFAULT_CAP);
         float *before;
         write_ahead(dir, &t, &k, &r, &up, &before);
         peer_resume s;
@@ -631,7 +631,7 @@ static void test_pending_accepted(void **state) {
         assert_memory_equal(s.residual, t.residual, n * sizeof(float));
         peer_resume_free(&s);
         free(before);
-        buf_free(&up);
+        vl_buf_free(&up);
         peer_trainer_free(&t);
         test_remove_tree(dir);
         free(dir);
@@ -645,15 +645,15 @@ static void test_pending_accepted(void **state) {
 static void test_pending_unusable(void **state) {
     (void)state;
     char *dir = test_temp_dir("/tmp/test_peer_resume.XXXXXX");
-    rng r;
-    rng_seed(&r, 30);
+    vl_rng r;
+    vl_rng_seed(&r, 30);
     peer_trainer t;
     trained(&t, &r);
     size_t n = t.n_params;
     peer_task k = topk_task(2);
     k.comp_k = (int64_t)(n / 10);
-    buf up, rec;
-    buf_init(&up, BUF_DEFAULT_CAP);
+    vl_buf up, rec;
+    vl_buf_init(&up, VL_BUF_DEFAULT_CAP);
     float *before;
     write_ahead(dir, &t, &k, &r, &up, &before);
     free(before);
@@ -726,8 +726,8 @@ static void test_pending_unusable(void **state) {
     assert_int_equal(peer_pending_settle(&none, &q, 409, "stale_update", &out, &e), VL_EINVAL);
     peer_pending_free(&q);
     peer_resume_free(&s);
-    buf_free(&rec);
-    buf_free(&up);
+    vl_buf_free(&rec);
+    vl_buf_free(&up);
     peer_trainer_free(&t);
     test_remove_tree(dir);
     free(dir);

@@ -212,7 +212,7 @@ static size_t count(const char *hay, const char *needle) {
 static void test_status_through_log(void **state) {
     (void)state;
     unsetenv("VOLLEY_LOG");
-    log_set_program("volley-peer");
+    vl_log_set_program("volley-peer");
     static char out[1 << 16];
     capture_begin();
     peer_ui_start(PEER_LOG_TEXT, 1);
@@ -220,9 +220,9 @@ static void test_status_through_log(void **state) {
     peer_ui_train_begin(9, 100, 64);
     /* A hundred steps at once: drawn at most once more, not a hundred times. */
     for (int i = 1; i <= 100; i++) peer_ui_step(i, 3.5);
-    log_info("between the lines");
+    vl_log_info("between the lines");
     peer_ui_stop();
-    log_info("after");
+    vl_log_info("after");
     capture_end(out, sizeof out);
     size_t clears = count(out, CLEAR);
     assert_true(clears >= 2 && clears <= 5);
@@ -243,20 +243,20 @@ static void test_status_through_log(void **state) {
 static void test_json_and_reach_through_log(void **state) {
     (void)state;
     unsetenv("VOLLEY_LOG");
-    log_set_program("volley-peer");
+    vl_log_set_program("volley-peer");
     static char out[1 << 16];
     capture_begin();
     peer_ui_start(PEER_LOG_JSON, 1); /* JSON: no status line, even when asked */
     peer_ui_train_begin(3, 10, 64);
     peer_ui_step(1, 2.0);
-    log_info("plain");
+    vl_log_info("plain");
     peer_ui_reached("https://c:1"); /* never out of reach: nothing to say */
     for (int i = 0; i < 3; i++) peer_ui_unreachable("https://c:1", "connection refused", 0, 1.5, 5 - i);
     peer_ui_unreachable("https://c:1", "503 busy", 1, 2.0, 2);
     peer_ui_reached("https://c:1");
     peer_ui_reached("https://c:1");
     peer_ui_unreachable("https://c:1", "connection refused", 0, 0.5, 7);
-    log_set_writer(NULL, NULL);
+    vl_log_set_writer(NULL, NULL);
     capture_end(out, sizeof out);
     assert_null(strstr(out, CLEAR));
     assert_int_equal(count(out, "\n"), 5);

@@ -38,10 +38,10 @@ static float *uniform_vec(size_t n, uint64_t seed)
 {
     float *x = malloc(n * sizeof *x);
     assert_non_null(x);
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (size_t i = 0; i < n; i++)
-        x[i] = rng_uniform(&r);
+        x[i] = vl_rng_uniform(&r);
     return x;
 }
 

@@ -127,8 +127,8 @@ static void test_combine_against_reference(void **state) {
     (void)state;
     static const size_t ks[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 33, 40};
     enum { D = 40 };
-    rng r;
-    rng_seed(&r, 99);
+    vl_rng r;
+    vl_rng_seed(&r, 99);
     for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
         size_t k = ks[t];
         float **rows = malloc(k * sizeof *rows);
@@ -138,9 +138,9 @@ static void test_combine_against_reference(void **state) {
         for (size_t i = 0; i < k; i++) {
             rows[i] = malloc(D * sizeof **rows);
             assert_non_null(rows[i]);
-            w[i] = 0.1 + 10 * rng_uniform(&r);
+            w[i] = 0.1 + 10 * vl_rng_uniform(&r);
             for (size_t j = 0; j < D; j++)
-                rows[i][j] = j % 3 == 0 ? (float)rng_below(&r, 3) - 1 : rng_normal(&r);
+                rows[i][j] = j % 3 == 0 ? (float)vl_rng_below(&r, 3) - 1 : vl_rng_normal(&r);
         }
         static const coord_rule rules[] = {COORD_RULE_MEAN, COORD_RULE_TRIMMED_MEAN,
                                            COORD_RULE_MEDIAN, COORD_RULE_NORM_CLIP};
@@ -212,17 +212,17 @@ static compress_update_meta meta_of(compress_kind kind) {
 }
 
 /* Encodes and decodes; the decoded update points into *b. */
-static void dense_update(const float *x, size_t n, st_dtype dt, buf *b, compress_update *u) {
+static void dense_update(const float *x, size_t n, st_dtype dt, vl_buf *b, compress_update *u) {
     compress_update_meta m = meta_of(COMPRESS_DENSE);
-    buf_init(b, 0);
+    vl_buf_init(b, 0);
     OK(compress_update_encode_dense(&m, x, n, dt, b, &e_));
     OK(compress_update_decode(b->data, b->len, n, u, NULL, &e_));
 }
 
-static void topk_update(const uint32_t *idx, const float *v, size_t nnz, size_t n, buf *b,
+static void topk_update(const uint32_t *idx, const float *v, size_t nnz, size_t n, vl_buf *b,
                         compress_update *u) {
     compress_update_meta m = meta_of(COMPRESS_TOPK);
-    buf_init(b, 0);
+    vl_buf_init(b, 0);
     OK(compress_update_encode_topk(&m, idx, v, nnz, ST_F32, b, &e_));
     OK(compress_update_decode(b->data, b->len, n, u, NULL, &e_));
 }
@@ -233,7 +233,7 @@ static void test_update_norm_and_values(void **state) {
     float *x = random_vec(N, 5);
     double ss = 0;
     for (int i = 0; i < N; i++) ss += (double)x[i] * x[i];
-    buf b;
+    vl_buf b;
     compress_update u;
     dense_update(x, N, ST_F32, &b, &u);
     assert_int_equal(compress_update_count(&u), N);
@@ -242,18 +242,18 @@ static void test_update_norm_and_values(void **state) {
     compress_update_values(&u, NULL, back);
     assert_memory_equal(back, x, sizeof back);
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* F16: the norm of the values as stored. */
     dense_update(x, N, ST_F16, &b, &u);
     compress_update_values(&u, NULL, back);
     double s16 = 0;
     for (int i = 0; i < N; i++) {
-        assert_true(back[i] == f16_to_f32(f32_to_f16(x[i])));
+        assert_true(back[i] == vl_f16_to_f32(vl_f32_to_f16(x[i])));
         s16 += (double)back[i] * back[i];
     }
     assert_float_equal(compress_update_norm(&u), sqrt(s16), 1e-9 * sqrt(s16));
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* topk: the norm of the values sent, indices as sent. */
     uint32_t idx[3] = {2, 50, 299}, got_i[3];
     float v[3] = {3, -4, 12}, got_v[3];
@@ -263,7 +263,7 @@ static void test_update_norm_and_values(void **state) {
     assert_memory_equal(got_i, idx, sizeof idx);
     assert_memory_equal(got_v, v, sizeof v);
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     /* A sketch: the table's Frobenius norm over sqrt(rows). */
     compress_sketch s;
     OK(compress_sketch_init(&s, 4, 64, 9, &e_));
@@ -271,13 +271,13 @@ static void test_update_norm_and_values(void **state) {
     double ts = 0;
     for (int c = 0; c < 4 * 64; c++) ts += (double)s.table[c] * s.table[c];
     compress_update_meta m = meta_of(COMPRESS_SKETCH);
-    buf_init(&b, 0);
+    vl_buf_init(&b, 0);
     OK(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e_));
     OK(compress_update_decode(b.data, b.len, N, &u, NULL, &e_));
     assert_int_equal(compress_update_count(&u), 4 * 64);
     assert_float_equal(compress_update_norm(&u), sqrt(ts / 4), 1e-9 * sqrt(ts));
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     compress_sketch_free(&s);
     free(x);
 }
@@ -302,13 +302,13 @@ static void test_acc_dense(void **state) {
         coord_robust_config cfg = {.rule = q, .trim = 0.2, .clip_mult = 1.5};
         coord_robust_acc a;
         coord_robust_acc_init(&a, &cfg, COMPRESS_DENSE, N);
-        buf b[K];
+        vl_buf b[K];
         compress_update u[K];
         for (int i = 0; i < K; i++) {
             dense_update(x[i], N, ST_F32, &b[i], &u[i]);
             OK(coord_robust_acc_add(&a, &u[i], w[i], compress_update_norm(&u[i]), &e_));
             compress_update_free(&u[i]);
-            buf_free(&b[i]);
+            vl_buf_free(&b[i]);
         }
         OK(coord_robust_acc_finish(&a, got, &e_));
         /* The reference: clip by hand for norm_clip, then the rule. */
@@ -331,7 +331,7 @@ static void test_acc_dense(void **state) {
     coord_robust_config cfg = {.rule = COORD_RULE_MEDIAN, .max_norm = 2.0};
     coord_robust_acc a;
     coord_robust_acc_init(&a, &cfg, COMPRESS_DENSE, N);
-    buf b;
+    vl_buf b;
     compress_update u;
     dense_update(x[4], N, ST_F32, &b, &u);
     OK(coord_robust_acc_add(&a, &u, 1, compress_update_norm(&u), &e_));
@@ -340,20 +340,20 @@ static void test_acc_dense(void **state) {
     for (int j = 0; j < N; j++)
         assert_float_equal(a.vals[0][j], x[4][j] * (2.0 / norms[4]), 1e-5);
     /* Nor does a dense update of another size. */
-    buf b2;
+    vl_buf b2;
     compress_update u2;
     dense_update(x[0], N - 1, ST_F32, &b2, &u2);
     vl_error e2 = {0};
     assert_int_equal(coord_robust_acc_add(&a, &u2, 1, 1, &e2), VL_EINVAL);
     compress_update_free(&u2);
-    buf_free(&b2);
+    vl_buf_free(&b2);
     /* A sketch does not join dense updates. */
     compress_update_meta m = meta_of(COMPRESS_SKETCH);
     compress_update other = {.meta = m};
     vl_error e = {0};
     assert_int_equal(coord_robust_acc_add(&a, &other, 1, 1, &e), VL_EINVAL);
     compress_update_free(&u);
-    buf_free(&b);
+    vl_buf_free(&b);
     coord_robust_acc_free(&a);
     coord_robust_acc_init(&a, &cfg, COMPRESS_DENSE, N);
     assert_int_equal(coord_robust_acc_finish(&a, got, &e), VL_EINVAL);
@@ -369,13 +369,13 @@ static void test_acc_sparse_union(void **state) {
         {1, 5, 9, 30}, {5, 9, 11, 39}, {0, 5, 30, 31}, {5, 9, 30, 39}, {2, 5, 12, 30}};
     static const size_t nnz[K] = {4, 4, 4, 4, 2};
     float val[K][4];
-    rng r;
-    rng_seed(&r, 3);
+    vl_rng r;
+    vl_rng_seed(&r, 3);
     float dense[K][N];
     memset(dense, 0, sizeof dense);
     for (int i = 0; i < K; i++)
         for (size_t t = 0; t < nnz[i]; t++) {
-            val[i][t] = rng_normal(&r);
+            val[i][t] = vl_rng_normal(&r);
             dense[i][idx[i][t]] = val[i][t];
         }
     double w[K] = {2, 1, 1, 3, 1};
@@ -386,13 +386,13 @@ static void test_acc_sparse_union(void **state) {
         float *rows[K];
         double norms[K];
         for (int i = 0; i < K; i++) {
-            buf b;
+            vl_buf b;
             compress_update u;
             topk_update(idx[i], val[i], nnz[i], N, &b, &u);
             norms[i] = compress_update_norm(&u);
             OK(coord_robust_acc_add(&a, &u, w[i], norms[i], &e_));
             compress_update_free(&u);
-            buf_free(&b);
+            vl_buf_free(&b);
             rows[i] = dense[i];
         }
         float got[N], want[N], clipped[K][N];
@@ -438,14 +438,14 @@ static void test_acc_sketch(void **state) {
         coord_robust_acc_init(&a, &cfg, COMPRESS_SKETCH, ROWS * COLS);
         for (int i = 0; i < K; i++) {
             compress_update_meta m = meta_of(COMPRESS_SKETCH);
-            buf b;
-            buf_init(&b, 0);
+            vl_buf b;
+            vl_buf_init(&b, 0);
             OK(compress_update_encode_sketch(&m, &s[i], ST_F32, &b, &e_));
             compress_update u;
             OK(compress_update_decode(b.data, b.len, N, &u, NULL, &e_));
             OK(coord_robust_acc_add(&a, &u, w[i], compress_update_norm(&u), &e_));
             compress_update_free(&u);
-            buf_free(&b);
+            vl_buf_free(&b);
         }
         float got[ROWS * COLS];
         OK(coord_robust_acc_finish(&a, got, &e_));

@@ -108,7 +108,7 @@ static size_t spec_bytes(const spec *s)
 }
 
 /* Writes all specs with distinct byte patterns plus metadata into out. */
-static void write_sample(buf *out, uint8_t **payloads)
+static void write_sample(vl_buf *out, uint8_t **payloads)
 {
     st_writer w;
     st_writer_init(&w);
@@ -172,9 +172,9 @@ static void test_roundtrip(void **state)
 {
     (void)state;
     uint8_t *payloads[NSPECS];
-    buf out;
-    buf_init(&out, 1 << 20);
-    assert_int_equal(buf_append(&out, "prefix", 6), VL_OK); /* finish appends */
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
+    assert_int_equal(vl_buf_append(&out, "prefix", 6), VL_OK); /* finish appends */
     write_sample(&out, payloads);
     const uint8_t *file = out.data + 6;
     size_t len = out.len - 6;
@@ -209,7 +209,7 @@ static void test_roundtrip(void **state)
 
     for (int i = 0; i < NSPECS; i++)
         free(payloads[i]);
-    buf_free(&out);
+    vl_buf_free(&out);
 }
 
 static void test_empty_file(void **state)
@@ -217,8 +217,8 @@ static void test_empty_file(void **state)
     (void)state;
     st_writer w;
     st_writer_init(&w);
-    buf out;
-    buf_init(&out, 1024);
+    vl_buf out;
+    vl_buf_init(&out, 1024);
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &out, &e), VL_OK);
     st_writer_free(&w);
@@ -229,7 +229,7 @@ static void test_empty_file(void **state)
     assert_int_equal(f.ntensors, 0);
     assert_int_equal(f.nmeta, 0);
     st_free(&f);
-    buf_free(&out);
+    vl_buf_free(&out);
 
     expect_accept("{}", 0, 0);
     expect_accept("{\"__metadata__\":{}}", 0, 0);
@@ -280,8 +280,8 @@ static void test_writer_rejects(void **state)
     assert_int_equal(st_writer_meta(&w, "onemore", "v"), VL_ETOOBIG);
 
     /* The longest names and values the writer accepts must parse back. */
-    buf out;
-    buf_init(&out, 1 << 20);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &out, &e), VL_OK);
     st_file f;
@@ -294,24 +294,24 @@ static void test_writer_rejects(void **state)
     st_free(&f);
 
     /* A buffer too small for the file is left untouched. */
-    buf small;
-    buf_init(&small, 32);
-    assert_int_equal(buf_append(&small, "keep", 4), VL_OK);
+    vl_buf small;
+    vl_buf_init(&small, 32);
+    assert_int_equal(vl_buf_append(&small, "keep", 4), VL_OK);
     assert_int_equal(st_writer_finish(&w, &small, &e), VL_ETOOBIG);
     assert_int_equal(small.len, 4);
     assert_string_equal((char *)small.data, "keep");
-    buf_free(&small);
+    vl_buf_free(&small);
 
     /* Invalid UTF-8 cannot be put in a JSON header. */
     st_writer w2;
     st_writer_init(&w2);
     assert_int_equal(st_writer_add(&w2, "bad\xff", ST_U8, 0, NULL, data, 1), VL_OK);
-    buf_reset(&out);
+    vl_buf_reset(&out);
     assert_int_equal(st_writer_finish(&w2, &out, &e), VL_EINVAL);
     assert_int_equal(out.len, 0);
     st_writer_free(&w2);
 
-    buf_free(&out);
+    vl_buf_free(&out);
     st_writer_free(&w);
 }
 
@@ -327,8 +327,8 @@ static void test_many_tensors(void **state)
         assert_int_equal(st_writer_add(&w, name, ST_U8, 0, NULL, &byte, 1), VL_OK);
     }
     assert_int_equal(st_writer_add(&w, "over", ST_U8, 0, NULL, &byte, 1), VL_ETOOBIG);
-    buf out;
-    buf_init(&out, 1 << 22);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 22);
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &out, &e), VL_OK);
     st_writer_free(&w);
@@ -337,20 +337,20 @@ static void test_many_tensors(void **state)
     assert_int_equal(f.ntensors, ST_MAX_TENSORS);
     assert_non_null(st_find(&f, "t4095"));
     st_free(&f);
-    buf_free(&out);
+    vl_buf_free(&out);
 
     /* One more than the limit, built by hand. */
-    buf j;
-    buf_init(&j, 1 << 22);
-    assert_int_equal(buf_append_str(&j, "{"), VL_OK);
+    vl_buf j;
+    vl_buf_init(&j, 1 << 22);
+    assert_int_equal(vl_buf_append_str(&j, "{"), VL_OK);
     for (int i = 0; i <= ST_MAX_TENSORS; i++)
-        assert_int_equal(buf_printf(&j, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
+        assert_int_equal(vl_buf_printf(&j, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
                                         "\"data_offsets\":[%d,%d]}",
                                     i ? "," : "", i, i, i + 1),
                          VL_OK);
-    assert_int_equal(buf_append_str(&j, "}"), VL_OK);
+    assert_int_equal(vl_buf_append_str(&j, "}"), VL_OK);
     expect_reject((const char *)j.data, ST_MAX_TENSORS + 1, VL_ETOOBIG);
-    buf_free(&j);
+    vl_buf_free(&j);
 }
 
 /* ---- rejections -------------------------------------------------------- */
@@ -359,8 +359,8 @@ static void test_truncated_prefixes(void **state)
 {
     (void)state;
     uint8_t *payloads[NSPECS];
-    buf out;
-    buf_init(&out, 1 << 20);
+    vl_buf out;
+    vl_buf_init(&out, 1 << 20);
     write_sample(&out, payloads);
     for (size_t n = 0; n < out.len; n++) {
         /* A fresh allocation of exactly n bytes lets ASan catch any read
@@ -378,7 +378,7 @@ static void test_truncated_prefixes(void **state)
     assert_int_equal(st_parse(NULL, 0, &f, &e), VL_EINVAL);
     for (int i = 0; i < NSPECS; i++)
         free(payloads[i]);
-    buf_free(&out);
+    vl_buf_free(&out);
 }
 
 #define T(dt, shape, b, e) "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
@@ -572,7 +572,7 @@ static void test_to_f32(void **state)
     float src[5] = {1.0f, -2.5f, 0.0f, 65504.0f, 3.0e-5f};
     uint16_t half[5];
     for (int i = 0; i < 5; i++)
-        half[i] = f32_to_f16(src[i]);
+        half[i] = vl_f32_to_f16(src[i]);
     uint8_t bytes[4] = {1, 2, 3, 4};
     uint64_t five = 5, four = 4;
     st_writer w;
@@ -580,8 +580,8 @@ static void test_to_f32(void **state)
     assert_int_equal(st_writer_add(&w, "f", ST_F32, 1, &five, src, sizeof src), VL_OK);
     assert_int_equal(st_writer_add(&w, "h", ST_F16, 1, &five, half, sizeof half), VL_OK);
     assert_int_equal(st_writer_add(&w, "u", ST_U8, 1, &four, bytes, sizeof bytes), VL_OK);
-    buf out;
-    buf_init(&out, 4096);
+    vl_buf out;
+    vl_buf_init(&out, 4096);
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &out, &e), VL_OK);
     st_writer_free(&w);
@@ -598,13 +598,13 @@ static void test_to_f32(void **state)
     assert_int_equal(st_tensor_to_f32(st_find(&f, "h"), dst, 5, &e), VL_OK);
     assert_true(dst[0] == 1.0f && dst[1] == -2.5f && dst[2] == 0.0f && dst[3] == 65504.0f);
     assert_true(fabsf(dst[4] - 3.0e-5f) < 1e-7f);
-    assert_true(dst[4] == f16_to_f32(half[4]));
+    assert_true(dst[4] == vl_f16_to_f32(half[4]));
     assert_int_equal(st_tensor_to_f32(st_find(&f, "f"), dst, 4, &e), VL_EINVAL);
     assert_true(strlen(e.msg) > 0);
     assert_int_equal(st_tensor_to_f32(st_find(&f, "u"), dst, 4, &e), VL_EINVAL);
     st_free(&f);
     free(odd);
-    buf_free(&out);
+    vl_buf_free(&out);
 }
 
 static void test_dtypes(void **state)

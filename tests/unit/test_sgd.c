@@ -87,11 +87,11 @@ static void test_sgd_gpt(void **state)
     model_gpt_init_weights(m, 11);
     enum { B = 4, T = 16 };
     int in[B * T], tg[B * T];
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     for (int i = 0; i < B * T; i++) {
-        in[i] = (int)rng_below(&r, 256);
-        tg[i] = (int)rng_below(&r, 256);
+        in[i] = (int)vl_rng_below(&r, 256);
+        tg[i] = (int)vl_rng_below(&r, 256);
     }
     size_t n = model_gpt_num_params(m);
     float first = grads_of_batch(m, in, tg, B, T);

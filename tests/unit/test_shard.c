@@ -145,8 +145,8 @@ static void test_open_and_sample(void **state)
     model_shard *s = open_ok(write_shard(f, "good.bin", tok, N), V);
     assert_int_equal(model_shard_tokens(s), (int64_t)N);
     int in[16 * 33], tg[16 * 33];
-    rng r;
-    rng_seed(&r, 42);
+    vl_rng r;
+    vl_rng_seed(&r, 42);
     for (int step = 0; step < 20; step++) {
         OK(model_shard_sample(s, B, T, &r, in, tg, &e_));
         for (int b = 0; b < B; b++) {
@@ -156,9 +156,9 @@ static void test_open_and_sample(void **state)
     }
     /* Same seed, same batch. */
     int in2[16 * 33], tg2[16 * 33];
-    rng r1, r2;
-    rng_seed(&r1, 9);
-    rng_seed(&r2, 9);
+    vl_rng r1, r2;
+    vl_rng_seed(&r1, 9);
+    vl_rng_seed(&r2, 9);
     OK(model_shard_sample(s, B, T, &r1, in, tg, &e_));
     OK(model_shard_sample(s, B, T, &r2, in2, tg2, &e_));
     assert_memory_equal(in, in2, sizeof in);
@@ -189,16 +189,16 @@ static void test_matches_data_sample(void **state)
         int *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
         int *rin = malloc(n * sizeof *rin), *rtg = malloc(n * sizeof *rtg);
         assert_true(in && tg && rin && rtg);
-        rng a, b;
-        rng_seed(&a, 1234 + k);
-        rng_seed(&b, 1234 + k);
+        vl_rng a, b;
+        vl_rng_seed(&a, 1234 + k);
+        vl_rng_seed(&b, 1234 + k);
         for (int step = 0; step < 5; step++) {
             OK(model_shard_sample(s, B, T, &a, in, tg, &e_));
             OK(model_data_sample(bytes, N, B, T, &b, rin, rtg, &e_));
             assert_memory_equal(in, rin, n * sizeof *in);
             assert_memory_equal(tg, rtg, n * sizeof *tg);
         }
-        assert_int_equal(rng_u64(&a), rng_u64(&b)); /* rng left in the same state */
+        assert_int_equal(vl_rng_u64(&a), vl_rng_u64(&b)); /* vl_rng left in the same state */
         free(in), free(tg), free(rin), free(rtg);
     }
     model_shard_close(s);
@@ -216,8 +216,8 @@ static void test_sample_edges(void **state)
     model_shard *s = open_ok(write_shard(f, "edge.bin", tok, T + 3), V);
     int seen[3] = {0};
     int in[5], tg[5];
-    rng r;
-    rng_seed(&r, 5);
+    vl_rng r;
+    vl_rng_seed(&r, 5);
     for (int i = 0; i < 300; i++) {
         OK(model_shard_sample(s, 1, T, &r, in, tg, &e_));
         int64_t off = window_offset(tok, T + 3, in, tg, T);
@@ -244,8 +244,8 @@ static void test_sample_refused(void **state)
     const char *path = write_shard(f, "ten.bin", tok, 10);
     model_shard *s = open_ok(path, V);
     int in[64], tg[64];
-    rng r;
-    rng_seed(&r, 1);
+    vl_rng r;
+    vl_rng_seed(&r, 1);
     vl_error err = {0};
     assert_int_equal(model_shard_sample(s, 1, 10, &r, in, tg, &err), VL_EINVAL);
     assert_non_null(strstr(err.msg, "shorter than one window of 11"));
@@ -381,8 +381,8 @@ static void test_large_shard(void **state)
     model_shard *s = open_ok(write_shard(f, "big.bin", tok, N), V);
     assert_int_equal(model_shard_tokens(s), (int64_t)N);
     int in[4 * 128], tg[4 * 128];
-    rng r;
-    rng_seed(&r, 77);
+    vl_rng r;
+    vl_rng_seed(&r, 77);
     OK(model_shard_sample(s, 4, 128, &r, in, tg, &e_));
     for (int b = 0; b < 4; b++)
         for (int t = 0; t + 1 < 128; t++)

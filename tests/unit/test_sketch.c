@@ -29,7 +29,7 @@ static size_t cells(const compress_sketch *s) {
 
 static void test_hash_golden(void **state) {
     (void)state;
-    assert_true(splitmix64(0) == 0xE220A8397B1DCDAFull);
+    assert_true(vl_splitmix64(0) == 0xE220A8397B1DCDAFull);
     for (size_t t = 0; t < sizeof GOLDEN / sizeof GOLDEN[0]; t++) {
         const struct golden *g = &GOLDEN[t];
         assert_true(compress_sketch_row_key(g->seed, g->row) == g->key);
@@ -238,9 +238,9 @@ static void test_estimate_matches_reference(void **state) {
     for (uint32_t r = 1; r <= COMPRESS_SKETCH_MAX_ROWS; r++) {
         compress_sketch s;
         OK(compress_sketch_init(&s, r, 53, 1000 + r, &e_));
-        rng g;
-        rng_seed(&g, r);
-        for (size_t c = 0; c < cells(&s); c++) s.table[c] = rng_normal(&g);
+        vl_rng g;
+        vl_rng_seed(&g, r);
+        for (size_t c = 0; c < cells(&s); c++) s.table[c] = vl_rng_normal(&g);
         for (size_t t = 0; t < sizeof ds / sizeof ds[0]; t++) {
             size_t d = ds[t];
             if (d > 1000 && r % 4 != 1) continue; /* keep the run short */
@@ -311,13 +311,13 @@ static void test_heavy_hitters_planted(void **state) {
     for (size_t i = 0; i < d; i++) tail2 += (double)x[i] * x[i];
     double floor_ = sqrt(tail2) / sqrt((double)c); /* about 5 here */
     uint32_t planted[20];
-    rng g;
-    rng_seed(&g, 77);
+    vl_rng g;
+    vl_rng_seed(&g, 77);
     for (size_t t = 0; t < k; t++) {
         uint32_t i;
         int again;
         do {
-            i = rng_below(&g, (uint32_t)d);
+            i = vl_rng_below(&g, (uint32_t)d);
             again = 0;
             for (size_t u = 0; u < t; u++) again |= planted[u] == i;
         } while (again);
@@ -364,10 +364,10 @@ static void test_heavy_is_topk_of_estimates(void **state) {
     const size_t d = 777;
     compress_sketch s;
     OK(compress_sketch_init(&s, 3, 40, 5, &e_));
-    rng g;
-    rng_seed(&g, 3);
+    vl_rng g;
+    vl_rng_seed(&g, 3);
     /* Few distinct values, so many estimates tie. */
-    for (size_t c = 0; c < cells(&s); c++) s.table[c] = (float)((int)rng_below(&g, 7) - 3);
+    for (size_t c = 0; c < cells(&s); c++) s.table[c] = (float)((int)vl_rng_below(&g, 7) - 3);
     float est[777], scratch[777], val[777], rval[777];
     uint32_t idx[777], ridx[777];
     ref_estimate(&s, d, est);

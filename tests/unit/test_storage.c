@@ -875,7 +875,7 @@ static void test_factors_with_versions(void **state) {
 }
 
 int main(void) {
-    log_set_level(LOG_WARN);
+    vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_modes),
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,

@@ -77,10 +77,10 @@ static float *gaussian(size_t d, uint64_t seed)
 {
     float *x = malloc((d ? d : 1) * sizeof *x);
     assert_non_null(x);
-    rng r;
-    rng_seed(&r, seed);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
     for (size_t i = 0; i < d; i++)
-        x[i] = rng_normal(&r);
+        x[i] = vl_rng_normal(&r);
     return x;
 }
 
@@ -123,13 +123,13 @@ static void test_topk_ties(void **state)
 {
     (void)state;
     static const float vals[4] = {-1.0f, 0.0f, 1.0f, 2.0f};
-    rng r;
-    rng_seed(&r, 7);
+    vl_rng r;
+    vl_rng_seed(&r, 7);
     size_t d = 10007;
     float *x = malloc(d * sizeof *x);
     assert_non_null(x);
     for (size_t i = 0; i < d; i++)
-        x[i] = vals[rng_below(&r, 4)];
+        x[i] = vals[vl_rng_below(&r, 4)];
     size_t ks[] = {1, 10, 100, 1000, 2000, 2600, 5000, 7000, 9000, d - 1};
     for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
         check_topk(x, d, ks[b]);
@@ -141,7 +141,7 @@ static void test_topk_ties(void **state)
     /* Values that share the top histogram bits and differ only in the last
      * mantissa bits. */
     for (size_t i = 0; i < d; i++)
-        x[i] = nextafterf(1.0f, 2.0f) * (1.0f + (float)(rng_below(&r, 50)) * 0x1p-23f) *
+        x[i] = nextafterf(1.0f, 2.0f) * (1.0f + (float)(vl_rng_below(&r, 50)) * 0x1p-23f) *
                ((i & 1) ? -1.0f : 1.0f);
     for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
         check_topk(x, d, ks[b]);
@@ -167,10 +167,10 @@ static void test_topk_zeros_and_denormals(void **state)
     check_topk(x, d, 1);
     check_topk(x, d, d - 1);
     /* Denormals (and a few zeros) order like any other magnitude. */
-    rng r;
-    rng_seed(&r, 11);
+    vl_rng r;
+    vl_rng_seed(&r, 11);
     for (size_t i = 0; i < d; i++) {
-        uint32_t bits = rng_below(&r, 0x00800000u) | ((i & 1) ? 0x80000000u : 0u);
+        uint32_t bits = vl_rng_below(&r, 0x00800000u) | ((i & 1) ? 0x80000000u : 0u);
         if (i % 7 == 0)
             bits &= 0x80000000u;
         memcpy(&x[i], &bits, sizeof bits);
@@ -191,16 +191,16 @@ static void test_topk_large_threaded(void **state)
     omp_set_num_threads(3);
     size_t d = ((size_t)1 << 21) + 13;
     float *x = gaussian(d, 5);
-    rng r;
-    rng_seed(&r, 6);
+    vl_rng r;
+    vl_rng_seed(&r, 6);
     for (int h = 0; h < 20; h++)
-        x[rng_below(&r, (uint32_t)d)] = 50.0f * (rng_uniform(&r) - 0.5f);
+        x[vl_rng_below(&r, (uint32_t)d)] = 50.0f * (vl_rng_uniform(&r) - 0.5f);
     check_topk(x, d, d / 1000);
     check_topk(x, d, d / 100);
     check_topk(x, d, d / 3); /* the wide bucket: a second pass over the data */
     check_topk(x, d, d - 5);
     for (size_t i = 0; i < d; i++)
-        x[i] = (float)rng_below(&r, 3) - 1.0f;
+        x[i] = (float)vl_rng_below(&r, 3) - 1.0f;
     check_topk(x, d, d / 2);
     check_topk(x, d, 1000);
     memset(x, 0, d * sizeof *x);
@@ -224,17 +224,17 @@ static void test_topk_sampled(void **state)
         check_topk(x, d, d / 1000);
         check_topk(x, d, d / 100);
         check_topk(x, d, d / 64);
-        rng r;
-        rng_seed(&r, 80 + a);
+        vl_rng r;
+        vl_rng_seed(&r, 80 + a);
         /* Many copies of each of 1000 levels: ties at the threshold. */
         for (size_t i = 0; i < d; i++)
-            x[i] = (float)rng_below(&r, 1000) * ((i & 1) ? 0.001f : -0.001f);
+            x[i] = (float)vl_rng_below(&r, 1000) * ((i & 1) ? 0.001f : -0.001f);
         check_topk(x, d, d / 200);
         check_topk(x, d, 3);
         /* The sampled runs start at (d - 256) * j / 63: big values only
          * there, so the sample overrates the tail (too few reach it)... */
         for (size_t i = 0; i < d; i++)
-            x[i] = 0.001f * rng_normal(&r);
+            x[i] = 0.001f * vl_rng_normal(&r);
         for (size_t j = 0; j < 64; j++)
             for (size_t i = 0; i < 256; i++)
                 x[(d - 256) * j / 63 + i] = 100.0f + (float)i;
@@ -290,8 +290,8 @@ static void check_select(const uint32_t *idx0, const float *val0, size_t n, size
 static void test_select_exact(void **state)
 {
     (void)state;
-    rng r;
-    rng_seed(&r, 21);
+    vl_rng r;
+    vl_rng_seed(&r, 21);
     size_t n = 3001;
     uint32_t *idx = malloc(n * sizeof *idx);
     float *val = malloc(n * sizeof *val);
@@ -299,15 +299,15 @@ static void test_select_exact(void **state)
     assert_non_null(val);
     uint32_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        at += 1 + rng_below(&r, 1000);
+        at += 1 + vl_rng_below(&r, 1000);
         idx[i] = at;
-        val[i] = rng_normal(&r);
+        val[i] = vl_rng_normal(&r);
     }
     size_t ks[] = {0, 1, 2, 30, 300, 1500, n - 1, n, n + 3};
     for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
         check_select(idx, val, n, ks[b]);
     for (size_t i = 0; i < n; i++)
-        val[i] = (float)((int)rng_below(&r, 5) - 2);
+        val[i] = (float)((int)vl_rng_below(&r, 5) - 2);
     for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
         check_select(idx, val, n, ks[b]);
     /* Out of order input still yields the lower-index ties, ascending. */
@@ -458,23 +458,23 @@ static void test_gaussk_heavy_tails(void **state)
     size_t d = 1000000;
     float *x = malloc(d * sizeof *x);
     assert_non_null(x);
-    rng r;
-    rng_seed(&r, 41);
+    vl_rng r;
+    vl_rng_seed(&r, 41);
     /* Student-t with 2 degrees of freedom: z / sqrt(chi2_2 / 2). */
     for (size_t i = 0; i < d; i++) {
-        float z = rng_normal(&r), u = rng_uniform(&r);
+        float z = vl_rng_normal(&r), u = vl_rng_uniform(&r);
         x[i] = z / sqrtf(-logf(1.0f - u));
     }
     check_gaussk(x, d, d / 1000, 1);
     check_gaussk(x, d, d / 100, 1);
     /* Cauchy: the sample std is meaningless. */
     for (size_t i = 0; i < d; i++)
-        x[i] = tanf(3.14159265f * (rng_uniform(&r) - 0.5f));
+        x[i] = tanf(3.14159265f * (vl_rng_uniform(&r) - 0.5f));
     check_gaussk(x, d, d / 1000, 1);
     check_gaussk(x, d, d / 100, 1);
     /* One enormous outlier inflates the std far past every other value. */
     for (size_t i = 0; i < d; i++)
-        x[i] = rng_normal(&r);
+        x[i] = vl_rng_normal(&r);
     x[12345] = 1e30f;
     check_gaussk(x, d, d / 1000, 1);
     /* Where the first guess samples: the spread must not overflow. */
@@ -483,7 +483,7 @@ static void test_gaussk_heavy_tails(void **state)
     check_gaussk(x, d, d / 1000, 1);
     /* Uniform: lighter tails than normal; the threshold guess overshoots. */
     for (size_t i = 0; i < d; i++)
-        x[i] = 2.0f * rng_uniform(&r) - 1.0f;
+        x[i] = 2.0f * vl_rng_uniform(&r) - 1.0f;
     check_gaussk(x, d, d / 1000, 1);
     check_gaussk(x, d, d / 5, 1);
     free(x);
@@ -537,10 +537,10 @@ static void test_gaussk_large_threaded(void **state)
     size_t d = ((size_t)1 << 21) + 77;
     float *x = gaussian(d, 8);
     check_gaussk(x, d, d / 1000, 1);
-    rng r;
-    rng_seed(&r, 9);
+    vl_rng r;
+    vl_rng_seed(&r, 9);
     for (size_t i = 0; i < d; i++)
-        x[i] /= sqrtf(-logf(1.0f - rng_uniform(&r)));
+        x[i] /= sqrtf(-logf(1.0f - vl_rng_uniform(&r)));
     check_gaussk(x, d, d / 1000, 1);
     free(x);
     omp_set_num_threads(saved);
@@ -567,11 +567,11 @@ static void run_feedback(st_dtype dt, float scale)
     assert_non_null(delta);
     assert_non_null(idx);
     assert_non_null(val);
-    rng r;
-    rng_seed(&r, 51);
+    vl_rng r;
+    vl_rng_seed(&r, 51);
     for (int round = 0; round < 12; round++) {
         for (size_t i = 0; i < d; i++)
-            delta[i] = scale * rng_normal(&r);
+            delta[i] = scale * vl_rng_normal(&r);
         memcpy(before, e, d * sizeof *e);
         compress_feedback_add(e, delta, d, 1.0f);
         for (size_t i = 0; i < d; i++)
@@ -586,7 +586,7 @@ static void run_feedback(st_dtype dt, float scale)
             if (j < nnz && idx[j] == i) {
                 if (dt == ST_F16) {
                     /* What is sent survives the F16 wire unchanged. */
-                    assert_true(bits_of(f16_to_f32(f32_to_f16(val[j]))) == bits_of(val[j]));
+                    assert_true(bits_of(vl_f16_to_f32(vl_f32_to_f16(val[j]))) == bits_of(val[j]));
                     assert_true(fabsf(val[j]) <= 65504.0f);
                 }
                 if (bits_of(val[j] + e[i]) != bits_of(before[i]))

@@ -32,7 +32,7 @@ static compress_update_meta meta(compress_kind kind) {
 }
 
 /* Decodes and returns the status class, leaving the error code in *code. */
-static int decode(const buf *b, size_t n, const char **code) {
+static int decode(const vl_buf *b, size_t n, const char **code) {
     compress_update u;
     vl_error e = {0};
     int rc = compress_update_decode(b->data, b->len, n, &u, code, &e);
@@ -46,8 +46,8 @@ static void test_topk_round_trip(void **state) {
     uint32_t idx[] = {0, 3, 17, 1000, N - 1};
     float val[] = {0.5f, -0.25f, 8.0f, -1.0f, 0.125f};
     for (int dt = 0; dt < 2; dt++) {
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         compress_update_meta m = meta(COMPRESS_TOPK);
         OK(compress_update_encode_topk(&m, idx, val, 5, dt ? ST_F16 : ST_F32, &b, &e_));
         compress_update u;
@@ -76,12 +76,12 @@ static void test_topk_round_trip(void **state) {
         assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &s, &e), VL_EINVAL);
         compress_sketch_free(&s);
         compress_update_free(&u);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
 }
 
 /* Hand-built topk updates with indices the encoder would refuse. */
-static void build_topk(buf *b, const uint32_t *idx, size_t n_idx, const float *val,
+static void build_topk(vl_buf *b, const uint32_t *idx, size_t n_idx, const float *val,
                        size_t n_val, st_dtype idx_dtype) {
     compress_update_meta m = meta(COMPRESS_TOPK);
     st_writer w;
@@ -93,7 +93,7 @@ static void build_topk(buf *b, const uint32_t *idx, size_t n_idx, const float *v
     uint64_t s1[1] = {n_idx}, s2[1] = {n_val};
     assert_int_equal(st_writer_add(&w, "indices", idx_dtype, 1, s1, idx, n_idx * 4), VL_OK);
     assert_int_equal(st_writer_add(&w, "values", ST_F32, 1, s2, val, n_val * 4), VL_OK);
-    buf_init(b, BUF_DEFAULT_CAP);
+    vl_buf_init(b, VL_BUF_DEFAULT_CAP);
     OK(st_writer_finish(&w, b, &e_));
     st_writer_free(&w);
 }
@@ -112,51 +112,51 @@ static void test_topk_bad_indices_and_values(void **state) {
         {{5, 0, 1, 2}, "bad_indices"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        buf b;
+        vl_buf b;
         build_topk(&b, cases[c].idx, 4, val, 4, ST_U32);
         const char *code = NULL;
         assert_int_equal(decode(&b, N, &code), VL_ERANGE);
         assert_string_equal(code, cases[c].code);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     uint32_t good[4] = {1, 2, 3, 4};
     float bad[3] = {NAN, INFINITY, -INFINITY};
     for (int k = 0; k < 3; k++) {
         float v[4] = {1, 2, 3, 4};
         v[k + 1] = bad[k];
-        buf b;
+        vl_buf b;
         build_topk(&b, good, 4, v, 4, ST_U32);
         const char *code = NULL;
         assert_int_equal(decode(&b, N, &code), VL_ERANGE);
         assert_string_equal(code, "non_finite");
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     /* Mismatched lengths, a signed index type and more entries than the
      * model has parameters are shape errors. */
-    buf b;
+    vl_buf b;
     const char *code = NULL;
     build_topk(&b, good, 4, val, 3, ST_U32);
     assert_int_equal(decode(&b, N, &code), VL_ERANGE);
     assert_string_equal(code, "bad_shape");
-    buf_free(&b);
+    vl_buf_free(&b);
     build_topk(&b, good, 4, val, 4, ST_I32);
     assert_int_equal(decode(&b, N, &code), VL_ERANGE);
     assert_string_equal(code, "bad_shape");
-    buf_free(&b);
+    vl_buf_free(&b);
     build_topk(&b, good, 4, val, 4, ST_U32);
     assert_int_equal(decode(&b, 3, &code), VL_ERANGE);
     assert_string_equal(code, "bad_shape");
-    buf_free(&b);
+    vl_buf_free(&b);
     /* The encoder refuses what the decoder would. */
     uint32_t desc[2] = {5, 1};
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     compress_update_meta m = meta(COMPRESS_TOPK);
     vl_error e = {0};
     assert_int_equal(compress_update_encode_topk(&m, desc, val, 2, ST_F32, &b, &e), VL_EINVAL);
     assert_false(compress_indices_valid(desc, 2, N));
     assert_true(compress_indices_valid(good, 4, 5));
     assert_false(compress_indices_valid(good, 4, 4));
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 static void test_sketch_round_trip_and_spec(void **state) {
@@ -168,8 +168,8 @@ static void test_sketch_round_trip_and_spec(void **state) {
     for (size_t i = 0; i < N; i++) x[i] = (float)((int)(i % 9) - 4) * 0.25f;
     compress_sketch_encode(&s, x, N);
     for (int dt = 0; dt < 2; dt++) {
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         compress_update_meta m = meta(COMPRESS_SKETCH);
         OK(compress_update_encode_sketch(&m, &s, dt ? ST_F16 : ST_F32, &b, &e_));
         compress_update u;
@@ -184,7 +184,7 @@ static void test_sketch_round_trip_and_spec(void **state) {
         compress_sketch_zero(&acc);
         OK(compress_update_accumulate_sketch(&u, 1.0f, &acc, &e_));
         for (size_t c = 0; c < 5 * 101; c++) {
-            float want = dt ? f16_to_f32(f32_to_f16(s.table[c])) : s.table[c];
+            float want = dt ? vl_f16_to_f32(vl_f32_to_f16(s.table[c])) : s.table[c];
             assert_true(acc.table[c] == want);
         }
         vl_error e = {0};
@@ -207,18 +207,18 @@ static void test_sketch_round_trip_and_spec(void **state) {
         assert_int_equal(compress_update_accumulate_sketch(&u, 1.0f, &wrong, &e), VL_EINVAL);
         compress_sketch_free(&wrong);
         compress_update_free(&u);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     /* A non-finite cell is refused. */
     s.table[42] = NAN;
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     compress_update_meta m = meta(COMPRESS_SKETCH);
     OK(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e_));
     const char *code = NULL;
     assert_int_equal(decode(&b, N, &code), VL_ERANGE);
     assert_string_equal(code, "non_finite");
-    buf_free(&b);
+    vl_buf_free(&b);
     compress_sketch_free(&s);
     compress_sketch_free(&acc);
 }
@@ -245,8 +245,8 @@ static void test_sketch_malformed(void **state) {
         } else {
             assert_int_equal(st_writer_add(&w, "table", ST_F32, 2, s2, t, 24), VL_OK);
         }
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(st_writer_finish(&w, &b, &e_));
         st_writer_free(&w);
         const char *code = NULL;
@@ -261,7 +261,7 @@ static void test_sketch_malformed(void **state) {
             assert_int_equal(rc, VL_ERANGE);
             assert_string_equal(code, "wrong_sketch");
         }
-        buf_free(&b);
+        vl_buf_free(&b);
     }
 }
 
@@ -278,38 +278,38 @@ static void test_value_bounds(void **state) {
     const float vals[] = {limit, -limit, over, -over, 3e38f};
     for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) {
         d[N / 3] = vals[k];
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(compress_update_encode_dense(&m, d, N, ST_F32, &b, &e_));
         const char *code = NULL;
         int want = k < 2 ? VL_OK : VL_ERANGE;
         assert_int_equal(decode(&b, N, &code), want);
         if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
-        buf_free(&b);
+        vl_buf_free(&b);
 
         uint32_t idx[2] = {3, 70};
         float tv[2] = {0.5f, vals[k]};
         m.kind = COMPRESS_TOPK;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(compress_update_encode_topk(&m, idx, tv, 2, ST_F32, &b, &e_));
         assert_int_equal(decode(&b, N, &code), want);
         if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
-        buf_free(&b);
+        vl_buf_free(&b);
 
         compress_sketch s;
         OK(compress_sketch_init(&s, 2, 16, 7, &e_));
         s.table[5] = vals[k];
         m.kind = COMPRESS_SKETCH;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(compress_update_encode_sketch(&m, &s, ST_F32, &b, &e_));
         assert_int_equal(decode(&b, N, &code), want);
         if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
-        buf_free(&b);
+        vl_buf_free(&b);
         compress_sketch_free(&s);
 
         compress_round_meta rm = {.run = "demo", .version = 2, .task = 9, .peer = 4};
         float rv[3] = {1, vals[k], 2};
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(compress_round_encode_values(&rm, rv, 3, &b, &e_));
         compress_round_meta back;
         float *got = NULL;
@@ -321,19 +321,19 @@ static void test_value_bounds(void **state) {
                          want);
         if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
         free(got);
-        buf_free(&b);
+        vl_buf_free(&b);
         m.kind = COMPRESS_DENSE;
     }
     d[N / 3] = 0;
     const int64_t samples[] = {COMPRESS_MAX_SAMPLES, COMPRESS_MAX_SAMPLES + 1};
     for (int k = 0; k < 2; k++) {
         m.num_samples = samples[k];
-        buf b;
-        buf_init(&b, BUF_DEFAULT_CAP);
+        vl_buf b;
+        vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
         OK(compress_update_encode_dense(&m, d, N, ST_F32, &b, &e_));
         const char *code = NULL;
         assert_int_equal(decode(&b, N, &code), k ? VL_EINVAL : VL_OK);
-        buf_free(&b);
+        vl_buf_free(&b);
     }
     free(d);
 }
@@ -344,8 +344,8 @@ static void test_round_values_f16(void **state) {
     (void)state;
     compress_round_meta rm = {.run = "demo", .version = 2, .task = 9, .peer = 4};
     float rv[3] = {0.1f, -3.0f, 1e-3f};
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     OK(compress_round_encode_values_as(&rm, rv, 3, ST_F16, &b, &e_));
     compress_round_meta back;
     float *got = NULL;
@@ -354,17 +354,17 @@ static void test_round_values_f16(void **state) {
     OK(compress_round_decode_values(b.data, b.len, 3, &back, &got, &n, &code, &e_));
     assert_int_equal(n, 3);
     assert_int_equal(back.task, 9);
-    for (int i = 0; i < 3; i++) assert_true(got[i] == f16_to_f32(f32_to_f16(rv[i])));
+    for (int i = 0; i < 3; i++) assert_true(got[i] == vl_f16_to_f32(vl_f32_to_f16(rv[i])));
     assert_true(got[0] != rv[0]); /* rounded, so F16 really travelled */
     free(got);
     vl_error e = {0};
     assert_int_equal(compress_round_decode_values(b.data, b.len, 4, &back, &got, &n, &code, &e),
                      VL_ERANGE);
     assert_string_equal(code, "bad_shape");
-    buf_free(&b);
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf_free(&b);
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     assert_int_equal(compress_round_encode_values_as(&rm, rv, 3, ST_U32, &b, NULL), VL_EINVAL);
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 /* A classifier peer's reported accuracy: absent by default, carried when
@@ -375,8 +375,8 @@ static void test_reported_accuracy(void **state) {
     float d[16] = {0};
     d[3] = 0.5f;
     compress_update_meta m = meta(COMPRESS_DENSE);
-    buf b;
-    buf_init(&b, BUF_DEFAULT_CAP);
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
     compress_update u;
     const char *code = NULL;
@@ -405,7 +405,7 @@ static void test_reported_accuracy(void **state) {
             assert_string_equal(code, "bad_accuracy");
         }
     }
-    buf_free(&b);
+    vl_buf_free(&b);
 }
 
 int main(void) {

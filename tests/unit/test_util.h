@@ -39,9 +39,9 @@ static inline double test_max_rel_err(const float *g, const float *c, size_t n) 
 static inline float *random_vec(size_t d, uint64_t seed) {
     float *x = malloc((d ? d : 1) * sizeof *x);
     assert_non_null(x);
-    rng r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < d; i++) x[i] = rng_normal(&r);
+    vl_rng r;
+    vl_rng_seed(&r, seed);
+    for (size_t i = 0; i < d; i++) x[i] = vl_rng_normal(&r);
     return x;
 }
 
