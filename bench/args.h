@@ -14,8 +14,7 @@
  * returns vl_opts_status of it (0 after --help, 2 after one line on a
  * bad command line). */
 static inline int bench_parse_args(const char *prog, const char *usage, int argc, char **argv,
-                                   int *threads, int *quick)
-{
+                                   int *threads, int *quick) {
     int64_t n = omp_get_num_procs();
     *quick = 0;
     vl_opt t[] = {vl_opt_int("threads", &n, 1, 1024), vl_opt_flag("quick", quick)};

@@ -32,36 +32,30 @@
 #define SORT_LIMIT_S 30.0
 #define MIN_TIME_S 0.25
 
-__attribute__((noreturn)) static void die(const char *what, const vl_error *err)
-{
+__attribute__((noreturn)) static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_compress: %s: %s\n", what, err ? err->msg : "out of memory");
     exit(1);
 }
 
-static void *xmalloc(size_t n)
-{
+static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    if (!p)
-        die("allocation", NULL);
+    if (!p) die("allocation", NULL);
     /* Touch every page so no run pays for first-touch faults. */
     memset(p, 0, n);
     return p;
 }
 
-static void cpu_model(char *out, size_t cap)
-{
+static void cpu_model(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
+    if (!f) return;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         if (strncmp(line, "model name", 10) == 0) {
             const char *p = strchr(line, ':');
             if (p) {
                 p++;
-                while (*p == ' ' || *p == '\t')
-                    p++;
+                while (*p == ' ' || *p == '\t') p++;
                 snprintf(out, cap, "%s", p);
                 out[strcspn(out, "\n")] = '\0';
             }
@@ -78,16 +72,13 @@ typedef struct mag_idx {
     uint32_t idx;
 } mag_idx;
 
-static int by_mag_desc(const void *a, const void *b)
-{
+static int by_mag_desc(const void *a, const void *b) {
     const mag_idx *p = a, *q = b;
-    if (p->mag != q->mag)
-        return p->mag > q->mag ? -1 : 1;
+    if (p->mag != q->mag) return p->mag > q->mag ? -1 : 1;
     return (p->idx > q->idx) - (p->idx < q->idx);
 }
 
-static void sort_topk(const float *x, size_t d, mag_idx *pairs)
-{
+static void sort_topk(const float *x, size_t d, mag_idx *pairs) {
     for (size_t i = 0; i < d; i++) {
         pairs[i].mag = fabsf(x[i]);
         pairs[i].idx = (uint32_t)i;
@@ -106,23 +97,20 @@ static void sort_topk(const float *x, size_t d, mag_idx *pairs)
  * window that stays in cache. No hash can make encode faster than this,
  * so it says what the machine allows. */
 static void scatter_range(float *tab, uint32_t rows, uint32_t cols, const uint32_t *bk,
-                          const float *x, size_t lo, size_t hi)
-{
+                          const float *x, size_t lo, size_t hi) {
     for (size_t c0 = lo; c0 < hi; c0 += 4096) {
         size_t c1 = hi - c0 < 4096 ? hi : c0 + 4096;
         for (uint32_t j = 0; j < rows; j++) {
             float *row = tab + (size_t)j * cols;
             const uint32_t *b = bk + (size_t)j * BOUND_W;
-            for (size_t i = c0; i < c1; i++)
-                row[b[i & (BOUND_W - 1)]] += x[i];
+            for (size_t i = c0; i < c1; i++) row[b[i & (BOUND_W - 1)]] += x[i];
         }
     }
 }
 
 /* Same threading as compress_sketch_encode: private tables, summed. */
 static void scatter_bound(float *tabs, uint32_t rows, uint32_t cols, const uint32_t *bk,
-                          const float *x, size_t d)
-{
+                          const float *x, size_t d) {
     size_t cells = (size_t)rows * cols;
 #pragma omp parallel
     {
@@ -137,8 +125,7 @@ static void scatter_bound(float *tabs, uint32_t rows, uint32_t cols, const uint3
 #pragma omp for schedule(static)
         for (size_t c = 0; c < cells; c++) {
             float a = 0.0f;
-            for (int u = 1; u < n; u++)
-                a += tabs[(size_t)u * cells + c];
+            for (int u = 1; u < n; u++) a += tabs[(size_t)u * cells + c];
             tabs[c] += a;
         }
     }
@@ -158,8 +145,7 @@ typedef struct table {
     int n;
 } table;
 
-static row *add_row(table *t, const char *name, double bytes, double secs, double target)
-{
+static row *add_row(table *t, const char *name, double bytes, double secs, double target) {
     row *r = &t->rows[t->n++];
     snprintf(r->name, sizeof r->name, "%s", name);
     r->gbs = secs > 0 ? bytes / secs / 1e9 : -1;
@@ -168,8 +154,7 @@ static row *add_row(table *t, const char *name, double bytes, double secs, doubl
     return r;
 }
 
-static const char *fmt_d(size_t d, char *text, size_t cap)
-{
+static const char *fmt_d(size_t d, char *text, size_t cap) {
     double e = floor(log10((double)d));
     double m = (double)d / pow(10, e);
     if (fabs(m - round(m)) < 1e-9)
@@ -179,8 +164,7 @@ static const char *fmt_d(size_t d, char *text, size_t cap)
     return text;
 }
 
-static void run_size(size_t d, int reps, int header)
-{
+static void run_size(size_t d, int reps, int header) {
     vl_error err = {0};
     size_t k = d / 1000 ? d / 1000 : 1, k100 = d / 100 ? d / 100 : 1;
     double bytes = 4.0 * (double)d;
@@ -190,12 +174,11 @@ static void run_size(size_t d, int reps, int header)
     float *val = xmalloc(COMPRESS_GAUSSK_CAP(k100) * sizeof *val);
     vl_rng r;
     vl_rng_seed(&r, 20240607);
-    for (size_t i = 0; i < d; i++)
-        x[i] = vl_rng_normal(&r);
+    for (size_t i = 0; i < d; i++) x[i] = vl_rng_normal(&r);
     /* A few coordinates far out, as a real update has. */
     for (int h = 0; h < 64; h++)
-        x[vl_rng_below(&r, (uint32_t)d)] = (vl_rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) *
-                                        (20.0f + 30.0f * vl_rng_uniform(&r));
+        x[vl_rng_below(&r, (uint32_t)d)] =
+            (vl_rng_uniform(&r) < 0.5f ? -1.0f : 1.0f) * (20.0f + 30.0f * vl_rng_uniform(&r));
 
     table t = {.n = 0};
     double best, t0;
@@ -203,17 +186,17 @@ static void run_size(size_t d, int reps, int header)
     /* Best of at least reps runs, more for fast operations (up to a
      * quarter second of runs), so a brief stall on a shared machine does
      * not decide a figure. */
-#define TIME(...)                                                                                 \
-    do {                                                                                          \
-        best = INFINITY;                                                                          \
-        double start_ = vl_clock_mono_s();                                                           \
-        for (int rep_ = 0; rep_ < reps || (vl_clock_mono_s() - start_ < MIN_TIME_S && rep_ < 1000);  \
-             rep_++) {                                                                            \
-            t0 = vl_clock_mono_s();                                                                  \
-            __VA_ARGS__;                                                                          \
-            double s_ = vl_clock_mono_s() - t0;                                                      \
-            best = s_ < best ? s_ : best;                                                         \
-        }                                                                                         \
+#define TIME(...)                                                                               \
+    do {                                                                                        \
+        best = INFINITY;                                                                        \
+        double start_ = vl_clock_mono_s();                                                      \
+        for (int rep_ = 0;                                                                      \
+             rep_ < reps || (vl_clock_mono_s() - start_ < MIN_TIME_S && rep_ < 1000); rep_++) { \
+            t0 = vl_clock_mono_s();                                                             \
+            __VA_ARGS__;                                                                        \
+            double s_ = vl_clock_mono_s() - t0;                                                 \
+            best = s_ < best ? s_ : best;                                                       \
+        }                                                                                       \
     } while (0)
 
     TIME(memcpy(dst, x, d * sizeof *x));
@@ -254,8 +237,7 @@ static void run_size(size_t d, int reps, int header)
              die("sketch heavy", &err));
     row *rw = add_row(&t, "sketch estimate + top-k", bytes, best, 0);
     snprintf(rw->note, sizeof rw->note, "r=5, k=%zu", k);
-    for (int s = 0; s < 3; s++)
-        compress_sketch_free(&sk[s]);
+    for (int s = 0; s < 3; s++) compress_sketch_free(&sk[s]);
 
     TIME(if (compress_topk(x, d, k, idx, &nnz, &err)) die("topk", &err));
     double topk_s = best;
@@ -304,10 +286,8 @@ static void run_size(size_t d, int reps, int header)
     snprintf(rw->note, sizeof rw->note, "k=%zu: count %zu (%+.2f %%%s), thr %.4g", k, gnnz, dev,
              fabs(dev) <= 5.0 ? "" : ", OUT OF BAND", thr);
 
-    if (compress_topk(x, d, k100, idx, &nnz, &err))
-        die("topk", &err);
-    for (size_t j = 0; j < nnz; j++)
-        val[j] = x[idx[j]];
+    if (compress_topk(x, d, k100, idx, &nnz, &err)) die("topk", &err);
+    for (size_t j = 0; j < nnz; j++) val[j] = x[idx[j]];
     compress_update_meta meta;
     memset(&meta, 0, sizeof meta);
     snprintf(meta.run, sizeof meta.run, "bench");
@@ -319,19 +299,16 @@ static void run_size(size_t d, int reps, int header)
     meta.loss = 1.0;
     vl_buf out;
     vl_buf_init(&out, (size_t)1 << 40);
-    if (vl_buf_reserve(&out, 8 * nnz + 4096))
-        die("codec buffer", NULL);
-    TIME(vl_buf_reset(&out);
-         if (compress_update_encode_topk(&meta, idx, val, nnz, ST_F32, &out, &err))
-             die("encode", &err));
+    if (vl_buf_reserve(&out, 8 * nnz + 4096)) die("codec buffer", NULL);
+    TIME(vl_buf_reset(&out); if (compress_update_encode_topk(&meta, idx, val, nnz, ST_F32, &out,
+                                                             &err)) die("encode", &err));
     double pair_bytes = 8.0 * (double)nnz;
     rw = add_row(&t, "sparse codec encode", pair_bytes, best, 0);
     snprintf(rw->note, sizeof rw->note, "%zu F32 pairs, GB/s of pair bytes", nnz);
     TIME({
         compress_update u;
         const char *code = NULL;
-        if (compress_update_decode(out.data, out.len, d, &u, &code, &err))
-            die("decode", &err);
+        if (compress_update_decode(out.data, out.len, d, &u, &code, &err)) die("decode", &err);
         compress_update_free(&u);
     });
     rw = add_row(&t, "sparse codec decode", pair_bytes, best, 0);
@@ -359,8 +336,7 @@ static void run_size(size_t d, int reps, int header)
             if (strcmp(q->name, "Gaussian-k") == 0 && fabs(dev) > 5.0)
                 snprintf(res, sizeof res, "MISS");
         }
-        printf("| %s | %s | %s | %s | %s | %s | %s |\n", ds, q->name, g, ratio, tgt, res,
-               q->note);
+        printf("| %s | %s | %s | %s | %s | %s | %s |\n", ds, q->name, g, ratio, tgt, res, q->note);
     }
     if (sort_s > 0) {
         double sp = sort_s / topk_s;
@@ -385,22 +361,18 @@ typedef struct size_list {
 
 /* --sizes: up to MAX_SIZES comma-separated counts from 1 to 4e9, into a
  * size_list (dst), which keeps its defaults when the list is refused. */
-static int parse_sizes(const char *s, void *dst)
-{
+static int parse_sizes(const char *s, void *dst) {
     size_list got = {.n = 0};
     char tmp[256];
-    if (strlen(s) >= sizeof tmp)
-        return -1;
+    if (strlen(s) >= sizeof tmp) return -1;
     snprintf(tmp, sizeof tmp, "%s", s);
     char *save = NULL;
     for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int64_t v;
-        if (got.n >= MAX_SIZES || vl_opts_parse_size(tok, 1, 4000000000LL, &v) != VL_OK)
-            return -1;
+        if (got.n >= MAX_SIZES || vl_opts_parse_size(tok, 1, 4000000000LL, &v) != VL_OK) return -1;
         got.d[got.n++] = (size_t)v;
     }
-    if (got.n == 0)
-        return -1;
+    if (got.n == 0) return -1;
     *(size_list *)dst = got;
     return 0;
 }
@@ -408,34 +380,31 @@ static int parse_sizes(const char *s, void *dst)
 static const char USAGE[] =
     "usage: bench_compress [--sizes 1e6,1e7,1e8] [--threads N] [--reps N]\n"
     "  the compressors' throughput as ratios to memcpy of the same vector.\n"
-    "  --sizes: vector lengths, up to " VL_STR(MAX_SIZES) " (default 1e6,1e7,1e8); --threads:\n"
-    "  OpenMP threads (default: OpenMP's); --reps: runs per figure, the best\n"
-    "  kept (default 5)\n";
+    "  --sizes: vector lengths, up to " VL_STR(
+        MAX_SIZES) " (default 1e6,1e7,1e8); --threads:\n"
+                   "  OpenMP threads (default: OpenMP's); --reps: runs per figure, the best\n"
+                   "  kept (default 5)\n";
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     size_list sizes = {{1000000, 10000000, 100000000}, 3};
     int64_t reps = 5, threads = 0;
     vl_opt t[] = {
-        vl_opt_custom("sizes", parse_sizes, &sizes,
-                      "a comma-separated list of up to " VL_STR(MAX_SIZES)
-                      " whole sizes from 1 to 4e9"),
+        vl_opt_custom(
+            "sizes", parse_sizes, &sizes,
+            "a comma-separated list of up to " VL_STR(MAX_SIZES) " whole sizes from 1 to 4e9"),
         vl_opt_int("threads", &threads, 1, 1024),
         vl_opt_int("reps", &reps, 1, 1000),
     };
     vl_opts o = {.prog = "bench_compress", .usage = USAGE, .opt = t, .n = VL_OPTS_COUNT(t)};
     int rc = vl_opts_parse(&o, argc, argv, NULL);
-    if (rc)
-        return vl_opts_status(rc);
-    if (threads > 0)
-        omp_set_num_threads((int)threads);
+    if (rc) return vl_opts_status(rc);
+    if (threads > 0) omp_set_num_threads((int)threads);
     char cpu[160];
     cpu_model(cpu, sizeof cpu);
     printf("bench_compress: %s, %d threads, best of %d runs\n", cpu, omp_get_max_threads(),
            (int)reps);
     printf("GB/s = 4*d input bytes / s (memcpy: bytes copied; codec: 8 bytes per pair); "
            "x memcpy = ratio to the memcpy row of the same d.\n\n");
-    for (int i = 0; i < sizes.n; i++)
-        run_size(sizes.d[i], (int)reps, i == 0);
+    for (int i = 0; i < sizes.n; i++) run_size(sizes.d[i], (int)reps, i == 0);
     return 0;
 }

@@ -32,14 +32,12 @@
 #include "kernels/cuda_gate.h"
 #include "kernels/kernels.h"
 
-static void die(const char *what, const vl_error *err)
-{
+static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_gpu_compress: %s: %s\n", what, err ? err->msg : "failed");
     exit(1);
 }
 
-static void cuda_check(cudaError_t e, const char *what)
-{
+static void cuda_check(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
         fprintf(stderr, "bench_gpu_compress: %s: %s\n", what, cudaGetErrorString(e));
         exit(1);
@@ -47,28 +45,26 @@ static void cuda_check(cudaError_t e, const char *what)
 }
 
 /* Seconds of the best of reps runs of body, timed with events around it. */
-#define BEST_OF(reps, secs, body)                                                          \
-    do {                                                                                   \
-        cudaEvent_t a_, b_;                                                                \
-        cuda_check(cudaEventCreate(&a_), "cudaEventCreate");                               \
-        cuda_check(cudaEventCreate(&b_), "cudaEventCreate");                               \
-        (secs) = 1e30;                                                                     \
-        for (int r_ = 0; r_ < (reps); r_++) {                                              \
-            cuda_check(cudaEventRecord(a_, 0), "cudaEventRecord");                         \
-            body;                                                                          \
-            cuda_check(cudaEventRecord(b_, 0), "cudaEventRecord");                         \
-            cuda_check(cudaEventSynchronize(b_), "cudaEventSynchronize");                  \
-            float ms_ = 0;                                                                 \
-            cuda_check(cudaEventElapsedTime(&ms_, a_, b_), "cudaEventElapsedTime");        \
-            if (ms_ / 1e3 < (secs))                                                        \
-                (secs) = ms_ / 1e3;                                                        \
-        }                                                                                  \
-        cudaEventDestroy(a_);                                                              \
-        cudaEventDestroy(b_);                                                              \
+#define BEST_OF(reps, secs, body)                                                   \
+    do {                                                                            \
+        cudaEvent_t a_, b_;                                                         \
+        cuda_check(cudaEventCreate(&a_), "cudaEventCreate");                        \
+        cuda_check(cudaEventCreate(&b_), "cudaEventCreate");                        \
+        (secs) = 1e30;                                                              \
+        for (int r_ = 0; r_ < (reps); r_++) {                                       \
+            cuda_check(cudaEventRecord(a_, 0), "cudaEventRecord");                  \
+            body;                                                                   \
+            cuda_check(cudaEventRecord(b_, 0), "cudaEventRecord");                  \
+            cuda_check(cudaEventSynchronize(b_), "cudaEventSynchronize");           \
+            float ms_ = 0;                                                          \
+            cuda_check(cudaEventElapsedTime(&ms_, a_, b_), "cudaEventElapsedTime"); \
+            if (ms_ / 1e3 < (secs)) (secs) = ms_ / 1e3;                             \
+        }                                                                           \
+        cudaEventDestroy(a_);                                                       \
+        cudaEventDestroy(b_);                                                       \
     } while (0)
 
-static void row(const char *name, double secs, double bytes, double copy_secs, const char *note)
-{
+static void row(const char *name, double secs, double bytes, double copy_secs, const char *note) {
     double gbs = bytes / secs / 1e9, ratio = copy_secs / secs;
     printf("%-28s %9.3f ms %9.1f GB/s %7.3fx copy  %s\n", name, secs * 1e3, gbs, ratio, note);
 }
@@ -80,11 +76,9 @@ static const char USAGE[] =
     "  --reps: runs per figure, the best kept (default 5). Without a usable\n"
     "  device it exits 77\n";
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int64_t d64 = 124439808, reps64 = 5;
-    vl_opt t[] = {vl_opt_size("d", &d64, 1000, 4000000000LL),
-                  vl_opt_int("reps", &reps64, 1, 1000)};
+    vl_opt t[] = {vl_opt_size("d", &d64, 1000, 4000000000LL), vl_opt_int("reps", &reps64, 1, 1000)};
     vl_opts o;
     memset(&o, 0, sizeof o);
     o.prog = "bench_gpu_compress";
@@ -92,8 +86,7 @@ int main(int argc, char **argv)
     o.opt = t;
     o.n = VL_OPTS_COUNT(t);
     int rc = vl_opts_parse(&o, argc, argv, NULL);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
     kernels_cuda_gate("bench_gpu_compress", desc, sizeof desc);
@@ -103,12 +96,10 @@ int main(int argc, char **argv)
     printf("bench_gpu_compress: d = %zu, best of %d, %s\n", d, reps, desc);
 
     float *x = (float *)malloc(d * sizeof(float));
-    if (!x)
-        die("host allocation", NULL);
+    if (!x) die("host allocation", NULL);
     vl_rng r;
     vl_rng_seed(&r, 7);
-    for (size_t i = 0; i < d; i++)
-        x[i] = vl_rng_normal(&r);
+    for (size_t i = 0; i < d; i++) x[i] = vl_rng_normal(&r);
     float *d_x = NULL, *d_y = NULL, *d_tab = NULL, *d_val = NULL;
     uint32_t *d_idx = NULL;
     size_t kmax = COMPRESS_GAUSSK_CAP(d / 100);
@@ -136,11 +127,12 @@ int main(int argc, char **argv)
         cuda_check(cudaMalloc((void **)&d_tab, cells * sizeof(float)), "cudaMalloc");
         cuda_check(cudaMemset(d_tab, 0, cells * sizeof(float)), "cudaMemset");
         double t;
-        BEST_OF(reps, t, if (kernels_cuda_sketch_encode(d_tab, rows, cols, 42, d_x, d, &err))
-                             die("sketch encode", &err));
+        BEST_OF(reps, t,
+                if (kernels_cuda_sketch_encode(d_tab, rows, cols, 42, d_x, d, &err))
+                    die("sketch encode", &err));
         snprintf(note, sizeof note, "%u x %u table (target >= 0.3x)", rows, cols);
-        row(s == 0 ? "sketch encode r=5 (100x)" : "sketch encode r=5 (5 x 8192)", t, bytes,
-            copy_s, note);
+        row(s == 0 ? "sketch encode r=5 (100x)" : "sketch encode r=5 (5 x 8192)", t, bytes, copy_s,
+            note);
         cudaFree(d_tab);
     }
 
@@ -149,21 +141,19 @@ int main(int argc, char **argv)
         size_t nnz = 0;
         double t, cold;
         kernels_cuda_compress_release();
-        BEST_OF(1, cold, if (kernels_cuda_topk(d_x, d, ks[s], d_idx, &nnz, &err))
-                             die("topk", &err));
-        BEST_OF(reps, t, if (kernels_cuda_topk(d_x, d, ks[s], d_idx, &nnz, &err))
-                             die("topk", &err));
-        snprintf(note, sizeof note, "k = %zu, cold %.3f ms (target >= 0.6x)", ks[s],
-                 cold * 1e3);
-        row(s == 0 ? "exact top-k, k = d/1000" : "exact top-k, k = d/100", t, bytes, copy_s,
-            note);
+        BEST_OF(1, cold,
+                if (kernels_cuda_topk(d_x, d, ks[s], d_idx, &nnz, &err)) die("topk", &err));
+        BEST_OF(reps, t,
+                if (kernels_cuda_topk(d_x, d, ks[s], d_idx, &nnz, &err)) die("topk", &err));
+        snprintf(note, sizeof note, "k = %zu, cold %.3f ms (target >= 0.6x)", ks[s], cold * 1e3);
+        row(s == 0 ? "exact top-k, k = d/1000" : "exact top-k, k = d/100", t, bytes, copy_s, note);
     }
 
     {
         size_t k = d / 100, nnz = 0;
         double t, thr = 0;
-        BEST_OF(reps, t, if (kernels_cuda_gaussk(d_x, d, k, d_idx, &nnz, &thr, &err))
-                             die("gaussk", &err));
+        BEST_OF(reps, t,
+                if (kernels_cuda_gaussk(d_x, d, k, d_idx, &nnz, &thr, &err)) die("gaussk", &err));
         double off = 100.0 * ((double)nnz - (double)k) / (double)k;
         snprintf(note, sizeof note, "k = %zu, count %zu (%+.2f %% of k), thr %.4g", k, nnz, off,
                  thr);
@@ -177,9 +167,9 @@ int main(int argc, char **argv)
         if (kernels_cuda_gaussk(d_x, d, k, d_idx, &nnz, &thr, &err) ||
             kernels_cuda_sparse_gather(d_x, d, d_idx, nnz, d_val, &err))
             die("scatter-add setup", &err);
-        BEST_OF(reps, t, if (kernels_cuda_sparse_scatter_add(d_y, d, d_idx, d_val, nnz, 1.0f,
-                                                             &err))
-                             die("scatter-add", &err));
+        BEST_OF(reps, t,
+                if (kernels_cuda_sparse_scatter_add(d_y, d, d_idx, d_val, nnz, 1.0f, &err))
+                    die("scatter-add", &err));
         snprintf(note, sizeof note, "%zu values (bytes: the %zu moved)", nnz,
                  nnz * (sizeof(float) * 3 + sizeof(uint32_t)));
         row("sparse scatter-add, d/100", t, (double)nnz * (sizeof(float) * 3 + sizeof(uint32_t)),

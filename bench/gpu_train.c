@@ -33,16 +33,14 @@ typedef struct bench_cfg {
     int B;
 } bench_cfg;
 
-static void die(const char *what, const vl_error *err)
-{
+static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_gpu_train: %s: %s\n", what, err->msg);
     exit(1);
 }
 
 /* Fills n device floats with values in [-0.5, 0.5) (from a repeated host
  * block: the values only need to be non-trivial). */
-static void fill_device(float *d, size_t n)
-{
+static void fill_device(float *d, size_t n) {
     enum { BLOCK = 1 << 20 };
     float *h = malloc(BLOCK * sizeof(float));
     if (h == NULL) {
@@ -51,13 +49,11 @@ static void fill_device(float *d, size_t n)
     }
     vl_rng r;
     vl_rng_seed(&r, 1);
-    for (size_t i = 0; i < BLOCK; i++)
-        h[i] = vl_rng_uniform(&r) - 0.5f;
+    for (size_t i = 0; i < BLOCK; i++) h[i] = vl_rng_uniform(&r) - 0.5f;
     vl_error err = {0};
     for (size_t off = 0; off < n; off += BLOCK) {
         size_t len = n - off < BLOCK ? n - off : BLOCK;
-        if (kernels_cuda_upload(d + off, h, len * sizeof(float), &err) != 0)
-            die("upload", &err);
+        if (kernels_cuda_upload(d + off, h, len * sizeof(float), &err) != 0) die("upload", &err);
     }
     free(h);
 }
@@ -70,8 +66,7 @@ static void fill_device(float *d, size_t n)
  * product and not a misaligned fallback. */
 #define LD(n) (((n) + 63) / 64 * 64)
 static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, double min_seconds,
-                         double *flops_out)
-{
+                         double *flops_out) {
     size_t maxa = 0, maxb = 0, maxc = 0;
     for (int i = 0; i < ns; i++) {
         size_t a = (size_t)(s[i].ta ? s[i].K : s[i].M) * LD(s[i].ta ? s[i].M : s[i].K),
@@ -89,8 +84,7 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
         die("GEMM buffers", &err);
     fill_device(A, maxa);
     fill_device(Bm, maxb);
-    if (kernels_cuda_zero(Cm, maxc * sizeof(float), &err) != 0)
-        die("zero", &err);
+    if (kernels_cuda_zero(Cm, maxc * sizeof(float), &err) != 0) die("zero", &err);
     int half = kernels_cuda_ctx_math(ctx) == KERNELS_CUDA_BF16;
     kernels_bf16 *Ah = NULL, *Bh = NULL;
     if (half && (kernels_cuda_alloc((void **)&Ah, maxa * sizeof(kernels_bf16), &err) != 0 ||
@@ -100,29 +94,24 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
         die("bf16 GEMM buffers", &err);
     double flops = 0, elapsed = 0;
     for (int round = 0; round == 0 || elapsed < min_seconds; round++) {
-        if (kernels_cuda_sync(&err) != 0)
-            die("GEMM", &err);
+        if (kernels_cuda_sync(&err) != 0) die("GEMM", &err);
         double t0 = vl_clock_mono_s();
         for (int i = 0; i < ns; i++)
             for (int k = 0; k < s[i].count; k++) {
                 int lda = LD(s[i].ta ? s[i].M : s[i].K), ldb = LD(s[i].tb ? s[i].K : s[i].N);
-                int rc = half ? kernels_cuda_gemm_bf16(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N,
-                                                       s[i].K, 1.0f, Ah, lda, Bh, ldb, 1.0f, Cm,
-                                                       LD(s[i].N), &err)
-                              : kernels_cuda_gemm(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N,
-                                                  s[i].K, 1.0f, A, lda, Bm, ldb, 1.0f, Cm,
-                                                  LD(s[i].N), &err);
-                if (rc != 0)
-                    die("GEMM", &err);
+                int rc =
+                    half
+                        ? kernels_cuda_gemm_bf16(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N, s[i].K,
+                                                 1.0f, Ah, lda, Bh, ldb, 1.0f, Cm, LD(s[i].N), &err)
+                        : kernels_cuda_gemm(ctx, s[i].ta, s[i].tb, s[i].M, s[i].N, s[i].K, 1.0f, A,
+                                            lda, Bm, ldb, 1.0f, Cm, LD(s[i].N), &err);
+                if (rc != 0) die("GEMM", &err);
             }
-        if (kernels_cuda_sync(&err) != 0)
-            die("GEMM", &err);
+        if (kernels_cuda_sync(&err) != 0) die("GEMM", &err);
         double dt = vl_clock_mono_s() - t0;
-        if (round == 0)
-            continue;
+        if (round == 0) continue;
         elapsed += dt;
-        for (int i = 0; i < ns; i++)
-            flops += 2.0 * s[i].M * s[i].N * (double)s[i].K * s[i].count;
+        for (int i = 0; i < ns; i++) flops += 2.0 * s[i].M * s[i].N * (double)s[i].K * s[i].count;
     }
     kernels_cuda_free(A);
     kernels_cuda_free(Bm);
@@ -134,19 +123,16 @@ static double time_gemms(kernels_cuda_ctx *ctx, const gemm_shape *s, int ns, dou
 }
 
 /* Times training steps of one configuration in one mode and prints a row. */
-static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
-{
+static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s) {
     const model_gpt_config *c = &bc->cfg;
     int B = bc->B, T = c->block_size;
     size_t bt = (size_t)B * T;
     vl_error err = {0};
     model_gpt *host = NULL;
-    if (model_gpt_create(c, &host, &err) != 0)
-        die("create", &err);
+    if (model_gpt_create(c, &host, &err) != 0) die("create", &err);
     model_gpt_init_weights(host, 1);
     model_gpt_cuda *g = NULL;
-    if (model_gpt_cuda_create(host, math, &g, &err) != 0)
-        die("create on the device", &err);
+    if (model_gpt_cuda_create(host, math, &g, &err) != 0) die("create on the device", &err);
     size_t np = model_gpt_num_params(host);
     model_gpt_destroy(host);
     int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
@@ -188,26 +174,23 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
     gemm_shape shapes[16];
     int ns = step_gemms(c, B, shapes);
     kernels_cuda_ctx *ctx = NULL;
-    if (kernels_cuda_ctx_create(math, &ctx, &err) != 0)
-        die("context", &err);
+    if (kernels_cuda_ctx_create(math, &ctx, &err) != 0) die("context", &err);
     double gflops;
     double gsec = time_gemms(ctx, shapes, ns, min_s / 2, &gflops);
     kernels_cuda_ctx_destroy(ctx);
     double gemm = gflops / gsec;
-    printf("%-12s %8.2fM %3d %5d %5s %9.2f %10.0f %11.2f %11.2f %6.2f %6.3f\n", bc->label,
-           np / 1e6, B, T, kernels_cuda_math_name(math), step_s * 1e3, bt / step_s,
-           mflops / 1e12, gemm / 1e12, mflops / gemm, loss);
+    printf("%-12s %8.2fM %3d %5d %5s %9.2f %10.0f %11.2f %11.2f %6.2f %6.3f\n", bc->label, np / 1e6,
+           B, T, kernels_cuda_math_name(math), step_s * 1e3, bt / step_s, mflops / 1e12,
+           gemm / 1e12, mflops / gemm, loss);
     fflush(stdout);
 }
 
 /* --math: fp32, tf32, bf16 or all, into the three flags of dst (int[3]). */
-static int parse_math(const char *m, void *dst)
-{
+static int parse_math(const char *m, void *dst) {
     int *modes = dst, all = strcmp(m, "all") == 0;
     int want[3] = {all || strcmp(m, "fp32") == 0, all || strcmp(m, "tf32") == 0,
                    all || strcmp(m, "bf16") == 0};
-    if (!want[0] && !want[1] && !want[2])
-        return -1;
+    if (!want[0] && !want[1] && !want[2]) return -1;
     memcpy(modes, want, sizeof want);
     return 0;
 }
@@ -219,8 +202,7 @@ static const char USAGE[] =
     "  --batch: B sequences a step instead of each model's own; --quick: shorter\n"
     "  timings. Without a usable device it exits 77\n";
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int quick = 0, gpt2_only = 0, modes[3] = {1, 0, 1}; /* fp32, tf32, bf16 */
     int64_t batch = 0;
     vl_opt t[] = {
@@ -231,8 +213,7 @@ int main(int argc, char **argv)
     };
     vl_opts o = {.prog = "bench_gpu_train", .usage = USAGE, .opt = t, .n = VL_OPTS_COUNT(t)};
     int rc = vl_opts_parse(&o, argc, argv, NULL);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     /* No GPU is a skip; a GPU that CUDA cannot use is a failure. */
     char desc[256];
     kernels_cuda_gate("bench_gpu_train", desc, sizeof desc);
@@ -244,8 +225,7 @@ int main(int argc, char **argv)
         {"GPT-2 124M", {50257, 1024, 12, 12, 768}, 8},
     };
     int ncfg = (int)(sizeof cfgs / sizeof cfgs[0]);
-    for (int ci = 0; ci < ncfg && batch > 0; ci++)
-        cfgs[ci].B = (int)batch;
+    for (int ci = 0; ci < ncfg && batch > 0; ci++) cfgs[ci].B = (int)batch;
     printf("bench_gpu_train: %s\n", desc);
     printf("model FLOPs/step = 6*(12*L*C^2 + V*C)*B*T + 6*L*B*T^2*C (causal attention); "
            "baseline: cuBLAS on the step's GEMM shapes in the same mode\n");
@@ -255,7 +235,6 @@ int main(int argc, char **argv)
                                             KERNELS_CUDA_BF16};
     for (int ci = gpt2_only ? ncfg - 1 : 0; ci < ncfg; ci++)
         for (int mi = 0; mi < 3; mi++)
-            if (modes[mi])
-                bench_one(&cfgs[ci], all_modes[mi], min_s);
+            if (modes[mi]) bench_one(&cfgs[ci], all_modes[mi], min_s);
     return 0;
 }

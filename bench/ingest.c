@@ -169,8 +169,8 @@ static int is_run_finished(const peer_response *rs) {
 }
 
 static int get_task(client *C, peer_task *k, vl_error *err) {
-    peer_request rq = {.method = "GET", .target = "/v1/task?wait=0", .cap = JSON_CAP,
-                       .idle_s = IDLE_S};
+    peer_request rq = {
+        .method = "GET", .target = "/v1/task?wait=0", .cap = JSON_CAP, .idle_s = IDLE_S};
     int rc = peer_http_do(C->http, &rq, &C->rs, err);
     if (rc) return transient(C, rc, err);
     if (C->rs.status == 204) {
@@ -187,8 +187,9 @@ static int get_task(client *C, peer_task *k, vl_error *err) {
     rc = peer_task_parse((const char *)C->rs.body.data, C->rs.body.len, k, err);
     if (rc) return rc;
     if (k->method != PEER_METHOD_SKETCH)
-        return vl_fail(err, VL_EINVAL, "task %lld asks for %s updates; this benchmark needs a "
-                                       "run with \"compression\": {\"kind\": \"sketch\"}",
+        return vl_fail(err, VL_EINVAL,
+                       "task %lld asks for %s updates; this benchmark needs a "
+                       "run with \"compression\": {\"kind\": \"sketch\"}",
                        (long long)k->task_id, compress_kind_name(k->kind));
     return VL_OK;
 }
@@ -253,9 +254,13 @@ static int take_next(client *C, json_t *o, const peer_task *k, vl_error *err) {
 }
 
 static int send_update(client *C, const peer_task *k, vl_error *err) {
-    peer_request rq = {.method = "POST", .target = "/v1/updates?next=1",
-                       .content_type = "application/octet-stream", .body = C->upload.data,
-                       .body_len = C->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S};
+    peer_request rq = {.method = "POST",
+                       .target = "/v1/updates?next=1",
+                       .content_type = "application/octet-stream",
+                       .body = C->upload.data,
+                       .body_len = C->upload.len,
+                       .cap = JSON_CAP,
+                       .idle_s = IDLE_S};
     double t0 = vl_clock_mono_s();
     int rc = peer_http_do(C->http, &rq, &C->rs, err);
     double ms = (vl_clock_mono_s() - t0) * 1e3;
@@ -271,8 +276,10 @@ static int send_update(client *C, const peer_task *k, vl_error *err) {
     json_t *id = json_object_get(o, "update_id");
     int64_t update_id = json_is_integer(id) ? (int64_t)json_integer_value(id) : -1;
     rc = update_id > 0 ? take_next(C, o, k, err)
-                       : vl_fail(err, VL_EINVAL, "upload of task %lld: 202 without an integer "
-                                 "update_id", (long long)k->task_id);
+                       : vl_fail(err, VL_EINVAL,
+                                 "upload of task %lld: 202 without an integer "
+                                 "update_id",
+                                 (long long)k->task_id);
     json_decref(o);
     if (rc != VL_OK) return rc;
     if ((rc = log_ack(C, k->task_id, update_id, err))) return rc;
@@ -303,8 +310,10 @@ static int client_loop(client *C, double seconds, double *elapsed, vl_error *err
             rc = build_update(C, &k, err);
             if (rc == VL_OK) rc = send_update(C, &k, err);
         }
-        if (rc == STEP_NO_TASK) rc = peer_sleep(0.01) ? PEER_ESTOPPED : VL_OK;
-        else if (rc == STEP_RETRY) rc = back_off(C);
+        if (rc == STEP_NO_TASK)
+            rc = peer_sleep(0.01) ? PEER_ESTOPPED : VL_OK;
+        else if (rc == STEP_RETRY)
+            rc = back_off(C);
         if (rc == STEP_FINISHED) {
             vl_log_info("the run has finished");
             rc = VL_OK;
@@ -334,19 +343,22 @@ static int write_results(client *C, const char *out, double elapsed, vl_error *e
     summarize(v, n, &s);
     vl_buf line;
     vl_buf_init(&line, 1 << 16);
-    int rc = vl_buf_printf(&line, "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
-                               "max_ms=%.3f network=%llu no_task=%llu next_tasks=%llu",
-                        (unsigned long long)C->uploads, (unsigned long long)C->errors, elapsed,
-                        s.p50, s.p99, s.max, (unsigned long long)C->network,
-                        (unsigned long long)C->no_task, (unsigned long long)C->next_tasks);
+    int rc = vl_buf_printf(&line,
+                           "uploads=%llu errors=%llu seconds=%.3f p50_ms=%.3f p99_ms=%.3f "
+                           "max_ms=%.3f network=%llu no_task=%llu next_tasks=%llu",
+                           (unsigned long long)C->uploads, (unsigned long long)C->errors, elapsed,
+                           s.p50, s.p99, s.max, (unsigned long long)C->network,
+                           (unsigned long long)C->no_task, (unsigned long long)C->next_tasks);
     for (int i = 0; i < C->nstatuses && !rc; i++)
         rc = vl_buf_printf(&line, " %s_%ld=%llu", C->statuses[i].what == 't' ? "task" : "upload",
-                        C->statuses[i].status, (unsigned long long)C->statuses[i].n);
+                           C->statuses[i].status, (unsigned long long)C->statuses[i].n);
     if (!rc && C->other_statuses)
         rc = vl_buf_printf(&line, " other_status=%llu", (unsigned long long)C->other_statuses);
     if (!rc) rc = vl_buf_append_str(&line, "\n");
-    if (!rc) rc = vl_file_write_atomic(out, line.data, line.len, 0644, err);
-    else rc = vl_fail(err, rc, "summary line too long");
+    if (!rc)
+        rc = vl_file_write_atomic(out, line.data, line.len, 0644, err);
+    else
+        rc = vl_fail(err, rc, "summary line too long");
     vl_buf_free(&line);
     return rc;
 }
@@ -365,10 +377,10 @@ static int client_open(client *C, const char *acks, vl_error *err) {
     if ((rc = crypto_identity_load(&C->id, key, err))) return rc;
     /* Few attempts per request: the loop does its own retrying, so a dead
      * coordinator costs a short pause instead of the peer's long backoff. */
-    peer_retry_policy pol = {.max_attempts = 2, .base_s = 0.05, .factor = 2, .cap_s = 0.2,
-                             .retry_after_max_s = 0.2};
-    rc = peer_http_open(C->st.coordinator, C->st.cacert, &C->id, C->st.peer_id, &pol, &C->http,
-                        err);
+    peer_retry_policy pol = {
+        .max_attempts = 2, .base_s = 0.05, .factor = 2, .cap_s = 0.2, .retry_after_max_s = 0.2};
+    rc =
+        peer_http_open(C->st.coordinator, C->st.cacert, &C->id, C->st.peer_id, &pol, &C->http, err);
     if (rc) return rc;
     if (acks) {
         C->acks = fopen(acks, "a");
@@ -398,8 +410,7 @@ typedef struct args {
 /* Parses the options after the subcommand (argv[0]) against t; VL_OK or
  * vl_opts_parse's other answers. */
 static int parse_args(const char *prog, vl_opt *t, size_t n, int argc, char **argv) {
-    vl_opts o = {.prog = prog, .hint = "see '" PROG " --help'", .usage = USAGE, .opt = t,
-                 .n = n};
+    vl_opts o = {.prog = prog, .hint = "see '" PROG " --help'", .usage = USAGE, .opt = t, .n = n};
     return vl_opts_parse(&o, argc, argv, NULL);
 }
 
@@ -407,8 +418,7 @@ static int cmd_client(int argc, char **argv) {
     args a = {.seconds = 0};
     vl_opt t[] = {vl_opt_required(vl_opt_str("dir", &a.dir)),
                   vl_opt_f64("seconds", &a.seconds, 0, MAX_SECONDS),
-                  vl_opt_required(vl_opt_str("out", &a.out)),
-                  vl_opt_str("log-acks", &a.acks)};
+                  vl_opt_required(vl_opt_str("out", &a.out)), vl_opt_str("log-acks", &a.acks)};
     int x = parse_args(PROG " client", t, VL_OPTS_COUNT(t), argc, argv);
     if (x) return vl_opts_status(x);
     struct sigaction sa;
@@ -430,7 +440,7 @@ static int cmd_client(int argc, char **argv) {
     int rc = client_open(&C, a.acks, &e);
     if (!rc) {
         vl_log_info("peer %lld uploading to %s (run '%s')%s", (long long)C.st.peer_id,
-                 C.st.coordinator, C.st.run, a.seconds > 0 ? "" : " until stopped");
+                    C.st.coordinator, C.st.run, a.seconds > 0 ? "" : " until stopped");
         rc = client_loop(&C, a.seconds, &elapsed, &e);
         /* The figures are written even after a failure: they say how far
          * it got, and the failure itself still sets the exit status. */
@@ -443,7 +453,7 @@ static int cmd_client(int argc, char **argv) {
     }
     if (!rc)
         vl_log_info("%llu uploads in %.2f s, %llu errors", (unsigned long long)C.uploads, elapsed,
-                 (unsigned long long)C.errors);
+                    (unsigned long long)C.errors);
     client_close(&C);
     return rc ? fail_line(&e) : EXIT_OK;
 }

@@ -50,14 +50,12 @@
 #define MAX_REPEATS 5
 #define MAX_CFGS 64 /* the full sweep has 52 */
 
-static void die(const char *what, const vl_error *err)
-{
+static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_kfac: %s: %s\n", what, err ? err->msg : "failed");
     exit(1);
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
+static void *xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     if (!p) {
         fprintf(stderr, "bench_kfac: out of memory (%zu x %zu bytes)\n", n, size);
@@ -82,9 +80,8 @@ enum { OPT_ADAMW, OPT_KFAC };
 
 /* Where a step's time goes, to tell the pass from the optimiser's own cost. */
 enum { PART_PASS, PART_FACTORS, PART_INVERT, PART_PRECOND, PART_UPDATE, N_PARTS };
-static const char *const part_name[N_PARTS] = {"forward/backward", "factor updates",
-                                                "inversions", "precondition + KL clip",
-                                                "update"};
+static const char *const part_name[N_PARTS] = {"forward/backward", "factor updates", "inversions",
+                                               "precondition + KL clip", "update"};
 
 typedef struct run_cfg {
     int opt;
@@ -94,16 +91,15 @@ typedef struct run_cfg {
 } run_cfg;
 
 typedef struct result {
-    int npts;       /* eval points recorded (budget / EVAL_EVERY unless stopped) */
-    double *loss;   /* eval loss after (k+1)*EVAL_EVERY steps */
+    int npts;     /* eval points recorded (budget / EVAL_EVERY unless stopped) */
+    double *loss; /* eval loss after (k+1)*EVAL_EVERY steps */
     double *acc;
-    double *wall;   /* training seconds up to that point */
-    char note[96];  /* why a run stopped early; empty when it ran the budget */
+    double *wall;         /* training seconds up to that point */
+    char note[96];        /* why a run stopped early; empty when it ran the budget */
     double part[N_PARTS]; /* training seconds by part of the step */
 } result;
 
-static void cfg_label(const run_cfg *c, char *out, size_t n)
-{
+static void cfg_label(const run_cfg *c, char *out, size_t n) {
     if (c->opt == OPT_ADAMW)
         snprintf(out, n, "lr %g, betas 0.9/0.999, eps 1e-8, wd 0", (double)c->lr);
     else
@@ -126,20 +122,16 @@ typedef struct work {
     vl_rng fisher_rng;
 } work;
 
-static void work_init(work *wk, const problem *pb)
-{
+static void work_init(work *wk, const problem *pb) {
     vl_error err = {0};
     memset(wk, 0, sizeof *wk);
-    if (model_mlp_create(&pb->net, &wk->m, &err) != 0)
-        die("mlp create", &err);
+    if (model_mlp_create(&pb->net, &wk->m, &err) != 0) die("mlp create", &err);
     model_mlp_init_weights(wk->m, INIT_SEED);
     wk->L = pb->net.n_hidden + 1;
-    if (model_mlp_tensors(wk->m, &wk->t) != 2 * wk->L)
-        die("mlp tensors: unexpected count", NULL);
+    if (model_mlp_tensors(wk->m, &wk->t) != 2 * wk->L) die("mlp tensors: unexpected count", NULL);
     wk->np = model_mlp_num_params(wk->m);
     wk->w[0] = pb->net.in_dim;
-    for (int l = 0; l < pb->net.n_hidden; l++)
-        wk->w[l + 1] = pb->net.hidden[l];
+    for (int l = 0; l < pb->net.n_hidden; l++) wk->w[l + 1] = pb->net.hidden[l];
     wk->w[wk->L] = pb->net.n_classes;
     size_t B = (size_t)pb->B;
     wk->yhat = xcalloc(B, sizeof(int));
@@ -149,10 +141,8 @@ static void work_init(work *wk, const problem *pb)
     vl_rng_seed(&wk->fisher_rng, FISHER_SEED);
 }
 
-static void work_free(work *wk)
-{
-    for (int l = 0; l < wk->L; l++)
-        model_kfac_layer_free(wk->kf[l]);
+static void work_free(work *wk) {
+    for (int l = 0; l < wk->L; l++) model_kfac_layer_free(wk->kf[l]);
     free(wk->yhat), free(wk->nat), free(wk->adam_m), free(wk->adam_v);
     model_sgd_free(&wk->sgd);
     model_mlp_destroy(wk->m);
@@ -162,8 +152,7 @@ static void work_free(work *wk)
 /* Labels drawn from the model's own predictive distribution: with them the
  * per-example gradients give the true Fisher, which K-FAC approximates,
  * rather than the empirical Fisher of the training labels. */
-static void sample_labels(work *wk, int B, int C)
-{
+static void sample_labels(work *wk, int B, int C) {
     const float *probs = model_mlp_probs(wk->m);
     for (int i = 0; i < B; i++) {
         float u = vl_rng_uniform(&wk->fisher_rng), acc = 0.0f;
@@ -182,34 +171,28 @@ static void sample_labels(work *wk, int B, int C)
  * gradient vector gets the mean-loss gradient (overwritten), and every
  * layer's output gradient is left for model_mlp_layer_io, for the training
  * labels or, with sampled set, for labels drawn from the model. */
-static void pass(work *wk, const float *x, const int *y, int B, int sampled)
-{
+static void pass(work *wk, const float *x, const int *y, int B, int sampled) {
     vl_error err = {0};
     float loss = 0.0f;
     model_mlp_zero_grad(wk->m);
-    if (model_mlp_forward(wk->m, x, y, B, &loss, &err) != 0 ||
-        model_mlp_backward(wk->m, &err) != 0)
+    if (model_mlp_forward(wk->m, x, y, B, &loss, &err) != 0 || model_mlp_backward(wk->m, &err) != 0)
         die("mlp pass", &err);
-    if (!sampled)
-        return;
+    if (!sampled) return;
     sample_labels(wk, B, wk->w[wk->L]);
-    if (model_mlp_output_grads(wk->m, wk->yhat, &err) != 0)
-        die("mlp output gradients", &err);
+    if (model_mlp_output_grads(wk->m, wk->yhat, &err) != 0) die("mlp output gradients", &err);
 }
 
 /* ---- one training run ------------------------------------------------------------ */
 
 static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int B, char *note,
-                     size_t note_len, double *part)
-{
+                     size_t note_len, double *part) {
     vl_error err = {0};
     double t0 = vl_clock_mono_s(), t1;
     float *P = model_mlp_params(wk->m), *G = model_mlp_grads(wk->m);
     for (int l = 0; l < wk->L; l++) {
         const float *X, *dY;
         int nb = 0;
-        if (model_mlp_layer_io(wk->m, l, &X, &dY, &nb, &err) != 0)
-            die("mlp layer io", &err);
+        if (model_mlp_layer_io(wk->m, l, &X, &dY, &nb, &err) != 0) die("mlp layer io", &err);
         if (model_kfac_update_factors(wk->kf[l], X, dY, nb, RHO, &err) != 0) {
             snprintf(note, note_len, "factor update failed at step %ld", step + 1);
             return -1;
@@ -227,8 +210,8 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
     part[PART_INVERT] += t1 - t0, t0 = t1;
     for (int l = 0; l < wk->L; l++) {
         const model_tensor *tw = &wk->t[2 * l], *tb = &wk->t[2 * l + 1];
-        if (model_kfac_precondition(wk->kf[l], G + tw->offset, G + tb->offset,
-                                    wk->nat + tw->offset, wk->nat + tb->offset, &err) != 0)
+        if (model_kfac_precondition(wk->kf[l], G + tw->offset, G + tb->offset, wk->nat + tw->offset,
+                                    wk->nat + tb->offset, &err) != 0)
             die("kfac precondition", &err);
     }
     /* The tensors tile the flat vector, so one span covers every layer. */
@@ -240,16 +223,13 @@ static int kfac_step(work *wk, const run_cfg *c, long step, const float *x, int 
     }
     t1 = vl_clock_mono_s();
     part[PART_PRECOND] += t1 - t0, t0 = t1;
-    for (size_t i = 0; i < wk->np; i++)
-        wk->nat[i] *= nu;
-    if (model_sgd_step(&wk->sgd, P, wk->nat, wk->np, 0, &err) != 0)
-        die("sgd step", &err);
+    for (size_t i = 0; i < wk->np; i++) wk->nat[i] *= nu;
+    if (model_sgd_step(&wk->sgd, P, wk->nat, wk->np, 0, &err) != 0) die("sgd step", &err);
     part[PART_UPDATE] += vl_clock_mono_s() - t0;
     return 0;
 }
 
-static void run_one(const problem *pb, const run_cfg *c, result *res)
-{
+static void run_one(const problem *pb, const run_cfg *c, result *res) {
     work wk;
     work_init(&wk, pb);
     vl_error err = {0};
@@ -281,8 +261,8 @@ static void run_one(const problem *pb, const run_cfg *c, result *res)
         res->part[PART_PASS] += t1 - t0;
         if (c->opt == OPT_ADAMW) {
             kernels_adamw_hparams hp = {c->lr, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1};
-            kernels_adamw_step(model_mlp_params(wk.m), model_mlp_grads(wk.m), wk.adam_m,
-                               wk.adam_v, NULL, wk.np, &hp);
+            kernels_adamw_step(model_mlp_params(wk.m), model_mlp_grads(wk.m), wk.adam_m, wk.adam_v,
+                               NULL, wk.np, &hp);
             res->part[PART_UPDATE] += vl_clock_mono_s() - t1;
         } else if (kfac_step(&wk, c, s, x, B, res->note, sizeof res->note, res->part) != 0) {
             break;
@@ -303,66 +283,55 @@ static void run_one(const problem *pb, const run_cfg *c, result *res)
     work_free(&wk);
 }
 
-static void result_free(result *r)
-{
+static void result_free(result *r) {
     free(r->loss), free(r->acc), free(r->wall);
     memset(r, 0, sizeof *r);
 }
 
 /* First eval point at or below target, or -1. */
-static int hit_index(const result *r, double target)
-{
+static int hit_index(const result *r, double target) {
     for (int k = 0; k < r->npts; k++)
-        if (r->loss[k] <= target)
-            return k;
+        if (r->loss[k] <= target) return k;
     return -1;
 }
 
 /* The configuration of one optimiser that reaches the target in the fewest
  * steps, ties going to the lower final loss; -1 when none does. */
-static int best_of(const run_cfg *cfgs, const result *res, int nc, int opt, double target)
-{
+static int best_of(const run_cfg *cfgs, const result *res, int nc, int opt, double target) {
     int best = -1;
     for (int i = 0; i < nc; i++) {
         int hi = hit_index(&res[i], target);
-        if (cfgs[i].opt != opt || hi < 0)
-            continue;
+        if (cfgs[i].opt != opt || hi < 0) continue;
         if (best < 0) {
             best = i;
             continue;
         }
         int hb = hit_index(&res[best], target);
         double li = res[i].loss[res[i].npts - 1], lb = res[best].loss[res[best].npts - 1];
-        if (hi < hb || (hi == hb && li < lb))
-            best = i;
+        if (hi < hb || (hi == hb && li < lb)) best = i;
     }
     return best;
 }
 
-static int same_curve(const result *a, const result *b)
-{
-    if (a->npts != b->npts)
-        return 0;
+static int same_curve(const result *a, const result *b) {
+    if (a->npts != b->npts) return 0;
     return memcmp(a->loss, b->loss, (size_t)a->npts * sizeof(double)) == 0 &&
            memcmp(a->acc, b->acc, (size_t)a->npts * sizeof(double)) == 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
+static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
-{
+static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---- output ------------------------------------------------------------------------- */
 
-static void print_header(const problem *pb)
-{
+static void print_header(const problem *pb) {
     printf("| optimiser | hyper-parameters | steps to target | wall s to target | ms/step "
            "| eval loss @%d | accuracy @%d |\n",
            pb->budget, pb->budget);
@@ -372,8 +341,7 @@ static void print_header(const problem *pb)
 /* One table row; wall_to and ms_step override the run's own timing when
  * positive (the medians of the reruns). */
 static void print_row(const problem *pb, const run_cfg *c, const result *r, double target,
-                      double wall_to, double ms_step)
-{
+                      double wall_to, double ms_step) {
     char label[160], steps[32], wall[32], ms[32], loss[sizeof r->note], acc[32];
     cfg_label(c, label, sizeof label);
     int k = hit_index(r, target);
@@ -394,12 +362,11 @@ static void print_row(const problem *pb, const run_cfg *c, const result *r, doub
         snprintf(loss, sizeof loss, "%s", r->note[0] ? r->note : "stopped");
         snprintf(acc, sizeof acc, "%s", "-");
     }
-    printf("| %s | %s | %s | %s | %s | %s | %s |\n", c->opt == OPT_ADAMW ? "AdamW" : "K-FAC",
-           label, steps, wall, ms, loss, acc);
+    printf("| %s | %s | %s | %s | %s | %s | %s |\n", c->opt == OPT_ADAMW ? "AdamW" : "K-FAC", label,
+           steps, wall, ms, loss, acc);
 }
 
-static size_t mlp_params(const model_mlp_config *c)
-{
+static size_t mlp_params(const model_mlp_config *c) {
     size_t n = 0;
     int in = c->in_dim;
     for (int l = 0; l <= c->n_hidden; l++) {
@@ -412,8 +379,7 @@ static size_t mlp_params(const model_mlp_config *c)
 
 /* ---- main ------------------------------------------------------------------------------ */
 
-static void make_data(problem *pb)
-{
+static void make_data(problem *pb) {
     vl_error err = {0};
     int D = pb->data.dim;
     size_t ntr = (size_t)pb->budget * pb->B;
@@ -432,8 +398,7 @@ static void make_data(problem *pb)
         die("evaluation data", &err);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int threads, quick;
     int rc = bench_parse_args("bench_kfac",
                               "usage: bench_kfac [--threads N] [--quick]\n"
@@ -441,8 +406,7 @@ int main(int argc, char **argv)
                               "  for the MLP and the default GPT. --threads: training threads\n"
                               "  (default: every processor); --quick: a reduced sweep\n",
                               argc, argv, &threads, &quick);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     kernels_set_num_threads(threads);
 
     problem pb;
@@ -474,17 +438,19 @@ int main(int argc, char **argv)
 
     run_cfg cfgs[MAX_CFGS];
     int nc = 0;
-    for (int i = 0; i < n_adam; i++)
-        cfgs[nc++] = (run_cfg){.opt = OPT_ADAMW, .lr = adam_lr[i]};
+    for (int i = 0; i < n_adam; i++) cfgs[nc++] = (run_cfg){.opt = OPT_ADAMW, .lr = adam_lr[i]};
     for (int f = 0; f < 2; f++)
         for (int d = 0; d < n_damp; d++)
             for (int mo = 0; mo < n_mom; mo++)
                 for (int k = 0; k < n_kl; k++)
                     for (int i = 0; i < n_lr; i++)
                         if (nc < MAX_CFGS)
-                            cfgs[nc++] = (run_cfg){.opt = OPT_KFAC, .lr = kf_lr[i],
-                                               .damping = damp[d], .kl_clip = kl_full[k],
-                                               .momentum = moms[mo], .true_fisher = f};
+                            cfgs[nc++] = (run_cfg){.opt = OPT_KFAC,
+                                                   .lr = kf_lr[i],
+                                                   .damping = damp[d],
+                                                   .kl_clip = kl_full[k],
+                                                   .momentum = moms[mo],
+                                                   .true_fisher = f};
     result *res = xcalloc((size_t)nc, sizeof(result));
 
     printf("bench_kfac: threads %d, %s\n", threads, openblas_get_config());
@@ -496,13 +462,11 @@ int main(int argc, char **argv)
            pb.B, pb.n_eval, EVAL_EVERY);
     printf("model: MLP %d-%d-%d-%d, GELU, %zu params, init seed %d; K-FAC factors every step "
            "(rho %g), inverses every %d steps, SGD on the KL-clipped natural gradient\n",
-           pb.net.in_dim, pb.net.hidden[0], pb.net.hidden[1], pb.net.n_classes,
-           mlp_params(&pb.net), INIT_SEED,
-           (double)RHO, INVERT_EVERY);
+           pb.net.in_dim, pb.net.hidden[0], pb.net.hidden[1], pb.net.n_classes, mlp_params(&pb.net),
+           INIT_SEED, (double)RHO, INVERT_EVERY);
     fflush(stdout);
 
-    for (int i = 0; i < nc; i++)
-        run_one(&pb, &cfgs[i], &res[i]);
+    for (int i = 0; i < nc; i++) run_one(&pb, &cfgs[i], &res[i]);
 
     /* The target: the best AdamW evaluation loss after target_at steps. */
     int tk = pb.target_at / EVAL_EVERY - 1, best_a = -1;
@@ -522,8 +486,7 @@ int main(int argc, char **argv)
     best_a = best_of(cfgs, res, nc, OPT_ADAMW, target);
     int best_k = best_of(cfgs, res, nc, OPT_KFAC, target);
     print_header(&pb);
-    for (int i = 0; i < nc; i++)
-        print_row(&pb, &cfgs[i], &res[i], target, 0, 0);
+    for (int i = 0; i < nc; i++) print_row(&pb, &cfgs[i], &res[i], target, 0, 0);
 
     /* Reruns of the two best, interleaved so drift in machine speed hits
      * both alike; each must reproduce its sweep run bit for bit. */
@@ -569,20 +532,16 @@ int main(int argc, char **argv)
     }
     printf("\nms per step by part (last rerun; inversions amortised over all steps):\n\n");
     printf("| optimiser |");
-    for (int q = 0; q < N_PARTS; q++)
-        printf(" %s |", part_name[q]);
+    for (int q = 0; q < N_PARTS; q++) printf(" %s |", part_name[q]);
     printf("\n|---|");
-    for (int q = 0; q < N_PARTS; q++)
-        printf("---:|");
+    for (int q = 0; q < N_PARTS; q++) printf("---:|");
     printf("\n");
     for (int b = 0; b < nb; b++) {
         printf("| %s |", b == 0 ? "AdamW" : "K-FAC");
-        for (int q = 0; q < N_PARTS; q++)
-            printf(" %.3f |", part[b][q]);
+        for (int q = 0; q < N_PARTS; q++) printf(" %.3f |", part[b][q]);
         printf("\n");
     }
-    for (int i = 0; i < nc; i++)
-        result_free(&res[i]);
+    for (int i = 0; i < nc; i++) result_free(&res[i]);
     free(res), free(pb.xtr), free(pb.ytr), free(pb.xev), free(pb.yev);
     fflush(stdout);
     return bench_kfac_gpt(quick);

@@ -63,21 +63,18 @@ typedef struct gprob {
     int budget, target_at, every, eval_batches, repeats;
 } gprob;
 
-static void die(const char *what, const vl_error *err)
-{
+static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_kfac: %s: %s\n", what, err ? err->msg : "failed");
     exit(1);
 }
 
-static int cmp_name(const void *a, const void *b)
-{
+static int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* The corpus as the demo builds it: every regular file of CORPUS_DIR, in
  * byte order of the names, concatenated. */
-static int load_corpus(gprob *p)
-{
+static int load_corpus(gprob *p) {
     DIR *d = opendir(CORPUS_DIR);
     if (!d) {
         fprintf(stderr, "bench_kfac: cannot open %s (the GPT corpus)\n", CORPUS_DIR);
@@ -124,26 +121,21 @@ static int load_corpus(gprob *p)
     return rc;
 }
 
-static double clip(float *g, size_t n)
-{
+static double clip(float *g, size_t n) {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)g[i] * g[i];
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     if (isfinite(s) && s > GRAD_CLIP * GRAD_CLIP) {
         float k = (float)(GRAD_CLIP / sqrt(s));
-        for (size_t i = 0; i < n; i++)
-            g[i] *= k;
+        for (size_t i = 0; i < n; i++) g[i] *= k;
     }
     return s;
 }
 
-static void run_one(const gprob *p, const gcfg *c, gres *r)
-{
+static void run_one(const gprob *p, const gcfg *c, gres *r) {
     vl_error err = {0};
     model_gpt_config mc = model_gpt_config_default();
     model_gpt *m = NULL;
-    if (model_gpt_create(&mc, &m, &err) != 0)
-        die("gpt create", &err);
+    if (model_gpt_create(&mc, &m, &err) != 0) die("gpt create", &err);
     model_gpt_init_weights(m, INIT_SEED);
     size_t n = model_gpt_num_params(m);
     model_adamw adam;
@@ -153,14 +145,12 @@ static void run_one(const gprob *p, const gcfg *c, gres *r)
     if (c->opt == OPT_ADAMW &&
         model_adamw_init(&adam, n, c->lr, 0.9f, 0.95f, 1e-8f, 0.0f, &err) != 0)
         die("adamw", &err);
-    if (c->opt == OPT_KFAC && model_kfac_gpt_init(&kf, m, &c->k, &err) != 0)
-        die("kfac", &err);
+    if (c->opt == OPT_KFAC && model_kfac_gpt_init(&kf, m, &c->k, &err) != 0) die("kfac", &err);
     int npts_max = p->budget / p->every;
     if (!r->loss) {
         r->loss = calloc((size_t)npts_max, sizeof(double));
         r->wall = calloc((size_t)npts_max, sizeof(double));
-        if (!r->loss || !r->wall)
-            die("out of memory", NULL);
+        if (!r->loss || !r->wall) die("out of memory", NULL);
     }
     r->npts = 0;
     r->note[0] = '\0';
@@ -180,8 +170,7 @@ static void run_one(const gprob *p, const gcfg *c, gres *r)
         double t1 = vl_clock_mono_s();
         int rc = c->opt == OPT_KFAC ? model_kfac_gpt_backward(&kf, m, &err)
                                     : model_gpt_backward(m, &err);
-        if (rc != 0)
-            die("backward", &err);
+        if (rc != 0) die("backward", &err);
         double t2 = vl_clock_mono_s();
         clip(model_gpt_grads(m), n);
         rc = c->opt == OPT_KFAC ? model_kfac_gpt_step(&kf, m, &err)
@@ -195,8 +184,8 @@ static void run_one(const gprob *p, const gcfg *c, gres *r)
         train_s += t3 - t0;
         if ((s + 1) % p->every == 0) {
             float ev = 0.0f;
-            if (model_gpt_eval_bytes(m, p->text + p->train_len, p->val_len, GB, GT,
-                                     p->eval_batches, &ev, &err) != 0)
+            if (model_gpt_eval_bytes(m, p->text + p->train_len, p->val_len, GB, GT, p->eval_batches,
+                                     &ev, &err) != 0)
                 die("eval", &err);
             int k = r->npts++;
             r->loss[k] = ev, r->wall[k] = train_s;
@@ -211,21 +200,17 @@ static void run_one(const gprob *p, const gcfg *c, gres *r)
     model_gpt_destroy(m);
 }
 
-static int hit(const gres *r, double target)
-{
+static int hit(const gres *r, double target) {
     for (int k = 0; k < r->npts; k++)
-        if (r->loss[k] <= target)
-            return k;
+        if (r->loss[k] <= target) return k;
     return -1;
 }
 
-static int best_of(const gcfg *c, const gres *r, int nc, int opt, double target)
-{
+static int best_of(const gcfg *c, const gres *r, int nc, int opt, double target) {
     int best = -1;
     for (int i = 0; i < nc; i++) {
         int h = hit(&r[i], target);
-        if (c[i].opt != opt || h < 0)
-            continue;
+        if (c[i].opt != opt || h < 0) continue;
         if (best < 0 || h < hit(&r[best], target) ||
             (h == hit(&r[best], target) &&
              r[i].loss[r[i].npts - 1] < r[best].loss[r[best].npts - 1]))
@@ -234,26 +219,23 @@ static int best_of(const gcfg *c, const gres *r, int nc, int opt, double target)
     return best;
 }
 
-static void label(const gcfg *c, char *out, size_t cap)
-{
+static void label(const gcfg *c, char *out, size_t cap) {
     if (c->opt == OPT_ADAMW)
         snprintf(out, cap, "lr %g, betas 0.9/0.95, eps 1e-8, wd 0", (double)c->lr);
     else
         snprintf(out, cap, "lr %g, momentum %g, damping %g, decay %g, inverse every %d, KL clip %g",
-                 (double)c->k.lr, (double)c->k.momentum, (double)c->k.damping,
-                 (double)c->k.decay, c->k.inverse_every, (double)c->k.kl_clip);
+                 (double)c->k.lr, (double)c->k.momentum, (double)c->k.damping, (double)c->k.decay,
+                 c->k.inverse_every, (double)c->k.kl_clip);
 }
 
-static void header(const gprob *p)
-{
+static void header(const gprob *p) {
     printf("| optimiser | hyper-parameters | steps to target | wall s to target | ms/step "
            "| val loss @%d |\n|---|---|---:|---:|---:|---:|\n",
            p->budget);
 }
 
 static void row(const gprob *p, const gcfg *c, const gres *r, double target, double wall_to,
-                double ms_step)
-{
+                double ms_step) {
     char lab[200], steps[32] = "not reached", wall[32] = "-", ms[32] = "-", fin[100];
     label(c, lab, sizeof lab);
     int k = hit(r, target);
@@ -268,22 +250,19 @@ static void row(const gprob *p, const gcfg *c, const gres *r, double target, dou
         snprintf(fin, sizeof fin, "%s", r->note);
     else
         snprintf(fin, sizeof fin, "%.4f", r->loss[r->npts - 1]);
-    printf("| %s | %s | %s | %s | %s | %s |\n", c->opt == OPT_ADAMW ? "AdamW" : "K-FAC", lab,
-           steps, wall, ms, fin);
+    printf("| %s | %s | %s | %s | %s | %s |\n", c->opt == OPT_ADAMW ? "AdamW" : "K-FAC", lab, steps,
+           wall, ms, fin);
 }
 
-static int cmp_d(const void *a, const void *b)
-{
+static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-int bench_kfac_gpt(int quick)
-{
+int bench_kfac_gpt(int quick) {
     gprob p;
     memset(&p, 0, sizeof p);
-    if (load_corpus(&p) != 0)
-        return 1;
+    if (load_corpus(&p) != 0) return 1;
     p.budget = quick ? 100 : 600;
     p.target_at = quick ? 50 : 300;
     p.every = quick ? 10 : 25;
@@ -302,9 +281,11 @@ int bench_kfac_gpt(int quick)
      * (docs/results/kfac.md). While the clip binds, lr ν, the step of the
      * linear layers, does not depend on lr; the embeddings' and
      * LayerNorm's plain SGD step does. */
-    static const struct { float lr, kl; int every; } kf_full[] = {
-        {0.05f, 1e-2f, 1}, {0.1f, 1e-2f, 1}, {0.2f, 1e-2f, 1}, {0.1f, 3e-3f, 1},
-        {0.1f, 1e-2f, 3}};
+    static const struct {
+        float lr, kl;
+        int every;
+    } kf_full[] = {
+        {0.05f, 1e-2f, 1}, {0.1f, 1e-2f, 1}, {0.2f, 1e-2f, 1}, {0.1f, 3e-3f, 1}, {0.1f, 1e-2f, 3}};
     int nk = quick ? 1 : (int)(sizeof kf_full / sizeof kf_full[0]);
     for (int i = 0; i < nk; i++) {
         model_kfac_gpt_config k = model_kfac_gpt_config_default();
@@ -316,8 +297,7 @@ int bench_kfac_gpt(int quick)
         cfgs[nc++] = (gcfg){.opt = OPT_KFAC, .lr = k.lr, .k = k};
     }
     gres *res = calloc((size_t)nc, sizeof *res);
-    if (!res)
-        die("out of memory", NULL);
+    if (!res) die("out of memory", NULL);
 
     model_gpt_config mc = model_gpt_config_default();
     printf("\nGPT: %d layers, width %d, %d heads, context %d, %zu params, init seed %d; corpus "
@@ -348,8 +328,7 @@ int bench_kfac_gpt(int quick)
     ba = best_of(cfgs, res, nc, OPT_ADAMW, target);
     int bk = best_of(cfgs, res, nc, OPT_KFAC, target);
     header(&p);
-    for (int i = 0; i < nc; i++)
-        row(&p, &cfgs[i], &res[i], target, 0, 0);
+    for (int i = 0; i < nc; i++) row(&p, &cfgs[i], &res[i], target, 0, 0);
 
     int best[2] = {ba, bk}, nb = bk >= 0 ? 2 : 1;
     double wall[2][MAX_REPEATS], ms[2][MAX_REPEATS], part[2][N_PARTS];
@@ -382,8 +361,7 @@ int bench_kfac_gpt(int quick)
            "identical in loss to its sweep run:\n\n",
            p.repeats, p.repeats == 1 ? "" : "s");
     header(&p);
-    for (int b = 0; b < nb; b++)
-        row(&p, &cfgs[best[b]], &res[best[b]], target, mw[b], mm[b]);
+    for (int b = 0; b < nb; b++) row(&p, &cfgs[best[b]], &res[best[b]], target, mw[b], mm[b]);
     if (bk >= 0) {
         double sa = (hit(&res[ba], target) + 1) * p.every;
         double sk = (hit(&res[bk], target) + 1) * p.every;
@@ -396,14 +374,12 @@ int bench_kfac_gpt(int quick)
     }
     printf("\nGPT ms per step by part (last rerun; inversions amortised over all steps):\n\n| "
            "optimiser |");
-    for (int q = 0; q < N_PARTS; q++)
-        printf(" %s |", part_name[q]);
+    for (int q = 0; q < N_PARTS; q++) printf(" %s |", part_name[q]);
     printf("\n|---|---:|---:|---:|\n");
     for (int b = 0; b < nb; b++)
-        printf("| %s | %.2f | %.2f | %.2f |\n", b == 0 ? "AdamW" : "K-FAC", part[b][0],
-               part[b][1], part[b][2]);
-    for (int i = 0; i < nc; i++)
-        free(res[i].loss), free(res[i].wall);
+        printf("| %s | %.2f | %.2f | %.2f |\n", b == 0 ? "AdamW" : "K-FAC", part[b][0], part[b][1],
+               part[b][2]);
+    for (int i = 0; i < nc; i++) free(res[i].loss), free(res[i].wall);
     free(res);
     free(p.text);
     return 0;

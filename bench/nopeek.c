@@ -82,8 +82,7 @@ typedef struct eval_state {
 } eval_state;
 
 static int die(const char *fmt, ...) VL_PRINTF(1, 2);
-static int die(const char *fmt, ...)
-{
+static int die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("bench_nopeek: ", stderr);
@@ -99,14 +98,12 @@ static const char USAGE[] =
     "[--out PREFIX] [--seed S] [--threads N] [--epochs E] [--hidden H]\n"
     "       bench_nopeek grid --out FILE.png [--side S] [--scale K] ORIG.f32 RECON.f32 ...\n";
 
-static int usage(void)
-{
+static int usage(void) {
     fputs(USAGE, stderr);
     return VL_OPTS_EXIT_USAGE;
 }
 
-static void eval_free(eval_state *s)
-{
+static void eval_free(eval_state *s) {
     storage_version_free(&s->ver);
     storage_run_free(&s->run);
     storage_close(s->st);
@@ -123,15 +120,12 @@ static void eval_free(eval_state *s)
 /* The labels next to an IDX image file, named as volley-peer names them:
  * "-images-idx3-" read as "-labels-idx1-". NULL when the name has no such
  * part (the caller then asks for the path) or memory runs out. */
-static char *labels_for(const char *images)
-{
+static char *labels_for(const char *images) {
     const char *k = strstr(images, "-images-idx3-");
-    if (!k)
-        return NULL;
+    if (!k) return NULL;
     size_t n = strlen(images);
     char *p = malloc(n + 1);
-    if (!p)
-        return NULL;
+    if (!p) return NULL;
     memcpy(p, images, n + 1);
     memcpy(p + (k - images), "-labels-idx1-", 13);
     return p;
@@ -140,8 +134,7 @@ static char *labels_for(const char *images)
 /* Reads the run's model configuration, cut and alpha from its stored
  * configuration JSON. An explicit --cut (args->cut > 0) wins over the
  * run's, so a run of another mode can be measured at any layer. */
-static int read_config(const char *config, eval_args *a, model_mlp_config *cfg, double *alpha)
-{
+static int read_config(const char *config, eval_args *a, model_mlp_config *cfg, double *alpha) {
     json_error_t je;
     json_t *root = json_loads(config, 0, &je);
     if (!json_is_object(root)) {
@@ -161,10 +154,8 @@ static int read_config(const char *config, eval_args *a, model_mlp_config *cfg, 
     *alpha = 0;
     if (!rc && json_is_object(sp)) {
         json_t *al = json_object_get(sp, "alpha"), *cut = json_object_get(sp, "cut");
-        if (json_is_number(al))
-            *alpha = json_number_value(al);
-        if (a->cut <= 0 && json_is_integer(cut))
-            a->cut = (int)json_integer_value(cut);
+        if (json_is_number(al)) *alpha = json_number_value(al);
+        if (a->cut <= 0 && json_is_integer(cut)) a->cut = (int)json_integer_value(cut);
     }
     if (!rc && a->cut <= 0)
         rc = die("the run is not a split run: give the layer to measure with --cut");
@@ -176,27 +167,22 @@ static int read_config(const char *config, eval_args *a, model_mlp_config *cfg, 
 }
 
 /* Images idx[0..n) of set s as floats in [0, 1] into x (n * pixels). */
-static int gather(const model_images *s, size_t first, int n, float *x, int *y)
-{
+static int gather(const model_images *s, size_t first, int n, float *x, int *y) {
     int d = model_images_rows(s) * model_images_cols(s);
     uint32_t idx[FORWARD_CHUNK];
     int lab[FORWARD_CHUNK];
     vl_error e = {0};
     for (int i = 0; i < n; i += FORWARD_CHUNK) {
         int b = n - i < FORWARD_CHUNK ? n - i : FORWARD_CHUNK;
-        for (int k = 0; k < b; k++)
-            idx[k] = (uint32_t)(first + (size_t)i + (size_t)k);
-        if (model_images_batch(s, idx, b, x + (size_t)i * d, lab, &e))
-            return die("%s", e.msg);
-        if (y)
-            memcpy(y + i, lab, (size_t)b * sizeof *lab);
+        for (int k = 0; k < b; k++) idx[k] = (uint32_t)(first + (size_t)i + (size_t)k);
+        if (model_images_batch(s, idx, b, x + (size_t)i * d, lab, &e)) return die("%s", e.msg);
+        if (y) memcpy(y + i, lab, (size_t)b * sizeof *lab);
     }
     return 0;
 }
 
 /* z[n, q] = the lower part's output on x[n, d], in chunks. */
-static int lower_forward(model_mlp_part *p, const float *x, int n, float *z)
-{
+static int lower_forward(model_mlp_part *p, const float *x, int n, float *z) {
     int d = model_mlp_part_in_dim(p), q = model_mlp_part_out_dim(p);
     vl_error e = {0};
     for (int i = 0; i < n; i += FORWARD_CHUNK) {
@@ -212,12 +198,10 @@ static int lower_forward(model_mlp_part *p, const float *x, int n, float *z)
  * spread, applied alike to the leaked and the test activations: NoPeek
  * may shrink or stretch features, which says nothing about what they
  * carry, and an attacker would undo it before decoding. */
-static void standardise(float *zl, int nl, float *zt, int nt, int q)
-{
+static void standardise(float *zl, int nl, float *zt, int nt, int q) {
     for (int j = 0; j < q; j++) {
         double m = 0, v = 0;
-        for (int i = 0; i < nl; i++)
-            m += zl[(size_t)i * q + j];
+        for (int i = 0; i < nl; i++) m += zl[(size_t)i * q + j];
         m /= nl;
         for (int i = 0; i < nl; i++) {
             double t = zl[(size_t)i * q + j] - m;
@@ -232,37 +216,30 @@ static void standardise(float *zl, int nl, float *zt, int nt, int q)
     }
 }
 
-static int write_f32(const char *prefix, const char *suffix, const float *v, size_t n)
-{
+static int write_f32(const char *prefix, const char *suffix, const float *v, size_t n) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s%s", prefix, suffix) >= (int)sizeof path)
         return die("--out %s: path too long", prefix);
     vl_error e = {0};
-    if (vl_file_write_atomic(path, v, n * sizeof *v, 0644, &e))
-        return die("%s: %s", path, e.msg);
+    if (vl_file_write_atomic(path, v, n * sizeof *v, 0644, &e)) return die("%s: %s", path, e.msg);
     return 0;
 }
 
-static int eval_run(eval_args *a, eval_state *s)
-{
+static int eval_run(eval_args *a, eval_state *s) {
     vl_error e = {0};
-    if (storage_open(a->db, 0, &s->st, &e))
-        return die("%s: %s", a->db, e.msg);
-    if (storage_run_get(s->st, &s->run, &e))
-        return die("%s: %s", a->db, e.msg);
+    if (storage_open(a->db, 0, &s->st, &e)) return die("%s: %s", a->db, e.msg);
+    if (storage_run_get(s->st, &s->run, &e)) return die("%s: %s", a->db, e.msg);
     model_mlp_config cfg;
     memset(&cfg, 0, sizeof cfg);
     double alpha = 0;
-    if (read_config(s->run.config, a, &cfg, &alpha))
-        return 1;
+    if (read_config(s->run.config, a, &cfg, &alpha)) return 1;
     if (storage_version_get(s->st, s->run.current_version, 1, &s->ver, &e))
         return die("%s: version %lld: %s", a->db, (long long)s->run.current_version, e.msg);
-    if (model_mlp_create(&cfg, &s->mlp, &e))
-        return die("%s", e.msg);
+    if (model_mlp_create(&cfg, &s->mlp, &e)) return die("%s", e.msg);
     size_t np = model_mlp_num_params(s->mlp);
     if (!s->ver.params || s->ver.n != np)
-        return die("%s: version %lld holds %zu parameters, the model has %zu",
-                   a->db, (long long)s->ver.version, s->ver.params ? s->ver.n : 0, np);
+        return die("%s: version %lld holds %zu parameters, the model has %zu", a->db,
+                   (long long)s->ver.version, s->ver.params ? s->ver.n : 0, np);
     memcpy(model_mlp_params(s->mlp), s->ver.params, np * sizeof(float));
 
     const char *tl = a->train_labels, *vl = a->test_labels;
@@ -284,17 +261,14 @@ static int eval_run(eval_args *a, eval_state *s)
     if (model_images_count(s->test) > (size_t)MODEL_RECON_MAX_ROWS)
         return die("the test set is too large (%zu images)", model_images_count(s->test));
     int nt = (int)model_images_count(s->test), nl = a->leak;
-    if (a->show > nt)
-        a->show = nt;
+    if (a->show > nt) a->show = nt;
 
     /* The whole model on the test set. */
     s->xt = malloc((size_t)nt * d * sizeof *s->xt);
     s->yt = malloc((size_t)nt * sizeof *s->yt);
     s->xl = malloc((size_t)nl * d * sizeof *s->xl);
-    if (!s->xt || !s->yt || !s->xl)
-        return die("out of memory for the images");
-    if (gather(s->test, 0, nt, s->xt, s->yt) || gather(s->train, 0, nl, s->xl, NULL))
-        return 1;
+    if (!s->xt || !s->yt || !s->xl) return die("out of memory for the images");
+    if (gather(s->test, 0, nt, s->xt, s->yt) || gather(s->train, 0, nl, s->xl, NULL)) return 1;
     double acc = 0;
     if (model_mlp_evaluate(s->mlp, s->xt, s->yt, nt, NULL, &acc, &e))
         return die("evaluation: %s", e.msg);
@@ -308,23 +282,20 @@ static int eval_run(eval_args *a, eval_state *s)
     int q = model_mlp_part_out_dim(s->lower);
     s->zt = malloc((size_t)nt * q * sizeof *s->zt);
     s->zl = malloc((size_t)nl * q * sizeof *s->zl);
-    if (!s->zt || !s->zl)
-        return die("out of memory for the activations");
+    if (!s->zt || !s->zl) return die("out of memory for the activations");
     if (lower_forward(s->lower, s->xt, nt, s->zt) || lower_forward(s->lower, s->xl, nl, s->zl))
         return 1;
 
     /* dCor(X, Z) over whole batches of the test set (one short batch when
      * the set is smaller than one). */
     int db = nt < DCOR_BATCH ? nt : DCOR_BATCH, nb = nt / db;
-    if (db < 2)
-        return die("dCor needs at least two test images");
+    if (db < 2) return die("dCor needs at least two test images");
     s->scratch = malloc(kernels_dcor_scratch_doubles(db) * sizeof *s->scratch);
-    if (!s->scratch)
-        return die("out of memory for dCor");
+    if (!s->scratch) return die("out of memory for dCor");
     double dcor = 0;
     for (int b = 0; b < nb; b++)
-        dcor += kernels_dcor(NULL, s->xt + (size_t)b * db * d, s->zt + (size_t)b * db * q, db,
-                             d, q, 0.0f, s->scratch);
+        dcor += kernels_dcor(NULL, s->xt + (size_t)b * db * d, s->zt + (size_t)b * db * q, db, d, q,
+                             0.0f, s->scratch);
     dcor /= nb;
 
     /* The attack, from the leaked pairs only. */
@@ -335,10 +306,8 @@ static int eval_run(eval_args *a, eval_state *s)
         return die("decoder: %s", e.msg);
     s->xhat = malloc((size_t)nt * d * sizeof *s->xhat);
     s->mean = malloc((size_t)nt * d * sizeof *s->mean);
-    if (!s->xhat || !s->mean)
-        return die("out of memory for the reconstructions");
-    if (model_recon_predict(s->dec, s->zt, nt, s->xhat, &e))
-        return die("decoder: %s", e.msg);
+    if (!s->xhat || !s->mean) return die("out of memory for the reconstructions");
+    if (model_recon_predict(s->dec, s->zt, nt, s->xhat, &e)) return die("decoder: %s", e.msg);
     double attack_mse = model_recon_mse(s->xhat, s->xt, (size_t)nt * d), attack_ssim = 0;
     if (model_ssim_mean(s->xhat, s->xt, nt, side_w, side_h, &attack_ssim, &e))
         return die("SSIM: %s", e.msg);
@@ -347,8 +316,7 @@ static int eval_run(eval_args *a, eval_state *s)
      * image (tiled, so SSIM and MSE are taken exactly as the attack's). */
     for (int j = 0; j < d; j++) {
         double m = 0;
-        for (int i = 0; i < nl; i++)
-            m += s->xl[(size_t)i * d + j];
+        for (int i = 0; i < nl; i++) m += s->xl[(size_t)i * d + j];
         s->mean[j] = (float)(m / nl);
     }
     for (int i = 1; i < nt; i++)
@@ -372,8 +340,7 @@ static int eval_run(eval_args *a, eval_state *s)
     return 0;
 }
 
-static int cmd_eval(int argc, char **argv)
-{
+static int cmd_eval(int argc, char **argv) {
     eval_args a = {.out = "nopeek"};
     int64_t leak = 1000, cut = 0, show = 8, seed = 1, threads = 0, epochs = 60, hidden = 256;
     vl_opt tab[] = {
@@ -391,15 +358,12 @@ static int cmd_eval(int argc, char **argv)
         vl_opt_int("epochs", &epochs, 1, MODEL_RECON_MAX_EPOCHS),
         vl_opt_int("hidden", &hidden, 1, 4096),
     };
-    vl_opts o = {.prog = "bench_nopeek eval", .usage = USAGE, .opt = tab,
-                 .n = VL_OPTS_COUNT(tab)};
+    vl_opts o = {.prog = "bench_nopeek eval", .usage = USAGE, .opt = tab, .n = VL_OPTS_COUNT(tab)};
     int rc = vl_opts_parse(&o, argc - 1, argv + 1, NULL);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     a.leak = (int)leak, a.cut = (int)cut, a.show = (int)show, a.seed = (uint64_t)seed;
     a.threads = (int)threads, a.epochs = (int)epochs, a.hidden = (int)hidden;
-    if (a.threads > 0)
-        omp_set_num_threads(a.threads);
+    if (a.threads > 0) omp_set_num_threads(a.threads);
     eval_state s;
     memset(&s, 0, sizeof s);
     rc = eval_run(&a, &s);
@@ -409,8 +373,7 @@ static int cmd_eval(int argc, char **argv)
 
 /* Reads a raw float32 file of whole images of `pixels` floats into *out
  * (the caller's to free), their count into *n. */
-static int read_tiles(const char *path, int pixels, float **out, int *n)
-{
+static int read_tiles(const char *path, int pixels, float **out, int *n) {
     vl_buf b;
     vl_buf_init(&b, (size_t)1 << 28);
     vl_error e = {0};
@@ -430,18 +393,15 @@ static int read_tiles(const char *path, int pixels, float **out, int *n)
     return rc;
 }
 
-static int cmd_grid(int argc, char **argv)
-{
+static int cmd_grid(int argc, char **argv) {
     const char *out = NULL;
     int64_t side64 = 28, scale64 = 3;
     vl_opt tab[] = {vl_opt_required(vl_opt_str("out", &out)),
-                  vl_opt_int("side", &side64, MODEL_SSIM_WIN, 1024),
-                  vl_opt_int("scale", &scale64, 1, 16)};
-    vl_opts o = {.prog = "bench_nopeek grid", .usage = USAGE, .opt = tab,
-                 .n = VL_OPTS_COUNT(tab)};
+                    vl_opt_int("side", &side64, MODEL_SSIM_WIN, 1024),
+                    vl_opt_int("scale", &scale64, 1, 16)};
+    vl_opts o = {.prog = "bench_nopeek grid", .usage = USAGE, .opt = tab, .n = VL_OPTS_COUNT(tab)};
     int first = 0, rc = vl_opts_parse(&o, argc - 1, argv + 1, &first);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     first += 1; /* an index into argv, which parsing saw from the subcommand on */
     if (argc - first < 2)
         return vl_opts_status(vl_opts_fail(&o, "give the originals and at least one "
@@ -452,8 +412,7 @@ static int cmd_grid(int argc, char **argv)
     for (int f = 0; f < files && !rc; f++) {
         float *t = NULL;
         int n = 0;
-        if ((rc = read_tiles(argv[first + f], px, &t, &n)))
-            break;
+        if ((rc = read_tiles(argv[first + f], px, &t, &n))) break;
         if (f == 0) {
             k = n;
             if (!(tiles = malloc((size_t)files * k * px * sizeof *tiles)))
@@ -461,8 +420,7 @@ static int cmd_grid(int argc, char **argv)
         } else if (n != k) {
             rc = die("%s holds %d images, %s holds %d", argv[first + f], n, argv[first], k);
         }
-        if (!rc)
-            memcpy(tiles + (size_t)f * k * px, t, (size_t)k * px * sizeof *t);
+        if (!rc) memcpy(tiles + (size_t)f * k * px, t, (size_t)k * px * sizeof *t);
         free(t);
     }
     int w = 0, h = 0;
@@ -479,8 +437,7 @@ static int cmd_grid(int argc, char **argv)
          * square, nothing is smoothed into the reconstructions. */
         size_t W = (size_t)w * scale;
         for (size_t y = 0; y < (size_t)h * scale; y++)
-            for (size_t x = 0; x < W; x++)
-                big[y * W + x] = pic[(y / scale) * w + x / scale];
+            for (size_t x = 0; x < W; x++) big[y * W + x] = pic[(y / scale) * w + x / scale];
         if (model_png_write_gray(out, big, w * scale, h * scale, &e))
             rc = die("%s: %s", out, e.msg);
     }
@@ -493,17 +450,13 @@ static int cmd_grid(int argc, char **argv)
     return rc;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc < 2)
-        return usage();
+int main(int argc, char **argv) {
+    if (argc < 2) return usage();
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(USAGE, stdout);
         return 0;
     }
-    if (strcmp(argv[1], "eval") == 0)
-        return cmd_eval(argc, argv);
-    if (strcmp(argv[1], "grid") == 0)
-        return cmd_grid(argc, argv);
+    if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(argv[1], "grid") == 0) return cmd_grid(argc, argv);
     return usage();
 }

@@ -37,8 +37,7 @@ typedef struct bench_cfg {
     int B;
 } bench_cfg;
 
-static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double *flops_out)
-{
+static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double *flops_out) {
     size_t maxa = 0, maxb = 0, maxc = 0;
     for (int i = 0; i < ns; i++) {
         size_t a = (size_t)s[i].M * s[i].K, b = (size_t)s[i].K * s[i].N,
@@ -55,10 +54,8 @@ static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double
     }
     vl_rng r;
     vl_rng_seed(&r, 1);
-    for (size_t i = 0; i < maxa; i++)
-        A[i] = vl_rng_uniform(&r) - 0.5f;
-    for (size_t i = 0; i < maxb; i++)
-        Bm[i] = vl_rng_uniform(&r) - 0.5f;
+    for (size_t i = 0; i < maxa; i++) A[i] = vl_rng_uniform(&r) - 0.5f;
+    for (size_t i = 0; i < maxb; i++) Bm[i] = vl_rng_uniform(&r) - 0.5f;
     double flops = 0, elapsed = 0;
     /* One untimed round warms caches and the BLAS thread pool. */
     for (int round = 0; round == 0 || elapsed < min_seconds; round++) {
@@ -71,25 +68,21 @@ static double time_gemms(const gemm_shape *s, int ns, double min_seconds, double
                             lda, Bm, ldb, 1.0f, Cm, s[i].N);
             }
         double dt = vl_clock_mono_s() - t0;
-        if (round == 0)
-            continue;
+        if (round == 0) continue;
         elapsed += dt;
-        for (int i = 0; i < ns; i++)
-            flops += 2.0 * s[i].M * s[i].N * (double)s[i].K * s[i].count;
+        for (int i = 0; i < ns; i++) flops += 2.0 * s[i].M * s[i].N * (double)s[i].K * s[i].count;
     }
     free(A), free(Bm), free(Cm);
     *flops_out = flops;
     return elapsed;
 }
 
-static void die(const char *what, const vl_error *err)
-{
+static void die(const char *what, const vl_error *err) {
     fprintf(stderr, "bench_train: %s: %s\n", what, err->msg);
     exit(1);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int threads, quick;
     int rc = bench_parse_args("bench_train",
                               "usage: bench_train [--threads N] [--quick]\n"
@@ -97,8 +90,7 @@ int main(int argc, char **argv)
                               "  at the same shapes. --threads: training threads (default:\n"
                               "  every processor); --quick: shorter timings\n",
                               argc, argv, &threads, &quick);
-    if (rc)
-        return vl_opts_status(rc);
+    if (rc) return vl_opts_status(rc);
     kernels_set_num_threads(threads);
     double min_s = quick ? 0.3 : 3.0;
 
@@ -111,13 +103,12 @@ int main(int argc, char **argv)
 
     printf("bench_train: threads %d, %s\n", threads, openblas_get_config());
     printf("model FLOPs/step = 6*(12*L*C^2 + V*C)*B*T + 6*L*B*T^2*C (causal attention)\n");
-    printf("%-14s %9s %3s %4s %9s %9s %11s %11s %6s %6s\n", "model", "params", "B", "T",
-           "step ms", "tok/s", "model GF/s", "sgemm GF/s", "ratio", "loss");
+    printf("%-14s %9s %3s %4s %9s %9s %11s %11s %6s %6s\n", "model", "params", "B", "T", "step ms",
+           "tok/s", "model GF/s", "sgemm GF/s", "ratio", "loss");
 
     size_t max_bytes = 1 << 16;
     uint8_t *data = malloc(max_bytes);
-    if (!data)
-        return 1;
+    if (!data) return 1;
     vl_rng dr;
     vl_rng_seed(&dr, 99);
     for (size_t i = 0; i < max_bytes; i++)
@@ -128,16 +119,14 @@ int main(int argc, char **argv)
         int B = cfgs[ci].B, T = c->block_size;
         vl_error err = {0};
         model_gpt *m = NULL;
-        if (model_gpt_create(c, &m, &err) != 0)
-            die("create", &err);
+        if (model_gpt_create(c, &m, &err) != 0) die("create", &err);
         model_gpt_init_weights(m, 1);
         model_adamw opt;
         if (model_adamw_init(&opt, model_gpt_num_params(m), 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                              &err) != 0)
             die("adamw", &err);
         int *in = malloc((size_t)B * T * sizeof(int)), *tg = malloc((size_t)B * T * sizeof(int));
-        if (!in || !tg)
-            return 1;
+        if (!in || !tg) return 1;
         vl_rng r;
         vl_rng_seed(&r, 7);
         double elapsed = 0;

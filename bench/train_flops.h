@@ -13,8 +13,7 @@
 
 #include "model/model.h"
 
-static inline double model_flops(const model_gpt_config *c, int B, int T)
-{
+static inline double model_flops(const model_gpt_config *c, int B, int T) {
     double C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     double nmm = 12.0 * L * C * C + V * C;
     return 6.0 * nmm * B * T + 6.0 * L * B * (double)T * T * C;
@@ -29,8 +28,7 @@ typedef struct gemm_shape {
 } gemm_shape;
 
 /* The GEMMs of one training step of c at batch B (context block_size). */
-static inline int step_gemms(const model_gpt_config *c, int B, gemm_shape *out)
-{
+static inline int step_gemms(const model_gpt_config *c, int B, gemm_shape *out) {
     int N = B * c->block_size, C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     const int io[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}; /* [in, out] */
     int n = 0;

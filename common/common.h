@@ -71,7 +71,7 @@ void vl_log_msg(vl_log_level level, const char *fmt, ...) VL_PRINTF(2, 3);
  * it must not log. NULL restores the built-in lines. */
 struct timespec;
 typedef void (*vl_log_writer)(void *arg, const struct timespec *ts, vl_log_level level,
-                           const char *program, const char *msg);
+                              const char *program, const char *msg);
 void vl_log_set_writer(vl_log_writer fn, void *arg);
 /* Runs fn(arg) under the log's lock, so that what it writes to stderr
  * never lands inside a log line. fn must not log. */
@@ -82,7 +82,7 @@ void vl_log_write(const char *p, size_t n);
  * >= 8): cut to fit, the cut marked "...", always one line ending in a
  * newline. Returns its length. */
 size_t vl_log_format(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
-                  const char *program, const char *msg);
+                     const char *program, const char *msg);
 /* "DEBUG", "INFO", "WARN" or "ERROR". */
 const char *vl_log_level_name(vl_log_level level);
 
@@ -116,7 +116,7 @@ int vl_buf_read_file(vl_buf *b, const char *path, vl_error *err) VL_MUST_CHECK;
 /* Writes data to path atomically (temp file, fsync, rename) with the given
  * mode, e.g. 0600 for keys. */
 int vl_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode,
-                      vl_error *err) VL_MUST_CHECK;
+                         vl_error *err) VL_MUST_CHECK;
 /* fsyncs the directory dir, so that entries created, renamed or removed
  * in it survive a power cut. */
 int vl_file_sync_dir(const char *dir, vl_error *err) VL_MUST_CHECK;
@@ -128,8 +128,17 @@ int vl_file_sync_dir(const char *dir, vl_error *err) VL_MUST_CHECK;
  * "__metadata__": {str: str}}, then the data block. The parser trusts
  * nothing: lengths, offsets, shapes and overlaps are all checked. */
 
-typedef enum { ST_F32 = 0, ST_F16 = 1, ST_BF16 = 2, ST_U32 = 3, ST_I32 = 4, ST_U16 = 5,
-               ST_U8 = 6, ST_I64 = 7, ST_F64 = 8 } st_dtype;
+typedef enum {
+    ST_F32 = 0,
+    ST_F16 = 1,
+    ST_BF16 = 2,
+    ST_U32 = 3,
+    ST_I32 = 4,
+    ST_U16 = 5,
+    ST_U8 = 6,
+    ST_I64 = 7,
+    ST_F64 = 8
+} st_dtype;
 
 #define ST_MAX_DIMS 8
 #define ST_MAX_HEADER ((size_t)1 << 20) /* refuse JSON headers over 1 MiB */
@@ -188,7 +197,7 @@ typedef struct st_writer {
         uint64_t shape[ST_MAX_DIMS];
         const void *data;
         size_t nbytes;
-    } *tensors;
+    } * tensors;
     int ntensors, alloc;
     st_meta meta[ST_MAX_META];
     int nmeta;
@@ -198,8 +207,8 @@ void st_writer_init(st_writer *w);
 void st_writer_free(st_writer *w);
 int st_writer_meta(st_writer *w, const char *key, const char *value) VL_MUST_CHECK;
 /* data must stay valid until st_writer_finish returns. */
-int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim,
-                  const uint64_t *shape, const void *data, size_t nbytes) VL_MUST_CHECK;
+int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const uint64_t *shape,
+                  const void *data, size_t nbytes) VL_MUST_CHECK;
 /* Serialises into out (appending); the header is padded with spaces so the
  * data block starts 8-byte aligned. */
 int st_writer_finish(st_writer *w, vl_buf *out, vl_error *err) VL_MUST_CHECK;
@@ -232,8 +241,8 @@ int vl_hex_decode(const char *in, size_t in_len, uint8_t *out, size_t out_len) V
 
 /* ---- clocks and randomness ---------------------------------------------- */
 
-int64_t vl_clock_unix_s(void);     /* wall clock, seconds */
-double vl_clock_mono_s(void);      /* monotonic, seconds */
+int64_t vl_clock_unix_s(void); /* wall clock, seconds */
+double vl_clock_mono_s(void);  /* monotonic, seconds */
 void vl_clock_sleep_ms(long ms);
 
 /* vl_splitmix64 as specified in DESIGN.md; also the seed mixer for the RNG. */
@@ -251,8 +260,8 @@ uint32_t vl_rng_below(vl_rng *r, uint32_t n); /* uniform in [0, n), n > 0 */
  * ranges draw as before, and rejection above it, so large ranges are not
  * biased towards small values. */
 uint64_t vl_rng_below_u64(vl_rng *r, uint64_t n);
-float vl_rng_uniform(vl_rng *r);              /* [0, 1) */
-float vl_rng_normal(vl_rng *r);               /* standard normal */
+float vl_rng_uniform(vl_rng *r); /* [0, 1) */
+float vl_rng_normal(vl_rng *r);  /* standard normal */
 /* Advances r exactly as n vl_rng_normal calls would, without computing them,
  * so a long run of draws can be split into chunks computed apart (each
  * from the state at its start) with the very same results. */

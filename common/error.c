@@ -3,23 +3,20 @@
 
 #include <stdio.h>
 
-int vl_fail(vl_error *err, int code, const char *fmt, ...)
-{
+int vl_fail(vl_error *err, int code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         err->code = code;
         va_start(ap, fmt);
         /* Truncation is acceptable: the message is for humans and the code
          * carries the machine-readable part. */
-        if (vsnprintf(err->msg, sizeof err->msg, fmt, ap) < 0)
-            err->msg[0] = '\0';
+        if (vsnprintf(err->msg, sizeof err->msg, fmt, ap) < 0) err->msg[0] = '\0';
         va_end(ap);
     }
     return code;
 }
 
-const char *vl_strerror(int code)
-{
+const char *vl_strerror(int code) {
     switch (code) {
     case VL_OK: return "ok";
     case VL_ERR: return "failure";

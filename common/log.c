@@ -24,11 +24,9 @@ static char program[64] = "volley";
 static vl_log_writer writer;
 static void *writer_arg;
 
-static void log_init_env(void)
-{
+static void log_init_env(void) {
     const char *e = getenv("VOLLEY_LOG");
-    if (!e)
-        return;
+    if (!e) return;
     if (!strcasecmp(e, "debug"))
         env_level = LOG_DEBUG;
     else if (!strcasecmp(e, "info"))
@@ -39,30 +37,24 @@ static void log_init_env(void)
         env_level = LOG_ERROR;
 }
 
-void vl_log_set_program(const char *name)
-{
-    if (!name)
-        return;
+void vl_log_set_program(const char *name) {
+    if (!name) return;
     pthread_mutex_lock(&log_lock);
     size_t n = strlen(name);
-    if (n >= sizeof program)
-        n = sizeof program - 1;
+    if (n >= sizeof program) n = sizeof program - 1;
     memcpy(program, name, n);
     program[n] = '\0';
     pthread_mutex_unlock(&log_lock);
 }
 
-void vl_log_set_level(vl_log_level level)
-{
-    if (level < LOG_DEBUG || level > LOG_ERROR)
-        return;
+void vl_log_set_level(vl_log_level level) {
+    if (level < LOG_DEBUG || level > LOG_ERROR) return;
     pthread_mutex_lock(&log_lock);
     cur_level = level;
     pthread_mutex_unlock(&log_lock);
 }
 
-const char *vl_log_level_name(vl_log_level l)
-{
+const char *vl_log_level_name(vl_log_level l) {
     switch (l) {
     case LOG_DEBUG: return "DEBUG";
     case LOG_INFO: return "INFO";
@@ -71,13 +63,11 @@ const char *vl_log_level_name(vl_log_level l)
     }
 }
 
-void vl_log_write(const char *p, size_t n)
-{
+void vl_log_write(const char *p, size_t n) {
     while (n > 0) {
         ssize_t w = write(STDERR_FILENO, p, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return; /* nowhere left to report a logging failure */
         }
         p += w;
@@ -85,38 +75,33 @@ void vl_log_write(const char *p, size_t n)
     }
 }
 
-void vl_log_set_writer(vl_log_writer fn, void *arg)
-{
+void vl_log_set_writer(vl_log_writer fn, void *arg) {
     pthread_mutex_lock(&log_lock);
     writer = fn;
     writer_arg = arg;
     pthread_mutex_unlock(&log_lock);
 }
 
-void vl_log_locked(void (*fn)(void *arg), void *arg)
-{
+void vl_log_locked(void (*fn)(void *arg), void *arg) {
     pthread_mutex_lock(&log_lock);
     fn(arg);
     pthread_mutex_unlock(&log_lock);
 }
 
 size_t vl_log_format(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
-                  const char *prog, const char *msg)
-{
+                     const char *prog, const char *msg) {
     struct tm tm;
     gmtime_r(&ts->tv_sec, &tm);
-    int n = snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts->tv_nsec / 1000000L, vl_log_level_name(level), prog);
-    if (n < 0)
-        n = 0;
+    int n = snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts->tv_nsec / 1000000L, vl_log_level_name(level), prog);
+    if (n < 0) n = 0;
     /* Room for the prefix and the message; the newline and NUL follow. */
     size_t room = cap - 2;
     size_t used = (size_t)n < room ? (size_t)n : room;
     size_t m = strlen(msg);
     /* A message that ends in its own newline should not produce a blank line. */
-    while (m > 0 && msg[m - 1] == '\n')
-        m--;
+    while (m > 0 && msg[m - 1] == '\n') m--;
     if (m <= room - used) {
         memcpy(out + used, msg, m);
         used += m;
@@ -131,8 +116,7 @@ size_t vl_log_format(char *out, size_t cap, const struct timespec *ts, vl_log_le
     return used;
 }
 
-void vl_log_msg(vl_log_level level, const char *fmt, ...)
-{
+void vl_log_msg(vl_log_level level, const char *fmt, ...) {
     pthread_once(&log_once, log_init_env);
 
     pthread_mutex_lock(&log_lock);

@@ -10,8 +10,7 @@
 #define VAL_BASE 256
 #define VAL_HELP (VAL_BASE + VL_OPTS_MAX)
 
-static void vfail(const vl_opts *o, const char *fmt, va_list ap)
-{
+static void vfail(const vl_opts *o, const char *fmt, va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     FILE *f = o->err ? o->err : stderr;
@@ -22,8 +21,7 @@ static void vfail(const vl_opts *o, const char *fmt, va_list ap)
     fflush(f);
 }
 
-int vl_opts_fail(const vl_opts *o, const char *fmt, ...)
-{
+int vl_opts_fail(const vl_opts *o, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vfail(o, fmt, ap);
@@ -31,34 +29,28 @@ int vl_opts_fail(const vl_opts *o, const char *fmt, ...)
     return VL_EINVAL;
 }
 
-int vl_opts_given(const vl_opts *o, const char *name)
-{
+int vl_opts_given(const vl_opts *o, const char *name) {
     for (size_t i = 0; i < o->n; i++)
-        if (strcmp(o->opt[i].name, name) == 0)
-            return o->opt[i].given;
+        if (strcmp(o->opt[i].name, name) == 0) return o->opt[i].given;
     return 0;
 }
 
-int vl_opts_parse_size(const char *s, int64_t min, int64_t max, int64_t *out)
-{
+int vl_opts_parse_size(const char *s, int64_t min, int64_t max, int64_t *out) {
     double v;
     if (vl_parse_f64(s, &v) != VL_OK || v != floor(v) || v < (double)min || v > (double)max)
         return VL_EINVAL;
     /* (double)max may round up to 2^63, which no int64_t holds; below
      * it a whole double converts exactly, and the integer check is then
      * exact too where the bounds themselves are not doubles. */
-    if (v >= 9223372036854775808.0)
-        return VL_EINVAL;
+    if (v >= 9223372036854775808.0) return VL_EINVAL;
     int64_t n = (int64_t)v;
-    if (n < min || n > max)
-        return VL_EINVAL;
+    if (n < min || n > max) return VL_EINVAL;
     *out = n;
     return VL_OK;
 }
 
 /* "1..1024", "0 or more", "(0, 1e+06]": what the option's range is. */
-static void describe(const vl_opt *d, char *out, size_t cap)
-{
+static void describe(const vl_opt *d, char *out, size_t cap) {
     switch (d->kind) {
     case VL_OPT_INT:
         if (d->imax == INT64_MAX)
@@ -67,36 +59,25 @@ static void describe(const vl_opt *d, char *out, size_t cap)
             snprintf(out, cap, "%lld..%lld", (long long)d->imin, (long long)d->imax);
         break;
     case VL_OPT_SIZE:
-        snprintf(out, cap, "a whole number in %.10g..%.10g (such as 1e6)",
-                 (double)d->imin, (double)d->imax);
+        snprintf(out, cap, "a whole number in %.10g..%.10g (such as 1e6)", (double)d->imin,
+                 (double)d->imax);
         break;
     case VL_OPT_F64:
-        snprintf(out, cap, d->open_min ? "a number in (%g, %g]" : "a number in %g..%g",
-                 d->fmin, d->fmax);
+        snprintf(out, cap, d->open_min ? "a number in (%g, %g]" : "a number in %g..%g", d->fmin,
+                 d->fmax);
         break;
-    case VL_OPT_CUSTOM:
-        snprintf(out, cap, "%s", d->expect ? d->expect : "a valid value");
-        break;
-    default:
-        snprintf(out, cap, "valid");
-        break;
+    case VL_OPT_CUSTOM: snprintf(out, cap, "%s", d->expect ? d->expect : "a valid value"); break;
+    default: snprintf(out, cap, "valid"); break;
     }
 }
 
 /* Stores value into d's variable; VL_OK or VL_EINVAL (message printed). */
-static int convert(const vl_opts *o, const vl_opt *d, const char *value)
-{
+static int convert(const vl_opts *o, const vl_opt *d, const char *value) {
     int ok = 1;
     switch (d->kind) {
-    case VL_OPT_FLAG:
-        *(int *)d->dst = 1;
-        return VL_OK;
-    case VL_OPT_STR:
-        *(const char **)d->dst = value;
-        return VL_OK;
-    case VL_OPT_INT:
-        ok = vl_parse_i64(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK;
-        break;
+    case VL_OPT_FLAG: *(int *)d->dst = 1; return VL_OK;
+    case VL_OPT_STR: *(const char **)d->dst = value; return VL_OK;
+    case VL_OPT_INT: ok = vl_parse_i64(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK; break;
     case VL_OPT_SIZE:
         ok = vl_opts_parse_size(value, d->imin, d->imax, (int64_t *)d->dst) == VL_OK;
         break;
@@ -104,34 +85,27 @@ static int convert(const vl_opts *o, const vl_opt *d, const char *value)
         double v;
         ok = vl_parse_f64(value, &v) == VL_OK && v <= d->fmax &&
              (d->open_min ? v > d->fmin : v >= d->fmin);
-        if (ok)
-            *(double *)d->dst = v;
+        if (ok) *(double *)d->dst = v;
         break;
     }
-    case VL_OPT_CUSTOM:
-        ok = d->fn(value, d->dst) == 0;
-        break;
+    case VL_OPT_CUSTOM: ok = d->fn(value, d->dst) == 0; break;
     }
-    if (ok)
-        return VL_OK;
+    if (ok) return VL_OK;
     char want[160];
     describe(d, want, sizeof want);
     return vl_opts_fail(o, "--%s: '%s' is not %s", d->name, value, want);
 }
 
 /* The entry for letter c, or NULL. */
-static vl_opt *by_letter(const vl_opts *o, int c)
-{
+static vl_opt *by_letter(const vl_opts *o, int c) {
     for (size_t i = 0; i < o->n; i++)
-        if (o->opt[i].letter && o->opt[i].letter == c)
-            return &o->opt[i];
+        if (o->opt[i].letter && o->opt[i].letter == c) return &o->opt[i];
     return NULL;
 }
 
 /* The option getopt_long reported through optopt, by its long name
  * whether it was spelled long or by its letter. */
-static void spell(const vl_opts *o, int optopt_value, char *out, size_t cap)
-{
+static void spell(const vl_opts *o, int optopt_value, char *out, size_t cap) {
     const vl_opt *d = by_letter(o, optopt_value);
     if (optopt_value >= VAL_BASE && optopt_value < VAL_BASE + (int)o->n)
         snprintf(out, cap, "--%s", o->opt[optopt_value - VAL_BASE].name);
@@ -147,15 +121,13 @@ static void spell(const vl_opts *o, int optopt_value, char *out, size_t cap)
 
 /* getopt_long takes any unambiguous prefix of a long name; text (an argv
  * element starting "--") must spell the name in full. */
-static int spelled_in_full(const char *text, const char *name)
-{
+static int spelled_in_full(const char *text, const char *name) {
     const char *t = text + 2;
     size_t len = strcspn(t, "=");
     return len == strlen(name) && strncmp(t, name, len) == 0;
 }
 
-int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest)
-{
+int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest) {
     if (o->n > VL_OPTS_MAX)
         return vl_opts_fail(o, "%zu options in one table, at most %d", o->n, VL_OPTS_MAX);
     struct option lo[VL_OPTS_MAX + 2];
@@ -170,8 +142,7 @@ int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest)
         lo[k++] = (struct option){d->name, has_arg, NULL, VAL_BASE + (int)i};
         if (d->letter) {
             letters[nl++] = (char)d->letter;
-            if (has_arg == required_argument)
-                letters[nl++] = ':';
+            if (has_arg == required_argument) letters[nl++] = ':';
         }
     }
     if (o->usage) {
@@ -186,8 +157,7 @@ int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest)
     for (;;) {
         int at = optind > 0 ? optind : 1, li = -1;
         int c = getopt_long(argc, argv, letters, lo, &li);
-        if (c == -1)
-            break;
+        if (c == -1) break;
         char name[80];
         if (c == ':') {
             spell(o, optopt, name, sizeof name);
@@ -200,14 +170,11 @@ int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest)
                 spell(o, optopt, name, sizeof name);
                 return vl_opts_fail(o, "%s takes no value", name);
             }
-            if (optopt > 0)
-                return vl_opts_fail(o, "unknown option '-%c'", optopt);
-            return vl_opts_fail(o, "unknown option '%.*s'", (int)strcspn(argv[at], "="),
-                                argv[at]);
+            if (optopt > 0) return vl_opts_fail(o, "unknown option '-%c'", optopt);
+            return vl_opts_fail(o, "unknown option '%.*s'", (int)strcspn(argv[at], "="), argv[at]);
         }
         if (li >= 0 && !spelled_in_full(argv[at], lo[li].name))
-            return vl_opts_fail(o, "unknown option '%.*s'", (int)strcspn(argv[at], "="),
-                                argv[at]);
+            return vl_opts_fail(o, "unknown option '%.*s'", (int)strcspn(argv[at], "="), argv[at]);
         if (c == VAL_HELP || (c == 'h' && o->usage)) {
             FILE *f = o->out ? o->out : stdout;
             fputs(o->usage, f);
@@ -215,21 +182,16 @@ int vl_opts_parse(vl_opts *o, int argc, char **argv, int *rest)
             return VL_OPTS_HELP;
         }
         vl_opt *d = c >= VAL_BASE ? &o->opt[c - VAL_BASE] : by_letter(o, c);
-        if (!d)
-            return vl_opts_fail(o, "unknown option '-%c'", c);
-        if (d->given++)
-            return vl_opts_fail(o, "--%s given twice", d->name);
+        if (!d) return vl_opts_fail(o, "unknown option '-%c'", c);
+        if (d->given++) return vl_opts_fail(o, "--%s given twice", d->name);
         if (d->kind != VL_OPT_FLAG && (!optarg || !optarg[0]))
             return vl_opts_fail(o, "--%s needs a value", d->name);
-        if (convert(o, d, optarg) != VL_OK)
-            return VL_EINVAL;
+        if (convert(o, d, optarg) != VL_OK) return VL_EINVAL;
     }
-    if (optind < argc && !rest)
-        return vl_opts_fail(o, "unexpected argument '%s'", argv[optind]);
+    if (optind < argc && !rest) return vl_opts_fail(o, "unexpected argument '%s'", argv[optind]);
     for (size_t i = 0; i < o->n; i++)
         if (o->opt[i].required && !o->opt[i].given)
             return vl_opts_fail(o, "missing required option --%s", o->opt[i].name);
-    if (rest)
-        *rest = optind < argc ? optind : argc;
+    if (rest) *rest = optind < argc ? optind : argc;
     return VL_OK;
 }

@@ -59,7 +59,7 @@ typedef struct vl_opt {
     const char *name; /* the long name, without "--" */
     int letter;       /* also "-c" for this ASCII letter (not h), or 0 */
     vl_opt_kind kind;
-    int required;     /* refused when absent */
+    int required; /* refused when absent */
     void *dst;
     int64_t imin, imax;
     double fmin, fmax;
@@ -76,7 +76,7 @@ typedef struct vl_opts {
     const char *usage; /* printed for --help and -h; NULL: no --help */
     vl_opt *opt;       /* the table, not owned */
     size_t n;
-    FILE *err, *out;   /* messages and the usage; NULL: stderr and stdout */
+    FILE *err, *out; /* messages and the usage; NULL: stderr and stdout */
 } vl_opts;
 
 #define VL_OPTS_COUNT(table) (sizeof(table) / sizeof((table)[0]))
@@ -99,8 +99,7 @@ int vl_opts_given(const vl_opts *o, const char *name);
 
 /* The exit status for vl_opts_parse's answer rc: 0 for VL_OK and
  * VL_OPTS_HELP, VL_OPTS_EXIT_USAGE for a refusal. */
-static inline int vl_opts_status(int rc)
-{
+static inline int vl_opts_status(int rc) {
     return rc < 0 ? VL_OPTS_EXIT_USAGE : 0;
 }
 
@@ -110,8 +109,7 @@ int vl_opts_parse_size(const char *s, int64_t min, int64_t max, int64_t *out) VL
 
 /* ---- table entries ------------------------------------------------------ */
 
-static inline vl_opt vl_opt_make_(const char *name, vl_opt_kind kind, void *dst)
-{
+static inline vl_opt vl_opt_make_(const char *name, vl_opt_kind kind, void *dst) {
     vl_opt o;
     memset(&o, 0, sizeof o);
     o.name = name;
@@ -120,26 +118,22 @@ static inline vl_opt vl_opt_make_(const char *name, vl_opt_kind kind, void *dst)
     return o;
 }
 
-static inline vl_opt vl_opt_flag(const char *name, int *dst)
-{
+static inline vl_opt vl_opt_flag(const char *name, int *dst) {
     return vl_opt_make_(name, VL_OPT_FLAG, dst);
 }
 
-static inline vl_opt vl_opt_str(const char *name, const char **dst)
-{
+static inline vl_opt vl_opt_str(const char *name, const char **dst) {
     return vl_opt_make_(name, VL_OPT_STR, (void *)dst);
 }
 
-static inline vl_opt vl_opt_int(const char *name, int64_t *dst, int64_t min, int64_t max)
-{
+static inline vl_opt vl_opt_int(const char *name, int64_t *dst, int64_t min, int64_t max) {
     vl_opt o = vl_opt_make_(name, VL_OPT_INT, dst);
     o.imin = min;
     o.imax = max;
     return o;
 }
 
-static inline vl_opt vl_opt_size(const char *name, int64_t *dst, int64_t min, int64_t max)
-{
+static inline vl_opt vl_opt_size(const char *name, int64_t *dst, int64_t min, int64_t max) {
     vl_opt o = vl_opt_make_(name, VL_OPT_SIZE, dst);
     o.imin = min;
     o.imax = max;
@@ -147,8 +141,7 @@ static inline vl_opt vl_opt_size(const char *name, int64_t *dst, int64_t min, in
 }
 
 /* A number in [min, max]. */
-static inline vl_opt vl_opt_f64(const char *name, double *dst, double min, double max)
-{
+static inline vl_opt vl_opt_f64(const char *name, double *dst, double min, double max) {
     vl_opt o = vl_opt_make_(name, VL_OPT_F64, dst);
     o.fmin = min;
     o.fmax = max;
@@ -156,16 +149,14 @@ static inline vl_opt vl_opt_f64(const char *name, double *dst, double min, doubl
 }
 
 /* A number in (min, max]: above min, e.g. a positive concentration. */
-static inline vl_opt vl_opt_f64_above(const char *name, double *dst, double min, double max)
-{
+static inline vl_opt vl_opt_f64_above(const char *name, double *dst, double min, double max) {
     vl_opt o = vl_opt_f64(name, dst, min, max);
     o.open_min = 1;
     return o;
 }
 
 /* A value fn converts into dst; expect says what it looks like. */
-static inline vl_opt vl_opt_custom(const char *name, vl_opt_fn fn, void *dst, const char *expect)
-{
+static inline vl_opt vl_opt_custom(const char *name, vl_opt_fn fn, void *dst, const char *expect) {
     vl_opt o = vl_opt_make_(name, VL_OPT_CUSTOM, dst);
     o.fn = fn;
     o.expect = expect;
@@ -173,15 +164,13 @@ static inline vl_opt vl_opt_custom(const char *name, vl_opt_fn fn, void *dst, co
 }
 
 /* The entry o, refused when absent. */
-static inline vl_opt vl_opt_required(vl_opt o)
-{
+static inline vl_opt vl_opt_required(vl_opt o) {
     o.required = 1;
     return o;
 }
 
 /* The entry o, also spelled -letter. */
-static inline vl_opt vl_opt_letter(vl_opt o, char letter)
-{
+static inline vl_opt vl_opt_letter(vl_opt o, char letter) {
     o.letter = (unsigned char)letter;
     return o;
 }

@@ -24,24 +24,18 @@ static const struct {
 };
 #define NDTYPES ((int)(sizeof dtype_info / sizeof dtype_info[0]))
 
-size_t st_dtype_size(st_dtype dt)
-{
-    if ((int)dt < 0 || (int)dt >= NDTYPES)
-        return 0;
+size_t st_dtype_size(st_dtype dt) {
+    if ((int)dt < 0 || (int)dt >= NDTYPES) return 0;
     return dtype_info[dt].size;
 }
 
-const char *st_dtype_name(st_dtype dt)
-{
-    if ((int)dt < 0 || (int)dt >= NDTYPES)
-        return "?";
+const char *st_dtype_name(st_dtype dt) {
+    if ((int)dt < 0 || (int)dt >= NDTYPES) return "?";
     return dtype_info[dt].name;
 }
 
-int st_dtype_parse(const char *name, st_dtype *out)
-{
-    if (!name)
-        return VL_EINVAL;
+int st_dtype_parse(const char *name, st_dtype *out) {
+    if (!name) return VL_EINVAL;
     for (int i = 0; i < NDTYPES; i++) {
         if (!strcmp(name, dtype_info[i].name)) {
             *out = (st_dtype)i;
@@ -51,11 +45,9 @@ int st_dtype_parse(const char *name, st_dtype *out)
     return VL_EINVAL;
 }
 
-static uint64_t load_le64(const uint8_t *p)
-{
+static uint64_t load_le64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
     return v;
 }
 
@@ -65,18 +57,14 @@ typedef struct {
     int idx;
 } extent;
 
-static int extent_cmp(const void *a, const void *b)
-{
+static int extent_cmp(const void *a, const void *b) {
     const extent *x = a, *y = b;
-    if (x->begin != y->begin)
-        return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end)
-        return x->end < y->end ? -1 : 1;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return x->idx - y->idx;
 }
 
-static int parse_meta(json_t *m, st_file *out, vl_error *err)
-{
+static int parse_meta(json_t *m, st_file *out, vl_error *err) {
     if (!json_is_object(m))
         return vl_fail(err, VL_EINVAL, "safetensors: __metadata__ is not an object");
     if (json_object_size(m) > ST_MAX_META)
@@ -85,11 +73,10 @@ static int parse_meta(json_t *m, st_file *out, vl_error *err)
     const char *key;
     size_t key_len;
     json_t *val;
-    json_object_keylen_foreach(m, key, key_len, val)
-    {
+    json_object_keylen_foreach(m, key, key_len, val) {
         if (!json_is_string(val))
-            return vl_fail(err, VL_EINVAL, "safetensors: metadata value for '%.64s' is not a string",
-                           key);
+            return vl_fail(err, VL_EINVAL,
+                           "safetensors: metadata value for '%.64s' is not a string", key);
         size_t vlen = json_string_length(val);
         const char *v = json_string_value(val);
         if (key_len >= sizeof out->meta[0].key || strlen(key) != key_len)
@@ -97,8 +84,8 @@ static int parse_meta(json_t *m, st_file *out, vl_error *err)
                            key_len, sizeof out->meta[0].key - 1);
         if (vlen >= sizeof out->meta[0].value || strlen(v) != vlen)
             return vl_fail(err, VL_EINVAL,
-                           "safetensors: metadata value for '%s' of %zu bytes (max %zu)", key,
-                           vlen, sizeof out->meta[0].value - 1);
+                           "safetensors: metadata value for '%s' of %zu bytes (max %zu)", key, vlen,
+                           sizeof out->meta[0].value - 1);
         st_meta *e = &out->meta[out->nmeta++];
         memcpy(e->key, key, key_len + 1);
         memcpy(e->value, v, vlen + 1);
@@ -109,8 +96,7 @@ static int parse_meta(json_t *m, st_file *out, vl_error *err)
 /* Validates one tensor entry; data_len is the size of the data block and
  * data_start its offset from the start of the file. */
 static int parse_entry(const char *name, size_t name_len, json_t *obj, uint64_t data_start,
-                       uint64_t data_len, st_tensor *t, extent *ext, vl_error *err)
-{
+                       uint64_t data_len, st_tensor *t, extent *ext, vl_error *err) {
     if (name_len == 0 || name_len >= sizeof t->name || strlen(name) != name_len)
         return vl_fail(err, VL_EINVAL, "safetensors: tensor name of %zu bytes (need 1..%zu)",
                        name_len, sizeof t->name - 1);
@@ -121,8 +107,7 @@ static int parse_entry(const char *name, size_t name_len, json_t *obj, uint64_t 
     json_t *jd = NULL, *js = NULL, *jo = NULL;
     const char *k;
     json_t *v;
-    json_object_foreach(obj, k, v)
-    {
+    json_object_foreach(obj, k, v) {
         if (!strcmp(k, "dtype"))
             jd = v;
         else if (!strcmp(k, "shape"))
@@ -130,12 +115,12 @@ static int parse_entry(const char *name, size_t name_len, json_t *obj, uint64_t 
         else if (!strcmp(k, "data_offsets"))
             jo = v;
         else
-            return vl_fail(err, VL_EINVAL, "safetensors: '%s' has unexpected field '%.32s'",
-                           name, k);
+            return vl_fail(err, VL_EINVAL, "safetensors: '%s' has unexpected field '%.32s'", name,
+                           k);
     }
     if (!jd || !js || !jo)
-        return vl_fail(err, VL_EINVAL,
-                       "safetensors: '%s' needs dtype, shape and data_offsets", name);
+        return vl_fail(err, VL_EINVAL, "safetensors: '%s' needs dtype, shape and data_offsets",
+                       name);
 
     if (!json_is_string(jd) || st_dtype_parse(json_string_value(jd), &t->dtype) != VL_OK)
         return vl_fail(err, VL_EINVAL, "safetensors: '%s' has unknown dtype %.16s", name,
@@ -164,15 +149,14 @@ static int parse_entry(const char *name, size_t name_len, json_t *obj, uint64_t 
     if (__builtin_mul_overflow(numel, esize, &nbytes) || nbytes > SIZE_MAX)
         return vl_fail(err, VL_EINVAL, "safetensors: '%s' byte size overflows", name);
 
-    if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-        !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1)))
-        return vl_fail(err, VL_EINVAL, "safetensors: '%s' data_offsets is not [begin, end]",
-                       name);
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        return vl_fail(err, VL_EINVAL, "safetensors: '%s' data_offsets is not [begin, end]", name);
     json_int_t b = json_integer_value(json_array_get(jo, 0));
     json_int_t e = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || e < b)
-        return vl_fail(err, VL_EINVAL, "safetensors: '%s' data_offsets [%lld, %lld] invalid",
-                       name, (long long)b, (long long)e);
+        return vl_fail(err, VL_EINVAL, "safetensors: '%s' data_offsets [%lld, %lld] invalid", name,
+                       (long long)b, (long long)e);
     if ((uint64_t)e > data_len)
         return vl_fail(err, VL_EINVAL,
                        "safetensors: '%s' ends at %lld, past the %llu-byte data block", name,
@@ -185,16 +169,14 @@ static int parse_entry(const char *name, size_t name_len, json_t *obj, uint64_t 
     if (nbytes > 0 && (data_start + (uint64_t)b) % esize != 0)
         return vl_fail(err, VL_EINVAL,
                        "safetensors: '%s' at file offset %llu is not aligned to %llu bytes", name,
-                       (unsigned long long)(data_start + (uint64_t)b),
-                       (unsigned long long)esize);
+                       (unsigned long long)(data_start + (uint64_t)b), (unsigned long long)esize);
     t->nbytes = (size_t)nbytes;
     ext->begin = (uint64_t)b;
     ext->end = (uint64_t)e;
     return VL_OK;
 }
 
-int st_parse(const uint8_t *bytes, size_t len, st_file *out, vl_error *err)
-{
+int st_parse(const uint8_t *bytes, size_t len, st_file *out, vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!bytes || len < 8)
         return vl_fail(err, VL_EINVAL, "safetensors: %zu bytes is too short for a header length",
@@ -228,8 +210,7 @@ int st_parse(const uint8_t *bytes, size_t len, st_file *out, vl_error *err)
         rc = vl_fail(err, VL_ETOOBIG, "safetensors: %zu tensors (max %d)", count, ST_MAX_TENSORS);
         goto fail;
     }
-    if (meta && (rc = parse_meta(meta, out, err)) != VL_OK)
-        goto fail;
+    if (meta && (rc = parse_meta(meta, out, err)) != VL_OK) goto fail;
 
     if (count > 0) {
         out->tensors = calloc(count, sizeof *out->tensors);
@@ -244,10 +225,8 @@ int st_parse(const uint8_t *bytes, size_t len, st_file *out, vl_error *err)
     json_t *val;
     int n = 0;
     /* jansson iterates objects in insertion order, so tensors keep file order. */
-    json_object_keylen_foreach(root, key, key_len, val)
-    {
-        if (val == meta)
-            continue;
+    json_object_keylen_foreach(root, key, key_len, val) {
+        if (val == meta) continue;
         st_tensor *t = &out->tensors[n];
         if ((rc = parse_entry(key, key_len, val, data_start, data_len, t, &ext[n], err)) != VL_OK)
             goto fail;
@@ -259,8 +238,7 @@ int st_parse(const uint8_t *bytes, size_t len, st_file *out, vl_error *err)
 
     /* The tensors must cover the data block exactly once: sorted by start,
      * each must begin where the previous one ended. */
-    if (n > 0)
-        qsort(ext, (size_t)n, sizeof *ext, extent_cmp);
+    if (n > 0) qsort(ext, (size_t)n, sizeof *ext, extent_cmp);
     uint64_t pos = 0;
     for (int i = 0; i < n; i++) {
         if (ext[i].begin < pos) {
@@ -292,28 +270,22 @@ fail:
     return rc;
 }
 
-void st_free(st_file *f)
-{
-    if (!f)
-        return;
+void st_free(st_file *f) {
+    if (!f) return;
     free(f->tensors);
     f->tensors = NULL;
     f->ntensors = 0;
     f->nmeta = 0;
 }
 
-const st_tensor *st_find(const st_file *f, const char *name)
-{
+const st_tensor *st_find(const st_file *f, const char *name) {
     for (int i = 0; i < f->ntensors; i++)
-        if (!strcmp(f->tensors[i].name, name))
-            return &f->tensors[i];
+        if (!strcmp(f->tensors[i].name, name)) return &f->tensors[i];
     return NULL;
 }
 
-const char *st_meta_get(const st_file *f, const char *key)
-{
+const char *st_meta_get(const st_file *f, const char *key) {
     for (int i = 0; i < f->nmeta; i++)
-        if (!strcmp(f->meta[i].key, key))
-            return f->meta[i].value;
+        if (!strcmp(f->meta[i].key, key)) return f->meta[i].value;
     return NULL;
 }

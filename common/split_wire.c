@@ -8,8 +8,8 @@
 
 /* z as the wire dtype: F32 as is, F16 converted into scratch (owned by
  * the caller, freed after st_writer_finish). */
-static int add_matrix(st_writer *w, const char *name, const float *x, int B, int q,
-                      st_dtype dt, uint16_t **scratch, vl_error *err) {
+static int add_matrix(st_writer *w, const char *name, const float *x, int B, int q, st_dtype dt,
+                      uint16_t **scratch, vl_error *err) {
     size_t n = (size_t)B * (size_t)q;
     uint64_t shape[2] = {(uint64_t)B, (uint64_t)q};
     if (dt == ST_F32) return st_writer_add(w, name, ST_F32, 2, shape, x, n * sizeof(float));
@@ -23,13 +23,13 @@ static int add_matrix(st_writer *w, const char *name, const float *x, int B, int
 
 static int check_dims(int B, int q, vl_error *err) {
     if (B < 1 || q < 1 || (size_t)B * (size_t)q > SPLIT_WIRE_MAX_VALUES)
-        return vl_fail(err, VL_EINVAL, "split: a batch of %d x %d activations is out of range",
-                       B, q);
+        return vl_fail(err, VL_EINVAL, "split: a batch of %d x %d activations is out of range", B,
+                       q);
     return VL_OK;
 }
 
-int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z,
-                              int B, int q, st_dtype dtype, const int *labels, vl_buf *out,
+int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z, int B,
+                              int q, st_dtype dtype, const int *labels, vl_buf *out,
                               vl_error *err) {
     int rc = check_dims(B, q, err);
     if (rc) return rc;
@@ -50,8 +50,10 @@ int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const
     if (!rc) rc = add_matrix(&w, "z", z, B, q, dtype, &scratch, err);
     if (!rc && lab)
         rc = st_writer_add(&w, "labels", ST_I32, 1, lshape, lab, (size_t)B * sizeof *lab);
-    if (!rc) rc = st_writer_finish(&w, out, err);
-    else if (!err->msg[0]) vl_fail(err, rc, "split: cannot encode the request");
+    if (!rc)
+        rc = st_writer_finish(&w, out, err);
+    else if (!err->msg[0])
+        vl_fail(err, rc, "split: cannot encode the request");
     st_writer_free(&w);
     free(scratch);
     free(lab);
@@ -76,8 +78,10 @@ int split_wire_encode_backward(const char *run, int64_t peer, int64_t task, cons
     if (!rc) rc = st_writer_meta(&w, "task", ts);
     if (!rc) rc = add_matrix(&w, "z", z, B, q, dtype, &zs, err);
     if (!rc) rc = add_matrix(&w, "dy", dy, B, h, dtype, &ds, err);
-    if (!rc) rc = st_writer_finish(&w, out, err);
-    else if (!err->msg[0]) vl_fail(err, rc, "split: cannot encode the request");
+    if (!rc)
+        rc = st_writer_finish(&w, out, err);
+    else if (!err->msg[0])
+        vl_fail(err, rc, "split: cannot encode the request");
     st_writer_free(&w);
     free(zs);
     free(ds);
@@ -159,8 +163,8 @@ static int decode_parsed(const st_file *f, int q, int h, int max_batch, int clas
     *code = "bad_dtype";
     int dy_ok = !t2 || (h > 0 ? t2->dtype == z->dtype : t2->dtype == ST_I32);
     if ((z->dtype != ST_F32 && z->dtype != ST_F16) || !dy_ok)
-        return vl_fail(err, VL_ERANGE, "split: z must be F32 or F16, %s", h > 0
-                       ? "and dy the same" : "and labels I32");
+        return vl_fail(err, VL_ERANGE, "split: z must be F32 or F16, %s",
+                       h > 0 ? "and dy the same" : "and labels I32");
     *code = "bad_shape";
     if (z->ndim != 2 || z->shape[1] != (uint64_t)q)
         return vl_fail(err, VL_ERANGE, "split: z must be [B, %d]", q);
@@ -219,8 +223,10 @@ int split_wire_encode_reply(const char *name, const float *x, int B, int width, 
     rc = isfinite(loss) ? st_writer_meta(&w, "loss", ls) : VL_OK;
     if (!rc) rc = st_writer_meta(&w, "step", ss);
     if (!rc) rc = add_matrix(&w, name, x, B, width, dtype, &scratch, err);
-    if (!rc) rc = st_writer_finish(&w, out, err);
-    else if (!err->msg[0]) vl_fail(err, rc, "split: cannot encode the reply");
+    if (!rc)
+        rc = st_writer_finish(&w, out, err);
+    else if (!err->msg[0])
+        vl_fail(err, rc, "split: cannot encode the reply");
     st_writer_free(&w);
     free(scratch);
     return rc;
@@ -240,8 +246,8 @@ int split_wire_decode_reply(const uint8_t *body, size_t len, const char *name, i
     int64_t s = 0;
     if (!t || f.ntensors != 1 || t->ndim != 2 || t->shape[0] != (uint64_t)B ||
         t->shape[1] != (uint64_t)width)
-        rc = vl_fail(err, VL_EINVAL, "split reply: %s must be the only tensor, [%d, %d]", name,
-                     B, width);
+        rc = vl_fail(err, VL_EINVAL, "split reply: %s must be the only tensor, [%d, %d]", name, B,
+                     width);
     else if (ls && (vl_parse_f64(ls, &l) != VL_OK || !isfinite(l) || l < 0))
         rc = vl_fail(err, VL_EINVAL, "split reply: the loss is not a finite number");
     else if (!ss || vl_parse_i64(ss, 0, INT64_MAX, &s) != VL_OK)

@@ -46,8 +46,8 @@ typedef struct split_wire_forward {
 /* Appends a forward request for z [B, q] (sent as dtype, F32 or F16) and
  * labels [B] (NULL: a U-shaped run's, which carry none) to out. Returns
  * 0, VL_EINVAL (bad arguments or sizes), VL_ENOMEM. */
-int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z,
-                              int B, int q, st_dtype dtype, const int *labels, vl_buf *out,
+int split_wire_encode_forward(const char *run, int64_t peer, int64_t task, const float *z, int B,
+                              int q, st_dtype dtype, const int *labels, vl_buf *out,
                               vl_error *err) VL_MUST_CHECK;
 
 /* Appends a backward request: z [B, q] and dy [B, h], both as dtype. */

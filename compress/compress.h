@@ -52,8 +52,8 @@ typedef struct compress_sketch {
 /* key_j = vl_splitmix64(seed ^ (j + 1)). */
 uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row);
 /* Bucket and sign (+1/-1) of coordinate i in row j, by the windowed hash. */
-void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
-                          uint32_t *bucket, int *sign);
+void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i, uint32_t *bucket,
+                          int *sign);
 
 /* A zeroed sketch. VL_EINVAL for rows outside 1..COMPRESS_SKETCH_MAX_ROWS,
  * cols < 1 or more than COMPRESS_SKETCH_MAX_CELLS cells; VL_ENOMEM. */
@@ -98,15 +98,14 @@ double compress_sketch_noise(const float *est, size_t d);
  * what has not been applied. The caller applies theta[idx] -= val. V, E
  * and S share a shape. scratch: d floats (the estimates). idx/val: k. */
 int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
-                           double lr, double mu, size_t d, size_t k, float *scratch,
-                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
+                           double lr, double mu, size_t d, size_t k, float *scratch, uint32_t *idx,
+                           float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
 
 /* The first half of compress_fetchsgd_step, in place: V <- mu*V + S and
  * E <- E + lr*(S + mu*V). VL_EINVAL for sketches of different shape, the
  * same sketch twice, or a non-finite lr or mu. */
-int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
-                                 const compress_sketch *S, double lr, double mu,
-                                 vl_error *err) VL_MUST_CHECK;
+int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                                 double lr, double mu, vl_error *err) VL_MUST_CHECK;
 
 /* The candidates of a second round: the k coordinates (ascending in idx,
  * *nnz = min(k, d)) of largest score max(|x̂ᵢ|, σ) · (ageᵢ + 1), where x̂
@@ -134,9 +133,9 @@ int compress_round_candidates(const compress_sketch *E, const float *age, size_t
  * from E, their ages become 0 and every other age grows by 1. The caller
  * applies the change through its outer step. VL_EINVAL for candidates out
  * of order or range, or max_gap < 1. */
-int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *exact,
-                        size_t n_cand, float *age, size_t d, float max_gap, size_t k,
-                        uint32_t *idx, float *val, size_t *nnz, vl_error *err) VL_MUST_CHECK;
+int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *exact, size_t n_cand,
+                        float *age, size_t d, float max_gap, size_t k, uint32_t *idx, float *val,
+                        size_t *nnz, vl_error *err) VL_MUST_CHECK;
 
 /* Sketched-SGD second round: the P*k candidates are compress_sketch_heavy
  * of E with k = P*k; once their exact values are known, this keeps, from
@@ -180,8 +179,8 @@ void compress_blocks_span(size_t d, size_t k, size_t nb, size_t b, size_t *lo, s
  * k (exactly k or fewer when d is tiny or values tie). Indices ascending
  * in idx (room for COMPRESS_GAUSSK_CAP(k)); the final threshold goes to
  * *thr (may be NULL). */
-int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz,
-                    double *thr, vl_error *err) VL_MUST_CHECK;
+int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz, double *thr,
+                    vl_error *err) VL_MUST_CHECK;
 /* The z of Gaussian-k's threshold: P(|N(0,1)| >= z) = rho for 0 < rho < 1
  * (Phi^-1(1 - rho/2), accurate far into the tail), 0 once rho >= 1. The
  * GPU Gaussian-k uses it too, so both start from the same threshold. */
@@ -197,8 +196,7 @@ void compress_feedback_add(float *e, const float *delta, size_t d, float decay);
 /* Takes the selected coordinates out of e: val[j] = e[idx[j]] rounded to
  * dtype (F32 or F16, clamped to its finite range), and e[idx[j]] -= val[j],
  * so sent + residual equals the input exactly. */
-void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype dtype,
-                            float *val);
+void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype dtype, float *val);
 
 /* ---- updates (update.c) -------------------------------------------------- */
 
@@ -227,7 +225,7 @@ typedef struct compress_update_meta {
      * peer's own data (has_accuracy 0: not reported). */
     int has_accuracy;
     double accuracy;
-    uint64_t seed;       /* sketch only: the sketch's hash seed */
+    uint64_t seed; /* sketch only: the sketch's hash seed */
     /* K-FAC runs that share factors: the peer's factors, written into the
      * update beside its kind's tensors (borrowed; NULL: none). Decoding
      * leaves it NULL; see compress_factors_decode. */
@@ -269,9 +267,8 @@ typedef struct compress_update {
  * (may be NULL) gets the error code the coordinator answers with
  * ("bad_shape", "bad_indices", "non_finite", "out_of_bounds"); err names
  * the field. */
-int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
-                           compress_update *out, const char **code,
-                           vl_error *err) VL_MUST_CHECK;
+int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params, compress_update *out,
+                           const char **code, vl_error *err) VL_MUST_CHECK;
 void compress_update_free(compress_update *u);
 
 /* ---- K-FAC factors (factors.c) ---------------------------------------------- */
@@ -291,7 +288,7 @@ void compress_update_free(compress_update *u);
 #define COMPRESS_FACTORS_SCALE "kfac.scale"
 #define COMPRESS_FACTORS_SAMPLES_KEY "kfac_samples"
 #define COMPRESS_FACTORS_FORMAT "volley-kfac-factors" /* "format" of a merged file */
-#define COMPRESS_FACTORS_MAX_LAYERS 2040 /* 2n + 1 tensors fit ST_MAX_TENSORS */
+#define COMPRESS_FACTORS_MAX_LAYERS 2040              /* 2n + 1 tensors fit ST_MAX_TENSORS */
 #define COMPRESS_FACTORS_MAX_DIM ((1u << 14) + 1)
 #define COMPRESS_FACTORS_MAX_SAMPLES ((int64_t)1 << 50)
 
@@ -350,23 +347,23 @@ void compress_factors_view_free(compress_factors_view *v);
 
 /* Layer i's A (which 0) or G (which 1) as floats into dst (n entries, its
  * size), scaled back for F16. */
-int compress_factors_values(const compress_factors_view *v, int i, int which, float *dst,
-                            size_t n, vl_error *err) VL_MUST_CHECK;
+int compress_factors_values(const compress_factors_view *v, int i, int which, float *dst, size_t n,
+                            vl_error *err) VL_MUST_CHECK;
 
 /* The coordinator's running weighted sum of peers' factors, in double, for
  * their weighted mean Σ wₖ Fₖ / Σ wₖ. */
 typedef struct compress_factors_sum {
     const compress_factor_layer *layers; /* borrowed */
-    int n, count;     /* layers; factor sets added */
-    size_t total;     /* floats of all the matrices */
-    double *sum;      /* owned */
-    float *scratch;   /* owned: conversions, then the mean */
-    double weight;    /* Σ wₖ */
-    int64_t samples;  /* Σ samples, capped at COMPRESS_FACTORS_MAX_SAMPLES */
+    int n, count;                        /* layers; factor sets added */
+    size_t total;                        /* floats of all the matrices */
+    double *sum;                         /* owned */
+    float *scratch;                      /* owned: conversions, then the mean */
+    double weight;                       /* Σ wₖ */
+    int64_t samples;                     /* Σ samples, capped at COMPRESS_FACTORS_MAX_SAMPLES */
 } compress_factors_sum;
 
-int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_layer *layers,
-                              int n, vl_error *err) VL_MUST_CHECK;
+int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_layer *layers, int n,
+                              vl_error *err) VL_MUST_CHECK;
 void compress_factors_sum_free(compress_factors_sum *s);
 /* Adds w (finite, > 0) times the factors of v, which must have s's layers
  * (as decoded against them). */
@@ -390,8 +387,8 @@ typedef struct compress_round_meta {
 
 /* Appends the candidates file: metadata run, version, deadline and n
  * ascending U32 `indices`. */
-int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx,
-                                     size_t n, vl_buf *out, vl_error *err) VL_MUST_CHECK;
+int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx, size_t n,
+                                     vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* Parses a candidates file for a model of n_params parameters: *idx gets
  * a heap copy of the indices (caller frees), strictly ascending and each
  * below n_params, else VL_EINVAL. */
@@ -403,9 +400,8 @@ int compress_round_decode_candidates(const uint8_t *bytes, size_t len, size_t n_
 int compress_round_encode_values(const compress_round_meta *meta, const float *vals, size_t n,
                                  vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* The same with `values` stored as dtype (F32 or F16, VL_EINVAL else). */
-int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
-                                    size_t n, st_dtype dtype, vl_buf *out,
-                                    vl_error *err) VL_MUST_CHECK;
+int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals, size_t n,
+                                    st_dtype dtype, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* Parses a values file into meta and *vals (a heap copy, caller frees) of
  * *n values. VL_EINVAL (HTTP 400) for a malformed file or metadata;
  * VL_ERANGE (HTTP 422) when it is well formed but `values` is not F32 or
@@ -458,8 +454,8 @@ double compress_update_norm(const compress_update *u);
 /* n floats as F32 (*data = x, *half NULL) or F16 (*data = *half, a
  * converted copy the caller frees); *nbytes their size. VL_EINVAL for
  * another dtype, VL_ENOMEM. */
-int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
-                      const void **data, size_t *nbytes, vl_error *err) VL_MUST_CHECK;
+int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half, const void **data,
+                      size_t *nbytes, vl_error *err) VL_MUST_CHECK;
 
 /* delta[i] = base[i] - local[i]. */
 void compress_dense_delta(const float *base, const float *local, float *delta, size_t n);

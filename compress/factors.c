@@ -14,15 +14,13 @@
  * below anything a real factor would need. */
 #define SYM_TOL 1e-2
 
-static int layer_ok(const compress_factor_layer *l)
-{
+static int layer_ok(const compress_factor_layer *l) {
     return l->a_dim >= 2 && l->a_dim <= COMPRESS_FACTORS_MAX_DIM && l->g_dim >= 1 &&
            l->g_dim <= COMPRESS_FACTORS_MAX_DIM && memchr(l->name, '\0', sizeof l->name) &&
            l->name[0];
 }
 
-static int check_layers(const compress_factor_layer *layers, int n, vl_error *err)
-{
+static int check_layers(const compress_factor_layer *layers, int n, vl_error *err) {
     if (!layers || n < 1 || n > COMPRESS_FACTORS_MAX_LAYERS)
         return vl_fail(err, VL_EINVAL, "factors: %d layers (1 to %d)", n,
                        COMPRESS_FACTORS_MAX_LAYERS);
@@ -32,29 +30,23 @@ static int check_layers(const compress_factor_layer *layers, int n, vl_error *er
     return VL_OK;
 }
 
-static int tensor_name(char *out, size_t cap, const char *layer, char which)
-{
+static int tensor_name(char *out, size_t cap, const char *layer, char which) {
     int k = snprintf(out, cap, "%s%s.%c", COMPRESS_FACTORS_PREFIX, layer, which);
     return k > 0 && (size_t)k < cap ? VL_OK : VL_EINVAL;
 }
 
-static size_t sq(uint32_t d)
-{
+static size_t sq(uint32_t d) {
     return (size_t)d * d;
 }
 
 /* The largest |x|, for the F16 scale; 1 for an all-zero matrix. */
-static float max_abs(const float *x, size_t n)
-{
+static float max_abs(const float *x, size_t n) {
     float m = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
     return m > 0.0f ? m : 1.0f;
 }
 
-int compress_factors_write(st_writer *w, const compress_factors *f, void **scratch,
-                           vl_error *err)
-{
+int compress_factors_write(st_writer *w, const compress_factors *f, void **scratch, vl_error *err) {
     *scratch = NULL;
     int rc = check_layers(f->layers, f->n, err);
     if (rc) return rc;
@@ -116,8 +108,7 @@ int compress_factors_write(st_writer *w, const compress_factors *f, void **scrat
 }
 
 int compress_factors_encode_file(const compress_factors *f, const char *run, int64_t version,
-                                 vl_buf *out, vl_error *err)
-{
+                                 vl_buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
     char v[32];
@@ -134,23 +125,20 @@ int compress_factors_encode_file(const compress_factors *f, const char *run, int
     return rc;
 }
 
-int compress_factors_present(const st_file *f)
-{
+int compress_factors_present(const st_file *f) {
     size_t np = strlen(COMPRESS_FACTORS_PREFIX);
     for (int i = 0; i < f->ntensors; i++)
         if (strncmp(f->tensors[i].name, COMPRESS_FACTORS_PREFIX, np) == 0) return 1;
     return 0;
 }
 
-void compress_factors_view_free(compress_factors_view *v)
-{
+void compress_factors_view_free(compress_factors_view *v) {
     if (!v) return;
     free(v->A);
     memset(v, 0, sizeof *v);
 }
 
-static float at_f32(const st_tensor *t, size_t j)
-{
+static float at_f32(const st_tensor *t, size_t j) {
     if (t->dtype == ST_F32) {
         float x;
         memcpy(&x, t->data + 4 * j, 4);
@@ -163,12 +151,10 @@ static float at_f32(const st_tensor *t, size_t j)
 
 /* The content checks of one factor matrix (values as stored; a positive
  * scale does not change any of them). */
-static int check_matrix(const st_tensor *t, uint32_t d, vl_error *err)
-{
+static int check_matrix(const st_tensor *t, uint32_t d, vl_error *err) {
     for (size_t j = 0; j < sq(d); j++)
         if (!isfinite(at_f32(t, j)))
-            return vl_fail(err, VL_ERANGE, "factor '%s' has a non-finite value at %zu", t->name,
-                           j);
+            return vl_fail(err, VL_ERANGE, "factor '%s' has a non-finite value at %zu", t->name, j);
     for (uint32_t r = 0; r < d; r++) {
         double rr = at_f32(t, (size_t)r * d + r);
         if (rr < 0)
@@ -179,11 +165,12 @@ static int check_matrix(const st_tensor *t, uint32_t d, vl_error *err)
             double x = at_f32(t, (size_t)r * d + c), y = at_f32(t, (size_t)c * d + r);
             double bound = sqrt(rr * cc);
             if (fabs(x - y) > SYM_TOL * bound + 1e-30)
-                return vl_fail(err, VL_ERANGE, "factor '%s' is not symmetric at (%u, %u)",
-                               t->name, r, c);
+                return vl_fail(err, VL_ERANGE, "factor '%s' is not symmetric at (%u, %u)", t->name,
+                               r, c);
             if (fabs(x) > (1.0 + SYM_TOL) * bound + 1e-30)
-                return vl_fail(err, VL_ERANGE, "factor '%s' is not positive semi-definite: "
-                                               "|f(%u,%u)| exceeds sqrt(f(%u,%u) f(%u,%u))",
+                return vl_fail(err, VL_ERANGE,
+                               "factor '%s' is not positive semi-definite: "
+                               "|f(%u,%u)| exceeds sqrt(f(%u,%u) f(%u,%u))",
                                t->name, r, c, r, r, c, c);
         }
     }
@@ -191,8 +178,7 @@ static int check_matrix(const st_tensor *t, uint32_t d, vl_error *err)
 }
 
 int compress_factors_decode(const st_file *f, const compress_factor_layer *layers, int n,
-                            compress_factors_view *out, const char **code, vl_error *err)
-{
+                            compress_factors_view *out, const char **code, vl_error *err) {
     memset(out, 0, sizeof *out);
     const char *c = NULL;
     int rc = check_layers(layers, n, err);
@@ -234,15 +220,13 @@ int compress_factors_decode(const st_file *f, const compress_factor_layer *layer
                 break;
             }
             if (t->ndim != 2 || t->shape[0] != d || t->shape[1] != d) {
-                rc = vl_fail(err, VL_ERANGE, "factors: '%s' must have shape [%u, %u]", name, d,
-                             d);
+                rc = vl_fail(err, VL_ERANGE, "factors: '%s' must have shape [%u, %u]", name, d, d);
                 break;
             }
             if ((rc = check_matrix(t, d, err))) break;
             /* A's last entry is the mean of x̄'s constant 1 squared. */
             if (k == 0 && fabsf(at_f32(t, sq(d) - 1) - 1.0f) > 1e-3f && dtype == ST_F32) {
-                rc = vl_fail(err, VL_ERANGE, "factors: '%s' must end in 1 (the bias input)",
-                             name);
+                rc = vl_fail(err, VL_ERANGE, "factors: '%s' must end in 1 (the bias input)", name);
                 break;
             }
             (k == 0 ? out->A : out->G)[i] = t;
@@ -277,8 +261,8 @@ int compress_factors_decode(const st_file *f, const compress_factor_layer *layer
         for (int i = 0; i < f->ntensors; i++)
             if (strncmp(f->tensors[i].name, COMPRESS_FACTORS_PREFIX, np) == 0) have++;
         if (have != expect)
-            rc = vl_fail(err, VL_ERANGE, "factors: %d factor tensors where this model has %d",
-                         have, expect);
+            rc = vl_fail(err, VL_ERANGE, "factors: %d factor tensors where this model has %d", have,
+                         expect);
     }
 done:
     if (code) *code = rc == VL_ERANGE ? c : NULL;
@@ -286,9 +270,8 @@ done:
     return rc;
 }
 
-int compress_factors_values(const compress_factors_view *v, int i, int which, float *dst,
-                            size_t n, vl_error *err)
-{
+int compress_factors_values(const compress_factors_view *v, int i, int which, float *dst, size_t n,
+                            vl_error *err) {
     if (i < 0 || i >= v->n || (which != 0 && which != 1))
         return vl_fail(err, VL_EINVAL, "factors: no matrix %d.%d", i, which);
     const st_tensor *t = which == 0 ? v->A[i] : v->G[i];
@@ -301,9 +284,8 @@ int compress_factors_values(const compress_factors_view *v, int i, int which, fl
 
 /* ---- the weighted sum ------------------------------------------------------------ */
 
-int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_layer *layers,
-                              int n, vl_error *err)
-{
+int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_layer *layers, int n,
+                              vl_error *err) {
     memset(s, 0, sizeof *s);
     int rc = check_layers(layers, n, err);
     if (rc) return rc;
@@ -321,8 +303,7 @@ int compress_factors_sum_init(compress_factors_sum *s, const compress_factor_lay
     return VL_OK;
 }
 
-void compress_factors_sum_free(compress_factors_sum *s)
-{
+void compress_factors_sum_free(compress_factors_sum *s) {
     if (!s) return;
     free(s->sum);
     free(s->scratch);
@@ -330,8 +311,7 @@ void compress_factors_sum_free(compress_factors_sum *s)
 }
 
 int compress_factors_sum_add(compress_factors_sum *s, const compress_factors_view *v, double w,
-                             vl_error *err)
-{
+                             vl_error *err) {
     if (v->n != s->n)
         return vl_fail(err, VL_EINVAL, "factors: %d layers, the sum has %d", v->n, s->n);
     if (!(isfinite(w) && w > 0.0))
@@ -353,8 +333,7 @@ int compress_factors_sum_add(compress_factors_sum *s, const compress_factors_vie
 }
 
 int compress_factors_sum_mean(compress_factors_sum *s, const float **A, const float **G,
-                              vl_error *err)
-{
+                              vl_error *err) {
     if (s->count == 0 || !(s->weight > 0.0))
         return vl_fail(err, VL_EINVAL, "factors: nothing was added to the sum");
     size_t at = 0;

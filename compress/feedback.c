@@ -20,16 +20,13 @@
 #define F16_MAX 65504.0f
 
 
-COMPRESS_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo, size_t hi,
-                             float decay)
-{
+COMPRESS_HOT static void add_range(float *restrict e, const float *restrict delta, size_t lo,
+                                   size_t hi, float decay) {
     /* decay * e is exact for decay 1, so classic feedback stays bit exact. */
-    for (size_t i = lo; i < hi; i++)
-        e[i] = decay * e[i] + delta[i];
+    for (size_t i = lo; i < hi; i++) e[i] = decay * e[i] + delta[i];
 }
 
-void compress_feedback_add(float *e, const float *delta, size_t d, float decay)
-{
+void compress_feedback_add(float *e, const float *delta, size_t d, float decay) {
     if (d < FB_PAR_MIN) {
         add_range(e, delta, 0, d, decay);
         return;
@@ -44,8 +41,7 @@ void compress_feedback_add(float *e, const float *delta, size_t d, float decay)
     }
 }
 
-void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype dtype, float *val)
-{
+void compress_feedback_take(float *e, const uint32_t *idx, size_t nnz, st_dtype dtype, float *val) {
     if (dtype == ST_F16) {
         for (size_t j = 0; j < nnz; j++) {
             float v = e[idx[j]];

@@ -42,15 +42,13 @@
 #define GK_MAX_PASSES 16
 
 
-static inline uint32_t key_of(float v)
-{
+static inline uint32_t key_of(float v) {
     uint32_t u;
     memcpy(&u, &v, sizeof u);
     return u & 0x7fffffffu;
 }
 
-static inline float val_of(uint32_t key)
-{
+static inline float val_of(uint32_t key) {
     float v;
     memcpy(&v, &key, sizeof v);
     return v;
@@ -61,8 +59,7 @@ static inline float val_of(uint32_t key)
 /* Phi^-1(p) for 0 < p <= 0.5 by Acklam's rational approximation (relative
  * error 1.15e-9), polished by one Halley step on erfc so the far tail that
  * tiny k/d asks for is accurate too. */
-static double probit_lower(double p)
-{
+static double probit_lower(double p) {
     static const double c[6] = {-7.784894002430293e-03, -3.223964580411365e-01,
                                 -2.400758277161838e+00, -2.549732539343734e+00,
                                 4.374664141464968e+00,  2.938163982698783e+00};
@@ -89,10 +86,8 @@ static double probit_lower(double p)
     return z - u / (1.0 + 0.5 * z * u);
 }
 
-double compress_gaussk_z(double rho)
-{
-    if (rho >= 1.0)
-        return 0.0;
+double compress_gaussk_z(double rho) {
+    if (rho >= 1.0) return 0.0;
     double z = -probit_lower(0.5 * rho);
     return z > 0 ? z : 0.0;
 }
@@ -111,8 +106,7 @@ typedef struct moments {
  * per vector as doubles; a square that overflows float (|v| > 1.8e19)
  * sends the piece to the double loop. The simd reduction lets the sums be
  * reassociated, so they vectorise. */
-COMPRESS_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot)
-{
+COMPRESS_HOT static moments block_moments(const float *x, size_t lo, size_t hi, double pivot) {
     float s = 0, q = 0, pf = (float)pivot;
     uint32_t m = 0;
 #pragma omp simd reduction(+ : s, q) reduction(max : m)
@@ -139,22 +133,18 @@ COMPRESS_HOT static moments block_moments(const float *x, size_t lo, size_t hi, 
 }
 
 
-
 /* cnt[j] = number of keys >= pk[j] in x[lo, hi); returns the largest key
  * below kh (0 if none). One probe at a time over an L1-sized piece keeps
  * every loop a plain vectorisable reduction. */
 COMPRESS_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, const uint32_t *pk,
-                                    uint32_t kh, size_t *cnt)
-{
+                                          uint32_t kh, size_t *cnt) {
     uint32_t below = 0;
-    for (size_t j = 0; j < GK_PROBES; j++)
-        cnt[j] = 0;
+    for (size_t j = 0; j < GK_PROBES; j++) cnt[j] = 0;
     for (size_t a = lo; a < hi; a += GK_SUB) {
         size_t b = a + GK_SUB < hi ? a + GK_SUB : hi;
         for (size_t j = 0; j < GK_PROBES; j++) {
             uint32_t p = pk[j], c = 0;
-            for (size_t i = a; i < b; i++)
-                c += key_at(x, i) >= p;
+            for (size_t i = a; i < b; i++) c += key_at(x, i) >= p;
             cnt[j] += c;
         }
         uint32_t m = 0;
@@ -168,19 +158,16 @@ COMPRESS_HOT static uint32_t count_probes(const float *x, size_t lo, size_t hi, 
     return below;
 }
 
-COMPRESS_HOT static size_t emit_ge(const float *x, size_t lo, size_t hi, uint32_t kmin, uint32_t *out)
-{
+COMPRESS_HOT static size_t emit_ge(const float *x, size_t lo, size_t hi, uint32_t kmin,
+                                   uint32_t *out) {
     size_t n = 0, i = lo;
     for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
-        if (block_max(x, i) < kmin)
-            continue;
+        if (block_max(x, i) < kmin) continue;
         for (size_t j = i; j < i + SCAN_BLOCK; j++)
-            if (key_at(x, j) >= kmin)
-                out[n++] = (uint32_t)j;
+            if (key_at(x, j) >= kmin) out[n++] = (uint32_t)j;
     }
     for (; i < hi; i++)
-        if (key_at(x, i) >= kmin)
-            out[n++] = (uint32_t)i;
+        if (key_at(x, i) >= kmin) out[n++] = (uint32_t)i;
     return n;
 }
 
@@ -192,7 +179,7 @@ typedef struct gk {
     size_t band_lo, band_hi; /* counts accepted: k -+ 5 % */
     size_t nchunks;
     int nthreads;
-    size_t cap; /* most candidates a window may hold */
+    size_t cap;    /* most candidates a window may hold */
     uint32_t kwin; /* the window: every key >= kwin is a candidate */
     uint32_t *cidx;
     float *cval;
@@ -201,8 +188,7 @@ typedef struct gk {
 
 /* Chunks are whole runs of GK_STAT_BLOCK values, so moment partial sums
  * are the same however many chunks or threads there are. */
-static inline size_t gk_chunk(const gk *g, size_t c)
-{
+static inline size_t gk_chunk(const gk *g, size_t c) {
     size_t nb = (g->d + GK_STAT_BLOCK - 1) / GK_STAT_BLOCK;
     size_t b = (size_t)((uint64_t)nb * c / g->nchunks) * GK_STAT_BLOCK;
     return b < g->d ? b : g->d;
@@ -210,8 +196,7 @@ static inline size_t gk_chunk(const gk *g, size_t c)
 
 /* Mean and standard deviation of a spread-out sample: runs of GK_RUN
  * values (cheap to fetch) at even steps, or all of x when that is short. */
-static void gk_sample(const float *x, size_t d, double *mean, double *sd)
-{
+static void gk_sample(const float *x, size_t d, double *mean, double *sd) {
     size_t runs = d <= GK_SAMPLE ? 1 : GK_SAMPLE / GK_RUN;
     size_t len = d <= GK_SAMPLE ? d : GK_RUN;
     double s = 0, q = 0, p = x[0];
@@ -233,8 +218,7 @@ static void gk_sample(const float *x, size_t d, double *mean, double *sd)
  * *overflow is set and nothing is kept), and, when part is given, fills
  * part[b] with the moments of block b about pivot. */
 static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *overflow,
-                     vl_error *err)
-{
+                     vl_error *err) {
     size_t nc = g->nchunks;
     uint32_t *bi[GK_MAX_CHUNKS] = {0};
     float *bv[GK_MAX_CHUNKS] = {0};
@@ -261,8 +245,7 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
             int stop;
 #pragma omp atomic read
             stop = fail;
-            if (stop == 2 || (stop && !part))
-                break;
+            if (stop == 2 || (stop && !part)) break;
             if (part) {
                 moments m = block_moments(g->x, lo, bhi, pivot);
                 moments *pb = &part[lo / GK_STAT_BLOCK];
@@ -296,11 +279,9 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
     }
     int rc = VL_OK;
     *overflow = fail == 1;
-    if (fail == 2)
-        rc = vl_fail(err, VL_ENOMEM, "gaussk: no memory for candidates");
+    if (fail == 2) rc = vl_fail(err, VL_ENOMEM, "gaussk: no memory for candidates");
     size_t total = 0;
-    for (size_t c = 0; c < nc; c++)
-        total += bn[c];
+    for (size_t c = 0; c < nc; c++) total += bn[c];
     if (!fail) {
         g->cidx = malloc((total ? total : 1) * sizeof *g->cidx);
         g->cval = malloc((total ? total : 1) * sizeof *g->cval);
@@ -327,8 +308,7 @@ static int gk_window(gk *g, uint32_t kmin, moments *part, double pivot, int *ove
 
 /* cnt[j] = count of keys >= pk[j] over the whole vector; per[c*P + j] the
  * same within chunk c. Returns the largest key below kh. */
-static uint32_t gk_probe(const gk *g, const uint32_t *pk, uint32_t kh, size_t *cnt, size_t *per)
-{
+static uint32_t gk_probe(const gk *g, const uint32_t *pk, uint32_t kh, size_t *cnt, size_t *per) {
     size_t nc = g->nchunks;
     uint32_t below[GK_MAX_CHUNKS] = {0};
     long ncl = (long)nc;
@@ -337,20 +317,17 @@ static uint32_t gk_probe(const gk *g, const uint32_t *pk, uint32_t kh, size_t *c
         below[c] = count_probes(g->x, gk_chunk(g, (size_t)c), gk_chunk(g, (size_t)c + 1), pk, kh,
                                 per + (size_t)c * GK_PROBES);
     uint32_t m = 0;
-    for (size_t c = 0; c < nc; c++)
-        m = below[c] > m ? below[c] : m;
+    for (size_t c = 0; c < nc; c++) m = below[c] > m ? below[c] : m;
     for (size_t j = 0; j < GK_PROBES; j++) {
         cnt[j] = 0;
-        for (size_t c = 0; c < nc; c++)
-            cnt[j] += per[c * GK_PROBES + j];
+        for (size_t c = 0; c < nc; c++) cnt[j] += per[c * GK_PROBES + j];
     }
     return m;
 }
 
 /* Writes every index with key >= kmin, given the count per chunk. */
 static void gk_emit(const gk *g, uint32_t kmin, const size_t *per_chunk, size_t stride,
-                    uint32_t *idx)
-{
+                    uint32_t *idx) {
     size_t nc = g->nchunks, off[GK_MAX_CHUNKS], pos = 0;
     for (size_t c = 0; c < nc; c++) {
         off[c] = pos;
@@ -364,24 +341,19 @@ static void gk_emit(const gk *g, uint32_t kmin, const size_t *per_chunk, size_t 
 
 /* ---- choosing the threshold among candidates ----------------------------- */
 
-static size_t cand_count_ge(const gk *g, float t)
-{
+static size_t cand_count_ge(const gk *g, float t) {
     size_t n = 0;
-    for (size_t i = 0; i < g->ncand; i++)
-        n += g->cval[i] >= t;
+    for (size_t i = 0; i < g->ncand; i++) n += g->cval[i] >= t;
     return n;
 }
 
 /* The r-th largest candidate value (1 <= r <= ncand). */
-static int cand_rank(const gk *g, size_t r, uint32_t *pos, float *out, vl_error *err)
-{
+static int cand_rank(const gk *g, size_t r, uint32_t *pos, float *out, vl_error *err) {
     size_t got;
     int rc = compress_topk(g->cval, g->ncand, r, pos, &got, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     float m = INFINITY;
-    for (size_t j = 0; j < got; j++)
-        m = g->cval[pos[j]] < m ? g->cval[pos[j]] : m;
+    for (size_t j = 0; j < got; j++) m = g->cval[pos[j]] < m ? g->cval[pos[j]] : m;
     *out = m;
     return VL_OK;
 }
@@ -392,25 +364,21 @@ static int cand_rank(const gk *g, size_t r, uint32_t *pos, float *out, vl_error 
  * there overshoot the band, the next value up); else (ties straddle the
  * whole band) exactly k by index order. Counts are only known at or above
  * the window, so a thr0 below it starts from the window instead. */
-static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
-{
-    if (thr0 < val_of(g->kwin))
-        thr0 = val_of(g->kwin);
+static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr, vl_error *err) {
+    if (thr0 < val_of(g->kwin)) thr0 = val_of(g->kwin);
     size_t c0 = cand_count_ge(g, thr0);
     float t = thr0;
     if (c0 < g->band_lo || c0 > g->band_hi) {
         size_t r = g->k < g->ncand ? g->k : g->ncand;
         uint32_t *pos = malloc(g->k * sizeof *pos);
-        if (!pos)
-            return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu positions", r);
+        if (!pos) return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu positions", r);
         int rc = cand_rank(g, r, pos, &t, err);
         size_t ct = rc ? 0 : cand_count_ge(g, t);
         if (!rc && ct > g->band_hi) {
             /* Ties at t: the next value up counts fewer than r. */
             float up = INFINITY;
             for (size_t i = 0; i < g->ncand; i++)
-                if (g->cval[i] > t && g->cval[i] < up)
-                    up = g->cval[i];
+                if (g->cval[i] > t && g->cval[i] < up) up = g->cval[i];
             ct = up < INFINITY ? cand_count_ge(g, up) : 0;
             if (ct >= g->band_lo) {
                 t = up;
@@ -418,38 +386,31 @@ static int gk_finish(gk *g, float thr0, uint32_t *idx, size_t *nnz, double *thr,
                 size_t got;
                 rc = compress_topk(g->cval, g->ncand, g->k, pos, &got, err);
                 if (!rc) {
-                    for (size_t j = 0; j < got; j++)
-                        idx[j] = g->cidx[pos[j]];
+                    for (size_t j = 0; j < got; j++) idx[j] = g->cidx[pos[j]];
                     *nnz = got;
-                    if (thr)
-                        *thr = t;
+                    if (thr) *thr = t;
                 }
                 free(pos);
                 return rc;
             }
         }
         free(pos);
-        if (rc)
-            return rc;
+        if (rc) return rc;
     }
     size_t n = 0;
     for (size_t i = 0; i < g->ncand; i++)
-        if (g->cval[i] >= t)
-            idx[n++] = g->cidx[i];
+        if (g->cval[i] >= t) idx[n++] = g->cidx[i];
     *nnz = n;
-    if (thr)
-        *thr = t;
+    if (thr) *thr = t;
     return VL_OK;
 }
 
 /* Exact top-k: the last resort when no threshold has an in-band count. */
-static int gk_exact(const gk *g, uint32_t *idx, size_t *nnz, double *thr, vl_error *err)
-{
+static int gk_exact(const gk *g, uint32_t *idx, size_t *nnz, double *thr, vl_error *err) {
     int rc = compress_topk(g->x, g->d, g->k, idx, nnz, err);
     if (rc == VL_OK && thr) {
         float m = INFINITY;
-        for (size_t j = 0; j < *nnz; j++)
-            m = fabsf(g->x[idx[j]]) < m ? fabsf(g->x[idx[j]]) : m;
+        for (size_t j = 0; j < *nnz; j++) m = fabsf(g->x[idx[j]]) < m ? fabsf(g->x[idx[j]]) : m;
         *thr = m;
     }
     return rc;
@@ -460,11 +421,9 @@ static int gk_exact(const gk *g, uint32_t *idx, size_t *nnz, double *thr, vl_err
  * probe lands in the band (one more pass emits it) or the count at kl fits
  * a window (one more pass collects it). */
 static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, uint32_t *idx,
-                      size_t *nnz, double *thr, vl_error *err)
-{
+                      size_t *nnz, double *thr, vl_error *err) {
     size_t *per = malloc(g->nchunks * GK_PROBES * sizeof *per);
-    if (!per)
-        return vl_fail(err, VL_ENOMEM, "gaussk: no memory for counts");
+    if (!per) return vl_fail(err, VL_ENOMEM, "gaussk: no memory for counts");
     int rc = VL_OK;
     for (int pass = 0; pass < GK_MAX_PASSES; pass++) {
         if (cl <= g->cap) {
@@ -475,11 +434,9 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
                 free(per);
                 return rc;
             }
-            if (rc)
-                break;
+            if (rc) break;
         }
-        if (kh - kl < 2)
-            break;
+        if (kh - kl < 2) break;
         /* Even steps on the bit pattern are near-geometric steps in |x|
          * (2^23 steps make an octave). A bracket wider than 16 octaves is
          * probed at 1/8, 1/2, 2, 8, 16, 32 and 64 octaves under its top
@@ -510,8 +467,7 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
                 size_t db = best < GK_PROBES
                                 ? (cnt[best] > g->k ? cnt[best] - g->k : g->k - cnt[best])
                                 : SIZE_MAX;
-                if (dj < db)
-                    best = j;
+                if (dj < db) best = j;
             } else if (cnt[j] > g->band_hi) {
                 kl = pk[j];
                 cl = cnt[j];
@@ -519,43 +475,35 @@ static int gk_bracket(gk *g, uint32_t kl, size_t cl, uint32_t kh, float thr0, ui
                 kh = pk[j];
             }
         }
-        if (below >= kl && below + 1 < kh)
-            kh = below + 1;
+        if (below >= kl && below + 1 < kh) kh = below + 1;
         if (best < GK_PROBES) {
             gk_emit(g, pk[best], per + best, GK_PROBES, idx);
             *nnz = cnt[best];
-            if (thr)
-                *thr = val_of(pk[best]);
+            if (thr) *thr = val_of(pk[best]);
             free(per);
             return VL_OK;
         }
     }
     free(per);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     return gk_exact(g, idx, nnz, thr, err);
 }
 
 int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz, double *thr,
-                    vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+                    vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!nnz || (d > 0 && k > 0 && (!x || !idx)))
         return vl_fail(err, VL_EINVAL, "gaussk: null argument");
     if ((uint64_t)d > UINT32_MAX)
         return vl_fail(err, VL_EINVAL, "gaussk: %zu values do not fit 32-bit indices", d);
     if (d == 0 || k == 0) {
-        if (thr)
-            *thr = HUGE_VAL;
+        if (thr) *thr = HUGE_VAL;
         return VL_OK;
     }
     if (k >= d) {
-        for (size_t i = 0; i < d; i++)
-            idx[i] = (uint32_t)i;
+        for (size_t i = 0; i < d; i++) idx[i] = (uint32_t)i;
         *nnz = d;
-        if (thr)
-            *thr = 0.0;
+        if (thr) *thr = 0.0;
         return VL_OK;
     }
     gk g;
@@ -588,8 +536,7 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
     double tw = fabs(mean) + sd * zw;
     uint32_t kw = g.cap >= d ? 0 : key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
     moments *part = malloc(nb * sizeof *part);
-    if (!part)
-        return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu partial sums", nb);
+    if (!part) return vl_fail(err, VL_ENOMEM, "gaussk: no memory for %zu partial sums", nb);
     int overflow;
     int rc = gk_window(&g, kw, part, pivot, &overflow, err);
     if (rc) {
@@ -631,11 +578,9 @@ int compress_gaussk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *n
         /* Then the window the exact moments give, if it is new. */
         tw = fabs(mean) + sd * zw;
         kw = key_of((float)(tw < FLT_MAX ? tw : FLT_MAX));
-        if (attempt > 0 || kw <= kl || kw >= kh)
-            break;
+        if (attempt > 0 || kw <= kl || kw >= kh) break;
         rc = gk_window(&g, kw, NULL, 0.0, &overflow, err);
-        if (rc)
-            goto done;
+        if (rc) goto done;
     }
     rc = gk_bracket(&g, kl, cl, kh, thr0, idx, nnz, thr, err);
 done:

@@ -6,8 +6,7 @@
 #ifndef VOLLEY_COMPRESS_HOT_H
 #define VOLLEY_COMPRESS_HOT_H
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define COMPRESS_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 /* x86-64-v4 comes before plain AVX-512F for AVX-512DQ's 64-bit multiply,
  * which the sketch hash needs twice per coordinate and row; without it each

@@ -10,9 +10,9 @@
 
 #include "compress/compress.h"
 
-int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *exact,
-                       size_t n_cand, float *age, size_t d, float max_gap, size_t k,
-                       uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
+int compress_round_take(compress_sketch *E, const uint32_t *cand, const float *exact, size_t n_cand,
+                        float *age, size_t d, float max_gap, size_t k, uint32_t *idx, float *val,
+                        size_t *nnz, vl_error *err) {
     *nnz = 0;
     if (!compress_indices_valid(cand, n_cand, d))
         return vl_fail(err, VL_EINVAL, "second round: candidates must ascend strictly below %zu",

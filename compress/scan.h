@@ -57,9 +57,10 @@ __attribute__((unused)) static int scan_grow(uint32_t **idx, float **val, size_t
  * two at random places) are copied without branches: every slot is
  * written and kept by advancing n, which room - n >= SCAN_BLOCK makes
  * safe. */
-__attribute__((unused)) COMPRESS_HOT static size_t
-scan_collect_some(const float *x, size_t *pos, size_t hi, uint32_t kmin, uint32_t *cidx,
-                  float *cval, size_t room) {
+__attribute__((unused)) COMPRESS_HOT static size_t scan_collect_some(const float *x, size_t *pos,
+                                                                     size_t hi, uint32_t kmin,
+                                                                     uint32_t *cidx, float *cval,
+                                                                     size_t room) {
     size_t n = 0, i = *pos;
     while (i < hi && room - n >= SCAN_BLOCK) {
         size_t end = i + SCAN_BLOCK <= hi ? i + SCAN_BLOCK : hi;

@@ -35,8 +35,8 @@ uint64_t compress_sketch_row_key(uint64_t seed, uint32_t row) {
     return compress_sk_row_key(seed, row);
 }
 
-void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
-                          uint32_t *bucket, int *sign) {
+void compress_sketch_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i, uint32_t *bucket,
+                          int *sign) {
     *bucket = compress_sk_bucket_of(compress_sk_row_key(seed, row), i, cols);
     *sign = (int)compress_sk_sign(compress_sk_sign_bits(compress_sk_sign_key(seed), i), row);
 }
@@ -57,8 +57,7 @@ int compress_sketch_init(compress_sketch *s, uint32_t rows, uint32_t cols, uint6
         return vl_fail(err, VL_EINVAL, "sketch of %u x %u has more than %llu cells", rows, cols,
                        (unsigned long long)COMPRESS_SKETCH_MAX_CELLS);
     s->table = calloc((size_t)cells, sizeof(float));
-    if (!s->table)
-        return vl_fail(err, VL_ENOMEM, "out of memory for a %u x %u sketch", rows, cols);
+    if (!s->table) return vl_fail(err, VL_ENOMEM, "out of memory for a %u x %u sketch", rows, cols);
     s->rows = rows;
     s->cols = cols;
     s->seed = seed;
@@ -94,16 +93,17 @@ static inline size_t window_run(size_t i, size_t hi, uint32_t wlog) {
 /* The signs of coordinates i..i+n-1 for every row, and their values in
  * row j's sign. Always inlined, so that each clone of the callers
  * vectorises them for its own instruction set. */
-static inline __attribute__((always_inline)) void
-sign_bits(uint64_t skey, size_t i, size_t n, uint64_t *restrict bits) {
+static inline __attribute__((always_inline)) void sign_bits(uint64_t skey, size_t i, size_t n,
+                                                            uint64_t *restrict bits) {
     for (size_t t = 0; t < n; t++) bits[t] = compress_sk_sign_bits(skey, i + t);
 }
 
 /* run[t] += sign_j(t) * x[t] for n consecutive cells: bit 31 of each value
  * flipped by its sign bit, which is the exact product by +-1. */
-static inline __attribute__((always_inline)) void
-add_run(float *restrict run, const float *restrict x, const uint64_t *restrict bits,
-        uint32_t j, size_t n) {
+static inline __attribute__((always_inline)) void add_run(float *restrict run,
+                                                          const float *restrict x,
+                                                          const uint64_t *restrict bits, uint32_t j,
+                                                          size_t n) {
     for (size_t t = 0; t < n; t++) run[t] += compress_sk_sign(bits[t], j) * x[t];
 }
 
@@ -120,8 +120,8 @@ static void encode_range(float *table, uint32_t rows, uint32_t cols, uint64_t sk
         uint32_t off = (uint32_t)(i & ((1u << wlog) - 1));
         for (uint32_t j = 0; j < rows; j++) {
             float *row = table + (size_t)j * cols;
-            uint32_t b0 = compress_sk_wrap(compress_sk_window_base(keys[j], i >> wlog, cols), off,
-                                           cols);
+            uint32_t b0 =
+                compress_sk_wrap(compress_sk_window_base(keys[j], i >> wlog, cols), off, cols);
             size_t m = cols - b0 < n ? cols - b0 : n;
             add_run(row + b0, x + i, bits, j, m);
             if (m < n) add_run(row, x + i + m, bits + m, j, n - m);
@@ -177,13 +177,11 @@ void compress_sketch_encode(compress_sketch *s, const float *x, size_t d) {
     free(priv);
 }
 
-int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float w,
-                        vl_error *err) {
+int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float w, vl_error *err) {
     if (!compress_sketch_same_shape(dst, src))
-        return vl_fail(err, VL_EINVAL,
-                       "cannot add sketches of different seed or shape (%u x %u vs %u x %u)",
-                       dst ? dst->rows : 0, dst ? dst->cols : 0, src ? src->rows : 0,
-                       src ? src->cols : 0);
+        return vl_fail(
+            err, VL_EINVAL, "cannot add sketches of different seed or shape (%u x %u vs %u x %u)",
+            dst ? dst->rows : 0, dst ? dst->cols : 0, src ? src->rows : 0, src ? src->cols : 0);
     size_t cells = cells_of(dst);
     float *restrict a = dst->table;
     const float *restrict b = src->table;
@@ -197,16 +195,18 @@ int compress_sketch_add(compress_sketch *dst, const compress_sketch *src, float 
 /* Median over R rows of each of the BLK lanes of v, n of them to out. With
  * R a constant the compare-exchange network of compress_sk_median unrolls into
  * min/max instructions on registers, and the loop over lanes vectorises. */
-static inline __attribute__((always_inline)) void
-median_fixed(const float (*v)[BLK], uint32_t R, size_t n, float *out) {
+static inline __attribute__((always_inline)) void median_fixed(const float (*v)[BLK], uint32_t R,
+                                                               size_t n, float *out) {
     float m[BLK];
     for (size_t b = 0; b < BLK; b++) {
         float t[COMPRESS_SKETCH_MAX_ROWS];
         for (uint32_t j = 0; j < R; j++) t[j] = v[j][b];
         m[b] = compress_sk_median(t, R);
     }
-    if (n == BLK) memcpy(out, m, sizeof m);
-    else memcpy(out, m, n * sizeof(float));
+    if (n == BLK)
+        memcpy(out, m, sizeof m);
+    else
+        memcpy(out, m, n * sizeof(float));
 }
 
 COMPRESS_HOT_V4
@@ -225,8 +225,8 @@ static void estimate_range(const float *table, uint32_t rows, uint32_t cols, uin
         uint32_t off = (uint32_t)(i0 & ((1u << wlog) - 1));
         for (uint32_t j = 0; j < rows; j++) {
             const float *row = table + (size_t)j * cols;
-            uint32_t b0 = compress_sk_wrap(compress_sk_window_base(keys[j], i0 >> wlog, cols), off,
-                                           cols);
+            uint32_t b0 =
+                compress_sk_wrap(compress_sk_window_base(keys[j], i0 >> wlog, cols), off, cols);
             for (size_t b = 0; b < n; b++) {
                 uint32_t c = b0 + (uint32_t)b;
                 v[j][b] = compress_sk_sign(bits[b], j) * row[c >= cols ? c - cols : c];
@@ -275,8 +275,7 @@ int compress_sketch_heavy(const compress_sketch *s, size_t d, size_t k, float *s
                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
     *nnz = 0;
     if (d > UINT32_MAX)
-        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit",
-                       d);
+        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit", d);
     if (d == 0 || k == 0) return VL_OK;
     compress_sketch_estimate(s, d, scratch);
     int rc = compress_topk(scratch, d, k, idx, nnz, err);
@@ -319,9 +318,8 @@ double compress_sketch_noise(const float *est, size_t d) {
 
 /* ---- FetchSGD ------------------------------------------------------------ */
 
-int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
-                                 const compress_sketch *S, double lr, double mu,
-                                 vl_error *err) {
+int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
+                                 double lr, double mu, vl_error *err) {
     if (!compress_sketch_same_shape(V, E) || !compress_sketch_same_shape(V, S))
         return vl_fail(err, VL_EINVAL,
                        "fetchsgd: momentum, error and update sketches must share seed and shape");
@@ -345,12 +343,11 @@ int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E,
 }
 
 int compress_fetchsgd_step(compress_sketch *V, compress_sketch *E, const compress_sketch *S,
-                           double lr, double mu, size_t d, size_t k, float *scratch,
-                           uint32_t *idx, float *val, size_t *nnz, vl_error *err) {
+                           double lr, double mu, size_t d, size_t k, float *scratch, uint32_t *idx,
+                           float *val, size_t *nnz, vl_error *err) {
     *nnz = 0;
     if (k > d)
-        return vl_fail(err, VL_EINVAL, "fetchsgd: k = %zu is more than the %zu coordinates", k,
-                       d);
+        return vl_fail(err, VL_EINVAL, "fetchsgd: k = %zu is more than the %zu coordinates", k, d);
     if (d > UINT32_MAX)
         return vl_fail(err, VL_EINVAL, "fetchsgd: %zu coordinates: indices are 32-bit", d);
     /* Checks the sketches before it changes anything. */

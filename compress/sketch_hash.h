@@ -31,8 +31,7 @@
 /* vl_splitmix64 of DESIGN.md (the same function as vl_splitmix64() in common; its
  * body is here so that the CPU compiler can vectorise the loops around it
  * and nvcc can compile it for the device; the tests check the two agree). */
-COMPRESS_SK_HD uint64_t compress_sk_mix64(uint64_t z)
-{
+COMPRESS_SK_HD uint64_t compress_sk_mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -40,8 +39,7 @@ COMPRESS_SK_HD uint64_t compress_sk_mix64(uint64_t z)
 }
 
 /* key_j = vl_splitmix64(seed ^ (j + 1)). */
-COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row)
-{
+COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row) {
     return compress_sk_mix64(seed ^ ((uint64_t)row + 1));
 }
 
@@ -66,36 +64,30 @@ COMPRESS_SK_HD uint64_t compress_sk_row_key(uint64_t seed, uint32_t row)
 
 /* L for a row of cols cells: floor(log2(cols)), at most
  * COMPRESS_SK_WINDOW_LOG_MAX (cols >= 1). */
-COMPRESS_SK_HD uint32_t compress_sk_window_log(uint32_t cols)
-{
+COMPRESS_SK_HD uint32_t compress_sk_window_log(uint32_t cols) {
     uint32_t l = 0;
-    while (l < COMPRESS_SK_WINDOW_LOG_MAX && (2u << l) <= cols)
-        l++;
+    while (l < COMPRESS_SK_WINDOW_LOG_MAX && (2u << l) <= cols) l++;
     return l;
 }
 
 /* bucket = ((h >> 32) * cols) >> 32, always below cols. */
-COMPRESS_SK_HD uint32_t compress_sk_bucket(uint64_t h, uint32_t cols)
-{
+COMPRESS_SK_HD uint32_t compress_sk_bucket(uint64_t h, uint32_t cols) {
     return (uint32_t)(((h >> 32) * (uint64_t)cols) >> 32);
 }
 
 /* base_j(w): the bucket where window w starts in the row of key_j. */
-COMPRESS_SK_HD uint32_t compress_sk_window_base(uint64_t key, uint64_t w, uint32_t cols)
-{
+COMPRESS_SK_HD uint32_t compress_sk_window_base(uint64_t key, uint64_t w, uint32_t cols) {
     return compress_sk_bucket(compress_sk_mix64(key ^ w), cols);
 }
 
 /* (base + off) mod cols for base < cols and off < cols. */
-COMPRESS_SK_HD uint32_t compress_sk_wrap(uint32_t base, uint32_t off, uint32_t cols)
-{
+COMPRESS_SK_HD uint32_t compress_sk_wrap(uint32_t base, uint32_t off, uint32_t cols) {
     uint32_t b = base + off; /* < 2 cols <= 2^29 */
     return b >= cols ? b - cols : b;
 }
 
 /* bucket_j(i) in the row of key_j. */
-COMPRESS_SK_HD uint32_t compress_sk_bucket_of(uint64_t key, uint64_t i, uint32_t cols)
-{
+COMPRESS_SK_HD uint32_t compress_sk_bucket_of(uint64_t key, uint64_t i, uint32_t cols) {
     uint32_t l = compress_sk_window_log(cols);
     return compress_sk_wrap(compress_sk_window_base(key, i >> l, cols),
                             (uint32_t)(i & ((1u << l) - 1)), cols);
@@ -103,21 +95,18 @@ COMPRESS_SK_HD uint32_t compress_sk_bucket_of(uint64_t key, uint64_t i, uint32_t
 
 /* vl_splitmix64(seed): the key of the signs (row keys hash seed ^ (j + 1),
  * never seed itself). */
-COMPRESS_SK_HD uint64_t compress_sk_sign_key(uint64_t seed)
-{
+COMPRESS_SK_HD uint64_t compress_sk_sign_key(uint64_t seed) {
     return compress_sk_mix64(seed);
 }
 
 /* Coordinate i's sign bits, bit j for row j. */
-COMPRESS_SK_HD uint64_t compress_sk_sign_bits(uint64_t skey, uint64_t i)
-{
+COMPRESS_SK_HD uint64_t compress_sk_sign_bits(uint64_t skey, uint64_t i) {
     return compress_sk_mix64(skey ^ i);
 }
 
 /* Row j's sign as a float, exactly +1 or -1: encode adds sign * x and
  * estimate reads sign * cell, both exact. */
-COMPRESS_SK_HD float compress_sk_sign(uint64_t bits, uint32_t row)
-{
+COMPRESS_SK_HD float compress_sk_sign(uint64_t bits, uint32_t row) {
     return (float)(1 - 2 * (int32_t)((bits >> row) & 1));
 }
 
@@ -127,8 +116,7 @@ COMPRESS_SK_HD float compress_sk_sign(uint64_t bits, uint32_t row)
  * constant the network unrolls into min/max on registers. The exchange
  * keeps the order of operands that do not compare less, so -0.0 and +0.0
  * and the operands of the final mean land where they do on every machine. */
-COMPRESS_SK_HD float compress_sk_median(float *t, uint32_t R)
-{
+COMPRESS_SK_HD float compress_sk_median(float *t, uint32_t R) {
     COMPRESS_SK_UNROLL
     for (uint32_t pass = 0; pass < (R + 1) / 2; pass++) {
         COMPRESS_SK_UNROLL

@@ -47,12 +47,10 @@
 /* Blocks let the common "nothing here" case run as one vector max. */
 
 
-
 /* Histogram of key >> 20 over x[lo, hi). Four interleaved copies keep
  * runs of equal buckets (frequent: most Gaussian values share a handful of
  * exponents) from serialising on one counter. */
-COMPRESS_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t *h)
-{
+COMPRESS_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t *h) {
     uint32_t part[4][NB0];
     memset(part, 0, sizeof part);
     size_t i = lo;
@@ -62,33 +60,27 @@ COMPRESS_HOT static void hist_top(const float *x, size_t lo, size_t hi, uint32_t
         part[2][key_at(x, i + 2) >> 20]++;
         part[3][key_at(x, i + 3) >> 20]++;
     }
-    for (; i < hi; i++)
-        part[0][key_at(x, i) >> 20]++;
-    for (uint32_t b = 0; b < NB0; b++)
-        h[b] = part[0][b] + part[1][b] + part[2][b] + part[3][b];
+    for (; i < hi; i++) part[0][key_at(x, i) >> 20]++;
+    for (uint32_t b = 0; b < NB0; b++) h[b] = part[0][b] + part[1][b] + part[2][b] + part[3][b];
 }
 
 /* Histogram of (key >> shift) & 1023 over the keys of x[lo, hi) whose bits
  * above shift + 10 equal prefix. */
 COMPRESS_HOT static void hist_sub(const float *x, size_t lo, size_t hi, int shift, uint32_t prefix,
-                              uint32_t *h)
-{
+                                  uint32_t *h) {
     memset(h, 0, NB1 * sizeof *h);
     for (size_t i = lo; i < hi; i++) {
         uint32_t u = key_at(x, i);
-        if ((u >> (shift + 10)) == prefix)
-            h[(u >> shift) & (NB1 - 1)]++;
+        if ((u >> (shift + 10)) == prefix) h[(u >> shift) & (NB1 - 1)]++;
     }
 }
 
 /* Copies (index, |x|) of every key >= kmin in x[lo, hi), in order. */
 COMPRESS_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_t kmin,
-                               uint32_t *cidx, float *cval)
-{
+                                   uint32_t *cidx, float *cval) {
     size_t n = 0, i = lo;
     for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
-        if (block_max(x, i) < kmin)
-            continue;
+        if (block_max(x, i) < kmin) continue;
         for (size_t j = i; j < i + SCAN_BLOCK; j++)
             if (key_at(x, j) >= kmin) {
                 cidx[n] = (uint32_t)j;
@@ -107,12 +99,10 @@ COMPRESS_HOT static size_t collect(const float *x, size_t lo, size_t hi, uint32_
 
 
 static inline size_t emit_one(const float *x, const uint32_t *map, size_t i, uint32_t t,
-                              size_t *eq_left, uint32_t *out, size_t n)
-{
+                              size_t *eq_left, uint32_t *out, size_t n) {
     uint32_t u = key_at(x, i);
     if (u > t || (u == t && *eq_left > 0)) {
-        if (u == t)
-            (*eq_left)--;
+        if (u == t) (*eq_left)--;
         out[n++] = map ? map[i] : (uint32_t)i;
     }
     return n;
@@ -120,20 +110,16 @@ static inline size_t emit_one(const float *x, const uint32_t *map, size_t i, uin
 
 /* Writes, in order, the index (through map when given) of every key > t
  * in x[lo, hi) and of the first eq_quota keys equal to t. */
-COMPRESS_HOT static size_t emit(const float *x, const uint32_t *map, size_t lo, size_t hi, uint32_t t,
-                            size_t eq_quota, uint32_t *out)
-{
+COMPRESS_HOT static size_t emit(const float *x, const uint32_t *map, size_t lo, size_t hi,
+                                uint32_t t, size_t eq_quota, uint32_t *out) {
     size_t n = 0, i = lo, eq_left = eq_quota;
     /* With no ties left to take, only keys above t matter. */
     for (; i + SCAN_BLOCK <= hi; i += SCAN_BLOCK) {
         uint32_t m = block_max(x, i);
-        if (m < t || (m == t && eq_left == 0))
-            continue;
-        for (size_t j = i; j < i + SCAN_BLOCK; j++)
-            n = emit_one(x, map, j, t, &eq_left, out, n);
+        if (m < t || (m == t && eq_left == 0)) continue;
+        for (size_t j = i; j < i + SCAN_BLOCK; j++) n = emit_one(x, map, j, t, &eq_left, out, n);
     }
-    for (; i < hi; i++)
-        n = emit_one(x, map, i, t, &eq_left, out, n);
+    for (; i < hi; i++) n = emit_one(x, map, i, t, &eq_left, out, n);
     return n;
 }
 
@@ -152,8 +138,7 @@ typedef struct sel {
 /* Threads and chunks for n values. More chunks than threads, handed out
  * as threads free up: a core shared with other work then slows one chunk,
  * not half the pass. */
-static void split(size_t n, int *nthreads, size_t *nchunks)
-{
+static void split(size_t n, int *nthreads, size_t *nchunks) {
     *nthreads = 1;
     *nchunks = 1;
     if (n >= TOPK_PAR_MIN) {
@@ -163,14 +148,12 @@ static void split(size_t n, int *nthreads, size_t *nchunks)
     }
 }
 
-static inline size_t chunk_lo(const sel *s, size_t c)
-{
+static inline size_t chunk_lo(const sel *s, size_t c) {
     return (size_t)((uint64_t)s->n * c / s->nchunks);
 }
 
 /* Histogram of one level in every chunk. level 0 needs no prefix. */
-static void sel_hist(sel *s, int level, uint32_t prefix)
-{
+static void sel_hist(sel *s, int level, uint32_t prefix) {
     size_t nc = s->nchunks;
     long ncl = (long)nc;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads) if (s->nthreads > 1)
@@ -186,15 +169,13 @@ static void sel_hist(sel *s, int level, uint32_t prefix)
 
 /* Finds the bucket holding the need-th largest key of the current bucket
  * (need >= 1) and narrows every count to it. Returns the bucket. */
-static uint32_t sel_pick(sel *s, uint32_t nb, size_t *need)
-{
+static uint32_t sel_pick(sel *s, uint32_t nb, size_t *need) {
     size_t above = 0;
     uint32_t b = nb;
     while (b > 0) {
         b--;
         size_t cnt = 0;
-        for (size_t c = 0; c < s->nchunks; c++)
-            cnt += s->hist[c * NB0 + b];
+        for (size_t c = 0; c < s->nchunks; c++) cnt += s->hist[c * NB0 + b];
         if (above + cnt >= *need) {
             *need -= above;
             s->in_total = cnt;
@@ -206,8 +187,7 @@ static uint32_t sel_pick(sel *s, uint32_t nb, size_t *need)
     for (size_t c = 0; c < s->nchunks; c++) {
         const uint32_t *h = s->hist + c * NB0;
         size_t g = 0;
-        for (uint32_t j = b + 1; j < nb; j++)
-            g += h[j];
+        for (uint32_t j = b + 1; j < nb; j++) g += h[j];
         s->gt[c] += g;
         s->in[c] = h[b];
     }
@@ -219,8 +199,7 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
 
 /* Copies out every key >= kmin (the current bucket and all above it) and
  * finishes the select on that list. */
-static int sel_collect(sel *s, uint32_t kmin, size_t k, uint32_t *out, vl_error *err)
-{
+static int sel_collect(sel *s, uint32_t kmin, size_t k, uint32_t *out, vl_error *err) {
     size_t m = s->gt_total + s->in_total;
     uint32_t *cidx = malloc((m ? m : 1) * sizeof *cidx);
     float *cval = malloc((m ? m : 1) * sizeof *cval);
@@ -231,8 +210,7 @@ static int sel_collect(sel *s, uint32_t kmin, size_t k, uint32_t *out, vl_error 
     }
     size_t off[TOPK_MAX_CHUNKS + 1];
     off[0] = 0;
-    for (size_t c = 0; c < s->nchunks; c++)
-        off[c + 1] = off[c] + s->gt[c] + s->in[c];
+    for (size_t c = 0; c < s->nchunks; c++) off[c + 1] = off[c] + s->gt[c] + s->in[c];
     size_t nc = s->nchunks;
     long ncl = (long)nc;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->nthreads) if (s->nthreads > 1)
@@ -249,11 +227,9 @@ static int sel_collect(sel *s, uint32_t kmin, size_t k, uint32_t *out, vl_error 
  * position order, as positions or through map. k >= 1. may_collect
  * allows copying out a short candidate list (never done on a list). */
 static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, int may_collect,
-                      uint32_t *out, vl_error *err)
-{
+                      uint32_t *out, vl_error *err) {
     if (k >= n) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = map ? map[i] : (uint32_t)i;
+        for (size_t i = 0; i < n; i++) out[i] = map ? map[i] : (uint32_t)i;
         return VL_OK;
     }
     sel s;
@@ -262,8 +238,7 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
     s.n = n;
     split(n, &s.nthreads, &s.nchunks);
     s.hist = malloc(s.nchunks * NB0 * sizeof *s.hist);
-    if (!s.hist)
-        return vl_fail(err, VL_ENOMEM, "topk: no memory for histograms");
+    if (!s.hist) return vl_fail(err, VL_ENOMEM, "topk: no memory for histograms");
     /* Copying candidates beats another pass over the data while they are
      * few; the bound also caps the extra memory at a quarter of the input. */
     size_t cap = n / 8 + 4096;
@@ -306,8 +281,7 @@ static int select_run(const float *x, const uint32_t *map, size_t n, size_t k, i
 
 /* A key that about r*d/m values reach, from m values in runs of TOPK_RUN
  * spread over x: the r-th largest of the sample. */
-static int sample_bound(const float *x, size_t d, size_t r, uint32_t *bound, vl_error *err)
-{
+static int sample_bound(const float *x, size_t d, size_t r, uint32_t *bound, vl_error *err) {
     size_t runs = TOPK_SAMPLE / TOPK_RUN;
     float *smp = malloc(TOPK_SAMPLE * sizeof *smp);
     uint32_t *pos = malloc(r * sizeof *pos);
@@ -318,8 +292,7 @@ static int sample_bound(const float *x, size_t d, size_t r, uint32_t *bound, vl_
     }
     for (size_t j = 0; j < runs; j++) {
         size_t lo = (size_t)((uint64_t)(d - TOPK_RUN) * j / (runs - 1));
-        for (size_t i = 0; i < TOPK_RUN; i++)
-            smp[j * TOPK_RUN + i] = fabsf(x[lo + i]);
+        for (size_t i = 0; i < TOPK_RUN; i++) smp[j * TOPK_RUN + i] = fabsf(x[lo + i]);
     }
     int rc = select_run(smp, NULL, TOPK_SAMPLE, r, 1, pos, err);
     if (rc == VL_OK) {
@@ -342,20 +315,17 @@ static int sample_bound(const float *x, size_t d, size_t r, uint32_t *bound, vl_
  * or far more than expected: data ordered or tied in ways the sample did
  * not see); the caller then runs the histogram select on all of x. */
 static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *done,
-                        vl_error *err)
-{
+                        vl_error *err) {
     *done = 0;
     /* Expected sample hits above the true k-th value, plus four standard
      * deviations and a margin, so the bound falls short of k values only
      * for data the sample misrepresents. */
     double mu = (double)k * TOPK_SAMPLE / (double)d;
     size_t r = (size_t)(mu + 4.0 * sqrt(mu) + 8.0);
-    if (r >= TOPK_SAMPLE / 4)
-        return VL_OK;
+    if (r >= TOPK_SAMPLE / 4) return VL_OK;
     uint32_t kmin;
     int rc = sample_bound(x, d, r, &kmin, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     size_t expect = (size_t)((double)r * (double)d / TOPK_SAMPLE);
     size_t cap = 4 * expect + 65536;
 
@@ -376,15 +346,14 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
             int stop;
 #pragma omp atomic read
             stop = fail;
-            if (stop)
-                break;
+            if (stop) break;
             if (scan_grow(&bi[c], &bv[c], &alloc, bn[c]) != 0) {
 #pragma omp atomic write
                 fail = 2;
                 break;
             }
-            size_t got = scan_collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c],
-                                           alloc - bn[c]);
+            size_t got =
+                scan_collect_some(x, &pos, hi, kmin, bi[c] + bn[c], bv[c] + bn[c], alloc - bn[c]);
             bn[c] += got;
             size_t now;
 #pragma omp atomic capture
@@ -397,8 +366,7 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
     }
     uint32_t *cidx = NULL;
     float *cval = NULL;
-    if (fail == 2)
-        rc = vl_fail(err, VL_ENOMEM, "topk: no memory for candidates");
+    if (fail == 2) rc = vl_fail(err, VL_ENOMEM, "topk: no memory for candidates");
     if (!fail && total >= k) {
         cidx = malloc(total * sizeof *cidx);
         cval = malloc(total * sizeof *cval);
@@ -428,37 +396,28 @@ static int topk_sampled(const float *x, size_t d, size_t k, uint32_t *out, int *
     return rc;
 }
 
-int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz, vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+int compress_topk(const float *x, size_t d, size_t k, uint32_t *idx, size_t *nnz, vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!nnz || (d > 0 && k > 0 && (!x || !idx)))
         return vl_fail(err, VL_EINVAL, "topk: null argument");
     if ((uint64_t)d > UINT32_MAX)
         return vl_fail(err, VL_EINVAL, "topk: %zu values do not fit 32-bit indices", d);
-    if (d == 0 || k == 0)
-        return VL_OK;
+    if (d == 0 || k == 0) return VL_OK;
     if (k >= d) {
-        for (size_t i = 0; i < d; i++)
-            idx[i] = (uint32_t)i;
+        for (size_t i = 0; i < d; i++) idx[i] = (uint32_t)i;
         *nnz = d;
         return VL_OK;
     }
     int done = 0, rc = VL_OK;
-    if (d >= TOPK_SAMPLED_MIN && k <= d / 64)
-        rc = topk_sampled(x, d, k, idx, &done, err);
-    if (rc == VL_OK && !done)
-        rc = select_run(x, NULL, d, k, 1, idx, err);
-    if (rc == VL_OK)
-        *nnz = k;
+    if (d >= TOPK_SAMPLED_MIN && k <= d / 64) rc = topk_sampled(x, d, k, idx, &done, err);
+    if (rc == VL_OK && !done) rc = select_run(x, NULL, d, k, 1, idx, err);
+    if (rc == VL_OK) *nnz = k;
     return rc;
 }
 
-static int idx_ascending(const uint32_t *idx, size_t n)
-{
+static int idx_ascending(const uint32_t *idx, size_t n) {
     for (size_t i = 1; i < n; i++)
-        if (idx[i] <= idx[i - 1])
-            return 0;
+        if (idx[i] <= idx[i - 1]) return 0;
     return 1;
 }
 
@@ -467,17 +426,14 @@ typedef struct pair {
     float val;
 } pair;
 
-static int pair_by_idx(const void *a, const void *b)
-{
+static int pair_by_idx(const void *a, const void *b) {
     uint32_t x = ((const pair *)a)->idx, y = ((const pair *)b)->idx;
     return (x > y) - (x < y);
 }
 
 int compress_select_exact(uint32_t *idx, float *val, size_t n, size_t k, size_t *nnz,
-                          vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+                          vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!nnz || (n > 0 && (!idx || !val)))
         return vl_fail(err, VL_EINVAL, "select_exact: null argument");
     if ((uint64_t)n > UINT32_MAX)
@@ -488,8 +444,7 @@ int compress_select_exact(uint32_t *idx, float *val, size_t n, size_t k, size_t 
         pair *p = malloc(n * sizeof *p);
         if (!p)
             return vl_fail(err, VL_ENOMEM, "select_exact: no memory to order %zu candidates", n);
-        for (size_t i = 0; i < n; i++)
-            p[i] = (pair){idx[i], val[i]};
+        for (size_t i = 0; i < n; i++) p[i] = (pair){idx[i], val[i]};
         qsort(p, n, sizeof *p, pair_by_idx);
         for (size_t i = 0; i < n; i++) {
             idx[i] = p[i].idx;
@@ -501,11 +456,9 @@ int compress_select_exact(uint32_t *idx, float *val, size_t n, size_t k, size_t 
         *nnz = n;
         return VL_OK;
     }
-    if (k == 0)
-        return VL_OK;
+    if (k == 0) return VL_OK;
     uint32_t *pos = malloc(k * sizeof *pos);
-    if (!pos)
-        return vl_fail(err, VL_ENOMEM, "select_exact: no memory for %zu positions", k);
+    if (!pos) return vl_fail(err, VL_ENOMEM, "select_exact: no memory for %zu positions", k);
     int rc = select_run(val, NULL, n, k, 1, pos, err);
     if (rc == VL_OK) {
         /* pos is ascending, so pos[j] >= j and the compaction is safe in place. */

@@ -51,8 +51,8 @@ static int write_meta(st_writer *w, const compress_update_meta *meta) {
     return rc;
 }
 
-int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half,
-                      const void **data, size_t *nbytes, vl_error *err) {
+int compress_as_dtype(const float *x, size_t n, st_dtype dtype, uint16_t **half, const void **data,
+                      size_t *nbytes, vl_error *err) {
     *half = NULL;
     *data = x;
     *nbytes = n * sizeof(float);
@@ -118,8 +118,7 @@ int compress_update_encode_topk(const compress_update_meta *meta, const uint32_t
 
 int compress_update_encode_sketch(const compress_update_meta *meta, const compress_sketch *s,
                                   st_dtype dtype, vl_buf *out, vl_error *err) {
-    if (meta->kind != COMPRESS_SKETCH)
-        return vl_fail(err, VL_EINVAL, "meta kind is not sketch");
+    if (meta->kind != COMPRESS_SKETCH) return vl_fail(err, VL_EINVAL, "meta kind is not sketch");
     compress_update_meta m = *meta;
     m.seed = s->seed;
     size_t cells = (size_t)s->rows * s->cols;
@@ -223,18 +222,18 @@ static int check_values(const st_tensor *t, size_t n, const char **code, vl_erro
     }
     size_t bad = first_non_finite(t->data, t->dtype, n);
     *code = "non_finite";
-    if (bad < n)
-        return vl_fail(err, VL_ERANGE, "'%s' has a non-finite value at %zu", t->name, bad);
+    if (bad < n) return vl_fail(err, VL_ERANGE, "'%s' has a non-finite value at %zu", t->name, bad);
     bad = first_too_large(t->data, t->dtype, n);
     *code = "out_of_bounds";
     if (bad < n)
-        return vl_fail(err, VL_ERANGE, "'%s'[%zu] is larger in magnitude than 2^40", t->name,
-                       bad);
+        return vl_fail(err, VL_ERANGE, "'%s'[%zu] is larger in magnitude than 2^40", t->name, bad);
     *code = NULL;
     return VL_OK;
 }
 
-static int is_value_dtype(st_dtype d) { return d == ST_F32 || d == ST_F16; }
+static int is_value_dtype(st_dtype d) {
+    return d == ST_F32 || d == ST_F16;
+}
 
 /* Metadata common to every kind. */
 static int decode_meta(const st_file *f, compress_update_meta *m, const char **code,
@@ -356,11 +355,14 @@ static int decode_topk(compress_update *u, size_t n_params, const char **code, v
         uint32_t i;
         memcpy(&i, ix->data + 4 * j, 4);
         if (i >= n_params)
-            return vl_fail(err, VL_ERANGE, "'indices'[%zu] = %u is out of range (the model has "
-                                           "%zu parameters)", j, i, n_params);
+            return vl_fail(err, VL_ERANGE,
+                           "'indices'[%zu] = %u is out of range (the model has "
+                           "%zu parameters)",
+                           j, i, n_params);
         if (j > 0 && i <= prev)
-            return vl_fail(err, VL_ERANGE, "'indices'[%zu] = %u is not above the previous "
-                                           "index %u (they must be strictly ascending)",
+            return vl_fail(err, VL_ERANGE,
+                           "'indices'[%zu] = %u is not above the previous "
+                           "index %u (they must be strictly ascending)",
                            j, i, prev);
         prev = i;
     }
@@ -386,8 +388,8 @@ static int decode_sketch(compress_update *u, const char **code, vl_error *err) {
     return check_values(t, (size_t)t->numel, code, err);
 }
 
-int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params,
-                           compress_update *out, const char **code, vl_error *err) {
+int compress_update_decode(const uint8_t *bytes, size_t len, size_t n_params, compress_update *out,
+                           const char **code, vl_error *err) {
     const char *c = NULL;
     memset(out, 0, sizeof *out);
     int rc = st_parse(bytes, len, &out->file, err);
@@ -435,8 +437,9 @@ int compress_update_check_spec(const compress_update *u, const compress_spec *sp
     } else if (spec->kind == COMPRESS_SKETCH &&
                (u->meta.seed != spec->seed || u->rows != spec->rows || u->cols != spec->cols)) {
         c = "wrong_sketch";
-        rc = vl_fail(err, VL_ERANGE, "the sketch has seed %llu and shape [%u, %u]; this run "
-                                     "uses seed %llu and shape [%u, %u]",
+        rc = vl_fail(err, VL_ERANGE,
+                     "the sketch has seed %llu and shape [%u, %u]; this run "
+                     "uses seed %llu and shape [%u, %u]",
                      (unsigned long long)u->meta.seed, u->rows, u->cols,
                      (unsigned long long)spec->seed, spec->rows, spec->cols);
     }
@@ -460,8 +463,7 @@ int compress_update_accumulate(const compress_update *u, float w, float *dst, si
                                vl_error *err) {
     if (u->meta.kind == COMPRESS_DENSE) {
         const st_tensor *t = u->delta;
-        if (!t || t->numel != n)
-            return vl_fail(err, VL_EINVAL, "update does not match model size");
+        if (!t || t->numel != n) return vl_fail(err, VL_EINVAL, "update does not match model size");
         if (t->dtype == ST_F32) {
             for (size_t i = 0; i < n; i++) {
                 float x;

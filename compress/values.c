@@ -16,14 +16,16 @@ static int put_i64(st_writer *w, const char *key, int64_t v) {
 }
 
 static int finish(st_writer *w, int rc, vl_buf *out, const char *what, vl_error *err) {
-    if (rc) rc = vl_fail(err, rc, "cannot describe the %s", what);
-    else rc = st_writer_finish(w, out, err);
+    if (rc)
+        rc = vl_fail(err, rc, "cannot describe the %s", what);
+    else
+        rc = st_writer_finish(w, out, err);
     st_writer_free(w);
     return rc;
 }
 
-int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx,
-                                     size_t n, vl_buf *out, vl_error *err) {
+int compress_round_encode_candidates(const compress_round_meta *meta, const uint32_t *idx, size_t n,
+                                     vl_buf *out, vl_error *err) {
     st_writer w;
     st_writer_init(&w);
     uint64_t shape[1] = {n};
@@ -39,8 +41,8 @@ int compress_round_encode_values(const compress_round_meta *meta, const float *v
     return compress_round_encode_values_as(meta, vals, n, ST_F32, out, err);
 }
 
-int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals,
-                                    size_t n, st_dtype dtype, vl_buf *out, vl_error *err) {
+int compress_round_encode_values_as(const compress_round_meta *meta, const float *vals, size_t n,
+                                    st_dtype dtype, vl_buf *out, vl_error *err) {
     uint16_t *half = NULL;
     const void *data = NULL;
     size_t nbytes = 0;
@@ -64,8 +66,7 @@ static int meta_i64(const st_file *f, const char *key, int64_t min, int64_t max,
                     vl_error *err) {
     const char *v = st_meta_get(f, key);
     if (!v || vl_parse_i64(v, min, max, out) != VL_OK)
-        return vl_fail(err, VL_EINVAL, "metadata '%s' is missing or not an integer in range",
-                       key);
+        return vl_fail(err, VL_EINVAL, "metadata '%s' is missing or not an integer in range", key);
     return VL_OK;
 }
 
@@ -105,8 +106,8 @@ int compress_round_decode_candidates(const uint8_t *bytes, size_t len, size_t n_
     if (!compress_indices_valid(*idx, (size_t)t->numel, n_params)) {
         free(*idx);
         *idx = NULL;
-        rc = vl_fail(err, VL_EINVAL, "candidates must ascend strictly and stay below %zu",
-                     n_params);
+        rc =
+            vl_fail(err, VL_EINVAL, "candidates must ascend strictly and stay below %zu", n_params);
         goto out;
     }
     *n = (size_t)t->numel;
@@ -137,8 +138,8 @@ int compress_round_decode_values(const uint8_t *bytes, size_t len, size_t want_n
     }
     if ((t->dtype != ST_F32 && t->dtype != ST_F16) || t->ndim != 1 || t->numel != want_n) {
         if (code) *code = "bad_shape";
-        rc = vl_fail(err, VL_ERANGE, "'values' must be F32 or F16 [%zu], one per candidate",
-                     want_n);
+        rc =
+            vl_fail(err, VL_ERANGE, "'values' must be F32 or F16 [%zu], one per candidate", want_n);
         goto out;
     }
     float *v = malloc(want_n * sizeof *v + 1);

@@ -19,8 +19,8 @@
 /* A relative corpus or shard path is taken relative to the config file,
  * so a run directory can be moved as a whole; the stored path is
  * absolute. field names it in messages. */
-static int resolve_path(const char *config_path, const char *field, const char *corpus,
-                        char *out, size_t cap, vl_error *err) {
+static int resolve_path(const char *config_path, const char *field, const char *corpus, char *out,
+                        size_t cap, vl_error *err) {
     char joined[COORD_PATH_MAX * 2];
     if (corpus[0] == '/') {
         snprintf(joined, sizeof joined, "%s", corpus);
@@ -41,10 +41,11 @@ static int resolve_path(const char *config_path, const char *field, const char *
 static int resolve_data(const char *config_path, coord_config *cfg, vl_error *err) {
     if (cfg->net == COORD_NET_MLP) {
         if (!cfg->test_images[0]) return VL_OK;
-        int rc = resolve_path(config_path, "data.test_images", cfg->test_images,
-                              cfg->test_images, sizeof cfg->test_images, err);
-        return rc ? rc : resolve_path(config_path, "data.test_labels", cfg->test_labels,
-                                      cfg->test_labels, sizeof cfg->test_labels, err);
+        int rc = resolve_path(config_path, "data.test_images", cfg->test_images, cfg->test_images,
+                              sizeof cfg->test_images, err);
+        return rc ? rc
+                  : resolve_path(config_path, "data.test_labels", cfg->test_labels,
+                                 cfg->test_labels, sizeof cfg->test_labels, err);
     }
     if (!cfg->shards)
         return resolve_path(config_path, "corpus", cfg->corpus, cfg->corpus, sizeof cfg->corpus,
@@ -82,8 +83,8 @@ static int open_config(const char *config_path, coord_config *cfg, coord_corpus 
     rc = resolve_data(config_path, cfg, err);
     if (rc == VL_OK)
         rc = cfg->net == COORD_NET_MLP ? coord_testset_open(test, cfg, 0, NULL, err)
-             : cfg->shards                ? coord_shards_open(shards, cfg, 0, NULL, err)
-                           : coord_corpus_open(corpus, cfg->corpus, cfg, 0, NULL, err);
+             : cfg->shards             ? coord_shards_open(shards, cfg, 0, NULL, err)
+                                       : coord_corpus_open(corpus, cfg->corpus, cfg, 0, NULL, err);
     if (rc != VL_OK) {
         coord_testset_close(test);
         coord_shards_close(shards);
@@ -127,8 +128,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     float val_loss = NAN;
     double accuracy = NAN;
     vl_error everr = {0};
-    if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) !=
-        VL_OK)
+    if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) != VL_OK)
         vl_log_warn("validation of version 0 failed: %s", everr.msg);
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
@@ -152,10 +152,14 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         snprintf(run.corpus_hash, sizeof run.corpus_hash, "%s", test.hash);
     }
     run.created_at = vl_clock_unix_s();
-    storage_version v0 = {.version = 0, .created_at = run.created_at,
-                          .params = coord_net_params(&net), .momentum = NULL,
-                          .n = coord_net_num_params(&net), .val_loss = val_loss,
-                          .train_loss = NAN, .num_updates = 0};
+    storage_version v0 = {.version = 0,
+                          .created_at = run.created_at,
+                          .params = coord_net_params(&net),
+                          .momentum = NULL,
+                          .n = coord_net_num_params(&net),
+                          .val_loss = val_loss,
+                          .train_loss = NAN,
+                          .num_updates = 0};
     /* The run and its first version appear together or not at all. */
     rc = storage_begin(db, err);
     if (rc == VL_OK) rc = storage_run_insert(db, &run, err);
@@ -163,24 +167,27 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
                                 .keep_changes = cfg.keep_changes,
                                 .keep_update_blobs = cfg.keep_update_blobs};
     if (rc == VL_OK) rc = storage_version_commit(db, &v0, NULL, 0, &opts, err);
-    if (rc == VL_OK) rc = storage_commit(db, err);
-    else storage_rollback(db);
+    if (rc == VL_OK)
+        rc = storage_commit(db, err);
+    else
+        storage_rollback(db);
     if (rc == VL_OK && cfg.net == COORD_NET_MLP)
         vl_log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
-                 "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",
-                 cfg.name, v0.n, test.n ? "" : "no held-out set of its own, ", test.n,
-                 (double)val_loss, accuracy);
+                    "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",
+                    cfg.name, v0.n, test.n ? "" : "no held-out set of its own, ", test.n,
+                    (double)val_loss, accuracy);
     else if (rc == VL_OK && cfg.shards)
         vl_log_info("initialised run \"%s\": %zu parameters, %d training shards (%lld tokens), "
-                 "validation shard %s (%lld tokens), version 0 val_loss %.6f (%.4f bits per "
-                 "token)",
-                 cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
-                 (long long)shards.val_tokens, (double)val_loss, (double)val_loss / M_LN2);
+                    "validation shard %s (%lld tokens), version 0 val_loss %.6f (%.4f bits per "
+                    "token)",
+                    cfg.name, v0.n, shards.n, (long long)shards.train_tokens, cfg.val_shard,
+                    (long long)shards.val_tokens, (double)val_loss, (double)val_loss / M_LN2);
     else if (rc == VL_OK)
-        vl_log_info("initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
-                 "version 0 val_loss %.6f (%.4f bits per byte)",
-                 cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
-                 (double)val_loss, (double)val_loss / M_LN2);
+        vl_log_info(
+            "initialised run \"%s\": %zu parameters, corpus %s (%lld bytes, %lld held out), "
+            "version 0 val_loss %.6f (%.4f bits per byte)",
+            cfg.name, v0.n, cfg.corpus, (long long)corpus.size, (long long)corpus.val_len,
+            (double)val_loss, (double)val_loss / M_LN2);
 out:
     free(config_json);
     coord_net_destroy(&net);
@@ -263,8 +270,8 @@ static int print_token(void *arg, const storage_token *t) {
                         : t->expires_at <= c->now ? "expired"
                         : t->uses_left == 0       ? "used-up"
                                                   : "active";
-    fprintf(c->out, "%-6lld %-12s %9lld %-20s %-20s %5lld %s\n", (long long)t->id,
-            t->hash_prefix, (long long)t->uses_left, exp, made, (long long)t->peers, state);
+    fprintf(c->out, "%-6lld %-12s %9lld %-20s %-20s %5lld %s\n", (long long)t->id, t->hash_prefix,
+            (long long)t->uses_left, exp, made, (long long)t->peers, state);
     return VL_OK;
 }
 
@@ -286,9 +293,9 @@ static int print_peer(void *arg, const storage_peer_activity *a) {
     crypto_pk_encode(a->public_key, pk);
     utc(a->joined_at, joined, sizeof joined);
     utc(a->last_seen, seen, sizeof seen);
-    fprintf(c->out, "%-6lld %-44s %-20s %-20s %6lld %7lld %-7s %s\n", (long long)a->id, pk,
-            joined, seen, (long long)a->leases, (long long)a->updates,
-            a->revoked ? "revoked" : "ok", a->name);
+    fprintf(c->out, "%-6lld %-44s %-20s %-20s %6lld %7lld %-7s %s\n", (long long)a->id, pk, joined,
+            seen, (long long)a->leases, (long long)a->updates, a->revoked ? "revoked" : "ok",
+            a->name);
     return VL_OK;
 }
 
@@ -324,12 +331,12 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
                 (long long)dense);
         fprintf(out, "updates: %s", cfg.compression_kind);
         if (strcmp(cfg.compression_kind, "sketch") == 0)
-            fprintf(out, ", %lld x %lld cells", (long long)cfg.comp_rows,
-                    (long long)cfg.comp_cols);
+            fprintf(out, ", %lld x %lld cells", (long long)cfg.comp_rows, (long long)cfg.comp_cols);
         else if (strcmp(cfg.compression_kind, "none") != 0)
             fprintf(out, ", k %lld", (long long)cfg.comp_k);
-        fprintf(out, " in %s: %lld bytes of values (%.1fx smaller than dense F32), at most "
-                     "%lld bytes with the header; max_body_bytes %lld\n",
+        fprintf(out,
+                " in %s: %lld bytes of values (%.1fx smaller than dense F32), at most "
+                "%lld bytes with the header; max_body_bytes %lld\n",
                 cfg.compression_dtype, (long long)data,
                 data > 0 ? (double)dense / (double)data : 0.0,
                 (long long)coord_config_update_bytes(&cfg), (long long)cfg.max_body_bytes);

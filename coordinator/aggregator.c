@@ -20,21 +20,21 @@ typedef struct merge_ctx {
     float *sum;          /* Σ nᵢ Δᵢ (dense and topk runs) */
     compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
     int64_t *ids;
-    int64_t *peers;      /* the peer of each */
-    double *norms;       /* each update's L2 norm as sent */
-    double *units;       /* ... over the square root of its local steps */
+    int64_t *peers; /* the peer of each */
+    double *norms;  /* each update's L2 norm as sent */
+    double *units;  /* ... over the square root of its local steps */
     size_t n_ids, cap;
-    coord_robust_acc *rb; /* a rule other than mean: the updates are held here */
+    coord_robust_acc *rb;       /* a rule other than mean: the updates are held here */
     coord_robust_config robust; /* the run's, max_norm the bound in force */
-    size_t bounded;      /* mean: updates scaled down to robust.max_norm */
-    double samples;      /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
+    size_t bounded;             /* mean: updates scaled down to robust.max_norm */
+    double samples;             /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
     double loss_sum;
-    double acc_sum, acc_w; /* reported accuracies, weighted as the updates are */
-    int64_t bytes;       /* the merged updates' bodies, as uploaded */
-    int64_t version;     /* the version being merged from */
-    size_t stale;        /* updates based on an older version */
-    size_t set_aside;    /* updates that could not be read (set_aside) */
-    coord_round_acc *round; /* sketch runs with a second round, else NULL */
+    double acc_sum, acc_w;         /* reported accuracies, weighted as the updates are */
+    int64_t bytes;                 /* the merged updates' bodies, as uploaded */
+    int64_t version;               /* the version being merged from */
+    size_t stale;                  /* updates based on an older version */
+    size_t set_aside;              /* updates that could not be read (set_aside) */
+    coord_round_acc *round;        /* sketch runs with a second round, else NULL */
     compress_factors_sum *factors; /* K-FAC runs that share factors, else NULL */
     vl_error *err;
 } merge_ctx;
@@ -78,7 +78,7 @@ static int note_update(merge_ctx *m, const storage_update *u, double norm) {
  * version, marked merged there so nothing offers it again, and logged. */
 static int set_aside(merge_ctx *m, const storage_update *u, const char *why) {
     vl_log_warn("update %lld of peer %lld is left out of version %lld: %s", (long long)u->id,
-             (long long)u->peer_id, (long long)m->version + 1, why);
+                (long long)u->peer_id, (long long)m->version + 1, why);
     m->set_aside++;
     return note_update(m, u, NAN);
 }
@@ -89,8 +89,8 @@ static int merge_one(void *arg, const storage_update *u) {
     compress_update cu;
     vl_error e = {0};
     int rc = compress_update_decode(u->blob, (size_t)u->nbytes, m->n_params, &cu, NULL, &e);
-    if (rc == VL_ENOMEM) return vl_fail(m->err, rc, "out of memory decoding update %lld",
-                                        (long long)u->id);
+    if (rc == VL_ENOMEM)
+        return vl_fail(m->err, rc, "out of memory decoding update %lld", (long long)u->id);
     if (rc != VL_OK) {
         char why[sizeof e.msg + 48];
         snprintf(why, sizeof why, "its stored body no longer decodes: %s", e.msg);
@@ -105,7 +105,8 @@ static int merge_one(void *arg, const storage_update *u) {
     double norm = compress_update_norm(&cu);
     /* The bound in m->robust is per square-root step when derived. */
     double bn = m->cfg->robust.auto_norm && m->cfg->robust.max_norm <= 0
-                    ? unit_norm(norm, u->local_steps) : norm;
+                    ? unit_norm(norm, u->local_steps)
+                    : norm;
     if (m->rb) {
         rc = coord_robust_acc_add(m->rb, &cu, (double)w, bn, m->err);
     } else {
@@ -147,10 +148,10 @@ static int eval_val(coord_server *srv, const float *theta, float *loss, double *
 
 /* Buffers of one merge, freed together. */
 typedef struct merge_bufs {
-    float *next;     /* theta after the step */
-    float *state;    /* the new optimiser state (n_state) */
-    uint32_t *cand;  /* coordinates the step may have changed */
-    uint32_t *idx;   /* the change */
+    float *next;    /* theta after the step */
+    float *state;   /* the new optimiser state (n_state) */
+    uint32_t *cand; /* coordinates the step may have changed */
+    uint32_t *idx;  /* the change */
     float *val;
     float *scratch;
     compress_sketch sk, mom, err;
@@ -207,8 +208,8 @@ static int round_step(const coord_config *cfg, size_t n, const merge_ctx *m, mer
 /* Applies the merged updates to theta (a copy of the model's parameters)
  * according to the run's compression; leaves the candidate coordinates in
  * b->cand (NULL: all of them). */
-static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *theta,
-                      size_t *n_cand, vl_error *err) {
+static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *theta, size_t *n_cand,
+                      vl_error *err) {
     const coord_config *cfg = &srv->cfg;
     size_t n = srv->n_params;
     const char *kind = cfg->compression_kind;
@@ -230,8 +231,10 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     if (srv->refused_streak > 0) {
         int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
         double s = ldexp(1.0, -k);
-        if (m->sk) coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, s);
-        else coord_scale(m->sum, n, s);
+        if (m->sk)
+            coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, s);
+        else
+            coord_scale(m->sum, n, s);
     }
     int dense = strcmp(kind, "none") == 0;
     if (cfg->outer_delay > 1 && strcmp(kind, "sketch") != 0) {
@@ -239,8 +242,8 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
          * buf], and the step lands in theta (dense) or e (sparse). */
         float *acc = b->state + (dense ? n : 2 * n);
         coord_outer_delayed(m->sum, b->state, acc, n, cfg->outer_lr, cfg->outer_momentum,
-                            cfg->outer_delay, coord_outer_delay_due(m->version + 1,
-                                                                    cfg->outer_delay));
+                            cfg->outer_delay,
+                            coord_outer_delay_due(m->version + 1, cfg->outer_delay));
         if (dense) {
             for (size_t i = 0; i < n; i++) theta[i] -= m->sum[i];
             *n_cand = n;
@@ -282,10 +285,10 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     coord_sketch_view(&b->mom, cfg, b->state);
     coord_sketch_view(&b->err, cfg, b->state + cells);
     float *val = malloc(room * sizeof(float) + 1);
-    int rc = val ? compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr,
-                                          cfg->outer_momentum, n, apply_k, b->scratch, b->cand,
-                                          val, n_cand, err)
-                 : vl_fail(err, VL_ENOMEM, "out of memory merging");
+    int rc =
+        val ? compress_fetchsgd_step(&b->mom, &b->err, &b->sk, cfg->outer_lr, cfg->outer_momentum,
+                                     n, apply_k, b->scratch, b->cand, val, n_cand, err)
+            : vl_fail(err, VL_ENOMEM, "out of memory merging");
     if (rc == VL_OK)
         for (size_t j = 0; j < *n_cand; j++) theta[b->cand[j]] -= val[j];
     free(val);
@@ -312,11 +315,11 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     srv->opening_round = 0;
     if (rc != VL_OK)
         vl_log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
-                  err->msg);
+                     err->msg);
     else
         vl_log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
-                 "updates for %lld s", (long long)j->r.version, j->r.n, j->n_updates,
-                 (long long)srv->cfg.round_s);
+                    "updates for %lld s",
+                    (long long)j->r.version, j->r.n, j->n_updates, (long long)srv->cfg.round_s);
     /* err lives in the job. */
     j->after(srv, rc, err);
     free(j->r.candidates);
@@ -365,8 +368,7 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     }
     if (rc == VL_OK)
         rc = compress_round_candidates(&E, age, n, n_cand, b.scratch, b.cand, &got, err);
-    if (rc == VL_OK && got == 0)
-        rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
+    if (rc == VL_OK && got == 0) rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
     if (rc == VL_OK) {
         int64_t now = vl_clock_unix_s();
         j->n_updates = m.n_ids;
@@ -418,14 +420,14 @@ typedef struct merge_job {
     coord_server *srv;
     merge_bufs b;
     merge_ctx m;
-    vl_error merr;          /* merge_ctx reports here on the compute thread */
-    storage_round rnd;      /* a second round's candidates (n = 0: none) */
-    coord_round_acc racc;   /* and its values */
-    coord_robust_acc rb;    /* the updates, for a rule other than mean */
+    vl_error merr;        /* merge_ctx reports here on the compute thread */
+    storage_round rnd;    /* a second round's candidates (n = 0: none) */
+    coord_round_acc racc; /* and its values */
+    coord_robust_acc rb;  /* the updates, for a rule other than mean */
     storage_version ver;
     storage_commit_opts opts;
     compress_factors_sum fsum; /* K-FAC runs that share factors */
-    vl_buf fbuf;                  /* and the merged factors file */
+    vl_buf fbuf;               /* and the merged factors file */
     double compute_s, eval_s;  /* what the compute thread spent, validation included */
     double accuracy;           /* a classifier's on the test set (NaN: none) */
     double split_loss;         /* split runs: mean loss of the batches since the last */
@@ -475,11 +477,11 @@ static void log_refused(const coord_server *srv, const merge_job *j) {
     /* merge_done has counted this refusal already. */
     int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
     vl_log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
-             "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters, the "
-             "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
-             "updates (update:peer) were %s",
-             (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
-             srv->best_val_loss, (long long)j->ver.version - 1, 1 << k, list);
+                "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters, the "
+                "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
+                "updates (update:peer) were %s",
+                (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
+                srv->best_val_loss, (long long)j->ver.version - 1, 1 << k, list);
 }
 
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
@@ -520,7 +522,8 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     if (j->ver.refused) log_refused(srv, j);
     if (j->m.set_aside)
         vl_log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
-                 "unreadable", (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
+                    "unreadable",
+                    (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
     if (srv->net.mlp)
         coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
                               j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
@@ -529,13 +532,13 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
           * vocabularies and with published figures; nats are what
           * training minimises */
         vl_log_info("version %lld val_loss %.6f (%.4f bits per %s; train_loss %.6f, %zu updates of "
-                 "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
-                 "%.2f s, validation %.2f s of it)%s",
-                 (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
-                 srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
-                 j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-                 j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
-                 srv->finished ? "; the run is finished" : "");
+                    "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
+                    "%.2f s, validation %.2f s of it)%s",
+                    (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
+                    srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
+                    j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
+                    j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
+                    srv->finished ? "; the run is finished" : "");
     coord_merge_after_fn after = j->after;
     merge_job_free(j);
     after(srv, VL_OK, NULL);
@@ -548,8 +551,9 @@ static void log_robust(const merge_ctx *m, int64_t next) {
     const coord_robust_config *r = &m->cfg->robust;
     size_t bounded = m->rb ? m->rb->bounded : m->bounded;
     vl_log_info("version %lld: %s of %zu updates, norms median %.6g max %.6g; %zu scaled down "
-             "to max_norm, %zu clipped by norm_clip", (long long)next, coord_rule_name(r->rule),
-             m->n_ids, med, max, bounded, m->rb ? m->rb->clipped : 0);
+                "to max_norm, %zu clipped by norm_clip",
+                (long long)next, coord_rule_name(r->rule), m->n_ids, med, max, bounded,
+                m->rb ? m->rb->clipped : 0);
 }
 
 /* On the compute thread: every update stored and not yet merged, read on
@@ -570,8 +574,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     /* Async: exactly the buffer's updates_per_version, oldest first; sync:
      * what waits, up to a bound (coord_config_merge_max). */
     double t0 = vl_clock_mono_s();
-    int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), merge_one, m,
-                                        &j->merr);
+    int rc =
+        storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), merge_one, m, &j->merr);
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
@@ -616,33 +620,38 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
      * sketch's error, the delayed step's buffer) restarts from zero, since
      * that state is what carried the step that failed. Its updates count
      * as merged, so they are not offered again. */
-    int refused = coord_sched_version_refused(val_loss, srv->best_val_loss,
-                                              srv->cfg.max_loss_rise);
+    int refused = coord_sched_version_refused(val_loss, srv->best_val_loss, srv->cfg.max_loss_rise);
     if (refused) {
         memcpy(b->next, theta, n * sizeof(float));
         memset(b->state, 0, srv->n_state * sizeof(float));
         n_cand = 0;
     }
     size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
-    j->ver = (storage_version){.version = next, .created_at = vl_clock_unix_s(), .params = b->next,
-                               .momentum = b->state, .n = n, .n_state = srv->n_state,
-                               .val_loss = refused ? srv->val_loss : val_loss,
-                               .train_loss = m->n_ids > m->set_aside
-                                                 ? m->loss_sum / (double)(m->n_ids - m->set_aside)
-                                                 : NAN,
-                               .num_updates = (int64_t)m->n_ids, .has_change = 1,
-                               .change_idx = b->idx, .change_val = b->val, .change_nnz = nnz,
-                               .refused = refused, .refused_val_loss = val_loss,
-                               .update_norm = refused ? NAN
-                                                      : coord_robust_median_known(m->units, m->n_ids,
-                                                                     &(double){0})};
+    j->ver = (storage_version){
+        .version = next,
+        .created_at = vl_clock_unix_s(),
+        .params = b->next,
+        .momentum = b->state,
+        .n = n,
+        .n_state = srv->n_state,
+        .val_loss = refused ? srv->val_loss : val_loss,
+        .train_loss =
+            m->n_ids > m->set_aside ? m->loss_sum / (double)(m->n_ids - m->set_aside) : NAN,
+        .num_updates = (int64_t)m->n_ids,
+        .has_change = 1,
+        .change_idx = b->idx,
+        .change_val = b->val,
+        .change_nnz = nnz,
+        .refused = refused,
+        .refused_val_loss = val_loss,
+        .update_norm = refused ? NAN : coord_robust_median_known(m->units, m->n_ids, &(double){0})};
     j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
                                     .keep_changes = srv->cfg.keep_changes,
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,
                                     .finished = next >= srv->cfg.max_versions,
                                     .expire_old_leases = !coord_config_is_async(&srv->cfg)};
-    if (m->factors && (rc = coord_factors_merged(srv, m->factors, next, &j->fbuf, &j->ver,
-                                                 &j->merr)) != VL_OK) {
+    if (m->factors &&
+        (rc = coord_factors_merged(srv, m->factors, next, &j->fbuf, &j->ver, &j->merr)) != VL_OK) {
         *err = j->merr;
         return rc;
     }
@@ -656,8 +665,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     log_robust(m, next);
     if (m->round)
         vl_log_info("version %lld: second round used %zu reported and %zu silent updates over "
-                 "%zu candidates", (long long)next, j->racc.reported, j->racc.silent,
-                 j->racc.n_cand);
+                    "%zu candidates",
+                    (long long)next, j->racc.reported, j->racc.silent, j->racc.n_cand);
     return VL_OK;
 }
 
@@ -697,7 +706,10 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
     }
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
-    *m = (merge_ctx){.cfg = &srv->cfg, .n_params = n, .err = &j->merr, .version = srv->version,
+    *m = (merge_ctx){.cfg = &srv->cfg,
+                     .n_params = n,
+                     .err = &j->merr,
+                     .version = srv->version,
                      .robust = srv->cfg.robust};
     m->robust.max_norm = coord_norm_bound(srv);
     if (srv->cfg.robust.rule != COORD_RULE_MEAN) {
@@ -711,8 +723,7 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
     b->val = malloc(n * sizeof *b->val + 1);
     if (is_sketch) {
         rc = compress_sketch_init(&b->sk, (uint32_t)srv->cfg.comp_rows,
-                                  (uint32_t)srv->cfg.comp_cols, (uint64_t)srv->cfg.comp_seed,
-                                  err);
+                                  (uint32_t)srv->cfg.comp_cols, (uint64_t)srv->cfg.comp_seed, err);
         if (rc != VL_OK) goto fail;
         m->sk = &b->sk;
         if (j->rnd.n) m->round = &j->racc;
@@ -720,8 +731,7 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
         m->sum = calloc(n, sizeof(float));
     }
     if (!b->next || !b->state || !b->idx || !b->val || (!is_sketch && !m->sum)) {
-        rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
-                     (long long)srv->version);
+        rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld", (long long)srv->version);
         goto fail;
     }
     if (srv->factor_layers) {

@@ -92,8 +92,8 @@ int coord_factors_add(struct compress_factors_sum *s, const struct compress_upda
  * it), and v's factors fields pointing at it. Nothing when s is empty (a
  * version made only of updates without factors cannot happen in runs that
  * require them, but is not an error). */
-int coord_factors_merged(struct coord_server *srv, struct compress_factors_sum *s,
-                         int64_t version, struct vl_buf *out, struct storage_version *v,
+int coord_factors_merged(struct coord_server *srv, struct compress_factors_sum *s, int64_t version,
+                         struct vl_buf *out, struct storage_version *v,
                          vl_error *err) VL_MUST_CHECK;
 
 /* ---- the Sketched-SGD second round (round.c) ----------------------------- */
@@ -110,10 +110,10 @@ struct compress_update;
 typedef struct coord_round_acc {
     const uint32_t *cand; /* the round's candidates (borrowed) */
     size_t n_cand;
-    double *sum;          /* n_cand */
-    double weight;        /* Σ wᵢ of the updates that reported */
-    int64_t *ids;         /* updates that reported values, ascending */
-    float **vals;         /* their values, n_cand each (owned) */
+    double *sum;   /* n_cand */
+    double weight; /* Σ wᵢ of the updates that reported */
+    int64_t *ids;  /* updates that reported values, ascending */
+    float **vals;  /* their values, n_cand each (owned) */
     size_t n_ids;
     size_t reported, silent;
 } coord_round_acc;
@@ -164,8 +164,8 @@ typedef void (*coord_merge_after_fn)(struct coord_server *srv, int rc, const vl_
  * the current version's second round (NULL: none), is taken over, with
  * the values reported in it so far, whether or not this succeeds.
  * Returns VL_OK once the job is handed over, or a VL_E* code. */
-int coord_merge_start(struct coord_server *srv, struct storage_round *r,
-                      coord_merge_after_fn after, vl_error *err) VL_MUST_CHECK;
+int coord_merge_start(struct coord_server *srv, struct storage_round *r, coord_merge_after_fn after,
+                      vl_error *err) VL_MUST_CHECK;
 
 /* Opens the second round of the current version: its candidates are
  * computed and stored, after which after runs; srv->opening_round is set

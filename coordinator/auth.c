@@ -37,8 +37,8 @@ static int refuse_rate(coord_guard_refusal *r, double wait, const char *who) {
     if ((double)s < wait) s++;
     if (s < 1) s = 1;
     r->retry_after = (double)s;
-    return refuse(r, 429, "rate_limited", "too many requests from this %s; retry in %lld s",
-                  who, s);
+    return refuse(r, 429, "rate_limited", "too many requests from this %s; retry in %lld s", who,
+                  s);
 }
 
 /* ---- the head as the signature sees it ---------------------------------- */
@@ -49,8 +49,8 @@ typedef struct head_view {
     size_t len;
     char method[12];
     char target[COORD_HEAD_CAP];
-    char input[FIELD_CAP]; /* Signature-Input */
-    char sig[FIELD_CAP];   /* Signature */
+    char input[FIELD_CAP];                /* Signature-Input */
+    char sig[FIELD_CAP];                  /* Signature */
     char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* of a verified signature */
     int64_t created;
     char scratch[COORD_HEAD_CAP + 64];
@@ -172,8 +172,7 @@ static int signer_key(coord_server *srv, const crypto_sig *s, coord_auth_kind ki
 
 /* The nonce, once the request has proved who sent it, so forged requests
  * cannot fill the cache. */
-static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v,
-                    coord_guard_refusal *r) {
+static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v, coord_guard_refusal *r) {
     char key[CRYPTO_NONCE_HEX + 1];
     crypto_nonce_key(v->nonce, key);
     int rc = crypto_nonce_check(srv->nonces, peer, key, v->created, vl_clock_unix_s());
@@ -190,8 +189,7 @@ static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v,
 static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int has_body,
                      coord_guard_ticket *t, coord_guard_refusal *r) {
     vl_error e = {0};
-    int ni = coord_guard_head_field(v->head, v->len, "Signature-Input", v->input,
-                                    sizeof v->input);
+    int ni = coord_guard_head_field(v->head, v->len, "Signature-Input", v->input, sizeof v->input);
     int ns = coord_guard_head_field(v->head, v->len, "Signature", v->sig, sizeof v->sig);
     if (ni < 0 || ns < 0) return refuse(r, 401, "unauthorized", "signature fields too long");
     if (ni == 0 || ns == 0)
@@ -211,7 +209,8 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
     if (skew > CRYPTO_TS_WINDOW_S || skew < -CRYPTO_TS_WINDOW_S)
         return refuse(r, 401, "stale_timestamp",
                       "the signature was created %lld s from the coordinator's clock (limit %d "
-                      "s)", (long long)skew, CRYPTO_TS_WINDOW_S);
+                      "s)",
+                      (long long)skew, CRYPTO_TS_WINDOW_S);
     if (s.expires != 0 && s.expires < now)
         return refuse(r, 401, "stale_timestamp", "the signature expired");
     vl_buf base;
@@ -222,8 +221,8 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
     if (rc == VL_EINVAL) return refuse(r, 401, "bad_signature", "%s", e.msg);
     if (rc != VL_OK)
         return refuse(r, 401, "bad_signature", "the request signature does not verify");
-    if (revoked) return refuse(r, 403, "revoked", "peer %lld has been revoked",
-                               (long long)t->peer_id);
+    if (revoked)
+        return refuse(r, 403, "revoked", "peer %lld has been revoked", (long long)t->peer_id);
     if (kind == COORD_AUTH_PEER) {
         double wait = coord_limiter_take(srv->peer_limiter, &t->peer_id, sizeof t->peer_id,
                                          vl_clock_mono_s());
@@ -264,17 +263,20 @@ static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowe
     if (receiving_count(srv, peer) >= allowed) {
         r->retry_after = 1;
         if (allowed > 1)
-            return refuse(r, 429, "rate_limited", "peer %lld is already sending %d bodies, its "
-                          "limit", (long long)peer, allowed);
-        return refuse(r, 429, "rate_limited",
-                      "peer %lld is already sending a body; one at a time", (long long)peer);
+            return refuse(r, 429, "rate_limited",
+                          "peer %lld is already sending %d bodies, its "
+                          "limit",
+                          (long long)peer, allowed);
+        return refuse(r, 429, "rate_limited", "peer %lld is already sending a body; one at a time",
+                      (long long)peer);
     }
     int64_t budget = srv->limits.body_budget;
     if (budget > 0 && srv->body_inflight + len > budget) {
         r->retry_after = 2;
         return refuse(r, 503, "overloaded",
                       "the coordinator is receiving %lld MiB of bodies, its limit; retry "
-                      "shortly", (long long)(srv->body_inflight >> 20));
+                      "shortly",
+                      (long long)(srv->body_inflight >> 20));
     }
     if (srv->n_receiving == srv->cap_receiving) {
         size_t cap = srv->cap_receiving ? 2 * srv->cap_receiving : 64;
@@ -333,7 +335,8 @@ int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
      * so a refused request may be sent again as it was. */
     int64_t body_len = 0;
     if (signed_ok(srv, v, kind, has_body, t, r) != 0 ||
-        (kind == COORD_AUTH_PEER && vl_parse_i64(clen[0] ? clen : "0", 0, INT64_MAX, &body_len) == 0 &&
+        (kind == COORD_AUTH_PEER &&
+         vl_parse_i64(clen[0] ? clen : "0", 0, INT64_MAX, &body_len) == 0 &&
          reserve_body(srv, t->peer_id, body_len, bodies_allowed(srv, path), t, r) != 0))
         goto out;
     if (nonce_ok(srv, t->peer_id, v, r) != 0) {
@@ -372,13 +375,15 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
     coord_server *srv = cr->srv;
     vl_error e = {0};
     if (strcmp(run, srv->cfg.name) != 0) {
-        coord_reply_error(cr, 422, "wrong_run", "%s is for run \"%s\", this is \"%s\"", what,
-                          run, srv->cfg.name);
+        coord_reply_error(cr, 422, "wrong_run", "%s is for run \"%s\", this is \"%s\"", what, run,
+                          srv->cfg.name);
         return -1;
     }
     if (peer != cr->peer_id) {
-        coord_reply_error(cr, 403, "not_your_task", "%s names peer %lld but is signed by peer "
-                          "%lld", what, (long long)peer, (long long)cr->peer_id);
+        coord_reply_error(cr, 403, "not_your_task",
+                          "%s names peer %lld but is signed by peer "
+                          "%lld",
+                          what, (long long)peer, (long long)cr->peer_id);
         return -1;
     }
     int rc = storage_task_get(srv->db, task, t, &e);

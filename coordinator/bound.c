@@ -36,7 +36,8 @@ void coord_norm_bound_refresh(coord_server *srv) {
     if (n == 0 || !(med > 0) || !isfinite(med)) return;
     atomic_store(&srv->norm_bound, r->auto_mult * med);
     vl_log_info("robust: updates whose L2 norm over the square root of their local steps "
-             "exceeds %.6g (%g times the median of versions 1 to %lld, %.6g) are %s from now "
-             "on", r->auto_mult * med, r->auto_mult, (long long)r->auto_versions, med,
-             r->refuse_excess ? "refused (422 norm_exceeded)" : "scaled down to it when merged");
+                "exceeds %.6g (%g times the median of versions 1 to %lld, %.6g) are %s from now "
+                "on",
+                r->auto_mult * med, r->auto_mult, (long long)r->auto_versions, med,
+                r->refuse_excess ? "refused (422 norm_exceeded)" : "scaled down to it when merged");
 }

@@ -32,8 +32,10 @@ static int check_update(void *arg, const storage_update *u) {
     if (rc == VL_ENOMEM) return rc;
     if (rc != VL_OK) {
         c->problems++;
-        fprintf(c->out, "update %" PRId64 " (task %" PRId64 ", peer %" PRId64
-                "): its stored body does not decode: %s\n", u->id, u->task_id, u->peer_id, e.msg);
+        fprintf(c->out,
+                "update %" PRId64 " (task %" PRId64 ", peer %" PRId64
+                "): its stored body does not decode: %s\n",
+                u->id, u->task_id, u->peer_id, e.msg);
         return VL_OK;
     }
     compress_update_free(&cu);
@@ -63,7 +65,8 @@ int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems, vl_error 
     if (rc == VL_OK) rc = storage_update_each_unmerged(db, check_update, &c, err);
     if (rc == VL_ENOMEM && !err->msg[0]) vl_fail(err, rc, "out of memory decoding an update");
     if (rc == VL_OK) {
-        fprintf(out, "integrity_check ok; version %" PRId64 "; %" PRId64
+        fprintf(out,
+                "integrity_check ok; version %" PRId64 "; %" PRId64
                 " updates wait for a merge, %" PRId64 " of them cannot be read\n",
                 run.current_version, c.checked, c.problems);
         *problems = c.problems;

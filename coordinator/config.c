@@ -21,9 +21,15 @@ void coord_config_defaults(coord_config *cfg) {
     snprintf(cfg->mode, sizeof cfg->mode, "sync");
     cfg->updates_per_version = 4;
     cfg->max_versions = 30;
-    cfg->train = (coord_train_config){.steps = 10, .batch = 8, .lr = 0.001, .beta1 = 0.9,
-                                      .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0,
-                                      .grad_clip = 1.0, .momentum = 0.9};
+    cfg->train = (coord_train_config){.steps = 10,
+                                      .batch = 8,
+                                      .lr = 0.001,
+                                      .beta1 = 0.9,
+                                      .beta2 = 0.95,
+                                      .eps = 1e-8,
+                                      .weight_decay = 0.0,
+                                      .grad_clip = 1.0,
+                                      .momentum = 0.9};
     snprintf(cfg->train.optimizer, sizeof cfg->train.optimizer, "adamw");
     model_kfac_gpt_config k = model_kfac_gpt_config_default();
     cfg->train.kfac.damping = k.damping;
@@ -46,8 +52,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->second_round = -1; /* chosen from the run's kind and mode */
     cfg->keep_changes = -1;
     cfg->round_s = 30;
-    cfg->staleness = (coord_staleness){.fn = COORD_STALE_POLYNOMIAL, .a = 0.5, .b = 4,
-                                       .max = 16};
+    cfg->staleness = (coord_staleness){.fn = COORD_STALE_POLYNOMIAL, .a = 0.5, .b = 4, .max = 16};
     cfg->selsync_h_min = -1;
     cfg->keep_update_blobs = -1;
     cfg->max_loss_rise = COORD_MAX_LOSS_RISE_DEFAULT;
@@ -67,8 +72,7 @@ void coord_config_defaults(coord_config *cfg) {
 
 /* ---- field readers: each names the field in its error ------------------- */
 
-static int check_keys(json_t *obj, const char *where, const char *const *allowed,
-                      vl_error *err) {
+static int check_keys(json_t *obj, const char *where, const char *const *allowed, vl_error *err) {
     const char *key;
     json_t *val;
     json_object_foreach(obj, key, val) {
@@ -86,12 +90,11 @@ static int get_int(json_t *obj, const char *key, const char *field, int64_t min,
                    int64_t *out, vl_error *err) {
     json_t *v = json_object_get(obj, key);
     if (!v) return VL_OK;
-    if (!json_is_integer(v))
-        return vl_fail(err, VL_EINVAL, "config: %s must be an integer", field);
+    if (!json_is_integer(v)) return vl_fail(err, VL_EINVAL, "config: %s must be an integer", field);
     json_int_t x = json_integer_value(v);
     if (x < min || x > max)
-        return vl_fail(err, VL_EINVAL, "config: %s must be between %lld and %lld (got %lld)",
-                       field, (long long)min, (long long)max, (long long)x);
+        return vl_fail(err, VL_EINVAL, "config: %s must be between %lld and %lld (got %lld)", field,
+                       (long long)min, (long long)max, (long long)x);
     *out = x;
     return VL_OK;
 }
@@ -138,11 +141,10 @@ static int get_str(json_t *obj, const char *key, const char *field, char *out, s
             char list[128] = "";
             for (const char *const *c = choices; *c; c++) {
                 size_t used = strlen(list);
-                snprintf(list + used, sizeof list - used, "%s\"%s\"", c == choices ? "" : ", ",
-                         *c);
+                snprintf(list + used, sizeof list - used, "%s\"%s\"", c == choices ? "" : ", ", *c);
             }
-            return vl_fail(err, VL_EINVAL, "config: %s must be one of %s (got \"%s\")", field,
-                           list, s);
+            return vl_fail(err, VL_EINVAL, "config: %s must be one of %s (got \"%s\")", field, list,
+                           s);
         }
     }
     memcpy(out, s, n + 1);
@@ -158,33 +160,41 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 
 /* ---- parse -------------------------------------------------------------- */
 
-static const char *const TOP_KEYS[] = {
-    "name", "corpus", "data", "val_fraction", "seed", "model", "mode", "updates_per_version",
-    "max_versions", "train", "outer", "compression", "task_bytes", "task_tokens", "lease_s",
-    "max_body_bytes", "val_batches", "val_tokens", "keep_versions", "keep_changes", "staleness",
-    "round_deadline_s", "selsync", "keep_update_blobs", "robust", "max_loss_rise", "split", NULL};
+static const char *const TOP_KEYS[] = {"name",          "corpus",
+                                       "data",          "val_fraction",
+                                       "seed",          "model",
+                                       "mode",          "updates_per_version",
+                                       "max_versions",  "train",
+                                       "outer",         "compression",
+                                       "task_bytes",    "task_tokens",
+                                       "lease_s",       "max_body_bytes",
+                                       "val_batches",   "val_tokens",
+                                       "keep_versions", "keep_changes",
+                                       "staleness",     "round_deadline_s",
+                                       "selsync",       "keep_update_blobs",
+                                       "robust",        "max_loss_rise",
+                                       "split",         NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
-static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",
-                                          "max_norm",  "on_excess", "auto_mult",
-                                          "auto_versions", NULL};
+static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",     "max_norm",
+                                          "on_excess", "auto_mult", "auto_versions", NULL};
 /* In coord_rule order. */
 static const char *const RULES[] = {"mean", "trimmed_mean", "median", "norm_clip", NULL};
 static const char *const EXCESS[] = {"clip", "refuse", NULL};
 static const char *const STALE_FNS[] = {"polynomial", "hinge", "constant", NULL};
-static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer", "n_head",
-                                         "n_embd", NULL};
-static const char *const TRAIN_KEYS[] = {"steps", "batch", "optimizer", "lr", "beta1", "beta2",
-                                         "eps", "weight_decay", "grad_clip", "schedule",
-                                         "warmup", "min_lr", "momentum", "nesterov", "kfac",
-                                         "dynamic_steps", NULL};
+static const char *const MODEL_KEYS[] = {"vocab_size", "block_size", "n_layer",
+                                         "n_head",     "n_embd",     NULL};
+static const char *const TRAIN_KEYS[] = {
+    "steps",        "batch",         "optimizer", "lr",     "beta1",  "beta2",    "eps",
+    "weight_decay", "grad_clip",     "schedule",  "warmup", "min_lr", "momentum", "nesterov",
+    "kfac",         "dynamic_steps", NULL};
 static const char *const KFAC_KEYS[] = {"damping", "decay", "inverse_every", "kl_clip", "share",
-                                        "dtype", NULL};
+                                        "dtype",   NULL};
 static const char *const SCHEDULES[] = {"constant", "cosine", NULL};
 static const char *const OUTER_KEYS[] = {"lr", "momentum", "delay", NULL};
-static const char *const COMPRESSION_KEYS[] = {"kind", "dtype", "k", "rows", "cols", "seed",
-                                               "hash", "ratio", "apply_k", "second_round",
-                                               "round_s", "block", "decay", NULL};
+static const char *const COMPRESSION_KEYS[] = {
+    "kind",    "dtype",        "k",       "rows",  "cols",  "seed", "hash", "ratio",
+    "apply_k", "second_round", "round_s", "block", "decay", NULL};
 static const char *const SKETCH_HASHES[] = {COMPRESS_SKETCH_HASH, NULL};
 static const char *const DATA_KEYS[] = {"kind",        "train",       "val", "val_shard",
                                         "test_images", "test_labels", NULL};
@@ -209,10 +219,11 @@ static int check_name(const char *name, vl_error *err) {
 
 /* data.train: 1 to COORD_MAX_SHARDS paths, each as corpus is read. */
 static int parse_train_shards(json_t *arr, coord_config *cfg, vl_error *err) {
-    if (!json_is_array(arr) || json_array_size(arr) == 0 ||
-        json_array_size(arr) > COORD_MAX_SHARDS)
-        return vl_fail(err, VL_EINVAL, "config: data.train must be an array of 1 to %d shard "
-                                       "paths", COORD_MAX_SHARDS);
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > COORD_MAX_SHARDS)
+        return vl_fail(err, VL_EINVAL,
+                       "config: data.train must be an array of 1 to %d shard "
+                       "paths",
+                       COORD_MAX_SHARDS);
     size_t n = json_array_size(arr);
     cfg->train_shards = calloc(n, sizeof *cfg->train_shards);
     if (!cfg->train_shards) return vl_fail(err, VL_ENOMEM, "config: out of memory");
@@ -241,29 +252,31 @@ static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
     if (rc) return rc;
     int text = json_object_get(root, "corpus") != NULL;
     if (!text && !data)
-        return vl_fail(err, VL_EINVAL, cfg->net == COORD_NET_MLP
-                                           ? "config: data is required: {\"kind\": \"local\"}, "
-                                             "with test_images and test_labels for a held-out set"
-                                           : "config: corpus is required (a text file; or data, "
-                                             "for token shards)");
+        return vl_fail(err, VL_EINVAL,
+                       cfg->net == COORD_NET_MLP
+                           ? "config: data is required: {\"kind\": \"local\"}, "
+                             "with test_images and test_labels for a held-out set"
+                           : "config: corpus is required (a text file; or data, "
+                             "for token shards)");
     if (text && data)
-        return vl_fail(err, VL_EINVAL, "config: corpus (a text file) and data (token shards) "
-                                       "exclude each other");
+        return vl_fail(err, VL_EINVAL,
+                       "config: corpus (a text file) and data (token shards) "
+                       "exclude each other");
     if (text && cfg->net == COORD_NET_MLP)
-        return vl_fail(err, VL_EINVAL, "config: an mlp model trains on the peers' own data, "
-                                       "not a corpus: give data {\"kind\": \"local\"}");
+        return vl_fail(err, VL_EINVAL,
+                       "config: an mlp model trains on the peers' own data, "
+                       "not a corpus: give data {\"kind\": \"local\"}");
     static const char *const TEXT_ONLY[] = {"val_fraction", "task_bytes", NULL};
     if (text) {
         if (json_object_get(root, "task_tokens"))
-            return vl_fail(err, VL_EINVAL, "config: task_tokens is for token shards (data); a "
-                                           "text corpus takes task_bytes");
-        if ((rc = get_str(root, "corpus", "corpus", cfg->corpus, sizeof cfg->corpus, NULL,
-                          err)) ||
-            (rc = get_real(root, "val_fraction", "val_fraction", 0, 1, 0.5, 0,
-                           &cfg->val_fraction, err)))
+            return vl_fail(err, VL_EINVAL,
+                           "config: task_tokens is for token shards (data); a "
+                           "text corpus takes task_bytes");
+        if ((rc = get_str(root, "corpus", "corpus", cfg->corpus, sizeof cfg->corpus, NULL, err)) ||
+            (rc = get_real(root, "val_fraction", "val_fraction", 0, 1, 0.5, 0, &cfg->val_fraction,
+                           err)))
             return rc;
-        return get_int(root, "task_bytes", "task_bytes", 2, INT64_MAX / 2, &cfg->task_bytes,
-                       err);
+        return get_int(root, "task_bytes", "task_bytes", 2, INT64_MAX / 2, &cfg->task_bytes, err);
     }
     for (const char *const *k = TEXT_ONLY; *k; k++)
         if (json_object_get(root, *k))
@@ -279,21 +292,22 @@ static int parse_data(json_t *root, coord_config *cfg, vl_error *err) {
         return coord_config_parse_local(root, data, cfg, err);
     if (!json_object_get(data, "kind") || !json_object_get(data, "train") ||
         !json_object_get(data, "val"))
-        return vl_fail(err, VL_EINVAL, "config: data needs kind \"shards\", train (an array "
-                                       "of shard paths) and val (a shard path)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: data needs kind \"shards\", train (an array "
+                       "of shard paths) and val (a shard path)");
     if (json_object_get(data, "test_images") || json_object_get(data, "test_labels") ||
         json_object_get(data, "val_shard"))
-        return vl_fail(err, VL_EINVAL, "config: data.test_images, test_labels and val_shard "
-                                       "are for runs whose data stay on the peers (kind "
-                                       "\"local\"); token shards take data.val");
+        return vl_fail(err, VL_EINVAL,
+                       "config: data.test_images, test_labels and val_shard "
+                       "are for runs whose data stay on the peers (kind "
+                       "\"local\"); token shards take data.val");
     cfg->shards = 1;
     if ((rc = get_str(data, "kind", "data.kind", kind, sizeof kind, DATA_KINDS, err)) ||
-        (rc = get_str(data, "val", "data.val", cfg->val_shard, sizeof cfg->val_shard, NULL,
-                      err)) ||
+        (rc = get_str(data, "val", "data.val", cfg->val_shard, sizeof cfg->val_shard, NULL, err)) ||
         (rc = parse_train_shards(json_object_get(data, "train"), cfg, err)))
         return rc;
-    return get_int(root, "task_tokens", "task_tokens", 2, COORD_MAX_TASK_TOKENS,
-                   &cfg->task_tokens, err);
+    return get_int(root, "task_tokens", "task_tokens", 2, COORD_MAX_TASK_TOKENS, &cfg->task_tokens,
+                   err);
 }
 
 /* The staleness and selsync sections (selsync.h_min is checked against
@@ -306,8 +320,7 @@ static int parse_merging(json_t *root, coord_config *cfg, vl_error *err) {
     if (st) {
         char fn[16] = "";
         if ((rc = check_keys(st, "staleness", STALENESS_KEYS, err)) ||
-            (rc = get_str(st, "function", "staleness.function", fn, sizeof fn, STALE_FNS,
-                          err)) ||
+            (rc = get_str(st, "function", "staleness.function", fn, sizeof fn, STALE_FNS, err)) ||
             (rc = get_real(st, "a", "staleness.a", 0, 0, 100, 0, &cfg->staleness.a, err)) ||
             (rc = get_int(st, "b", "staleness.b", 0, 1000000, &cfg->staleness.b, err)) ||
             (rc = get_int(st, "max", "staleness.max", 0, 1000000, &cfg->staleness.max, err)))
@@ -319,8 +332,7 @@ static int parse_merging(json_t *root, coord_config *cfg, vl_error *err) {
     }
     if (ss) {
         if ((rc = check_keys(ss, "selsync", SELSYNC_KEYS, err)) ||
-            (rc = get_real(ss, "delta", "selsync.delta", 0, 0, 1e9, 0, &cfg->selsync_delta,
-                           err)) ||
+            (rc = get_real(ss, "delta", "selsync.delta", 0, 0, 1e9, 0, &cfg->selsync_delta, err)) ||
             (rc = get_int(ss, "h_min", "selsync.h_min", 1, 100000, &cfg->selsync_h_min, err)))
             return rc;
     }
@@ -358,17 +370,16 @@ static int parse_robust(json_t *root, coord_config *cfg, vl_error *err) {
     if ((rc = check_keys(rb, "robust", ROBUST_KEYS, err)) ||
         (rc = get_str(rb, "rule", "robust.rule", rule, sizeof rule, RULES, err)) ||
         (rc = get_real(rb, "trim", "robust.trim", 0, 1, 0.5, 1, &r->trim, err)) ||
-        (rc = get_real(rb, "clip_mult", "robust.clip_mult", 0, 1, 1e6, 0, &r->clip_mult,
-                       err)) ||
+        (rc = get_real(rb, "clip_mult", "robust.clip_mult", 0, 1, 1e6, 0, &r->clip_mult, err)) ||
         (rc = get_real(rb, "auto_mult", "robust.auto_mult", 1, 1, 1e6, 0, &r->auto_mult, err)) ||
         (rc = get_int(rb, "auto_versions", "robust.auto_versions", 1, 1000, &r->auto_versions,
                       err)) ||
         (rc = get_str(rb, "on_excess", "robust.on_excess", excess, sizeof excess, EXCESS, err)))
         return rc;
-    if (!r->auto_norm &&
-        (json_object_get(rb, "auto_mult") || json_object_get(rb, "auto_versions")))
-        return vl_fail(err, VL_EINVAL, "config: robust.auto_mult and robust.auto_versions are "
-                                       "for max_norm \"auto\"");
+    if (!r->auto_norm && (json_object_get(rb, "auto_mult") || json_object_get(rb, "auto_versions")))
+        return vl_fail(err, VL_EINVAL,
+                       "config: robust.auto_mult and robust.auto_versions are "
+                       "for max_norm \"auto\"");
     for (int i = 0; rule[0] && RULES[i]; i++)
         if (strcmp(rule, RULES[i]) == 0) r->rule = (coord_rule)i;
     if (excess[0]) r->refuse_excess = strcmp(excess, "refuse") == 0;
@@ -400,27 +411,36 @@ static int check_robust(const coord_config *cfg, vl_error *err) {
     const coord_robust_config *r = &cfg->robust;
     int64_t k = cfg->updates_per_version;
     if (r->rule == COORD_RULE_TRIMMED_MEAN && coord_robust_trim_count(r->trim, (size_t)k) < 1)
-        return vl_fail(err, VL_EINVAL, "config: robust.trim %g of %lld updates per version cuts "
-                                       "nothing (it cuts floor(trim x updates_per_version) at "
-                                       "each end)", r->trim, (long long)k);
+        return vl_fail(err, VL_EINVAL,
+                       "config: robust.trim %g of %lld updates per version cuts "
+                       "nothing (it cuts floor(trim x updates_per_version) at "
+                       "each end)",
+                       r->trim, (long long)k);
     if (r->rule == COORD_RULE_MEDIAN && k < 3)
-        return vl_fail(err, VL_EINVAL, "config: robust.rule \"median\" needs "
-                                       "updates_per_version >= 3 (the median of %lld updates is "
-                                       "their mean)", (long long)k);
+        return vl_fail(err, VL_EINVAL,
+                       "config: robust.rule \"median\" needs "
+                       "updates_per_version >= 3 (the median of %lld updates is "
+                       "their mean)",
+                       (long long)k);
     if (r->rule == COORD_RULE_MEAN) return VL_OK;
     if (cfg->second_round > 0)
-        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" cannot be combined with "
-                                       "compression.second_round, whose exact values are "
-                                       "summed", coord_rule_name(r->rule));
+        return vl_fail(err, VL_EINVAL,
+                       "config: robust.rule \"%s\" cannot be combined with "
+                       "compression.second_round, whose exact values are "
+                       "summed",
+                       coord_rule_name(r->rule));
     /* The rules hold every update of a version in memory. */
     k = coord_config_merge_max(cfg);
     int64_t d = (int64_t)coord_config_num_params(cfg);
     const char *kind = coord_config_update_kind(cfg);
-    if (strcmp(kind, "sketch") == 0) d = cfg->comp_rows * cfg->comp_cols;
-    else if (strcmp(kind, "topk") == 0 && k * cfg->comp_k < d) d = k * cfg->comp_k;
+    if (strcmp(kind, "sketch") == 0)
+        d = cfg->comp_rows * cfg->comp_cols;
+    else if (strcmp(kind, "topk") == 0 && k * cfg->comp_k < d)
+        d = k * cfg->comp_k;
     if ((double)k * (double)d * 4.0 > (double)COORD_ROBUST_MAX_BYTES)
-        return vl_fail(err, VL_EINVAL, "config: robust.rule \"%s\" would hold %lld updates of "
-                                       "%lld values in memory, over %lld bytes",
+        return vl_fail(err, VL_EINVAL,
+                       "config: robust.rule \"%s\" would hold %lld updates of "
+                       "%lld values in memory, over %lld bytes",
                        coord_rule_name(r->rule), (long long)k, (long long)d,
                        (long long)COORD_ROBUST_MAX_BYTES);
     return VL_OK;
@@ -441,8 +461,7 @@ double coord_staleness_weight(const coord_staleness *s, int64_t tau) {
     if (tau < 0) tau = 0;
     switch (s->fn) {
     case COORD_STALE_CONSTANT: return 1.0;
-    case COORD_STALE_HINGE:
-        return tau <= s->b ? 1.0 : 1.0 / (s->a * (double)(tau - s->b) + 1.0);
+    case COORD_STALE_HINGE: return tau <= s->b ? 1.0 : 1.0 / (s->a * (double)(tau - s->b) + 1.0);
     case COORD_STALE_POLYNOMIAL: break;
     }
     return pow(1.0 + (double)tau, -s->a);
@@ -460,23 +479,23 @@ static int parse_kfac(json_t *train, coord_train_config *t, vl_error *err) {
     if (rc) return vl_fail(err, VL_EINVAL, "config: train.kfac must be an object");
     int is_kfac = strcmp(t->optimizer, "kfac") == 0;
     if (k && !is_kfac)
-        return vl_fail(err, VL_EINVAL, "config: train.kfac is for optimizer \"kfac\" (this run "
-                                       "uses \"%s\")", t->optimizer);
+        return vl_fail(err, VL_EINVAL,
+                       "config: train.kfac is for optimizer \"kfac\" (this run "
+                       "uses \"%s\")",
+                       t->optimizer);
     if (!is_kfac) return VL_OK;
     model_kfac_gpt_config d = model_kfac_gpt_config_default();
     if (!json_object_get(train, "lr")) t->lr = d.lr;
     if (!json_object_get(train, "momentum")) t->momentum = d.momentum;
     if (!k) return VL_OK;
     if ((rc = check_keys(k, "train.kfac", KFAC_KEYS, err)) ||
-        (rc = get_real(k, "damping", "train.kfac.damping", 0, 1, 1e3, 0, &t->kfac.damping,
-                       err)) ||
+        (rc = get_real(k, "damping", "train.kfac.damping", 0, 1, 1e3, 0, &t->kfac.damping, err)) ||
         (rc = get_real(k, "decay", "train.kfac.decay", 0, 0, 1, 1, &t->kfac.decay, err)) ||
         (rc = get_int(k, "inverse_every", "train.kfac.inverse_every", 1, 1000000,
                       &t->kfac.inverse_every, err)) ||
-        (rc = get_real(k, "kl_clip", "train.kfac.kl_clip", 0, 0, 1e3, 0, &t->kfac.kl_clip,
-                       err)) ||
-        (rc = get_str(k, "dtype", "train.kfac.dtype", t->kfac.dtype, sizeof t->kfac.dtype,
-                      DTYPES, err)))
+        (rc = get_real(k, "kl_clip", "train.kfac.kl_clip", 0, 0, 1e3, 0, &t->kfac.kl_clip, err)) ||
+        (rc = get_str(k, "dtype", "train.kfac.dtype", t->kfac.dtype, sizeof t->kfac.dtype, DTYPES,
+                      err)))
         return rc;
     json_t *sh = json_object_get(k, "share");
     if (sh && !json_is_boolean(sh))
@@ -503,7 +522,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
         vl_error merr = {0};
         rc = js ? model_mlp_config_parse(js, strlen(js), &cfg->mlp, &merr) : VL_ENOMEM;
         free(js);
-        if (rc) return vl_fail(err, rc, "config: model: %s", merr.msg[0] ? merr.msg : "out of memory");
+        if (rc)
+            return vl_fail(err, rc, "config: model: %s", merr.msg[0] ? merr.msg : "out of memory");
     } else if (model) {
         if (mk) json_object_del(model, "kind");
         if ((rc = check_keys(model, "model", MODEL_KEYS, err)) ||
@@ -521,8 +541,8 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
         if ((rc = check_keys(train, "train", TRAIN_KEYS, err)) ||
             (rc = get_int(train, "steps", "train.steps", 1, 100000, &t->steps, err)) ||
             (rc = get_int(train, "batch", "train.batch", 1, 4096, &t->batch, err)) ||
-            (rc = get_str(train, "optimizer", "train.optimizer", t->optimizer,
-                          sizeof t->optimizer, OPTIMIZERS, err)) ||
+            (rc = get_str(train, "optimizer", "train.optimizer", t->optimizer, sizeof t->optimizer,
+                          OPTIMIZERS, err)) ||
             (rc = get_real(train, "lr", "train.lr", 0, 1, 10, 0, &t->lr, err)) ||
             (rc = get_real(train, "beta1", "train.beta1", 0, 0, 1, 1, &t->beta1, err)) ||
             (rc = get_real(train, "beta2", "train.beta2", 0, 0, 1, 1, &t->beta2, err)) ||
@@ -566,31 +586,29 @@ static int parse_sections(json_t *root, coord_config *cfg, vl_error *err) {
             (rc = get_int(comp, "k", "compression.k", 0, UINT32_MAX, &cfg->comp_k, err)) ||
             (rc = get_int(comp, "rows", "compression.rows", 1, COMPRESS_SKETCH_MAX_ROWS,
                           &cfg->comp_rows, err)) ||
-            (rc = get_int(comp, "cols", "compression.cols", 0, (int64_t)1 << 28,
-                          &cfg->comp_cols, err)) ||
-            (rc = get_int(comp, "seed", "compression.seed", 0, INT64_MAX, &cfg->comp_seed,
+            (rc = get_int(comp, "cols", "compression.cols", 0, (int64_t)1 << 28, &cfg->comp_cols,
                           err)) ||
-            (rc = get_str(comp, "hash", "compression.hash", cfg->comp_hash,
-                          sizeof cfg->comp_hash, SKETCH_HASHES, err)) ||
+            (rc = get_int(comp, "seed", "compression.seed", 0, INT64_MAX, &cfg->comp_seed, err)) ||
+            (rc = get_str(comp, "hash", "compression.hash", cfg->comp_hash, sizeof cfg->comp_hash,
+                          SKETCH_HASHES, err)) ||
             (rc = get_real(comp, "ratio", "compression.ratio", 1, 0, 1e9, 0, &cfg->comp_ratio,
                            err)) ||
-            (rc = get_int(comp, "apply_k", "compression.apply_k", 0, UINT32_MAX,
-                          &cfg->apply_k, err)) ||
+            (rc = get_int(comp, "apply_k", "compression.apply_k", 0, UINT32_MAX, &cfg->apply_k,
+                          err)) ||
             (rc = get_int(comp, "second_round", "compression.second_round", 0,
                           COORD_MAX_SECOND_ROUND, &cfg->second_round, err)) ||
-            (rc = get_int(comp, "round_s", "compression.round_s", 1, 3600, &cfg->round_s,
-                          err)) ||
+            (rc = get_int(comp, "round_s", "compression.round_s", 1, 3600, &cfg->round_s, err)) ||
             (rc = get_int(comp, "block", "compression.block", 0, UINT32_MAX, &cfg->comp_block,
                           err)) ||
-            (rc = get_real(comp, "decay", "compression.decay", 0, 1, 1, 0, &cfg->comp_decay,
-                           err)))
+            (rc = get_real(comp, "decay", "compression.decay", 0, 1, 1, 0, &cfg->comp_decay, err)))
             return rc;
         if (strcmp(cfg->compression_kind, "dense") == 0)
             snprintf(cfg->compression_kind, sizeof cfg->compression_kind, "none");
         if (json_object_get(comp, "ratio") &&
             (json_object_get(comp, "k") || json_object_get(comp, "cols")))
-            return vl_fail(err, VL_EINVAL, "config: compression.ratio excludes compression.k "
-                                           "and compression.cols");
+            return vl_fail(err, VL_EINVAL,
+                           "config: compression.ratio excludes compression.k "
+                           "and compression.cols");
     }
     return VL_OK;
 }
@@ -603,15 +621,17 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
     if (model_gpt_config_validate(&cfg->model, &merr) != VL_OK)
         return vl_fail(err, VL_EINVAL, "config: model: %s", merr.msg);
     if (!cfg->shards && cfg->model.vocab_size < 256) {
-        rc = vl_fail(err, VL_EINVAL, "config: model.vocab_size must be at least 256 for a "
-                                     "byte corpus");
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: model.vocab_size must be at least 256 for a "
+                     "byte corpus");
         return rc;
     }
     /* Peers refuse leases whose batch of windows would not fit their
      * activation budget (protocol.md, "Task lease"). */
     if (cfg->train.batch * (int64_t)cfg->model.block_size > ((int64_t)1 << 22)) {
-        rc = vl_fail(err, VL_EINVAL, "config: train.batch x model.block_size must be at most "
-                                     "4194304 (got %lld)",
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: train.batch x model.block_size must be at most "
+                     "4194304 (got %lld)",
                      (long long)(cfg->train.batch * cfg->model.block_size));
         return rc;
     }
@@ -625,8 +645,10 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
     if (cfg->val_batches < 0) {
         cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
         if (cfg->val_batches > 1000000) {
-            rc = vl_fail(err, VL_EINVAL, "config: val_tokens %lld is more than 1000000 batches of "
-                         "validation windows", (long long)cfg->val_tokens);
+            rc = vl_fail(err, VL_EINVAL,
+                         "config: val_tokens %lld is more than 1000000 batches of "
+                         "validation windows",
+                         (long long)cfg->val_tokens);
             return rc;
         }
     }
@@ -646,11 +668,13 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
  * SGD (K-FAC's peer side is the GPT's). */
 static int check_classifier(json_t *root, coord_config *cfg, vl_error *err) {
     if (json_object_get(root, "val_batches") || json_object_get(root, "val_tokens"))
-        return vl_fail(err, VL_EINVAL, "config: val_batches and val_tokens are for text and "
-                                       "token runs; an mlp run scores its whole test set");
+        return vl_fail(err, VL_EINVAL,
+                       "config: val_batches and val_tokens are for text and "
+                       "token runs; an mlp run scores its whole test set");
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
-        return vl_fail(err, VL_EINVAL, "config: train.optimizer of an mlp run is \"adamw\" or "
-                                       "\"sgd\"");
+        return vl_fail(err, VL_EINVAL,
+                       "config: train.optimizer of an mlp run is \"adamw\" or "
+                       "\"sgd\"");
     cfg->val_batches = 0;
     cfg->val_tokens = 0;
     return VL_OK;
@@ -661,8 +685,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return vl_fail(err, VL_EINVAL, "config: invalid JSON at line %d: %s", jerr.line,
-                       jerr.text);
+        return vl_fail(err, VL_EINVAL, "config: invalid JSON at line %d: %s", jerr.line, jerr.text);
     int rc = VL_OK;
     if (!json_is_object(root)) {
         rc = vl_fail(err, VL_EINVAL, "config: the top level must be an object");
@@ -693,8 +716,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
                       err)) ||
         (rc = get_int(root, "keep_update_blobs", "keep_update_blobs", 1, 100000000,
                       &cfg->keep_update_blobs, err)) ||
-        (rc = get_real(root, "max_loss_rise", "max_loss_rise", 0, 0, 100, 0,
-                       &cfg->max_loss_rise, err)) ||
+        (rc = get_real(root, "max_loss_rise", "max_loss_rise", 0, 0, 100, 0, &cfg->max_loss_rise,
+                       err)) ||
         (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)) ||
         (rc = coord_config_parse_split(root, cfg, err)))
         goto out;
@@ -705,15 +728,17 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     }
     if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;
     if (cfg->selsync_h_min > cfg->train.steps) {
-        rc = vl_fail(err, VL_EINVAL, "config: selsync.h_min (%lld) exceeds train.steps (%lld), "
-                                     "which is H_max", (long long)cfg->selsync_h_min,
-                     (long long)cfg->train.steps);
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: selsync.h_min (%lld) exceeds train.steps (%lld), "
+                     "which is H_max",
+                     (long long)cfg->selsync_h_min, (long long)cfg->train.steps);
         goto out;
     }
-    if (cfg->train.nesterov && (strcmp(cfg->train.optimizer, "sgd") != 0 ||
-                                cfg->train.momentum == 0)) {
-        rc = vl_fail(err, VL_EINVAL, "config: train.nesterov needs optimizer \"sgd\" with "
-                                     "train.momentum > 0");
+    if (cfg->train.nesterov &&
+        (strcmp(cfg->train.optimizer, "sgd") != 0 || cfg->train.momentum == 0)) {
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: train.nesterov needs optimizer \"sgd\" with "
+                     "train.momentum > 0");
         goto out;
     }
     if (cfg->train.min_lr > cfg->train.lr) {
@@ -722,9 +747,10 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if (cfg->train.warmup >= cfg->max_versions) {
-        rc = vl_fail(err, VL_EINVAL, "config: train.warmup (%lld versions) must be below "
-                                     "max_versions (%lld)", (long long)cfg->train.warmup,
-                     (long long)cfg->max_versions);
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: train.warmup (%lld versions) must be below "
+                     "max_versions (%lld)",
+                     (long long)cfg->train.warmup, (long long)cfg->max_versions);
         goto out;
     }
     if (cfg->keep_update_blobs < 0) cfg->keep_update_blobs = cfg->keep_versions;
@@ -734,20 +760,20 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if (coord_config_is_async(cfg) && cfg->round_deadline_s > 0) {
-        rc = vl_fail(err, VL_EINVAL, "config: round_deadline_s is for sync runs; an async run "
-                                     "merges every updates_per_version updates");
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: round_deadline_s is for sync runs; an async run "
+                     "merges every updates_per_version updates");
         goto out;
     }
     if (!(rc = coord_config_resolve_compression(cfg, err))) default_rule(cfg);
-    if (rc || (rc = check_robust(cfg, err)) ||
-        (rc = coord_config_resolve_outer(cfg, err)))
+    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(cfg, err)))
         goto out;
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {
-        rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than one %s "
-                                     "%s update of this model%s (%lld bytes)",
-                     (long long)cfg->max_body_bytes, cfg->compression_dtype,
-                     cfg->compression_kind,
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: max_body_bytes (%lld) is smaller than one %s "
+                     "%s update of this model%s (%lld bytes)",
+                     (long long)cfg->max_body_bytes, cfg->compression_dtype, cfg->compression_kind,
                      coord_config_shares_factors(cfg) ? " with its K-FAC factors" : "",
                      (long long)need);
         goto out;
@@ -755,8 +781,9 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
     /* The values of a second round travel under the same cap. */
     int64_t values = 4 * coord_config_round_candidates(cfg) + 8 + UPDATE_HEADER_SLACK;
     if (cfg->second_round > 0 && cfg->max_body_bytes < values) {
-        rc = vl_fail(err, VL_EINVAL, "config: max_body_bytes (%lld) is smaller than the values "
-                                     "of one second round (%lld bytes)",
+        rc = vl_fail(err, VL_EINVAL,
+                     "config: max_body_bytes (%lld) is smaller than the values "
+                     "of one second round (%lld bytes)",
                      (long long)cfg->max_body_bytes, (long long)values);
         goto out;
     }

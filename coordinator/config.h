@@ -112,8 +112,8 @@ typedef struct coord_train_config {
     int64_t batch;
     char optimizer[16]; /* "adamw", "sgd" (with momentum) or "kfac" */
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
-    double momentum;    /* sgd, kfac */
-    int nesterov;       /* sgd: Nesterov momentum */
+    double momentum; /* sgd, kfac */
+    int nesterov;    /* sgd: Nesterov momentum */
     /* kfac (model_kfac_gpt): damping λ, the factors' moving-average decay,
      * inverses every inverse_every steps, the KL clip (0: off); with share
      * set peers attach their factors (as dtype) to their updates and the

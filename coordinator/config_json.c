@@ -127,17 +127,17 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         "max_versions", (json_int_t)cfg->max_versions, "train", "steps", (json_int_t)t->steps,
         "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
         "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
-        t->grad_clip, "dynamic_steps", t->dynamic_steps, "outer", "lr", cfg->outer_lr,
-        "momentum", cfg->outer_momentum, "delay", (json_int_t)cfg->outer_delay,
-        "compression", "kind", cfg->compression_kind, "dtype", cfg->compression_dtype, "k",
-        (json_int_t)cfg->comp_k, "rows", (json_int_t)cfg->comp_rows, "cols",
-        (json_int_t)cfg->comp_cols, "seed", (json_int_t)cfg->comp_seed, "apply_k",
-        (json_int_t)cfg->apply_k, "second_round", (json_int_t)cfg->second_round, "round_s",
-        (json_int_t)cfg->round_s, "block", (json_int_t)cfg->comp_block, "decay",
-        cfg->comp_decay, "task_bytes", (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s,
-        "max_body_bytes", (json_int_t)cfg->max_body_bytes, "val_batches",
-        (json_int_t)cfg->val_batches, "keep_versions", (json_int_t)cfg->keep_versions,
-        "keep_changes", (json_int_t)cfg->keep_changes);
+        t->grad_clip, "dynamic_steps", t->dynamic_steps, "outer", "lr", cfg->outer_lr, "momentum",
+        cfg->outer_momentum, "delay", (json_int_t)cfg->outer_delay, "compression", "kind",
+        cfg->compression_kind, "dtype", cfg->compression_dtype, "k", (json_int_t)cfg->comp_k,
+        "rows", (json_int_t)cfg->comp_rows, "cols", (json_int_t)cfg->comp_cols, "seed",
+        (json_int_t)cfg->comp_seed, "apply_k", (json_int_t)cfg->apply_k, "second_round",
+        (json_int_t)cfg->second_round, "round_s", (json_int_t)cfg->round_s, "block",
+        (json_int_t)cfg->comp_block, "decay", cfg->comp_decay, "task_bytes",
+        (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s, "max_body_bytes",
+        (json_int_t)cfg->max_body_bytes, "val_batches", (json_int_t)cfg->val_batches,
+        "keep_versions", (json_int_t)cfg->keep_versions, "keep_changes",
+        (json_int_t)cfg->keep_changes);
     if (!root) return NULL;
     /* Every run stores its sketch hash, so that a later hash can tell the
      * runs it cannot go on with (coord_state_load). */
@@ -154,15 +154,13 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         json_decref(root);
         return NULL;
     }
-    if (data_json(cfg, root, with_corpus) != VL_OK ||
-        coord_config_split_json(cfg, root) != VL_OK) {
+    if (data_json(cfg, root, with_corpus) != VL_OK || coord_config_split_json(cfg, root) != VL_OK) {
         json_decref(root);
         return NULL;
     }
     json_t *sched = json_pack("{s:s, s:I, s:f, s:f, s:b}", "schedule", cfg->train.schedule,
-                              "warmup", (json_int_t)cfg->train.warmup, "min_lr",
-                              cfg->train.min_lr, "momentum", cfg->train.momentum, "nesterov",
-                              cfg->train.nesterov);
+                              "warmup", (json_int_t)cfg->train.warmup, "min_lr", cfg->train.min_lr,
+                              "momentum", cfg->train.momentum, "nesterov", cfg->train.nesterov);
     if (!sched || json_object_update(json_object_get(root, "train"), sched) != 0) {
         json_decref(sched);
         json_decref(root);
@@ -170,24 +168,22 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     }
     json_decref(sched);
     if (strcmp(cfg->train.optimizer, "kfac") == 0) {
-        json_t *k = json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping,
-                              "decay", t->kfac.decay, "inverse_every",
-                              (json_int_t)t->kfac.inverse_every, "kl_clip", t->kfac.kl_clip,
-                              "share", t->kfac.share, "dtype", t->kfac.dtype);
+        json_t *k =
+            json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping, "decay",
+                      t->kfac.decay, "inverse_every", (json_int_t)t->kfac.inverse_every, "kl_clip",
+                      t->kfac.kl_clip, "share", t->kfac.share, "dtype", t->kfac.dtype);
         if (!k || json_object_set_new(json_object_get(root, "train"), "kfac", k) != 0) {
             json_decref(root);
             return NULL;
         }
     }
-    json_t *merging = json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f}",
-                                "staleness",
-                                "function", stale_fn_name(cfg->staleness.fn), "a",
-                                cfg->staleness.a, "b", (json_int_t)cfg->staleness.b, "max",
-                                (json_int_t)cfg->staleness.max, "round_deadline_s",
-                                (json_int_t)cfg->round_deadline_s, "selsync", "delta",
-                                cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min,
-                                "keep_update_blobs", (json_int_t)cfg->keep_update_blobs,
-                                "max_loss_rise", cfg->max_loss_rise);
+    json_t *merging =
+        json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f}", "staleness", "function",
+                  stale_fn_name(cfg->staleness.fn), "a", cfg->staleness.a, "b",
+                  (json_int_t)cfg->staleness.b, "max", (json_int_t)cfg->staleness.max,
+                  "round_deadline_s", (json_int_t)cfg->round_deadline_s, "selsync", "delta",
+                  cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min, "keep_update_blobs",
+                  (json_int_t)cfg->keep_update_blobs, "max_loss_rise", cfg->max_loss_rise);
     if (!merging || json_object_update(root, merging) != 0) {
         json_decref(merging);
         json_decref(root);
@@ -197,8 +193,8 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
     const coord_robust_config *r = &cfg->robust;
     json_t *rb = json_pack("{s:s, s:f, s:f, s:o, s:s}", "rule", coord_rule_name(r->rule), "trim",
                            r->trim, "clip_mult", r->clip_mult, "max_norm",
-                           r->auto_norm ? json_string("auto") : json_real(r->max_norm),
-                           "on_excess", r->refuse_excess ? "refuse" : "clip");
+                           r->auto_norm ? json_string("auto") : json_real(r->max_norm), "on_excess",
+                           r->refuse_excess ? "refuse" : "clip");
     if (rb && r->auto_norm &&
         (json_object_set_new(rb, "auto_mult", json_real(r->auto_mult)) != 0 ||
          json_object_set_new(rb, "auto_versions", json_integer(r->auto_versions)) != 0)) {

@@ -18,8 +18,10 @@ static int get_path(json_t *data, const char *key, char *out, size_t cap, vl_err
     json_t *v = json_object_get(data, key);
     if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap ||
         strlen(json_string_value(v)) != json_string_length(v))
-        return vl_fail(err, VL_EINVAL, "config: data.%s must be a non-empty path under %zu "
-                                       "bytes", key, cap);
+        return vl_fail(err, VL_EINVAL,
+                       "config: data.%s must be a non-empty path under %zu "
+                       "bytes",
+                       key, cap);
     memcpy(out, json_string_value(v), json_string_length(v) + 1);
     return VL_OK;
 }
@@ -29,16 +31,17 @@ static int get_path(json_t *data, const char *key, char *out, size_t cap, vl_err
 static int parse_classifier(json_t *data, coord_config *cfg, vl_error *err) {
     if (json_object_get(data, "train") || json_object_get(data, "val") ||
         json_object_get(data, "val_shard"))
-        return vl_fail(err, VL_EINVAL, "config: an mlp run trains on the peers' own data and "
-                                       "scores on data.test_images and data.test_labels");
+        return vl_fail(err, VL_EINVAL,
+                       "config: an mlp run trains on the peers' own data and "
+                       "scores on data.test_images and data.test_labels");
     int imgs = json_object_get(data, "test_images") != NULL;
     if (imgs != (json_object_get(data, "test_labels") != NULL))
-        return vl_fail(err, VL_EINVAL, "config: data.test_images and data.test_labels go "
-                                       "together");
+        return vl_fail(err, VL_EINVAL,
+                       "config: data.test_images and data.test_labels go "
+                       "together");
     if (!imgs) return VL_OK;
     int rc = get_path(data, "test_images", cfg->test_images, sizeof cfg->test_images, err);
-    return rc ? rc : get_path(data, "test_labels", cfg->test_labels, sizeof cfg->test_labels,
-                              err);
+    return rc ? rc : get_path(data, "test_labels", cfg->test_labels, sizeof cfg->test_labels, err);
 }
 
 /* A GPT: the held-out data it is scored on, a text file (val, every byte
@@ -47,12 +50,14 @@ static int parse_classifier(json_t *data, coord_config *cfg, vl_error *err) {
 static int parse_gpt(json_t *data, coord_config *cfg, vl_error *err) {
     if (json_object_get(data, "train") || json_object_get(data, "test_images") ||
         json_object_get(data, "test_labels"))
-        return vl_fail(err, VL_EINVAL, "config: a GPT on local data takes data.val (a text "
-                                       "file) or data.val_shard (a token shard), nothing else");
+        return vl_fail(err, VL_EINVAL,
+                       "config: a GPT on local data takes data.val (a text "
+                       "file) or data.val_shard (a token shard), nothing else");
     int text = json_object_get(data, "val") != NULL;
     if (text == (json_object_get(data, "val_shard") != NULL))
-        return vl_fail(err, VL_EINVAL, "config: a GPT on local data is scored on data.val (a "
-                                       "text file) or data.val_shard (a token shard): give one");
+        return vl_fail(err, VL_EINVAL,
+                       "config: a GPT on local data is scored on data.val (a "
+                       "text file) or data.val_shard (a token shard): give one");
     if (text) {
         cfg->val_fraction = 1.0;
         return get_path(data, "val", cfg->corpus, sizeof cfg->corpus, err);
@@ -64,17 +69,19 @@ static int parse_gpt(json_t *data, coord_config *cfg, vl_error *err) {
 int coord_config_parse_local(json_t *root, json_t *data, coord_config *cfg, vl_error *err) {
     json_t *kind = json_object_get(data, "kind");
     if (!json_is_string(kind) || strcmp(json_string_value(kind), "local") != 0)
-        return vl_fail(err, VL_EINVAL, "config: an mlp model trains on the peers' own data: "
-                                       "data.kind must be \"local\" (with test_images and "
-                                       "test_labels for a held-out set)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: an mlp model trains on the peers' own data: "
+                       "data.kind must be \"local\" (with test_images and "
+                       "test_labels for a held-out set)");
     static const char *const NOT_LOCAL[] = {"task_tokens", "task_bytes", "val_fraction", NULL};
     for (const char *const *k = NOT_LOCAL; *k; k++)
         if (json_object_get(root, *k))
-            return vl_fail(err, VL_EINVAL, "config: %s is for data the coordinator serves; "
-                                           "this run's data stay on the peers", *k);
+            return vl_fail(err, VL_EINVAL,
+                           "config: %s is for data the coordinator serves; "
+                           "this run's data stay on the peers",
+                           *k);
     cfg->local = 1;
-    return cfg->net == COORD_NET_MLP ? parse_classifier(data, cfg, err)
-                                     : parse_gpt(data, cfg, err);
+    return cfg->net == COORD_NET_MLP ? parse_classifier(data, cfg, err) : parse_gpt(data, cfg, err);
 }
 
 int coord_config_local_json(const coord_config *cfg, json_t *data) {
@@ -108,13 +115,14 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "config: the split section is for mode \"split\"");
     if (!split) return VL_OK;
     if (cfg->net != COORD_NET_MLP)
-        return vl_fail(err, VL_EINVAL, "config: mode \"split\" needs an mlp model (model.kind "
-                                       "\"mlp\")");
+        return vl_fail(err, VL_EINVAL,
+                       "config: mode \"split\" needs an mlp model (model.kind "
+                       "\"mlp\")");
     if (!json_is_object(sp) || !json_is_integer(json_object_get(sp, "cut")))
-        return vl_fail(err, VL_EINVAL, "config: mode \"split\" needs split.cut, the number of "
-                                       "layers the peers keep");
-    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", "in_flight",
-                                       NULL};
+        return vl_fail(err, VL_EINVAL,
+                       "config: mode \"split\" needs split.cut, the number of "
+                       "layers the peers keep");
+    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", "in_flight", NULL};
     const char *key;
     json_t *v;
     json_object_foreach(sp, key, v) {
@@ -126,8 +134,9 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     /* Every layer but the classifier may be cut after: conv and hidden. */
     const int below_head = model_mlp_config_num_layers(&cfg->mlp) - 1;
     if (cut < 1 || cut > below_head)
-        return vl_fail(err, VL_EINVAL, "config: split.cut must be 1 to %d (the model's conv and "
-                                       "hidden layers; the peers keep layers below the cut)",
+        return vl_fail(err, VL_EINVAL,
+                       "config: split.cut must be 1 to %d (the model's conv and "
+                       "hidden layers; the peers keep layers below the cut)",
                        below_head);
     cfg->split_cut = (int)cut;
     cfg->split_alpha = 0;
@@ -148,22 +157,27 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
         return vl_fail(err, VL_EINVAL, "config: split.u_shape must be true or false");
     cfg->split_u = u && json_is_true(u);
     if (cfg->split_u && cfg->split_cut >= below_head)
-        return vl_fail(err, VL_EINVAL, "config: a U-shaped split leaves the coordinator the "
-                                       "layers from split.cut up to the last hidden one: "
-                                       "split.cut must be below %d", below_head);
+        return vl_fail(err, VL_EINVAL,
+                       "config: a U-shaped split leaves the coordinator the "
+                       "layers from split.cut up to the last hidden one: "
+                       "split.cut must be below %d",
+                       below_head);
     cfg->split_in_flight = 1;
     json_t *inf = json_object_get(sp, "in_flight");
     if (inf) {
         if (!json_is_integer(inf) || json_integer_value(inf) < 1 ||
             json_integer_value(inf) > SPLIT_WIRE_MAX_IN_FLIGHT)
-            return vl_fail(err, VL_EINVAL, "config: split.in_flight must be an integer from 1 "
-                                           "to %d", SPLIT_WIRE_MAX_IN_FLIGHT);
+            return vl_fail(err, VL_EINVAL,
+                           "config: split.in_flight must be an integer from 1 "
+                           "to %d",
+                           SPLIT_WIRE_MAX_IN_FLIGHT);
         cfg->split_in_flight = (int)json_integer_value(inf);
     }
     if (cfg->split_u && cfg->split_in_flight > 1)
-        return vl_fail(err, VL_EINVAL, "config: split.in_flight above 1 is for plain split runs: "
-                                       "a U-shaped peer needs each batch's answer for its head "
-                                       "before the next step");
+        return vl_fail(err, VL_EINVAL,
+                       "config: split.in_flight above 1 is for plain split runs: "
+                       "a U-shaped peer needs each batch's answer for its head "
+                       "before the next step");
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
         return vl_fail(err, VL_EINVAL, "config: split runs train with \"adamw\" or \"sgd\"");
     return VL_OK;

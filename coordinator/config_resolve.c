@@ -9,7 +9,9 @@
 #include "coordinator/config.h"
 #include "coordinator/config_internal.h"
 
-static int64_t dtype_bytes(const char *dtype) { return strcmp(dtype, "F16") == 0 ? 2 : 4; }
+static int64_t dtype_bytes(const char *dtype) {
+    return strcmp(dtype, "F16") == 0 ? 2 : 4;
+}
 
 const char *coord_config_update_kind(const coord_config *cfg) {
     if (strcmp(cfg->compression_kind, "none") == 0) return "dense";
@@ -20,7 +22,7 @@ const char *coord_config_update_kind(const coord_config *cfg) {
 void coord_config_spec(const coord_config *cfg, compress_spec *out) {
     memset(out, 0, sizeof *out);
     const char *kind = coord_config_update_kind(cfg);
-    out->kind = strcmp(kind, "dense") == 0 ? COMPRESS_DENSE
+    out->kind = strcmp(kind, "dense") == 0    ? COMPRESS_DENSE
                 : strcmp(kind, "sketch") == 0 ? COMPRESS_SKETCH
                                               : COMPRESS_TOPK;
     out->max_nnz = (size_t)cfg->comp_k;
@@ -86,8 +88,8 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
     int64_t n = (int64_t)coord_config_num_params(cfg);
     int64_t elem = dtype_bytes(cfg->compression_dtype);
     double dense = 4.0 * (double)n;
-    if (cfg->keep_changes < 0) cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions
-                                                                             : 1000;
+    if (cfg->keep_changes < 0)
+        cfg->keep_changes = strcmp(kind, "none") == 0 ? cfg->keep_versions : 1000;
     if (cfg->comp_seed < 0) cfg->comp_seed = cfg->seed;
     /* Block top-k and a decaying residual are what made top-k at 100x
      * match dense (docs/results/convergence.md); a configuration that
@@ -96,17 +98,19 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
     if (cfg->comp_block < 0) cfg->comp_block = strcmp(kind, "topk") == 0 ? COORD_TOPK_BLOCK : 0;
     if (cfg->comp_decay < 0) cfg->comp_decay = sparse ? COORD_SPARSE_DECAY : 1.0;
     if (cfg->second_round < 0 && strcmp(kind, "sketch") == 0 && coord_config_is_async(cfg))
-        return vl_fail(err, VL_EINVAL, "config: a sketch run's default second round needs "
-                                       "mode \"sync\"; an async sketch run must say "
-                                       "\"second_round\": 0 (estimates applied only where they "
-                                       "stand out of the collision noise)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: a sketch run's default second round needs "
+                       "mode \"sync\"; an async sketch run must say "
+                       "\"second_round\": 0 (estimates applied only where they "
+                       "stand out of the collision noise)");
     if (cfg->second_round < 0)
         cfg->second_round = strcmp(kind, "sketch") == 0 ? COORD_SKETCH_SECOND_ROUND : 0;
     if (strcmp(kind, "none") == 0) {
         if (cfg->comp_block > 0 || cfg->comp_decay != 1.0)
-            return vl_fail(err, VL_EINVAL, "config: compression.block (topk) and "
-                                           "compression.decay (topk, gaussk) do not apply to "
-                                           "uncompressed runs");
+            return vl_fail(err, VL_EINVAL,
+                           "config: compression.block (topk) and "
+                           "compression.decay (topk, gaussk) do not apply to "
+                           "uncompressed runs");
         cfg->comp_k = cfg->comp_cols = cfg->apply_k = 0;
         return VL_OK;
     }
@@ -123,11 +127,13 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
                                               (double)(elem * cfg->second_round));
         }
         if (cfg->comp_cols < 1)
-            return vl_fail(err, VL_EINVAL, "config: compression.sketch needs cols >= 1 (give "
-                                           "compression.cols or a smaller compression.ratio)");
+            return vl_fail(err, VL_EINVAL,
+                           "config: compression.sketch needs cols >= 1 (give "
+                           "compression.cols or a smaller compression.ratio)");
         if (cfg->comp_rows * cfg->comp_cols > (int64_t)COMPRESS_SKETCH_MAX_CELLS)
-            return vl_fail(err, VL_EINVAL, "config: compression.rows x compression.cols must "
-                                           "be at most %llu cells",
+            return vl_fail(err, VL_EINVAL,
+                           "config: compression.rows x compression.cols must "
+                           "be at most %llu cells",
                            (unsigned long long)COMPRESS_SKETCH_MAX_CELLS);
         /* Heavy-hitter recovery is reliable for about cols/2 coordinates. */
         if (cfg->comp_k == 0) cfg->comp_k = cfg->comp_cols / 2 > 0 ? cfg->comp_cols / 2 : 1;
@@ -136,24 +142,33 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
         if (cfg->comp_ratio > 0)
             cfg->comp_k = (int64_t)floor(dense / (cfg->comp_ratio * (double)(4 + elem)));
         if (cfg->comp_k < 1)
-            return vl_fail(err, VL_EINVAL, "config: compression.%s needs k >= 1 (give "
-                                           "compression.k or a smaller compression.ratio)", kind);
+            return vl_fail(err, VL_EINVAL,
+                           "config: compression.%s needs k >= 1 (give "
+                           "compression.k or a smaller compression.ratio)",
+                           kind);
         if (cfg->apply_k == 0) cfg->apply_k = cfg->comp_k * cfg->updates_per_version;
     }
     if (cfg->comp_k > n)
-        return vl_fail(err, VL_EINVAL, "config: compression.k (%lld) exceeds the %lld "
-                                       "parameters of the model", (long long)cfg->comp_k,
-                       (long long)n);
+        return vl_fail(err, VL_EINVAL,
+                       "config: compression.k (%lld) exceeds the %lld "
+                       "parameters of the model",
+                       (long long)cfg->comp_k, (long long)n);
     if (cfg->apply_k > n) cfg->apply_k = n;
     if (cfg->comp_block > 0 && strcmp(kind, "topk") != 0)
-        return vl_fail(err, VL_EINVAL, "config: compression.block is for topk runs (this one "
-                                       "is %s)", kind);
+        return vl_fail(err, VL_EINVAL,
+                       "config: compression.block is for topk runs (this one "
+                       "is %s)",
+                       kind);
     if (cfg->comp_decay != 1.0 && strcmp(kind, "topk") != 0 && strcmp(kind, "gaussk") != 0)
-        return vl_fail(err, VL_EINVAL, "config: compression.decay is for topk and gaussk runs, "
-                                       "whose peers keep a residual (this one is %s)", kind);
+        return vl_fail(err, VL_EINVAL,
+                       "config: compression.decay is for topk and gaussk runs, "
+                       "whose peers keep a residual (this one is %s)",
+                       kind);
     if (cfg->second_round > 0 && strcmp(kind, "sketch") != 0)
-        return vl_fail(err, VL_EINVAL, "config: compression.second_round is for sketch runs "
-                                       "(this one is %s)", kind);
+        return vl_fail(err, VL_EINVAL,
+                       "config: compression.second_round is for sketch runs "
+                       "(this one is %s)",
+                       kind);
     /* The ratio is spent: what it resolved to is the configuration, and
      * that is what the normalised form stores. */
     cfg->comp_ratio = 0;
@@ -169,8 +184,9 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
     const char *kind = cfg->compression_kind;
     int sketch = strcmp(kind, "sketch") == 0;
     if (async && cfg->second_round > 0)
-        return vl_fail(err, VL_EINVAL, "config: compression.second_round needs a sync run (its "
-                                       "peers answer for one version's updates together)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: compression.second_round needs a sync run (its "
+                       "peers answer for one version's updates together)");
     if (cfg->outer_lr < 0) {
         cfg->outer_delay = 1;
         if (sketch && cfg->second_round > 0) {
@@ -192,21 +208,25 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
         }
     }
     if (cfg->outer_delay < 0)
-        cfg->outer_delay = async && cfg->outer_momentum > 0 && !sketch ? COORD_ASYNC_OUTER_DELAY : 1;
+        cfg->outer_delay =
+            async && cfg->outer_momentum > 0 && !sketch ? COORD_ASYNC_OUTER_DELAY : 1;
     if (cfg->train.dynamic_steps < 0) cfg->train.dynamic_steps = async;
     if (cfg->train.dynamic_steps && !async)
-        return vl_fail(err, VL_EINVAL, "config: train.dynamic_steps is for async runs (a sync "
-                                       "version waits for all its tasks anyway)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: train.dynamic_steps is for async runs (a sync "
+                       "version waits for all its tasks anyway)");
     if (cfg->outer_delay > 1 && sketch)
-        return vl_fail(err, VL_EINVAL, "config: outer.delay needs compression none, topk or "
-                                       "gaussk (a sketch run keeps its momentum in sketch space)");
+        return vl_fail(err, VL_EINVAL,
+                       "config: outer.delay needs compression none, topk or "
+                       "gaussk (a sketch run keeps its momentum in sketch space)");
     /* Nesterov momentum on every version of stale pseudo-gradients drove
      * the demo model from 5.5 to 49.8 nats in 60 versions. */
     if (async && cfg->outer_momentum > 0 && cfg->outer_delay == 1)
-        return vl_fail(err, VL_EINVAL, "config: outer.momentum %g with outer.delay 1 diverges in "
-                                       "an async run (momentum on stale updates every version); "
-                                       "set outer.delay (versions per momentum step, e.g. %d) "
-                                       "or outer.momentum 0", cfg->outer_momentum,
-                       COORD_ASYNC_OUTER_DELAY);
+        return vl_fail(err, VL_EINVAL,
+                       "config: outer.momentum %g with outer.delay 1 diverges in "
+                       "an async run (momentum on stale updates every version); "
+                       "set outer.delay (versions per momentum step, e.g. %d) "
+                       "or outer.momentum 0",
+                       cfg->outer_momentum, COORD_ASYNC_OUTER_DELAY);
     return VL_OK;
 }

@@ -26,7 +26,7 @@
 
 #define ACCEPT_PAUSE_S 0.25
 #define ACCEPT_LOG_EVERY_S 10.0
-#define PRESSURE_HOLD_S 5.0 /* pressure lasts this long after the last failed accept() */
+#define PRESSURE_HOLD_S 5.0   /* pressure lasts this long after the last failed accept() */
 #define DESCRIPTOR_RESERVE 64 /* for the database, logs, the writer and slack */
 
 /* ---- descriptors --------------------------------------------------------- */
@@ -71,9 +71,9 @@ static void accept_error(struct evconnlistener *l, void *arg) {
     srv->accept_errors++;
     if (now - srv->accept_logged >= ACCEPT_LOG_EVERY_S) {
         vl_log_warn("accept() failed %lld time(s) since the last report (%s) with %zu "
-                 "connections open; new connections pause %.2f s after each failure",
-                 (long long)srv->accept_errors, evutil_socket_error_to_string(err),
-                 srv->n_conns, ACCEPT_PAUSE_S);
+                    "connections open; new connections pause %.2f s after each failure",
+                    (long long)srv->accept_errors, evutil_socket_error_to_string(err), srv->n_conns,
+                    ACCEPT_PAUSE_S);
         srv->accept_logged = now;
         srv->accept_errors = 0;
     }
@@ -83,8 +83,10 @@ static void accept_error(struct evconnlistener *l, void *arg) {
     if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
         evconnlistener_disable(l);
         struct timeval tv = {0, (suseconds_t)(ACCEPT_PAUSE_S * 1e6)};
-        if (srv->accept_timer) event_add(srv->accept_timer, &tv);
-        else evconnlistener_enable(l);
+        if (srv->accept_timer)
+            event_add(srv->accept_timer, &tv);
+        else
+            evconnlistener_enable(l);
         srv->pressure_until = now + PRESSURE_HOLD_S;
     }
 }
@@ -181,8 +183,8 @@ void coord_conns_tick(coord_server *srv, double now) {
         srv->conns_closed += (int64_t)closed;
         if (now - srv->conns_logged >= ACCEPT_LOG_EVERY_S) {
             vl_log_info("closed %lld connection(s) that sent no request (%zu open%s)",
-                     (long long)srv->conns_closed, srv->n_conns,
-                     pressed ? ", under descriptor pressure" : "");
+                        (long long)srv->conns_closed, srv->n_conns,
+                        pressed ? ", under descriptor pressure" : "");
             srv->conns_logged = now;
             srv->conns_closed = 0;
         }

@@ -122,7 +122,7 @@ void coord_corpus_close(coord_corpus *c);
 /* One training shard, served from disk. */
 typedef struct coord_shard {
     int fd;
-    int64_t size;     /* bytes: 1024 + 2 ntok */
+    int64_t size; /* bytes: 1024 + 2 ntok */
     int64_t mtime_ns;
 } coord_shard;
 
@@ -130,17 +130,17 @@ typedef struct coord_shard {
  * serving ranges of them, and the start of the validation shard in memory
  * (as many tokens as val_batches batches of block_size windows use). */
 typedef struct coord_shards {
-    int n;               /* training shards */
-    coord_shard *train;  /* n of them */
+    int n;              /* training shards */
+    coord_shard *train; /* n of them */
     /* Tokens of each training shard. Never changes once open, so the
      * writer thread reads it (issuing tasks) while the loop serves. */
     int64_t *ntok;
     int64_t train_tokens;
-    int64_t val_tokens;  /* tokens in the validation shard */
-    uint16_t *val;       /* its first val_len tokens */
+    int64_t val_tokens; /* tokens in the validation shard */
+    uint16_t *val;      /* its first val_len tokens */
     size_t val_len;
-    int64_t size;        /* bytes of every shard file, validation included */
-    char hash[65];       /* hex BLAKE2b-256 of those files, in order */
+    int64_t size;  /* bytes of every shard file, validation included */
+    char hash[65]; /* hex BLAKE2b-256 of those files, in order */
 } coord_shards;
 
 /* Opens and validates every shard cfg names (model_shard_open: header,
@@ -162,9 +162,8 @@ void coord_shards_close(coord_shards *s);
  * validation slice or the validation shard's tokens, val_batches batches
  * of COORD_VAL_BATCH windows of block_size tokens (0: every window). Runs
  * on the compute thread for every version but 0 (init's). */
-int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus,
-                   const coord_shards *shards, model_gpt *m, float *loss,
-                   vl_error *err) VL_MUST_CHECK;
+int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
+                   model_gpt *m, float *loss, vl_error *err) VL_MUST_CHECK;
 
 /* ---- shared model bytes -------------------------------------------------- */
 
@@ -193,17 +192,17 @@ typedef struct coord_waiter coord_waiter;
 /* A lease on its way to the database (routes_task.c). */
 typedef struct coord_issuing {
     int64_t peer_id;
-    int64_t version;  /* its base version */
-    uint64_t seq;     /* its job's submission number (coord_writer_submit); UINT64_MAX
+    int64_t version; /* its base version */
+    uint64_t seq;    /* its job's submission number (coord_writer_submit); UINT64_MAX
                        * while the job is not submitted yet */
 } coord_issuing;
 
 /* One peer's pace, for dynamic local steps (speed.c). */
 typedef struct coord_speed {
     int64_t peer_id;
-    int64_t task_id;     /* its newest lease, and */
-    int64_t steps;       /* the local steps that lease got */
-    double leased_at;    /* monotonic s; 0 once that lease's update is timed */
+    int64_t task_id;  /* its newest lease, and */
+    int64_t steps;    /* the local steps that lease got */
+    double leased_at; /* monotonic s; 0 once that lease's update is timed */
     /* The lease before it: a peer that overlaps its uploads
      * (GET /v1/task?uploading=) takes its next lease while the last
      * one's update is still on its way, and that update is timed too. */
@@ -226,15 +225,15 @@ typedef struct coord_server {
     coord_testset test;  /* a classifier run's held-out images (may be empty) */
     coord_net net;       /* its parameters are the current version's */
     size_t n_params;
-    float *momentum;     /* outer optimiser state after the current version (n_state) */
-    double val_loss;     /* the current version's (NaN when unknown) */
-    double val_accuracy; /* a classifier's on the test set (NaN when unknown) */
+    float *momentum;      /* outer optimiser state after the current version (n_state) */
+    double val_loss;      /* the current version's (NaN when unknown) */
+    double val_accuracy;  /* a classifier's on the test set (NaN when unknown) */
     double best_val_loss; /* the lowest of any version's (NaN when unknown) */
     /* Versions refused in a row just now: each halves the next outer step,
      * down to 1 / 2^COORD_MAX_BACKOFF (counted from 0 after a restart). */
     int refused_streak;
-    size_t n_state;      /* coord_state_size() of the run */
-    compress_spec spec;  /* what uploads must look like */
+    size_t n_state;     /* coord_state_size() of the run */
+    compress_spec spec; /* what uploads must look like */
     int64_t version;
     /* robust.max_norm "auto": the bound derived from the first versions
      * (coord_norm_bound_refresh), 0 until they exist. Written by the loop,
@@ -248,10 +247,10 @@ typedef struct coord_server {
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;
     struct event *slow_timer; /* checks every connection against the slow-client limits */
-    coord_blob *model_blob; /* current version as safetensors, built on demand */
-    coord_blob *delta_blob; /* the last delta served (its since and version below) */
-    coord_blob *old_blob;   /* the last old version served whole, shared by its readers */
-    int64_t digest_version; /* the version digest_hex is the SHA-256 of (-1: none) */
+    coord_blob *model_blob;   /* current version as safetensors, built on demand */
+    coord_blob *delta_blob;   /* the last delta served (its since and version below) */
+    coord_blob *old_blob;     /* the last old version served whole, shared by its readers */
+    int64_t digest_version;   /* the version digest_hex is the SHA-256 of (-1: none) */
     char digest_hex[65];
     int64_t delta_since, delta_version;
     coord_speed *speeds; /* async runs with dynamic steps */
@@ -260,7 +259,7 @@ typedef struct coord_server {
     size_t n_waiters;
     coord_guard *guards; /* one per open connection */
     /* Connections under pressure (conns.c). */
-    struct event *accept_timer;  /* resumes accepting after a pause */
+    struct event *accept_timer;          /* resumes accepting after a pause */
     int64_t accept_errors, conns_closed; /* since the last log line about them */
     double accept_logged, conns_logged;
     double pressure_until; /* descriptors ran short: silent connections go sooner */
@@ -270,7 +269,7 @@ typedef struct coord_server {
     int64_t *receiving_peers;
     size_t n_receiving, cap_receiving;
     size_t n_conns;
-    int64_t inflight;    /* requests handed to a handler and not yet fully answered */
+    int64_t inflight; /* requests handed to a handler and not yet fully answered */
     struct event *lease_timer;
     struct event *round_timer; /* merges when an open second round's deadline comes */
     struct event *merge_event;
@@ -280,12 +279,12 @@ typedef struct coord_server {
      * (tls.c). */
     char cert_path[COORD_PATH_MAX], key_path[COORD_PATH_MAX];
     char db_path[COORD_PATH_MAX];
-    coord_metrics metrics;       /* metrics.c */
-    struct evhttp *admin_http;   /* the admin listener; NULL when off */
-    char admin_token[160];       /* its bearer token; "" for none */
+    coord_metrics metrics;     /* metrics.c */
+    struct evhttp *admin_http; /* the admin listener; NULL when off */
+    char admin_token[160];     /* its bearer token; "" for none */
     int merge_scheduled;
     struct coord_linger *lingers; /* refused connections being drained */
-    coord_writer *writer; /* runs every write (group commit) */
+    coord_writer *writer;         /* runs every write (group commit) */
     /* Leases handed to the writer whose done callback has not run yet
      * (some may be committed already), and each one's peer, version and
      * job (cap_issuing entries). */
@@ -294,15 +293,15 @@ typedef struct coord_server {
     size_t cap_issuing;
     json_t *status_cache; /* the last GET /v1/status answer, and when it was made */
     double status_at;
-    int expiring;         /* a lease expiry is with the writer */
-    int merging;          /* a version is with the writer */
-    int opening_round;    /* a second round's candidates are with the writer */
+    int expiring;      /* a lease expiry is with the writer */
+    int merging;       /* a version is with the writer */
+    int opening_round; /* a second round's candidates are with the writer */
     /* When the current version was made, on vl_clock_mono_s()'s clock (its
      * age decides a sync deadline). */
     double version_born;
-    coord_net eval;       /* scratch model that validates a version before it is made */
+    coord_net eval;            /* scratch model that validates a version before it is made */
     struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
-    int compute_threads;  /* coord_serve_opts.compute_threads (0: OpenMP's default) */
+    int compute_threads;       /* coord_serve_opts.compute_threads (0: OpenMP's default) */
     /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row
      * must be visible to this thread's own database connection, a second
      * one beside the writer's, or the process aborts. */
@@ -322,9 +321,9 @@ typedef struct coord_req {
     struct evhttp_request *req;
     double t0;
     char method[12];
-    char path[160];      /* for the log, possibly truncated */
-    const char *full_path; /* the request's path, valid while the request lives */
-    int64_t peer_id; /* the authenticated peer, 0 before auth */
+    char path[160];            /* for the log, possibly truncated */
+    const char *full_path;     /* the request's path, valid while the request lives */
+    int64_t peer_id;           /* the authenticated peer, 0 before auth */
     coord_guard_ticket ticket; /* what the guard found on the head and body */
     /* GET /v1/task?uploading=T: the peer's update of its lease T is on
      * its way, so its next lease is past T (async runs; 0: none). */
@@ -450,8 +449,8 @@ void coord_req_begin(coord_req *cr);
  * (NULL-terminated) and appear at most once, each value a decimal integer
  * in [0, max]. values[i] is set for allowed[i] when present (present bit i
  * set). Returns 0 or VL_EINVAL with a message. */
-int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
-                     int64_t *values, unsigned *present, vl_error *err) VL_MUST_CHECK;
+int coord_query_ints(const char *query, const char *const *allowed, int64_t max, int64_t *values,
+                     unsigned *present, vl_error *err) VL_MUST_CHECK;
 /* coord_query_ints on cr's own query string; on failure answers 400
  * bad_request (the message, then hint in parentheses when not NULL) and
  * returns -1. */
@@ -566,22 +565,22 @@ int coord_cmd_status(const char *db_path, FILE *out, vl_error *err) VL_MUST_CHEC
 
 /* ---- routes -------------------------------------------------------------- */
 
-void coord_route_join(coord_req *cr);    /* POST /v1/peers */
-void coord_route_rotate(coord_req *cr);  /* POST /v1/peers/rotate */
-void coord_route_task(coord_req *cr);    /* GET /v1/task */
-void coord_route_model(coord_req *cr);   /* GET /v1/model */
-void coord_route_delta(coord_req *cr);   /* GET /v1/model/delta */
+void coord_route_join(coord_req *cr);   /* POST /v1/peers */
+void coord_route_rotate(coord_req *cr); /* POST /v1/peers/rotate */
+void coord_route_task(coord_req *cr);   /* GET /v1/task */
+void coord_route_model(coord_req *cr);  /* GET /v1/model */
+void coord_route_delta(coord_req *cr);  /* GET /v1/model/delta */
 /* out = hex SHA-256 of n parameters as little-endian F32 (a version's
  * digest in delta files); any thread. VL_ENOMEM, or VL_ERR. */
 int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err);
-void coord_route_data(coord_req *cr);    /* GET /v1/data/<shard> */
-void coord_route_updates(coord_req *cr); /* POST /v1/updates */
-void coord_route_status(coord_req *cr);  /* GET /v1/status */
-void coord_route_round(coord_req *cr);   /* GET /v1/round */
-void coord_route_round_values(coord_req *cr); /* POST /v1/round/values */
+void coord_route_data(coord_req *cr);           /* GET /v1/data/<shard> */
+void coord_route_updates(coord_req *cr);        /* POST /v1/updates */
+void coord_route_status(coord_req *cr);         /* GET /v1/status */
+void coord_route_round(coord_req *cr);          /* GET /v1/round */
+void coord_route_round_values(coord_req *cr);   /* POST /v1/round/values */
 void coord_route_split_forward(coord_req *cr);  /* POST /v1/split/forward (split.c) */
 void coord_route_split_backward(coord_req *cr); /* POST /v1/split/backward (split.c) */
-void coord_route_factors(coord_req *cr); /* GET /v1/factors */
+void coord_route_factors(coord_req *cr);        /* GET /v1/factors */
 
 /* ---- the update-norm bound (bound.c) ------------------------------------- */
 
@@ -608,7 +607,7 @@ void coord_norm_bound_refresh(coord_server *srv);
  * previous task (POST /v1/updates?next=1), which saves the peer a round
  * trip and the coordinator a request and a commit per task. */
 typedef struct coord_lease {
-    storage_task t;     /* id, data range and seed are filled in by the writer */
+    storage_task t; /* id, data range and seed are filled in by the writer */
     uint64_t run_seed;
     int64_t train_len, task_bytes;
     /* Shard runs: the shards' token counts (immutable, owned by the
@@ -616,8 +615,8 @@ typedef struct coord_lease {
     const int64_t *ntok;
     int n_shards;
     int64_t task_tokens;
-    int reissued;       /* t took over the data of an expired task */
-    int local;          /* the peers keep the data: a task has no range */
+    int reissued; /* t took over the data of an expired task */
+    int local;    /* the peers keep the data: a task has no range */
 } coord_lease;
 /* Whether peer_id, whose lease done_task is being uploaded, gets its next
  * task with the upload's answer: only in async runs (a sync peer waits for
@@ -681,8 +680,7 @@ int coord_open_initialised(const char *db_path, storage **db, vl_error *err) VL_
  * updates cannot be merged (their bodies lost or damaged). Returns VL_OK
  * when it could look, whatever it found, except a database that fails
  * integrity_check (VL_EDB). Changes nothing. */
-int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems,
-                    vl_error *err) VL_MUST_CHECK;
+int coord_cmd_check(const char *db_path, FILE *out, int64_t *problems, vl_error *err) VL_MUST_CHECK;
 /* `check --config`: parses the configuration at config_path and reads
  * its data through exactly as `init` does, without touching a database,
  * then prints the resolved configuration (every default filled in, paths
@@ -713,8 +711,8 @@ void coord_tls_on_sighup(evutil_socket_t sig, short what, void *arg);
  * and *version holds the version read, *val_loss (may be NULL) its stored
  * validation loss (NaN when unknown). An unknown or pruned version is
  * VL_ENOTFOUND. */
-int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
-                       model_gpt **gpt, double *val_loss, vl_error *err) VL_MUST_CHECK;
+int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg, model_gpt **gpt,
+                       double *val_loss, vl_error *err) VL_MUST_CHECK;
 
 /* `export`: writes stored version `version` (< 0: the current one) as
  * out_dir/model.safetensors and out_dir/config.json, a checkpoint that
@@ -751,7 +749,7 @@ typedef struct coord_sample_opts {
  * transformers). On success
  * *sampled (may be NULL) gets the version read and *val_loss (may be NULL)
  * its stored validation loss (NaN when none). Reads the database only. */
-int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o,
-                     FILE *out, int64_t *sampled, double *val_loss, vl_error *err) VL_MUST_CHECK;
+int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o, FILE *out,
+                     int64_t *sampled, double *val_loss, vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -48,11 +48,11 @@ static json_t *writer_json(const coord_writer_stats *ws) {
     return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o, s:f}", "jobs",
                      (json_int_t)ws->jobs, "commits", (json_int_t)ws->commits, "failed",
                      (json_int_t)ws->failed, "max_batch", (json_int_t)ws->max_batch, "queued",
-                     (json_int_t)ws->queued, "checkpoints", (json_int_t)ws->checkpoints,
-                     "batch_le", ble, "batch_counts",
-                     u64_array(ws->batch_hist, COORD_WRITER_BATCH_BUCKETS + 1), "commit_le", cle,
-                     "commit_counts", u64_array(ws->commit_hist, COORD_WRITER_COMMIT_BUCKETS + 1),
-                     "commit_seconds", ws->commit_seconds);
+                     (json_int_t)ws->queued, "checkpoints", (json_int_t)ws->checkpoints, "batch_le",
+                     ble, "batch_counts", u64_array(ws->batch_hist, COORD_WRITER_BATCH_BUCKETS + 1),
+                     "commit_le", cle, "commit_counts",
+                     u64_array(ws->commit_hist, COORD_WRITER_COMMIT_BUCKETS + 1), "commit_seconds",
+                     ws->commit_seconds);
 }
 
 static json_t *metrics_json(const coord_server *srv, const coord_writer_stats *ws) {
@@ -119,12 +119,12 @@ typedef struct peers_ctx {
 static int add_peer(void *arg, const storage_peer_activity *a) {
     peers_ctx *c = arg;
     const coord_metrics_peer *mp = coord_metrics_peer_find(&c->srv->metrics, a->id);
-    json_t *o = json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:I}", "id",
-                          (json_int_t)a->id, "name", name_json(a->name), "state",
-                          coord_peer_state(a, c->now, c->srv->cfg.lease_s), "joined_at",
-                          (json_int_t)a->joined_at, "last_seen", (json_int_t)a->last_seen,
-                          "leases", (json_int_t)a->leases, "updates", (json_int_t)a->updates,
-                          "revoked", a->revoked, "refused", (json_int_t)(mp ? mp->refused : 0));
+    json_t *o =
+        json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:I}", "id", (json_int_t)a->id, "name",
+                  name_json(a->name), "state", coord_peer_state(a, c->now, c->srv->cfg.lease_s),
+                  "joined_at", (json_int_t)a->joined_at, "last_seen", (json_int_t)a->last_seen,
+                  "leases", (json_int_t)a->leases, "updates", (json_int_t)a->updates, "revoked",
+                  a->revoked, "refused", (json_int_t)(mp ? mp->refused : 0));
     if (!o) return VL_ENOMEM;
     json_object_set_new(o, "address", mp && mp->addr[0] ? json_string(mp->addr) : json_null());
     return json_array_append_new(c->list, o) == 0 ? VL_OK : VL_ENOMEM;
@@ -176,12 +176,12 @@ json_t *coord_dashboard_json(coord_server *srv, vl_error *err) {
     char *cfg_text = coord_config_to_json(&srv->cfg, 1);
     json_t *cfg = cfg_text ? json_loads(cfg_text, 0, NULL) : NULL;
     free(cfg_text);
-    json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "now", (json_int_t)now,
-                          "status", status, "metrics", metrics_json(srv, &ws), "peers", pc.list,
-                          "minutes", minutes_json(&srv->metrics, now), "refusals",
-                          refusals_json(&srv->metrics), "config", cfg ? cfg : json_null(),
-                          "dense_update_bytes",
-                          (json_int_t)(coord_config_num_params(&srv->cfg) * sizeof(float)));
+    json_t *o =
+        json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "now", (json_int_t)now, "status",
+                  status, "metrics", metrics_json(srv, &ws), "peers", pc.list, "minutes",
+                  minutes_json(&srv->metrics, now), "refusals", refusals_json(&srv->metrics),
+                  "config", cfg ? cfg : json_null(), "dense_update_bytes",
+                  (json_int_t)(coord_config_num_params(&srv->cfg) * sizeof(float)));
     if (!o) vl_fail(err, VL_ENOMEM, "out of memory");
     return o;
 }

@@ -45,8 +45,8 @@
 #define EXPORT_MODEL_FILE "model.safetensors"
 #define EXPORT_CONFIG_FILE "config.json"
 
-int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
-                       model_gpt **gpt, double *val_loss, vl_error *err) {
+int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg, model_gpt **gpt,
+                       double *val_loss, vl_error *err) {
     storage *db = NULL;
     storage_run run;
     memset(&run, 0, sizeof run);
@@ -66,8 +66,10 @@ int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
     /* An export reads no data: the shard paths go now, the rest stays. */
     coord_config_free(cfg);
     if (cfg->net != COORD_NET_GPT) {
-        rc = vl_fail(err, VL_EINVAL, "run \"%s\" trains an mlp classifier; export and sample "
-                     "are for GPT runs (GET /v1/model serves its versions)", cfg->name);
+        rc = vl_fail(err, VL_EINVAL,
+                     "run \"%s\" trains an mlp classifier; export and sample "
+                     "are for GPT runs (GET /v1/model serves its versions)",
+                     cfg->name);
         goto out;
     }
     if (*version < 0) *version = run.current_version;
@@ -119,10 +121,9 @@ static char *build_config_json(const model_gpt_config *m) {
         "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", m->vocab_size,
         "n_positions", m->block_size, "n_ctx", m->block_size, "n_embd", m->n_embd, "n_layer",
         m->n_layer, "n_head", m->n_head, "n_inner", "activation_function", EXPORT_ACTIVATION,
-        "layer_norm_epsilon", EXPORT_LN_EPS, "resid_pdrop", 0.0, "embd_pdrop", 0.0,
-        "attn_pdrop", 0.0, "initializer_range", EXPORT_INIT_RANGE, "scale_attn_weights", 1,
-        "tie_word_embeddings", 1, "bos_token_id", eot, "eos_token_id", eot, "torch_dtype",
-        "float32");
+        "layer_norm_epsilon", EXPORT_LN_EPS, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop",
+        0.0, "initializer_range", EXPORT_INIT_RANGE, "scale_attn_weights", 1, "tie_word_embeddings",
+        1, "bos_token_id", eot, "eos_token_id", eot, "torch_dtype", "float32");
     if (!o) return NULL;
     /* Nine digits print 1e-05 and 0.02 as such rather than as the nearest
      * doubles' 17-digit expansions; they read back as the same doubles. */
@@ -172,8 +173,8 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     if (!out_dir || !out_dir[0]) return vl_fail(err, VL_EINVAL, "no output directory");
     char model_path[COORD_PATH_MAX], config_path[COORD_PATH_MAX];
     int rc = join_path(model_path, sizeof model_path, out_dir, EXPORT_MODEL_FILE, err);
-    if (rc == VL_OK) rc = join_path(config_path, sizeof config_path, out_dir, EXPORT_CONFIG_FILE,
-                                    err);
+    if (rc == VL_OK)
+        rc = join_path(config_path, sizeof config_path, out_dir, EXPORT_CONFIG_FILE, err);
     if (rc != VL_OK) return rc;
     /* Refusals that need no database come first, and nothing is created
      * until the model is in memory. */
@@ -181,9 +182,10 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     rc = probe_dir(out_dir, &exists, &empty, err);
     if (rc != VL_OK) return rc;
     if (exists && !empty && !force)
-        return vl_fail(err, VL_ECONFLICT, "%s is not empty; refusing to export into it "
-                       "(--force overwrites %s and %s)", out_dir, EXPORT_MODEL_FILE,
-                       EXPORT_CONFIG_FILE);
+        return vl_fail(err, VL_ECONFLICT,
+                       "%s is not empty; refusing to export into it "
+                       "(--force overwrites %s and %s)",
+                       out_dir, EXPORT_MODEL_FILE, EXPORT_CONFIG_FILE);
 
     coord_config cfg;
     model_gpt *gpt = NULL;
@@ -213,8 +215,8 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     }
     rc = vl_file_write_atomic(model_path, file.data, file.len, 0644, err);
     wrote_model = rc == VL_OK;
-    if (rc == VL_OK) rc = vl_file_write_atomic(config_path, config_json, strlen(config_json), 0644,
-                                            err);
+    if (rc == VL_OK)
+        rc = vl_file_write_atomic(config_path, config_json, strlen(config_json), 0644, err);
     if (rc != VL_OK) {
         /* A half export is worse than none: a model without its config (or
          * the other way round) loads as something else or not at all. */
@@ -224,7 +226,7 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     }
     if (exported) *exported = version;
     vl_log_info("exported version %lld of run \"%s\" to %s (%zu parameters)", (long long)version,
-             cfg.name, out_dir, n);
+                cfg.name, out_dir, n);
 out:
     free(config_json);
     vl_buf_free(&file);

@@ -34,8 +34,8 @@ int coord_factors_merged(coord_server *srv, compress_factors_sum *s, int64_t ver
     int rc = compress_factors_sum_mean(s, A, G, err);
     if (rc == VL_OK) {
         st_dtype dt = strcmp(srv->cfg.train.kfac.dtype, "F16") == 0 ? ST_F16 : ST_F32;
-        compress_factors f = {.layers = s->layers, .n = s->n, .A = A, .G = G,
-                              .samples = s->samples, .dtype = dt};
+        compress_factors f = {
+            .layers = s->layers, .n = s->n, .A = A, .G = G, .samples = s->samples, .dtype = dt};
         rc = compress_factors_encode_file(&f, srv->cfg.name, version, out, err);
     }
     free(A);
@@ -63,9 +63,10 @@ void coord_route_factors(coord_req *cr) {
     }
     int64_t version = present ? vals[0] : srv->factors_version;
     if (version < 0 || version > srv->factors_version) {
-        coord_reply_error(cr, 404, "unknown_factors", "no merged factors for version %lld "
-                          "(the newest are version %lld's)", (long long)version,
-                          (long long)srv->factors_version);
+        coord_reply_error(cr, 404, "unknown_factors",
+                          "no merged factors for version %lld "
+                          "(the newest are version %lld's)",
+                          (long long)version, (long long)srv->factors_version);
         return;
     }
     coord_blob *blob = NULL;

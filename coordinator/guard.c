@@ -45,8 +45,8 @@ coord_guard_verdict coord_guard_verdict_parse(const char *name) {
 /* The methods libevent 2.1's parser knows; any other is refused here so
  * the error stays JSON. CONNECT is left out too: libevent parses its
  * target as an authority and refuses an origin-form one in HTML. */
-static const char *const METHODS[] = {"GET", "POST", "HEAD", "PUT", "DELETE",
-                                      "OPTIONS", "TRACE", "PATCH"};
+static const char *const METHODS[] = {"GET",    "POST",    "HEAD",  "PUT",
+                                      "DELETE", "OPTIONS", "TRACE", "PATCH"};
 
 static int is_tchar(uint8_t c) {
     if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
@@ -98,8 +98,8 @@ static coord_guard_verdict check_request_line(const uint8_t *p, size_t n, int *n
     *needs_length = (mlen == 4 && memcmp(p, "POST", 4) == 0) ||
                     (mlen == 3 && memcmp(p, "PUT", 3) == 0) ||
                     (mlen == 5 && memcmp(p, "PATCH", 5) == 0);
-    *no_body = (mlen == 4 && memcmp(p, "HEAD", 4) == 0) ||
-               (mlen == 5 && memcmp(p, "TRACE", 5) == 0);
+    *no_body =
+        (mlen == 4 && memcmp(p, "HEAD", 4) == 0) || (mlen == 5 && memcmp(p, "TRACE", 5) == 0);
     return COORD_GUARD_OK;
 }
 
@@ -214,13 +214,20 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
         out->verdict = COORD_GUARD_BAD_HEAD; /* bytes after the closing line */
         return;
     }
-    if (bad_expect) out->verdict = COORD_GUARD_BAD_HEAD;
-    else if (has_te) out->verdict = COORD_GUARD_LENGTH_REQUIRED;
-    else if (n_cl > 1 || bad_cl) out->verdict = COORD_GUARD_BAD_LENGTH;
-    else if (n_cl == 1 && cl > 0 && no_body) out->verdict = COORD_GUARD_BODY_NOT_ALLOWED;
-    else if (n_cl == 1 && cl > body_cap) out->verdict = COORD_GUARD_TOO_LARGE;
-    else if (n_cl == 0 && needs_length) out->verdict = COORD_GUARD_LENGTH_REQUIRED;
-    else out->verdict = COORD_GUARD_OK;
+    if (bad_expect)
+        out->verdict = COORD_GUARD_BAD_HEAD;
+    else if (has_te)
+        out->verdict = COORD_GUARD_LENGTH_REQUIRED;
+    else if (n_cl > 1 || bad_cl)
+        out->verdict = COORD_GUARD_BAD_LENGTH;
+    else if (n_cl == 1 && cl > 0 && no_body)
+        out->verdict = COORD_GUARD_BODY_NOT_ALLOWED;
+    else if (n_cl == 1 && cl > body_cap)
+        out->verdict = COORD_GUARD_TOO_LARGE;
+    else if (n_cl == 0 && needs_length)
+        out->verdict = COORD_GUARD_LENGTH_REQUIRED;
+    else
+        out->verdict = COORD_GUARD_OK;
     out->body_len = n_cl == 1 && !bad_cl ? cl : 0;
 }
 
@@ -265,8 +272,9 @@ static int emit_refusal(coord_guard *g, coord_guard_verdict v, size_t reqline_le
     } else {
         rc = vl_buf_append_str(out, "GET / HTTP/1.1\r\n");
     }
-    if (!rc) rc = vl_buf_printf(out, "Content-Length: 0\r\nConnection: close\r\n%s: %s\r\n\r\n",
-                             COORD_GUARD_HEADER, coord_guard_verdict_name(v));
+    if (!rc)
+        rc = vl_buf_printf(out, "Content-Length: 0\r\nConnection: close\r\n%s: %s\r\n\r\n",
+                           COORD_GUARD_HEADER, coord_guard_verdict_name(v));
     g->state = COORD_GUARD_DISCARD;
     g->last_verdict = v;
     return rc;
@@ -286,7 +294,7 @@ static int emit_stripped(coord_guard *g, uint64_t ticket, vl_buf *out) {
         int rc = VL_OK;
         if (last && ticket > 0)
             rc = vl_buf_printf(out, "%s: %llu\r\n", COORD_GUARD_TICKET_HEADER,
-                            (unsigned long long)ticket);
+                               (unsigned long long)ticket);
         if (!rc && !drop) rc = vl_buf_append(out, p + pos, adv);
         if (rc) return rc;
         pos += adv;
@@ -409,8 +417,8 @@ static int finish_head(coord_guard *g, vl_buf *out) {
                                         : vl_buf_append(out, g->head.data, g->head.len);
         g->body_left = h.body_len;
         if (h.body_len > 0 && g->caps.slow_timeout_s > 0)
-            g->body_deadline = now_s(g) + g->caps.slow_timeout_s +
-                               (double)h.body_len / g->caps.min_body_rate;
+            g->body_deadline =
+                now_s(g) + g->caps.slow_timeout_s + (double)h.body_len / g->caps.min_body_rate;
         g->state = h.body_len > 0 ? COORD_GUARD_IN_BODY : COORD_GUARD_IN_HEAD;
         g->last_verdict = COORD_GUARD_OK;
     }
@@ -473,8 +481,7 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) {
     size_t i = 0;
     while (i < n) {
         switch (g->state) {
-        case COORD_GUARD_DISCARD:
-            return VL_OK;
+        case COORD_GUARD_DISCARD: return VL_OK;
         case COORD_GUARD_IN_BODY: {
             size_t take = n - i;
             if ((uint64_t)take > g->body_left) take = (size_t)g->body_left;
@@ -489,9 +496,7 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) {
             }
             break;
         }
-        case COORD_GUARD_IN_HEAD:
-            i += coord_guard_feed_head(g, in + i, n - i, out);
-            break;
+        case COORD_GUARD_IN_HEAD: i += coord_guard_feed_head(g, in + i, n - i, out); break;
         }
     }
     return VL_OK;
@@ -504,8 +509,7 @@ coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now) {
     if (g->state == COORD_GUARD_IN_HEAD && g->head.len > 0 &&
         now - g->head_started > g->caps.slow_timeout_s)
         return COORD_GUARD_HEAD_TIMEOUT;
-    if (g->state == COORD_GUARD_IN_BODY && now > g->body_deadline)
-        return COORD_GUARD_BODY_TIMEOUT;
+    if (g->state == COORD_GUARD_IN_BODY && now > g->body_deadline) return COORD_GUARD_BODY_TIMEOUT;
     return COORD_GUARD_OK;
 }
 

@@ -59,17 +59,17 @@ struct evbuffer_cb_entry;
 
 typedef enum {
     COORD_GUARD_OK = 0,
-    COORD_GUARD_TOO_LARGE,       /* Content-Length over the body cap: 413 */
-    COORD_GUARD_HEAD_TOO_LARGE,  /* head longer than the head cap: 413 */
-    COORD_GUARD_LENGTH_REQUIRED, /* Transfer-Encoding, or a POST/PUT/PATCH without
+    COORD_GUARD_TOO_LARGE,        /* Content-Length over the body cap: 413 */
+    COORD_GUARD_HEAD_TOO_LARGE,   /* head longer than the head cap: 413 */
+    COORD_GUARD_LENGTH_REQUIRED,  /* Transfer-Encoding, or a POST/PUT/PATCH without
                                     Content-Length: 411 */
-    COORD_GUARD_BAD_LENGTH,      /* duplicated or malformed Content-Length: 400 */
-    COORD_GUARD_BAD_HEAD,        /* malformed request line or header: 400 */
-    COORD_GUARD_BAD_METHOD,      /* a method the HTTP parser does not know: 405 */
-    COORD_GUARD_HEAD_TIMEOUT,    /* a head arrived too slowly: 408 */
-    COORD_GUARD_BODY_TIMEOUT,    /* a body arrived too slowly: the connection ends */
-    COORD_GUARD_REFUSED,         /* the owner's authorize refused it: its refusal */
-    COORD_GUARD_PIPELINED,       /* more pipelined requests than tickets: 429 */
+    COORD_GUARD_BAD_LENGTH,       /* duplicated or malformed Content-Length: 400 */
+    COORD_GUARD_BAD_HEAD,         /* malformed request line or header: 400 */
+    COORD_GUARD_BAD_METHOD,       /* a method the HTTP parser does not know: 405 */
+    COORD_GUARD_HEAD_TIMEOUT,     /* a head arrived too slowly: 408 */
+    COORD_GUARD_BODY_TIMEOUT,     /* a body arrived too slowly: the connection ends */
+    COORD_GUARD_REFUSED,          /* the owner's authorize refused it: its refusal */
+    COORD_GUARD_PIPELINED,        /* more pipelined requests than tickets: 429 */
     COORD_GUARD_BODY_NOT_ALLOWED, /* a body on HEAD or TRACE, which the HTTP parser
                                      would read as the next request: 400 */
 } coord_guard_verdict;
@@ -85,22 +85,22 @@ typedef enum {
 /* What the owner decided about one accepted head, and what the guard then
  * found in its body. */
 typedef struct coord_guard_ticket {
-    uint64_t seq;  /* the head's number on the connection */
-    int live;      /* held by the guard until coord_guard_ticket_take */
-    int64_t peer_id;                 /* the signing peer; 0 when none */
-    int join;                        /* signed by join_pk (a join request) */
+    uint64_t seq;    /* the head's number on the connection */
+    int live;        /* held by the guard until coord_guard_ticket_take */
+    int64_t peer_id; /* the signing peer; 0 when none */
+    int join;        /* signed by join_pk (a join request) */
     uint8_t join_pk[CRYPTO_PK_BYTES];
-    crypto_digest_want want;         /* want.alg 0: no digest to check */
+    crypto_digest_want want; /* want.alg 0: no digest to check */
     coord_guard_digest_state digest;
     int64_t reserved; /* body bytes the owner counted against its budget */
 } coord_guard_ticket;
 
 /* The owner's answer to a head it refuses. */
 typedef struct coord_guard_refusal {
-    int status;          /* HTTP status */
-    char code[32];       /* error code of protocol.md */
+    int status;    /* HTTP status */
+    char code[32]; /* error code of protocol.md */
     char msg[200];
-    double retry_after;  /* seconds for Retry-After; 0: none */
+    double retry_after; /* seconds for Retry-After; 0: none */
 } coord_guard_refusal;
 
 struct coord_guard;
@@ -109,8 +109,7 @@ struct coord_guard;
  * and fills t (seq and live are the guard's) to accept, or -1 and fills r
  * to refuse. g is the connection's guard (its bev gives the socket). */
 typedef int (*coord_guard_authorize_fn)(void *arg, struct coord_guard *g, const uint8_t *head,
-                                        size_t len, coord_guard_ticket *t,
-                                        coord_guard_refusal *r);
+                                        size_t len, coord_guard_ticket *t, coord_guard_refusal *r);
 
 /* Wire name of a verdict ("too_large", ...), used as the marker's value. */
 const char *coord_guard_verdict_name(coord_guard_verdict v);
@@ -121,7 +120,7 @@ coord_guard_verdict coord_guard_verdict_parse(const char *name);
  * (uploads of updates and of second-round values), so an unauthenticated client cannot make the server read a
  * large body anywhere else. */
 typedef struct coord_guard_caps {
-    uint64_t body_cap;      /* every request but those to large_paths */
+    uint64_t body_cap;              /* every request but those to large_paths */
     const char *const *large_paths; /* NULL-terminated paths (without query) allowed
                                        large_cap; the list may be NULL */
     uint64_t large_cap;
@@ -129,8 +128,8 @@ typedef struct coord_guard_caps {
      * first byte, a body within slow_timeout_s + length / min_body_rate of
      * the end of its head (0: no time limits). */
     double slow_timeout_s;
-    double min_body_rate; /* bytes per second, > 0 when slow_timeout_s is */
-    double (*clock)(void); /* monotonic seconds; NULL for vl_clock_mono_s */
+    double min_body_rate;               /* bytes per second, > 0 when slow_timeout_s is */
+    double (*clock)(void);              /* monotonic seconds; NULL for vl_clock_mono_s */
     coord_guard_authorize_fn authorize; /* NULL: every valid head is let through */
     void *authorize_arg;
     /* Called with authorize_arg for every ticket the guard drops untaken
@@ -142,10 +141,10 @@ typedef struct coord_guard_caps {
 /* What coord_guard_parse_head found in one complete head. */
 typedef struct coord_guard_head {
     coord_guard_verdict verdict;
-    uint64_t body_len;   /* announced Content-Length (0 when absent) */
-    int has_marker;      /* the client sent a header named like the marker (or a
+    uint64_t body_len;  /* announced Content-Length (0 when absent) */
+    int has_marker;     /* the client sent a header named like the marker (or a
                             ticket header) */
-    size_t reqline_len;  /* length of a valid request line (without EOL), else 0 */
+    size_t reqline_len; /* length of a valid request line (without EOL), else 0 */
 } coord_guard_head;
 
 /* Analyses a complete head: len bytes ending with the empty line that
@@ -154,7 +153,11 @@ typedef struct coord_guard_head {
 void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_caps *caps,
                             coord_guard_head *out);
 
-typedef enum { COORD_GUARD_IN_HEAD = 0, COORD_GUARD_IN_BODY, COORD_GUARD_DISCARD } coord_guard_state;
+typedef enum {
+    COORD_GUARD_IN_HEAD = 0,
+    COORD_GUARD_IN_BODY,
+    COORD_GUARD_DISCARD
+} coord_guard_state;
 
 /* Per-connection state. Owned by whoever created it; coord_guard_free
  * releases its buffers. */
@@ -164,8 +167,8 @@ typedef struct coord_guard {
     coord_guard_state state;
     uint64_t body_left; /* body bytes of the current request still to pass */
     size_t line_start;  /* offset in head of the line being read */
-    vl_buf head;           /* the current head so far (at most head_cap bytes) */
-    vl_buf out;            /* scratch for rewritten heads */
+    vl_buf head;        /* the current head so far (at most head_cap bytes) */
+    vl_buf out;         /* scratch for rewritten heads */
     uint64_t requests;  /* heads completed on this connection */
     coord_guard_verdict last_verdict;
     double created;       /* when the connection was set up (caps.clock) */
@@ -205,8 +208,7 @@ void coord_guard_free(coord_guard *g);
 /* Takes the ticket of accepted head seq (the value of its ticket header)
  * into out and frees its slot. Returns 0, or VL_ENOTFOUND when no live
  * ticket has that number. */
-int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *out)
-    VL_MUST_CHECK;
+int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *out) VL_MUST_CHECK;
 
 /* Copies into out (cap bytes, NUL-terminated) the value of every field of
  * a complete head named name (without case), trimmed and joined with ", "

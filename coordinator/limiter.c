@@ -12,7 +12,7 @@
 #define PROBE 32
 
 typedef struct slot {
-    uint64_t key; /* hash of the key; 0 = never used */
+    uint64_t key;  /* hash of the key; 0 = never used */
     double tokens; /* as of `at` */
     double at;
     uint64_t used; /* l->clock at the last take: ties go to the idlest */

@@ -79,9 +79,8 @@ static const char HINT[] = "see '" PROG " help'";
 
 /* The options of one command: its name in messages ("volley-coordinator
  * token create"), this program's hint and usage, and its table. */
-#define COMMAND_OPTS(command, table)                                                       \
-    {.prog = (command), .hint = HINT, .usage = USAGE, .opt = (table),                      \
-     .n = VL_OPTS_COUNT(table)}
+#define COMMAND_OPTS(command, table) \
+    { .prog = (command), .hint = HINT, .usage = USAGE, .opt = (table), .n = VL_OPTS_COUNT(table) }
 
 static int usage_error(const char *fmt, ...) VL_PRINTF(1, 2);
 static int usage_error(const char *fmt, ...) {
@@ -100,7 +99,9 @@ static int fail(const vl_error *err) {
 }
 
 /* --ttl: a duration as the run configuration writes them, for the option layer. */
-static int opt_duration(const char *s, void *dst) { return coord_parse_duration(s, dst); }
+static int opt_duration(const char *s, void *dst) {
+    return coord_parse_duration(s, dst);
+}
 
 /* "R" or "R:BURST", requests per second; 0 turns the limit off. A burst
  * left out is ten seconds' worth. dst is a coord_rate. */
@@ -141,10 +142,9 @@ static int cmd_init(int argc, char **argv) {
 static int cmd_token_create(int argc, char **argv) {
     const char *db = NULL;
     int64_t uses = 1, ttl = 7 * 86400;
-    vl_opt t[] = {vl_opt_required(vl_opt_str("db", &db)),
-                  vl_opt_int("uses", &uses, 1, 1000000000),
-                  vl_opt_custom("ttl", opt_duration, &ttl,
-                                "a duration like 7d, 24h, 30m or 3600s")};
+    vl_opt t[] = {
+        vl_opt_required(vl_opt_str("db", &db)), vl_opt_int("uses", &uses, 1, 1000000000),
+        vl_opt_custom("ttl", opt_duration, &ttl, "a duration like 7d, 24h, 30m or 3600s")};
     vl_opts o = COMMAND_OPTS(PROG " token create", t);
     int rc = vl_opts_parse(&o, argc, argv, NULL);
     if (rc) return vl_opts_status(rc);
@@ -261,8 +261,7 @@ static int cmd_sample(int argc, char **argv) {
     vl_error err = {0};
     int64_t got = 0;
     double vloss = NAN;
-    if (coord_cmd_sample(db, version, &so, stdout, &got, &vloss, &err) != VL_OK)
-        return fail(&err);
+    if (coord_cmd_sample(db, version, &so, stdout, &got, &vloss, &err) != VL_OK) return fail(&err);
     fprintf(stderr, PROG ": version %lld (validation loss %.4f), temperature %g, seed %lld\n",
             (long long)got, vloss, so.temperature, (long long)seed);
     return 0;
@@ -271,8 +270,7 @@ static int cmd_sample(int argc, char **argv) {
 static int cmd_serve(int argc, char **argv) {
     coord_serve_opts so = {.listen = "127.0.0.1:8443"};
     coord_limits_default(&so.limits);
-    int64_t threads = 0, slow = 0, body_rate = 0, budget = 0, conns = 0, per_addr = 0,
-            idle = 0;
+    int64_t threads = 0, slow = 0, body_rate = 0, budget = 0, conns = 0, per_addr = 0, idle = 0;
     const char *token_file = NULL;
     vl_opt t[] = {
         vl_opt_required(vl_opt_str("db", &so.db_path)),
@@ -306,8 +304,8 @@ static int cmd_serve(int argc, char **argv) {
     if (token_file) {
         FILE *f = fopen(token_file, "r");
         if (!f)
-            return vl_opts_status(vl_opts_fail(&o, "cannot read --admin-token-file %s",
-                                               token_file));
+            return vl_opts_status(
+                vl_opts_fail(&o, "cannot read --admin-token-file %s", token_file));
         if (!fgets(token, sizeof token, f)) token[0] = '\0';
         fclose(f);
         token[strcspn(token, "\r\n")] = '\0';

@@ -58,8 +58,10 @@ static long peer_index(const coord_metrics *m, int64_t peer_id) {
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (m->peers[mid].id == peer_id) return (long)mid;
-        if (m->peers[mid].id < peer_id) lo = mid + 1;
-        else hi = mid;
+        if (m->peers[mid].id < peer_id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return -1 - (long)lo;
 }
@@ -113,8 +115,10 @@ void coord_metrics_answer(coord_metrics *m, int route, int status, const char *c
             memset(mm, 0, sizeof *mm);
             mm->minute = minute;
         }
-        if (status >= 200 && status < 300) mm->accepted++;
-        else if (refused) mm->refused++;
+        if (status >= 200 && status < 300)
+            mm->accepted++;
+        else if (refused)
+            mm->refused++;
         mm->bytes += in;
     }
     if (peer_id > 0) {
@@ -152,8 +156,10 @@ static void head(struct evbuffer *b, const char *name, const char *type, const c
 
 static void gauge(struct evbuffer *b, const char *name, const char *help, double v) {
     head(b, name, "gauge", help);
-    if (isnan(v)) evbuffer_add_printf(b, "%s NaN\n", name);
-    else evbuffer_add_printf(b, "%s %.17g\n", name, v);
+    if (isnan(v))
+        evbuffer_add_printf(b, "%s NaN\n", name);
+    else
+        evbuffer_add_printf(b, "%s %.17g\n", name, v);
 }
 
 /* A histogram whose per-bucket counts (not cumulative) were kept at fixed
@@ -164,8 +170,7 @@ static void hist_fixed(struct evbuffer *b, const char *name, const char *help, c
     uint64_t cum = 0;
     for (size_t i = 0; i < n_le; i++) {
         cum += counts[i];
-        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
-                            (unsigned long long)cum);
+        evbuffer_add_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
     }
     evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
                         (unsigned long long)total, name, sum, name, (unsigned long long)total);
@@ -212,10 +217,14 @@ typedef struct peer_counts {
 static int count_peer(void *arg, const storage_peer_activity *a) {
     peer_counts *c = arg;
     const char *s = coord_peer_state(a, c->now, c->lease_s);
-    if (!strcmp(s, "active")) c->active++;
-    else if (!strcmp(s, "idle")) c->idle++;
-    else if (!strcmp(s, "gone")) c->gone++;
-    else c->revoked++;
+    if (!strcmp(s, "active"))
+        c->active++;
+    else if (!strcmp(s, "idle"))
+        c->idle++;
+    else if (!strcmp(s, "gone"))
+        c->gone++;
+    else
+        c->revoked++;
     return VL_OK;
 }
 
@@ -303,8 +312,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
                         "volley_peers{state=\"gone\"} %llu\nvolley_peers{state=\"revoked\"} %llu\n",
                         (unsigned long long)pc.active, (unsigned long long)pc.idle,
                         (unsigned long long)pc.gone, (unsigned long long)pc.revoked);
-    gauge(b, "volley_updates_unmerged", "Stored updates waiting for a version.",
-          (double)unmerged);
+    gauge(b, "volley_updates_unmerged", "Stored updates waiting for a version.", (double)unmerged);
     coord_writer_stats ws;
     coord_writer_stats_get(srv->writer, &ws);
     head(b, "volley_writer_jobs_total", "counter", "Jobs the database writer ran.");
@@ -340,11 +348,9 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
 
 /* ---- the admin listener -------------------------------------------------- */
 
-static void admin_error(struct evhttp_request *req, int status, const char *code,
-                        const char *msg) {
+static void admin_error(struct evhttp_request *req, int status, const char *code, const char *msg) {
     struct evbuffer *b = evbuffer_new();
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "application/json");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
     if (b) evbuffer_add_printf(b, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}", code, msg);
     evhttp_send_reply(req, status, code, b);
     if (b) evbuffer_free(b);
@@ -414,8 +420,7 @@ static void send_summary(coord_server *srv, struct evhttp_request *req) {
     }
     evbuffer_add(b, text, strlen(text));
     free(text);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "application/json");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
 }
@@ -443,8 +448,8 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
     evhttp_add_header(out, "Cache-Control", "no-store");
     evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
     if (srv->admin_token[0] &&
-        !authorised(srv, evhttp_find_header(evhttp_request_get_input_headers(req),
-                                            "Authorization"))) {
+        !authorised(srv,
+                    evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"))) {
         evhttp_add_header(out, "WWW-Authenticate", "Bearer");
         evhttp_add_header(out, "WWW-Authenticate",
                           "Basic realm=\"volley admin\", charset=\"UTF-8\"");
@@ -459,10 +464,14 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
         admin_error(req, 405, "method_not_allowed", "only GET is served here");
         return;
     }
-    if (path && strcmp(path, "/metrics") == 0) send_metrics(srv, req);
-    else if (path && strcmp(path, "/dashboard.json") == 0) send_summary(srv, req);
-    else if (path && strcmp(path, "/") == 0) send_page(req);
-    else admin_error(req, 404, "not_found", "this listener serves /, /dashboard.json and /metrics");
+    if (path && strcmp(path, "/metrics") == 0)
+        send_metrics(srv, req);
+    else if (path && strcmp(path, "/dashboard.json") == 0)
+        send_summary(srv, req);
+    else if (path && strcmp(path, "/") == 0)
+        send_page(req);
+    else
+        admin_error(req, 404, "not_found", "this listener serves /, /dashboard.json and /metrics");
 }
 
 int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *err) {
@@ -483,6 +492,6 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
     bound_port = bound_port > 0 ? bound_port : port;
     vl_log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
-             bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
+                bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
     return VL_OK;
 }

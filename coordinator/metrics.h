@@ -56,7 +56,7 @@ typedef struct coord_metrics_refusal {
     int64_t at;      /* unix s */
     int64_t peer_id; /* 0: not authenticated */
     int route, status;
-    char code[32];   /* "" for a status without a code */
+    char code[32]; /* "" for a status without a code */
     char addr[COORD_METRICS_ADDR];
 } coord_metrics_refusal;
 
@@ -113,8 +113,7 @@ const char *coord_route_label(int i);
 int coord_bound_port(int fd);
 /* Appends every metric to b in the Prometheus text format; reads the
  * database for histograms and peers. 0 or a VL_E* code with err set. */
-int coord_metrics_write(struct coord_server *srv, struct evbuffer *b,
-                        vl_error *err) VL_MUST_CHECK;
+int coord_metrics_write(struct coord_server *srv, struct evbuffer *b, vl_error *err) VL_MUST_CHECK;
 /* Serves /metrics, and the dashboard at / and /dashboard.json
  * (dashboard.h), in plain HTTP on host:port (port 0: any; the log names
  * it), requiring srv->admin_token on every path when it is set: as a

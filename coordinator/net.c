@@ -52,8 +52,7 @@ void coord_testset_close(coord_testset *t) {
 
 /* Fills t from the loaded images: floats as the peers compute them
  * (model_images_batch), and the hash over the stored bytes. */
-static int fill(coord_testset *t, const model_images *im, const coord_config *cfg,
-                vl_error *err) {
+static int fill(coord_testset *t, const model_images *im, const coord_config *cfg, vl_error *err) {
     size_t n = model_images_count(im);
     size_t d = (size_t)model_images_rows(im) * (size_t)model_images_cols(im);
     if (d != (size_t)cfg->mlp.in_dim)
@@ -96,8 +95,10 @@ int coord_testset_open(coord_testset *t, const coord_config *cfg, int64_t expect
     if (!rc) rc = fill(t, im, cfg, err);
     model_images_free(im);
     if (!rc && expect_hash && (t->size != expect_size || strcmp(t->hash, expect_hash) != 0))
-        rc = vl_fail(err, VL_ECONFLICT, "the test set %s changed since init (%s); refusing to "
-                     "score versions on other data", cfg->test_images,
+        rc = vl_fail(err, VL_ECONFLICT,
+                     "the test set %s changed since init (%s); refusing to "
+                     "score versions on other data",
+                     cfg->test_images,
                      t->size != expect_size ? "its size differs" : "its hash differs");
     if (rc) coord_testset_close(t);
     return rc;
@@ -127,9 +128,9 @@ void coord_net_log_version(const coord_server *srv, const storage_version *v, si
     /* Without a test set the accuracy is the peers', measured on their own
      * data with the versions they trained from. */
     vl_log_info("version %lld %s %.6f, %s %.4f (train_loss %.6f, %zu updates of which %zu stale, "
-             "%.0f bytes per update; merged in %.2f s)%s%s",
-             (long long)v->version, srv->test.n ? "test_loss" : "reported loss", v->val_loss,
-             srv->test.n ? "test accuracy" : "peers' accuracy of their base versions",
-             srv->val_accuracy, v->train_loss, updates, stale, bytes_per_update, merge_s,
-             split_note, srv->finished ? "; the run is finished" : "");
+                "%.0f bytes per update; merged in %.2f s)%s%s",
+                (long long)v->version, srv->test.n ? "test_loss" : "reported loss", v->val_loss,
+                srv->test.n ? "test accuracy" : "peers' accuracy of their base versions",
+                srv->val_accuracy, v->train_loss, updates, stale, bytes_per_update, merge_s,
+                split_note, srv->finished ? "; the run is finished" : "");
 }

@@ -73,7 +73,7 @@ int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
 struct coord_server;
 struct storage_version;
 void coord_net_log_version(const struct coord_server *srv, const struct storage_version *v,
-                           size_t updates, size_t stale, double bytes_per_update,
-                           double merge_s, double split_loss);
+                           size_t updates, size_t stale, double bytes_per_update, double merge_s,
+                           double split_loss);
 
 #endif

@@ -43,8 +43,7 @@ static int open_current(coord_nonce_log *l, vl_error *err) {
 static int is_hex(const char *s, size_t max) {
     size_t n = 0;
     for (; s[n]; n++)
-        if (n >= max || !((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')))
-            return 0;
+        if (n >= max || !((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return 0;
     return n > 0;
 }
 
@@ -121,8 +120,9 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
     int rc = load_file(l->old_path, cache, now, l->window, &keep, &loaded, err);
     if (rc == VL_OK) rc = load_file(l->path, cache, now, l->window, &keep, &loaded, err);
     /* One file with what is live, then appends to it; the old one goes. */
-    if (rc == VL_OK) rc = vl_file_write_atomic(l->path, keep.data ? keep.data : (uint8_t *)"",
-                                            keep.len, 0600, err);
+    if (rc == VL_OK)
+        rc = vl_file_write_atomic(l->path, keep.data ? keep.data : (uint8_t *)"", keep.len, 0600,
+                                  err);
     vl_buf_free(&keep);
     if (rc == VL_OK && unlink(l->old_path) != 0 && errno != ENOENT)
         rc = vl_fail(err, VL_EIO, "cannot remove %s: %s", l->old_path, strerror(errno));
@@ -138,8 +138,9 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         coord_nonce_log_close(l);
         return rc;
     }
-    if (loaded) vl_log_info("nonce journal: %zu nonces of the last %lld s remembered", loaded,
-                         (long long)l->window);
+    if (loaded)
+        vl_log_info("nonce journal: %zu nonces of the last %lld s remembered", loaded,
+                    (long long)l->window);
     *out = l;
     return VL_OK;
 }

@@ -22,7 +22,7 @@ void coord_scale(float *x, size_t n, double s) {
 }
 
 int coord_apply_largest(float *theta, float *e, size_t n, size_t apply_k, uint32_t *idx,
-                         size_t *nnz, vl_error *err) {
+                        size_t *nnz, vl_error *err) {
     int rc = compress_topk(e, n, apply_k, idx, nnz, err);
     if (rc != VL_OK) return rc;
     for (size_t j = 0; j < *nnz; j++) {

@@ -77,10 +77,10 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
     size_t in_bytes = in ? evbuffer_get_length(in) : 0;
     if (cr->peer_id > 0)
         vl_log_info("%s %s %d %zuB in=%zuB %.1fms peer=%lld", cr->method, cr->path, status, nbytes,
-                 in_bytes, ms, (long long)cr->peer_id);
+                    in_bytes, ms, (long long)cr->peer_id);
     else
         vl_log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
-                 ms);
+                    ms);
     int route = coord_route_index(cr->full_path);
     coord_metrics_request(&cr->srv->metrics, route, status, in_bytes, nbytes);
     if (cr->full_path && !strcmp(cr->full_path, "/v1/updates"))
@@ -122,7 +122,8 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
         coord_set_header(cr, "Retry-After", COORD_RETRY_AFTER_S);
     vl_log_debug("%s %s: %s: %s", cr->method, cr->path, code, msg);
     cr->err_code = code;
-    coord_reply_json(cr, status, json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
+    coord_reply_json(cr, status,
+                     json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg));
 }
 
 void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who) {
@@ -137,7 +138,8 @@ void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who) {
 }
 
 void coord_reply_internal(coord_req *cr, const vl_error *err) {
-    vl_log_error("%s %s: %s", cr->method, cr->path, err && err->msg[0] ? err->msg : "internal error");
+    vl_log_error("%s %s: %s", cr->method, cr->path,
+                 err && err->msg[0] ? err->msg : "internal error");
     coord_reply_error(cr, 500, "internal", "internal error");
 }
 
@@ -152,13 +154,15 @@ int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int6
     vl_error e = {0};
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
     if (coord_query_ints(query, allowed, max, values, present, &e) == VL_OK) return 0;
-    if (hint) coord_reply_error(cr, 400, "bad_request", "%s (%s)", e.msg, hint);
-    else coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+    if (hint)
+        coord_reply_error(cr, 400, "bad_request", "%s (%s)", e.msg, hint);
+    else
+        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
     return -1;
 }
 
-int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
-                     int64_t *values, unsigned *present, vl_error *err) {
+int coord_query_ints(const char *query, const char *const *allowed, int64_t max, int64_t *values,
+                     unsigned *present, vl_error *err) {
     *present = 0;
     if (!query || !*query) return VL_OK;
     const char *p = query;

@@ -40,8 +40,7 @@ void coord_robust_clip_scales(const double *norms, size_t k, double mult, double
     /* scale is the median's scratch, then the answer. */
     memcpy(scale, norms, k * sizeof *scale);
     double bound = k ? mult * coord_robust_median(scale, k) : 0;
-    for (size_t i = 0; i < k; i++)
-        scale[i] = norms[i] > bound ? bound / norms[i] : 1.0;
+    for (size_t i = 0; i < k; i++) scale[i] = norms[i] > bound ? bound / norms[i] : 1.0;
 }
 
 double coord_robust_bound_scale(const coord_robust_config *r, double norm) {
@@ -105,9 +104,7 @@ int coord_robust_combine(coord_rule rule, double trim, const float *const *rows,
             out[j] = weighted_mean(it, b, k - b, w);
             break;
         case COORD_RULE_MEAN:
-        case COORD_RULE_NORM_CLIP:
-            out[j] = weighted_mean(it, 0, k, w);
-            break;
+        case COORD_RULE_NORM_CLIP: out[j] = weighted_mean(it, 0, k, w); break;
         }
     }
     free(it);
@@ -116,8 +113,8 @@ int coord_robust_combine(coord_rule rule, double trim, const float *const *rows,
 
 /* ---- one merge's updates ----------------------------------------------------- */
 
-void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg,
-                           compress_kind kind, size_t d) {
+void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg, compress_kind kind,
+                           size_t d) {
     memset(a, 0, sizeof *a);
     a->cfg = *cfg;
     a->kind = kind;
@@ -232,8 +229,7 @@ static int finish_sparse(coord_robust_acc *a, float *out, vl_error *err) {
     float **rows = malloc(a->k * sizeof *rows);
     float *res = malloc(m * sizeof *res + 1);
     if (!grid || !rows || !res) {
-        rc = vl_fail(err, VL_ENOMEM, "out of memory for %zu updates over %zu coordinates",
-                     a->k, m);
+        rc = vl_fail(err, VL_ENOMEM, "out of memory for %zu updates over %zu coordinates", a->k, m);
     } else {
         for (size_t i = 0; i < a->k; i++) {
             rows[i] = grid + i * m;
@@ -243,8 +239,8 @@ static int finish_sparse(coord_robust_acc *a, float *out, vl_error *err) {
                 rows[i][p] = a->vals[i][q];
             }
         }
-        rc = coord_robust_combine(a->cfg.rule, a->cfg.trim, (const float *const *)rows, a->w,
-                                  a->k, m, res, err);
+        rc = coord_robust_combine(a->cfg.rule, a->cfg.trim, (const float *const *)rows, a->w, a->k,
+                                  m, res, err);
     }
     if (rc == VL_OK) {
         memset(out, 0, a->d * sizeof *out);
@@ -275,6 +271,6 @@ int coord_robust_acc_finish(coord_robust_acc *a, float *out, vl_error *err) {
         free(scale);
     }
     if (a->kind == COMPRESS_TOPK) return finish_sparse(a, out, err);
-    return coord_robust_combine(a->cfg.rule, a->cfg.trim, (const float *const *)a->vals, a->w,
-                                a->k, a->d, out, err);
+    return coord_robust_combine(a->cfg.rule, a->cfg.trim, (const float *const *)a->vals, a->w, a->k,
+                                a->d, out, err);
 }

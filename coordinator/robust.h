@@ -77,7 +77,7 @@ int coord_robust_combine(coord_rule rule, double trim, const float *const *rows,
 typedef struct coord_robust_acc {
     coord_robust_config cfg;
     compress_kind kind;
-    size_t d;       /* values per update (dense, sketch) or the index range (topk) */
+    size_t d; /* values per update (dense, sketch) or the index range (topk) */
     size_t k, cap;
     float **vals;   /* per update, compress_update_count values (owned) */
     uint32_t **idx; /* topk: per update, its indices (owned) */
@@ -92,8 +92,8 @@ typedef struct coord_robust_acc {
 
 /* An empty set for updates of the given kind: d is the model's parameter
  * count for dense and topk updates, rows * cols for sketches. */
-void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg,
-                           compress_kind kind, size_t d);
+void coord_robust_acc_init(coord_robust_acc *a, const coord_robust_config *cfg, compress_kind kind,
+                           size_t d);
 /* Copies update u with weight w > 0 and norm (its compress_update_norm)
  * in, scaled down to max_norm if longer. VL_EINVAL for an update of
  * another kind, or a dense or sketch update of other than d values. */

@@ -61,8 +61,10 @@ static const float *values_of(const coord_round_acc *a, int64_t update_id) {
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (a->ids[mid] == update_id) return a->vals[mid];
-        if (a->ids[mid] < update_id) lo = mid + 1;
-        else hi = mid;
+        if (a->ids[mid] < update_id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }

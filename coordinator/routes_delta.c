@@ -67,8 +67,7 @@ static int version_params(coord_server *srv, int64_t version, const float **thet
     if (!owned->params || owned->n != srv->n_params) {
         storage_version_free(owned);
         memset(owned, 0, sizeof *owned);
-        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained",
-                       (long long)version);
+        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
     }
     *theta = owned->params;
     return coord_params_digest(*theta, srv->n_params, digest, err);
@@ -117,8 +116,10 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
         if (!rc) rc = st_writer_meta(&w, "sha256", digest);
         if (!rc) rc = st_writer_add(&w, "indices", ST_U32, 1, shape, idx, a.nnz * 4);
         if (!rc) rc = st_writer_add(&w, "values", ST_F32, 1, shape, val, a.nnz * 4);
-        if (rc) rc = vl_fail(err, rc, "cannot describe the delta");
-        else rc = st_writer_finish(&w, &b, err);
+        if (rc)
+            rc = vl_fail(err, rc, "cannot describe the delta");
+        else
+            rc = st_writer_finish(&w, &b, err);
     }
     if (rc == VL_OK) {
         size_t len;
@@ -150,8 +151,10 @@ void coord_route_delta(coord_req *cr) {
     int64_t since = vals[0];
     int64_t version = (present & 2u) ? vals[1] : srv->version;
     if (version > srv->version) {
-        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
-                          "is %lld)", (long long)version, (long long)srv->version);
+        coord_reply_error(cr, 404, "unknown_version",
+                          "version %lld has not been made (current "
+                          "is %lld)",
+                          (long long)version, (long long)srv->version);
         return;
     }
     if (since >= version) {
@@ -171,7 +174,8 @@ void coord_route_delta(coord_req *cr) {
          * read a retained version (4 bytes each) before the file exists. */
         if (!coord_download_room(srv, 5 * (int64_t)srv->n_params)) {
             coord_set_header(cr, "Retry-After", "2");
-            coord_reply_error(cr, 503, "overloaded", "downloads in flight hold the coordinator's "
+            coord_reply_error(cr, 503, "overloaded",
+                              "downloads in flight hold the coordinator's "
                               "download budget; retry shortly");
             return;
         }

@@ -83,8 +83,10 @@ void coord_route_model(coord_req *cr) {
     if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     int64_t version = present ? vals[0] : srv->version;
     if (version > srv->version) {
-        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
-                          "is %lld)", (long long)version, (long long)srv->version);
+        coord_reply_error(cr, 404, "unknown_version",
+                          "version %lld has not been made (current "
+                          "is %lld)",
+                          (long long)version, (long long)srv->version);
         return;
     }
     char etag[32];
@@ -96,12 +98,13 @@ void coord_route_model(coord_req *cr) {
     }
     /* A peer trains from the current version or, in a run that takes
      * stale updates, from one at most the staleness bound behind. */
-    int64_t oldest = srv->cfg.staleness.max > 0 ? srv->version - srv->cfg.staleness.max
-                                                : srv->version;
+    int64_t oldest =
+        srv->cfg.staleness.max > 0 ? srv->version - srv->cfg.staleness.max : srv->version;
     if (version < oldest && version != srv->version) {
-        coord_reply_error(cr, 404, "unknown_version", "version %lld is older than any a peer "
-                          "can train from (the oldest is %lld)", (long long)version,
-                          (long long)oldest);
+        coord_reply_error(cr, 404, "unknown_version",
+                          "version %lld is older than any a peer "
+                          "can train from (the oldest is %lld)",
+                          (long long)version, (long long)oldest);
         return;
     }
     coord_blob *blob = NULL;
@@ -204,9 +207,10 @@ static void serve_tokens(coord_req *cr, const char *name) {
     int64_t idx = -1;
     const char *digits = strncmp(name, "tokens/", 7) == 0 ? name + 7 : NULL;
     if (!digits || parse_pos(digits, strlen(digits), &idx) != 0 || idx >= s->n) {
-        coord_reply_error(cr, 404, "unknown_shard", "this run's data are %d token shards: "
-                          "/v1/data/tokens/<0-%d>?offset=<token>&count=<tokens>", s->n,
-                          s->n - 1);
+        coord_reply_error(cr, 404, "unknown_shard",
+                          "this run's data are %d token shards: "
+                          "/v1/data/tokens/<0-%d>?offset=<token>&count=<tokens>",
+                          s->n, s->n - 1);
         return;
     }
     const char *const keys[] = {"offset", "count", NULL};
@@ -216,15 +220,18 @@ static void serve_tokens(coord_req *cr, const char *name) {
     if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     int64_t offset = vals[0], count = vals[1], ntok = s->ntok[idx];
     if (present != 3u || count < 1 || count > srv->cfg.task_tokens) {
-        coord_reply_error(cr, 400, "bad_request", "token data needs offset and count, with "
+        coord_reply_error(cr, 400, "bad_request",
+                          "token data needs offset and count, with "
                           "count from 1 to task_tokens (%lld)",
                           (long long)srv->cfg.task_tokens);
         return;
     }
     if (offset >= ntok || count > ntok - offset) {
-        coord_reply_error(cr, 416, "bad_range", "tokens %lld to %lld are not inside shard "
-                          "%lld, which has %lld", (long long)offset,
-                          (long long)(offset + count - 1), (long long)idx, (long long)ntok);
+        coord_reply_error(cr, 416, "bad_range",
+                          "tokens %lld to %lld are not inside shard "
+                          "%lld, which has %lld",
+                          (long long)offset, (long long)(offset + count - 1), (long long)idx,
+                          (long long)ntok);
         return;
     }
     if (coord_shards_check(s, (int)idx, &e) != VL_OK) {
@@ -259,8 +266,9 @@ void coord_route_data(coord_req *cr) {
     if (coord_authenticate(cr) != 0) return;
     const char *shard = cr->full_path + strlen("/v1/data/");
     if (coord_config_is_local(&srv->cfg)) {
-        coord_reply_error(cr, 404, "no_data", "this run's data stay on the peers; the "
-                                              "coordinator serves none");
+        coord_reply_error(cr, 404, "no_data",
+                          "this run's data stay on the peers; the "
+                          "coordinator serves none");
         return;
     }
     if (srv->cfg.shards) {
@@ -291,8 +299,8 @@ void coord_route_data(coord_req *cr) {
             return;
         }
         status = 206;
-        snprintf(cr_hdr, sizeof cr_hdr, "bytes %lld-%lld/%lld", (long long)first,
-                 (long long)last, (long long)total);
+        snprintf(cr_hdr, sizeof cr_hdr, "bytes %lld-%lld/%lld", (long long)first, (long long)last,
+                 (long long)total);
         coord_set_header(cr, "Content-Range", cr_hdr);
     }
     coord_set_header(cr, "Accept-Ranges", "bytes");

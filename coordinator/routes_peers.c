@@ -34,10 +34,14 @@ static int printable(const char *s) {
     while (*p) {
         uint32_t c;
         int len = *p < 0x80 ? 1 : *p < 0xE0 ? 2 : *p < 0xF0 ? 3 : 4;
-        if (*p < 0x80) c = *p;
-        else if (len == 2) c = *p & 0x1F;
-        else if (len == 3) c = *p & 0x0F;
-        else c = *p & 0x07;
+        if (*p < 0x80)
+            c = *p;
+        else if (len == 2)
+            c = *p & 0x1F;
+        else if (len == 3)
+            c = *p & 0x0F;
+        else
+            c = *p & 0x07;
         for (int i = 1; i < len; i++) {
             if ((p[i] & 0xC0) != 0x80) return 0; /* not UTF-8 after all */
             c = (c << 6) | (p[i] & 0x3F);
@@ -53,9 +57,8 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_e
     if (len > COORD_MAX_JSON_BODY)
         return vl_fail(err, VL_ETOOBIG, "a join body is at most %d bytes", COORD_MAX_JSON_BODY);
     json_error_t jerr;
-    json_t *root = body && len > 0
-                       ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr)
-                       : NULL;
+    json_t *root =
+        body && len > 0 ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     if (!root) return vl_fail(err, VL_EINVAL, "the body is not valid JSON");
     int rc = VL_OK;
     const char *key;
@@ -90,8 +93,10 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_e
         json_string_length(name) > COORD_JOIN_NAME_MAX ||
         strlen(json_string_value(name)) != json_string_length(name) ||
         !printable(json_string_value(name))) {
-        rc = vl_fail(err, VL_EINVAL, "name must be 1 to %d bytes of printable characters (no "
-                     "control or format characters)", COORD_JOIN_NAME_MAX);
+        rc = vl_fail(err, VL_EINVAL,
+                     "name must be 1 to %d bytes of printable characters (no "
+                     "control or format characters)",
+                     COORD_JOIN_NAME_MAX);
         goto out;
     }
     memcpy(out->name, json_string_value(name), json_string_length(name) + 1);
@@ -133,7 +138,8 @@ static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
         return;
     }
     cr->peer_id = peer_id;
-    coord_reply_json(cr, status, json_pack("{s:I, s:o}", "peer_id", (json_int_t)peer_id, "run", run));
+    coord_reply_json(cr, status,
+                     json_pack("{s:I, s:o}", "peer_id", (json_int_t)peer_id, "run", run));
 }
 
 /* A registration on its way to the database. */
@@ -152,8 +158,7 @@ static int join_run(storage *db, coord_job *job, vl_error *err) {
     join_job *j = (join_job *)job;
     int rc = storage_token_use(db, j->token_id, j->now, err);
     if (rc == VL_OK)
-        rc = storage_peer_insert(db, j->pk, j->name, j->hardware, j->token_id, j->now, &j->id,
-                                 err);
+        rc = storage_peer_insert(db, j->pk, j->name, j->hardware, j->token_id, j->now, &j->id, err);
     return rc;
 }
 
@@ -165,7 +170,8 @@ static void join_done(coord_job *job, int rc, const vl_error *err) {
         coord_reply_error(&j->cr, 403, "invalid_token", "the token is unknown, expired or used up");
     } else if (rc == VL_ECONFLICT) {
         /* The same key joined twice at once; the other request registered it. */
-        coord_reply_error(&j->cr, 409, "already_joined", "this key is being registered by "
+        coord_reply_error(&j->cr, 409, "already_joined",
+                          "this key is being registered by "
                           "another request; join again to get its peer id");
     } else if (rc != VL_OK) {
         coord_reply_internal(&j->cr, err);
@@ -220,7 +226,8 @@ void coord_route_join(coord_req *cr) {
         goto out;
     }
     if (retired) {
-        coord_reply_error(cr, 409, "key_retired", "this key was a peer's before it rotated to "
+        coord_reply_error(cr, 409, "key_retired",
+                          "this key was a peer's before it rotated to "
                           "another; make a new key");
         goto out;
     }
@@ -290,18 +297,21 @@ static int rotate_run(storage *db, coord_job *job, vl_error *err) {
 static void reply_key(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES], int rotated) {
     char b64[CRYPTO_PK_B64_LEN + 1];
     crypto_pk_encode(pk, b64);
-    coord_reply_json(cr, 200, json_pack("{s:I, s:s, s:b}", "peer_id", (json_int_t)cr->peer_id,
-                                        "public_key", b64, "rotated", rotated));
+    coord_reply_json(cr, 200,
+                     json_pack("{s:I, s:s, s:b}", "peer_id", (json_int_t)cr->peer_id, "public_key",
+                               b64, "rotated", rotated));
 }
 
 static void rotate_done(coord_job *job, int rc, const vl_error *err) {
     rotate_job *j = (rotate_job *)job;
     if (rc == VL_ECONFLICT) {
-        coord_reply_error(&j->cr, 409, "key_in_use", "the new key is registered already or "
+        coord_reply_error(&j->cr, 409, "key_in_use",
+                          "the new key is registered already or "
                           "retired");
     } else if (rc == VL_ENOTFOUND) {
         /* Revoked, or another rotation won, between the checks and now. */
-        coord_reply_error(&j->cr, 409, "key_changed", "the peer was revoked or its key changed "
+        coord_reply_error(&j->cr, 409, "key_changed",
+                          "the peer was revoked or its key changed "
                           "meanwhile; nothing was changed");
     } else if (rc != VL_OK) {
         coord_reply_internal(&j->cr, err);
@@ -327,8 +337,9 @@ int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYT
     if (ok) snprintf(proof, CRYPTO_SIG_B64_LEN + 8, "%s", json_string_value(p));
     json_decref(root);
     if (!ok)
-        return vl_fail(err, VL_EINVAL, "the body must be {\"public_key\": base64 of 32 bytes, "
-                                       "\"proof\": base64 signature} and nothing else");
+        return vl_fail(err, VL_EINVAL,
+                       "the body must be {\"public_key\": base64 of 32 bytes, "
+                       "\"proof\": base64 signature} and nothing else");
     return VL_OK;
 }
 
@@ -365,7 +376,8 @@ void coord_route_rotate(coord_req *cr) {
         return;
     }
     if (rc != VL_OK) {
-        coord_reply_error(cr, 401, "bad_proof", "the proof is not the new key's signature of "
+        coord_reply_error(cr, 401, "bad_proof",
+                          "the proof is not the new key's signature of "
                           "this rotation");
         return;
     }
@@ -387,7 +399,8 @@ void coord_route_rotate(coord_req *cr) {
         return;
     }
     if (retired) {
-        coord_reply_error(cr, 409, "key_retired", "the new key was a peer's before; make a new "
+        coord_reply_error(cr, 409, "key_retired",
+                          "the new key was a peer's before; make a new "
                           "one");
         return;
     }

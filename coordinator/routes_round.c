@@ -13,7 +13,8 @@
 
 static int no_round(coord_req *cr) {
     if (coord_config_round_candidates(&cr->srv->cfg) > 0) return 0;
-    coord_reply_error(cr, 404, "no_round", "this run has no second round "
+    coord_reply_error(cr, 404, "no_round",
+                      "this run has no second round "
                       "(compression.second_round is 0)");
     return 1;
 }
@@ -46,8 +47,10 @@ static int serve_round(coord_req *cr) {
         return 1;
     }
     if (version < srv->version || srv->finished) {
-        coord_reply_error(cr, 410, "round_closed", "version %lld has been merged; the current "
-                          "version is %lld", (long long)version, (long long)srv->version);
+        coord_reply_error(cr, 410, "round_closed",
+                          "version %lld has been merged; the current "
+                          "version is %lld",
+                          (long long)version, (long long)srv->version);
         return 1;
     }
     storage_round r;
@@ -94,8 +97,10 @@ void coord_route_round(coord_req *cr) {
         return;
     }
     if (version > srv->version) {
-        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
-                          "is %lld)", (long long)version, (long long)srv->version);
+        coord_reply_error(cr, 404, "unknown_version",
+                          "version %lld has not been made (current "
+                          "is %lld)",
+                          (long long)version, (long long)srv->version);
         return;
     }
     if (serve_round(cr)) return;
@@ -136,19 +141,24 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
         return -1;
     }
     if (m->version < srv->version || srv->finished) {
-        coord_reply_error(cr, 410, "round_closed", "version %lld has been merged; the current "
-                          "version is %lld", (long long)m->version, (long long)srv->version);
+        coord_reply_error(cr, 410, "round_closed",
+                          "version %lld has been merged; the current "
+                          "version is %lld",
+                          (long long)m->version, (long long)srv->version);
         return -1;
     }
     if (m->version > srv->version) {
-        coord_reply_error(cr, 404, "unknown_version", "version %lld has not been made (current "
-                          "is %lld)", (long long)m->version, (long long)srv->version);
+        coord_reply_error(cr, 404, "unknown_version",
+                          "version %lld has not been made (current "
+                          "is %lld)",
+                          (long long)m->version, (long long)srv->version);
         return -1;
     }
     storage_round r;
     rc = storage_round_get(srv->db, m->version, &r, &e);
     if (rc == VL_ENOTFOUND) {
-        coord_reply_error(cr, 409, "round_not_open", "the round of version %lld has not opened "
+        coord_reply_error(cr, 409, "round_not_open",
+                          "the round of version %lld has not opened "
                           "(it opens when the version has all its updates)",
                           (long long)m->version);
         return -1;
@@ -159,8 +169,10 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
         return -1;
     }
     if (!has_update || base != m->version || merged >= 0) {
-        coord_reply_error(cr, 422, "not_in_round", "task %lld has no update in the round of "
-                          "version %lld", (long long)t.id, (long long)m->version);
+        coord_reply_error(cr, 422, "not_in_round",
+                          "task %lld has no update in the round of "
+                          "version %lld",
+                          (long long)t.id, (long long)m->version);
         return -1;
     }
     return 0;
@@ -198,9 +210,9 @@ static void values_done(coord_job *job, int rc, const vl_error *err) {
             vl_log_error("cannot count round values: %s", se.msg);
             coord_reply_json(cr, 202, json_pack("{s:I}", "version", (json_int_t)j->version));
         } else {
-            coord_reply_json(cr, 202, json_pack("{s:I, s:I, s:I}", "version",
-                                                (json_int_t)j->version, "reported",
-                                                (json_int_t)have, "updates", (json_int_t)done));
+            coord_reply_json(cr, 202,
+                             json_pack("{s:I, s:I, s:I}", "version", (json_int_t)j->version,
+                                       "reported", (json_int_t)have, "updates", (json_int_t)done));
             if (have >= done) coord_schedule_merge(srv);
         }
     }

@@ -24,10 +24,10 @@ static json_t *data_json(const coord_server *srv, const storage_task *t) {
                          (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);
     int shard;
     int64_t local;
-    if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset,
-                                 t->data_length, &shard, &local) != 0) {
+    if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset, t->data_length,
+                                 &shard, &local) != 0) {
         vl_log_error("task %lld: its token range %lld+%lld lies in no training shard",
-                  (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
+                     (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
         return NULL;
     }
     return json_pack("{s:s, s:i, s:I, s:I}", "kind", "tokens", "shard", shard, "offset",
@@ -46,14 +46,13 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
         " s:{s:I, s:I, s:i, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}, s:{s:f, s:I, s:I}, s:I}",
         "task_id", (json_int_t)t->id, "run", c->name, "base_version", (json_int_t)t->base_version,
-        "data", data, "train", "steps", (json_int_t)steps, "batch",
-        (json_int_t)tr->batch, "context", c->net == COORD_NET_MLP ? 1 : c->model.block_size,
-        "optimizer", tr->optimizer, "lr",
-        coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
+        "data", data, "train", "steps", (json_int_t)steps, "batch", (json_int_t)tr->batch,
+        "context", c->net == COORD_NET_MLP ? 1 : c->model.block_size, "optimizer", tr->optimizer,
+        "lr", coord_sched_lr(tr, t->base_version, c->max_versions), "beta1", tr->beta1, "beta2",
         tr->beta2, "eps", tr->eps, "weight_decay", tr->weight_decay, "grad_clip", tr->grad_clip,
         "seed", (json_int_t)t->seed, "compression", "kind", c->compression_kind, "dtype",
-        c->compression_dtype, "k", (json_int_t)c->comp_k, "rows", (json_int_t)c->comp_rows,
-        "cols", (json_int_t)c->comp_cols, "seed", (json_int_t)c->comp_seed, "second_round",
+        c->compression_dtype, "k", (json_int_t)c->comp_k, "rows", (json_int_t)c->comp_rows, "cols",
+        (json_int_t)c->comp_cols, "seed", (json_int_t)c->comp_seed, "second_round",
         (json_int_t)c->second_round, "round_s", (json_int_t)c->round_s, "block",
         (json_int_t)c->comp_block, "decay", c->comp_decay, "selsync", "delta", c->selsync_delta,
         "h_min", (json_int_t)h_min, "h_max", (json_int_t)steps, "deadline",
@@ -69,11 +68,10 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     /* K-FAC's settings likewise, with the newest merged factors when the
      * run shares them, so the peer starts from the pooled estimate. */
     if (o && strcmp(tr->optimizer, "kfac") == 0) {
-        json_t *k = json_pack("{s:f, s:{s:f, s:f, s:I, s:f, s:b, s:s}}", "momentum",
-                              tr->momentum, "kfac", "damping", tr->kfac.damping, "decay",
-                              tr->kfac.decay, "inverse_every", (json_int_t)tr->kfac.inverse_every,
-                              "kl_clip", tr->kfac.kl_clip, "share", tr->kfac.share, "dtype",
-                              tr->kfac.dtype);
+        json_t *k = json_pack("{s:f, s:{s:f, s:f, s:I, s:f, s:b, s:s}}", "momentum", tr->momentum,
+                              "kfac", "damping", tr->kfac.damping, "decay", tr->kfac.decay,
+                              "inverse_every", (json_int_t)tr->kfac.inverse_every, "kl_clip",
+                              tr->kfac.kl_clip, "share", tr->kfac.share, "dtype", tr->kfac.dtype);
         if (k && tr->kfac.share && srv->factors_version >= 0 &&
             json_object_set_new(json_object_get(k, "kfac"), "factors_version",
                                 json_integer((json_int_t)srv->factors_version)) != 0) {
@@ -107,8 +105,7 @@ static json_t *task_json(const coord_server *srv, const storage_task *t) {
     /* SGD's settings travel only in SGD runs, which peers of an AdamW run
      * would not know what to do with. */
     if (o && strcmp(tr->optimizer, "sgd") == 0) {
-        json_t *sgd = json_pack("{s:f, s:b}", "momentum", tr->momentum, "nesterov",
-                                tr->nesterov);
+        json_t *sgd = json_pack("{s:f, s:b}", "momentum", tr->momentum, "nesterov", tr->nesterov);
         if (!sgd || json_object_update(json_object_get(o, "train"), sgd) != 0) {
             json_decref(o);
             o = NULL;
@@ -171,12 +168,14 @@ static int issuing_room(coord_server *srv) {
 
 /* Call issuing_room first. */
 static void lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord_lease *l) {
-    *l = (coord_lease){
-        .t = {.peer_id = peer_id, .base_version = srv->version, .issued_at = now,
-              .deadline = now + srv->cfg.lease_s, .state = STORAGE_TASK_LEASED},
-        .run_seed = (uint64_t)srv->cfg.seed,
-        .train_len = srv->corpus.train_len,
-        .task_bytes = srv->cfg.task_bytes};
+    *l = (coord_lease){.t = {.peer_id = peer_id,
+                             .base_version = srv->version,
+                             .issued_at = now,
+                             .deadline = now + srv->cfg.lease_s,
+                             .state = STORAGE_TASK_LEASED},
+                       .run_seed = (uint64_t)srv->cfg.seed,
+                       .train_len = srv->corpus.train_len,
+                       .task_bytes = srv->cfg.task_bytes};
     l->local = coord_config_is_local(&srv->cfg);
     if (l->local) l->task_bytes = srv->cfg.train.steps * srv->cfg.train.batch;
     if (srv->cfg.shards) {
@@ -214,8 +213,7 @@ int coord_lease_write(storage *db, coord_lease *l, vl_error *err) {
         t->seed = coord_sched_task_seed(l->run_seed, t->id);
     } else if (rc == VL_ENOTFOUND) {
         if (l->ntok ? coord_sched_token_range(l->run_seed, t->id, l->ntok, l->n_shards,
-                                              l->task_tokens, &t->data_offset,
-                                              &t->data_length) != 0
+                                              l->task_tokens, &t->data_offset, &t->data_length) != 0
                     : coord_sched_task_range(l->run_seed, t->id, l->train_len, l->task_bytes,
                                              &t->data_offset, &t->data_length) != 0)
             return vl_fail(err, VL_EINVAL, "the run has no training data");
@@ -234,10 +232,10 @@ json_t *coord_lease_committed(coord_server *srv, const coord_lease *l) {
     coord_speed_lease(srv, l->t.peer_id, l->t.id);
     if (l->reissued)
         vl_log_info("task %lld leased to peer %lld redoes the data of expired task %lld",
-                 (long long)l->t.id, (long long)l->t.peer_id, (long long)l->t.reissue_of);
+                    (long long)l->t.id, (long long)l->t.peer_id, (long long)l->t.reissue_of);
     else
         vl_log_debug("task %lld leased to peer %lld until %lld", (long long)l->t.id,
-                  (long long)l->t.peer_id, (long long)l->t.deadline);
+                     (long long)l->t.peer_id, (long long)l->t.deadline);
     coord_arm_lease_timer(srv);
     return task_json(srv, &l->t);
 }
@@ -348,8 +346,9 @@ static int serve_task(coord_req *cr, int behind) {
     if (!srv->finished) {
         /* An async peer keeps its lease across versions; a sync lease is
          * for the current version only. */
-        int rc = async ? storage_task_find_any_lease(srv->db, cr->peer_id, now, cr->uploading, &t, &e)
-                       : storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
+        int rc = async
+                     ? storage_task_find_any_lease(srv->db, cr->peer_id, now, cr->uploading, &t, &e)
+                     : storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
         if (rc != VL_OK && rc != VL_ENOTFOUND) {
             coord_reply_internal(cr, &e);
             return COORD_SERVED;
@@ -375,8 +374,8 @@ static int serve_task(coord_req *cr, int behind) {
                     coord_reply_internal(cr, &e);
                     return COORD_SERVED;
                 }
-                pending = grc == VL_OK && up.peer_id == cr->peer_id &&
-                          up.state == STORAGE_TASK_LEASED;
+                pending =
+                    grc == VL_OK && up.peer_id == cr->peer_id && up.state == STORAGE_TASK_LEASED;
             }
             int hold = async_hold(srv, pending, &e);
             if (hold < 0) {
@@ -395,14 +394,11 @@ static int serve_task(coord_req *cr, int behind) {
         coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld)",
                           (long long)srv->version);
         return COORD_SERVED;
-    case COORD_SCHED_SAME_TASK:
-        coord_reply_json(cr, 200, task_json(srv, &t));
-        return COORD_SERVED;
+    case COORD_SCHED_SAME_TASK: coord_reply_json(cr, 200, task_json(srv, &t)); return COORD_SERVED;
     case COORD_SCHED_NEW_TASK:
         if (behind || issuing_room(srv) != 0) return COORD_WAITING;
         return issue_task(cr, now);
-    case COORD_SCHED_WAIT:
-        break;
+    case COORD_SCHED_WAIT: break;
     }
     return COORD_WAITING;
 }

@@ -33,8 +33,7 @@ static int read_meta(const uint8_t *body, size_t len, compress_update_meta *m) {
 /* Checks the task side of an update in protocol order; answers and
  * returns -1 on the first failure. On success *tau is the update's
  * staleness: how many versions were made since its base. */
-static int check_task(coord_req *cr, const compress_update_meta *m, storage_task *t,
-                      int64_t *tau) {
+static int check_task(coord_req *cr, const compress_update_meta *m, storage_task *t, int64_t *tau) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
     if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0) return -1;
@@ -49,9 +48,10 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
         return -1;
     }
     if (m->base_version != t->base_version) {
-        coord_reply_error(cr, 422, "wrong_version", "update says base version %lld; task %lld "
-                          "is based on %lld", (long long)m->base_version, (long long)t->id,
-                          (long long)t->base_version);
+        coord_reply_error(cr, 422, "wrong_version",
+                          "update says base version %lld; task %lld "
+                          "is based on %lld",
+                          (long long)m->base_version, (long long)t->id, (long long)t->base_version);
         return -1;
     }
     /* Late and stale updates are merged, weighted down, as long as their
@@ -59,7 +59,8 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
      * and the task has no update yet, so it cannot be merged twice. */
     *tau = srv->version - t->base_version;
     if (*tau > srv->cfg.staleness.max) {
-        coord_reply_error(cr, 409, "stale_update", "update is based on version %lld, %lld "
+        coord_reply_error(cr, 409, "stale_update",
+                          "update is based on version %lld, %lld "
                           "versions behind the current %lld; at most %lld are taken",
                           (long long)t->base_version, (long long)*tau, (long long)srv->version,
                           (long long)srv->cfg.staleness.max);
@@ -67,8 +68,8 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     }
     const char *want = coord_config_update_kind(&srv->cfg);
     if (strcmp(compress_kind_name(m->kind), want) != 0) {
-        coord_reply_error(cr, 422, "wrong_kind", "this run takes \"%s\" updates, not \"%s\"",
-                          want, compress_kind_name(m->kind));
+        coord_reply_error(cr, 422, "wrong_kind", "this run takes \"%s\" updates, not \"%s\"", want,
+                          compress_kind_name(m->kind));
         return -1;
     }
     return 0;
@@ -82,17 +83,19 @@ static int check_factors(const coord_server *srv, const compress_update *cu, con
     if (!coord_config_shares_factors(&srv->cfg)) {
         if (!cu->has_factors) return VL_OK;
         *code = "unexpected_factors";
-        return vl_fail(e, VL_ERANGE, "this run does not share K-FAC factors; the update carries "
-                                     "some");
+        return vl_fail(e, VL_ERANGE,
+                       "this run does not share K-FAC factors; the update carries "
+                       "some");
     }
     if (!cu->has_factors) {
         *code = "missing_factors";
-        return vl_fail(e, VL_ERANGE, "this run shares K-FAC factors: an update carries its "
-                                     "peer's (tensors kfac.<layer>.A and .G)");
+        return vl_fail(e, VL_ERANGE,
+                       "this run shares K-FAC factors: an update carries its "
+                       "peer's (tensors kfac.<layer>.A and .G)");
     }
     compress_factors_view v;
-    int rc = compress_factors_decode(&cu->file, srv->factor_layers, srv->n_factor_layers, &v,
-                                     code, e);
+    int rc =
+        compress_factors_decode(&cu->file, srv->factor_layers, srv->n_factor_layers, &v, code, e);
     if (rc == VL_OK) {
         compress_factors_view_free(&v);
         return VL_OK;
@@ -116,30 +119,36 @@ static int check_bounds(coord_req *cr, const compress_update_meta *m, double nor
      * current version's validation loss, so those peers are not refused
      * and dropped for reporting what their model scores. */
     if (m->local_steps > cfg->train.steps) {
-        coord_reply_error(cr, 422, "too_many_steps", "the update claims %lld local steps; a "
-                          "task of this run takes at most %lld", (long long)m->local_steps,
-                          (long long)cfg->train.steps);
+        coord_reply_error(cr, 422, "too_many_steps",
+                          "the update claims %lld local steps; a "
+                          "task of this run takes at most %lld",
+                          (long long)m->local_steps, (long long)cfg->train.steps);
         return -1;
     }
     double most_loss = COORD_MAX_UPDATE_LOSS;
     double val = cr->srv->val_loss;
     if (isfinite(val) && 10 * val > most_loss) most_loss = 10 * val;
     if (!(m->loss >= 0 && m->loss <= most_loss)) {
-        coord_reply_error(cr, 422, "bad_loss", "the update's training loss %.6g is outside "
-                          "[0, %g]", m->loss, most_loss);
+        coord_reply_error(cr, 422, "bad_loss",
+                          "the update's training loss %.6g is outside "
+                          "[0, %g]",
+                          m->loss, most_loss);
         return -1;
     }
     int64_t most = coord_config_max_samples(cfg);
     if (m->num_samples > most) {
-        coord_reply_error(cr, 422, "too_many_samples", "the update claims %lld samples; a task "
-                          "of this run trains on at most %lld", (long long)m->num_samples,
-                          (long long)most);
+        coord_reply_error(cr, 422, "too_many_samples",
+                          "the update claims %lld samples; a task "
+                          "of this run trains on at most %lld",
+                          (long long)m->num_samples, (long long)most);
         return -1;
     }
     double bound = coord_norm_bound_for(cr->srv, m->local_steps);
     if (cfg->robust.refuse_excess && bound > 0 && norm > bound) {
-        coord_reply_error(cr, 422, "norm_exceeded", "the update's L2 norm %.6g exceeds this "
-                          "run's bound %.6g", norm, bound);
+        coord_reply_error(cr, 422, "norm_exceeded",
+                          "the update's L2 norm %.6g exceeds this "
+                          "run's bound %.6g",
+                          norm, bound);
         return -1;
     }
     return 0;
@@ -153,7 +162,7 @@ typedef struct upload_job {
     coord_req cr;
     storage_update u;
     int64_t id;
-    int has_next;     /* the peer's next task is written with the update */
+    int has_next; /* the peer's next task is written with the update */
     coord_lease next;
 } upload_job;
 
@@ -175,7 +184,8 @@ static void check_acknowledged(coord_server *srv, int64_t task_id) {
     vl_error e = {0};
     if (storage_update_exists(srv->db, task_id, &exists, &e) != VL_OK || !exists) {
         vl_log_error("about to acknowledge the update of task %lld, which another connection "
-                  "cannot read: %s", (long long)task_id, e.msg[0] ? e.msg : "no such row");
+                     "cannot read: %s",
+                     (long long)task_id, e.msg[0] ? e.msg : "no such row");
         abort();
     }
 }
@@ -193,9 +203,9 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
     } else {
         /* Timed before the next lease, which it paces. */
         coord_speed_note(srv, j->u.peer_id, j->u.task_id, j->u.local_steps);
-        json_t *o = json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
-                              (json_int_t)j->u.base_version, "staleness",
-                              (json_int_t)j->u.staleness);
+        json_t *o =
+            json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
+                      (json_int_t)j->u.base_version, "staleness", (json_int_t)j->u.staleness);
         json_t *next = j->has_next ? coord_lease_committed(srv, &j->next) : NULL;
         if (o && j->has_next && (!next || json_object_set_new(o, "next_task", next) != 0)) {
             /* The update is stored; the lease is too, and GET /v1/task
@@ -224,8 +234,10 @@ void coord_route_updates(coord_req *cr) {
     if (coord_req_query(cr, keys, 1, &want_next, &present, "next is 0 or 1") != 0) return;
     /* Stored after the last version, an update could never be merged. */
     if (srv->finished) {
-        coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld); "
-                          "it takes no more updates", (long long)srv->version);
+        coord_reply_error(cr, 410, "run_finished",
+                          "the run reached its last version (%lld); "
+                          "it takes no more updates",
+                          (long long)srv->version);
         return;
     }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
@@ -265,7 +277,8 @@ void coord_route_updates(coord_req *cr) {
      * it here (a clipping one is applied at merge time). */
     const coord_robust_config *rb = &srv->cfg.robust;
     double norm = rc == VL_OK && rb->refuse_excess && coord_norm_bound(srv) > 0
-                      ? compress_update_norm(&cu) : 0;
+                      ? compress_update_norm(&cu)
+                      : 0;
     compress_update_free(&cu);
     if (rc == VL_ENOMEM) {
         coord_reply_oom(cr, "checking an update's factors");
@@ -293,11 +306,16 @@ void coord_route_updates(coord_req *cr) {
     j->job.run = upload_run;
     j->job.done = upload_done;
     j->cr = *cr;
-    j->u = (storage_update){.task_id = t.id, .peer_id = t.peer_id,
-                            .base_version = t.base_version, .num_samples = meta.num_samples,
-                            .local_steps = meta.local_steps, .loss = meta.loss,
-                            .nbytes = (int64_t)len, .blob = body,
-                            .received_at = vl_clock_unix_s(), .staleness = tau};
+    j->u = (storage_update){.task_id = t.id,
+                            .peer_id = t.peer_id,
+                            .base_version = t.base_version,
+                            .num_samples = meta.num_samples,
+                            .local_steps = meta.local_steps,
+                            .loss = meta.loss,
+                            .nbytes = (int64_t)len,
+                            .blob = body,
+                            .received_at = vl_clock_unix_s(),
+                            .staleness = tau};
     snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
     coord_writer_submit(srv->writer, &j->job);
 }

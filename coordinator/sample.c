@@ -38,12 +38,14 @@ static int pick(const float *logits, int V, double temperature, vl_rng *r) {
 /* One byte as text that cannot drive a terminal; a backslash is escaped
  * too, so the text reads back unambiguously. */
 static void put_byte(int b, FILE *out) {
-    if (b == '\n' || b == '\t' || (b >= 0x20 && b < 0x7f && b != '\\')) fputc(b, out);
-    else fprintf(out, "\\x%02x", (unsigned)b);
+    if (b == '\n' || b == '\t' || (b >= 0x20 && b < 0x7f && b != '\\'))
+        fputc(b, out);
+    else
+        fprintf(out, "\\x%02x", (unsigned)b);
 }
 
-int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o,
-                     FILE *out, int64_t *sampled, double *val_loss, vl_error *err) {
+int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_opts *o, FILE *out,
+                     int64_t *sampled, double *val_loss, vl_error *err) {
     if (!o || !o->prompt || !o->prompt[0])
         return vl_fail(err, VL_EINVAL, "sample: the prompt is empty");
     if (o->tokens < 1 || o->tokens > COORD_SAMPLE_MAX_TOKENS)

@@ -33,7 +33,7 @@ static struct event *timer_of(coord_server *srv, struct event **ev, event_callba
 
 static void merge_retry(coord_server *srv, const char *why) {
     vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
-              MERGE_RETRY_S, why);
+                 MERGE_RETRY_S, why);
     coord_schedule_merge_in(srv, MERGE_RETRY_S);
 }
 
@@ -87,8 +87,7 @@ static void round_timer_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void coord_arm_round_timer(coord_server *srv, double delay_s) {
-    if (!timer_of(srv, &srv->round_timer, round_timer_cb, "cannot create the round timer"))
-        return;
+    if (!timer_of(srv, &srv->round_timer, round_timer_cb, "cannot create the round timer")) return;
     /* Deadlines are whole seconds of the coordinator's clock; a little
      * past it the round is surely over. */
     if (delay_s < 0) delay_s = 0;
@@ -204,9 +203,10 @@ static void expire_done(coord_job *job, int rc, const vl_error *err) {
     expire_job *j = (expire_job *)job;
     coord_server *srv = j->srv;
     srv->expiring = 0;
-    if (rc != VL_OK) vl_log_error("cannot expire leases: %s", err->msg);
-    else if (j->n > 0) vl_log_info("%lld lease(s) expired; their data goes to the next tasks",
-                                (long long)j->n);
+    if (rc != VL_OK)
+        vl_log_error("cannot expire leases: %s", err->msg);
+    else if (j->n > 0)
+        vl_log_info("%lld lease(s) expired; their data goes to the next tasks", (long long)j->n);
     free(j);
     coord_wake_waiters(srv);
     coord_arm_lease_timer(srv);
@@ -222,8 +222,7 @@ static void lease_timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 void coord_expire_leases(coord_server *srv) {
     if (srv->expiring) return; /* the job in flight re-arms the timer */
-    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer"))
-        return;
+    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer")) return;
     expire_job *j = calloc(1, sizeof *j);
     if (!j) {
         vl_log_error("cannot expire leases: out of memory; retrying");
@@ -240,8 +239,7 @@ void coord_expire_leases(coord_server *srv) {
 }
 
 void coord_arm_lease_timer(coord_server *srv) {
-    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer"))
-        return;
+    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer")) return;
     evtimer_del(srv->lease_timer);
     if (srv->finished) return;
     vl_error e = {0};

@@ -42,10 +42,14 @@ static void waiter_restore(coord_waiter *w) {
 }
 
 static void waiter_unlink(coord_server *srv, coord_waiter *w) {
-    if (w->prev) w->prev->next = w->next;
-    else srv->waiters = w->next;
-    if (w->next) w->next->prev = w->prev;
-    else srv->waiters_tail = w->prev;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        srv->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        srv->waiters_tail = w->prev;
     srv->n_waiters--;
     if (w->evcon) evhttp_connection_set_closecb(w->evcon, NULL, NULL);
     if (w->timer) event_free(w->timer);
@@ -83,8 +87,8 @@ static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
     waiter_unlink(srv, w);
 }
 
-static int waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve,
-                      coord_serve_turn_fn turn, coord_owed_fn owed) {
+static int waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve, coord_serve_turn_fn turn,
+                      coord_owed_fn owed) {
     coord_server *srv = cr->srv;
     coord_waiter *w = calloc(1, sizeof *w);
     if (!w) return -1;
@@ -116,8 +120,10 @@ static int waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve,
         bufferevent_enable(bev, EV_READ);
     }
     w->prev = srv->waiters_tail;
-    if (srv->waiters_tail) srv->waiters_tail->next = w;
-    else srv->waiters = w;
+    if (srv->waiters_tail)
+        srv->waiters_tail->next = w;
+    else
+        srv->waiters = w;
     srv->waiters_tail = w;
     srv->n_waiters++;
     return 0;

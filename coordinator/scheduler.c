@@ -93,8 +93,8 @@ int coord_sched_token_range(uint64_t run_seed, int64_t task_id, const int64_t *n
     }
 }
 
-int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length,
-                             int *shard, int64_t *local) {
+int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length, int *shard,
+                             int64_t *local) {
     if (offset < 0 || length < 1) return -1;
     for (int i = 0; i < n; i++) {
         if (offset < ntok[i]) {

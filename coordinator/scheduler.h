@@ -88,8 +88,8 @@ int coord_sched_token_range(uint64_t run_seed, int64_t task_id, const int64_t *n
 /* The shard *shard and the offset *local inside it of a range of length
  * tokens starting at offset over the n shards laid end to end. Returns 0,
  * or -1 when the range does not lie inside one shard. */
-int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length,
-                             int *shard, int64_t *local);
+int coord_sched_token_locate(const int64_t *ntok, int n, int64_t offset, int64_t length, int *shard,
+                             int64_t *local);
 
 /* The training seed of task task_id: deterministic from (run_seed,
  * task_id), in [0, 2^31) so every JSON reader takes it exactly. */

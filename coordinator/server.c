@@ -63,8 +63,10 @@ typedef struct coord_linger {
 
 static void linger_end(coord_linger *l) {
     coord_server *srv = l->srv;
-    if (l->prev) l->prev->next = l->next;
-    else srv->lingers = l->next;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        srv->lingers = l->next;
     if (l->next) l->next->prev = l->prev;
     event_free(l->ev);
     close(l->fd);
@@ -120,8 +122,10 @@ static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
     coord_guard *g = ptr;
     if (!g) return;
     coord_server *srv = g->owner;
-    if (g->prev) g->prev->next = g->next;
-    else srv->guards = g->next;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        srv->guards = g->next;
     if (g->next) g->next->prev = g->prev;
     srv->n_conns--;
     if (g->linger_fd >= 0) {
@@ -133,8 +137,7 @@ static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
     free(g);
 }
 
-static void discard_input(struct evbuffer *input, const struct evbuffer_cb_info *info,
-                          void *arg) {
+static void discard_input(struct evbuffer *input, const struct evbuffer_cb_info *info, void *arg) {
     (void)arg;
     if (info->n_added) evbuffer_drain(input, evbuffer_get_length(input));
 }
@@ -146,17 +149,18 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     /* Updates and second-round values may be as large as the run allows. */
     static const char *const large[] = {"/v1/updates", "/v1/round/values", "/v1/split/forward",
                                         "/v1/split/backward", NULL};
-    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large,
+    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY,
+                             .large_paths = large,
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
                              .slow_timeout_s = srv->limits.slow_timeout_s,
                              .min_body_rate = srv->limits.min_body_rate,
-                             .authorize = coord_auth_head, .authorize_arg = srv,
+                             .authorize = coord_auth_head,
+                             .authorize_arg = srv,
                              .release = coord_auth_release};
     coord_guard_init(g, COORD_HEAD_CAP, &caps);
     g->owner = srv;
-    struct bufferevent *bev = bufferevent_openssl_socket_new(base, -1, ssl,
-                                                             BUFFEREVENT_SSL_ACCEPTING,
-                                                             BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         coord_guard_free(g);
         goto fail;
@@ -225,7 +229,7 @@ typedef struct route {
     const char *path;
     int prefix;
     enum evhttp_cmd_type method;
-    const char *media; /* the Content-Type a body must have; NULL: no body */
+    const char *media;    /* the Content-Type a body must have; NULL: no body */
     coord_auth_kind auth; /* who must sign it (checked on the head, by the guard) */
     void (*fn)(coord_req *cr);
 } route;
@@ -329,8 +333,10 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
         else if (strcmp(cr->full_path, "/v1/round/values") == 0)
             coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes", cap);
         else if (strncmp(cr->full_path, "/v1/split/", 10) == 0)
-            coord_reply_error(cr, 413, "too_large", "a batch of activations is at most %lld "
-                              "bytes", cap);
+            coord_reply_error(cr, 413, "too_large",
+                              "a batch of activations is at most %lld "
+                              "bytes",
+                              cap);
         else
             coord_reply_error(cr, 413, "too_large", "a request body here is at most %d bytes",
                               COORD_MAX_JSON_BODY);
@@ -358,8 +364,10 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
         break;
     case COORD_GUARD_PIPELINED:
         coord_set_header(cr, "Retry-After", "1");
-        coord_reply_error(cr, 429, "rate_limited", "at most %d pipelined requests per "
-                          "connection", COORD_GUARD_TICKETS);
+        coord_reply_error(cr, 429, "rate_limited",
+                          "at most %d pipelined requests per "
+                          "connection",
+                          COORD_GUARD_TICKETS);
         break;
     case COORD_GUARD_REFUSED: {
         coord_guard *g = guard_of(cr->srv, cr->req);
@@ -375,9 +383,7 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
         coord_reply_error(cr, g->refusal.status, g->refusal.code, "%s", g->refusal.msg);
         break;
     }
-    default:
-        coord_reply_error(cr, 400, "bad_request", "malformed request head");
-        break;
+    default: coord_reply_error(cr, 400, "bad_request", "malformed request head"); break;
     }
 }
 
@@ -410,8 +416,8 @@ void coord_server_dispatch(struct evhttp_request *req, void *arg) {
         if (r->method == method) {
             if (r->media && !media_matches(coord_get_header(&cr, "Content-Type"), r->media)) {
                 coord_reply_error(&cr, 415, "unsupported_media_type",
-                                  "the body of %s %s must be sent as Content-Type: %s",
-                                  cr.method, r->path, r->media);
+                                  "the body of %s %s must be sent as Content-Type: %s", cr.method,
+                                  r->path, r->media);
                 return;
             }
             r->fn(&cr);
@@ -441,10 +447,10 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
         coord_guard_verdict v = coord_guard_enforce_time(g, now);
         if (v == COORD_GUARD_HEAD_TIMEOUT)
             vl_log_info("a request head took longer than %.0f s; refused",
-                     srv->limits.slow_timeout_s);
+                        srv->limits.slow_timeout_s);
         else if (v == COORD_GUARD_BODY_TIMEOUT)
             vl_log_info("a request body arrived slower than %.0f bytes/s; connection closed",
-                     srv->limits.min_body_rate);
+                        srv->limits.min_body_rate);
     }
     coord_conns_tick(srv, now);
 }
@@ -486,8 +492,7 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
 /* ---- draining --------------------------------------------------------------- */
 
 static int all_idle(coord_server *srv) {
-    if (srv->n_waiters > 0 || srv->inflight > 0 || coord_writer_pending(srv->writer) > 0)
-        return 0;
+    if (srv->n_waiters > 0 || srv->inflight > 0 || coord_writer_pending(srv->writer) > 0) return 0;
     for (coord_guard *g = srv->guards; g; g = g->next)
         if (!coord_guard_idle(g)) return 0;
     return 1;
@@ -504,7 +509,7 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg) {
     }
     if (vl_clock_mono_s() >= srv->drain_deadline) {
         vl_log_warn("drain grace of %d s over with %lld request(s) unfinished; shutting down",
-                 COORD_DRAIN_GRACE_S, (long long)srv->inflight);
+                    COORD_DRAIN_GRACE_S, (long long)srv->inflight);
         event_base_loopexit(srv->base, NULL);
         return;
     }
@@ -592,8 +597,10 @@ static int start_admin(coord_server *srv, const coord_serve_opts *opts, vl_error
                            sizeof srv->admin_token - 1);
         memcpy(srv->admin_token, opts->admin_token, tl + 1);
     } else if (!loopback) {
-        return vl_fail(err, VL_EINVAL, "the admin listener on %s is not on a loopback address: "
-                       "give it --admin-token-file", listen);
+        return vl_fail(err, VL_EINVAL,
+                       "the admin listener on %s is not on a loopback address: "
+                       "give it --admin-token-file",
+                       listen);
     }
     vl_error e = {0};
     int rc = coord_admin_start(srv, host, port, &e);
@@ -609,8 +616,7 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
     int rc = split_listen(listen, host, sizeof host, &port, err);
     if (rc != VL_OK) return rc;
     srv->bound = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
-    if (!srv->bound)
-        return vl_fail(err, VL_EIO, "cannot listen on %s", listen);
+    if (!srv->bound) return vl_fail(err, VL_EIO, "cannot listen on %s", listen);
     evutil_socket_t fd = evhttp_bound_socket_get_fd(srv->bound);
     /* A response leaves in several TLS records; with Nagle's algorithm the
      * last one waits for the client's delayed ACK, about 40 ms a request.
@@ -755,8 +761,8 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     }
     if (rc == VL_OK) {
         vl_log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
-                 (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
-                 srv->finished ? " (finished)" : "");
+                    (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
+                    srv->finished ? " (finished)" : "");
         coord_expire_leases(srv);
         rc = start_listening(srv, opts->listen, err);
     }

@@ -48,19 +48,21 @@ static int open_one(const char *path, const coord_config *cfg, coord_shard *out,
     *ntok = model_shard_tokens(s);
     if (*ntok < (int64_t)cfg->model.block_size + 1) {
         model_shard_close(s);
-        return vl_fail(err, VL_EINVAL, "token shard %s: %lld tokens, fewer than one window of "
-                       "model.block_size + 1 = %d", path, (long long)*ntok,
-                       cfg->model.block_size + 1);
+        return vl_fail(err, VL_EINVAL,
+                       "token shard %s: %lld tokens, fewer than one window of "
+                       "model.block_size + 1 = %d",
+                       path, (long long)*ntok, cfg->model.block_size + 1);
     }
-    if (ms) *ms = s;
-    else model_shard_close(s);
+    if (ms)
+        *ms = s;
+    else
+        model_shard_close(s);
     out->fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (out->fd < 0 || fstat(out->fd, &sb) != 0) {
         rc = vl_fail(err, VL_EIO, "token shard %s: cannot open: %s", path, strerror(errno));
     } else if ((int64_t)sb.st_size != MODEL_SHARD_HEADER_BYTES + 2 * *ntok) {
-        rc = vl_fail(err, VL_ECONFLICT, "token shard %s changed while it was being opened",
-                     path);
+        rc = vl_fail(err, VL_ECONFLICT, "token shard %s changed while it was being opened", path);
     } else {
         out->size = (int64_t)sb.st_size;
         out->mtime_ns = mtime_ns(&sb);
@@ -130,9 +132,10 @@ int coord_shards_open(coord_shards *s, const coord_config *cfg, int64_t expect_s
         crypto_generichash_final(&st, h, sizeof h);
         vl_hex_encode(h, sizeof h, s->hash);
         if (expect_hash && (s->size != expect_size || strcmp(expect_hash, s->hash) != 0))
-            rc = vl_fail(err, VL_ECONFLICT, "the token shards changed since init (%s); "
-                         "refusing to serve", s->size != expect_size ? "their size differs"
-                                                                     : "their hash differs");
+            rc = vl_fail(err, VL_ECONFLICT,
+                         "the token shards changed since init (%s); "
+                         "refusing to serve",
+                         s->size != expect_size ? "their size differs" : "their hash differs");
     }
     /* A write while we were hashing would leave hash and contents apart. */
     for (int i = 0; rc == VL_OK && i < s->n; i++) rc = coord_shards_check(s, i, err);
@@ -157,8 +160,8 @@ void coord_shards_close(coord_shards *s) {
     memset(s, 0, sizeof *s);
 }
 
-int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus,
-                   const coord_shards *shards, model_gpt *m, float *loss, vl_error *err) {
+int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
+                   model_gpt *m, float *loss, vl_error *err) {
     if (cfg->shards)
         return model_gpt_eval_tokens(m, shards->val, shards->val_len, COORD_VAL_BATCH,
                                      cfg->model.block_size, (int)cfg->val_batches, loss, err);

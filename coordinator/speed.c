@@ -61,8 +61,8 @@ int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
     double now = vl_clock_mono_s();
     coord_speed *s = find_or_add(srv, peer_id, now);
     if (!s) return h_max;
-    int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max),
-                                          s->sec_per_step, fastest(srv, now));
+    int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max), s->sec_per_step,
+                                          fastest(srv, now));
     if (s->task_id != task_id) {
         s->prev_task_id = s->task_id;
         s->prev_steps = s->steps;
@@ -85,8 +85,8 @@ void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64
     if (!at || *at <= 0) return;
     double now = vl_clock_mono_s();
     double per = (now - *at) / (double)local_steps;
-    s->sec_per_step = s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step
-                                          : per;
+    s->sec_per_step =
+        s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step : per;
     s->seen = now;
     *at = 0;
 }

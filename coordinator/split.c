@@ -76,8 +76,8 @@ int coord_split_open(coord_server *srv, vl_error *err) {
     s->in_flight = cfg->split_in_flight > 0 ? cfg->split_in_flight : 1;
     srv->split = s;
     vl_log_info("split learning: the peers keep layers below %d and send %d activations a row; "
-             "the coordinator's %zu parameters start from version %lld", cfg->split_cut, s->q,
-             s->count, (long long)srv->version);
+                "the coordinator's %zu parameters start from version %lld",
+                cfg->split_cut, s->q, s->count, (long long)srv->version);
     return VL_OK;
 }
 
@@ -118,10 +118,9 @@ static int step_layers(coord_split *s, vl_error *err) {
     const float *g = model_mlp_part_grads(p);
     for (size_t i = 0; i < s->count; i++)
         if (!isfinite(g[i])) return vl_fail(err, VL_ERANGE, "the batch's gradient is not finite");
-    model_tensor all = {.name = "upper", .ndim = 1, .shape = {s->count, 0}, .offset = 0,
-                        .numel = s->count};
-    int rc = model_adamw_step_tensors(&s->opt, &all, 1, s->count, model_mlp_part_params(p), g,
-                                      err);
+    model_tensor all = {
+        .name = "upper", .ndim = 1, .shape = {s->count, 0}, .offset = 0, .numel = s->count};
+    int rc = model_adamw_step_tensors(&s->opt, &all, 1, s->count, model_mlp_part_params(p), g, err);
     if (!rc) s->steps++;
     return rc;
 }
@@ -191,8 +190,10 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
             if (!blob) vl_fail(&e, VL_ENOMEM, "out of memory sending a gradient");
         }
         vl_buf_free(&b);
-        if (blob) coord_reply_blob(cr, blob);
-        else coord_reply_internal(cr, &e);
+        if (blob)
+            coord_reply_blob(cr, blob);
+        else
+            coord_reply_internal(cr, &e);
     }
     split_wire_forward_free(&j->in);
     free(j->out);
@@ -205,8 +206,10 @@ static int check_lease(coord_req *cr, const split_wire_forward *in) {
     if (coord_check_task_owner(cr, "the activations", in->run, in->peer, in->task, &t) != 0)
         return -1;
     if (t.state != STORAGE_TASK_LEASED || t.deadline <= vl_clock_unix_s()) {
-        coord_reply_error(cr, 409, "lease_expired", "task %lld is not leased any more: its "
-                          "batches are no longer taken", (long long)t.id);
+        coord_reply_error(cr, 409, "lease_expired",
+                          "task %lld is not leased any more: its "
+                          "batches are no longer taken",
+                          (long long)t.id);
         return -1;
     }
     return 0;
@@ -220,9 +223,9 @@ static void route(coord_req *cr, int backward) {
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr) != 0) return;
     if (!srv->split || (backward && !srv->split->u_shape)) {
-        coord_reply_error(cr, 404, "not_split", backward
-                              ? "this run is not U-shaped split learning (split.u_shape)"
-                              : "this run is not split learning (mode \"split\")");
+        coord_reply_error(cr, 404, "not_split",
+                          backward ? "this run is not U-shaped split learning (split.u_shape)"
+                                   : "this run is not split learning (mode \"split\")");
         return;
     }
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
@@ -251,17 +254,23 @@ static void route(coord_req *cr, int backward) {
     int classes = s->u_shape ? 0 : srv->cfg.mlp.n_classes;
     int rc = split_wire_decode_forward(body, len, s->q, backward ? s->h : 0,
                                        (int)srv->cfg.train.batch, classes, &j->in, &code, &e);
-    if (rc == VL_ENOMEM) coord_reply_internal(cr, &e);
-    else if (rc == VL_EINVAL) coord_reply_error(cr, 400, code, "%s", e.msg);
+    if (rc == VL_ENOMEM)
+        coord_reply_internal(cr, &e);
+    else if (rc == VL_EINVAL)
+        coord_reply_error(cr, 400, code, "%s", e.msg);
     /* The lease before the content: a stranger to the task learns nothing
      * about what a batch should look like. */
-    else if (check_lease(cr, &j->in) != 0) rc = VL_ERR;
-    else if (rc == VL_ERANGE) coord_reply_error(cr, 422, code, "%s", e.msg);
+    else if (check_lease(cr, &j->in) != 0)
+        rc = VL_ERR;
+    else if (rc == VL_ERANGE)
+        coord_reply_error(cr, 422, code, "%s", e.msg);
     else if ((rc = coord_split_batch_take(srv->split, j->in.peer)) != 0) {
         coord_set_header(cr, "Retry-After", "1");
         if (rc == -1)
-            coord_reply_error(cr, 429, "too_many_batches", "this peer already has %d batches "
-                              "at the coordinator (split.in_flight)", srv->split->in_flight);
+            coord_reply_error(cr, 429, "too_many_batches",
+                              "this peer already has %d batches "
+                              "at the coordinator (split.in_flight)",
+                              srv->split->in_flight);
         else
             coord_reply_error(cr, 503, "busy", "too many peers have batches at the coordinator");
     }

@@ -33,14 +33,14 @@ struct model_mlp_part;
 typedef struct coord_split {
     struct model_mlp_part *upper; /* layers [cut, n_hidden + 1) */
     model_adamw opt;
-    size_t offset, count;         /* their slice of the flat parameter vector */
-    int q;                        /* width of the activations at the cut */
-    int h;                        /* width of the layers' output */
-    int u_shape;                  /* the peers keep the head and the loss */
-    int in_flight;                /* split.in_flight: a peer's outstanding batches */
-    struct split_busy *busy;      /* owned: outstanding batches by peer, or NULL */
-    int64_t steps;                /* batches stepped on since start */
-    double loss_sum;              /* and their losses since the last version */
+    size_t offset, count;    /* their slice of the flat parameter vector */
+    int q;                   /* width of the activations at the cut */
+    int h;                   /* width of the layers' output */
+    int u_shape;             /* the peers keep the head and the loss */
+    int in_flight;           /* split.in_flight: a peer's outstanding batches */
+    struct split_busy *busy; /* owned: outstanding batches by peer, or NULL */
+    int64_t steps;           /* batches stepped on since start */
+    double loss_sum;         /* and their losses since the last version */
     int64_t batches;
 } coord_split;
 

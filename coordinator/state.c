@@ -50,7 +50,8 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                      "this sketch run was made by a volley whose Count Sketch hashed every "
                      "coordinate on its own; this one uses the \"%s\" hash and cannot go on "
                      "with it: finish the run with the volley that made it, or start a new one "
-                     "(init)", COMPRESS_SKETCH_HASH);
+                     "(init)",
+                     COMPRESS_SKETCH_HASH);
         goto out;
     }
     srv->peer_config = coord_config_to_json(&srv->cfg, 0);
@@ -60,10 +61,10 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     }
     rc = srv->cfg.net == COORD_NET_MLP
              ? coord_testset_open(&srv->test, &srv->cfg, run.corpus_size, run.corpus_hash, err)
-         : srv->cfg.shards ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size,
-                                               run.corpus_hash, err)
-                           : coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg,
-                                               run.corpus_size, run.corpus_hash, err);
+         : srv->cfg.shards
+             ? coord_shards_open(&srv->shards, &srv->cfg, run.corpus_size, run.corpus_hash, err)
+             : coord_corpus_open(&srv->corpus, run.corpus_path, &srv->cfg, run.corpus_size,
+                                 run.corpus_hash, err);
     if (rc != VL_OK) goto out;
     rc = coord_net_create(&srv->cfg, &srv->net, err);
     if (rc != VL_OK) goto out;
@@ -110,7 +111,8 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         v.momentum = grown;
         v.n_state = srv->n_state;
         vl_log_info("version %lld: delayed Nesterov's buffer starts empty (the run was stored "
-                 "without one)", (long long)run.current_version);
+                    "without one)",
+                    (long long)run.current_version);
     }
     if (v.momentum && v.n_state != srv->n_state) {
         storage_version_free(&v);
@@ -134,8 +136,8 @@ int coord_state_load(coord_server *srv, vl_error *err) {
      * (at most a second late, once, after a restart). */
     int64_t stored_age = vl_clock_unix_s() - v.created_at - 1;
     srv->version_born = vl_clock_mono_s() - (double)(stored_age > 0 ? stored_age : 0);
-    srv->finished = run.status == STORAGE_RUN_FINISHED ||
-                    run.current_version >= srv->cfg.max_versions;
+    srv->finished =
+        run.status == STORAGE_RUN_FINISHED || run.current_version >= srv->cfg.max_versions;
     srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
     if (!srv->nonces) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) rc = load_factors(srv, err);
@@ -214,7 +216,9 @@ void coord_blob_unref(coord_blob *b) {
     free(b);
 }
 
-int64_t coord_blob_live_bytes(void) { return __atomic_load_n(&live_blob_bytes, __ATOMIC_RELAXED); }
+int64_t coord_blob_live_bytes(void) {
+    return __atomic_load_n(&live_blob_bytes, __ATOMIC_RELAXED);
+}
 
 int coord_download_room(const coord_server *srv, int64_t need) {
     int64_t budget = srv->limits.download_budget;
@@ -246,15 +250,16 @@ int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t vers
     if (!rc && isfinite(val_loss) && net->gpt)
         rc = st_writer_meta(&w, cfg->shards ? "val_bits_per_token" : "val_bits_per_byte", bits);
     if (!rc) rc = coord_net_write_tensors(net, &w);
-    if (rc) rc = vl_fail(err, rc, "cannot describe the model of version %lld",
-                         (long long)version);
-    else rc = st_writer_finish(&w, out, err);
+    if (rc)
+        rc = vl_fail(err, rc, "cannot describe the model of version %lld", (long long)version);
+    else
+        rc = st_writer_finish(&w, out, err);
     st_writer_free(&w);
     return rc;
 }
 
-static int build_blob(coord_server *srv, const coord_net *net, int64_t version,
-                      double val_loss, coord_blob **out, vl_error *err) {
+static int build_blob(coord_server *srv, const coord_net *net, int64_t version, double val_loss,
+                      coord_blob **out, vl_error *err) {
     vl_buf b;
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     int rc = coord_model_file(&srv->cfg, net, version, val_loss, &b, err);
@@ -271,15 +276,14 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version,
 }
 
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
-    if (!srv->model_blob && build_blob(srv, &srv->net, srv->version, srv->val_loss, &srv->model_blob,
-                                         err))
+    if (!srv->model_blob &&
+        build_blob(srv, &srv->net, srv->version, srv->val_loss, &srv->model_blob, err))
         return NULL;
     srv->model_blob->refs++;
     return srv->model_blob;
 }
 
-int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out,
-                             vl_error *err) {
+int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
     if (version == srv->version) {
         *out = coord_model_blob(srv, err);
         return *out ? VL_OK : VL_ERR;
@@ -294,15 +298,15 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     }
     /* Building takes a model and its file: twice the parameters. */
     if (!coord_download_room(srv, 2 * (int64_t)srv->n_params * 4))
-        return vl_fail(err, VL_ETOOBIG, "downloads in flight hold the coordinator's download "
+        return vl_fail(err, VL_ETOOBIG,
+                       "downloads in flight hold the coordinator's download "
                        "budget");
     storage_version v;
     int rc = storage_version_get(srv->db, version, 1, &v, err);
     if (rc != VL_OK) return rc;
     if (!v.params || v.n != srv->n_params) {
         storage_version_free(&v);
-        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained",
-                       (long long)version);
+        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
     }
     coord_net net;
     rc = coord_net_create(&srv->cfg, &net, err);

@@ -15,19 +15,20 @@ static int add_version(void *ctx, const storage_version *v) {
     json_t *o = json_pack("{s:I, s:I, s:I}", "version", (json_int_t)v->version, "created_at",
                           (json_int_t)v->created_at, "num_updates", (json_int_t)v->num_updates);
     if (!o) return VL_ENOMEM;
-    json_object_set_new(o, "val_loss", isfinite(v->val_loss) ? json_real(v->val_loss) : json_null());
+    json_object_set_new(o, "val_loss",
+                        isfinite(v->val_loss) ? json_real(v->val_loss) : json_null());
     json_object_set_new(o, "val_bits",
                         isfinite(v->val_loss) ? json_real(v->val_loss / M_LN2) : json_null());
     json_object_set_new(o, "train_loss",
                         isfinite(v->train_loss) ? json_real(v->train_loss) : json_null());
-    json_object_set_new(o, "bytes_per_update", isfinite(v->bytes_per_update)
-                                                   ? json_real(v->bytes_per_update)
-                                                   : json_null());
+    json_object_set_new(o, "bytes_per_update",
+                        isfinite(v->bytes_per_update) ? json_real(v->bytes_per_update)
+                                                      : json_null());
     json_object_set_new(o, "refused", json_boolean(v->refused));
     if (v->refused)
-        json_object_set_new(o, "refused_val_loss", isfinite(v->refused_val_loss)
-                                                       ? json_real(v->refused_val_loss)
-                                                       : json_null());
+        json_object_set_new(o, "refused_val_loss",
+                            isfinite(v->refused_val_loss) ? json_real(v->refused_val_loss)
+                                                          : json_null());
     return json_array_append_new(arr, o) == 0 ? VL_OK : VL_ENOMEM;
 }
 
@@ -56,8 +57,8 @@ static int add_peer(void *arg, const storage_peer_activity *a) {
     /* No name: /v1/status answers anyone, and a volunteer's name is
      * personal (the operator has `volley-coordinator peer list`). */
     json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I}", "id", (json_int_t)a->id, "state", state,
-                          "last_seen", (json_int_t)a->last_seen, "leases",
-                          (json_int_t)a->leases, "updates", (json_int_t)a->updates);
+                          "last_seen", (json_int_t)a->last_seen, "leases", (json_int_t)a->leases,
+                          "updates", (json_int_t)a->updates);
     if (!o) return VL_ENOMEM;
     return json_array_append_new(c->list, o) == 0 ? VL_OK : VL_ENOMEM;
 }
@@ -66,8 +67,7 @@ static int add_peer(void *arg, const storage_peer_activity *a) {
 static int add_count(void *arg, int64_t value, int64_t count) {
     char key[24];
     snprintf(key, sizeof key, "%lld", (long long)value);
-    return json_object_set_new(arg, key, json_integer((json_int_t)count)) == 0 ? VL_OK
-                                                                                : VL_ENOMEM;
+    return json_object_set_new(arg, key, json_integer((json_int_t)count)) == 0 ? VL_OK : VL_ENOMEM;
 }
 
 json_t *coord_status_json(storage *db, const coord_config *cfg, int64_t version, int finished,
@@ -75,8 +75,8 @@ json_t *coord_status_json(storage *db, const coord_config *cfg, int64_t version,
     int64_t peers = 0, updates = 0, slots = 0, unmerged = 0, now = vl_clock_unix_s();
     json_t *versions = json_array(), *steps = json_object(), *stale = json_object();
     peers_ctx pc = {.list = json_array(), .now = now, .lease_s = cfg->lease_s};
-    int rc = versions && steps && stale && pc.list ? VL_OK
-                                                   : vl_fail(err, VL_ENOMEM, "out of memory");
+    int rc =
+        versions && steps && stale && pc.list ? VL_OK : vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) rc = storage_peer_count(db, &peers, err);
     if (rc == VL_OK) rc = storage_update_count(db, &updates, err);
     if (rc == VL_OK) rc = storage_update_count_unmerged(db, &unmerged, err);
@@ -96,32 +96,31 @@ json_t *coord_status_json(storage *db, const coord_config *cfg, int64_t version,
         json_decref(pc.list);
         return NULL;
     }
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:o},"
-        " s:o, s:o}",
-        "run", cfg->name, "mode", cfg->mode, "status", finished ? "finished" : "running",
-        "version", (json_int_t)version, "max_versions", (json_int_t)cfg->max_versions,
-        "updates_per_version", (json_int_t)cfg->updates_per_version, "slots_taken",
-        (json_int_t)slots, "peers", (json_int_t)peers, "updates", (json_int_t)updates,
-        "unmerged", (json_int_t)unmerged, "versions", versions, "peer_states", "active",
-        (json_int_t)pc.active, "idle", (json_int_t)pc.idle, "gone", (json_int_t)pc.gone, "list",
-        pc.list, "local_steps", steps, "staleness", stale);
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:o},"
+                  " s:o, s:o}",
+                  "run", cfg->name, "mode", cfg->mode, "status", finished ? "finished" : "running",
+                  "version", (json_int_t)version, "max_versions", (json_int_t)cfg->max_versions,
+                  "updates_per_version", (json_int_t)cfg->updates_per_version, "slots_taken",
+                  (json_int_t)slots, "peers", (json_int_t)peers, "updates", (json_int_t)updates,
+                  "unmerged", (json_int_t)unmerged, "versions", versions, "peer_states", "active",
+                  (json_int_t)pc.active, "idle", (json_int_t)pc.idle, "gone", (json_int_t)pc.gone,
+                  "list", pc.list, "local_steps", steps, "staleness", stale);
     if (!o) {
         vl_fail(err, VL_ENOMEM, "out of memory");
         return NULL;
     }
     /* The writer's counters exist only in a running server. */
     if (ws)
-        json_object_set_new(o, "writer",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I}", "jobs", (json_int_t)ws->jobs,
-                                      "commits", (json_int_t)ws->commits, "failed",
-                                      (json_int_t)ws->failed, "max_batch",
-                                      (json_int_t)ws->max_batch, "checkpoints",
-                                      (json_int_t)ws->checkpoints));
+        json_object_set_new(
+            o, "writer",
+            json_pack("{s:I, s:I, s:I, s:I, s:I}", "jobs", (json_int_t)ws->jobs, "commits",
+                      (json_int_t)ws->commits, "failed", (json_int_t)ws->failed, "max_batch",
+                      (json_int_t)ws->max_batch, "checkpoints", (json_int_t)ws->checkpoints));
     /* A classifier's test accuracy, the figure its operators watch. */
     if (accuracy)
-        json_object_set_new(o, "accuracy", isfinite(*accuracy) ? json_real(*accuracy)
-                                                               : json_null());
+        json_object_set_new(o, "accuracy",
+                            isfinite(*accuracy) ? json_real(*accuracy) : json_null());
     return o;
 }
 
@@ -169,9 +168,12 @@ int coord_cmd_status(const char *db_path, FILE *out, vl_error *err) {
         /* Reals as the server writes them, so the two answers compare. */
         size_t flags = JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
         char *text = o ? json_dumps(o, flags) : NULL;
-        if (!o) rc = err->code ? err->code : VL_ENOMEM;
-        else if (!text) rc = vl_fail(err, VL_ENOMEM, "out of memory");
-        else fprintf(out, "%s\n", text);
+        if (!o)
+            rc = err->code ? err->code : VL_ENOMEM;
+        else if (!text)
+            rc = vl_fail(err, VL_ENOMEM, "out of memory");
+        else
+            fprintf(out, "%s\n", text);
         free(text);
         json_decref(o);
         coord_config_free(&cfg);

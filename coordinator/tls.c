@@ -96,5 +96,5 @@ void coord_tls_on_sighup(evutil_socket_t sig, short what, void *arg) {
     char what_now[256];
     describe(ctx, what_now, sizeof what_now);
     vl_log_info("SIGHUP: certificate reloaded from %s (%s); new connections get it", srv->cert_path,
-             what_now);
+                what_now);
 }

@@ -61,14 +61,16 @@ struct coord_writer {
 #define CKPT_FRAMES 1000
 
 const double coord_writer_batch_le[COORD_WRITER_BATCH_BUCKETS] = {1,  2,  4,   8,   16,
-                                                                   32, 64, 128, 256, 512};
+                                                                  32, 64, 128, 256, 512};
 const double coord_writer_commit_le[COORD_WRITER_COMMIT_BUCKETS] = {
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5};
 
 static void append(coord_job **head, coord_job **tail, coord_job *first, coord_job *last) {
     if (!first) return;
-    if (*tail) (*tail)->next = first;
-    else *head = first;
+    if (*tail)
+        (*tail)->next = first;
+    else
+        *head = first;
     *tail = last;
 }
 
@@ -159,8 +161,7 @@ static coord_job *take_batch(coord_writer *w, coord_job **last) {
 static void notify_loop(coord_writer *w) {
     char b = 1;
     /* A full pipe already holds a wake-up; nothing is lost. */
-    while (write(w->pipe_wr, &b, 1) < 0 && errno == EINTR) {
-    }
+    while (write(w->pipe_wr, &b, 1) < 0 && errno == EINTR) {}
 }
 
 /* Appends finished jobs to the done list and wakes the loop; call with mu
@@ -201,7 +202,7 @@ static void *ckpt_main(void *arg) {
         int wal = 0, done = 0;
         if (storage_checkpoint(w->ckpt_db, &wal, &done, &e) != VL_OK) {
             vl_log_warn("database checkpoint failed (the WAL keeps growing until one works): %s",
-                     e.msg);
+                        e.msg);
         } else if (wal - done > CKPT_WARN_PAGES && !warned) {
             vl_log_warn("database checkpoint is %d pages behind the WAL", wal - done);
             warned = 1;
@@ -271,8 +272,7 @@ static void deliver(coord_writer *w) {
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     char sink[256];
-    while (read(fd, sink, sizeof sink) > 0) {
-    }
+    while (read(fd, sink, sizeof sink) > 0) {}
     deliver(arg);
 }
 

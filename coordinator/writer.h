@@ -132,7 +132,6 @@ void coord_writer_stop(coord_writer *w);
 size_t coord_writer_run_once(coord_writer *w);
 /* A writer with no thread and no loop: jobs run when coord_writer_run_once
  * is called, and their done callbacks run right after the batch. */
-int coord_writer_start_sync(const char *db_path, coord_writer **out,
-                            vl_error *err) VL_MUST_CHECK;
+int coord_writer_start_sync(const char *db_path, coord_writer **out, vl_error *err) VL_MUST_CHECK;
 
 #endif

@@ -77,8 +77,8 @@ int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) VL_MUST_CHECK
  * present); sha-512 is accepted too. */
 
 #define CRYPTO_SIG_MAX_COMPONENTS 16
-#define CRYPTO_SIG_NAME_MAX 48     /* longest covered component name */
-#define CRYPTO_SIG_NONCE_MAX 64    /* longest nonce parameter accepted */
+#define CRYPTO_SIG_NAME_MAX 48  /* longest covered component name */
+#define CRYPTO_SIG_NONCE_MAX 64 /* longest nonce parameter accepted */
 #define CRYPTO_SIG_KEYID_MAX 64
 #define CRYPTO_SIG_HEADER_MAX 1024 /* longest Signature-Input / Signature value */
 #define CRYPTO_DIGEST_HEADER_MAX 200
@@ -101,8 +101,7 @@ typedef struct crypto_digest_want {
  * VL_EINVAL with a message when it is malformed, longer than
  * CRYPTO_DIGEST_HEADER_MAX - 1 bytes, or names neither sha-256 nor sha-512
  * with a digest of the right length. */
-int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err)
-    VL_MUST_CHECK;
+int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err) VL_MUST_CHECK;
 
 /* An incremental digest (OpenSSL EVP). Owned by the caller: free with
  * crypto_digest_free (NULL is fine). NULL on allocation failure. */
@@ -127,13 +126,13 @@ typedef struct crypto_sig {
     char components[CRYPTO_SIG_MAX_COMPONENTS][CRYPTO_SIG_NAME_MAX + 1]; /* as written:
         "@method", "content-digest", ... (names only: component parameters
         such as ;sf or ;req are refused) */
-    int64_t created;  /* required */
-    int64_t expires;  /* 0 when absent */
-    char keyid[CRYPTO_SIG_KEYID_MAX + 1]; /* required */
+    int64_t created;                                                     /* required */
+    int64_t expires;                                                     /* 0 when absent */
+    char keyid[CRYPTO_SIG_KEYID_MAX + 1];                                /* required */
     char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* 16..64 chars of [A-Za-z0-9+/=_.-];
                                              empty when absent (RFC 9421 makes it
                                              optional; the coordinator requires it) */
-    char alg[24];    /* "ed25519", or empty when absent (any other is refused) */
+    char alg[24];                       /* "ed25519", or empty when absent (any other is refused) */
     char tag[CRYPTO_SIG_KEYID_MAX + 1]; /* optional, carried into the base */
     int has_tag;
     char params[CRYPTO_SIG_HEADER_MAX]; /* the serialised @signature-params value */

@@ -20,8 +20,9 @@ struct crypto_digest {
 };
 
 static const EVP_MD *digest_md(crypto_digest_alg alg) {
-    return alg == CRYPTO_DIGEST_SHA512 ? EVP_sha512() : alg == CRYPTO_DIGEST_SHA256 ? EVP_sha256()
-                                                                                     : NULL;
+    return alg == CRYPTO_DIGEST_SHA512   ? EVP_sha512()
+           : alg == CRYPTO_DIGEST_SHA256 ? EVP_sha256()
+                                         : NULL;
 }
 
 crypto_digest *crypto_digest_new(crypto_digest_alg alg) {
@@ -83,15 +84,21 @@ typedef struct sf {
     const char *p, *end;
 } sf;
 
-static int sf_at(const sf *s, char c) { return s->p < s->end && *s->p == c; }
+static int sf_at(const sf *s, char c) {
+    return s->p < s->end && *s->p == c;
+}
 static void sf_sp(sf *s) {
     while (s->p < s->end && *s->p == ' ') s->p++;
 }
 static void sf_ows(sf *s) {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\t')) s->p++;
 }
-static int lcalpha(char c) { return c >= 'a' && c <= 'z'; }
-static int digit(char c) { return c >= '0' && c <= '9'; }
+static int lcalpha(char c) {
+    return c >= 'a' && c <= 'z';
+}
+static int digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* key = ( lcalpha / "*" ) *( lcalpha / DIGIT / "_" / "-" / "." / "*" ) */
 static int sf_key(sf *s, char *out, size_t cap) {
@@ -195,7 +202,8 @@ static int sf_skip_bare(sf *s) {
         return n > 0 ? 0 : -1;
     }
     if (isalpha((unsigned char)c) || c == '*') { /* token */
-        while (s->p < s->end && (isalnum((unsigned char)*s->p) || strchr("!#$%&'*+-.^_`|~:/", *s->p)))
+        while (s->p < s->end &&
+               (isalnum((unsigned char)*s->p) || strchr("!#$%&'*+-.^_`|~:/", *s->p)))
             s->p++;
         return 0;
     }
@@ -279,8 +287,7 @@ int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *er
             return vl_fail(err, VL_EINVAL, "%s must be a byte sequence of %d bytes", key,
                            is256 ? 32 : 64);
         } else if (bare) {
-            if (sf_skip_params(&s) != 0)
-                return vl_fail(err, VL_EINVAL, "malformed member %s", key);
+            if (sf_skip_params(&s) != 0) return vl_fail(err, VL_EINVAL, "malformed member %s", key);
         } else if (is256 || is512) {
             uint8_t b[CRYPTO_DIGEST_MAX + 4];
             size_t n = 0;
@@ -295,8 +302,7 @@ int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *er
         } else if (sf_skip_value(&s) != 0) {
             return vl_fail(err, VL_EINVAL, "malformed member %s", key);
         }
-        if (sf_next_member(&s, &more) != 0)
-            return vl_fail(err, VL_EINVAL, "malformed dictionary");
+        if (sf_next_member(&s, &more) != 0) return vl_fail(err, VL_EINVAL, "malformed dictionary");
     }
     if (out->alg == 0) *out = sha512;
     if (out->alg == 0) return vl_fail(err, VL_EINVAL, "names neither sha-256 nor sha-512");
@@ -392,8 +398,9 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
         sf_sp(s);
         char key[24];
         if (sf_key(s, key, sizeof key) != 0)
-            return vl_fail(err, VL_EINVAL, "Signature-Input: a malformed or unsupported "
-                                           "parameter name");
+            return vl_fail(err, VL_EINVAL,
+                           "Signature-Input: a malformed or unsupported "
+                           "parameter name");
         if (!sf_at(s, '='))
             return vl_fail(err, VL_EINVAL, "Signature-Input: parameter %s has no value", key);
         s->p++;
@@ -409,8 +416,10 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
         if (strcmp(key, "created") == 0 || strcmp(key, "expires") == 0) {
             p->is_int = 1;
             if (sf_integer(s, &p->i) != 0 || p->i < 0)
-                return vl_fail(err, VL_EINVAL, "Signature-Input: %s must be a non-negative "
-                               "integer", key);
+                return vl_fail(err, VL_EINVAL,
+                               "Signature-Input: %s must be a non-negative "
+                               "integer",
+                               key);
             if (key[0] == 'c') {
                 out->created = p->i;
                 *has_created = 1;
@@ -419,14 +428,21 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
             }
             continue;
         }
-        if (strcmp(key, "keyid") == 0) dst = out->keyid, cap = sizeof out->keyid;
-        else if (strcmp(key, "nonce") == 0) dst = out->nonce, cap = sizeof out->nonce;
-        else if (strcmp(key, "alg") == 0) dst = out->alg, cap = sizeof out->alg;
-        else if (strcmp(key, "tag") == 0) dst = out->tag, cap = sizeof out->tag, out->has_tag = 1;
-        else return vl_fail(err, VL_EINVAL, "Signature-Input: unsupported parameter %s", key);
+        if (strcmp(key, "keyid") == 0)
+            dst = out->keyid, cap = sizeof out->keyid;
+        else if (strcmp(key, "nonce") == 0)
+            dst = out->nonce, cap = sizeof out->nonce;
+        else if (strcmp(key, "alg") == 0)
+            dst = out->alg, cap = sizeof out->alg;
+        else if (strcmp(key, "tag") == 0)
+            dst = out->tag, cap = sizeof out->tag, out->has_tag = 1;
+        else
+            return vl_fail(err, VL_EINVAL, "Signature-Input: unsupported parameter %s", key);
         if (sf_string(s, dst, cap) != 0)
-            return vl_fail(err, VL_EINVAL, "Signature-Input: %s must be a string of at most %zu "
-                           "characters", key, cap - 1);
+            return vl_fail(err, VL_EINVAL,
+                           "Signature-Input: %s must be a string of at most %zu "
+                           "characters",
+                           key, cap - 1);
         p->str = dst;
     }
     return VL_OK;
@@ -456,11 +472,15 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
                            CRYPTO_SIG_MAX_COMPONENTS);
         char *c = out->components[out->n_components];
         if (sf_string(s, c, CRYPTO_SIG_NAME_MAX + 1) != 0 || !component_ok(c))
-            return vl_fail(err, VL_EINVAL, "Signature-Input: a component must be a quoted "
-                           "lowercase name of at most %d characters", CRYPTO_SIG_NAME_MAX);
+            return vl_fail(err, VL_EINVAL,
+                           "Signature-Input: a component must be a quoted "
+                           "lowercase name of at most %d characters",
+                           CRYPTO_SIG_NAME_MAX);
         if (sf_at(s, ';'))
-            return vl_fail(err, VL_EINVAL, "Signature-Input: component parameters (%s;...) "
-                           "are not supported", c);
+            return vl_fail(err, VL_EINVAL,
+                           "Signature-Input: component parameters (%s;...) "
+                           "are not supported",
+                           c);
         for (size_t i = 0; i < out->n_components; i++)
             if (strcmp(out->components[i], c) == 0)
                 return vl_fail(err, VL_EINVAL, "Signature-Input: component %s given twice", c);
@@ -476,8 +496,10 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
     if (!has_created) return vl_fail(err, VL_EINVAL, "Signature-Input: created is required");
     if (!out->keyid[0]) return vl_fail(err, VL_EINVAL, "Signature-Input: keyid is required");
     if (param_given(ps, np, "nonce") && !nonce_ok(out->nonce))
-        return vl_fail(err, VL_EINVAL, "Signature-Input: a nonce is 16 to %d characters of "
-                       "A-Z a-z 0-9 + / = _ . -", CRYPTO_SIG_NONCE_MAX);
+        return vl_fail(err, VL_EINVAL,
+                       "Signature-Input: a nonce is 16 to %d characters of "
+                       "A-Z a-z 0-9 + / = _ . -",
+                       CRYPTO_SIG_NONCE_MAX);
     if (param_given(ps, np, "alg") && strcmp(out->alg, "ed25519") != 0)
         return vl_fail(err, VL_EINVAL, "Signature-Input: alg must be ed25519");
     if (serialise_params(out, ps, np) != 0)
@@ -532,8 +554,7 @@ static int parse_signatures(const char *signature, sig_members *m, vl_error *err
     return VL_OK;
 }
 
-int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
-                     vl_error *err) {
+int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out, vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!sig_input || !signature)
         return vl_fail(err, VL_EINVAL, "missing Signature-Input or Signature");
@@ -553,8 +574,7 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
     if (!more) return vl_fail(err, VL_EINVAL, "Signature-Input is empty");
     while (more) {
         if (n_seen >= MAX_MEMBERS)
-            return vl_fail(err, VL_EINVAL, "Signature-Input: more than %d members",
-                           MAX_MEMBERS);
+            return vl_fail(err, VL_EINVAL, "Signature-Input: more than %d members", MAX_MEMBERS);
         char *label = seen[n_seen];
         if (sf_key(&s, label, sizeof seen[0]) != 0 || !sf_at(&s, '='))
             return vl_fail(err, VL_EINVAL, "Signature-Input: not a dictionary");
@@ -568,8 +588,10 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
                 if (strcmp(m.labels[i], label) == 0) match = (ssize_t)i;
         if (match >= 0) {
             if (m.lens[match] != CRYPTO_SIG_BYTES)
-                return vl_fail(err, VL_EINVAL, "Signature: an ed25519 signature is %d bytes, "
-                               "not %zu", CRYPTO_SIG_BYTES, m.lens[match]);
+                return vl_fail(err, VL_EINVAL,
+                               "Signature: an ed25519 signature is %d bytes, "
+                               "not %zu",
+                               CRYPTO_SIG_BYTES, m.lens[match]);
             rc = parse_covered(&s, out, err);
             if (rc != VL_OK) return rc;
             memcpy(out->label, label, strnlen(label, CRYPTO_SIG_NAME_MAX)); /* out zeroed */
@@ -580,8 +602,7 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
         if (sf_next_member(&s, &more) != 0)
             return vl_fail(err, VL_EINVAL, "Signature-Input: malformed dictionary");
     }
-    if (!out->label[0])
-        return vl_fail(err, VL_EINVAL, "no Signature-Input member has a Signature");
+    if (!out->label[0]) return vl_fail(err, VL_EINVAL, "no Signature-Input member has a Signature");
     return VL_OK;
 }
 
@@ -594,8 +615,7 @@ int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl
         const char *c = s->components[i];
         const char *v = lookup(arg, c);
         if (!v)
-            return vl_fail(err, VL_EINVAL, "the signature covers %s, which the request lacks",
-                           c);
+            return vl_fail(err, VL_EINVAL, "the signature covers %s, which the request lacks", c);
         for (const char *p = v; *p; p++)
             if ((unsigned char)*p < 0x20 || *p == 0x7f)
                 return vl_fail(err, VL_EINVAL, "%s holds a control character", c);
@@ -642,8 +662,7 @@ const char *crypto_http_request_lookup(void *arg, const char *c) {
         char host[256];
         if (!r->authority || strlen(r->authority) >= sizeof host) return NULL;
         size_t i = 0;
-        for (; r->authority[i]; i++)
-            host[i] = (char)tolower((unsigned char)r->authority[i]);
+        for (; r->authority[i]; i++) host[i] = (char)tolower((unsigned char)r->authority[i]);
         host[i] = '\0';
         int n = c[1] == 'a' ? snprintf(r->scratch, cap, "%s", host)
                             : snprintf(r->scratch, cap, "https://%s%s", host, r->path_query);
@@ -693,7 +712,8 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
     if (has_body &&
         crypto_content_digest(body, len, out->content_digest, sizeof out->content_digest) != 0)
         return VL_ETOOBIG;
-    crypto_http_request rq = {.method = method, .path_query = path_query,
+    crypto_http_request rq = {.method = method,
+                              .path_query = path_query,
                               .content_digest = has_body ? out->content_digest : NULL,
                               .content_length = has_body ? clen : NULL};
     /* What the lookup cannot hold it would not sign (see above). */

@@ -12,11 +12,17 @@
 
 #define KEY_FILE_MAGIC "volley-ed25519-secret-key v1\n"
 
-int crypto_init(void) { return sodium_init() < 0 ? VL_ERR : VL_OK; }
+int crypto_init(void) {
+    return sodium_init() < 0 ? VL_ERR : VL_OK;
+}
 
-void crypto_identity_generate(crypto_identity *id) { crypto_sign_keypair(id->pk, id->sk); }
+void crypto_identity_generate(crypto_identity *id) {
+    crypto_sign_keypair(id->pk, id->sk);
+}
 
-void crypto_identity_wipe(crypto_identity *id) { sodium_memzero(id, sizeof *id); }
+void crypto_identity_wipe(crypto_identity *id) {
+    sodium_memzero(id, sizeof *id);
+}
 
 int crypto_identity_save(const crypto_identity *id, const char *path, int overwrite,
                          vl_error *err) {
@@ -40,8 +46,8 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
         return vl_fail(err, VL_ENOTFOUND, "cannot open key file %s: %s", path, strerror(errno));
     if (st.st_mode & 077)
         return vl_fail(err, VL_EINVAL,
-                       "key file %s is readable by other users (mode %03o); chmod 600 it",
-                       path, (unsigned)(st.st_mode & 0777));
+                       "key file %s is readable by other users (mode %03o); chmod 600 it", path,
+                       (unsigned)(st.st_mode & 0777));
     vl_buf b;
     vl_buf_init(&b, 4096);
     int rc = vl_buf_read_file(&b, path, err);
@@ -107,7 +113,9 @@ void crypto_hash_hex(const void *data, size_t len, char *out) {
     vl_hex_encode(h, sizeof h, out);
 }
 
-int crypto_equal(const void *a, const void *b, size_t n) { return sodium_memcmp(a, b, n) == 0; }
+int crypto_equal(const void *a, const void *b, size_t n) {
+    return sodium_memcmp(a, b, n) == 0;
+}
 
 void crypto_random_hex(size_t n, char *out) {
     uint8_t r[64];

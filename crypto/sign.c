@@ -34,13 +34,14 @@ int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_i
                            vl_error *err) {
     uint8_t sig[CRYPTO_SIG_BYTES + 4];
     size_t plen = strnlen(proof, CRYPTO_SIG_B64_LEN + 1);
-    if (plen != CRYPTO_SIG_B64_LEN || vl_base64_decode(proof, plen, sig, sizeof sig) !=
-                                          CRYPTO_SIG_BYTES)
+    if (plen != CRYPTO_SIG_B64_LEN ||
+        vl_base64_decode(proof, plen, sig, sizeof sig) != CRYPTO_SIG_BYTES)
         return vl_fail(err, VL_EINVAL, "proof must be base64 of 64 bytes");
     char msg[160];
     size_t n = rotation_message(peer_id, old_pk, new_pk, msg, sizeof msg);
     if (n == 0 || crypto_sign_verify_detached(sig, (const uint8_t *)msg, n, new_pk) != 0)
-        return vl_fail(err, VL_EAUTH, "the proof is not the new key's signature of this "
-                                      "rotation");
+        return vl_fail(err, VL_EAUTH,
+                       "the proof is not the new key's signature of this "
+                       "rotation");
     return VL_OK;
 }

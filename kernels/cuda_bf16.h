@@ -46,17 +46,15 @@ int kernels_cuda_from_bf16(float *d_dst, const kernels_bf16 *d_src, size_t n,
 
 /* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C with bfloat16 A and
  * B, float32 accumulation and a float32 C: kernels_cuda_gemm's contract. */
-int kernels_cuda_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K,
-                           float alpha, const kernels_bf16 *d_A, int lda,
-                           const kernels_bf16 *d_B, int ldb, float beta, float *d_C, int ldc,
-                           vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
+                           const kernels_bf16 *d_A, int lda, const kernels_bf16 *d_B, int ldb,
+                           float beta, float *d_C, int ldc, vl_error *err) VL_MUST_CHECK;
 
 /* out[N,OUT] (float32) = inp[N,IN] @ weight[IN,OUT] + bias (float32, may be
  * NULL). */
-int kernels_cuda_matmul_forward_bf16(kernels_cuda_ctx *ctx, float *d_out,
-                                     const kernels_bf16 *d_inp, const kernels_bf16 *d_weight,
-                                     const float *d_bias, int N, int IN, int OUT,
-                                     vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_matmul_forward_bf16(kernels_cuda_ctx *ctx, float *d_out, const kernels_bf16 *d_inp,
+                                     const kernels_bf16 *d_weight, const float *d_bias, int N,
+                                     int IN, int OUT, vl_error *err) VL_MUST_CHECK;
 
 /* The backward of kernels_cuda_matmul_forward_bf16 from the output
  * gradient in both precisions (dout_h is dout rounded): OVERWRITES dinp
@@ -75,18 +73,16 @@ int kernels_cuda_matmul_backward_bf16(kernels_cuda_ctx *ctx, float *d_dinp, floa
  * cuBLAS off its fast kernels, so the model pads them (columns OUT..ld-1
  * are not written). */
 int kernels_cuda_matmul_wt_forward_bf16(kernels_cuda_ctx *ctx, float *d_out, int ld,
-                                        const kernels_bf16 *d_inp,
-                                        const kernels_bf16 *d_weight_t, int N, int IN, int OUT,
-                                        vl_error *err) VL_MUST_CHECK;
+                                        const kernels_bf16 *d_inp, const kernels_bf16 *d_weight_t,
+                                        int N, int IN, int OUT, vl_error *err) VL_MUST_CHECK;
 
 /* Its backward from dout_h with row stride ld (columns beyond OUT are not
  * read): OVERWRITES dinp (may be NULL) = dout_h @ weight_t; adds dout_h^T
  * @ inp into dweight_t. */
-int kernels_cuda_matmul_wt_backward_bf16(kernels_cuda_ctx *ctx, float *d_dinp,
-                                         float *d_dweight_t, const kernels_bf16 *d_dout_h,
-                                         int ld, const kernels_bf16 *d_inp,
-                                         const kernels_bf16 *d_weight_t, int N, int IN, int OUT,
-                                         vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_matmul_wt_backward_bf16(kernels_cuda_ctx *ctx, float *d_dinp, float *d_dweight_t,
+                                         const kernels_bf16 *d_dout_h, int ld,
+                                         const kernels_bf16 *d_inp, const kernels_bf16 *d_weight_t,
+                                         int N, int IN, int OUT, vl_error *err) VL_MUST_CHECK;
 
 /* Causal attention from qkv_h[B,T,3C]: out_h[B,T,C] (bfloat16, the next
  * product's operand) and the probabilities att_h[B,NH,T,T] (bfloat16, zero
@@ -101,9 +97,8 @@ int kernels_cuda_attention_forward_bf16(kernels_cuda_ctx *ctx, kernels_bf16 *d_o
  * d_dp holds B*NH*T*T floats and d_ds_h as many bfloat16, both clobbered. */
 int kernels_cuda_attention_backward_bf16(kernels_cuda_ctx *ctx, float *d_dqkv, float *d_dp,
                                          kernels_bf16 *d_ds_h, const kernels_bf16 *d_dout_h,
-                                         const kernels_bf16 *d_qkv_h,
-                                         const kernels_bf16 *d_att_h, int B, int T, int C,
-                                         int NH, vl_error *err) VL_MUST_CHECK;
+                                         const kernels_bf16 *d_qkv_h, const kernels_bf16 *d_att_h,
+                                         int B, int T, int C, int NH, vl_error *err) VL_MUST_CHECK;
 
 /* kernels_cuda_layernorm_forward with the normalised output stored as
  * bfloat16 (mean and rstd stay float32 for the backward). */
@@ -119,8 +114,7 @@ int kernels_cuda_gelu_forward_bf16(kernels_bf16 *d_out, const float *d_inp, size
 /* GELU's backward, OVERWRITING dinp = gelu'(inp) * dout and storing it
  * rounded in dinp_h too. */
 int kernels_cuda_gelu_backward_bf16(float *d_dinp, kernels_bf16 *d_dinp_h, const float *d_inp,
-                                    const float *d_dout, size_t n,
-                                    vl_error *err) VL_MUST_CHECK;
+                                    const float *d_dout, size_t n, vl_error *err) VL_MUST_CHECK;
 
 /* A linear layer's bias added where its output is next read, so the
  * product itself runs without one (no pass to seed the output with the
@@ -135,8 +129,8 @@ int kernels_cuda_bias_to_bf16(kernels_bf16 *d_out, const float *d_x, const float
 int kernels_cuda_residual_bias_forward(float *d_out, const float *d_a, const float *d_b,
                                        const float *d_bias, int N, int W,
                                        vl_error *err) VL_MUST_CHECK;
-int kernels_cuda_bias_gelu_forward_bf16(float *d_x, kernels_bf16 *d_out, const float *d_bias,
-                                        int N, int W, vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_bias_gelu_forward_bf16(float *d_x, kernels_bf16 *d_out, const float *d_bias, int N,
+                                        int W, vl_error *err) VL_MUST_CHECK;
 
 /* kernels_cuda_softmax_xent_forward on rows with stride ld >= V (a padded
  * vocabulary; columns V..ld-1 are neither read nor written). */
@@ -150,8 +144,8 @@ int kernels_cuda_softmax_xent_forward_ld(float *d_probs, float *d_losses, const 
  * over the padded width) and those of probs are not read. dlogits_h does
  * not alias probs. */
 int kernels_cuda_softmax_xent_backward_bf16(kernels_bf16 *d_dlogits_h, const float *d_probs,
-                                            const int *d_targets, float scale, int N, int V,
-                                            int ld, vl_error *err) VL_MUST_CHECK;
+                                            const int *d_targets, float scale, int N, int V, int ld,
+                                            vl_error *err) VL_MUST_CHECK;
 
 #endif /* VOLLEY_HAVE_CUDA */
 

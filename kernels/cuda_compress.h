@@ -72,9 +72,8 @@ int kernels_cuda_sketch_encode_host(compress_sketch *s, const float *x, size_t d
 
 /* d_out[i] = median over rows of sign * cell, i < d, as
  * compress_sketch_estimate (bit for bit). */
-int kernels_cuda_sketch_estimate(const float *d_table, uint32_t rows, uint32_t cols,
-                                 uint64_t seed, size_t d, float *d_out,
-                                 vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_sketch_estimate(const float *d_table, uint32_t rows, uint32_t cols, uint64_t seed,
+                                 size_t d, float *d_out, vl_error *err) VL_MUST_CHECK;
 int kernels_cuda_sketch_estimate_host(const compress_sketch *s, size_t d, float *out,
                                       vl_error *err) VL_MUST_CHECK;
 
@@ -92,8 +91,8 @@ int kernels_cuda_sketch_heavy_host(const compress_sketch *s, size_t d, size_t k,
  * for row j and coordinate coords[t], bucket[j*n + t] and sign[j*n + t]
  * (+1/-1). Host arrays: coords n, bucket and sign rows * n. */
 int kernels_cuda_sketch_hash_host(uint64_t seed, uint32_t rows, uint32_t cols,
-                                  const uint64_t *coords, size_t n, uint32_t *bucket,
-                                  int8_t *sign, vl_error *err) VL_MUST_CHECK;
+                                  const uint64_t *coords, size_t n, uint32_t *bucket, int8_t *sign,
+                                  vl_error *err) VL_MUST_CHECK;
 
 /* ---- selection ---------------------------------------------------------------- */
 

@@ -101,8 +101,7 @@ size_t kernels_cuda_mem_in_use(void);
 /* Copies bytes host -> device or device -> host, after the queued work
  * (synchronous for the host). Returns 0 or VL_ERR. */
 int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, vl_error *err) VL_MUST_CHECK;
-int kernels_cuda_download(void *dst, const void *d_src, size_t bytes,
-                          vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_download(void *dst, const void *d_src, size_t bytes, vl_error *err) VL_MUST_CHECK;
 
 /* Copies rows rows of width bytes from the device (rows spitch bytes apart)
  * to the host (dpitch apart), after the queued work. Returns 0, VL_EINVAL
@@ -123,14 +122,14 @@ int kernels_cuda_zero(void *d, size_t bytes, vl_error *err) VL_MUST_CHECK;
  * when ta/tb is set and leading dimensions (row strides) lda, ldb, ldc:
  * kv_sgemm's contract on device pointers. */
 int kernels_cuda_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
-                      const float *d_A, int lda, const float *d_B, int ldb, float beta,
-                      float *d_C, int ldc, vl_error *err) VL_MUST_CHECK;
+                      const float *d_A, int lda, const float *d_B, int ldb, float beta, float *d_C,
+                      int ldc, vl_error *err) VL_MUST_CHECK;
 
 /* kernels_matmul_forward: out[N,OUT] = inp[N,IN] @ weight[IN,OUT] + bias;
  * d_bias may be NULL. */
 int kernels_cuda_matmul_forward(kernels_cuda_ctx *ctx, float *d_out, const float *d_inp,
-                                const float *d_weight, const float *d_bias, int N, int IN,
-                                int OUT, vl_error *err) VL_MUST_CHECK;
+                                const float *d_weight, const float *d_bias, int N, int IN, int OUT,
+                                vl_error *err) VL_MUST_CHECK;
 
 /* kernels_matmul_backward: adds into dinp (may be NULL), dweight and dbias
  * (may be NULL). */
@@ -172,16 +171,14 @@ int kernels_cuda_attention_backward(kernels_cuda_ctx *ctx, float *d_dqkv, float 
 /* ---- LayerNorm, embedding, element-wise, loss (own kernels) ------------------ */
 
 /* kernels_layernorm_forward (eps 1e-5, biased variance, one warp per row). */
-int kernels_cuda_layernorm_forward(float *d_out, float *d_mean, float *d_rstd,
-                                   const float *d_inp, const float *d_weight,
-                                   const float *d_bias, int N, int C,
+int kernels_cuda_layernorm_forward(float *d_out, float *d_mean, float *d_rstd, const float *d_inp,
+                                   const float *d_weight, const float *d_bias, int N, int C,
                                    vl_error *err) VL_MUST_CHECK;
 
 /* kernels_layernorm_backward: adds into dinp, dweight and dbias. */
 int kernels_cuda_layernorm_backward(float *d_dinp, float *d_dweight, float *d_dbias,
-                                    const float *d_dout, const float *d_inp,
-                                    const float *d_weight, const float *d_mean,
-                                    const float *d_rstd, int N, int C,
+                                    const float *d_dout, const float *d_inp, const float *d_weight,
+                                    const float *d_mean, const float *d_rstd, int N, int C,
                                     vl_error *err) VL_MUST_CHECK;
 
 /* kernels_encoder_forward; d_tokens must lie in [0, V) (not checked). */
@@ -219,9 +216,8 @@ int kernels_cuda_softmax_xent_forward(float *d_probs, float *d_losses, const flo
 
 /* kernels_softmax_xent_backward: OVERWRITES dlogits = scale * (probs -
  * onehot(targets)); dlogits may alias probs. */
-int kernels_cuda_softmax_xent_backward(float *d_dlogits, const float *d_probs,
-                                       const int *d_targets, float scale, int N, int V,
-                                       vl_error *err) VL_MUST_CHECK;
+int kernels_cuda_softmax_xent_backward(float *d_dlogits, const float *d_probs, const int *d_targets,
+                                       float scale, int N, int V, vl_error *err) VL_MUST_CHECK;
 
 /* ---- vectors: norm and scaling (gradient clipping), difference ---------------------------------------------- */
 

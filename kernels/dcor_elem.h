@@ -15,16 +15,14 @@
 
 /* The double-centred distance A_ij = a_ij - mean of row i - mean of row j
  * + grand mean (a is symmetric, so row and column means agree). */
-DCOR_HD double dcor_centred(double a_ij, double r_i, double r_j, double g)
-{
+DCOR_HD double dcor_centred(double a_ij, double r_i, double r_j, double g) {
     return ((a_ij - r_i) - r_j) + g;
 }
 
 /* Weight of (z_i - z_j) in the gradient: (c1 A_ij + c2 B_ij) / b_ij, or 0
  * where z_i = z_j (b_ij = 0, the diagonal included), whose difference is 0
  * anyway. */
-DCOR_HD double dcor_weight(double A, double B, double b, double c1, double c2)
-{
+DCOR_HD double dcor_weight(double A, double B, double b, double c1, double c2) {
     return b > 0 ? (c1 * A + c2 * B) / b : 0.0;
 }
 
@@ -37,18 +35,15 @@ DCOR_HD double dcor_weight(double A, double B, double b, double c1, double c2)
  * sum_j dcor_weight(A_ij, B_ij, b_ij, c1, c2) (z_i - z_j). *c1 = *c2 = 0
  * when dCor is 0, where it has no gradient. */
 static inline double dcor_coeffs(double sxz, double sxx, double szz, int n, double alpha,
-                                 double *c1, double *c2)
-{
+                                 double *c1, double *c2) {
     double nn = (double)n * (double)n;
     double vxz = sxz / nn, vx = sxx / nn, vz = szz / nn;
     *c1 = 0.0;
     *c2 = 0.0;
-    if (!(vx > 0) || !(vz > 0))
-        return 0.0;
+    if (!(vx > 0) || !(vz > 0)) return 0.0;
     double den = sqrt(vx * vz);
     double r = vxz / den;
-    if (!(r > 0))
-        return 0.0;
+    if (!(r > 0)) return 0.0;
     double dc = sqrt(r);
     double s = alpha / (2.0 * dc);
     *c1 = s * 2.0 / (nn * den);

@@ -55,12 +55,12 @@ void kernels_set_num_threads(int n);
 
 /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]. wte is [V,C], wpe is at
  * least [T,C]; tokens must lie in [0, V). */
-void kernels_encoder_forward(float *out, const int *tokens, const float *wte,
-                             const float *wpe, int B, int T, int C);
+void kernels_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                             int B, int T, int C);
 
 /* dwte[tokens[b,t], :] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:]. */
-void kernels_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                              const int *tokens, int B, int T, int C);
+void kernels_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                              int T, int C);
 
 /* ---- LayerNorm (eps 1e-5, biased variance) ------------------------------ */
 
@@ -71,15 +71,15 @@ void kernels_layernorm_forward(float *out, float *mean, float *rstd, const float
 
 /* Adds the gradients of kernels_layernorm_forward into dinp[N,C],
  * dweight[C] and dbias[C], given dout[N,C] and the saved inp, mean, rstd. */
-void kernels_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *mean, const float *rstd, int N, int C);
+void kernels_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int N, int C);
 
 /* ---- matrix products ----------------------------------------------------- */
 
 /* out[N,OUT] = inp[N,IN] @ weight[IN,OUT] + bias[OUT]; bias may be NULL. */
-void kernels_matmul_forward(float *out, const float *inp, const float *weight,
-                            const float *bias, int N, int IN, int OUT);
+void kernels_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                            int N, int IN, int OUT);
 
 /* dinp[N,IN] += dout @ weight^T, dweight[IN,OUT] += inp^T @ dout,
  * dbias[OUT] += column sums of dout. dinp and dbias may be NULL (skipped). */
@@ -89,13 +89,13 @@ void kernels_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
 /* The same product with the weight stored transposed, as the tied LM head
  * needs: out[N,OUT] = inp[N,IN] @ weight_t^T, weight_t is [OUT,IN] (the
  * token embedding [V,C]). No bias. */
-void kernels_matmul_wt_forward(float *out, const float *inp, const float *weight_t,
-                               int N, int IN, int OUT);
+void kernels_matmul_wt_forward(float *out, const float *inp, const float *weight_t, int N, int IN,
+                               int OUT);
 
 /* dinp[N,IN] += dout @ weight_t, dweight_t[OUT,IN] += dout^T @ inp.
  * dinp may be NULL. */
-void kernels_matmul_wt_backward(float *dinp, float *dweight_t, const float *dout,
-                                const float *inp, const float *weight_t, int N, int IN, int OUT);
+void kernels_matmul_wt_backward(float *dinp, float *dweight_t, const float *dout, const float *inp,
+                                const float *weight_t, int N, int IN, int OUT);
 
 /* ---- 2-D convolution (conv.c) -------------------------------------------- */
 
@@ -129,9 +129,8 @@ size_t kernels_conv2d_scratch_floats(const kernels_conv2d_shape *s, int B);
  * kernels_conv2d_scratch_floats(s, B) floats and is clobbered; it must not
  * overlap the other arguments. B * ho * wo * (ci*k*k + co) must not exceed
  * INT_MAX (sgemm's dimensions are int). */
-void kernels_conv2d_forward(float *out, const float *inp, const float *weight,
-                            const float *bias, float *scratch, const kernels_conv2d_shape *s,
-                            int B);
+void kernels_conv2d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                            float *scratch, const kernels_conv2d_shape *s, int B);
 
 /* Adds the gradients of kernels_conv2d_forward given dout[B, co, ho, wo]
  * and the forward's inp: dinp[B, ci, h, w] += d/dinp, dweight[co, ci*k*k]
@@ -149,8 +148,8 @@ void kernels_conv2d_backward(float *dinp, float *dweight, float *dbias, float *s
  * [h*C/NH, (h+1)*C/NH) of each part. Writes out[B,T,C] and the attention
  * probabilities att[B,NH,T,T] (row t is softmax over positions <= t, zero
  * above the diagonal), which the backward pass needs. C % NH must be 0. */
-void kernels_attention_forward(float *out, float *att, const float *qkv,
-                               int B, int T, int C, int NH);
+void kernels_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH);
 
 /* Floats of scratch memory kernels_attention_backward needs for these
  * sizes (at most B*NH*T*T; grows with each argument). */
@@ -159,9 +158,8 @@ size_t kernels_attention_scratch_floats(int B, int T, int NH);
 /* Adds the gradient with respect to qkv into dqkv[B,T,3C], given dout[B,T,C]
  * and the forward's qkv and att. scratch is caller-owned memory of
  * kernels_attention_scratch_floats() floats, clobbered. */
-void kernels_attention_backward(float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att,
-                                int B, int T, int C, int NH);
+void kernels_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH);
 
 /* ---- element-wise --------------------------------------------------------- */
 
@@ -277,8 +275,8 @@ int kernels_cuda_get_device(int *ordinal, vl_error *err) VL_MUST_CHECK;
  * be NULL), on the default stream. Synchronises before returning so errors
  * are reported here. Returns 0 or VL_ERR. */
 int kernels_cuda_adamw_step(float *d_param, const float *d_grad, float *d_m, float *d_v,
-                            const uint8_t *d_decay_mask, size_t n,
-                            const kernels_adamw_hparams *hp, vl_error *err);
+                            const uint8_t *d_decay_mask, size_t n, const kernels_adamw_hparams *hp,
+                            vl_error *err);
 
 /* Convenience for host arrays: copies in, runs kernels_cuda_adamw_step,
  * copies param, m and v back. Device memory is allocated and freed inside.

@@ -15,8 +15,7 @@ typedef struct carver {
 } carver;
 
 /* The next a * b floats (NULL while measuring or after an overflow). */
-static inline float *carve(carver *cv, size_t a, size_t b)
-{
+static inline float *carve(carver *cv, size_t a, size_t b) {
     size_t n;
     if (__builtin_mul_overflow(a, b, &n) || n > SIZE_MAX - 16 || cv->used > SIZE_MAX - n - 16) {
         cv->overflow = 1;

@@ -55,8 +55,7 @@ size_t model_gpt_cuda_num_params(const model_gpt_cuda *g);
  * otherwise). Uploading forgets the last forward pass. */
 int model_gpt_cuda_upload_params(model_gpt_cuda *g, const model_gpt *host,
                                  vl_error *err) VL_MUST_CHECK;
-int model_gpt_cuda_download_params(model_gpt_cuda *g, model_gpt *host,
-                                   vl_error *err) VL_MUST_CHECK;
+int model_gpt_cuda_download_params(model_gpt_cuda *g, model_gpt *host, vl_error *err) VL_MUST_CHECK;
 
 /* Copies the gradient vector (n must be model_gpt_cuda_num_params) into
  * the caller's out, laid out like the parameters. */
@@ -71,8 +70,8 @@ int model_gpt_cuda_zero_grad(model_gpt_cuda *g, vl_error *err) VL_MUST_CHECK;
  * *loss (loss may be NULL without targets). Activation memory, for both
  * passes, is planned for the largest B*T and B*T*T seen so far. Waits for
  * the device (the loss is summed on the host). */
-int model_gpt_cuda_forward(model_gpt_cuda *g, const int *inputs, const int *targets, int B,
-                           int T, float *loss, vl_error *err) VL_MUST_CHECK;
+int model_gpt_cuda_forward(model_gpt_cuda *g, const int *inputs, const int *targets, int B, int T,
+                           float *loss, vl_error *err) VL_MUST_CHECK;
 
 /* Copies the [B,T,V] output of the last forward (logits without targets,
  * probabilities with them) into out, n = B*T*V floats. VL_EINVAL when
@@ -107,8 +106,8 @@ int model_gpt_cuda_clip_grads(model_gpt_cuda *g, double max_norm, double *g2,
  * model_gpt_cuda_num_params) and the count of steps taken; m and v NULL
  * with step 0 zero the moments. get copies them out. Both wait for the
  * device. */
-int model_gpt_cuda_set_adamw(model_gpt_cuda *g, const float *m, const float *v, size_t n,
-                             long step, vl_error *err) VL_MUST_CHECK;
+int model_gpt_cuda_set_adamw(model_gpt_cuda *g, const float *m, const float *v, size_t n, long step,
+                             vl_error *err) VL_MUST_CHECK;
 int model_gpt_cuda_get_adamw(model_gpt_cuda *g, float *m, float *v, size_t n, long *step,
                              vl_error *err) VL_MUST_CHECK;
 

@@ -20,7 +20,7 @@
  * passes. */
 typedef struct gpt_half_layer {
     kernels_bf16 *ln1, *qkv, *atty, *ln2, *fchg; /* [BT,C], [BT,3C], .., [BT,4C] */
-    kernels_bf16 *att;                            /* [B,NH,T,T] probabilities */
+    kernels_bf16 *att;                           /* [B,NH,T,T] probabilities */
 } gpt_half_layer;
 
 typedef struct gpt_half {
@@ -41,15 +41,15 @@ struct model_gpt_cuda {
     /* One device allocation for the parameter-sized vectors. */
     float *state;
     float *params, *grads, *adam_m, *adam_v;
-    uint8_t *decay_mask; /* 1 where AdamW decays (2-D tensors) */
+    uint8_t *decay_mask;  /* 1 where AdamW decays (2-D tensors) */
     double *norm_scratch; /* KERNELS_CUDA_SUMSQ_SCRATCH_DOUBLES */
     long adam_step;
-    int bf16;                /* KERNELS_CUDA_BF16: the products take half */
-    int vld;                 /* row stride of the logits: the vocabulary,
+    int bf16;               /* KERNELS_CUDA_BF16: the products take half */
+    int vld;                /* row stride of the logits: the vocabulary,
                               * padded to 64 in bf16 mode (aligned rows
                               * for the output head's products) */
-    kernels_bf16 *params_h;  /* params rounded, refreshed by every forward */
-    kernels_bf16 *wte_h;     /* [vld, C]: the token embedding rounded, with
+    kernels_bf16 *params_h; /* params rounded, refreshed by every forward */
+    kernels_bf16 *wte_h;    /* [vld, C]: the token embedding rounded, with
                               * zero rows past V, so the output head's
                               * products run over an aligned width */
     gpt_half half;
@@ -63,14 +63,12 @@ struct model_gpt_cuda {
 };
 
 /* Tensor idx of a vector laid out like the parameters. */
-static inline float *tensor(const model_gpt_cuda *g, float *base, int idx)
-{
+static inline float *tensor(const model_gpt_cuda *g, float *base, int idx) {
     return base + g->tensors[idx].offset;
 }
 
 /* The same tensor of the rounded parameters. */
-static inline const kernels_bf16 *tensor_h(const model_gpt_cuda *g, int idx)
-{
+static inline const kernels_bf16 *tensor_h(const model_gpt_cuda *g, int idx) {
     return g->params_h + g->tensors[idx].offset;
 }
 

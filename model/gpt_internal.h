@@ -12,15 +12,25 @@
 
 /* Per-layer tensors, in table order after wte and wpe. */
 enum {
-    GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
-    GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B,
+    GPT_LN1_W,
+    GPT_LN1_B,
+    GPT_QKV_W,
+    GPT_QKV_B,
+    GPT_ATTPROJ_W,
+    GPT_ATTPROJ_B,
+    GPT_LN2_W,
+    GPT_LN2_B,
+    GPT_FC_W,
+    GPT_FC_B,
+    GPT_FCPROJ_W,
+    GPT_FCPROJ_B,
     GPT_PER_LAYER
 };
 #define GPT_WTE 0
 #define GPT_WPE 1
-#define GPT_LAYER(l, k) (2 + (l) * GPT_PER_LAYER + (k))
-#define GPT_LNF_W(L) (2 + (L) * GPT_PER_LAYER)
-#define GPT_LNF_B(L) (3 + (L) * GPT_PER_LAYER)
+#define GPT_LAYER(l, k) (2 + (l)*GPT_PER_LAYER + (k))
+#define GPT_LNF_W(L) (2 + (L)*GPT_PER_LAYER)
+#define GPT_LNF_B(L) (3 + (L)*GPT_PER_LAYER)
 
 /* Forward activations of one layer, each sized for the planned capacity. */
 typedef struct gpt_layer_acts {
@@ -35,7 +45,7 @@ typedef struct gpt_layer_acts {
 } gpt_layer_acts;
 
 typedef struct gpt_acts {
-    float *mem; /* the one allocation everything below points into */
+    float *mem;             /* the one allocation everything below points into */
     size_t cap_bt, cap_btt; /* planned for B*T <= cap_bt and B*T*T <= cap_btt */
     int *inputs, *targets;  /* [BT], copies of the last forward's ids */
     float *encoded;         /* [BT,C] */
@@ -69,17 +79,16 @@ struct model_gpt {
     float *grads; /* NULL until first needed */
     gpt_acts acts;
     gpt_grad_acts gacts;
-    int B, T;          /* shape of the last forward */
-    int have_output;   /* model_gpt_output is meaningful */
-    int can_backward;  /* the last forward had targets and was not consumed */
-    double loss_sum;   /* sum of per-token losses of the last forward */
+    int B, T;                      /* shape of the last forward */
+    int have_output;               /* model_gpt_output is meaningful */
+    int can_backward;              /* the last forward had targets and was not consumed */
+    double loss_sum;               /* sum of per-token losses of the last forward */
     model_gpt_linear_fn linear_fn; /* NULL: backward skips the hook entirely */
     void *linear_ctx;
 };
 
 /* Pointer to tensor idx inside a flat vector laid out like the params. */
-static inline float *gpt_tensor_ptr(const model_gpt *m, float *base, int idx)
-{
+static inline float *gpt_tensor_ptr(const model_gpt *m, float *base, int idx) {
     return base + m->tensors[idx].offset;
 }
 
@@ -91,8 +100,7 @@ int gpt_ensure_grads(model_gpt *m, vl_error *err);
  * (the carve protocol of carve.h): every pointer of a except mem, the
  * token ids and the layers array, which must hold n_layer entries. The
  * CPU and the CUDA model share it, so both keep the same buffers. */
-void gpt_layout_acts(const model_gpt_config *cfg, gpt_acts *a, carver *cv, size_t bt,
-                     size_t btt);
+void gpt_layout_acts(const model_gpt_config *cfg, gpt_acts *a, carver *cv, size_t bt, size_t btt);
 
 /* The backward buffers of g for bt positions and scratch floats of
  * attention scratch, likewise. */
@@ -124,11 +132,10 @@ void gpt_each_decay_run(model_gpt *m, gpt_decay_run_fn fn, void *ctx);
 
 /* Returns early with the callee's code (the device GPT's functions, which
  * return 0 or a negative VL_E* code). */
-#define TRY(call)                                                                           \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_ != 0)                                                                       \
-            return rc_;                                                                     \
+#define TRY(call)                 \
+    do {                          \
+        int rc_ = (call);         \
+        if (rc_ != 0) return rc_; \
     } while (0)
 
 #endif

@@ -46,8 +46,7 @@ typedef struct idx_file {
 static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
     VL_PRINTF(4, 5);
 
-static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
-{
+static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int rc = model_path_failv(err, code, "", path, fmt, ap);
@@ -55,15 +54,12 @@ static int idx_fail(vl_error *err, int code, const char *path, const char *fmt, 
     return rc;
 }
 
-static void idx_close(idx_file *f)
-{
-    if (f->gz != NULL)
-        gzclose(f->gz);
+static void idx_close(idx_file *f) {
+    if (f->gz != NULL) gzclose(f->gz);
     f->gz = NULL;
 }
 
-static int idx_open(idx_file *f, const char *path, vl_error *err)
-{
+static int idx_open(idx_file *f, const char *path, vl_error *err) {
     memset(f, 0, sizeof *f);
     f->path = path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -86,8 +82,7 @@ static int idx_open(idx_file *f, const char *path, vl_error *err)
     }
     uint8_t m[2] = {0, 0};
     ssize_t got;
-    do
-        got = pread(fd, m, sizeof m, 0);
+    do got = pread(fd, m, sizeof m, 0);
     while (got < 0 && errno == EINTR);
     if (got < 0) {
         int e = errno;
@@ -110,12 +105,10 @@ static int idx_open(idx_file *f, const char *path, vl_error *err)
 
 /* The reason a read stopped short: an I/O error, a damaged gzip stream, or
  * (0) a clean end of file. */
-static int idx_stream_error(idx_file *f, const char *what, vl_error *err)
-{
+static int idx_stream_error(idx_file *f, const char *what, vl_error *err) {
     int zerr = Z_OK;
     const char *zmsg = gzerror(f->gz, &zerr);
-    if (zerr == Z_OK)
-        return 0;
+    if (zerr == Z_OK) return 0;
     if (zerr == Z_ERRNO)
         return idx_fail(err, VL_EIO, f->path, "read failed while reading %s: %s", what,
                         strerror(errno));
@@ -133,8 +126,7 @@ static int idx_stream_error(idx_file *f, const char *what, vl_error *err)
  * arrived, less than n only when the file ended cleanly. Returns 0 or the
  * error that stopped the read. */
 static int idx_read_some(idx_file *f, void *p, size_t n, size_t *done, const char *what,
-                         vl_error *err)
-{
+                         vl_error *err) {
     uint8_t *out = p;
     *done = 0;
     while (*done < n) {
@@ -144,49 +136,42 @@ static int idx_read_some(idx_file *f, void *p, size_t n, size_t *done, const cha
             *done += (size_t)got;
             f->pos += (size_t)got;
         }
-        if (got == (int)want)
-            continue;
+        if (got == (int)want) continue;
         int rc = idx_stream_error(f, what, err);
-        if (rc != 0 || got <= 0)
-            return rc;
+        if (rc != 0 || got <= 0) return rc;
     }
     return 0;
 }
 
 /* Reads exactly n bytes of `what`, or fails saying how far the file got. */
-static int idx_read(idx_file *f, void *p, size_t n, const char *what, vl_error *err)
-{
+static int idx_read(idx_file *f, void *p, size_t n, const char *what, vl_error *err) {
     size_t done;
     int rc = idx_read_some(f, p, n, &done, what, err);
     if (rc == 0 && done < n)
         rc = idx_fail(err, VL_EINVAL, f->path,
-                      "file ends after %zu of the %zu bytes of %s (at byte %zu%s): truncated",
-                      done, n, what, f->pos, f->gzip ? " of the decompressed data" : "");
+                      "file ends after %zu of the %zu bytes of %s (at byte %zu%s): truncated", done,
+                      n, what, f->pos, f->gzip ? " of the decompressed data" : "");
     return rc;
 }
 
 /* Fails unless the file ends here (and, for gzip, its trailer checks). */
-static int idx_expect_end(idx_file *f, vl_error *err)
-{
+static int idx_expect_end(idx_file *f, vl_error *err) {
     uint8_t extra;
     int got = gzread(f->gz, &extra, 1);
     if (got > 0)
         return idx_fail(err, VL_EINVAL, f->path,
                         "trailing bytes after the %zu bytes the header announces", f->pos);
-    return idx_stream_error(f, f->gzip ? "the end of the stream" : "the end of the file",
-                            err);
+    return idx_stream_error(f, f->gzip ? "the end of the stream" : "the end of the file", err);
 }
 
-static uint32_t be_u32(const uint8_t *p)
-{
+static uint32_t be_u32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
 /* A hint for the likely mix-ups: the other IDX kind, a little-endian
  * header, or another element type (0x09 signed byte, 0x0B short, 0x0C int,
  * 0x0D float, 0x0E double). */
-static const char *magic_hint(uint32_t magic)
-{
+static const char *magic_hint(uint32_t magic) {
     if (magic == MODEL_IMAGES_IDX1_MAGIC)
         return " (an IDX1 label file: images and labels swapped?)";
     if (magic == MODEL_IMAGES_IDX3_MAGIC)
@@ -198,30 +183,28 @@ static const char *magic_hint(uint32_t magic)
     return "";
 }
 
-static int check_image_header(const idx_file *f, const uint8_t h[16], vl_error *err)
-{
+static int check_image_header(const idx_file *f, const uint8_t h[16], vl_error *err) {
     uint32_t n = be_u32(h + 4), rows = be_u32(h + 8), cols = be_u32(h + 12);
-    if (n < 1)
-        return idx_fail(err, VL_EINVAL, f->path, "header says 0 images (need at least 1)");
+    if (n < 1) return idx_fail(err, VL_EINVAL, f->path, "header says 0 images (need at least 1)");
     if (rows < 1 || rows > MODEL_IMAGES_MAX_SIDE || cols < 1 || cols > MODEL_IMAGES_MAX_SIDE)
-        return idx_fail(err, VL_EINVAL, f->path, "images of %u x %u pixels: each side must be "
-                        "in [1, %d]", (unsigned)rows, (unsigned)cols, MODEL_IMAGES_MAX_SIDE);
+        return idx_fail(err, VL_EINVAL, f->path,
+                        "images of %u x %u pixels: each side must be "
+                        "in [1, %d]",
+                        (unsigned)rows, (unsigned)cols, MODEL_IMAGES_MAX_SIDE);
     /* rows * cols <= 2^24 and n < 2^32, so the product fits in 64 bits. */
     uint64_t pixels = (uint64_t)n * rows * cols;
     if (pixels > MODEL_IMAGES_MAX_PIXELS)
         return idx_fail(err, VL_EINVAL, f->path,
-                        "%u images of %u x %u is %llu pixels, over the cap of %llu",
-                        (unsigned)n, (unsigned)rows, (unsigned)cols,
-                        (unsigned long long)pixels, (unsigned long long)MODEL_IMAGES_MAX_PIXELS);
+                        "%u images of %u x %u is %llu pixels, over the cap of %llu", (unsigned)n,
+                        (unsigned)rows, (unsigned)cols, (unsigned long long)pixels,
+                        (unsigned long long)MODEL_IMAGES_MAX_PIXELS);
     return 0;
 }
 
 static int check_label_header(const idx_file *f, const uint8_t h[8], uint32_t images,
-                              vl_error *err)
-{
+                              vl_error *err) {
     uint32_t n = be_u32(h + 4);
-    if (n < 1)
-        return idx_fail(err, VL_EINVAL, f->path, "header says 0 labels (need at least 1)");
+    if (n < 1) return idx_fail(err, VL_EINVAL, f->path, "header says 0 labels (need at least 1)");
     if (n != images)
         return idx_fail(err, VL_EINVAL, f->path, "%u labels for %u images", (unsigned)n,
                         (unsigned)images);
@@ -232,12 +215,10 @@ static int check_label_header(const idx_file *f, const uint8_t h[8], uint32_t im
  * expected content). The magic is checked first, so a file of the wrong
  * kind is named as such even when it is shorter than the header. */
 static int read_header(idx_file *f, uint8_t *h, size_t len, uint32_t magic, const char *kind,
-                       vl_error *err)
-{
+                       vl_error *err) {
     size_t done;
     int rc = idx_read_some(f, h, len, &done, "header", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (done == 0)
         return idx_fail(err, VL_EINVAL, f->path, "empty%s file: no IDX header",
                         f->gzip ? " decompressed" : "");
@@ -245,16 +226,14 @@ static int read_header(idx_file *f, uint8_t *h, size_t len, uint32_t magic, cons
         return idx_fail(err, VL_EINVAL, f->path, "magic 0x%08x, expected 0x%08x (%s)%s",
                         (unsigned)be_u32(h), (unsigned)magic, kind, magic_hint(be_u32(h)));
     if (done < len)
-        return idx_fail(err, VL_EINVAL, f->path,
-                        "%zu bytes, shorter than the %zu-byte IDX header", done, len);
+        return idx_fail(err, VL_EINVAL, f->path, "%zu bytes, shorter than the %zu-byte IDX header",
+                        done, len);
     return 0;
 }
 
 int model_images_load(const char *images_path, const char *labels_path, model_images **out,
-                      vl_error *err)
-{
-    if (out != NULL)
-        *out = NULL;
+                      vl_error *err) {
+    if (out != NULL) *out = NULL;
     if (images_path == NULL || labels_path == NULL || out == NULL)
         return vl_fail(err, VL_EINVAL, "IDX images: missing argument");
     idx_file fi, fl;
@@ -262,14 +241,13 @@ int model_images_load(const char *images_path, const char *labels_path, model_im
     model_images *s = NULL;
     uint8_t hi[16], hl[8];
     int rc;
-    if ((rc = idx_open(&fi, images_path, err)) != 0)
-        return rc;
-    if ((rc = read_header(&fi, hi, sizeof hi, MODEL_IMAGES_IDX3_MAGIC,
-                          "IDX3 unsigned-byte images", err)) != 0 ||
+    if ((rc = idx_open(&fi, images_path, err)) != 0) return rc;
+    if ((rc = read_header(&fi, hi, sizeof hi, MODEL_IMAGES_IDX3_MAGIC, "IDX3 unsigned-byte images",
+                          err)) != 0 ||
         (rc = check_image_header(&fi, hi, err)) != 0 ||
         (rc = idx_open(&fl, labels_path, err)) != 0 ||
-        (rc = read_header(&fl, hl, sizeof hl, MODEL_IMAGES_IDX1_MAGIC,
-                          "IDX1 unsigned-byte labels", err)) != 0 ||
+        (rc = read_header(&fl, hl, sizeof hl, MODEL_IMAGES_IDX1_MAGIC, "IDX1 unsigned-byte labels",
+                          err)) != 0 ||
         (rc = check_label_header(&fl, hl, be_u32(hi + 4), err)) != 0)
         goto done;
 
@@ -296,8 +274,7 @@ int model_images_load(const char *images_path, const char *labels_path, model_im
     /* Labels are bytes, so every one is below 256 and the count fits. */
     int maxl = 0;
     for (size_t i = 0; i < s->n; i++)
-        if (s->labels[i] > maxl)
-            maxl = s->labels[i];
+        if (s->labels[i] > maxl) maxl = s->labels[i];
     s->classes = maxl + 1;
     *out = s;
     s = NULL;
@@ -309,64 +286,55 @@ done:
     return rc;
 }
 
-void model_images_free(model_images *s)
-{
-    if (s == NULL)
-        return;
+void model_images_free(model_images *s) {
+    if (s == NULL) return;
     free(s->pixels);
     free(s->labels);
     free(s);
 }
 
-size_t model_images_count(const model_images *s)
-{
+size_t model_images_count(const model_images *s) {
     return s ? s->n : 0;
 }
 
-int model_images_rows(const model_images *s)
-{
+int model_images_rows(const model_images *s) {
     return s ? s->rows : 0;
 }
 
-int model_images_cols(const model_images *s)
-{
+int model_images_cols(const model_images *s) {
     return s ? s->cols : 0;
 }
 
-int model_images_classes(const model_images *s)
-{
+int model_images_classes(const model_images *s) {
     return s ? s->classes : 0;
 }
 
-const uint8_t *model_images_labels(const model_images *s)
-{
+const uint8_t *model_images_labels(const model_images *s) {
     return s ? s->labels : NULL;
 }
 
-const uint8_t *model_images_pixels(const model_images *s)
-{
+const uint8_t *model_images_pixels(const model_images *s) {
     return s ? s->pixels : NULL;
 }
 
 int model_images_batch(const model_images *s, const uint32_t *idx, int B, float *x, int *labels,
-                       vl_error *err)
-{
+                       vl_error *err) {
     if (s == NULL || idx == NULL || x == NULL || labels == NULL)
         return vl_fail(err, VL_EINVAL, "image batch: missing argument");
-    if (B < 1)
-        return vl_fail(err, VL_EINVAL, "image batch: B=%d must be positive", B);
+    if (B < 1) return vl_fail(err, VL_EINVAL, "image batch: B=%d must be positive", B);
     for (int b = 0; b < B; b++)
         if (idx[b] >= s->n)
-            return vl_fail(err, VL_EINVAL, "image batch: index %u (entry %d) is not below the "
-                           "%zu images", (unsigned)idx[b], b, s->n);
+            return vl_fail(err, VL_EINVAL,
+                           "image batch: index %u (entry %d) is not below the "
+                           "%zu images",
+                           (unsigned)idx[b], b, s->n);
     size_t d = (size_t)s->rows * (size_t)s->cols;
     for (int b = 0; b < B; b++) {
         const uint8_t *p = s->pixels + (size_t)idx[b] * d;
         float *row = x + (size_t)b * d;
         /* A true division, not a multiply by 1/255, so each value is the
          * correctly rounded p/255 that the documentation promises. */
-        for (size_t i = 0; i < d; i++)
-            row[i] = (float)p[i] / 255.0f;
+        for (size_t i = 0; i < d; i++) row[i] = (float)p[i] / 255.0f;
         labels[b] = s->labels[idx[b]];
     }
     return 0;

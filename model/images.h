@@ -128,8 +128,8 @@ int model_images_batch(const model_images *s, const uint32_t *idx, int B, float 
  * n == 0 or n > UINT32_MAX, classes outside [1, 256], parts outside
  * [1, MODEL_PARTITION_MAX_PARTS], part outside [0, parts), a label >=
  * classes, beta NaN or infinite), VL_ENOMEM. */
-int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int part,
-                    double beta, uint64_t seed, uint32_t **idx_out, size_t *count_out,
+int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int part, double beta,
+                    uint64_t seed, uint32_t **idx_out, size_t *count_out,
                     vl_error *err) VL_MUST_CHECK;
 
 /* One draw from Gamma(shape, 1), which has mean and variance both equal to

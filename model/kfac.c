@@ -29,15 +29,12 @@ extern void dpotri_(const char *uplo, const blasint *n, double *a, const blasint
 
 /* n*n for n <= MODEL_KFAC_MAX_DIM + 1 cannot overflow size_t; the sums of
  * the allocation are checked anyway. */
-static size_t sq(int n)
-{
+static size_t sq(int n) {
     return (size_t)n * (size_t)n;
 }
 
-int model_kfac_layer_create(int in, int out, model_kfac_layer **layer, vl_error *err)
-{
-    if (layer == NULL)
-        return vl_fail(err, VL_EINVAL, "kfac create: no output pointer");
+int model_kfac_layer_create(int in, int out, model_kfac_layer **layer, vl_error *err) {
+    if (layer == NULL) return vl_fail(err, VL_EINVAL, "kfac create: no output pointer");
     *layer = NULL;
     if (in < 1 || in > MODEL_KFAC_MAX_DIM || out < 1 || out > MODEL_KFAC_MAX_DIM)
         return vl_fail(err, VL_EINVAL, "kfac create: layer %d x %d outside [1, %d]", in, out,
@@ -65,38 +62,30 @@ int model_kfac_layer_create(int in, int out, model_kfac_layer **layer, vl_error 
     return 0;
 }
 
-void model_kfac_layer_free(model_kfac_layer *layer)
-{
-    if (layer == NULL)
-        return;
+void model_kfac_layer_free(model_kfac_layer *layer) {
+    if (layer == NULL) return;
     free(layer->A); /* the one allocation */
     free(layer);
 }
 
 /* ssyrk fills the upper triangle only; the other code (sgemm, averaging,
  * callers) wants the full matrix. */
-static void mirror_upper(float *m, int n, int ld)
-{
+static void mirror_upper(float *m, int n, int ld) {
     for (int r = 1; r < n; r++)
-        for (int c = 0; c < r; c++)
-            m[(size_t)r * ld + c] = m[(size_t)c * ld + r];
+        for (int c = 0; c < r; c++) m[(size_t)r * ld + c] = m[(size_t)c * ld + r];
 }
 
-static int all_finite(const float *x, size_t n)
-{
+static int all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return 0;
+        if (!isfinite(x[i])) return 0;
     return 1;
 }
 
 int model_kfac_update_factors(model_kfac_layer *layer, const float *X, const float *dY, int N,
-                              float rho, vl_error *err)
-{
+                              float rho, vl_error *err) {
     if (layer == NULL || X == NULL || dY == NULL)
         return vl_fail(err, VL_EINVAL, "kfac update: missing layer, inputs or gradients");
-    if (N < 1)
-        return vl_fail(err, VL_EINVAL, "kfac update: batch size %d < 1", N);
+    if (N < 1) return vl_fail(err, VL_EINVAL, "kfac update: batch size %d < 1", N);
     if (!(rho >= 0.0f && rho <= 1.0f))
         return vl_fail(err, VL_EINVAL, "kfac update: decay %g outside [0, 1]", (double)rho);
     int in = layer->in, out = layer->out, da = in + 1;
@@ -120,8 +109,7 @@ int model_kfac_update_factors(model_kfac_layer *layer, const float *X, const flo
                 layer->A, da);
     for (int j = 0; j < in; j++) {
         double s = 0.0;
-        for (int i = 0; i < N; i++)
-            s += X[(size_t)i * in + j];
+        for (int i = 0; i < N; i++) s += X[(size_t)i * in + j];
         float *a = &layer->A[(size_t)j * da + in];
         *a = keep * *a + take * (float)(s / N);
     }
@@ -141,12 +129,9 @@ int model_kfac_update_factors(model_kfac_layer *layer, const float *X, const flo
  * the double buffer d (n*n). name is "A" or "G" for messages. On failure
  * inv is untouched. */
 static int damped_inverse(const float *f, int n, double damping, double *d, float *inv,
-                          const char *name, vl_error *err)
-{
-    for (size_t i = 0; i < sq(n); i++)
-        d[i] = f[i];
-    for (int i = 0; i < n; i++)
-        d[(size_t)i * n + i] += damping;
+                          const char *name, vl_error *err) {
+    for (size_t i = 0; i < sq(n); i++) d[i] = f[i];
+    for (int i = 0; i < n; i++) d[(size_t)i * n + i] += damping;
     blasint bn = n, info = 0;
     /* The matrix is symmetric, so LAPACK's column-major "U" is our
      * row-major lower triangle; either way one triangle is computed. */
@@ -162,8 +147,7 @@ static int damped_inverse(const float *f, int n, double damping, double *d, floa
     for (int i = 0; bad == 0 && i < n; i++) {
         double p = d[(size_t)i * n + i];
         double entry = (double)f[(size_t)i * n + i] + damping;
-        if (!(p * p > (double)n * FLT_EPSILON * entry))
-            bad = i + 1;
+        if (!(p * p > (double)n * FLT_EPSILON * entry)) bad = i + 1;
     }
     if (bad)
         return vl_fail(err, VL_EINVAL,
@@ -192,24 +176,18 @@ static int damped_inverse(const float *f, int n, double damping, double *d, floa
     return 0;
 }
 
-int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err)
-{
-    if (layer == NULL)
-        return vl_fail(err, VL_EINVAL, "kfac invert: missing layer");
+int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err) {
+    if (layer == NULL) return vl_fail(err, VL_EINVAL, "kfac invert: missing layer");
     if (!(damping >= 0.0f) || !isfinite(damping))
         return vl_fail(err, VL_EINVAL, "kfac invert: damping %g must be finite and >= 0",
                        (double)damping);
-    if (layer->updates == 0)
-        return vl_fail(err, VL_EINVAL, "kfac invert: no factor updates yet");
+    if (layer->updates == 0) return vl_fail(err, VL_EINVAL, "kfac invert: no factor updates yet");
     int da = layer->in + 1, out = layer->out;
     double ta = 0.0, tg = 0.0;
-    for (int i = 0; i < da; i++)
-        ta += layer->A[(size_t)i * da + i];
-    for (int i = 0; i < out; i++)
-        tg += layer->G[(size_t)i * out + i];
+    for (int i = 0; i < da; i++) ta += layer->A[(size_t)i * da + i];
+    for (int i = 0; i < out; i++) tg += layer->G[(size_t)i * out + i];
     double pi = sqrt((ta / da) / (tg / out));
-    if (!(ta > 0.0 && tg > 0.0) || !isfinite(pi) || pi <= 0.0)
-        pi = 1.0;
+    if (!(ta > 0.0 && tg > 0.0) || !isfinite(pi) || pi <= 0.0) pi = 1.0;
     double root = sqrt((double)damping), dampa = pi * root, dampg = root / pi;
 
     size_t nd = sq(da) > sq(out) ? sq(da) : sq(out), ns = sq(da) + sq(out);
@@ -225,8 +203,7 @@ int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err)
         return vl_fail(err, VL_ENOMEM, "kfac invert: out of memory");
     }
     int rc = damped_inverse(layer->A, da, dampa, d, stage, "A", err);
-    if (rc == 0)
-        rc = damped_inverse(layer->G, out, dampg, d, stage + sq(da), "G", err);
+    if (rc == 0) rc = damped_inverse(layer->G, out, dampg, d, stage + sq(da), "G", err);
     if (rc == 0) {
         memcpy(layer->A_inv, stage, sq(da) * sizeof(float));
         memcpy(layer->G_inv, stage + sq(da), sq(out) * sizeof(float));
@@ -239,9 +216,8 @@ int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err)
     return rc;
 }
 
-int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const float *gb,
-                            float *outW, float *outb, vl_error *err)
-{
+int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const float *gb, float *outW,
+                            float *outb, vl_error *err) {
     if (layer == NULL || gW == NULL || gb == NULL || outW == NULL || outb == NULL)
         return vl_fail(err, VL_EINVAL, "kfac precondition: missing layer or gradient arrays");
     if (layer->inversions == 0)
@@ -254,34 +230,27 @@ int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const floa
      * copying the gradient into a stacked buffer. */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, out, out, 1.0f, gW, out,
                 layer->G_inv, out, 0.0f, T, out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, out, out, 1.0f, gb, out,
-                layer->G_inv, out, 0.0f, T + (size_t)in * out, out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, out, da, 1.0f, layer->A_inv, da,
-                T, out, 0.0f, outW, out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, out, out, 1.0f, gb, out, layer->G_inv,
+                out, 0.0f, T + (size_t)in * out, out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, in, out, da, 1.0f, layer->A_inv, da, T,
+                out, 0.0f, outW, out);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, out, da, 1.0f,
                 layer->A_inv + (size_t)in * da, da, T, out, 0.0f, outb, out);
     return 0;
 }
 
 float model_kfac_kl_scale(const float *const *grads, const float *const *nat, const size_t *lens,
-                          int n_layers, float lr, float kl_clip)
-{
-    if (!(kl_clip > 0.0f) || !isfinite(kl_clip) || n_layers < 1)
-        return 1.0f;
-    if (grads == NULL || nat == NULL || lens == NULL)
-        return 0.0f;
+                          int n_layers, float lr, float kl_clip) {
+    if (!(kl_clip > 0.0f) || !isfinite(kl_clip) || n_layers < 1) return 1.0f;
+    if (grads == NULL || nat == NULL || lens == NULL) return 0.0f;
     double dot = 0.0;
     for (int l = 0; l < n_layers; l++) {
-        if (lens[l] > 0 && (grads[l] == NULL || nat[l] == NULL))
-            return 0.0f;
-        for (size_t i = 0; i < lens[l]; i++)
-            dot += (double)grads[l][i] * (double)nat[l][i];
+        if (lens[l] > 0 && (grads[l] == NULL || nat[l] == NULL)) return 0.0f;
+        for (size_t i = 0; i < lens[l]; i++) dot += (double)grads[l][i] * (double)nat[l][i];
     }
     double q = (double)lr * (double)lr * dot;
-    if (!isfinite(q))
-        return 0.0f;
-    if (q <= 0.0)
-        return 1.0f;
+    if (!isfinite(q)) return 0.0f;
+    if (q <= 0.0) return 1.0f;
     double nu = sqrt((double)kl_clip / q);
     return nu < 1.0 ? (float)nu : 1.0f;
 }
@@ -289,42 +258,36 @@ float model_kfac_kl_scale(const float *const *grads, const float *const *nat, co
 /* dst[e] = Σ_k w_k src_k[e] / wsum element by element, so dst may be one
  * of the sources: each element is read from every source before it is
  * written. */
-static void average_into(float *dst, const model_kfac_layer *const *src, int which,
-                         const double *w, int n, double wsum, size_t len)
-{
+static void average_into(float *dst, const model_kfac_layer *const *src, int which, const double *w,
+                         int n, double wsum, size_t len) {
     for (size_t e = 0; e < len; e++) {
         double s = 0.0;
-        for (int k = 0; k < n; k++)
-            s += w[k] * (which == 0 ? src[k]->A : src[k]->G)[e];
+        for (int k = 0; k < n; k++) s += w[k] * (which == 0 ? src[k]->A : src[k]->G)[e];
         dst[e] = (float)(s / wsum);
     }
 }
 
 int model_kfac_average(model_kfac_layer *dst, const model_kfac_layer *const *src,
-                       const double *weights, int n, vl_error *err)
-{
+                       const double *weights, int n, vl_error *err) {
     if (dst == NULL || src == NULL || weights == NULL)
         return vl_fail(err, VL_EINVAL, "kfac average: missing destination, sources or weights");
-    if (n < 1)
-        return vl_fail(err, VL_EINVAL, "kfac average: %d sources (need >= 1)", n);
+    if (n < 1) return vl_fail(err, VL_EINVAL, "kfac average: %d sources (need >= 1)", n);
     double wsum = 0.0;
     long updates = 0;
     for (int k = 0; k < n; k++) {
         const model_kfac_layer *s = src[k];
-        if (s == NULL)
-            return vl_fail(err, VL_EINVAL, "kfac average: source %d missing", k);
+        if (s == NULL) return vl_fail(err, VL_EINVAL, "kfac average: source %d missing", k);
         if (s->in != dst->in || s->out != dst->out)
             return vl_fail(err, VL_EINVAL,
-                           "kfac average: source %d is a %d x %d layer, the destination %d x %d",
-                           k, s->in, s->out, dst->in, dst->out);
+                           "kfac average: source %d is a %d x %d layer, the destination %d x %d", k,
+                           s->in, s->out, dst->in, dst->out);
         if (s->updates == 0)
             return vl_fail(err, VL_EINVAL, "kfac average: source %d has no factor updates", k);
         if (!(weights[k] >= 0.0) || !isfinite(weights[k]))
             return vl_fail(err, VL_EINVAL, "kfac average: weight %d = %g must be finite and >= 0",
                            k, weights[k]);
         wsum += weights[k];
-        if (s->updates > updates)
-            updates = s->updates;
+        if (s->updates > updates) updates = s->updates;
     }
     if (!(wsum > 0.0) || !isfinite(wsum))
         return vl_fail(err, VL_EINVAL, "kfac average: weights sum to %g (need > 0)", wsum);
@@ -335,8 +298,7 @@ int model_kfac_average(model_kfac_layer *dst, const model_kfac_layer *const *src
 }
 
 int model_kfac_set_factors(model_kfac_layer *layer, const float *A, const float *G, long updates,
-                           vl_error *err)
-{
+                           vl_error *err) {
     if (layer == NULL || A == NULL || G == NULL)
         return vl_fail(err, VL_EINVAL, "kfac set factors: missing layer or factors");
     if (updates < 1)

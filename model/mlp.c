@@ -51,7 +51,7 @@ typedef struct mlp_acts {
 
 struct model_mlp {
     model_mlp_config cfg;
-    mlp_net net; /* the layers; net.width[0] = D, net.width[n_layers] = C */
+    mlp_net net;  /* the layers; net.width[0] = D, net.width[n_layers] = C */
     int n_layers; /* net.n_layers */
     model_tensor tensors[2 * MLP_MAX_LAYERS];
     size_t num_params;
@@ -66,8 +66,7 @@ struct model_mlp {
 /* ---- the model ------------------------------------------------------------ */
 
 static void add_tensor(model_mlp *m, int idx, int ndim, size_t d0, size_t d1, size_t *off,
-                       const char *kind, int layer)
-{
+                       const char *kind, int layer) {
     model_tensor *t = &m->tensors[idx];
     /* Conv layers and dense layers are counted apart, so the dense names
      * of a model without conv layers are what they always were.
@@ -83,8 +82,7 @@ static void add_tensor(model_mlp *m, int idx, int ndim, size_t d0, size_t d1, si
     *off += t->numel;
 }
 
-static void free_acts(model_mlp *m)
-{
+static void free_acts(model_mlp *m) {
     free(m->acts.mem);
     free(m->acts.labels);
     memset(&m->acts, 0, sizeof m->acts);
@@ -93,17 +91,13 @@ static void free_acts(model_mlp *m)
     m->have_dout = 0;
 }
 
-int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err)
-{
-    if (out == NULL)
-        return vl_fail(err, VL_EINVAL, "mlp: no output pointer");
+int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err) {
+    if (out == NULL) return vl_fail(err, VL_EINVAL, "mlp: no output pointer");
     *out = NULL;
     int rc = model_mlp_config_validate(cfg, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     model_mlp *m = calloc(1, sizeof *m);
-    if (m == NULL)
-        return vl_fail(err, VL_ENOMEM, "mlp: out of memory");
+    if (m == NULL) return vl_fail(err, VL_ENOMEM, "mlp: out of memory");
     m->cfg = *cfg;
     mlp_net_build(cfg, &m->net);
     m->n_layers = m->net.n_layers;
@@ -126,18 +120,15 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
     return 0;
 }
 
-void model_mlp_destroy(model_mlp *m)
-{
-    if (m == NULL)
-        return;
+void model_mlp_destroy(model_mlp *m) {
+    if (m == NULL) return;
     free_acts(m);
     free(m->params);
     free(m->grads);
     free(m);
 }
 
-void model_mlp_init_weights(model_mlp *m, uint64_t seed)
-{
+void model_mlp_init_weights(model_mlp *m, uint64_t seed) {
     vl_rng r;
     vl_rng_seed(&r, seed);
     for (int l = 0; l < m->n_layers; l++) {
@@ -148,8 +139,7 @@ void model_mlp_init_weights(model_mlp *m, uint64_t seed)
         int last = l == m->n_layers - 1;
         float std = (float)sqrt((last ? 0.01 : 2.0) / fan_in);
         float *p = m->params + w->offset;
-        for (size_t k = 0; k < w->numel; k++)
-            p[k] = std * vl_rng_normal(&r);
+        for (size_t k = 0; k < w->numel; k++) p[k] = std * vl_rng_normal(&r);
         memset(m->params + b->offset, 0, b->numel * sizeof(float));
     }
     m->have_output = 0;
@@ -157,29 +147,36 @@ void model_mlp_init_weights(model_mlp *m, uint64_t seed)
     m->have_dout = 0;
 }
 
-model_mlp_config model_mlp_config_get(const model_mlp *m) { return m->cfg; }
+model_mlp_config model_mlp_config_get(const model_mlp *m) {
+    return m->cfg;
+}
 
-size_t model_mlp_num_params(const model_mlp *m) { return m->num_params; }
+size_t model_mlp_num_params(const model_mlp *m) {
+    return m->num_params;
+}
 
-float *model_mlp_params(model_mlp *m) { return m->params; }
+float *model_mlp_params(model_mlp *m) {
+    return m->params;
+}
 
-float *model_mlp_grads(model_mlp *m) { return m->grads; }
+float *model_mlp_grads(model_mlp *m) {
+    return m->grads;
+}
 
-int model_mlp_tensors(const model_mlp *m, const model_tensor **out)
-{
-    if (out)
-        *out = m->tensors;
+int model_mlp_tensors(const model_mlp *m, const model_tensor **out) {
+    if (out) *out = m->tensors;
     return 2 * m->n_layers;
 }
 
-void model_mlp_zero_grad(model_mlp *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+void model_mlp_zero_grad(model_mlp *m) {
+    memset(m->grads, 0, m->num_params * sizeof(float));
+}
 
 /* ---- activation planning -------------------------------------------------- */
 
 /* Assigns the buffers for cap rows starting at base (NULL: only measures)
  * and returns the number of floats used, or 0 when a size would wrap. */
-static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, int cap_rows)
-{
+static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, int cap_rows) {
     carver cv = {base, 0, 0};
     size_t widest = 0, cap = (size_t)cap_rows;
     a->x = carve(&cv, cap, (size_t)m->cfg.in_dim);
@@ -194,8 +191,7 @@ static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, int cap_
     size_t C = (size_t)m->cfg.n_classes;
     a->probs = carve(&cv, cap, C);
     a->losses = carve(&cv, cap, 1);
-    for (int l = 0; l < m->n_layers; l++)
-        a->dout[l] = carve(&cv, cap, (size_t)m->net.width[l + 1]);
+    for (int l = 0; l < m->n_layers; l++) a->dout[l] = carve(&cv, cap, (size_t)m->net.width[l + 1]);
     a->da = carve(&cv, cap, widest);
     size_t scratch = mlp_scratch_floats(&m->net, 0, m->n_layers, cap_rows);
     a->scratch = scratch > 0 ? carve(&cv, scratch, 1) : NULL;
@@ -204,11 +200,9 @@ static size_t layout_acts(const model_mlp *m, mlp_acts *a, float *base, int cap_
 
 /* Makes the buffers hold B rows, growing (and forgetting the last forward)
  * only when B exceeds the plan. */
-static int plan_acts(model_mlp *m, int B, vl_error *err)
-{
+static int plan_acts(model_mlp *m, int B, vl_error *err) {
     mlp_acts *a = &m->acts;
-    if (a->mem && B <= a->cap)
-        return 0;
+    if (a->mem && B <= a->cap) return 0;
     free_acts(m);
     size_t n = layout_acts(m, a, NULL, B);
     if (n == 0 || n > SIZE_MAX / sizeof(float))
@@ -226,35 +220,28 @@ static int plan_acts(model_mlp *m, int B, vl_error *err)
 
 /* ---- forward and backward ------------------------------------------------- */
 
-static int check_labels(const model_mlp *m, const int *labels, int n, vl_error *err)
-{
+static int check_labels(const model_mlp *m, const int *labels, int n, vl_error *err) {
     return mlp_check_labels(labels, n, m->cfg.n_classes, err);
 }
 
 static int check_batch(const model_mlp *m, const float *x, const int *labels, int B,
-                       vl_error *err)
-{
-    if (x == NULL)
-        return vl_fail(err, VL_EINVAL, "mlp forward: no inputs");
+                       vl_error *err) {
+    if (x == NULL) return vl_fail(err, VL_EINVAL, "mlp forward: no inputs");
     /* The kernels index with int: every [B, width] buffer must stay
      * addressable as one. */
     int rc = mlp_check_rows(B, m->net.width, m->n_layers + 1, "mlp forward", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     return labels ? check_labels(m, labels, B, err) : 0;
 }
 
-static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, vl_error *err)
-{
+static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, vl_error *err) {
     int rc = check_batch(m, x, labels, B, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     m->have_output = 0;
     m->can_backward = 0;
     m->have_dout = 0;
     rc = plan_acts(m, B, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     mlp_acts *a = &m->acts;
     const float *P = m->params;
     memcpy(a->x, x, (size_t)B * (size_t)m->cfg.in_dim * sizeof(float));
@@ -275,8 +262,7 @@ static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, 
         memcpy(a->labels, labels, (size_t)B * sizeof(int));
         kernels_softmax_xent_forward(a->probs, a->losses, logits, a->labels, B, C);
         double s = 0.0;
-        for (int i = 0; i < B; i++)
-            s += a->losses[i];
+        for (int i = 0; i < B; i++) s += a->losses[i];
         m->loss_sum = s;
         m->can_backward = 1;
     } else {
@@ -289,26 +275,21 @@ static int forward_impl(model_mlp *m, const float *x, const int *labels, int B, 
 }
 
 int model_mlp_forward(model_mlp *m, const float *x, const int *labels, int B, float *loss,
-                      vl_error *err)
-{
+                      vl_error *err) {
     int rc = forward_impl(m, x, labels, B, err);
-    if (rc == 0 && loss)
-        *loss = labels ? (float)(m->loss_sum / B) : 0.0f;
+    if (rc == 0 && loss) *loss = labels ? (float)(m->loss_sum / B) : 0.0f;
     return rc;
 }
 
-const float *model_mlp_logits(const model_mlp *m)
-{
+const float *model_mlp_logits(const model_mlp *m) {
     return m->have_output ? m->acts.pre[m->n_layers - 1] : NULL;
 }
 
-const float *model_mlp_probs(const model_mlp *m)
-{
+const float *model_mlp_probs(const model_mlp *m) {
     return m->have_output ? m->acts.probs : NULL;
 }
 
-int model_mlp_backward(model_mlp *m, vl_error *err)
-{
+int model_mlp_backward(model_mlp *m, vl_error *err) {
     if (!m->can_backward)
         return vl_fail(err, VL_EINVAL,
                        "mlp backward: needs a forward pass with labels first (once per forward)");
@@ -317,16 +298,15 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
     int B = m->B, C = m->cfg.n_classes;
     const float *P = m->params;
     float *G = m->grads;
-    kernels_softmax_xent_backward(a->dout[m->n_layers - 1], a->probs, a->labels,
-                                  1.0f / (float)B, B, C);
+    kernels_softmax_xent_backward(a->dout[m->n_layers - 1], a->probs, a->labels, 1.0f / (float)B, B,
+                                  C);
     /* dout[l] is the gradient of layer l's output (pre-activation); the
      * layer below gets d(act) in da, which GELU's backward turns into
      * dout[l - 1]. The kernels add, so both are zeroed first. */
     for (int l = m->n_layers - 1; l >= 0; l--) {
         const float *in = l > 0 ? a->act[l - 1] : a->x;
         size_t nin = (size_t)B * (size_t)m->net.width[l];
-        if (l > 0)
-            memset(a->da, 0, nin * sizeof(float));
+        if (l > 0) memset(a->da, 0, nin * sizeof(float));
         mlp_layer_backward(&m->net.layer[l], l > 0 ? a->da : NULL, G + m->tensors[2 * l].offset,
                            G + m->tensors[2 * l + 1].offset, a->dout[l], in,
                            P + m->tensors[2 * l].offset, B, a->scratch);
@@ -340,8 +320,7 @@ int model_mlp_backward(model_mlp *m, vl_error *err)
 }
 
 /* K-FAC's factors (model_mlp_layer_io) describe linear layers only. */
-static int check_dense_only(const model_mlp *m, const char *what, vl_error *err)
-{
+static int check_dense_only(const model_mlp *m, const char *what, vl_error *err) {
     if (m->net.n_conv > 0)
         return vl_fail(err, VL_EINVAL,
                        "%s: K-FAC takes dense-only models; this one has %d conv layers", what,
@@ -349,18 +328,14 @@ static int check_dense_only(const model_mlp *m, const char *what, vl_error *err)
     return 0;
 }
 
-int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
-{
+int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err) {
     int rc = check_dense_only(m, "mlp output gradients", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (!m->have_output)
         return vl_fail(err, VL_EINVAL, "mlp output gradients: needs a forward pass first");
-    if (labels == NULL)
-        return vl_fail(err, VL_EINVAL, "mlp output gradients: no labels");
+    if (labels == NULL) return vl_fail(err, VL_EINVAL, "mlp output gradients: no labels");
     rc = check_labels(m, labels, m->B, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     mlp_acts *a = &m->acts;
     int B = m->B, L = m->n_layers;
     const float *P = m->params;
@@ -381,17 +356,17 @@ int model_mlp_output_grads(model_mlp *m, const int *labels, vl_error *err)
 }
 
 int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float **dy, int *B,
-                       vl_error *err)
-{
+                       vl_error *err) {
     int rc = check_dense_only(m, "mlp layer io", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (l < 0 || l >= m->n_layers)
         return vl_fail(err, VL_EINVAL, "mlp layer %d: the model has layers 0..%d", l,
                        m->n_layers - 1);
     if (!m->have_dout)
-        return vl_fail(err, VL_EINVAL, "mlp layer %d: needs a backward pass (or "
-                                       "model_mlp_output_grads) after the last forward", l);
+        return vl_fail(err, VL_EINVAL,
+                       "mlp layer %d: needs a backward pass (or "
+                       "model_mlp_output_grads) after the last forward",
+                       l);
     *x = l > 0 ? m->acts.act[l - 1] : m->acts.x;
     *dy = m->acts.dout[l];
     *B = m->B;
@@ -400,18 +375,15 @@ int model_mlp_layer_io(const model_mlp *m, int l, const float **x, const float *
 
 /* ---- evaluation ------------------------------------------------------------ */
 
-int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n,
-                       double *mean_loss, double *accuracy, vl_error *err)
-{
+int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n, double *mean_loss,
+                       double *accuracy, vl_error *err) {
     if (x == NULL || labels == NULL)
         return vl_fail(err, VL_EINVAL, "mlp evaluate: missing inputs or labels");
-    if (n < 1)
-        return vl_fail(err, VL_EINVAL, "mlp evaluate: %d samples (need >= 1)", n);
+    if (n < 1) return vl_fail(err, VL_EINVAL, "mlp evaluate: %d samples (need >= 1)", n);
     /* Checked here too so a bad label is named by its index in the whole
      * set, not in its chunk. */
     int rc = check_labels(m, labels, n, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     int chunk = m->acts.cap > MLP_EVAL_ROWS ? m->acts.cap : MLP_EVAL_ROWS;
     int C = m->cfg.n_classes;
     size_t D = (size_t)m->cfg.in_dim;
@@ -420,33 +392,27 @@ int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n,
     for (int s = 0; s < n && rc == 0; s += chunk) {
         int b = n - s < chunk ? n - s : chunk;
         rc = forward_impl(m, x + (size_t)s * D, labels + s, b, err);
-        if (rc != 0)
-            break;
+        if (rc != 0) break;
         loss += m->loss_sum;
         const float *lg = m->acts.pre[m->n_layers - 1];
         for (int i = 0; i < b; i++) {
             const float *row = lg + (size_t)i * C;
             int best = 0;
             for (int c = 1; c < C; c++)
-                if (row[c] > row[best])
-                    best = c;
+                if (row[c] > row[best]) best = c;
             correct += best == labels[s + i];
         }
     }
     m->can_backward = 0;
     m->have_dout = 0;
-    if (rc != 0)
-        return rc;
-    if (mean_loss)
-        *mean_loss = loss / n;
-    if (accuracy)
-        *accuracy = (double)correct / n;
+    if (rc != 0) return rc;
+    if (mean_loss) *mean_loss = loss / n;
+    if (accuracy) *accuracy = (double)correct / n;
     return 0;
 }
 
 int model_mlp_accuracy(model_mlp *m, const float *x, const int *labels, int B, double *acc,
-                       vl_error *err)
-{
+                       vl_error *err) {
     return model_mlp_evaluate(m, x, labels, B, NULL, acc, err);
 }
 
@@ -456,30 +422,28 @@ int model_mlp_accuracy(model_mlp *m, const float *x, const int *labels, int B, d
 enum { FED_CENTRES = 1, FED_DIST = 2, FED_PEER = 3, FED_VALID = 4 };
 #define FED_MAX_INDEX ((uint64_t)1 << 62)
 
-model_fed_synth_config model_fed_synth_config_default(void)
-{
-    model_fed_synth_config c = {.dim = 32, .n_classes = 10, .modes = 1, .alpha = 0.5f,
-                                .separation = 1.0f, .noise = 1.0f, .seed = 1};
+model_fed_synth_config model_fed_synth_config_default(void) {
+    model_fed_synth_config c = {.dim = 32,
+                                .n_classes = 10,
+                                .modes = 1,
+                                .alpha = 0.5f,
+                                .separation = 1.0f,
+                                .noise = 1.0f,
+                                .seed = 1};
     return c;
 }
 
-int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *err)
-{
-    if (c == NULL)
-        return vl_fail(err, VL_EINVAL, "fed synth config: missing");
+int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *err) {
+    if (c == NULL) return vl_fail(err, VL_EINVAL, "fed synth config: missing");
     const char *cfg = "fed synth config";
     int rc = mlp_check_field(cfg, "dim", c->dim, 1, MODEL_MLP_MAX_WIDTH, err);
-    if (rc == 0)
-        rc = mlp_check_field(cfg, "n_classes", c->n_classes, 2, MODEL_MLP_MAX_WIDTH, err);
-    if (rc == 0)
-        rc = mlp_check_field(cfg, "modes", c->modes, 1, MODEL_FED_MAX_MODES, err);
-    if (rc != 0)
-        return rc;
+    if (rc == 0) rc = mlp_check_field(cfg, "n_classes", c->n_classes, 2, MODEL_MLP_MAX_WIDTH, err);
+    if (rc == 0) rc = mlp_check_field(cfg, "modes", c->modes, 1, MODEL_FED_MAX_MODES, err);
+    if (rc != 0) return rc;
     /* Written so NaN fails every comparison and is refused. */
     if (!(c->alpha >= MODEL_FED_MIN_ALPHA && c->alpha <= MODEL_FED_MAX_ALPHA))
         return vl_fail(err, VL_EINVAL, "fed synth config: alpha %g outside [%g, %g]",
-                       (double)c->alpha, (double)MODEL_FED_MIN_ALPHA,
-                       (double)MODEL_FED_MAX_ALPHA);
+                       (double)c->alpha, (double)MODEL_FED_MIN_ALPHA, (double)MODEL_FED_MAX_ALPHA);
     if (!(c->separation > 0.0f && c->separation <= FLT_MAX))
         return vl_fail(err, VL_EINVAL, "fed synth config: separation %g must be > 0 and finite",
                        (double)c->separation);
@@ -498,8 +462,7 @@ int model_fed_synth_config_validate(const model_fed_synth_config *c, vl_error *e
  * per component, so that no two (seed, tag) pairs alias (as seed + tag
  * would). Seeding is injective, so under one (seed, tag, a) distinct b never
  * share a state; other combinations meet only by 64-bit chance. */
-static void fed_rng(vl_rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b)
-{
+static void fed_rng(vl_rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t b) {
     vl_rng_seed(r, seed);
     vl_rng_seed(r, vl_rng_u64(r) + tag);
     vl_rng_seed(r, vl_rng_u64(r) + a);
@@ -507,11 +470,9 @@ static void fed_rng(vl_rng *r, uint64_t seed, uint64_t tag, uint64_t a, uint64_t
 }
 
 int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, double *probs,
-                               vl_error *err)
-{
+                               vl_error *err) {
     int rc = model_fed_synth_config_validate(cfg, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (peer < 0 || peer > MODEL_FED_MAX_PEER)
         return vl_fail(err, VL_EINVAL, "fed synth: peer %d outside [0, %d]", peer,
                        MODEL_FED_MAX_PEER);
@@ -532,14 +493,12 @@ int model_fed_synth_label_dist(const model_fed_synth_config *cfg, int peer, doub
         probs[k] = exp(probs[k] - mx);
         sum += probs[k];
     }
-    for (int k = 0; k < C; k++)
-        probs[k] /= sum;
+    for (int k = 0; k < C; k++) probs[k] /= sum;
     return 0;
 }
 
 /* The shared class centres [C*modes, D], from the task seed alone. */
-static float *make_centres(const model_fed_synth_config *cfg, vl_error *err)
-{
+static float *make_centres(const model_fed_synth_config *cfg, vl_error *err) {
     size_t rows = (size_t)cfg->n_classes * (size_t)cfg->modes, D = (size_t)cfg->dim;
     float *c = malloc(rows * D * sizeof(float)); /* bounded by the config check */
     if (c == NULL) {
@@ -548,17 +507,13 @@ static float *make_centres(const model_fed_synth_config *cfg, vl_error *err)
     }
     vl_rng r;
     fed_rng(&r, cfg->seed, FED_CENTRES, 0, 0);
-    for (size_t i = 0; i < rows * D; i++)
-        c[i] = cfg->separation * vl_rng_normal(&r);
+    for (size_t i = 0; i < rows * D; i++) c[i] = cfg->separation * vl_rng_normal(&r);
     return c;
 }
 
-static int check_range(uint64_t first, int n, const float *x, const int *y, vl_error *err)
-{
-    if (x == NULL || y == NULL)
-        return vl_fail(err, VL_EINVAL, "fed synth: missing output arrays");
-    if (n < 1)
-        return vl_fail(err, VL_EINVAL, "fed synth: %d samples (need >= 1)", n);
+static int check_range(uint64_t first, int n, const float *x, const int *y, vl_error *err) {
+    if (x == NULL || y == NULL) return vl_fail(err, VL_EINVAL, "fed synth: missing output arrays");
+    if (n < 1) return vl_fail(err, VL_EINVAL, "fed synth: %d samples (need >= 1)", n);
     if (first > FED_MAX_INDEX - (uint64_t)n)
         return vl_fail(err, VL_EINVAL, "fed synth: sample range past 2^62");
     return 0;
@@ -567,41 +522,34 @@ static int check_range(uint64_t first, int n, const float *x, const int *y, vl_e
 /* Writes one sample of class y from stream r: a uniform mode of the class,
  * then per-coordinate noise. */
 static void draw_point(const model_fed_synth_config *cfg, const float *centres, int y, vl_rng *r,
-                       float *x)
-{
+                       float *x) {
     size_t D = (size_t)cfg->dim;
     uint32_t k = vl_rng_below(r, (uint32_t)cfg->modes);
     const float *c = centres + ((size_t)y * (size_t)cfg->modes + k) * D;
-    for (size_t j = 0; j < D; j++)
-        x[j] = c[j] + cfg->noise * vl_rng_normal(r);
+    for (size_t j = 0; j < D; j++) x[j] = c[j] + cfg->noise * vl_rng_normal(r);
 }
 
 /* What both generators check before drawing anything. */
-static int check_request(const model_fed_synth_config *cfg, uint64_t first, int n,
-                         const float *x, const int *y, vl_error *err)
-{
+static int check_request(const model_fed_synth_config *cfg, uint64_t first, int n, const float *x,
+                         const int *y, vl_error *err) {
     int rc = model_fed_synth_config_validate(cfg, err);
     return rc == 0 ? check_range(first, n, x, y, err) : rc;
 }
 
 int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t first, int n,
-                         float *x, int *y, vl_error *err)
-{
+                         float *x, int *y, vl_error *err) {
     int rc = check_request(cfg, first, n, x, y, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     int C = cfg->n_classes;
     double *cdf = malloc((size_t)C * sizeof(double));
-    if (cdf == NULL)
-        return vl_fail(err, VL_ENOMEM, "fed synth: out of memory");
+    if (cdf == NULL) return vl_fail(err, VL_ENOMEM, "fed synth: out of memory");
     rc = model_fed_synth_label_dist(cfg, peer, cdf, err); /* also checks peer */
     float *centres = rc == 0 ? make_centres(cfg, err) : NULL;
     if (centres == NULL) {
         free(cdf);
         return rc != 0 ? rc : VL_ENOMEM;
     }
-    for (int k = 1; k < C; k++)
-        cdf[k] += cdf[k - 1];
+    for (int k = 1; k < C; k++) cdf[k] += cdf[k - 1];
     for (int i = 0; i < n; i++) {
         vl_rng r;
         fed_rng(&r, cfg->seed, FED_PEER, (uint64_t)peer, first + (uint64_t)i);
@@ -624,15 +572,12 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
     return 0;
 }
 
-int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n,
-                               float *x, int *y, vl_error *err)
-{
+int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n, float *x,
+                               int *y, vl_error *err) {
     int rc = check_request(cfg, first, n, x, y, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     float *centres = make_centres(cfg, err);
-    if (centres == NULL)
-        return VL_ENOMEM;
+    if (centres == NULL) return VL_ENOMEM;
     for (int i = 0; i < n; i++) {
         uint64_t idx = first + (uint64_t)i;
         vl_rng r;

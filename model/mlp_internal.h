@@ -37,8 +37,7 @@ typedef struct mlp_net {
 /* An integer field in [lo, hi], named in the message as "<cfg>: <what>".
  * Returns 0 or VL_EINVAL. */
 static inline int mlp_check_field(const char *cfg, const char *what, int v, int lo, int hi,
-                                  vl_error *err)
-{
+                                  vl_error *err) {
     if (v < lo || v > hi)
         return vl_fail(err, VL_EINVAL, "%s: %s %d outside [%d, %d]", cfg, what, v, lo, hi);
     return 0;
@@ -62,31 +61,24 @@ void mlp_layer_forward(const mlp_layer *L, float *out, const float *in, const fl
 
 /* ADDS the gradients of mlp_layer_forward given dout[B, L->out]: din[B,
  * L->in] (skipped when NULL), dw and db. scratch as for the forward. */
-void mlp_layer_backward(const mlp_layer *L, float *din, float *dw, float *db,
-                        const float *dout, const float *in, const float *w, int B,
-                        float *scratch);
+void mlp_layer_backward(const mlp_layer *L, float *din, float *dw, float *db, const float *dout,
+                        const float *in, const float *w, int B, float *scratch);
 
 /* Every labels[0 .. n) in [0, C); VL_EINVAL naming the first that is not. */
-static inline int mlp_check_labels(const int *labels, int n, int C, vl_error *err)
-{
+static inline int mlp_check_labels(const int *labels, int n, int C, vl_error *err) {
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= C)
-            return vl_fail(err, VL_EINVAL, "mlp: labels[%d] = %d outside [0, %d)", i, labels[i],
-                           C);
+            return vl_fail(err, VL_EINVAL, "mlp: labels[%d] = %d outside [0, %d)", i, labels[i], C);
     return 0;
 }
 
 /* B >= 1, and B rows of the widest of width[0 .. n) stay addressable with
  * the kernels' int indices (with room to spare). what names the caller in
  * the message. Returns 0 or VL_EINVAL. */
-static inline int mlp_check_rows(int B, const int *width, int n, const char *what,
-                                 vl_error *err)
-{
-    if (B < 1)
-        return vl_fail(err, VL_EINVAL, "%s: batch size %d < 1", what, B);
+static inline int mlp_check_rows(int B, const int *width, int n, const char *what, vl_error *err) {
+    if (B < 1) return vl_fail(err, VL_EINVAL, "%s: batch size %d < 1", what, B);
     int widest = 0;
-    for (int l = 0; l < n; l++)
-        widest = width[l] > widest ? width[l] : widest;
+    for (int l = 0; l < n; l++) widest = width[l] > widest ? width[l] : widest;
     if ((long long)B * widest > INT_MAX / 4)
         return vl_fail(err, VL_EINVAL, "%s: batch size %d is too large for width %d", what, B,
                        widest);

@@ -59,8 +59,8 @@ int model_mlp_part_offset(const model_mlp_config *cfg, int first, int last, size
  * output width), so a party can size the activations it exchanges before
  * creating the part. Either pointer may be NULL. Returns 0 or VL_EINVAL
  * as above. */
-int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *in_dim,
-                        int *out_dim, vl_error *err) VL_MUST_CHECK;
+int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *in_dim, int *out_dim,
+                        vl_error *err) VL_MUST_CHECK;
 
 /* ---- the part ----------------------------------------------------------------- */
 
@@ -70,8 +70,8 @@ int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *i
  * Activations are planned on the first forward. On success *out is owned
  * by the caller (model_mlp_part_destroy); on failure it is NULL. Returns 0,
  * VL_EINVAL, VL_ENOMEM. */
-int model_mlp_part_create(const model_mlp_config *cfg, int first, int last,
-                          model_mlp_part **out, vl_error *err) VL_MUST_CHECK;
+int model_mlp_part_create(const model_mlp_config *cfg, int first, int last, model_mlp_part **out,
+                          vl_error *err) VL_MUST_CHECK;
 
 /* Frees everything the part owns. NULL is a no-op. */
 void model_mlp_part_destroy(model_mlp_part *p);
@@ -107,8 +107,7 @@ int model_mlp_part_has_head(const model_mlp_part *p);
  * output of another part) right away; everything backward needs is kept.
  * Forgets any loss gradient of the previous batch. Returns 0, VL_EINVAL
  * (x NULL, B out of range), VL_ENOMEM. */
-int model_mlp_part_forward(model_mlp_part *p, const float *x, int B,
-                           vl_error *err) VL_MUST_CHECK;
+int model_mlp_part_forward(model_mlp_part *p, const float *x, int B, vl_error *err) VL_MUST_CHECK;
 
 /* The [B, out_dim] output of the last forward pass, owned by the part and
  * valid until the next forward (backward and loss leave it intact). NULL

@@ -361,8 +361,8 @@ typedef struct model_mlp_config {
     int hidden[MODEL_MLP_MAX_HIDDEN]; /* widths of the hidden layers; first n_hidden used */
     int n_classes;                    /* C >= 2 */
     /* The conv front end; all 0 (a designated initialiser's default) is none. */
-    int n_conv;                             /* 0 .. MODEL_MLP_MAX_CONV */
-    int image[3];                           /* [C, H, W] of an input, C*H*W = D, when n_conv > 0 */
+    int n_conv;                              /* 0 .. MODEL_MLP_MAX_CONV */
+    int image[3];                            /* [C, H, W] of an input, C*H*W = D, when n_conv > 0 */
     model_mlp_conv conv[MODEL_MLP_MAX_CONV]; /* first n_conv used */
 } model_mlp_config;
 
@@ -461,8 +461,8 @@ void model_mlp_zero_grad(model_mlp *m);
  * growing the activation plan past max(current plan, 256 rows). Either
  * result pointer may be NULL. Deterministic. Clobbers the forward state (a
  * backward afterwards fails). Returns 0, VL_EINVAL, VL_ENOMEM. */
-int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n,
-                       double *mean_loss, double *accuracy, vl_error *err) VL_MUST_CHECK;
+int model_mlp_evaluate(model_mlp *m, const float *x, const int *labels, int n, double *mean_loss,
+                       double *accuracy, vl_error *err) VL_MUST_CHECK;
 
 /* model_mlp_evaluate for the accuracy alone. */
 int model_mlp_accuracy(model_mlp *m, const float *x, const int *labels, int B, double *acc,
@@ -502,8 +502,7 @@ model_fed_synth_config model_fed_synth_config_default(void);
 
 /* Checks every field's range and n_classes * modes * dim <=
  * MODEL_FED_MAX_CENTRE_FLOATS. Returns 0 or VL_EINVAL naming the field. */
-int model_fed_synth_config_validate(const model_fed_synth_config *cfg,
-                                    vl_error *err) VL_MUST_CHECK;
+int model_fed_synth_config_validate(const model_fed_synth_config *cfg, vl_error *err) VL_MUST_CHECK;
 
 /* Peer p's label distribution pi_p into probs[C] (caller-owned; sums to 1).
  * 0 <= peer <= MODEL_FED_MAX_PEER. Returns 0 or VL_EINVAL. */
@@ -523,8 +522,8 @@ int model_fed_synth_peer(const model_fed_synth_config *cfg, int peer, uint64_t f
  * (first + i) mod C, so every C consecutive samples hold each class once.
  * Same arguments and errors as model_fed_synth_peer. cfg->alpha is
  * validated but not used. */
-int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n,
-                               float *x, int *y, vl_error *err) VL_MUST_CHECK;
+int model_fed_synth_validation(const model_fed_synth_config *cfg, uint64_t first, int n, float *x,
+                               int *y, vl_error *err) VL_MUST_CHECK;
 
 /* ---- SGD with momentum (sgd.c) ---------------------------------------------------- */
 
@@ -590,23 +589,22 @@ void model_sgd_free(model_sgd *opt);
  * the fields and never write them; matrices are row-major and stored in
  * full (both triangles). */
 typedef struct model_kfac_layer {
-    int in, out;  /* the layer: W [in,out], b [out] */
-    float *A;     /* [(in+1),(in+1)] running input factor */
-    float *G;     /* [out,out] running output-gradient factor */
-    float *A_inv; /* (A + damping_a I)⁻¹ as of the last model_kfac_invert */
-    float *G_inv; /* (G + damping_g I)⁻¹ */
+    int in, out;                /* the layer: W [in,out], b [out] */
+    float *A;                   /* [(in+1),(in+1)] running input factor */
+    float *G;                   /* [out,out] running output-gradient factor */
+    float *A_inv;               /* (A + damping_a I)⁻¹ as of the last model_kfac_invert */
+    float *G_inv;               /* (G + damping_g I)⁻¹ */
     float damping_a, damping_g; /* the split the last inversion used */
-    long updates;    /* factor updates folded in; 0: A and G hold nothing yet */
-    long inversions; /* successful inversions; 0: no inverses yet */
-    float *work;     /* [(in+1),out] scratch for model_kfac_precondition */
+    long updates;               /* factor updates folded in; 0: A and G hold nothing yet */
+    long inversions;            /* successful inversions; 0: no inverses yet */
+    float *work;                /* [(in+1),out] scratch for model_kfac_precondition */
 } model_kfac_layer;
 
 /* Creates the state of a layer with in inputs and out outputs (each in
  * [1, MODEL_KFAC_MAX_DIM]): factors and inverses zeroed, no updates. On
  * success *layer is owned by the caller (model_kfac_layer_free); on failure
  * it is NULL. Returns 0, VL_EINVAL, VL_ENOMEM. */
-int model_kfac_layer_create(int in, int out, model_kfac_layer **layer,
-                            vl_error *err) VL_MUST_CHECK;
+int model_kfac_layer_create(int in, int out, model_kfac_layer **layer, vl_error *err) VL_MUST_CHECK;
 
 /* Frees the layer and everything it owns. NULL is a no-op. */
 void model_kfac_layer_free(model_kfac_layer *layer);
@@ -641,8 +639,8 @@ int model_kfac_invert(model_kfac_layer *layer, float damping, vl_error *err) VL_
  * place). Uses the inverses of the last model_kfac_invert and the layer's
  * scratch, so it allocates nothing. Returns 0 or VL_EINVAL (missing arrays,
  * no inversion yet). */
-int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const float *gb,
-                            float *outW, float *outb, vl_error *err) VL_MUST_CHECK;
+int model_kfac_precondition(model_kfac_layer *layer, const float *gW, const float *gb, float *outW,
+                            float *outb, vl_error *err) VL_MUST_CHECK;
 
 /* The KL-clipping factor ν by which to scale the preconditioned step of all
  * n_layers layers (Ba, Grosse & Martens 2017): with q = lr² Σ_l <nat_l,
@@ -713,8 +711,7 @@ model_kfac_gpt_config model_kfac_gpt_config_default(void);
 
 /* Checks every field's range (finite, as above; inverse_every at most
  * 1e6). Returns 0 or VL_EINVAL naming the field. */
-int model_kfac_gpt_config_validate(const model_kfac_gpt_config *cfg,
-                                   vl_error *err) VL_MUST_CHECK;
+int model_kfac_gpt_config_validate(const model_kfac_gpt_config *cfg, vl_error *err) VL_MUST_CHECK;
 
 /* The K-FAC layers of a GPT of configuration cfg: 4 n_layer of them, in
  * tensor-table order. model_gpt_kfac_layer gives layer i's name (its
@@ -729,8 +726,8 @@ int model_gpt_kfac_layer(const model_gpt_config *cfg, int i, char *name, size_t 
 /* The factor files' layer list for cfg (compress/compress.h): layer i of
  * model_gpt_kfac_layer as {name, in + 1, out}, into out (cap entries, at
  * least model_gpt_kfac_layer_count). Returns the count, or VL_EINVAL. */
-int model_gpt_kfac_factor_layers(const model_gpt_config *cfg, compress_factor_layer *out,
-                                 int cap, vl_error *err);
+int model_gpt_kfac_factor_layers(const model_gpt_config *cfg, compress_factor_layer *out, int cap,
+                                 vl_error *err);
 
 /* The optimiser's state. cfg may be changed between steps (lr schedules,
  * hyper-parameters that follow the task); the rest is read-only to
@@ -741,13 +738,13 @@ typedef struct model_kfac_gpt {
     model_kfac_layer **layers; /* owned */
     int *tensor;               /* layer i's weight is tensor[i], its bias tensor[i] + 1 */
     size_t n_params;
-    model_sgd sgd;     /* momentum over every parameter (owned) */
-    float *nat;        /* n_params scratch: the preconditioned gradients */
-    long step;         /* steps taken */
-    long since_invert; /* steps since the inverses were refreshed; < 0: refresh next step */
+    model_sgd sgd;      /* momentum over every parameter (owned) */
+    float *nat;         /* n_params scratch: the preconditioned gradients */
+    long step;          /* steps taken */
+    long since_invert;  /* steps since the inverses were refreshed; < 0: refresh next step */
     long kept_inverses; /* refreshes that failed and kept a layer's previous inverses */
-    int64_t rows;      /* rows (tokens) folded into the factors so far */
-    float last_scale;  /* ν of the last step */
+    int64_t rows;       /* rows (tokens) folded into the factors so far */
+    float last_scale;   /* ν of the last step */
     /* what the hook needs during model_kfac_gpt_backward */
     const model_gpt *hook_model;
     int hook_calls, hook_rc, hook_rows;
@@ -758,8 +755,8 @@ typedef struct model_kfac_gpt {
  * momentum. Returns 0, VL_EINVAL (bad cfg, layers wider than
  * MODEL_KFAC_MAX_DIM), VL_ENOMEM; on failure opt is left empty
  * (model_kfac_gpt_free is still safe). */
-int model_kfac_gpt_init(model_kfac_gpt *opt, const model_gpt *m,
-                        const model_kfac_gpt_config *cfg, vl_error *err) VL_MUST_CHECK;
+int model_kfac_gpt_init(model_kfac_gpt *opt, const model_gpt *m, const model_kfac_gpt_config *cfg,
+                        vl_error *err) VL_MUST_CHECK;
 
 /* Releases everything; opt becomes empty. Safe on a zeroed or freed struct. */
 void model_kfac_gpt_free(model_kfac_gpt *opt);

@@ -10,16 +10,13 @@
 
 #include "model/images.h"
 
-double model_partition_gamma(vl_rng *r, double shape)
-{
-    if (r == NULL || !(shape > 0) || !isfinite(shape))
-        return NAN;
+double model_partition_gamma(vl_rng *r, double shape) {
+    if (r == NULL || !(shape > 0) || !isfinite(shape)) return NAN;
     return exp(vl_rng_log_gamma(r, shape));
 }
 
 /* Fisher-Yates over a[0..m), m <= UINT32_MAX. */
-static void shuffle(uint32_t *a, size_t m, vl_rng *r)
-{
+static void shuffle(uint32_t *a, size_t m, vl_rng *r) {
     for (size_t i = m; i > 1; i--) {
         size_t j = vl_rng_below(r, (uint32_t)i);
         uint32_t t = a[i - 1];
@@ -28,8 +25,7 @@ static void shuffle(uint32_t *a, size_t m, vl_rng *r)
     }
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
+static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
@@ -37,15 +33,13 @@ static int cmp_u32(const void *a, const void *b)
 /* The bounds [lo, hi) of part's share of a class of m items, from a fresh
  * Dirichlet(beta) draw over all parts. lg is scratch for parts doubles. */
 static void dirichlet_cut(vl_rng *r, double beta, int parts, int part, size_t m, double *lg,
-                          size_t *lo, size_t *hi)
-{
+                          size_t *lo, size_t *hi) {
     /* Every part's draw is taken, so the stream (and the other parts'
      * cuts) do not depend on which part is asked for. */
     double top = -INFINITY;
     for (int p = 0; p < parts; p++) {
         lg[p] = vl_rng_log_gamma(r, beta);
-        if (lg[p] > top)
-            top = lg[p];
+        if (lg[p] > top) top = lg[p];
     }
     /* Normalising after subtracting the largest logarithm keeps at least
      * one weight at exactly 1, so the total is never 0 or infinite. */
@@ -61,10 +55,8 @@ static void dirichlet_cut(vl_rng *r, double beta, int parts, int part, size_t m,
     size_t prev = 0;
     for (int p = 0; p <= part; p++) {
         size_t cut = (size_t)floor(cum / total * (double)m + 0.5);
-        if (cut < prev)
-            cut = prev;
-        if (cut > m)
-            cut = m;
+        if (cut < prev) cut = prev;
+        if (cut > m) cut = m;
         prev = cut;
         cum += lg[p];
     }
@@ -77,14 +69,10 @@ static void dirichlet_cut(vl_rng *r, double beta, int parts, int part, size_t m,
     }
 }
 
-int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int part,
-                    double beta, uint64_t seed, uint32_t **idx_out, size_t *count_out,
-                    vl_error *err)
-{
-    if (idx_out != NULL)
-        *idx_out = NULL;
-    if (count_out != NULL)
-        *count_out = 0;
+int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int part, double beta,
+                    uint64_t seed, uint32_t **idx_out, size_t *count_out, vl_error *err) {
+    if (idx_out != NULL) *idx_out = NULL;
+    if (count_out != NULL) *count_out = 0;
     if (labels == NULL || idx_out == NULL || count_out == NULL)
         return vl_fail(err, VL_EINVAL, "partition: missing argument");
     if (n == 0 || n > UINT32_MAX)
@@ -102,8 +90,8 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
     size_t per_class[256] = {0};
     for (size_t i = 0; i < n; i++) {
         if (labels[i] >= classes)
-            return vl_fail(err, VL_EINVAL, "partition: label %zu is %d, not below %d classes",
-                           i, labels[i], classes);
+            return vl_fail(err, VL_EINVAL, "partition: label %zu is %d, not below %d classes", i,
+                           labels[i], classes);
         per_class[labels[i]]++;
     }
 
@@ -114,8 +102,7 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
     vl_rng_seed(&r, seed);
     size_t kept = 0;
     if (beta <= 0) {
-        for (size_t i = 0; i < n; i++)
-            order[i] = (uint32_t)i;
+        for (size_t i = 0; i < n; i++) order[i] = (uint32_t)i;
         shuffle(order, n, &r);
         /* n < 2^32 and parts <= 2^20: the products fit in 64 bits. */
         size_t lo = (size_t)((uint64_t)part * n / (uint64_t)parts);
@@ -127,8 +114,7 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
          * -inf for every part, and ranks nothing; at it, each class
          * already goes wholly to the part with the largest U, which is
          * the limit of smaller betas too. */
-        if (beta < MODEL_PARTITION_MIN_BETA)
-            beta = MODEL_PARTITION_MIN_BETA;
+        if (beta < MODEL_PARTITION_MIN_BETA) beta = MODEL_PARTITION_MIN_BETA;
         double *lg = malloc((size_t)parts * sizeof *lg);
         if (lg == NULL) {
             free(order);
@@ -138,12 +124,10 @@ int model_partition(const uint8_t *labels, size_t n, int classes, int parts, int
          * items are a contiguous run that its shuffle and cuts work on. */
         size_t start[257];
         start[0] = 0;
-        for (int c = 0; c < classes; c++)
-            start[c + 1] = start[c] + per_class[c];
+        for (int c = 0; c < classes; c++) start[c + 1] = start[c] + per_class[c];
         size_t fill[256];
         memcpy(fill, start, sizeof fill);
-        for (size_t i = 0; i < n; i++)
-            order[fill[labels[i]]++] = (uint32_t)i;
+        for (size_t i = 0; i < n; i++) order[fill[labels[i]]++] = (uint32_t)i;
         for (int c = 0; c < classes; c++) {
             /* Each class has its own stream, derived from the seed alone,
              * so its split does not shift with the sizes of other classes. */

@@ -22,31 +22,24 @@
 
 /* ---- grid ------------------------------------------------------------------------- */
 
-static int check_size(const char *what, int v, vl_error *err)
-{
+static int check_size(const char *what, int v, vl_error *err) {
     if (v < 1 || v > MODEL_PNG_MAX_SIDE)
         return vl_fail(err, VL_EINVAL, "png grid: %s %d outside [1, %d]", what, v,
                        MODEL_PNG_MAX_SIDE);
     return 0;
 }
 
-int model_png_grid(const float *tiles, int n, int tw, int th, int rows, int cols,
-                   float background, float **out, int *out_w, int *out_h, vl_error *err)
-{
+int model_png_grid(const float *tiles, int n, int tw, int th, int rows, int cols, float background,
+                   float **out, int *out_w, int *out_h, vl_error *err) {
     if (out == NULL || out_w == NULL || out_h == NULL)
         return vl_fail(err, VL_EINVAL, "png grid: missing output");
     *out = NULL;
-    if (tiles == NULL)
-        return vl_fail(err, VL_EINVAL, "png grid: no tiles");
+    if (tiles == NULL) return vl_fail(err, VL_EINVAL, "png grid: no tiles");
     int rc = check_size("tile width", tw, err);
-    if (rc == 0)
-        rc = check_size("tile height", th, err);
-    if (rc == 0)
-        rc = check_size("rows", rows, err);
-    if (rc == 0)
-        rc = check_size("cols", cols, err);
-    if (rc != 0)
-        return rc;
+    if (rc == 0) rc = check_size("tile height", th, err);
+    if (rc == 0) rc = check_size("rows", rows, err);
+    if (rc == 0) rc = check_size("cols", cols, err);
+    if (rc != 0) return rc;
     /* Every factor is at most 2^14, so these products fit in long long. */
     long long W = (long long)cols * tw + (long long)(cols - 1) * MODEL_PNG_GAP;
     long long H = (long long)rows * th + (long long)(rows - 1) * MODEL_PNG_GAP;
@@ -59,8 +52,7 @@ int model_png_grid(const float *tiles, int n, int tw, int th, int rows, int cols
     float *img = malloc(total * sizeof(float));
     if (img == NULL)
         return vl_fail(err, VL_ENOMEM, "png grid: out of memory for %lldx%lld pixels", W, H);
-    for (size_t i = 0; i < total; i++)
-        img[i] = background;
+    for (size_t i = 0; i < total; i++) img[i] = background;
     size_t tile = (size_t)tw * (size_t)th;
     for (int k = 0; k < n; k++) {
         size_t x0 = (size_t)(k % cols) * (size_t)(tw + MODEL_PNG_GAP);
@@ -82,8 +74,7 @@ typedef struct png_ctx {
     char msg[160];
 } png_ctx;
 
-static void on_error(png_structp png, png_const_charp msg)
-{
+static void on_error(png_structp png, png_const_charp msg) {
     png_ctx *c = png_get_error_ptr(png);
     snprintf(c->msg, sizeof c->msg, "libpng: %s", msg ? msg : "error");
     png_longjmp(png, 1);
@@ -91,15 +82,13 @@ static void on_error(png_structp png, png_const_charp msg)
 
 /* Warnings are about ancillary details (none of which are written) and
  * must not reach stderr, which belongs to the program's log. */
-static void on_warning(png_structp png, png_const_charp msg)
-{
+static void on_warning(png_structp png, png_const_charp msg) {
     (void)png;
     (void)msg;
 }
 
 /* Encodes the rows to f. Returns 0, or -1 with the reason in c->msg. */
-static int encode(FILE *f, png_bytep *rowp, int w, int h, png_ctx *c)
-{
+static int encode(FILE *f, png_bytep *rowp, int w, int h, png_ctx *c) {
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, c, on_error, on_warning);
     if (png == NULL) {
         snprintf(c->msg, sizeof c->msg, "libpng: out of memory");
@@ -127,8 +116,7 @@ static int encode(FILE *f, png_bytep *rowp, int w, int h, png_ctx *c)
 
 /* ---- the file --------------------------------------------------------------------- */
 
-static int fail_path(vl_error *err, int code, const char *path, const char *what, int e)
-{
+static int fail_path(vl_error *err, int code, const char *path, const char *what, int e) {
     char detail[176];
     snprintf(detail, sizeof detail, "%s: %s", what, strerror(e));
     return model_path_fail(err, code, "png ", path, detail);
@@ -137,11 +125,9 @@ static int fail_path(vl_error *err, int code, const char *path, const char *what
 /* Writes the encoded picture to tmp and syncs it. Returns 0, or VL_EIO with
  * the reason in err; tmp may be left behind for the caller to remove. */
 static int write_tmp(const char *path, const char *tmp, png_bytep *rowp, int w, int h,
-                     vl_error *err)
-{
+                     vl_error *err) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return fail_path(err, VL_EIO, path, "cannot create the temporary file", errno);
+    if (fd < 0) return fail_path(err, VL_EIO, path, "cannot create the temporary file", errno);
     FILE *f = fdopen(fd, "wb");
     if (f == NULL) {
         int e = errno;
@@ -166,8 +152,7 @@ static int write_tmp(const char *path, const char *tmp, png_bytep *rowp, int w, 
     return what ? fail_path(err, VL_EIO, path, what, e) : 0;
 }
 
-int model_png_write_gray(const char *path, const float *pixels, int w, int h, vl_error *err)
-{
+int model_png_write_gray(const char *path, const float *pixels, int w, int h, vl_error *err) {
     if (path == NULL || pixels == NULL)
         return vl_fail(err, VL_EINVAL, "png write: missing %s", path == NULL ? "path" : "pixels");
     size_t plen = strlen(path);
@@ -208,8 +193,7 @@ int model_png_write_gray(const char *path, const float *pixels, int w, int h, vl
         v = v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
         bytes[i] = (uint8_t)(v * 255.0f + 0.5f);
     }
-    for (int y = 0; y < h; y++)
-        rowp[y] = bytes + (size_t)y * W;
+    for (int y = 0; y < h; y++) rowp[y] = bytes + (size_t)y * W;
     int rc = write_tmp(path, tmp, rowp, w, h, err);
     free(rowp);
     free(bytes);

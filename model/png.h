@@ -48,8 +48,7 @@ int model_png_write_gray(const char *path, const float *pixels, int w, int h,
  * floats, the caller's to free(); on failure it is NULL. Returns 0,
  * VL_EINVAL (NULL arguments, a size below 1, n > rows*cols, a picture side
  * over MODEL_PNG_MAX_SIDE), VL_ENOMEM. */
-int model_png_grid(const float *tiles, int n, int tw, int th, int rows, int cols,
-                   float background, float **out, int *out_w, int *out_h,
-                   vl_error *err) VL_MUST_CHECK;
+int model_png_grid(const float *tiles, int n, int tw, int th, int rows, int cols, float background,
+                   float **out, int *out_w, int *out_h, vl_error *err) VL_MUST_CHECK;
 
 #endif

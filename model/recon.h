@@ -67,8 +67,8 @@ void model_recon_destroy(model_recon *d);
  * arrays, n, epochs or batch outside [1, their MODEL_RECON_MAX_*], lr not
  * in (0, 10], a pixel outside [0, 1], a batch too large for the widths),
  * VL_ERANGE (a NaN or infinite value in Z or X), VL_ENOMEM. */
-int model_recon_train(model_recon *d, const float *Z, const float *X, int n, int epochs,
-                      int batch, float lr, double *final_mse, vl_error *err) VL_MUST_CHECK;
+int model_recon_train(model_recon *d, const float *Z, const float *X, int n, int epochs, int batch,
+                      float lr, double *final_mse, vl_error *err) VL_MUST_CHECK;
 
 /* Decodes n rows of Z (n*q floats) into Xhat (n*p caller-owned floats,
  * each in [0, 1]). Returns 0, VL_EINVAL (NULL arrays, n outside

@@ -11,16 +11,13 @@
 #include "model/model.h"
 
 int model_sgd_init(model_sgd *opt, size_t n, float lr, float momentum, float weight_decay,
-                   int nesterov, vl_error *err)
-{
-    if (opt == NULL)
-        return vl_fail(err, VL_EINVAL, "sgd: no optimiser");
+                   int nesterov, vl_error *err) {
+    if (opt == NULL) return vl_fail(err, VL_EINVAL, "sgd: no optimiser");
     memset(opt, 0, sizeof *opt);
     if (n == 0 || n > SIZE_MAX / sizeof(float))
         return vl_fail(err, VL_EINVAL, "sgd: bad parameter count %zu", n);
     if (!(isfinite(lr) && lr >= 0.0f))
-        return vl_fail(err, VL_EINVAL, "sgd: learning rate %g must be finite and >= 0",
-                       (double)lr);
+        return vl_fail(err, VL_EINVAL, "sgd: learning rate %g must be finite and >= 0", (double)lr);
     if (!(momentum >= 0.0f && momentum < 1.0f))
         return vl_fail(err, VL_EINVAL, "sgd: momentum %g must lie in [0, 1)", (double)momentum);
     if (!(isfinite(weight_decay) && weight_decay >= 0.0f))
@@ -42,8 +39,7 @@ int model_sgd_init(model_sgd *opt, size_t n, float lr, float momentum, float wei
 /* The update of elements [off, off + n); decay says whether they decay.
  * Decoupled weight decay, as AdamW's, so the two optimisers read the same
  * weight_decay setting the same way. */
-static void sgd_run(model_sgd *opt, float *p, const float *g, size_t off, size_t n, int decay)
-{
+static void sgd_run(model_sgd *opt, float *p, const float *g, size_t off, size_t n, int decay) {
     const float lr = opt->lr, mu = opt->momentum, wd = decay ? opt->weight_decay : 0.0f;
     float *b = opt->buf + off;
     p += off;
@@ -56,8 +52,7 @@ static void sgd_run(model_sgd *opt, float *p, const float *g, size_t off, size_t
     }
 }
 
-static int check(const model_sgd *opt, size_t n, vl_error *err)
-{
+static int check(const model_sgd *opt, size_t n, vl_error *err) {
     if (opt == NULL || opt->buf == NULL)
         return vl_fail(err, VL_EINVAL, "sgd: optimiser not initialised");
     if (opt->n != n)
@@ -66,11 +61,9 @@ static int check(const model_sgd *opt, size_t n, vl_error *err)
 }
 
 int model_sgd_step(model_sgd *opt, float *params, const float *grads, size_t n, int decay,
-                   vl_error *err)
-{
+                   vl_error *err) {
     int rc = check(opt, n, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     if (params == NULL || grads == NULL)
         return vl_fail(err, VL_EINVAL, "sgd: missing parameters or gradients");
     opt->step++;
@@ -83,36 +76,28 @@ typedef struct sgd_gpt_ctx {
     model_gpt *m;
 } sgd_gpt_ctx;
 
-static void sgd_gpt_run(void *ctx, size_t off, size_t n, int decay)
-{
+static void sgd_gpt_run(void *ctx, size_t off, size_t n, int decay) {
     sgd_gpt_ctx *c = ctx;
     sgd_run(c->opt, c->m->params, c->m->grads, off, n, decay);
 }
 
-int model_sgd_step_gpt(model_sgd *opt, model_gpt *m, vl_error *err)
-{
+int model_sgd_step_gpt(model_sgd *opt, model_gpt *m, vl_error *err) {
     int rc = check(opt, m->num_params, err);
-    if (rc)
-        return rc;
-    if (m->grads == NULL)
-        return vl_fail(err, VL_EINVAL, "sgd: the model has no gradients yet");
+    if (rc) return rc;
+    if (m->grads == NULL) return vl_fail(err, VL_EINVAL, "sgd: the model has no gradients yet");
     opt->step++;
     sgd_gpt_ctx c = {opt, m};
     gpt_each_decay_run(m, sgd_gpt_run, &c);
     return 0;
 }
 
-void model_sgd_reset(model_sgd *opt)
-{
-    if (opt->buf)
-        memset(opt->buf, 0, opt->n * sizeof(float));
+void model_sgd_reset(model_sgd *opt) {
+    if (opt->buf) memset(opt->buf, 0, opt->n * sizeof(float));
     opt->step = 0;
 }
 
-void model_sgd_free(model_sgd *opt)
-{
-    if (opt == NULL)
-        return;
+void model_sgd_free(model_sgd *opt) {
+    if (opt == NULL) return;
     free(opt->buf);
     memset(opt, 0, sizeof *opt);
 }

@@ -36,8 +36,7 @@ struct model_shard {
 static int shard_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
     VL_PRINTF(4, 5);
 
-static int shard_fail(vl_error *err, int code, const char *path, const char *fmt, ...)
-{
+static int shard_fail(vl_error *err, int code, const char *path, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int rc = model_path_failv(err, code, "token shard ", path, fmt, ap);
@@ -47,41 +46,34 @@ static int shard_fail(vl_error *err, int code, const char *path, const char *fmt
 
 /* Reads up to n bytes at off, retrying on EINTR and short reads; *got is
  * what was read (less than n only at end of file). Returns 0 or errno. */
-static int read_full(int fd, uint8_t *p, size_t n, off_t off, size_t *got)
-{
+static int read_full(int fd, uint8_t *p, size_t n, off_t off, size_t *got) {
     size_t done = 0;
     while (done < n) {
         ssize_t r = pread(fd, p + done, n - done, off + (off_t)done);
         if (r < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             *got = done;
             return errno;
         }
-        if (r == 0)
-            break;
+        if (r == 0) break;
         done += (size_t)r;
     }
     *got = done;
     return 0;
 }
 
-static int64_t le_i32(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                 (uint32_t)p[3] << 24;
+static int64_t le_i32(const uint8_t *p) {
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     return u <= INT32_MAX ? (int64_t)u : (int64_t)u - ((int64_t)1 << 32);
 }
 
-static unsigned le_u16(const uint8_t *p)
-{
+static unsigned le_u16(const uint8_t *p) {
     return (unsigned)p[0] | (unsigned)p[1] << 8;
 }
 
 /* Reads n bytes at off, failing on a read error or a file that ended early
  * (it was validated as long enough, so it must have shrunk since). */
-static int read_exact(const model_shard *s, uint8_t *p, size_t n, off_t off, vl_error *err)
-{
+static int read_exact(const model_shard *s, uint8_t *p, size_t n, off_t off, vl_error *err) {
     size_t got;
     int e = read_full(s->fd, p, n, off, &got);
     if (e != 0)
@@ -94,8 +86,7 @@ static int read_exact(const model_shard *s, uint8_t *p, size_t n, off_t off, vl_
     return 0;
 }
 
-static int check_header(const model_shard *s, const uint8_t *h, int64_t size, vl_error *err)
-{
+static int check_header(const model_shard *s, const uint8_t *h, int64_t size, vl_error *err) {
     int64_t magic = le_i32(h), version = le_i32(h + 4), n = le_i32(h + 8);
     if (magic != MODEL_SHARD_MAGIC)
         return shard_fail(err, VL_EINVAL, s->path,
@@ -118,8 +109,7 @@ static int check_header(const model_shard *s, const uint8_t *h, int64_t size, vl
 
 /* The one pass over every token. Whole chunks are read (read_exact loops
  * over short reads), so a token never straddles two reads. */
-static int scan_tokens(const model_shard *s, vl_error *err)
-{
+static int scan_tokens(const model_shard *s, vl_error *err) {
     uint8_t *chunk = malloc(MODEL_SHARD_CHUNK_BYTES);
     if (chunk == NULL)
         return shard_fail(err, VL_ENOMEM, s->path, "out of memory for the scan buffer");
@@ -127,15 +117,14 @@ static int scan_tokens(const model_shard *s, vl_error *err)
     int rc = 0;
     while (rc == 0 && pos < total) {
         size_t want = MODEL_SHARD_CHUNK_BYTES;
-        if ((int64_t)want > total - pos)
-            want = (size_t)(total - pos);
+        if ((int64_t)want > total - pos) want = (size_t)(total - pos);
         rc = read_exact(s, chunk, want, (off_t)(MODEL_SHARD_HEADER_BYTES + pos), err);
         for (size_t i = 0; rc == 0 && i < want; i += 2) {
             unsigned tok = le_u16(chunk + i);
             if (tok >= (unsigned)s->vocab_size)
-                rc = shard_fail(err, VL_EINVAL, s->path,
-                                "token %lld is %u, not below vocab_size %d",
-                                (long long)((pos + (int64_t)i) / 2), tok, s->vocab_size);
+                rc =
+                    shard_fail(err, VL_EINVAL, s->path, "token %lld is %u, not below vocab_size %d",
+                               (long long)((pos + (int64_t)i) / 2), tok, s->vocab_size);
         }
         pos += (int64_t)want;
     }
@@ -143,22 +132,17 @@ static int scan_tokens(const model_shard *s, vl_error *err)
     return rc;
 }
 
-int model_shard_header(uint8_t out[MODEL_SHARD_HEADER_BYTES], int64_t ntok)
-{
-    if (ntok < 1 || ntok > INT32_MAX)
-        return VL_EINVAL;
+int model_shard_header(uint8_t out[MODEL_SHARD_HEADER_BYTES], int64_t ntok) {
+    if (ntok < 1 || ntok > INT32_MAX) return VL_EINVAL;
     memset(out, 0, MODEL_SHARD_HEADER_BYTES);
     const uint32_t words[3] = {MODEL_SHARD_MAGIC, MODEL_SHARD_VERSION, (uint32_t)ntok};
     for (int w = 0; w < 3; w++)
-        for (int i = 0; i < 4; i++)
-            out[4 * w + i] = (uint8_t)(words[w] >> (8 * i));
+        for (int i = 0; i < 4; i++) out[4 * w + i] = (uint8_t)(words[w] >> (8 * i));
     return 0;
 }
 
-int model_shard_open(const char *path, int vocab_size, model_shard **out, vl_error *err)
-{
-    if (out != NULL)
-        *out = NULL;
+int model_shard_open(const char *path, int vocab_size, model_shard **out, vl_error *err) {
+    if (out != NULL) *out = NULL;
     if (path == NULL || out == NULL)
         return vl_fail(err, VL_EINVAL, "token shard: missing argument");
     if (vocab_size < 1 || vocab_size > MODEL_MAX_VOCAB)
@@ -200,8 +184,7 @@ int model_shard_open(const char *path, int vocab_size, model_shard **out, vl_err
         (rc = check_header(s, header, size, err)) != 0)
         goto fail;
     s->ntok = le_i32(header + 8);
-    if ((rc = scan_tokens(s, err)) != 0)
-        goto fail;
+    if ((rc = scan_tokens(s, err)) != 0) goto fail;
     *out = s;
     return 0;
 
@@ -210,14 +193,12 @@ fail:
     return rc;
 }
 
-int64_t model_shard_tokens(const model_shard *s)
-{
+int64_t model_shard_tokens(const model_shard *s) {
     return s ? s->ntok : 0;
 }
 
 int model_shard_sample(model_shard *s, int B, int T, vl_rng *r, int *inputs, int *targets,
-                       vl_error *err)
-{
+                       vl_error *err) {
     if (s == NULL || r == NULL || inputs == NULL || targets == NULL)
         return vl_fail(err, VL_EINVAL, "token shard sample: missing argument");
     if (B < 1 || T < 1)
@@ -237,10 +218,8 @@ int model_shard_sample(model_shard *s, int B, int T, vl_rng *r, int *inputs, int
     uint64_t starts = (uint64_t)(s->ntok - T); /* offsets 0 .. N-T-1 */
     for (int b = 0; b < B; b++) {
         int64_t off = (int64_t)vl_rng_below_u64(r, starts);
-        int rc = read_exact(s, s->scratch, need, (off_t)(MODEL_SHARD_HEADER_BYTES + 2 * off),
-                            err);
-        if (rc != 0)
-            return rc;
+        int rc = read_exact(s, s->scratch, need, (off_t)(MODEL_SHARD_HEADER_BYTES + 2 * off), err);
+        if (rc != 0) return rc;
         int *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         for (int t = 0; t <= T; t++) {
             unsigned tok = le_u16(s->scratch + 2 * (size_t)t);
@@ -249,17 +228,14 @@ int model_shard_sample(model_shard *s, int B, int T, vl_rng *r, int *inputs, int
                                   "token %lld is %u, not below vocab_size %d (changed since "
                                   "it was opened?)",
                                   (long long)(off + t), tok, s->vocab_size);
-            if (t < T)
-                in[t] = (int)tok;
-            if (t > 0)
-                tg[t - 1] = (int)tok;
+            if (t < T) in[t] = (int)tok;
+            if (t > 0) tg[t - 1] = (int)tok;
         }
     }
     return 0;
 }
 
-int model_shard_read(model_shard *s, int64_t offset, size_t n, uint16_t *out, vl_error *err)
-{
+int model_shard_read(model_shard *s, int64_t offset, size_t n, uint16_t *out, vl_error *err) {
     if (s == NULL || (out == NULL && n > 0))
         return vl_fail(err, VL_EINVAL, "token shard read: missing argument");
     if (offset < 0 || offset > s->ntok || (uint64_t)n > (uint64_t)(s->ntok - offset))
@@ -292,12 +268,9 @@ int model_shard_read(model_shard *s, int64_t offset, size_t n, uint16_t *out, vl
     return rc;
 }
 
-void model_shard_close(model_shard *s)
-{
-    if (s == NULL)
-        return;
-    if (s->fd >= 0)
-        close(s->fd);
+void model_shard_close(model_shard *s) {
+    if (s == NULL) return;
+    if (s->fd >= 0) close(s->fd);
     free(s->scratch);
     free(s->path);
     free(s);

@@ -21,20 +21,17 @@
 
 enum { MAP_A, MAP_B, MAP_AA, MAP_BB, MAP_AB, N_MAPS };
 
-static void window(double g[MODEL_SSIM_WIN])
-{
+static void window(double g[MODEL_SSIM_WIN]) {
     double sum = 0.0;
     for (int i = 0; i < MODEL_SSIM_WIN; i++) {
         double t = (double)(i - SSIM_RADIUS);
         g[i] = exp(-t * t / (2.0 * SSIM_SIGMA * SSIM_SIGMA));
         sum += g[i];
     }
-    for (int i = 0; i < MODEL_SSIM_WIN; i++)
-        g[i] /= sum;
+    for (int i = 0; i < MODEL_SSIM_WIN; i++) g[i] /= sum;
 }
 
-static int check_sides(const char *what, int w, int h, vl_error *err)
-{
+static int check_sides(const char *what, int w, int h, vl_error *err) {
     if (w < MODEL_SSIM_WIN || w > MODEL_SSIM_MAX_SIDE || h < MODEL_SSIM_WIN ||
         h > MODEL_SSIM_MAX_SIDE)
         return vl_fail(err, VL_EINVAL, "%s: %dx%d image, sides must lie in [%d, %d]", what, w, h,
@@ -43,24 +40,22 @@ static int check_sides(const char *what, int w, int h, vl_error *err)
 }
 
 /* NaN fails both comparisons, so it is refused with the infinities. */
-static int check_finite(const char *what, int image, const char *name, const float *v,
-                        size_t n, vl_error *err)
-{
+static int check_finite(const char *what, int image, const char *name, const float *v, size_t n,
+                        vl_error *err) {
     for (size_t i = 0; i < n; i++)
         if (!(v[i] >= -FLT_MAX && v[i] <= FLT_MAX)) {
             if (image < 0)
                 return vl_fail(err, VL_ERANGE, "%s: %s[%zu] = %g is not finite", what, name, i,
                                (double)v[i]);
-            return vl_fail(err, VL_ERANGE, "%s: image %d: %s[%zu] = %g is not finite", what,
-                           image, name, i, (double)v[i]);
+            return vl_fail(err, VL_ERANGE, "%s: image %d: %s[%zu] = %g is not finite", what, image,
+                           name, i, (double)v[i]);
         }
     return 0;
 }
 
 /* SSIM of one pair with caller-provided scratch of N_MAPS * (w-10) * h
  * doubles; sides already checked. */
-static double ssim_one(const float *a, const float *b, int w, int h, double *scratch)
-{
+static double ssim_one(const float *a, const float *b, int w, int h, double *scratch) {
     double g[MODEL_SSIM_WIN];
     window(g);
     size_t ow = (size_t)(w - 2 * SSIM_RADIUS), oh = (size_t)(h - 2 * SSIM_RADIUS);
@@ -79,8 +74,7 @@ static double ssim_one(const float *a, const float *b, int w, int h, double *scr
                 s[MAP_BB] += gi * vb * vb;
                 s[MAP_AB] += gi * va * vb;
             }
-            for (int k = 0; k < N_MAPS; k++)
-                scratch[(size_t)k * plane + y * ow + x] = s[k];
+            for (int k = 0; k < N_MAPS; k++) scratch[(size_t)k * plane + y * ow + x] = s[k];
         }
     }
     double total = 0.0;
@@ -103,14 +97,11 @@ static double ssim_one(const float *a, const float *b, int w, int h, double *scr
 /* The shared body: n pairs, image i at float i*w*h. Messages name the
  * failing image only for the batch form, whose callers have several. */
 static int ssim_run(const char *what, const float *a, const float *b, int n, int batch, int w,
-                    int h, double *out, vl_error *err)
-{
+                    int h, double *out, vl_error *err) {
     if (a == NULL || b == NULL || out == NULL)
-        return vl_fail(err, VL_EINVAL, "%s: missing %s", what,
-                       out == NULL ? "output" : "image");
+        return vl_fail(err, VL_EINVAL, "%s: missing %s", what, out == NULL ? "output" : "image");
     int rc = check_sides(what, w, h, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (n < 1 || n > MODEL_RECON_MAX_ROWS)
         return vl_fail(err, VL_EINVAL, "%s: %d images outside [1, %d]", what, n,
                        MODEL_RECON_MAX_ROWS);
@@ -119,13 +110,11 @@ static int ssim_run(const char *what, const float *a, const float *b, int n, int
      * a large batch fails at once. */
     for (int i = 0; i < n && rc == 0; i++) {
         rc = check_finite(what, batch ? i : -1, "a", a + (size_t)i * px, px, err);
-        if (rc == 0)
-            rc = check_finite(what, batch ? i : -1, "b", b + (size_t)i * px, px, err);
+        if (rc == 0) rc = check_finite(what, batch ? i : -1, "b", b + (size_t)i * px, px, err);
     }
-    if (rc != 0)
-        return rc;
-    double *scratch = malloc((size_t)N_MAPS * (size_t)(w - 2 * SSIM_RADIUS) * (size_t)h *
-                             sizeof(double));
+    if (rc != 0) return rc;
+    double *scratch =
+        malloc((size_t)N_MAPS * (size_t)(w - 2 * SSIM_RADIUS) * (size_t)h * sizeof(double));
     if (scratch == NULL)
         return vl_fail(err, VL_ENOMEM, "%s: out of memory for a %dx%d image", what, w, h);
     double sum = 0.0;
@@ -136,13 +125,11 @@ static int ssim_run(const char *what, const float *a, const float *b, int n, int
     return 0;
 }
 
-int model_ssim(const float *a, const float *b, int w, int h, double *out, vl_error *err)
-{
+int model_ssim(const float *a, const float *b, int w, int h, double *out, vl_error *err) {
     return ssim_run("ssim", a, b, 1, 0, w, h, out, err);
 }
 
 int model_ssim_mean(const float *a, const float *b, int n, int w, int h, double *out,
-                    vl_error *err)
-{
+                    vl_error *err) {
     return ssim_run("ssim mean", a, b, n, 1, w, h, out, err);
 }

@@ -15,9 +15,8 @@ static int meta_version(const st_file *f, const char *key, int64_t *out, vl_erro
     return VL_OK;
 }
 
-static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
-                       int64_t version, const st_tensor **idx, const st_tensor **val,
-                       vl_error *err) {
+static int check_delta(const peer_trainer *t, const st_file *f, const char *run, int64_t version,
+                       const st_tensor **idx, const st_tensor **val, vl_error *err) {
     const char *mrun = st_meta_get(f, "run");
     if (run && (!mrun || strcmp(mrun, run) != 0))
         return vl_fail(err, VL_EINVAL, "delta: run '%s' is not the task's run '%s'",
@@ -27,9 +26,11 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
     if (!rc) rc = meta_version(f, "version", &to, err);
     if (rc) return rc;
     if (since != t->base_version || to != version)
-        return vl_fail(err, VL_EINVAL, "delta: goes from version %lld to %lld; wanted %lld to "
-                                       "%lld", (long long)since, (long long)to,
-                       (long long)t->base_version, (long long)version);
+        return vl_fail(err, VL_EINVAL,
+                       "delta: goes from version %lld to %lld; wanted %lld to "
+                       "%lld",
+                       (long long)since, (long long)to, (long long)t->base_version,
+                       (long long)version);
     const char *sha = st_meta_get(f, "sha256");
     uint8_t want[32];
     if (!sha || strlen(sha) != 64 || vl_hex_decode(sha, 64, want, sizeof want) != 0)
@@ -51,8 +52,10 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
         memcpy(&i, (*idx)->data + 4 * j, 4);
         memcpy(&x, (*val)->data + 4 * j, 4);
         if (i >= t->n_params || (j > 0 && i <= prev))
-            return vl_fail(err, VL_EINVAL, "delta: index %zu (%u) is out of range or out of "
-                                           "order", j, i);
+            return vl_fail(err, VL_EINVAL,
+                           "delta: index %zu (%u) is out of range or out of "
+                           "order",
+                           j, i);
         if (!compress_all_finite(&x, 1))
             return vl_fail(err, VL_EINVAL, "delta: value %zu is not finite", j);
         prev = i;
@@ -81,8 +84,10 @@ static int check_result(const peer_trainer *t, const st_file *f, const st_tensor
     size_t n = crypto_digest_final(d, got);
     crypto_digest_free(d);
     if (n != 32 || memcmp(got, want, 32) != 0)
-        return vl_fail(err, VL_EINVAL, "delta: the result would not match version %lld's "
-                       "digest", (long long)version);
+        return vl_fail(err, VL_EINVAL,
+                       "delta: the result would not match version %lld's "
+                       "digest",
+                       (long long)version);
     return VL_OK;
 }
 
@@ -92,8 +97,7 @@ int peer_trainer_apply_delta(peer_trainer *t, const uint8_t *bytes, size_t len, 
         return vl_fail(err, VL_EINVAL, "delta: no base model to apply it to");
     st_file f;
     vl_error e = {0};
-    if (st_parse(bytes, len, &f, &e) != VL_OK)
-        return vl_fail(err, VL_EINVAL, "delta: %s", e.msg);
+    if (st_parse(bytes, len, &f, &e) != VL_OK) return vl_fail(err, VL_EINVAL, "delta: %s", e.msg);
     const st_tensor *idx = NULL, *val = NULL;
     int rc = check_delta(t, &f, run, version, &idx, &val, err);
     if (rc == VL_OK) rc = check_result(t, &f, idx, val, version, err);

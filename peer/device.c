@@ -17,10 +17,14 @@
 
 int peer_device_parse(const char *s, peer_device_want *out) {
     if (!s) return VL_EINVAL;
-    if (strcmp(s, "auto") == 0) *out = PEER_DEVICE_WANT_AUTO;
-    else if (strcmp(s, "cpu") == 0) *out = PEER_DEVICE_WANT_CPU;
-    else if (strcmp(s, "cuda") == 0) *out = PEER_DEVICE_WANT_CUDA;
-    else return VL_EINVAL;
+    if (strcmp(s, "auto") == 0)
+        *out = PEER_DEVICE_WANT_AUTO;
+    else if (strcmp(s, "cpu") == 0)
+        *out = PEER_DEVICE_WANT_CPU;
+    else if (strcmp(s, "cuda") == 0)
+        *out = PEER_DEVICE_WANT_CUDA;
+    else
+        return VL_EINVAL;
     return VL_OK;
 }
 

@@ -82,10 +82,8 @@ int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_updat
     size_t n = t->n_params;
     t->sel_nnz = 0;
     switch (k->method) {
-    case PEER_METHOD_NONE:
-        return compress_update_encode_dense(m, t->delta, n, k->dtype, out, err);
-    case PEER_METHOD_SKETCH:
-        return encode_sketch(t, k, m, out, err);
+    case PEER_METHOD_NONE: return compress_update_encode_dense(m, t->delta, n, k->dtype, out, err);
+    case PEER_METHOD_SKETCH: return encode_sketch(t, k, m, out, err);
     case PEER_METHOD_TOPK:
     case PEER_METHOD_GAUSSK: {
         size_t want = (size_t)k->comp_k;
@@ -97,8 +95,8 @@ int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_updat
         if (gpu_select(t, k, &nnz) != 0) {
             compress_feedback_add(t->residual, t->delta, n, k->comp_decay);
             rc = k->method == PEER_METHOD_TOPK
-                     ? compress_topk_blocks(t->residual, n, want, (size_t)k->comp_block,
-                                            t->sel_idx, &nnz, err)
+                     ? compress_topk_blocks(t->residual, n, want, (size_t)k->comp_block, t->sel_idx,
+                                            &nnz, err)
                      : compress_gaussk(t->residual, n, want, t->sel_idx, &nnz, NULL, err);
             if (rc) {
                 /* The delta stays in the residual: nothing of it is lost. */

@@ -21,15 +21,15 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     char target[96];
     snprintf(target, sizeof target, "/v1/model/delta?since=%lld&version=%lld",
              (long long)L->tr.base_version, (long long)k->base_version);
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
-                       .show_progress = 1};
+    peer_request rq = {
+        .method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S, .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
     if (run_finished(rs)) return STEP_FINISHED;
     if (rs->status != 200) {
         vl_log_debug("no delta from version %lld (status %ld); fetching the model",
-                  (long long)L->tr.base_version, rs->status);
+                     (long long)L->tr.base_version, rs->status);
         return 0;
     }
     int64_t from = L->tr.base_version;
@@ -37,11 +37,11 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     if (peer_trainer_apply_delta(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version,
                                  &e) != VL_OK) {
         vl_log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
-                 e.msg);
+                    e.msg);
         return 0;
     }
     vl_log_info("model version %lld from version %lld by delta: %zu bytes",
-             (long long)k->base_version, (long long)from, rs->body.len);
+                (long long)k->base_version, (long long)from, rs->body.len);
     L->delta_bytes += rs->body.len;
     return 1;
 }
@@ -61,8 +61,12 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
     snprintf(want, sizeof want, "\"%lld\"", (long long)k->base_version);
     /* A model file is the largest download: a broken connection resumes
      * it rather than starting over. */
-    peer_request rq = {.method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S,
-                       .resume = 1, .show_progress = 1};
+    peer_request rq = {.method = "GET",
+                       .target = target,
+                       .cap = MODEL_CAP,
+                       .idle_s = IDLE_S,
+                       .resume = 1,
+                       .show_progress = 1};
     if (L->tr.base_version >= 0) {
         snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
         rq.if_none_match = inm;
@@ -72,8 +76,9 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
     peer_response *rs = &L->rs;
     if (rs->status == 304) {
         if (L->tr.base_version != k->base_version)
-            return refused(vl_fail(err, VL_EINVAL, "model: 304 Not Modified for version %lld, "
-                                                   "but the cached model is version %lld",
+            return refused(vl_fail(err, VL_EINVAL,
+                                   "model: 304 Not Modified for version %lld, "
+                                   "but the cached model is version %lld",
                                    (long long)k->base_version, (long long)L->tr.base_version));
         return VL_OK;
     }
@@ -86,8 +91,7 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
         return STEP_AGAIN;
     }
     if (rs->status != 200)
-        return peer_refusal(err, "model request refused", rs->status, rs->body.data,
-                            rs->body.len);
+        return peer_refusal(err, "model request refused", rs->status, rs->body.data, rs->body.len);
     if (rs->etag[0] && strcmp(rs->etag, want) != 0)
         return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
                                (long long)k->base_version, rs->etag));
@@ -100,7 +104,7 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
     if (rc) return refused(rc);
     L->model_bytes += bytes;
     vl_log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
-             (long long)k->base_version, L->tr.n_params, bytes, vl_clock_mono_s() - t0);
+                (long long)k->base_version, L->tr.n_params, bytes, vl_clock_mono_s() - t0);
     return VL_OK;
 }
 
@@ -119,7 +123,8 @@ static int content_range(const char *s, int64_t *first, int64_t *last) {
     if (n == 0 || n >= sizeof b || p[n] != '/') return VL_EINVAL;
     memcpy(b, p, n);
     b[n] = '\0';
-    if (vl_parse_i64(a, 0, INT64_MAX, first) || vl_parse_i64(b, 0, INT64_MAX, last)) return VL_EINVAL;
+    if (vl_parse_i64(a, 0, INT64_MAX, first) || vl_parse_i64(b, 0, INT64_MAX, last))
+        return VL_EINVAL;
     return VL_OK;
 }
 
@@ -128,8 +133,12 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
     int64_t last = k->offset + k->length - 1;
     snprintf(target, sizeof target, "/v1/data/%s", k->shard);
     snprintf(range, sizeof range, "bytes=%lld-%lld", (long long)k->offset, (long long)last);
-    peer_request rq = {.method = "GET", .target = target, .range = range,
-                       .cap = (size_t)k->length, .idle_s = IDLE_S, .show_progress = 1};
+    peer_request rq = {.method = "GET",
+                       .target = target,
+                       .range = range,
+                       .cap = (size_t)k->length,
+                       .idle_s = IDLE_S,
+                       .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
@@ -138,8 +147,8 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
         if (rs->status >= 400)
             return peer_refusal(err, "data request refused", rs->status, rs->body.data,
                                 rs->body.len);
-        return refused(vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range,
-                               rs->status));
+        return refused(
+            vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range, rs->status));
     }
     int64_t f, l;
     if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
@@ -174,8 +183,12 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
         return rc;
     }
     size_t want = MODEL_SHARD_HEADER_BYTES + 2 * (size_t)k->length;
-    peer_request rq = {.method = "GET", .target = target, .cap = want, .idle_s = IDLE_S,
-                       .sink = f, .show_progress = 1};
+    peer_request rq = {.method = "GET",
+                       .target = target,
+                       .cap = want,
+                       .idle_s = IDLE_S,
+                       .sink = f,
+                       .show_progress = 1};
     rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (fclose(f) != 0 && !rc)
         rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
@@ -187,8 +200,10 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
     else if (!rc && rs->status != 200)
         rc = vl_fail(err, VL_EINVAL, "data: expected 200 for %s, got %ld", target, rs->status);
     else if (!rc && rs->sunk != want)
-        rc = vl_fail(err, VL_EINVAL, "data: got %llu bytes for %lld tokens (a shard of them is "
-                     "%zu bytes)", (unsigned long long)rs->sunk, (long long)k->length, want);
+        rc = vl_fail(err, VL_EINVAL,
+                     "data: got %llu bytes for %lld tokens (a shard of them is "
+                     "%zu bytes)",
+                     (unsigned long long)rs->sunk, (long long)k->length, want);
     vl_error e = {0};
     if (!rc && model_shard_open(path, L->tr.cfg.vocab_size, out, &e) != VL_OK)
         rc = vl_fail(err, VL_EINVAL, "data from the coordinator refused: %s", e.msg);
@@ -205,4 +220,3 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
      * keeps its state and lets the lease go. */
     return rc == VL_EINVAL ? STEP_REFUSED : rc;
 }
-

@@ -30,7 +30,9 @@ void peer_gpu_free(peer_trainer *t) {
     t->gpu_delta = 0;
 }
 
-int peer_gpu_has_delta(const peer_trainer *t) { return t->gpu && t->gpu_vec && t->gpu_delta; }
+int peer_gpu_has_delta(const peer_trainer *t) {
+    return t->gpu && t->gpu_vec && t->gpu_delta;
+}
 
 /* Device copies holding the host model's current parameters: one replica
  * per visible GPU (CUDA_VISIBLE_DEVICES chooses them), trained
@@ -89,8 +91,8 @@ int peer_gpu_step(peer_trainer *t, int B, int T, double max_norm, float *loss, d
     if (!rc && !isfinite(*loss)) return VL_OK; /* a diverged loss steps nothing */
     if (!rc) rc = model_gpt_cuda_dp_clip_grads(t->gpu, max_norm, g2, err);
     if (!rc && isfinite(*g2))
-        rc = model_gpt_cuda_dp_adamw_step(t->gpu, t->opt.lr, t->opt.beta1, t->opt.beta2,
-                                          t->opt.eps, t->opt.weight_decay, err);
+        rc = model_gpt_cuda_dp_adamw_step(t->gpu, t->opt.lr, t->opt.beta1, t->opt.beta2, t->opt.eps,
+                                          t->opt.weight_decay, err);
     return failed(t, rc);
 }
 
@@ -102,8 +104,7 @@ int peer_gpu_finish(peer_trainer *t, vl_error *err) {
     if (!rc) t->opt.step = step;
     /* delta = base - local, compress_dense_delta's arithmetic. */
     if (!rc)
-        rc = kernels_cuda_sub(t->gpu_vec + t->n_params, t->gpu_vec, params0(t), t->n_params,
-                              err);
+        rc = kernels_cuda_sub(t->gpu_vec + t->n_params, t->gpu_vec, params0(t), t->n_params, err);
     if (!rc) t->gpu_delta = 1;
     return failed(t, rc);
 }

@@ -34,10 +34,14 @@ static void appendf(char *out, size_t cap, const char *fmt, ...) {
 
 int peer_guest_priority_parse(const char *s, peer_guest_priority *out) {
     if (!s) return VL_EINVAL;
-    if (strcmp(s, "low") == 0) *out = PEER_GUEST_LOW;
-    else if (strcmp(s, "normal") == 0) *out = PEER_GUEST_NORMAL;
-    else if (strcmp(s, "idle") == 0) *out = PEER_GUEST_IDLE;
-    else return VL_EINVAL;
+    if (strcmp(s, "low") == 0)
+        *out = PEER_GUEST_LOW;
+    else if (strcmp(s, "normal") == 0)
+        *out = PEER_GUEST_NORMAL;
+    else if (strcmp(s, "idle") == 0)
+        *out = PEER_GUEST_IDLE;
+    else
+        return VL_EINVAL;
     return VL_OK;
 }
 
@@ -95,8 +99,10 @@ static int set_all_threads(peer_guest_priority p, int *threads, vl_error *err) {
             vl_parse_i64(de->d_name, 1, INT32_MAX, &tid) != VL_OK)
             continue;
         int e = set_thread((pid_t)tid, p);
-        if (e) rc = vl_fail(err, VL_EIO, "thread %lld: %s", (long long)tid, strerror(e));
-        else (*threads)++;
+        if (e)
+            rc = vl_fail(err, VL_EIO, "thread %lld: %s", (long long)tid, strerror(e));
+        else
+            (*threads)++;
     }
     closedir(d);
     return rc;
@@ -117,15 +123,18 @@ static void renice_autogroup(char *desc, size_t cap) {
     vl_buf_free(&b);
     if (!on) return;
     if (getsid(0) != getpid()) {
-        appendf(desc, cap, "; with autogroup scheduling that may rank it only against "
-                           "this session's programs (setsid ranks it below all)");
+        appendf(desc, cap,
+                "; with autogroup scheduling that may rank it only against "
+                "this session's programs (setsid ranks it below all)");
         return;
     }
     FILE *f = fopen("/proc/self/autogroup", "w");
     int ok = f && fprintf(f, "%d\n", PEER_GUEST_LOW_NICE) > 0;
     if (f && fclose(f) != 0) ok = 0;
-    if (ok) appendf(desc, cap, "; its session's autogroup at nice %d", PEER_GUEST_LOW_NICE);
-    else appendf(desc, cap, "; its session's autogroup could not be reniced");
+    if (ok)
+        appendf(desc, cap, "; its session's autogroup at nice %d", PEER_GUEST_LOW_NICE);
+    else
+        appendf(desc, cap, "; its session's autogroup could not be reniced");
 }
 
 int peer_guest_priority_apply(peer_guest_priority p, char *desc, size_t cap, vl_error *err) {
@@ -137,10 +146,9 @@ int peer_guest_priority_apply(peer_guest_priority p, char *desc, size_t cap, vl_
         vl_error why = {0};
         int rc = set_all_threads(p, &threads, &why);
         if (rc)
-            return vl_fail(err, rc, "--priority %s: the kernel refused %s (%s)",
-                           peer_guest_priority_name(p),
-                           p == PEER_GUEST_IDLE ? "SCHED_IDLE" : "nice " VL_STR(PEER_GUEST_LOW_NICE),
-                           why.msg);
+            return vl_fail(
+                err, rc, "--priority %s: the kernel refused %s (%s)", peer_guest_priority_name(p),
+                p == PEER_GUEST_IDLE ? "SCHED_IDLE" : "nice " VL_STR(PEER_GUEST_LOW_NICE), why.msg);
     }
     /* Read back rather than assumed: a peer started under `nice` or
      * `chrt --idle` keeps what it was given when that is lower. */
@@ -201,7 +209,8 @@ int peer_guest_reexec(char **argv, vl_error *err) {
         appendf(names, sizeof names, "%s%s", i ? "," : "", name);
     }
     int e = 0;
-    if (setenv(PEER_GUEST_ENV_MARK, names, 1) != 0) e = errno;
+    if (setenv(PEER_GUEST_ENV_MARK, names, 1) != 0)
+        e = errno;
     else {
         execv("/proc/self/exe", argv);
         e = errno;
@@ -244,13 +253,19 @@ void peer_guest_waits_describe(char *out, size_t cap) {
     const char *mark = getenv(PEER_GUEST_ENV_MARK);
     out[0] = '\0';
     appendf(out, cap, "OpenMP waits: ");
-    if (getenv("GOMP_SPINCOUNT")) describe_var(out, cap, mark, "GOMP_SPINCOUNT");
-    else if (getenv("OMP_WAIT_POLICY")) describe_var(out, cap, mark, "OMP_WAIT_POLICY");
-    else appendf(out, cap, "libgomp's default (a spin before each sleep)");
+    if (getenv("GOMP_SPINCOUNT"))
+        describe_var(out, cap, mark, "GOMP_SPINCOUNT");
+    else if (getenv("OMP_WAIT_POLICY"))
+        describe_var(out, cap, mark, "OMP_WAIT_POLICY");
+    else
+        appendf(out, cap, "libgomp's default (a spin before each sleep)");
     appendf(out, cap, "; OpenBLAS threads: ");
-    if (getenv("OPENBLAS_NUM_THREADS")) describe_var(out, cap, mark, "OPENBLAS_NUM_THREADS");
-    else if (getenv("GOTO_NUM_THREADS")) describe_var(out, cap, mark, "GOTO_NUM_THREADS");
-    else appendf(out, cap, "OpenBLAS's default (a pool sized to the CPUs)");
+    if (getenv("OPENBLAS_NUM_THREADS"))
+        describe_var(out, cap, mark, "OPENBLAS_NUM_THREADS");
+    else if (getenv("GOTO_NUM_THREADS"))
+        describe_var(out, cap, mark, "GOTO_NUM_THREADS");
+    else
+        appendf(out, cap, "OpenBLAS's default (a pool sized to the CPUs)");
 }
 
 /* ---- threads --------------------------------------------------------------- */
@@ -286,8 +301,10 @@ int peer_guest_cpu_max_parse(const char *s, int64_t *quota, int64_t *period) {
         *sp = '\0';
         if (positive(sp + 1, &p) != VL_OK) return VL_EINVAL;
     }
-    if (strcmp(line, "max") == 0) q = -1;
-    else if (!sp || positive(line, &q) != VL_OK) return VL_EINVAL;
+    if (strcmp(line, "max") == 0)
+        q = -1;
+    else if (!sp || positive(line, &q) != VL_OK)
+        return VL_EINVAL;
     *quota = q;
     *period = p;
     return VL_OK;
@@ -300,8 +317,10 @@ int peer_guest_cfs_parse(const char *quota_s, const char *period_s, int64_t *quo
     if (strip_newline(quota_s, qs, sizeof qs) != VL_OK ||
         strip_newline(period_s, ps, sizeof ps) != VL_OK || positive(ps, &p) != VL_OK)
         return VL_EINVAL;
-    if (strcmp(qs, "-1") == 0) q = -1;
-    else if (positive(qs, &q) != VL_OK) return VL_EINVAL;
+    if (strcmp(qs, "-1") == 0)
+        q = -1;
+    else if (positive(qs, &q) != VL_OK)
+        return VL_EINVAL;
     *quota = q;
     *period = p;
     return VL_OK;
@@ -382,8 +401,8 @@ static int unescape(const char *s, size_t n, char *out, size_t cap) {
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c == '\\') {
-            if (n - i < 4 || s[i + 1] < '0' || s[i + 1] > '3' || s[i + 2] < '0' ||
-                s[i + 2] > '7' || s[i + 3] < '0' || s[i + 3] > '7')
+            if (n - i < 4 || s[i + 1] < '0' || s[i + 1] > '3' || s[i + 2] < '0' || s[i + 2] > '7' ||
+                s[i + 3] < '0' || s[i + 3] > '7')
                 return VL_EINVAL;
             c = (char)((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
             if (c == '\0') return VL_EINVAL;
@@ -423,13 +442,13 @@ static int mount_split(const char *line, size_t len, mount_line *m) {
     for (int i = 6; i < nf && dash < 0; i++)
         if (fl[i] == 1 && f[i][0] == '-') dash = i;
     if (dash < 0 || nf < dash + 4) return 0;
-    *m = (mount_line){f[3], f[4], f[dash + 1], f[dash + 3], fl[3], fl[4], fl[dash + 1],
-                      fl[dash + 3]};
+    *m = (mount_line){f[3],  f[4],  f[dash + 1],  f[dash + 3],
+                      fl[3], fl[4], fl[dash + 1], fl[dash + 3]};
     return 1;
 }
 
-int peer_guest_cgroup_mount(const char *mountinfo, int v2, char *root, size_t root_cap,
-                            char *point, size_t point_cap) {
+int peer_guest_cgroup_mount(const char *mountinfo, int v2, char *root, size_t root_cap, char *point,
+                            size_t point_cap) {
     if (!mountinfo) return VL_ENOTFOUND;
     const char *want = v2 ? "cgroup2" : "cgroup";
     for (const char *line = mountinfo; *line;) {
@@ -453,10 +472,12 @@ int peer_guest_cgroup_dir(const char *root, const char *point, const char *path,
                           size_t cap) {
     size_t rl = strlen(root);
     const char *rest;
-    if (strcmp(root, "/") == 0) rest = strcmp(path, "/") == 0 ? "" : path;
+    if (strcmp(root, "/") == 0)
+        rest = strcmp(path, "/") == 0 ? "" : path;
     else if (strncmp(path, root, rl) == 0 && (path[rl] == '\0' || path[rl] == '/'))
         rest = path + rl;
-    else return VL_ENOTFOUND;
+    else
+        return VL_ENOTFOUND;
     size_t pl = strlen(point);
     if (pl > 1 && point[pl - 1] == '/') pl--; /* no "//" when joining */
     if (pl == 1 && *rest) pl = 0;             /* point "/": the path is rest itself */
@@ -472,8 +493,7 @@ static int read_small(vl_buf *b, const char *path, vl_error *err) {
 
 /* The limit set at one level, dir, as whole CPUs into *cpus (0: none);
  * the file read goes to file. VL_ENOTFOUND when the level sets none. */
-static int level_limit(const char *dir, int v2, int *cpus, char *file, size_t cap,
-                       vl_error *err) {
+static int level_limit(const char *dir, int v2, int *cpus, char *file, size_t cap, vl_error *err) {
     vl_buf a, b;
     vl_buf_init(&a, 128);
     vl_buf_init(&b, 128);
@@ -524,8 +544,10 @@ void peer_guest_cgroup_limit(const char *dir, const char *point, int v2, int *cp
         if (strlen(cur) <= pl) break;
         char *slash = strrchr(cur, '/');
         if (!slash) break;
-        if (slash == cur) slash[1] = '\0';
-        else *slash = '\0';
+        if (slash == cur)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
         if (strlen(cur) < pl) break;
     }
 }
@@ -611,7 +633,6 @@ void peer_guest_threads_describe(const peer_guest_cpus *c, int given, char *out,
                 c->from);
     else
         appendf(out, cap, "no cgroup CPU limit)");
-    if (given > c->threads)
-        appendf(out, cap, "; more threads than CPUs only take turns on them");
+    if (given > c->threads) appendf(out, cap, "; more threads than CPUs only take turns on them");
     if (c->note[0]) appendf(out, cap, "; skipped: %s", c->note);
 }

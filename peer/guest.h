@@ -139,8 +139,8 @@ int peer_guest_cgroup_path(const char *proc_cgroup, int v2, char *out, size_t ca
  * mount point go to root and point (octal escapes such as \040 decoded).
  * VL_ENOTFOUND when there is none, VL_EINVAL for a malformed line of that
  * type, VL_ETOOBIG over a cap. */
-int peer_guest_cgroup_mount(const char *mountinfo, int v2, char *root, size_t root_cap,
-                            char *point, size_t point_cap) VL_MUST_CHECK;
+int peer_guest_cgroup_mount(const char *mountinfo, int v2, char *root, size_t root_cap, char *point,
+                            size_t point_cap) VL_MUST_CHECK;
 
 /* The directory of cgroup path under a mount of root at point: point +
  * the part of path below root. VL_ENOTFOUND when path is not root or
@@ -161,9 +161,9 @@ void peer_guest_cgroup_limit(const char *dir, const char *point, int v2, int *cp
 
 /* What the process may run on, and the thread count that gives. */
 typedef struct peer_guest_cpus {
-    int affinity; /* CPUs in the affinity mask, >= 1 */
-    int quota;    /* the tightest cgroup limit, whole CPUs; 0: none found */
-    int threads;  /* peer_guest_threads_pick(affinity, quota) */
+    int affinity;   /* CPUs in the affinity mask, >= 1 */
+    int quota;      /* the tightest cgroup limit, whole CPUs; 0: none found */
+    int threads;    /* peer_guest_threads_pick(affinity, quota) */
     char from[256]; /* the file that set quota, or "" */
     char note[256]; /* files that were skipped and why, or "" */
 } peer_guest_cpus;

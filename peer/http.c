@@ -31,11 +31,15 @@
  * first. */
 static atomic_int stop_flag;
 
-void peer_stop_request(void) { atomic_store_explicit(&stop_flag, 1, memory_order_relaxed); }
+void peer_stop_request(void) {
+    atomic_store_explicit(&stop_flag, 1, memory_order_relaxed);
+}
 int peer_stop_requested(void) {
     return atomic_load_explicit(&stop_flag, memory_order_relaxed) != 0;
 }
-void peer_stop_reset(void) { atomic_store_explicit(&stop_flag, 0, memory_order_relaxed); }
+void peer_stop_reset(void) {
+    atomic_store_explicit(&stop_flag, 0, memory_order_relaxed);
+}
 
 int peer_sleep(double s) {
     double end = vl_clock_mono_s() + (s > 0 ? s : 0);
@@ -85,7 +89,9 @@ double peer_backoff_delay(const peer_retry_policy *p, int n, double retry_after_
     return d;
 }
 
-int peer_status_retryable(long status) { return status == 429 || (status >= 500 && status <= 599); }
+int peer_status_retryable(long status) {
+    return status == 429 || (status >= 500 && status <= 599);
+}
 
 double peer_retry_after_parse(const char *value, int64_t now) {
     while (*value == ' ' || *value == '\t') value++;
@@ -127,7 +133,8 @@ void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_c
     json_t *c = json_is_object(e) ? json_object_get(e, "code") : NULL;
     json_t *m = json_is_object(e) ? json_object_get(e, "message") : NULL;
     if (json_is_string(c) || json_is_string(m)) {
-        if (json_is_string(c)) copy_line(json_string_value(c), json_string_length(c), code, code_cap);
+        if (json_is_string(c))
+            copy_line(json_string_value(c), json_string_length(c), code, code_cap);
         if (json_is_string(m)) copy_line(json_string_value(m), json_string_length(m), msg, msg_cap);
     } else {
         /* A proxy's HTML page or plain text: the first line still helps. */
@@ -141,16 +148,23 @@ void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_c
 /* What a refusal that ends the peer's work means to a volunteer, and
  * what to do about it; NULL for the rest. */
 static const char *refusal_hint(long status, const char *code) {
-    static const struct { long status; const char *code, *hint; } HINTS[] = {
-        {401, "unknown_peer", "the coordinator does not know this peer (removed, or another "
-                              "run); join again with a new token"},
-        {401, "bad_signature", "the coordinator does not accept this peer's key (replaced or "
-                               "rotated elsewhere?); join again with a new token"},
-        {401, "stale_timestamp", "this machine's clock is more than 5 minutes off; set it "
-                                 "right (NTP) and start again"},
+    static const struct {
+        long status;
+        const char *code, *hint;
+    } HINTS[] = {
+        {401, "unknown_peer",
+         "the coordinator does not know this peer (removed, or another "
+         "run); join again with a new token"},
+        {401, "bad_signature",
+         "the coordinator does not accept this peer's key (replaced or "
+         "rotated elsewhere?); join again with a new token"},
+        {401, "stale_timestamp",
+         "this machine's clock is more than 5 minutes off; set it "
+         "right (NTP) and start again"},
         {403, "revoked", "the operator has revoked this peer; it cannot take part any more"},
-        {403, "invalid_token", "the join token is unknown, expired or used up; ask the "
-                               "operator for a new one"},
+        {403, "invalid_token",
+         "the join token is unknown, expired or used up; ask the "
+         "operator for a new one"},
     };
     for (size_t i = 0; i < sizeof HINTS / sizeof HINTS[0]; i++)
         if (HINTS[i].status == status && !strcmp(HINTS[i].code, code)) return HINTS[i].hint;
@@ -186,9 +200,9 @@ struct peer_http {
     peer_response *rs;
     size_t cap;
     int over_cap;
-    FILE *sink;      /* the request's sink, or NULL */
-    long status;     /* of the last status line seen */
-    int sink_errno;  /* why a write to the sink failed; 0 while none did */
+    FILE *sink;     /* the request's sink, or NULL */
+    long status;    /* of the last status line seen */
+    int sink_errno; /* why a write to the sink failed; 0 while none did */
     /* A download that broke off after resume_at bytes of the body with
      * ETag resume_etag: the next attempt asks for the rest (0: none). */
     size_t resume_at;
@@ -203,7 +217,9 @@ struct peer_http {
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc = CURLE_OK;
 
-static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void global_init(void) {
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 void peer_response_init(peer_response *r) {
     r->status = 0;
@@ -214,7 +230,9 @@ void peer_response_init(peer_response *r) {
     r->sunk = 0;
 }
 
-void peer_response_free(peer_response *r) { vl_buf_free(&r->body); }
+void peer_response_free(peer_response *r) {
+    vl_buf_free(&r->body);
+}
 
 /* keep_body: a resumed download's first bytes stay in front. */
 static void response_clear(peer_response *r, size_t cap, int keep_body) {
@@ -291,12 +309,12 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ud) {
         int to_sink = h->sink && h->status >= 200 && h->status <= 299;
         if (!to_sink && vl_parse_i64(v, 0, INT64_MAX, &clen) == VL_OK && (uint64_t)clen <= h->cap &&
             vl_buf_reserve(&r->body, (size_t)clen) != VL_OK)
-            vl_log_debug("cannot pre-allocate %lld bytes; growing as data arrives", (long long)clen);
+            vl_log_debug("cannot pre-allocate %lld bytes; growing as data arrives",
+                         (long long)clen);
         return n;
     }
     if (header_value(line, n, "ETag", r->etag, sizeof r->etag)) return n;
-    if (header_value(line, n, "Content-Range", r->content_range, sizeof r->content_range))
-        return n;
+    if (header_value(line, n, "Content-Range", r->content_range, sizeof r->content_range)) return n;
     if (header_value(line, n, "Retry-After", v, sizeof v))
         r->retry_after_s = peer_retry_after_parse(v, vl_clock_unix_s());
     return n;
@@ -345,8 +363,8 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
         h->logged = now;
         double rate = (double)done / (now - h->started);
         vl_log_info("%s %s: %s %.1f of %.1f MB, %.0f kB/s%s", h->rq->method, h->rq->target,
-                 up ? "sent" : "received", (double)done / 1e6, (double)total / 1e6, rate / 1e3,
-                 (up ? h->max_up : h->max_down) > 0 ? " (capped)" : "");
+                    up ? "sent" : "received", (double)done / 1e6, (double)total / 1e6, rate / 1e3,
+                    (up ? h->max_up : h->max_down) > 0 ? " (capped)" : "");
     }
     return 0;
 }
@@ -400,11 +418,13 @@ int peer_http_open(const char *base_url, const char *cacert, const crypto_identi
     }
     h->id = id;
     h->peer_id = peer_id;
-    if (retry) h->retry = *retry;
-    else peer_retry_default(&h->retry);
+    if (retry)
+        h->retry = *retry;
+    else
+        peer_retry_default(&h->retry);
     if (h->retry.max_attempts < 1) h->retry.max_attempts = 1;
     vl_rng_seed(&h->jitter, (uint64_t)getpid() ^ (uint64_t)(vl_clock_mono_s() * 1e9) ^
-                             ((uint64_t)vl_clock_unix_s() << 20));
+                                ((uint64_t)vl_clock_unix_s() << 20));
     h->curl = curl_easy_init();
     if (!h->curl) {
         free(h);
@@ -415,8 +435,7 @@ int peer_http_open(const char *base_url, const char *cacert, const crypto_identi
     ok = ok && curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, h) == CURLE_OK;
     ok = ok && curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, h) == CURLE_OK;
     ok = ok && curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, h) == CURLE_OK;
-    if (ok && h->cacert[0])
-        ok = curl_easy_setopt(h->curl, CURLOPT_CAINFO, h->cacert) == CURLE_OK;
+    if (ok && h->cacert[0]) ok = curl_easy_setopt(h->curl, CURLOPT_CAINFO, h->cacert) == CURLE_OK;
     if (!ok) {
         peer_http_close(h);
         return vl_fail(err, VL_ERR, "libcurl lacks a required option (HTTPS, TLS 1.2)");
@@ -431,7 +450,9 @@ void peer_http_close(peer_http *h) {
     free(h);
 }
 
-void peer_http_set_peer(peer_http *h, int64_t peer_id) { h->peer_id = peer_id; }
+void peer_http_set_peer(peer_http *h, int64_t peer_id) {
+    h->peer_id = peer_id;
+}
 
 int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) {
     int rc = peer_http_open(h->base, h->cacert, h->id, h->peer_id, &h->retry, out, err);
@@ -465,10 +486,8 @@ static int curl_retryable(CURLcode c) {
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-    case CURLE_WEIRD_SERVER_REPLY:
-        return 1;
-    default:
-        return 0;
+    case CURLE_WEIRD_SERVER_REPLY: return 1;
+    default: return 0;
     }
 }
 
@@ -479,10 +498,10 @@ static const char *transport_reason(CURLcode cc, long os_errno) {
     switch (cc) {
     case CURLE_COULDNT_RESOLVE_HOST: return "its host name does not resolve";
     case CURLE_COULDNT_CONNECT:
-        return os_errno == ECONNREFUSED ? "connection refused"
+        return os_errno == ECONNREFUSED                              ? "connection refused"
                : os_errno == ENETUNREACH || os_errno == EHOSTUNREACH ? "no route to it"
-               : os_errno == ETIMEDOUT ? "timed out"
-                                       : "no connection";
+               : os_errno == ETIMEDOUT                               ? "timed out"
+                                                                     : "no connection";
     case CURLE_OPERATION_TIMEDOUT: return "timed out";
     case CURLE_SSL_CONNECT_ERROR: return "the TLS handshake failed";
     case CURLE_SEND_ERROR:
@@ -505,8 +524,10 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     }
     /* A join has no peer id yet: it is signed by the key it registers. */
     char keyid[CRYPTO_PK_B64_LEN + 24];
-    if (h->peer_id > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)h->peer_id);
-    else crypto_pk_encode(h->id->pk, keyid);
+    if (h->peer_id > 0)
+        snprintf(keyid, sizeof keyid, "%lld", (long long)h->peer_id);
+    else
+        crypto_pk_encode(h->id->pk, keyid);
     int post = strcmp(rq->method, "POST") == 0;
     crypto_signed_headers sh;
     if (crypto_sign_http(h->id, keyid, rq->method, rq->target, post, rq->body, rq->body_len,
@@ -560,8 +581,8 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     if (!cc && post) {
         cc = curl_easy_setopt(c, CURLOPT_POST, 1L);
         if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
-        if (!cc) cc = curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? (const char *)rq->body
-                                                                       : "");
+        if (!cc)
+            cc = curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? (const char *)rq->body : "");
     } else if (!cc) {
         cc = curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
     }
@@ -654,11 +675,11 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             return vl_fail(err, VL_ETOOBIG, "%s %s: response body exceeds the %zu-byte limit",
                            rq->method, rq->target, rq->cap);
         if (cc == CURLE_WRITE_ERROR && h->sink_errno)
-            return vl_fail(err, VL_EIO, "%s %s: cannot write the response to disk: %s",
-                           rq->method, rq->target, strerror(h->sink_errno));
+            return vl_fail(err, VL_EIO, "%s %s: cannot write the response to disk: %s", rq->method,
+                           rq->target, strerror(h->sink_errno));
         if (cc == CURLE_OK)
             vl_log_debug("%s %s -> %ld (%zu bytes, %.3f s)", rq->method, rq->target, rs->status,
-                      rs->body.len, vl_clock_mono_s() - t0);
+                         rs->body.len, vl_clock_mono_s() - t0);
         int resumed_badly = 0;
         reason[0] = '\0';
         if (cc == CURLE_OK && h->resume_at > 0) {
@@ -666,8 +687,8 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             h->resume_at = 0;
         }
         if (cc != CURLE_OK) {
-            snprintf(last, sizeof last, "%s", h->curl_err[0] ? h->curl_err
-                                                             : curl_easy_strerror(cc));
+            snprintf(last, sizeof last, "%s",
+                     h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
             if (!curl_retryable(cc)) {
                 h->resume_at = 0;
                 return vl_fail(err, VL_EIO, "cannot talk to the coordinator at %s: %s (%s %s)",
@@ -695,29 +716,31 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
         if (n >= h->retry.max_attempts) {
             h->resume_at = 0;
             if (reason[0] && !answered)
-                return vl_fail(err, PEER_ENETWORK, "gave up after %d attempts to reach the "
-                               "coordinator at %s (%s; %s %s: %s)", n, h->base, reason,
-                               rq->method, rq->target, last);
+                return vl_fail(err, PEER_ENETWORK,
+                               "gave up after %d attempts to reach the "
+                               "coordinator at %s (%s; %s %s: %s)",
+                               n, h->base, reason, rq->method, rq->target, last);
             if (reason[0])
-                return vl_fail(err, PEER_ENETWORK, "gave up after %d attempts: the coordinator "
-                               "at %s kept answering %s (%s %s)", n, h->base, last, rq->method,
-                               rq->target);
+                return vl_fail(err, PEER_ENETWORK,
+                               "gave up after %d attempts: the coordinator "
+                               "at %s kept answering %s (%s %s)",
+                               n, h->base, last, rq->method, rq->target);
             return vl_fail(err, PEER_ENETWORK, "%s %s failed after %d attempts: %s", rq->method,
                            rq->target, n, last);
         }
         if (h->resume_at > 0)
             vl_log_info("%s %s broke off after %zu bytes; the next attempt asks for the rest",
-                     rq->method, rq->target, h->resume_at);
+                        rq->method, rq->target, h->resume_at);
         double u = (double)(vl_rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
         double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
         if (reason[0]) {
             /* Said once in plain words; each retry's detail only in debug. */
             peer_ui_unreachable(h->base, reason, answered, d, h->retry.max_attempts - n);
             vl_log_debug("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
-                      h->retry.max_attempts - 1, d);
+                         h->retry.max_attempts - 1, d);
         } else {
             vl_log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
-                     h->retry.max_attempts - 1, d);
+                        h->retry.max_attempts - 1, d);
         }
         if (peer_sleep(d)) return vl_fail(err, PEER_ESTOPPED, "stopped");
     }

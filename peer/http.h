@@ -83,10 +83,10 @@ int peer_http_clone(const peer_http *h, peer_http **out, vl_error *err) VL_MUST_
 /* One request. target is the path and query exactly as sent and signed
  * ("/v1/task?wait=20"). body may be NULL for a GET. */
 typedef struct peer_request {
-    const char *method;        /* "GET" or "POST" */
+    const char *method; /* "GET" or "POST" */
     const char *target;
-    const char *content_type;  /* for a body, else NULL */
-    const uint8_t *body;       /* borrowed for the call */
+    const char *content_type; /* for a body, else NULL */
+    const uint8_t *body;      /* borrowed for the call */
     size_t body_len;
     const char *range;         /* Range header value, or NULL */
     const char *if_none_match; /* If-None-Match value, or NULL */
@@ -96,7 +96,7 @@ typedef struct peer_request {
      * file (If-Range on its ETag) and appends it. Bodies into memory
      * only; ignored with range or sink. */
     int resume;
-    long idle_s;               /* abort after this long without progress */
+    long idle_s; /* abort after this long without progress */
     /* When set, the body of a 2xx response is written to this file
      * (emptied before each attempt) instead of memory, still under cap;
      * other bodies (errors) go to memory as usual. Borrowed. */
@@ -141,12 +141,12 @@ typedef struct peer_http_bg {
     peer_http *http;  /* owned: cloned from the caller's client on first use */
     peer_response rs; /* the answer, valid after peer_http_bg_wait */
     char target[256];
-    peer_request rq;  /* target points into this struct; body borrowed */
+    peer_request rq; /* target points into this struct; body borrowed */
     int rc;
     vl_error err;
-    int running;      /* a thread is sending */
-    int started;      /* a request was sent and not yet waited for */
-    double seconds;   /* how long the last request took, retries included */
+    int running;    /* a thread is sending */
+    int started;    /* a request was sent and not yet waited for */
+    double seconds; /* how long the last request took, retries included */
     pthread_t thread;
 } peer_http_bg;
 

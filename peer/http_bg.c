@@ -39,7 +39,9 @@ int peer_http_bg_start(peer_http_bg *b, const peer_http *like, const peer_reques
     return VL_OK;
 }
 
-int peer_http_bg_pending(const peer_http_bg *b) { return b->started; }
+int peer_http_bg_pending(const peer_http_bg *b) {
+    return b->started;
+}
 
 int peer_http_bg_wait(peer_http_bg *b, peer_response **rs, vl_error *err) {
     if (!b->started) return vl_fail(err, VL_EINVAL, "no background request to wait for");

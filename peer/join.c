@@ -32,11 +32,13 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     int rc = peer_url_check(o->coordinator, st.coordinator, sizeof st.coordinator, err);
     if (rc) return rc;
     size_t tl = o->token ? strnlen(o->token, 1024) : 0;
-    if (tl == 0 || tl > 512) return vl_fail(err, VL_EINVAL, "a join token of 1 to 512 characters is required");
+    if (tl == 0 || tl > 512)
+        return vl_fail(err, VL_EINVAL, "a join token of 1 to 512 characters is required");
     for (size_t i = 0; i < tl; i++)
         if ((unsigned char)o->token[i] < 0x21 || o->token[i] == 0x7f)
-            return vl_fail(err, VL_EINVAL, "the join token contains whitespace or a control "
-                                           "character");
+            return vl_fail(err, VL_EINVAL,
+                           "the join token contains whitespace or a control "
+                           "character");
     if (o->cacert && *o->cacert) {
         char abs[PATH_MAX];
         if (!realpath(o->cacert, abs))
@@ -61,9 +63,9 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     char pk[CRYPTO_PK_B64_LEN + 1];
     crypto_pk_encode(id.pk, pk);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    json_t *body = json_pack("{s:s, s:s, s:s, s:{s:I, s:s}}", "public_key", pk, "token", o->token,
-                             "name", st.name, "hardware", "cpus", (json_int_t)(cpus > 0 ? cpus : 1),
-                             "gpu", "none");
+    json_t *body =
+        json_pack("{s:s, s:s, s:s, s:{s:I, s:s}}", "public_key", pk, "token", o->token, "name",
+                  st.name, "hardware", "cpus", (json_int_t)(cpus > 0 ? cpus : 1), "gpu", "none");
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
@@ -78,9 +80,13 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     peer_response_init(&rs);
     rc = peer_http_open(st.coordinator, st.cacert, &id, 0, &pol, &h, err);
     if (!rc) {
-        peer_request rq = {.method = "POST", .target = "/v1/peers",
-                           .content_type = "application/json", .body = (const uint8_t *)text,
-                           .body_len = strlen(text), .cap = JSON_CAP, .idle_s = IDLE_S};
+        peer_request rq = {.method = "POST",
+                           .target = "/v1/peers",
+                           .content_type = "application/json",
+                           .body = (const uint8_t *)text,
+                           .body_len = strlen(text),
+                           .cap = JSON_CAP,
+                           .idle_s = IDLE_S};
         rc = peer_http_do(h, &rq, &rs, err);
     }
     free(text);
@@ -94,4 +100,3 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     crypto_identity_wipe(&id);
     return rc;
 }
-

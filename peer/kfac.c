@@ -94,17 +94,18 @@ int peer_kfac_sync(peer_http *h, peer_response *rs, peer_trainer *t, const peer_
         vl_error e = {0};
         peer_refusal(&e, "factors request refused", rs->status, rs->body.data, rs->body.len);
         vl_log_warn("task %lld: training on this peer's own K-FAC factors: %s",
-                 (long long)k->task_id, e.msg);
+                    (long long)k->task_id, e.msg);
         return VL_OK;
     }
     *down_bytes += rs->body.len;
     vl_error e = {0};
     if (peer_trainer_adopt_factors(t, k, rs->body.data, rs->body.len, &e) != VL_OK)
         vl_log_warn("task %lld: merged K-FAC factors of version %lld refused, training on this "
-                 "peer's own: %s", (long long)k->task_id, (long long)k->kfac_factors, e.msg);
+                    "peer's own: %s",
+                    (long long)k->task_id, (long long)k->kfac_factors, e.msg);
     else
         vl_log_info("K-FAC factors merged into version %lld adopted (%zu bytes)",
-                 (long long)k->kfac_factors, rs->body.len);
+                    (long long)k->kfac_factors, rs->body.len);
     vl_buf_free(&rs->body);
     return VL_OK;
 }
@@ -119,8 +120,8 @@ int peer_kfac_factors(const peer_trainer *t, const peer_task *k, int64_t samples
     if (rc) return rc;
     if (samples < 1) samples = 1;
     if (samples > COMPRESS_FACTORS_MAX_SAMPLES) samples = COMPRESS_FACTORS_MAX_SAMPLES;
-    *out = (compress_factors){.layers = layers, .n = n, .A = A, .G = G, .samples = samples,
-                              .dtype = k->kfac_dtype};
+    *out = (compress_factors){
+        .layers = layers, .n = n, .A = A, .G = G, .samples = samples, .dtype = k->kfac_dtype};
     return VL_OK;
 }
 
@@ -128,8 +129,10 @@ int peer_kfac_factors(const peer_trainer *t, const peer_task *k, int64_t samples
 
 static int meta_num(st_writer *w, const char *key, double x, int integer) {
     char v[40];
-    if (integer) snprintf(v, sizeof v, "%lld", (long long)x);
-    else snprintf(v, sizeof v, "%.9g", x);
+    if (integer)
+        snprintf(v, sizeof v, "%lld", (long long)x);
+    else
+        snprintf(v, sizeof v, "%.9g", x);
     return st_writer_meta(w, key, v);
 }
 
@@ -166,13 +169,14 @@ int peer_kfac_state_write(st_writer *w, const peer_resume *r, void **scratch, vl
     if (!rc) rc = meta_num(w, "kfac_inverse_every", c->inverse_every, 1);
     if (!rc) rc = meta_num(w, "kfac_kl_clip", c->kl_clip, 0);
     if (!rc) rc = meta_num(w, "kfac_weight_decay", c->weight_decay, 0);
-    if (!rc) rc = st_writer_add(w, PEER_KFAC_MOMENTUM, ST_F32, 1, shape, r->kfac_momentum,
-                                n * sizeof(float));
+    if (!rc)
+        rc = st_writer_add(w, PEER_KFAC_MOMENTUM, ST_F32, 1, shape, r->kfac_momentum,
+                           n * sizeof(float));
     if (rc) rc = vl_fail(err, VL_EINVAL, "trainer state: cannot describe the K-FAC state");
     if (!rc) {
         /* The samples count only matters to the coordinator's average. */
-        compress_factors f = {.layers = layers, .n = nl, .A = A, .G = G, .samples = 1,
-                              .dtype = ST_F32};
+        compress_factors f = {
+            .layers = layers, .n = nl, .A = A, .G = G, .samples = 1, .dtype = ST_F32};
         rc = compress_factors_write(w, &f, scratch, err);
     }
     free(A);
@@ -211,9 +215,12 @@ int peer_kfac_state_read(const st_file *f, peer_resume *r, vl_error *err) {
     if (!rc) rc = meta_get(f, "kfac_kl_clip", 0, 1e3, &kl, err);
     if (!rc) rc = meta_get(f, "kfac_weight_decay", 0, 1e3, &wd, err);
     if (rc) return rc;
-    r->kfac_cfg = (model_kfac_gpt_config){.lr = (float)lr, .momentum = (float)mu,
-                                          .damping = (float)damp, .decay = (float)decay,
-                                          .inverse_every = (int)every, .kl_clip = (float)kl,
+    r->kfac_cfg = (model_kfac_gpt_config){.lr = (float)lr,
+                                          .momentum = (float)mu,
+                                          .damping = (float)damp,
+                                          .decay = (float)decay,
+                                          .inverse_every = (int)every,
+                                          .kl_clip = (float)kl,
                                           .weight_decay = (float)wd};
     vl_error e = {0};
     if (model_kfac_gpt_config_validate(&r->kfac_cfg, &e) != VL_OK || step != (long)step ||

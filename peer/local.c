@@ -31,10 +31,11 @@ static int labels_path(const char *images, char *out, size_t cap, vl_error *err)
     static const char FROM[] = "-images-idx3-", TO[] = "-labels-idx1-";
     const char *at = strstr(images, FROM);
     if (!at)
-        return vl_fail(err, VL_EINVAL, "--labels is needed: %.200s is not named like "
-                                       "NAME-images-idx3-ubyte", images);
-    int n = snprintf(out, cap, "%.*s%s%s", (int)(at - images), images, TO,
-                     at + sizeof FROM - 1);
+        return vl_fail(err, VL_EINVAL,
+                       "--labels is needed: %.200s is not named like "
+                       "NAME-images-idx3-ubyte",
+                       images);
+    int n = snprintf(out, cap, "%.*s%s%s", (int)(at - images), images, TO, at + sizeof FROM - 1);
     if (n < 0 || (size_t)n >= cap) return vl_fail(err, VL_EINVAL, "--data: path too long");
     return VL_OK;
 }
@@ -59,8 +60,8 @@ static int sniff(const char *path, vl_error *err) {
     uint8_t h[4] = {0};
     size_t got = fread(h, 1, sizeof h, f);
     fclose(f);
-    uint32_t magic = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                     (uint32_t)h[3] << 24;
+    uint32_t magic =
+        (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
     if (got == 4 && magic == MODEL_SHARD_MAGIC) return DATA_TOKENS;
     if (got >= 2 && ((h[0] == 0x1f && h[1] == 0x8b) ||
                      (got == 4 && h[0] == 0 && h[1] == 0 && h[2] == 8 && h[3] == 3)))
@@ -71,11 +72,11 @@ static int sniff(const char *path, vl_error *err) {
 /* The largest vocabulary a token shard can hold (uint16 tokens). */
 #define SHARD_MAX_VOCAB 65536
 
-static int open_tokens_or_text(peer_local *l, const peer_local_opts *o, int kind,
-                               vl_error *err) {
+static int open_tokens_or_text(peer_local *l, const peer_local_opts *o, int kind, vl_error *err) {
     if (o->parts > 1)
-        return vl_fail(err, VL_EINVAL, "--partition cuts labelled images; a text file or token "
-                                       "shard is the peer's own, whole");
+        return vl_fail(err, VL_EINVAL,
+                       "--partition cuts labelled images; a text file or token "
+                       "shard is the peer's own, whole");
     snprintf(l->path, sizeof l->path, "%s", o->images);
     int rc;
     if (kind == DATA_TOKENS) {
@@ -83,7 +84,7 @@ static int open_tokens_or_text(peer_local *l, const peer_local_opts *o, int kind
         if (rc) return rc;
         l->shard_vocab = SHARD_MAX_VOCAB;
         vl_log_info("local data: %lld tokens from %s", (long long)model_shard_tokens(l->shard),
-                 o->images);
+                    o->images);
         return VL_OK;
     }
     vl_buf b;
@@ -121,16 +122,18 @@ int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
     rc = model_partition(model_images_labels(l->images), n, model_images_classes(l->images),
                          o->parts, o->part, o->beta, o->seed, &l->idx, &l->n, err);
     if (!rc && l->n == 0)
-        rc = vl_fail(err, VL_EINVAL, "part %d of %d of %zu images is empty (beta %g); nothing "
-                     "to train on", o->part, o->parts, n, o->beta);
+        rc = vl_fail(err, VL_EINVAL,
+                     "part %d of %d of %zu images is empty (beta %g); nothing "
+                     "to train on",
+                     o->part, o->parts, n, o->beta);
     if (rc) {
         peer_local_free(l);
         return rc;
     }
     vl_log_info("local data: %zu of %zu images (%dx%d, %d classes) from %s, part %d of %d%s", l->n,
-             n, model_images_rows(l->images), model_images_cols(l->images),
-             model_images_classes(l->images), o->images, o->part, o->parts,
-             o->parts > 1 && o->beta > 0 ? ", label-skewed" : "");
+                n, model_images_rows(l->images), model_images_cols(l->images),
+                model_images_classes(l->images), o->images, o->part, o->parts,
+                o->parts > 1 && o->beta > 0 ? ", label-skewed" : "");
     return VL_OK;
 }
 
@@ -190,8 +193,10 @@ int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int
  * against the model's vocabulary (reopened once per vocabulary). */
 static int check_gpt(const peer_trainer *t, const peer_task *k, peer_local *l, vl_error *err) {
     if (!l || (!l->bytes && !l->shard))
-        return vl_fail(err, VL_EINVAL, "task %lld trains a GPT on the peer's own data; start "
-                       "the peer with --data TEXT or --data SHARD", (long long)k->task_id);
+        return vl_fail(err, VL_EINVAL,
+                       "task %lld trains a GPT on the peer's own data; start "
+                       "the peer with --data TEXT or --data SHARD",
+                       (long long)k->task_id);
     if (l->shard && l->shard_vocab != t->cfg.vocab_size) {
         model_shard *s = NULL;
         int rc = model_shard_open(l->path, t->cfg.vocab_size, &s, err);
@@ -206,8 +211,10 @@ static int check_gpt(const peer_trainer *t, const peer_task *k, peer_local *l, v
         l->shard_vocab = t->cfg.vocab_size;
     }
     if (l->bytes && t->cfg.vocab_size < 256)
-        return vl_fail(err, VL_EINVAL, "the local data are text; the model's vocabulary has "
-                       "only %d tokens", t->cfg.vocab_size);
+        return vl_fail(err, VL_EINVAL,
+                       "the local data are text; the model's vocabulary has "
+                       "only %d tokens",
+                       t->cfg.vocab_size);
     int64_t have = l->shard ? model_shard_tokens(l->shard) : (int64_t)l->len;
     if (have < (int64_t)k->context + 1)
         return vl_fail(err, VL_EINVAL, "the local data hold %lld tokens; a sequence needs %d",
@@ -215,26 +222,29 @@ static int check_gpt(const peer_trainer *t, const peer_task *k, peer_local *l, v
     return peer_task_check_model(k, &t->cfg, err);
 }
 
-int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l,
-                     vl_error *err) {
+int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l, vl_error *err) {
     if (t->gpt) return check_gpt(t, k, l, err);
     if (!t->mlp)
         return vl_fail(err, VL_EINVAL, "task %lld: no model to train", (long long)k->task_id);
     if (!l || !l->images)
-        return vl_fail(err, VL_EINVAL, "task %lld trains on the peer's own images; start the "
-                       "peer with --data IMAGES", (long long)k->task_id);
+        return vl_fail(err, VL_EINVAL,
+                       "task %lld trains on the peer's own images; start the "
+                       "peer with --data IMAGES",
+                       (long long)k->task_id);
     model_mlp_config c = model_mlp_config_get(t->mlp);
     int d = model_images_rows(l->images) * model_images_cols(l->images);
     if (d != c.in_dim)
-        return vl_fail(err, VL_EINVAL, "the local images have %d pixels; the model takes %d",
-                       d, c.in_dim);
+        return vl_fail(err, VL_EINVAL, "the local images have %d pixels; the model takes %d", d,
+                       c.in_dim);
     if (model_images_classes(l->images) > c.n_classes)
         return vl_fail(err, VL_EINVAL, "the local labels go up to %d; the model has %d classes",
                        model_images_classes(l->images) - 1, c.n_classes);
     if (k->method != PEER_METHOD_NONE && k->method != PEER_METHOD_SKETCH &&
         (uint64_t)k->comp_k > (uint64_t)t->n_params)
-        return vl_fail(err, VL_EINVAL, "task: compression k %lld exceeds the model's %zu "
-                       "parameters", (long long)k->comp_k, t->n_params);
+        return vl_fail(err, VL_EINVAL,
+                       "task: compression k %lld exceeds the model's %zu "
+                       "parameters",
+                       (long long)k->comp_k, t->n_params);
     return VL_OK;
 }
 
@@ -287,8 +297,8 @@ static int local_step(peer_trainer *t, const peer_task *k, peer_local *l, vl_rng
  * share's first), so a peer's figures compare across versions. */
 #define ACCURACY_SAMPLE 512
 
-int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l,
-                        peer_train_result *res, vl_error *err) {
+int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l, peer_train_result *res,
+                        vl_error *err) {
     if (!k->report_accuracy || !t->mlp || !l->images) return VL_OK;
     int n = l->n < ACCURACY_SAMPLE ? (int)l->n : ACCURACY_SAMPLE;
     int d = model_images_rows(l->images) * model_images_cols(l->images);

@@ -23,12 +23,12 @@ typedef struct peer_local {
     model_images *images; /* owned; NULL for text or tokens */
     uint8_t *bytes;       /* owned: a text file's bytes (the tokens of a byte model) */
     size_t len;
-    model_shard *shard;   /* owned: a token shard, opened for shard_vocab */
+    model_shard *shard; /* owned: a token shard, opened for shard_vocab */
     int shard_vocab;
-    char path[4096];      /* the --data path, to reopen the shard for a model's vocab */
-    uint32_t *idx;        /* owned: the indices of the share, ascending */
-    size_t n;             /* images in the share, >= 1 */
-    float *x;             /* owned batch buffers, grown to the largest batch */
+    char path[4096]; /* the --data path, to reopen the shard for a model's vocab */
+    uint32_t *idx;   /* owned: the indices of the share, ascending */
+    size_t n;        /* images in the share, >= 1 */
+    float *x;        /* owned batch buffers, grown to the largest batch */
     int *y;
     int cap;
 } peer_local;
@@ -82,8 +82,8 @@ int peer_local_check(const peer_trainer *t, const peer_task *k, peer_local *l,
  * of the share (its first 512 images) into res->accuracy and sets
  * res->has_accuracy; nothing otherwise. Leaves the model's parameters at
  * the base. Returns 0, VL_EINVAL, VL_ENOMEM. */
-int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l,
-                        peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+int peer_local_accuracy(peer_trainer *t, const peer_task *k, peer_local *l, peer_train_result *res,
+                        vl_error *err) VL_MUST_CHECK;
 
 /* Trains a local task from the base parameters: up to k->steps steps of
  * the task's optimizer on batches of k->batch images drawn uniformly from

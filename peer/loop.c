@@ -27,7 +27,6 @@
 /* ---- run --------------------------------------------------------------- */
 
 
-
 static void remember(loop *L, const peer_task *k) {
     int i = L->nfinished++ % FINISHED_RING;
     L->finished[i].task_id = k->task_id;
@@ -37,7 +36,8 @@ static void remember(loop *L, const peer_task *k) {
 static int seen(const loop *L, const peer_task *k) {
     int n = L->nfinished < FINISHED_RING ? L->nfinished : FINISHED_RING;
     for (int i = 0; i < n; i++)
-        if (L->finished[i].task_id == k->task_id && L->finished[i].deadline == k->deadline) return 1;
+        if (L->finished[i].task_id == k->task_id && L->finished[i].deadline == k->deadline)
+            return 1;
     return 0;
 }
 
@@ -64,8 +64,8 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
                  (long long)L->fly_k.task_id);
     else
         snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
-    peer_request rq = {.method = "GET", .target = target, .cap = JSON_CAP,
-                       .idle_s = L->o->wait_s + 30L};
+    peer_request rq = {
+        .method = "GET", .target = target, .cap = JSON_CAP, .idle_s = L->o->wait_s + 30L};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     if (L->rs.status == 204) return STEP_AGAIN;
@@ -102,12 +102,13 @@ static int write_ahead(loop *L, const peer_task *k, vl_error *err) {
         /* A sketch larger than the model: no residual depends on it, so
          * losing it to a crash costs only the one update. */
         vl_log_warn("task %lld: upload not recorded before sending: %s", (long long)k->task_id,
-                 e.msg);
+                    e.msg);
         mark = 0;
         rc = VL_OK;
     }
-    if (rc) return vl_fail(err, rc, "cannot record the upload of task %lld: %s",
-                           (long long)k->task_id, e.msg);
+    if (rc)
+        return vl_fail(err, rc, "cannot record the upload of task %lld: %s", (long long)k->task_id,
+                       e.msg);
     if ((rc = peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, mark, &e)))
         return vl_fail(err, rc, "cannot save the trainer state: %s", e.msg);
     return VL_OK;
@@ -133,9 +134,13 @@ static void settle_record(loop *L, peer_upload_outcome out) {
  * whose answer it never saw, byte for byte, and settles it in the saved
  * state. Returns like upload(). */
 static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
-    peer_request rq = {.method = "POST", .target = "/v1/updates",
-                       .content_type = "application/octet-stream", .body = p->bytes,
-                       .body_len = p->len, .cap = JSON_CAP, .idle_s = IDLE_S,
+    peer_request rq = {.method = "POST",
+                       .target = "/v1/updates",
+                       .content_type = "application/octet-stream",
+                       .body = p->bytes,
+                       .body_len = p->len,
+                       .cap = JSON_CAP,
+                       .idle_s = IDLE_S,
                        .show_progress = 1};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
@@ -152,8 +157,10 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
         return vl_fail(err, rc, "cannot settle the recorded upload: %s", e.msg);
     peer_refusal(&e, "refused", rs->status, rs->body.data, rs->body.len);
     if (out == PEER_UPLOAD_UNKNOWN)
-        return vl_fail(err, PEER_EREFUSED, "recorded upload of task %lld answered ambiguously: "
-                                           "%s", (long long)p->task_id, e.msg);
+        return vl_fail(err, PEER_EREFUSED,
+                       "recorded upload of task %lld answered ambiguously: "
+                       "%s",
+                       (long long)p->task_id, e.msg);
     if (out == PEER_UPLOAD_NOT_TAKEN) {
         vl_error se = {0};
         if ((rc = peer_resume_save(L->o->dir, &L->saved, &se)))
@@ -164,13 +171,14 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
         vl_log_warn("upload record not cleared (the next start will send it again): %s", ce.msg);
     if (out == PEER_UPLOAD_STORED)
         vl_log_info("task %lld: recorded upload of %zu bytes sent again after the restart: %s",
-                 (long long)p->task_id, p->len,
-                 rs->status == 409 ? "it was already stored" : "accepted");
+                    (long long)p->task_id, p->len,
+                    rs->status == 409 ? "it was already stored" : "accepted");
     else
         vl_log_warn("task %lld: recorded upload of %zu bytes sent again after the restart: not "
-                 "taken (%s); %s", (long long)p->task_id, p->len, e.msg,
-                 p->kind == COMPRESS_TOPK ? "its entries are back in the residual"
-                                          : "it leaves nothing to put back");
+                    "taken (%s); %s",
+                    (long long)p->task_id, p->len, e.msg,
+                    p->kind == COMPRESS_TOPK ? "its entries are back in the residual"
+                                             : "it leaves nothing to put back");
     if (run_finished(rs)) return STEP_FINISHED;
     if (out == PEER_UPLOAD_NOT_TAKEN && !droppable_upload(rs))
         return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
@@ -200,15 +208,22 @@ static void task_summary(loop *L, vl_log_level level, const peer_task *k,
         snprintf(how, sizeof how, "%.1f %% less than the %s of a dense one",
                  100.0 * (double)saved / (double)dense, d);
     }
-    peer_ui_field f[] = {
-        PEER_UI_INT("task", k->task_id), PEER_UI_INT("base_version", k->base_version),
-        PEER_UI_INT("steps", res->steps), PEER_UI_NUM("loss", res->mean_loss),
-        PEER_UI_NUM("last_loss", res->last_loss), PEER_UI_NUM("tokens_per_s", tps),
-        PEER_UI_INT("bytes_up", sent), PEER_UI_INT("dense_bytes", dense),
-        PEER_UI_INT("saved_bytes", saved), PEER_UI_NUM("download_s", tm->download),
-        PEER_UI_NUM("train_s", tm->train), PEER_UI_NUM("compress_s", tm->compress),
-        PEER_UI_NUM("upload_s", tm->upload), PEER_UI_STR("outcome", what),
-        PEER_UI_INT("update", update), PEER_UI_INT("version", version)};
+    peer_ui_field f[] = {PEER_UI_INT("task", k->task_id),
+                         PEER_UI_INT("base_version", k->base_version),
+                         PEER_UI_INT("steps", res->steps),
+                         PEER_UI_NUM("loss", res->mean_loss),
+                         PEER_UI_NUM("last_loss", res->last_loss),
+                         PEER_UI_NUM("tokens_per_s", tps),
+                         PEER_UI_INT("bytes_up", sent),
+                         PEER_UI_INT("dense_bytes", dense),
+                         PEER_UI_INT("saved_bytes", saved),
+                         PEER_UI_NUM("download_s", tm->download),
+                         PEER_UI_NUM("train_s", tm->train),
+                         PEER_UI_NUM("compress_s", tm->compress),
+                         PEER_UI_NUM("upload_s", tm->upload),
+                         PEER_UI_STR("outcome", what),
+                         PEER_UI_INT("update", update),
+                         PEER_UI_INT("version", version)};
     peer_ui_event(level, "task_end", f, PEER_UI_NFIELDS(f),
                   "task %lld: base v%lld, %d steps, loss %.4f (last %.4f), upload %lld bytes "
                   "(%s), %.0f tok/s, %s; time: download %.2f s, train %.2f s, compress %.2f s, "
@@ -220,11 +235,12 @@ static void task_summary(loop *L, vl_log_level level, const peer_task *k,
 
 /* Counts a judged upload in DIR/progress.json. Only `status` reads it, so
  * failing to write it costs a warning, not the task. */
-static void note_progress(loop *L, const peer_task *k, const peer_train_result *res,
-                          int accepted) {
+static void note_progress(loop *L, const peer_task *k, const peer_train_result *res, int accepted) {
     peer_progress *p = &L->prog;
-    if (accepted) p->accepted++;
-    else p->dropped++;
+    if (accepted)
+        p->accepted++;
+    else
+        p->dropped++;
     p->last_task = k->task_id;
     p->last_version = k->base_version;
     p->last_loss = res->mean_loss;
@@ -285,8 +301,11 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
      * last one. */
     peer_request rq = {.method = "POST",
                        .target = more && !overlap ? "/v1/updates?next=1" : "/v1/updates",
-                       .content_type = "application/octet-stream", .body = L->upload.data,
-                       .body_len = L->upload.len, .cap = JSON_CAP, .idle_s = IDLE_S,
+                       .content_type = "application/octet-stream",
+                       .body = L->upload.data,
+                       .body_len = L->upload.len,
+                       .cap = JSON_CAP,
+                       .idle_s = IDLE_S,
                        .show_progress = 1};
     if (overlap) {
         if ((rc = peer_http_bg_start(&L->bg, L->http, &rq, err))) return rc;
@@ -295,7 +314,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
         L->fly_res = *res;
         L->fly_times = L->times;
         vl_log_debug("task %lld: upload of %zu bytes under way; the next task starts meanwhile",
-                  (long long)k->task_id, L->upload.len);
+                     (long long)k->task_id, L->upload.len);
         return VL_OK;
     }
     /* A transport failure leaves the outcome unknown: the record stays,
@@ -360,8 +379,8 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         peer_refusal(&e, "upload refused", rs->status, rs->body.data, rs->body.len);
         char said[sizeof e.msg + 32];
         snprintf(said, sizeof said, "%s: %s", dup ? "already stored" : "dropped", e.msg);
-        task_summary(L, dup ? LOG_INFO : LOG_WARN, k, res, tm,
-                     dup ? "already_stored" : "dropped", -1, -1, said);
+        task_summary(L, dup ? LOG_INFO : LOG_WARN, k, res, tm, dup ? "already_stored" : "dropped",
+                     -1, -1, said);
         return VL_OK;
     }
     return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
@@ -394,7 +413,7 @@ static int one_task(loop *L, vl_error *err) {
          * only waited out by the pause after a refusal. */
         if (rc == STEP_REFUSED)
             vl_log_warn("task refused: %s; keeping model version %lld", err->msg,
-                     (long long)L->tr.base_version);
+                        (long long)L->tr.base_version);
         return rc;
     }
     if (seen(L, &k)) {
@@ -405,10 +424,10 @@ static int one_task(loop *L, vl_error *err) {
         return STEP_AGAIN;
     }
     peer_ui_phase(k.task_id, "fetching the model");
-    peer_ui_field tf[] = {PEER_UI_INT("task", k.task_id),
-                          PEER_UI_INT("base_version", k.base_version),
-                          PEER_UI_INT("steps", k.steps), PEER_UI_INT("batch", k.batch),
-                          PEER_UI_INT("context", k.context), PEER_UI_INT("deadline", k.deadline)};
+    peer_ui_field tf[] = {
+        PEER_UI_INT("task", k.task_id),    PEER_UI_INT("base_version", k.base_version),
+        PEER_UI_INT("steps", k.steps),     PEER_UI_INT("batch", k.batch),
+        PEER_UI_INT("context", k.context), PEER_UI_INT("deadline", k.deadline)};
     peer_ui_event(LOG_INFO, "task_start", tf, PEER_UI_NFIELDS(tf),
                   "task %lld: model version %lld, up to %d local steps, lease ends in %lld s",
                   (long long)k.task_id, (long long)k.base_version, k.steps,
@@ -421,30 +440,35 @@ static int one_task(loop *L, vl_error *err) {
     }
     double t_fetch = vl_clock_mono_s();
     if ((rc = peer_loop_fetch_model(L, &k, err)) == VL_OK)
-        rc = k.local   ? peer_local_check(&L->tr, &k, &L->local, err)
-             : L->tr.mlp ? vl_fail(err, VL_EINVAL, "task %lld has a data range but the model is "
-                                   "a classifier", (long long)k.task_id)
+        rc = k.local     ? peer_local_check(&L->tr, &k, &L->local, err)
+             : L->tr.mlp ? vl_fail(err, VL_EINVAL,
+                                   "task %lld has a data range but the model is "
+                                   "a classifier",
+                                   (long long)k.task_id)
                          : peer_task_check_model(&k, &L->tr.cfg, err);
     if (rc == VL_EINVAL) rc = STEP_REFUSED;
     if (rc == STEP_AGAIN || rc == STEP_REFUSED) remember(L, &k);
     if (rc == STEP_REFUSED)
         vl_log_warn("task %lld refused: %s; keeping model version %lld", (long long)k.task_id,
-                 err->msg, (long long)L->tr.base_version);
+                    err->msg, (long long)L->tr.base_version);
     if (rc) return rc;
     if (L->saved.n_params) {
         vl_error e = {0};
         rc = peer_resume_apply(&L->tr, &L->saved, &e);
-        if (rc == VL_ECONFLICT) vl_log_warn("trainer state not applied: %s", e.msg);
-        else if (rc) return vl_fail(err, rc, "%s", e.msg);
-        else vl_log_info("trainer state applied to model version %lld: %s at step %ld",
-                      (long long)L->tr.base_version,
-                      L->tr.have_kfac  ? "K-FAC"
-                      : L->tr.have_sgd ? "SGD"
-                                       : "AdamW",
-                      L->tr.have_kfac  ? L->tr.kfac.step
-                      : L->tr.have_sgd ? L->tr.sgd.step
-                      : L->tr.have_opt ? L->tr.opt.step
-                                       : 0L);
+        if (rc == VL_ECONFLICT)
+            vl_log_warn("trainer state not applied: %s", e.msg);
+        else if (rc)
+            return vl_fail(err, rc, "%s", e.msg);
+        else
+            vl_log_info("trainer state applied to model version %lld: %s at step %ld",
+                        (long long)L->tr.base_version,
+                        L->tr.have_kfac  ? "K-FAC"
+                        : L->tr.have_sgd ? "SGD"
+                                         : "AdamW",
+                        L->tr.have_kfac  ? L->tr.kfac.step
+                        : L->tr.have_sgd ? L->tr.sgd.step
+                        : L->tr.have_opt ? L->tr.opt.step
+                                         : 0L);
     }
     if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, &k, &L->factor_bytes, err))) return rc;
     peer_train_result res;
@@ -467,8 +491,7 @@ static int one_task(loop *L, vl_error *err) {
                                     err);
     } else if (k.local && L->tr.gpt) {
         rc = L->local.shard ? peer_trainer_run_shard(&L->tr, &k, L->local.shard, &res, err)
-                            : peer_trainer_run(&L->tr, &k, L->local.bytes, L->local.len, &res,
-                                               err);
+                            : peer_trainer_run(&L->tr, &k, L->local.bytes, L->local.len, &res, err);
     } else if (k.local) {
         rc = peer_trainer_run_local(&L->tr, &k, &L->local, &res, err);
     } else if (k.tokens) {
@@ -499,7 +522,7 @@ static int one_task(loop *L, vl_error *err) {
         }
         if (rc == PEER_EREFUSED || rc == STEP_GAVE_UP) {
             vl_log_warn("task %lld left: %s", (long long)k.task_id,
-                     rc == STEP_GAVE_UP ? "nothing more to send" : err->msg);
+                        rc == STEP_GAVE_UP ? "nothing more to send" : err->msg);
             rc = VL_OK;
         }
     }
@@ -507,8 +530,8 @@ static int one_task(loop *L, vl_error *err) {
     if (rc == VL_OK && !L->flying && L->answer_round) {
         if (k.method == PEER_METHOD_SKETCH && k.second_round > 0)
             peer_ui_phase(k.task_id, "second round");
-        rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload,
-                               &L->up_bytes, err);
+        rc = peer_round_answer(L->http, &L->rs, &L->tr, &k, L->st.peer_id, &L->upload, &L->up_bytes,
+                               err);
     }
     return rc;
 }
@@ -518,7 +541,8 @@ static void say_finished(const loop *L) {
     peer_ui_field f[] = {PEER_UI_STR("run", L->st.run), PEER_UI_INT("tasks", L->done)};
     peer_ui_event(LOG_INFO, "run_finished", f, PEER_UI_NFIELDS(f),
                   "run '%s' has finished (410 run_finished): nothing more to train, stopping "
-                  "after %lld tasks here", L->st.run, (long long)L->done);
+                  "after %lld tasks here",
+                  L->st.run, (long long)L->done);
 }
 
 static int run_tasks(loop *L, vl_error *err);
@@ -542,7 +566,7 @@ static int run_loop(loop *L, vl_error *err) {
     double wall = vl_clock_mono_s() - L->t_start;
     if (wall > 0 && L->train_s > 0)
         vl_log_info("compute: %.1f s of %.1f s training (%.1f %%)", L->train_s, wall,
-                 100.0 * L->train_s / wall);
+                    100.0 * L->train_s / wall);
     return rc;
 }
 
@@ -557,8 +581,10 @@ static int run_tasks(loop *L, vl_error *err) {
             if (++refusals >= PEER_MAX_REFUSALS) {
                 char last[sizeof err->msg];
                 memcpy(last, err->msg, sizeof last);
-                return vl_fail(err, VL_EINVAL, "giving up after %d refused tasks in a row; "
-                                               "the last: %.150s", refusals, last);
+                return vl_fail(err, VL_EINVAL,
+                               "giving up after %d refused tasks in a row; "
+                               "the last: %.150s",
+                               refusals, last);
             }
             if (peer_sleep((double)refusals)) return PEER_ESTOPPED;
             continue;
@@ -601,7 +627,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
         kernels_cuda_set_mem_cap((size_t)o->gpu_mem_mib << 20);
         if (dev.kind == PEER_DEVICE_CUDA)
             vl_log_info("GPU: holding at most %lld MiB of device memory (--gpu-mem)",
-                     (long long)o->gpu_mem_mib);
+                        (long long)o->gpu_mem_mib);
     }
 #endif
     rc = peer_state_load(o->dir, &L.st, err);
@@ -628,8 +654,8 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
         rc = peer_http_set_rates(L.http, o->max_upload_bps, o->max_download_bps, err);
         if (!rc)
             vl_log_info("bandwidth caps: upload %s, download %s",
-                     o->max_upload_bps > 0 ? "capped" : "free",
-                     o->max_download_bps > 0 ? "capped" : "free");
+                        o->max_upload_bps > 0 ? "capped" : "free",
+                        o->max_download_bps > 0 ? "capped" : "free");
         if (rc) peer_http_close(L.http);
     }
     if (rc) {
@@ -645,7 +671,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     peer_response_init(&L.rs);
     vl_buf_init(&L.upload, UPLOAD_CAP);
     vl_log_info("peer %lld working for %s (run '%s')", (long long)L.st.peer_id, L.st.coordinator,
-             L.st.run);
+                L.st.run);
     peer_pending recorded;
     rc = peer_resume_open(o->dir, &L.st, &L.saved, &recorded, err);
     if (!rc && recorded.task_id) rc = retry_recorded(&L, &recorded, err);
@@ -658,10 +684,10 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     }
     if (rc == PEER_ESTOPPED) vl_log_info("stopped by signal after %lld tasks", (long long)L.done);
     vl_log_info("traffic: uploaded %llu bytes, downloaded %llu bytes of models, %llu bytes of "
-             "deltas, %llu bytes of data and %llu bytes of K-FAC factors",
-             (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
-             (unsigned long long)L.delta_bytes, (unsigned long long)L.data_bytes,
-             (unsigned long long)L.factor_bytes);
+                "deltas, %llu bytes of data and %llu bytes of K-FAC factors",
+                (unsigned long long)L.up_bytes, (unsigned long long)L.model_bytes,
+                (unsigned long long)L.delta_bytes, (unsigned long long)L.data_bytes,
+                (unsigned long long)L.factor_bytes);
     peer_http_bg_free(&L.bg);
     vl_buf_free(&L.upload);
     peer_response_free(&L.rs);
@@ -673,7 +699,9 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     return rc == PEER_ESTOPPED ? VL_OK : rc;
 }
 
-int peer_run(const peer_run_opts *o, vl_error *err) { return run_with(o, NULL, NULL, err); }
+int peer_run(const peer_run_opts *o, vl_error *err) {
+    return run_with(o, NULL, NULL, err);
+}
 
 int peer_run_tampered(const peer_run_opts *o, peer_tamper_fn fn, void *arg, vl_error *err) {
     return run_with(o, fn, arg, err);

@@ -41,7 +41,9 @@ typedef struct loop {
     /* Leases this peer has finished with (uploaded or dropped). A refused
      * request changes nothing on the coordinator, so it may offer the same
      * lease again until its deadline; retraining it would be wasted work. */
-    struct { int64_t task_id, deadline; } finished[FINISHED_RING];
+    struct {
+        int64_t task_id, deadline;
+    } finished[FINISHED_RING];
     int nfinished;
     char comp_desc[160]; /* the compression last logged */
     /* The next task, leased with the last upload's 202 (async runs), so

@@ -123,7 +123,7 @@ typedef struct args {
     peer_device_want device;
     peer_guest_priority priority; /* the zero value is the default, low */
     int priority_given;
-    peer_log_format log_format;      /* the zero value is the default, text */
+    peer_log_format log_format; /* the zero value is the default, text */
     int64_t threads, max_tasks, wait_s, retries, step_delay_ms, slowdown, gpu_mem_mib;
     const char *data, *labels, *partition;
     double beta;
@@ -132,11 +132,10 @@ typedef struct args {
 } args;
 
 /* Every command takes --dir and -v/--verbose besides its own options. */
-#define COMMON_OPTS(a)                                                                     \
+#define COMMON_OPTS(a) \
     vl_opt_str("dir", &(a)->dir), vl_opt_letter(vl_opt_flag("verbose", &(a)->verbose), 'v')
-#define COMMAND_OPTS(command, table)                                                       \
-    {.prog = (command), .hint = HINT, .usage = USAGE, .opt = (table),                      \
-     .n = VL_OPTS_COUNT(table)}
+#define COMMAND_OPTS(command, table) \
+    { .prog = (command), .hint = HINT, .usage = USAGE, .opt = (table), .n = VL_OPTS_COUNT(table) }
 
 /* Parses a command's options (argv[0] is the command's word) and applies
  * --verbose; returns vl_opts_parse's answer. */
@@ -162,9 +161,15 @@ static int usage_error(const char *fmt, ...) {
 #define RATES "bytes per second from 1k to 100G (e.g. 250k)"
 
 /* The values parsed by the peer's own parsers, for the option layer. */
-static int opt_device(const char *s, void *dst) { return peer_device_parse(s, dst); }
-static int opt_priority(const char *s, void *dst) { return peer_guest_priority_parse(s, dst); }
-static int opt_log_format(const char *s, void *dst) { return peer_log_format_parse(s, dst); }
+static int opt_device(const char *s, void *dst) {
+    return peer_device_parse(s, dst);
+}
+static int opt_priority(const char *s, void *dst) {
+    return peer_guest_priority_parse(s, dst);
+}
+static int opt_log_format(const char *s, void *dst) {
+    return peer_log_format_parse(s, dst);
+}
 
 /* A rate in bytes per second into an int64_t: digits with an optional k,
  * M or G (thousands), at least 1 kB/s (below that no transfer of a model
@@ -175,9 +180,12 @@ static int opt_rate(const char *s, void *dst) {
     int64_t mult = 1;
     if (n > 0 && n < sizeof digits) {
         char last = s[n - 1];
-        if (last == 'k' || last == 'K') mult = 1000, n--;
-        else if (last == 'M') mult = 1000000, n--;
-        else if (last == 'G') mult = 1000000000, n--;
+        if (last == 'k' || last == 'K')
+            mult = 1000, n--;
+        else if (last == 'M')
+            mult = 1000000, n--;
+        else if (last == 'G')
+            mult = 1000000000, n--;
     }
     int64_t v;
     if (n > 0 && n < sizeof digits) {
@@ -245,7 +253,8 @@ static int read_token(const char *path, char *out, size_t cap, vl_error *e) {
     int rc = vl_buf_read_file(&b, path, e);
     if (!rc) {
         size_t n = strcspn((const char *)b.data, "\r\n");
-        if (n == 0 || n >= cap) rc = vl_fail(e, VL_EINVAL, "%s: no token on its first line", path);
+        if (n == 0 || n >= cap)
+            rc = vl_fail(e, VL_EINVAL, "%s: no token on its first line", path);
         else {
             memcpy(out, b.data, n);
             out[n] = '\0';
@@ -275,9 +284,12 @@ static int cmd_join(int argc, char **argv) {
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
     if (a->token_file && (rc = read_token(a->token_file, token, sizeof token, &e)))
         return fail(&e, rc);
-    peer_join_opts o = {.dir = dir, .coordinator = a->coordinator,
-                        .token = a->token ? a->token : token, .cacert = a->cacert,
-                        .name = a->name, .retries = (int)a->retries};
+    peer_join_opts o = {.dir = dir,
+                        .coordinator = a->coordinator,
+                        .token = a->token ? a->token : token,
+                        .cacert = a->cacert,
+                        .name = a->name,
+                        .retries = (int)a->retries};
     peer_state st;
     rc = peer_join(&o, &st, &e);
     memset(token, 0, sizeof token);
@@ -341,8 +353,10 @@ static int guest_setup(const args *a, vl_error *e) {
     char line[512];
     int rc = peer_guest_priority_apply(a->priority, line, sizeof line, e);
     if (rc && a->priority_given) return rc;
-    if (rc) vl_log_warn("%s; going on at the priority it had", e->msg);
-    else vl_log_info("%s", line);
+    if (rc)
+        vl_log_warn("%s; going on at the priority it had", e->msg);
+    else
+        vl_log_info("%s", line);
     peer_guest_waits_describe(line, sizeof line);
     vl_log_info("%s", line);
     peer_guest_cpus cpus;
@@ -388,15 +402,19 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
     if (peer_guest_reexec(whole_argv, &e))
         vl_log_warn("%s; OpenMP threads will spin for a while in each wait", e.msg);
     memset(&e, 0, sizeof e);
-    if (!a->data && (a->labels || a->partition || a->beta > 0 ||
-                     vl_opts_given(&cl, "partition-seed")))
-        return vl_opts_status(vl_opts_fail(
-            &cl, "--labels, --partition, --beta and --partition-seed go with --data"));
+    if (!a->data &&
+        (a->labels || a->partition || a->beta > 0 || vl_opts_given(&cl, "partition-seed")))
+        return vl_opts_status(
+            vl_opts_fail(&cl, "--labels, --partition, --beta and --partition-seed go with --data"));
     if (a->beta > 0 && !a->partition)
-        return vl_opts_status(vl_opts_fail(
-            &cl, "--beta skews the labels of a --partition; give --partition i/N"));
-    peer_local_opts local = {.images = a->data, .labels = a->labels, .part = 0, .parts = 1,
-                             .beta = a->beta, .seed = (uint64_t)a->partition_seed};
+        return vl_opts_status(
+            vl_opts_fail(&cl, "--beta skews the labels of a --partition; give --partition i/N"));
+    peer_local_opts local = {.images = a->data,
+                             .labels = a->labels,
+                             .part = 0,
+                             .parts = 1,
+                             .beta = a->beta,
+                             .seed = (uint64_t)a->partition_seed};
     if (a->partition && peer_local_parse_part(a->partition, &local.part, &local.parts, &e))
         return vl_opts_status(vl_opts_fail(&cl, "%s", e.msg));
     char dir[PEER_PATH_MAX];
@@ -413,12 +431,18 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    peer_run_opts o = {.dir = dir, .threads = threads, .max_tasks = a->max_tasks,
-                       .wait_s = (int)a->wait_s, .retries = (int)a->retries,
+    peer_run_opts o = {.dir = dir,
+                       .threads = threads,
+                       .max_tasks = a->max_tasks,
+                       .wait_s = (int)a->wait_s,
+                       .retries = (int)a->retries,
                        .step_delay_ms = (int)a->step_delay_ms,
-                       .slowdown = (int)a->slowdown, .device = a->device,
-                       .gpu_mem_mib = a->gpu_mem_mib, .local = a->data ? &local : NULL,
-                       .max_upload_bps = a->max_up, .max_download_bps = a->max_down,
+                       .slowdown = (int)a->slowdown,
+                       .device = a->device,
+                       .gpu_mem_mib = a->gpu_mem_mib,
+                       .local = a->data ? &local : NULL,
+                       .max_upload_bps = a->max_up,
+                       .max_download_bps = a->max_down,
                        .overlap = a->overlap};
     rc = peer_run(&o, &e);
     if (rc) return fail(&e, rc);

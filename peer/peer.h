@@ -79,8 +79,7 @@ void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_c
 
 /* Records in err the one-line refusal "<what>: <status> <code>: <message>"
  * (parts the body lacks are left out) and returns PEER_EREFUSED. */
-int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *body,
-                 size_t len);
+int peer_refusal(vl_error *err, const char *what, long status, const uint8_t *body, size_t len);
 
 /* ---- tasks ------------------------------------------------------------- */
 
@@ -105,18 +104,18 @@ typedef struct peer_task {
      * range, and the offset, length and shard fields stay zero */
     int local;
     int report_accuracy; /* local: score the base version on the peer's data */
-    char shard[32];       /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
-    int64_t shard_index;  /* tokens: the training shard, 0..PEER_MAX_SHARD */
-    int64_t offset;       /* first byte (token) of the data range */
-    int64_t length;       /* bytes (tokens) in the range, >= context + 1 */
-    int steps;            /* H_max: most local steps */
+    char shard[32];      /* bytes: [A-Za-z0-9_-]+, safe in a URL path */
+    int64_t shard_index; /* tokens: the training shard, 0..PEER_MAX_SHARD */
+    int64_t offset;      /* first byte (token) of the data range */
+    int64_t length;      /* bytes (tokens) in the range, >= context + 1 */
+    int steps;           /* H_max: most local steps */
     int batch;
-    int context;          /* tokens per sequence; <= the model's block size */
+    int context; /* tokens per sequence; <= the model's block size */
     double lr, beta1, beta2, eps, weight_decay;
-    int sgd;              /* the inner optimizer: 0 AdamW, 1 SGD with momentum */
-    int kfac;             /* 1: K-FAC (model_kfac_gpt); sgd is then 0 */
-    double momentum;      /* SGD, K-FAC: momentum in [0, 1) */
-    int nesterov;         /* SGD: Nesterov momentum */
+    int sgd;         /* the inner optimizer: 0 AdamW, 1 SGD with momentum */
+    int kfac;        /* 1: K-FAC (model_kfac_gpt); sgd is then 0 */
+    double momentum; /* SGD, K-FAC: momentum in [0, 1) */
+    int nesterov;    /* SGD: Nesterov momentum */
     /* K-FAC: damping, factor decay, inverse interval and KL clip; with
      * kfac_share the update carries the factors as kfac_dtype, and
      * kfac_factors (>= 0) names the version whose merged factors the peer
@@ -126,30 +125,30 @@ typedef struct peer_task {
     int kfac_share;
     st_dtype kfac_dtype;
     int64_t kfac_factors;
-    double grad_clip;     /* global L2 norm bound; 0: no clipping */
-    uint64_t seed;        /* seeds the batch sampler */
-    compress_kind kind;   /* the wire kind of the update */
+    double grad_clip;   /* global L2 norm bound; 0: no clipping */
+    uint64_t seed;      /* seeds the batch sampler */
+    compress_kind kind; /* the wire kind of the update */
     peer_method method;
-    st_dtype dtype;       /* F32 or F16 values */
-    int64_t comp_k;       /* topk/gaussk: entries to send */
-    int64_t comp_block;   /* topk: 0, or k shared out over slices of this size */
-    float comp_decay;     /* topk/gaussk: residual decay per task, (0, 1] */
+    st_dtype dtype;                /* F32 or F16 values */
+    int64_t comp_k;                /* topk/gaussk: entries to send */
+    int64_t comp_block;            /* topk: 0, or k shared out over slices of this size */
+    float comp_decay;              /* topk/gaussk: residual decay per task, (0, 1] */
     uint32_t comp_rows, comp_cols; /* sketch shape */
-    uint64_t comp_seed;   /* sketch hash seed */
-    int second_round;     /* sketch: P > 0 when the run asks for exact values */
-    int round_s;          /* how long a round waits for them, seconds */
-    double selsync_delta; /* SelSync threshold; 0 with h_min == steps: fixed H */
-    int h_min;            /* fewest local steps, 1..steps */
+    uint64_t comp_seed;            /* sketch hash seed */
+    int second_round;              /* sketch: P > 0 when the run asks for exact values */
+    int round_s;                   /* how long a round waits for them, seconds */
+    double selsync_delta;          /* SelSync threshold; 0 with h_min == steps: fixed H */
+    int h_min;                     /* fewest local steps, 1..steps */
     /* Split learning (the task's "split" object; split_cut 0: none): the
      * peer trains the layers below split_cut and sends their activations,
      * as split_dtype, to POST /v1/split/forward; split_alpha weighs
      * NoPeek's dCor(X, Z). Only with local data. */
     int split_cut;
-    int split_u; /* U-shaped: the head and the loss stay here too */
+    int split_u;         /* U-shaped: the head and the loss stay here too */
     int split_in_flight; /* batches sent before the oldest one's answer is back */
     double split_alpha;
     st_dtype split_dtype;
-    int64_t deadline;     /* lease end, unix seconds */
+    int64_t deadline; /* lease end, unix seconds */
     /* The run lets the next task start while this one's update uploads
      * (GET /v1/task?uploading=; async runs). */
     int overlap;
@@ -190,8 +189,7 @@ int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg,
 /* Parses the model configuration JSON that a model file carries in its
  * `model` metadata: {vocab_size, block_size, n_layer, n_head, n_embd},
  * each a positive integer within sane bounds, n_embd divisible by n_head. */
-int peer_model_config_parse(const char *json, model_gpt_config *out,
-                            vl_error *err) VL_MUST_CHECK;
+int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *err) VL_MUST_CHECK;
 
 /* ---- the peer's directory ------------------------------------------------ */
 
@@ -201,11 +199,11 @@ int peer_model_config_parse(const char *json, model_gpt_config *out,
 
 /* What `join` learned, kept in DIR/peer.json. */
 typedef struct peer_state {
-    char coordinator[256]; /* origin only: https://HOST[:PORT] */
-    int64_t peer_id;       /* > 0 */
+    char coordinator[256];      /* origin only: https://HOST[:PORT] */
+    int64_t peer_id;            /* > 0 */
     char cacert[PEER_PATH_MAX]; /* absolute path, or "" for the system CAs */
-    char run[64];          /* run name at join time */
-    char name[64];         /* display name sent at join, may be "" */
+    char run[64];               /* run name at join time */
+    char name[64];              /* display name sent at join, may be "" */
 } peer_state;
 
 /* Reads the reply to POST /v1/peers (len bytes of JSON): a positive
@@ -264,7 +262,7 @@ double peer_selsync_feed(peer_selsync *s, double g2);
 typedef enum peer_device_want {
     PEER_DEVICE_WANT_AUTO = 0, /* a GPU when one is usable, else the CPU */
     PEER_DEVICE_WANT_CPU,
-    PEER_DEVICE_WANT_CUDA      /* a GPU, or an error */
+    PEER_DEVICE_WANT_CUDA /* a GPU, or an error */
 } peer_device_want;
 
 typedef enum peer_device_kind { PEER_DEVICE_CPU = 0, PEER_DEVICE_CUDA } peer_device_kind;
@@ -288,15 +286,15 @@ int peer_device_choose(peer_device_want want, peer_device *out, vl_error *err) V
 struct model_gpt_cuda_dp;
 
 typedef struct peer_trainer {
-    model_gpt *gpt;          /* owned; NULL until a model is installed */
+    model_gpt *gpt; /* owned; NULL until a model is installed */
     model_gpt_config cfg;
     /* owned: the model of a classifier run instead (peer/local.h); at most
      * one of gpt and mlp is set */
     model_mlp *mlp;
     size_t n_params;
-    float *base;             /* owned: theta of base_version */
-    float *delta;            /* owned: the last task's theta_base - theta_local */
-    int64_t base_version;    /* -1 when no model is held */
+    float *base;          /* owned: theta of base_version */
+    float *delta;         /* owned: the last task's theta_base - theta_local */
+    int64_t base_version; /* -1 when no model is held */
     model_adamw opt;
     int have_opt;
     /* SGD's momentum when the tasks ask for SGD; a trainer holds the state
@@ -308,7 +306,7 @@ typedef struct peer_trainer {
     model_kfac_gpt kfac;
     int have_kfac;
     int64_t kfac_factors;
-    int *inputs, *targets;   /* owned batch buffers */
+    int *inputs, *targets; /* owned batch buffers */
     size_t tokens_alloc;
     /* Error feedback (topk, gaussk): what was not sent yet, n_params
      * floats or NULL before the first sparse upload; and the entries of
@@ -391,8 +389,7 @@ int peer_gpu_finish(peer_trainer *t, vl_error *err) VL_MUST_CHECK;
 #define PEER_GPU_MAX_BLOCKS 64
 int peer_gpu_has_delta(const peer_trainer *t);
 int peer_gpu_sketch(peer_trainer *t, compress_sketch *s, vl_error *err) VL_MUST_CHECK;
-int peer_gpu_select(peer_trainer *t, const peer_task *k, size_t *nnz,
-                    vl_error *err) VL_MUST_CHECK;
+int peer_gpu_select(peer_trainer *t, const peer_task *k, size_t *nnz, vl_error *err) VL_MUST_CHECK;
 
 /* Frees the device copy, if any; t->gpu is NULL after. */
 void peer_gpu_free(peer_trainer *t);
@@ -417,16 +414,16 @@ int peer_trainer_init_model(peer_trainer *t, const model_gpt_config *cfg, int64_
 
 /* What one task's training did, for the update metadata and the log. */
 typedef struct peer_train_result {
-    int steps;          /* local steps done */
-    double mean_loss;   /* mean training loss over those steps */
-    double first_loss;  /* loss of the first step, before any update */
+    int steps;         /* local steps done */
+    double mean_loss;  /* mean training loss over those steps */
+    double first_loss; /* loss of the first step, before any update */
     double last_loss;
-    int64_t tokens;     /* steps * batch * context */
+    int64_t tokens; /* steps * batch * context */
     /* A classifier task that asked for it (peer_task.report_accuracy): the
      * base version's top-1 accuracy on a fixed sample of the peer's data. */
     int has_accuracy;
     double accuracy;
-    double seconds;     /* wall time of the training */
+    double seconds; /* wall time of the training */
 } peer_train_result;
 
 /* Trains one task from the base parameters on batches sampled (with the
@@ -536,12 +533,12 @@ int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) V
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {
     const char *dir;
-    int threads;       /* training threads (OpenMP; OpenBLAS stays single-threaded); 0: leave the defaults */
-    int64_t max_tasks; /* stop after this many tasks; 0: no limit */
-    int wait_s;        /* long-poll wait for GET /v1/task, 0..60 */
-    int retries;       /* attempts per request; 0: PEER_RETRIES_DEFAULT */
-    int step_delay_ms; /* sleep after every local step, 0..60000 (a slow volunteer) */
-    int slowdown;      /* every step takes this many times as long, 1..100; 0 means 1 */
+    int threads; /* training threads (OpenMP; OpenBLAS stays single-threaded); 0: leave the defaults */
+    int64_t max_tasks;       /* stop after this many tasks; 0: no limit */
+    int wait_s;              /* long-poll wait for GET /v1/task, 0..60 */
+    int retries;             /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+    int step_delay_ms;       /* sleep after every local step, 0..60000 (a slow volunteer) */
+    int slowdown;            /* every step takes this many times as long, 1..100; 0 means 1 */
     peer_device_want device; /* --device; the zero value is auto */
     int64_t gpu_mem_mib;     /* --gpu-mem: cap on device memory in MiB; 0: none */
     /* --max-upload-rate, --max-download-rate: bytes per second; 0: none */
@@ -586,8 +583,8 @@ void peer_round_values(const peer_trainer *t, const uint32_t *idx, size_t n, flo
  * the sketch's estimate, so none of these is an error. Errors are only
  * transport failures and stop requests (PEER_ESTOPPED). *up_bytes grows
  * by what was uploaded; scratch is reused for the upload body. */
-int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
-                      const peer_task *k, int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes,
+int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t, const peer_task *k,
+                      int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes,
                       vl_error *err) VL_MUST_CHECK;
 
 /* ---- surviving a restart (resume.c) -------------------------------------- */
@@ -639,8 +636,8 @@ typedef struct peer_resume {
     char coordinator[256];
     int64_t peer_id;
     char run[64];
-    model_adamw opt;      /* owned; opt.m NULL when the file had no moments */
-    model_sgd sgd;        /* owned; sgd.buf NULL when the file had no SGD momentum */
+    model_adamw opt; /* owned; opt.m NULL when the file had no moments */
+    model_sgd sgd;   /* owned; sgd.buf NULL when the file had no SGD momentum */
     /* K-FAC (owned; kfac_momentum NULL when the file had none): its
      * settings, step, factor update count and adopted merged version, the
      * momentum (n_params floats) and every layer's A then G, in layer
@@ -693,8 +690,8 @@ int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) VL_MUST_CH
 
 /* A recorded upload. */
 typedef struct peer_pending {
-    int64_t task_id;    /* 0: none */
-    int64_t deadline;   /* the task's lease end, unix seconds */
+    int64_t task_id;  /* 0: none */
+    int64_t deadline; /* the task's lease end, unix seconds */
     char run[64];
     compress_kind kind; /* set by peer_pending_load from the update itself */
     uint8_t *bytes;     /* the update as sent: owned after peer_pending_load */
@@ -757,7 +754,7 @@ int peer_pending_settle(peer_resume *r, const peer_pending *p, long status, cons
  * empty (a fresh start); a pending.st that trainer.st does not name, or
  * that is unreadable, is removed, and r->pending_task cleared, leaving p
  * empty. Fails only with VL_ENOMEM. */
-int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
-                     peer_pending *p, vl_error *err) VL_MUST_CHECK;
+int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r, peer_pending *p,
+                     vl_error *err) VL_MUST_CHECK;
 
 #endif

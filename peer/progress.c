@@ -13,8 +13,7 @@
 
 #define PROGRESS_MAX_BYTES (64 * 1024)
 
-static int get_count(json_t *o, const char *key, int64_t *out, const char *path,
-                     vl_error *err) {
+static int get_count(json_t *o, const char *key, int64_t *out, const char *path, vl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v) {
         *out = 0;
@@ -79,13 +78,12 @@ int peer_progress_save(const char *dir, const peer_progress *p, vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_PROGRESS_FILE, err);
     if (rc) return rc;
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:s}", "accepted",
-                          (json_int_t)p->accepted, "dropped", (json_int_t)p->dropped,
-                          "last_task", (json_int_t)p->last_task, "last_version",
-                          (json_int_t)p->last_version, "last_loss",
-                          isfinite(p->last_loss) ? p->last_loss : 0.0, "last_at",
-                          (json_int_t)p->last_at, "bytes_up", (json_int_t)p->bytes_up, "device",
-                          p->device);
+    json_t *o =
+        json_pack("{s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:s}", "accepted", (json_int_t)p->accepted,
+                  "dropped", (json_int_t)p->dropped, "last_task", (json_int_t)p->last_task,
+                  "last_version", (json_int_t)p->last_version, "last_loss",
+                  isfinite(p->last_loss) ? p->last_loss : 0.0, "last_at", (json_int_t)p->last_at,
+                  "bytes_up", (json_int_t)p->bytes_up, "device", p->device);
     if (!o) return vl_fail(err, VL_ENOMEM, "cannot build %s", path);
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
@@ -119,8 +117,9 @@ int peer_status_print(const char *dir, FILE *out, vl_error *err) {
             st.name, st.name[0] ? ")" : "");
     fprintf(out, "coordinator: %s\n", st.coordinator);
     fprintf(out, "run:         %s\n", st.run);
-    fprintf(out, "updates:     %lld accepted, %lld dropped (the coordinator no longer "
-                 "wanted them); %lld bytes sent\n",
+    fprintf(out,
+            "updates:     %lld accepted, %lld dropped (the coordinator no longer "
+            "wanted them); %lld bytes sent\n",
             (long long)p.accepted, (long long)p.dropped, (long long)p.bytes_up);
     if (p.last_task) {
         char when[32] = "?";

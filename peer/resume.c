@@ -70,7 +70,9 @@ static int check_format(const st_file *f, const char *want, vl_error *err) {
 
 /* ---- trainer.st: writing ------------------------------------------------- */
 
-void peer_resume_init(peer_resume *r) { memset(r, 0, sizeof *r); }
+void peer_resume_init(peer_resume *r) {
+    memset(r, 0, sizeof *r);
+}
 
 void peer_resume_free(peer_resume *r) {
     model_adamw_free(&r->opt);
@@ -98,14 +100,19 @@ static int meta_float(st_writer *w, const char *key, float x) {
 static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
     size_t n = r->n_params;
     if (n == 0 || n != model_gpt_config_num_params(&r->cfg))
-        return vl_fail(err, VL_EINVAL, "trainer state: no model, or a size that does not match "
-                                       "its shape");
+        return vl_fail(err, VL_EINVAL,
+                       "trainer state: no model, or a size that does not match "
+                       "its shape");
     if (r->opt.m && (r->opt.n != n || !r->opt.v))
-        return vl_fail(err, VL_EINVAL, "trainer state: optimizer of %zu parameters for a model "
-                                       "of %zu", r->opt.n, n);
+        return vl_fail(err, VL_EINVAL,
+                       "trainer state: optimizer of %zu parameters for a model "
+                       "of %zu",
+                       r->opt.n, n);
     if (r->sgd.buf && r->sgd.n != n)
-        return vl_fail(err, VL_EINVAL, "trainer state: SGD momentum of %zu parameters for a "
-                                       "model of %zu", r->sgd.n, n);
+        return vl_fail(err, VL_EINVAL,
+                       "trainer state: SGD momentum of %zu parameters for a "
+                       "model of %zu",
+                       r->sgd.n, n);
     char path[PEER_PATH_MAX], model[160];
     int rc = peer_path_join(path, sizeof path, dir, PEER_TRAINER_FILE, err);
     if (rc) return rc;
@@ -119,8 +126,7 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
     if (!rc) rc = st_writer_meta(&w, "run", r->run);
     if (!rc) rc = st_writer_meta(&w, "model", model);
     if (!rc) rc = meta_i64(&w, "params", (long long)n);
-    if (!rc && r->pending_task > 0)
-        rc = meta_i64(&w, "pending_task", (long long)r->pending_task);
+    if (!rc && r->pending_task > 0) rc = meta_i64(&w, "pending_task", (long long)r->pending_task);
     uint64_t shape[1] = {n};
     if (r->opt.m) {
         if (!rc) rc = meta_i64(&w, "adam_step", (long long)r->opt.step);
@@ -319,8 +325,7 @@ static int read_sgd(const st_file *f, size_t n, model_sgd *sgd, vl_error *err) {
 /* The registration the state belongs to: moments and a residual built for
  * another run (or another join to a run of the same name) mean nothing to
  * this one. */
-static int read_owner(const st_file *f, const peer_state *owner, peer_resume *r,
-                      vl_error *err) {
+static int read_owner(const st_file *f, const peer_state *owner, peer_resume *r, vl_error *err) {
     const char *coord = st_meta_get(f, "coordinator"), *peer = st_meta_get(f, "peer"),
                *run = st_meta_get(f, "run");
     if (!coord || strlen(coord) >= sizeof r->coordinator || !run || strlen(run) >= sizeof r->run ||
@@ -328,8 +333,9 @@ static int read_owner(const st_file *f, const peer_state *owner, peer_resume *r,
         return vl_fail(err, VL_EINVAL, "metadata lacks a usable 'coordinator', 'peer' or 'run'");
     if (strcmp(coord, owner->coordinator) != 0 || r->peer_id != owner->peer_id ||
         strcmp(run, owner->run) != 0)
-        return vl_fail(err, VL_ECONFLICT, "saved by peer %lld of run '%.64s' at %.80s; this is "
-                                          "peer %lld of run '%.64s' at %.80s",
+        return vl_fail(err, VL_ECONFLICT,
+                       "saved by peer %lld of run '%.64s' at %.80s; this is "
+                       "peer %lld of run '%.64s' at %.80s",
                        (long long)r->peer_id, run, coord, (long long)owner->peer_id, owner->run,
                        owner->coordinator);
     snprintf(r->coordinator, sizeof r->coordinator, "%s", coord);
@@ -337,8 +343,7 @@ static int read_owner(const st_file *f, const peer_state *owner, peer_resume *r,
     return VL_OK;
 }
 
-static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
-                      vl_error *err) {
+static int read_state(const st_file *f, const peer_state *owner, peer_resume *r, vl_error *err) {
     int rc = check_format(f, STATE_FORMAT, err);
     if (!rc) rc = read_owner(f, owner, r, err);
     if (rc) return rc;
@@ -360,9 +365,11 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
             return vl_fail(err, VL_EINVAL, "unexpected tensor '%.64s'", nm);
     }
     if ((st_find(f, "adam.m") != NULL) + (st_find(f, "sgd.buf") != NULL) +
-            (st_find(f, PEER_KFAC_MOMENTUM) != NULL) > 1)
-        return vl_fail(err, VL_EINVAL, "the states of several optimizers (AdamW, SGD, K-FAC); "
-                                       "a trainer has one");
+            (st_find(f, PEER_KFAC_MOMENTUM) != NULL) >
+        1)
+        return vl_fail(err, VL_EINVAL,
+                       "the states of several optimizers (AdamW, SGD, K-FAC); "
+                       "a trainer has one");
     if ((rc = read_optimizer(f, n, &r->opt, err))) return rc;
     if ((rc = read_sgd(f, n, &r->sgd, err))) return rc;
     if ((rc = peer_kfac_state_read(f, r, err))) return rc;
@@ -372,8 +379,7 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
     return take_vector(f, "residual", n, r->residual, 0, err);
 }
 
-int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
-                     vl_error *err) {
+int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out, vl_error *err) {
     peer_resume_init(out);
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_TRAINER_FILE, err);
@@ -438,7 +444,9 @@ int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) {
 
 /* ---- pending.st ------------------------------------------------------------ */
 
-void peer_pending_init(peer_pending *p) { memset(p, 0, sizeof *p); }
+void peer_pending_init(peer_pending *p) {
+    memset(p, 0, sizeof *p);
+}
 
 void peer_pending_free(peer_pending *p) {
     free(p->bytes);
@@ -453,8 +461,9 @@ int peer_pending_save(const char *dir, const peer_pending *p, size_t n_params, v
         return vl_fail(err, VL_EINVAL, PEER_PENDING_FILE ": no upload to record");
     size_t cap = file_cap(n_params);
     if (p->len > cap - PEER_RESUME_HEADER_ALLOWANCE)
-        return vl_fail(err, VL_ETOOBIG, PEER_PENDING_FILE ": an upload of %zu bytes is over the "
-                                        "%zu allowed for %zu parameters",
+        return vl_fail(err, VL_ETOOBIG,
+                       PEER_PENDING_FILE ": an upload of %zu bytes is over the "
+                                         "%zu allowed for %zu parameters",
                        p->len, cap - PEER_RESUME_HEADER_ALLOWANCE, n_params);
     st_writer w;
     st_writer_init(&w);
@@ -467,8 +476,10 @@ int peer_pending_save(const char *dir, const peer_pending *p, size_t n_params, v
     if (!rc) rc = st_writer_add(&w, "update", ST_U8, 1, shape, p->bytes, p->len);
     vl_buf b;
     vl_buf_init(&b, cap);
-    if (rc) rc = vl_fail(err, rc, PEER_PENDING_FILE ": cannot describe the upload");
-    else rc = st_writer_finish(&w, &b, err);
+    if (rc)
+        rc = vl_fail(err, rc, PEER_PENDING_FILE ": cannot describe the upload");
+    else
+        rc = st_writer_finish(&w, &b, err);
     st_writer_free(&w);
     if (!rc) rc = vl_file_write_atomic(path, b.data, b.len, 0600, err);
     vl_buf_free(&b);
@@ -578,8 +589,8 @@ static int put_back(peer_resume *r, const peer_pending *p, vl_error *err) {
     compress_update u;
     vl_error e = {0};
     if (compress_update_decode(p->bytes, p->len, r->n_params, &u, NULL, &e) != VL_OK)
-        return vl_fail(err, VL_EINVAL, "recorded upload of task %lld: %s",
-                       (long long)p->task_id, e.msg);
+        return vl_fail(err, VL_EINVAL, "recorded upload of task %lld: %s", (long long)p->task_id,
+                       e.msg);
     int made = 0, rc = VL_OK;
     if (!r->residual) {
         r->residual = calloc(r->n_params, sizeof *r->residual);
@@ -601,8 +612,10 @@ int peer_pending_settle(peer_resume *r, const peer_pending *p, long status, cons
     peer_upload_outcome o = peer_upload_classify(status, code);
     if (o == PEER_UPLOAD_NOT_TAKEN && p->kind == COMPRESS_TOPK) {
         if (r->n_params == 0)
-            return vl_fail(err, VL_EINVAL, "no trainer state to put task %lld's entries back "
-                                           "into", (long long)p->task_id);
+            return vl_fail(err, VL_EINVAL,
+                           "no trainer state to put task %lld's entries back "
+                           "into",
+                           (long long)p->task_id);
         int rc = put_back(r, p, err);
         if (rc) return rc;
     }
@@ -619,8 +632,8 @@ static void drop_pending(const char *dir, const char *why) {
         vl_log_warn("%s %s, but it cannot be removed: %s", PEER_PENDING_FILE, why, e.msg);
 }
 
-int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
-                     peer_pending *p, vl_error *err) {
+int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r, peer_pending *p,
+                     vl_error *err) {
     peer_pending_init(p);
     vl_error e = {0};
     int rc = peer_resume_load(dir, owner, r, &e);
@@ -631,12 +644,13 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
         vl_log_warn("trainer state ignored, training starts fresh: %s", e.msg);
     else
         vl_log_info("trainer state restored for %zu parameters: %s, %s residual; it "
-                 "applies once a model of that shape is installed", r->n_params,
-                 r->opt.m           ? "AdamW moments"
-                 : r->sgd.buf       ? "SGD momentum"
-                 : r->kfac_momentum ? "K-FAC factors and momentum"
-                                    : "no optimizer state",
-                 r->residual ? "an error-feedback" : "no");
+                    "applies once a model of that shape is installed",
+                    r->n_params,
+                    r->opt.m           ? "AdamW moments"
+                    : r->sgd.buf       ? "SGD momentum"
+                    : r->kfac_momentum ? "K-FAC factors and momentum"
+                                       : "no optimizer state",
+                    r->residual ? "an error-feedback" : "no");
     if (r->pending_task == 0) {
         /* Recorded, but no usable state names it: either the process died
          * between the two writes, before sending it, or the state it went
@@ -646,7 +660,8 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
         if (peer_path_join(path, sizeof path, dir, PEER_PENDING_FILE, &e) == VL_OK &&
             lstat(path, &st) == 0) {
             vl_log_warn("%s is not named by a usable trainer state, so it was never sent or "
-                     "cannot be settled; removing it", PEER_PENDING_FILE);
+                        "cannot be settled; removing it",
+                        PEER_PENDING_FILE);
             drop_pending(dir, "is unusable");
         }
         return VL_OK;
@@ -655,13 +670,13 @@ int peer_resume_open(const char *dir, const peer_state *owner, peer_resume *r,
     if (rc == VL_ENOMEM) return vl_fail(err, rc, "%s", e.msg);
     if (rc == VL_ENOTFOUND) {
         vl_log_debug("the upload of task %lld was settled before the restart",
-                  (long long)r->pending_task);
+                     (long long)r->pending_task);
     } else if (rc || p->task_id != r->pending_task) {
         /* Unreadable, or a newer record that was never sent. Keeping the
          * state as saved can at worst lose that upload's entries; putting
          * anything back without knowing could count them twice. */
         vl_log_warn("recorded upload ignored and removed: %s",
-                 rc ? e.msg : "it is not the upload the trainer state names");
+                    rc ? e.msg : "it is not the upload the trainer state names");
         peer_pending_free(p);
         drop_pending(dir, "is unusable");
     }

@@ -36,9 +36,13 @@ static int post(const peer_state *st, const crypto_identity *by, int retries, co
     peer_http *h = NULL;
     int rc = peer_http_open(st->coordinator, st->cacert, by, st->peer_id, &pol, &h, err);
     if (!rc) {
-        peer_request rq = {.method = "POST", .target = "/v1/peers/rotate",
-                           .content_type = "application/json", .body = (const uint8_t *)body,
-                           .body_len = strlen(body), .cap = REPLY_CAP, .idle_s = IDLE_S};
+        peer_request rq = {.method = "POST",
+                           .target = "/v1/peers/rotate",
+                           .content_type = "application/json",
+                           .body = (const uint8_t *)body,
+                           .body_len = strlen(body),
+                           .cap = REPLY_CAP,
+                           .idle_s = IDLE_S};
         rc = peer_http_do(h, &rq, rs, err);
     }
     peer_http_close(h);
@@ -96,8 +100,10 @@ int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) {
         rc = peer_refusal(err, "key rotation refused", rs.status, rs.body.data, rs.body.len);
     if (!rc) rc = check_reply(&rs, pk, err);
     if (!rc && rename(next_path, key_path) != 0)
-        rc = vl_fail(err, VL_EIO, "the coordinator holds the new key but %s could not replace "
-                     "%s (%s); run rotate-key again", next_path, key_path, strerror(errno));
+        rc = vl_fail(err, VL_EIO,
+                     "the coordinator holds the new key but %s could not replace "
+                     "%s (%s); run rotate-key again",
+                     next_path, key_path, strerror(errno));
     if (!rc) memcpy(pk_b64, pk, sizeof pk);
     free(body);
     peer_response_free(&rs);

@@ -38,13 +38,14 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     uint32_t *idx = NULL;
     size_t n = 0;
     vl_error e = {0};
-    if (compress_round_decode_candidates(rs->body.data, rs->body.len, t->n_params, &cm, &idx,
-                                         &n, &e) != VL_OK ||
+    if (compress_round_decode_candidates(rs->body.data, rs->body.len, t->n_params, &cm, &idx, &n,
+                                         &e) != VL_OK ||
         cm.version != k->base_version || strcmp(cm.run, k->run) != 0) {
         free(idx);
         vl_log_warn("task %lld: second round of version %lld: unusable candidates (%s); not "
-                 "answering", (long long)k->task_id, (long long)k->base_version,
-                 e.msg[0] ? e.msg : "wrong run or version");
+                    "answering",
+                    (long long)k->task_id, (long long)k->base_version,
+                    e.msg[0] ? e.msg : "wrong run or version");
         return VL_OK;
     }
     float *vals = malloc(n * sizeof *vals);
@@ -62,15 +63,19 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     int rc = compress_round_encode_values_as(&vm, vals, n, k->dtype, scratch, err);
     free(vals);
     if (rc) return rc;
-    peer_request rq = {.method = "POST", .target = "/v1/round/values",
-                       .content_type = "application/octet-stream", .body = scratch->data,
-                       .body_len = scratch->len, .cap = REPLY_CAP, .idle_s = 120};
+    peer_request rq = {.method = "POST",
+                       .target = "/v1/round/values",
+                       .content_type = "application/octet-stream",
+                       .body = scratch->data,
+                       .body_len = scratch->len,
+                       .cap = REPLY_CAP,
+                       .idle_s = 120};
     if ((rc = peer_http_do(h, &rq, rs, err))) return rc;
     *up_bytes += scratch->len;
     if (rs->status == 202) {
         vl_log_info("task %lld: reported %zu exact values for the second round of version %lld "
-                 "(%zu bytes)", (long long)k->task_id, n, (long long)k->base_version,
-                 scratch->len);
+                    "(%zu bytes)",
+                    (long long)k->task_id, n, (long long)k->base_version, scratch->len);
     } else if (error_code_is(rs, "duplicate_values")) {
         vl_log_info("task %lld: second round values were already stored", (long long)k->task_id);
     } else {
@@ -80,9 +85,8 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
     return VL_OK;
 }
 
-int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
-                      const peer_task *k, int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes,
-                      vl_error *err) {
+int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t, const peer_task *k,
+                      int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes, vl_error *err) {
     if (k->method != PEER_METHOD_SKETCH || k->second_round <= 0 || !t->delta) return VL_OK;
     /* The round opens once the version has all its updates, which may take
      * up to the slowest lease; after that it waits round_s for answers. */
@@ -92,15 +96,16 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
         int64_t left = give_up - vl_clock_unix_s();
         if (left <= 0) {
             vl_log_info("task %lld: the second round of version %lld did not open in time; moving "
-                     "on", (long long)k->task_id, (long long)k->base_version);
+                        "on",
+                        (long long)k->task_id, (long long)k->base_version);
             return VL_OK;
         }
         int wait = left < ROUND_POLL_S ? (int)left : ROUND_POLL_S;
         char target[96];
         snprintf(target, sizeof target, "/v1/round?version=%lld&wait=%d",
                  (long long)k->base_version, wait);
-        peer_request rq = {.method = "GET", .target = target, .cap = CAND_CAP,
-                           .idle_s = wait + 30L};
+        peer_request rq = {
+            .method = "GET", .target = target, .cap = CAND_CAP, .idle_s = wait + 30L};
         int rc = peer_http_do(h, &rq, rs, err);
         if (rc) return rc;
         if (rs->status == 204) continue;
@@ -110,7 +115,7 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t,
         vl_error e = {0};
         peer_refusal(&e, "second round", rs->status, rs->body.data, rs->body.len);
         vl_log_msg(rs->status == 410 ? LOG_INFO : LOG_WARN, "task %lld: %s", (long long)k->task_id,
-                e.msg);
+                   e.msg);
         return VL_OK;
     }
 }

@@ -32,10 +32,10 @@ typedef struct slice {
 
 /* Buffers of one split task, freed together. */
 typedef struct split_bufs {
-    slice lower, head; /* head.part NULL unless U-shaped */
-    int q, h;          /* widths at the cut and of the coordinator's output */
-    float *dz;         /* [B, q] */
-    float *y, *dy;     /* [B, h], U-shaped only */
+    slice lower, head;  /* head.part NULL unless U-shaped */
+    int q, h;           /* widths at the cut and of the coordinator's output */
+    float *dz;          /* [B, q] */
+    float *y, *dy;      /* [B, h], U-shaped only */
     peer_nopeek nopeek; /* set up when alpha > 0 */
     double dcor;        /* the last batch's dCor(X, Z) */
     vl_buf req;
@@ -114,9 +114,13 @@ static double clip_slices(split_bufs *b, double max_norm) {
  * VL_ERANGE: the task is dropped, not the run. */
 static int post(peer_http *http, peer_response *rs, const char *target, const vl_buf *body,
                 const char *name, int B, int width, float *out, double *loss, vl_error *err) {
-    peer_request rq = {.method = "POST", .target = target,
-                       .content_type = "application/octet-stream", .body = body->data,
-                       .body_len = body->len, .cap = SPLIT_REPLY_CAP, .idle_s = SPLIT_IDLE_S};
+    peer_request rq = {.method = "POST",
+                       .target = target,
+                       .content_type = "application/octet-stream",
+                       .body = body->data,
+                       .body_len = body->len,
+                       .cap = SPLIT_REPLY_CAP,
+                       .idle_s = SPLIT_IDLE_S};
     int rc = peer_http_do(http, &rq, rs, err);
     if (rc) return rc;
     if (rs->status != 200) {
@@ -124,8 +128,7 @@ static int post(peer_http *http, peer_response *rs, const char *target, const vl
         peer_refusal(&e, "split learning refused", rs->status, rs->body.data, rs->body.len);
         return vl_fail(err, VL_ERANGE, "%s", e.msg);
     }
-    rc = split_wire_decode_reply(rs->body.data, rs->body.len, name, B, width, out, loss, NULL,
-                                 err);
+    rc = split_wire_decode_reply(rs->body.data, rs->body.len, name, B, width, out, loss, NULL, err);
     /* A bad reply drops the task like a refusal; its message stays. */
     if (rc && err) err->code = VL_ERANGE;
     return rc ? VL_ERANGE : VL_OK;
@@ -159,8 +162,7 @@ static int exchange(peer_http *http, peer_response *rs, const peer_task *k, int6
     b->req.len = 0;
     rc = split_wire_encode_backward(k->run, peer_id, k->task_id, z, b->dy, B, b->q, b->h,
                                     k->split_dtype, &b->req, err);
-    return rc ? rc : post(http, rs, "/v1/split/backward", &b->req, "dz", B, b->q, b->dz, NULL,
-                          err);
+    return rc ? rc : post(http, rs, "/v1/split/backward", &b->req, "dz", B, b->q, b->dz, NULL, err);
 }
 
 /* A GPU failure under --device auto moves the trainer to the CPU for
@@ -200,8 +202,7 @@ static int learn_grads(peer_trainer *t, const peer_task *k, split_bufs *b, const
                        const float *z, float *dz, vl_error *err) {
     int rc;
     b->dcor = 0;
-    if (k->split_alpha > 0 &&
-        (rc = nopeek(t, b, x, z, (float)k->split_alpha, dz, &b->dcor, err)))
+    if (k->split_alpha > 0 && (rc = nopeek(t, b, x, z, (float)k->split_alpha, dz, &b->dcor, err)))
         return rc;
     return model_mlp_part_backward(b->lower.part, dz, NULL, err);
 }
@@ -216,8 +217,10 @@ static int learn_step(peer_trainer *t, const peer_task *k, split_bufs *b, float 
     rc = slice_step(t, k, &b->lower, before, err);
     if (!rc && b->head.part) rc = slice_step(t, k, &b->head, before, err);
     if (rc) return rc;
-    if (k->sgd) t->sgd.step = before + 1;
-    else t->opt.step = before + 1;
+    if (k->sgd)
+        t->sgd.step = before + 1;
+    else
+        t->opt.step = before + 1;
     ty->steps = step;
     ty->sum += loss;
     ty->dcor_sum += dcor;
@@ -230,9 +233,9 @@ static int learn_step(peer_trainer *t, const peer_task *k, split_bufs *b, float 
     return VL_OK;
 }
 
-static int learn(peer_trainer *t, const peer_task *k, split_bufs *b, const float *x,
-                 const float *z, float *dz, float loss, double step_t0, tally *ty,
-                 peer_train_result *res, vl_error *err) {
+static int learn(peer_trainer *t, const peer_task *k, split_bufs *b, const float *x, const float *z,
+                 float *dz, float loss, double step_t0, tally *ty, peer_train_result *res,
+                 vl_error *err) {
     int rc = learn_grads(t, k, b, x, z, dz, err);
     return rc ? rc : learn_step(t, k, b, loss, step_t0, ty, res, err);
 }
@@ -288,8 +291,8 @@ typedef struct flight {
 
 static void *fly(void *arg) {
     flight *f = arg;
-    f->rc = post(f->http, &f->rs, "/v1/split/forward", &f->req, "dz", f->B, f->q, f->dz,
-                 &f->loss, &f->err);
+    f->rc = post(f->http, &f->rs, "/v1/split/forward", &f->req, "dz", f->B, f->q, f->dz, &f->loss,
+                 &f->err);
     return NULL;
 }
 
@@ -324,7 +327,8 @@ static int flights_make(flight *f, int n, peer_http *http, int B, int p, int q, 
         f[i].w = malloc(nw * sizeof *f[i].w);
         if (!f[i].x || !f[i].dz || !f[i].y || !f[i].w)
             return vl_fail(err, VL_ENOMEM, "out of memory for batches in flight");
-        if (i == 0) f[i].http = http;
+        if (i == 0)
+            f[i].http = http;
         else {
             int rc = peer_http_clone(http, &f[i].http, err);
             if (rc) return rc;
@@ -340,9 +344,9 @@ static int flights_make(flight *f, int n, peer_http *http, int B, int p, int q, 
  * was sent, at most in_flight - 1 steps behind the ones it steps. When
  * SelSync ends the task, answers still on their way are waited for and
  * left unused. */
-static int steps_in_flight(peer_trainer *t, const peer_task *k, peer_local *l,
-                           peer_http *http, int64_t peer_id, split_bufs *b, tally *ty,
-                           peer_train_result *res, vl_error *err) {
+static int steps_in_flight(peer_trainer *t, const peer_task *k, peer_local *l, peer_http *http,
+                           int64_t peer_id, split_bufs *b, tally *ty, peer_train_result *res,
+                           vl_error *err) {
     const int B = k->batch, D = k->split_in_flight, p = model_mlp_part_in_dim(b->lower.part);
     flight f[SPLIT_WIRE_MAX_IN_FLIGHT];
     memset(f, 0, sizeof f);
@@ -403,8 +407,8 @@ static int steps_in_flight(peer_trainer *t, const peer_task *k, peer_local *l,
 }
 
 static int split_steps(peer_trainer *t, const peer_task *k, peer_local *l, peer_http *http,
-                       peer_response *rs, int64_t peer_id, split_bufs *b,
-                       peer_train_result *res, vl_error *err) {
+                       peer_response *rs, int64_t peer_id, split_bufs *b, peer_train_result *res,
+                       vl_error *err) {
     tally ty;
     memset(&ty, 0, sizeof ty);
     int rc = k->split_in_flight > 1 && !k->split_u
@@ -415,13 +419,13 @@ static int split_steps(peer_trainer *t, const peer_task *k, peer_local *l, peer_
     res->mean_loss = ty.sum / ty.steps;
     if (k->split_alpha > 0)
         vl_log_debug("task %lld: mean dCor(X, Z) %.4f over %d batches", (long long)k->task_id,
-                  ty.dcor_sum / ty.steps, ty.steps);
+                     ty.dcor_sum / ty.steps, ty.steps);
     return VL_OK;
 }
 
 /* The task's slices and buffers. */
-static int prepare(peer_trainer *t, const model_mlp_config *c, const peer_task *k,
-                   split_bufs *b, vl_error *err) {
+static int prepare(peer_trainer *t, const model_mlp_config *c, const peer_task *k, split_bufs *b,
+                   vl_error *err) {
     int rc = slice_make(c, 0, k->split_cut, &b->lower, err);
     const int layers = model_mlp_config_num_layers(c);
     if (!rc && k->split_u) rc = slice_make(c, layers - 1, layers, &b->head, err);

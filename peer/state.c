@@ -16,8 +16,7 @@
 
 int peer_dir_default(char *out, size_t cap, vl_error *err) {
     const char *home = getenv("HOME");
-    if (!home || !*home)
-        return vl_fail(err, VL_ENOTFOUND, "HOME is not set; pass --dir");
+    if (!home || !*home) return vl_fail(err, VL_ENOTFOUND, "HOME is not set; pass --dir");
     int n = snprintf(out, cap, "%s/.volley", home);
     if (n < 0 || (size_t)n >= cap) return vl_fail(err, VL_ETOOBIG, "HOME is too long");
     return VL_OK;
@@ -30,8 +29,7 @@ int peer_dir_create(const char *dir, vl_error *err) {
             return vl_fail(err, VL_EINVAL, "%s exists and is not a directory", dir);
         return VL_OK;
     }
-    if (errno != ENOENT)
-        return vl_fail(err, VL_EIO, "cannot inspect %s: %s", dir, strerror(errno));
+    if (errno != ENOENT) return vl_fail(err, VL_EIO, "cannot inspect %s: %s", dir, strerror(errno));
     if (mkdir(dir, 0700) != 0) {
         if (errno == EEXIST) return VL_OK; /* created by someone else meanwhile */
         return vl_fail(err, VL_EIO, "cannot create %s: %s", dir, strerror(errno));
@@ -53,8 +51,8 @@ int peer_path_join(char *out, size_t cap, const char *dir, const char *file, vl_
 /* Host names, IPv4 literals and bracketed IPv6 literals; nothing that could
  * smuggle userinfo, a path or a query into the URL. */
 static int host_char_ok(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.';
 }
 
 int peer_url_check(const char *url, char *out, size_t cap, vl_error *err) {
@@ -131,8 +129,8 @@ int peer_state_save(const char *dir, const peer_state *s, vl_error *err) {
     int rc = peer_path_join(path, sizeof path, dir, PEER_STATE_FILE, err);
     if (rc) return rc;
     json_t *o = json_pack("{s:s, s:I, s:s?, s:s, s:s}", "coordinator", s->coordinator, "peer_id",
-                          (json_int_t)s->peer_id, "cacert", s->cacert[0] ? s->cacert : NULL,
-                          "run", s->run, "name", s->name);
+                          (json_int_t)s->peer_id, "cacert", s->cacert[0] ? s->cacert : NULL, "run",
+                          s->run, "name", s->name);
     if (!o) return vl_fail(err, VL_ENOMEM, "cannot build %s", path);
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
@@ -162,8 +160,7 @@ int peer_state_load(const char *dir, peer_state *s, vl_error *err) {
     if (rc) {
         vl_buf_free(&b);
         if (rc == VL_ENOTFOUND)
-            return vl_fail(err, VL_ENOTFOUND, "%s not found; run 'volley-peer join' first",
-                           path);
+            return vl_fail(err, VL_ENOTFOUND, "%s not found; run 'volley-peer join' first", path);
         return rc;
     }
     json_error_t je;

@@ -18,8 +18,10 @@
 static json_t *member(json_t *obj, const char *sect, const char *key, vl_error *err) {
     json_t *v = json_object_get(obj, key);
     if (!v) {
-        if (sect) vl_fail(err, VL_EINVAL, "task: missing field '%s.%s'", sect, key);
-        else vl_fail(err, VL_EINVAL, "task: missing field '%s'", key);
+        if (sect)
+            vl_fail(err, VL_EINVAL, "task: missing field '%s.%s'", sect, key);
+        else
+            vl_fail(err, VL_EINVAL, "task: missing field '%s'", key);
     }
     return v;
 }
@@ -30,8 +32,8 @@ static int get_int(json_t *obj, const char *sect, const char *key, int64_t min, 
     if (!v) return VL_EINVAL;
     const char *dot = sect ? "." : "";
     if (!json_is_integer(v))
-        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' must be an integer", sect ? sect : "",
-                       dot, key);
+        return vl_fail(err, VL_EINVAL, "task: '%s%s%s' must be an integer", sect ? sect : "", dot,
+                       key);
     json_int_t x = json_integer_value(v);
     if (x < min || x > max)
         return vl_fail(err, VL_EINVAL, "task: '%s%s%s' = %lld is outside [%lld, %lld]",
@@ -108,8 +110,9 @@ static int parse_kfac(json_t *tr, peer_task *t, vl_error *err) {
     if ((rc = get_real(tr, "train", "momentum", 0, 0, 1, 1, &t->momentum, err))) return rc;
     json_t *k = json_object_get(tr, "kfac");
     if (!json_is_object(k))
-        return vl_fail(err, VL_EINVAL, "task: 'train.kfac' must be an object (a K-FAC task's "
-                                       "settings)");
+        return vl_fail(err, VL_EINVAL,
+                       "task: 'train.kfac' must be an object (a K-FAC task's "
+                       "settings)");
     if ((rc = get_real(k, "train.kfac", "damping", 0, 1, 1e3, 0, &t->kfac_damping, err)) ||
         (rc = get_real(k, "train.kfac", "decay", 0, 0, 1, 1, &t->kfac_decay, err)) ||
         (rc = get_real(k, "train.kfac", "kl_clip", 0, 0, 1e3, 0, &t->kfac_kl_clip, err)) ||
@@ -156,8 +159,10 @@ static int parse_data(json_t *data, peer_task *t, vl_error *err) {
         return VL_OK;
     }
     if (!t->tokens && strcmp(kind, "bytes") != 0)
-        return vl_fail(err, VL_EINVAL, "task: data kind '%s' is not supported by this peer "
-                                       "(bytes, tokens, local)", kind);
+        return vl_fail(err, VL_EINVAL,
+                       "task: data kind '%s' is not supported by this peer "
+                       "(bytes, tokens, local)",
+                       kind);
     int64_t max_len = t->tokens ? PEER_MAX_DATA_TOKENS : PEER_MAX_DATA_BYTES;
     if (t->tokens) {
         if ((rc = get_int(data, "data", "shard", 0, PEER_MAX_SHARD, &t->shard_index, err)))
@@ -165,11 +170,11 @@ static int parse_data(json_t *data, peer_task *t, vl_error *err) {
     } else {
         if ((rc = get_string(data, "data", "shard", t->shard, sizeof t->shard, err))) return rc;
         if (!shard_name_ok(t->shard))
-            return vl_fail(err, VL_EINVAL, "task: 'data.shard' may hold only letters, digits, "
-                                           "'_' and '-'");
+            return vl_fail(err, VL_EINVAL,
+                           "task: 'data.shard' may hold only letters, digits, "
+                           "'_' and '-'");
     }
-    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - max_len, &t->offset, err)))
-        return rc;
+    if ((rc = get_int(data, "data", "offset", 0, INT64_MAX - max_len, &t->offset, err))) return rc;
     return get_int(data, "data", "length", 1, max_len, &t->length, err);
 }
 
@@ -178,8 +183,7 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     int rc;
     if ((rc = get_int(root, NULL, "task_id", 0, INT64_MAX, &t->task_id, err))) return rc;
     if ((rc = get_string(root, NULL, "run", t->run, sizeof t->run, err))) return rc;
-    if ((rc = get_int(root, NULL, "base_version", 0, INT64_MAX, &t->base_version, err)))
-        return rc;
+    if ((rc = get_int(root, NULL, "base_version", 0, INT64_MAX, &t->base_version, err))) return rc;
     if ((rc = get_int(root, NULL, "deadline", 0, INT64_MAX, &t->deadline, err))) return rc;
 
     json_t *data = section(root, "data", 1, err);
@@ -197,8 +201,9 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     char opt[32];
     if ((rc = get_string(tr, "train", "optimizer", opt, sizeof opt, err))) return rc;
     if (strcmp(opt, "adamw") != 0 && strcmp(opt, "sgd") != 0 && strcmp(opt, "kfac") != 0)
-        return vl_fail(err, VL_EINVAL, "task: optimizer '%.32s' is not supported (adamw, sgd, "
-                                       "kfac)",
+        return vl_fail(err, VL_EINVAL,
+                       "task: optimizer '%.32s' is not supported (adamw, sgd, "
+                       "kfac)",
                        opt);
     t->sgd = strcmp(opt, "sgd") == 0;
     t->kfac = strcmp(opt, "kfac") == 0;
@@ -233,10 +238,15 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     if (!cmp) return VL_EINVAL;
     char kind[32], dtype[16];
     if ((rc = get_string(cmp, "compression", "kind", kind, sizeof kind, err))) return rc;
-    static const struct { const char *name; peer_method method; compress_kind kind; } METHODS[] = {
-        {"none", PEER_METHOD_NONE, COMPRESS_DENSE}, {"dense", PEER_METHOD_NONE, COMPRESS_DENSE},
-        {"topk", PEER_METHOD_TOPK, COMPRESS_TOPK}, {"gaussk", PEER_METHOD_GAUSSK, COMPRESS_TOPK},
-        {"sketch", PEER_METHOD_SKETCH, COMPRESS_SKETCH}};
+    static const struct {
+        const char *name;
+        peer_method method;
+        compress_kind kind;
+    } METHODS[] = {{"none", PEER_METHOD_NONE, COMPRESS_DENSE},
+                   {"dense", PEER_METHOD_NONE, COMPRESS_DENSE},
+                   {"topk", PEER_METHOD_TOPK, COMPRESS_TOPK},
+                   {"gaussk", PEER_METHOD_GAUSSK, COMPRESS_TOPK},
+                   {"sketch", PEER_METHOD_SKETCH, COMPRESS_SKETCH}};
     int found = 0;
     for (size_t i = 0; i < sizeof METHODS / sizeof METHODS[0]; i++) {
         if (strcmp(kind, METHODS[i].name) != 0) continue;
@@ -304,15 +314,15 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     }
     if ((rc = get_string(cmp, "compression", "dtype", dtype, sizeof dtype, err))) return rc;
     if (st_dtype_parse(dtype, &t->dtype) != VL_OK || (t->dtype != ST_F32 && t->dtype != ST_F16))
-        return vl_fail(err, VL_EINVAL, "task: compression dtype '%s' must be F32 or F16",
-                       dtype);
+        return vl_fail(err, VL_EINVAL, "task: compression dtype '%s' must be F32 or F16", dtype);
 
     json_t *sp = json_object_get(root, "split");
     if (sp && !json_is_null(sp)) {
         if (!json_is_object(sp)) return vl_fail(err, VL_EINVAL, "task: 'split' must be an object");
         if (!t->local)
-            return vl_fail(err, VL_EINVAL, "task: split learning needs the peer's own data "
-                                           "(data.kind \"local\")");
+            return vl_fail(err, VL_EINVAL,
+                           "task: split learning needs the peer's own data "
+                           "(data.kind \"local\")");
         if ((rc = get_int(sp, "split", "cut", 1, MODEL_MLP_MAX_LAYERS - 1, &v, err))) return rc;
         t->split_cut = (int)v;
         if ((rc = get_real(sp, "split", "alpha", 0, 0, 1e3, 0, &t->split_alpha, err))) return rc;
@@ -346,7 +356,8 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
     t->h_min = t->steps;
     json_t *ss = json_object_get(root, "selsync");
     if (ss && !json_is_null(ss)) {
-        if (!json_is_object(ss)) return vl_fail(err, VL_EINVAL, "task: 'selsync' must be an object");
+        if (!json_is_object(ss))
+            return vl_fail(err, VL_EINVAL, "task: 'selsync' must be an object");
         if ((rc = get_real(ss, "selsync", "delta", 0, 0, 1e9, 0, &t->selsync_delta, err)))
             return rc;
         if ((rc = get_int(ss, "selsync", "h_max", t->steps, t->steps, &v, err))) return rc;
@@ -358,8 +369,8 @@ static int parse_root(json_t *root, peer_task *t, vl_error *err) {
 
 int peer_task_parse(const char *json, size_t len, peer_task *out, vl_error *err) {
     memset(out, 0, sizeof *out);
-    if (len > TASK_MAX_JSON) return vl_fail(err, VL_ETOOBIG, "task: JSON over %d bytes",
-                                            TASK_MAX_JSON);
+    if (len > TASK_MAX_JSON)
+        return vl_fail(err, VL_ETOOBIG, "task: JSON over %d bytes", TASK_MAX_JSON);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) return vl_fail(err, VL_EINVAL, "task: not valid JSON (%s)", je.text);
@@ -385,8 +396,10 @@ int peer_task_check_model(const peer_task *t, const model_gpt_config *cfg, vl_er
     size_t n = model_gpt_config_num_params(cfg);
     if ((t->method == PEER_METHOD_TOPK || t->method == PEER_METHOD_GAUSSK) &&
         (uint64_t)t->comp_k > (uint64_t)n)
-        return vl_fail(err, VL_EINVAL, "task: compression k %lld exceeds the model's %zu "
-                                       "parameters", (long long)t->comp_k, n);
+        return vl_fail(err, VL_EINVAL,
+                       "task: compression k %lld exceeds the model's %zu "
+                       "parameters",
+                       (long long)t->comp_k, n);
     if (t->context > cfg->block_size)
         return vl_fail(err, VL_EINVAL, "task: context %d exceeds the model's block size %d",
                        t->context, (int)cfg->block_size);
@@ -401,8 +414,11 @@ int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *e
     static const struct {
         const char *key;
         int64_t max;
-    } F[] = {{"vocab_size", 1 << 20}, {"block_size", PEER_MAX_CONTEXT}, {"n_layer", 1024},
-             {"n_head", 1024},        {"n_embd", 1 << 16}};
+    } F[] = {{"vocab_size", 1 << 20},
+             {"block_size", PEER_MAX_CONTEXT},
+             {"n_layer", 1024},
+             {"n_head", 1024},
+             {"n_embd", 1 << 16}};
     int64_t v[5];
     json_error_t je;
     json_t *o = json_loads(json, JSON_REJECT_DUPLICATES, &je);
@@ -414,8 +430,9 @@ int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *e
     for (size_t i = 0; i < 5 && !rc; i++) {
         json_t *x = json_object_get(o, F[i].key);
         if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > F[i].max)
-            rc = vl_fail(err, VL_EINVAL, "model configuration: '%s' must be an integer in "
-                                         "[1, %lld]",
+            rc = vl_fail(err, VL_EINVAL,
+                         "model configuration: '%s' must be an integer in "
+                         "[1, %lld]",
                          F[i].key, (long long)F[i].max);
         else
             v[i] = (int64_t)json_integer_value(x);
@@ -423,8 +440,9 @@ int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *e
     json_decref(o);
     if (rc) return rc;
     if (v[4] % v[3] != 0)
-        return vl_fail(err, VL_EINVAL, "model configuration: n_embd %lld is not divisible by "
-                                       "n_head %lld",
+        return vl_fail(err, VL_EINVAL,
+                       "model configuration: n_embd %lld is not divisible by "
+                       "n_head %lld",
                        (long long)v[4], (long long)v[3]);
     memset(out, 0, sizeof *out);
     out->vocab_size = (int)v[0];
@@ -438,9 +456,7 @@ int peer_model_config_parse(const char *json, model_gpt_config *out, vl_error *e
 void peer_task_describe_compression(const peer_task *t, char *out, size_t cap) {
     const char *dt = t->dtype == ST_F16 ? "F16" : "F32";
     switch (t->method) {
-    case PEER_METHOD_NONE:
-        snprintf(out, cap, "dense %s", dt);
-        return;
+    case PEER_METHOD_NONE: snprintf(out, cap, "dense %s", dt); return;
     case PEER_METHOD_SKETCH:
         snprintf(out, cap, "sketch %u x %u %s, seed %llu%s", t->comp_rows, t->comp_cols, dt,
                  (unsigned long long)t->comp_seed, t->second_round ? ", second round" : "");

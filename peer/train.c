@@ -99,8 +99,8 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
  * metadata (JSON), or else the per-field keys checkpoints carry. */
 static int file_config(const st_file *f, model_gpt_config *cfg, vl_error *err) {
     const char *js = st_meta_get(f, "model");
-    int rc = js ? peer_model_config_parse(js, cfg, err)
-                : model_gpt_config_from_safetensors(f, cfg, err);
+    int rc =
+        js ? peer_model_config_parse(js, cfg, err) : model_gpt_config_from_safetensors(f, cfg, err);
     if (rc) return rc;
     return model_gpt_config_validate(cfg, err);
 }
@@ -115,8 +115,7 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
     int64_t v;
     if (!mver || vl_parse_i64(mver, 0, INT64_MAX, &v) != VL_OK)
         return vl_fail(err, VL_EINVAL, "metadata lacks a valid 'version'");
-    if (v != version)
-        return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
+    if (v != version) return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
     const char *js = st_meta_get(f, "model");
     if (js && model_mlp_config_is_mlp(js, strlen(js)))
         return peer_trainer_load_mlp(t, f, js, version, err);
@@ -204,8 +203,10 @@ static void drop_others(peer_trainer *t, const peer_task *k) {
 }
 
 static int prepare_kfac(peer_trainer *t, const peer_task *k, vl_error *err) {
-    model_kfac_gpt_config c = {.lr = (float)k->lr, .momentum = (float)k->momentum,
-                               .damping = (float)k->kfac_damping, .decay = (float)k->kfac_decay,
+    model_kfac_gpt_config c = {.lr = (float)k->lr,
+                               .momentum = (float)k->momentum,
+                               .damping = (float)k->kfac_damping,
+                               .decay = (float)k->kfac_decay,
                                .inverse_every = k->kfac_inverse_every,
                                .kl_clip = (float)k->kfac_kl_clip,
                                .weight_decay = (float)k->weight_decay};
@@ -275,8 +276,7 @@ double peer_clip_grads(float *g, size_t n, double max_norm) {
     return s;
 }
 
-int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, double x,
-                          int step) {
+int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step) {
     model_adamw_reset(&t->opt);
     model_sgd_reset(&t->sgd);
     model_kfac_gpt_reset(&t->kfac);

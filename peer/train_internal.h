@@ -12,8 +12,7 @@ double peer_clip_grads(float *g, size_t n, double max_norm);
 
 /* A diverged step: resets every optimizer (their moments would poison the
  * next task too) and returns VL_ERANGE naming what and the step. */
-int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, double x,
-                          int step);
+int peer_trainer_diverged(peer_trainer *t, vl_error *err, const char *what, double x, int step);
 
 /* Sleeps after a step that began at step_t0 as --step-delay and
  * --slowdown ask; PEER_ESTOPPED when a stop was requested meanwhile. */

@@ -24,8 +24,8 @@ static pthread_mutex_t ui_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int line_on;
 static struct {
     peer_log_format fmt;
-    int shown;         /* the status line is on the screen now */
-    double drawn_at;   /* when it was last drawn (monotonic seconds) */
+    int shown;       /* the status line is on the screen now */
+    double drawn_at; /* when it was last drawn (monotonic seconds) */
     peer_ui_status st;
     char phase[64], device[32];
     double train_t0;
@@ -42,7 +42,9 @@ static _Thread_local const char *tl_event;
 static _Thread_local const peer_ui_field *tl_fields;
 static _Thread_local size_t tl_nf;
 
-peer_log_format peer_ui_format(void) { return U.fmt; }
+peer_log_format peer_ui_format(void) {
+    return U.fmt;
+}
 
 static size_t term_width(void) {
     struct winsize ws;
@@ -125,7 +127,9 @@ static void clear(void *arg) {
     if (shown) vl_log_write(CLEAR, sizeof CLEAR - 1);
 }
 
-void peer_ui_stop(void) { vl_log_locked(clear, NULL); }
+void peer_ui_stop(void) {
+    vl_log_locked(clear, NULL);
+}
 
 void peer_ui_event(vl_log_level level, const char *event, const peer_ui_field *f, size_t nf,
                    const char *fmt, ...) {

@@ -91,16 +91,16 @@ void peer_ui_reached(const char *url);
 
 /* What the status line shows. */
 typedef struct peer_ui_status {
-    int64_t task;              /* 0: none yet */
-    const char *phase;         /* what the peer does; NULL while it trains */
-    int step, steps;           /* training: step of steps */
-    double loss;               /* the last step's loss; not finite: none */
-    double tokens_per_s;       /* <= 0: not known */
-    const char *device;        /* NULL or "": not known */
+    int64_t task;                  /* 0: none yet */
+    const char *phase;             /* what the peer does; NULL while it trains */
+    int step, steps;               /* training: step of steps */
+    double loss;                   /* the last step's loss; not finite: none */
+    double tokens_per_s;           /* <= 0: not known */
+    const char *device;            /* NULL or "": not known */
     int64_t down_done, down_total; /* a download shown (total 0: none) */
-    int64_t up_done, up_total; /* an upload in flight (total 0: none) */
-    double up_rate;            /* its bytes a second */
-    int64_t saved;             /* bytes compression saved so far */
+    int64_t up_done, up_total;     /* an upload in flight (total 0: none) */
+    double up_rate;                /* its bytes a second */
+    int64_t saved;                 /* bytes compression saved so far */
 } peer_ui_status;
 
 /* The status line for a terminal width columns wide, into out (cap >= 1),
@@ -116,8 +116,8 @@ size_t peer_ui_status_format(const peer_ui_status *s, size_t width, char *out, s
  * UTF-8 as U+FFFD); a message too long for cap is cut and marked "...",
  * so the line is always whole JSON. Returns its length. */
 size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
-                         const char *program, const char *event, const peer_ui_field *f,
-                         size_t nf, const char *msg);
+                         const char *program, const char *event, const peer_ui_field *f, size_t nf,
+                         const char *msg);
 
 /* Bytes as a volunteer reads them: "512 B", "3.2 kB", "14.0 MB". */
 void peer_ui_bytes(int64_t n, char *out, size_t cap);

@@ -8,9 +8,12 @@
 #include "peer/ui.h"
 
 int peer_log_format_parse(const char *s, peer_log_format *out) {
-    if (s && !strcmp(s, "text")) *out = PEER_LOG_TEXT;
-    else if (s && !strcmp(s, "json")) *out = PEER_LOG_JSON;
-    else return VL_EINVAL;
+    if (s && !strcmp(s, "text"))
+        *out = PEER_LOG_TEXT;
+    else if (s && !strcmp(s, "json"))
+        *out = PEER_LOG_JSON;
+    else
+        return VL_EINVAL;
     return VL_OK;
 }
 
@@ -18,19 +21,27 @@ void peer_ui_bytes(int64_t n, char *out, size_t cap) {
     double v = (double)n;
     if (n < 0) v = -v;
     const char *sign = n < 0 ? "-" : "";
-    if (v < 1000) snprintf(out, cap, "%s%lld B", sign, (long long)(n < 0 ? -n : n));
-    else if (v < 1e6) snprintf(out, cap, "%s%.1f kB", sign, v / 1e3);
-    else if (v < 1e9) snprintf(out, cap, "%s%.1f MB", sign, v / 1e6);
-    else snprintf(out, cap, "%s%.1f GB", sign, v / 1e9);
+    if (v < 1000)
+        snprintf(out, cap, "%s%lld B", sign, (long long)(n < 0 ? -n : n));
+    else if (v < 1e6)
+        snprintf(out, cap, "%s%.1f kB", sign, v / 1e3);
+    else if (v < 1e9)
+        snprintf(out, cap, "%s%.1f MB", sign, v / 1e6);
+    else
+        snprintf(out, cap, "%s%.1f GB", sign, v / 1e9);
 }
 
 /* "0.4/1.1 MB": both in the unit the total reads best in. */
 static void bytes_of(int64_t done, int64_t total, char *out, size_t cap) {
     double t = (double)total, d = (double)done;
-    if (t < 1000) snprintf(out, cap, "%lld/%lld B", (long long)done, (long long)total);
-    else if (t < 1e6) snprintf(out, cap, "%.1f/%.1f kB", d / 1e3, t / 1e3);
-    else if (t < 1e9) snprintf(out, cap, "%.1f/%.1f MB", d / 1e6, t / 1e6);
-    else snprintf(out, cap, "%.1f/%.1f GB", d / 1e9, t / 1e9);
+    if (t < 1000)
+        snprintf(out, cap, "%lld/%lld B", (long long)done, (long long)total);
+    else if (t < 1e6)
+        snprintf(out, cap, "%.1f/%.1f kB", d / 1e3, t / 1e3);
+    else if (t < 1e9)
+        snprintf(out, cap, "%.1f/%.1f MB", d / 1e6, t / 1e6);
+    else
+        snprintf(out, cap, "%.1f/%.1f GB", d / 1e9, t / 1e9);
 }
 
 /* ---- the status line ---------------------------------------------------- */
@@ -63,9 +74,12 @@ size_t peer_ui_status_format(const peer_ui_status *s, size_t width, char *out, s
     }
     if (s->tokens_per_s > 0 && isfinite(s->tokens_per_s)) {
         double t = s->tokens_per_s;
-        if (t < 1e4) snprintf(seg[SEG_TPS], sizeof seg[0], "%.0f tok/s", t);
-        else if (t < 1e6) snprintf(seg[SEG_TPS], sizeof seg[0], "%.1fk tok/s", t / 1e3);
-        else snprintf(seg[SEG_TPS], sizeof seg[0], "%.1fM tok/s", t / 1e6);
+        if (t < 1e4)
+            snprintf(seg[SEG_TPS], sizeof seg[0], "%.0f tok/s", t);
+        else if (t < 1e6)
+            snprintf(seg[SEG_TPS], sizeof seg[0], "%.1fk tok/s", t / 1e3);
+        else
+            snprintf(seg[SEG_TPS], sizeof seg[0], "%.1fM tok/s", t / 1e6);
         on[SEG_TPS] = 1;
     }
     if (s->device && s->device[0]) {
@@ -133,7 +147,8 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     unsigned char c = s[0];
     size_t len;
     unsigned char lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
     else if (c >= 0xe0 && c <= 0xef) {
         len = 3;
         if (c == 0xe0) lo = 0xa0;
@@ -142,7 +157,8 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
         len = 4;
         if (c == 0xf0) lo = 0x90;
         if (c == 0xf4) hi = 0x8f;
-    } else return 0;
+    } else
+        return 0;
     if (n < len || s[1] < lo || s[1] > hi) return 0;
     for (size_t i = 2; i < len; i++)
         if (s[i] < 0x80 || s[i] > 0xbf) return 0;
@@ -188,9 +204,10 @@ static void jfield(jbuf *b, const peer_ui_field *f, size_t limit) {
     if (ok && f->type == 'i') {
         ok = jput(b, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)f->i), limit);
     } else if (ok && f->type == 'f') {
-        if (isfinite(f->f)) ok = jput(b, num, (size_t)snprintf(num, sizeof num, "%.6g", f->f),
-                                      limit);
-        else ok = jput(b, "null", 4, limit);
+        if (isfinite(f->f))
+            ok = jput(b, num, (size_t)snprintf(num, sizeof num, "%.6g", f->f), limit);
+        else
+            ok = jput(b, "null", 4, limit);
     } else if (ok && f->s) {
         ok = jput(b, "\"", 1, limit) && jstr(b, f->s, limit) && jput(b, "\"", 1, limit);
     } else if (ok) {
@@ -200,8 +217,8 @@ static void jfield(jbuf *b, const peer_ui_field *f, size_t limit) {
 }
 
 size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
-                         const char *program, const char *event, const peer_ui_field *f,
-                         size_t nf, const char *msg) {
+                         const char *program, const char *event, const peer_ui_field *f, size_t nf,
+                         const char *msg) {
     static const char *const LEVELS[] = {"debug", "info", "warn", "error"};
     /* What always closes the line: the message's end, the object's, the
      * newline; the NUL is not counted in cap's share. */

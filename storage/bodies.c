@@ -168,8 +168,7 @@ static int open_segment(body_files *b, vl_error *err) {
 /* Copies the body into the aligned staging buffer, zero-padded to padded
  * bytes. The buffer grows to the largest body seen: bodies are capped by
  * the server's max_body_bytes before they reach storage. */
-static int stage_direct(body_files *b, const void *data, size_t len, size_t padded,
-                        vl_error *err) {
+static int stage_direct(body_files *b, const void *data, size_t len, size_t padded, vl_error *err) {
     if (padded > b->acap) {
         void *p = NULL;
         if (posix_memalign(&p, BODY_ALIGN, padded) != 0)
@@ -255,8 +254,10 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
 int body_sync(body_files *b, vl_error *err) {
     if (b->lost) {
         b->lost = 0;
-        return vl_fail(err, VL_EIO, "update bodies in %s: an append failed and the bodies "
-                       "before it could not be made durable", b->dir);
+        return vl_fail(err, VL_EIO,
+                       "update bodies in %s: an append failed and the bodies "
+                       "before it could not be made durable",
+                       b->dir);
     }
     if (b->dirty && b->wfd >= 0) {
         if (fdatasync(b->wfd) != 0) {
@@ -266,8 +267,7 @@ int body_sync(body_files *b, vl_error *err) {
             close(b->wfd);
             b->wfd = -1;
             b->dirty = 0;
-            return vl_fail(err, VL_EIO, "cannot sync update bodies in %s: %s", b->dir,
-                           strerror(e));
+            return vl_fail(err, VL_EIO, "cannot sync update bodies in %s: %s", b->dir, strerror(e));
         }
         b->dirty = 0;
     }
@@ -279,9 +279,12 @@ int body_sync(body_files *b, vl_error *err) {
          * One more fsync per segment (64 MiB) is nothing. */
         char parent[sizeof b->dir];
         const char *slash = strrchr(b->dir, '/');
-        if (!slash) snprintf(parent, sizeof parent, ".");
-        else if (slash == b->dir) snprintf(parent, sizeof parent, "/");
-        else snprintf(parent, sizeof parent, "%.*s", (int)(slash - b->dir), b->dir);
+        if (!slash)
+            snprintf(parent, sizeof parent, ".");
+        else if (slash == b->dir)
+            snprintf(parent, sizeof parent, "/");
+        else
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - b->dir), b->dir);
         int rc = vl_file_sync_dir(b->dir, err);
         if (rc == VL_OK) rc = vl_file_sync_dir(parent, err);
         if (rc != VL_OK) return rc;
@@ -303,8 +306,8 @@ static int read_fd(body_files *b, int64_t seg, int *out, vl_error *err) {
     /* A missing file is a body lost for good (VL_EDB); anything else (no
      * descriptors left, an I/O error) may pass, and is retried (VL_EIO). */
     if (fd < 0)
-        return vl_fail(err, errno == ENOENT ? VL_EDB : VL_EIO,
-                       "update bodies: cannot open %s: %s", path, strerror(errno));
+        return vl_fail(err, errno == ENOENT ? VL_EDB : VL_EIO, "update bodies: cannot open %s: %s",
+                       path, strerror(errno));
     size_t slot = b->rnext++ % BODY_READ_FDS;
     if (b->rfd[slot] >= 0) close(b->rfd[slot]);
     b->rfd[slot] = fd;
@@ -316,8 +319,10 @@ static int read_fd(body_files *b, int64_t seg, int *out, vl_error *err) {
 int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_t **out,
               vl_error *err) {
     if (seg < 0 || off < 0 || len < 0 || (uint64_t)len > BODY_READ_MAX)
-        return vl_fail(err, VL_EDB, "database: an update body has a bad place (%" PRId64
-                       ", %" PRId64 ", %" PRId64 ")", seg, off, len);
+        return vl_fail(err, VL_EDB,
+                       "database: an update body has a bad place (%" PRId64 ", %" PRId64
+                       ", %" PRId64 ")",
+                       seg, off, len);
     if ((size_t)len > b->rcap) {
         uint8_t *p = realloc(b->rbuf, (size_t)len);
         if (!p) return vl_fail(err, VL_ENOMEM, "out of memory reading an update body");
@@ -332,11 +337,14 @@ int body_read(body_files *b, int64_t seg, int64_t off, int64_t len, const uint8_
         ssize_t r = pread(fd, b->rbuf + done, (size_t)len - done, (off_t)off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0)
-            return vl_fail(err, VL_EIO, "update bodies: cannot read segment %" PRId64 " at %"
-                           PRId64 ": %s", seg, off, strerror(errno));
+            return vl_fail(err, VL_EIO,
+                           "update bodies: cannot read segment %" PRId64 " at %" PRId64 ": %s", seg,
+                           off, strerror(errno));
         if (r == 0)
-            return vl_fail(err, VL_EDB, "update bodies: segment %" PRId64 " is short at %"
-                           PRId64 " (end of file)", seg, off);
+            return vl_fail(err, VL_EDB,
+                           "update bodies: segment %" PRId64 " is short at %" PRId64
+                           " (end of file)",
+                           seg, off);
         done += (size_t)r;
     }
     *out = b->rbuf;
@@ -376,7 +384,8 @@ int body_prune(storage *st, vl_error *err) {
             if (rc != VL_OK) return rc;
             if (!unused || (b->wfd >= 0 && seg == b->wseg)) continue;
             char path[sizeof b->dir + 32];
-            if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0) removed++;
+            if (seg_path(b, seg, path, sizeof path) == 0 && unlink(path) == 0)
+                removed++;
             else if (errno != ENOENT)
                 vl_log_warn("update bodies: cannot remove %s: %s", path, strerror(errno));
         }

@@ -14,14 +14,14 @@
 /* Column lists shared by the statements that read whole rows, in the order
  * read_task and read_update expect. An update's body lives in update_blobs
  * (no column names clash, so the list reads the same over the join). */
-#define TASK_COLS                                                                                 \
-    "id, peer_id, base_version, data_offset, data_length, seed, issued_at, deadline, state,"     \
+#define TASK_COLS                                                                            \
+    "id, peer_id, base_version, data_offset, data_length, seed, issued_at, deadline, state," \
     " coalesce(reissue_of, 0)"
-#define UPDATE_COLS                                                                               \
-    "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob,"    \
+#define UPDATE_COLS                                                                           \
+    "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob," \
     " received_at, staleness, seg, off"
-#define UPDATE_FROM                                                                               \
-    "updates LEFT JOIN update_blobs b ON b.update_id = id"                                        \
+#define UPDATE_FROM                                        \
+    "updates LEFT JOIN update_blobs b ON b.update_id = id" \
     " LEFT JOIN update_bodies s ON s.update_id = id"
 
 static const char *const SQL[Q_COUNT] = {
@@ -96,8 +96,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_UPDATE_EXISTS] = "SELECT count(*) FROM updates WHERE task_id = ?",
     [Q_UPDATE_PENDING] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                          " WHERE base_version = ? AND merged_version IS NULL ORDER BY id",
-    [Q_UPDATE_UNMERGED] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
-                          " WHERE merged_version IS NULL ORDER BY id",
+    [Q_UPDATE_UNMERGED] =
+        "SELECT " UPDATE_COLS " FROM " UPDATE_FROM " WHERE merged_version IS NULL ORDER BY id",
     [Q_UPDATE_OLDEST] = "SELECT " UPDATE_COLS " FROM " UPDATE_FROM
                         " WHERE merged_version IS NULL ORDER BY id LIMIT ?",
     [Q_UPDATE_COUNT_UNMERGED] = "SELECT count(*) FROM updates WHERE merged_version IS NULL",
@@ -163,8 +163,7 @@ sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err) {
     if (!s) {
         int rc = sqlite3_prepare_v3(st->db, SQL[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
         if (rc != SQLITE_OK) {
-            vl_fail(err, VL_EDB, "database: cannot prepare statement: %s",
-                    sqlite3_errmsg(st->db));
+            vl_fail(err, VL_EDB, "database: cannot prepare statement: %s", sqlite3_errmsg(st->db));
             return NULL;
         }
         st->stmts[id] = s;
@@ -250,8 +249,10 @@ int storage_commit(storage *st, vl_error *err) {
      * might not have. */
     int rc = body_sync(&st->bodies, err);
     if (rc == VL_OK) rc = run_simple(st, Q_COMMIT, "commit", err);
-    if (rc != VL_OK) storage_rollback(st);
-    else body_committed(&st->bodies);
+    if (rc != VL_OK)
+        storage_rollback(st);
+    else
+        body_committed(&st->bodies);
     return rc;
 }
 
@@ -297,8 +298,7 @@ int storage_savepoint_end(storage *st, int ok, vl_error *err) {
         /* A failed statement may still be mid-step. */
         for (int i = 0; i < Q_COUNT; i++)
             if (st->stmts[i]) sqlite3_reset(st->stmts[i]);
-        if (run_simple(st, Q_JOB_ROLLBACK_TO, "rollback to savepoint", err) != VL_OK)
-            return VL_EDB;
+        if (run_simple(st, Q_JOB_ROLLBACK_TO, "rollback to savepoint", err) != VL_OK) return VL_EDB;
     }
     return run_simple(st, Q_JOB_RELEASE, "release savepoint", err);
 }
@@ -309,8 +309,10 @@ int storage_user_version(storage *st, int *out, vl_error *err) {
         return q_fail(st, err, "user_version");
     int rc = sqlite3_step(s);
     int ret = VL_OK;
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int(s, 0);
-    else ret = q_fail(st, err, "user_version");
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int(s, 0);
+    else
+        ret = q_fail(st, err, "user_version");
     sqlite3_finalize(s);
     return ret;
 }
@@ -418,7 +420,8 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        if (errno != ENOENT) return vl_fail(err, VL_EIO, "cannot stat %s: %s", path, strerror(errno));
+        if (errno != ENOENT)
+            return vl_fail(err, VL_EIO, "cannot stat %s: %s", path, strerror(errno));
         if (!create) return vl_fail(err, VL_ENOTFOUND, "database %s does not exist", path);
         int rc = create_file(path, err);
         if (rc != VL_OK) return rc;
@@ -474,7 +477,9 @@ int storage_set_autocheckpoint(storage *st, int pages, vl_error *err) {
     return VL_OK;
 }
 
-int storage_wal_frames(const storage *st) { return st->wal_frames; }
+int storage_wal_frames(const storage *st) {
+    return st->wal_frames;
+}
 
 int storage_checkpoint(storage *st, int *wal_pages, int *done_pages, vl_error *err) {
     int log = 0, done = 0;

@@ -4,13 +4,13 @@
 
 #include "storage/internal.h"
 
-int q_factors_commit(storage *st, const storage_version *v, int64_t keep_versions,
-                     vl_error *err) {
+int q_factors_commit(storage *st, const storage_version *v, int64_t keep_versions, vl_error *err) {
     if (!v->factors) return VL_OK;
     if (v->factors_len == 0 || v->factors_len > (size_t)INT32_MAX || v->factors_samples < 1 ||
         v->factors_peers < 1)
-        return vl_fail(err, VL_EINVAL, "version %lld: merged factors of %zu bytes from %lld "
-                                       "updates cannot be stored",
+        return vl_fail(err, VL_EINVAL,
+                       "version %lld: merged factors of %zu bytes from %lld "
+                       "updates cannot be stored",
                        (long long)v->version, v->factors_len, (long long)v->factors_peers);
     sqlite3_stmt *s = q_get(st, Q_FACTORS_INSERT, err);
     if (!s) return VL_EDB;
@@ -34,8 +34,8 @@ int storage_factors_latest(storage *st, int64_t *version, vl_error *err) {
     return rc;
 }
 
-int storage_factors_get(storage *st, int64_t version, uint8_t **blob, size_t *len,
-                        int64_t *samples, int64_t *peers, vl_error *err) {
+int storage_factors_get(storage *st, int64_t version, uint8_t **blob, size_t *len, int64_t *samples,
+                        int64_t *peers, vl_error *err) {
     *blob = NULL;
     *len = 0;
     sqlite3_stmt *s = q_get(st, Q_FACTORS_GET, err);

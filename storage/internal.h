@@ -104,21 +104,21 @@ typedef enum {
 
 typedef struct body_files {
     char dir[4096];
-    int wfd;          /* segment appended to, -1 before the first append */
+    int wfd; /* segment appended to, -1 before the first append */
     int64_t wseg;
     uint64_t wsize;
-    int dirty;        /* wfd has bytes not yet fdatasynced */
+    int dirty; /* wfd has bytes not yet fdatasynced */
     /* A failed append could not make the transaction's earlier appends
      * durable: the transaction must not commit (body_sync fails it). */
     int lost;
-    int dir_dirty;    /* a segment was created since the directory's last fsync */
-    int direct;       /* wfd is written with O_DIRECT, in whole aligned blocks */
-    uint8_t *abuf;    /* aligned staging for direct writes */
+    int dir_dirty; /* a segment was created since the directory's last fsync */
+    int direct;    /* wfd is written with O_DIRECT, in whole aligned blocks */
+    uint8_t *abuf; /* aligned staging for direct writes */
     size_t acap;
     int rfd[BODY_READ_FDS];
     int64_t rseg[BODY_READ_FDS];
     size_t rnext;
-    uint8_t *rbuf;    /* the last body read */
+    uint8_t *rbuf; /* the last body read */
     size_t rcap;
     /* Segments a transaction found unused (its deletions of rows still
      * uncommitted), deleted by a later write transaction once that one
@@ -133,7 +133,7 @@ struct storage {
     sqlite3 *db;
     sqlite3_stmt *stmts[Q_COUNT];
     body_files bodies;
-    int wal_frames;   /* the WAL's size after the last commit, when counted */
+    int wal_frames; /* the WAL's size after the last commit, when counted */
 };
 
 /* The prepared statement for id, reset and with bindings cleared; NULL (and
@@ -192,8 +192,7 @@ int q_body_seg_unused(storage *st, int64_t seg, int *out, vl_error *err);
 /* The part of a version commit that stores v's merged K-FAC factors (when
  * it has them) and prunes factors older than keep_versions below it
  * (factors.c). */
-int q_factors_commit(storage *st, const storage_version *v, int64_t keep_versions,
-                     vl_error *err);
+int q_factors_commit(storage *st, const storage_version *v, int64_t keep_versions, vl_error *err);
 
 /* The built-in migrations (schema.c), versions ascending from 1. */
 const storage_migration *storage_builtin_migrations(size_t *n);

@@ -19,14 +19,14 @@ int storage_update_find(storage *st, int64_t task_id, int64_t *id, int64_t *base
     if (rc == SQLITE_ROW) {
         *id = sqlite3_column_int64(s, 0);
         *base_version = sqlite3_column_int64(s, 1);
-        *merged_version = sqlite3_column_type(s, 2) == SQLITE_NULL ? -1
-                                                                   : sqlite3_column_int64(s, 2);
+        *merged_version =
+            sqlite3_column_type(s, 2) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 2);
         q_done(s);
         return VL_OK;
     }
-    int ret = rc == SQLITE_DONE ? vl_fail(err, VL_ENOTFOUND, "task %lld has no update",
-                                          (long long)task_id)
-                                : q_fail(st, err, "find update");
+    int ret = rc == SQLITE_DONE
+                  ? vl_fail(err, VL_ENOTFOUND, "task %lld has no update", (long long)task_id)
+                  : q_fail(st, err, "find update");
     q_done(s);
     return ret;
 }
@@ -56,9 +56,9 @@ int storage_round_get(storage *st, int64_t version, storage_round *out, vl_error
     sqlite3_bind_int64(s, 1, version);
     int rc = sqlite3_step(s);
     if (rc != SQLITE_ROW) {
-        int ret = rc == SQLITE_DONE ? vl_fail(err, VL_ENOTFOUND, "version %lld has no round",
-                                              (long long)version)
-                                    : q_fail(st, err, "read round");
+        int ret = rc == SQLITE_DONE
+                      ? vl_fail(err, VL_ENOTFOUND, "version %lld has no round", (long long)version)
+                      : q_fail(st, err, "read round");
         q_done(s);
         return ret;
     }
@@ -90,11 +90,11 @@ void storage_round_free(storage_round *r) {
     memset(r, 0, sizeof *r);
 }
 
-int storage_round_values_insert(storage *st, int64_t update_id, int64_t version,
-                                const float *vals, size_t n, int64_t now, vl_error *err) {
+int storage_round_values_insert(storage *st, int64_t update_id, int64_t version, const float *vals,
+                                size_t n, int64_t now, vl_error *err) {
     if (n == 0 || n > ROUND_MAX_N || !vals)
-        return vl_fail(err, VL_EINVAL, "round values need 1 to %zu entries, not %zu",
-                       ROUND_MAX_N, n);
+        return vl_fail(err, VL_EINVAL, "round values need 1 to %zu entries, not %zu", ROUND_MAX_N,
+                       n);
     sqlite3_stmt *s = q_get(st, Q_VALUES_INSERT, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, update_id);

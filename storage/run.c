@@ -46,8 +46,8 @@ int storage_run_get(storage *st, storage_run *out, vl_error *err) {
     snprintf(out->corpus_hash, sizeof out->corpus_hash, "%s", hash ? hash : "");
     out->corpus_size = sqlite3_column_int64(s, 3);
     out->current_version = sqlite3_column_int64(s, 5);
-    out->status = status && strcmp(status, "finished") == 0 ? STORAGE_RUN_FINISHED
-                                                           : STORAGE_RUN_RUNNING;
+    out->status =
+        status && strcmp(status, "finished") == 0 ? STORAGE_RUN_FINISHED : STORAGE_RUN_RUNNING;
     out->created_at = sqlite3_column_int64(s, 7);
     rc = q_strdup(s, 1, &out->config, err);
     if (rc == VL_OK) rc = q_strdup(s, 2, &out->corpus_path, err);
@@ -145,16 +145,18 @@ int storage_token_revoke(storage *st, int64_t id, vl_error *err) {
 
 /* ---- peers -------------------------------------------------------------- */
 
-int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES],
-                        const char *name, const char *hardware_json, int64_t token_id,
-                        int64_t now, int64_t *id, vl_error *err) {
+int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES], const char *name,
+                        const char *hardware_json, int64_t token_id, int64_t now, int64_t *id,
+                        vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_PEER_INSERT, err);
     if (!s) return VL_EDB;
     sqlite3_bind_blob(s, 1, public_key, STORAGE_PK_BYTES, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 3, hardware_json, -1, SQLITE_STATIC);
-    if (token_id > 0) sqlite3_bind_int64(s, 4, token_id);
-    else sqlite3_bind_null(s, 4);
+    if (token_id > 0)
+        sqlite3_bind_int64(s, 4, token_id);
+    else
+        sqlite3_bind_null(s, 4);
     sqlite3_bind_int64(s, 5, now);
     sqlite3_bind_int64(s, 6, now);
     int rc = q_exec(st, s, "insert peer", err);

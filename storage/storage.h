@@ -66,8 +66,7 @@ int storage_wal_frames(const storage *st);
  * into the database file, neither waiting for nor blocking writers and
  * readers. *wal_pages gets the WAL's size in pages and *done_pages how many
  * of them are in the database now (either may be NULL). */
-int storage_checkpoint(storage *st, int *wal_pages, int *done_pages,
-                       vl_error *err) VL_MUST_CHECK;
+int storage_checkpoint(storage *st, int *wal_pages, int *done_pages, vl_error *err) VL_MUST_CHECK;
 
 /* A numbered schema migration: the SQL that takes the schema from
  * version - 1 to version. */
@@ -151,8 +150,7 @@ int storage_token_check(storage *st, const char *hash_hex, int64_t now, int64_t 
 /* Id of the unrevoked token with this hash whatever its uses and expiry
  * (VL_ENOTFOUND if none): lets a peer whose join reply was lost join again
  * with the one-use token that registered it. */
-int storage_token_find(storage *st, const char *hash_hex, int64_t *id,
-                       vl_error *err) VL_MUST_CHECK;
+int storage_token_find(storage *st, const char *hash_hex, int64_t *id, vl_error *err) VL_MUST_CHECK;
 /* Takes one use of token id, which must still be usable at now: not
  * revoked, not expired, a use left (VL_ENOTFOUND otherwise). Run it in the
  * transaction that inserts the peer, so a token revoked or expiring
@@ -199,9 +197,9 @@ typedef struct storage_peer {
 
 /* Inserts a peer; *id receives its id. VL_ECONFLICT when the key is already
  * registered. Strings are copied. */
-int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES],
-                        const char *name, const char *hardware_json, int64_t token_id,
-                        int64_t now, int64_t *id, vl_error *err) VL_MUST_CHECK;
+int storage_peer_insert(storage *st, const uint8_t public_key[STORAGE_PK_BYTES], const char *name,
+                        const char *hardware_json, int64_t token_id, int64_t now, int64_t *id,
+                        vl_error *err) VL_MUST_CHECK;
 /* Reads peer id into *out (caller frees with storage_peer_free);
  * VL_ENOTFOUND if there is no such peer. */
 int storage_peer_get(storage *st, int64_t id, storage_peer *out, vl_error *err) VL_MUST_CHECK;
@@ -270,8 +268,7 @@ int storage_task_find_lease(storage *st, int64_t peer_id, int64_t base_version, 
 int storage_task_find_any_lease(storage *st, int64_t peer_id, int64_t now, int64_t except,
                                 storage_task *out, vl_error *err) VL_MUST_CHECK;
 /* Leased tasks of every version whose deadline is after now. */
-int storage_task_count_leased(storage *st, int64_t now, int64_t *out,
-                              vl_error *err) VL_MUST_CHECK;
+int storage_task_count_leased(storage *st, int64_t now, int64_t *out, vl_error *err) VL_MUST_CHECK;
 /* Earliest deadline after now among leased tasks of every version; 0 when
  * there is none. */
 int storage_task_next_deadline_any(storage *st, int64_t now, int64_t *out,
@@ -343,8 +340,8 @@ int storage_update_exists(storage *st, int64_t task_id, int *out, vl_error *err)
 typedef int (*storage_update_fn)(void *ctx, const storage_update *u);
 /* Calls fn for every update based on base_version that is not merged yet,
  * in id order, blob included. */
-int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
-                                void *ctx, vl_error *err) VL_MUST_CHECK;
+int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn, void *ctx,
+                                vl_error *err) VL_MUST_CHECK;
 /* Calls fn for every update not merged yet, whatever its base version, in
  * id order, blob included. */
 int storage_update_each_unmerged(storage *st, storage_update_fn fn, void *ctx,
@@ -476,8 +473,8 @@ int storage_factors_latest(storage *st, int64_t *version, vl_error *err) VL_MUST
  * caller frees it) of *len bytes; samples and peers (either may be NULL)
  * what was stored with it. VL_ENOTFOUND when that version has none (never,
  * or pruned). */
-int storage_factors_get(storage *st, int64_t version, uint8_t **blob, size_t *len,
-                        int64_t *samples, int64_t *peers, vl_error *err) VL_MUST_CHECK;
+int storage_factors_get(storage *st, int64_t version, uint8_t **blob, size_t *len, int64_t *samples,
+                        int64_t *peers, vl_error *err) VL_MUST_CHECK;
 
 /* ---- summaries (stats.c) ------------------------------------------------- */
 
@@ -508,7 +505,7 @@ int storage_peer_each(storage *st, int64_t now, storage_peer_fn fn, void *ctx,
 /* What one peer has sent, for the operator's dashboard. */
 typedef struct storage_peer_totals {
     int64_t id;
-    const char *hardware; /* as it described itself when joining (JSON text); valid
+    const char *hardware;  /* as it described itself when joining (JSON text); valid
                            * only during the callback */
     int64_t stored;        /* its updates stored */
     int64_t merged;        /* of them, merged into a version */
@@ -543,12 +540,10 @@ void storage_round_free(storage_round *r);
 /* Stores the n values (F32, the candidates' order) reported for update
  * update_id in the round of version; VL_ECONFLICT when that update already
  * has its values. */
-int storage_round_values_insert(storage *st, int64_t update_id, int64_t version,
-                                const float *vals, size_t n, int64_t now,
-                                vl_error *err) VL_MUST_CHECK;
+int storage_round_values_insert(storage *st, int64_t update_id, int64_t version, const float *vals,
+                                size_t n, int64_t now, vl_error *err) VL_MUST_CHECK;
 /* *out = 1 when update update_id has reported its round values. */
-int storage_round_values_has(storage *st, int64_t update_id, int *out,
-                             vl_error *err) VL_MUST_CHECK;
+int storage_round_values_has(storage *st, int64_t update_id, int *out, vl_error *err) VL_MUST_CHECK;
 /* How many updates of the round of version have their values. */
 int storage_round_values_count(storage *st, int64_t version, int64_t *out,
                                vl_error *err) VL_MUST_CHECK;
@@ -575,7 +570,7 @@ typedef int (*storage_change_fn)(void *ctx, const storage_change *c);
 /* Calls fn for the changes of versions since+1 .. until, in order.
  * VL_ENOTFOUND (before any call) when one of them is not stored: never
  * made, or pruned. since < until. */
-int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
-                        void *ctx, vl_error *err) VL_MUST_CHECK;
+int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn, void *ctx,
+                        vl_error *err) VL_MUST_CHECK;
 
 #endif

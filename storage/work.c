@@ -32,8 +32,10 @@ int storage_task_next_id(storage *st, int64_t *out, vl_error *err) {
 int storage_task_insert(storage *st, const storage_task *t, int64_t *id, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_TASK_INSERT, err);
     if (!s) return VL_EDB;
-    if (t->id > 0) sqlite3_bind_int64(s, 1, t->id);
-    else sqlite3_bind_null(s, 1);
+    if (t->id > 0)
+        sqlite3_bind_int64(s, 1, t->id);
+    else
+        sqlite3_bind_null(s, 1);
     sqlite3_bind_int64(s, 2, t->peer_id);
     sqlite3_bind_int64(s, 3, t->base_version);
     sqlite3_bind_int64(s, 4, t->data_offset);
@@ -42,8 +44,10 @@ int storage_task_insert(storage *st, const storage_task *t, int64_t *id, vl_erro
     sqlite3_bind_int64(s, 7, t->issued_at);
     sqlite3_bind_int64(s, 8, t->deadline);
     sqlite3_bind_text(s, 9, task_state_name(t->state), -1, SQLITE_STATIC);
-    if (t->reissue_of > 0) sqlite3_bind_int64(s, 10, t->reissue_of);
-    else sqlite3_bind_null(s, 10);
+    if (t->reissue_of > 0)
+        sqlite3_bind_int64(s, 10, t->reissue_of);
+    else
+        sqlite3_bind_null(s, 10);
     int rc = q_exec(st, s, "insert task", err);
     if (rc == VL_OK && id) *id = sqlite3_last_insert_rowid(st->db);
     return rc;
@@ -173,8 +177,7 @@ int storage_task_set_state(storage *st, int64_t id, storage_task_state state, vl
 
 /* ---- updates ------------------------------------------------------------ */
 
-static int update_insert_steps(storage *st, const storage_update *u, int64_t *id,
-                               vl_error *err) {
+static int update_insert_steps(storage *st, const storage_update *u, int64_t *id, vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_UPDATE_INSERT, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, u->task_id);
@@ -241,8 +244,10 @@ int q_body_seg_unused(storage *st, int64_t seg, int *out, vl_error *err) {
     sqlite3_bind_int64(s, 1, seg);
     int64_t used = 0;
     int rc = q_int(st, s, 0, &used, "find segment use", err);
-    if (rc == VL_ENOTFOUND) used = 0;
-    else if (rc != VL_OK) return rc;
+    if (rc == VL_ENOTFOUND)
+        used = 0;
+    else if (rc != VL_OK)
+        return rc;
     *out = used == 0;
     return VL_OK;
 }
@@ -297,8 +302,8 @@ static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void 
     return ret;
 }
 
-int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn,
-                                void *ctx, vl_error *err) {
+int storage_update_each_pending(storage *st, int64_t base_version, storage_update_fn fn, void *ctx,
+                                vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_UPDATE_PENDING, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, base_version);
@@ -334,13 +339,17 @@ int storage_update_count(storage *st, int64_t *out, vl_error *err) {
 /* ---- versions ----------------------------------------------------------- */
 
 static void bind_floats(sqlite3_stmt *s, int col, const float *x, size_t n) {
-    if (x) sqlite3_bind_blob64(s, col, x, (sqlite3_uint64)n * sizeof(float), SQLITE_STATIC);
-    else sqlite3_bind_null(s, col);
+    if (x)
+        sqlite3_bind_blob64(s, col, x, (sqlite3_uint64)n * sizeof(float), SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, col);
 }
 
 static void bind_real(sqlite3_stmt *s, int col, double x) {
-    if (isfinite(x)) sqlite3_bind_double(s, col, x);
-    else sqlite3_bind_null(s, col);
+    if (isfinite(x))
+        sqlite3_bind_double(s, col, x);
+    else
+        sqlite3_bind_null(s, col);
 }
 
 static int version_steps(storage *st, const storage_version *v, const int64_t *update_ids,
@@ -364,11 +373,15 @@ static int version_steps(storage *st, const storage_version *v, const int64_t *u
     bind_real(s, 6, v->train_loss);
     sqlite3_bind_int64(s, 7, v->num_updates);
     sqlite3_bind_int(s, 8, v->refused ? 1 : 0);
-    if (v->refused) bind_real(s, 9, v->refused_val_loss);
-    else sqlite3_bind_null(s, 9);
+    if (v->refused)
+        bind_real(s, 9, v->refused_val_loss);
+    else
+        sqlite3_bind_null(s, 9);
     /* 0 is what a version made without norms (version 0) holds. */
-    if (v->update_norm > 0) bind_real(s, 10, v->update_norm);
-    else sqlite3_bind_null(s, 10);
+    if (v->update_norm > 0)
+        bind_real(s, 10, v->update_norm);
+    else
+        sqlite3_bind_null(s, 10);
     if ((rc = q_exec(st, s, "insert version", err)) != VL_OK) return rc;
 
     if (v->has_change) {
@@ -593,8 +606,8 @@ int storage_version_norm_median(storage *st, int64_t upto, double *out, int64_t 
 /* Both passes in one read transaction (one snapshot): between two, a
  * commit could prune a change the first pass counted, and the delta would
  * be short a version with nothing to tell. */
-static int change_walk(storage *st, int64_t since, int64_t until, storage_change_fn fn,
-                       void *ctx, vl_error *err) {
+static int change_walk(storage *st, int64_t since, int64_t until, storage_change_fn fn, void *ctx,
+                       vl_error *err) {
     sqlite3_stmt *s = q_get(st, Q_CHANGE_RANGE, err);
     if (!s) return VL_EDB;
     sqlite3_bind_int64(s, 1, since);
@@ -638,8 +651,8 @@ static int change_walk(storage *st, int64_t since, int64_t until, storage_change
     return ret;
 }
 
-int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn,
-                        void *ctx, vl_error *err) {
+int storage_change_each(storage *st, int64_t since, int64_t until, storage_change_fn fn, void *ctx,
+                        vl_error *err) {
     if (since < 0 || until <= since)
         return vl_fail(err, VL_EINVAL, "no versions between %lld and %lld", (long long)since,
                        (long long)until);

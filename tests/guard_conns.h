@@ -40,8 +40,10 @@ static inline void guard_conn_release(guard_conn *c, coord_server *srv) {
         c->g.input = NULL;
     }
     if (srv) {
-        if (c->g.prev) c->g.prev->next = c->g.next;
-        else if (srv->guards == &c->g) srv->guards = c->g.next;
+        if (c->g.prev)
+            c->g.prev->next = c->g.next;
+        else if (srv->guards == &c->g)
+            srv->guards = c->g.next;
         if (c->g.next) c->g.next->prev = c->g.prev;
     }
     coord_guard_detach(&c->g);
@@ -69,9 +71,11 @@ static inline guard_conn *guard_conn_new(struct event_base *base, coord_server *
     static const char *const large_paths[] = {"/v1/updates", "/v1/round/values", NULL};
     guard_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
-    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY, .large_paths = large_paths,
+    coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY,
+                             .large_paths = large_paths,
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
-                             .authorize = coord_auth_head, .authorize_arg = srv,
+                             .authorize = coord_auth_head,
+                             .authorize_arg = srv,
                              .release = coord_auth_release};
     coord_guard_init(&c->g, COORD_HEAD_CAP, &caps);
     c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);

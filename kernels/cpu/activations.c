@@ -8,8 +8,7 @@
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-void kernels_gelu_forward(float *out, const float *inp, size_t n)
-{
+void kernels_gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for schedule(static) if (n > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -18,8 +17,7 @@ void kernels_gelu_forward(float *out, const float *inp, size_t n)
     }
 }
 
-void kernels_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
-{
+void kernels_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel for schedule(static) if (n > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -32,15 +30,12 @@ void kernels_gelu_backward(float *dinp, const float *inp, const float *dout, siz
     }
 }
 
-void kernels_residual_forward(float *out, const float *a, const float *b, size_t n)
-{
+void kernels_residual_forward(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 4 * KV_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void kernels_residual_backward(float *da, float *db, const float *dout, size_t n)
-{
+void kernels_residual_backward(float *da, float *db, const float *dout, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 4 * KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         da[i] += dout[i];

@@ -17,24 +17,19 @@
 #define ATT_BLOCK 64
 
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc)
-{
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* Softmax of row t of the scores over positions 0..t, zero after. */
-static void causal_softmax_row(float *p, int t, int T)
-{
+static void causal_softmax_row(float *p, int t, int T) {
     float mx = -INFINITY;
-    for (int j = 0; j <= t; j++)
-        mx = p[j] > mx ? p[j] : mx;
-    for (int j = 0; j <= t; j++)
-        p[j] = kv_exp(p[j] - mx);
+    for (int j = 0; j <= t; j++) mx = p[j] > mx ? p[j] : mx;
+    for (int j = 0; j <= t; j++) p[j] = kv_exp(p[j] - mx);
     /* A separate in-order sum, so the exp loop above vectorises. */
     float sum = 0.0f;
-    for (int j = 0; j <= t; j++)
-        sum += p[j];
+    for (int j = 0; j <= t; j++) sum += p[j];
     float inv = 1.0f / sum;
     /* Probabilities below FLT_MIN are flushed to zero: kv_exp stops at
      * about FLT_MIN, and normalising such a value leaves a subnormal,
@@ -44,13 +39,11 @@ static void causal_softmax_row(float *p, int t, int T)
         float v = p[j] * inv;
         p[j] = v < FLT_MIN ? 0.0f : v;
     }
-    for (int j = t + 1; j < T; j++)
-        p[j] = 0.0f;
+    for (int j = t + 1; j < T; j++) p[j] = 0.0f;
 }
 
-void kernels_attention_forward(float *out, float *att, const float *qkv,
-                               int B, int T, int C, int NH)
-{
+void kernels_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH) {
     kv_blas_single();
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -67,24 +60,20 @@ void kernels_attention_forward(float *out, float *att, const float *qkv,
             float *pb = p + (size_t)i0 * T;
             /* scores = scale * q k^T for keys 0..cols-1 */
             gemm(0, 1, rows, cols, hs, scale, q + (size_t)i0 * ld, ld, k, ld, 0.0f, pb, T);
-            for (int r = 0; r < rows; r++)
-                causal_softmax_row(pb + (size_t)r * T, i0 + r, T);
+            for (int r = 0; r < rows; r++) causal_softmax_row(pb + (size_t)r * T, i0 + r, T);
             /* out = p v */
             gemm(0, 0, rows, hs, cols, 1.0f, pb, T, v, ld, 0.0f, o + (size_t)i0 * C, C);
         }
     }
 }
 
-size_t kernels_attention_scratch_floats(int B, int T, int NH)
-{
+size_t kernels_attention_scratch_floats(int B, int T, int NH) {
     size_t rows = T < ATT_BLOCK ? (size_t)T : ATT_BLOCK;
     return (size_t)B * NH * rows * T;
 }
 
-void kernels_attention_backward(float *dqkv, float *scratch, const float *dout,
-                                const float *qkv, const float *att,
-                                int B, int T, int C, int NH)
-{
+void kernels_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH) {
     kv_blas_single();
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -117,12 +106,9 @@ void kernels_attention_backward(float *dqkv, float *scratch, const float *dout,
                 const float *pr = pb + (size_t)r * T;
                 float *d = ds + (size_t)r * T;
                 float s = 0.0f;
-                for (int j = 0; j <= t; j++)
-                    s += pr[j] * d[j];
-                for (int j = 0; j <= t; j++)
-                    d[j] = pr[j] * (d[j] - s) * scale;
-                for (int j = t + 1; j < cols; j++)
-                    d[j] = 0.0f;
+                for (int j = 0; j <= t; j++) s += pr[j] * d[j];
+                for (int j = 0; j <= t; j++) d[j] = pr[j] * (d[j] - s) * scale;
+                for (int j = t + 1; j < cols; j++) d[j] = 0.0f;
             }
             /* dq += ds k; dk += ds^T q */
             gemm(0, 0, rows, hs, cols, 1.0f, ds, T, k, ld, 1.0f, dq + (size_t)i0 * ld, ld);

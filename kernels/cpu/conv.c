@@ -29,14 +29,12 @@ typedef struct geom {
     size_t ld;   /* B*ho*wo: columns of the im2col matrix */
 } geom;
 
-int kernels_conv2d_out_size(int n, int k, int stride)
-{
+int kernels_conv2d_out_size(int n, int k, int stride) {
     /* n + 2*(k/2) - k is n (even k) or n - 1 (odd k): never negative. */
     return (int)(((long long)n + 2 * (k / 2) - k) / stride + 1);
 }
 
-static void make_geom(geom *g, const kernels_conv2d_shape *s, int B)
-{
+static void make_geom(geom *g, const kernels_conv2d_shape *s, int B) {
     g->ci = s->ci;
     g->h = s->h;
     g->w = s->w;
@@ -52,8 +50,7 @@ static void make_geom(geom *g, const kernels_conv2d_shape *s, int B)
     g->ld = (size_t)B * g->hwo;
 }
 
-size_t kernels_conv2d_scratch_floats(const kernels_conv2d_shape *s, int B)
-{
+size_t kernels_conv2d_scratch_floats(const kernels_conv2d_shape *s, int B) {
     if (s == NULL || B < 1 || s->ci < 1 || s->h < 1 || s->w < 1 || s->co < 1 || s->k < 1 ||
         s->stride < 1)
         return 0;
@@ -72,8 +69,7 @@ size_t kernels_conv2d_scratch_floats(const kernels_conv2d_shape *s, int B)
 /* The output positions o in [0, n_out) whose input coordinate o*s - pad +
  * kk lies inside [0, n_in): the range [*lo, *hi), empty when the kernel
  * offset kk only ever lands in the padding. */
-static void valid_range(int n_out, int n_in, int s, int pad, int kk, int *lo, int *hi)
-{
+static void valid_range(int n_out, int n_in, int s, int pad, int kk, int *lo, int *hi) {
     int need = pad - kk; /* o*s >= need */
     int l = need <= 0 ? 0 : (need + s - 1) / s;
     int last = n_in - 1 + pad - kk; /* o*s <= last */
@@ -86,8 +82,7 @@ static void valid_range(int n_out, int n_in, int s, int pad, int kk, int *lo, in
 /* cols[r, b*hwo + oy*wo + ox] = inp[b, c, oy*s - pad + ky, ox*s - pad + kx]
  * (0 in the padding) for r = (c*k + ky)*k + kx. One (r, b) segment per
  * iteration, each written whole by one thread. */
-static void im2col(float *cols, const float *inp, const geom *g, int B)
-{
+static void im2col(float *cols, const float *inp, const geom *g, int B) {
     size_t n = g->rows * (size_t)B, kk = (size_t)g->k * (size_t)g->k;
 #pragma omp parallel for schedule(static) if (n * g->hwo > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -103,17 +98,14 @@ static void im2col(float *cols, const float *inp, const geom *g, int B)
         for (int oy = y0; oy < y1; oy++) {
             float *row = dst + (size_t)oy * (size_t)g->wo;
             const float *src = plane + (size_t)(oy * g->s - g->pad + ky) * (size_t)g->w;
-            for (int ox = 0; ox < x0; ox++)
-                row[ox] = 0.0f;
+            for (int ox = 0; ox < x0; ox++) row[ox] = 0.0f;
             if (g->s == 1) {
                 if (x1 > x0)
                     memcpy(row + x0, src + (x0 - g->pad + kx), (size_t)(x1 - x0) * sizeof(float));
             } else {
-                for (int ox = x0; ox < x1; ox++)
-                    row[ox] = src[ox * g->s - g->pad + kx];
+                for (int ox = x0; ox < x1; ox++) row[ox] = src[ox * g->s - g->pad + kx];
             }
-            for (int ox = x1; ox < g->wo; ox++)
-                row[ox] = 0.0f;
+            for (int ox = x1; ox < g->wo; ox++) row[ox] = 0.0f;
         }
         memset(dst + (size_t)y1 * (size_t)g->wo, 0,
                (size_t)(g->ho - y1) * (size_t)g->wo * sizeof(float));
@@ -123,8 +115,7 @@ static void im2col(float *cols, const float *inp, const geom *g, int B)
 /* The adjoint of im2col: dinp[b, c, iy, ix] += every dcols entry that
  * im2col copied from there. One (b, c) plane per iteration, so each input
  * element is summed by one thread, always in the same order. */
-static void col2im_add(float *dinp, const float *dcols, const geom *g, int B)
-{
+static void col2im_add(float *dinp, const float *dcols, const geom *g, int B) {
     size_t n = (size_t)B * (size_t)g->ci;
 #pragma omp parallel for schedule(static) if (n * g->rows * g->hwo / (size_t)g->ci > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -141,25 +132,22 @@ static void col2im_add(float *dinp, const float *dcols, const geom *g, int B)
                 for (int oy = y0; oy < y1; oy++) {
                     float *row = plane + (size_t)(oy * g->s - g->pad + ky) * (size_t)g->w;
                     const float *sr = src + (size_t)oy * (size_t)g->wo;
-                    for (int ox = x0; ox < x1; ox++)
-                        row[ox * g->s - g->pad + kx] += sr[ox];
+                    for (int ox = x0; ox < x1; ox++) row[ox * g->s - g->pad + kx] += sr[ox];
                 }
             }
         }
     }
 }
 
-void kernels_conv2d_forward(float *out, const float *inp, const float *weight,
-                            const float *bias, float *scratch, const kernels_conv2d_shape *s,
-                            int B)
-{
+void kernels_conv2d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                            float *scratch, const kernels_conv2d_shape *s, int B) {
     geom g;
     make_geom(&g, s, B);
     float *cols = scratch, *tmp = scratch + g.rows * g.ld;
     im2col(cols, inp, &g, B);
     /* tmp[co, B*hwo] = weight[co, rows] @ cols[rows, B*hwo] */
-    kv_sgemm(0, 0, g.co, (int)g.ld, (int)g.rows, 1.0f, weight, (int)g.rows, cols, (int)g.ld,
-             0.0f, tmp, (int)g.ld);
+    kv_sgemm(0, 0, g.co, (int)g.ld, (int)g.rows, 1.0f, weight, (int)g.rows, cols, (int)g.ld, 0.0f,
+             tmp, (int)g.ld);
     size_t n = (size_t)B * (size_t)g.co;
 #pragma omp parallel for schedule(static) if (n * g.hwo > KV_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -167,15 +155,13 @@ void kernels_conv2d_forward(float *out, const float *inp, const float *weight,
         const float *src = tmp + c * g.ld + b * g.hwo;
         float *dst = out + i * g.hwo;
         float bv = bias ? bias[c] : 0.0f;
-        for (size_t p = 0; p < g.hwo; p++)
-            dst[p] = src[p] + bv;
+        for (size_t p = 0; p < g.hwo; p++) dst[p] = src[p] + bv;
     }
 }
 
 void kernels_conv2d_backward(float *dinp, float *dweight, float *dbias, float *scratch,
                              const float *dout, const float *inp, const float *weight,
-                             const kernels_conv2d_shape *s, int B)
-{
+                             const kernels_conv2d_shape *s, int B) {
     geom g;
     make_geom(&g, s, B);
     float *cols = scratch, *tmp = scratch + g.rows * g.ld;
@@ -193,8 +179,7 @@ void kernels_conv2d_backward(float *dinp, float *dweight, float *dbias, float *s
         for (int c = 0; c < g.co; c++) {
             const float *row = tmp + (size_t)c * g.ld;
             double sum = 0.0;
-            for (size_t p = 0; p < g.ld; p++)
-                sum += row[p];
+            for (size_t p = 0; p < g.ld; p++) sum += row[p];
             dbias[c] += (float)sum;
         }
     }
@@ -202,8 +187,7 @@ void kernels_conv2d_backward(float *dinp, float *dweight, float *dbias, float *s
     /* dweight[co, rows] += tmp[co, B*hwo] @ cols^T */
     kv_sgemm(0, 1, g.co, (int)g.rows, (int)g.ld, 1.0f, tmp, (int)g.ld, cols, (int)g.ld, 1.0f,
              dweight, (int)g.rows);
-    if (dinp == NULL)
-        return;
+    if (dinp == NULL) return;
     /* The im2col matrix is spent: its room takes d(cols)[rows, B*hwo] =
      * weight^T @ tmp, which col2im folds back onto the images. */
     kv_sgemm(1, 0, (int)g.rows, (int)g.ld, g.co, 1.0f, weight, (int)g.rows, tmp, (int)g.ld, 0.0f,

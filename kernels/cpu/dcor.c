@@ -8,15 +8,13 @@
 #include "kernels/dcor.h"
 #include "kernels/dcor_elem.h"
 
-size_t kernels_dcor_scratch_doubles(int n)
-{
+size_t kernels_dcor_scratch_doubles(int n) {
     size_t m = n > 0 ? (size_t)n : 0;
     return 2 * m * m + 5 * m;
 }
 
 /* d[i,j] = |v_i - v_j| over the n rows of v [n,w], and r[i] its row means. */
-static void distances(double *d, double *r, const float *v, int n, int w)
-{
+static void distances(double *d, double *r, const float *v, int n, int w) {
 #pragma omp parallel for schedule(static) if ((long)n * n * w > 100000)
     for (int i = 0; i < n; i++) {
         const float *vi = v + (size_t)i * w;
@@ -36,22 +34,18 @@ static void distances(double *d, double *r, const float *v, int n, int w)
     }
 }
 
-static double grand_mean(const double *r, int n)
-{
+static double grand_mean(const double *r, int n) {
     double g = 0.0;
-    for (int i = 0; i < n; i++)
-        g += r[i];
+    for (int i = 0; i < n; i++) g += r[i];
     return g / (double)n;
 }
 
 double kernels_dcor(float *dZ, const float *X, const float *Z, int n, int p, int q, float alpha,
-                    double *scratch)
-{
-    if (n < 2 || n > KERNELS_DCOR_MAX_N || p < 1 || q < 1)
-        return 0.0;
+                    double *scratch) {
+    if (n < 2 || n > KERNELS_DCOR_MAX_N || p < 1 || q < 1) return 0.0;
     size_t nn = (size_t)n * n;
-    double *a = scratch, *b = a + nn, *ra = b + nn, *rb = ra + n, *pxz = rb + n,
-           *pxx = pxz + n, *pzz = pxx + n;
+    double *a = scratch, *b = a + nn, *ra = b + nn, *rb = ra + n, *pxz = rb + n, *pxx = pxz + n,
+           *pzz = pxx + n;
     distances(a, ra, X, n, p);
     distances(b, rb, Z, n, q);
     double ga = grand_mean(ra, n), gb = grand_mean(rb, n);
@@ -77,9 +71,8 @@ double kernels_dcor(float *dZ, const float *X, const float *Z, int n, int p, int
     }
     double c1, c2;
     double dc = dcor_coeffs(sxz, sxx, szz, n, (double)alpha, &c1, &c2);
-    if (dZ == NULL || (c1 == 0.0 && c2 == 0.0))
-        return dc;
-    /* The weights replace the distances of X, which are not needed again. */
+    if (dZ == NULL || (c1 == 0.0 && c2 == 0.0)) return dc;
+        /* The weights replace the distances of X, which are not needed again. */
 #pragma omp parallel for schedule(static) if ((long)n * n > 100000)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
@@ -94,8 +87,7 @@ double kernels_dcor(float *dZ, const float *X, const float *Z, int n, int p, int
         const float *zi = Z + (size_t)i * q;
         for (int k = 0; k < q; k++) {
             double g = 0.0;
-            for (int j = 0; j < n; j++)
-                g += w[j] * ((double)zi[k] - (double)Z[(size_t)j * q + k]);
+            for (int j = 0; j < n; j++) g += w[j] * ((double)zi[k] - (double)Z[(size_t)j * q + k]);
             dZ[(size_t)i * q + k] += (float)g;
         }
     }

@@ -10,30 +10,24 @@
 /* Blocks are multiples of this many rows/columns (OpenBLAS micro-tiles). */
 #define GEMM_ALIGN 16
 
-void kv_blas_single(void)
-{
-    if (openblas_get_num_threads() != 1)
-        openblas_set_num_threads(1);
+void kv_blas_single(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
-void kernels_set_num_threads(int n)
-{
+void kernels_set_num_threads(int n) {
     omp_set_num_threads(n > 0 ? n : 1);
     kv_blas_single();
 }
 
 static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                   const float *B, int ldb, float beta, float *C, int ldc)
-{
-    if (M <= 0 || N <= 0)
-        return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
-                N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void kv_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc)
-{
+              const float *B, int ldb, float beta, float *C, int ldc) {
     kv_blas_single();
     int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     long work = (long)M * N * K;

@@ -9,8 +9,7 @@
 #define LN_BLOCK 32
 
 void kernels_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                               const float *weight, const float *bias, int N, int C)
-{
+                               const float *weight, const float *bias, int N, int C) {
 #pragma omp parallel for schedule(static) if ((long)N * C > KV_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -18,8 +17,7 @@ void kernels_layernorm_forward(float *out, float *mean, float *rstd, const float
         /* Two passes (mean, then centred variance) rather than E[x^2]-E[x]^2,
          * which cancels badly when the mean is large. */
         float s = 0.0f;
-        for (int c = 0; c < C; c++)
-            s += x[c];
+        for (int c = 0; c < C; c++) s += x[c];
         float m = s / (float)C;
         float v = 0.0f;
         for (int c = 0; c < C; c++) {
@@ -27,17 +25,15 @@ void kernels_layernorm_forward(float *out, float *mean, float *rstd, const float
             v += d * d;
         }
         float rs = 1.0f / sqrtf(v / (float)C + LN_EPS);
-        for (int c = 0; c < C; c++)
-            o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * weight[c] + bias[c];
         mean[n] = m;
         rstd[n] = rs;
     }
 }
 
-void kernels_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *mean, const float *rstd, int N, int C)
-{
+void kernels_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean,
+                                const float *rstd, int N, int C) {
     int par = (long)N * C > KV_PAR_MIN;
     /* Input gradient, row by row:
      * dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)). */

@@ -16,25 +16,20 @@
  * saves. */
 #define KV_PAR_MIN 16384
 
-static inline float kv_dot(const float *a, const float *b, int n)
-{
+static inline float kv_dot(const float *a, const float *b, int n) {
     float acc[KV_LANES] = {0};
     int i = 0;
     for (; i + KV_LANES <= n; i += KV_LANES)
-        for (int l = 0; l < KV_LANES; l++)
-            acc[l] += a[i + l] * b[i + l];
+        for (int l = 0; l < KV_LANES; l++) acc[l] += a[i + l] * b[i + l];
     float tail = 0.0f;
-    for (; i < n; i++)
-        tail += a[i] * b[i];
+    for (; i < n; i++) tail += a[i] * b[i];
     return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) +
            tail;
 }
 
 /* y += a * x */
-static inline void kv_axpy(float *restrict y, float a, const float *restrict x, int n)
-{
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
+static inline void kv_axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* exp(x) for float, branch-free so loops calling it vectorise (libm's
@@ -43,8 +38,7 @@ static inline void kv_axpy(float *restrict y, float a, const float *restrict x, 
  * or a denormal (exp(-87.3) ~ 1.2e-38 stands in for smaller results).
  * Method: x = n ln2 + r with |r| <= ln2/2, a degree-7 Taylor polynomial for
  * e^r (truncation error < 1e-8) and 2^n built in the exponent bits. */
-static inline float kv_exp(float x)
-{
+static inline float kv_exp(float x) {
     x = x < -87.3f ? -87.3f : x;
     x = x > 88.3f ? 88.3f : x;
     /* Round x/ln2 to nearest by adding and subtracting 1.5 * 2^23. A NaN
@@ -72,8 +66,7 @@ static inline float kv_exp(float x)
 
 /* tanh via exp: 1 - 2/(e^{2x}+1). Absolute error ~1e-7 (relative error is
  * larger only where |tanh x| < 1e-3, which GELU adds to 1 anyway). */
-static inline float kv_tanh(float x)
-{
+static inline float kv_tanh(float x) {
     return 1.0f - 2.0f / (kv_exp(2.0f * x) + 1.0f);
 }
 

@@ -18,14 +18,12 @@ struct kernels_cuda_ctx {
     cublasComputeType_t compute;
 };
 
-static int cublas_fail(vl_error *err, cublasStatus_t s, const char *what)
-{
+static int cublas_fail(vl_error *err, cublasStatus_t s, const char *what) {
     return vl_fail(err, s == CUBLAS_STATUS_ALLOC_FAILED ? VL_ENOMEM : VL_ERR,
                    "cuBLAS %s failed: %s", what, cublasGetStatusString(s));
 }
 
-extern "C" const char *kernels_cuda_math_name(kernels_cuda_math math)
-{
+extern "C" const char *kernels_cuda_math_name(kernels_cuda_math math) {
     switch (math) {
     case KERNELS_CUDA_FP32: return "fp32";
     case KERNELS_CUDA_TF32: return "tf32";
@@ -35,10 +33,8 @@ extern "C" const char *kernels_cuda_math_name(kernels_cuda_math math)
 }
 
 extern "C" int kernels_cuda_ctx_create(kernels_cuda_math math, kernels_cuda_ctx **out,
-                                       vl_error *err)
-{
-    if (out == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda ctx: no output pointer");
+                                       vl_error *err) {
+    if (out == NULL) return vl_fail(err, VL_EINVAL, "cuda ctx: no output pointer");
     *out = NULL;
     cublasComputeType_t compute;
     switch (math) {
@@ -53,11 +49,9 @@ extern "C" int kernels_cuda_ctx_create(kernels_cuda_math math, kernels_cuda_ctx 
         (void)cudaGetLastError();
         return cuda_fail(err, e, "cudaGetDeviceCount");
     }
-    if (n == 0)
-        return vl_fail(err, VL_ERR, "cuda ctx: no CUDA device");
+    if (n == 0) return vl_fail(err, VL_ERR, "cuda ctx: no CUDA device");
     kernels_cuda_ctx *ctx = (kernels_cuda_ctx *)calloc(1, sizeof *ctx);
-    if (ctx == NULL)
-        return vl_fail(err, VL_ENOMEM, "cuda ctx: out of memory");
+    if (ctx == NULL) return vl_fail(err, VL_ENOMEM, "cuda ctx: out of memory");
     cublasStatus_t s = cublasCreate(&ctx->handle);
     if (s != CUBLAS_STATUS_SUCCESS) {
         free(ctx);
@@ -77,23 +71,19 @@ extern "C" int kernels_cuda_ctx_create(kernels_cuda_math math, kernels_cuda_ctx 
     return 0;
 }
 
-extern "C" void kernels_cuda_ctx_destroy(kernels_cuda_ctx *ctx)
-{
-    if (ctx == NULL)
-        return;
+extern "C" void kernels_cuda_ctx_destroy(kernels_cuda_ctx *ctx) {
+    if (ctx == NULL) return;
     (void)cudaDeviceSynchronize();
     (void)cudaGetLastError();
     cublasDestroy(ctx->handle);
     free(ctx);
 }
 
-extern "C" kernels_cuda_math kernels_cuda_ctx_math(const kernels_cuda_ctx *ctx)
-{
+extern "C" kernels_cuda_math kernels_cuda_ctx_math(const kernels_cuda_ctx *ctx) {
     return ctx->math;
 }
 
-extern "C" int kernels_cuda_sync(vl_error *err)
-{
+extern "C" int kernels_cuda_sync(vl_error *err) {
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -106,12 +96,9 @@ extern "C" int kernels_cuda_sync(vl_error *err)
 
 /* kernels_cuda_alloc and kernels_cuda_free are in memory.cu. */
 
-static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, vl_error *err)
-{
-    if (bytes == 0)
-        return 0;
-    if (dst == NULL || src == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda copy: NULL pointer");
+static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, vl_error *err) {
+    if (bytes == 0) return 0;
+    if (dst == NULL || src == NULL) return vl_fail(err, VL_EINVAL, "cuda copy: NULL pointer");
     cudaError_t e = cudaMemcpy(dst, src, bytes, kind);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -123,24 +110,18 @@ static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, v
     return 0;
 }
 
-extern "C" int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, vl_error *err)
-{
+extern "C" int kernels_cuda_upload(void *d_dst, const void *src, size_t bytes, vl_error *err) {
     return copy(d_dst, src, bytes, cudaMemcpyHostToDevice, err);
 }
 
-extern "C" int kernels_cuda_download(void *dst, const void *d_src, size_t bytes, vl_error *err)
-{
+extern "C" int kernels_cuda_download(void *dst, const void *d_src, size_t bytes, vl_error *err) {
     return copy(dst, d_src, bytes, cudaMemcpyDeviceToHost, err);
 }
 
 extern "C" int kernels_cuda_download_rows(void *dst, size_t dpitch, const void *d_src,
-                                          size_t spitch, size_t width, size_t rows,
-                                          vl_error *err)
-{
-    if (width == 0 || rows == 0)
-        return 0;
-    if (dst == NULL || d_src == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda copy: NULL pointer");
+                                          size_t spitch, size_t width, size_t rows, vl_error *err) {
+    if (width == 0 || rows == 0) return 0;
+    if (dst == NULL || d_src == NULL) return vl_fail(err, VL_EINVAL, "cuda copy: NULL pointer");
     if (dpitch < width || spitch < width)
         return vl_fail(err, VL_EINVAL, "cuda copy: pitch below the row width");
     cudaError_t e = cudaMemcpy2D(dst, dpitch, d_src, spitch, width, rows, cudaMemcpyDeviceToHost);
@@ -151,17 +132,13 @@ extern "C" int kernels_cuda_download_rows(void *dst, size_t dpitch, const void *
     return 0;
 }
 
-extern "C" int kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes, vl_error *err)
-{
+extern "C" int kernels_cuda_copy(void *d_dst, const void *d_src, size_t bytes, vl_error *err) {
     return copy(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, err);
 }
 
-extern "C" int kernels_cuda_zero(void *d, size_t bytes, vl_error *err)
-{
-    if (bytes == 0)
-        return 0;
-    if (d == NULL)
-        return vl_fail(err, VL_EINVAL, "cuda zero: NULL pointer");
+extern "C" int kernels_cuda_zero(void *d, size_t bytes, vl_error *err) {
+    if (bytes == 0) return 0;
+    if (d == NULL) return vl_fail(err, VL_EINVAL, "cuda zero: NULL pointer");
     cudaError_t e = cudaMemsetAsync(d, 0, bytes, 0);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -172,29 +149,24 @@ extern "C" int kernels_cuda_zero(void *d, size_t bytes, vl_error *err)
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 
-int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
-                   const float *A, int lda, long long sa, const float *B, int ldb,
-                   long long sb, float beta, float *C, int ldc, long long sc, int count,
-                   vl_error *err)
-{
+int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+            int lda, long long sa, const float *B, int ldb, long long sb, float beta, float *C,
+            int ldc, long long sc, int count, vl_error *err) {
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t s;
     if (count == 1)
-        s = cublasGemmEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
-                         CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, ctx->compute,
-                         CUBLAS_GEMM_DEFAULT);
+        s = cublasGemmEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
+                         lda, &beta, C, CUDA_R_32F, ldc, ctx->compute, CUBLAS_GEMM_DEFAULT);
     else
-        s = cublasGemmStridedBatchedEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_32F,
-                                       ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F,
-                                       ldc, sc, count, ctx->compute, CUBLAS_GEMM_DEFAULT);
+        s = cublasGemmStridedBatchedEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_32F, ldb,
+                                       sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc,
+                                       count, ctx->compute, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? 0 : cublas_fail(err, s, "GEMM");
 }
 
 int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
                  const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
-                 float beta, void *C, int c_bf16, int ldc, long long sc, int count,
-                 vl_error *err)
-{
+                 float beta, void *C, int c_bf16, int ldc, long long sc, int count, vl_error *err) {
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cudaDataType_t ct = c_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasStatus_t s;
@@ -203,16 +175,15 @@ int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, flo
                          CUDA_R_16BF, lda, &beta, C, ct, ldc, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
     else
-        s = cublasGemmStridedBatchedEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_16BF,
-                                       ldb, sb, A, CUDA_R_16BF, lda, sa, &beta, C, ct, ldc, sc,
-                                       count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        s = cublasGemmStridedBatchedEx(ctx->handle, opb, opa, N, M, K, &alpha, B, CUDA_R_16BF, ldb,
+                                       sb, A, CUDA_R_16BF, lda, sa, &beta, C, ct, ldc, sc, count,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? 0 : cublas_fail(err, s, "bf16 GEMM");
 }
 
 extern "C" int kernels_cuda_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K,
-                                 float alpha, const float *d_A, int lda, const float *d_B,
-                                 int ldb, float beta, float *d_C, int ldc, vl_error *err)
-{
+                                 float alpha, const float *d_A, int lda, const float *d_B, int ldb,
+                                 float beta, float *d_C, int ldc, vl_error *err) {
     if (ctx == NULL || d_A == NULL || d_B == NULL || d_C == NULL)
         return vl_fail(err, VL_EINVAL, "cuda gemm: NULL context or pointer");
     if (M < 1 || N < 1 || K < 1)
@@ -224,15 +195,12 @@ extern "C" int kernels_cuda_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, i
 /* ---- linear layers ------------------------------------------------------------- */
 
 /* A block per row (grid-stride over rows): no 64-bit remainder per value. */
-__global__ static void seed_bias_kernel(float *out, const float *bias, size_t rows, int OUT)
-{
+__global__ static void seed_bias_kernel(float *out, const float *bias, size_t rows, int OUT) {
     for (size_t r = blockIdx.x; r < rows; r += gridDim.x)
-        for (int c = threadIdx.x; c < OUT; c += blockDim.x)
-            out[r * (size_t)OUT + c] = bias[c];
+        for (int c = threadIdx.x; c < OUT; c += blockDim.x) out[r * (size_t)OUT + c] = bias[c];
 }
 
-int kc_seed_bias(float *out, const float *bias, size_t n, int OUT, vl_error *err)
-{
+int kc_seed_bias(float *out, const float *bias, size_t n, int OUT, vl_error *err) {
     size_t rows = n / (size_t)OUT;
     unsigned blocks = rows < KC_MAX_BLOCKS ? (unsigned)rows : KC_MAX_BLOCKS;
     seed_bias_kernel<<<blocks, KC_THREADS>>>(out, bias, rows, OUT);
@@ -246,37 +214,31 @@ int kc_seed_bias(float *out, const float *bias, size_t n, int OUT, vl_error *err
 /* dst[c] += sum over rows n of src[n, c]. Each block sums a slab of rows
  * for 32 columns, then adds its partial sums with one atomic per column. */
 __global__ static void colsum_add_kernel(float *dst, const float *src, int N, int W,
-                                         int rows_per_block)
-{
+                                         int rows_per_block) {
     __shared__ float part[KC_WARPS][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * rows_per_block;
     int r1 = min(N, r0 + rows_per_block);
     float s = 0.0f;
     if (c < W)
-        for (int r = r0 + threadIdx.y; r < r1; r += KC_WARPS)
-            s += src[(size_t)r * W + c];
+        for (int r = r0 + threadIdx.y; r < r1; r += KC_WARPS) s += src[(size_t)r * W + c];
     part[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y == 0 && c < W) {
         float t = 0.0f;
-        for (int k = 0; k < KC_WARPS; k++)
-            t += part[k][threadIdx.x];
+        for (int k = 0; k < KC_WARPS; k++) t += part[k][threadIdx.x];
         atomicAdd(&dst[c], t);
     }
 }
 
-void kc_colsum_grid(int N, int W, dim3 *grid, int *rows_per_block)
-{
+void kc_colsum_grid(int N, int W, dim3 *grid, int *rows_per_block) {
     unsigned gy = (unsigned)((N + COLSUM_ROWS - 1) / COLSUM_ROWS);
-    if (gy > KC_MAX_BLOCKS)
-        gy = KC_MAX_BLOCKS;
+    if (gy > KC_MAX_BLOCKS) gy = KC_MAX_BLOCKS;
     *rows_per_block = (int)((N + gy - 1) / gy);
     *grid = dim3((unsigned)((W + 31) / 32), gy);
 }
 
-int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err)
-{
+int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err) {
     dim3 grid;
     int rows;
     kc_colsum_grid(N, W, &grid, &rows);
@@ -284,9 +246,8 @@ int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err)
     return kc_launched(err, "bias gradient");
 }
 
-int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
-                int IN, int OUT, const char *what, vl_error *err)
-{
+int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N, int IN,
+                int OUT, const char *what, vl_error *err) {
     if (ctx == NULL || a == NULL || b == NULL || c == NULL)
         return vl_fail(err, VL_EINVAL, "cuda %s: NULL context or pointer", what);
     if (N < 1 || IN < 1 || OUT < 1)
@@ -294,30 +255,24 @@ int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void 
     return 0;
 }
 
-extern "C" int kernels_cuda_matmul_forward(kernels_cuda_ctx *ctx, float *d_out,
-                                           const float *d_inp, const float *d_weight,
-                                           const float *d_bias, int N, int IN, int OUT,
-                                           vl_error *err)
-{
+extern "C" int kernels_cuda_matmul_forward(kernels_cuda_ctx *ctx, float *d_out, const float *d_inp,
+                                           const float *d_weight, const float *d_bias, int N,
+                                           int IN, int OUT, vl_error *err) {
     int rc = kc_check_mm(ctx, d_out, d_inp, d_weight, N, IN, OUT, "matmul", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     float beta = 0.0f;
     if (d_bias) {
-        if ((rc = kc_seed_bias(d_out, d_bias, (size_t)N * OUT, OUT, err)) != 0)
-            return rc;
+        if ((rc = kc_seed_bias(d_out, d_bias, (size_t)N * OUT, OUT, err)) != 0) return rc;
         beta = 1.0f;
     }
-    return kc_gemm(ctx, 0, 0, N, OUT, IN, 1.0f, d_inp, IN, 0, d_weight, OUT, 0, beta, d_out, OUT,
-                   0, 1, err);
+    return kc_gemm(ctx, 0, 0, N, OUT, IN, 1.0f, d_inp, IN, 0, d_weight, OUT, 0, beta, d_out, OUT, 0,
+                   1, err);
 }
 
-extern "C" int kernels_cuda_matmul_backward(kernels_cuda_ctx *ctx, float *d_dinp,
-                                            float *d_dweight, float *d_dbias,
-                                            const float *d_dout, const float *d_inp,
+extern "C" int kernels_cuda_matmul_backward(kernels_cuda_ctx *ctx, float *d_dinp, float *d_dweight,
+                                            float *d_dbias, const float *d_dout, const float *d_inp,
                                             const float *d_weight, int N, int IN, int OUT,
-                                            vl_error *err)
-{
+                                            vl_error *err) {
     int rc = kc_check_mm(ctx, d_dweight, d_dout, d_inp, N, IN, OUT, "matmul backward", err);
     if (rc == 0 && d_dinp && d_weight == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul backward: dinp without weight");
@@ -327,27 +282,23 @@ extern "C" int kernels_cuda_matmul_backward(kernels_cuda_ctx *ctx, float *d_dinp
     if (rc == 0)
         rc = kc_gemm(ctx, 1, 0, IN, OUT, N, 1.0f, d_inp, IN, 0, d_dout, OUT, 0, 1.0f, d_dweight,
                      OUT, 0, 1, err);
-    if (rc == 0 && d_dbias)
-        rc = kc_colsum_add(d_dbias, d_dout, N, OUT, err);
+    if (rc == 0 && d_dbias) rc = kc_colsum_add(d_dbias, d_dout, N, OUT, err);
     return rc;
 }
 
 extern "C" int kernels_cuda_matmul_wt_forward(kernels_cuda_ctx *ctx, float *d_out,
                                               const float *d_inp, const float *d_weight_t, int N,
-                                              int IN, int OUT, vl_error *err)
-{
+                                              int IN, int OUT, vl_error *err) {
     int rc = kc_check_mm(ctx, d_out, d_inp, d_weight_t, N, IN, OUT, "matmul_wt", err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     return kc_gemm(ctx, 0, 1, N, OUT, IN, 1.0f, d_inp, IN, 0, d_weight_t, IN, 0, 0.0f, d_out, OUT,
                    0, 1, err);
 }
 
 extern "C" int kernels_cuda_matmul_wt_backward(kernels_cuda_ctx *ctx, float *d_dinp,
                                                float *d_dweight_t, const float *d_dout,
-                                               const float *d_inp, const float *d_weight_t,
-                                               int N, int IN, int OUT, vl_error *err)
-{
+                                               const float *d_inp, const float *d_weight_t, int N,
+                                               int IN, int OUT, vl_error *err) {
     int rc = kc_check_mm(ctx, d_dweight_t, d_dout, d_inp, N, IN, OUT, "matmul_wt backward", err);
     if (rc == 0 && d_dinp && d_weight_t == NULL)
         rc = vl_fail(err, VL_EINVAL, "cuda matmul_wt backward: dinp without weight");

@@ -17,11 +17,9 @@
 #define CC_MAX_BLOCKS 65535u
 
 /* Blocks of CC_THREADS for a grid-stride loop over n items (at least 1). */
-static inline unsigned cc_blocks(size_t n)
-{
+static inline unsigned cc_blocks(size_t n) {
     size_t b = (n + CC_THREADS - 1) / CC_THREADS;
-    if (b < 1)
-        b = 1;
+    if (b < 1) b = 1;
     return b > CC_MAX_BLOCKS ? CC_MAX_BLOCKS : (unsigned)b;
 }
 
@@ -35,65 +33,60 @@ struct cc_dev {
     cc_dev() = default;
     cc_dev(const cc_dev &) = delete;
     cc_dev &operator=(const cc_dev &) = delete;
-    ~cc_dev() { kernels_cuda_free(p); }
+    ~cc_dev() {
+        kernels_cuda_free(p);
+    }
     /* Allocates bytes (at least 1); frees what it held before. */
-    int alloc(size_t bytes, vl_error *err)
-    {
+    int alloc(size_t bytes, vl_error *err) {
         kernels_cuda_free(p);
         p = nullptr;
         return kernels_cuda_alloc(&p, bytes ? bytes : 1, err);
     }
-    template <class T> T *as() const { return static_cast<T *>(p); }
+    template <class T> T *as() const {
+        return static_cast<T *>(p);
+    }
 };
 
 /* The error of the launch just made, if any. */
-static inline int cc_launched(vl_error *err, const char *what)
-{
+static inline int cc_launched(vl_error *err, const char *what) {
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : cuda_fail(err, e, what);
 }
 
 /* Waits for the device; a kernel's failure surfaces here. */
-static inline int cc_sync(vl_error *err, const char *what)
-{
+static inline int cc_sync(vl_error *err, const char *what) {
     cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        return 0;
+    if (e == cudaSuccess) return 0;
     (void)cudaGetLastError();
     return cuda_fail(err, e, what);
 }
 
 /* cudaMemcpy of n bytes (synchronous for host memory); 0 bytes is a no-op. */
 static inline int cc_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
-                          vl_error *err)
-{
-    if (n == 0)
-        return 0;
+                          vl_error *err) {
+    if (n == 0) return 0;
     cudaError_t e = cudaMemcpy(dst, src, n, kind);
-    if (e == cudaSuccess)
-        return 0;
+    if (e == cudaSuccess) return 0;
     (void)cudaGetLastError();
-    return cuda_fail(err, e, kind == cudaMemcpyHostToDevice   ? "cudaMemcpy to device"
-                             : kind == cudaMemcpyDeviceToHost ? "cudaMemcpy to host"
-                                                              : "cudaMemcpy");
+    return cuda_fail(err, e,
+                     kind == cudaMemcpyHostToDevice   ? "cudaMemcpy to device"
+                     : kind == cudaMemcpyDeviceToHost ? "cudaMemcpy to host"
+                                                      : "cudaMemcpy");
 }
 
 /* Allocates dev for n items of T and copies them from host (n may be 0). */
 template <class T>
-static inline int cc_upload(cc_dev &dev, const T *host, size_t n, vl_error *err)
-{
+static inline int cc_upload(cc_dev &dev, const T *host, size_t n, vl_error *err) {
     if (n > SIZE_MAX / sizeof(T))
         return vl_fail(err, VL_ETOOBIG, "%zu items are too many for device memory", n);
     int rc = dev.alloc(n * sizeof(T), err);
-    if (rc == 0 && host)
-        rc = cc_copy(dev.p, host, n * sizeof(T), cudaMemcpyHostToDevice, err);
+    if (rc == 0 && host) rc = cc_copy(dev.p, host, n * sizeof(T), cudaMemcpyHostToDevice, err);
     return rc;
 }
 
 /* For finite values, the unsigned order of the sign-cleared bits is the
  * order of |x| (compress/scan.h ranks by the same key). */
-__device__ __forceinline__ uint32_t cc_key(float v)
-{
+__device__ __forceinline__ uint32_t cc_key(float v) {
     return __float_as_uint(v) & 0x7fffffffu;
 }
 
@@ -101,17 +94,13 @@ __device__ __forceinline__ uint32_t cc_key(float v)
  * get is unspecified), through 32 shared slots: within each warp by
  * shuffles, then over the warps, so a block costs one write where a
  * count needs one. blockDim.x a multiple of 32; every thread must call. */
-template <class T> __device__ __forceinline__ T cc_block_sum(T c, T *part)
-{
-    for (int off = 16; off > 0; off /= 2)
-        c += __shfl_down_sync(0xffffffffu, c, off);
-    if ((threadIdx.x & 31u) == 0)
-        part[threadIdx.x / 32] = c;
+template <class T> __device__ __forceinline__ T cc_block_sum(T c, T *part) {
+    for (int off = 16; off > 0; off /= 2) c += __shfl_down_sync(0xffffffffu, c, off);
+    if ((threadIdx.x & 31u) == 0) part[threadIdx.x / 32] = c;
     __syncthreads();
     T sum = 0;
     if (threadIdx.x == 0)
-        for (unsigned w = 0; w < blockDim.x / 32; w++)
-            sum += part[w];
+        for (unsigned w = 0; w < blockDim.x / 32; w++) sum += part[w];
     return sum;
 }
 
@@ -165,8 +154,7 @@ int cc_readback(const cc_lease &ws, void *dst, const void *d_src, size_t bytes, 
 extern "C" int cc_ws_release_idle(void);
 
 /* Round up to a multiple of 256 bytes (the alignment cudaMalloc gives). */
-static inline size_t cc_align(size_t n)
-{
+static inline size_t cc_align(size_t n) {
     return (n + 255) & ~(size_t)255;
 }
 

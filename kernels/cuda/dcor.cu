@@ -16,12 +16,10 @@
 #define DC_THREADS 128
 
 /* d[i,j] = |v_i - v_j| for v [n,w]; row i is blockIdx.y. */
-__global__ static void dist_kernel(const float *v, int n, int w, double *d)
-{
+__global__ static void dist_kernel(const float *v, int n, int w, double *d) {
     int i = blockIdx.y;
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || j >= n)
-        return;
+    if (i >= n || j >= n) return;
     const float *vi = v + (size_t)i * w, *vj = v + (size_t)j * w;
     double s = 0.0;
     for (int k = 0; k < w; k++) {
@@ -32,26 +30,21 @@ __global__ static void dist_kernel(const float *v, int n, int w, double *d)
 }
 
 /* r[i] = mean of row i of d [n,n]. */
-__global__ static void row_mean_kernel(const double *d, int n, double *r)
-{
+__global__ static void row_mean_kernel(const double *d, int n, double *r) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
+    if (i >= n) return;
     const double *di = d + (size_t)i * n;
     double s = 0.0;
-    for (int j = 0; j < n; j++)
-        s += di[j];
+    for (int j = 0; j < n; j++) s += di[j];
     r[i] = s / (double)n;
 }
 
 /* Per row: the sums over j of A B, A^2 and B^2. */
 __global__ static void vsum_kernel(const double *a, const double *b, const double *ra,
                                    const double *rb, double ga, double gb, int n, double *pxz,
-                                   double *pxx, double *pzz)
-{
+                                   double *pxx, double *pzz) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
+    if (i >= n) return;
     double sxz = 0.0, sxx = 0.0, szz = 0.0;
     for (int j = 0; j < n; j++) {
         double A = dcor_centred(a[(size_t)i * n + j], ra[i], ra[j], ga);
@@ -66,14 +59,11 @@ __global__ static void vsum_kernel(const double *a, const double *b, const doubl
 }
 
 /* a[i,j] becomes the gradient weight of the pair; row i is blockIdx.y. */
-__global__ static void weight_kernel(double *a, const double *b, const double *ra,
-                                     const double *rb, double ga, double gb, int n, double c1,
-                                     double c2)
-{
+__global__ static void weight_kernel(double *a, const double *b, const double *ra, const double *rb,
+                                     double ga, double gb, int n, double c1, double c2) {
     int i = blockIdx.y;
     int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || j >= n)
-        return;
+    if (i >= n || j >= n) return;
     size_t ij = (size_t)i * n + j;
     double A = dcor_centred(a[ij], ra[i], ra[j], ga);
     double B = dcor_centred(b[ij], rb[i], rb[j], gb);
@@ -81,31 +71,25 @@ __global__ static void weight_kernel(double *a, const double *b, const double *r
 }
 
 /* dZ[i,k] += sum_j w[i,j] (z_ik - z_jk); row i is blockIdx.y. */
-__global__ static void grad_kernel(const double *w, const float *z, int n, int q, float *dz)
-{
+__global__ static void grad_kernel(const double *w, const float *z, int n, int q, float *dz) {
     int i = blockIdx.y;
     int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || k >= q)
-        return;
+    if (i >= n || k >= q) return;
     const double *wi = w + (size_t)i * n;
     double zi = (double)z[(size_t)i * q + k];
     double g = 0.0;
-    for (int j = 0; j < n; j++)
-        g += wi[j] * (zi - (double)z[(size_t)j * q + k]);
+    for (int j = 0; j < n; j++) g += wi[j] * (zi - (double)z[(size_t)j * q + k]);
     dz[(size_t)i * q + k] += (float)g;
 }
 
 /* Sum of n doubles in index order, on the host. */
-static double host_sum(const double *v, int n)
-{
+static double host_sum(const double *v, int n) {
     double s = 0.0;
-    for (int i = 0; i < n; i++)
-        s += v[i];
+    for (int i = 0; i < n; i++) s += v[i];
     return s;
 }
 
-static int check_dims(int n, int p, int q, vl_error *err)
-{
+static int check_dims(int n, int p, int q, vl_error *err) {
     if (n < 2 || n > KERNELS_DCOR_MAX_N || p < 1 || q < 1)
         return vl_fail(err, VL_EINVAL, "dcor: n = %d (2..%d), p = %d, q = %d (>= 1)", n,
                        KERNELS_DCOR_MAX_N, p, q);
@@ -114,28 +98,23 @@ static int check_dims(int n, int p, int q, vl_error *err)
 
 extern "C" int kernels_cuda_dcor(float *d_dZ, const float *d_X, const float *d_Z, int n, int p,
                                  int q, float alpha, double *d_scratch, double *dcor,
-                                 vl_error *err)
-{
+                                 vl_error *err) {
     int rc = check_dims(n, p, q, err);
-    if (rc)
-        return rc;
-    if (!d_X || !d_Z || !d_scratch || !dcor)
-        return vl_fail(err, VL_EINVAL, "dcor: null argument");
+    if (rc) return rc;
+    if (!d_X || !d_Z || !d_scratch || !dcor) return vl_fail(err, VL_EINVAL, "dcor: null argument");
     size_t nn = (size_t)n * n;
-    double *a = d_scratch, *b = a + nn, *ra = b + nn, *rb = ra + n, *pxz = rb + n,
-           *pxx = pxz + n, *pzz = pxx + n;
+    double *a = d_scratch, *b = a + nn, *ra = b + nn, *rb = ra + n, *pxz = rb + n, *pxx = pxz + n,
+           *pzz = pxx + n;
     dim3 pairs((unsigned)((n + DC_THREADS - 1) / DC_THREADS), (unsigned)n);
     unsigned rows = (unsigned)((n + DC_THREADS - 1) / DC_THREADS);
     dist_kernel<<<pairs, DC_THREADS>>>(d_X, n, p, a);
     dist_kernel<<<pairs, DC_THREADS>>>(d_Z, n, q, b);
     row_mean_kernel<<<rows, DC_THREADS>>>(a, n, ra);
     row_mean_kernel<<<rows, DC_THREADS>>>(b, n, rb);
-    if ((rc = cc_launched(err, "dcor distance launch")) != 0)
-        return rc;
+    if ((rc = cc_launched(err, "dcor distance launch")) != 0) return rc;
     /* Row means, then the three row partials: 5n doubles on the host. */
     double *h = (double *)malloc(5 * (size_t)n * sizeof(double));
-    if (!h)
-        return vl_fail(err, VL_ENOMEM, "dcor: no host memory for %d rows", n);
+    if (!h) return vl_fail(err, VL_ENOMEM, "dcor: no host memory for %d rows", n);
     double *hra = h, *hrb = h + n, *hp = h + 2 * (size_t)n;
     double ga = 0, gb = 0, c1 = 0, c2 = 0, dc = 0;
     rc = cc_copy(h, ra, 2 * (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, err);
@@ -145,14 +124,12 @@ extern "C" int kernels_cuda_dcor(float *d_dZ, const float *d_X, const float *d_Z
         vsum_kernel<<<rows, DC_THREADS>>>(a, b, ra, rb, ga, gb, n, pxz, pxx, pzz);
         rc = cc_launched(err, "dcor sums launch");
     }
+    if (rc == 0) rc = cc_copy(hp, pxz, 3 * (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, err);
     if (rc == 0)
-        rc = cc_copy(hp, pxz, 3 * (size_t)n * sizeof(double), cudaMemcpyDeviceToHost, err);
-    if (rc == 0)
-        dc = dcor_coeffs(host_sum(hp, n), host_sum(hp + n, n), host_sum(hp + 2 * (size_t)n, n),
-                         n, (double)alpha, &c1, &c2);
+        dc = dcor_coeffs(host_sum(hp, n), host_sum(hp + n, n), host_sum(hp + 2 * (size_t)n, n), n,
+                         (double)alpha, &c1, &c2);
     free(h);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     if (d_dZ != NULL && (c1 != 0.0 || c2 != 0.0)) {
         weight_kernel<<<pairs, DC_THREADS>>>(a, b, ra, rb, ga, gb, n, c1, c2);
         dim3 grads((unsigned)((q + DC_THREADS - 1) / DC_THREADS), (unsigned)n);
@@ -166,20 +143,17 @@ extern "C" int kernels_cuda_dcor(float *d_dZ, const float *d_X, const float *d_Z
 }
 
 extern "C" int kernels_cuda_dcor_host(float *dZ, const float *X, const float *Z, int n, int p,
-                                      int q, float alpha, double *dcor, vl_error *err)
-{
+                                      int q, float alpha, double *dcor, vl_error *err) {
     int rc = check_dims(n, p, q, err);
-    if (rc)
-        return rc;
-    if (!X || !Z || !dcor)
-        return vl_fail(err, VL_EINVAL, "dcor: null argument");
+    if (rc) return rc;
+    if (!X || !Z || !dcor) return vl_fail(err, VL_EINVAL, "dcor: null argument");
     size_t nz = (size_t)n * q;
     cc_dev dx, dz, dg, ds;
     if ((rc = cc_upload(dx, X, (size_t)n * p, err)) != 0 || (rc = cc_upload(dz, Z, nz, err)) != 0 ||
         (dZ && (rc = cc_upload(dg, dZ, nz, err)) != 0) ||
         (rc = cc_upload<double>(ds, nullptr, kernels_dcor_scratch_doubles(n), err)) != 0 ||
-        (rc = kernels_cuda_dcor(dZ ? dg.as<float>() : nullptr, dx.as<float>(), dz.as<float>(), n,
-                                p, q, alpha, ds.as<double>(), dcor, err)) != 0)
+        (rc = kernels_cuda_dcor(dZ ? dg.as<float>() : nullptr, dx.as<float>(), dz.as<float>(), n, p,
+                                q, alpha, ds.as<double>(), dcor, err)) != 0)
         return rc;
     return dZ ? cc_copy(dZ, dg.p, nz * sizeof(float), cudaMemcpyDeviceToHost, err) : 0;
 }

@@ -13,24 +13,18 @@
  * "no GPU here" from "a GPU we cannot use". The runtime has already tried
  * to load it, so RTLD_NOLOAD finds it when it is there; the plain dlopen
  * covers a runtime that unloaded it after failing. */
-static bool driver_installed(void)
-{
+static bool driver_installed(void) {
     void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (h == NULL)
-        h = dlopen("libcuda.so.1", RTLD_LAZY);
-    if (h == NULL)
-        return false;
+    if (h == NULL) h = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (h == NULL) return false;
     dlclose(h);
     return true;
 }
 
-extern "C" int kernels_cuda_probe(int *count, char *why, size_t why_len)
-{
+extern "C" int kernels_cuda_probe(int *count, char *why, size_t why_len) {
     /* snprintf with a size of 0 writes nothing, so a NULL why is safe. */
-    if (why == NULL)
-        why_len = 0;
-    if (count != NULL)
-        *count = 0;
+    if (why == NULL) why_len = 0;
+    if (count != NULL) *count = 0;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess) {
@@ -38,8 +32,7 @@ extern "C" int kernels_cuda_probe(int *count, char *why, size_t why_len)
             snprintf(why, why_len, "the CUDA runtime reports no devices");
             return KERNELS_CUDA_ABSENT;
         }
-        if (count != NULL)
-            *count = n;
+        if (count != NULL) *count = n;
         snprintf(why, why_len, "%d CUDA device(s)", n);
         return KERNELS_CUDA_OK;
     }
@@ -62,26 +55,22 @@ extern "C" int kernels_cuda_probe(int *count, char *why, size_t why_len)
     (void)cudaGetLastError();
     if (drv > 0)
         snprintf(why, why_len, "%s: %s; the driver supports CUDA %d.%d, the runtime is %d.%d",
-                 cudaGetErrorName(e), cudaGetErrorString(e), drv / 1000, drv % 1000 / 10,
-                 rt / 1000, rt % 1000 / 10);
+                 cudaGetErrorName(e), cudaGetErrorString(e), drv / 1000, drv % 1000 / 10, rt / 1000,
+                 rt % 1000 / 10);
     else
         snprintf(why, why_len, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
     return KERNELS_CUDA_BROKEN;
 }
 
-extern "C" int kernels_cuda_device_count(void)
-{
+extern "C" int kernels_cuda_device_count(void) {
     int n = 0;
     return kernels_cuda_probe(&n, NULL, 0) == KERNELS_CUDA_OK ? n : 0;
 }
 
-extern "C" void kernels_cuda_describe(char *out, size_t out_len)
-{
-    if (out == NULL || out_len == 0)
-        return;
+extern "C" void kernels_cuda_describe(char *out, size_t out_len) {
+    if (out == NULL || out_len == 0) return;
     int n = 0;
-    if (kernels_cuda_probe(&n, out, out_len) != KERNELS_CUDA_OK)
-        return;
+    if (kernels_cuda_probe(&n, out, out_len) != KERNELS_CUDA_OK) return;
     cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceProperties(&prop, 0);
     if (e != cudaSuccess) {
@@ -92,14 +81,13 @@ extern "C" void kernels_cuda_describe(char *out, size_t out_len)
     int rt = 0, drv = 0;
     (void)cudaRuntimeGetVersion(&rt);
     (void)cudaDriverGetVersion(&drv);
-    snprintf(out, out_len, "%s, compute %d.%d, %.1f GiB, %d SMs, %d device(s), runtime %d, driver %d",
-             prop.name, prop.major, prop.minor,
-             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.multiProcessorCount,
-             n, rt, drv);
+    snprintf(out, out_len,
+             "%s, compute %d.%d, %.1f GiB, %d SMs, %d device(s), runtime %d, driver %d", prop.name,
+             prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             prop.multiProcessorCount, n, rt, drv);
 }
 
-extern "C" int kernels_cuda_set_device(int ordinal, vl_error *err)
-{
+extern "C" int kernels_cuda_set_device(int ordinal, vl_error *err) {
     int n = kernels_cuda_device_count();
     if (ordinal < 0 || ordinal >= n)
         return vl_fail(err, VL_EINVAL, "CUDA device %d does not exist (%d visible)", ordinal, n);
@@ -111,10 +99,8 @@ extern "C" int kernels_cuda_set_device(int ordinal, vl_error *err)
     return 0;
 }
 
-extern "C" int kernels_cuda_get_device(int *ordinal, vl_error *err)
-{
-    if (ordinal == NULL)
-        return vl_fail(err, VL_EINVAL, "CUDA device: no output pointer");
+extern "C" int kernels_cuda_get_device(int *ordinal, vl_error *err) {
+    if (ordinal == NULL) return vl_fail(err, VL_EINVAL, "CUDA device: no output pointer");
     cudaError_t e = cudaGetDevice(ordinal);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

@@ -19,8 +19,7 @@
 #define KC_MAX_BLOCKS 65535u
 
 /* Blocks for a grid-stride loop over n elements (n > 0). */
-static inline unsigned kc_blocks(size_t n)
-{
+static inline unsigned kc_blocks(size_t n) {
     size_t b = (n + KC_THREADS - 1) / KC_THREADS;
     return b > KC_MAX_BLOCKS ? KC_MAX_BLOCKS : (unsigned)b;
 }
@@ -28,31 +27,28 @@ static inline unsigned kc_blocks(size_t n)
 /* Row-major C = alpha op(A) op(B) + beta C in the context's math mode,
  * batched over count products (operand i at base + i * stride; strides
  * are ignored when count is 1). Defined in blas.cu. */
-int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
-            const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
-            float beta, float *C, int ldc, long long sc, int count, vl_error *err);
+int kc_gemm(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+            int lda, long long sa, const float *B, int ldb, long long sb, float beta, float *C,
+            int ldc, long long sc, int count, vl_error *err);
 
 /* kc_gemm with bfloat16 A and B, float32 accumulation, and C float32 or,
  * with c_bf16 set, bfloat16. Defined in blas.cu. */
 int kc_gemm_bf16(kernels_cuda_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha,
                  const void *A, int lda, long long sa, const void *B, int ldb, long long sb,
-                 float beta, void *C, int c_bf16, int ldc, long long sc, int count,
-                 vl_error *err);
+                 float beta, void *C, int c_bf16, int ldc, long long sc, int count, vl_error *err);
 
 /* The argument checks of the linear layers (blas.cu) and of attention
  * (attention.cu): VL_EINVAL naming what for a NULL pointer or a bad size,
  * else 0. kc_check_attention also refuses more rows than its softmax
  * grids address. */
-int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N,
-                int IN, int OUT, const char *what, vl_error *err);
+int kc_check_mm(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c, int N, int IN,
+                int OUT, const char *what, vl_error *err);
 int kc_check_attention(kernels_cuda_ctx *ctx, const void *a, const void *b, const void *c,
-                       const void *d, int B, int T, int C, int NH, const char *what,
-                       vl_error *err);
+                       const void *d, int B, int T, int C, int NH, const char *what, vl_error *err);
 
 /* Blocks of the attention softmax kernels (a warp per row, KC_WARPS rows
  * a block) for rows rows. */
-static inline unsigned kc_row_blocks(size_t rows)
-{
+static inline unsigned kc_row_blocks(size_t rows) {
     return (unsigned)((rows + KC_WARPS - 1) / KC_WARPS);
 }
 
@@ -69,25 +65,20 @@ int kc_colsum_add(float *dst, const float *src, int N, int W, vl_error *err);
 void kc_colsum_grid(int N, int W, dim3 *grid, int *rows_per_block);
 
 /* Reports a failed launch (bad configuration, no device) right after it. */
-static inline int kc_launched(vl_error *err, const char *what)
-{
+static inline int kc_launched(vl_error *err, const char *what) {
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : cuda_fail(err, e, what);
 }
 
 /* Sum / max over the 32 lanes of a warp; every lane gets the result. All
  * 32 lanes must call it. */
-__device__ __forceinline__ float kc_warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+__device__ __forceinline__ float kc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-__device__ __forceinline__ float kc_warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+__device__ __forceinline__ float kc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -96,25 +87,21 @@ __device__ __forceinline__ float kc_warp_max(float v)
  * sh is 32 floats of shared memory; the first barrier keeps a call from
  * overwriting partials a slow warp is still reading from the previous
  * call. */
-__device__ __forceinline__ float kc_block_sum(float v, float *sh)
-{
+__device__ __forceinline__ float kc_block_sum(float v, float *sh) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     v = kc_warp_sum(v);
     __syncthreads();
-    if (lane == 0)
-        sh[warp] = v;
+    if (lane == 0) sh[warp] = v;
     __syncthreads();
     v = lane < nwarps ? sh[lane] : 0.0f;
     return kc_warp_sum(v);
 }
 
-__device__ __forceinline__ float kc_block_max(float v, float *sh)
-{
+__device__ __forceinline__ float kc_block_max(float v, float *sh) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     v = kc_warp_max(v);
     __syncthreads();
-    if (lane == 0)
-        sh[warp] = v;
+    if (lane == 0) sh[warp] = v;
     __syncthreads();
     v = lane < nwarps ? sh[lane] : -INFINITY;
     return kc_warp_max(v);
@@ -125,14 +112,12 @@ __device__ __forceinline__ float kc_block_max(float v, float *sh)
 #define KC_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define KC_GELU_A 0.044715f
 
-__device__ __forceinline__ float kc_gelu(float x)
-{
+__device__ __forceinline__ float kc_gelu(float x) {
     float u = KC_GELU_K * (x + KC_GELU_A * x * x * x);
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
-__device__ __forceinline__ float kc_gelu_grad(float x)
-{
+__device__ __forceinline__ float kc_gelu_grad(float x) {
     float u = KC_GELU_K * (x + KC_GELU_A * x * x * x);
     float th = tanhf(u);
     float sech2 = 1.0f - th * th;
@@ -141,7 +126,11 @@ __device__ __forceinline__ float kc_gelu_grad(float x)
 }
 
 /* Stores v in a float32 or (rounded to nearest even) bfloat16 output. */
-__device__ __forceinline__ void kc_put(float *p, float v) { *p = v; }
-__device__ __forceinline__ void kc_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void kc_put(float *p, float v) {
+    *p = v;
+}
+__device__ __forceinline__ void kc_put(__nv_bfloat16 *p, float v) {
+    *p = __float2bfloat16_rn(v);
+}
 
 #endif

@@ -31,15 +31,13 @@ static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static mem_slot mem_live[MEM_SLOTS];
 static size_t mem_in_use, mem_cap; /* mem_cap 0: no cap */
 
-extern "C" void kernels_cuda_set_mem_cap(size_t bytes)
-{
+extern "C" void kernels_cuda_set_mem_cap(size_t bytes) {
     pthread_mutex_lock(&mem_lock);
     mem_cap = bytes;
     pthread_mutex_unlock(&mem_lock);
 }
 
-extern "C" size_t kernels_cuda_mem_in_use(void)
-{
+extern "C" size_t kernels_cuda_mem_in_use(void) {
     pthread_mutex_lock(&mem_lock);
     size_t n = mem_in_use;
     pthread_mutex_unlock(&mem_lock);
@@ -53,28 +51,23 @@ extern "C" int cc_ws_release_idle(void);
 
 static int alloc_once(void **d_out, size_t bytes, vl_error *err);
 
-extern "C" int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err)
-{
+extern "C" int kernels_cuda_alloc(void **d_out, size_t bytes, vl_error *err) {
     int rc = alloc_once(d_out, bytes, err);
-    if (rc == VL_ENOMEM && cc_ws_release_idle())
-        rc = alloc_once(d_out, bytes, err);
+    if (rc == VL_ENOMEM && cc_ws_release_idle()) rc = alloc_once(d_out, bytes, err);
     return rc;
 }
 
-static int alloc_once(void **d_out, size_t bytes, vl_error *err)
-{
+static int alloc_once(void **d_out, size_t bytes, vl_error *err) {
     if (d_out == NULL || bytes == 0)
         return vl_fail(err, VL_EINVAL, "cuda alloc: no pointer or zero bytes");
     *d_out = NULL;
     pthread_mutex_lock(&mem_lock);
     int slot = -1;
     for (int i = 0; i < MEM_SLOTS && slot < 0; i++)
-        if (mem_live[i].p == NULL)
-            slot = i;
+        if (mem_live[i].p == NULL) slot = i;
     if (slot < 0) {
         pthread_mutex_unlock(&mem_lock);
-        return vl_fail(err, VL_ENOMEM, "cuda alloc: more than %d live device buffers",
-                       MEM_SLOTS);
+        return vl_fail(err, VL_ENOMEM, "cuda alloc: more than %d live device buffers", MEM_SLOTS);
     }
     if (mem_cap && (bytes > mem_cap || mem_in_use > mem_cap - bytes)) {
         char what[160];
@@ -97,10 +90,8 @@ static int alloc_once(void **d_out, size_t bytes, vl_error *err)
     return 0;
 }
 
-extern "C" void kernels_cuda_free(void *d)
-{
-    if (d == NULL)
-        return;
+extern "C" void kernels_cuda_free(void *d) {
+    if (d == NULL) return;
     /* cudaFree would wait for the device anyway; waiting here first makes
      * it plain that no queued kernel still reads the buffer. */
     (void)cudaDeviceSynchronize();

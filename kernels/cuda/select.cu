@@ -44,14 +44,11 @@ static const int sel_bits[SEL_LEVELS] = {11, 10, 10};
 #define SEL_NO_BIN 0xffffffffu
 #define SEL_HIST_RUNS 4
 __global__ static void sel_hist_kernel(const float *v, size_t n, int shift, uint32_t mask,
-                                       int pshift, const cc_sel_state *st, uint32_t *hist)
-{
+                                       int pshift, const cc_sel_state *st, uint32_t *hist) {
     __shared__ uint32_t h[SEL_MAX_BINS];
-    if (st->fail)
-        return;
+    if (st->fail) return;
     uint32_t prefix = pshift >= 31 ? 0u : st->prefix;
-    for (uint32_t b = threadIdx.x; b <= mask; b += blockDim.x)
-        h[b] = 0;
+    for (uint32_t b = threadIdx.x; b <= mask; b += blockDim.x) h[b] = 0;
     __syncthreads();
     unsigned lane = threadIdx.x & 31u;
     size_t stride = (size_t)gridDim.x * blockDim.x * SEL_HIST_RUNS;
@@ -64,8 +61,7 @@ __global__ static void sel_hist_kernel(const float *v, size_t n, int shift, uint
             bin[r] = SEL_NO_BIN;
             if (i < n) {
                 uint32_t u = cc_key(v[i]);
-                if ((u >> pshift) == prefix)
-                    bin[r] = (u >> shift) & mask;
+                if ((u >> pshift) == prefix) bin[r] = (u >> shift) & mask;
             }
         }
 #pragma unroll
@@ -77,8 +73,7 @@ __global__ static void sel_hist_kernel(const float *v, size_t n, int shift, uint
     }
     __syncthreads();
     for (uint32_t b = threadIdx.x; b <= mask; b += blockDim.x)
-        if (h[b])
-            atomicAdd(&hist[b], h[b]);
+        if (h[b]) atomicAdd(&hist[b], h[b]);
 }
 
 /* One warp: the bucket b of hist (nb bins, a multiple of 32) that holds
@@ -87,19 +82,16 @@ __global__ static void sel_hist_kernel(const float *v, size_t n, int shift, uint
  * bits, kmin = the smallest key of the bucket) and zeroes hist for the
  * next level. Lane L sums the L-th run of nb/32 bins from the top, a
  * shuffle scan finds the run that reaches need, and its lane walks it. */
-__global__ static void sel_pick_kernel(uint32_t *hist, uint32_t nb, int level, int bits,
-                                       int shift, cc_sel_state *st)
-{
+__global__ static void sel_pick_kernel(uint32_t *hist, uint32_t nb, int level, int bits, int shift,
+                                       cc_sel_state *st) {
     unsigned lane = threadIdx.x;
     uint32_t per = nb / 32u, hi = nb - lane * per, lo = hi - per;
     unsigned long long sum = 0;
-    for (uint32_t b = lo; b < hi; b++)
-        sum += hist[b];
+    for (uint32_t b = lo; b < hi; b++) sum += hist[b];
     unsigned long long incl = sum;
     for (unsigned off = 1; off < 32; off *= 2) {
         unsigned long long o = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off)
-            incl += o;
+        if (lane >= off) incl += o;
     }
     unsigned long long need = st->need;
     unsigned reach = __ballot_sync(0xffffffffu, incl >= need);
@@ -127,16 +119,13 @@ __global__ static void sel_pick_kernel(uint32_t *hist, uint32_t nb, int level, i
             st->fail = 1;
         }
     }
-    if (!failed && !reach && lane == 0)
-        st->fail = 1;
+    if (!failed && !reach && lane == 0) st->fail = 1;
     __syncwarp();
-    for (uint32_t b = lo; b < hi; b++)
-        hist[b] = 0;
+    for (uint32_t b = lo; b < hi; b++) hist[b] = 0;
 }
 
 /* The state a find starts from: the need-th largest of all, nothing above. */
-__global__ static void sel_start_kernel(cc_sel_state *st, unsigned long long k)
-{
+__global__ static void sel_start_kernel(cc_sel_state *st, unsigned long long k) {
     st->need = k;
     st->gt = 0;
     st->in = 0;
@@ -147,15 +136,12 @@ __global__ static void sel_start_kernel(cc_sel_state *st, unsigned long long k)
 }
 
 /* The state of a fresh select: no counts, no minimum, no failure. */
-__global__ static void sel_open_kernel(cc_sel_state *st, uint32_t *hist)
-{
-    for (uint32_t b = threadIdx.x; b < SEL_MAX_BINS; b += blockDim.x)
-        hist[b] = 0;
+__global__ static void sel_open_kernel(cc_sel_state *st, uint32_t *hist) {
+    for (uint32_t b = threadIdx.x; b < SEL_MAX_BINS; b += blockDim.x) hist[b] = 0;
     if (threadIdx.x == 0) {
         st->need = st->gt = st->in = st->ge = 0;
         st->cut = INT64_MAX;
-        for (int c = 0; c < CC_SEL_CHECKS; c++)
-            st->count[c] = -1;
+        for (int c = 0; c < CC_SEL_CHECKS; c++) st->count[c] = -1;
         st->prefix = st->kmin = 0;
         st->min_above = 0xffffffffu;
         st->fail = 0;
@@ -168,8 +154,7 @@ struct sel_pred {
     const float *v;
     uint32_t t;
     int64_t cut;
-    __device__ bool operator()(uint32_t p) const
-    {
+    __device__ bool operator()(uint32_t p) const {
         uint32_t u = cc_key(v[p]);
         return u > t || (u == t && (int64_t)p <= cut);
     }
@@ -182,20 +167,16 @@ struct dev_pred {
     const float *v;
     const cc_sel_state *st;
     int top;
-    __device__ bool operator()(uint32_t p) const
-    {
-        if (st->fail)
-            return false;
+    __device__ bool operator()(uint32_t p) const {
+        if (st->fail) return false;
         uint32_t u = cc_key(v[p]);
-        if (!top)
-            return u >= st->kmin;
+        if (!top) return u >= st->kmin;
         uint32_t t = st->prefix;
         return u > t || (u == t && (long long)p <= st->cut);
     }
 };
 
-template <class Pred> static size_t select_tmp_bytes(size_t n, Pred pred, cudaError_t *e)
-{
+template <class Pred> static size_t select_tmp_bytes(size_t n, Pred pred, cudaError_t *e) {
     thrust::counting_iterator<uint32_t> in(0);
     size_t bytes = 0;
     *e = cub::DeviceSelect::If(nullptr, bytes, in, (uint32_t *)nullptr, (long long *)nullptr,
@@ -209,8 +190,7 @@ template <class Pred> static size_t select_tmp_bytes(size_t n, Pred pred, cudaEr
  * want by cc_select_check. */
 template <class Pred>
 static int select_positions(cc_sel *s, size_t n, Pred pred, uint32_t *d_out, size_t want,
-                            vl_error *err)
-{
+                            vl_error *err) {
     if (s->checks >= CC_SEL_CHECKS)
         return vl_fail(err, VL_ERR, "select: more than %d compactions", CC_SEL_CHECKS);
     if (n > s->max_n)
@@ -219,8 +199,7 @@ static int select_positions(cc_sel *s, size_t n, Pred pred, uint32_t *d_out, siz
     size_t bytes = s->tmp_bytes;
     long long *count = &s->st->count[s->checks];
     cudaError_t e = cub::DeviceSelect::If(s->tmp, bytes, in, d_out, count, (int64_t)n, pred);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "DeviceSelect");
+    if (e != cudaSuccess) return cuda_fail(err, e, "DeviceSelect");
     s->expect[s->checks++] = want;
     return 0;
 }
@@ -228,28 +207,23 @@ static int select_positions(cc_sel *s, size_t n, Pred pred, uint32_t *d_out, siz
 /* out[j] = map ? map[pos[j]] : pos[j], val[j] = v[pos[j]] (val may be
  * NULL). Positions come from a select over [0, n), so they are in range. */
 __global__ static void sel_gather_kernel(const uint32_t *pos, size_t m, const float *v,
-                                         const uint32_t *map, uint32_t *out, float *val)
-{
+                                         const uint32_t *map, uint32_t *out, float *val) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < m; j += stride) {
         uint32_t p = pos[j];
         out[j] = map ? map[p] : p;
-        if (val)
-            val[j] = v[p];
+        if (val) val[j] = v[p];
     }
 }
 
-__global__ static void iota_kernel(uint32_t *out, size_t n)
-{
+__global__ static void iota_kernel(uint32_t *out, size_t n) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = (uint32_t)i;
 }
 
-int cc_iota(uint32_t *d_out, size_t n, vl_error *err)
-{
-    if (n == 0)
-        return 0;
+int cc_iota(uint32_t *d_out, size_t n, vl_error *err) {
+    if (n == 0) return 0;
     iota_kernel<<<cc_blocks(n), CC_THREADS>>>(d_out, n);
     return cc_launched(err, "iota kernel launch");
 }
@@ -259,34 +233,27 @@ int cc_iota(uint32_t *d_out, size_t n, vl_error *err)
 /* tiles[b] = count of keys == t in tile b of v[0, n), when the top k takes
  * some but not all of the ties (0 < need < in); else nothing. */
 __global__ static void cut_count_kernel(const float *v, size_t n, const cc_sel_state *st,
-                                        uint32_t *tiles)
-{
+                                        uint32_t *tiles) {
     __shared__ uint32_t part[32];
     unsigned long long need = st->need, eq = st->in;
-    if (st->fail || need == 0 || need >= eq)
-        return;
+    if (st->fail || need == 0 || need >= eq) return;
     uint32_t t = st->prefix;
     size_t lo = (size_t)blockIdx.x * SEL_TILE, hi = lo + SEL_TILE < n ? lo + SEL_TILE : n;
     uint32_t c = 0;
-    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        c += cc_key(v[i]) == t;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) c += cc_key(v[i]) == t;
     uint32_t sum = cc_block_sum(c, part);
-    if (threadIdx.x == 0)
-        tiles[blockIdx.x] = sum;
+    if (threadIdx.x == 0) tiles[blockIdx.x] = sum;
 }
 
 /* One warp: st->cut = the position of the need-th key == t (-1 when the
  * top k takes none of the ties, INT64_MAX when it takes them all). */
 __global__ static void cut_find_kernel(const float *v, size_t n, size_t ntiles,
-                                       const uint32_t *tiles, cc_sel_state *st)
-{
+                                       const uint32_t *tiles, cc_sel_state *st) {
     unsigned lane = threadIdx.x;
     unsigned long long need = st->need, eq = st->in;
-    if (st->fail)
-        return;
+    if (st->fail) return;
     if (need >= eq || need == 0) {
-        if (lane == 0)
-            st->cut = need == 0 ? -1 : INT64_MAX;
+        if (lane == 0) st->cut = need == 0 ? -1 : INT64_MAX;
         return;
     }
     uint32_t t = st->prefix;
@@ -297,8 +264,7 @@ __global__ static void cut_find_kernel(const float *v, size_t n, size_t ntiles,
         unsigned long long incl = c;
         for (unsigned off = 1; off < 32; off *= 2) {
             unsigned long long o = __shfl_up_sync(0xffffffffu, incl, off);
-            if (lane >= off)
-                incl += o;
+            if (lane >= off) incl += o;
         }
         unsigned reach = __ballot_sync(0xffffffffu, before + incl >= need);
         if (reach) {
@@ -310,8 +276,7 @@ __global__ static void cut_find_kernel(const float *v, size_t n, size_t ntiles,
         }
     }
     if (tile == ntiles) {
-        if (lane == 0)
-            st->fail = 1;
+        if (lane == 0) st->fail = 1;
         return;
     }
     /* The rank still wanted inside the tile, 1-based. */
@@ -324,20 +289,17 @@ __global__ static void cut_find_kernel(const float *v, size_t n, size_t ntiles,
         unsigned long long cnt = (unsigned)__popc(ties);
         if (cnt >= r) {
             unsigned below = (unsigned)__popc(ties & ((1u << lane) - 1u));
-            if (hit && below + 1 == r)
-                st->cut = (long long)i;
+            if (hit && below + 1 == r) st->cut = (long long)i;
             return;
         }
         r -= cnt;
     }
-    if (lane == 0)
-        st->fail = 1;
+    if (lane == 0) st->fail = 1;
 }
 
 /* ---- the select ------------------------------------------------------------------------ */
 
-int cc_select_open(cc_lease *ws, size_t n, size_t extra_doubles, cc_sel *s, vl_error *err)
-{
+int cc_select_open(cc_lease *ws, size_t n, size_t extra_doubles, cc_sel *s, vl_error *err) {
     if (n > UINT32_MAX)
         return vl_fail(err, VL_EINVAL, "select: %zu values do not fit 32-bit indices", n);
     cudaError_t e1 = cudaSuccess, e2 = cudaSuccess;
@@ -353,8 +315,7 @@ int cc_select_open(cc_lease *ws, size_t n, size_t extra_doubles, cc_sel *s, vl_e
     size_t o_tmp = o_tiles + cc_align((ntiles ? ntiles : 1) * sizeof(uint32_t));
     void *base = nullptr;
     int rc = ws->get(CC_WS_SMALL, o_tmp + cc_align(tmp), &base, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     char *b = static_cast<char *>(base);
     s->ws = ws;
     s->st = reinterpret_cast<cc_sel_state *>(b);
@@ -371,14 +332,12 @@ int cc_select_open(cc_lease *ws, size_t n, size_t extra_doubles, cc_sel *s, vl_e
 
 /* Copies the keys >= the state's kmin of s's array (m of them, as the
  * histograms counted) with their input indices, and makes that the array. */
-static int sel_collect(cc_sel *s, size_t m, vl_error *err)
-{
+static int sel_collect(cc_sel *s, size_t m, vl_error *err) {
     void *big = nullptr;
     /* Values, input indices, and positions (reused by the last emit). */
     size_t each = cc_align((m ? m : 1) * sizeof(uint32_t));
     int rc = s->ws->get(CC_WS_BIG, 3 * each, &big, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     char *b = static_cast<char *>(big);
     s->cval = reinterpret_cast<float *>(b);
     s->cmap = reinterpret_cast<uint32_t *>(b + each);
@@ -388,8 +347,7 @@ static int sel_collect(cc_sel *s, size_t m, vl_error *err)
     if (m > 0) {
         sel_gather_kernel<<<cc_blocks(m), CC_THREADS>>>(s->pos, m, s->vals, s->map, s->cmap,
                                                         s->cval);
-        if ((rc = cc_launched(err, "select gather launch")) != 0)
-            return rc;
+        if ((rc = cc_launched(err, "select gather launch")) != 0) return rc;
     }
     s->vals = s->cval;
     s->map = s->cmap;
@@ -397,8 +355,7 @@ static int sel_collect(cc_sel *s, size_t m, vl_error *err)
     return 0;
 }
 
-int cc_select_find(const float *d_x, size_t n, size_t k, cc_sel *s, vl_error *err)
-{
+int cc_select_find(const float *d_x, size_t n, size_t k, cc_sel *s, vl_error *err) {
     if (k < 1 || k >= n || n > s->max_n)
         return vl_fail(err, VL_EINVAL, "select: k = %zu of %zu values", k, n);
     s->vals = d_x;
@@ -416,44 +373,35 @@ int cc_select_find(const float *d_x, size_t n, size_t k, cc_sel *s, vl_error *er
         blocks = blocks < want ? blocks : want;
         sel_hist_kernel<<<(unsigned)blocks, CC_THREADS>>>(s->vals, s->n, shift, nb - 1, pshift,
                                                           s->st, s->hist);
-        if ((rc = cc_launched(err, "select histogram launch")) != 0)
-            break;
+        if ((rc = cc_launched(err, "select histogram launch")) != 0) break;
         sel_pick_kernel<<<1, 32>>>(s->hist, nb, level, sel_bits[level], shift, s->st);
-        if ((rc = cc_launched(err, "select pick launch")) != 0)
-            break;
+        if ((rc = cc_launched(err, "select pick launch")) != 0) break;
         if (level + 1 < SEL_LEVELS && s->map == nullptr) {
             /* Whether to copy candidates out, and how many: the one
              * question the host must answer, as it sizes the copy. */
             cc_sel_state h;
-            if ((rc = cc_readback(*s->ws, &h, s->st, sizeof h, err)) != 0)
-                break;
+            if ((rc = cc_readback(*s->ws, &h, s->st, sizeof h, err)) != 0) break;
             if (h.fail)
                 return vl_fail(err, VL_ERR, "select: no bucket of level %d holds the %zu-th key",
                                level, k);
-            if (h.gt + h.in <= cap)
-                rc = sel_collect(s, (size_t)(h.gt + h.in), err);
+            if (h.gt + h.in <= cap) rc = sel_collect(s, (size_t)(h.gt + h.in), err);
         }
     }
     return rc;
 }
 
 /* The select's state from the device, refused when a level went wrong. */
-static int read_state(cc_sel *s, cc_sel_state *h, vl_error *err)
-{
+static int read_state(cc_sel *s, cc_sel_state *h, vl_error *err) {
     int rc = cc_readback(*s->ws, h, s->st, sizeof *h, err);
-    if (rc)
-        return rc;
-    if (h->fail)
-        return vl_fail(err, VL_ERR, "select: a level found no bucket holding the key");
+    if (rc) return rc;
+    if (h->fail) return vl_fail(err, VL_ERR, "select: a level found no bucket holding the key");
     return 0;
 }
 
-int cc_select_fetch(cc_sel *s, vl_error *err)
-{
+int cc_select_fetch(cc_sel *s, vl_error *err) {
     cc_sel_state h;
     int rc = read_state(s, &h, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     s->t = h.prefix;
     s->gt = (size_t)h.gt;
     s->eq = (size_t)h.in;
@@ -465,86 +413,68 @@ int cc_select_fetch(cc_sel *s, vl_error *err)
  * as input indices to d_out. */
 template <class Pred>
 static int emit_with(cc_sel *s, const float *vals, const uint32_t *map, size_t n, Pred pred,
-                     uint32_t *d_out, size_t expect, vl_error *err)
-{
-    if (map == nullptr)
-        return select_positions(s, n, pred, d_out, expect, err);
+                     uint32_t *d_out, size_t expect, vl_error *err) {
+    if (map == nullptr) return select_positions(s, n, pred, d_out, expect, err);
     /* Through the positions buffer, which the collect made with room for
      * all n candidates (expect <= n). */
     if (vals != s->cval || map != s->cmap || expect > n)
         return vl_fail(err, VL_ERR, "select emit: not the collected candidates");
     int rc = select_positions(s, n, pred, s->pos, expect, err);
-    if (rc)
-        return rc;
-    sel_gather_kernel<<<cc_blocks(expect), CC_THREADS>>>(s->pos, expect, vals, map, d_out,
-                                                         nullptr);
+    if (rc) return rc;
+    sel_gather_kernel<<<cc_blocks(expect), CC_THREADS>>>(s->pos, expect, vals, map, d_out, nullptr);
     return cc_launched(err, "select gather launch");
 }
 
-int cc_select_emit_top(cc_sel *s, uint32_t *d_out, size_t expect, vl_error *err)
-{
-    if (expect == 0)
-        return 0;
+int cc_select_emit_top(cc_sel *s, uint32_t *d_out, size_t expect, vl_error *err) {
+    if (expect == 0) return 0;
     size_t ntiles = (s->n + SEL_TILE - 1) / SEL_TILE;
     if (ntiles > 0) {
         /* Both kernels see from the state whether ties are cut at all, and
          * return at once when not (the usual case). */
         cut_count_kernel<<<(unsigned)ntiles, CC_THREADS>>>(s->vals, s->n, s->st, s->tiles);
         int rc = cc_launched(err, "select cut count launch");
-        if (rc)
-            return rc;
+        if (rc) return rc;
     }
     cut_find_kernel<<<1, 32>>>(s->vals, s->n, ntiles, s->tiles, s->st);
     int rc = cc_launched(err, "select cut launch");
-    if (rc)
-        return rc;
+    if (rc) return rc;
     return emit_with(s, s->vals, s->map, s->n, dev_pred{s->vals, s->st, 1}, d_out, expect, err);
 }
 
 int cc_select_emit(cc_sel *s, const float *vals, const uint32_t *map, size_t n, uint32_t t,
-                   int64_t cut, uint32_t *d_out, size_t expect, vl_error *err)
-{
+                   int64_t cut, uint32_t *d_out, size_t expect, vl_error *err) {
     /* The counts say nothing qualifies. */
-    if (expect == 0)
-        return 0;
+    if (expect == 0) return 0;
     return emit_with(s, vals, map, n, sel_pred{vals, t, cut}, d_out, expect, err);
 }
 
-int cc_select_check(cc_sel *s, cc_sel_state *out, vl_error *err)
-{
+int cc_select_check(cc_sel *s, cc_sel_state *out, vl_error *err) {
     cc_sel_state h;
     int rc = read_state(s, &h, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     for (int c = 0; c < s->checks; c++)
         if (h.count[c] < 0 || (unsigned long long)h.count[c] != (unsigned long long)s->expect[c])
             return vl_fail(err, VL_ERR, "select: %lld selected where the histograms counted %zu",
                            h.count[c], s->expect[c]);
-    if (out)
-        *out = h;
+    if (out) *out = h;
     return 0;
 }
 
 /* ---- public --------------------------------------------------------------------- */
 
-extern "C" int kernels_cuda_topk(const float *d_x, size_t d, size_t k, uint32_t *d_idx,
-                                 size_t *nnz, vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+extern "C" int kernels_cuda_topk(const float *d_x, size_t d, size_t k, uint32_t *d_idx, size_t *nnz,
+                                 vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!nnz || (d > 0 && k > 0 && (!d_x || !d_idx)))
         return vl_fail(err, VL_EINVAL, "topk: null argument");
     if ((uint64_t)d > UINT32_MAX)
         return vl_fail(err, VL_EINVAL, "topk: %zu values do not fit 32-bit indices", d);
-    if (d == 0 || k == 0)
-        return 0;
+    if (d == 0 || k == 0) return 0;
     int rc;
     if (k >= d) {
         rc = cc_iota(d_idx, d, err);
-        if (rc == 0)
-            rc = cc_sync(err, "topk");
-        if (rc == 0)
-            *nnz = d;
+        if (rc == 0) rc = cc_sync(err, "topk");
+        if (rc == 0) *nnz = d;
         return rc;
     }
     cc_lease ws;
@@ -563,25 +493,18 @@ extern "C" int kernels_cuda_topk(const float *d_x, size_t d, size_t k, uint32_t 
 }
 
 extern "C" int kernels_cuda_topk_host(const float *x, size_t d, size_t k, uint32_t *idx,
-                                      size_t *nnz, vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+                                      size_t *nnz, vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!nnz || (d > 0 && k > 0 && (!x || !idx)))
         return vl_fail(err, VL_EINVAL, "topk: null argument");
-    if (d == 0 || k == 0)
-        return 0;
+    if (d == 0 || k == 0) return 0;
     size_t m = k < d ? k : d;
     cc_dev dx, didx;
     int rc = cc_upload(dx, x, d, err);
-    if (rc == 0)
-        rc = cc_upload<uint32_t>(didx, nullptr, m, err);
+    if (rc == 0) rc = cc_upload<uint32_t>(didx, nullptr, m, err);
     size_t got = 0;
-    if (rc == 0)
-        rc = kernels_cuda_topk(dx.as<float>(), d, k, didx.as<uint32_t>(), &got, err);
-    if (rc == 0)
-        rc = cc_copy(idx, didx.p, got * sizeof(uint32_t), cudaMemcpyDeviceToHost, err);
-    if (rc == 0)
-        *nnz = got;
+    if (rc == 0) rc = kernels_cuda_topk(dx.as<float>(), d, k, didx.as<uint32_t>(), &got, err);
+    if (rc == 0) rc = cc_copy(idx, didx.p, got * sizeof(uint32_t), cudaMemcpyDeviceToHost, err);
+    if (rc == 0) *nnz = got;
     return rc;
 }

@@ -20,21 +20,20 @@ struct row_keys {
     uint64_t k[COMPRESS_SKETCH_MAX_ROWS];
 };
 
-static int check_shape(uint32_t rows, uint32_t cols, vl_error *err)
-{
+static int check_shape(uint32_t rows, uint32_t cols, vl_error *err) {
     if (rows < 1 || rows > COMPRESS_SKETCH_MAX_ROWS || cols < 1 ||
         (uint64_t)rows * cols > COMPRESS_SKETCH_MAX_CELLS)
-        return vl_fail(err, VL_EINVAL, "sketch of %u x %u: rows must be 1..%d, cols >= 1, "
-                       "at most %llu cells", rows, cols, COMPRESS_SKETCH_MAX_ROWS,
+        return vl_fail(err, VL_EINVAL,
+                       "sketch of %u x %u: rows must be 1..%d, cols >= 1, "
+                       "at most %llu cells",
+                       rows, cols, COMPRESS_SKETCH_MAX_ROWS,
                        (unsigned long long)COMPRESS_SKETCH_MAX_CELLS);
     return 0;
 }
 
-static row_keys keys_of(uint64_t seed, uint32_t rows)
-{
+static row_keys keys_of(uint64_t seed, uint32_t rows) {
     row_keys k = {};
-    for (uint32_t j = 0; j < rows; j++)
-        k.k[j] = compress_sk_row_key(seed, j);
+    for (uint32_t j = 0; j < rows; j++) k.k[j] = compress_sk_row_key(seed, j);
     return k;
 }
 
@@ -46,29 +45,24 @@ static row_keys keys_of(uint64_t seed, uint32_t rows)
 /* keys.k[lane] for lanes below rows (0 past them), selected with constant
  * indices: a kernel parameter indexed by a variable is first copied to
  * every thread's local memory. */
-__device__ __forceinline__ uint64_t lane_key(const row_keys &keys, uint32_t rows, uint32_t lane)
-{
+__device__ __forceinline__ uint64_t lane_key(const row_keys &keys, uint32_t rows, uint32_t lane) {
     uint64_t k = 0;
 #pragma unroll
     for (uint32_t j = 0; j < COMPRESS_SKETCH_MAX_ROWS; j++)
-        if (j == lane && j < rows)
-            k = keys.k[j];
+        if (j == lane && j < rows) k = keys.k[j];
     return k;
 }
 
 /* *p += v where nothing reads the result: a fire-and-forget reduction,
  * spelled out rather than left to the compiler. */
-__device__ __forceinline__ void cell_add(float *p, float v)
-{
+__device__ __forceinline__ void cell_add(float *p, float v) {
     asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
 /* Windows of at least WARP_SPAN coordinates (wlog >= 7): chunk c of the
  * grid's warps is coordinates [128 c, 128 c + 128), all in one window. */
-__global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t cols,
-                                          uint32_t wlog, uint64_t skey, row_keys keys,
-                                          const float *x, size_t d)
-{
+__global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t cols, uint32_t wlog,
+                                          uint64_t skey, row_keys keys, const float *x, size_t d) {
     uint32_t lane = threadIdx.x & 31;
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
@@ -100,10 +94,8 @@ __global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t 
 }
 
 /* Narrow rows (windows under WARP_SPAN): every coordinate on its own. */
-__global__ static void encode_each_kernel(float *table, uint32_t rows, uint32_t cols,
-                                          uint64_t skey, row_keys keys, const float *x,
-                                          size_t d)
-{
+__global__ static void encode_each_kernel(float *table, uint32_t rows, uint32_t cols, uint64_t skey,
+                                          row_keys keys, const float *x, size_t d) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
         float v = x[i];
@@ -118,14 +110,11 @@ __global__ static void encode_each_kernel(float *table, uint32_t rows, uint32_t 
 
 /* Blocks of CC_THREADS for the warp kernel: enough to fill the device,
  * no more than there are chunks for. */
-static int warp_blocks(size_t d, unsigned *blocks, vl_error *err)
-{
+static int warp_blocks(size_t d, unsigned *blocks, vl_error *err) {
     int dev = 0, sms = 0;
     cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "device attributes");
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return cuda_fail(err, e, "device attributes");
     size_t warps = (d + WARP_SPAN - 1) / WARP_SPAN;
     size_t want = (warps + CC_THREADS / 32 - 1) / (CC_THREADS / 32);
     size_t full = (size_t)(sms > 0 ? sms : 1) * 8;
@@ -135,48 +124,38 @@ static int warp_blocks(size_t d, unsigned *blocks, vl_error *err)
 
 extern "C" int kernels_cuda_sketch_encode(float *d_table, uint32_t rows, uint32_t cols,
                                           uint64_t seed, const float *d_x, size_t d,
-                                          vl_error *err)
-{
+                                          vl_error *err) {
     int rc = check_shape(rows, cols, err);
-    if (rc)
-        return rc;
-    if (d == 0)
-        return 0;
-    if (!d_table || !d_x)
-        return vl_fail(err, VL_EINVAL, "sketch encode: null device pointer");
+    if (rc) return rc;
+    if (d == 0) return 0;
+    if (!d_table || !d_x) return vl_fail(err, VL_EINVAL, "sketch encode: null device pointer");
     row_keys keys = keys_of(seed, rows);
     uint64_t skey = compress_sk_sign_key(seed);
     uint32_t wlog = compress_sk_window_log(cols);
     if ((1u << wlog) >= WARP_SPAN) {
         unsigned blocks = 1;
-        if ((rc = warp_blocks(d, &blocks, err)) != 0)
-            return rc;
-        encode_warp_kernel<<<blocks, CC_THREADS>>>(d_table, rows, cols, wlog, skey, keys, d_x,
-                                                   d);
+        if ((rc = warp_blocks(d, &blocks, err)) != 0) return rc;
+        encode_warp_kernel<<<blocks, CC_THREADS>>>(d_table, rows, cols, wlog, skey, keys, d_x, d);
     } else {
-        encode_each_kernel<<<cc_blocks(d), CC_THREADS>>>(d_table, rows, cols, skey, keys, d_x,
-                                                         d);
+        encode_each_kernel<<<cc_blocks(d), CC_THREADS>>>(d_table, rows, cols, skey, keys, d_x, d);
     }
     rc = cc_launched(err, "sketch encode launch");
     return rc ? rc : cc_sync(err, "sketch encode");
 }
 
 extern "C" int kernels_cuda_sketch_encode_host(compress_sketch *s, const float *x, size_t d,
-                                               vl_error *err)
-{
+                                               vl_error *err) {
     if (!s || !s->table || (d > 0 && !x))
         return vl_fail(err, VL_EINVAL, "sketch encode: null argument");
     int rc = check_shape(s->rows, s->cols, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     size_t cells = (size_t)s->rows * s->cols;
     cc_dev dt, dx;
     if ((rc = cc_upload(dt, s->table, cells, err)) != 0 || (rc = cc_upload(dx, x, d, err)) != 0)
         return rc;
     rc = kernels_cuda_sketch_encode(dt.as<float>(), s->rows, s->cols, s->seed, dx.as<float>(), d,
                                     err);
-    if (rc == 0)
-        rc = cc_copy(s->table, dt.p, cells * sizeof(float), cudaMemcpyDeviceToHost, err);
+    if (rc == 0) rc = cc_copy(s->table, dt.p, cells * sizeof(float), cudaMemcpyDeviceToHost, err);
     return rc;
 }
 
@@ -185,8 +164,7 @@ extern "C" int kernels_cuda_sketch_encode_host(compress_sketch *s, const float *
 /* The warp layout of encode_warp_kernel, reading the runs instead. */
 template <uint32_t R>
 __global__ static void estimate_warp_kernel(const float *table, uint32_t cols, uint32_t wlog,
-                                            uint64_t skey, row_keys keys, size_t d, float *out)
-{
+                                            uint64_t skey, row_keys keys, size_t d, float *out) {
     uint32_t lane = threadIdx.x & 31;
     size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
@@ -198,14 +176,12 @@ __global__ static void estimate_warp_kernel(const float *table, uint32_t cols, u
         uint32_t base = lane < R ? compress_sk_window_base(key, i0 >> wlog, cols) : 0;
         uint32_t b[R];
 #pragma unroll
-        for (uint32_t j = 0; j < R; j++)
-            b[j] = __shfl_sync(0xffffffffu, base, j);
+        for (uint32_t j = 0; j < R; j++) b[j] = __shfl_sync(0xffffffffu, base, j);
         uint32_t off = (uint32_t)(i0 & wmask) + lane;
 #pragma unroll
         for (uint32_t k = 0; k < 4; k++) {
             size_t i = i0 + lane + 32 * k;
-            if (i >= d)
-                break;
+            if (i >= d) break;
             uint64_t bits = compress_sk_sign_bits(skey, i);
             float t[R];
 #pragma unroll
@@ -219,8 +195,7 @@ __global__ static void estimate_warp_kernel(const float *table, uint32_t cols, u
 
 template <uint32_t R>
 __global__ static void estimate_each_kernel(const float *table, uint32_t cols, uint64_t skey,
-                                            row_keys keys, size_t d, float *out)
-{
+                                            row_keys keys, size_t d, float *out) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < d; i += stride) {
         uint64_t bits = compress_sk_sign_bits(skey, i);
@@ -233,59 +208,51 @@ __global__ static void estimate_each_kernel(const float *table, uint32_t cols, u
     }
 }
 
-#define EST_CASE(R)                                                                         \
-    case R:                                                                                 \
-        if (warp)                                                                           \
-            estimate_warp_kernel<R><<<blocks, CC_THREADS>>>(d_table, cols, wlog, skey, keys,  \
-                                                            d, d_out);                      \
-        else                                                                                \
-            estimate_each_kernel<R><<<cc_blocks(d), CC_THREADS>>>(d_table, cols, skey, keys, \
-                                                                  d, d_out);                \
+#define EST_CASE(R)                                                                  \
+    case R:                                                                          \
+        if (warp)                                                                    \
+            estimate_warp_kernel<R>                                                  \
+                <<<blocks, CC_THREADS>>>(d_table, cols, wlog, skey, keys, d, d_out); \
+        else                                                                         \
+            estimate_each_kernel<R>                                                  \
+                <<<cc_blocks(d), CC_THREADS>>>(d_table, cols, skey, keys, d, d_out); \
         break;
 
 extern "C" int kernels_cuda_sketch_estimate(const float *d_table, uint32_t rows, uint32_t cols,
-                                            uint64_t seed, size_t d, float *d_out,
-                                            vl_error *err)
-{
+                                            uint64_t seed, size_t d, float *d_out, vl_error *err) {
     int rc = check_shape(rows, cols, err);
-    if (rc)
-        return rc;
-    if (d == 0)
-        return 0;
-    if (!d_table || !d_out)
-        return vl_fail(err, VL_EINVAL, "sketch estimate: null device pointer");
+    if (rc) return rc;
+    if (d == 0) return 0;
+    if (!d_table || !d_out) return vl_fail(err, VL_EINVAL, "sketch estimate: null device pointer");
     row_keys keys = keys_of(seed, rows);
     uint64_t skey = compress_sk_sign_key(seed);
     uint32_t wlog = compress_sk_window_log(cols);
     int warp = (1u << wlog) >= WARP_SPAN;
     unsigned blocks = 1;
-    if (warp && (rc = warp_blocks(d, &blocks, err)) != 0)
-        return rc;
+    if (warp && (rc = warp_blocks(d, &blocks, err)) != 0) return rc;
     switch (rows) {
-        EST_CASE(1) EST_CASE(2) EST_CASE(3) EST_CASE(4) EST_CASE(5)
-        EST_CASE(6) EST_CASE(7) EST_CASE(8) EST_CASE(9) EST_CASE(10)
-        EST_CASE(11) EST_CASE(12) EST_CASE(13) EST_CASE(14) EST_CASE(15)
+        EST_CASE(1)
+        EST_CASE(2) EST_CASE(3) EST_CASE(4) EST_CASE(5) EST_CASE(6) EST_CASE(7) EST_CASE(8)
+            EST_CASE(9) EST_CASE(10) EST_CASE(11) EST_CASE(12) EST_CASE(13) EST_CASE(14)
+                EST_CASE(15)
     }
     rc = cc_launched(err, "sketch estimate launch");
     return rc ? rc : cc_sync(err, "sketch estimate");
 }
 
 extern "C" int kernels_cuda_sketch_estimate_host(const compress_sketch *s, size_t d, float *out,
-                                                 vl_error *err)
-{
+                                                 vl_error *err) {
     if (!s || !s->table || (d > 0 && !out))
         return vl_fail(err, VL_EINVAL, "sketch estimate: null argument");
     int rc = check_shape(s->rows, s->cols, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     cc_dev dt, dout;
     if ((rc = cc_upload(dt, s->table, (size_t)s->rows * s->cols, err)) != 0 ||
         (rc = cc_upload<float>(dout, nullptr, d, err)) != 0)
         return rc;
     rc = kernels_cuda_sketch_estimate(dt.as<float>(), s->rows, s->cols, s->seed, d,
                                       dout.as<float>(), err);
-    if (rc == 0)
-        rc = cc_copy(out, dout.p, d * sizeof(float), cudaMemcpyDeviceToHost, err);
+    if (rc == 0) rc = cc_copy(out, dout.p, d * sizeof(float), cudaMemcpyDeviceToHost, err);
     return rc;
 }
 
@@ -294,18 +261,13 @@ extern "C" int kernels_cuda_sketch_estimate_host(const compress_sketch *s, size_
 extern "C" int kernels_cuda_sketch_heavy(const float *d_table, uint32_t rows, uint32_t cols,
                                          uint64_t seed, size_t d, size_t k, float *d_scratch,
                                          uint32_t *d_idx, float *d_val, size_t *nnz,
-                                         vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
-    if (!nnz)
-        return vl_fail(err, VL_EINVAL, "sketch heavy: null argument");
+                                         vl_error *err) {
+    if (nnz) *nnz = 0;
+    if (!nnz) return vl_fail(err, VL_EINVAL, "sketch heavy: null argument");
     if ((uint64_t)d > UINT32_MAX)
-        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit",
-                       d);
+        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit", d);
     int rc = check_shape(rows, cols, err);
-    if (rc || d == 0 || k == 0)
-        return rc;
+    if (rc || d == 0 || k == 0) return rc;
     if (!d_table || !d_scratch || !d_idx || !d_val)
         return vl_fail(err, VL_EINVAL, "sketch heavy: null device pointer");
     size_t got = 0;
@@ -319,18 +281,14 @@ extern "C" int kernels_cuda_sketch_heavy(const float *d_table, uint32_t rows, ui
 
 extern "C" int kernels_cuda_sketch_heavy_host(const compress_sketch *s, size_t d, size_t k,
                                               uint32_t *idx, float *val, size_t *nnz,
-                                              vl_error *err)
-{
-    if (nnz)
-        *nnz = 0;
+                                              vl_error *err) {
+    if (nnz) *nnz = 0;
     if (!s || !s->table || !nnz || (d > 0 && k > 0 && (!idx || !val)))
         return vl_fail(err, VL_EINVAL, "sketch heavy: null argument");
     int rc = check_shape(s->rows, s->cols, err);
-    if (rc || d == 0 || k == 0)
-        return rc;
+    if (rc || d == 0 || k == 0) return rc;
     if ((uint64_t)d > UINT32_MAX)
-        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit",
-                       d);
+        return vl_fail(err, VL_EINVAL, "heavy hitters of %zu coordinates: indices are 32-bit", d);
     size_t m = k < d ? k : d;
     cc_dev dt, ds, di, dv;
     if ((rc = cc_upload(dt, s->table, (size_t)s->rows * s->cols, err)) != 0 ||
@@ -339,14 +297,11 @@ extern "C" int kernels_cuda_sketch_heavy_host(const compress_sketch *s, size_t d
         (rc = cc_upload<float>(dv, nullptr, m, err)) != 0)
         return rc;
     size_t got = 0;
-    rc = kernels_cuda_sketch_heavy(dt.as<float>(), s->rows, s->cols, s->seed, d, k,
-                                   ds.as<float>(), di.as<uint32_t>(), dv.as<float>(), &got, err);
-    if (rc == 0)
-        rc = cc_copy(idx, di.p, got * sizeof(uint32_t), cudaMemcpyDeviceToHost, err);
-    if (rc == 0)
-        rc = cc_copy(val, dv.p, got * sizeof(float), cudaMemcpyDeviceToHost, err);
-    if (rc == 0)
-        *nnz = got;
+    rc = kernels_cuda_sketch_heavy(dt.as<float>(), s->rows, s->cols, s->seed, d, k, ds.as<float>(),
+                                   di.as<uint32_t>(), dv.as<float>(), &got, err);
+    if (rc == 0) rc = cc_copy(idx, di.p, got * sizeof(uint32_t), cudaMemcpyDeviceToHost, err);
+    if (rc == 0) rc = cc_copy(val, dv.p, got * sizeof(float), cudaMemcpyDeviceToHost, err);
+    if (rc == 0) *nnz = got;
     return rc;
 }
 
@@ -354,8 +309,7 @@ extern "C" int kernels_cuda_sketch_heavy_host(const compress_sketch *s, size_t d
 
 __global__ static void hash_kernel(row_keys keys, uint64_t skey, uint32_t rows, uint32_t cols,
                                    const uint64_t *coords, size_t n, uint32_t *bucket,
-                                   int8_t *sign)
-{
+                                   int8_t *sign) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
         uint64_t bits = compress_sk_sign_bits(skey, coords[t]);
@@ -368,13 +322,10 @@ __global__ static void hash_kernel(row_keys keys, uint64_t skey, uint32_t rows, 
 
 extern "C" int kernels_cuda_sketch_hash_host(uint64_t seed, uint32_t rows, uint32_t cols,
                                              const uint64_t *coords, size_t n, uint32_t *bucket,
-                                             int8_t *sign, vl_error *err)
-{
+                                             int8_t *sign, vl_error *err) {
     int rc = check_shape(rows, cols, err);
-    if (rc || n == 0)
-        return rc;
-    if (!coords || !bucket || !sign)
-        return vl_fail(err, VL_EINVAL, "sketch hash: null argument");
+    if (rc || n == 0) return rc;
+    if (!coords || !bucket || !sign) return vl_fail(err, VL_EINVAL, "sketch hash: null argument");
     if (n > SIZE_MAX / COMPRESS_SKETCH_MAX_ROWS / sizeof(uint64_t))
         return vl_fail(err, VL_ETOOBIG, "sketch hash: %zu coordinates are too many", n);
     size_t m = (size_t)rows * n;
@@ -383,9 +334,8 @@ extern "C" int kernels_cuda_sketch_hash_host(uint64_t seed, uint32_t rows, uint3
         (rc = cc_upload<uint32_t>(db, nullptr, m, err)) != 0 ||
         (rc = cc_upload<int8_t>(ds, nullptr, m, err)) != 0)
         return rc;
-    hash_kernel<<<cc_blocks(n), CC_THREADS>>>(keys_of(seed, rows), compress_sk_sign_key(seed),
-                                              rows, cols,
-                                              dc.as<uint64_t>(), n, db.as<uint32_t>(),
+    hash_kernel<<<cc_blocks(n), CC_THREADS>>>(keys_of(seed, rows), compress_sk_sign_key(seed), rows,
+                                              cols, dc.as<uint64_t>(), n, db.as<uint32_t>(),
                                               ds.as<int8_t>());
     if ((rc = cc_launched(err, "sketch hash launch")) != 0 ||
         (rc = cc_sync(err, "sketch hash")) != 0 ||

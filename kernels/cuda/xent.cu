@@ -9,10 +9,8 @@
 #include "kernels/cuda_bf16.h"
 
 /* Rows of V values, ld apart. */
-__global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
-                                                   const float *logits, const int *targets,
-                                                   int V, int ld)
-{
+__global__ static void softmax_xent_forward_kernel(float *probs, float *losses, const float *logits,
+                                                   const int *targets, int V, int ld) {
     __shared__ float sh[32];
     size_t row = blockIdx.x;
     const float *x = logits + row * (size_t)ld;
@@ -42,8 +40,7 @@ __global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
         float v = expf(x[i] - mx) * inv;
         p[i] = v < FLT_MIN ? 0.0f : v;
     }
-    if (targets && threadIdx.x == 0)
-        losses[row] = mx + logf(s) - xt;
+    if (targets && threadIdx.x == 0) losses[row] = mx + logf(s) - xt;
 }
 
 /* Out is float (may alias probs) or __nv_bfloat16 (a separate buffer).
@@ -52,67 +49,59 @@ __global__ static void softmax_xent_forward_kernel(float *probs, float *losses,
  * run over the padded width. */
 template <typename Out>
 __global__ static void softmax_xent_backward_kernel(Out *dlogits, const float *probs,
-                                                    const int *targets, float scale, int N,
-                                                    int V, int ld)
-{
+                                                    const int *targets, float scale, int N, int V,
+                                                    int ld) {
     for (size_t row = blockIdx.x; row < (size_t)N; row += gridDim.x) {
         int t = targets[row];
         const float *p = probs + row * (size_t)ld;
         Out *d = dlogits + row * (size_t)ld;
         for (int col = threadIdx.x; col < V; col += blockDim.x)
             kc_put(&d[col], scale * (p[col] - (col == t ? 1.0f : 0.0f)));
-        for (int col = V + threadIdx.x; col < ld; col += blockDim.x)
-            kc_put(&d[col], 0.0f);
+        for (int col = V + threadIdx.x; col < ld; col += blockDim.x) kc_put(&d[col], 0.0f);
     }
 }
 
 extern "C" int kernels_cuda_softmax_xent_forward_ld(float *d_probs, float *d_losses,
                                                     const float *d_logits, const int *d_targets,
-                                                    int N, int V, int ld, vl_error *err)
-{
+                                                    int N, int V, int ld, vl_error *err) {
     if (d_probs == NULL || d_logits == NULL || (d_targets && d_losses == NULL))
         return vl_fail(err, VL_EINVAL, "cuda softmax_xent: NULL pointer");
     if (N < 1 || V < 1 || ld < V)
         return vl_fail(err, VL_EINVAL, "cuda softmax_xent: N=%d V=%d ld=%d", N, V, ld);
-    softmax_xent_forward_kernel<<<(unsigned)N, KC_THREADS>>>(d_probs, d_losses, d_logits,
-                                                             d_targets, V, ld);
+    softmax_xent_forward_kernel<<<(unsigned)N, KC_THREADS>>>(d_probs, d_losses, d_logits, d_targets,
+                                                             V, ld);
     return kc_launched(err, "softmax_xent forward");
 }
 
 extern "C" int kernels_cuda_softmax_xent_forward(float *d_probs, float *d_losses,
-                                                 const float *d_logits, const int *d_targets,
-                                                 int N, int V, vl_error *err)
-{
+                                                 const float *d_logits, const int *d_targets, int N,
+                                                 int V, vl_error *err) {
     return kernels_cuda_softmax_xent_forward_ld(d_probs, d_losses, d_logits, d_targets, N, V, V,
                                                 err);
 }
 
 template <typename Out>
-static int xent_backward(Out *d_dlogits, const float *d_probs, const int *d_targets,
-                         float scale, int N, int V, int ld, vl_error *err)
-{
+static int xent_backward(Out *d_dlogits, const float *d_probs, const int *d_targets, float scale,
+                         int N, int V, int ld, vl_error *err) {
     if (d_dlogits == NULL || d_probs == NULL || d_targets == NULL)
         return vl_fail(err, VL_EINVAL, "cuda softmax_xent backward: NULL pointer");
     if (N < 1 || V < 1 || ld < V)
         return vl_fail(err, VL_EINVAL, "cuda softmax_xent backward: N=%d V=%d ld=%d", N, V, ld);
     unsigned blocks = (unsigned)N < KC_MAX_BLOCKS ? (unsigned)N : KC_MAX_BLOCKS;
-    softmax_xent_backward_kernel<Out><<<blocks, KC_THREADS>>>(d_dlogits, d_probs, d_targets,
-                                                              scale, N, V, ld);
+    softmax_xent_backward_kernel<Out>
+        <<<blocks, KC_THREADS>>>(d_dlogits, d_probs, d_targets, scale, N, V, ld);
     return kc_launched(err, "softmax_xent backward");
 }
 
 extern "C" int kernels_cuda_softmax_xent_backward(float *d_dlogits, const float *d_probs,
-                                                  const int *d_targets, float scale, int N,
-                                                  int V, vl_error *err)
-{
+                                                  const int *d_targets, float scale, int N, int V,
+                                                  vl_error *err) {
     return xent_backward(d_dlogits, d_probs, d_targets, scale, N, V, V, err);
 }
 
 extern "C" int kernels_cuda_softmax_xent_backward_bf16(kernels_bf16 *d_dlogits_h,
-                                                       const float *d_probs,
-                                                       const int *d_targets, float scale, int N,
-                                                       int V, int ld, vl_error *err)
-{
-    return xent_backward((__nv_bfloat16 *)d_dlogits_h, d_probs, d_targets, scale, N, V, ld,
-                         err);
+                                                       const float *d_probs, const int *d_targets,
+                                                       float scale, int N, int V, int ld,
+                                                       vl_error *err) {
+    return xent_backward((__nv_bfloat16 *)d_dlogits_h, d_probs, d_targets, scale, N, V, ld, err);
 }

@@ -73,9 +73,9 @@ typedef struct {
 typedef struct {
     char path[PC_PATH];
     int used, segment;
-    int is_new;      /* created since its directory was last synced */
-    int64_t synced;  /* size at the last sync */
-    int64_t size;    /* size now */
+    int is_new;     /* created since its directory was last synced */
+    int64_t synced; /* size at the last sync */
+    int64_t size;   /* size now */
     pc_write *w;
     size_t n, cap;
 } pc_file;
@@ -84,8 +84,8 @@ typedef struct {
  * interposed pwrite and fsync. */
 static pthread_mutex_t pc_mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static pc_file pc_files[PC_FILES];
-static pc_file *pc_fd[PC_FDS];   /* segment files, by descriptor */
-static char *pc_dirfd[PC_FDS];   /* directories, by descriptor */
+static pc_file *pc_fd[PC_FDS]; /* segment files, by descriptor */
+static char *pc_dirfd[PC_FDS]; /* directories, by descriptor */
 static char pc_new_dirs[8][PC_PATH];
 static int pc_n_new_dirs;
 
@@ -116,7 +116,9 @@ static uint64_t rng_next(void) {
     pc_rng ^= pc_rng << 17;
     return pc_rng;
 }
-static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static double rng_unit(void) {
+    return (double)(rng_next() >> 11) / 9007199254740992.0;
+}
 
 static double env_num(const char *name, double dflt) {
     const char *v = getenv(name);
@@ -139,8 +141,8 @@ __attribute__((constructor)) static void pc_init(void) {
     real_unlink = (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
     real_mkdir = (int (*)(const char *, mode_t))dlsym(RTLD_NEXT, "mkdir");
     real_listen = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
-    real_sqlite3_open_v2 = (int (*)(const char *, sqlite3 **, int, const char *))dlsym(
-        RTLD_NEXT, "sqlite3_open_v2");
+    real_sqlite3_open_v2 =
+        (int (*)(const char *, sqlite3 **, int, const char *))dlsym(RTLD_NEXT, "sqlite3_open_v2");
     if (!real_open || !real_openat || !real_pwrite || !real_fsync || !real_fdatasync ||
         !real_close || !real_unlink || !real_mkdir || !real_listen || !real_sqlite3_open_v2) {
         fprintf(stderr, "powercut: cannot find the functions it wraps\n");
@@ -243,8 +245,10 @@ static void file_record_truncate(pc_file *f, int64_t size) {
 static void file_synced(pc_file *f) {
     size_t k = 0;
     for (size_t i = 0; i < f->n; i++) {
-        if (f->w[i].doomed) f->w[k++] = f->w[i];
-        else free(f->w[i].old);
+        if (f->w[i].doomed)
+            f->w[k++] = f->w[i];
+        else
+            free(f->w[i].old);
     }
     f->n = k;
     f->synced = f->size;
@@ -362,8 +366,8 @@ static int pc_tick(const char *what, int can_fail_nospace, double rate) {
 
 typedef struct {
     sqlite3_file base;
-    pc_file *f;           /* NULL for files a cut does not touch */
-    sqlite3_file *real;   /* follows this struct in the same allocation */
+    pc_file *f;         /* NULL for files a cut does not touch */
+    sqlite3_file *real; /* follows this struct in the same allocation */
 } pc_sqlfile;
 
 static sqlite3_vfs pc_vfs;
@@ -413,8 +417,9 @@ static int x_sync(sqlite3_file *p, int flags) {
     pthread_mutex_lock(&pc_mu);
     /* A failed sync here leaves the writes pending (POSIX's view); the
      * harsher Linux view is modelled on the segments. */
-    int rc = pc_tick("a database sync", 0, pc_fault_rate) ? SQLITE_IOERR_FSYNC
-                                           : REAL(p)->pMethods->xSync(REAL(p), flags);
+    int rc = pc_tick("a database sync", 0, pc_fault_rate)
+                 ? SQLITE_IOERR_FSYNC
+                 : REAL(p)->pMethods->xSync(REAL(p), flags);
     if (rc == SQLITE_OK) file_synced(s->f);
     pthread_mutex_unlock(&pc_mu);
     return rc;
@@ -422,15 +427,21 @@ static int x_sync(sqlite3_file *p, int flags) {
 static int x_size(sqlite3_file *p, sqlite3_int64 *out) {
     return REAL(p)->pMethods->xFileSize(REAL(p), out);
 }
-static int x_lock(sqlite3_file *p, int l) { return REAL(p)->pMethods->xLock(REAL(p), l); }
-static int x_unlock(sqlite3_file *p, int l) { return REAL(p)->pMethods->xUnlock(REAL(p), l); }
+static int x_lock(sqlite3_file *p, int l) {
+    return REAL(p)->pMethods->xLock(REAL(p), l);
+}
+static int x_unlock(sqlite3_file *p, int l) {
+    return REAL(p)->pMethods->xUnlock(REAL(p), l);
+}
 static int x_reserved(sqlite3_file *p, int *out) {
     return REAL(p)->pMethods->xCheckReservedLock(REAL(p), out);
 }
 static int x_control(sqlite3_file *p, int op, void *arg) {
     return REAL(p)->pMethods->xFileControl(REAL(p), op, arg);
 }
-static int x_sector(sqlite3_file *p) { return REAL(p)->pMethods->xSectorSize(REAL(p)); }
+static int x_sector(sqlite3_file *p) {
+    return REAL(p)->pMethods->xSectorSize(REAL(p));
+}
 static int x_device(sqlite3_file *p) {
     return REAL(p)->pMethods->xDeviceCharacteristics(REAL(p));
 }
@@ -440,7 +451,9 @@ static int x_shm_map(sqlite3_file *p, int pg, int sz, int ext, void volatile **o
 static int x_shm_lock(sqlite3_file *p, int off, int n, int flags) {
     return REAL(p)->pMethods->xShmLock(REAL(p), off, n, flags);
 }
-static void x_shm_barrier(sqlite3_file *p) { REAL(p)->pMethods->xShmBarrier(REAL(p)); }
+static void x_shm_barrier(sqlite3_file *p) {
+    REAL(p)->pMethods->xShmBarrier(REAL(p));
+}
 static int x_shm_unmap(sqlite3_file *p, int del) {
     return REAL(p)->pMethods->xShmUnmap(REAL(p), del);
 }
@@ -488,13 +501,25 @@ static void vfs_register(void) {
     pc_vfs.xOpen = v_open;
     pc_vfs.xDelete = v_delete;
     pc_vfs.pNext = NULL;
-    pc_io = (sqlite3_io_methods){
-        .iVersion = 3, .xClose = x_close, .xRead = x_read, .xWrite = x_write,
-        .xTruncate = x_truncate, .xSync = x_sync, .xFileSize = x_size, .xLock = x_lock,
-        .xUnlock = x_unlock, .xCheckReservedLock = x_reserved, .xFileControl = x_control,
-        .xSectorSize = x_sector, .xDeviceCharacteristics = x_device, .xShmMap = x_shm_map,
-        .xShmLock = x_shm_lock, .xShmBarrier = x_shm_barrier, .xShmUnmap = x_shm_unmap,
-        .xFetch = x_fetch, .xUnfetch = x_unfetch};
+    pc_io = (sqlite3_io_methods){.iVersion = 3,
+                                 .xClose = x_close,
+                                 .xRead = x_read,
+                                 .xWrite = x_write,
+                                 .xTruncate = x_truncate,
+                                 .xSync = x_sync,
+                                 .xFileSize = x_size,
+                                 .xLock = x_lock,
+                                 .xUnlock = x_unlock,
+                                 .xCheckReservedLock = x_reserved,
+                                 .xFileControl = x_control,
+                                 .xSectorSize = x_sector,
+                                 .xDeviceCharacteristics = x_device,
+                                 .xShmMap = x_shm_map,
+                                 .xShmLock = x_shm_lock,
+                                 .xShmBarrier = x_shm_barrier,
+                                 .xShmUnmap = x_shm_unmap,
+                                 .xFetch = x_fetch,
+                                 .xUnfetch = x_unfetch};
     if (sqlite3_vfs_register(&pc_vfs, 0) != SQLITE_OK) _exit(2);
 }
 
@@ -517,8 +542,10 @@ static int is_bodies_dir(const char *path) {
 /* The directory holding path (the part before its last slash; "." without one). */
 static void dir_of(const char *path, char *out, size_t cap) {
     const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(out, cap, ".");
-    else snprintf(out, cap, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(out, cap, ".");
+    else
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
 }
 
 static int follow_open(const char *path, int flags, int fd) {
@@ -612,8 +639,10 @@ static void dir_synced(const char *dir) {
     }
     for (int i = 0; i < pc_n_new_dirs;) {
         dir_of(pc_new_dirs[i], d, sizeof d);
-        if (strcmp(d, dir) == 0) memmove(pc_new_dirs[i], pc_new_dirs[--pc_n_new_dirs], PC_PATH);
-        else i++;
+        if (strcmp(d, dir) == 0)
+            memmove(pc_new_dirs[i], pc_new_dirs[--pc_n_new_dirs], PC_PATH);
+        else
+            i++;
     }
 }
 
@@ -630,8 +659,10 @@ static int sync_common(int fd, int (*real)(int)) {
     int rc = e ? -1 : real(fd);
     if (rc != 0 && !e) e = errno;
     if (f) {
-        if (rc == 0) file_synced(f);
-        else file_sync_failed(f);
+        if (rc == 0)
+            file_synced(f);
+        else
+            file_sync_failed(f);
     } else if (rc == 0) {
         /* SQLite's own directory syncs are not followed by its VFS layer
          * here: any directory synced makes its new entries durable. */
@@ -641,8 +672,12 @@ static int sync_common(int fd, int (*real)(int)) {
     errno = e;
     return rc;
 }
-int fsync(int fd) { return sync_common(fd, real_fsync); }
-int fdatasync(int fd) { return sync_common(fd, real_fdatasync); }
+int fsync(int fd) {
+    return sync_common(fd, real_fsync);
+}
+int fdatasync(int fd) {
+    return sync_common(fd, real_fdatasync);
+}
 
 int close(int fd) {
     if (fd >= 0 && fd < PC_FDS) {

@@ -21,23 +21,26 @@
 
 /* fuzz_peer_files' held model: this configuration at version 3 of run
  * "fuzz"; its model files name version 4, its deltas go from 3 to 4. */
-#define FUZZ_PEER_CONFIG {256, 8, 1, 2, 8}
+#define FUZZ_PEER_CONFIG \
+    { 256, 8, 1, 2, 8 }
 #define FUZZ_PEER_HELD 3
 #define FUZZ_PEER_NEXT 4
 
-#define FUZZ_CHECK(cond, ...)                                                                     \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "fuzz: invariant broken at %s:%d: %s: ", __FILE__, __LINE__, #cond);  \
-            fprintf(stderr, __VA_ARGS__);                                                         \
-            fputc('\n', stderr);                                                                  \
-            abort();                                                                              \
-        }                                                                                         \
+#define FUZZ_CHECK(cond, ...)                                                                    \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            fprintf(stderr, "fuzz: invariant broken at %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                        \
+            fputc('\n', stderr);                                                                 \
+            abort();                                                                             \
+        }                                                                                        \
     } while (0)
 
 /* Functions under test log what they refuse; thousands of lines a second
  * would only slow the run down. Errors still show. */
-static inline void fuzz_quiet(void) { vl_log_set_level(LOG_ERROR); }
+static inline void fuzz_quiet(void) {
+    vl_log_set_level(LOG_ERROR);
+}
 
 /* A NUL-terminated heap copy of n bytes (the caller frees it), for
  * functions that take C strings. */

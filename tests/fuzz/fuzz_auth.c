@@ -69,8 +69,8 @@ static void check_bounds(const crypto_sig *s) {
         size_t cl = strnlen(c, CRYPTO_SIG_NAME_MAX + 1);
         FUZZ_CHECK(cl > 0 && cl <= CRYPTO_SIG_NAME_MAX, "a component name out of bounds");
         for (size_t k = 0; k < cl; k++)
-            FUZZ_CHECK(c[k] > 0x20 && c[k] < 0x7f && !(c[k] >= 'A' && c[k] <= 'Z') &&
-                           c[k] != '"' && c[k] != '\\',
+            FUZZ_CHECK(c[k] > 0x20 && c[k] < 0x7f && !(c[k] >= 'A' && c[k] <= 'Z') && c[k] != '"' &&
+                           c[k] != '\\',
                        "a component name with a byte a name cannot hold");
         for (size_t j = 0; j < i; j++)
             FUZZ_CHECK(strcmp(s->components[j], c) != 0, "a duplicate component");
@@ -114,8 +114,10 @@ static void parse_and_verify(const uint8_t *data, size_t size) {
             FUZZ_CHECK(crypto_sig_verify(key.pk, &s, &base, &e) == VL_EAUTH,
                        "a signature the key never made verifies");
         /* And with the signer's own lookup, derived components included. */
-        crypto_http_request rq = {.method = "POST", .path_query = "/v1/updates?x=1",
-                                  .authority = "Coord.Example", .content_length = "0",
+        crypto_http_request rq = {.method = "POST",
+                                  .path_query = "/v1/updates?x=1",
+                                  .authority = "Coord.Example",
+                                  .content_length = "0",
                                   .content_digest = "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMp"
                                                     "JWZG3hSuFU=:"};
         if (crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e) == VL_OK)
@@ -189,13 +191,15 @@ static void sign_and_verify(const uint8_t *data, size_t size, int has_body) {
         crypto_sign_http(&key, "7", method, target, has_body, body, blen, NOW, &h) == VL_OK) {
         char clen[24];
         snprintf(clen, sizeof clen, "%zu", blen);
-        crypto_http_request rq = {.method = method, .path_query = target,
+        crypto_http_request rq = {.method = method,
+                                  .path_query = target,
                                   .content_digest = has_body ? h.content_digest : NULL,
                                   .content_length = has_body ? clen : NULL};
-        FUZZ_CHECK(verify(h.signature_input, h.signature, &rq) == VL_OK,
-                   "own signature refused");
-        if (has_body) check_body(&h, &rq, body, blen);
-        else FUZZ_CHECK(h.content_digest[0] == '\0', "a digest without a body");
+        FUZZ_CHECK(verify(h.signature_input, h.signature, &rq) == VL_OK, "own signature refused");
+        if (has_body)
+            check_body(&h, &rq, body, blen);
+        else
+            FUZZ_CHECK(h.content_digest[0] == '\0', "a digest without a body");
         crypto_http_request q = rq;
         char *t2 = plus(target, '/');
         q.path_query = t2;
@@ -215,7 +219,9 @@ static void sign_and_verify(const uint8_t *data, size_t size, int has_body) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    if (data[0] & 1) sign_and_verify(data + 1, size - 1, !(data[0] & 2));
-    else parse_and_verify(data + 1, size - 1);
+    if (data[0] & 1)
+        sign_and_verify(data + 1, size - 1, !(data[0] & 2));
+    else
+        parse_and_verify(data + 1, size - 1);
     return 0;
 }

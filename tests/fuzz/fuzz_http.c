@@ -84,8 +84,10 @@ static void write_file(const char *path, const void *data, size_t len) {
 static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *f) {
     (void)sb;
     (void)f;
-    if (type == FTW_DP) rmdir(path);
-    else unlink(path);
+    if (type == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
     return 0;
 }
 
@@ -101,14 +103,15 @@ static void remove_dir(void) {
 
 /* A corpus of text-like bytes: enough for tasks and a validation slice. */
 static void make_corpus(const char *path) {
-    static const char words[][12] = {"the ", "model ", "peer ", "learns ", "a ", "version ",
-                                    "of ", "data ", "and ", "sends ", "updates. "};
+    static const char words[][12] = {"the ", "model ", "peer ", "learns ", "a ",       "version ",
+                                     "of ",  "data ",  "and ",  "sends ",  "updates. "};
     vl_buf b;
     vl_buf_init(&b, 1 << 20);
     vl_rng r;
     vl_rng_seed(&r, 11);
     while (b.len < 32768)
-        FUZZ_CHECK(vl_buf_append_str(&b, words[vl_rng_below(&r, sizeof words / sizeof words[0])]) == 0,
+        FUZZ_CHECK(vl_buf_append_str(&b, words[vl_rng_below(&r, sizeof words / sizeof words[0])]) ==
+                       0,
                    "corpus");
     write_file(path, b.data, b.len);
     vl_buf_free(&b);
@@ -165,8 +168,9 @@ static void setup_run(void) {
     }
     for (int i = 0; i < 2; i++) {
         int64_t id = 0;
-        FUZZ_CHECK(storage_peer_insert(st, H.keys[i].pk, i ? "fuzz-2" : "fuzz-1", "{}", token,
-                                       now, &id, &e) == VL_OK && id == i + 1,
+        FUZZ_CHECK(storage_peer_insert(st, H.keys[i].pk, i ? "fuzz-2" : "fuzz-1", "{}", token, now,
+                                       &id, &e) == VL_OK &&
+                       id == i + 1,
                    "peer %d: %s", i + 1, e.msg);
     }
     storage_close(st);
@@ -238,8 +242,10 @@ static void exchange(const uint8_t *data, size_t n) {
     for (;;) {
         if (off < n) {
             ssize_t w = send(c, data + off, n - off, MSG_NOSIGNAL);
-            if (w > 0) off += (size_t)w;
-            else if (w < 0 && errno != EAGAIN && errno != EINTR) off = n; /* it closed */
+            if (w > 0)
+                off += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                off = n; /* it closed */
         }
         /* Waiting on the server's threads: block briefly in the loop. */
         int busy = server_busy();
@@ -275,8 +281,9 @@ static void exchange(const uint8_t *data, size_t n) {
         } else {
             quiet = 0;
         }
-        FUZZ_CHECK(vl_clock_mono_s() < end, "the exchange did not end in %.0f s (%zu of %zu bytes "
-                                         "sent, %zu answered)",
+        FUZZ_CHECK(vl_clock_mono_s() < end,
+                   "the exchange did not end in %.0f s (%zu of %zu bytes "
+                   "sent, %zu answered)",
                    EXCHANGE_LIMIT_S, off, n, H.resp.len);
     }
     close(c);
@@ -357,16 +364,19 @@ static int build_signed(const uint8_t *data, size_t n, vl_buf *out, int *head) {
         const crypto_identity *id = &H.keys[who == 1 ? 1 : who == 2 ? 2 : 0];
         int64_t peer = who == 0 ? 1 : who == 1 ? 2 : who == 2 ? 0 : 3;
         char keyid[CRYPTO_PK_B64_LEN + 24];
-        if (peer > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
-        else crypto_pk_encode(id->pk, keyid);
+        if (peer > 0)
+            snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
+        else
+            crypto_pk_encode(id->pk, keyid);
         int has_body = blen > 0 || strcmp(method, "POST") == 0;
         crypto_signed_headers sh;
         ok = crypto_sign_http(id, keyid, method, target, has_body, body, blen, vl_clock_unix_s(),
                               &sh) == VL_OK;
         if (ok)
-            ok = vl_buf_printf(out, "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"
-                            "Signature: %s\r\n", method, target, sh.signature_input,
-                            sh.signature) == 0;
+            ok = vl_buf_printf(out,
+                               "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"
+                               "Signature: %s\r\n",
+                               method, target, sh.signature_input, sh.signature) == 0;
         if (ok && has_body)
             ok = vl_buf_printf(out, "Content-Digest: %s\r\n", sh.content_digest) == 0;
         for (size_t i = hdr_at; ok && i < hdr_end;) {

@@ -34,18 +34,16 @@ static void check_task(const peer_task *t) {
     FUZZ_CHECK(t->length >= (int64_t)t->context + 1 && t->length <= PEER_MAX_DATA_BYTES &&
                    t->offset >= 0 && t->offset <= INT64_MAX - t->length,
                "a data range out of bounds");
-    FUZZ_CHECK(t->h_min >= 1 && t->h_min <= t->steps, "h_min %d of %d steps", t->h_min,
-               t->steps);
+    FUZZ_CHECK(t->h_min >= 1 && t->h_min <= t->steps, "h_min %d of %d steps", t->h_min, t->steps);
     FUZZ_CHECK(t->shard[0] && strspn(t->shard, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
-                                                "VWXYZ0123456789_-") == strlen(t->shard),
+                                               "VWXYZ0123456789_-") == strlen(t->shard),
                "shard name '%s'", t->shard);
     FUZZ_CHECK(t->run[0] && printable(t->run), "run name");
     FUZZ_CHECK(t->dtype == ST_F32 || t->dtype == ST_F16, "dtype");
     FUZZ_CHECK(t->lr > 0 && t->eps > 0 && t->beta1 >= 0 && t->beta1 < 1 && t->beta2 >= 0 &&
                    t->beta2 < 1,
                "optimizer hyper-parameters");
-    FUZZ_CHECK(t->comp_decay > 0 && t->comp_decay <= 1, "residual decay %g",
-               (double)t->comp_decay);
+    FUZZ_CHECK(t->comp_decay > 0 && t->comp_decay <= 1, "residual decay %g", (double)t->comp_decay);
     if (t->method == PEER_METHOD_SKETCH)
         FUZZ_CHECK(t->comp_rows >= 1 && t->comp_rows <= COMPRESS_SKETCH_MAX_ROWS &&
                        t->comp_cols >= 1 &&
@@ -69,8 +67,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     switch (mode) {
     case 0: {
         peer_task t;
-        if (peer_task_parse((const char *)data, size, &t, &e) == VL_OK) check_task(&t);
-        else FUZZ_CHECK(e.msg[0] != '\0', "a refused task without a message");
+        if (peer_task_parse((const char *)data, size, &t, &e) == VL_OK)
+            check_task(&t);
+        else
+            FUZZ_CHECK(e.msg[0] != '\0', "a refused task without a message");
         break;
     }
     case 1: {
@@ -87,8 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    "unterminated output");
         FUZZ_CHECK(printable(code) && printable(msg), "a control character in the output");
         vl_error r = {0};
-        FUZZ_CHECK(peer_refusal(&r, "fuzz", 400, data, size) == PEER_EREFUSED &&
-                       printable(r.msg),
+        FUZZ_CHECK(peer_refusal(&r, "fuzz", 400, data, size) == PEER_EREFUSED && printable(r.msg),
                    "a refusal line that is not one printable line");
         break;
     }

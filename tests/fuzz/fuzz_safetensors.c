@@ -22,8 +22,7 @@ static void check_same(const st_file *a, const st_file *b) {
     FUZZ_CHECK(a->nmeta == b->nmeta, "%d metadata entries became %d", a->nmeta, b->nmeta);
     for (int i = 0; i < a->nmeta; i++) {
         const char *v = st_meta_get(b, a->meta[i].key);
-        FUZZ_CHECK(v && strcmp(v, a->meta[i].value) == 0, "metadata '%s' changed",
-                   a->meta[i].key);
+        FUZZ_CHECK(v && strcmp(v, a->meta[i].value) == 0, "metadata '%s' changed", a->meta[i].key);
     }
     for (int i = 0; i < a->ntensors; i++) {
         const st_tensor *x = &a->tensors[i], *y = st_find(b, x->name);
@@ -56,8 +55,7 @@ static void round_trip(const st_file *f, size_t header_len) {
     vl_buf out;
     vl_buf_init(&out, VL_BUF_DEFAULT_CAP);
     vl_error e = {0};
-    FUZZ_CHECK(st_writer_finish(&w, &out, &e) == VL_OK, "writing a parsed file failed: %s",
-               e.msg);
+    FUZZ_CHECK(st_writer_finish(&w, &out, &e) == VL_OK, "writing a parsed file failed: %s", e.msg);
     st_file g;
     FUZZ_CHECK(st_parse(out.data, out.len, &g, &e) == VL_OK, "a written file does not parse: %s",
                e.msg);
@@ -80,8 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < f.ntensors; i++) {
         const st_tensor *t = &f.tensors[i];
         FUZZ_CHECK(t->nbytes == t->numel * st_dtype_size(t->dtype), "'%s' size", t->name);
-        FUZZ_CHECK(t->nbytes == 0 || (t->data >= data + 8 + header_len &&
-                                      t->data + t->nbytes <= data + size),
+        FUZZ_CHECK(t->nbytes == 0 ||
+                       (t->data >= data + 8 + header_len && t->data + t->nbytes <= data + size),
                    "'%s' points outside the data block", t->name);
         FUZZ_CHECK(st_find(&f, t->name) == t, "'%s' is not unique", t->name);
         if (t->dtype == ST_F32 || t->dtype == ST_F16) {

@@ -68,8 +68,7 @@ static void check_reply(const uint8_t *data, size_t size) {
         for (int i = 0; i < REPLY_B * Q; i++) FUZZ_CHECK(dz[i] == -7.0f, "a refusal wrote dz");
         return;
     }
-    FUZZ_CHECK((isnan(loss) || loss >= 0) && step >= 0, "loss %g step %lld", loss,
-               (long long)step);
+    FUZZ_CHECK((isnan(loss) || loss >= 0) && step >= 0, "loss %g step %lld", loss, (long long)step);
     for (int i = 0; i < REPLY_B * Q; i++) FUZZ_CHECK(isfinite(dz[i]), "dz[%d] not finite", i);
 }
 

@@ -25,8 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static int all_finite_tensor(const st_tensor *t) {
     float *x = malloc(t->numel ? t->numel * sizeof *x : 1);
     FUZZ_CHECK(x != NULL, "out of memory");
-    FUZZ_CHECK(st_tensor_to_f32(t, x, (size_t)t->numel, NULL) == VL_OK, "'%s' converts",
-               t->name);
+    FUZZ_CHECK(st_tensor_to_f32(t, x, (size_t)t->numel, NULL) == VL_OK, "'%s' converts", t->name);
     int ok = compress_all_finite(x, (size_t)t->numel);
     for (size_t i = 0; ok && i < t->numel; i++) ok = fabsf(x[i]) <= COMPRESS_MAX_ABS;
     free(x);
@@ -73,11 +72,11 @@ static void check_factors(const compress_update *u) {
 static void check_update(const compress_update *u, size_t n) {
     const compress_update_meta *m = &u->meta;
     FUZZ_CHECK(m->task >= 1 && m->peer >= 1 && m->base_version >= 0 && m->num_samples >= 1 &&
-                   m->num_samples <= COMPRESS_MAX_SAMPLES &&
-                   m->local_steps >= 1 && isfinite(m->loss) && strlen(m->run) < sizeof m->run,
+                   m->num_samples <= COMPRESS_MAX_SAMPLES && m->local_steps >= 1 &&
+                   isfinite(m->loss) && strlen(m->run) < sizeof m->run,
                "metadata out of range");
-    compress_spec spec = {.kind = m->kind, .max_nnz = u->nnz, .rows = u->rows, .cols = u->cols,
-                          .seed = m->seed};
+    compress_spec spec = {
+        .kind = m->kind, .max_nnz = u->nnz, .rows = u->rows, .cols = u->cols, .seed = m->seed};
     const char *code = NULL;
     FUZZ_CHECK(compress_update_check_spec(u, &spec, &code, NULL) == VL_OK,
                "an update fails a spec made from itself");
@@ -141,8 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             return 0;
         }
         FUZZ_CHECK(rc == VL_EINVAL || rc == VL_ERANGE, "decode returned %d", rc);
-        FUZZ_CHECK((rc == VL_ERANGE) == (code != NULL), "code %s for rc %d",
-                   code ? code : "(none)", rc);
+        FUZZ_CHECK((rc == VL_ERANGE) == (code != NULL), "code %s for rc %d", code ? code : "(none)",
+                   rc);
         FUZZ_CHECK(e.msg[0] != '\0', "a refusal without a message");
         return 0;
     }

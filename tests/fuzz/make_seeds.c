@@ -56,8 +56,8 @@ static void raw_file(vl_buf *out, const char *header, const void *data, size_t n
        "raw file");
 }
 
-static compress_update_meta meta_of(compress_kind kind, int64_t task, int64_t peer,
-                                    int64_t base, const char *run) {
+static compress_update_meta meta_of(compress_kind kind, int64_t task, int64_t peer, int64_t base,
+                                    const char *run) {
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "%s", run);
@@ -143,8 +143,7 @@ static void seeds_updates(void) {
     for (int i = 0; i < 4; i++) fg0[i * 5] = 1e-6f;
     for (int i = 0; i < 5; i++) fa1[i * 6] = 1.0f;
     const float *fA[2] = {fa0, fa1}, *fG[2] = {fg0, fg1};
-    compress_factors kf = {.layers = fl, .n = 2, .A = fA, .G = fG, .samples = 512,
-                           .dtype = ST_F32};
+    compress_factors kf = {.layers = fl, .n = 2, .A = fA, .G = fG, .samples = 512, .dtype = ST_F32};
     m = meta_of(COMPRESS_DENSE, 7, 2, 3, "demo");
     m.factors = &kf;
     vl_buf_reset(&b);
@@ -162,8 +161,8 @@ static void seeds_updates(void) {
     put("fuzz_update", "dense-wrong-size", pre8, 5, b.data, b.len);
 
     /* Second-round files. */
-    compress_round_meta rm = {.run = "demo", .version = 3, .task = 7, .peer = 2,
-                              .deadline = 1700000000};
+    compress_round_meta rm = {
+        .run = "demo", .version = 3, .task = 7, .peer = 2, .deadline = 1700000000};
     uint8_t pre_c[5] = {1, 16, 0, 0, 0}, pre_v[5] = {2, 4, 0, 0, 0};
     vl_buf_reset(&b);
     ok(compress_round_encode_candidates(&rm, idx, 4, &b, &e), "candidates");
@@ -183,7 +182,8 @@ static void seeds_updates(void) {
     uint8_t u8[4] = {1, 2, 3, 4};
     uint16_t half[4] = {0x3c00, 0xbc00, 0x7bff, 0x0001};
     ok(st_writer_meta(&w, "format", "pt") || st_writer_meta(&w, "note", "seed"), "meta");
-    ok(st_writer_add(&w, "a", ST_F32, 2, sh2, x, 16) || st_writer_add(&w, "b", ST_I64, 1, sh1, i64, 32) ||
+    ok(st_writer_add(&w, "a", ST_F32, 2, sh2, x, 16) ||
+           st_writer_add(&w, "b", ST_I64, 1, sh1, i64, 32) ||
            st_writer_add(&w, "c", ST_U8, 1, sh1, u8, 4) ||
            st_writer_add(&w, "d", ST_F16, 1, sh1, half, 8) ||
            st_writer_add(&w, "e", ST_BF16, 1, sh1, half, 8) ||
@@ -196,14 +196,16 @@ static void seeds_updates(void) {
     put("fuzz_safetensors", "truncated", "", 0, b.data, b.len - 1);
     raw_file(&b, "{}", NULL, 0);
     put("fuzz_safetensors", "empty", "", 0, b.data, b.len);
-    raw_file(&b, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                 "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}  ",
+    raw_file(&b,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}  ",
              x, 8);
     put("fuzz_safetensors", "overlap", "", 0, b.data, b.len);
     raw_file(&b, "{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[4,12]}} ", x, 12);
     put("fuzz_safetensors", "gap-misaligned", "", 0, b.data, b.len);
-    raw_file(&b, "{\"a\":{\"dtype\":\"Q4\",\"shape\":[9223372036854775807,2],"
-                 "\"data_offsets\":[0,8]}}",
+    raw_file(&b,
+             "{\"a\":{\"dtype\":\"Q4\",\"shape\":[9223372036854775807,2],"
+             "\"data_offsets\":[0,8]}}",
              x, 8);
     put("fuzz_safetensors", "bad-dtype-shape", "", 0, b.data, b.len);
     vl_buf_free(&b);
@@ -307,7 +309,7 @@ static const char TASK[] =
 
 static void seeds_json(void) {
     char t[2048];
-    const char *kinds[][2] = {{"none", "F32"}, {"topk", "F16"}, {"gaussk", "F32"},
+    const char *kinds[][2] = {{"none", "F32"},   {"topk", "F16"}, {"gaussk", "F32"},
                               {"sketch", "F16"}, {"zstd", "F32"}, {"topk", "BF16"}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         char name[32];
@@ -401,12 +403,12 @@ static void seeds_auth(void) {
 
 /* ---- HTTP -------------------------------------------------------------------- */
 
-static void http_signed(const char *name, int who, const char *head, const void *body,
-                        size_t n) {
+static void http_signed(const char *name, int who, const char *head, const void *body, size_t n) {
     vl_buf b;
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     uint8_t pre[2] = {1, (uint8_t)who};
-    ok(vl_buf_append(&b, pre, 2) || vl_buf_append_str(&b, head) || vl_buf_append(&b, body, n), "signed");
+    ok(vl_buf_append(&b, pre, 2) || vl_buf_append_str(&b, head) || vl_buf_append(&b, body, n),
+       "signed");
     put("fuzz_http", name, "", 0, b.data, b.len);
     vl_buf_free(&b);
 }
@@ -479,8 +481,8 @@ static void seeds_http(void) {
         /* The same taking the next lease with the answer. */
         snprintf(name, sizeof name, "update-%d-next", p);
         http_signed(name, p - 1,
-                    "POST /v1/updates?next=1\nContent-Type: application/octet-stream\n\n",
-                    b.data, b.len);
+                    "POST /v1/updates?next=1\nContent-Type: application/octet-stream\n\n", b.data,
+                    b.len);
     }
     /* The same with a cell of 3e38: finite, but a merge of two of them
      * made the model Inf (refused now as out_of_bounds). */
@@ -501,8 +503,7 @@ static void seeds_http(void) {
     vl_buf_reset(&b);
     ok(compress_round_encode_values(&rm, x, 32, &b, &e), "values");
     http_signed("round-values", 0,
-                "POST /v1/round/values\nContent-Type: application/octet-stream\n\n", b.data,
-                b.len);
+                "POST /v1/round/values\nContent-Type: application/octet-stream\n\n", b.data, b.len);
 
     crypto_identity joiner;
     uint8_t seed[32];
@@ -527,12 +528,12 @@ static void seeds_http(void) {
     crypto_pk_encode(peer2.pk, own);
     crypto_rotation_sign(&peer2, 2, peer2.pk, proof);
     snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", own, proof);
-    http_signed("rotate-same", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n",
-                body, strlen(body));
+    http_signed("rotate-same", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n", body,
+                strlen(body));
     crypto_rotation_sign(&joiner, 1, peer2.pk, proof);
     snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", pk, proof);
-    http_signed("rotate-bad-proof", 1,
-                "POST /v1/peers/rotate\nContent-Type: application/json\n\n", body, strlen(body));
+    http_signed("rotate-bad-proof", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n",
+                body, strlen(body));
     vl_buf_free(&b);
 }
 

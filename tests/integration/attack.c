@@ -118,8 +118,7 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
     int same = json_integer_value(json_object_get(j, "peer_id")) == c->peer;
     json_decref(j);
     expect("join again with the used-up token", &r, 200, NULL);
-    record("join again returns the same peer id", "same id", same ? "same id" : "another id",
-           same);
+    record("join again returns the same peer id", "same id", same ? "same id" : "another id", same);
     snprintf(c->token, sizeof c->token, "%s", token);
     request(c, "GET", "/v1/task?wait=30", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
@@ -151,8 +150,8 @@ void attack_general(ctx *c, const char *badtoken) {
 
     request(c, "GET", "/v1/task", "", NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("no signature", &r, 401, "unauthorized");
-    request(c, "GET", "/v1/task", "Authorization: Bearer hunter2", NULL, 0, NULL, 0, NULL,
-            c->peer, 0, &r);
+    request(c, "GET", "/v1/task", "Authorization: Bearer hunter2", NULL, 0, NULL, 0, NULL, c->peer,
+            0, &r);
     expect("another auth scheme instead of a signature", &r, 401, "unauthorized");
     request(c, "GET", "/v1/task",
             "Signature-Input: sig1=(\"@method\");created=2;keyid=\"1\"\nSignature: sig1=:AA==:",
@@ -175,25 +174,26 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("unknown peer id", &r, 401, "unknown_peer");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, 0, 0, &r);
     expect("peer=0 outside a join", &r, 401, "unknown_peer");
-    request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            vl_clock_unix_s() - 1000, &r);
+    request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer, vl_clock_unix_s() - 1000,
+            &r);
     expect("timestamp 1000 s old", &r, 401, "stale_timestamp");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
             vl_clock_unix_s() - CRYPTO_TS_WINDOW_S - 5, &r);
     expect("timestamp just outside the 300 s window", &r, 401, "stale_timestamp");
-    request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            vl_clock_unix_s() + 1000, &r);
+    request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer, vl_clock_unix_s() + 1000,
+            &r);
     expect("timestamp 1000 s ahead", &r, 401, "stale_timestamp");
-    req_opts o = {.method = "GET", .target = "/v1/task", .sign_target = "/v1/model",
-                  .peer = c->peer};
+    req_opts o = {
+        .method = "GET", .target = "/v1/task", .sign_target = "/v1/model", .peer = c->peer};
     send_req(c, &o, &r);
     expect("signature for another path", &r, 401, "bad_signature");
-    o = (req_opts){.method = "GET", .target = "/v1/task?wait=1", .sign_target = "/v1/task?wait=0",
+    o = (req_opts){.method = "GET",
+                   .target = "/v1/task?wait=1",
+                   .sign_target = "/v1/task?wait=0",
                    .peer = c->peer};
     send_req(c, &o, &r);
     expect("query altered after signing", &r, 401, "bad_signature");
-    o = (req_opts){.method = "GET", .target = "/v1/model", .sign_method = "POST",
-                   .peer = c->peer};
+    o = (req_opts){.method = "GET", .target = "/v1/model", .sign_method = "POST", .peer = c->peer};
     send_req(c, &o, &r);
     expect("signature for another method", &r, 401, "bad_signature");
 
@@ -219,19 +219,19 @@ void attack_general(ctx *c, const char *badtoken) {
     vl_buf_init(&tampered, VL_BUF_DEFAULT_CAP);
     if (vl_buf_append(&tampered, good.data, good.len) != VL_OK) abort();
     tampered.data[tampered.len - 1] ^= 0x40;
-    request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len, good.data, good.len,
-            NULL, c->peer, 0, &r);
+    request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len, good.data, good.len, NULL,
+            c->peer, 0, &r);
     expect("body altered after signing", &r, 400, "digest_mismatch");
     request(c, "POST", "/v1/updates", NULL, tampered.data, tampered.len - 1, good.data, good.len,
             NULL, c->peer, 0, &r);
     expect("body cut after signing (content-length signed)", &r, 401, "bad_signature");
     vl_buf_free(&tampered);
 
-    request(c, "POST", "/v1/updates?next=2", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
-            0, &r);
+    request(c, "POST", "/v1/updates?next=2", NULL, good.data, good.len, NULL, 0, NULL, c->peer, 0,
+            &r);
     expect("upload asking for next=2", &r, 400, "bad_request");
-    request(c, "POST", "/v1/updates?lease=1", NULL, good.data, good.len, NULL, 0, NULL, c->peer,
-            0, &r);
+    request(c, "POST", "/v1/updates?lease=1", NULL, good.data, good.len, NULL, 0, NULL, c->peer, 0,
+            &r);
     expect("upload with an unknown query key", &r, 400, "bad_request");
     request(c, "POST", "/v1/updates", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer, 0, &r);
     expect("malformed update body", &r, 400, "malformed_update");
@@ -241,8 +241,7 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("empty update body", &r, 400, "malformed_update");
     request(c, "POST", "/v1/updates", NULL, nan_b.data, nan_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("NaN in the delta", &r, 422, "non_finite");
-    request(c, "POST", "/v1/updates", NULL, huge_b.data, huge_b.len, NULL, 0, NULL, c->peer, 0,
-            &r);
+    request(c, "POST", "/v1/updates", NULL, huge_b.data, huge_b.len, NULL, 0, NULL, c->peer, 0, &r);
     expect("a finite delta value of 1e30", &r, 422, "out_of_bounds");
     /* The run's robust.max_norm is 100 with excess refused (attack.sh). */
     vl_buf over, many;
@@ -251,8 +250,8 @@ void attack_general(ctx *c, const char *badtoken) {
     update_body_claiming(c, &many, c->run, c->base_version, c->n_params, 0.0f, 1000000000000LL);
     post(c, "more samples than a task has", &many, 422, "too_many_samples");
     vl_buf steps, lossy, negative;
-    update_body_meta(c, &steps, c->run, c->base_version, c->n_params, 0.0f, 10,
-                     1000000000000000LL, 5.0);
+    update_body_meta(c, &steps, c->run, c->base_version, c->n_params, 0.0f, 10, 1000000000000000LL,
+                     5.0);
     post(c, "10^15 local steps", &steps, 422, "too_many_steps");
     update_body_meta(c, &lossy, c->run, c->base_version, c->n_params, 0.0f, 10, 1, 1e308);
     post(c, "a training loss of 1e308", &lossy, 422, "bad_loss");
@@ -273,8 +272,12 @@ void attack_general(ctx *c, const char *badtoken) {
     expect("update for an unknown task", &r, 404, "unknown_task");
     vl_buf_free(&unk);
     /* Content types: a valid, signed update under the wrong type. */
-    o = (req_opts){.method = "POST", .target = "/v1/updates", .body = good.data, .len = good.len,
-                   .peer = c->peer, .ctype = "application/json"};
+    o = (req_opts){.method = "POST",
+                   .target = "/v1/updates",
+                   .body = good.data,
+                   .len = good.len,
+                   .peer = c->peer,
+                   .ctype = "application/json"};
     send_req(c, &o, &r);
     expect("update sent as application/json", &r, 415, "unsupported_media_type");
     o.ctype = "";
@@ -291,8 +294,12 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "POST", "/v1/peers", NULL, "{\"public_key\":", 14, NULL, 0, NULL, 0, 0, &r);
     expect("join with malformed JSON", &r, 400, "bad_request");
     join_body(body, sizeof body, other.pk, badtoken, "x");
-    o = (req_opts){.method = "POST", .target = "/v1/peers", .body = body, .len = strlen(body),
-                   .key = &other, .ctype = "text/plain"};
+    o = (req_opts){.method = "POST",
+                   .target = "/v1/peers",
+                   .body = body,
+                   .len = strlen(body),
+                   .key = &other,
+                   .ctype = "text/plain"};
     send_req(c, &o, &r);
     expect("join sent as text/plain", &r, 415, "unsupported_media_type");
     o.ctype = "application/x-www-form-urlencoded";
@@ -394,7 +401,8 @@ static int burst(ctx *c, const char *token, int n) {
             reply cr;
             request(c, "GET", "/v1/task?wait=10", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &cr);
             json_t *o = json_loadb((const char *)cr.body.data, cr.body.len, 0, NULL);
-            long long id = cr.status == 200 ? json_integer_value(json_object_get(o, "task_id")) : -1;
+            long long id =
+                cr.status == 200 ? json_integer_value(json_object_get(o, "task_id")) : -1;
             char line[64];
             int len = snprintf(line, sizeof line, "%ld %lld\n", cr.status, id);
             if (write(fds[1], line, (size_t)len) != len) _exit(1);
@@ -414,8 +422,7 @@ static int burst(ctx *c, const char *token, int n) {
         same += id == first;
     }
     if (f) fclose(f);
-    while (wait(NULL) > 0) {
-    }
+    while (wait(NULL) > 0) {}
     char want[64], got[96];
     snprintf(want, sizeof want, "%d answered 200 with one task", n);
     snprintf(got, sizeof got, "%d of %d answered 200, %d with the first one's task", ok, lines,

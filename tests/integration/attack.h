@@ -42,17 +42,17 @@ typedef struct reply {
 /* Everything about one request; zero fields take the honest default. */
 typedef struct req_opts {
     const char *method, *target;
-    const char *auth;    /* NULL: signed by key as peer; "": no signature; else literal
+    const char *auth; /* NULL: signed by key as peer; "": no signature; else literal
                             header lines, separated by LF (see sign_lines) */
     const void *body;
     size_t len;
     const void *sign_body; /* what the signature covers instead of body (NULL: body) */
     size_t sign_len;
     const char *sign_method, *sign_target; /* likewise (NULL: the real ones) */
-    const crypto_identity *key; /* NULL: the attacker's own */
-    int64_t peer;         /* the peer id signed as */
-    int64_t ts;           /* 0: now */
-    const char *ctype;    /* NULL: the route's type; "": no Content-Type */
+    const crypto_identity *key;            /* NULL: the attacker's own */
+    int64_t peer;                          /* the peer id signed as */
+    int64_t ts;                            /* 0: now */
+    const char *ctype;                     /* NULL: the route's type; "": no Content-Type */
 } req_opts;
 
 /* Room for the signature lines of one request. */

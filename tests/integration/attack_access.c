@@ -70,10 +70,15 @@ int setup_access(ctx *c, const char *victim_token) {
     return 0;
 }
 
-static void rotate_req(const ctx *c, const crypto_identity *signer, int64_t peer,
-                       const char *body, const char *ctype, reply *r) {
-    req_opts o = {.method = "POST", .target = "/v1/peers/rotate", .body = body,
-                  .len = strlen(body), .key = signer, .peer = peer, .ctype = ctype};
+static void rotate_req(const ctx *c, const crypto_identity *signer, int64_t peer, const char *body,
+                       const char *ctype, reply *r) {
+    req_opts o = {.method = "POST",
+                  .target = "/v1/peers/rotate",
+                  .body = body,
+                  .len = strlen(body),
+                  .key = signer,
+                  .peer = peer,
+                  .ctype = ctype};
     send_req(c, &o, r);
 }
 
@@ -177,8 +182,12 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
         {"POST", "/v1/peers/revoke", "peer-signed POST /v1/peers/revoke"},
     };
     for (size_t i = 0; i < sizeof admin / sizeof admin[0]; i++) {
-        req_opts o = {.method = admin[i][0], .target = admin[i][1], .peer = c->peer,
-                      .body = "{}", .len = 2, .ctype = "application/json"};
+        req_opts o = {.method = admin[i][0],
+                      .target = admin[i][1],
+                      .peer = c->peer,
+                      .body = "{}",
+                      .len = 2,
+                      .ctype = "application/json"};
         send_req(c, &o, &r);
         expect(admin[i][2], &r, 404, "not_found");
     }
@@ -234,7 +243,9 @@ void attack_tls(ctx *c) {
 
 #define SLOW_TIMEOUT_S 2.0
 
-static double mono(void) { return vl_clock_mono_s(); }
+static double mono(void) {
+    return vl_clock_mono_s();
+}
 
 static void timed(const char *name, double t0, double lo, double hi) {
     double dt = mono() - t0;
@@ -285,8 +296,7 @@ void attack_limits(ctx *c) {
     int served = 0;
     double t1 = mono();
     for (int i = 0; i < 40; i++) {
-        request(c, "GET", "/v1/model?version=99999", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
-                &r);
+        request(c, "GET", "/v1/model?version=99999", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
         if (r.status != 404) break;
         served++;
         vl_buf_free(&r.body);

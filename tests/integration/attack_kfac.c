@@ -30,12 +30,11 @@ static int model_config(const ctx *c, model_gpt_config *cfg) {
     int rc = -1;
     if (r.status == 200 && st_parse(r.body.data, r.body.len, &f, NULL) == VL_OK) {
         json_t *j = json_loads(st_meta_get(&f, "model") ? st_meta_get(&f, "model") : "", 0, NULL);
-        *cfg = (model_gpt_config){
-            (int)json_integer_value(json_object_get(j, "vocab_size")),
-            (int)json_integer_value(json_object_get(j, "block_size")),
-            (int)json_integer_value(json_object_get(j, "n_layer")),
-            (int)json_integer_value(json_object_get(j, "n_head")),
-            (int)json_integer_value(json_object_get(j, "n_embd"))};
+        *cfg = (model_gpt_config){(int)json_integer_value(json_object_get(j, "vocab_size")),
+                                  (int)json_integer_value(json_object_get(j, "block_size")),
+                                  (int)json_integer_value(json_object_get(j, "n_layer")),
+                                  (int)json_integer_value(json_object_get(j, "n_head")),
+                                  (int)json_integer_value(json_object_get(j, "n_embd"))};
         rc = model_gpt_config_validate(cfg, NULL);
         json_decref(j);
         st_free(&f);
@@ -80,9 +79,11 @@ static void post_update(const ctx *c, const char *name, const factors *f,
     m.task = c->task, m.peer = c->peer, m.base_version = c->base_version;
     m.kind = COMPRESS_DENSE, m.num_samples = 64, m.local_steps = 1, m.loss = 5.0;
     if (f) {
-        cf = (compress_factors){.layers = layers ? layers : f->layers, .n = f->n,
+        cf = (compress_factors){.layers = layers ? layers : f->layers,
+                                .n = f->n,
                                 .A = (const float *const *)f->A,
-                                .G = (const float *const *)f->G, .samples = 64,
+                                .G = (const float *const *)f->G,
+                                .samples = 64,
                                 .dtype = ST_F16};
         m.factors = &cf;
     }

@@ -57,8 +57,9 @@ static int db_digest(const char *path, char out[CRYPTO_HASH_HEX + 1]) {
     crypto_generichash_init(&st, NULL, 0, 32);
     int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
     sqlite3_stmt *tables = NULL;
-    if (!rc && sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                                      "name NOT LIKE 'sqlite_%' ORDER BY name",
+    if (!rc && sqlite3_prepare_v2(db,
+                                  "SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                                  "name NOT LIKE 'sqlite_%' ORDER BY name",
                                   -1, &tables, NULL) != SQLITE_OK)
         rc = -1;
     while (!rc && sqlite3_step(tables) == SQLITE_ROW) {
@@ -109,23 +110,24 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
 
 static void parse_error_code(reply *r, const char *json, size_t len) {
     json_t *j = len ? json_loadb(json, len, 0, NULL) : NULL;
-    const char *code = j ? json_string_value(json_object_get(json_object_get(j, "error"), "code"))
-                         : NULL;
+    const char *code =
+        j ? json_string_value(json_object_get(json_object_get(j, "error"), "code")) : NULL;
     snprintf(r->code, sizeof r->code, "%s", code ? code : "");
     json_decref(j);
 }
 
 /* The Content-Type each route takes. */
 static const char *route_type(const char *target) {
-    return strncmp(target, "/v1/peers", 9) == 0 ? "application/json"
-                                                : "application/octet-stream";
+    return strncmp(target, "/v1/peers", 9) == 0 ? "application/json" : "application/octet-stream";
 }
 
 int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
                const void *body, size_t len, int64_t ts, char *out, size_t cap) {
     char keyid[CRYPTO_PK_B64_LEN + 24];
-    if (peer > 0) snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
-    else crypto_pk_encode(key->pk, keyid);
+    if (peer > 0)
+        snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
+    else
+        crypto_pk_encode(key->pk, keyid);
     int has_body = body != NULL || strcmp(method, "POST") == 0;
     crypto_signed_headers sh;
     if (crypto_sign_http(key, keyid, method, target, has_body, body, len, ts, &sh) != VL_OK)
@@ -139,7 +141,8 @@ int sign_lines(const crypto_identity *key, int64_t peer, const char *method, con
 int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
                 const void *body, size_t len, size_t sent, char *out, size_t cap) {
     char lines[ATTACK_SIG_LINES], crlf[ATTACK_SIG_LINES + 16];
-    if (sign_lines(&c->id, 0, method, target, body, len, vl_clock_unix_s(), lines, sizeof lines) != 0)
+    if (sign_lines(&c->id, 0, method, target, body, len, vl_clock_unix_s(), lines, sizeof lines) !=
+        0)
         return -1;
     size_t k = 0;
     for (const char *p = lines; *p && k + 3 < sizeof crlf; p++) {
@@ -147,8 +150,10 @@ int signed_head(const ctx *c, const char *method, const char *target, const char
         crlf[k++] = *p;
     }
     crlf[k] = '\0';
-    int n = snprintf(out, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s\r\n"
-                     "Content-Length: %zu\r\n\r\n", method, target, ctype, crlf, len);
+    int n = snprintf(out, cap,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     method, target, ctype, crlf, len);
     if (n < 0 || sent > len || (size_t)n + sent >= cap) return -1;
     memcpy(out + n, body, sent);
     out[(size_t)n + sent] = '\0';
@@ -225,8 +230,15 @@ void send_req(const ctx *c, const req_opts *o, reply *r) {
 void request(const ctx *c, const char *method, const char *target, const char *auth,
              const void *body, size_t len, const void *sign_body, size_t sign_len,
              const crypto_identity *key, int64_t peer, int64_t ts, reply *r) {
-    req_opts o = {.method = method, .target = target, .auth = auth, .body = body, .len = len,
-                  .sign_body = sign_body, .sign_len = sign_len, .key = key, .peer = peer,
+    req_opts o = {.method = method,
+                  .target = target,
+                  .auth = auth,
+                  .body = body,
+                  .len = len,
+                  .sign_body = sign_body,
+                  .sign_len = sign_len,
+                  .key = key,
+                  .peer = peer,
                   .ts = ts};
     send_req(c, &o, r);
 }
@@ -300,8 +312,10 @@ void raw_conn(const ctx *c, SSL_CTX *sc, const char *head, double pause_s, const
             break;
         }
         if (!parts[i]) continue;
-        if (s) SSL_write(s, parts[i], (int)strlen(parts[i]));
-        else if (write(fd, parts[i], strlen(parts[i])) < 0) break;
+        if (s)
+            SSL_write(s, parts[i], (int)strlen(parts[i]));
+        else if (write(fd, parts[i], strlen(parts[i])) < 0)
+            break;
     }
     char tmp[4096];
     for (;;) {
@@ -334,13 +348,16 @@ void raw(const ctx *c, const char *head, const char *tail, reply *r) {
 /* ---- the table ---------------------------------------------------------------- */
 
 static void outcome(long status, const char *code, char *out, size_t cap) {
-    if (status == -1) snprintf(out, cap, "no answer: %s", code && *code ? code : "closed");
-    else snprintf(out, cap, "%ld %s", status, code && *code ? code : "-");
+    if (status == -1)
+        snprintf(out, cap, "no answer: %s", code && *code ? code : "closed");
+    else
+        snprintf(out, cap, "%ld %s", status, code && *code ? code : "-");
 }
 
 void table_begin(const char *title) {
     printf("\n%s\n\n| # | case | wanted | got | database | result |\n"
-           "|---|---|---|---|---|---|\n", title);
+           "|---|---|---|---|---|---|\n",
+           title);
 }
 
 int table_end(void) {
@@ -349,8 +366,7 @@ int table_end(void) {
 }
 
 static void row(const char *name, const char *want, const char *got, const char *db, int ok) {
-    printf("| %d | %s | %s | %s | %s | %s |\n", ++cases, name, want, got, db,
-           ok ? "PASS" : "FAIL");
+    printf("| %d | %s | %s | %s | %s | %s |\n", ++cases, name, want, got, db, ok ? "PASS" : "FAIL");
     ok ? passed++ : failed++;
 }
 

@@ -66,7 +66,6 @@ static void sketch_body(const ctx *c, vl_buf *out, uint64_t seed, uint32_t rows,
 }
 
 
-
 void attack_sparse(ctx *c) {
     vl_buf b;
     size_t n = c->n_params;
@@ -166,8 +165,8 @@ void delta(ctx *c, const char *since, long status) {
         if (ok) {
             ix = st_find(&f, "indices");
             vx = st_find(&f, "values");
-            ok = ix && vx && ix->dtype == ST_U32 && vx->dtype == ST_F32 &&
-                 ix->numel == vx->numel && ix->numel > 0;
+            ok = ix && vx && ix->dtype == ST_U32 && vx->dtype == ST_F32 && ix->numel == vx->numel &&
+                 ix->numel > 0;
             for (size_t j = 1; ok && j < ix->numel; j++) {
                 uint32_t a, b;
                 memcpy(&a, ix->data + 4 * (j - 1), 4);

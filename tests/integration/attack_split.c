@@ -45,8 +45,8 @@ static int64_t send_batch(const ctx *c, const char *name, const char *run, int64
         abort();
     }
     reply r;
-    request(c, "POST", "/v1/split/forward", NULL, body.data, body.len, NULL, 0, NULL, c->peer,
-            0, &r);
+    request(c, "POST", "/v1/split/forward", NULL, body.data, body.len, NULL, 0, NULL, c->peer, 0,
+            &r);
     int64_t step = -1;
     if (r.status == 200) {
         float *dz = malloc((size_t)b->B * (size_t)b->q * sizeof *dz);
@@ -83,8 +83,8 @@ static void send_int_z(const ctx *c, int B, int q) {
         st_writer_finish(&w, &body, &e))
         abort();
     reply r;
-    request(c, "POST", "/v1/split/forward", NULL, body.data, body.len, NULL, 0, NULL, c->peer,
-            0, &r);
+    request(c, "POST", "/v1/split/forward", NULL, body.data, body.len, NULL, 0, NULL, c->peer, 0,
+            &r);
     expect("activations as I32", &r, 422, "bad_dtype");
     st_writer_free(&w);
     vl_buf_free(&body);
@@ -106,8 +106,8 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
     crypto_identity_generate(&other);
     request(c, "POST", "/v1/split/forward", NULL, b.z, 64, NULL, 0, &other, c->peer, 0, &r);
     expect("activations signed with another key", &r, 401, "bad_signature");
-    request(c, "POST", "/v1/split/forward", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer,
-            0, &r);
+    request(c, "POST", "/v1/split/forward", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer, 0,
+            &r);
     expect("activations that are not safetensors", &r, 400, "malformed");
     send_batch(c, "activations for another run", "another-run", c->peer, c->task, &b, 422,
                "wrong_run");
@@ -131,11 +131,11 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
         vl_buf body;
         vl_buf_init(&body, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 65536);
         vl_error e = {0};
-        if (split_wire_encode_backward(c->run, c->peer, c->task, b.z, b.z, max_batch, q, q,
-                                       ST_F32, &body, &e) != VL_OK)
+        if (split_wire_encode_backward(c->run, c->peer, c->task, b.z, b.z, max_batch, q, q, ST_F32,
+                                       &body, &e) != VL_OK)
             abort();
-        request(c, "POST", "/v1/split/backward", NULL, body.data, body.len, NULL, 0, NULL,
-                c->peer, 0, &r);
+        request(c, "POST", "/v1/split/backward", NULL, body.data, body.len, NULL, 0, NULL, c->peer,
+                0, &r);
         expect("a backward request in a run that is not U-shaped", &r, 404, "not_split");
         vl_buf_free(&body);
     }

@@ -32,8 +32,7 @@ void attack_tokens(ctx *c) {
     expect("the same lease again, with tokens", &r, 200, NULL);
     if (!tokens) return;
     char target[160], path[512];
-    snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld", shard, off,
-             len);
+    snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld", shard, off, len);
     request(c, "GET", target, NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     int ok = shard_of(&r.body, len);
     snprintf(path, sizeof path, "%s/tokens.bin", c->dir);
@@ -48,16 +47,14 @@ void attack_tokens(ctx *c) {
     expect("tokens without a signature", &r, 401, "unauthorized");
     get(c, "the text shard in a token run", "/v1/data/train", 404, "unknown_shard");
     get(c, "a shard never named", "/v1/data/tokens/99?offset=0&count=8", 404, "unknown_shard");
-    get(c, "a shard that is no number", "/v1/data/tokens/x?offset=0&count=8", 404,
-        "unknown_shard");
+    get(c, "a shard that is no number", "/v1/data/tokens/x?offset=0&count=8", 404, "unknown_shard");
     get(c, "tokens without a query", "/v1/data/tokens/0", 400, "bad_request");
     get(c, "tokens without a count", "/v1/data/tokens/0?offset=0", 400, "bad_request");
     get(c, "no tokens", "/v1/data/tokens/0?offset=0&count=0", 400, "bad_request");
     get(c, "more tokens than a task", "/v1/data/tokens/0?offset=0&count=100000000", 400,
         "bad_request");
     get(c, "a negative offset", "/v1/data/tokens/0?offset=-1&count=8", 400, "bad_request");
-    get(c, "an unknown parameter", "/v1/data/tokens/0?offset=0&count=8&x=1", 400,
-        "bad_request");
+    get(c, "an unknown parameter", "/v1/data/tokens/0?offset=0&count=8&x=1", 400, "bad_request");
     get(c, "tokens past the shard's end", "/v1/data/tokens/0?offset=999999999&count=8", 416,
         "bad_range");
 }

@@ -88,9 +88,7 @@ static int tamper(void *arg, int attempt, float *delta, size_t n) {
     case A_NAN:
         for (size_t i = 0; i < n; i += 1000) delta[i] = NAN;
         break;
-    case A_REPLAY:
-        memcpy(delta, h->first, n * sizeof *delta);
-        break;
+    case A_REPLAY: memcpy(delta, h->first, n * sizeof *delta); break;
     }
     vl_log_info("attack %s on attempt %d", NAMES[a], attempt);
     return 0;

@@ -8,17 +8,14 @@
 
 /* Parses text that must be refused: VL_EINVAL, a message holding needle,
  * and the output untouched. */
-static inline void mlp_config_refused(const char *text, const char *needle)
-{
+static inline void mlp_config_refused(const char *text, const char *needle) {
     model_mlp_config c, before;
     memset(&c, 0x5a, sizeof c);
     before = c;
     vl_error e = {0};
     int rc = model_mlp_config_parse(text, strlen(text), &c, &e);
-    if (rc != VL_EINVAL)
-        fail_msg("%s: got %d (%s), wanted VL_EINVAL", text, rc, e.msg);
-    if (!strstr(e.msg, needle))
-        fail_msg("%s: message '%s' lacks '%s'", text, e.msg, needle);
+    if (rc != VL_EINVAL) fail_msg("%s: got %d (%s), wanted VL_EINVAL", text, rc, e.msg);
+    if (!strstr(e.msg, needle)) fail_msg("%s: message '%s' lacks '%s'", text, e.msg, needle);
     assert_memory_equal(&c, &before, sizeof c);
 }
 

@@ -21,8 +21,8 @@ static const struct golden {
     {0xDEADBEEFCAFEF00Dull, 7, 1000003u, 6, 0x123456789ull, 0xBE32FFE50DB1D874ull, 239693u, 1},
     /* 3 columns: windows of 2 */
     {0x0000000000000000ull, 1, 3u, 0, 0x3039ull, 0x910A2DEC89025CC1ull, 0u, -1},
-    {0xFFFFFFFFFFFFFFFFull, 15, 17895697u, 14, 0x10000000007ull, 0x4AC78209F18552C9ull,
-     2388065u, -1},
+    {0xFFFFFFFFFFFFFFFFull, 15, 17895697u, 14, 0x10000000007ull, 0x4AC78209F18552C9ull, 2388065u,
+     -1},
     {0xDEADBEEFCAFEF00Dull, 3, 1u, 2, 0x4Dull, 0x5F770395662E1FCCull, 0u, 1},
     /* the last coordinate of window 0 and the first two of window 1 */
     {0x000000000000002Aull, 5, 2000u, 1, 0x3FFull, 0x369EAE0B0CA19112ull, 1107u, 1},

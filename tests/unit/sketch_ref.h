@@ -13,8 +13,8 @@
 /* ---- plain references ----------------------------------------------------- */
 
 /* The windowed hash of docs/design.md, spelled out from the formulas. */
-static inline void ref_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i, uint32_t *bucket,
-                     float *sign) {
+static inline void ref_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t i,
+                            uint32_t *bucket, float *sign) {
     uint64_t key = vl_splitmix64(seed ^ ((uint64_t)row + 1));
     uint32_t wlog = 0;
     while (wlog < 10 && ((uint64_t)2 << wlog) <= cols) wlog++;
@@ -25,8 +25,8 @@ static inline void ref_hash(uint64_t seed, uint32_t row, uint32_t cols, uint64_t
 }
 
 /* table += S(x), coordinate by coordinate in increasing order per row. */
-static inline void ref_encode(float *table, uint32_t rows, uint32_t cols, uint64_t seed, const float *x,
-                       size_t d) {
+static inline void ref_encode(float *table, uint32_t rows, uint32_t cols, uint64_t seed,
+                              const float *x, size_t d) {
     for (uint32_t j = 0; j < rows; j++) {
         for (size_t i = 0; i < d; i++) {
             uint32_t b;
@@ -40,7 +40,7 @@ static inline void ref_encode(float *table, uint32_t rows, uint32_t cols, uint64
 /* Sum of |x_i| over the coordinates that land in each cell: the scale of
  * the rounding error a different summation order may introduce. */
 static inline void ref_abs_mass(double *mass, uint32_t rows, uint32_t cols, uint64_t seed,
-                         const float *x, size_t d) {
+                                const float *x, size_t d) {
     for (uint32_t j = 0; j < rows; j++) {
         for (size_t i = 0; i < d; i++) {
             uint32_t b;

@@ -9,9 +9,11 @@
 
 /* Commit options as the tests use them: update blobs kept as long as
  * versions, sync leases. */
-#define COMMIT_OPTS(kv, kc, fin)                                                                 \
-    (&(storage_commit_opts){.keep_versions = (kv), .keep_changes = (kc),                         \
-                            .keep_update_blobs = (kv), .finished = (fin),                        \
+#define COMMIT_OPTS(kv, kc, fin)                       \
+    (&(storage_commit_opts){.keep_versions = (kv),     \
+                            .keep_changes = (kc),      \
+                            .keep_update_blobs = (kv), \
+                            .finished = (fin),         \
                             .expire_old_leases = 1})
 
 typedef struct fixture {
@@ -58,12 +60,17 @@ static inline void insert_run(storage *st) {
 }
 
 static inline void commit_version(storage *st, int64_t v, float fill, const int64_t *ids, size_t n,
-                           int64_t keep) {
+                                  int64_t keep) {
     float params[4] = {fill, fill + 1, fill + 2, fill + 3};
     float mom[4] = {-fill, 0, 0, 0};
-    storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
-                           .momentum = mom, .n = 4, .val_loss = 5.0 - (double)v,
-                           .train_loss = v ? 4.0 : NAN, .num_updates = (int64_t)n};
+    storage_version ver = {.version = v,
+                           .created_at = 2000 + v,
+                           .params = params,
+                           .momentum = mom,
+                           .n = 4,
+                           .val_loss = 5.0 - (double)v,
+                           .train_loss = v ? 4.0 : NAN,
+                           .num_updates = (int64_t)n};
     vl_error e = {0};
     int rc = storage_version_commit(st, &ver, ids, n, COMMIT_OPTS(keep, 0, 0), &e);
     if (rc != VL_OK) fprintf(stderr, "%s\n", e.msg);
@@ -80,9 +87,14 @@ static inline int64_t add_peer(storage *st, uint8_t seed) {
 }
 
 static inline int64_t add_task(storage *st, int64_t peer, int64_t version, int64_t deadline,
-                        storage_task_state state) {
-    storage_task t = {.peer_id = peer, .base_version = version, .data_offset = 10,
-                      .data_length = 100, .seed = 42, .issued_at = 1000, .deadline = deadline,
+                               storage_task_state state) {
+    storage_task t = {.peer_id = peer,
+                      .base_version = version,
+                      .data_offset = 10,
+                      .data_length = 100,
+                      .seed = 42,
+                      .issued_at = 1000,
+                      .deadline = deadline,
                       .state = state};
     int64_t id = 0;
     vl_error e = {0};
@@ -92,9 +104,16 @@ static inline int64_t add_task(storage *st, int64_t peer, int64_t version, int64
 
 static inline int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t version) {
     static const uint8_t blob[] = {1, 2, 3, 4, 5};
-    storage_update u = {.task_id = task, .peer_id = peer, .base_version = version,
-                        .kind = "dense", .num_samples = 64, .local_steps = 10, .loss = 2.5,
-                        .nbytes = sizeof blob, .blob = blob, .received_at = 1500};
+    storage_update u = {.task_id = task,
+                        .peer_id = peer,
+                        .base_version = version,
+                        .kind = "dense",
+                        .num_samples = 64,
+                        .local_steps = 10,
+                        .loss = 2.5,
+                        .nbytes = sizeof blob,
+                        .blob = blob,
+                        .received_at = 1500};
     int64_t id = 0;
     vl_error e = {0};
     int rc = storage_update_insert(st, &u, &id, &e);

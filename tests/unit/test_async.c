@@ -49,8 +49,7 @@ static void test_staleness_weights(void **state) {
     /* Weights never grow with staleness. */
     for (int64_t tau = 1; tau < 40; tau++) {
         assert_true(coord_staleness_weight(&poly, tau) < coord_staleness_weight(&poly, tau - 1));
-        assert_true(coord_staleness_weight(&hinge, tau) <=
-                    coord_staleness_weight(&hinge, tau - 1));
+        assert_true(coord_staleness_weight(&hinge, tau) <= coord_staleness_weight(&hinge, tau - 1));
     }
 }
 
@@ -94,8 +93,8 @@ static void test_config_async(void **state) {
     assert_memory_equal(&cfg, &again, sizeof cfg);
     free(json);
     /* A sync deadline is kept too. */
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"round_deadline_s\": 30}",
-                           &cfg, &e), VL_OK);
+    assert_int_equal(
+        parse("{\"name\": \"d\", \"corpus\": \"c\", \"round_deadline_s\": 30}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.round_deadline_s, 30);
     json = coord_config_to_json(&cfg, 1);
     assert_int_equal(parse(json, &again, &e), VL_OK);
@@ -191,8 +190,8 @@ static void test_config_async_outer(void **state) {
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\"}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.outer_delay, 1);
     assert_false(cfg.train.dynamic_steps);
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}",
-                           &cfg, &e), VL_OK);
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", &cfg, &e),
+                     VL_OK);
     assert_true(cfg.outer_lr == COORD_ASYNC_OUTER_LR);
     assert_true(cfg.outer_momentum == COORD_ASYNC_OUTER_MOMENTUM);
     assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
@@ -204,29 +203,40 @@ static void test_config_async_outer(void **state) {
     free(json);
     /* Momentum without a delay gets the async delay; FedAvg needs none. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
-                           " \"outer\": {\"lr\": 0.5, \"momentum\": 0.8}}", &cfg, &e), VL_OK);
+                           " \"outer\": {\"lr\": 0.5, \"momentum\": 0.8}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
-                           " \"outer\": {\"lr\": 1, \"momentum\": 0}}", &cfg, &e), VL_OK);
+                           " \"outer\": {\"lr\": 1, \"momentum\": 0}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.outer_delay, 1);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
-                           " \"train\": {\"dynamic_steps\": false}}", &cfg, &e), VL_OK);
+                           " \"train\": {\"dynamic_steps\": false}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_false(cfg.train.dynamic_steps);
     /* Refused: momentum every version of an async run, a delay in a
      * sketch run, dynamic steps in a sync run, a delay of 0. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
                            " \"outer\": {\"lr\": 0.7, \"momentum\": 0.9, \"delay\": 1}}",
-                           &cfg, &e), VL_EINVAL);
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "diverges"));
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 3},"
                            " \"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}",
-                           &cfg, &e), VL_EINVAL);
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "outer.delay"));
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\","
-                           " \"train\": {\"dynamic_steps\": true}}", &cfg, &e), VL_EINVAL);
+                           " \"train\": {\"dynamic_steps\": true}}",
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "dynamic_steps"));
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 0}}",
-                           &cfg, &e), VL_EINVAL);
+    assert_int_equal(
+        parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 0}}", &cfg, &e),
+        VL_EINVAL);
     /* The deployable async example is such a run. */
     vl_buf text;
     vl_buf_init(&text, 1 << 20);
@@ -240,8 +250,8 @@ static void test_config_async_outer(void **state) {
     assert_int_equal(cfg.robust.rule, COORD_RULE_TRIMMED_MEAN);
     assert_true(cfg.robust.auto_norm && cfg.robust.refuse_excess);
     /* A sync run may use the delay too. */
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 2}}",
-                           &cfg, &e), VL_OK);
+    assert_int_equal(
+        parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 2}}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.outer_delay, 2);
 }
 
@@ -257,10 +267,15 @@ typedef struct db_fixture {
 static void insert_version(storage *st, int64_t v, const int64_t *ids, size_t n,
                            int64_t keep_blobs) {
     float params[4] = {0};
-    storage_version ver = {.version = v, .created_at = 100 + v, .params = params, .n = 4,
-                           .val_loss = NAN, .train_loss = NAN, .num_updates = (int64_t)n};
-    storage_commit_opts o = {.keep_versions = 100, .keep_changes = 100,
-                             .keep_update_blobs = keep_blobs};
+    storage_version ver = {.version = v,
+                           .created_at = 100 + v,
+                           .params = params,
+                           .n = 4,
+                           .val_loss = NAN,
+                           .train_loss = NAN,
+                           .num_updates = (int64_t)n};
+    storage_commit_opts o = {
+        .keep_versions = 100, .keep_changes = 100, .keep_update_blobs = keep_blobs};
     OK(storage_version_commit(st, &ver, ids, n, &o, &e_));
 }
 
@@ -300,18 +315,31 @@ static int db_teardown(void **state) {
 }
 
 static void add_task(storage *st, int64_t id, int64_t peer, int64_t base, int64_t deadline) {
-    storage_task t = {.id = id, .peer_id = peer, .base_version = base, .data_offset = 10 * id,
-                      .data_length = 5, .seed = 1000 + id, .issued_at = 100,
-                      .deadline = deadline, .state = STORAGE_TASK_LEASED};
+    storage_task t = {.id = id,
+                      .peer_id = peer,
+                      .base_version = base,
+                      .data_offset = 10 * id,
+                      .data_length = 5,
+                      .seed = 1000 + id,
+                      .issued_at = 100,
+                      .deadline = deadline,
+                      .state = STORAGE_TASK_LEASED};
     OK(storage_task_insert(st, &t, NULL, &e_));
 }
 
-static int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t base,
-                          int64_t staleness, int64_t steps) {
+static int64_t add_update(storage *st, int64_t task, int64_t peer, int64_t base, int64_t staleness,
+                          int64_t steps) {
     static const uint8_t blob[3] = {1, 2, 3};
-    storage_update u = {.task_id = task, .peer_id = peer, .base_version = base,
-                        .num_samples = 10, .local_steps = steps, .loss = 1.0, .nbytes = 3,
-                        .blob = blob, .received_at = 200, .staleness = staleness};
+    storage_update u = {.task_id = task,
+                        .peer_id = peer,
+                        .base_version = base,
+                        .num_samples = 10,
+                        .local_steps = steps,
+                        .loss = 1.0,
+                        .nbytes = 3,
+                        .blob = blob,
+                        .received_at = 200,
+                        .staleness = staleness};
     snprintf(u.kind, sizeof u.kind, "dense");
     int64_t id = 0;
     OK(storage_update_insert(st, &u, &id, &e_));
@@ -382,9 +410,16 @@ static void test_storage_unmerged_and_reissue(void **state) {
     assert_true(t.data_offset == 20 && t.seed == 1002);
     vl_error e = {0};
     assert_int_equal(storage_task_take_expired(st, &t, &e), VL_ENOTFOUND);
-    storage_task nt = {.id = 5, .peer_id = f->peer[0], .base_version = 1, .data_offset = 20,
-                       .data_length = 5, .seed = 1002, .issued_at = 300, .deadline = 700,
-                       .state = STORAGE_TASK_LEASED, .reissue_of = 2};
+    storage_task nt = {.id = 5,
+                       .peer_id = f->peer[0],
+                       .base_version = 1,
+                       .data_offset = 20,
+                       .data_length = 5,
+                       .seed = 1002,
+                       .issued_at = 300,
+                       .deadline = 700,
+                       .state = STORAGE_TASK_LEASED,
+                       .reissue_of = 2};
     OK(storage_task_insert(st, &nt, NULL, &e_));
     OK(storage_task_get(st, 5, &t, &e_));
     assert_int_equal(t.reissue_of, 2);
@@ -623,8 +658,7 @@ int main(void) {
         cmocka_unit_test(test_dynamic_steps_by_hand),
         cmocka_unit_test(test_config_async_outer),
         cmocka_unit_test(test_peer_states),
-        cmocka_unit_test_setup_teardown(test_storage_unmerged_and_reissue, db_setup,
-                                        db_teardown),
+        cmocka_unit_test_setup_teardown(test_storage_unmerged_and_reissue, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_storage_buffer_order, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_group_commit, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_thread, db_setup, db_teardown),

@@ -77,13 +77,13 @@ static int teardown(void **state) {
  * body non-NULL makes it a POST with Content-Length and Content-Digest.
  * drop, when set, is a header line prefix left out after signing. */
 static size_t make_head(char *out, size_t cap, const crypto_identity *key, const char *keyid,
-                        const char *method, const char *target, const char *body,
-                        int64_t created, const char *drop) {
+                        const char *method, const char *target, const char *body, int64_t created,
+                        const char *drop) {
     crypto_signed_headers sh;
     size_t blen = body ? strlen(body) : 0;
-    assert_int_equal(crypto_sign_http(key, keyid, method, target, body != NULL, body, blen,
-                                      created, &sh),
-                     VL_OK);
+    assert_int_equal(
+        crypto_sign_http(key, keyid, method, target, body != NULL, body, blen, created, &sh),
+        VL_OK);
     char lines[4][CRYPTO_SIG_HEADER_MAX + 64];
     int n = 0;
     snprintf(lines[n++], sizeof lines[0], "Signature-Input: %s\r\n", sh.signature_input);
@@ -143,8 +143,8 @@ static void test_clock_window(void **state) {
     char id[24], head[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     int64_t now = vl_clock_unix_s();
-    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model",
-                         NULL, now - CRYPTO_TS_WINDOW_S - 5, NULL);
+    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL,
+                         now - CRYPTO_TS_WINDOW_S - 5, NULL);
     expect_refused(fx, head, n, 401, "stale_timestamp");
     n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL,
                   now + CRYPTO_TS_WINDOW_S + 5, NULL);
@@ -184,8 +184,8 @@ static void test_coverage_and_digest(void **state) {
     int64_t now = vl_clock_unix_s();
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     /* The head is changed after signing: another target. */
-    size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=1", NULL, now,
-                         NULL);
+    size_t n =
+        make_head(head, sizeof head, &fx->key, id, "GET", "/v1/task?wait=1", NULL, now, NULL);
     char *q = strstr(head, "wait=1");
     q[5] = '9';
     expect_refused(fx, head, n, 401, "bad_signature");
@@ -234,12 +234,14 @@ static void test_body_digest_through_guard(void **state) {
     char id[24], head[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     for (int tamper = 0; tamper < 2; tamper++) {
-        size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates",
-                             "0123456789", vl_clock_unix_s(), NULL);
+        size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789",
+                             vl_clock_unix_s(), NULL);
         snprintf(head + n, sizeof head - n, "%s", tamper ? "0123456780" : "0123456789");
         coord_guard g;
-        coord_guard_caps caps = {.body_cap = 1 << 20, .authorize = coord_auth_head,
-                                 .authorize_arg = fx->srv, .release = coord_auth_release};
+        coord_guard_caps caps = {.body_cap = 1 << 20,
+                                 .authorize = coord_auth_head,
+                                 .authorize_arg = fx->srv,
+                                 .release = coord_auth_release};
         coord_guard_init(&g, COORD_HEAD_CAP, &caps);
         vl_buf out;
         vl_buf_init(&out, 1 << 20);
@@ -263,8 +265,8 @@ static void test_body_budget(void **state) {
     char id[24], head[4096], again[4096];
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     int64_t now = vl_clock_unix_s();
-    size_t n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789",
-                         now, NULL);
+    size_t n =
+        make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789", now, NULL);
     coord_guard_ticket t1, t;
     coord_guard_refusal r;
     assert_int_equal(auth(fx, head, n, &t1, &r), 0);
@@ -280,8 +282,7 @@ static void test_body_budget(void **state) {
     coord_auth_release(fx->srv, &t);
     int64_t budget = fx->srv->limits.body_budget;
     fx->srv->limits.body_budget = 5;
-    n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789", now,
-                  NULL);
+    n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789", now, NULL);
     expect_refused(fx, head, n, 503, "overloaded");
     fx->srv->limits.body_budget = budget;
     assert_int_equal(auth(fx, head, n, &t, &r), 0);

@@ -32,10 +32,15 @@ static uint8_t *make_body(size_t n, uint8_t tag) {
     return b;
 }
 
-static int64_t insert_body(storage *st, int64_t task, int64_t peer, const uint8_t *body,
-                           size_t n) {
-    storage_update u = {.task_id = task, .peer_id = peer, .kind = "sketch", .num_samples = 8,
-                        .local_steps = 1, .loss = 1.0, .nbytes = (int64_t)n, .blob = body,
+static int64_t insert_body(storage *st, int64_t task, int64_t peer, const uint8_t *body, size_t n) {
+    storage_update u = {.task_id = task,
+                        .peer_id = peer,
+                        .kind = "sketch",
+                        .num_samples = 8,
+                        .local_steps = 1,
+                        .loss = 1.0,
+                        .nbytes = (int64_t)n,
+                        .blob = body,
                         .received_at = 1500};
     int64_t id = 0;
     OK(storage_update_insert(st, &u, &id, &e_));
@@ -185,8 +190,8 @@ static void two_segments_make(fixture *f, two_segments *t) {
     t->ua = insert_body(f->st, add_task(f->st, t->peer, 0, 2000, STORAGE_TASK_DONE), t->peer,
                         t->body, 3000);
     OK(storage_open(f->path, 0, &t->other, &e_));
-    t->ub = insert_body(t->other, add_task(t->other, t->peer, 0, 2000, STORAGE_TASK_DONE),
-                        t->peer, t->body, 3000);
+    t->ub = insert_body(t->other, add_task(t->other, t->peer, 0, 2000, STORAGE_TASK_DONE), t->peer,
+                        t->body, 3000);
 }
 
 /* The transaction whose pruning made a segment unused rolls back: the

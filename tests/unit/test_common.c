@@ -19,8 +19,7 @@
 
 /* ---- errors and logging ------------------------------------------------ */
 
-static void test_vl_fail(void **state)
-{
+static void test_vl_fail(void **state) {
     (void)state;
     vl_error e = {0};
     assert_int_equal(vl_fail(&e, VL_EINVAL, "bad %s %d", "thing", 7), VL_EINVAL);
@@ -39,13 +38,11 @@ static void test_vl_fail(void **state)
     assert_string_equal(vl_strerror(VL_EINVAL), "invalid input");
     assert_string_equal(vl_strerror(VL_ENOMEM), "out of memory");
     assert_non_null(vl_strerror(-1000));
-    for (int c = VL_ERANGE; c <= VL_OK; c++)
-        assert_true(strlen(vl_strerror(c)) > 0);
+    for (int c = VL_ERANGE; c <= VL_OK; c++) assert_true(strlen(vl_strerror(c)) > 0);
 }
 
 /* Captures what vl_log_msg writes to stderr into out. */
-static void capture_log(void (*fn)(void), char *out, size_t cap)
-{
+static void capture_log(void (*fn)(void), char *out, size_t cap) {
     char path[] = "/tmp/volley-log-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -63,8 +60,7 @@ static void capture_log(void (*fn)(void), char *out, size_t cap)
     unlink(path);
 }
 
-static void log_some(void)
-{
+static void log_some(void) {
     vl_log_set_program("tester");
     vl_log_set_level(LOG_WARN);
     vl_log_info("hidden %d", 1);
@@ -73,27 +69,23 @@ static void log_some(void)
     vl_log_set_level(LOG_INFO);
 }
 
-static void log_long(void)
-{
+static void log_long(void) {
     char big[10000];
     memset(big, 'y', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     vl_log_error("%s", big);
 }
 
-static int looks_like_iso_time(const char *p)
-{
+static int looks_like_iso_time(const char *p) {
     /* 2024-01-02T03:04:05.678Z */
     const char *pat = "dddd-dd-ddTdd:dd:dd.dddZ ";
     for (size_t i = 0; pat[i]; i++) {
-        if (pat[i] == 'd' ? (p[i] < '0' || p[i] > '9') : p[i] != pat[i])
-            return 0;
+        if (pat[i] == 'd' ? (p[i] < '0' || p[i] > '9') : p[i] != pat[i]) return 0;
     }
     return 1;
 }
 
-static void test_log_format(void **state)
-{
+static void test_log_format(void **state) {
     (void)state;
     unsetenv("VOLLEY_LOG"); /* read once, on the first log call */
     char out[16384];
@@ -117,8 +109,7 @@ static void test_log_format(void **state)
 
 /* ---- buffers ----------------------------------------------------------- */
 
-static void test_buf_cap(void **state)
-{
+static void test_buf_cap(void **state) {
     (void)state;
     vl_buf b;
     vl_buf_init(&b, 10);
@@ -155,8 +146,7 @@ static void test_buf_cap(void **state)
     vl_buf_free(&b);
 }
 
-static void test_buf_printf_growth(void **state)
-{
+static void test_buf_printf_growth(void **state) {
     (void)state;
     vl_buf b;
     vl_buf_init(&b, 1 << 20);
@@ -184,8 +174,7 @@ static void test_buf_printf_growth(void **state)
     vl_buf_free(&b);
 }
 
-static void test_buf_steal(void **state)
-{
+static void test_buf_steal(void **state) {
     (void)state;
     vl_buf b;
     vl_buf_init(&b, 100);
@@ -214,23 +203,20 @@ static void test_buf_steal(void **state)
 
 static char tmpdir[64];
 
-static int setup_tmpdir(void **state)
-{
+static int setup_tmpdir(void **state) {
     (void)state;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/volley-test-XXXXXX");
     return mkdtemp(tmpdir) ? 0 : -1;
 }
 
-static int teardown_tmpdir(void **state)
-{
+static int teardown_tmpdir(void **state) {
     (void)state;
     DIR *d = opendir(tmpdir);
     if (d) {
         struct dirent *e;
         char p[512];
         while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
             unlink(p);
         }
@@ -240,21 +226,18 @@ static int teardown_tmpdir(void **state)
     return 0;
 }
 
-static int count_entries(const char *dir)
-{
+static int count_entries(const char *dir) {
     DIR *d = opendir(dir);
     assert_non_null(d);
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
     closedir(d);
     return n;
 }
 
-static void test_file_write_atomic(void **state)
-{
+static void test_file_write_atomic(void **state) {
     (void)state;
     char path[256];
     snprintf(path, sizeof path, "%s/key", tmpdir);
@@ -299,8 +282,7 @@ static void test_file_write_atomic(void **state)
     assert_int_equal(count_entries(tmpdir), 1);
 }
 
-static void test_buf_read_file(void **state)
-{
+static void test_buf_read_file(void **state) {
     (void)state;
     char path[256];
     snprintf(path, sizeof path, "%s/data", tmpdir);
@@ -308,8 +290,7 @@ static void test_buf_read_file(void **state)
     size_t n = 300000;
     uint8_t *data = malloc(n);
     assert_non_null(data);
-    for (size_t i = 0; i < n; i++)
-        data[i] = (uint8_t)(i * 31 + 7);
+    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(i * 31 + 7);
     assert_int_equal(vl_file_write_atomic(path, data, n, 0600, &e), VL_OK);
 
     vl_buf b;
@@ -358,41 +339,42 @@ static void test_buf_read_file(void **state)
 
 /* ---- float16 ----------------------------------------------------------- */
 
-static float bits_f32(uint32_t x)
-{
+static float bits_f32(uint32_t x) {
     float f;
     memcpy(&f, &x, 4);
     return f;
 }
 
-static uint32_t f32_bits(float f)
-{
+static uint32_t f32_bits(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     return x;
 }
 
-static int half_is_nan(uint16_t h)
-{
+static int half_is_nan(uint16_t h) {
     return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
 }
 
-static void test_f16_known(void **state)
-{
+static void test_f16_known(void **state) {
     (void)state;
     struct {
         float f;
         uint16_t h;
     } known[] = {
-        {0.0f, 0x0000},          {-0.0f, 0x8000},        {1.0f, 0x3c00},
-        {-2.0f, 0xc000},         {0.5f, 0x3800},         {65504.0f, 0x7bff},
-        {65519.99f, 0x7bff},     {65520.0f, 0x7c00},     {1e6f, 0x7c00},
-        {-1e6f, 0xfc00},         {0.1f, 0x2e66},         {0.333333343f, 0x3555},
-        {0x1p-14f, 0x0400},      {0x1p-24f, 0x0001},     {0x1p-25f, 0x0000},
-        {0x1.000002p-25f, 0x0001}, {0x1.8p-24f, 0x0002},  {0x1.4p-23f, 0x0002},
-        {0x1.ff8p-15f, 0x03ff},  {0x1.ffcp-15f, 0x0400},  {3.14159265f, 0x4248},  {-65504.0f, 0xfbff},
-        {1.0009765625f, 0x3c01}, {1.00048828125f, 0x3c00}, {1.00146484375f, 0x3c02},
-        {0x1p-30f, 0x0000},      {-0x1p-30f, 0x8000},
+        {0.0f, 0x0000},           {-0.0f, 0x8000},
+        {1.0f, 0x3c00},           {-2.0f, 0xc000},
+        {0.5f, 0x3800},           {65504.0f, 0x7bff},
+        {65519.99f, 0x7bff},      {65520.0f, 0x7c00},
+        {1e6f, 0x7c00},           {-1e6f, 0xfc00},
+        {0.1f, 0x2e66},           {0.333333343f, 0x3555},
+        {0x1p-14f, 0x0400},       {0x1p-24f, 0x0001},
+        {0x1p-25f, 0x0000},       {0x1.000002p-25f, 0x0001},
+        {0x1.8p-24f, 0x0002},     {0x1.4p-23f, 0x0002},
+        {0x1.ff8p-15f, 0x03ff},   {0x1.ffcp-15f, 0x0400},
+        {3.14159265f, 0x4248},    {-65504.0f, 0xfbff},
+        {1.0009765625f, 0x3c01},  {1.00048828125f, 0x3c00},
+        {1.00146484375f, 0x3c02}, {0x1p-30f, 0x0000},
+        {-0x1p-30f, 0x8000},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         uint16_t got = vl_f32_to_f16(known[i].f);
@@ -416,8 +398,7 @@ static void test_f16_known(void **state)
 
 /* Every half: exact widening, identity round trip, and correct rounding of
  * the exact midpoint to its neighbour and of the floats just beside it. */
-static void test_f16_exhaustive(void **state)
-{
+static void test_f16_exhaustive(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = vl_f16_to_f32((uint16_t)h);
@@ -429,13 +410,11 @@ static void test_f16_exhaustive(void **state)
         if (vl_f32_to_f16(f) != h)
             fail_msg("round trip of 0x%04x gave 0x%04x", h, vl_f32_to_f16(f));
         uint32_t mag = h & 0x7fff;
-        if (mag >= 0x7c00)
-            continue;
+        if (mag >= 0x7c00) continue;
         /* Magnitude of the next half up: the midpoint is exact in float. */
         float lo = fabsf(f), hi = fabsf(vl_f16_to_f32((uint16_t)(mag + 1)));
         float mid = (float)(((double)lo + (double)hi) / 2);
-        if (mag == 0x7bff)
-            hi = 65536.0f, mid = 65520.0f;
+        if (mag == 0x7bff) hi = 65536.0f, mid = 65520.0f;
         uint16_t even = (mag & 1) ? (uint16_t)(mag + 1) : (uint16_t)mag;
         uint16_t sign = (uint16_t)(h & 0x8000);
         float s = sign ? -1.0f : 1.0f;
@@ -452,13 +431,11 @@ static void test_f16_exhaustive(void **state)
 #if defined(__FLT16_MAX__) && defined(__x86_64__)
 /* The compiler's own conversion (F16C or soft-float) as a second opinion
  * over a wide sweep of float bit patterns. */
-static void test_f16_vs_compiler(void **state)
-{
+static void test_f16_vs_compiler(void **state) {
     (void)state;
     for (uint64_t x = 0; x <= 0xffffffffu; x += 251) {
         float f = bits_f32((uint32_t)x);
-        if (isnan(f))
-            continue;
+        if (isnan(f)) continue;
         _Float16 c = (_Float16)f;
         uint16_t ref;
         memcpy(&ref, &c, 2);
@@ -471,8 +448,7 @@ static void test_f16_vs_compiler(void **state)
 
 /* ---- encodings --------------------------------------------------------- */
 
-static void test_base64_vectors(void **state)
-{
+static void test_base64_vectors(void **state) {
     (void)state;
     const char *plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
     const char *enc[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
@@ -488,16 +464,14 @@ static void test_base64_vectors(void **state)
     }
 }
 
-static void test_base64_roundtrip(void **state)
-{
+static void test_base64_roundtrip(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 99);
     uint8_t in[300], dec[300];
     char out[512];
     for (size_t n = 0; n < 300; n++) {
-        for (size_t i = 0; i < n; i++)
-            in[i] = (uint8_t)vl_rng_u64(&r);
+        for (size_t i = 0; i < n; i++) in[i] = (uint8_t)vl_rng_u64(&r);
         vl_base64_encode(in, n, out);
         assert_int_equal(strlen(out) + 1, vl_base64_encoded_len(n));
         assert_int_equal(vl_base64_decode(out, strlen(out), dec, n), (long)n);
@@ -507,16 +481,15 @@ static void test_base64_roundtrip(void **state)
     }
 }
 
-static void test_base64_reject(void **state)
-{
+static void test_base64_reject(void **state) {
     (void)state;
-    const char *bad[] = {"Zg=",  "Zg=a", "Z===", "====", "Zh==", "Zm9=", "Zm9v!A==", "=Zm9",
-                         "Zm=v", "Zm9v Zg==", "Zm9vYg==Zm9v", "Zg==Zg==", "Zm9", "Zm9vY",
-                         "Zm9vYmF-", "Zm9vYmF_", "\nZm9",
-                         /* what a lenient decoder would skip or mend */
-                         "Zm9v\r\nYmFy", "Zm9v\tYmFy", "Zm9vYmFy ", "Zm9vYmFy\n", "Zm9vYg= =",
-                         "Zm9vYg=\n=", "Zm9vYg==\n", "Zm9vYg===", "Zm9vYmE==", "Zm9vYmE",
-                         "Zm9vYg", "Zm9vYg=", "Zm9v=", "Zm9vYmFy="};
+    const char *bad[] = {
+        "Zg=", "Zg=a", "Z===", "====", "Zh==", "Zm9=", "Zm9v!A==", "=Zm9", "Zm=v",
+        "Zm9v Zg==", "Zm9vYg==Zm9v", "Zg==Zg==", "Zm9", "Zm9vY", "Zm9vYmF-", "Zm9vYmF_", "\nZm9",
+        /* what a lenient decoder would skip or mend */
+        "Zm9v\r\nYmFy", "Zm9v\tYmFy", "Zm9vYmFy ", "Zm9vYmFy\n",
+        "Zm9vYg= =", "Zm9vYg=\n=", "Zm9vYg==\n", "Zm9vYg===", "Zm9vYmE==", "Zm9vYmE", "Zm9vYg",
+        "Zm9vYg=", "Zm9v=", "Zm9vYmFy="};
     uint8_t out[64];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (vl_base64_decode(bad[i], strlen(bad[i]), out, sizeof out) != -1)
@@ -547,13 +520,11 @@ static void test_base64_reject(void **state)
     assert_int_equal(vl_base64_decode("", 0, NULL, 0), 0);
 }
 
-static void test_hex(void **state)
-{
+static void test_hex(void **state) {
     (void)state;
     uint8_t in[256], dec[256];
     char out[513];
-    for (int i = 0; i < 256; i++)
-        in[i] = (uint8_t)i;
+    for (int i = 0; i < 256; i++) in[i] = (uint8_t)i;
     vl_hex_encode(in, 256, out);
     assert_int_equal(strlen(out), 512);
     assert_memory_equal(out, "000102", 6);
@@ -590,16 +561,14 @@ static void test_hex(void **state)
 
 /* An independent transcription of the reference SplitMix64 generator (state
  * advanced by the golden gamma, then mixed), to cross-check vl_splitmix64(). */
-static uint64_t ref_splitmix_next(uint64_t *st)
-{
+static uint64_t ref_splitmix_next(uint64_t *st) {
     uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
-static void test_splitmix64(void **state)
-{
+static void test_splitmix64(void **state) {
     (void)state;
     /* Published first outputs of SplitMix64 seeded with 0. */
     assert_true(vl_splitmix64(0) == 0xE220A8397B1DCDAFull);
@@ -614,17 +583,14 @@ static void test_splitmix64(void **state)
     }
 }
 
-static void test_rng_determinism(void **state)
-{
+static void test_rng_determinism(void **state) {
     (void)state;
     vl_rng a, b, c;
     vl_rng_seed(&a, 42);
     /* Golden stream: xoshiro256** seeded with SplitMix64(42) outputs. */
-    const uint64_t golden[] = {0x15780b2e0c2ec716ull, 0x6104d9866d113a7eull,
-                               0xae17533239e499a1ull, 0xecb8ad4703b360a1ull,
-                               0xfde6dc7fe2ec5e64ull};
-    for (int i = 0; i < 5; i++)
-        assert_true(vl_rng_u64(&a) == golden[i]);
+    const uint64_t golden[] = {0x15780b2e0c2ec716ull, 0x6104d9866d113a7eull, 0xae17533239e499a1ull,
+                               0xecb8ad4703b360a1ull, 0xfde6dc7fe2ec5e64ull};
+    for (int i = 0; i < 5; i++) assert_true(vl_rng_u64(&a) == golden[i]);
 
     vl_rng_seed(&a, 7);
     vl_rng_seed(&b, 7);
@@ -645,13 +611,11 @@ static void test_rng_determinism(void **state)
     }
 }
 
-static void test_rng_ranges(void **state)
-{
+static void test_rng_ranges(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 1);
-    for (int i = 0; i < 1000; i++)
-        assert_int_equal(vl_rng_below(&r, 1), 0);
+    for (int i = 0; i < 1000; i++) assert_int_equal(vl_rng_below(&r, 1), 0);
     int hist[10] = {0};
     const int N = 100000;
     for (int i = 0; i < N; i++) {
@@ -677,8 +641,10 @@ static void test_rng_ranges(void **state)
     for (int i = 0; i < 10000; i++) {
         uint64_t v = vl_rng_below_u64(&r, big);
         assert_true(v < big);
-        if (v < big / 2) low++;
-        else high++;
+        if (v < big / 2)
+            low++;
+        else
+            high++;
     }
     assert_true(low > 4700 && high > 4700); /* expected 5000 each, sd 50 */
     double sum = 0, sum2 = 0;
@@ -701,8 +667,7 @@ static void test_rng_ranges(void **state)
     assert_true(fabs(var - 1.0) < 0.03);
 }
 
-static void test_clock(void **state)
-{
+static void test_clock(void **state) {
     (void)state;
     assert_true(vl_clock_unix_s() > 1600000000);
     double t0 = vl_clock_mono_s();
@@ -716,8 +681,7 @@ static void test_clock(void **state)
 
 /* ---- parsing ----------------------------------------------------------- */
 
-static void test_parse_i64(void **state)
-{
+static void test_parse_i64(void **state) {
     (void)state;
     int64_t v = 0;
     assert_int_equal(vl_parse_i64("0", INT64_MIN, INT64_MAX, &v), VL_OK);
@@ -731,8 +695,21 @@ static void test_parse_i64(void **state)
     assert_int_equal(vl_parse_i64("-9223372036854775808", INT64_MIN, INT64_MAX, &v), VL_OK);
     assert_true(v == INT64_MIN);
     v = 123;
-    const char *bad[] = {"9223372036854775808", "-9223372036854775809", "99999999999999999999",
-                         "", " 1", "1 ", "12a", "-", "+", "0x10", "1.0", "1e3", "--1", "\t7", "\xd9\xa1"};
+    const char *bad[] = {"9223372036854775808",
+                         "-9223372036854775809",
+                         "99999999999999999999",
+                         "",
+                         " 1",
+                         "1 ",
+                         "12a",
+                         "-",
+                         "+",
+                         "0x10",
+                         "1.0",
+                         "1e3",
+                         "--1",
+                         "\t7",
+                         "\xd9\xa1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (vl_parse_i64(bad[i], INT64_MIN, INT64_MAX, &v) != VL_EINVAL)
             fail_msg("vl_parse_i64 accepted '%s'", bad[i]);
@@ -744,8 +721,7 @@ static void test_parse_i64(void **state)
     assert_int_equal(vl_parse_i64("0", 0, 10, &v), VL_OK);
 }
 
-static void test_parse_f64(void **state)
-{
+static void test_parse_f64(void **state) {
     (void)state;
     double v = 0;
     assert_int_equal(vl_parse_f64("1.5", &v), VL_OK);
@@ -760,17 +736,16 @@ static void test_parse_f64(void **state)
     assert_true(v == 0.0);
     assert_int_equal(vl_parse_f64("1.7976931348623157e308", &v), VL_OK);
     v = 42;
-    const char *bad[] = {"",     "nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400",
-                         "-1e400", "1.0x", " 1", "1 ", "abc", "0x1p3", "-", ".", "1..2", "e5"};
+    const char *bad[] = {"",         "nan",   "NaN",    "-nan", "inf",  "-inf",
+                         "Infinity", "1e400", "-1e400", "1.0x", " 1",   "1 ",
+                         "abc",      "0x1p3", "-",      ".",    "1..2", "e5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (vl_parse_f64(bad[i], &v) != VL_EINVAL)
-            fail_msg("vl_parse_f64 accepted '%s'", bad[i]);
+        if (vl_parse_f64(bad[i], &v) != VL_EINVAL) fail_msg("vl_parse_f64 accepted '%s'", bad[i]);
     assert_true(v == 42);
     assert_int_equal(vl_parse_f64(NULL, &v), VL_EINVAL);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vl_fail),
         cmocka_unit_test(test_log_format),

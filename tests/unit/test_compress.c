@@ -66,8 +66,10 @@ static int decode_code(const vl_buf *b, size_t n) {
     compress_update u;
     vl_error e = {0};
     int rc = compress_update_decode(b->data, b->len, n, &u, NULL, &e);
-    if (rc == VL_OK) compress_update_free(&u);
-    else assert_true(e.msg[0] != '\0');
+    if (rc == VL_OK)
+        compress_update_free(&u);
+    else
+        assert_true(e.msg[0] != '\0');
     return rc;
 }
 
@@ -115,8 +117,8 @@ static void build(vl_buf *b, const char *drop_key, const char *kind, const char 
     fill(delta, N);
     st_writer w;
     st_writer_init(&w);
-    const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
-                          "local_steps", "loss"};
+    const char *keys[] = {"run",  "task",        "peer",        "base_version",
+                          "kind", "num_samples", "local_steps", "loss"};
     const char *vals[] = {"demo", task, "2", "5", kind, "100", "10", loss_text};
     for (int i = 0; i < 8; i++)
         if (!drop_key || strcmp(drop_key, keys[i]) != 0)
@@ -135,8 +137,8 @@ static void build(vl_buf *b, const char *drop_key, const char *kind, const char 
 static void test_malformed_is_400(void **state) {
     (void)state;
     vl_buf b;
-    const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
-                          "local_steps"};
+    const char *keys[] = {"run",  "task",        "peer",       "base_version",
+                          "kind", "num_samples", "local_steps"};
     for (int i = 0; i < 7; i++) {
         build(&b, keys[i], "dense", "3", 0, ST_F32);
         assert_int_equal(decode_code(&b, N), VL_EINVAL);

@@ -31,53 +31,46 @@ typedef struct conv_case {
 } conv_case;
 
 static const conv_case CASES[] = {
-    {1, {1, 5, 5, 1, 3, 1}},    /* the plainest "same" convolution */
-    {2, {3, 7, 6, 4, 3, 2}},    /* odd and even sides, stride 2 */
-    {3, {2, 9, 11, 5, 5, 2}},   /* odd sides, kernel 5 */
-    {2, {1, 28, 28, 16, 5, 2}}, /* a Fashion-MNIST first layer */
-    {2, {16, 14, 14, 32, 5, 2}},/* and its second */
-    {1, {2, 1, 1, 3, 5, 1}},    /* kernel larger than the image */
-    {2, {3, 6, 5, 2, 1, 1}},    /* 1x1 */
-    {2, {2, 8, 7, 3, 4, 3}},    /* even kernel (output one wider), stride 3 */
-    {1, {4, 3, 13, 2, 3, 4}},   /* stride larger than a side */
+    {1, {1, 5, 5, 1, 3, 1}},     /* the plainest "same" convolution */
+    {2, {3, 7, 6, 4, 3, 2}},     /* odd and even sides, stride 2 */
+    {3, {2, 9, 11, 5, 5, 2}},    /* odd sides, kernel 5 */
+    {2, {1, 28, 28, 16, 5, 2}},  /* a Fashion-MNIST first layer */
+    {2, {16, 14, 14, 32, 5, 2}}, /* and its second */
+    {1, {2, 1, 1, 3, 5, 1}},     /* kernel larger than the image */
+    {2, {3, 6, 5, 2, 1, 1}},     /* 1x1 */
+    {2, {2, 8, 7, 3, 4, 3}},     /* even kernel (output one wider), stride 3 */
+    {1, {4, 3, 13, 2, 3, 4}},    /* stride larger than a side */
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
-static size_t in_floats(const conv_case *c)
-{
+static size_t in_floats(const conv_case *c) {
     return (size_t)c->B * c->s.ci * c->s.h * c->s.w;
 }
 
-static int out_h(const conv_case *c)
-{
+static int out_h(const conv_case *c) {
     return kernels_conv2d_out_size(c->s.h, c->s.k, c->s.stride);
 }
 
-static int out_w(const conv_case *c)
-{
+static int out_w(const conv_case *c) {
     return kernels_conv2d_out_size(c->s.w, c->s.k, c->s.stride);
 }
 
-static size_t out_floats(const conv_case *c)
-{
+static size_t out_floats(const conv_case *c) {
     return (size_t)c->B * c->s.co * out_h(c) * out_w(c);
 }
 
-static size_t w_floats(const conv_case *c)
-{
+static size_t w_floats(const conv_case *c) {
     return (size_t)c->s.co * c->s.ci * c->s.k * c->s.k;
 }
 
 /* Scratch filled with NaN, so a kernel that reads what it did not write
  * first shows it in its results. */
-static float *nan_scratch(const conv_case *c)
-{
+static float *nan_scratch(const conv_case *c) {
     size_t n = kernels_conv2d_scratch_floats(&c->s, c->B);
     assert_true(n > 0);
     float *p = malloc(n * sizeof *p);
     assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = NAN;
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
     return p;
 }
 
@@ -88,8 +81,7 @@ static float *nan_scratch(const conv_case *c)
  * definition, with none of the kernel's index arithmetic. */
 typedef void (*visit_fn)(void *ctx, size_t o, size_t i, size_t w);
 
-static void each_term(const conv_case *c, visit_fn visit, void *ctx)
-{
+static void each_term(const conv_case *c, visit_fn visit, void *ctx) {
     const kernels_conv2d_shape *s = &c->s;
     int pad = s->k / 2, ho = out_h(c), wo = out_w(c);
     for (int b = 0; b < c->B; b++)
@@ -102,8 +94,7 @@ static void each_term(const conv_case *c, visit_fn visit, void *ctx)
                             for (int kx = 0; kx < s->k; kx++) {
                                 int iy = oy * s->stride - pad + ky;
                                 int ix = ox * s->stride - pad + kx;
-                                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
-                                    continue;
+                                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w) continue;
                                 size_t i = (((size_t)b * s->ci + ci) * s->h + iy) * s->w + ix;
                                 size_t w = (((size_t)co * s->ci + ci) * s->k + ky) * s->k + kx;
                                 visit(ctx, o, i, w);
@@ -117,16 +108,14 @@ typedef struct ref_ctx {
     double *dx, *dw;   /* backward of sum(out * proj) */
 } ref_ctx;
 
-static void visit_forward(void *p, size_t o, size_t i, size_t w)
-{
+static void visit_forward(void *p, size_t o, size_t i, size_t w) {
     ref_ctx *r = p;
     double t = (double)r->w[w] * r->x[i];
     r->out[o] += t;
     r->mag[o] += fabs(t);
 }
 
-static void visit_backward(void *p, size_t o, size_t i, size_t w)
-{
+static void visit_backward(void *p, size_t o, size_t i, size_t w) {
     ref_ctx *r = p;
     r->dw[w] += (double)r->proj[o] * r->x[i];
     r->dx[i] += (double)r->proj[o] * r->w[w];
@@ -134,8 +123,7 @@ static void visit_backward(void *p, size_t o, size_t i, size_t w)
 
 /* ---- sizes -------------------------------------------------------------------- */
 
-static void test_out_size(void **state)
-{
+static void test_out_size(void **state) {
     (void)state;
     assert_int_equal(kernels_conv2d_out_size(28, 5, 1), 28);
     assert_int_equal(kernels_conv2d_out_size(28, 5, 2), 14);
@@ -148,14 +136,13 @@ static void test_out_size(void **state)
     assert_int_equal(kernels_conv2d_out_size(13, 3, 4), 4);
 }
 
-static void test_scratch_floats(void **state)
-{
+static void test_scratch_floats(void **state) {
     (void)state;
     kernels_conv2d_shape s = {1, 28, 28, 16, 5, 2};
     /* (1*25 + 16) rows of 3 * 14*14 columns. */
     assert_int_equal(kernels_conv2d_scratch_floats(&s, 3), (size_t)41 * 3 * 196);
     kernels_conv2d_shape bad[] = {
-        {0, 28, 28, 16, 5, 2}, {1, 0, 28, 16, 5, 2}, {1, 28, -1, 16, 5, 2},
+        {0, 28, 28, 16, 5, 2}, {1, 0, 28, 16, 5, 2},  {1, 28, -1, 16, 5, 2},
         {1, 28, 28, 0, 5, 2},  {1, 28, 28, 16, 0, 2}, {1, 28, 28, 16, 5, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -171,8 +158,7 @@ static void test_scratch_floats(void **state)
 
 /* ---- forward -------------------------------------------------------------------- */
 
-static void check_forward(const conv_case *c, uint64_t seed)
-{
+static void check_forward(const conv_case *c, uint64_t seed) {
     size_t ni = in_floats(c), no = out_floats(c), nw = w_floats(c);
     float *x = random_vec(ni, seed), *w = random_vec(nw, seed + 1);
     float *b = random_vec((size_t)c->s.co, seed + 2);
@@ -181,8 +167,7 @@ static void check_forward(const conv_case *c, uint64_t seed)
     assert_non_null(out);
     assert_non_null(ref);
     assert_non_null(mag);
-    for (size_t i = 0; i < no; i++)
-        out[i] = NAN; /* every element must be written */
+    for (size_t i = 0; i < no; i++) out[i] = NAN; /* every element must be written */
     kernels_conv2d_forward(out, x, w, b, scratch, &c->s, c->B);
     ref_ctx r = {.x = x, .w = w, .out = ref, .mag = mag};
     each_term(c, visit_forward, &r);
@@ -192,8 +177,8 @@ static void check_forward(const conv_case *c, uint64_t seed)
         double want = ref[o] + bias, tol = 1e-5 * (mag[o] + fabs(bias)) + 1e-30;
         if (!(fabs(out[o] - want) <= tol))
             fail_msg("shape %dx%dx%d co %d k %d s %d, B %d: out[%zu] = %.9g, reference %.9g",
-                     c->s.ci, c->s.h, c->s.w, c->s.co, c->s.k, c->s.stride, c->B, o,
-                     (double)out[o], want);
+                     c->s.ci, c->s.h, c->s.w, c->s.co, c->s.k, c->s.stride, c->B, o, (double)out[o],
+                     want);
     }
     /* Without a bias: the same sums. */
     kernels_conv2d_forward(out, x, w, NULL, scratch, &c->s, c->B);
@@ -203,19 +188,16 @@ static void check_forward(const conv_case *c, uint64_t seed)
     free(x), free(w), free(b), free(out), free(scratch), free(ref), free(mag);
 }
 
-static void test_forward_matches_reference(void **state)
-{
+static void test_forward_matches_reference(void **state) {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++)
-        check_forward(&CASES[i], 100 + 10 * i);
+    for (size_t i = 0; i < N_CASES; i++) check_forward(&CASES[i], 100 + 10 * i);
 }
 
 /* ---- backward ------------------------------------------------------------------- */
 
 /* max |got - want| over max |want|, got being what the kernel added to
  * base. */
-static double added_err(const float *got, const float *base, const double *want, size_t n)
-{
+static double added_err(const float *got, const float *base, const double *want, size_t n) {
     double d = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs(((double)got[i] - base[i]) - want[i]);
@@ -225,8 +207,7 @@ static double added_err(const float *got, const float *base, const double *want,
     return m > 0 ? d / m : d;
 }
 
-static void check_backward(const conv_case *c, uint64_t seed)
-{
+static void check_backward(const conv_case *c, uint64_t seed) {
     size_t ni = in_floats(c), no = out_floats(c), nw = w_floats(c), nb = (size_t)c->s.co;
     float *x = random_vec(ni, seed), *w = random_vec(nw, seed + 1);
     float *proj = random_vec(no, seed + 2);
@@ -246,8 +227,7 @@ static void check_backward(const conv_case *c, uint64_t seed)
     ref_ctx r = {.x = x, .w = w, .proj = proj, .dx = rdx, .dw = rdw};
     each_term(c, visit_backward, &r);
     size_t plane = (size_t)out_h(c) * out_w(c);
-    for (size_t o = 0; o < no; o++)
-        rdb[(o / plane) % nb] += proj[o];
+    for (size_t o = 0; o < no; o++) rdb[(o / plane) % nb] += proj[o];
     double ex = added_err(dx, dx0, rdx, ni), ew = added_err(dw, dw0, rdw, nw);
     double eb = added_err(db, db0, rdb, nb);
     if (!(ex <= 2e-5 && ew <= 2e-5 && eb <= 2e-5))
@@ -266,21 +246,17 @@ static void check_backward(const conv_case *c, uint64_t seed)
     free(scratch), free(rdx), free(rdw), free(rdb);
 }
 
-static void test_backward_matches_reference(void **state)
-{
+static void test_backward_matches_reference(void **state) {
     (void)state;
-    for (size_t i = 0; i < N_CASES; i++)
-        check_backward(&CASES[i], 200 + 10 * i);
+    for (size_t i = 0; i < N_CASES; i++) check_backward(&CASES[i], 200 + 10 * i);
 }
 
 /* sum(out * proj) of the kernel's own forward, accumulated in double. */
 static double objective(const conv_case *c, const float *x, const float *w, const float *b,
-                        const float *proj, float *out, float *scratch)
-{
+                        const float *proj, float *out, float *scratch) {
     kernels_conv2d_forward(out, x, w, b, scratch, &c->s, c->B);
     double s = 0;
-    for (size_t o = 0; o < out_floats(c); o++)
-        s += (double)out[o] * proj[o];
+    for (size_t o = 0; o < out_floats(c); o++) s += (double)out[o] * proj[o];
     return s;
 }
 
@@ -289,8 +265,7 @@ static double objective(const conv_case *c, const float *x, const float *w, cons
  * difference quotient has no truncation error: what is left is the
  * forward's float rounding (~1e-7 of an O(10) objective) over the step,
  * about 1e-4 for the step 5e-2, which the absolute tolerance covers. */
-static void check_finite_differences(const conv_case *c, uint64_t seed)
-{
+static void check_finite_differences(const conv_case *c, uint64_t seed) {
     size_t ni = in_floats(c), no = out_floats(c), nw = w_floats(c), nb = (size_t)c->s.co;
     float *x = random_vec(ni, seed), *w = random_vec(nw, seed + 1);
     float *b = random_vec(nb, seed + 2), *proj = random_vec(no, seed + 3);
@@ -322,8 +297,7 @@ static void check_finite_differences(const conv_case *c, uint64_t seed)
     free(x), free(w), free(b), free(proj), free(dx), free(dw), free(db), free(out), free(scratch);
 }
 
-static void test_finite_differences(void **state)
-{
+static void test_finite_differences(void **state) {
     (void)state;
     const conv_case small[] = {
         {2, {2, 5, 4, 3, 3, 2}},
@@ -336,8 +310,7 @@ static void test_finite_differences(void **state)
 
 /* ---- repeatability -------------------------------------------------------------- */
 
-static void test_repeatable(void **state)
-{
+static void test_repeatable(void **state) {
     (void)state;
     /* Large enough for the OpenMP loops and a split sgemm to engage. */
     const conv_case c = {8, {4, 28, 28, 16, 5, 1}};
@@ -358,13 +331,11 @@ static void test_repeatable(void **state)
     assert_memory_equal(dx[0], dx[1], ni * sizeof(float));
     assert_memory_equal(dw[0], dw[1], nw * sizeof(float));
     assert_memory_equal(db[0], db[1], nb * sizeof(float));
-    for (int r = 0; r < 2; r++)
-        free(out[r]), free(dx[r]), free(dw[r]), free(db[r]);
+    for (int r = 0; r < 2; r++) free(out[r]), free(dx[r]), free(dw[r]), free(db[r]);
     free(x), free(w), free(b), free(proj), free(scratch);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_out_size),
         cmocka_unit_test(test_scratch_floats),

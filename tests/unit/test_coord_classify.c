@@ -34,9 +34,9 @@
 /* The model and data objects most tests use: Fashion-MNIST's 28x28
  * images into ten classes, with the t10k files as the test set. */
 #define MODEL_784 "{\"kind\": \"mlp\", \"in_dim\": 784, \"hidden\": [64], \"classes\": 10}"
-#define DATA_LOCAL                                                                              \
-    "{\"kind\": \"local\", \"test_images\": \"" T10K_IMAGES "\", \"test_labels\": \""          \
-    T10K_LABELS "\"}"
+#define DATA_LOCAL                                                                                \
+    "{\"kind\": \"local\", \"test_images\": \"" T10K_IMAGES "\", \"test_labels\": \"" T10K_LABELS \
+    "\"}"
 
 static int parse(const char *json, coord_config *cfg, vl_error *e) {
     memset(e, 0, sizeof *e);
@@ -79,8 +79,7 @@ static void refused(const char *json, const char *needle) {
 static int have_fashion(void) {
     struct stat st;
     if (stat(T10K_IMAGES, &st) == 0 && stat(T10K_LABELS, &st) == 0) return 1;
-    printf("fashion-mnist: %s is missing (package dataset-fashion-mnist); skipped\n",
-           FASHION_DIR);
+    printf("fashion-mnist: %s is missing (package dataset-fashion-mnist); skipped\n", FASHION_DIR);
     return 0;
 }
 
@@ -156,8 +155,9 @@ static void test_mlp_config_fixed_point(void **state) {
         assert_non_null(strstr(n1, "\"model\":{\"kind\":\"mlp\",\"in_dim\":784,\"hidden\":[64],"
                                    "\"classes\":10}"));
         /* Nothing of a text or token run survives in a classifier's form. */
-        static const char *const absent[] = {"val_fraction", "task_bytes", "val_batches",
-                                             "task_tokens", "corpus", "vocab_size", NULL};
+        static const char *const absent[] = {
+            "val_fraction", "task_bytes", "val_batches", "task_tokens",
+            "corpus",       "vocab_size", NULL};
         for (const char *const *k = absent; *k; k++)
             if (strstr(n1, *k)) fail_msg("normalised form holds %s:\n%s", *k, n1);
         /* What peers get names no file on this machine. */
@@ -204,8 +204,8 @@ static void test_mlp_config_refusals(void **state) {
     js = config_text(MODEL_784, "{\"kind\": \"local\", \"test_labels\": \"" T10K_LABELS "\"}", "");
     refused(js, "test_images");
     free(js);
-    js = config_text(MODEL_784, "{\"kind\": \"local\", \"test_images\": 3, \"test_labels\": 4}",
-                     "");
+    js =
+        config_text(MODEL_784, "{\"kind\": \"local\", \"test_images\": 3, \"test_labels\": 4}", "");
     refused(js, "test_images");
     free(js);
     js = config_text(MODEL_784, "{\"kind\": \"local\", \"validation\": \"v\"}", "");
@@ -557,8 +557,9 @@ static void test_score_fresh_model(void **state) {
  * validation) or token shard, with no training data of its own; the
  * normalised form parses back to itself; the fields of served data, and
  * both or neither held-out kinds, are refused. */
-#define GPT_SMALL "{\"vocab_size\": 256, \"block_size\": 32, \"n_layer\": 1, " \
-                  "\"n_head\": 2, \"n_embd\": 32}"
+#define GPT_SMALL                                                \
+    "{\"vocab_size\": 256, \"block_size\": 32, \"n_layer\": 1, " \
+    "\"n_head\": 2, \"n_embd\": 32}"
 static void test_gpt_local(void **state) {
     (void)state;
     coord_config cfg;
@@ -593,19 +594,19 @@ static void test_gpt_local(void **state) {
     js = config_text(GPT_SMALL, "{\"kind\": \"local\"}", "");
     refused(js, "give one");
     free(js);
-    js = config_text(GPT_SMALL,
-                     "{\"kind\": \"local\", \"val\": \"a\", \"val_shard\": \"b\"}", "");
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\", \"val_shard\": \"b\"}", "");
     refused(js, "give one");
     free(js);
-    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\"}",
-                     ", \"task_bytes\": 4096");
+    js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\"}", ", \"task_bytes\": 4096");
     refused(js, "task_bytes");
     free(js);
     js = config_text(GPT_SMALL, "{\"kind\": \"local\", \"val\": \"a\", \"train\": [\"b\"]}", "");
     refused(js, "data.val");
     free(js);
-    js = config_text(GPT_SMALL, "{\"kind\": \"shards\", \"train\": [\"a\"], \"val\": \"b\", "
-                                "\"val_shard\": \"c\"}", "");
+    js = config_text(GPT_SMALL,
+                     "{\"kind\": \"shards\", \"train\": [\"a\"], \"val\": \"b\", "
+                     "\"val_shard\": \"c\"}",
+                     "");
     refused(js, "val_shard");
     free(js);
 }

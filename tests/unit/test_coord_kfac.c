@@ -85,8 +85,7 @@ static void test_config(void **state) {
         if (!strstr(e.msg, bad[i][1])) fail_msg("'%s' lacks '%s'", e.msg, bad[i][1]);
     }
     /* the body cap must hold an update and its factors */
-    assert_int_equal(parse(RUN("{\"optimizer\": \"kfac\", \"kfac\": {\"share\": true}}"), &cfg,
-                           &e),
+    assert_int_equal(parse(RUN("{\"optimizer\": \"kfac\", \"kfac\": {\"share\": true}}"), &cfg, &e),
                      VL_OK);
     int64_t with = coord_config_update_bytes(&cfg), factors = coord_config_factor_bytes(&cfg);
     assert_true(factors > 4 * 1500000); /* the default model's factors: 1.5 M floats */

@@ -28,10 +28,12 @@
 
 /* ---- configuration -------------------------------------------------------- */
 
-#define MODEL_50K "\"model\": {\"vocab_size\": 50257, \"block_size\": 32, \"n_layer\": 1, " \
-                  "\"n_head\": 2, \"n_embd\": 32}, \"max_body_bytes\": 16777216"
-#define SHARDS "\"data\": {\"kind\": \"shards\", \"train\": [\"a.bin\", \"b.bin\"], " \
-               "\"val\": \"v.bin\"}"
+#define MODEL_50K                                                             \
+    "\"model\": {\"vocab_size\": 50257, \"block_size\": 32, \"n_layer\": 1, " \
+    "\"n_head\": 2, \"n_embd\": 32}, \"max_body_bytes\": 16777216"
+#define SHARDS                                                             \
+    "\"data\": {\"kind\": \"shards\", \"train\": [\"a.bin\", \"b.bin\"], " \
+    "\"val\": \"v.bin\"}"
 
 static int parse(const char *json, coord_config *cfg, vl_error *e) {
     memset(e, 0, sizeof *e);
@@ -92,15 +94,14 @@ static void test_config_shards(void **state) {
     assert_null(cfg.train_shards);
 
     /* Defaults: 65536 tokens a task; any vocabulary, even below 256. */
-    assert_int_equal(parse("{\"name\": \"t\", " SHARDS ", \"model\": {\"vocab_size\": 100}}",
-                           &cfg, &e), VL_OK);
+    assert_int_equal(
+        parse("{\"name\": \"t\", " SHARDS ", \"model\": {\"vocab_size\": 100}}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.task_tokens, 65536);
     coord_config_free(&cfg);
     /* A text corpus keeps its rules: vocab_size >= 256, and any above. */
     expect_error("{\"name\": \"t\", \"corpus\": \"c\", \"model\": {\"vocab_size\": 100}}",
                  "at least 256 for a byte corpus");
-    assert_int_equal(parse("{\"name\": \"t\", \"corpus\": \"c\", " MODEL_50K "}", &cfg, &e),
-                     VL_OK);
+    assert_int_equal(parse("{\"name\": \"t\", \"corpus\": \"c\", " MODEL_50K "}", &cfg, &e), VL_OK);
     assert_false(cfg.shards);
     assert_null(cfg.train_shards);
     coord_config_free(&cfg);
@@ -115,19 +116,26 @@ static void test_config_shards_refused(void **state) {
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"val\": \"v\"}}",
                  "data needs kind");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"text\", \"train\": [\"a\"], "
-                 "\"val\": \"v\"}}", "data.kind must be one of \"shards\"");
+                 "\"val\": \"v\"}}",
+                 "data.kind must be one of \"shards\"");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": [\"a\"], "
-                 "\"val\": \"v\", \"test\": \"x\"}}", "unknown field 'data.test'");
+                 "\"val\": \"v\", \"test\": \"x\"}}",
+                 "unknown field 'data.test'");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": [], "
-                 "\"val\": \"v\"}}", "data.train must be an array of 1 to 4096");
+                 "\"val\": \"v\"}}",
+                 "data.train must be an array of 1 to 4096");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": \"a\", "
-                 "\"val\": \"v\"}}", "data.train must be an array");
+                 "\"val\": \"v\"}}",
+                 "data.train must be an array");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": [\"a\", 7], "
-                 "\"val\": \"v\"}}", "data.train[1] must be a string");
+                 "\"val\": \"v\"}}",
+                 "data.train[1] must be a string");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": [\"a\", \"\"], "
-                 "\"val\": \"v\"}}", "data.train[1] must be a non-empty string");
+                 "\"val\": \"v\"}}",
+                 "data.train[1] must be a non-empty string");
     expect_error("{\"name\": \"t\", \"data\": {\"kind\": \"shards\", \"train\": [\"a\"], "
-                 "\"val\": 3}}", "data.val must be a string");
+                 "\"val\": 3}}",
+                 "data.val must be a string");
     expect_error("{\"name\": \"t\", " SHARDS ", \"val_fraction\": 0.1}",
                  "val_fraction is for a text corpus");
     expect_error("{\"name\": \"t\", " SHARDS ", \"task_bytes\": 1000}",
@@ -147,8 +155,9 @@ static void test_config_shards_refused(void **state) {
     char *big = malloc(cap);
     assert_non_null(big);
     for (int n = 4096; n <= 4097; n++) {
-        size_t used = (size_t)snprintf(big, cap, "{\"name\": \"t\", \"data\": {\"kind\": "
-                                                 "\"shards\", \"val\": \"v\", \"train\": [");
+        size_t used = (size_t)snprintf(big, cap,
+                                       "{\"name\": \"t\", \"data\": {\"kind\": "
+                                       "\"shards\", \"val\": \"v\", \"train\": [");
         for (int i = 0; i < n; i++)
             used += (size_t)snprintf(big + used, cap - used, "%s\"s%d\"", i ? "," : "", i);
         snprintf(big + used, cap - used, "]}}");
@@ -397,7 +406,8 @@ int main(void) {
         cmocka_unit_test(test_config_shards_refused),
         cmocka_unit_test(test_token_ranges),
         cmocka_unit_test_setup_teardown(test_open_shards, test_dir_setup, test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_open_shards_refused, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_open_shards_refused, test_dir_setup,
+                                        test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,8 +52,13 @@ static void test_weighted_mean_of_updates(void **state) {
     (void)state;
     enum { N = 5 };
     float d1[N] = {1, 2, 3, 4, 5}, d2[N] = {-1, 0, 1, 0, -2};
-    compress_update_meta meta = {.run = "demo", .task = 1, .peer = 1, .base_version = 0,
-                                 .kind = COMPRESS_DENSE, .num_samples = 30, .local_steps = 1,
+    compress_update_meta meta = {.run = "demo",
+                                 .task = 1,
+                                 .peer = 1,
+                                 .base_version = 0,
+                                 .kind = COMPRESS_DENSE,
+                                 .num_samples = 30,
+                                 .local_steps = 1,
                                  .loss = 1.0};
     vl_buf b1, b2;
     vl_buf_init(&b1, 0);
@@ -128,10 +133,10 @@ static void test_version_refusal(void **state) {
     assert_true(coord_sched_version_refused(2.41, 2.0, 0.2));
     assert_true(coord_sched_version_refused(NAN, 2.0, 0.2));
     assert_true(coord_sched_version_refused(INFINITY, NAN, 0.2));
-    assert_true(coord_sched_version_refused(NAN, 2.0, 0)); /* not a number: always */
-    assert_false(coord_sched_version_refused(50.0, 2.0, 0)); /* 0: only that */
+    assert_true(coord_sched_version_refused(NAN, 2.0, 0));     /* not a number: always */
+    assert_false(coord_sched_version_refused(50.0, 2.0, 0));   /* 0: only that */
     assert_false(coord_sched_version_refused(50.0, NAN, 0.2)); /* no best yet */
-    assert_false(coord_sched_version_refused(1.0, 2.0, 0.2)); /* better is kept */
+    assert_false(coord_sched_version_refused(1.0, 2.0, 0.2));  /* better is kept */
 
     coord_config cfg;
     vl_error e;
@@ -194,9 +199,8 @@ static void test_config_defaults(void **state) {
     assert_int_equal(cfg.max_body_bytes, 67108864);
     /* 256 Ki held-out tokens in batches of 8 windows of block_size. */
     assert_int_equal(cfg.val_tokens, COORD_VAL_TOKENS_DEFAULT);
-    assert_int_equal(cfg.val_batches,
-                     (COORD_VAL_TOKENS_DEFAULT + 8 * cfg.model.block_size - 1) /
-                         (8 * cfg.model.block_size));
+    assert_int_equal(cfg.val_batches, (COORD_VAL_TOKENS_DEFAULT + 8 * cfg.model.block_size - 1) /
+                                          (8 * cfg.model.block_size));
     assert_int_equal(cfg.keep_versions, 4);
     /* The normalised JSON parses back to the same configuration. */
     char *json = coord_config_to_json(&cfg, 1);
@@ -219,7 +223,9 @@ static void test_config_sketch_outer_default(void **state) {
     coord_config cfg, again;
     vl_error e;
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"sketch\", \"ratio\": 10}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"sketch\", \"ratio\": 10}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_true(cfg.outer_lr == COORD_SKETCH_ROUND_LR);
     assert_true(cfg.outer_momentum == COORD_SKETCH_ROUND_MOMENTUM);
     char *json = coord_config_to_json(&cfg, 1);
@@ -228,18 +234,23 @@ static void test_config_sketch_outer_default(void **state) {
     free(json);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
                            "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10, "
-                           "\"second_round\": 0}}", &cfg, &e), VL_OK);
+                           "\"second_round\": 0}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.second_round, 0);
     assert_true(cfg.outer_lr == COORD_SKETCH_LR);
     assert_true(cfg.outer_momentum == COORD_SKETCH_MOMENTUM);
     assert_int_equal(coord_config_round_candidates(&cfg), 0);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"lr\": 0.3}, "
-                           "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}", &cfg,
-                           &e), VL_OK);
+                           "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_true(cfg.outer_lr == 0.3);
     assert_true(cfg.outer_momentum == 0.9);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"topk\", \"ratio\": 10}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"topk\", \"ratio\": 10}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
     assert_int_equal(cfg.second_round, 0);
 }
@@ -251,7 +262,9 @@ static void test_config_compression(void **state) {
     coord_config cfg, again;
     vl_error e;
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"topk\", \"ratio\": 100}}",
+                           &cfg, &e),
+                     VL_OK);
     size_t n = model_gpt_config_num_params(&cfg.model);
     /* Compressed kinds default to F16 values (an entry is 4 + 2 bytes). */
     assert_string_equal(cfg.compression_dtype, "F16");
@@ -266,7 +279,9 @@ static void test_config_compression(void **state) {
 
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"seed\": 5, "
                            "\"compression\": {\"kind\": \"sketch\", \"dtype\": \"F16\", "
-                           "\"ratio\": 1000, \"rows\": 3}}", &cfg, &e), VL_OK);
+                           "\"ratio\": 1000, \"rows\": 3}}",
+                           &cfg, &e),
+                     VL_OK);
     /* A sync sketch run has the second round by default, and the ratio's
      * budget is shared: a tenth for the sketch, the rest for one F16
      * value per candidate. */
@@ -276,7 +291,8 @@ static void test_config_compression(void **state) {
     assert_int_equal(cfg.comp_cols, (int64_t)(COORD_SKETCH_SHARE * budget / (3 * 2)));
     assert_int_equal(cfg.apply_k, (int64_t)((budget - COORD_SKETCH_SHARE * budget) / 2.0));
     assert_true((double)(cfg.comp_rows * cfg.comp_cols * 2) +
-                    2.0 * (double)coord_config_round_candidates(&cfg) <= budget);
+                    2.0 * (double)coord_config_round_candidates(&cfg) <=
+                budget);
     assert_int_equal(cfg.comp_k, cfg.comp_cols / 2);
     assert_int_equal(cfg.comp_seed, 5);
     assert_string_equal(coord_config_update_kind(&cfg), "sketch");
@@ -295,7 +311,9 @@ static void test_config_compression(void **state) {
     free(json);
 
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"gaussk\", \"k\": 1000}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"gaussk\", \"k\": 1000}}",
+                           &cfg, &e),
+                     VL_OK);
     coord_config_spec(&cfg, &spec);
     assert_int_equal(spec.kind, COMPRESS_TOPK);
     assert_int_equal(spec.max_nnz, COMPRESS_GAUSSK_CAP(1000));
@@ -303,7 +321,8 @@ static void test_config_compression(void **state) {
      * the model); round_s defaults to 30 s; both survive normalisation. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 3}}",
-                           &cfg, &e), VL_OK);
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.second_round, 3);
     assert_int_equal(cfg.round_s, 30);
     assert_int_equal(coord_config_round_candidates(&cfg), 3 * cfg.apply_k);
@@ -314,22 +333,30 @@ static void test_config_compression(void **state) {
     free(json);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"sketch\", \"cols\": 100000, \"k\": 10000, "
-                           "\"second_round\": 64}}", &cfg, &e), VL_OK);
+                           "\"second_round\": 64}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(coord_config_round_candidates(&cfg), (int64_t)n);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"topk\", \"ratio\": 100, \"second_round\": 2}}",
-                           &cfg, &e), VL_EINVAL);
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "second_round is for sketch runs"));
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 65}}",
-                           &cfg, &e), VL_EINVAL);
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "compression.second_round"));
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"sketch\", \"ratio\": 100, \"second_round\": 1, "
-                           "\"round_s\": 0}}", &cfg, &e), VL_EINVAL);
+                           "\"round_s\": 0}}",
+                           &cfg, &e),
+                     VL_EINVAL);
     assert_non_null(strstr(e.msg, "compression.round_s"));
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"none\"}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"none\"}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(coord_config_round_candidates(&cfg), 0);
     /* Block top-k and residual decay: classic by default, kept through
      * normalisation, refused where the kind has no use for them. */
@@ -337,23 +364,30 @@ static void test_config_compression(void **state) {
     assert_true(cfg.comp_decay == 1.0);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                            "{\"kind\": \"topk\", \"ratio\": 100, \"block\": 512, "
-                           "\"decay\": 0.9}}", &cfg, &e), VL_OK);
+                           "\"decay\": 0.9}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.comp_block, 512);
     assert_true(cfg.comp_decay == 0.9);
     /* The kind and its ratio alone get the settings that met the 100x
      * target: blocks and decay for topk, decay for gaussk, and the sparse
      * kinds' outer step; an "outer" object given is kept. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"gaussk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"gaussk\", \"ratio\": 100}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.comp_block, 0);
     assert_true(cfg.comp_decay == COORD_SPARSE_DECAY);
     assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"lr\": 0.5}, "
-                           "\"compression\": {\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e),
+                           "\"compression\": {\"kind\": \"topk\", \"ratio\": 100}}",
+                           &cfg, &e),
                      VL_OK);
     assert_true(cfg.outer_lr == 0.5 && cfg.outer_momentum == 0.9);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"topk\", \"ratio\": 100}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"topk\", \"ratio\": 100}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_int_equal(cfg.comp_block, COORD_TOPK_BLOCK);
     assert_true(cfg.comp_decay == COORD_SPARSE_DECAY);
     assert_true(cfg.outer_lr == COORD_SPARSE_OUTER_LR && cfg.outer_momentum == 0);
@@ -363,7 +397,8 @@ static void test_config_compression(void **state) {
     assert_memory_equal(&cfg, &again, sizeof cfg);
     free(json);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"gaussk\", \"ratio\": 100, \"decay\": 0.5}}", &cfg, &e),
+                           "{\"kind\": \"gaussk\", \"ratio\": 100, \"decay\": 0.5}}",
+                           &cfg, &e),
                      VL_OK);
     static const char *const bad_fb[][2] = {
         {"{\"kind\": \"gaussk\", \"ratio\": 100, \"block\": 512}", "block is for topk"},
@@ -384,7 +419,9 @@ static void test_config_compression(void **state) {
     }
     /* "dense" is the older name of "none". */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
-                           "{\"kind\": \"dense\"}}", &cfg, &e), VL_OK);
+                           "{\"kind\": \"dense\"}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_string_equal(cfg.compression_kind, "none");
     assert_int_equal(cfg.keep_changes, cfg.keep_versions);
 }
@@ -458,13 +495,15 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"lease_s\": 0}", "lease_s");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"batch\"}", "mode");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": "
-                        "{\"function\": \"exp\"}}", "staleness.function");
+                        "{\"function\": \"exp\"}}",
+                        "staleness.function");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"a\": -1}}",
                         "staleness.a");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"max\": -1}}",
                         "staleness.max");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": "
-                        "{\"function\": \"hinge\", \"b\": 5, \"max\": 4}}", "staleness.b");
+                        "{\"function\": \"hinge\", \"b\": 5, \"max\": 4}}",
+                        "staleness.b");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"staleness\": {\"tau\": 1}}",
                         "'staleness.tau'");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"selsync\": {\"h_min\": 0}}",
@@ -474,10 +513,12 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"selsync\": {\"delta\": -1}}",
                         "selsync.delta");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
-                        "\"round_deadline_s\": 5}", "round_deadline_s is for sync");
+                        "\"round_deadline_s\": 5}",
+                        "round_deadline_s is for sync");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
                         "\"compression\": {\"kind\": \"sketch\", \"ratio\": 10, "
-                        "\"second_round\": 2}}", "needs a sync run");
+                        "\"second_round\": 2}}",
+                        "needs a sync run");
     /* The second round is a sketch run's default only in sync runs; an
      * async one must turn it off itself. */
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", "
@@ -486,22 +527,29 @@ static void test_config_errors_name_the_field(void **state) {
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"keep_update_blobs\": 0}",
                         "keep_update_blobs");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"schedule\": \"linear\"}}", "train.schedule");
+                        "{\"schedule\": \"linear\"}}",
+                        "train.schedule");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"optimizer\": \"lion\"}}", "train.optimizer");
+                        "{\"optimizer\": \"lion\"}}",
+                        "train.optimizer");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"optimizer\": \"sgd\", \"momentum\": 1.0}}", "train.momentum");
+                        "{\"optimizer\": \"sgd\", \"momentum\": 1.0}}",
+                        "train.momentum");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"nesterov\": true}}", "train.nesterov needs");
+                        "{\"nesterov\": true}}",
+                        "train.nesterov needs");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
                         "{\"optimizer\": \"sgd\", \"momentum\": 0, \"nesterov\": true}}",
                         "train.nesterov needs");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"optimizer\": \"sgd\", \"nesterov\": 1}}", "true or false");
+                        "{\"optimizer\": \"sgd\", \"nesterov\": 1}}",
+                        "true or false");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                        "{\"lr\": 0.001, \"min_lr\": 0.01}}", "exceeds train.lr");
+                        "{\"lr\": 0.001, \"min_lr\": 0.01}}",
+                        "exceeds train.lr");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"max_versions\": 10, "
-                        "\"train\": {\"warmup\": 10}}", "train.warmup");
+                        "\"train\": {\"warmup\": 10}}",
+                        "train.warmup");
     expect_config_error("{\"name\": \"d\", \"corpus\": \"c\", \"compression\": "
                         "{\"kind\": \"randk\"}}",
                         "compression.kind");
@@ -545,17 +593,21 @@ static void test_lr_schedule(void **state) {
     vl_error e = {0};
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"max_versions\": 14, "
                            "\"train\": {\"lr\": 0.001, \"schedule\": \"cosine\", "
-                           "\"warmup\": 4, \"min_lr\": 0.0001}}", &cfg, &e), VL_OK);
+                           "\"warmup\": 4, \"min_lr\": 0.0001}}",
+                           &cfg, &e),
+                     VL_OK);
     const coord_train_config *t = &cfg.train;
     assert_float_equal(coord_sched_lr(t, 0, 14), 2.5e-4, 1e-12);
     assert_float_equal(coord_sched_lr(t, 3, 14), 1e-3, 1e-12);
-    assert_float_equal(coord_sched_lr(t, 4, 14), 1e-3, 1e-12);  /* p = 0 */
+    assert_float_equal(coord_sched_lr(t, 4, 14), 1e-3, 1e-12);   /* p = 0 */
     assert_float_equal(coord_sched_lr(t, 9, 14), 5.5e-4, 1e-12); /* p = 1/2 */
-    assert_float_equal(coord_sched_lr(t, 14, 14), 1e-4, 1e-12); /* p = 1 */
-    assert_float_equal(coord_sched_lr(t, 20, 14), 1e-4, 1e-12); /* past the end */
+    assert_float_equal(coord_sched_lr(t, 14, 14), 1e-4, 1e-12);  /* p = 1 */
+    assert_float_equal(coord_sched_lr(t, 20, 14), 1e-4, 1e-12);  /* past the end */
     /* The default is a constant rate, and it travels with the run. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
-                           "{\"lr\": 0.002}}", &cfg, &e), VL_OK);
+                           "{\"lr\": 0.002}}",
+                           &cfg, &e),
+                     VL_OK);
     assert_string_equal(cfg.train.schedule, "constant");
     assert_float_equal(coord_sched_lr(&cfg.train, 0, 30), 2e-3, 0);
     assert_float_equal(coord_sched_lr(&cfg.train, 29, 30), 2e-3, 0);
@@ -563,7 +615,8 @@ static void test_lr_schedule(void **state) {
     assert_float_equal(cfg.train.momentum, 0.9, 0);
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"train\": "
                            "{\"optimizer\": \"sgd\", \"momentum\": 0.8, \"nesterov\": true}}",
-                           &cfg, &e), VL_OK);
+                           &cfg, &e),
+                     VL_OK);
     assert_string_equal(cfg.train.optimizer, "sgd");
     assert_float_equal(cfg.train.momentum, 0.8, 0);
     assert_true(cfg.train.nesterov);
@@ -646,8 +699,10 @@ static void test_scheduler_ranges(void **state) {
         assert_int_equal(coord_sched_task_range(1337, id, train, task, &off, &len), 0);
         assert_int_equal(len, task);
         assert_true(off >= 0 && off + len <= train);
-        if (off < (train - task) / 2) hits_low++;
-        else hits_high++;
+        if (off < (train - task) / 2)
+            hits_low++;
+        else
+            hits_high++;
         /* Deterministic from (seed, task id). */
         assert_int_equal(coord_sched_task_range(1337, id, train, task, &off2, &len2), 0);
         assert_int_equal(off, off2);
@@ -687,8 +742,8 @@ static void test_query_ints(void **state) {
     assert_int_equal(present, 3);
     assert_int_equal(v[0], 20);
     assert_int_equal(v[1], 3);
-    const char *bad[] = {"wait=61", "wait=-1", "wait=", "wait", "wait=1&wait=2", "other=1",
-                         "wait=1x", "wait=+1", "wait=%31"};
+    const char *bad[] = {"wait=61", "wait=-1", "wait=",   "wait",    "wait=1&wait=2",
+                         "other=1", "wait=1x", "wait=+1", "wait=%31"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(coord_query_ints(bad[i], keys, 60, v, &present, &e), VL_EINVAL);
 }

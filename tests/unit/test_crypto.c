@@ -39,7 +39,8 @@ static void sign_post(const crypto_identity *id, const char *keyid, const char *
     assert_int_equal(crypto_sign_http(id, keyid, "POST", target, 1, body, len, created, &out->h),
                      VL_OK);
     snprintf(out->clen, sizeof out->clen, "%zu", len);
-    out->rq = (crypto_http_request){.method = "POST", .path_query = target,
+    out->rq = (crypto_http_request){.method = "POST",
+                                    .path_query = target,
                                     .content_digest = out->h.content_digest,
                                     .content_length = out->clen};
 }
@@ -91,8 +92,9 @@ static void test_honest_request_verifies(void **state) {
 /* The base for a fixed signature: RFC 9421's layout, byte for byte. */
 static void test_signature_base_layout(void **state) {
     (void)state;
-    const char *input = "sig1=(\"@method\" \"@path\" \"@query\" \"content-length\");"
-                        "created=1700000000;keyid=\"12\";nonce=\"0123456789abcdef\";alg=\"ed25519\"";
+    const char *input =
+        "sig1=(\"@method\" \"@path\" \"@query\" \"content-length\");"
+        "created=1700000000;keyid=\"12\";nonce=\"0123456789abcdef\";alg=\"ed25519\"";
     char sig[200];
     uint8_t zero[64] = {0};
     char b64[CRYPTO_SIG_B64_LEN + 1];
@@ -101,8 +103,8 @@ static void test_signature_base_layout(void **state) {
     crypto_sig s;
     vl_error e = {0};
     assert_int_equal(crypto_sig_parse(input, sig, &s, &e), VL_OK);
-    crypto_http_request rq = {.method = "GET", .path_query = "/v1/model/delta?since=3",
-                              .content_length = "0"};
+    crypto_http_request rq = {
+        .method = "GET", .path_query = "/v1/model/delta?since=3", .content_length = "0"};
     vl_buf base;
     vl_buf_init(&base, 4096);
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
@@ -125,10 +127,12 @@ static void test_signature_base_layout(void **state) {
  * (Ed25519 is deterministic), so the base is the RFC's too. */
 static const char *b26_lookup(void *arg, const char *c) {
     (void)arg;
-    static const char *const kv[][2] = {
-        {"date", "Tue, 20 Apr 2021 02:07:55 GMT"}, {"@method", "POST"}, {"@path", "/foo"},
-        {"@authority", "example.com"}, {"content-type", "application/json"},
-        {"content-length", "18"}};
+    static const char *const kv[][2] = {{"date", "Tue, 20 Apr 2021 02:07:55 GMT"},
+                                        {"@method", "POST"},
+                                        {"@path", "/foo"},
+                                        {"@authority", "example.com"},
+                                        {"content-type", "application/json"},
+                                        {"content-length", "18"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         if (strcmp(kv[i][0], c) == 0) return kv[i][1];
     return NULL;
@@ -138,7 +142,7 @@ static const char *b26_lookup(void *arg, const char *c) {
  * and SPKI (the last 32 bytes are the public key). */
 #define B14_PKCS8 "MC4CAQAwBQYDK2VwBCIEIJ+DYvh6SEqVTm50DFtMDoQikTmiCqirVv9mWG9qfSnF"
 #define B14_SPKI "MCowBQYDK2VwAyEAJrQLj5P/89iXES9+vFgrIy29clF9CC/oPPsw3c5D0bs="
-#define B26_SIG                                                                            \
+#define B26_SIG \
     "wqcAqbmYJ2ji2glfAMaRy4gruYYnx2nEFN2HN6jrnDnQCK1u02Gb04v9EDgwUPiu4A0w6vuQv5lIp5WPpBKRCw=="
 
 static void test_rfc9421_b26(void **state) {
@@ -240,8 +244,10 @@ static void test_tampering_rejected(void **state) {
     /* Each parameter and the list of components are signed: created, keyid
      * and nonce changed, alg dropped, content-length uncovered. All still
      * parse; none verifies. */
-    const char *swaps[][2] = {{"keyid=\"7\"", "keyid=\"8\""}, {"created=", "created=1"},
-                              {"nonce=\"", "nonce=\"a"}, {";alg=\"ed25519\"", ""},
+    const char *swaps[][2] = {{"keyid=\"7\"", "keyid=\"8\""},
+                              {"created=", "created=1"},
+                              {"nonce=\"", "nonce=\"a"},
+                              {";alg=\"ed25519\"", ""},
                               {" \"content-length\")", ")"}};
     for (size_t i = 0; i < sizeof swaps / sizeof swaps[0]; i++) {
         char forged[CRYPTO_SIG_HEADER_MAX + 8];
@@ -338,8 +344,8 @@ static void test_header_grammar(void **state) {
     snprintf(sig65, sizeof sig65, "sig1=:%sAAAA:", b64); /* 63 + 3 bytes */
     snprintf(twice, sizeof twice, "%s, %s", sig, sig);
     snprintf(unpadded, sizeof unpadded, "%.*s:", (int)strlen(sig) - 3, sig); /* "==" dropped */
-    const char *bad_sigs[] = {"", "sig1=AAAA", "sig1=:not base64!:", sig63, sig65, twice,
-                              unpadded, "sig1=:AAAA", "sig1=\"AAAA\""};
+    const char *bad_sigs[] = {"",    "sig1=AAAA", "sig1=:not base64!:", sig63,          sig65,
+                              twice, unpadded,    "sig1=:AAAA",         "sig1=\"AAAA\""};
     for (size_t i = 0; i < sizeof bad_sigs / sizeof bad_sigs[0]; i++) {
         e.msg[0] = '\0';
         if (crypto_sig_parse(ok, bad_sigs[i], &s, &e) != VL_EINVAL)
@@ -458,12 +464,18 @@ static void test_digests(void **state) {
     nb = snprintf(both, sizeof both, "sha-256, sha-512=:%.90s:", b64);
     assert_true(nb > 0 && (size_t)nb < sizeof both);
     assert_int_equal(crypto_digest_parse(both, &w, &e), VL_EINVAL);
-    const char *bad[] = {"", "sha-256", "sha-256=:AAAA:", "md5=:AAAA:", "sha-256=abc",
+    const char *bad[] = {"",
+                         "sha-256",
+                         "sha-256=:AAAA:",
+                         "md5=:AAAA:",
+                         "sha-256=abc",
                          "SHA-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:",
                          "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE:", /* unpadded */
                          "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:,",
                          "sha-512=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:", /* 32 bytes */
-                         "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=: x", longd, NULL};
+                         "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=: x",
+                         longd,
+                         NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e.msg[0] = '\0';
         if (crypto_digest_parse(bad[i], &w, &e) != VL_EINVAL)
@@ -519,10 +531,13 @@ static void test_digests(void **state) {
 /* The signer's lookup, and what crypto_sign_http refuses to sign. */
 static void test_lookup_and_signing_limits(void **state) {
     (void)state;
-    crypto_http_request rq = {.method = "GET", .path_query = "/v1/model?a=1&b=2",
-                              .authority = "Coord.Example:8443"};
-    const char *want[][2] = {{"@method", "GET"}, {"@path", "/v1/model"}, {"@query", "?a=1&b=2"},
-                             {"@request-target", "/v1/model?a=1&b=2"}, {"@scheme", "https"},
+    crypto_http_request rq = {
+        .method = "GET", .path_query = "/v1/model?a=1&b=2", .authority = "Coord.Example:8443"};
+    const char *want[][2] = {{"@method", "GET"},
+                             {"@path", "/v1/model"},
+                             {"@query", "?a=1&b=2"},
+                             {"@request-target", "/v1/model?a=1&b=2"},
+                             {"@scheme", "https"},
                              {"@authority", "coord.example:8443"},
                              {"@target-uri", "https://coord.example:8443/v1/model?a=1&b=2"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -552,17 +567,15 @@ static void test_lookup_and_signing_limits(void **state) {
     crypto_identity id;
     crypto_identity_generate(&id);
     crypto_signed_headers h;
-    assert_int_equal(crypto_sign_http(&id, "7", "GET", longpath, 0, NULL, 0, NOW, &h),
-                     VL_ETOOBIG);
+    assert_int_equal(crypto_sign_http(&id, "7", "GET", longpath, 0, NULL, 0, NOW, &h), VL_ETOOBIG);
     const struct {
         const char *keyid, *method, *target;
         int64_t created;
-    } bad[] = {{"7", "GET", "/v1/a b", NOW},     {"7", "GET", "/v1/\x01", NOW},
-               {"7", "GET", "v1/task", NOW},     {"7", "", "/v1/task", NOW},
-               {"7", "G T", "/v1/task", NOW},    {"", "GET", "/v1/task", NOW},
-               {"a\nb", "GET", "/v1/task", NOW}, {"7", "GET", "/v1/task", -1},
-               {"7", "GET", "/v1/t\xc3\xa9", NOW},
-               {KEYID_65, "GET", "/v1/task", NOW}};
+    } bad[] = {{"7", "GET", "/v1/a b", NOW},       {"7", "GET", "/v1/\x01", NOW},
+               {"7", "GET", "v1/task", NOW},       {"7", "", "/v1/task", NOW},
+               {"7", "G T", "/v1/task", NOW},      {"", "GET", "/v1/task", NOW},
+               {"a\nb", "GET", "/v1/task", NOW},   {"7", "GET", "/v1/task", -1},
+               {"7", "GET", "/v1/t\xc3\xa9", NOW}, {KEYID_65, "GET", "/v1/task", NOW}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (crypto_sign_http(&id, bad[i].keyid, bad[i].method, bad[i].target, 0, NULL, 0,
                              bad[i].created, &h) != VL_EINVAL)
@@ -577,8 +590,10 @@ static void test_lookup_and_signing_limits(void **state) {
     assert_int_equal(crypto_sig_parse(h.signature_input, h.signature, &s, &e), VL_OK);
     assert_string_equal(s.keyid, b64);
     assert_string_equal(h.content_digest, "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
-    rq = (crypto_http_request){.method = "POST", .path_query = "/v1/join",
-                               .content_digest = h.content_digest, .content_length = "0"};
+    rq = (crypto_http_request){.method = "POST",
+                               .path_query = "/v1/join",
+                               .content_digest = h.content_digest,
+                               .content_length = "0"};
     vl_buf base;
     vl_buf_init(&base, 4096);
     assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
@@ -596,8 +611,7 @@ static void test_lookup_and_signing_limits(void **state) {
     rq.content_length = "0";
     vl_buf small;
     vl_buf_init(&small, 64);
-    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &small, &e),
-                     VL_ETOOBIG);
+    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &small, &e), VL_ETOOBIG);
     vl_buf_free(&small);
     vl_buf_free(&base);
 }
@@ -626,9 +640,12 @@ static void test_nonce_cache_bounded(void **state) {
     for (int i = 0; i < 5000; i++) {
         crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
         int rc = crypto_nonce_check(c, 1, nonce, NOW, NOW);
-        if (rc == VL_OK) ok++;
-        else if (rc == VL_ETOOBIG) full++;
-        else fail();
+        if (rc == VL_OK)
+            ok++;
+        else if (rc == VL_ETOOBIG)
+            full++;
+        else
+            fail();
     }
     /* At most the table's slots can be live; the rest are refused, never
      * silently evicted. */
@@ -636,8 +653,9 @@ static void test_nonce_cache_bounded(void **state) {
     assert_true(full >= 5000 - 1024);
     /* Once the window has passed, slots are reused. */
     crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
-    assert_int_equal(crypto_nonce_check(c, 1, nonce, NOW + 2 * CRYPTO_TS_WINDOW_S,
-                                        NOW + 2 * CRYPTO_TS_WINDOW_S), VL_OK);
+    assert_int_equal(
+        crypto_nonce_check(c, 1, nonce, NOW + 2 * CRYPTO_TS_WINDOW_S, NOW + 2 * CRYPTO_TS_WINDOW_S),
+        VL_OK);
     crypto_nonce_cache_free(c);
 }
 
@@ -735,8 +753,7 @@ static void test_rotation_proof(void **state) {
     assert_int_equal(crypto_rotation_verify(new_id.pk, 7, old_id.pk, wrong, &e), VL_EAUTH);
     /* A request signature by the new key is not a rotation proof. */
     crypto_signed_headers h;
-    assert_int_equal(crypto_sign_http(&new_id, "7", "GET", "/v1/task", 0, NULL, 0, NOW, &h),
-                     VL_OK);
+    assert_int_equal(crypto_sign_http(&new_id, "7", "GET", "/v1/task", 0, NULL, 0, NOW, &h), VL_OK);
     char reqsig[CRYPTO_SIG_B64_LEN + 1];
     memcpy(reqsig, h.signature + strlen("sig1=:"), CRYPTO_SIG_B64_LEN);
     reqsig[CRYPTO_SIG_B64_LEN] = '\0';

@@ -88,8 +88,8 @@ static void test_minutes_and_recent(void **state) {
      * successes are not. */
     assert_int_equal(m->n_recent, 1);
     for (int i = 0; i < COORD_METRICS_RECENT + 5; i++)
-        coord_metrics_answer(m, coord_route_index("/v1/task"), 400 + i % 3, "bad_request", 0,
-                             "b", 0, t1 + i);
+        coord_metrics_answer(m, coord_route_index("/v1/task"), 400 + i % 3, "bad_request", 0, "b",
+                             0, t1 + i);
     assert_int_equal(m->n_recent, COORD_METRICS_RECENT + 6);
     const coord_metrics_refusal *newest = &m->recent[(m->n_recent - 1) % COORD_METRICS_RECENT];
     assert_int_equal(newest->at, t1 + COORD_METRICS_RECENT + 4);
@@ -165,8 +165,12 @@ static int collect(void *ctx, const storage_peer_totals *t) {
 static void test_peer_totals(void **state) {
     db_fixture *f = *state;
     float params[4] = {0};
-    storage_version v0 = {.version = 0, .created_at = 100, .params = params, .n = 4,
-                          .val_loss = NAN, .train_loss = NAN};
+    storage_version v0 = {.version = 0,
+                          .created_at = 100,
+                          .params = params,
+                          .n = 4,
+                          .val_loss = NAN,
+                          .train_loss = NAN};
     storage_commit_opts o = {.keep_versions = 100, .keep_changes = 100, .keep_update_blobs = 100};
     OK(storage_version_commit(f->st, &v0, NULL, 0, &o, &e_));
     /* The first peer sends two updates (100 and 300 bytes, staleness 1
@@ -175,19 +179,34 @@ static void test_peer_totals(void **state) {
     uint8_t body[300] = {0};
     int64_t ids[2];
     for (int i = 0; i < 2; i++) {
-        storage_task t = {.peer_id = f->peer[0], .base_version = 0, .data_length = 1,
-                          .issued_at = 100, .deadline = 200, .state = STORAGE_TASK_DONE};
+        storage_task t = {.peer_id = f->peer[0],
+                          .base_version = 0,
+                          .data_length = 1,
+                          .issued_at = 100,
+                          .deadline = 200,
+                          .state = STORAGE_TASK_DONE};
         int64_t task;
         OK(storage_task_insert(f->st, &t, &task, &e_));
-        storage_update u = {.task_id = task, .peer_id = f->peer[0], .base_version = 0,
-                            .num_samples = 1, .local_steps = 4, .loss = 1.0,
-                            .nbytes = i ? 300 : 100, .blob = body, .received_at = 150,
+        storage_update u = {.task_id = task,
+                            .peer_id = f->peer[0],
+                            .base_version = 0,
+                            .num_samples = 1,
+                            .local_steps = 4,
+                            .loss = 1.0,
+                            .nbytes = i ? 300 : 100,
+                            .blob = body,
+                            .received_at = 150,
                             .staleness = i + 1};
         snprintf(u.kind, sizeof u.kind, "dense");
         OK(storage_update_insert(f->st, &u, &ids[i], &e_));
     }
-    storage_version v1 = {.version = 1, .created_at = 160, .params = params, .n = 4,
-                          .val_loss = NAN, .train_loss = NAN, .num_updates = 1};
+    storage_version v1 = {.version = 1,
+                          .created_at = 160,
+                          .params = params,
+                          .n = 4,
+                          .val_loss = NAN,
+                          .train_loss = NAN,
+                          .num_updates = 1};
     OK(storage_version_commit(f->st, &v1, ids, 1, &o, &e_));
     totals_seen s = {0};
     OK(storage_peer_totals_each(f->st, collect, &s, &e_));

@@ -28,8 +28,8 @@
 #define LAYERS 2
 #define HEADS 2
 #define EMBD 16
-#define KEEP 2     /* keep_versions: committing version 3 prunes 0 and 1 */
-#define CURRENT 3  /* the versions are 0 (init) .. CURRENT */
+#define KEEP 2    /* keep_versions: committing version 3 prunes 0 and 1 */
+#define CURRENT 3 /* the versions are 0 (init) .. CURRENT */
 #define BATCH 4
 
 typedef struct fixture {
@@ -48,10 +48,13 @@ static void write_text(const char *path, const char *text) {
 static void commit_version(storage *st, const float *base, size_t n, int64_t v) {
     float *p = random_vec(n, 1000 + (uint64_t)v);
     for (size_t i = 0; i < n; i++) p[i] = base[i] + 0.01f * p[i];
-    storage_version ver = {.version = v, .created_at = 100 + v, .params = p, .n = n,
-                           .val_loss = 2.0 + 0.25 * (double)v, .train_loss = NAN};
-    storage_commit_opts o = {.keep_versions = KEEP, .keep_changes = 100,
-                             .keep_update_blobs = KEEP};
+    storage_version ver = {.version = v,
+                           .created_at = 100 + v,
+                           .params = p,
+                           .n = n,
+                           .val_loss = 2.0 + 0.25 * (double)v,
+                           .train_loss = NAN};
+    storage_commit_opts o = {.keep_versions = KEEP, .keep_changes = 100, .keep_update_blobs = KEEP};
     OK(storage_version_commit(st, &ver, NULL, 0, &o, &e_));
     free(p);
 }
@@ -156,20 +159,28 @@ static void check_hf_tensors(const st_file *sf) {
         int ndim;
         size_t d0, d1;
     } per_layer[] = {
-        {"ln_1.weight", 1, C, 0},          {"ln_1.bias", 1, C, 0},
-        {"attn.c_attn.weight", 2, C, 3 * C}, {"attn.c_attn.bias", 1, 3 * C, 0},
-        {"attn.c_proj.weight", 2, C, C},   {"attn.c_proj.bias", 1, C, 0},
-        {"ln_2.weight", 1, C, 0},          {"ln_2.bias", 1, C, 0},
-        {"mlp.c_fc.weight", 2, C, 4 * C},  {"mlp.c_fc.bias", 1, 4 * C, 0},
-        {"mlp.c_proj.weight", 2, 4 * C, C}, {"mlp.c_proj.bias", 1, C, 0},
+        {"ln_1.weight", 1, C, 0},
+        {"ln_1.bias", 1, C, 0},
+        {"attn.c_attn.weight", 2, C, 3 * C},
+        {"attn.c_attn.bias", 1, 3 * C, 0},
+        {"attn.c_proj.weight", 2, C, C},
+        {"attn.c_proj.bias", 1, C, 0},
+        {"ln_2.weight", 1, C, 0},
+        {"ln_2.bias", 1, C, 0},
+        {"mlp.c_fc.weight", 2, C, 4 * C},
+        {"mlp.c_fc.bias", 1, 4 * C, 0},
+        {"mlp.c_proj.weight", 2, 4 * C, C},
+        {"mlp.c_proj.bias", 1, C, 0},
     };
     const size_t n_per = sizeof per_layer / sizeof per_layer[0];
     struct {
         const char *name;
         int ndim;
         size_t d0, d1;
-    } top[] = {{"wte.weight", 2, V_SIZE, C}, {"wpe.weight", 2, BLOCK, C},
-               {"ln_f.weight", 1, C, 0},     {"ln_f.bias", 1, C, 0}};
+    } top[] = {{"wte.weight", 2, V_SIZE, C},
+               {"wpe.weight", 2, BLOCK, C},
+               {"ln_f.weight", 1, C, 0},
+               {"ln_f.bias", 1, C, 0}};
     int seen = 0;
     for (size_t i = 0; i < 4 + LAYERS * n_per; i++) {
         char name[128];
@@ -220,8 +231,7 @@ static void check_config_json(const char *dir) {
     }
     /* The tanh GELU of kernels/cpu/activations.c and LN_EPS of
      * kernels/cpu/layernorm.c. */
-    assert_string_equal(json_string_value(json_object_get(c, "activation_function")),
-                        "gelu_new");
+    assert_string_equal(json_string_value(json_object_get(c, "activation_function")), "gelu_new");
     assert_true(json_is_real(json_object_get(c, "layer_norm_epsilon")));
     assert_true(json_real_value(json_object_get(c, "layer_norm_epsilon")) == 1e-5);
     const char *drop[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
@@ -332,8 +342,8 @@ static void test_export_older_into_empty_dir(void **state) {
     export_and_check(f, CURRENT - 1, out);
 }
 
-static void expect_refusal(const fixture *f, const char *db, int64_t v, const char *out,
-                           int force, int code, const char *msg_part) {
+static void expect_refusal(const fixture *f, const char *db, int64_t v, const char *out, int force,
+                           int code, const char *msg_part) {
     vl_error e = {0};
     int64_t got = -7;
     assert_int_equal(coord_cmd_export(db, v, out, force, &got, &e), code);
@@ -459,8 +469,7 @@ static void test_sample_greedy_is_argmax(void **state) {
  * could drive a terminal is printed raw. */
 static void test_sample_seeded_and_safe(void **state) {
     fixture *f = *state;
-    coord_sample_opts o = {.prompt = "the ", .tokens = 3 * BLOCK, .temperature = 1.0,
-                           .seed = 9};
+    coord_sample_opts o = {.prompt = "the ", .tokens = 3 * BLOCK, .temperature = 1.0, .seed = 9};
     char *a = NULL, *b = NULL, *c = NULL;
     OK(sample_to(f->db, CURRENT - 1, &o, &a, NULL, &e_));
     OK(sample_to(f->db, CURRENT - 1, &o, &b, NULL, &e_));

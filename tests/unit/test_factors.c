@@ -28,8 +28,7 @@ typedef struct fset {
     float *A[NLAYER], *G[NLAYER];
 } fset;
 
-static void outer_mean(float *F, int d, int with_one, int N, double scale, uint64_t seed)
-{
+static void outer_mean(float *F, int d, int with_one, int N, double scale, uint64_t seed) {
     float *x = random_vec((size_t)N * d, seed);
     for (int r = 0; r < d; r++)
         for (int c = 0; c < d; c++) {
@@ -44,8 +43,7 @@ static void outer_mean(float *F, int d, int with_one, int N, double scale, uint6
     free(x);
 }
 
-static void fset_make(fset *f, uint64_t seed)
-{
+static void fset_make(fset *f, uint64_t seed) {
     for (int i = 0; i < NLAYER; i++) {
         uint32_t a = LAYERS[i].a_dim, g = LAYERS[i].g_dim;
         f->A[i] = malloc((size_t)a * a * sizeof(float));
@@ -57,21 +55,20 @@ static void fset_make(fset *f, uint64_t seed)
     }
 }
 
-static void fset_free(fset *f)
-{
-    for (int i = 0; i < NLAYER; i++)
-        free(f->A[i]), free(f->G[i]);
+static void fset_free(fset *f) {
+    for (int i = 0; i < NLAYER; i++) free(f->A[i]), free(f->G[i]);
 }
 
-static compress_factors as_factors(const fset *f, st_dtype dt, int64_t samples)
-{
-    return (compress_factors){.layers = LAYERS, .n = NLAYER,
+static compress_factors as_factors(const fset *f, st_dtype dt, int64_t samples) {
+    return (compress_factors){.layers = LAYERS,
+                              .n = NLAYER,
                               .A = (const float *const *)f->A,
-                              .G = (const float *const *)f->G, .samples = samples, .dtype = dt};
+                              .G = (const float *const *)f->G,
+                              .samples = samples,
+                              .dtype = dt};
 }
 
-static compress_update_meta meta(compress_kind kind, const compress_factors *f)
-{
+static compress_update_meta meta(compress_kind kind, const compress_factors *f) {
     compress_update_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.run, sizeof m.run, "r");
@@ -81,8 +78,7 @@ static compress_update_meta meta(compress_kind kind, const compress_factors *f)
 }
 
 /* Largest |got - want| over the matrix's largest |want|. */
-static double rel_err(const float *got, const float *want, size_t n)
-{
+static double rel_err(const float *got, const float *want, size_t n) {
     double d = 0.0, m = 0.0;
     for (size_t i = 0; i < n; i++) {
         d = fmax(d, fabs((double)got[i] - want[i]));
@@ -91,8 +87,7 @@ static double rel_err(const float *got, const float *want, size_t n)
     return d / m;
 }
 
-static void check_values(const compress_factors_view *v, const fset *f, double tol)
-{
+static void check_values(const compress_factors_view *v, const fset *f, double tol) {
     for (int i = 0; i < NLAYER; i++)
         for (int k = 0; k < 2; k++) {
             uint32_t d = k == 0 ? LAYERS[i].a_dim : LAYERS[i].g_dim;
@@ -109,14 +104,12 @@ static void check_values(const compress_factors_view *v, const fset *f, double t
         }
 }
 
-static void test_round_trip(void **state)
-{
+static void test_round_trip(void **state) {
     (void)state;
     fset f;
     fset_make(&f, 1);
     float delta[10];
-    for (int i = 0; i < 10; i++)
-        delta[i] = 0.25f * (float)i;
+    for (int i = 0; i < 10; i++) delta[i] = 0.25f * (float)i;
     for (int dt = 0; dt < 2; dt++) {
         compress_factors cf = as_factors(&f, dt ? ST_F16 : ST_F32, 640);
         compress_update_meta m = meta(COMPRESS_DENSE, &cf);
@@ -187,8 +180,7 @@ static void test_round_trip(void **state)
  * parses it and returns what decoding says; *code gets the code. */
 typedef void (*spoil_fn)(st_writer *w, fset *f, int *skip, float *scale);
 
-static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error *err)
-{
+static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error *err) {
     fset f;
     fset_make(&f, 7);
     st_writer w;
@@ -200,8 +192,7 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
     uint16_t *half[2 * NLAYER] = {0};
     for (int i = 0; i < NLAYER; i++)
         for (int k = 0; k < 2; k++) {
-            if (skip == 2 * i + k)
-                continue;
+            if (skip == 2 * i + k) continue;
             char name[96];
             snprintf(name, sizeof name, "kfac.%.60s.%c", LAYERS[i].name, k ? 'G' : 'A');
             uint32_t d = k ? LAYERS[i].g_dim : LAYERS[i].a_dim;
@@ -219,13 +210,11 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
             half[2 * i + k] = h;
             assert_int_equal(st_writer_add(&w, name, ST_F16, 2, shape, h, (size_t)d * d * 2), 0);
         }
-    if (skip == -2)
-        scale[3] = 0.0f; /* the values were written with scale 1 */
+    if (skip == -2) scale[3] = 0.0f; /* the values were written with scale 1 */
     if (dt == ST_F16) {
         uint64_t shape[1] = {2 * NLAYER};
-        assert_int_equal(st_writer_add(&w, COMPRESS_FACTORS_SCALE, ST_F32, 1, shape, scale,
-                                       sizeof scale),
-                         0);
+        assert_int_equal(
+            st_writer_add(&w, COMPRESS_FACTORS_SCALE, ST_F32, 1, shape, scale, sizeof scale), 0);
     }
     vl_buf b;
     vl_buf_init(&b, 1 << 20);
@@ -243,84 +232,69 @@ static int decode_spoiled(spoil_fn bad, st_dtype dt, const char **code, vl_error
         assert_int_equal(v.n, 0); /* nothing half-decoded */
     st_free(&sf);
     vl_buf_free(&b);
-    for (int i = 0; i < 2 * NLAYER; i++)
-        free(half[i]);
+    for (int i = 0; i < 2 * NLAYER; i++) free(half[i]);
     fset_free(&f);
     return rc;
 }
 
-static void spoil_none(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_none(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)f, (void)skip, (void)scale;
 }
-static void spoil_missing(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_missing(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)f, (void)scale;
     *skip = 3; /* the second layer's G */
 }
-static void spoil_nan(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_nan(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)skip, (void)scale;
     f->G[0][7] = NAN;
 }
-static void spoil_negative_diag(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_negative_diag(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)skip, (void)scale;
     f->A[1][2 * 7 + 2] = -0.5f;
 }
-static void spoil_asymmetric(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_asymmetric(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)skip, (void)scale;
     f->A[0][1 * 5 + 3] *= 1.5f;
     f->A[0][1 * 5 + 3] += 0.1f;
 }
-static void spoil_not_psd(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_not_psd(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)skip, (void)scale;
     float b = 2.0f * sqrtf(f->G[1][0] * f->G[1][4]); /* (0,1) against (0,0), (1,1) */
     f->G[1][1] = b;
     f->G[1][3] = b;
 }
-static void spoil_corner(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_corner(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)skip, (void)scale;
     f->A[1][7 * 7 - 1] = 2.0f;
 }
-static void spoil_extra(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_extra(st_writer *w, fset *f, int *skip, float *scale) {
     (void)f, (void)skip, (void)scale;
     static const float one = 1.0f;
     uint64_t shape[1] = {1};
     assert_int_equal(st_writer_add(w, "kfac.h.9.mlp.c_fc.A", ST_F32, 1, shape, &one, 4), 0);
 }
-static void spoil_shape(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_shape(st_writer *w, fset *f, int *skip, float *scale) {
     (void)f, (void)scale;
     *skip = 0;
     /* static: the writer keeps the pointer until st_writer_finish. */
     static float z[36];
     z[35] = 1.0f;
     uint64_t shape[2] = {6, 6};
-    assert_int_equal(st_writer_add(w, "kfac.h.0.attn.c_attn.A", ST_F32, 2, shape, z, sizeof z),
-                     0);
+    assert_int_equal(st_writer_add(w, "kfac.h.0.attn.c_attn.A", ST_F32, 2, shape, z, sizeof z), 0);
 }
-static void spoil_dtype(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_dtype(st_writer *w, fset *f, int *skip, float *scale) {
     (void)f, (void)scale;
     *skip = 1;
     static uint32_t z[36];
     uint64_t shape[2] = {6, 6};
-    assert_int_equal(st_writer_add(w, "kfac.h.0.attn.c_attn.G", ST_U32, 2, shape, z, sizeof z),
-                     0);
+    assert_int_equal(st_writer_add(w, "kfac.h.0.attn.c_attn.G", ST_U32, 2, shape, z, sizeof z), 0);
 }
-static void spoil_scale(st_writer *w, fset *f, int *skip, float *scale)
-{
+static void spoil_scale(st_writer *w, fset *f, int *skip, float *scale) {
     (void)w, (void)f, (void)scale;
     *skip = -2;
 }
 
-static void test_refusals(void **state)
-{
+static void test_refusals(void **state) {
     (void)state;
     const char *code = NULL;
     vl_error err = {0};
@@ -369,8 +343,7 @@ static void test_refusals(void **state)
         err = (vl_error){0};
         int rc = compress_factors_decode(&sf, LAYERS, NLAYER, &v, &code, &err);
         assert_int_equal(rc, dt ? VL_ERANGE : VL_OK);
-        if (rc == 0)
-            compress_factors_view_free(&v);
+        if (rc == 0) compress_factors_view_free(&v);
         /* another model's layers */
         compress_factor_layer other[NLAYER];
         memcpy(other, LAYERS, sizeof other);
@@ -395,8 +368,7 @@ static void test_refusals(void **state)
 
 /* ---- the weighted mean ---------------------------------------------------------------- */
 
-static void test_weighted_mean(void **state)
-{
+static void test_weighted_mean(void **state) {
     (void)state;
     fset f[3];
     double w[3] = {640, 1280, 320}, wsum = 2240;
@@ -440,8 +412,8 @@ static void test_weighted_mean(void **state)
             free(want), free(f16);
         }
     /* the mean is valid factors itself */
-    compress_factors mean = {.layers = LAYERS, .n = NLAYER, .A = A, .G = G, .samples = s.samples,
-                             .dtype = ST_F32};
+    compress_factors mean = {
+        .layers = LAYERS, .n = NLAYER, .A = A, .G = G, .samples = s.samples, .dtype = ST_F32};
     vl_buf out;
     vl_buf_init(&out, 1 << 20);
     OK(compress_factors_encode_file(&mean, "r", 5, &out, &e_));
@@ -462,8 +434,7 @@ static void test_weighted_mean(void **state)
     compress_factors_sum_free(&s); /* twice is safe */
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_refusals),

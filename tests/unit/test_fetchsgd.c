@@ -288,9 +288,9 @@ static void test_fetchsgd_refuses_bad_input(void **state) {
     assert_int_equal(
         compress_fetchsgd_step(&V, &E, &S, 0.1, 0.9, 100, 101, scratch, idx, val, &nnz, &e),
         VL_EINVAL);
-    assert_int_equal(compress_fetchsgd_step(&V, &E, &S, NAN, 0.9, 100, 5, scratch, idx, val,
-                                            &nnz, NULL),
-                     VL_EINVAL);
+    assert_int_equal(
+        compress_fetchsgd_step(&V, &E, &S, NAN, 0.9, 100, 5, scratch, idx, val, &nnz, NULL),
+        VL_EINVAL);
     assert_int_equal(
         compress_fetchsgd_step(&V, &V, &S, 0.1, 0.9, 100, 5, scratch, idx, val, &nnz, NULL),
         VL_EINVAL);

@@ -148,7 +148,9 @@ static void test_guard_malformed_heads(void **state) {
     expect_refusal("POST / HTTP/1.1\r\nContent-Length : 5\r\n\r\nhello", "POST / HTTP/1.1",
                    "bad_head");
     expect_refusal("GET / HTTP/1.1\r\nX-A: a\rb\r\n\r\n", "GET / HTTP/1.1", "bad_head");
-    expect_refusal("GET / HTTP/1.1\r\nX-A: a\x01" "b\r\n\r\n", "GET / HTTP/1.1", "bad_head");
+    expect_refusal("GET / HTTP/1.1\r\nX-A: a\x01"
+                   "b\r\n\r\n",
+                   "GET / HTTP/1.1", "bad_head");
     expect_refusal("GET / HTTP/1.1\r\nnocolon\r\n\r\n", "GET / HTTP/1.1", "bad_head");
     /* Request lines the parser might read differently get a synthetic one. */
     expect_refusal("\r\nGET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1", "bad_head");
@@ -265,7 +267,7 @@ static void test_guard_parse_head_direct(void **state) {
  * calls. The real one is exercised in test_auth. */
 static int n_authorized;
 static int ok_path_authorize(void *arg, coord_guard *g, const uint8_t *head, size_t len,
-                          coord_guard_ticket *t, coord_guard_refusal *r) {
+                             coord_guard_ticket *t, coord_guard_refusal *r) {
     (void)arg;
     (void)g;
     n_authorized++;
@@ -345,7 +347,8 @@ static void test_guard_authorize_refusals(void **state) {
     (void)state;
     coord_guard g;
     char *out = guard_auth_run("POST /no HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody"
-                               "GET /ok HTTP/1.1\r\n\r\n", 0, &g);
+                               "GET /ok HTTP/1.1\r\n\r\n",
+                               0, &g);
     assert_string_equal(out, "POST /no HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n"
                              "X-Volley-Guard: refused\r\n\r\n");
     assert_int_equal(g.refusal.status, 401);
@@ -376,8 +379,7 @@ static void test_guard_head_field(void **state) {
     assert_string_equal(v, "two");
     assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "c", v, sizeof v), 0);
     assert_string_equal(v, "");
-    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "a", v, 4),
-                     VL_ETOOBIG);
+    assert_int_equal(coord_guard_head_field((const uint8_t *)h, strlen(h), "a", v, 4), VL_ETOOBIG);
 }
 
 int main(void) {

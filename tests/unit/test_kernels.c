@@ -24,23 +24,19 @@
 /* cmocka's assert_float_equal compares in float; these checks need double. */
 #define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
 
-static void assert_near_at(double a, double b, double tol, const char *what, int line)
-{
+static void assert_near_at(double a, double b, double tol, const char *what, int line) {
     if (!(fabs(a - b) <= tol))
         fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
 }
 
-static float *falloc(size_t n)
-{
+static float *falloc(size_t n) {
     float *p = calloc(n ? n : 1, sizeof(float));
     assert_non_null(p);
     return p;
 }
 
-static void fill_normal(float *x, size_t n, vl_rng *r, float scale, float shift)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = shift + scale * vl_rng_normal(r);
+static void fill_normal(float *x, size_t n, vl_rng *r, float scale, float shift) {
+    for (size_t i = 0; i < n; i++) x[i] = shift + scale * vl_rng_normal(r);
 }
 
 /* One differentiable input of a layer: its values and the analytic gradient
@@ -63,12 +59,10 @@ typedef struct gc_case {
     const float *proj;
 } gc_case;
 
-static double gc_loss(const gc_case *c)
-{
+static double gc_loss(const gc_case *c) {
     c->forward(c->ctx);
     double s = 0.0;
-    for (size_t i = 0; i < c->nout; i++)
-        s += (double)c->out[i] * (double)c->proj[i];
+    for (size_t i = 0; i < c->nout; i++) s += (double)c->out[i] * (double)c->proj[i];
     return s;
 }
 
@@ -76,8 +70,7 @@ static double gc_loss(const gc_case *c)
  * up to max_samples elements per input. Fails when the relative error of the
  * whole sample (L2) exceeds tol or any element is far off. */
 static void gc_check(const char *layer, const gc_case *c, const gc_input *in, int nin,
-                     int max_samples, float h, double tol)
-{
+                     int max_samples, float h, double tol) {
     vl_rng r;
     vl_rng_seed(&r, 1234);
     for (int k = 0; k < nin; k++) {
@@ -105,8 +98,7 @@ static void gc_check(const char *layer, const gc_case *c, const gc_input *in, in
         double rms = sqrt((nn + aa) / (2.0 * (double)ns));
         for (size_t s = 0; s < ns; s++) {
             double e = fabs(num[s] - ana[s]) / (fabs(num[s]) + fabs(ana[s]) + 0.1 * rms + 1e-12);
-            if (e > worst)
-                worst = e;
+            if (e > worst) worst = e;
         }
         double rel = sqrt(dd) / (sqrt(nn) + sqrt(aa) + 1e-12);
         if (rel > tol || worst > 10 * tol)
@@ -128,7 +120,7 @@ typedef struct shape {
  * last is large enough that products are split across threads and
  * attention takes several query blocks (T > 64, not a multiple of it). */
 static const shape SHAPES[] = {
-    {2, 5, 12, 3, 11}, {1, 1, 4, 1, 3},    {3, 7, 20, 5, 37},
+    {2, 5, 12, 3, 11}, {1, 1, 4, 1, 3},   {3, 7, 20, 5, 37},
     {2, 9, 18, 2, 64}, {1, 17, 36, 4, 5}, {2, 130, 24, 3, 300},
 };
 #define NSHAPES (int)(sizeof(SHAPES) / sizeof(SHAPES[0]))
@@ -141,22 +133,25 @@ typedef struct enc_ctx {
     int B, T, C;
 } enc_ctx;
 
-static void enc_fwd(void *p)
-{
+static void enc_fwd(void *p) {
     enc_ctx *c = p;
     kernels_encoder_forward(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
 }
 
-static void test_encoder_grad(void **state)
-{
+static void test_encoder_grad(void **state) {
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
         vl_rng r;
         vl_rng_seed(&r, 10 + si);
         size_t BT = (size_t)s.B * s.T;
-        enc_ctx c = {falloc(BT * s.C), falloc((size_t)s.V * s.C), falloc((size_t)s.T * s.C),
-                     calloc(BT, sizeof(int)), s.B, s.T, s.C};
+        enc_ctx c = {falloc(BT * s.C),
+                     falloc((size_t)s.V * s.C),
+                     falloc((size_t)s.T * s.C),
+                     calloc(BT, sizeof(int)),
+                     s.B,
+                     s.T,
+                     s.C};
         assert_non_null(c.tok);
         for (size_t i = 0; i < BT; i++)
             c.tok[i] = (int)vl_rng_below(&r, (uint32_t)(i % 3 == 0 ? 2 : s.V)); /* repeats */
@@ -182,31 +177,33 @@ typedef struct ln_ctx {
     int N, C;
 } ln_ctx;
 
-static void ln_fwd(void *p)
-{
+static void ln_fwd(void *p) {
     ln_ctx *c = p;
     kernels_layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
 }
 
-static void test_layernorm_forward_ref(void **state)
-{
+static void test_layernorm_forward_ref(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 3);
     int N = 7, C = 37;
-    ln_ctx c = {falloc((size_t)N * C), falloc(N), falloc(N), falloc((size_t)N * C), falloc(C),
-                falloc(C), N, C};
+    ln_ctx c = {falloc((size_t)N * C),
+                falloc(N),
+                falloc(N),
+                falloc((size_t)N * C),
+                falloc(C),
+                falloc(C),
+                N,
+                C};
     fill_normal(c.inp, (size_t)N * C, &r, 3.0f, 5.0f); /* large mean on purpose */
     fill_normal(c.w, C, &r, 0.5f, 1.0f);
     fill_normal(c.b, C, &r, 0.5f, 0.0f);
     ln_fwd(&c);
     for (int n = 0; n < N; n++) {
         double m = 0, v = 0;
-        for (int i = 0; i < C; i++)
-            m += c.inp[n * C + i];
+        for (int i = 0; i < C; i++) m += c.inp[n * C + i];
         m /= C;
-        for (int i = 0; i < C; i++)
-            v += (c.inp[n * C + i] - m) * (c.inp[n * C + i] - m);
+        for (int i = 0; i < C; i++) v += (c.inp[n * C + i] - m) * (c.inp[n * C + i] - m);
         v /= C;
         double rs = 1.0 / sqrt(v + 1e-5);
         assert_near(c.mean[n], m, 1e-5 * fabs(m) + 1e-6);
@@ -219,13 +216,11 @@ static void test_layernorm_forward_ref(void **state)
     free(c.out), free(c.mean), free(c.rstd), free(c.inp), free(c.w), free(c.b);
 }
 
-static void test_layernorm_grad(void **state)
-{
+static void test_layernorm_grad(void **state) {
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
-        if (s.C < 2)
-            continue;
+        if (s.C < 2) continue;
         vl_rng r;
         vl_rng_seed(&r, 20 + si);
         int N = s.B * s.T, C = s.C;
@@ -253,8 +248,7 @@ typedef struct mm_ctx {
     int N, IN, OUT, transposed;
 } mm_ctx;
 
-static void mm_fwd(void *p)
-{
+static void mm_fwd(void *p) {
     mm_ctx *c = p;
     if (c->transposed)
         kernels_matmul_wt_forward(c->out, c->inp, c->w, c->N, c->IN, c->OUT);
@@ -262,15 +256,20 @@ static void mm_fwd(void *p)
         kernels_matmul_forward(c->out, c->inp, c->w, c->b, c->N, c->IN, c->OUT);
 }
 
-static void test_matmul_forward_ref(void **state)
-{
+static void test_matmul_forward_ref(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 4);
     int N = 13, IN = 19, OUT = 23;
     for (int tr = 0; tr < 2; tr++) {
-        mm_ctx c = {falloc((size_t)N * OUT), falloc((size_t)N * IN), falloc((size_t)IN * OUT),
-                    falloc(OUT), N, IN, OUT, tr};
+        mm_ctx c = {falloc((size_t)N * OUT),
+                    falloc((size_t)N * IN),
+                    falloc((size_t)IN * OUT),
+                    falloc(OUT),
+                    N,
+                    IN,
+                    OUT,
+                    tr};
         fill_normal(c.inp, (size_t)N * IN, &r, 1, 0);
         fill_normal(c.w, (size_t)IN * OUT, &r, 1, 0);
         fill_normal(c.b, OUT, &r, 1, 0);
@@ -289,8 +288,7 @@ static void test_matmul_forward_ref(void **state)
 
 /* Products big enough to be split across threads, by rows and by
  * columns, against double-precision references. */
-static void test_matmul_split_ref(void **state)
-{
+static void test_matmul_split_ref(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 8);
@@ -298,8 +296,8 @@ static void test_matmul_split_ref(void **state)
     for (int d = 0; d < 2; d++) {
         int N = dims[d][0], IN = dims[d][1], OUT = dims[d][2];
         size_t NI = (size_t)N * IN, NO = (size_t)N * OUT, W = (size_t)IN * OUT;
-        float *x = falloc(NI), *w = falloc(W), *b = falloc(OUT), *y = falloc(NO),
-              *dy = falloc(NO), *dx = falloc(NI), *dw = falloc(W), *db = falloc(OUT);
+        float *x = falloc(NI), *w = falloc(W), *b = falloc(OUT), *y = falloc(NO), *dy = falloc(NO),
+              *dx = falloc(NI), *dw = falloc(W), *db = falloc(OUT);
         fill_normal(x, NI, &r, 1, 0);
         fill_normal(w, W, &r, 1, 0);
         fill_normal(b, OUT, &r, 1, 0);
@@ -329,16 +327,14 @@ static void test_matmul_split_ref(void **state)
             }
         for (int o = 0; o < OUT; o++) {
             double s = 0;
-            for (int n = 0; n < N; n++)
-                s += dy[(size_t)n * OUT + o];
+            for (int n = 0; n < N; n++) s += dy[(size_t)n * OUT + o];
             assert_near(db[o], s, 1e-4 * (1 + fabs(s)));
         }
         free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
     }
 }
 
-static void test_matmul_grad(void **state)
-{
+static void test_matmul_grad(void **state) {
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
@@ -360,7 +356,8 @@ static void test_matmul_grad(void **state)
             else
                 kernels_matmul_backward(dinp, dw, db, proj, c.inp, c.w, N, IN, OUT);
             gc_case gc = {mm_fwd, &c, c.out, NO, proj};
-            gc_input in[] = {{"inp", c.inp, dinp, NI}, {"weight", c.w, dw, W}, {"bias", c.b, db, OUT}};
+            gc_input in[] = {
+                {"inp", c.inp, dinp, NI}, {"weight", c.w, dw, W}, {"bias", c.b, db, OUT}};
             gc_check(tr ? "matmul_wt" : "matmul", &gc, in, tr ? 2 : 3, 150, 1e-2f, 2e-3);
             free(c.out), free(c.inp), free(c.w), free(c.b), free(proj), free(dinp), free(dw),
                 free(db);
@@ -375,19 +372,22 @@ typedef struct att_ctx {
     int B, T, C, NH;
 } att_ctx;
 
-static void att_fwd(void *p)
-{
+static void att_fwd(void *p) {
     att_ctx *c = p;
     kernels_attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
 }
 
-static void attention_forward_ref(int B, int T, int C, int NH)
-{
+static void attention_forward_ref(int B, int T, int C, int NH) {
     vl_rng r;
     vl_rng_seed(&r, 5);
     int hs = C / NH;
-    att_ctx c = {falloc((size_t)B * T * C), falloc((size_t)B * NH * T * T),
-                 falloc((size_t)B * T * 3 * C), B, T, C, NH};
+    att_ctx c = {falloc((size_t)B * T * C),
+                 falloc((size_t)B * NH * T * T),
+                 falloc((size_t)B * T * 3 * C),
+                 B,
+                 T,
+                 C,
+                 NH};
     fill_normal(c.qkv, (size_t)B * T * 3 * C, &r, 1, 0);
     att_fwd(&c);
     double *pr = calloc((size_t)T, sizeof(double));
@@ -400,21 +400,19 @@ static void attention_forward_ref(int B, int T, int C, int NH)
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *k = c.qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
                     double d = 0;
-                    for (int i = 0; i < hs; i++)
-                        d += (double)q[i] * k[i];
+                    for (int i = 0; i < hs; i++) d += (double)q[i] * k[i];
                     pr[t2] = d / sqrt(hs);
-                    if (pr[t2] > mx)
-                        mx = pr[t2];
+                    if (pr[t2] > mx) mx = pr[t2];
                 }
-                for (int t2 = 0; t2 <= t; t2++)
-                    sum += (pr[t2] = exp(pr[t2] - mx));
+                for (int t2 = 0; t2 <= t; t2++) sum += (pr[t2] = exp(pr[t2] - mx));
                 const float *arow = c.att + (((size_t)b * NH + h) * T + t) * T;
                 for (int t2 = 0; t2 < T; t2++)
                     assert_near(arow[t2], t2 <= t ? pr[t2] / sum : 0.0, 1e-6);
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
                     for (int t2 = 0; t2 <= t; t2++)
-                        o += pr[t2] / sum * c.qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
+                        o +=
+                            pr[t2] / sum * c.qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
                     assert_near(c.out[((size_t)b * T + t) * C + h * hs + i], o, 1e-5);
                 }
             }
@@ -422,23 +420,26 @@ static void attention_forward_ref(int B, int T, int C, int NH)
     free(c.out), free(c.att), free(c.qkv);
 }
 
-static void test_attention_forward_ref(void **state)
-{
+static void test_attention_forward_ref(void **state) {
     (void)state;
     attention_forward_ref(2, 6, 15, 3);
     attention_forward_ref(3, 129, 40, 4); /* three query blocks, split across threads */
 }
 
-static void test_attention_grad(void **state)
-{
+static void test_attention_grad(void **state) {
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
         vl_rng r;
         vl_rng_seed(&r, 40 + si);
         size_t BT = (size_t)s.B * s.T, n3 = BT * 3 * s.C;
-        att_ctx c = {falloc(BT * s.C), falloc((size_t)s.B * s.NH * s.T * s.T), falloc(n3), s.B,
-                     s.T, s.C, s.NH};
+        att_ctx c = {falloc(BT * s.C),
+                     falloc((size_t)s.B * s.NH * s.T * s.T),
+                     falloc(n3),
+                     s.B,
+                     s.T,
+                     s.C,
+                     s.NH};
         fill_normal(c.qkv, n3, &r, 1, 0);
         float *proj = falloc(BT * s.C), *dqkv = falloc(n3),
               *scratch = falloc(kernels_attention_scratch_floats(s.B, s.T, s.NH));
@@ -460,8 +461,7 @@ typedef struct ew_ctx {
     int which; /* 0 gelu, 1 residual */
 } ew_ctx;
 
-static void ew_fwd(void *p)
-{
+static void ew_fwd(void *p) {
     ew_ctx *c = p;
     if (c->which == 0)
         kernels_gelu_forward(c->out, c->a, c->n);
@@ -469,8 +469,7 @@ static void ew_fwd(void *p)
         kernels_residual_forward(c->out, c->a, c->b, c->n);
 }
 
-static void test_gelu_values(void **state)
-{
+static void test_gelu_values(void **state) {
     (void)state;
     float x[] = {-3.0f, -1.0f, 0.0f, 0.5f, 2.0f};
     float y[5];
@@ -481,8 +480,7 @@ static void test_gelu_values(void **state)
     }
 }
 
-static void test_elementwise_grad(void **state)
-{
+static void test_elementwise_grad(void **state) {
     (void)state;
     size_t sizes[] = {1, 7, 1001, 40000}; /* the last crosses the threading threshold */
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -516,14 +514,12 @@ typedef struct xe_ctx {
     int N, V;
 } xe_ctx;
 
-static void xe_fwd(void *p)
-{
+static void xe_fwd(void *p) {
     xe_ctx *c = p;
     kernels_softmax_xent_forward(c->probs, c->losses, c->logits, c->tgt, c->N, c->V);
 }
 
-static void test_xent(void **state)
-{
+static void test_xent(void **state) {
     (void)state;
     for (int si = 0; si < NSHAPES; si++) {
         shape s = SHAPES[si];
@@ -533,26 +529,21 @@ static void test_xent(void **state)
         size_t NV = (size_t)N * V;
         xe_ctx c = {falloc(NV), falloc(N), falloc(NV), calloc(N, sizeof(int)), N, V};
         assert_non_null(c.tgt);
-        for (int i = 0; i < N; i++)
-            c.tgt[i] = (int)vl_rng_below(&r, (uint32_t)V);
+        for (int i = 0; i < N; i++) c.tgt[i] = (int)vl_rng_below(&r, (uint32_t)V);
         fill_normal(c.logits, NV, &r, 2, 0);
         xe_fwd(&c);
         for (int n = 0; n < N; n++) {
             double mx = -1e300, sum = 0, psum = 0;
             for (int v = 0; v < V; v++)
-                if (c.logits[(size_t)n * V + v] > mx)
-                    mx = c.logits[(size_t)n * V + v];
-            for (int v = 0; v < V; v++)
-                sum += exp(c.logits[(size_t)n * V + v] - mx);
-            for (int v = 0; v < V; v++)
-                psum += c.probs[(size_t)n * V + v];
+                if (c.logits[(size_t)n * V + v] > mx) mx = c.logits[(size_t)n * V + v];
+            for (int v = 0; v < V; v++) sum += exp(c.logits[(size_t)n * V + v] - mx);
+            for (int v = 0; v < V; v++) psum += c.probs[(size_t)n * V + v];
             assert_near(psum, 1.0, 1e-5);
             double want = mx + log(sum) - c.logits[(size_t)n * V + c.tgt[n]];
             assert_near(c.losses[n], want, 1e-5 * (1 + want));
         }
         float *proj = falloc(N), *dlogits = falloc(NV);
-        for (int i = 0; i < N; i++)
-            proj[i] = 1.0f / (float)N;
+        for (int i = 0; i < N; i++) proj[i] = 1.0f / (float)N;
         kernels_softmax_xent_backward(dlogits, c.probs, c.tgt, 1.0f / (float)N, N, V);
         gc_case gc = {xe_fwd, &c, c.losses, (size_t)N, proj};
         gc_input in[] = {{"logits", c.logits, dlogits, NV}};
@@ -561,8 +552,7 @@ static void test_xent(void **state)
     }
 }
 
-static void test_xent_in_place_and_extreme(void **state)
-{
+static void test_xent_in_place_and_extreme(void **state) {
     (void)state;
     /* probs aliasing logits, and a target whose probability underflows. */
     float logits[4] = {0.0f, 200.0f, -200.0f, 1.0f};
@@ -582,8 +572,7 @@ static void test_xent_in_place_and_extreme(void **state)
 
 /* ---- AdamW and norms ------------------------------------------------------ */
 
-static void test_adamw_reference(void **state)
-{
+static void test_adamw_reference(void **state) {
     (void)state;
     size_t n = 40001;
     vl_rng r;
@@ -609,8 +598,8 @@ static void test_adamw_reference(void **state)
             rm[i] = 0.9f * rm[i] + (1 - 0.9f) * gi;
             rv[i] = 0.95f * rv[i] + (1 - 0.95f) * gi * gi;
             double wd = mask[i] ? 0.1f : 0.0;
-            rp[i] = rp[i] - 1e-2f * (rm[i] / bc1 / (sqrt(rv[i] / bc2) + 1e-8f)) -
-                    1e-2f * wd * rp[i];
+            rp[i] =
+                rp[i] - 1e-2f * (rm[i] / bc1 / (sqrt(rv[i] / bc2) + 1e-8f)) - 1e-2f * wd * rp[i];
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -629,8 +618,7 @@ static void test_adamw_reference(void **state)
     free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(mask);
 }
 
-static void test_norms(void **state)
-{
+static void test_norms(void **state) {
     (void)state;
     size_t n = 100003;
     float *x = falloc(n);
@@ -656,8 +644,7 @@ static void test_norms(void **state)
 
 /* Runs the non-BLAS kernels whose parallel split could in principle change
  * summation order, and returns a copy of everything they produced. */
-static float *run_parallel_kernels(int threads, size_t *total)
-{
+static float *run_parallel_kernels(int threads, size_t *total) {
     omp_set_num_threads(threads);
     int B = 4, T = 100, C = 48, NH = 4, V = 50;
     size_t BT = (size_t)B * T, n3 = BT * 3 * C, natt = (size_t)B * NH * T * T;
@@ -669,8 +656,7 @@ static float *run_parallel_kernels(int threads, size_t *total)
     assert_non_null(tok);
     fill_normal(qkv, n3, &r, 1, 0);
     fill_normal(dout, BT * C, &r, 1, 0);
-    for (size_t i = 0; i < BT; i++)
-        tok[i] = (int)vl_rng_below(&r, 4);
+    for (size_t i = 0; i < BT; i++) tok[i] = (int)vl_rng_below(&r, 4);
     *total = BT * C + natt + n3 + (size_t)V * C + (size_t)T * C + 2 * (size_t)C + BT * C;
     float *res = falloc(*total), *o = res;
     float *att = o + BT * C, *dqkv = att + natt, *dwte = dqkv + n3, *dwpe = dwte + (size_t)V * C;
@@ -688,8 +674,7 @@ static float *run_parallel_kernels(int threads, size_t *total)
     return res;
 }
 
-static void test_reproducible(void **state)
-{
+static void test_reproducible(void **state) {
     (void)state;
     int saved = omp_get_max_threads();
     size_t n1, n2, n3;
@@ -712,8 +697,7 @@ static void test_reproducible(void **state)
  * and NaN in, NaN out. NaN reaches it from a diverged model's attention
  * scores; it used to turn into an out-of-range float-to-int conversion
  * (undefined behaviour, found by fuzz_http under clang's UBSan). */
-static void test_exp(void **state)
-{
+static void test_exp(void **state) {
     (void)state;
     for (double x = -87.0; x <= 88.0; x += 0.37) {
         float xf = (float)x;
@@ -725,8 +709,7 @@ static void test_exp(void **state)
     assert_true(isnan(kv_exp(-NAN)));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp),
         cmocka_unit_test(test_encoder_grad),

@@ -18,8 +18,7 @@
 #include "kernels/kernels.h"
 #include "cuda_skip.h"
 
-static void adamw_compare(size_t n, int with_mask)
-{
+static void adamw_compare(size_t n, int with_mask) {
     vl_rng r;
     vl_rng_seed(&r, 1000 + n);
     float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
@@ -30,35 +29,29 @@ static void adamw_compare(size_t n, int with_mask)
     assert_true(p && g && m && v && cp && cm && cv && (mask || !with_mask));
     for (size_t i = 0; i < n; i++) {
         p[i] = cp[i] = vl_rng_normal(&r);
-        if (mask)
-            mask[i] = (uint8_t)(vl_rng_below(&r, 2));
+        if (mask) mask[i] = (uint8_t)(vl_rng_below(&r, 2));
     }
     kernels_adamw_hparams hp = {3e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0};
     double worst = 0;
     for (long step = 1; step <= 3; step++) {
-        for (size_t i = 0; i < n; i++)
-            g[i] = vl_rng_normal(&r) * 0.1f;
+        for (size_t i = 0; i < n; i++) g[i] = vl_rng_normal(&r) * 0.1f;
         hp.step = step;
         vl_error err = {0};
         int rc = kernels_cuda_adamw_step_host(p, g, m, v, mask, n, &hp, &err);
-        if (rc != 0)
-            fail_msg("CUDA adamw failed at n=%zu: %s", n, err.msg);
+        if (rc != 0) fail_msg("CUDA adamw failed at n=%zu: %s", n, err.msg);
         kernels_adamw_step(cp, g, cm, cv, mask, n, &hp);
         for (size_t i = 0; i < n; i++) {
             double d = fabs((double)p[i] - cp[i]) / (1e-6 + fabs(cp[i]));
-            if (d > worst)
-                worst = d;
+            if (d > worst) worst = d;
             assert_float_equal(m[i], cm[i], 1e-6 * (1 + fabs(cm[i])));
             assert_float_equal(v[i], cv[i], 1e-6 * (1 + fabs(cv[i])));
         }
     }
-    if (worst > 1e-6)
-        fail_msg("CUDA and CPU AdamW differ at n=%zu: worst relative %.3g", n, worst);
+    if (worst > 1e-6) fail_msg("CUDA and CPU AdamW differ at n=%zu: worst relative %.3g", n, worst);
     free(p), free(g), free(m), free(v), free(cp), free(cm), free(cv), free(mask);
 }
 
-static void test_cuda_adamw_matches_cpu(void **state)
-{
+static void test_cuda_adamw_matches_cpu(void **state) {
     (void)state;
     /* Sizes around and between multiples of the 256-thread block. */
     size_t sizes[] = {1, 255, 257, 1000, 65537, 1234567};
@@ -68,22 +61,19 @@ static void test_cuda_adamw_matches_cpu(void **state)
     }
 }
 
-static void test_cuda_adamw_rejects_bad_args(void **state)
-{
+static void test_cuda_adamw_rejects_bad_args(void **state) {
     (void)state;
     vl_error err = {0};
     float x = 0;
     kernels_adamw_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1};
     assert_int_equal(kernels_cuda_adamw_step(NULL, &x, &x, &x, NULL, 4, &hp, &err), VL_EINVAL);
-    assert_int_equal(kernels_cuda_adamw_step_host(&x, &x, &x, &x, NULL, 1, NULL, &err),
-                     VL_EINVAL);
+    assert_int_equal(kernels_cuda_adamw_step_host(&x, &x, &x, &x, NULL, 1, NULL, &err), VL_EINVAL);
     assert_int_equal(kernels_cuda_adamw_step_host(&x, &x, &x, &x, NULL, 0, &hp, &err), 0);
 }
 
 /* The clipping norm: double sums in a fixed order, so the device agrees
  * with a plain double loop to rounding and with itself to the bit. */
-static void test_cuda_sumsq_and_scale(void **state)
-{
+static void test_cuda_sumsq_and_scale(void **state) {
     (void)state;
     size_t sizes[] = {1, 255, 257, 1000, 262145, 3000017};
     double *d_scratch = NULL;
@@ -126,8 +116,7 @@ static void test_cuda_sumsq_and_scale(void **state)
     kernels_cuda_free(d_scratch);
 }
 
-int main(void)
-{
+int main(void) {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_adamw_matches_cpu),

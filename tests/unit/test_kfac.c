@@ -25,8 +25,7 @@
 #include "tests/unit/test_util.h"
 #include "tests/unit/kfac_ref.h"
 
-static model_kfac_layer *make(int in, int out)
-{
+static model_kfac_layer *make(int in, int out) {
     model_kfac_layer *l = NULL;
     vl_error err = {0};
     if (model_kfac_layer_create(in, out, &l, &err) != 0)
@@ -36,8 +35,7 @@ static model_kfac_layer *make(int in, int out)
 
 /* ---- factors ---------------------------------------------------------------- */
 
-static void test_factors_one_batch(void **state)
-{
+static void test_factors_one_batch(void **state) {
     (void)state;
     int in = 5, out = 3, N = 7, da = in + 1;
     float *X = random_vec((size_t)N * in, 1), *dY = random_vec((size_t)N * out, 2);
@@ -52,18 +50,15 @@ static void test_factors_one_batch(void **state)
     assert_rel(l->G, G, (size_t)out * out, 1e-6);
     /* both triangles are stored, exactly symmetric */
     for (int r = 0; r < da; r++)
-        for (int c = 0; c < da; c++)
-            assert_true(l->A[r * da + c] == l->A[c * da + r]);
+        for (int c = 0; c < da; c++) assert_true(l->A[r * da + c] == l->A[c * da + r]);
     for (int r = 0; r < out; r++)
-        for (int c = 0; c < out; c++)
-            assert_true(l->G[r * out + c] == l->G[c * out + r]);
+        for (int c = 0; c < out; c++) assert_true(l->G[r * out + c] == l->G[c * out + r]);
     assert_true(l->A[da * da - 1] == 1.0f);
     model_kfac_layer_free(l);
     free(X), free(dY), free(A), free(G);
 }
 
-static void test_factors_moving_average(void **state)
-{
+static void test_factors_moving_average(void **state) {
     (void)state;
     int in = 5, out = 3, N = 7, N2 = 4, da = in + 1;
     float rho = 0.8f;
@@ -73,10 +68,8 @@ static void test_factors_moving_average(void **state)
     double *A2 = dalloc((size_t)da * da), *G2 = dalloc((size_t)out * out);
     ref_factors(X1, dY1, N, in, out, A1, G1);
     ref_factors(X2, dY2, N2, in, out, A2, G2);
-    for (int i = 0; i < da * da; i++)
-        A1[i] = rho * A1[i] + (1.0 - rho) * A2[i];
-    for (int i = 0; i < out * out; i++)
-        G1[i] = rho * G1[i] + (1.0 - rho) * G2[i];
+    for (int i = 0; i < da * da; i++) A1[i] = rho * A1[i] + (1.0 - rho) * A2[i];
+    for (int i = 0; i < out * out; i++) G1[i] = rho * G1[i] + (1.0 - rho) * G2[i];
     model_kfac_layer *l = make(in, out);
     OK(model_kfac_update_factors(l, X1, dY1, N, rho, &e_));
     OK(model_kfac_update_factors(l, X2, dY2, N2, rho, &e_));
@@ -93,8 +86,7 @@ static void test_factors_moving_average(void **state)
     free(X1), free(dY1), free(X2), free(dY2), free(A1), free(G1), free(A2), free(G2);
 }
 
-static void test_update_refusals(void **state)
-{
+static void test_update_refusals(void **state) {
     (void)state;
     int in = 3, out = 2, N = 4;
     float *X = random_vec((size_t)N * in, 7), *dY = random_vec((size_t)N * out, 8);
@@ -137,8 +129,7 @@ static void test_update_refusals(void **state)
  * with the factors and both inverses computed independently in double,
  * ∇ = [∇W; ∇b] of shape [(in+1), out]. Tolerance 1e-4 relative to the
  * largest entry: float storage of the factors and inverses, nothing more. */
-static void check_precondition(int in, int out, int N, float damping, uint64_t seed)
-{
+static void check_precondition(int in, int out, int N, float damping, uint64_t seed) {
     int da = in + 1;
     float *X = random_vec((size_t)N * in, seed), *dY = random_vec((size_t)N * out, seed + 1);
     float *gW = random_vec((size_t)in * out, seed + 2), *gb = random_vec((size_t)out, seed + 3);
@@ -152,18 +143,14 @@ static void check_precondition(int in, int out, int N, float damping, uint64_t s
 
     /* the π split: λ_A λ_G = λ and λ_A / λ_G = π² */
     double ta = 0.0, tg = 0.0;
-    for (int i = 0; i < da; i++)
-        ta += A[i * da + i];
-    for (int i = 0; i < out; i++)
-        tg += G[i * out + i];
+    for (int i = 0; i < da; i++) ta += A[i * da + i];
+    for (int i = 0; i < out; i++) tg += G[i * out + i];
     double pi = sqrt((ta / da) / (tg / out));
     assert_true(fabs(l->damping_a - pi * sqrt(damping)) <= 1e-5 * pi * sqrt(damping));
     assert_true(fabs(l->damping_g - sqrt(damping) / pi) <= 1e-5 * sqrt(damping) / pi);
 
-    for (int i = 0; i < da; i++)
-        A[i * da + i] += l->damping_a;
-    for (int i = 0; i < out; i++)
-        G[i * out + i] += l->damping_g;
+    for (int i = 0; i < da; i++) A[i * da + i] += l->damping_a;
+    for (int i = 0; i < out; i++) G[i * out + i] += l->damping_g;
     double *Ai = dalloc((size_t)da * da), *Gi = dalloc((size_t)out * out);
     gj_inverse(A, da, Ai);
     gj_inverse(G, out, Gi);
@@ -172,10 +159,8 @@ static void check_precondition(int in, int out, int N, float damping, uint64_t s
 
     double *grad = dalloc((size_t)da * out), *tmp = dalloc((size_t)da * out);
     double *want = dalloc((size_t)da * out);
-    for (int i = 0; i < in * out; i++)
-        grad[i] = gW[i];
-    for (int o = 0; o < out; o++)
-        grad[in * out + o] = gb[o];
+    for (int i = 0; i < in * out; i++) grad[i] = gW[i];
+    for (int o = 0; o < out; o++) grad[in * out + o] = gb[o];
     matmul_d(Ai, grad, da, da, out, tmp);
     matmul_d(tmp, Gi, da, out, out, want);
 
@@ -193,8 +178,7 @@ static void check_precondition(int in, int out, int N, float damping, uint64_t s
     free(grad), free(tmp), free(want), free(got);
 }
 
-static void test_precondition_explicit(void **state)
-{
+static void test_precondition_explicit(void **state) {
     (void)state;
     check_precondition(4, 3, 9, 0.1f, 11);
     check_precondition(6, 5, 13, 0.03f, 21);
@@ -207,8 +191,7 @@ static void test_precondition_explicit(void **state)
  * rows (index i*out + o). A ⊗ G is built explicitly and inverted by
  * Gauss-Jordan. Tolerance 1e-3 relative: with λ = 0 the factors' condition
  * numbers multiply, so float storage costs more than in the damped test. */
-static void test_precondition_kronecker(void **state)
-{
+static void test_precondition_kronecker(void **state) {
     (void)state;
     int in = 2, out = 3, N = 12, da = in + 1, n = da * out;
     float *X = random_vec((size_t)N * in, 51), *dY = random_vec((size_t)N * out, 52);
@@ -223,8 +206,7 @@ static void test_precondition_kronecker(void **state)
                 for (int p = 0; p < out; p++)
                     K[(i * out + o) * n + (j * out + p)] = A[i * da + j] * G[o * out + p];
     gj_inverse(K, n, Ki);
-    for (int i = 0; i < n; i++)
-        v[i] = g[i];
+    for (int i = 0; i < n; i++) v[i] = g[i];
     matmul_d(Ki, v, n, n, 1, want);
 
     model_kfac_layer *l = make(in, out);
@@ -238,8 +220,7 @@ static void test_precondition_kronecker(void **state)
     free(X), free(dY), free(g), free(A), free(G), free(K), free(Ki), free(v), free(want);
 }
 
-static void test_not_positive_definite(void **state)
-{
+static void test_not_positive_definite(void **state) {
     (void)state;
     vl_error err = {0};
     /* A from 3 samples of 5 inputs has rank <= 3 of 6 */
@@ -286,8 +267,7 @@ static void test_not_positive_definite(void **state)
 
 /* ---- KL clipping ------------------------------------------------------------- */
 
-static void test_kl_scale(void **state)
-{
+static void test_kl_scale(void **state) {
     (void)state;
     /* Σ <nat, grad> = (1·3 + 2·4) + 1·5 = 16; lr 0.5 gives q = 4 */
     float g0[] = {1, 2}, n0[] = {3, 4}, g1[] = {1}, n1[] = {5};
@@ -308,7 +288,7 @@ static void test_kl_scale(void **state)
     assert_true(model_kfac_kl_scale(g, n, lens, 2, 0.0f, 1.0f) == 1.0f);
     float z[] = {0, 0}, neg[] = {-3, -4};
     const float *gz[] = {z, z}, *nneg[] = {neg, n1};
-    assert_true(model_kfac_kl_scale(gz, n, lens, 2, 0.5f, 1.0f) == 1.0f);  /* zero step */
+    assert_true(model_kfac_kl_scale(gz, n, lens, 2, 0.5f, 1.0f) == 1.0f);   /* zero step */
     assert_true(model_kfac_kl_scale(g, nneg, lens, 2, 0.5f, 1.0f) == 1.0f); /* -11 + 5 < 0 */
     /* non-finite: no step */
     float gn[] = {1, NAN}, gi[] = {INFINITY, 0};
@@ -324,8 +304,7 @@ static void test_kl_scale(void **state)
 
 /* ---- averaging --------------------------------------------------------------- */
 
-static void test_average(void **state)
-{
+static void test_average(void **state) {
     (void)state;
     int in = 3, out = 4, da = in + 1;
     model_kfac_layer *s[3];
@@ -333,8 +312,7 @@ static void test_average(void **state)
         int N = 5 + k;
         float *X = random_vec((size_t)N * in, 70 + k), *dY = random_vec((size_t)N * out, 80 + k);
         s[k] = make(in, out);
-        for (int u = 0; u <= k; u++)
-            OK(model_kfac_update_factors(s[k], X, dY, N, 0.9f, &e_));
+        for (int u = 0; u <= k; u++) OK(model_kfac_update_factors(s[k], X, dY, N, 0.9f, &e_));
         free(X), free(dY);
     }
     double w[] = {1.0, 2.0, 0.5}, wsum = 3.5;
@@ -375,8 +353,7 @@ static void test_average(void **state)
     assert_int_equal(model_kfac_average(d, NULL, w, 1, &err), VL_EINVAL);
     assert_memory_equal(keep, d->A, sizeof keep);
 
-    for (int k = 0; k < 3; k++)
-        model_kfac_layer_free(s[k]);
+    for (int k = 0; k < 3; k++) model_kfac_layer_free(s[k]);
     model_kfac_layer_free(d);
     model_kfac_layer_free(other);
     model_kfac_layer_free(empty);
@@ -397,13 +374,12 @@ typedef struct trainer {
     int width[3];
     float x[TR_N * 10];
     int y[TR_N];
-    float h[TR_N * 16];  /* the second layer's input */
+    float h[TR_N * 16]; /* the second layer's input */
     float dy0[TR_N * 16], dy1[TR_N * 4];
     float g[16 * 16 + 16]; /* one layer's saved gradient */
 } trainer;
 
-static void trainer_init(trainer *tr)
-{
+static void trainer_init(trainer *tr) {
     model_mlp_config c = {.in_dim = 10, .n_hidden = 1, .hidden = {16}, .n_classes = 4};
     model_fed_synth_config d = model_fed_synth_config_default();
     d.dim = 10, d.n_classes = 4, d.alpha = 1000.0f, d.noise = 1.5f, d.seed = 9;
@@ -420,8 +396,7 @@ static void trainer_init(trainer *tr)
  * bias gradient, and dY_i = g_i / N is the mean-loss gradient
  * model_kfac_update_factors expects. The MLP's own backward does the work,
  * so nothing here re-derives it. */
-static void fisher_batch(trainer *tr, vl_rng *r)
-{
+static void fisher_batch(trainer *tr, vl_rng *r) {
     model_mlp *m = tr->m;
     OK(model_mlp_forward(m, tr->x, NULL, TR_N, NULL, &e_));
     const float *probs = model_mlp_probs(m);
@@ -444,10 +419,8 @@ static void fisher_batch(trainer *tr, vl_rng *r)
         model_mlp_zero_grad(m);
         OK(model_mlp_forward(m, tr->x + i * 10, &yhat[i], 1, NULL, &e_));
         OK(model_mlp_backward(m, &e_));
-        for (int o = 0; o < 16; o++)
-            tr->dy0[i * 16 + o] = G[tr->t[1].offset + o] / TR_N;
-        for (int o = 0; o < 4; o++)
-            tr->dy1[i * 4 + o] = G[tr->t[3].offset + o] / TR_N;
+        for (int o = 0; o < 16; o++) tr->dy0[i * 16 + o] = G[tr->t[1].offset + o] / TR_N;
+        for (int o = 0; o < 4; o++) tr->dy1[i * 4 + o] = G[tr->t[3].offset + o] / TR_N;
     }
 }
 
@@ -455,8 +428,7 @@ static void fisher_batch(trainer *tr, vl_rng *r)
  * (factors every step, ρ 0.9, inverses every TR_INVERT_EVERY steps with
  * damping λ, KL clip kl_clip), and returns the final loss; *first gets the
  * initial one. */
-static double train(int kfac, float lr, float damping, float kl_clip, double *first)
-{
+static double train(int kfac, float lr, float damping, float kl_clip, double *first) {
     trainer *tr = calloc(1, sizeof *tr);
     assert_non_null(tr);
     trainer_init(tr);
@@ -473,8 +445,7 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
         model_mlp_zero_grad(m);
         OK(model_mlp_forward(m, tr->x, tr->y, TR_N, &loss, &e_));
         OK(model_mlp_backward(m, &e_));
-        if (step == 0)
-            *first = loss;
+        if (step == 0) *first = loss;
         memcpy(grad, model_mlp_grads(m), np * sizeof *grad);
         float scale = 1.0f;
         if (kfac) {
@@ -482,8 +453,7 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
             OK(model_kfac_update_factors(layer[0], tr->x, tr->dy0, TR_N, 0.9f, &e_));
             OK(model_kfac_update_factors(layer[1], tr->h, tr->dy1, TR_N, 0.9f, &e_));
             for (int l = 0; l < 2; l++) {
-                if (step % TR_INVERT_EVERY == 0)
-                    OK(model_kfac_invert(layer[l], damping, &e_));
+                if (step % TR_INVERT_EVERY == 0) OK(model_kfac_invert(layer[l], damping, &e_));
                 const model_tensor *w = &tr->t[2 * l], *b = &tr->t[2 * l + 1];
                 OK(model_kfac_precondition(layer[l], grad + w->offset, grad + b->offset,
                                            nat + w->offset, nat + b->offset, &e_));
@@ -495,8 +465,7 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
             memcpy(nat, grad, np * sizeof *nat);
         }
         float *p = model_mlp_params(m);
-        for (size_t i = 0; i < np; i++)
-            p[i] -= lr * scale * nat[i];
+        for (size_t i = 0; i < np; i++) p[i] -= lr * scale * nat[i];
     }
     double final_loss = 0.0;
     OK(model_mlp_evaluate(m, tr->x, tr->y, TR_N, &final_loss, NULL, &e_));
@@ -507,8 +476,7 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
     return final_loss;
 }
 
-static void test_mlp_kfac_vs_sgd(void **state)
-{
+static void test_mlp_kfac_vs_sgd(void **state) {
     (void)state;
     double first_sgd = 0.0, first_kfac = 0.0;
     float lr = 0.1f;
@@ -522,8 +490,7 @@ static void test_mlp_kfac_vs_sgd(void **state)
     assert_true(kfac <= sgd);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_factors_one_batch),
         cmocka_unit_test(test_factors_moving_average),

@@ -26,22 +26,20 @@
 #include "tests/unit/test_util.h"
 #include "tests/unit/kfac_ref.h"
 
-static const model_gpt_config CFG = {.vocab_size = 29, .block_size = 8, .n_layer = 2,
-                                     .n_head = 2, .n_embd = 8};
+static const model_gpt_config CFG = {
+    .vocab_size = 29, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
 #define B 2
 #define T 6
 #define NL 8 /* 4 n_layer */
 
-static model_gpt *make_gpt(void)
-{
+static model_gpt *make_gpt(void) {
     model_gpt *m = NULL;
     OK(model_gpt_create(&CFG, &m, &e_));
     model_gpt_init_weights(m, 3);
     return m;
 }
 
-static void batch(uint64_t seed, int *in, int *tg)
-{
+static void batch(uint64_t seed, int *in, int *tg) {
     vl_rng r;
     vl_rng_seed(&r, seed);
     for (int i = 0; i < B * T; i++) {
@@ -60,8 +58,7 @@ typedef struct rec {
 } rec;
 
 static void rec_hook(void *ctx, const char *name, const float *x, const float *dy, int n, int in,
-                     int out)
-{
+                     int out) {
     rec *r = ctx;
     assert_true(r->n < NL);
     int i = r->n++;
@@ -75,17 +72,14 @@ static void rec_hook(void *ctx, const char *name, const float *x, const float *d
     r->rows[i] = n, r->in[i] = in, r->out[i] = out;
 }
 
-static void rec_free(rec *r)
-{
-    for (int i = 0; i < r->n; i++)
-        free(r->x[i]), free(r->dy[i]);
+static void rec_free(rec *r) {
+    for (int i = 0; i < r->n; i++) free(r->x[i]), free(r->dy[i]);
     memset(r, 0, sizeof *r);
 }
 
 /* Forward and backward of one batch on m with the recording hook; the
  * gradients are left in m. */
-static void recorded_pass(model_gpt *m, uint64_t seed, rec *r)
-{
+static void recorded_pass(model_gpt *m, uint64_t seed, rec *r) {
     int in[B * T], tg[B * T];
     batch(seed, in, tg);
     memset(r, 0, sizeof *r);
@@ -97,8 +91,7 @@ static void recorded_pass(model_gpt *m, uint64_t seed, rec *r)
     assert_int_equal(r->n, NL);
 }
 
-static void kfac_pass(model_kfac_gpt *o, model_gpt *m, uint64_t seed)
-{
+static void kfac_pass(model_kfac_gpt *o, model_gpt *m, uint64_t seed) {
     int in[B * T], tg[B * T];
     batch(seed, in, tg);
     OK(model_gpt_zero_grad(m, &e_));
@@ -107,11 +100,9 @@ static void kfac_pass(model_kfac_gpt *o, model_gpt *m, uint64_t seed)
 }
 
 /* Index into the recording of the layer whose weight is `weight`. */
-static int rec_find(const rec *r, const char *weight)
-{
+static int rec_find(const rec *r, const char *weight) {
     for (int i = 0; i < r->n; i++)
-        if (strcmp(r->name[i], weight) == 0)
-            return i;
+        if (strcmp(r->name[i], weight) == 0) return i;
     fail_msg("layer %s was not recorded", weight);
     return -1;
 }
@@ -121,22 +112,17 @@ static int rec_find(const rec *r, const char *weight)
 /* Damped inverses of double factors A [da,da] and G [out,out] with the π
  * split of λ, into Ai and Gi. */
 static void ref_inverses(const double *A, const double *G, int da, int out, double damping,
-                         double *Ai, double *Gi)
-{
+                         double *Ai, double *Gi) {
     double ta = 0.0, tg = 0.0;
-    for (int i = 0; i < da; i++)
-        ta += A[i * da + i];
-    for (int i = 0; i < out; i++)
-        tg += G[i * out + i];
+    for (int i = 0; i < da; i++) ta += A[i * da + i];
+    for (int i = 0; i < out; i++) tg += G[i * out + i];
     double pi = sqrt((ta / da) / (tg / out));
     double la = pi * sqrt(damping), lg = sqrt(damping) / pi;
     double *a = dalloc((size_t)da * da), *g = dalloc((size_t)out * out);
     memcpy(a, A, (size_t)da * da * sizeof *a);
     memcpy(g, G, (size_t)out * out * sizeof *g);
-    for (int i = 0; i < da; i++)
-        a[i * da + i] += la;
-    for (int i = 0; i < out; i++)
-        g[i * out + i] += lg;
+    for (int i = 0; i < da; i++) a[i * da + i] += la;
+    for (int i = 0; i < out; i++) g[i * out + i] += lg;
     gj_inverse(a, da, Ai);
     gj_inverse(g, out, Gi);
     free(a), free(g);
@@ -145,12 +131,10 @@ static void ref_inverses(const double *A, const double *G, int da, int out, doub
 /* nat = Ai [gW; gb] Gi for a layer whose weight and bias gradients are
  * the (in+1)·out floats at grad. */
 static void ref_nat(const double *Ai, const double *Gi, int in, int out, const float *grad,
-                    double *nat)
-{
+                    double *nat) {
     int da = in + 1;
     double *g = dalloc((size_t)da * out), *tmp = dalloc((size_t)da * out);
-    for (int i = 0; i < da * out; i++)
-        g[i] = grad[i];
+    for (int i = 0; i < da * out; i++) g[i] = grad[i];
     matmul_d(Ai, g, da, da, out, tmp);
     matmul_d(tmp, Gi, da, out, out, nat);
     free(g), free(tmp);
@@ -165,8 +149,7 @@ typedef struct ref_layer {
 } ref_layer;
 
 static void ref_build(ref_layer *R, const model_gpt *m, const rec *r, double damping,
-                      const float *grads)
-{
+                      const float *grads) {
     for (int i = 0; i < NL; i++) {
         char name[64], weight[80];
         int in, out;
@@ -188,63 +171,53 @@ static void ref_build(ref_layer *R, const model_gpt *m, const rec *r, double dam
     }
 }
 
-static void ref_free(ref_layer *R)
-{
+static void ref_free(ref_layer *R) {
     for (int i = 0; i < NL; i++)
         free(R[i].A), free(R[i].G), free(R[i].Ai), free(R[i].Gi), free(R[i].nat);
 }
 
 /* 1 when flat index j lies in one of the K-FAC layers (weight or bias). */
-static int in_layer(const ref_layer *R, size_t j)
-{
+static int in_layer(const ref_layer *R, size_t j) {
     for (int i = 0; i < NL; i++)
-        if (j >= R[i].off && j < R[i].off + (size_t)(R[i].in + 1) * R[i].out)
-            return 1;
+        if (j >= R[i].off && j < R[i].off + (size_t)(R[i].in + 1) * R[i].out) return 1;
     return 0;
 }
 
 /* A parameter change measured as before - after in float is exact to a
  * few roundings of the parameter itself, and want to 1e-5. */
-static int close_step(double got, double want, double before)
-{
+static int close_step(double got, double want, double before) {
     return fabs(got - want) <= 4.0 * FLT_EPSILON * fabs(before) + 1e-5 * fabs(want) + 1e-12;
 }
 
 /* Checks the parameter change before - after against lr·scale·nat on the
  * layers and lr·grad elsewhere, each layer to 1e-4 of its largest entry. */
 static void check_step(const ref_layer *R, const float *before, const float *after,
-                       const float *grads, size_t n, double lr, double scale)
-{
+                       const float *grads, size_t n, double lr, double scale) {
     float *got = malloc(n * sizeof *got);
     assert_non_null(got);
-    for (size_t j = 0; j < n; j++)
-        got[j] = before[j] - after[j];
+    for (size_t j = 0; j < n; j++) got[j] = before[j] - after[j];
     for (int i = 0; i < NL; i++) {
         size_t len = (size_t)(R[i].in + 1) * R[i].out;
         double *want = dalloc(len);
-        for (size_t j = 0; j < len; j++)
-            want[j] = lr * scale * R[i].nat[j];
+        for (size_t j = 0; j < len; j++) want[j] = lr * scale * R[i].nat[j];
         assert_rel(got + R[i].off, want, len, 1e-4);
         free(want);
     }
     for (size_t j = 0; j < n; j++)
-        if (!in_layer(R, j))
-            assert_true(close_step(got[j], lr * grads[j], before[j]));
+        if (!in_layer(R, j)) assert_true(close_step(got[j], lr * grads[j], before[j]));
     free(got);
 }
 
 /* ---- the step against the reference ----------------------------------------------- */
 
-static model_kfac_gpt_config plain_cfg(void)
-{
+static model_kfac_gpt_config plain_cfg(void) {
     model_kfac_gpt_config c = model_kfac_gpt_config_default();
     c.lr = 0.5f, c.momentum = 0.0f, c.damping = 1e-2f, c.decay = 0.8f, c.inverse_every = 10;
     c.kl_clip = 0.0f, c.weight_decay = 0.0f;
     return c;
 }
 
-static void test_step_equals_explicit(void **state)
-{
+static void test_step_equals_explicit(void **state) {
     (void)state;
     model_gpt *ref = make_gpt(), *m = make_gpt();
     size_t n = model_gpt_num_params(m);
@@ -305,8 +278,7 @@ static void test_step_equals_explicit(void **state)
  * T = 10 the first step's inverses still precondition it, and momentum
  * carries the first step: Δ₂ = lr (μ nat₁ + nat₂). After a refresh the
  * next step inverts the averaged factors. */
-static void test_second_step_and_refresh(void **state)
-{
+static void test_second_step_and_refresh(void **state) {
     (void)state;
     model_kfac_gpt_config c = plain_cfg();
     c.momentum = 0.5f;
@@ -342,20 +314,18 @@ static void test_second_step_and_refresh(void **state)
         assert_int_equal(o.layers[i]->inversions, 1); /* not refreshed at step 2 */
         double *nat2 = dalloc(len), *want = dalloc(len);
         ref_nat(L->Ai, L->Gi, L->in, L->out, g2 + L->off, nat2);
-        for (size_t j = 0; j < len; j++)
-            want[j] = c.lr * (c.momentum * L->nat[j] + nat2[j]);
+        for (size_t j = 0; j < len; j++) want[j] = c.lr * (c.momentum * L->nat[j] + nat2[j]);
         float *got = malloc(len * sizeof *got);
         assert_non_null(got);
-        for (size_t j = 0; j < len; j++)
-            got[j] = before[L->off + j] - after[L->off + j];
+        for (size_t j = 0; j < len; j++) got[j] = before[L->off + j] - after[L->off + j];
         assert_rel(got, want, len, 1e-4);
         free(nat2), free(want), free(got);
     }
     /* the other parameters: plain momentum SGD */
     for (size_t j = 0; j < n; j++)
         if (!in_layer(R1, j))
-            assert_true(close_step(before[j] - after[j], c.lr * (c.momentum * g1[j] + g2[j]),
-                                   before[j]));
+            assert_true(
+                close_step(before[j] - after[j], c.lr * (c.momentum * g1[j] + g2[j]), before[j]));
     /* the factors: ρ F₁ + (1 − ρ) F₂ */
     ref_layer R2[NL];
     ref_build(R2, ref, &r2, c.damping, g2);
@@ -372,8 +342,7 @@ static void test_second_step_and_refresh(void **state)
     model_kfac_gpt_refresh(&o);
     kfac_pass(&o, m, 203);
     OK(model_kfac_gpt_step(&o, m, &e_));
-    for (int i = 0; i < NL; i++)
-        assert_int_equal(o.layers[i]->inversions, 2);
+    for (int i = 0; i < NL; i++) assert_int_equal(o.layers[i]->inversions, 2);
     assert_int_equal(o.rows, 3 * B * T);
 
     model_kfac_gpt_free(&o);
@@ -388,8 +357,7 @@ static void test_second_step_and_refresh(void **state)
 
 /* ---- the layer table, refusals, state handling ------------------------------------- */
 
-static void test_layers_and_config(void **state)
-{
+static void test_layers_and_config(void **state) {
     (void)state;
     assert_int_equal(model_gpt_kfac_layer_count(&CFG), 8);
     static const char *const names[] = {"h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc",
@@ -407,14 +375,16 @@ static void test_layers_and_config(void **state)
     char tiny[4];
     assert_int_equal(model_gpt_kfac_layer(&CFG, 8, NULL, 0, NULL, NULL, &err), VL_EINVAL);
     assert_int_equal(model_gpt_kfac_layer(&CFG, -1, NULL, 0, NULL, NULL, &err), VL_EINVAL);
-    assert_int_equal(model_gpt_kfac_layer(&CFG, 0, tiny, sizeof tiny, NULL, NULL, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_gpt_kfac_layer(&CFG, 0, tiny, sizeof tiny, NULL, NULL, &err), VL_EINVAL);
 
     model_kfac_gpt_config good = model_kfac_gpt_config_default();
     OK(model_kfac_gpt_config_validate(&good, &e_));
-    struct { const char *field; model_kfac_gpt_config c; } bad[] = {
-        {"lr", good}, {"lr", good}, {"momentum", good}, {"damping", good}, {"damping", good},
-        {"decay", good}, {"inverse_every", good}, {"kl_clip", good}, {"weight decay", good}};
+    struct {
+        const char *field;
+        model_kfac_gpt_config c;
+    } bad[] = {{"lr", good},          {"lr", good},    {"momentum", good},      {"damping", good},
+               {"damping", good},     {"decay", good}, {"inverse_every", good}, {"kl_clip", good},
+               {"weight decay", good}};
     bad[0].c.lr = 0.0f;
     bad[1].c.lr = NAN;
     bad[2].c.momentum = 1.0f;
@@ -436,8 +406,7 @@ static void test_layers_and_config(void **state)
     model_gpt_destroy(m);
 }
 
-static void test_refusals_and_reset(void **state)
-{
+static void test_refusals_and_reset(void **state) {
     (void)state;
     model_gpt *m = make_gpt();
     model_gpt_config other = CFG;
@@ -471,10 +440,8 @@ static void test_refusals_and_reset(void **state)
     float *A = malloc(na * sizeof *A), *G = malloc(ng * sizeof *G);
     assert_non_null(A);
     assert_non_null(G);
-    for (size_t i = 0; i < na; i++)
-        A[i] = l->A[i] * 2.0f;
-    for (size_t i = 0; i < ng; i++)
-        G[i] = l->G[i] * 3.0f;
+    for (size_t i = 0; i < na; i++) A[i] = l->A[i] * 2.0f;
+    for (size_t i = 0; i < ng; i++) G[i] = l->G[i] * 3.0f;
     OK(model_kfac_set_factors(l, A, G, 7, &e_));
     assert_memory_equal(l->A, A, na * sizeof *A);
     assert_memory_equal(l->G, G, ng * sizeof *G);
@@ -493,8 +460,7 @@ static void test_refusals_and_reset(void **state)
         assert_int_equal(o.layers[i]->updates, 0);
         assert_int_equal(o.layers[i]->inversions, 0);
     }
-    for (size_t i = 0; i < o.sgd.n; i++)
-        assert_true(o.sgd.buf[i] == 0.0f);
+    for (size_t i = 0; i < o.sgd.n; i++) assert_true(o.sgd.buf[i] == 0.0f);
     err = (vl_error){0};
     assert_int_equal(model_kfac_gpt_step(&o, m, &err), VL_EINVAL);
 
@@ -511,17 +477,15 @@ static void test_refusals_and_reset(void **state)
  * in SGD's league. On so small a model most of the loss is the embeddings'
  * business, which both move the same way, so this is a sanity check of
  * the whole step; the reference tests above check what it computes. */
-static float train_tiny(int kfac, float *first)
-{
-    model_gpt_config cfg = {.vocab_size = 256, .block_size = 16, .n_layer = 1, .n_head = 2,
-                            .n_embd = 16};
+static float train_tiny(int kfac, float *first) {
+    model_gpt_config cfg = {
+        .vocab_size = 256, .block_size = 16, .n_layer = 1, .n_head = 2, .n_embd = 16};
     model_gpt *m = NULL;
     OK(model_gpt_create(&cfg, &m, &e_));
     model_gpt_init_weights(m, 9);
     static const char text[] = "the quick brown fox jumps over the lazy dog; ";
     uint8_t data[1024];
-    for (size_t i = 0; i < sizeof data; i++)
-        data[i] = (uint8_t)text[i % (sizeof text - 1)];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)text[i % (sizeof text - 1)];
     model_kfac_gpt o;
     model_kfac_gpt_config c = model_kfac_gpt_config_default();
     model_sgd sgd;
@@ -543,8 +507,7 @@ static float train_tiny(int kfac, float *first)
             OK(model_gpt_backward(m, &e_));
             OK(model_sgd_step_gpt(&sgd, m, &e_));
         }
-        if (s == 0)
-            *first = loss;
+        if (s == 0) *first = loss;
         last = loss;
     }
     assert_int_equal(o.kept_inverses, 0);
@@ -554,8 +517,7 @@ static float train_tiny(int kfac, float *first)
     return last;
 }
 
-static void test_training_loss_falls(void **state)
-{
+static void test_training_loss_falls(void **state) {
     (void)state;
     float f0 = 0.0f, f1 = 0.0f;
     float kfac = train_tiny(1, &f0), sgd = train_tiny(0, &f1);
@@ -567,13 +529,10 @@ static void test_training_loss_falls(void **state)
     assert_true(kfac < sgd + 0.25f);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_step_equals_explicit),
-        cmocka_unit_test(test_second_step_and_refresh),
-        cmocka_unit_test(test_layers_and_config),
-        cmocka_unit_test(test_refusals_and_reset),
+        cmocka_unit_test(test_step_equals_explicit), cmocka_unit_test(test_second_step_and_refresh),
+        cmocka_unit_test(test_layers_and_config),    cmocka_unit_test(test_refusals_and_reset),
         cmocka_unit_test(test_training_loss_falls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -118,11 +118,13 @@ static void test_address_keys(void **state) {
 /* ---- the guard's clock --------------------------------------------------- */
 
 static double fake_now;
-static double fake_clock(void) { return fake_now; }
+static double fake_clock(void) {
+    return fake_now;
+}
 
 static void guard_with_clock(coord_guard *g, double timeout, double rate) {
-    coord_guard_caps caps = {.body_cap = 1 << 20, .slow_timeout_s = timeout,
-                             .min_body_rate = rate, .clock = fake_clock};
+    coord_guard_caps caps = {
+        .body_cap = 1 << 20, .slow_timeout_s = timeout, .min_body_rate = rate, .clock = fake_clock};
     coord_guard_init(g, 4096, &caps);
 }
 
@@ -149,8 +151,10 @@ static void test_guard_slow_head(void **state) {
     assert_int_equal(out.len, 0); /* nothing of it was passed on */
     assert_int_equal(coord_guard_expire_head(&g, &out), VL_OK);
     char want[256];
-    snprintf(want, sizeof want, "GET /v1/task HTTP/1.1\r\nContent-Length: 0\r\nConnection: "
-             "close\r\n%s: head_timeout\r\n\r\n", COORD_GUARD_HEADER);
+    snprintf(want, sizeof want,
+             "GET /v1/task HTTP/1.1\r\nContent-Length: 0\r\nConnection: "
+             "close\r\n%s: head_timeout\r\n\r\n",
+             COORD_GUARD_HEADER);
     assert_int_equal(out.len, strlen(want));
     assert_memory_equal(out.data, want, out.len);
     assert_int_equal(g.state, COORD_GUARD_DISCARD);
@@ -240,8 +244,7 @@ static void test_guard_double_slash_target(void **state) {
         coord_guard_parse_head((const uint8_t *)bad[i], strlen(bad[i]), &caps, &h);
         assert_int_equal(h.verdict, COORD_GUARD_BAD_HEAD);
     }
-    static const char *const good[] = {"GET / HTTP/1.1\r\n\r\n",
-                                       "GET /v1//task HTTP/1.1\r\n\r\n",
+    static const char *const good[] = {"GET / HTTP/1.1\r\n\r\n", "GET /v1//task HTTP/1.1\r\n\r\n",
                                        "GET /v1/task?x=//y HTTP/1.1\r\n\r\n"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         coord_guard_parse_head((const uint8_t *)good[i], strlen(good[i]), &caps, &h);
@@ -251,12 +254,9 @@ static void test_guard_double_slash_target(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bucket_burst_and_refill),
-        cmocka_unit_test(test_bucket_unlimited),
-        cmocka_unit_test(test_bucket_table_bounded),
-        cmocka_unit_test(test_address_keys),
-        cmocka_unit_test(test_guard_slow_head),
-        cmocka_unit_test(test_guard_slow_body),
+        cmocka_unit_test(test_bucket_burst_and_refill),   cmocka_unit_test(test_bucket_unlimited),
+        cmocka_unit_test(test_bucket_table_bounded),      cmocka_unit_test(test_address_keys),
+        cmocka_unit_test(test_guard_slow_head),           cmocka_unit_test(test_guard_slow_body),
         cmocka_unit_test(test_guard_double_slash_target),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

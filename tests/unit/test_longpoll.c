@@ -57,8 +57,8 @@ typedef struct client {
     int fd;
     char buf[8192];
     size_t len;
-    int status;    /* 0 until the answer is complete */
-    json_t *body;  /* a 200's JSON */
+    int status;   /* 0 until the answer is complete */
+    json_t *body; /* a 200's JSON */
 } client;
 
 /* One of the test's own waiters (see the top). */
@@ -217,13 +217,13 @@ static void pump(void) {
     }
 }
 
-#define PUMP_UNTIL(cond, what)                                                                    \
-    do {                                                                                          \
-        double end_ = vl_clock_mono_s() + STEP_S;                                                    \
-        while (!(cond)) {                                                                         \
-            if (vl_clock_mono_s() > end_) fail_msg("%s: not within %.0f s", what, STEP_S);           \
-            pump();                                                                               \
-        }                                                                                         \
+#define PUMP_UNTIL(cond, what)                                                             \
+    do {                                                                                   \
+        double end_ = vl_clock_mono_s() + STEP_S;                                          \
+        while (!(cond)) {                                                                  \
+            if (vl_clock_mono_s() > end_) fail_msg("%s: not within %.0f s", what, STEP_S); \
+            pump();                                                                        \
+        }                                                                                  \
     } while (0)
 
 /* ---- peers and requests ------------------------------------------------------ */
@@ -241,9 +241,14 @@ static int add_peer(void) {
 
 /* A task of peer i on version 0, inserted as the writer would have. */
 static int64_t add_task(int i, storage_task_state state, int64_t deadline) {
-    storage_task t = {.peer_id = H.ids[i], .base_version = 0, .data_offset = 0,
-                      .data_length = 4096, .seed = 1, .issued_at = vl_clock_unix_s(),
-                      .deadline = deadline, .state = state};
+    storage_task t = {.peer_id = H.ids[i],
+                      .base_version = 0,
+                      .data_offset = 0,
+                      .data_length = 4096,
+                      .seed = 1,
+                      .issued_at = vl_clock_unix_s(),
+                      .deadline = deadline,
+                      .state = state};
     int64_t id = 0;
     OK(storage_task_insert(H.srv->db, &t, &id, &e_));
     return id;
@@ -256,16 +261,25 @@ static void add_update(int i) {
     size_t n = H.srv->n_params;
     float *d = random_vec(n, 50 + (uint64_t)i);
     for (size_t k = 0; k < n; k++) d[k] *= 1e-3f;
-    compress_update_meta m = {.task = task, .peer = H.ids[i], .base_version = 0,
-                              .num_samples = 16, .local_steps = 4, .loss = 3.0,
+    compress_update_meta m = {.task = task,
+                              .peer = H.ids[i],
+                              .base_version = 0,
+                              .num_samples = 16,
+                              .local_steps = 4,
+                              .loss = 3.0,
                               .kind = COMPRESS_DENSE};
     snprintf(m.run, sizeof m.run, "longpoll");
     vl_buf b;
     vl_buf_init(&b, 1 << 24);
     OK(compress_update_encode_dense(&m, d, n, ST_F32, &b, &e_));
-    storage_update u = {.task_id = task, .peer_id = H.ids[i], .base_version = 0,
-                        .num_samples = m.num_samples, .local_steps = m.local_steps,
-                        .loss = m.loss, .nbytes = (int64_t)b.len, .blob = b.data,
+    storage_update u = {.task_id = task,
+                        .peer_id = H.ids[i],
+                        .base_version = 0,
+                        .num_samples = m.num_samples,
+                        .local_steps = m.local_steps,
+                        .loss = m.loss,
+                        .nbytes = (int64_t)b.len,
+                        .blob = b.data,
                         .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(COMPRESS_DENSE));
     OK(storage_update_insert(H.srv->db, &u, NULL, &e_));
@@ -294,8 +308,10 @@ static void send_all(client *c, const char *text) {
     size_t len = strlen(text), off = 0;
     while (off < len) {
         ssize_t w = send(c->fd, text + off, len - off, MSG_NOSIGNAL);
-        if (w > 0) off += (size_t)w;
-        else assert_true(w < 0 && (errno == EAGAIN || errno == EINTR));
+        if (w > 0)
+            off += (size_t)w;
+        else
+            assert_true(w < 0 && (errno == EAGAIN || errno == EINTR));
     }
 }
 
@@ -394,8 +410,10 @@ static void gate_close(gate *g, int compute) {
     pthread_cond_init(&g->cv, NULL);
     g->job.run = gate_run;
     g->job.done = gate_done;
-    if (compute) coord_writer_compute(H.srv->writer, &g->job);
-    else coord_writer_submit(H.srv->writer, &g->job);
+    if (compute)
+        coord_writer_compute(H.srv->writer, &g->job);
+    else
+        coord_writer_submit(H.srv->writer, &g->job);
     pthread_mutex_lock(&g->mu);
     while (!g->entered) pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
@@ -491,8 +509,8 @@ static void test_waiters_across_merge(void **state) {
         assert_int_equal(task_field(c[k], "base_version"), 1);
         int64_t id = task_field(c[k], "task_id");
         if (id <= last_id)
-            fail_msg("request %d (asked after request %d) got task %lld, before its %lld", k,
-                     k - 1, (long long)id, (long long)last_id);
+            fail_msg("request %d (asked after request %d) got task %lld, before its %lld", k, k - 1,
+                     (long long)id, (long long)last_id);
         last_id = id;
     }
     /* In order and all answered, but perhaps by later wake-ups (the done
@@ -503,7 +521,8 @@ static void test_waiters_across_merge(void **state) {
      * slot. */
     if (rec->issuing != SLOTS)
         fail_msg("the wake-up after version 1 handed out %lld of its %d free slots to the %d "
-                 "requests waiting", (long long)rec->issuing, SLOTS, SLOTS);
+                 "requests waiting",
+                 (long long)rec->issuing, SLOTS, SLOTS);
     client *z = ask_task(late, 0);
     PUMP_UNTIL(z->status, "the late request");
     if (z->status != 204) fail_msg("a request after the six got %d, not 204", z->status);
@@ -557,7 +576,8 @@ static void test_expired_slot_goes_to_oldest(void **state) {
     pump_for(2.0, answered, w);
     if (w->status != 200 || z->status != 204)
         fail_msg("the freed slot went to the request that came later: the parked one got %d, "
-                 "the later one %d", w->status, z->status);
+                 "the later one %d",
+                 w->status, z->status);
     assert_int_equal(task_field(w, "base_version"), 0);
     gate_free(&writer);
     close_run();
@@ -580,7 +600,8 @@ static void test_timeout_leaves_slot_to_oldest(void **state) {
     pump_for(2.0, answered, w);
     if (w->status != 200 || s->status != 204)
         fail_msg("the freed slot went to the request whose wait ended: the one parked first "
-                 "got %d, that one %d", w->status, s->status);
+                 "got %d, that one %d",
+                 w->status, s->status);
     gate_free(&writer);
     close_run();
 }
@@ -603,7 +624,8 @@ static void test_second_request_holds_up_nobody(void **state) {
     PUMP_UNTIL(H.srv->version == 1, "version 1");
     if (rec->issuing != 2)
         fail_msg("the wake-up after version 1 handed out %lld leases to the two peers waiting, "
-                 "not 2", (long long)rec->issuing);
+                 "not 2",
+                 (long long)rec->issuing);
     PUMP_UNTIL(a->status && b->status && o->status, "the three requests to be answered");
     assert_int_equal(a->status, 200);
     assert_int_equal(b->status, 200);
@@ -632,7 +654,8 @@ static void test_lease_answered_while_queue_waits(void **state) {
     pump_for(3.0, answered, b);
     if (b->status != 200)
         fail_msg("the peer's second request got %d, not its lease, while the request parked "
-                 "before it waits for a slot", b->status);
+                 "before it waits for a slot",
+                 b->status);
     assert_int_equal(a->status, 200);
     assert_int_equal(task_field(a, "task_id"), task_field(b, "task_id"));
     assert_int_equal(o->status, 0);

@@ -73,15 +73,25 @@ static coord_server *open_run(const char *dir, const char *kind, const char *rob
 /* Stores a done task of peer for m's base version and its update (body). */
 static void store_update(coord_server *srv, int64_t peer, const compress_update_meta *m,
                          const vl_buf *body) {
-    storage_task t = {.peer_id = peer, .base_version = m->base_version, .data_offset = 0,
-                      .data_length = 4096, .seed = 1, .issued_at = 1000,
-                      .deadline = vl_clock_unix_s() + 600, .state = STORAGE_TASK_DONE};
+    storage_task t = {.peer_id = peer,
+                      .base_version = m->base_version,
+                      .data_offset = 0,
+                      .data_length = 4096,
+                      .seed = 1,
+                      .issued_at = 1000,
+                      .deadline = vl_clock_unix_s() + 600,
+                      .state = STORAGE_TASK_DONE};
     int64_t tid = 0;
     OK(storage_task_insert(srv->db, &t, &tid, &e_));
     assert_int_equal(tid, m->task);
-    storage_update u = {.task_id = tid, .peer_id = peer, .base_version = m->base_version,
-                        .num_samples = m->num_samples, .local_steps = m->local_steps,
-                        .loss = m->loss, .nbytes = (int64_t)body->len, .blob = body->data,
+    storage_update u = {.task_id = tid,
+                        .peer_id = peer,
+                        .base_version = m->base_version,
+                        .num_samples = m->num_samples,
+                        .local_steps = m->local_steps,
+                        .loss = m->loss,
+                        .nbytes = (int64_t)body->len,
+                        .blob = body->data,
                         .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(m->kind));
     OK(storage_update_insert(srv->db, &u, NULL, &e_));
@@ -146,7 +156,8 @@ static void check_recovery(const coord_server *srv, const float *mean, size_t n)
     for (size_t i = 0; i < n; i++)
         if (est[i] != mean[i])
             fail_msg("the sketch estimates coordinate %zu as %g, not %g: choose another "
-                     "compression.seed", i, (double)est[i], (double)mean[i]);
+                     "compression.seed",
+                     i, (double)est[i], (double)mean[i]);
     free(est);
     compress_sketch_free(&s);
 }
@@ -214,8 +225,12 @@ static void check_kind(const char *kind) {
     }
     if (sketch) check_recovery(srv, mean, n);
     for (int k = 0; k < 2; k++) {
-        compress_update_meta m = {.task = k + 1, .peer = peer[k], .base_version = 0,
-                                  .num_samples = samples[k], .local_steps = 2, .loss = 3.0};
+        compress_update_meta m = {.task = k + 1,
+                                  .peer = peer[k],
+                                  .base_version = 0,
+                                  .num_samples = samples[k],
+                                  .local_steps = 2,
+                                  .loss = 3.0};
         snprintf(m.run, sizeof m.run, "merge");
         vl_buf b;
         vl_buf_init(&b, 1 << 24);
@@ -270,8 +285,12 @@ static void test_sketch_divides_by_samples(void **state) {
 /* Stores a dense update of peer, based on the current version. */
 static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t samples,
                         const float *d) {
-    compress_update_meta m = {.task = task, .peer = peer, .base_version = srv->version,
-                              .num_samples = samples, .local_steps = 2, .loss = 3.0};
+    compress_update_meta m = {.task = task,
+                              .peer = peer,
+                              .base_version = srv->version,
+                              .num_samples = samples,
+                              .local_steps = 2,
+                              .loss = 3.0};
     snprintf(m.run, sizeof m.run, "merge");
     vl_buf b;
     vl_buf_init(&b, 1 << 24);
@@ -356,22 +375,24 @@ static void test_auto_norm_bound(void **state) {
  * normalised configuration says so and parses back the same. */
 static void test_robust_defaults(void **state) {
     (void)state;
-    static const struct { int upv; coord_rule rule; } cases[] = {
-        {2, COORD_RULE_MEAN}, {4, COORD_RULE_MEAN}, {5, COORD_RULE_TRIMMED_MEAN}};
+    static const struct {
+        int upv;
+        coord_rule rule;
+    } cases[] = {{2, COORD_RULE_MEAN}, {4, COORD_RULE_MEAN}, {5, COORD_RULE_TRIMMED_MEAN}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char text[400];
         snprintf(text, sizeof text,
                  "{\"name\": \"d\", \"corpus\": \"x\", \"model\": {\"vocab_size\": 256, "
                  "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
-                 "\"mode\": \"async\", \"updates_per_version\": %d}", cases[c].upv);
+                 "\"mode\": \"async\", \"updates_per_version\": %d}",
+                 cases[c].upv);
         coord_config cfg, again;
         OK(coord_config_parse(text, strlen(text), &cfg, &e_));
         assert_int_equal(cfg.robust.rule, cases[c].rule);
         assert_true(cfg.robust.auto_norm && cfg.robust.refuse_excess);
         /* A sync run clips instead: a refusal would hold its slot. */
         snprintf(text, sizeof text,
-                 "{\"name\": \"d\", \"corpus\": \"x\", \"updates_per_version\": %d}",
-                 cases[c].upv);
+                 "{\"name\": \"d\", \"corpus\": \"x\", \"updates_per_version\": %d}", cases[c].upv);
         OK(coord_config_parse(text, strlen(text), &again, &e_));
         assert_true(again.robust.auto_norm && !again.robust.refuse_excess);
         assert_true(cfg.robust.auto_mult == 4 && cfg.robust.auto_versions == 3);
@@ -389,7 +410,8 @@ static void test_robust_defaults(void **state) {
         snprintf(text, sizeof text,
                  "{\"name\": \"d\", \"corpus\": \"x\", \"model\": {\"vocab_size\": 256, "
                  "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "
-                 "\"robust\": %s}", bad[i]);
+                 "\"robust\": %s}",
+                 bad[i]);
         coord_config cfg;
         vl_error e = {0};
         assert_int_equal(coord_config_parse(text, strlen(text), &cfg, &e), VL_EINVAL);

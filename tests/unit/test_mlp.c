@@ -25,71 +25,59 @@
 
 #define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
 
-static void assert_near_at(double a, double b, double tol, const char *what, int line)
-{
+static void assert_near_at(double a, double b, double tol, const char *what, int line) {
     if (!(fabs(a - b) <= tol))
         fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
 }
 
-static model_mlp *make(model_mlp_config c, uint64_t seed)
-{
+static model_mlp *make(model_mlp_config c, uint64_t seed) {
     model_mlp *m = NULL;
     vl_error err = {0};
-    if (model_mlp_create(&c, &m, &err) != 0)
-        fail_msg("create: %s", err.msg);
+    if (model_mlp_create(&c, &m, &err) != 0) fail_msg("create: %s", err.msg);
     model_mlp_init_weights(m, seed);
     return m;
 }
 
 /* The small odd shape the exact checks use: D 5, hidden {7, 3}, C 4. */
-static model_mlp_config small_config(void)
-{
+static model_mlp_config small_config(void) {
     model_mlp_config c = {.in_dim = 5, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4};
     return c;
 }
 
 /* Perturbs every parameter, biases included, so no gradient is trivially
  * zero and the GELUs see both signs. */
-static void randomise(model_mlp *m, uint64_t seed)
-{
+static void randomise(model_mlp *m, uint64_t seed) {
     vl_rng r;
     vl_rng_seed(&r, seed);
     float *p = model_mlp_params(m);
-    for (size_t i = 0; i < model_mlp_num_params(m); i++)
-        p[i] = 0.8f * vl_rng_normal(&r);
+    for (size_t i = 0; i < model_mlp_num_params(m); i++) p[i] = 0.8f * vl_rng_normal(&r);
 }
 
-static void random_labels(int *y, int n, int C, uint64_t seed)
-{
+static void random_labels(int *y, int n, int C, uint64_t seed) {
     vl_rng r;
     vl_rng_seed(&r, seed);
-    for (int i = 0; i < n; i++)
-        y[i] = (int)vl_rng_below(&r, (uint32_t)C);
+    for (int i = 0; i < n; i++) y[i] = (int)vl_rng_below(&r, (uint32_t)C);
 }
 
 /* ---- the naive reference ------------------------------------------------ */
 
-static double gelu_ref(double x)
-{
+static double gelu_ref(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
 /* Mean cross-entropy of the MLP with parameters p (double, the model's flat
  * layout: per layer W[in,out] then b[out]) on x[B,D], y[B], in double with
  * plain loops. logits and probs ([B,C]) may be NULL. */
-static double ref_forward(const model_mlp_config *c, const double *p, const float *x,
-                          const int *y, int B, double *logits, double *probs)
-{
+static double ref_forward(const model_mlp_config *c, const double *p, const float *x, const int *y,
+                          int B, double *logits, double *probs) {
     int width[MODEL_MLP_MAX_HIDDEN + 2];
     width[0] = c->in_dim;
-    for (int l = 0; l < c->n_hidden; l++)
-        width[l + 1] = c->hidden[l];
+    for (int l = 0; l < c->n_hidden; l++) width[l + 1] = c->hidden[l];
     width[c->n_hidden + 1] = c->n_classes;
     double loss = 0.0;
     double cur[64], next[64];
     for (int b = 0; b < B; b++) {
-        for (int j = 0; j < width[0]; j++)
-            cur[j] = x[b * width[0] + j];
+        for (int j = 0; j < width[0]; j++) cur[j] = x[b * width[0] + j];
         const double *q = p;
         for (int l = 0; l <= c->n_hidden; l++) {
             int in = width[l], out = width[l + 1];
@@ -97,8 +85,7 @@ static double ref_forward(const model_mlp_config *c, const double *p, const floa
             const double *W = q, *bias = q + in * out;
             for (int o = 0; o < out; o++) {
                 double s = bias[o];
-                for (int i = 0; i < in; i++)
-                    s += cur[i] * W[i * out + o];
+                for (int i = 0; i < in; i++) s += cur[i] * W[i * out + o];
                 next[o] = l < c->n_hidden ? gelu_ref(s) : s;
             }
             memcpy(cur, next, (size_t)out * sizeof(double));
@@ -106,37 +93,29 @@ static double ref_forward(const model_mlp_config *c, const double *p, const floa
         }
         int C = c->n_classes;
         double mx = cur[0];
-        for (int k = 1; k < C; k++)
-            mx = cur[k] > mx ? cur[k] : mx;
+        for (int k = 1; k < C; k++) mx = cur[k] > mx ? cur[k] : mx;
         double z = 0.0;
-        for (int k = 0; k < C; k++)
-            z += exp(cur[k] - mx);
+        for (int k = 0; k < C; k++) z += exp(cur[k] - mx);
         for (int k = 0; k < C; k++) {
-            if (logits)
-                logits[b * C + k] = cur[k];
-            if (probs)
-                probs[b * C + k] = exp(cur[k] - mx) / z;
+            if (logits) logits[b * C + k] = cur[k];
+            if (probs) probs[b * C + k] = exp(cur[k] - mx) / z;
         }
-        if (y)
-            loss += mx + log(z) - cur[y[b]];
+        if (y) loss += mx + log(z) - cur[y[b]];
     }
     return loss / B;
 }
 
-static double *params_double(model_mlp *m)
-{
+static double *params_double(model_mlp *m) {
     size_t n = model_mlp_num_params(m);
     double *d = malloc(n * sizeof *d);
     assert_non_null(d);
-    for (size_t i = 0; i < n; i++)
-        d[i] = model_mlp_params(m)[i];
+    for (size_t i = 0; i < n; i++) d[i] = model_mlp_params(m)[i];
     return d;
 }
 
 /* ---- configuration and table ---------------------------------------------- */
 
-static void expect_bad(model_mlp_config c, const char *needle)
-{
+static void expect_bad(model_mlp_config c, const char *needle) {
     vl_error err = {0};
     assert_int_equal(model_mlp_config_validate(&c, &err), VL_EINVAL);
     if (strstr(err.msg, needle) == NULL)
@@ -146,31 +125,29 @@ static void expect_bad(model_mlp_config c, const char *needle)
     assert_null(m);
 }
 
-static void test_config_validate(void **state)
-{
+static void test_config_validate(void **state) {
     (void)state;
     vl_error err = {0};
     model_mlp_config c = small_config();
     OK(model_mlp_config_validate(&c, &e_));
     model_mlp_config bad[6];
-    const char *field[6] = {"n_hidden", "n_hidden", "in_dim", "n_classes", "hidden[1]",
-                            "hidden[0]"};
-    for (int i = 0; i < 6; i++)
-        bad[i] = c;
+    const char *field[6] = {"n_hidden",  "n_hidden",  "in_dim",
+                            "n_classes", "hidden[1]", "hidden[0]"};
+    for (int i = 0; i < 6; i++) bad[i] = c;
     bad[0].n_hidden = 0, bad[1].n_hidden = MODEL_MLP_MAX_HIDDEN + 1, bad[2].in_dim = 0;
     bad[3].n_classes = 1, bad[4].hidden[1] = 0, bad[5].hidden[0] = MODEL_MLP_MAX_WIDTH + 1;
-    for (int i = 0; i < 6; i++)
-        expect_bad(bad[i], field[i]);
+    for (int i = 0; i < 6; i++) expect_bad(bad[i], field[i]);
     /* 4 layers of 2^16 x 2^16: every width allowed, the total is not */
-    c = (model_mlp_config){.in_dim = 1 << 16, .n_hidden = 4,
-                           .hidden = {1 << 16, 1 << 16, 1 << 16, 1 << 16}, .n_classes = 2};
+    c = (model_mlp_config){.in_dim = 1 << 16,
+                           .n_hidden = 4,
+                           .hidden = {1 << 16, 1 << 16, 1 << 16, 1 << 16},
+                           .n_classes = 2};
     expect_bad(c, "parameters");
     assert_int_equal(model_mlp_config_validate(NULL, &err), VL_EINVAL);
     assert_int_equal(model_mlp_create(&c, NULL, &err), VL_EINVAL);
 }
 
-static void test_tensor_table(void **state)
-{
+static void test_tensor_table(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 1);
@@ -178,7 +155,7 @@ static void test_tensor_table(void **state)
     int n = model_mlp_tensors(m, &t);
     assert_int_equal(n, 6);
     const size_t shapes[6][2] = {{5, 7}, {7, 0}, {7, 3}, {3, 0}, {3, 4}, {4, 0}};
-    const char *names[6] = {"fc.0.weight", "fc.0.bias", "fc.1.weight",
+    const char *names[6] = {"fc.0.weight", "fc.0.bias",   "fc.1.weight",
                             "fc.1.bias",   "fc.2.weight", "fc.2.bias"};
     size_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -196,8 +173,7 @@ static void test_tensor_table(void **state)
     /* gradients exist from the start and are zero */
     const float *g = model_mlp_grads(m);
     assert_non_null(g);
-    for (size_t i = 0; i < off; i++)
-        assert_true(g[i] == 0.0f);
+    for (size_t i = 0; i < off; i++) assert_true(g[i] == 0.0f);
     assert_null(model_mlp_logits(m));
     assert_null(model_mlp_probs(m));
     model_mlp_destroy(m);
@@ -206,8 +182,7 @@ static void test_tensor_table(void **state)
 
 /* ---- forward -------------------------------------------------------------- */
 
-static void test_forward_matches_reference(void **state)
-{
+static void test_forward_matches_reference(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 3);
@@ -233,15 +208,13 @@ static void test_forward_matches_reference(void **state)
     }
     /* Inference: the same outputs without labels; no loss needed. */
     OK(model_mlp_forward(m, x, NULL, B, NULL, &e_));
-    for (int i = 0; i < B * C; i++)
-        assert_near(model_mlp_probs(m)[i], pr[i], 1e-6);
+    for (int i = 0; i < B * C; i++) assert_near(model_mlp_probs(m)[i], pr[i], 1e-6);
     free(p);
     free(x);
     model_mlp_destroy(m);
 }
 
-static void test_init_loss_is_uniform(void **state)
-{
+static void test_init_loss_is_uniform(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 20, .n_hidden = 2, .hidden = {64, 32}, .n_classes = 10};
     model_mlp *m = make(c, 42);
@@ -263,8 +236,7 @@ static void test_init_loss_is_uniform(void **state)
 
 /* ---- gradient ------------------------------------------------------------- */
 
-static void test_gradient_finite_differences(void **state)
-{
+static void test_gradient_finite_differences(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 11);
@@ -309,16 +281,14 @@ static void test_gradient_finite_differences(void **state)
             fail_msg("gradient of %s off: relative %.3g, worst element %.3g (|num| %.3g)",
                      t[i].name, rel, worst, sqrt(nn));
         if (nn == 0.0)
-            fail_msg("gradient of %s is identically zero: the check would be vacuous",
-                     t[i].name);
+            fail_msg("gradient of %s is identically zero: the check would be vacuous", t[i].name);
     }
     free(p);
     free(x);
     model_mlp_destroy(m);
 }
 
-static void test_gradient_accumulates(void **state)
-{
+static void test_gradient_accumulates(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 21);
@@ -337,11 +307,9 @@ static void test_gradient_accumulates(void **state)
     memset(x, 0, 15 * sizeof(float));
     OK(model_mlp_backward(m, &e_));
     const float *g = model_mlp_grads(m);
-    for (size_t i = 0; i < n; i++)
-        assert_near(g[i], 2.0 * once[i], 1e-6 * fabs(once[i]) + 1e-9);
+    for (size_t i = 0; i < n; i++) assert_near(g[i], 2.0 * once[i], 1e-6 * fabs(once[i]) + 1e-9);
     model_mlp_zero_grad(m);
-    for (size_t i = 0; i < n; i++)
-        assert_true(g[i] == 0.0f);
+    for (size_t i = 0; i < n; i++) assert_true(g[i] == 0.0f);
     free(once);
     free(x);
     model_mlp_destroy(m);
@@ -352,8 +320,7 @@ static void test_gradient_accumulates(void **state)
  * finite differences above) equals x^T dy from the accessor, and the bias
  * gradient the column sums of dy; recomputing the output gradients for the
  * same labels gives the same bits; the last layer's dy is (p - onehot)/B. */
-static void test_layer_io(void **state)
-{
+static void test_layer_io(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 31);
@@ -429,8 +396,7 @@ static void test_layer_io(void **state)
     model_mlp_destroy(m);
 }
 
-static void test_forward_errors(void **state)
-{
+static void test_forward_errors(void **state) {
     (void)state;
     model_mlp *m = make(small_config(), 1);
     vl_error err = {0};
@@ -453,15 +419,14 @@ static void test_forward_errors(void **state)
     assert_int_equal(model_mlp_backward(m, &err), VL_EINVAL);
     OK(model_mlp_forward(m, x, y, 4, &loss, &e_));
     OK(model_mlp_backward(m, &e_));
-    assert_non_null(model_mlp_probs(m)); /* backward leaves the outputs */
+    assert_non_null(model_mlp_probs(m));                      /* backward leaves the outputs */
     assert_int_equal(model_mlp_backward(m, &err), VL_EINVAL); /* consumed */
     model_mlp_destroy(m);
 }
 
 /* Growing, shrinking and regrowing the batch gives the same outputs as a
  * fresh model. */
-static void test_replanning(void **state)
-{
+static void test_replanning(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 3);
@@ -482,16 +447,13 @@ static void test_replanning(void **state)
 
 /* ---- training ------------------------------------------------------------- */
 
-static void sgd_step(model_mlp *m, float lr)
-{
+static void sgd_step(model_mlp *m, float lr) {
     float *p = model_mlp_params(m);
     const float *g = model_mlp_grads(m);
-    for (size_t i = 0; i < model_mlp_num_params(m); i++)
-        p[i] -= lr * g[i];
+    for (size_t i = 0; i < model_mlp_num_params(m); i++) p[i] -= lr * g[i];
 }
 
-static void test_overfit_one_batch(void **state)
-{
+static void test_overfit_one_batch(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 8, .n_hidden = 1, .hidden = {32}, .n_classes = 5};
     model_mlp *m = make(c, 1);
@@ -503,14 +465,12 @@ static void test_overfit_one_batch(void **state)
     for (int step = 0; step < 1000; step++) {
         model_mlp_zero_grad(m);
         OK(model_mlp_forward(m, x, y, B, &loss, &e_));
-        if (step == 0)
-            first = loss;
+        if (step == 0) first = loss;
         OK(model_mlp_backward(m, &e_));
         sgd_step(m, 0.5f);
     }
     OK(model_mlp_forward(m, x, y, B, &loss, &e_));
-    if (!(loss < 0.05f))
-        fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
+    if (!(loss < 0.05f)) fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
     double acc;
     OK(model_mlp_accuracy(m, x, y, B, &acc, &e_));
     assert_near(acc, 1.0, 0);
@@ -519,8 +479,7 @@ static void test_overfit_one_batch(void **state)
 }
 
 /* Same seed, same data: bitwise-identical parameters and losses. */
-static float *train_run(float *losses, int steps, size_t *n_out)
-{
+static float *train_run(float *losses, int steps, size_t *n_out) {
     model_mlp_config c = {.in_dim = 6, .n_hidden = 3, .hidden = {16, 9, 5}, .n_classes = 3};
     model_mlp *m = make(c, 2024);
     float *x = random_vec(10 * 6, 77);
@@ -541,8 +500,7 @@ static float *train_run(float *losses, int steps, size_t *n_out)
     return p;
 }
 
-static void test_deterministic(void **state)
-{
+static void test_deterministic(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *a = make(c, 7), *b = make(c, 7), *d = make(c, 8);
@@ -563,8 +521,7 @@ static void test_deterministic(void **state)
 }
 
 /* Evaluation in chunks agrees with one big forward. */
-static void test_evaluate(void **state)
-{
+static void test_evaluate(void **state) {
     (void)state;
     model_mlp_config c = small_config();
     model_mlp *m = make(c, 5);
@@ -584,8 +541,7 @@ static void test_evaluate(void **state)
     int correct = 0;
     for (int i = 0; i < n; i++) {
         int best = 0;
-        for (int k = 1; k < 4; k++)
-            best = lg[i * 4 + k] > lg[i * 4 + best] ? k : best;
+        for (int k = 1; k < 4; k++) best = lg[i * 4 + k] > lg[i * 4 + best] ? k : best;
         correct += best == y[i];
     }
     assert_near(loss, whole, 1e-6 * whole);
@@ -605,8 +561,7 @@ static void test_evaluate(void **state)
 
 /* ---- federated data -------------------------------------------------------- */
 
-static void expect_bad_fed(model_fed_synth_config c, const char *needle)
-{
+static void expect_bad_fed(model_fed_synth_config c, const char *needle) {
     vl_error err = {0};
     float x[64];
     int y[2];
@@ -619,23 +574,20 @@ static void expect_bad_fed(model_fed_synth_config c, const char *needle)
     assert_int_equal(model_fed_synth_label_dist(&c, 0, p, &err), VL_EINVAL);
 }
 
-static void test_fed_config(void **state)
-{
+static void test_fed_config(void **state) {
     (void)state;
     model_fed_synth_config d = model_fed_synth_config_default();
     OK(model_fed_synth_config_validate(&d, &e_));
     model_fed_synth_config bad[12];
     const char *field[12] = {"dim",   "n_classes",  "modes",      "modes", "alpha", "alpha",
                              "alpha", "separation", "separation", "noise", "noise", "limit"};
-    for (int i = 0; i < 12; i++)
-        bad[i] = d;
+    for (int i = 0; i < 12; i++) bad[i] = d;
     bad[0].dim = 0, bad[1].n_classes = 1, bad[2].modes = 0;
     bad[3].modes = MODEL_FED_MAX_MODES + 1, bad[4].alpha = 0.0f, bad[5].alpha = NAN;
     bad[6].alpha = 1e7f, bad[7].separation = 0.0f, bad[8].separation = INFINITY;
     bad[9].noise = -1.0f, bad[10].noise = NAN;
     bad[11].dim = 1 << 16, bad[11].n_classes = 1 << 12; /* 2^28 centre floats */
-    for (int i = 0; i < 12; i++)
-        expect_bad_fed(bad[i], field[i]);
+    for (int i = 0; i < 12; i++) expect_bad_fed(bad[i], field[i]);
 
     vl_error err = {0};
     float x[32];
@@ -645,20 +597,17 @@ static void test_fed_config(void **state)
     assert_int_equal(model_fed_synth_peer(&d, -1, 0, 1, x, y, &err), VL_EINVAL);
     assert_non_null(strstr(err.msg, "peer"));
     assert_int_equal(model_fed_synth_label_dist(&d, 0, NULL, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_label_dist(&d, MODEL_FED_MAX_PEER + 1, p, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_fed_synth_label_dist(&d, MODEL_FED_MAX_PEER + 1, p, &err), VL_EINVAL);
     assert_int_equal(model_fed_synth_peer(&d, 0, 0, 0, x, y, &err), VL_EINVAL);
     assert_int_equal(model_fed_synth_peer(&d, 0, 0, 1, NULL, y, &err), VL_EINVAL);
     assert_int_equal(model_fed_synth_peer(&d, 0, 0, 1, x, NULL, &err), VL_EINVAL);
     assert_int_equal(model_fed_synth_peer(&d, 0, UINT64_MAX, 1, x, y, &err), VL_EINVAL);
     assert_non_null(strstr(err.msg, "range"));
-    assert_int_equal(model_fed_synth_validation(&d, (uint64_t)1 << 62, 1, x, y, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_fed_synth_validation(&d, (uint64_t)1 << 62, 1, x, y, &err), VL_EINVAL);
     assert_int_equal(model_fed_synth_validation(&d, 0, -3, x, y, &err), VL_EINVAL);
 }
 
-static void test_fed_deterministic(void **state)
-{
+static void test_fed_deterministic(void **state) {
     (void)state;
     model_fed_synth_config c = model_fed_synth_config_default();
     c.dim = 7, c.n_classes = 5, c.modes = 3;
@@ -676,8 +625,7 @@ static void test_fed_deterministic(void **state)
     OK(model_fed_synth_peer(&c, 3, 1037, n - 37, x2 + 37 * D, y2 + 37, &e_));
     assert_memory_equal(x1, x2, (size_t)n * D * sizeof(float));
     assert_memory_equal(y1, y2, sizeof y1);
-    for (int i = 0; i < n; i++)
-        assert_true(y1[i] >= 0 && y1[i] < 5);
+    for (int i = 0; i < n; i++) assert_true(y1[i] >= 0 && y1[i] < 5);
     /* Another peer, another seed, the validation stream: all different. */
     OK(model_fed_synth_peer(&c, 4, 1000, n, x2, y2, &e_));
     assert_memory_not_equal(x1, x2, (size_t)n * D * sizeof(float));
@@ -699,8 +647,7 @@ static void test_fed_deterministic(void **state)
 /* Dirichlet(alpha) on C classes has E[p_k] = 1/C and
  * Var[p_k] = (1/C)(1 - 1/C)/(C alpha + 1); checks both Gamma branches
  * (alpha < 1 with the boost, alpha >= 1 direct) over many peers. */
-static void test_fed_dirichlet_moments(void **state)
-{
+static void test_fed_dirichlet_moments(void **state) {
     (void)state;
     const float alphas[] = {0.3f, 2.5f};
     for (int a = 0; a < 2; a++) {
@@ -740,8 +687,7 @@ static void test_fed_dirichlet_moments(void **state)
 /* Per-peer label histograms: share of the most common class, and which
  * class it is. */
 static void histograms(const model_fed_synth_config *c, int peers, int n, double *max_share,
-                       int *dominant)
-{
+                       int *dominant) {
     float *x = malloc((size_t)n * c->dim * sizeof(float));
     int *y = malloc((size_t)n * sizeof(int));
     int *h = calloc((size_t)c->n_classes, sizeof(int));
@@ -768,8 +714,7 @@ static void histograms(const model_fed_synth_config *c, int peers, int n, double
     free(x), free(y), free(h), free(pi);
 }
 
-static void test_fed_label_skew(void **state)
-{
+static void test_fed_label_skew(void **state) {
     (void)state;
     enum { PEERS = 20, N = 2000 };
     double share[PEERS];
@@ -798,8 +743,7 @@ static void test_fed_label_skew(void **state)
             fail_msg("alpha 100: peer %d has a class at %.3f", p, share[p]);
 }
 
-static void test_fed_validation_balanced(void **state)
-{
+static void test_fed_validation_balanced(void **state) {
     (void)state;
     model_fed_synth_config c = model_fed_synth_config_default();
     c.alpha = 0.05f; /* irrelevant to the validation set */
@@ -825,8 +769,7 @@ static void test_fed_validation_balanced(void **state)
  * are the same for peers and validation (mislabelled validation data would
  * score about 1/C). Three modes per class, 12 centres in 4 dimensions, so
  * the boundary is not linear. */
-static void test_fed_learnable(void **state)
-{
+static void test_fed_learnable(void **state) {
     (void)state;
     model_fed_synth_config fc = model_fed_synth_config_default();
     fc.dim = 4, fc.n_classes = 4, fc.modes = 3, fc.alpha = 100.0f, fc.noise = 0.3f;
@@ -854,8 +797,7 @@ static void test_fed_learnable(void **state)
     model_mlp_destroy(m);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_validate),
         cmocka_unit_test(test_tensor_table),

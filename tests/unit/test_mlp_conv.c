@@ -20,7 +20,9 @@
 #include "mlp_config_refused.h"
 
 /* Short for mlp_config_refused: the cases below are many. */
-static void refused(const char *text, const char *needle) { mlp_config_refused(text, needle); }
+static void refused(const char *text, const char *needle) {
+    mlp_config_refused(text, needle);
+}
 
 #include "common/common.h"
 #include "model/mlp_io.h"
@@ -28,16 +30,19 @@ static void refused(const char *text, const char *needle) { mlp_config_refused(t
 #include "test_util.h"
 
 /* The small CNN of the Fashion-MNIST runs. */
-static const model_mlp_config FASHION_CNN = {
-    .in_dim = 784, .n_hidden = 1, .hidden = {128}, .n_classes = 10, .n_conv = 2,
-    .image = {1, 28, 28}, .conv = {{16, 5, 2}, {32, 5, 2}}};
+static const model_mlp_config FASHION_CNN = {.in_dim = 784,
+                                             .n_hidden = 1,
+                                             .hidden = {128},
+                                             .n_classes = 10,
+                                             .n_conv = 2,
+                                             .image = {1, 28, 28},
+                                             .conv = {{16, 5, 2}, {32, 5, 2}}};
 
-static const model_mlp_config SMALL = {.in_dim = 5, .n_hidden = 2, .hidden = {7, 3},
-                                       .n_classes = 4};
+static const model_mlp_config SMALL = {
+    .in_dim = 5, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4};
 
 
-static void test_conv_config_parse_refusals(void **state)
-{
+static void test_conv_config_parse_refusals(void **state) {
     (void)state;
 #define HEAD "{\"kind\":\"mlp\",\"in_dim\":784,"
 #define TAIL "\"hidden\":[8],\"classes\":10}"
@@ -65,8 +70,9 @@ static void test_conv_config_parse_refusals(void **state)
     refused(HEAD IMG "\"conv\":[{\"kernel\":3}]," TAIL, "conv[0].channels");
     refused(HEAD IMG "\"conv\":[{\"channels\":0,\"kernel\":3}]," TAIL, "conv[0].channels");
     refused(HEAD IMG "\"conv\":[{\"channels\":4}]," TAIL, "conv[0].kernel");
-    refused(HEAD IMG "\"conv\":[{\"channels\":4,\"kernel\":3},{\"channels\":4,\"kernel\":16}],"
-            TAIL, "conv[1].kernel");
+    refused(HEAD IMG
+            "\"conv\":[{\"channels\":4,\"kernel\":3},{\"channels\":4,\"kernel\":16}]," TAIL,
+            "conv[1].kernel");
     refused(HEAD IMG "\"conv\":[{\"channels\":4,\"kernel\":0}]," TAIL, "conv[0].kernel");
     refused(HEAD IMG "\"conv\":[{\"channels\":4,\"kernel\":3,\"stride\":0}]," TAIL,
             "conv[0].stride");
@@ -101,19 +107,16 @@ static void test_conv_config_parse_refusals(void **state)
 }
 
 /* A configuration model_mlp_config_validate must refuse, naming needle. */
-static void invalid(model_mlp_config c, const char *needle)
-{
+static void invalid(model_mlp_config c, const char *needle) {
     vl_error e = {0};
     assert_int_equal(model_mlp_config_validate(&c, &e), VL_EINVAL);
-    if (!strstr(e.msg, needle))
-        fail_msg("message '%s' lacks '%s'", e.msg, needle);
+    if (!strstr(e.msg, needle)) fail_msg("message '%s' lacks '%s'", e.msg, needle);
     model_mlp *m = (model_mlp *)&e;
     assert_int_equal(model_mlp_create(&c, &m, &e), VL_EINVAL);
     assert_null(m);
 }
 
-static void test_conv_config_validate(void **state)
-{
+static void test_conv_config_validate(void **state) {
     (void)state;
     OK(model_mlp_config_validate(&FASHION_CNN, &e_));
     model_mlp_config c = SMALL;
@@ -163,8 +166,7 @@ static void test_conv_config_validate(void **state)
     assert_int_equal(model_mlp_config_num_layers(&SMALL), 3);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_config_parse_refusals),
         cmocka_unit_test(test_conv_config_validate),

@@ -23,45 +23,51 @@
 #include "mlp_config_refused.h"
 
 /* Short for mlp_config_refused: the cases below are many. */
-static void refused(const char *text, const char *needle) { mlp_config_refused(text, needle); }
+static void refused(const char *text, const char *needle) {
+    mlp_config_refused(text, needle);
+}
 
 #include "common/common.h"
 #include "model/mlp_io.h"
 #include "model/model.h"
 #include "test_util.h"
 
-static model_mlp *make(model_mlp_config c, uint64_t seed)
-{
+static model_mlp *make(model_mlp_config c, uint64_t seed) {
     model_mlp *m = NULL;
     vl_error err = {0};
-    if (model_mlp_create(&c, &m, &err) != 0)
-        fail_msg("create: %s", err.msg);
+    if (model_mlp_create(&c, &m, &err) != 0) fail_msg("create: %s", err.msg);
     model_mlp_init_weights(m, seed);
     return m;
 }
 
-static int config_equal(const model_mlp_config *a, const model_mlp_config *b)
-{
+static int config_equal(const model_mlp_config *a, const model_mlp_config *b) {
     return model_mlp_config_equal(a, b);
 }
 
 /* The small CNN of the Fashion-MNIST runs. */
-static const model_mlp_config FASHION_CNN = {
-    .in_dim = 784, .n_hidden = 1, .hidden = {128}, .n_classes = 10, .n_conv = 2,
-    .image = {1, 28, 28}, .conv = {{16, 5, 2}, {32, 5, 2}}};
+static const model_mlp_config FASHION_CNN = {.in_dim = 784,
+                                             .n_hidden = 1,
+                                             .hidden = {128},
+                                             .n_classes = 10,
+                                             .n_conv = 2,
+                                             .image = {1, 28, 28},
+                                             .conv = {{16, 5, 2}, {32, 5, 2}}};
 
 /* A small odd one: image 2x5x3, conv 3 channels k3 s1 then 2 channels k2 s2. */
-static const model_mlp_config SMALL_CNN = {
-    .in_dim = 30, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4, .n_conv = 2,
-    .image = {2, 5, 3}, .conv = {{3, 3, 1}, {2, 2, 2}}};
+static const model_mlp_config SMALL_CNN = {.in_dim = 30,
+                                           .n_hidden = 2,
+                                           .hidden = {7, 3},
+                                           .n_classes = 4,
+                                           .n_conv = 2,
+                                           .image = {2, 5, 3},
+                                           .conv = {{3, 3, 1}, {2, 2, 2}}};
 
 /* ---- configuration JSON -------------------------------------------------- */
 
-static void test_config_json_round_trip(void **state)
-{
+static void test_config_json_round_trip(void **state) {
     (void)state;
-    const model_mlp_config fashion = {.in_dim = 784, .n_hidden = 2, .hidden = {128, 64},
-                                      .n_classes = 10};
+    const model_mlp_config fashion = {
+        .in_dim = 784, .n_hidden = 2, .hidden = {128, 64}, .n_classes = 10};
     char js[MODEL_MLP_JSON_MAX];
     OK(model_mlp_config_json(&fashion, js, sizeof js));
     /* The exact bytes matter: the coordinator stores this string with the
@@ -108,8 +114,7 @@ static void test_config_json_round_trip(void **state)
 }
 
 
-static void test_config_parse_refusals(void **state)
-{
+static void test_config_parse_refusals(void **state) {
     (void)state;
     refused("[1, 2]", "not a JSON object");
     refused("not json", "not a JSON object");
@@ -153,8 +158,7 @@ static void test_config_parse_refusals(void **state)
     assert_int_equal(model_mlp_config_parse(NULL, 0, &c, &e), VL_EINVAL);
 }
 
-static void test_config_is_mlp(void **state)
-{
+static void test_config_is_mlp(void **state) {
     (void)state;
     static const char *const yes[] = {
         "{\"kind\":\"mlp\",\"in_dim\":784,\"hidden\":[128],\"classes\":10}",
@@ -185,8 +189,7 @@ static void test_config_is_mlp(void **state)
     assert_false(model_mlp_config_is_mlp(yes[1], strlen(yes[1]) - 1));
 }
 
-static void test_config_num_params(void **state)
-{
+static void test_config_num_params(void **state) {
     (void)state;
     const model_mlp_config cases[] = {
         {.in_dim = 1, .n_hidden = 1, .hidden = {1}, .n_classes = 2},
@@ -204,8 +207,7 @@ static void test_config_num_params(void **state)
         const model_tensor *t;
         int nt = model_mlp_tensors(m, &t);
         size_t sum = 0;
-        for (int k = 0; k < nt; k++)
-            sum += t[k].numel;
+        for (int k = 0; k < nt; k++) sum += t[k].numel;
         assert_int_equal(sum, model_mlp_num_params(m));
         model_mlp_destroy(m);
     }
@@ -213,26 +215,22 @@ static void test_config_num_params(void **state)
 
 /* ---- checkpoint files --------------------------------------------------- */
 
-static const model_mlp_config SMALL = {.in_dim = 5, .n_hidden = 2, .hidden = {7, 3},
-                                       .n_classes = 4};
+static const model_mlp_config SMALL = {
+    .in_dim = 5, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4};
 
 /* Random values everywhere, biases too, so a tensor loaded into the
  * wrong place or not at all shows. */
-static void randomise(model_mlp *m, uint64_t seed)
-{
+static void randomise(model_mlp *m, uint64_t seed) {
     vl_rng r;
     vl_rng_seed(&r, seed);
     float *p = model_mlp_params(m);
-    for (size_t i = 0; i < model_mlp_num_params(m); i++)
-        p[i] = vl_rng_normal(&r);
+    for (size_t i = 0; i < model_mlp_num_params(m); i++) p[i] = vl_rng_normal(&r);
 }
 
-static void test_safetensors_round_trip(void **state)
-{
+static void test_safetensors_round_trip(void **state) {
     (void)state;
-    const model_mlp_config cfgs[] = {SMALL,
-                                     {.in_dim = 784, .n_hidden = 1, .hidden = {64},
-                                      .n_classes = 10}};
+    const model_mlp_config cfgs[] = {
+        SMALL, {.in_dim = 784, .n_hidden = 1, .hidden = {64}, .n_classes = 10}};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         model_mlp *a = make(cfgs[c], 3);
         randomise(a, 11 + c);
@@ -249,8 +247,7 @@ static void test_safetensors_round_trip(void **state)
         st_file f;
         OK(st_parse(b.data, b.len, &f, &e_));
         assert_int_equal(f.ntensors, 2 * (cfgs[c].n_hidden + 1));
-        for (int i = 0; i < f.ntensors; i++)
-            assert_int_equal(f.tensors[i].dtype, ST_F32);
+        for (int i = 0; i < f.ntensors; i++) assert_int_equal(f.tensors[i].dtype, ST_F32);
         const st_tensor *w0 = st_find(&f, "fc.0.weight");
         assert_non_null(w0);
         assert_int_equal(w0->ndim, 2);
@@ -284,19 +281,18 @@ static void test_safetensors_round_trip(void **state)
 
 /* How a hand-made file departs from a good one. */
 typedef struct file_fault {
-    const char *drop;    /* tensor left out */
-    const char *extra;   /* tensor added, of 3 floats */
-    const char *swap;    /* 2-D tensor written with its shape transposed */
-    const char *as_i32;  /* tensor written with dtype I32 (same byte count) */
-    const char *as_f16;  /* tensor written as float16 */
-    int nan_at;          /* parameter index made NaN, -1 for none */
-    int inf_at;          /* parameter index made +Inf, -1 for none */
+    const char *drop;   /* tensor left out */
+    const char *extra;  /* tensor added, of 3 floats */
+    const char *swap;   /* 2-D tensor written with its shape transposed */
+    const char *as_i32; /* tensor written with dtype I32 (same byte count) */
+    const char *as_f16; /* tensor written as float16 */
+    int nan_at;         /* parameter index made NaN, -1 for none */
+    int inf_at;         /* parameter index made +Inf, -1 for none */
 } file_fault;
 
 /* Writes m's tensors into b the way model_mlp_write_safetensors would, with
  * the fault f. */
-static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b)
-{
+static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b) {
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
     size_t n = model_mlp_num_params(m);
@@ -305,21 +301,16 @@ static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b)
     assert_non_null(p);
     assert_non_null(half);
     memcpy(p, model_mlp_params(m), n * sizeof *p);
-    if (f->nan_at >= 0)
-        p[f->nan_at] = NAN;
-    if (f->inf_at >= 0)
-        p[f->inf_at] = INFINITY;
-    for (size_t i = 0; i < n; i++)
-        half[i] = vl_f32_to_f16(p[i]);
+    if (f->nan_at >= 0) p[f->nan_at] = NAN;
+    if (f->inf_at >= 0) p[f->inf_at] = INFINITY;
+    for (size_t i = 0; i < n; i++) half[i] = vl_f32_to_f16(p[i]);
     static const float three[3] = {1, 2, 3};
     st_writer w;
     st_writer_init(&w);
     for (int i = 0; i < nt; i++) {
-        if (f->drop && strcmp(t[i].name, f->drop) == 0)
-            continue;
+        if (f->drop && strcmp(t[i].name, f->drop) == 0) continue;
         uint64_t shape[MODEL_TENSOR_MAX_DIMS];
-        for (int d = 0; d < t[i].ndim; d++)
-            shape[d] = t[i].shape[d];
+        for (int d = 0; d < t[i].ndim; d++) shape[d] = t[i].shape[d];
         if (f->swap && strcmp(t[i].name, f->swap) == 0) {
             uint64_t s = shape[0];
             shape[0] = shape[1];
@@ -328,8 +319,7 @@ static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b)
         st_dtype dt = ST_F32;
         const void *data = p + t[i].offset;
         size_t nbytes = t[i].numel * sizeof(float);
-        if (f->as_i32 && strcmp(t[i].name, f->as_i32) == 0)
-            dt = ST_I32;
+        if (f->as_i32 && strcmp(t[i].name, f->as_i32) == 0) dt = ST_I32;
         if (f->as_f16 && strcmp(t[i].name, f->as_f16) == 0) {
             dt = ST_F16;
             data = half + t[i].offset;
@@ -351,8 +341,7 @@ static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b)
 
 /* Loads a faulty file into a model holding other values: the load must
  * fail with want, name needle, and change nothing. */
-static void load_refused(const file_fault *f, int want, const char *needle)
-{
+static void load_refused(const file_fault *f, int want, const char *needle) {
     model_mlp *src = make(SMALL, 1), *dst = make(SMALL, 2);
     randomise(src, 5);
     randomise(dst, 6);
@@ -367,10 +356,8 @@ static void load_refused(const file_fault *f, int want, const char *needle)
     OK(st_parse(b.data, b.len, &sf, &e_));
     vl_error e = {0};
     int rc = model_mlp_load_safetensors(dst, &sf, &e);
-    if (rc != want)
-        fail_msg("load gave %d (%s), wanted %d", rc, e.msg, want);
-    if (!strstr(e.msg, needle))
-        fail_msg("message '%s' lacks '%s'", e.msg, needle);
+    if (rc != want) fail_msg("load gave %d (%s), wanted %d", rc, e.msg, want);
+    if (!strstr(e.msg, needle)) fail_msg("message '%s' lacks '%s'", e.msg, needle);
     assert_memory_equal(model_mlp_params(dst), before, n * sizeof *before);
     st_free(&sf);
     vl_buf_free(&b);
@@ -379,8 +366,7 @@ static void load_refused(const file_fault *f, int want, const char *needle)
     model_mlp_destroy(dst);
 }
 
-static void test_load_refusals(void **state)
-{
+static void test_load_refusals(void **state) {
     (void)state;
     const file_fault none = {.nan_at = -1, .inf_at = -1};
     file_fault f;
@@ -430,8 +416,7 @@ static void test_load_refusals(void **state)
 }
 
 /* float16 tensors are accepted, widened exactly. */
-static void test_load_f16(void **state)
-{
+static void test_load_f16(void **state) {
     (void)state;
     model_mlp *src = make(SMALL, 1), *dst = make(SMALL, 2);
     randomise(src, 8);
@@ -449,8 +434,8 @@ static void test_load_f16(void **state)
         for (size_t k = t[i].offset; k < t[i].offset + t[i].numel; k++) {
             float want = i == 0 ? vl_f16_to_f32(vl_f32_to_f16(a[k])) : a[k];
             if (memcmp(&d[k], &want, sizeof want) != 0)
-                fail_msg("%s element %zu: %.9g, wanted %.9g", t[i].name, k - t[i].offset,
-                         d[k], want);
+                fail_msg("%s element %zu: %.9g, wanted %.9g", t[i].name, k - t[i].offset, d[k],
+                         want);
         }
     st_free(&sf);
     vl_buf_free(&b);
@@ -460,8 +445,7 @@ static void test_load_f16(void **state)
 
 /* ---- AdamW over a tensor table ------------------------------------------- */
 
-static void test_adamw_matches_reference(void **state)
-{
+static void test_adamw_matches_reference(void **state) {
     (void)state;
     model_mlp *m = make(SMALL, 4);
     randomise(m, 21);
@@ -484,8 +468,7 @@ static void test_adamw_matches_reference(void **state)
     size_t n_decayed = 0;
     for (int i = 0; i < nt; i++) {
         assert_true(t[i].ndim == 1 || t[i].ndim == 2);
-        for (size_t k = 0; k < t[i].numel; k++)
-            decay[t[i].offset + k] = t[i].ndim == 2;
+        for (size_t k = 0; k < t[i].numel; k++) decay[t[i].offset + k] = t[i].ndim == 2;
         n_decayed += t[i].ndim == 2 ? t[i].numel : 0;
     }
     assert_true(n_decayed > 0 && n_decayed < n);
@@ -500,8 +483,7 @@ static void test_adamw_matches_reference(void **state)
     vl_rng r;
     vl_rng_seed(&r, 77);
     for (int step = 1; step <= 3; step++) {
-        for (size_t i = 0; i < n; i++)
-            g[i] = 0.5f * vl_rng_normal(&r);
+        for (size_t i = 0; i < n; i++) g[i] = 0.5f * vl_rng_normal(&r);
         OK(model_adamw_step_tensors(&opt, t, nt, n, params, g, &e_));
         assert_int_equal(opt.step, step);
         double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
@@ -513,8 +495,7 @@ static void test_adamw_matches_reference(void **state)
         }
         for (size_t i = 0; i < n; i++)
             if (!(fabs(params[i] - p[i]) <= 1e-6))
-                fail_msg("step %d, parameter %zu: %.9g, reference %.9g", step, i, params[i],
-                         p[i]);
+                fail_msg("step %d, parameter %zu: %.9g, reference %.9g", step, i, params[i], p[i]);
     }
 
     /* With zero gradients the moments decay towards zero but stay, so the
@@ -546,8 +527,7 @@ static void test_adamw_matches_reference(void **state)
     model_mlp_destroy(m);
 }
 
-static void test_adamw_refusals(void **state)
-{
+static void test_adamw_refusals(void **state) {
     (void)state;
     model_mlp *m = make(SMALL, 4);
     const model_tensor *t;
@@ -591,8 +571,7 @@ static void test_adamw_refusals(void **state)
 
 /* ---- the convolution front end --------------------------------------------- */
 
-static void test_conv_config_json(void **state)
-{
+static void test_conv_config_json(void **state) {
     (void)state;
     char js[MODEL_MLP_JSON_MAX];
     OK(model_mlp_config_json(&FASHION_CNN, js, sizeof js));
@@ -605,10 +584,20 @@ static void test_conv_config_json(void **state)
     const model_mlp_config cases[] = {
         FASHION_CNN,
         SMALL_CNN,
-        {.in_dim = 1, .n_hidden = 1, .hidden = {1}, .n_classes = 2, .n_conv = 1,
-         .image = {1, 1, 1}, .conv = {{1, 1, 1}}},
-        {.in_dim = 3 * 8 * 8, .n_hidden = 4, .hidden = {5, 4, 3, 2}, .n_classes = 3,
-         .n_conv = 4, .image = {3, 8, 8}, .conv = {{4, 3, 1}, {5, 4, 2}, {6, 15, 8}, {2, 1, 1}}},
+        {.in_dim = 1,
+         .n_hidden = 1,
+         .hidden = {1},
+         .n_classes = 2,
+         .n_conv = 1,
+         .image = {1, 1, 1},
+         .conv = {{1, 1, 1}}},
+        {.in_dim = 3 * 8 * 8,
+         .n_hidden = 4,
+         .hidden = {5, 4, 3, 2},
+         .n_classes = 3,
+         .n_conv = 4,
+         .image = {3, 8, 8},
+         .conv = {{4, 3, 1}, {5, 4, 2}, {6, 15, 8}, {2, 1, 1}}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         OK(model_mlp_config_validate(&cases[i], &e_));
@@ -638,35 +627,33 @@ static void test_conv_config_json(void **state)
     assert_int_equal(c.conv[0].stride, 1);
 
     /* Every field at its bound still fits the promised room. */
-    model_mlp_config widest = {.in_dim = MODEL_MLP_MAX_WIDTH, .n_hidden = MODEL_MLP_MAX_HIDDEN,
-                               .n_classes = MODEL_MLP_MAX_WIDTH, .n_conv = MODEL_MLP_MAX_CONV,
-                               .image = {MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_WIDTH,
-                                         MODEL_MLP_MAX_WIDTH}};
-    for (int i = 0; i < MODEL_MLP_MAX_HIDDEN; i++)
-        widest.hidden[i] = MODEL_MLP_MAX_WIDTH;
+    model_mlp_config widest = {
+        .in_dim = MODEL_MLP_MAX_WIDTH,
+        .n_hidden = MODEL_MLP_MAX_HIDDEN,
+        .n_classes = MODEL_MLP_MAX_WIDTH,
+        .n_conv = MODEL_MLP_MAX_CONV,
+        .image = {MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_WIDTH}};
+    for (int i = 0; i < MODEL_MLP_MAX_HIDDEN; i++) widest.hidden[i] = MODEL_MLP_MAX_WIDTH;
     for (int i = 0; i < MODEL_MLP_MAX_CONV; i++)
-        widest.conv[i] = (model_mlp_conv){MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_KERNEL,
-                                          MODEL_MLP_MAX_STRIDE};
+        widest.conv[i] =
+            (model_mlp_conv){MODEL_MLP_MAX_WIDTH, MODEL_MLP_MAX_KERNEL, MODEL_MLP_MAX_STRIDE};
     OK(model_mlp_config_json(&widest, js, MODEL_MLP_JSON_MAX));
     /* And a buffer one byte short of the text is refused, not cut. */
     OK(model_mlp_config_json(&FASHION_CNN, js, sizeof js));
     assert_int_equal(model_mlp_config_json(&FASHION_CNN, js, strlen(js)), VL_EINVAL);
 }
 
-static void test_conv_tensors(void **state)
-{
+static void test_conv_tensors(void **state) {
     (void)state;
     /* By hand: conv 16*1*25 + 16, conv 32*16*25 + 32; 28 -> 14 -> 7, so the
      * dense input is 32*7*7 = 1568: 1568*128 + 128, then 128*10 + 10. */
-    assert_int_equal(model_mlp_config_num_params(&FASHION_CNN),
-                     416 + 12832 + 200832 + 1290);
+    assert_int_equal(model_mlp_config_num_params(&FASHION_CNN), 416 + 12832 + 200832 + 1290);
     static const struct {
         const char *name;
         size_t d0, d1; /* d1 0 for a bias */
-    } want[] = {{"conv.0.weight", 16, 25},   {"conv.0.bias", 16, 0},
-                {"conv.1.weight", 32, 400},  {"conv.1.bias", 32, 0},
-                {"fc.0.weight", 1568, 128},  {"fc.0.bias", 128, 0},
-                {"fc.1.weight", 128, 10},    {"fc.1.bias", 10, 0}};
+    } want[] = {{"conv.0.weight", 16, 25}, {"conv.0.bias", 16, 0},     {"conv.1.weight", 32, 400},
+                {"conv.1.bias", 32, 0},    {"fc.0.weight", 1568, 128}, {"fc.0.bias", 128, 0},
+                {"fc.1.weight", 128, 10},  {"fc.1.bias", 10, 0}};
     model_mlp *m = make(FASHION_CNN, 1);
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
@@ -676,8 +663,7 @@ static void test_conv_tensors(void **state)
         assert_string_equal(t[i].name, want[i].name);
         assert_int_equal(t[i].ndim, want[i].d1 ? 2 : 1);
         assert_int_equal(t[i].shape[0], want[i].d0);
-        if (want[i].d1)
-            assert_int_equal(t[i].shape[1], want[i].d1);
+        if (want[i].d1) assert_int_equal(t[i].shape[1], want[i].d1);
         assert_int_equal(t[i].offset, off); /* in layer order, back to back */
         off += t[i].numel;
     }
@@ -689,8 +675,7 @@ static void test_conv_tensors(void **state)
     model_mlp_destroy(m);
 }
 
-static void test_conv_safetensors_round_trip(void **state)
-{
+static void test_conv_safetensors_round_trip(void **state) {
     (void)state;
     model_mlp *a = make(SMALL_CNN, 3);
     randomise(a, 17);
@@ -734,8 +719,7 @@ static void test_conv_safetensors_round_trip(void **state)
     model_mlp_destroy(a);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_json_round_trip),
         cmocka_unit_test(test_config_parse_refusals),

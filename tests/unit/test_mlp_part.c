@@ -33,8 +33,7 @@
 
 /* The whole model: init_weights, then small random biases so that a bias
  * sliced into the wrong place changes the forward pass too. */
-static model_mlp *make_model(model_mlp_config c, uint64_t seed)
-{
+static model_mlp *make_model(model_mlp_config c, uint64_t seed) {
     model_mlp *m = NULL;
     OK(model_mlp_create(&c, &m, &e_));
     model_mlp_init_weights(m, seed);
@@ -44,14 +43,12 @@ static model_mlp *make_model(model_mlp_config c, uint64_t seed)
     vl_rng_seed(&r, seed + 1000);
     float *p = model_mlp_params(m);
     for (int i = 1; i < nt; i += 2)
-        for (size_t k = 0; k < t[i].numel; k++)
-            p[t[i].offset + k] = 0.1f * vl_rng_normal(&r);
+        for (size_t k = 0; k < t[i].numel; k++) p[t[i].offset + k] = 0.1f * vl_rng_normal(&r);
     return m;
 }
 
 /* Part [first, last) holding its slice of m's parameters. */
-static model_mlp_part *make_part(model_mlp *m, int first, int last)
-{
+static model_mlp_part *make_part(model_mlp *m, int first, int last) {
     model_mlp_config c = model_mlp_config_get(m);
     model_mlp_part *p = NULL;
     size_t off = 0, n = 0;
@@ -62,29 +59,24 @@ static model_mlp_part *make_part(model_mlp *m, int first, int last)
     return p;
 }
 
-static int *random_labels(int n, int C, uint64_t seed)
-{
+static int *random_labels(int n, int C, uint64_t seed) {
     int *y = malloc((size_t)n * sizeof *y);
     assert_non_null(y);
     vl_rng r;
     vl_rng_seed(&r, seed);
-    for (int i = 0; i < n; i++)
-        y[i] = (int)vl_rng_below(&r, (uint32_t)C);
+    for (int i = 0; i < n; i++) y[i] = (int)vl_rng_below(&r, (uint32_t)C);
     return y;
 }
 
-static void assert_rel(double a, double b, double tol, const char *what)
-{
+static void assert_rel(double a, double b, double tol, const char *what) {
     double scale = fabs(b) > 1.0 ? fabs(b) : 1.0;
-    if (!(fabs(a - b) <= tol * scale))
-        fail_msg("%s: %.9g, expected %.9g", what, a, b);
+    if (!(fabs(a - b) <= tol * scale)) fail_msg("%s: %.9g, expected %.9g", what, a, b);
 }
 
 /* Runs the chain of parts on (x, y): forwards bottom to top, the loss on
  * the top, backwards top to bottom with each part's dx as the dy of the
  * part below. Returns the loss. */
-static float run_chain(model_mlp_part **parts, int n, const float *x, const int *y, int B)
-{
+static float run_chain(model_mlp_part **parts, int n, const float *x, const int *y, int B) {
     const float *in = x;
     for (int i = 0; i < n; i++) {
         OK(model_mlp_part_forward(parts[i], in, B, &e_));
@@ -113,8 +105,7 @@ static float run_chain(model_mlp_part **parts, int n, const float *x, const int 
  * whole model's layout) against the whole model on the same batch. rounds
  * passes without zeroing must give rounds times the whole model's
  * gradient. */
-static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds)
-{
+static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds) {
     model_mlp_config c = model_mlp_config_get(m);
     float *x = random_vec((size_t)B * (size_t)c.in_dim, 11);
     int *y = random_labels(B, c.n_classes, 12);
@@ -140,8 +131,7 @@ static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds
     }
     double e = test_max_rel_err(model_mlp_part_output(parts[n - 1]), model_mlp_logits(m),
                                 (size_t)B * (size_t)c.n_classes);
-    if (!(e <= 1e-5))
-        fail_msg("logits differ from the whole model's by %.3g", e);
+    if (!(e <= 1e-5)) fail_msg("logits differ from the whole model's by %.3g", e);
 
     float *g = malloc(np * sizeof *g), *want = malloc(np * sizeof *want);
     assert_non_null(g);
@@ -162,15 +152,13 @@ static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds
     e = test_max_rel_err(g, want, np);
     if (!(e <= 1e-5))
         fail_msg("split at %d (%d parts): gradients differ by %.3g relative", first[n - 1], n, e);
-    for (int i = 0; i < n; i++)
-        model_mlp_part_destroy(parts[i]);
+    for (int i = 0; i < n; i++) model_mlp_part_destroy(parts[i]);
     free(g), free(want), free(x), free(y);
 }
 
 /* ---- the splits ----------------------------------------------------------------- */
 
-static void test_every_cut(void **state)
-{
+static void test_every_cut(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 12, .n_hidden = 2, .hidden = {9, 7}, .n_classes = 5};
     model_mlp *m = make_model(c, 3);
@@ -184,8 +172,7 @@ static void test_every_cut(void **state)
     model_mlp_destroy(m);
 }
 
-static void test_u_shape(void **state)
-{
+static void test_u_shape(void **state) {
     (void)state;
     /* Peer: [0, 1) and the classifier [3, 4); server: [1, 3), two layers. */
     model_mlp_config c = {.in_dim = 12, .n_hidden = 3, .hidden = {9, 7, 6}, .n_classes = 5};
@@ -196,8 +183,7 @@ static void test_u_shape(void **state)
 }
 
 /* Slices and widths agree with the whole model's tensor table. */
-static void test_slices(void **state)
-{
+static void test_slices(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 12, .n_hidden = 3, .hidden = {9, 7, 6}, .n_classes = 5};
     model_mlp *m = make_model(c, 1);
@@ -235,14 +221,12 @@ static void test_slices(void **state)
 /* ---- NoPeek inside the peer's step ---------------------------------------------- */
 
 /* J = sum(Z * R) + alpha * dCor(X, Z) with Z the lower part's output. */
-static double objective(model_mlp_part *p, const float *X, const float *R, int B, float alpha)
-{
+static double objective(model_mlp_part *p, const float *X, const float *R, int B, float alpha) {
     OK(model_mlp_part_forward(p, X, B, &e_));
     const float *Z = model_mlp_part_output(p);
     int D = model_mlp_part_in_dim(p), q = model_mlp_part_out_dim(p);
     double s = 0.0, dc = 0.0;
-    for (int i = 0; i < B * q; i++)
-        s += (double)Z[i] * R[i];
+    for (int i = 0; i < B * q; i++) s += (double)Z[i] * R[i];
     OK(model_mlp_part_nopeek(X, D, Z, q, B, alpha, NULL, &dc, NULL, &e_));
     return s + alpha * dc;
 }
@@ -250,8 +234,7 @@ static double objective(model_mlp_part *p, const float *X, const float *R, int B
 /* The gradient the peer backpropagates: dZ = R (the server's dL/dZ), plus
  * alpha * d dCor / dZ when alpha is not 0, through the lower part. */
 static void peer_gradient(model_mlp_part *p, const float *X, const float *R, int B, float alpha,
-                          double *scratch, float *g)
-{
+                          double *scratch, float *g) {
     int D = model_mlp_part_in_dim(p), q = model_mlp_part_out_dim(p);
     float *dZ = malloc((size_t)B * q * sizeof *dZ);
     assert_non_null(dZ);
@@ -269,8 +252,7 @@ static void peer_gradient(model_mlp_part *p, const float *X, const float *R, int
     free(dZ);
 }
 
-static void test_nopeek_finite_differences(void **state)
-{
+static void test_nopeek_finite_differences(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 12, .n_hidden = 2, .hidden = {9, 7}, .n_classes = 5};
     model_mlp *m = make_model(c, 7);
@@ -289,8 +271,7 @@ static void test_nopeek_finite_differences(void **state)
     peer_gradient(p, X, R, B, alpha, scratch, g);
     peer_gradient(p, X, R, B, 0.0f, NULL, g0);
     double gmax = 0.0;
-    for (size_t i = 0; i < n; i++)
-        gmax = fabs(g[i]) > gmax ? fabs(g[i]) : gmax;
+    for (size_t i = 0; i < n; i++) gmax = fabs(g[i]) > gmax ? fabs(g[i]) : gmax;
 
     /* Every parameter, by central differences with the step actually
      * taken. J is computed from a float forward, whose rounding (about 1e-7
@@ -317,7 +298,8 @@ static void test_nopeek_finite_differences(void **state)
         without += fabs((double)g0[i] - fd) > tol;
     }
     print_message("nopeek: %zu parameters, worst error %.3g of the tolerance, %zu miss without "
-                  "dCor\n", n, worst, without);
+                  "dCor\n",
+                  n, worst, without);
     /* The dCor term matters: leaving it out misses many parameters. */
     assert_true(without > n / 4);
     model_mlp_part_destroy(p);
@@ -327,17 +309,13 @@ static void test_nopeek_finite_differences(void **state)
 
 /* ---- refusals ------------------------------------------------------------------- */
 
-static void expect_einval(int rc, vl_error *err, const char *what)
-{
-    if (rc != VL_EINVAL)
-        fail_msg("%s: returned %d, expected VL_EINVAL", what, rc);
-    if (err->msg[0] == '\0')
-        fail_msg("%s: no message", what);
+static void expect_einval(int rc, vl_error *err, const char *what) {
+    if (rc != VL_EINVAL) fail_msg("%s: returned %d, expected VL_EINVAL", what, rc);
+    if (err->msg[0] == '\0') fail_msg("%s: no message", what);
     memset(err, 0, sizeof *err);
 }
 
-static void test_refusals(void **state)
-{
+static void test_refusals(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 4, .n_hidden = 2, .hidden = {3, 3}, .n_classes = 3};
     vl_error err = {0};
@@ -392,8 +370,9 @@ static void test_refusals(void **state)
     float z[4 * 3] = {0};
     expect_einval(model_mlp_part_nopeek(x, 4, z, 3, 1, 1.0f, z, NULL, NULL, &err), &err,
                   "nopeek B 1");
-    expect_einval(model_mlp_part_nopeek(x, 4, z, 3, KERNELS_DCOR_MAX_N + 1, 1.0f, z, NULL, NULL,
-                                        &err), &err, "nopeek B over the cap");
+    expect_einval(
+        model_mlp_part_nopeek(x, 4, z, 3, KERNELS_DCOR_MAX_N + 1, 1.0f, z, NULL, NULL, &err), &err,
+        "nopeek B over the cap");
     expect_einval(model_mlp_part_nopeek(x, 0, z, 3, 4, 1.0f, z, NULL, NULL, &err), &err,
                   "nopeek p 0");
     expect_einval(model_mlp_part_nopeek(x, 4, z, 3, 4, NAN, z, NULL, NULL, &err), &err,
@@ -408,13 +387,16 @@ static void test_refusals(void **state)
 /* Image 2x6x5; conv 3 channels k3 s1 (3x6x5 = 90), conv 4 channels k3 s2
  * (4x3x3 = 36); dense 6; 4 classes. Layers 0, 1 conv, 2 hidden, 3 the
  * classifier. */
-static const model_mlp_config CNN = {.in_dim = 60, .n_hidden = 1, .hidden = {6}, .n_classes = 4,
-                                     .n_conv = 2, .image = {2, 6, 5},
+static const model_mlp_config CNN = {.in_dim = 60,
+                                     .n_hidden = 1,
+                                     .hidden = {6},
+                                     .n_classes = 4,
+                                     .n_conv = 2,
+                                     .image = {2, 6, 5},
                                      .conv = {{3, 3, 1}, {4, 3, 2}}};
 static const int CNN_WIDTH[] = {60, 90, 36, 6, 4};
 
-static double gelu_ref(double x)
-{
+static double gelu_ref(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
@@ -424,8 +406,7 @@ static double gelu_ref(double x)
  * kernel window with zeros outside the image, a dense layer as W[in, out].
  * logits[B, C] may be NULL. */
 static double ref_loss(const model_mlp_config *c, const double *p, const float *x, const int *y,
-                       int B, double *logits)
-{
+                       int B, double *logits) {
     double *cur = malloc(MODEL_MLP_MAX_WIDTH * sizeof *cur);
     double *next = malloc(MODEL_MLP_MAX_WIDTH * sizeof *next);
     assert_non_null(cur);
@@ -433,8 +414,7 @@ static double ref_loss(const model_mlp_config *c, const double *p, const float *
     double loss = 0.0;
     for (int b = 0; b < B; b++) {
         int width = c->in_dim;
-        for (int j = 0; j < width; j++)
-            cur[j] = x[(size_t)b * c->in_dim + j];
+        for (int j = 0; j < width; j++) cur[j] = x[(size_t)b * c->in_dim + j];
         const double *q = p;
         int ci = c->image[0], h = c->image[1], w = c->image[2];
         for (int l = 0; l < c->n_conv; l++) {
@@ -465,8 +445,7 @@ static double ref_loss(const model_mlp_config *c, const double *p, const float *
             const double *W = q, *bias = q + width * out;
             for (int o = 0; o < out; o++) {
                 double sum = bias[o];
-                for (int i = 0; i < width; i++)
-                    sum += cur[i] * W[i * out + o];
+                for (int i = 0; i < width; i++) sum += cur[i] * W[i * out + o];
                 next[o] = l < c->n_hidden ? gelu_ref(sum) : sum;
             }
             q += width * out + out;
@@ -475,12 +454,9 @@ static double ref_loss(const model_mlp_config *c, const double *p, const float *
         }
         int C = c->n_classes;
         double mx = cur[0], z = 0.0;
-        for (int k = 1; k < C; k++)
-            mx = cur[k] > mx ? cur[k] : mx;
-        for (int k = 0; k < C; k++)
-            z += exp(cur[k] - mx);
-        if (logits)
-            memcpy(logits + (size_t)b * C, cur, (size_t)C * sizeof *cur);
+        for (int k = 1; k < C; k++) mx = cur[k] > mx ? cur[k] : mx;
+        for (int k = 0; k < C; k++) z += exp(cur[k] - mx);
+        if (logits) memcpy(logits + (size_t)b * C, cur, (size_t)C * sizeof *cur);
         loss += mx + log(z) - cur[y[b]];
     }
     free(cur);
@@ -488,8 +464,7 @@ static double ref_loss(const model_mlp_config *c, const double *p, const float *
     return loss / B;
 }
 
-static void test_conv_model_finite_differences(void **state)
-{
+static void test_conv_model_finite_differences(void **state) {
     (void)state;
     model_mlp *m = make_model(CNN, 31);
     const int B = 3;
@@ -498,8 +473,7 @@ static void test_conv_model_finite_differences(void **state)
     size_t np = model_mlp_num_params(m);
     double *p = malloc(np * sizeof *p), logits[3 * 4];
     assert_non_null(p);
-    for (size_t i = 0; i < np; i++)
-        p[i] = model_mlp_params(m)[i];
+    for (size_t i = 0; i < np; i++) p[i] = model_mlp_params(m)[i];
     float loss = NAN;
     model_mlp_zero_grad(m);
     OK(model_mlp_forward(m, x, y, B, &loss, &e_));
@@ -537,22 +511,20 @@ static void test_conv_model_finite_differences(void **state)
             gmax = fabs(num) > gmax ? fabs(num) : gmax;
         }
         if (nn == 0.0)
-            fail_msg("gradient of %s is identically zero: the check would be vacuous",
-                     t[i].name);
+            fail_msg("gradient of %s is identically zero: the check would be vacuous", t[i].name);
         double rel = sqrt(dd) / sqrt(nn);
         if (rel > 1e-5 || worst > 1e-5 * gmax)
             fail_msg("gradient of %s off: relative %.3g, worst element %.3g of %.3g", t[i].name,
                      rel, worst, gmax);
         worst_rel = rel > worst_rel ? rel : worst_rel;
     }
-    print_message("conv model: %zu parameters, worst tensor's gradient error %.3g relative\n",
-                  np, worst_rel);
+    print_message("conv model: %zu parameters, worst tensor's gradient error %.3g relative\n", np,
+                  worst_rel);
     free(p), free(x), free(y);
     model_mlp_destroy(m);
 }
 
-static void test_conv_every_cut(void **state)
-{
+static void test_conv_every_cut(void **state) {
     (void)state;
     model_mlp *m = make_model(CNN, 41);
     int L = model_mlp_config_num_layers(&CNN);
@@ -573,8 +545,7 @@ static void test_conv_every_cut(void **state)
     model_mlp_destroy(m);
 }
 
-static void test_conv_slices(void **state)
-{
+static void test_conv_slices(void **state) {
     (void)state;
     model_mlp *m = make_model(CNN, 1);
     const model_tensor *t = NULL;
@@ -610,11 +581,15 @@ static void test_conv_slices(void **state)
 /* A conv layer whose scratch per image (81 + 4) * 32 * 32 floats makes it
  * run a batch of 30 in chunks of 12: the batch's logits must be each
  * row's alone, and its gradient the mean of the rows'. */
-static void test_conv_chunked_batch(void **state)
-{
+static void test_conv_chunked_batch(void **state) {
     (void)state;
-    const model_mlp_config c = {.in_dim = 1024, .n_hidden = 1, .hidden = {5}, .n_classes = 3,
-                                .n_conv = 1, .image = {1, 32, 32}, .conv = {{4, 9, 1}}};
+    const model_mlp_config c = {.in_dim = 1024,
+                                .n_hidden = 1,
+                                .hidden = {5},
+                                .n_classes = 3,
+                                .n_conv = 1,
+                                .image = {1, 32, 32},
+                                .conv = {{4, 9, 1}}};
     const int B = 30;
     model_mlp *m = make_model(c, 51);
     size_t np = model_mlp_num_params(m), D = (size_t)c.in_dim;
@@ -628,20 +603,16 @@ static void test_conv_chunked_batch(void **state)
         OK(model_mlp_forward(m, x + (size_t)i * D, y + i, 1, NULL, &e_));
         OK(model_mlp_backward(m, &e_));
         memcpy(lg + (size_t)i * 3, model_mlp_logits(m), 3 * sizeof *lg);
-        for (size_t k = 0; k < np; k++)
-            mean[k] += model_mlp_grads(m)[k] / B;
+        for (size_t k = 0; k < np; k++) mean[k] += model_mlp_grads(m)[k] / B;
     }
     model_mlp_zero_grad(m);
     OK(model_mlp_forward(m, x, y, B, NULL, &e_));
     OK(model_mlp_backward(m, &e_));
     double e = test_max_rel_err(model_mlp_logits(m), lg, (size_t)B * 3);
-    if (!(e <= 1e-5))
-        fail_msg("batched logits differ from the rows' by %.3g", e);
-    for (size_t k = 0; k < np; k++)
-        g[k] = (float)mean[k];
+    if (!(e <= 1e-5)) fail_msg("batched logits differ from the rows' by %.3g", e);
+    for (size_t k = 0; k < np; k++) g[k] = (float)mean[k];
     e = test_max_rel_err(model_mlp_grads(m), g, np);
-    if (!(e <= 1e-4))
-        fail_msg("batched gradient differs from the rows' mean by %.3g", e);
+    if (!(e <= 1e-4)) fail_msg("batched gradient differs from the rows' mean by %.3g", e);
     /* And the parts chunk the same way. */
     int first[2] = {0, 1};
     check_chain(m, first, 2, B, 1);
@@ -650,8 +621,7 @@ static void test_conv_chunked_batch(void **state)
 }
 
 /* K-FAC's per-layer accessors are for dense-only models. */
-static void test_conv_kfac_refused(void **state)
-{
+static void test_conv_kfac_refused(void **state) {
     (void)state;
     model_mlp *m = make_model(CNN, 61);
     float *x = random_vec(2 * (size_t)CNN.in_dim, 62);
@@ -670,8 +640,7 @@ static void test_conv_kfac_refused(void **state)
     model_mlp_destroy(m);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_cut),
         cmocka_unit_test(test_u_shape),

@@ -20,18 +20,15 @@
 
 #define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
 
-static void assert_near_at(double a, double b, double tol, const char *what, int line)
-{
+static void assert_near_at(double a, double b, double tol, const char *what, int line) {
     if (!(fabs(a - b) <= tol))
         fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
 }
 
-static model_gpt *make(model_gpt_config c, uint64_t seed)
-{
+static model_gpt *make(model_gpt_config c, uint64_t seed) {
     model_gpt *m = NULL;
     vl_error err = {0};
-    if (model_gpt_create(&c, &m, &err) != 0)
-        fail_msg("create: %s", err.msg);
+    if (model_gpt_create(&c, &m, &err) != 0) fail_msg("create: %s", err.msg);
     model_gpt_init_weights(m, seed);
     return m;
 }
@@ -40,8 +37,7 @@ static model_gpt *make(model_gpt_config c, uint64_t seed)
 
 /* ---- configuration and table -------------------------------------------- */
 
-static void test_config_validate(void **state)
-{
+static void test_config_validate(void **state) {
     (void)state;
     vl_error err = {0};
     model_gpt_config c = model_gpt_config_default();
@@ -67,8 +63,7 @@ static void test_config_validate(void **state)
     assert_int_equal(model_gpt_config_num_params(&c), 0);
 }
 
-static void test_tensor_table(void **state)
-{
+static void test_tensor_table(void **state) {
     (void)state;
     model_gpt_config c = model_gpt_config_default();
     model_gpt *m = make(c, 1);
@@ -108,20 +103,17 @@ static void test_tensor_table(void **state)
     model_gpt_destroy(NULL);
 }
 
-static double tensor_std(model_gpt *m, const char *name, double *mean)
-{
+static double tensor_std(model_gpt *m, const char *name, double *mean) {
     const model_tensor *t = model_gpt_find_tensor(m, name);
     assert_non_null(t);
     const float *p = model_gpt_params(m) + t->offset;
     double s = 0, ss = 0;
-    for (size_t i = 0; i < t->numel; i++)
-        s += p[i], ss += (double)p[i] * p[i];
+    for (size_t i = 0; i < t->numel; i++) s += p[i], ss += (double)p[i] * p[i];
     *mean = s / t->numel;
     return sqrt(ss / t->numel - *mean * *mean);
 }
 
-static void test_init(void **state)
-{
+static void test_init(void **state) {
     (void)state;
     model_gpt_config c = model_gpt_config_default();
     c.n_layer = 4;
@@ -154,19 +146,17 @@ static void test_init(void **state)
  * the plain sequential draw: every 2-D tensor std * vl_rng_normal in table
  * order from one stream, and vl_rng_normal_skip steps that stream exactly as
  * the draws would. wte here spans several chunks and ends inside one. */
-static void test_init_sequential(void **state)
-{
+static void test_init_sequential(void **state) {
     (void)state;
     vl_rng a, b;
     vl_rng_seed(&a, 11);
     vl_rng_seed(&b, 11);
     vl_rng_normal_skip(&a, 1001);
-    for (int i = 0; i < 1001; i++)
-        (void)vl_rng_normal(&b);
+    for (int i = 0; i < 1001; i++) (void)vl_rng_normal(&b);
     assert_true(vl_rng_u64(&a) == vl_rng_u64(&b));
 
-    model_gpt_config c = {.vocab_size = 5003, .block_size = 16, .n_layer = 2, .n_head = 4,
-                          .n_embd = 32};
+    model_gpt_config c = {
+        .vocab_size = 5003, .block_size = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
     model_gpt *m = make(c, 99);
     const float *p = model_gpt_params(m);
     const model_tensor *t;
@@ -175,8 +165,7 @@ static void test_init_sequential(void **state)
     vl_rng_seed(&r, 99);
     float proj = 0.02f / sqrtf(2.0f * (float)c.n_layer);
     for (int i = 0; i < n; i++) {
-        if (t[i].ndim != 2)
-            continue;
+        if (t[i].ndim != 2) continue;
         float std = strstr(t[i].name, ".c_proj.weight") ? proj : 0.02f;
         for (size_t k = 0; k < t[i].numel; k++) {
             float want = std * vl_rng_normal(&r);
@@ -190,14 +179,11 @@ static void test_init_sequential(void **state)
 
 /* ---- forward -------------------------------------------------------------- */
 
-static void random_tokens(int *x, size_t n, int V, vl_rng *r)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (int)vl_rng_below(r, (uint32_t)V);
+static void random_tokens(int *x, size_t n, int V, vl_rng *r) {
+    for (size_t i = 0; i < n; i++) x[i] = (int)vl_rng_below(r, (uint32_t)V);
 }
 
-static void test_init_loss_is_uniform(void **state)
-{
+static void test_init_loss_is_uniform(void **state) {
     (void)state;
     model_gpt *m = make(model_gpt_config_default(), 42);
     int B = 4, T = 64;
@@ -213,14 +199,12 @@ static void test_init_loss_is_uniform(void **state)
     const float *p = model_gpt_output(m);
     assert_non_null(p);
     double s = 0;
-    for (int v = 0; v < 256; v++)
-        s += p[v];
+    for (int v = 0; v < 256; v++) s += p[v];
     assert_near(s, 1.0, 1e-5);
     model_gpt_destroy(m);
 }
 
-static void test_forward_errors(void **state)
-{
+static void test_forward_errors(void **state) {
     (void)state;
     model_gpt_config c = model_gpt_config_default();
     c.block_size = 8;
@@ -252,8 +236,7 @@ static void test_forward_errors(void **state)
 
 /* Shapes that grow B*T, then B*T*T with the same B*T, then shrink, all give
  * the same logits as a freshly created model. */
-static void test_replanning(void **state)
-{
+static void test_replanning(void **state) {
     (void)state;
     model_gpt_config c = model_gpt_config_default();
     c.block_size = 16, c.n_embd = 32, c.n_head = 2;
@@ -277,11 +260,10 @@ static void test_replanning(void **state)
 
 /* ---- gradient ------------------------------------------------------------- */
 
-static void test_full_model_gradient(void **state)
-{
+static void test_full_model_gradient(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 23, .block_size = 7, .n_layer = 2, .n_head = 3,
-                          .n_embd = 12};
+    model_gpt_config c = {
+        .vocab_size = 23, .block_size = 7, .n_layer = 2, .n_head = 3, .n_embd = 12};
     model_gpt *m = make(c, 11);
     /* Larger weights than the 0.02 initialisation, so every tensor's
      * gradient is well above float rounding. */
@@ -310,7 +292,8 @@ static void test_full_model_gradient(void **state)
         size_t ns = t[i].numel < 12 ? t[i].numel : 12;
         double dd = 0, nn = 0, aa = 0;
         for (size_t s = 0; s < ns; s++) {
-            size_t k = t[i].offset + (ns == t[i].numel ? s : vl_rng_below(&r, (uint32_t)t[i].numel));
+            size_t k =
+                t[i].offset + (ns == t[i].numel ? s : vl_rng_below(&r, (uint32_t)t[i].numel));
             if (strcmp(t[i].name, "wpe.weight") == 0)
                 k = t[i].offset + vl_rng_below(&r, (uint32_t)(T * c.n_embd)); /* rows < T */
             float saved = p[k];
@@ -337,11 +320,10 @@ static void test_full_model_gradient(void **state)
     model_gpt_destroy(m);
 }
 
-static void test_gradient_accumulates(void **state)
-{
+static void test_gradient_accumulates(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 256, .block_size = 8, .n_layer = 1, .n_head = 2,
-                          .n_embd = 16};
+    model_gpt_config c = {
+        .vocab_size = 256, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16};
     model_gpt *m = make(c, 4);
     int in[16], tg[16];
     vl_rng r;
@@ -360,11 +342,9 @@ static void test_gradient_accumulates(void **state)
     const float *g = model_gpt_grads(m);
     /* The same gradient again; summing onto a nonzero accumulator only
      * changes rounding. */
-    for (size_t i = 0; i < n; i++)
-        assert_near(g[i], 2.0 * once[i], 1e-4 * fabs(once[i]) + 1e-9);
+    for (size_t i = 0; i < n; i++) assert_near(g[i], 2.0 * once[i], 1e-4 * fabs(once[i]) + 1e-9);
     OK(model_gpt_zero_grad(m, &e_));
-    for (size_t i = 0; i < n; i++)
-        assert_true(g[i] == 0.0f);
+    for (size_t i = 0; i < n; i++) assert_true(g[i] == 0.0f);
     free(once);
     model_gpt_destroy(m);
 }
@@ -385,8 +365,7 @@ typedef struct hook_rec {
 } hook_rec;
 
 static void record_linear(void *ctx, const char *weight_name, const float *x, const float *dy,
-                          int n, int in, int out)
-{
+                          int n, int in, int out) {
     hook_rec *h = ctx;
     if (h->calls >= HOOK_MAX_CALLS)
         fail_msg("linear hook called more than %d times", HOOK_MAX_CALLS);
@@ -405,12 +384,10 @@ static void record_linear(void *ctx, const char *weight_name, const float *x, co
                 h->dw_abs[c][(size_t)i * out + o] += fabs(v);
             }
     for (int r = 0; r < n; r++)
-        for (int o = 0; o < out; o++)
-            h->db[c][o] += dy[(size_t)r * out + o];
+        for (int o = 0; o < out; o++) h->db[c][o] += dy[(size_t)r * out + o];
 }
 
-static void hook_rec_free(hook_rec *h)
-{
+static void hook_rec_free(hook_rec *h) {
     for (int c = 0; c < h->calls; c++) {
         free(h->dw[c]);
         free(h->dw_abs[c]);
@@ -421,8 +398,7 @@ static void hook_rec_free(hook_rec *h)
 
 /* zero_grad, forward and backward on fixed tokens; returns a copy of the
  * gradient vector (caller frees). */
-static float *hook_pass(model_gpt *m, const int *in, const int *tg, int B, int T)
-{
+static float *hook_pass(model_gpt *m, const int *in, const int *tg, int B, int T) {
     float loss;
     OK(model_gpt_zero_grad(m, &e_));
     OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
@@ -434,11 +410,10 @@ static float *hook_pass(model_gpt *m, const int *in, const int *tg, int B, int T
     return g;
 }
 
-static const model_gpt_config hook_cfg = {.vocab_size = 97, .block_size = 16, .n_layer = 2,
-                                          .n_head = 2, .n_embd = 24};
+static const model_gpt_config hook_cfg = {
+    .vocab_size = 97, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 24};
 
-static model_gpt *hook_model(int *in, int *tg, size_t bt)
-{
+static model_gpt *hook_model(int *in, int *tg, size_t bt) {
     model_gpt *m = make(hook_cfg, 31);
     /* Larger weights than the initialisation, so every layer's gradient
      * stands well clear of zero. */
@@ -448,15 +423,13 @@ static model_gpt *hook_model(int *in, int *tg, size_t bt)
     int nt = model_gpt_tensors(m, &t);
     float *p = model_gpt_params(m);
     for (int i = 0; i < nt; i++)
-        for (size_t k = 0; k < t[i].numel; k++)
-            p[t[i].offset + k] += 0.1f * vl_rng_normal(&r);
+        for (size_t k = 0; k < t[i].numel; k++) p[t[i].offset + k] += 0.1f * vl_rng_normal(&r);
     random_tokens(in, bt, hook_cfg.vocab_size, &r);
     random_tokens(tg, bt, hook_cfg.vocab_size, &r);
     return m;
 }
 
-static void test_linear_hook_matches_gradients(void **state)
-{
+static void test_linear_hook_matches_gradients(void **state) {
     (void)state;
     enum { B = 3, T = 5 };
     int in[B * T], tg[B * T];
@@ -468,7 +441,10 @@ static void test_linear_hook_matches_gradients(void **state)
     assert_int_equal(h.calls, 4 * L);
 
     /* Backward reaches the layers from the top block down, the MLP first. */
-    static const struct { const char *layer; int in, out; } per_block[4] = {
+    static const struct {
+        const char *layer;
+        int in, out;
+    } per_block[4] = {
         {"mlp.c_proj", 4, 1}, {"mlp.c_fc", 1, 4}, {"attn.c_proj", 1, 1}, {"attn.c_attn", 1, 3}};
     for (int c = 0; c < h.calls; c++) {
         int l = L - 1 - c / 4, k = c % 4;
@@ -512,8 +488,7 @@ static void test_linear_hook_matches_gradients(void **state)
     model_gpt_destroy(m);
 }
 
-static void test_linear_hook_only_observes(void **state)
-{
+static void test_linear_hook_only_observes(void **state) {
     (void)state;
     enum { B = 3, T = 5 };
     int in[B * T], tg[B * T];
@@ -538,11 +513,10 @@ static void test_linear_hook_only_observes(void **state)
 
 /* ---- training ------------------------------------------------------------- */
 
-static void test_overfit_one_batch(void **state)
-{
+static void test_overfit_one_batch(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 256, .block_size = 16, .n_layer = 2, .n_head = 4,
-                          .n_embd = 32};
+    model_gpt_config c = {
+        .vocab_size = 256, .block_size = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
     model_gpt *m = make(c, 1);
     int B = 4, T = 16;
     int in[64], tg[64];
@@ -556,24 +530,21 @@ static void test_overfit_one_batch(void **state)
     for (int step = 0; step < 200; step++) {
         OK(model_gpt_zero_grad(m, &e_));
         OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
-        if (step == 0)
-            first = loss;
+        if (step == 0) first = loss;
         OK(model_gpt_backward(m, &e_));
         OK(model_adamw_step(&opt, m, &e_));
     }
     OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
-    if (!(loss < first / 20))
-        fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
+    if (!(loss < first / 20)) fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
     assert_int_equal(opt.step, 200);
     model_adamw_free(&opt);
     model_gpt_destroy(m);
 }
 
 /* Same seed, same data: bitwise-identical losses and parameters. */
-static void train_run(float *losses, int steps, float **params_out, size_t *n_out)
-{
-    model_gpt_config c = {.vocab_size = 256, .block_size = 16, .n_layer = 2, .n_head = 2,
-                          .n_embd = 24};
+static void train_run(float *losses, int steps, float **params_out, size_t *n_out) {
+    model_gpt_config c = {
+        .vocab_size = 256, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 24};
     model_gpt *m = make(c, 2024);
     static const char text[] =
         "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs.";
@@ -597,8 +568,7 @@ static void train_run(float *losses, int steps, float **params_out, size_t *n_ou
     model_gpt_destroy(m);
 }
 
-static void test_deterministic_training(void **state)
-{
+static void test_deterministic_training(void **state) {
     (void)state;
     float l1[15], l2[15];
     float *p1, *p2;
@@ -614,22 +584,19 @@ static void test_deterministic_training(void **state)
 
 /* ---- evaluation ----------------------------------------------------------- */
 
-static void test_eval_bytes(void **state)
-{
+static void test_eval_bytes(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 256, .block_size = 8, .n_layer = 1, .n_head = 2,
-                          .n_embd = 16};
+    model_gpt_config c = {
+        .vocab_size = 256, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16};
     model_gpt *m = make(c, 6);
     uint8_t data[100];
-    for (int i = 0; i < 100; i++)
-        data[i] = (uint8_t)(i * 37 + 11);
+    for (int i = 0; i < 100; i++) data[i] = (uint8_t)(i * 37 + 11);
     int T = 8;
     /* 99 / 8 = 12 windows; compute the reference window by window. */
     double ref = 0;
     for (int w = 0; w < 12; w++) {
         int in[8], tg[8];
-        for (int t = 0; t < T; t++)
-            in[t] = data[w * T + t], tg[t] = data[w * T + t + 1];
+        for (int t = 0; t < T; t++) in[t] = data[w * T + t], tg[t] = data[w * T + t + 1];
         float l;
         OK(model_gpt_forward(m, in, tg, 1, T, &l, &e_));
         ref += l;
@@ -659,11 +626,10 @@ static void test_eval_bytes(void **state)
 
 /* ---- AdamW policy and data ------------------------------------------------ */
 
-static void test_adamw_decay_policy(void **state)
-{
+static void test_adamw_decay_policy(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 256, .block_size = 8, .n_layer = 2, .n_head = 2,
-                          .n_embd = 16};
+    model_gpt_config c = {
+        .vocab_size = 256, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
     model_gpt *m = make(c, 8);
     size_t n = model_gpt_num_params(m);
     vl_error err = {0};
@@ -681,8 +647,7 @@ static void test_adamw_decay_policy(void **state)
     /* Give every parameter a nonzero value, then step with zero gradient:
      * only weight decay moves anything. */
     float *p = model_gpt_params(m);
-    for (size_t i = 0; i < n; i++)
-        p[i] = 1.0f + (float)(i % 5);
+    for (size_t i = 0; i < n; i++) p[i] = 1.0f + (float)(i % 5);
     memcpy(before, p, n * sizeof(float));
     OK(model_adamw_step(&opt, m, &e_));
     const model_tensor *t;
@@ -705,12 +670,10 @@ static void test_adamw_decay_policy(void **state)
     model_gpt_destroy(m);
 }
 
-static void test_data_sample(void **state)
-{
+static void test_data_sample(void **state) {
     (void)state;
     uint8_t data[40];
-    for (int i = 0; i < 40; i++)
-        data[i] = (uint8_t)(200 + i); /* value encodes the offset */
+    for (int i = 0; i < 40; i++) data[i] = (uint8_t)(200 + i); /* value encodes the offset */
     vl_rng r;
     vl_rng_seed(&r, 3);
     int B = 50, T = 9;
@@ -727,8 +690,7 @@ static void test_data_sample(void **state)
         }
     }
     int distinct = 0;
-    for (int i = 0; i < 40; i++)
-        distinct += seen[i];
+    for (int i = 0; i < 40; i++) distinct += seen[i];
     assert_true(distinct > 15); /* 31 possible starts, 50 draws */
     /* Exactly one window fits. */
     OK(model_data_sample(data, (size_t)T + 1, 3, T, &r, in, tg, &e_));
@@ -740,8 +702,7 @@ static void test_data_sample(void **state)
     assert_int_equal(model_data_sample(data, 40, 0, T, &r, in, tg, &err), VL_EINVAL);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_validate),
         cmocka_unit_test(test_tensor_table),

@@ -47,8 +47,7 @@
 
 /* ---- LayerNorm ------------------------------------------------------------------ */
 
-static void test_layernorm(void **state)
-{
+static void test_layernorm(void **state) {
     (void)state;
     const int shapes[][2] = {{1, 1}, {7, 33}, {130, 1000}, {3, 2050}, {257, 96}};
     vl_rng r;
@@ -76,8 +75,8 @@ static void test_layernorm(void **state)
         expect("layernorm mean", d_mean, mean, N, 1e-5);
         expect("layernorm rstd", d_rstd, rstd, N, 1e-5);
         kernels_layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
-        ok(kernels_cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N,
-                                           C, &err),
+        ok(kernels_cuda_layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C,
+                                           &err),
            &err, "layernorm backward");
         expect("layernorm dinp", d_dx, dx, NC, 1e-4);
         expect("layernorm dweight", d_dw, dw, C, 1e-4);
@@ -98,8 +97,7 @@ static void test_layernorm(void **state)
  * the transposes): how large the products behind each element of a
  * product are, which is what rounding its inputs to bf16 is relative to. */
 static void add_abs_products(double *s, const float *a, size_t ai, size_t ak, const float *b,
-                             size_t bk, size_t bj, int I, int J, int K)
-{
+                             size_t bk, size_t bj, int I, int J, int K) {
     for (int i = 0; i < I; i++)
         for (int j = 0; j < J; j++) {
             double sum = 0;
@@ -110,8 +108,7 @@ static void add_abs_products(double *s, const float *a, size_t ai, size_t ak, co
         }
 }
 
-static double *dbuf(size_t n)
-{
+static double *dbuf(size_t n) {
     double *p = calloc(n ? n : 1, sizeof(double));
     assert_non_null(p);
     return p;
@@ -122,8 +119,7 @@ static double *dbuf(size_t n)
  * 4 fp32 ulps of c[i] for what was added in fp32. Prints the worst
  * |gpu - cpu| / (s + 4 ulps / tol), which the test holds to tol. */
 static void expect_products(const char *what, const float *d, const float *c, const double *s,
-                            size_t n, double tol)
-{
+                            size_t n, double tol) {
     float *g = back(d, n);
     double worst = 0;
     size_t at = 0;
@@ -131,8 +127,7 @@ static void expect_products(const char *what, const float *d, const float *c, co
         double e = fabs((double)g[i] - c[i]);
         double scale = s[i] + 4 * FLT_EPSILON * fabs(c[i]) / tol;
         double q = e == 0 ? 0 : scale > 0 ? e / scale : INFINITY;
-        if (!(q <= worst))
-            worst = isnan(q) ? INFINITY : q, at = i;
+        if (!(q <= worst)) worst = isnan(q) ? INFINITY : q, at = i;
     }
     printf("%s: worst |GPU - CPU| / sum|a||b| %.3g (tolerance %.3g)\n", what, worst, tol);
     if (!(worst <= tol))
@@ -145,8 +140,7 @@ static void expect_products(const char *what, const float *d, const float *c, co
 /* One comparison of a matmul case: a relative error in fp32, the product
  * bound in bf16. */
 static void expect_mm(const char *shape, const char *what, const float *d, const float *c,
-                      const double *s, size_t n, int bf16, double tol)
-{
+                      const double *s, size_t n, int bf16, double tol) {
     char label[192];
     snprintf(label, sizeof label, "%s %s", shape, what);
     if (bf16)
@@ -158,9 +152,8 @@ static void expect_mm(const char *shape, const char *what, const float *d, const
 /* The matrix products against the CPU's. tol: the relative error in fp32;
  * in bf16, the bound per product magnitude (the fp32 sum's K 2^-24 is
  * added here). */
-static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_bias,
-                        int with_dinp, double tol, vl_rng *r)
-{
+static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_bias, int with_dinp,
+                        double tol, vl_rng *r) {
     size_t ni = (size_t)N * IN, no = (size_t)N * OUT, nw = (size_t)IN * OUT;
     float *x = hbuf(ni), *w = hbuf(nw), *bias = hbuf(OUT), *out = hbuf(no), *dy = hbuf(no),
           *dx = hbuf(ni), *dw = hbuf(nw), *db = hbuf(OUT), *ones = hbuf(N);
@@ -171,11 +164,9 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
     fill(dx, ni, r, 1.0f, 0.0f);
     fill(dw, nw, r, 1.0f, 0.0f);
     fill(db, OUT, r, 1.0f, 0.0f);
-    for (int i = 0; i < N; i++)
-        ones[i] = 1.0f;
-    float *d_x = devf(x, ni), *d_w = devf(w, nw), *d_bias = devf(bias, OUT),
-          *d_out = devf(out, no), *d_dy = devf(dy, no), *d_dx = devf(dx, ni),
-          *d_dw = devf(dw, nw), *d_db = devf(db, OUT);
+    for (int i = 0; i < N; i++) ones[i] = 1.0f;
+    float *d_x = devf(x, ni), *d_w = devf(w, nw), *d_bias = devf(bias, OUT), *d_out = devf(out, no),
+          *d_dy = devf(dy, no), *d_dx = devf(dx, ni), *d_dw = devf(dw, nw), *d_db = devf(db, OUT);
     int bf16 = kernels_cuda_ctx_math(ctx) == KERNELS_CUDA_BF16;
     if (bf16) {
         int K = N > IN ? N : IN;
@@ -186,11 +177,9 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
     double *s_out = dbuf(no), *s_wt = dbuf(no), *s_dx = dbuf(ni), *s_dw = dbuf(nw),
            *s_db = dbuf(OUT);
     add_abs_products(s_out, x, IN, 1, w, OUT, 1, N, OUT, IN);
-    if (with_dinp)
-        add_abs_products(s_dx, dy, OUT, 1, w, 1, OUT, N, IN, OUT);
+    if (with_dinp) add_abs_products(s_dx, dy, OUT, 1, w, 1, OUT, N, IN, OUT);
     add_abs_products(s_dw, x, 1, IN, dy, OUT, 1, IN, OUT, N);
-    if (with_bias)
-        add_abs_products(s_db, ones, 0, 1, dy, OUT, 1, 1, OUT, N);
+    if (with_bias) add_abs_products(s_db, ones, 0, 1, dy, OUT, 1, 1, OUT, N);
     vl_error err = {0};
     char shape[128];
     snprintf(shape, sizeof shape, "matmul N=%d IN=%d OUT=%d bias=%d dinp=%d (%s)", N, IN, OUT,
@@ -200,8 +189,7 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
                                    &err),
        &err, shape);
     expect_mm(shape, "out", d_out, out, s_out, no, bf16, tol);
-    kernels_matmul_backward(with_dinp ? dx : NULL, dw, with_bias ? db : NULL, dy, x, w, N, IN,
-                            OUT);
+    kernels_matmul_backward(with_dinp ? dx : NULL, dw, with_bias ? db : NULL, dy, x, w, N, IN, OUT);
     ok(kernels_cuda_matmul_backward(ctx, with_dinp ? d_dx : NULL, d_dw, with_bias ? d_db : NULL,
                                     d_dy, d_x, d_w, N, IN, OUT, &err),
        &err, shape);
@@ -210,8 +198,7 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
     expect_mm(shape, "dbias", d_db, db, s_db, OUT, bf16, tol);
     /* The tied-head product: w read as [OUT, IN]. */
     add_abs_products(s_wt, x, IN, 1, w, 1, IN, N, OUT, IN);
-    if (with_dinp)
-        add_abs_products(s_dx, dy, OUT, 1, w, IN, 1, N, IN, OUT);
+    if (with_dinp) add_abs_products(s_dx, dy, OUT, 1, w, IN, 1, N, IN, OUT);
     add_abs_products(s_dw, dy, 1, OUT, x, IN, 1, OUT, IN, N);
     kernels_matmul_wt_forward(out, x, w, N, IN, OUT);
     ok(kernels_cuda_matmul_wt_forward(ctx, d_out, d_x, d_w, N, IN, OUT, &err), &err, shape);
@@ -224,10 +211,8 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
     expect_mm(shape, "wt dweight", d_dw, dw, s_dw, nw, bf16, tol);
     float *hs[] = {x, w, bias, out, dy, dx, dw, db, ones};
     float *ds[] = {d_x, d_w, d_bias, d_out, d_dy, d_dx, d_dw, d_db};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-        free(hs[i]);
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-        kernels_cuda_free(ds[i]);
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) kernels_cuda_free(ds[i]);
     free(s_out), free(s_wt), free(s_dx), free(s_dw), free(s_db);
 }
 
@@ -235,16 +220,15 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, int with_
  * cancel to almost nothing. */
 static const int mm_shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {130, 96, 257}, {64, 128, 384}};
 
-static void test_matmul_fp32(void **state)
-{
+static void test_matmul_fp32(void **state) {
     (void)state;
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
     vl_rng r;
     vl_rng_seed(&r, 12);
     for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
         for (int v = 0; v < 4; v++)
-            matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], v & 1, v >> 1,
-                        1e-5, &r);
+            matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], v & 1, v >> 1, 1e-5,
+                        &r);
     kernels_cuda_ctx_destroy(ctx);
 }
 
@@ -252,22 +236,20 @@ static void test_matmul_fp32(void **state)
  * round to nearest) moves it by at most (1 + 2^-8)^2 - 1 of itself. */
 #define BF16_PRODUCT_TOL (0x1p-7 + 0x1p-16)
 
-static void test_matmul_bf16(void **state)
-{
+static void test_matmul_bf16(void **state) {
     (void)state;
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
     vl_rng r;
     vl_rng_seed(&r, 13);
     for (size_t s = 0; s < sizeof mm_shapes / sizeof mm_shapes[0]; s++)
-        matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], 1, 1,
-                    BF16_PRODUCT_TOL, &r);
+        matmul_case(ctx, mm_shapes[s][0], mm_shapes[s][1], mm_shapes[s][2], 1, 1, BF16_PRODUCT_TOL,
+                    &r);
     kernels_cuda_ctx_destroy(ctx);
 }
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-static void test_attention(void **state)
-{
+static void test_attention(void **state) {
     (void)state;
     const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_FP32);
@@ -278,8 +260,7 @@ static void test_attention(void **state)
         size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C,
                natt = (size_t)B * NH * T * T;
         float *qkv = hbuf(nqkv), *out = hbuf(nout), *att = hbuf(natt), *dy = hbuf(nout),
-              *dqkv = hbuf(nqkv),
-              *scratch = hbuf(kernels_attention_scratch_floats(B, T, NH));
+              *dqkv = hbuf(nqkv), *scratch = hbuf(kernels_attention_scratch_floats(B, T, NH));
         fill(qkv, nqkv, &r, 1.0f, 0.0f);
         fill(dy, nout, &r, 1.0f, 0.0f);
         fill(dqkv, nqkv, &r, 1.0f, 0.0f);
@@ -310,8 +291,7 @@ static void test_attention(void **state)
 
 /* ---- element-wise, embedding -------------------------------------------------------------- */
 
-static void test_elementwise(void **state)
-{
+static void test_elementwise(void **state) {
     (void)state;
     const size_t sizes[] = {1, 255, 257, 100003};
     vl_rng r;
@@ -348,8 +328,7 @@ static void test_elementwise(void **state)
     }
 }
 
-static void test_encoder(void **state)
-{
+static void test_encoder(void **state) {
     (void)state;
     /* B, T, C, V: small vocabularies repeat tokens, which the token
      * gradient's atomics must add up. */
@@ -362,10 +341,8 @@ static void test_encoder(void **state)
         size_t bt = (size_t)B * T, n = bt * C;
         int *tok = malloc(bt * sizeof(int));
         assert_non_null(tok);
-        for (size_t i = 0; i < bt; i++)
-            tok[i] = (int)vl_rng_below(&r, (uint32_t)V);
-        float *wte = hbuf((size_t)V * C), *wpe = hbuf((size_t)T * C), *out = hbuf(n),
-              *dy = hbuf(n);
+        for (size_t i = 0; i < bt; i++) tok[i] = (int)vl_rng_below(&r, (uint32_t)V);
+        float *wte = hbuf((size_t)V * C), *wpe = hbuf((size_t)T * C), *out = hbuf(n), *dy = hbuf(n);
         fill(wte, (size_t)V * C, &r, 1.0f, 0.0f);
         fill(wpe, (size_t)T * C, &r, 1.0f, 0.0f);
         fill(dy, n, &r, 1.0f, 0.0f);
@@ -395,8 +372,7 @@ static void test_encoder(void **state)
 
 /* ---- softmax + cross-entropy ---------------------------------------------------------- */
 
-static void test_softmax_xent(void **state)
-{
+static void test_softmax_xent(void **state) {
     (void)state;
     const int shapes[][2] = {{1, 1}, {5, 257}, {9, 50257}, {33, 1000}};
     vl_rng r;
@@ -407,8 +383,7 @@ static void test_softmax_xent(void **state)
         size_t n = (size_t)N * V;
         int *tg = malloc((size_t)N * sizeof(int));
         assert_non_null(tg);
-        for (int i = 0; i < N; i++)
-            tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
+        for (int i = 0; i < N; i++) tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
         float *logits = hbuf(n), *probs = hbuf(n), *loss = hbuf(N);
         fill(logits, n, &r, 3.0f, 1.0f);
         int *d_tg = dev(tg, (size_t)N * sizeof(int));
@@ -439,8 +414,7 @@ static void test_softmax_xent(void **state)
 /* ---- the training step ---------------------------------------------------------------- */
 
 /* Relative L2 distance of a from b. */
-static double rel_l2(const float *a, const float *b, size_t n)
-{
+static double rel_l2(const float *a, const float *b, size_t n) {
     double d = 0, s = 0;
     for (size_t i = 0; i < n; i++) {
         d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
@@ -452,8 +426,7 @@ static double rel_l2(const float *a, const float *b, size_t n)
 /* Two AdamW steps of a small GPT (sizes off every block multiple) on the
  * CPU and the device from the same weights and batches; compares loss,
  * output, gradients and the updated parameters. */
-static void gpt_compare(kernels_cuda_math math)
-{
+static void gpt_compare(kernels_cuda_math math) {
     int fp32 = math == KERNELS_CUDA_FP32;
     model_gpt_config cfg = CFG;
     int B = 3, T = 19, N = B * T;
@@ -510,19 +483,16 @@ static void gpt_compare(kernels_cuda_math math)
             for (int t = 0; t < ntab; t++) {
                 double e = test_max_rel_err(g_grads + tab[t].offset, c_grads + tab[t].offset,
                                             tab[t].numel);
-                if (!(e <= gworst))
-                    gworst = e, gt = t;
+                if (!(e <= gworst)) gworst = e, gt = t;
             }
-            printf("step %d (fp32): worst tensor gradient error %.3g, %s (tolerance 1e-4)\n",
-                   step, gworst, tab[gt].name);
+            printf("step %d (fp32): worst tensor gradient error %.3g, %s (tolerance 1e-4)\n", step,
+                   gworst, tab[gt].name);
             if (!(gworst <= 1e-4))
                 fail_msg("step %d: gradient of %s differs by %.3g", step, tab[gt].name, gworst);
         } else {
             double e = rel_l2(g_grads, c_grads, np);
-            printf("step %d (bf16): gradient relative L2 error %.3g (tolerance 5e-2)\n", step,
-                   e);
-            if (!(e <= 5e-2))
-                fail_msg("step %d (bf16): gradient relative L2 error %.3g", step, e);
+            printf("step %d (bf16): gradient relative L2 error %.3g (tolerance 5e-2)\n", step, e);
+            if (!(e <= 5e-2)) fail_msg("step %d (bf16): gradient relative L2 error %.3g", step, e);
         }
         ok(model_adamw_step(&opt, cpu, &err), &err, "cpu adamw");
         ok(model_gpt_cuda_adamw_step(gpu, LR, B1, B2, EPS, WD, &err), &err, "gpu adamw");
@@ -536,14 +506,12 @@ static void gpt_compare(kernels_cuda_math math)
         for (int t = 0; t < ntab; t++) {
             const float *cg = c_grads + tab[t].offset;
             double gmax = 0;
-            for (size_t i = 0; i < tab[t].numel; i++)
-                gmax = fmax(gmax, fabs(cg[i]));
+            for (size_t i = 0; i < tab[t].numel; i++) gmax = fmax(gmax, fabs(cg[i]));
             for (size_t i = 0; i < tab[t].numel; i++)
                 if (fabs(cg[i]) >= 1e-3 * gmax) {
                     size_t k = tab[t].offset + i;
                     double d = fabs((double)gp[k] - cp[k]);
-                    if (!(d <= worst))
-                        worst = isnan(d) ? INFINITY : d; /* a NaN must not hide */
+                    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d; /* a NaN must not hide */
                 }
         }
         printf("step %d (%s): parameters after AdamW differ by at most %.3g lr (tolerance "
@@ -566,14 +534,12 @@ static void gpt_compare(kernels_cuda_math math)
     model_gpt_cuda_destroy(gpu);
 }
 
-static void test_gpt_step_fp32(void **state)
-{
+static void test_gpt_step_fp32(void **state) {
     (void)state;
     gpt_compare(KERNELS_CUDA_FP32);
 }
 
-static void test_gpt_step_bf16(void **state)
-{
+static void test_gpt_step_bf16(void **state) {
     (void)state;
     gpt_compare(KERNELS_CUDA_BF16);
 }
@@ -582,11 +548,10 @@ static void test_gpt_step_bf16(void **state)
 
 /* Device clipping against the host rule on the device's own gradients, and
  * AdamW state that goes in, steps, and comes out as the CPU's would. */
-static void test_clip_and_adamw_state(void **state)
-{
+static void test_clip_and_adamw_state(void **state) {
     (void)state;
-    model_gpt_config cfg = {.vocab_size = 29, .block_size = 12, .n_layer = 1, .n_head = 2,
-                            .n_embd = 20};
+    model_gpt_config cfg = {
+        .vocab_size = 29, .block_size = 12, .n_layer = 1, .n_head = 2, .n_embd = 20};
     vl_error err = {0};
     model_gpt *cpu = NULL;
     ok(model_gpt_create(&cfg, &cpu, &err), &err, "cpu model");
@@ -603,8 +568,7 @@ static void test_clip_and_adamw_state(void **state)
     float *g = hbuf(np), *gc = hbuf(np);
     ok(model_gpt_cuda_download_grads(gpu, g, np, &err), &err, "grads");
     double want = 0;
-    for (size_t i = 0; i < np; i++)
-        want += (double)g[i] * g[i];
+    for (size_t i = 0; i < np; i++) want += (double)g[i] * g[i];
     double g2 = 0;
     ok(model_gpt_cuda_clip_grads(gpu, 1e9, &g2, &err), &err, "norm");
     printf("squared gradient norm: relative error %.3g (tolerance 1e-12)\n",
@@ -648,8 +612,8 @@ static void test_clip_and_adamw_state(void **state)
         mw = em <= mw ? mw : isnan(em) ? INFINITY : em;
         vw = ev <= vw ? vw : isnan(ev) ? INFINITY : ev;
     }
-    printf("AdamW m and v: worst |GPU - CPU| / (1 + |CPU|) %.3g and %.3g (tolerance 1e-6)\n",
-           mw, vw);
+    printf("AdamW m and v: worst |GPU - CPU| / (1 + |CPU|) %.3g and %.3g (tolerance 1e-6)\n", mw,
+           vw);
     assert_true(mw <= 1e-6 && vw <= 1e-6);
     /* The same step from the same floats, in fp32 on both sides: they may
      * differ only in the rounding of the step (a step is about lr) and of
@@ -663,24 +627,22 @@ static void test_clip_and_adamw_state(void **state)
     for (size_t i = 0; i < np; i++) {
         double d = fabs((double)gp[i] - cp[i]);
         double q = d / (4 * FLT_EPSILON * fabs(cp[i]) + 1e-5 * LR);
-        if (!(q <= pw))
-            pw = isnan(q) ? INFINITY : q, at = i;
+        if (!(q <= pw)) pw = isnan(q) ? INFINITY : q, at = i;
         dmax = fmax(dmax, d);
     }
     printf("AdamW parameters: max |GPU - CPU| %.3g, worst %.3g of the tolerance (4 ulps + 1e-5 "
            "lr)\n",
            dmax, pw);
     if (!(pw <= 1))
-        fail_msg("parameter %zu after AdamW: %.9g on the GPU, %.9g on the CPU", at,
-                 (double)gp[at], (double)cp[at]);
+        fail_msg("parameter %zu after AdamW: %.9g on the GPU, %.9g on the CPU", at, (double)gp[at],
+                 (double)cp[at]);
     model_gpt_destroy(dl);
     assert_int_equal(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 2, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_get_adamw(gpu, m, v, np - 1, &step, &err), VL_EINVAL);
     ok(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 0, &err), &err, "reset");
     ok(model_gpt_cuda_get_adamw(gpu, m, v, np, &step, &err), &err, "get");
     assert_int_equal(step, 0);
-    for (size_t i = 0; i < np; i++)
-        assert_true(m[i] == 0 && v[i] == 0);
+    for (size_t i = 0; i < np; i++) assert_true(m[i] == 0 && v[i] == 0);
     free(g), free(gc), free(m), free(v);
     model_adamw_free(&opt);
     model_gpt_cuda_destroy(gpu);
@@ -689,8 +651,7 @@ static void test_clip_and_adamw_state(void **state)
 
 /* ---- refusals --------------------------------------------------------------------------- */
 
-static void test_bad_args(void **state)
-{
+static void test_bad_args(void **state) {
     (void)state;
     vl_error err = {0};
     kernels_cuda_ctx *ctx = NULL;
@@ -704,13 +665,12 @@ static void test_bad_args(void **state)
                      VL_EINVAL);
     ctx = ctx_of(KERNELS_CUDA_FP32);
     assert_int_equal(kernels_cuda_attention_forward(ctx, d, d, d, 1, 2, 6, 4, &err), VL_EINVAL);
-    assert_int_equal(kernels_cuda_matmul_forward(ctx, d, d, NULL, NULL, 2, 2, 2, &err),
-                     VL_EINVAL);
+    assert_int_equal(kernels_cuda_matmul_forward(ctx, d, d, NULL, NULL, 2, 2, 2, &err), VL_EINVAL);
     kernels_cuda_ctx_destroy(ctx);
     kernels_cuda_free(d);
 
-    model_gpt_config cfg = {.vocab_size = 16, .block_size = 8, .n_layer = 1, .n_head = 2,
-                            .n_embd = 8};
+    model_gpt_config cfg = {
+        .vocab_size = 16, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 8};
     model_gpt *cpu = NULL, *other = NULL;
     ok(model_gpt_create(&cfg, &cpu, &err), &err, "cpu model");
     model_gpt_config cfg2 = cfg;
@@ -726,8 +686,7 @@ static void test_bad_args(void **state)
     assert_int_equal(model_gpt_cuda_forward(gpu, in, tg, 1, 9, &loss, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_download_grads(gpu, &g1, 1, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_upload_params(gpu, other, &err), VL_EINVAL);
-    assert_int_equal(model_gpt_cuda_adamw_step(gpu, NAN, 0.9f, 0.95f, 1e-8f, 0, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_adamw_step(gpu, NAN, 0.9f, 0.95f, 1e-8f, 0, &err), VL_EINVAL);
     /* Without targets there is an output but nothing to differentiate. */
     ok(model_gpt_cuda_forward(gpu, in, NULL, 1, 8, NULL, &err), &err, "forward");
     assert_int_equal(model_gpt_cuda_backward(gpu, &err), VL_EINVAL);
@@ -736,15 +695,19 @@ static void test_bad_args(void **state)
     model_gpt_destroy(other);
 }
 
-int main(void)
-{
+int main(void) {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),     cmocka_unit_test(test_matmul_fp32),
-        cmocka_unit_test(test_matmul_bf16),   cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_elementwise),   cmocka_unit_test(test_encoder),
-        cmocka_unit_test(test_softmax_xent),  cmocka_unit_test(test_gpt_step_fp32),
-        cmocka_unit_test(test_gpt_step_bf16), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul_fp32),
+        cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_encoder),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_gpt_step_fp32),
+        cmocka_unit_test(test_gpt_step_bf16),
+        cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_clip_and_adamw_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

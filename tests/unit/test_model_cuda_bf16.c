@@ -38,16 +38,14 @@
 /* ---- helpers ------------------------------------------------------------------ */
 
 /* x rounded to the nearest bfloat16, ties to even (finite x). */
-static uint16_t bf16_bits(float x)
-{
+static uint16_t bf16_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-static float bf16_value(uint16_t h)
-{
+static float bf16_value(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float x;
     memcpy(&x, &u, sizeof x);
@@ -56,20 +54,16 @@ static float bf16_value(uint16_t h)
 
 /* Fills x and rounds it to bfloat16 values, so host and device agree on
  * the operand. */
-static void fill_rounded(float *x, size_t n, vl_rng *r, float scale)
-{
+static void fill_rounded(float *x, size_t n, vl_rng *r, float scale) {
     fill(x, n, r, scale, 0.0f);
-    for (size_t i = 0; i < n; i++)
-        x[i] = bf16_value(bf16_bits(x[i]));
+    for (size_t i = 0; i < n; i++) x[i] = bf16_value(bf16_bits(x[i]));
 }
 
 /* A device bfloat16 copy of host floats (rounded on the host). */
-static kernels_bf16 *devh(const float *h, size_t n)
-{
+static kernels_bf16 *devh(const float *h, size_t n) {
     uint16_t *bits = malloc((n ? n : 1) * sizeof *bits);
     assert_non_null(bits);
-    for (size_t i = 0; i < n; i++)
-        bits[i] = bf16_bits(h[i]);
+    for (size_t i = 0; i < n; i++) bits[i] = bf16_bits(h[i]);
     vl_error err = {0};
     void *d = NULL;
     if (kernels_cuda_alloc(&d, (n ? n : 1) * sizeof *bits, &err) != 0 ||
@@ -79,23 +73,20 @@ static kernels_bf16 *devh(const float *h, size_t n)
     return d;
 }
 
-static float *back_h(const kernels_bf16 *d, size_t n)
-{
+static float *back_h(const kernels_bf16 *d, size_t n) {
     uint16_t *bits = malloc((n ? n : 1) * sizeof *bits);
     assert_non_null(bits);
     vl_error err = {0};
     if (kernels_cuda_download(bits, d, n * sizeof *bits, &err) != 0)
         fail_msg("download: %s", err.msg);
     float *h = hbuf(n);
-    for (size_t i = 0; i < n; i++)
-        h[i] = bf16_value(bits[i]);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_value(bits[i]);
     free(bits);
     return h;
 }
 
 static void expect_h(const char *what, const kernels_bf16 *d, const float *c, size_t n,
-                     double tol)
-{
+                     double tol) {
     float *g = back_h(d, n);
     check(what, g, c, n, tol);
     free(g);
@@ -105,8 +96,7 @@ static void expect_h(const char *what, const kernels_bf16 *d, const float *c, si
 
 /* Bit for bit against the host's rounding, ties included, on both the
  * paired and the single-value path (an odd length, a misaligned start). */
-static void test_conversion(void **state)
-{
+static void test_conversion(void **state) {
     (void)state;
     const size_t n = 10001;
     float *x = hbuf(n + 1);
@@ -152,8 +142,7 @@ static void test_conversion(void **state)
 
 /* ---- linear layers ----------------------------------------------------------------- */
 
-static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, vl_rng *r)
-{
+static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, vl_rng *r) {
     size_t ni = (size_t)N * IN, nw = (size_t)IN * OUT, no = (size_t)N * OUT;
     float *x = hbuf(ni), *w = hbuf(nw), *bias = hbuf(OUT), *out = hbuf(no), *dy = hbuf(no),
           *dx = hbuf(ni), *dw = hbuf(nw), *db = hbuf(OUT), *junk = hbuf(ni > no ? ni : no);
@@ -205,28 +194,24 @@ static void matmul_case(kernels_cuda_ctx *ctx, int N, int IN, int OUT, vl_rng *r
     memset(dx, 0, ni * sizeof(float));
     ok(kernels_cuda_upload(d_dx, junk, ni * sizeof(float), &err), &err, "upload");
     kernels_matmul_wt_backward(dx, dw, dy, x, w, N, IN, OUT);
-    ok(kernels_cuda_matmul_wt_backward_bf16(ctx, d_dx, d_dw, h_dyp, ld, h_x, h_w, N, IN, OUT,
-                                            &err),
+    ok(kernels_cuda_matmul_wt_backward_bf16(ctx, d_dx, d_dw, h_dyp, ld, h_x, h_w, N, IN, OUT, &err),
        &err, what);
     expect("  wt dinp (overwritten)", d_dx, dx, ni, 1e-4);
     expect("  wt dweight (added)", d_dw, dw, nw, 1e-4);
-    assert_int_equal(kernels_cuda_matmul_wt_forward_bf16(ctx, d_outp, OUT - 1, h_x, h_w, N, IN,
-                                                         OUT, &err),
-                     VL_EINVAL);
+    assert_int_equal(
+        kernels_cuda_matmul_wt_forward_bf16(ctx, d_outp, OUT - 1, h_x, h_w, N, IN, OUT, &err),
+        VL_EINVAL);
     free(dyp);
     free(outp);
     kernels_cuda_free(h_dyp);
     kernels_cuda_free(d_outp);
     float *hs[] = {x, w, bias, out, dy, dx, dw, db, junk};
     void *ds[] = {h_x, h_w, h_dy, d_bias, d_out, d_dy, d_dx, d_dw, d_db};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-        free(hs[i]);
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-        kernels_cuda_free(ds[i]);
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) kernels_cuda_free(ds[i]);
 }
 
-static void test_matmul(void **state)
-{
+static void test_matmul(void **state) {
     (void)state;
     const int shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {130, 96, 257}, {64, 128, 384}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
@@ -239,14 +224,14 @@ static void test_matmul(void **state)
     kernels_bf16 *h_a = devh(a, 6), *h_b = devh(b, 6);
     float *d_c = devf(c, 4);
     vl_error err = {0};
-    ok(kernels_cuda_gemm_bf16(ctx, 0, 0, 2, 2, 3, 1.0f, h_a, 3, h_b, 2, 0.0f, d_c, 2, &err),
-       &err, "gemm bf16");
+    ok(kernels_cuda_gemm_bf16(ctx, 0, 0, 2, 2, 3, 1.0f, h_a, 3, h_b, 2, 0.0f, d_c, 2, &err), &err,
+       "gemm bf16");
     /* [1 2 3; 4 5 6] @ [1 0; -1 2; 0.5 0.25], every value exact. */
     const float want[4] = {0.5f, 4.75f, 2.0f, 11.5f};
     expect("gemm bf16 2x3x2", d_c, want, 4, 0.0);
-    assert_int_equal(kernels_cuda_gemm_bf16(ctx, 0, 0, 0, 2, 3, 1.0f, h_a, 3, h_b, 2, 0.0f, d_c,
-                                            2, &err),
-                     VL_EINVAL);
+    assert_int_equal(
+        kernels_cuda_gemm_bf16(ctx, 0, 0, 0, 2, 3, 1.0f, h_a, 3, h_b, 2, 0.0f, d_c, 2, &err),
+        VL_EINVAL);
     kernels_cuda_free(h_a);
     kernels_cuda_free(h_b);
     kernels_cuda_free(d_c);
@@ -255,8 +240,7 @@ static void test_matmul(void **state)
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-static void test_attention(void **state)
-{
+static void test_attention(void **state) {
     (void)state;
     const int shapes[][4] = {{1, 1, 8, 2}, {2, 33, 48, 3}, {3, 70, 64, 4}, {1, 129, 32, 1}};
     kernels_cuda_ctx *ctx = ctx_of(KERNELS_CUDA_BF16);
@@ -286,24 +270,21 @@ static void test_attention(void **state)
         expect_h("  probabilities", h_att, att, natt, 4e-3);
         expect_h("  out", h_out, out, nout, 1e-2);
         kernels_attention_backward(dqkv, scratch, dy, qkv, att, B, T, C, NH);
-        ok(kernels_cuda_attention_backward_bf16(ctx, d_dqkv, d_dp, h_ds, h_dy, h_qkv, h_att, B,
-                                                T, C, NH, &err),
+        ok(kernels_cuda_attention_backward_bf16(ctx, d_dqkv, d_dp, h_ds, h_dy, h_qkv, h_att, B, T,
+                                                C, NH, &err),
            &err, what);
         expect("  dqkv (overwritten)", d_dqkv, dqkv, nqkv, 5e-2);
         float *hs[] = {qkv, out, att, dy, dqkv, junk, scratch};
         void *ds[] = {h_qkv, h_dy, h_out, h_att, h_ds, d_scores, d_dp, d_dqkv};
-        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-            free(hs[i]);
-        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-            kernels_cuda_free(ds[i]);
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) kernels_cuda_free(ds[i]);
     }
     kernels_cuda_ctx_destroy(ctx);
 }
 
 /* ---- LayerNorm, GELU, the loss's gradient ------------------------------------------- */
 
-static void test_rowwise(void **state)
-{
+static void test_rowwise(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 34);
@@ -320,8 +301,8 @@ static void test_rowwise(void **state)
           *d_rstd = devf(rstd, N);
     kernels_bf16 *h_out = devh(out, NC);
     kernels_layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    ok(kernels_cuda_layernorm_forward_bf16(h_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, &err),
-       &err, "layernorm bf16");
+    ok(kernels_cuda_layernorm_forward_bf16(h_out, d_mean, d_rstd, d_x, d_w, d_b, N, C, &err), &err,
+       "layernorm bf16");
     expect_h("layernorm bf16 out", h_out, out, NC, 4e-3);
     expect("layernorm bf16 mean", d_mean, mean, N, 1e-5);
     expect("layernorm bf16 rstd", d_rstd, rstd, N, 1e-5);
@@ -343,8 +324,7 @@ static void test_rowwise(void **state)
     const int V = 1000, ld = 1024;
     int *tg = malloc(N * sizeof(int));
     assert_non_null(tg);
-    for (int i = 0; i < N; i++)
-        tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
+    for (int i = 0; i < N; i++) tg[i] = (int)vl_rng_below(&r, (uint32_t)V);
     int *d_tg = NULL;
     ok(kernels_cuda_alloc((void **)&d_tg, N * sizeof(int), &err), &err, "alloc");
     ok(kernels_cuda_upload(d_tg, tg, N * sizeof(int), &err), &err, "upload");
@@ -387,22 +367,18 @@ static void test_rowwise(void **state)
     kernels_cuda_free(d_pad);
     kernels_cuda_free(d_loss);
     kernels_cuda_free(h_dl);
-    assert_int_equal(kernels_cuda_gelu_backward_bf16(d_dx, NULL, d_x, d_dy, NC, &err),
-                     VL_EINVAL);
+    assert_int_equal(kernels_cuda_gelu_backward_bf16(d_dx, NULL, d_x, d_dy, NC, &err), VL_EINVAL);
     float *hs[] = {x, w, b, out, mean, rstd, dy, y, dx, junk, logits, probs, dl};
     void *ds[] = {d_x, d_w, d_b, d_mean, d_rstd, h_out, d_dy, d_dx, d_tg};
-    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-        free(hs[i]);
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-        kernels_cuda_free(ds[i]);
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) free(hs[i]);
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) kernels_cuda_free(ds[i]);
     free(tg);
 }
 
 /* The fused bias kernels against the host's float arithmetic, which
  * rounds the same way (no contraction): bit for bit where only additions
  * are involved, GELU to its bfloat16 rounding. */
-static void test_bias(void **state)
-{
+static void test_bias(void **state) {
     (void)state;
     vl_rng r;
     vl_rng_seed(&r, 35);
@@ -425,18 +401,15 @@ static void test_bias(void **state)
     /* a + (b + bias), also in place over a. */
     ok(kernels_cuda_residual_bias_forward(d_out, d_x, d_y, d_bias, N, W, &err), &err,
        "residual with bias");
-    for (size_t i = 0; i < n; i++)
-        want[i] = x[i] + (y[i] + bias[i % W]);
+    for (size_t i = 0; i < n; i++) want[i] = x[i] + (y[i] + bias[i % W]);
     expect("residual with bias", d_out, want, n, 0.0);
     ok(kernels_cuda_residual_bias_forward(d_x, d_x, d_y, d_bias, N, W, &err), &err,
        "residual with bias, in place");
     expect("residual with bias, in place", d_x, want, n, 0.0);
     /* x += bias in place, gelu(x) rounded. */
     ok(kernels_cuda_upload(d_x, x, n * sizeof(float), &err), &err, "upload");
-    ok(kernels_cuda_bias_gelu_forward_bf16(d_x, h_out, d_bias, N, W, &err), &err,
-       "bias and gelu");
-    for (size_t i = 0; i < n; i++)
-        want[i] = x[i] + bias[i % W];
+    ok(kernels_cuda_bias_gelu_forward_bf16(d_x, h_out, d_bias, N, W, &err), &err, "bias and gelu");
+    for (size_t i = 0; i < n; i++) want[i] = x[i] + bias[i % W];
     expect("bias and gelu: biased input", d_x, want, n, 0.0);
     kernels_gelu_forward(y, want, n);
     expect_h("bias and gelu: gelu", h_out, y, n, 4e-3);
@@ -448,14 +421,11 @@ static void test_bias(void **state)
     kernels_cuda_free(d_out), kernels_cuda_free(h_out);
 }
 
-int main(void)
-{
+int main(void) {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conversion),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_rowwise),
+        cmocka_unit_test(test_conversion), cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_attention),  cmocka_unit_test(test_rowwise),
         cmocka_unit_test(test_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,8 +35,7 @@
 
 /* ---- one device ------------------------------------------------------------------- */
 
-static void test_one_device_is_the_plain_model(void **state)
-{
+static void test_one_device_is_the_plain_model(void **state) {
     (void)state;
     int B = 3, T = 19;
     vl_error err = {0};
@@ -93,8 +92,7 @@ static void test_one_device_is_the_plain_model(void **state)
     expect_bits("AdamW m round trip", dm, pm, np);
     ok(model_gpt_cuda_dp_zero_grad(dp, &err), &err, "zero_grad");
     ok(model_gpt_cuda_dp_download_replica(dp, 0, NULL, dg, np, &err), &err, "replica 0");
-    for (size_t i = 0; i < np; i++)
-        assert_true(dg[i] == 0.0f);
+    for (size_t i = 0; i < np; i++) assert_true(dg[i] == 0.0f);
     free(pg), free(dg), free(pp), free(pm), free(pv), free(dm), free(dv);
     model_gpt_cuda_dp_destroy(dp);
     model_gpt_cuda_destroy(plain);
@@ -104,17 +102,14 @@ static void test_one_device_is_the_plain_model(void **state)
 
 /* ---- refusals --------------------------------------------------------------------- */
 
-static void test_bad_args(void **state)
-{
+static void test_bad_args(void **state) {
     (void)state;
     vl_error err = {0};
     model_gpt *host = host_model(41);
     model_gpt_cuda_dp *dp = (model_gpt_cuda_dp *)host; /* must be reset to NULL */
     int visible = kernels_cuda_device_count();
-    assert_int_equal(model_gpt_cuda_dp_create(NULL, KERNELS_CUDA_FP32, 1, &dp, &err),
-                     VL_EINVAL);
-    assert_int_equal(model_gpt_cuda_dp_create(host, KERNELS_CUDA_FP32, 1, NULL, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_dp_create(NULL, KERNELS_CUDA_FP32, 1, &dp, &err), VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_dp_create(host, KERNELS_CUDA_FP32, 1, NULL, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_create(host, KERNELS_CUDA_FP32, visible + 1, &dp, &err),
                      VL_EINVAL);
     assert_null(dp);
@@ -160,8 +155,7 @@ static void test_bad_args(void **state)
     assert_int_equal(model_gpt_cuda_dp_download_grads(dp, &f, 1, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_download_replica(dp, 1, &f, NULL, np, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_download_replica(dp, -1, &f, NULL, np, &err), VL_EINVAL);
-    assert_int_equal(model_gpt_cuda_dp_download_replica(dp, 0, NULL, NULL, np, &err),
-                     VL_EINVAL);
+    assert_int_equal(model_gpt_cuda_dp_download_replica(dp, 0, NULL, NULL, np, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_adamw_step(dp, NAN, B1, B2, EPS, WD, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_set_adamw(dp, NULL, NULL, np, 3, &err), VL_EINVAL);
     model_gpt_config other = CFG;
@@ -179,8 +173,7 @@ static void test_bad_args(void **state)
     model_gpt_destroy(host);
 }
 
-int main(void)
-{
+int main(void) {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_device_is_the_plain_model),

@@ -40,8 +40,7 @@
  * to the plain model's (pp) where the step's gradient (cg) is not rounding
  * noise; returns the worst difference. */
 static double replicas_agree(model_gpt_cuda_dp *dp, const float *pp, const float *cg,
-                             const model_tensor *tab, int ntab, size_t np)
-{
+                             const model_tensor *tab, int ntab, size_t np) {
     vl_error err = {0};
     float *p0 = hbuf(np), *pr = hbuf(np), *g0 = hbuf(np), *gr = hbuf(np);
     ok(model_gpt_cuda_dp_download_replica(dp, 0, p0, g0, np, &err), &err, "replica 0");
@@ -54,8 +53,7 @@ static double replicas_agree(model_gpt_cuda_dp *dp, const float *pp, const float
     double worst = 0;
     for (int t = 0; t < ntab; t++) {
         double gmax = 0;
-        for (size_t i = 0; i < tab[t].numel; i++)
-            gmax = fmax(gmax, fabs(cg[tab[t].offset + i]));
+        for (size_t i = 0; i < tab[t].numel; i++) gmax = fmax(gmax, fabs(cg[tab[t].offset + i]));
         for (size_t i = 0; i < tab[t].numel; i++) {
             size_t k = tab[t].offset + i;
             double d = fabs((double)p0[k] - pp[k]);
@@ -68,8 +66,7 @@ static double replicas_agree(model_gpt_cuda_dp *dp, const float *pp, const float
 }
 
 /* Two steps on 2 devices against one device, batches of B rows. */
-static void two_devices(int B)
-{
+static void two_devices(int B) {
     int T = 19;
     vl_error err = {0};
     model_gpt *host = host_model(51), *dl = host_model(0);
@@ -99,14 +96,12 @@ static void two_devices(int B)
         int gt = 0;
         for (int t = 0; t < ntab; t++) {
             double e = test_max_rel_err(dg + tab[t].offset, pg + tab[t].offset, tab[t].numel);
-            if (!(e <= gworst))
-                gworst = e, gt = t;
+            if (!(e <= gworst)) gworst = e, gt = t;
         }
         printf("B=%d step %d: worst tensor gradient error %.3g, %s (tolerance 1e-4)\n", B, step,
                gworst, tab[gt].name);
         if (!(gworst <= 1e-4))
-            fail_msg("B=%d step %d: gradient of %s differs by %.3g", B, step, tab[gt].name,
-                     gworst);
+            fail_msg("B=%d step %d: gradient of %s differs by %.3g", B, step, tab[gt].name, gworst);
         double mn = plain_clip(plain, &g2p);
         ok(model_gpt_cuda_dp_clip_grads(dp, mn, &g2d, &err), &err, "dp clip");
         printf("B=%d step %d: squared norm relative error %.3g (tolerance 2e-4)\n", B, step,
@@ -126,8 +121,8 @@ static void two_devices(int B)
                "0.05 lr)\n",
                B, step, worst / LR);
         if (!(worst <= 0.05 * LR))
-            fail_msg("B=%d step %d: parameters after AdamW differ by %.3g (lr %g)", B, step,
-                     worst, (double)LR);
+            fail_msg("B=%d step %d: parameters after AdamW differ by %.3g (lr %g)", B, step, worst,
+                     (double)LR);
         /* Step 2 from the plain model's parameters: one step's difference
          * again, not accumulated drift; this also puts new parameters on
          * every replica. */
@@ -141,22 +136,19 @@ static void two_devices(int B)
     model_gpt_destroy(dl);
 }
 
-static void test_uneven_split(void **state)
-{
+static void test_uneven_split(void **state) {
     (void)state;
     two_devices(3); /* rows 2 + 1 */
 }
 
-static void test_one_replica_idle(void **state)
-{
+static void test_one_replica_idle(void **state) {
     (void)state;
     two_devices(1); /* replica 1 gets no rows and contributes zeros */
 }
 
 #endif /* VOLLEY_HAVE_NCCL */
 
-int main(void)
-{
+int main(void) {
     test_cuda_require_device();
 #if !defined(VOLLEY_HAVE_NCCL)
     printf("SKIPPED: this build has no NCCL, which training on several GPUs needs\n");

@@ -18,11 +18,10 @@
 
 #include "tests/unit/test_util.h"
 
-static const model_gpt_config CFG = {.vocab_size = 256, .block_size = 8, .n_layer = 2,
-                                     .n_head = 2, .n_embd = 16};
+static const model_gpt_config CFG = {
+    .vocab_size = 256, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
 
-static model_gpt *make(uint64_t seed)
-{
+static model_gpt *make(uint64_t seed) {
     model_gpt *m = NULL;
     OK(model_gpt_create(&CFG, &m, &e_));
     model_gpt_init_weights(m, seed);
@@ -30,20 +29,17 @@ static model_gpt *make(uint64_t seed)
 }
 
 /* Serialises m (optionally with config metadata) into out. */
-static void save(const model_gpt *m, int with_meta, vl_buf *out)
-{
+static void save(const model_gpt *m, int with_meta, vl_buf *out) {
     st_writer w;
     st_writer_init(&w);
     vl_buf_init(out, VL_BUF_DEFAULT_CAP);
     assert_int_equal(model_gpt_write_safetensors(m, &w), 0);
-    if (with_meta)
-        assert_int_equal(model_gpt_write_config_meta(m, &w), 0);
+    if (with_meta) assert_int_equal(model_gpt_write_config_meta(m, &w), 0);
     OK(st_writer_finish(&w, out, &e_));
     st_writer_free(&w);
 }
 
-static void test_round_trip(void **state)
-{
+static void test_round_trip(void **state) {
     (void)state;
     model_gpt *a = make(1), *b = make(2);
     size_t n = model_gpt_num_params(a);
@@ -87,8 +83,7 @@ static void test_round_trip(void **state)
 /* Builds a file from the model's tensors with one tensor altered:
  * mode 0 drop it, 1 change its shape, 2 put a NaN in it, 3 add an extra
  * tensor, 4 store it as I32, 5 store everything as F16. */
-static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out, float *scratch)
-{
+static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out, float *scratch) {
     const model_tensor *t;
     int nt = model_gpt_tensors(m, &t);
     const float *p = model_gpt_params(m);
@@ -98,8 +93,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out
     if (mode == 5) {
         half = malloc(model_gpt_num_params(m) * sizeof(uint16_t));
         assert_non_null(half);
-        for (size_t i = 0; i < model_gpt_num_params(m); i++)
-            half[i] = vl_f32_to_f16(p[i]);
+        for (size_t i = 0; i < model_gpt_num_params(m); i++) half[i] = vl_f32_to_f16(p[i]);
     }
     for (int i = 0; i < nt; i++) {
         uint64_t shape[2] = {t[i].shape[0], t[i].shape[1]};
@@ -107,8 +101,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out
         const void *data = p + t[i].offset;
         size_t nbytes = t[i].numel * sizeof(float);
         st_dtype dt = ST_F32;
-        if (hit && mode == 0)
-            continue;
+        if (hit && mode == 0) continue;
         if (hit && mode == 1) {
             shape[0] = t[i].shape[1]; /* transposed: same size, wrong shape */
             shape[1] = t[i].shape[0];
@@ -118,8 +111,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out
             scratch[t[i].numel / 2] = NAN;
             data = scratch;
         }
-        if (hit && mode == 4)
-            dt = ST_I32;
+        if (hit && mode == 4) dt = ST_I32;
         if (mode == 5) {
             dt = ST_F16;
             data = half + t[i].offset;
@@ -138,8 +130,7 @@ static void save_altered(model_gpt *m, const char *victim, int mode, vl_buf *out
     free(half);
 }
 
-static void test_rejects_bad_checkpoints(void **state)
-{
+static void test_rejects_bad_checkpoints(void **state) {
     (void)state;
     model_gpt *src = make(5), *dst = make(6);
     size_t n = model_gpt_num_params(dst);
@@ -182,8 +173,7 @@ static void test_rejects_bad_checkpoints(void **state)
     model_gpt_destroy(dst);
 }
 
-static void test_load_f16(void **state)
-{
+static void test_load_f16(void **state) {
     (void)state;
     model_gpt *src = make(7), *dst = make(8);
     vl_buf file;
@@ -200,8 +190,7 @@ static void test_load_f16(void **state)
     model_gpt_destroy(dst);
 }
 
-static void test_shape_mismatch_between_configs(void **state)
-{
+static void test_shape_mismatch_between_configs(void **state) {
     (void)state;
     /* A checkpoint of a wider model does not load into a narrower one. */
     model_gpt_config wide = CFG;
@@ -223,8 +212,7 @@ static void test_shape_mismatch_between_configs(void **state)
     model_gpt_destroy(m);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_rejects_bad_checkpoints),

@@ -25,8 +25,7 @@ typedef struct vars {
 
 static const char *const DEVICES[] = {"auto", "cpu", "cuda"};
 
-static int parse_device(const char *s, void *dst)
-{
+static int parse_device(const char *s, void *dst) {
     for (int i = 0; i < 3; i++)
         if (strcmp(s, DEVICES[i]) == 0) {
             *(int *)dst = i;
@@ -45,8 +44,7 @@ typedef struct fixture {
     FILE *err, *out;
 } fixture;
 
-static fixture *fx_new(void)
-{
+static fixture *fx_new(void) {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->v = (vars){.threads = 4, .seed = 1, .size = 1000, .temp = 0.8, .device = 0};
@@ -63,14 +61,18 @@ static fixture *fx_new(void)
     f->out = open_memstream(&f->outtext, &f->outlen);
     assert_non_null(f->err);
     assert_non_null(f->out);
-    f->o = (vl_opts){.prog = "prog run", .hint = "see 'prog --help'", .usage = "usage: prog\n",
-                     .opt = f->t, .n = VL_OPTS_COUNT(f->t), .err = f->err, .out = f->out};
+    f->o = (vl_opts){.prog = "prog run",
+                     .hint = "see 'prog --help'",
+                     .usage = "usage: prog\n",
+                     .opt = f->t,
+                     .n = VL_OPTS_COUNT(f->t),
+                     .err = f->err,
+                     .out = f->out};
     return f;
 }
 
 /* Starts err afresh, so errtext holds only what comes next. */
-static void fx_reset_err(fixture *f)
-{
+static void fx_reset_err(fixture *f) {
     fclose(f->err);
     free(f->errtext);
     f->errtext = NULL;
@@ -79,8 +81,7 @@ static void fx_reset_err(fixture *f)
     f->o.err = f->err;
 }
 
-static void fx_free(fixture *f)
-{
+static void fx_free(fixture *f) {
     fclose(f->err);
     fclose(f->out);
     free(f->errtext);
@@ -89,8 +90,7 @@ static void fx_free(fixture *f)
 }
 
 /* Parses the NULL-terminated words after "run" with f's table. */
-static int parse(fixture *f, int *rest, ...)
-{
+static int parse(fixture *f, int *rest, ...) {
     char *argv[32];
     int argc = 0;
     argv[argc++] = (char *)"run";
@@ -110,8 +110,7 @@ static int parse(fixture *f, int *rest, ...)
 }
 
 /* Asserts a refusal that printed exactly one line, "prog run: msg (hint)". */
-static void refused(fixture *f, int rc, const char *msg)
-{
+static void refused(fixture *f, int rc, const char *msg) {
     assert_int_equal(rc, VL_EINVAL);
     assert_int_equal(vl_opts_status(rc), VL_OPTS_EXIT_USAGE);
     char want[512];
@@ -119,8 +118,7 @@ static void refused(fixture *f, int rc, const char *msg)
     assert_string_equal(f->errtext, want);
 }
 
-static void test_every_kind_both_spellings(void **state)
-{
+static void test_every_kind_both_spellings(void **state) {
     (void)state;
     fixture *f = fx_new();
     int rc = parse(f, NULL, "--force", "-v", "--db", "run.db", "--threads=8", "--seed", "-0",
@@ -137,15 +135,14 @@ static void test_every_kind_both_spellings(void **state)
     assert_true(f->v.temp == 0.0);
     assert_true(f->v.beta == 0.1);
     assert_int_equal(f->v.device, 2);
-    for (size_t i = 0; i < VL_OPTS_COUNT(f->t); i++)
-        assert_int_equal(f->t[i].given, 1);
+    for (size_t i = 0; i < VL_OPTS_COUNT(f->t); i++) assert_int_equal(f->t[i].given, 1);
     assert_true(vl_opts_given(&f->o, "beta"));
     assert_false(vl_opts_given(&f->o, "no-such-option"));
 
     /* The other spelling of each value, and a letter with its value
      * attached or apart. */
-    rc = parse(f, NULL, "--db=other.db", "--size=100000000", "--temperature", "10",
-               "-j", "1024", NULL);
+    rc = parse(f, NULL, "--db=other.db", "--size=100000000", "--temperature", "10", "-j", "1024",
+               NULL);
     assert_int_equal(rc, VL_OK);
     assert_string_equal(f->v.db, "other.db");
     assert_int_equal(f->v.size, 100000000);
@@ -156,8 +153,7 @@ static void test_every_kind_both_spellings(void **state)
     fx_free(f);
 }
 
-static void test_defaults_stay(void **state)
-{
+static void test_defaults_stay(void **state) {
     (void)state;
     fixture *f = fx_new();
     assert_int_equal(parse(f, NULL, "--db", "x", NULL), VL_OK);
@@ -173,8 +169,7 @@ static void test_defaults_stay(void **state)
     fx_free(f);
 }
 
-static void test_ranges(void **state)
-{
+static void test_ranges(void **state) {
     (void)state;
     fixture *f = fx_new();
     refused(f, parse(f, NULL, "--threads", "0", NULL), "--threads: '0' is not 1..1024");
@@ -213,15 +208,13 @@ static void test_ranges(void **state)
     assert_int_equal(parse(f, NULL, "--size", "1", NULL), VL_OK);
     assert_int_equal(f->v.size, 1);
 
-    refused(f, parse(f, NULL, "--device", "gpu", NULL),
-            "--device: 'gpu' is not auto, cpu or cuda");
+    refused(f, parse(f, NULL, "--device", "gpu", NULL), "--device: 'gpu' is not auto, cpu or cuda");
     /* A refused value leaves the variable as it was. */
     assert_int_equal(f->v.device, 0);
     fx_free(f);
 }
 
-static void test_unknown_options(void **state)
-{
+static void test_unknown_options(void **state) {
     (void)state;
     fixture *f = fx_new();
     refused(f, parse(f, NULL, "--nope", NULL), "unknown option '--nope'");
@@ -236,8 +229,7 @@ static void test_unknown_options(void **state)
     fx_free(f);
 }
 
-static void test_missing_and_empty_values(void **state)
-{
+static void test_missing_and_empty_values(void **state) {
     (void)state;
     fixture *f = fx_new();
     refused(f, parse(f, NULL, "--db", NULL), "--db needs a value");
@@ -255,8 +247,7 @@ static void test_missing_and_empty_values(void **state)
     fx_free(f);
 }
 
-static void test_repeats(void **state)
-{
+static void test_repeats(void **state) {
     (void)state;
     fixture *f = fx_new();
     refused(f, parse(f, NULL, "--db", "a", "--db", "b", NULL), "--db given twice");
@@ -270,8 +261,7 @@ static void test_repeats(void **state)
     fx_free(f);
 }
 
-static void test_required(void **state)
-{
+static void test_required(void **state) {
     (void)state;
     fixture *f = fx_new();
     f->t[2] = vl_opt_required(f->t[2]);
@@ -280,8 +270,7 @@ static void test_required(void **state)
     fx_free(f);
 }
 
-static void test_operands(void **state)
-{
+static void test_operands(void **state) {
     (void)state;
     fixture *f = fx_new();
     refused(f, parse(f, NULL, "--db", "x", "extra", NULL), "unexpected argument 'extra'");
@@ -299,8 +288,7 @@ static void test_operands(void **state)
     fx_free(f);
 }
 
-static void test_help(void **state)
-{
+static void test_help(void **state) {
     (void)state;
     fixture *f = fx_new();
     int rc = parse(f, NULL, "--db", "x", "--help", "--nope", NULL);
@@ -317,8 +305,7 @@ static void test_help(void **state)
     fx_free(f);
 }
 
-static void test_messages(void **state)
-{
+static void test_messages(void **state) {
     (void)state;
     fixture *f = fx_new();
     f->o.hint = NULL;
@@ -338,8 +325,7 @@ static void test_messages(void **state)
     fx_free(f);
 }
 
-static void test_table_limits(void **state)
-{
+static void test_table_limits(void **state) {
     (void)state;
     fixture *f = fx_new();
     vl_opt many[VL_OPTS_MAX + 1];
@@ -361,8 +347,7 @@ static void test_table_limits(void **state)
     fx_free(f);
 }
 
-static void test_parse_size(void **state)
-{
+static void test_parse_size(void **state) {
     (void)state;
     int64_t v = -1;
     assert_int_equal(vl_opts_parse_size("1e8", 1, INT64_MAX, &v), VL_OK);
@@ -382,8 +367,7 @@ static void test_parse_size(void **state)
     assert_int_equal(v, 7);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_kind_both_spellings),
         cmocka_unit_test(test_defaults_stay),

@@ -178,8 +178,7 @@ static void test_error_parse(void **state) {
     assert_string_equal(msg, "{\"error\": \"nope\"}");
 
     /* Newlines in a message cannot break the one-line rule. */
-    parse_body("{\"error\": {\"code\": \"bad\\nrequest\", \"message\": \"a\\u0001b\"}}", code,
-               msg);
+    parse_body("{\"error\": {\"code\": \"bad\\nrequest\", \"message\": \"a\\u0001b\"}}", code, msg);
     assert_string_equal(code, "bad");
     assert_string_equal(msg, "a b");
 
@@ -200,8 +199,7 @@ static void test_refusal_line(void **state) {
     vl_error e = {0};
     const char *body = "{\"error\":{\"code\":\"stale_update\",\"message\":\"update is based on "
                        "version 3; current is 5\"}}";
-    assert_int_equal(peer_refusal(&e, "upload refused", 409, (const uint8_t *)body,
-                                  strlen(body)),
+    assert_int_equal(peer_refusal(&e, "upload refused", 409, (const uint8_t *)body, strlen(body)),
                      PEER_EREFUSED);
     assert_string_equal(e.msg, "upload refused: 409 stale_update: update is based on version 3; "
                                "current is 5");
@@ -310,7 +308,8 @@ static void test_task_compression(void **state) {
         char cmp[256];
         snprintf(cmp, sizeof cmp,
                  "{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 10, \"rows\": 3, "
-                 "\"cols\": 50, \"seed\": 5%s}", hashes[h]);
+                 "\"cols\": 50, \"seed\": 5%s}",
+                 hashes[h]);
         s = task_with("{\"kind\": \"dense\", \"dtype\": \"F32\"}", cmp);
         assert_int_equal(peer_task_parse(s, strlen(s), &t, &e), VL_EINVAL);
         assert_non_null(strstr(e.msg, "\"window\" hash"));
@@ -320,14 +319,14 @@ static void test_task_compression(void **state) {
         {"{\"kind\": \"topk\", \"dtype\": \"F32\"}", "compression.k"},
         {"{\"kind\": \"gaussk\", \"dtype\": \"F32\", \"k\": 0}", "compression.k"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 16, "
-         "\"cols\": 5, \"seed\": 1}", "compression.rows"},
+         "\"cols\": 5, \"seed\": 1}",
+         "compression.rows"},
         {"{\"kind\": \"sketch\", \"dtype\": \"F32\", \"k\": 1, \"rows\": 15, "
-         "\"cols\": 268435456, \"seed\": 1}", "too large"},
+         "\"cols\": 268435456, \"seed\": 1}",
+         "too large"},
         {"{\"kind\": \"randk\", \"dtype\": \"F32\"}", "not supported"},
-        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"block\": -2}",
-         "compression.block"},
-        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": 0}",
-         "compression.decay"},
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"block\": -2}", "compression.block"},
+        {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": 0}", "compression.decay"},
         {"{\"kind\": \"gaussk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": 1.01}",
          "compression.decay"},
         {"{\"kind\": \"topk\", \"dtype\": \"F32\", \"k\": 5, \"decay\": \"x\"}",
@@ -592,11 +591,11 @@ static void test_train_lowers_loss(void **state) {
 static void test_selsync_feed(void **state) {
     (void)state;
     peer_selsync s = {0};
-    assert_float_equal(peer_selsync_feed(&s, 4), 0, 0);      /* g~ = 4 */
-    assert_float_equal(peer_selsync_feed(&s, 4), 0, 1e-15);  /* g~ = 4 */
+    assert_float_equal(peer_selsync_feed(&s, 4), 0, 0);         /* g~ = 4 */
+    assert_float_equal(peer_selsync_feed(&s, 4), 0, 1e-15);     /* g~ = 4 */
     assert_float_equal(peer_selsync_feed(&s, 14), 0.25, 1e-12); /* g~ = 3.6 + 1.4 = 5 */
     assert_float_equal(s.smoothed, 5, 1e-12);
-    assert_float_equal(peer_selsync_feed(&s, 5), 0, 1e-12);  /* g~ stays 5 */
+    assert_float_equal(peer_selsync_feed(&s, 5), 0, 1e-12);   /* g~ stays 5 */
     assert_float_equal(peer_selsync_feed(&s, 0), 0.1, 1e-12); /* g~ = 4.5 */
     assert_int_equal(s.steps, 5);
     /* A zero norm cannot be divided by: no change is reported after it. */
@@ -690,8 +689,7 @@ static void test_encode_feedback(void **state) {
         }
         compress_update_free(&u);
     }
-    for (size_t i = 0; i < n; i++)
-        assert_true(fabs(sent[i] + tr.residual[i] - total[i]) < 1e-5);
+    for (size_t i = 0; i < n; i++) assert_true(fabs(sent[i] + tr.residual[i] - total[i]) < 1e-5);
     /* Block top-k with a decaying residual: every slice gets its share,
      * and sent + residual is exactly decay * old residual + delta. */
     k.method = PEER_METHOD_TOPK;
@@ -761,13 +759,15 @@ static void test_encode_feedback(void **state) {
     float *got_vals = NULL;
     size_t got_n = 0;
     const char *code = NULL;
-    assert_int_equal(compress_round_decode_values(vb.data, vb.len, 4, &back, &got_vals, &got_n,
-                                                  &code, &e), VL_OK);
+    assert_int_equal(
+        compress_round_decode_values(vb.data, vb.len, 4, &back, &got_vals, &got_n, &code, &e),
+        VL_OK);
     assert_true(got_n == 4 && back.task == 9 && back.peer == 2 && back.version == 3);
     for (int j = 0; j < 4; j++) assert_true(got_vals[j] == tr.delta[cand[j]]);
     free(got_vals);
-    assert_int_equal(compress_round_decode_values(vb.data, vb.len, 5, &back, &got_vals, &got_n,
-                                                  &code, &e), VL_ERANGE);
+    assert_int_equal(
+        compress_round_decode_values(vb.data, vb.len, 5, &back, &got_vals, &got_n, &code, &e),
+        VL_ERANGE);
     assert_string_equal(code, "bad_shape");
     vl_buf_free(&vb);
     compress_sketch_free(&want);

@@ -32,8 +32,8 @@
 
 /* A trainer holding TINY that has run task on kind (fallback: whether a
  * GPU failure moves it to the CPU, as under --device auto). */
-static void trained_on(peer_trainer *t, peer_device_kind kind, int fallback,
-                       const peer_task *task, peer_train_result *res) {
+static void trained_on(peer_trainer *t, peer_device_kind kind, int fallback, const peer_task *task,
+                       peer_train_result *res) {
     vl_error e = {0};
     peer_trainer_init(t);
     assert_int_equal(peer_trainer_init_model(t, &TINY, 0, &e), VL_OK);
@@ -260,10 +260,8 @@ static void test_gaussk_on_gpu(void **state) {
 int main(void) {
     test_cuda_require_device();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_task_on_gpu),
-        cmocka_unit_test(test_sgd_task_on_gpu),
-        cmocka_unit_test(test_sketch_on_gpu),
-        cmocka_unit_test(test_topk_on_gpu),
+        cmocka_unit_test(test_task_on_gpu),   cmocka_unit_test(test_sgd_task_on_gpu),
+        cmocka_unit_test(test_sketch_on_gpu), cmocka_unit_test(test_topk_on_gpu),
         cmocka_unit_test(test_gaussk_on_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,12 +73,32 @@ static void test_cpu_max_parse(void **state) {
     assert_int_equal(peer_guest_cpu_max_parse("1000 1000\n", &q, &p), VL_OK);
     assert_true(q == 1000 && p == 1000);
     q = p = 7;
-    const char *bad[] = {"", "\n", "\n\n", "max 100000\n\n", " max 100000", "max  100000",
-                         "max 100000 ", "150000", "150000\n", "-1 100000", "+5 100000",
-                         "5 +100000", "0 100000", "5 0", "5 -100000", "abc 100000", "max abc",
-                         "MAX 100000", "5 100000 7", "5 1e5", "5.5 100000", "5\t100000",
-                         "99999999999999999999 100000", "9007199254740992 100000",
-                         "5 100000\r\n", NULL};
+    const char *bad[] = {"",
+                         "\n",
+                         "\n\n",
+                         "max 100000\n\n",
+                         " max 100000",
+                         "max  100000",
+                         "max 100000 ",
+                         "150000",
+                         "150000\n",
+                         "-1 100000",
+                         "+5 100000",
+                         "5 +100000",
+                         "0 100000",
+                         "5 0",
+                         "5 -100000",
+                         "abc 100000",
+                         "max abc",
+                         "MAX 100000",
+                         "5 100000 7",
+                         "5 1e5",
+                         "5.5 100000",
+                         "5\t100000",
+                         "99999999999999999999 100000",
+                         "9007199254740992 100000",
+                         "5 100000\r\n",
+                         NULL};
     for (int i = 0; bad[i]; i++) {
         if (peer_guest_cpu_max_parse(bad[i], &q, &p) != VL_EINVAL)
             fail_msg("accepted '%s'", bad[i]);
@@ -98,10 +118,9 @@ static void test_cfs_parse(void **state) {
     assert_int_equal(peer_guest_cfs_parse("50000", "100000", &q, &p), VL_OK);
     assert_true(q == 50000 && p == 100000);
     q = p = 7;
-    const char *bad[][2] = {{"-2", "100000"}, {"0", "100000"}, {"", "100000"},
-                            {"50000", ""},    {"50000", "0"},  {"50000", "-1"},
-                            {"x", "100000"},  {"-1 ", "100000"}, {"50000", "10 0"},
-                            {"--1", "100000"}};
+    const char *bad[][2] = {{"-2", "100000"},  {"0", "100000"},  {"", "100000"},  {"50000", ""},
+                            {"50000", "0"},    {"50000", "-1"},  {"x", "100000"}, {"-1 ", "100000"},
+                            {"50000", "10 0"}, {"--1", "100000"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (peer_guest_cfs_parse(bad[i][0], bad[i][1], &q, &p) != VL_EINVAL)
             fail_msg("accepted '%s' '%s'", bad[i][0], bad[i][1]);
@@ -157,8 +176,7 @@ static void test_cgroup_path(void **state) {
     assert_int_equal(peer_guest_cgroup_path("", 1, out, sizeof out), VL_ENOTFOUND);
     assert_int_equal(peer_guest_cgroup_path("garbage\n", 1, out, sizeof out), VL_ENOTFOUND);
     assert_int_equal(peer_guest_cgroup_path(NULL, 1, out, sizeof out), VL_ENOTFOUND);
-    const char *bad[] = {"0::relative", "0::", "0::/a/../b", "0::/a//b", "0::/a/.", "0::/..",
-                         NULL};
+    const char *bad[] = {"0::relative", "0::", "0::/a/../b", "0::/a//b", "0::/a/.", "0::/..", NULL};
     for (int i = 0; bad[i]; i++)
         if (peer_guest_cgroup_path(bad[i], 1, out, sizeof out) != VL_EINVAL)
             fail_msg("accepted '%s'", bad[i]);
@@ -175,12 +193,10 @@ static void test_cgroup_mount(void **state) {
         "34 22 0:30 / /sys/fs/cgroup/cpuset rw shared:9 - cgroup cgroup rw,cpuset\n"
         "35 22 0:31 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw shared:11 master:2 - cgroup "
         "cgroup rw,cpu,cpuacct\n";
-    assert_int_equal(peer_guest_cgroup_mount(mi, 1, root, sizeof root, point, sizeof point),
-                     VL_OK);
+    assert_int_equal(peer_guest_cgroup_mount(mi, 1, root, sizeof root, point, sizeof point), VL_OK);
     assert_string_equal(root, "/");
     assert_string_equal(point, "/sys/fs/cgroup/unified");
-    assert_int_equal(peer_guest_cgroup_mount(mi, 0, root, sizeof root, point, sizeof point),
-                     VL_OK);
+    assert_int_equal(peer_guest_cgroup_mount(mi, 0, root, sizeof root, point, sizeof point), VL_OK);
     assert_string_equal(root, "/docker/abc");
     assert_string_equal(point, "/sys/fs/cgroup/cpu,cpuacct");
     /* Escaped spaces and backslashes are decoded. */
@@ -200,14 +216,12 @@ static void test_cgroup_mount(void **state) {
                      VL_ENOTFOUND);
     assert_int_equal(peer_guest_cgroup_mount(NULL, 1, root, sizeof root, point, sizeof point),
                      VL_ENOTFOUND);
-    const char *bad[] = {"30 22 0:26 / /x\\09 rw - cgroup2 none rw\n",
-                         "30 22 0:26 / /x\\04 rw - cgroup2 none rw\n",
-                         "30 22 0:26 / /x\\000 rw - cgroup2 none rw\n",
-                         "30 22 0:26 rel /x rw - cgroup2 none rw\n",
-                         "30 22 0:26 / rel rw - cgroup2 none rw\n", NULL};
+    const char *bad[] = {
+        "30 22 0:26 / /x\\09 rw - cgroup2 none rw\n",  "30 22 0:26 / /x\\04 rw - cgroup2 none rw\n",
+        "30 22 0:26 / /x\\000 rw - cgroup2 none rw\n", "30 22 0:26 rel /x rw - cgroup2 none rw\n",
+        "30 22 0:26 / rel rw - cgroup2 none rw\n",     NULL};
     for (int i = 0; bad[i]; i++)
-        if (peer_guest_cgroup_mount(bad[i], 1, root, sizeof root, point, sizeof point) !=
-            VL_EINVAL)
+        if (peer_guest_cgroup_mount(bad[i], 1, root, sizeof root, point, sizeof point) != VL_EINVAL)
             fail_msg("accepted '%s'", bad[i]);
 }
 
@@ -480,35 +494,50 @@ static int child_apply(peer_guest_priority p) {
     if (pthread_create(&t2, NULL, read_nice, &nice_new) == 0) pthread_join(t2, NULL);
     if (pthread_create(&t2, NULL, read_policy, &policy_new) == 0) pthread_join(t2, NULL);
     if (p == PEER_GUEST_LOW) {
-        if (rc != VL_OK) status = 1;
-        else if (nice_main != PEER_GUEST_LOW_NICE) status = 2;
-        else if (nice_helper != PEER_GUEST_LOW_NICE) status = 3;
-        else if (nice_new != PEER_GUEST_LOW_NICE) status = 4;
-        else if (!strstr(desc, "priority low: nice 19")) status = 5;
+        if (rc != VL_OK)
+            status = 1;
+        else if (nice_main != PEER_GUEST_LOW_NICE)
+            status = 2;
+        else if (nice_helper != PEER_GUEST_LOW_NICE)
+            status = 3;
+        else if (nice_new != PEER_GUEST_LOW_NICE)
+            status = 4;
+        else if (!strstr(desc, "priority low: nice 19"))
+            status = 5;
     } else if (p == PEER_GUEST_IDLE) {
         if (rc == VL_OK) {
-            if (policy_main != SCHED_IDLE) status = 11;
-            else if (policy_helper != SCHED_IDLE) status = 12;
-            else if (policy_new != SCHED_IDLE) status = 13;
-            else if (!strstr(desc, "priority idle: SCHED_IDLE")) status = 14;
+            if (policy_main != SCHED_IDLE)
+                status = 11;
+            else if (policy_helper != SCHED_IDLE)
+                status = 12;
+            else if (policy_new != SCHED_IDLE)
+                status = 13;
+            else if (!strstr(desc, "priority idle: SCHED_IDLE"))
+                status = 14;
         } else {
             /* Refused (seccomp, say): said so, and nothing moved up. */
-            if (!strstr(e.msg, "SCHED_IDLE")) status = 15;
-            else if (policy_main != policy0) status = 16;
+            if (!strstr(e.msg, "SCHED_IDLE"))
+                status = 15;
+            else if (policy_main != policy0)
+                status = 16;
         }
     } else {
-        if (rc != VL_OK) status = 21;
-        else if (nice_main != nice0 || nice_helper != nice0) status = 22;
-        else if (policy_main != policy0 || policy_helper != policy0) status = 23;
-        else if (!strstr(desc, "as started")) status = 24;
+        if (rc != VL_OK)
+            status = 21;
+        else if (nice_main != nice0 || nice_helper != nice0)
+            status = 22;
+        else if (policy_main != policy0 || policy_helper != policy0)
+            status = 23;
+        else if (!strstr(desc, "as started"))
+            status = 24;
     }
     pthread_mutex_lock(&h.mu);
     h.stop = 1;
     pthread_cond_broadcast(&h.cv);
     pthread_mutex_unlock(&h.mu);
     pthread_join(th, NULL);
-    if (status) fprintf(stderr, "child_apply(%d): check %d failed: %s | %s\n", (int)p, status, desc,
-                        e.msg);
+    if (status)
+        fprintf(stderr, "child_apply(%d): check %d failed: %s | %s\n", (int)p, status, desc, e.msg);
     return status;
 }
 
@@ -557,13 +586,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_priority_parse),  cmocka_unit_test(test_cpu_max_parse),
-        cmocka_unit_test(test_cfs_parse),       cmocka_unit_test(test_quota_and_pick),
-        cmocka_unit_test(test_cgroup_path),     cmocka_unit_test(test_cgroup_mount),
-        cmocka_unit_test(test_cgroup_dir),      cmocka_unit_test(test_cpus_from_tree),
-        cmocka_unit_test(test_cpus_detect),     cmocka_unit_test(test_env_plan),
-        cmocka_unit_test(test_passive_waits),   cmocka_unit_test(test_priority_low),
-        cmocka_unit_test(test_priority_idle),   cmocka_unit_test(test_priority_normal),
+        cmocka_unit_test(test_priority_parse), cmocka_unit_test(test_cpu_max_parse),
+        cmocka_unit_test(test_cfs_parse),      cmocka_unit_test(test_quota_and_pick),
+        cmocka_unit_test(test_cgroup_path),    cmocka_unit_test(test_cgroup_mount),
+        cmocka_unit_test(test_cgroup_dir),     cmocka_unit_test(test_cpus_from_tree),
+        cmocka_unit_test(test_cpus_detect),    cmocka_unit_test(test_env_plan),
+        cmocka_unit_test(test_passive_waits),  cmocka_unit_test(test_priority_low),
+        cmocka_unit_test(test_priority_idle),  cmocka_unit_test(test_priority_normal),
         cmocka_unit_test(test_priority_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

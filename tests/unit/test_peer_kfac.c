@@ -22,8 +22,8 @@
 #include "peer_fixtures.h"
 #include "test_util.h"
 
-static const peer_state OWNER = {.coordinator = "https://127.0.0.1:8443", .peer_id = 3,
-                                 .run = "unit"};
+static const peer_state OWNER = {
+    .coordinator = "https://127.0.0.1:8443", .peer_id = 3, .run = "unit"};
 
 static const char KFAC_TASK[] =
     "{\"task_id\": 17, \"run\": \"unit\", \"base_version\": 5,"
@@ -179,8 +179,8 @@ static void merged_file(const peer_trainer *t, const char *run, int64_t version,
         A[i] = copies[2 * i];
         G[i] = copies[2 * i + 1];
     }
-    compress_factors f = {.layers = layers, .n = n, .A = A, .G = G, .samples = 2048,
-                          .dtype = ST_F32};
+    compress_factors f = {
+        .layers = layers, .n = n, .A = A, .G = G, .samples = 2048, .dtype = ST_F32};
     vl_buf_init(out, 1 << 24);
     OK(compress_factors_encode_file(&f, run, version, out, &e_));
     for (int i = 0; i < 2 * n; i++) free(copies[i]);

@@ -33,13 +33,12 @@
 static int have_fashion(void) {
     struct stat st;
     if (stat(TRAIN_IMAGES, &st) == 0 && stat(TRAIN_LABELS, &st) == 0) return 1;
-    printf("fashion-mnist: %s is missing (package dataset-fashion-mnist); skipped\n",
-           FASHION_DIR);
+    printf("fashion-mnist: %s is missing (package dataset-fashion-mnist); skipped\n", FASHION_DIR);
     return 0;
 }
 
-static const model_mlp_config FASHION_MLP = {.in_dim = 784, .n_hidden = 1, .hidden = {64},
-                                             .n_classes = 10};
+static const model_mlp_config FASHION_MLP = {
+    .in_dim = 784, .n_hidden = 1, .hidden = {64}, .n_classes = 10};
 
 /* ---- small IDX files ------------------------------------------------------ */
 
@@ -90,8 +89,8 @@ static void test_parse_part(void **state) {
     assert_int_equal(part, MODEL_PARTITION_MAX_PARTS - 1);
     assert_int_equal(parts, MODEL_PARTITION_MAX_PARTS);
 
-    static const char *const bad[] = {"3/3", "-1/2", "a/b", "1", "/2", "1/0", "1/", "",
-                                      "0/-1", "2/1", "1/2/3", "0/1048577", "1/2x"};
+    static const char *const bad[] = {"3/3", "-1/2", "a/b", "1",     "/2",        "1/0", "1/",
+                                      "",    "0/-1", "2/1", "1/2/3", "0/1048577", "1/2x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         part = parts = -7;
         vl_error e = {0};
@@ -114,8 +113,8 @@ static void test_open_derived_labels(void **state) {
     char images[512];
     snprintf(images, sizeof images, "%s/mini-images-idx3-ubyte", fx->dir);
     /* No labels path: "-images-idx3-" becomes "-labels-idx1-". */
-    peer_local_opts o = {.images = images, .part = 0, .parts = 1, .beta = 0,
-                         .seed = PEER_PARTITION_SEED};
+    peer_local_opts o = {
+        .images = images, .part = 0, .parts = 1, .beta = 0, .seed = PEER_PARTITION_SEED};
     peer_local l;
     OK(peer_local_open(&l, &o, &e_));
     assert_int_equal(l.n, 20);
@@ -203,8 +202,8 @@ static void test_open_fashion_shares(void **state) {
     enum { N = 60000 };
     uint8_t *seen = calloc(N, 1);
     assert_non_null(seen);
-    peer_local_opts o = {.images = TRAIN_IMAGES, .parts = 4, .beta = 0,
-                         .seed = PEER_PARTITION_SEED};
+    peer_local_opts o = {
+        .images = TRAIN_IMAGES, .parts = 4, .beta = 0, .seed = PEER_PARTITION_SEED};
     for (int p = 0; p < 4; p++) {
         o.part = p;
         peer_local l;
@@ -302,8 +301,10 @@ static void test_split_task_in_flight(void **state) {
         vl_error e = {0};
         int rc = peer_task_parse(s, strlen(s), &t, &e);
         if (rc != cases[i].rc) fail_msg("case %zu: %d (%s)", i, rc, e.msg);
-        if (rc == VL_OK) assert_int_equal(t.split_in_flight, cases[i].in_flight);
-        else assert_non_null(strstr(e.msg, "in_flight") ? "in_flight" : strstr(e.msg, "U-shaped"));
+        if (rc == VL_OK)
+            assert_int_equal(t.split_in_flight, cases[i].in_flight);
+        else
+            assert_non_null(strstr(e.msg, "in_flight") ? "in_flight" : strstr(e.msg, "U-shaped"));
     }
 }
 
@@ -312,8 +313,8 @@ static void test_split_task_in_flight(void **state) {
 /* A model file as the coordinator serves it (coordinator/state.c's
  * coord_model_file), made from the model library alone. nan_at >= 0 puts
  * a NaN in that parameter. */
-static void model_file(const model_mlp_config *cfg, uint64_t seed, const char *run,
-                       int64_t version, long nan_at, vl_buf *out) {
+static void model_file(const model_mlp_config *cfg, uint64_t seed, const char *run, int64_t version,
+                       long nan_at, vl_buf *out) {
     model_mlp *m = NULL;
     OK(model_mlp_create(cfg, &m, &e_));
     model_mlp_init_weights(m, seed);
@@ -403,8 +404,8 @@ static void test_load_mlp_file(void **state) {
     vl_buf_free(&b);
 
     /* Another shape replaces the model. */
-    const model_mlp_config wide = {.in_dim = 784, .n_hidden = 2, .hidden = {32, 16},
-                                   .n_classes = 10};
+    const model_mlp_config wide = {
+        .in_dim = 784, .n_hidden = 2, .hidden = {32, 16}, .n_classes = 10};
     model_file(&wide, 8, "fashion", 6, -1, &b);
     load_ok(&tr, &b, "fashion", 6);
     assert_int_equal(tr.n_params, model_mlp_config_num_params(&wide));
@@ -531,8 +532,8 @@ static float *run_fresh(const peer_task *k, peer_local *l, peer_train_result *re
 static void test_train_fashion_share(void **state) {
     (void)state;
     if (!have_fashion()) skip();
-    peer_local_opts o = {.images = TRAIN_IMAGES, .part = 0, .parts = 6, .beta = 0,
-                         .seed = PEER_PARTITION_SEED};
+    peer_local_opts o = {
+        .images = TRAIN_IMAGES, .part = 0, .parts = 6, .beta = 0, .seed = PEER_PARTITION_SEED};
     peer_local l;
     OK(peer_local_open(&l, &o, &e_));
     assert_int_equal(l.n, 10000);

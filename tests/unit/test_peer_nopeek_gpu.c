@@ -28,7 +28,8 @@ static void compare(int B, int p, int q) {
     assert_int_equal(g.on_gpu, 1);
     assert_int_equal(peer_nopeek_init(&c, 0, B, p, q, &e), VL_OK);
     for (int round = 0; round < 2; round++) {
-        float *X = random_vec((size_t)B * p, 10 + round), *Z = random_vec((size_t)B * q, 20 + round);
+        float *X = random_vec((size_t)B * p, 10 + round),
+              *Z = random_vec((size_t)B * q, 20 + round);
         for (int i = 0; i < B; i++)
             for (int k = 0; k < q; k++) Z[(size_t)i * q + k] += 2 * X[(size_t)i * p + k % p];
         float *dg = random_vec((size_t)B * q, 30 + round), *dc = malloc((size_t)B * q * sizeof *dc);
@@ -43,7 +44,8 @@ static void compare(int B, int p, int q) {
             gmax = fmax(gmax, fabs((double)dc[i]));
         }
         printf("B=%d p=%d q=%d: dCor GPU %.12f CPU %.12f, gradient max difference %.3g of "
-               "%.3g\n", B, p, q, vg, vc, worst, gmax);
+               "%.3g\n",
+               B, p, q, vg, vc, worst, gmax);
         /* Two rows are always perfectly correlated: dCor is then exactly 1. */
         assert_true(vc > 0.05 && vc <= 1);
         /* The same sums in the same order; only sqrt may round apart. */

@@ -54,8 +54,13 @@ static void test_missing_is_zero(void **state) {
 
 static void test_round_trip(void **state) {
     (void)state;
-    peer_progress p = {.accepted = 41, .dropped = 3, .last_task = 977, .last_version = 52,
-                       .last_loss = 2.5, .last_at = 1795000000, .bytes_up = 123456789};
+    peer_progress p = {.accepted = 41,
+                       .dropped = 3,
+                       .last_task = 977,
+                       .last_version = 52,
+                       .last_loss = 2.5,
+                       .last_at = 1795000000,
+                       .bytes_up = 123456789};
     snprintf(p.device, sizeof p.device, "CPU, 2 threads");
     vl_error e = {0};
     assert_int_equal(peer_progress_save(dir, &p, &e), VL_OK);
@@ -108,8 +113,13 @@ static void test_status(void **state) {
     snprintf(st.run, sizeof st.run, "demo");
     snprintf(st.name, sizeof st.name, "lab-box");
     assert_int_equal(peer_state_save(dir, &st, &e), VL_OK);
-    peer_progress p = {.accepted = 5, .dropped = 1, .last_task = 88, .last_version = 9,
-                       .last_loss = 3.25, .last_at = 1795000000, .bytes_up = 4000};
+    peer_progress p = {.accepted = 5,
+                       .dropped = 1,
+                       .last_task = 88,
+                       .last_version = 9,
+                       .last_loss = 3.25,
+                       .last_at = 1795000000,
+                       .bytes_up = 4000};
     assert_int_equal(peer_progress_save(dir, &p, &e), VL_OK);
     assert_int_equal(peer_status_print(dir, out, &e), VL_OK);
     char text[2048];

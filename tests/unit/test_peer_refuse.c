@@ -18,8 +18,8 @@
 
 /* A model file as the coordinator serves it, with the configuration JSON
  * it claims. */
-static void model_file_cfg(peer_trainer *src, const char *run, const char *version,
-                           const char *cfg, vl_buf *out) {
+static void model_file_cfg(peer_trainer *src, const char *run, const char *version, const char *cfg,
+                           vl_buf *out) {
     st_writer w;
     st_writer_init(&w);
     assert_int_equal(st_writer_meta(&w, "run", run), VL_OK);
@@ -252,10 +252,13 @@ static void test_join_reply(void **state) {
      * nothing but DEL bytes used to be accepted as "" (fuzz_peer_json). */
     const char *bad[] = {"{\"peer_id\": 3, \"run\": {\"name\": \"de\\u0007mo\"}}",
                          "{\"peer_id\": 3, \"run\": {\"name\": \"\x7f\x7f\"}}",
-                         "", "[]", "{\"peer_id\": 0, \"run\": {\"name\": \"x\"}}",
+                         "",
+                         "[]",
+                         "{\"peer_id\": 0, \"run\": {\"name\": \"x\"}}",
                          "{\"peer_id\": \"3\", \"run\": {\"name\": \"x\"}}",
                          "{\"peer_id\": 3, \"run\": {\"name\": \"\"}}",
-                         "{\"peer_id\": 3, \"run\": \"x\"}", "{\"peer_id\": 3"};
+                         "{\"peer_id\": 3, \"run\": \"x\"}",
+                         "{\"peer_id\": 3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&st, 0, sizeof st);
         assert_int_equal(peer_join_reply_parse((const uint8_t *)bad[i], strlen(bad[i]), &st, &e),

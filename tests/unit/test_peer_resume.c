@@ -24,14 +24,14 @@
 
 static const model_gpt_config WIDER = {256, 16, 1, 2, 32};
 /* The registration the states belong to, and others. */
-static const peer_state OWNER = {.coordinator = "https://127.0.0.1:8443", .peer_id = 3,
-                                 .run = "unit"};
-static const peer_state OTHER_RUN = {.coordinator = "https://127.0.0.1:8443", .peer_id = 3,
-                                     .run = "other"};
-static const peer_state OTHER_PEER = {.coordinator = "https://127.0.0.1:8443", .peer_id = 4,
-                                      .run = "unit"};
-static const peer_state OTHER_COORD = {.coordinator = "https://127.0.0.1:9443", .peer_id = 3,
-                                       .run = "unit"};
+static const peer_state OWNER = {
+    .coordinator = "https://127.0.0.1:8443", .peer_id = 3, .run = "unit"};
+static const peer_state OTHER_RUN = {
+    .coordinator = "https://127.0.0.1:8443", .peer_id = 3, .run = "other"};
+static const peer_state OTHER_PEER = {
+    .coordinator = "https://127.0.0.1:8443", .peer_id = 4, .run = "unit"};
+static const peer_state OTHER_COORD = {
+    .coordinator = "https://127.0.0.1:9443", .peer_id = 3, .run = "unit"};
 
 
 static void path_of(char *out, const char *dir, const char *file) {
@@ -176,9 +176,8 @@ static void test_state_round_trip(void **state) {
     assert_int_equal(s.pending_task, 0);
     assert_int_equal(s.opt.step, t.opt.step);
     assert_true(s.opt.step == 3);
-    assert_true(s.opt.lr == t.opt.lr && s.opt.beta1 == t.opt.beta1 &&
-                s.opt.beta2 == t.opt.beta2 && s.opt.eps == t.opt.eps &&
-                s.opt.weight_decay == t.opt.weight_decay);
+    assert_true(s.opt.lr == t.opt.lr && s.opt.beta1 == t.opt.beta1 && s.opt.beta2 == t.opt.beta2 &&
+                s.opt.eps == t.opt.eps && s.opt.weight_decay == t.opt.weight_decay);
     assert_memory_equal(s.opt.m, t.opt.m, n * sizeof(float));
     assert_memory_equal(s.opt.v, t.opt.v, n * sizeof(float));
     assert_memory_equal(s.residual, t.residual, n * sizeof(float));
@@ -236,15 +235,23 @@ typedef struct hand_tensor {
     uint64_t numel;
 } hand_tensor;
 
-static void hand_state(const char *dir, const char *key, const char *value,
-                       const hand_tensor *ts, int nt) {
+static void hand_state(const char *dir, const char *key, const char *value, const hand_tensor *ts,
+                       int nt) {
     static const char *KEYS[][2] = {
-        {"format", "volley-peer-state"}, {"format_version", "1"}, {"run", "unit"},
-        {"coordinator", "https://127.0.0.1:8443"}, {"peer", "3"},
+        {"format", "volley-peer-state"},
+        {"format_version", "1"},
+        {"run", "unit"},
+        {"coordinator", "https://127.0.0.1:8443"},
+        {"peer", "3"},
         {"model", "{\"vocab_size\":256,\"block_size\":16,\"n_layer\":1,\"n_head\":2,"
                   "\"n_embd\":16}"},
-        {"params", NULL}, {"adam_step", "3"}, {"adam_lr", "0.01"}, {"adam_beta1", "0.9"},
-        {"adam_beta2", "0.95"}, {"adam_eps", "1e-08"}, {"adam_weight_decay", "0"}};
+        {"params", NULL},
+        {"adam_step", "3"},
+        {"adam_lr", "0.01"},
+        {"adam_beta1", "0.9"},
+        {"adam_beta2", "0.95"},
+        {"adam_eps", "1e-08"},
+        {"adam_weight_decay", "0"}};
     char params[32];
     snprintf(params, sizeof params, "%zu", model_gpt_config_num_params(&TINY));
     st_writer w;
@@ -265,8 +272,7 @@ static void hand_state(const char *dir, const char *key, const char *value,
         blobs[i] = calloc(nb ? nb : 1, 1);
         assert_non_null(blobs[i]);
         uint64_t shape[1] = {ts[i].numel};
-        assert_int_equal(st_writer_add(&w, ts[i].name, ts[i].dtype, 1, shape, blobs[i], nb),
-                         VL_OK);
+        assert_int_equal(st_writer_add(&w, ts[i].name, ts[i].dtype, 1, shape, blobs[i], nb), VL_OK);
     }
     vl_buf b;
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
@@ -307,7 +313,8 @@ static void test_state_refused(void **state) {
     read_file(dir, PEER_TRAINER_FILE, &good);
     vl_buf bad;
     vl_buf_init(&bad, VL_BUF_DEFAULT_CAP);
-#define WITH_GOOD() (vl_buf_reset(&bad), assert_int_equal(vl_buf_append(&bad, good.data, good.len), 0))
+#define WITH_GOOD() \
+    (vl_buf_reset(&bad), assert_int_equal(vl_buf_append(&bad, good.data, good.len), 0))
 
     /* Cut short, anywhere. */
     write_file(dir, PEER_TRAINER_FILE, good.data, good.len / 2);
@@ -495,8 +502,8 @@ static void test_upload_classify(void **state) {
 /* What the loop does before POST /v1/updates: encode (taking the sent
  * entries out of the residual), record the upload, save the state naming
  * it. *before gets residual + delta as the encoder saw it. */
-static void write_ahead(const char *dir, peer_trainer *t, const peer_task *k, vl_rng *r, vl_buf *upload,
-                        float **before) {
+static void write_ahead(const char *dir, peer_trainer *t, const peer_task *k, vl_rng *r,
+                        vl_buf *upload, float **before) {
     size_t n = t->n_params;
     *before = malloc(n * sizeof **before);
     assert_non_null(*before);
@@ -757,14 +764,10 @@ static void test_step_delay(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_state_refused),
-        cmocka_unit_test(test_sgd_state_round_trip),
-        cmocka_unit_test(test_upload_classify),
-        cmocka_unit_test(test_pending_refused),
-        cmocka_unit_test(test_pending_accepted),
-        cmocka_unit_test(test_pending_unusable),
-        cmocka_unit_test(test_step_delay),
+        cmocka_unit_test(test_state_round_trip),     cmocka_unit_test(test_state_refused),
+        cmocka_unit_test(test_sgd_state_round_trip), cmocka_unit_test(test_upload_classify),
+        cmocka_unit_test(test_pending_refused),      cmocka_unit_test(test_pending_accepted),
+        cmocka_unit_test(test_pending_unusable),     cmocka_unit_test(test_step_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,7 +63,8 @@ static void test_token_task(void **state) {
     /* Byte leases, with or without a kind, are what they were. */
     const char *bytes = "\"data\": {\"shard\": \"train\", \"offset\": 9, \"length\": 65536}";
     OK(parse_variant("\"data\": {\"kind\": \"tokens\", \"shard\": 3, \"offset\": 1000, "
-                     "\"length\": 65536}", bytes, &t, &e_));
+                     "\"length\": 65536}",
+                     bytes, &t, &e_));
     assert_false(t.tokens);
     assert_string_equal(t.shard, "train");
     assert_int_equal(t.offset, 9);
@@ -74,7 +75,8 @@ static void test_token_task(void **state) {
     /* Bytes stay capped at 2^30, tokens at 2^29. */
     OK(parse_variant("\"kind\": \"tokens\", \"shard\": 3, \"offset\": 1000, \"length\": 65536",
                      "\"kind\": \"bytes\", \"shard\": \"train\", \"offset\": 0, "
-                     "\"length\": 1073741824", &t, &e_));
+                     "\"length\": 1073741824",
+                     &t, &e_));
     rejected("\"length\": 65536", "\"length\": 536870913", "'data.length' = 536870913");
 
     rejected("\"kind\": \"tokens\"", "\"kind\": \"words\"", "data kind 'words' is not supported");
@@ -133,7 +135,7 @@ static void test_train_on_shard(void **state) {
     uint8_t text[300];
     uint16_t tok[300];
     for (size_t i = 0; i < sizeof text; i++) {
-        text[i] = (uint8_t)"volley trains one model on many machines. "[i % 42];
+        text[i] = (uint8_t) "volley trains one model on many machines. "[i % 42];
         tok[i] = text[i];
     }
     peer_task k = tiny_task(5);

@@ -24,9 +24,16 @@
 #define CLEAR "\r\033[K"
 
 static peer_ui_status full(void) {
-    peer_ui_status s = {.task = 12, .step = 3, .steps = 8, .loss = 4.23101, .tokens_per_s = 1234.4,
-                        .device = "cpu", .up_done = 400000, .up_total = 1100000,
-                        .up_rate = 30000, .saved = 12345678};
+    peer_ui_status s = {.task = 12,
+                        .step = 3,
+                        .steps = 8,
+                        .loss = 4.23101,
+                        .tokens_per_s = 1234.4,
+                        .device = "cpu",
+                        .up_done = 400000,
+                        .up_total = 1100000,
+                        .up_rate = 30000,
+                        .saved = 12345678};
     return s;
 }
 
@@ -40,18 +47,28 @@ static void expect_status(const peer_ui_status *s, size_t width, const char *wan
 static void test_status_line(void **state) {
     (void)state;
     peer_ui_status s = full();
-    expect_status(&s, 200, "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
-                           "at 30.0 kB/s | saved 12.3 MB");
+    expect_status(&s, 200,
+                  "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
+                  "at 30.0 kB/s | saved 12.3 MB");
     /* No task yet, nothing known but what it does. */
     peer_ui_status idle = {.phase = "waiting for a task", .loss = NAN};
     expect_status(&idle, 80, "waiting for a task");
     /* A download shows how far it got. */
-    peer_ui_status down = {.task = 5, .phase = "fetching the model", .loss = NAN,
-                           .down_done = 1200000, .down_total = 3400000, .device = "cuda"};
+    peer_ui_status down = {.task = 5,
+                           .phase = "fetching the model",
+                           .loss = NAN,
+                           .down_done = 1200000,
+                           .down_total = 3400000,
+                           .device = "cuda"};
     expect_status(&down, 80, "task 5 | fetching the model 1.2/3.4 MB | cuda");
     /* Fast training reads in thousands; an upload without a rate yet. */
-    peer_ui_status fast = {.task = 7, .step = 1, .steps = 2, .loss = 2, .tokens_per_s = 123456,
-                           .up_done = 10, .up_total = 512};
+    peer_ui_status fast = {.task = 7,
+                           .step = 1,
+                           .steps = 2,
+                           .loss = 2,
+                           .tokens_per_s = 123456,
+                           .up_done = 10,
+                           .up_total = 512};
     expect_status(&fast, 80, "task 7 | step 1/2 | loss 2.0000 | 123.5k tok/s | up 10/512 B");
     /* Control characters never reach the terminal. */
     peer_ui_status odd = {.phase = "a\tb\033c", .loss = NAN};
@@ -63,12 +80,15 @@ static void test_status_narrow(void **state) {
     peer_ui_status s = full();
     /* The full line is 96 bytes: at 97 columns it fits, at 96 the
      * saving goes (the last column stays free), then the rest in turn. */
-    expect_status(&s, 97, "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
-                          "at 30.0 kB/s | saved 12.3 MB");
-    expect_status(&s, 96, "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
-                          "at 30.0 kB/s");
-    expect_status(&s, 80, "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | up 0.4/1.1 MB at "
-                          "30.0 kB/s");
+    expect_status(&s, 97,
+                  "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
+                  "at 30.0 kB/s | saved 12.3 MB");
+    expect_status(&s, 96,
+                  "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | cpu | up 0.4/1.1 MB "
+                  "at 30.0 kB/s");
+    expect_status(&s, 80,
+                  "task 12 | step 3/8 | loss 4.2310 | 1234 tok/s | up 0.4/1.1 MB at "
+                  "30.0 kB/s");
     expect_status(&s, 74, "task 12 | step 3/8 | loss 4.2310 | up 0.4/1.1 MB at 30.0 kB/s");
     expect_status(&s, 61, "task 12 | step 3/8 | loss 4.2310");
     expect_status(&s, 32, "task 12 | step 3/8");
@@ -102,9 +122,12 @@ static const struct timespec TS = {.tv_sec = 1716206400, .tv_nsec = 123456789};
 static void test_json_line(void **state) {
     (void)state;
     char out[1024];
-    peer_ui_field f[] = {PEER_UI_INT("task", 12), PEER_UI_NUM("loss", 4.5),
-                         PEER_UI_NUM("tokens_per_s", 1234.5678), PEER_UI_NUM("bad", NAN),
-                         PEER_UI_STR("url", "https://h:1"), PEER_UI_STR("none", NULL)};
+    peer_ui_field f[] = {PEER_UI_INT("task", 12),
+                         PEER_UI_NUM("loss", 4.5),
+                         PEER_UI_NUM("tokens_per_s", 1234.5678),
+                         PEER_UI_NUM("bad", NAN),
+                         PEER_UI_STR("url", "https://h:1"),
+                         PEER_UI_STR("none", NULL)};
     size_t n = peer_ui_json_line(out, sizeof out, &TS, LOG_WARN, "volley-peer", "task_end", f,
                                  PEER_UI_NFIELDS(f), "done\n");
     assert_string_equal(out, "{\"ts\":\"2024-05-20T12:00:00.123Z\",\"level\":\"warn\","
@@ -162,9 +185,9 @@ static void test_refusal_explained(void **state) {
     (void)state;
     vl_error e = {0};
     const char *body = "{\"error\":{\"code\":\"unknown_peer\",\"message\":\"no such key\"}}";
-    assert_int_equal(peer_refusal(&e, "task request refused", 401, (const uint8_t *)body,
-                                  strlen(body)),
-                     PEER_EREFUSED);
+    assert_int_equal(
+        peer_refusal(&e, "task request refused", 401, (const uint8_t *)body, strlen(body)),
+        PEER_EREFUSED);
     assert_string_equal(e.msg, "task request refused: 401 unknown_peer: the coordinator does "
                                "not know this peer (removed, or another run); join again with "
                                "a new token; it said: no such key");
@@ -251,7 +274,8 @@ static void test_json_and_reach_through_log(void **state) {
     peer_ui_step(1, 2.0);
     vl_log_info("plain");
     peer_ui_reached("https://c:1"); /* never out of reach: nothing to say */
-    for (int i = 0; i < 3; i++) peer_ui_unreachable("https://c:1", "connection refused", 0, 1.5, 5 - i);
+    for (int i = 0; i < 3; i++)
+        peer_ui_unreachable("https://c:1", "connection refused", 0, 1.5, 5 - i);
     peer_ui_unreachable("https://c:1", "503 busy", 1, 2.0, 2);
     peer_ui_reached("https://c:1");
     peer_ui_reached("https://c:1");

@@ -46,8 +46,14 @@ static uint8_t *make_body(size_t n, uint8_t tag) {
 
 static int insert(storage *st, int64_t task, int64_t peer, const uint8_t *body, size_t n,
                   vl_error *err) {
-    storage_update u = {.task_id = task, .peer_id = peer, .kind = "sketch", .num_samples = 8,
-                        .local_steps = 1, .loss = 1.0, .nbytes = (int64_t)n, .blob = body,
+    storage_update u = {.task_id = task,
+                        .peer_id = peer,
+                        .kind = "sketch",
+                        .num_samples = 8,
+                        .local_steps = 1,
+                        .loss = 1.0,
+                        .nbytes = (int64_t)n,
+                        .blob = body,
                         .received_at = 1500};
     return storage_update_insert(st, &u, NULL, err);
 }
@@ -274,8 +280,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_failed_append_keeps_what_commits, setup,
                                         teardown_closed),
-        cmocka_unit_test_setup_teardown(test_failed_sync_fails_its_commit, setup,
-                                        teardown_closed),
+        cmocka_unit_test_setup_teardown(test_failed_sync_fails_its_commit, setup, teardown_closed),
         cmocka_unit_test_setup_teardown(test_failed_wal_sync_fails_its_commit, setup,
                                         teardown_closed),
         cmocka_unit_test_setup_teardown(test_new_directory_survives, setup, teardown_closed),

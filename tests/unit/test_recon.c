@@ -24,31 +24,27 @@
 #include "model/recon.h"
 #include "tests/unit/test_util.h"
 
-#define FAILS(code, call)                                                                         \
-    do {                                                                                          \
-        vl_error e_ = {0};                                                                        \
-        int rc_ = (call);                                                                         \
-        if (rc_ != (code))                                                                        \
-            fail_msg("%s returned %d, wanted %d (%s)", #call, rc_, (code), e_.msg);               \
-        if (e_.msg[0] == '\0' || strchr(e_.msg, '\n'))                                            \
-            fail_msg("%s: message not one line: '%s'", #call, e_.msg);                            \
+#define FAILS(code, call)                                                                          \
+    do {                                                                                           \
+        vl_error e_ = {0};                                                                         \
+        int rc_ = (call);                                                                          \
+        if (rc_ != (code)) fail_msg("%s returned %d, wanted %d (%s)", #call, rc_, (code), e_.msg); \
+        if (e_.msg[0] == '\0' || strchr(e_.msg, '\n'))                                             \
+            fail_msg("%s: message not one line: '%s'", #call, e_.msg);                             \
     } while (0)
 
-static float *uniform_vec(size_t n, uint64_t seed)
-{
+static float *uniform_vec(size_t n, uint64_t seed) {
     float *x = malloc(n * sizeof *x);
     assert_non_null(x);
     vl_rng r;
     vl_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++)
-        x[i] = vl_rng_uniform(&r);
+    for (size_t i = 0; i < n; i++) x[i] = vl_rng_uniform(&r);
     return x;
 }
 
 /* ---- decoder ------------------------------------------------------------------------ */
 
-static void test_gradient_finite_differences(void **state)
-{
+static void test_gradient_finite_differences(void **state) {
     (void)state;
     enum { Q = 5, H = 7, P = 6, B = 4 };
     model_recon *d = NULL;
@@ -59,8 +55,7 @@ static void test_gradient_finite_differences(void **state)
     /* Biases start at 0; move them so their gradients are exercised away
      * from the symmetric point. */
     float *w = model_recon_params(d);
-    for (size_t i = 0; i < np; i++)
-        w[i] += 0.1f * (float)sin((double)i);
+    for (size_t i = 0; i < np; i++) w[i] += 0.1f * (float)sin((double)i);
     double loss = 0;
     OK(model_recon_loss_grad(d, Z, X, B, &loss, &e_));
     assert_true(loss > 0.0 && loss < 1.0);
@@ -68,8 +63,7 @@ static void test_gradient_finite_differences(void **state)
     assert_non_null(g);
     memcpy(g, model_recon_grads(d), np * sizeof *g);
     double gmax = 0;
-    for (size_t i = 0; i < np; i++)
-        gmax = fmax(gmax, fabs(g[i]));
+    for (size_t i = 0; i < np; i++) gmax = fmax(gmax, fabs(g[i]));
     assert_true(gmax > 1e-4);
     const float eps = 1e-2f;
     double worst = 0;
@@ -96,8 +90,7 @@ static void test_gradient_finite_differences(void **state)
 }
 
 /* X = sigmoid(Z A) for a fixed random A [q, p]: learnable by the decoder. */
-static void toy_data(int n, int q, int p, uint64_t seed, float **Zo, float **Xo)
-{
+static void toy_data(int n, int q, int p, uint64_t seed, float **Zo, float **Xo) {
     float *A = random_vec((size_t)q * p, 1234); /* the same map for every set */
     float *Z = random_vec((size_t)n * q, seed);
     float *X = malloc((size_t)n * p * sizeof *X);
@@ -105,8 +98,7 @@ static void toy_data(int n, int q, int p, uint64_t seed, float **Zo, float **Xo)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < p; j++) {
             double s = 0;
-            for (int k = 0; k < q; k++)
-                s += (double)Z[(size_t)i * q + k] * A[(size_t)k * p + j];
+            for (int k = 0; k < q; k++) s += (double)Z[(size_t)i * q + k] * A[(size_t)k * p + j];
             X[(size_t)i * p + j] = (float)(1.0 / (1.0 + exp(-s / sqrt((double)q))));
         }
     free(A);
@@ -115,13 +107,11 @@ static void toy_data(int n, int q, int p, uint64_t seed, float **Zo, float **Xo)
 }
 
 /* Mean squared error of predicting each pixel's mean over the set. */
-static double mean_baseline(const float *X, int n, int p)
-{
+static double mean_baseline(const float *X, int n, int p) {
     double total = 0;
     for (int j = 0; j < p; j++) {
         double m = 0, v = 0;
-        for (int i = 0; i < n; i++)
-            m += X[(size_t)i * p + j];
+        for (int i = 0; i < n; i++) m += X[(size_t)i * p + j];
         m /= n;
         for (int i = 0; i < n; i++) {
             double e = X[(size_t)i * p + j] - m;
@@ -132,8 +122,7 @@ static double mean_baseline(const float *X, int n, int p)
     return total / p;
 }
 
-static void test_learns_toy_problem(void **state)
-{
+static void test_learns_toy_problem(void **state) {
     (void)state;
     enum { Q = 8, H = 32, P = 16, N = 512, NT = 256 };
     float *Z, *X, *Zt, *Xt;
@@ -147,11 +136,9 @@ static void test_learns_toy_problem(void **state)
     float *pred = malloc((size_t)NT * P * sizeof *pred);
     assert_non_null(pred);
     OK(model_recon_predict(d, Zt, NT, pred, &e_));
-    for (size_t i = 0; i < (size_t)NT * P; i++)
-        assert_true(pred[i] >= 0.0f && pred[i] <= 1.0f);
+    for (size_t i = 0; i < (size_t)NT * P; i++) assert_true(pred[i] >= 0.0f && pred[i] <= 1.0f);
     double test_mse = model_recon_mse(pred, Xt, (size_t)NT * P);
-    print_message("toy: mean baseline %.5f, train mse %.6f, test mse %.6f\n", base, mse,
-                  test_mse);
+    print_message("toy: mean baseline %.5f, train mse %.6f, test mse %.6f\n", base, mse, test_mse);
     assert_true(mse < 0.05 * base);
     assert_true(test_mse < 0.1 * base);
     /* The reported error is the whole training set's after the last step. */
@@ -168,8 +155,7 @@ static void test_learns_toy_problem(void **state)
     model_recon_destroy(d);
 }
 
-static void test_reproducible_and_split(void **state)
-{
+static void test_reproducible_and_split(void **state) {
     (void)state;
     enum { Q = 6, H = 16, P = 10, N = 100 };
     float *Z, *X;
@@ -198,8 +184,7 @@ static void test_reproducible_and_split(void **state)
     model_recon_destroy(c);
 }
 
-static void test_mse_helper(void **state)
-{
+static void test_mse_helper(void **state) {
     (void)state;
     float a[4] = {0, 1, 0.5f, 0.25f}, b[4] = {1, 1, 0, 0.25f};
     assert_true(fabs(model_recon_mse(a, b, 4) - 1.25 / 4) < 1e-15);
@@ -207,16 +192,15 @@ static void test_mse_helper(void **state)
     assert_true(isnan(model_recon_mse(NULL, b, 4)));
 }
 
-static void test_decoder_refuses(void **state)
-{
+static void test_decoder_refuses(void **state) {
     (void)state;
     model_recon *d = (model_recon *)&d;
     FAILS(VL_EINVAL, model_recon_create(0, 4, 4, 1, &d, &e_));
     assert_null(d);
     FAILS(VL_EINVAL, model_recon_create(4, MODEL_RECON_MAX_WIDTH + 1, 4, 1, &d, &e_));
     FAILS(VL_EINVAL, model_recon_create(4, 4, -1, 1, &d, &e_));
-    FAILS(VL_EINVAL, model_recon_create(MODEL_RECON_MAX_WIDTH, MODEL_RECON_MAX_WIDTH, 4, 1, &d,
-                                        &e_));
+    FAILS(VL_EINVAL,
+          model_recon_create(MODEL_RECON_MAX_WIDTH, MODEL_RECON_MAX_WIDTH, 4, 1, &d, &e_));
     FAILS(VL_EINVAL, model_recon_create(4, 4, 4, 1, NULL, &e_));
     enum { Q = 3, H = 4, P = 2, N = 4 };
     OK(model_recon_create(Q, H, P, 1, &d, &e_));
@@ -226,17 +210,15 @@ static void test_decoder_refuses(void **state)
     assert_non_null(before);
     memcpy(before, model_recon_params(d), np * sizeof *before);
     FAILS(VL_EINVAL, model_recon_train(d, Z, X, 0, 1, 2, 1e-3f, NULL, &e_));
-    FAILS(VL_EINVAL, model_recon_train(d, Z, X, MODEL_RECON_MAX_ROWS + 1, 1, 2, 1e-3f, NULL,
-                                       &e_));
+    FAILS(VL_EINVAL, model_recon_train(d, Z, X, MODEL_RECON_MAX_ROWS + 1, 1, 2, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, NULL, X, N, 1, 2, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, Z, NULL, N, 1, 2, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(NULL, Z, X, N, 1, 2, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 0, 2, 1e-3f, NULL, &e_));
-    FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, MODEL_RECON_MAX_EPOCHS + 1, 2, 1e-3f, NULL,
-                                       &e_));
+    FAILS(VL_EINVAL,
+          model_recon_train(d, Z, X, N, MODEL_RECON_MAX_EPOCHS + 1, 2, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 1, 0, 1e-3f, NULL, &e_));
-    FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 1, MODEL_RECON_MAX_BATCH + 1, 1e-3f, NULL,
-                                       &e_));
+    FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 1, MODEL_RECON_MAX_BATCH + 1, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 1, 2, 0.0f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_train(d, Z, X, N, 1, 2, NAN, NULL, &e_));
     X[3] = 255.0f; /* bytes not scaled to [0, 1] */
@@ -275,8 +257,7 @@ static void test_decoder_refuses(void **state)
 
 /* SSIM written out directly: for each valid position, the full 11x11
  * weighted sums, in double. */
-static double ssim_reference(const float *a, const float *b, int w, int h)
-{
+static double ssim_reference(const float *a, const float *b, int w, int h) {
     double g1[11], s = 0;
     for (int i = 0; i < 11; i++) {
         g1[i] = exp(-(double)((i - 5) * (i - 5)) / (2 * 1.5 * 1.5));
@@ -284,8 +265,7 @@ static double ssim_reference(const float *a, const float *b, int w, int h)
     }
     double g[11][11];
     for (int i = 0; i < 11; i++)
-        for (int j = 0; j < 11; j++)
-            g[i][j] = g1[i] * g1[j] / (s * s);
+        for (int j = 0; j < 11; j++) g[i][j] = g1[i] * g1[j] / (s * s);
     const double c1 = 1e-4, c2 = 9e-4;
     double total = 0;
     for (int y = 0; y + 11 <= h; y++)
@@ -304,14 +284,14 @@ static double ssim_reference(const float *a, const float *b, int w, int h)
                     vb += g[i][j] * db * db;
                     cov += g[i][j] * da * db;
                 }
-            total += (2 * ma * mb + c1) * (2 * cov + c2) / ((ma * ma + mb * mb + c1) * (va + vb + c2));
+            total +=
+                (2 * ma * mb + c1) * (2 * cov + c2) / ((ma * ma + mb * mb + c1) * (va + vb + c2));
         }
     return total / ((double)(w - 10) * (h - 10));
 }
 
 /* A smooth picture with some texture, like a garment more than noise. */
-static float *picture(int w, int h, uint64_t seed)
-{
+static float *picture(int w, int h, uint64_t seed) {
     float *p = uniform_vec((size_t)w * h, seed);
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++) {
@@ -321,8 +301,7 @@ static float *picture(int w, int h, uint64_t seed)
     return p;
 }
 
-static void test_ssim_reference(void **state)
-{
+static void test_ssim_reference(void **state) {
     (void)state;
     int sizes[][2] = {{28, 28}, {31, 17}, {11, 11}};
     for (int s = 0; s < 3; s++) {
@@ -355,8 +334,7 @@ static void test_ssim_reference(void **state)
     }
 }
 
-static void test_ssim_mean_and_refusals(void **state)
-{
+static void test_ssim_mean_and_refusals(void **state) {
     (void)state;
     enum { W = 28, NI = 3 };
     size_t px = (size_t)W * W;
@@ -383,8 +361,7 @@ static void test_ssim_mean_and_refusals(void **state)
 
 /* ---- PNG ------------------------------------------------------------------------------ */
 
-static void test_png_grid_roundtrip(void **state)
-{
+static void test_png_grid_roundtrip(void **state) {
     test_dir_fixture *f = *state;
     enum { TW = 5, TH = 4, NT = 5, ROWS = 2, COLS = 3 };
     float *tiles = uniform_vec((size_t)NT * TW * TH, 77);
@@ -441,8 +418,7 @@ static void test_png_grid_roundtrip(void **state)
     free(tiles);
 }
 
-static void test_png_refuses(void **state)
-{
+static void test_png_refuses(void **state) {
     (void)state;
     float t[4] = {0}, *img = (float *)t;
     int W, H;
@@ -460,8 +436,7 @@ static void test_png_refuses(void **state)
     FAILS(VL_EINVAL, model_png_write_gray("", t, 1, 1, &e_));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradient_finite_differences),
         cmocka_unit_test(test_learns_toy_problem),
@@ -470,8 +445,7 @@ int main(void)
         cmocka_unit_test(test_decoder_refuses),
         cmocka_unit_test(test_ssim_reference),
         cmocka_unit_test(test_ssim_mean_and_refusals),
-        cmocka_unit_test_setup_teardown(test_png_grid_roundtrip, test_dir_setup,
-                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_png_grid_roundtrip, test_dir_setup, test_dir_teardown),
         cmocka_unit_test(test_png_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

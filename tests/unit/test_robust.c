@@ -177,8 +177,8 @@ static void test_combine_by_hand(void **state) {
     float *rows[5] = {v[0], v[1], v[2], v[3], v[4]};
     double w[5] = {1, 1, 1, 1, 10};
     float out;
-    OK(coord_robust_combine(COORD_RULE_TRIMMED_MEAN, 0.2, (const float *const *)rows, w, 5, 1,
-                            &out, &e_));
+    OK(coord_robust_combine(COORD_RULE_TRIMMED_MEAN, 0.2, (const float *const *)rows, w, 5, 1, &out,
+                            &e_));
     assert_float_equal(out, 4.0f / 3, 1e-6);
     OK(coord_robust_combine(COORD_RULE_MEDIAN, 0.2, (const float *const *)rows, w, 5, 1, &out,
                             &e_));
@@ -187,8 +187,8 @@ static void test_combine_by_hand(void **state) {
     OK(coord_robust_combine(COORD_RULE_MEDIAN, 0.2, (const float *const *)rows, w, 5, 1, &out,
                             &e_));
     assert_true(out == 1);
-    OK(coord_robust_combine(COORD_RULE_TRIMMED_MEAN, 0.2, (const float *const *)rows, w, 5, 1,
-                            &out, &e_));
+    OK(coord_robust_combine(COORD_RULE_TRIMMED_MEAN, 0.2, (const float *const *)rows, w, 5, 1, &out,
+                            &e_));
     assert_float_equal(out, 4.0f / 3, 1e-6);
     /* Even count: the mean of the two middle values. */
     OK(coord_robust_combine(COORD_RULE_MEDIAN, 0.2, (const float *const *)rows, w, 4, 1, &out,
@@ -199,16 +199,21 @@ static void test_combine_by_hand(void **state) {
                             &e_));
     assert_true(out == 1.5f);
     vl_error e = {0};
-    assert_int_equal(coord_robust_combine(COORD_RULE_MEDIAN, 0.2, (const float *const *)rows, w,
-                                          0, 1, &out, &e),
-                     VL_EINVAL);
+    assert_int_equal(
+        coord_robust_combine(COORD_RULE_MEDIAN, 0.2, (const float *const *)rows, w, 0, 1, &out, &e),
+        VL_EINVAL);
 }
 
 /* ---- updates --------------------------------------------------------------------- */
 
 static compress_update_meta meta_of(compress_kind kind) {
-    return (compress_update_meta){.run = "r", .task = 1, .peer = 1, .kind = kind,
-                                  .num_samples = 1, .local_steps = 1, .loss = 1.0};
+    return (compress_update_meta){.run = "r",
+                                  .task = 1,
+                                  .peer = 1,
+                                  .kind = kind,
+                                  .num_samples = 1,
+                                  .local_steps = 1,
+                                  .loss = 1.0};
 }
 
 /* Encodes and decodes; the decoded update points into *b. */
@@ -324,7 +329,8 @@ static void test_acc_dense(void **state) {
         }
         float want[N];
         OK(coord_robust_combine(q, 0.2, (const float *const *)rows, w, K, N, want, &e_));
-        for (int j = 0; j < N; j++) assert_float_equal(got[j], want[j], 1e-5 * (1 + fabsf(want[j])));
+        for (int j = 0; j < N; j++)
+            assert_float_equal(got[j], want[j], 1e-5 * (1 + fabsf(want[j])));
         coord_robust_acc_free(&a);
     }
     /* max_norm: the attacker scaled to the bound, its direction kept. */
@@ -337,8 +343,7 @@ static void test_acc_dense(void **state) {
     OK(coord_robust_acc_add(&a, &u, 1, compress_update_norm(&u), &e_));
     assert_int_equal(a.bounded, 1);
     assert_float_equal(a.norm[0], 2.0, 1e-9);
-    for (int j = 0; j < N; j++)
-        assert_float_equal(a.vals[0][j], x[4][j] * (2.0 / norms[4]), 1e-5);
+    for (int j = 0; j < N; j++) assert_float_equal(a.vals[0][j], x[4][j] * (2.0 / norms[4]), 1e-5);
     /* Nor does a dense update of another size. */
     vl_buf b2;
     compress_update u2;
@@ -451,8 +456,7 @@ static void test_acc_sketch(void **state) {
         OK(coord_robust_acc_finish(&a, got, &e_));
         expect_like_reference(q, 0.25, rows, w, K, ROWS * COLS);
         float want[ROWS * COLS];
-        OK(coord_robust_combine(q, 0.25, (const float *const *)rows, w, K, ROWS * COLS, want,
-                                &e_));
+        OK(coord_robust_combine(q, 0.25, (const float *const *)rows, w, K, ROWS * COLS, want, &e_));
         assert_memory_equal(got, want, sizeof got);
         coord_robust_acc_free(&a);
     }

@@ -219,8 +219,10 @@ static int versions_to_cover(int rotate, size_t d, size_t k, int limit) {
     for (; v < limit && covered < d; v++) {
         flat_version(theta, target, delta, d, &E, &S);
         size_t nc = 0, nnz = 0;
-        if (rotate) OK(compress_round_candidates(&E, age, d, k, scratch, cand, &nc, &e_));
-        else OK(compress_sketch_heavy(&E, d, k, scratch, cand, cval, &nc, &e_));
+        if (rotate)
+            OK(compress_round_candidates(&E, age, d, k, scratch, cand, &nc, &e_));
+        else
+            OK(compress_sketch_heavy(&E, d, k, scratch, cand, cval, &nc, &e_));
         for (size_t t = 0; t < nc; t++) exact[t] = delta[cand[t]];
         OK(compress_round_take(&E, cand, exact, nc, age, d, 8.0f, k, idx, val, &nnz, &e_));
         for (size_t t = 0; t < nnz; t++) {
@@ -270,15 +272,12 @@ static void test_round_take_refuses_bad_input(void **state) {
     assert_int_equal(compress_round_take(&E, down, exact, 2, age, 100, 4, 1, idx, val, &nnz, &e),
                      VL_EINVAL);
     assert_int_equal(nnz, 0);
-    assert_int_equal(
-        compress_round_take(&E, out, exact, 2, age, 100, 4, 1, idx, val, &nnz, NULL),
-        VL_EINVAL);
-    uint32_t ok[2] = {2, 5};
-    assert_int_equal(compress_round_take(&E, ok, exact, 2, age, 100, 0.5f, 1, idx, val, &nnz,
-                                         NULL),
+    assert_int_equal(compress_round_take(&E, out, exact, 2, age, 100, 4, 1, idx, val, &nnz, NULL),
                      VL_EINVAL);
-    assert_int_equal(compress_round_take(&E, ok, exact, 2, age, 100, NAN, 1, idx, val, &nnz,
-                                         NULL),
+    uint32_t ok[2] = {2, 5};
+    assert_int_equal(compress_round_take(&E, ok, exact, 2, age, 100, 0.5f, 1, idx, val, &nnz, NULL),
+                     VL_EINVAL);
+    assert_int_equal(compress_round_take(&E, ok, exact, 2, age, 100, NAN, 1, idx, val, &nnz, NULL),
                      VL_EINVAL);
     for (size_t t = 0; t < cells(&E); t++) assert_true(E.table[t] == 0.0f);
     for (size_t i = 0; i < 100; i++) assert_true(age[i] == 0.0f);

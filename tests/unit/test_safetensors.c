@@ -17,26 +17,22 @@
 /* Builds a file from a literal header and a data block of data_len bytes
  * (filled with a pattern). With pad, spaces are appended to the header so
  * the data block starts 8-aligned, as real writers do. */
-static uint8_t *make_file(const char *json, size_t data_len, int pad, size_t *len)
-{
+static uint8_t *make_file(const char *json, size_t data_len, int pad, size_t *len) {
     size_t hl = strlen(json);
     size_t padded = pad ? hl + (8 - (8 + hl) % 8) % 8 : hl;
     *len = 8 + padded + data_len;
     uint8_t *p = malloc(*len + 1);
     assert_non_null(p);
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     memcpy(p + 8, json, hl);
     memset(p + 8 + hl, ' ', padded - hl);
-    for (size_t i = 0; i < data_len; i++)
-        p[8 + padded + i] = (uint8_t)(i * 13 + 1);
+    for (size_t i = 0; i < data_len; i++) p[8 + padded + i] = (uint8_t)(i * 13 + 1);
     return p;
 }
 
 /* Asserts that st_parse rejects the input with code and a message, leaving
  * nothing allocated (ASan's leak checker verifies the latter). */
-static void expect_reject_bytes(const uint8_t *p, size_t len, int code, const char *what)
-{
+static void expect_reject_bytes(const uint8_t *p, size_t len, int code, const char *what) {
     st_file f;
     vl_error e = {0};
     int rc = st_parse(p, len, &f, &e);
@@ -44,30 +40,26 @@ static void expect_reject_bytes(const uint8_t *p, size_t len, int code, const ch
         st_free(&f);
         fail_msg("accepted: %s", what);
     }
-    if (code && rc != code)
-        fail_msg("%s: got %d (%s), want %d", what, rc, e.msg, code);
+    if (code && rc != code) fail_msg("%s: got %d (%s), want %d", what, rc, e.msg, code);
     assert_int_equal(e.code, rc);
     assert_true(strlen(e.msg) > 0);
     assert_null(f.tensors);
     assert_int_equal(f.ntensors, 0);
 }
 
-static void expect_reject(const char *json, size_t data_len, int code)
-{
+static void expect_reject(const char *json, size_t data_len, int code) {
     size_t len;
     uint8_t *p = make_file(json, data_len, 1, &len);
     expect_reject_bytes(p, len, code, json);
     free(p);
 }
 
-static void expect_accept(const char *json, size_t data_len, int ntensors)
-{
+static void expect_accept(const char *json, size_t data_len, int ntensors) {
     size_t len;
     uint8_t *p = make_file(json, data_len, 1, &len);
     st_file f;
     vl_error e = {0};
-    if (st_parse(p, len, &f, &e) != VL_OK)
-        fail_msg("rejected %s: %s", json, e.msg);
+    if (st_parse(p, len, &f, &e) != VL_OK) fail_msg("rejected %s: %s", json, e.msg);
     assert_int_equal(f.ntensors, ntensors);
     st_free(&f);
     free(p);
@@ -99,17 +91,14 @@ static const spec specs[] = {
 };
 #define NSPECS (int)(sizeof specs / sizeof specs[0])
 
-static size_t spec_bytes(const spec *s)
-{
+static size_t spec_bytes(const spec *s) {
     size_t n = st_dtype_size(s->dt);
-    for (int d = 0; d < s->ndim; d++)
-        n *= (size_t)s->shape[d];
+    for (int d = 0; d < s->ndim; d++) n *= (size_t)s->shape[d];
     return n;
 }
 
 /* Writes all specs with distinct byte patterns plus metadata into out. */
-static void write_sample(vl_buf *out, uint8_t **payloads)
-{
+static void write_sample(vl_buf *out, uint8_t **payloads) {
     st_writer w;
     st_writer_init(&w);
     assert_int_equal(st_writer_meta(&w, "run", "r1"), VL_OK);
@@ -119,8 +108,7 @@ static void write_sample(vl_buf *out, uint8_t **payloads)
         size_t nb = spec_bytes(&specs[i]);
         payloads[i] = malloc(nb ? nb : 1);
         assert_non_null(payloads[i]);
-        for (size_t j = 0; j < nb; j++)
-            payloads[i][j] = (uint8_t)(i * 37 + j * 11 + 5);
+        for (size_t j = 0; j < nb; j++) payloads[i][j] = (uint8_t)(i * 37 + j * 11 + 5);
         assert_int_equal(st_writer_add(&w, specs[i].name, specs[i].dt, specs[i].ndim,
                                        specs[i].shape, payloads[i], nb),
                          VL_OK);
@@ -130,12 +118,10 @@ static void write_sample(vl_buf *out, uint8_t **payloads)
     st_writer_free(&w);
 }
 
-static void check_sample(const uint8_t *bytes, size_t len, uint8_t **payloads)
-{
+static void check_sample(const uint8_t *bytes, size_t len, uint8_t **payloads) {
     st_file f;
     vl_error e = {0};
-    if (st_parse(bytes, len, &f, &e) != VL_OK)
-        fail_msg("parse: %s", e.msg);
+    if (st_parse(bytes, len, &f, &e) != VL_OK) fail_msg("parse: %s", e.msg);
     assert_int_equal(f.ntensors, NSPECS);
     for (int i = 0; i < NSPECS; i++) {
         const st_tensor *t = &f.tensors[i];
@@ -168,8 +154,7 @@ static void check_sample(const uint8_t *bytes, size_t len, uint8_t **payloads)
     assert_null(f.tensors);
 }
 
-static void test_roundtrip(void **state)
-{
+static void test_roundtrip(void **state) {
     (void)state;
     uint8_t *payloads[NSPECS];
     vl_buf out;
@@ -181,8 +166,7 @@ static void test_roundtrip(void **state)
     assert_memory_equal(out.data, "prefix", 6);
 
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | file[i];
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | file[i];
     assert_int_equal((8 + hlen) % 8, 0);
     assert_true(8 + hlen <= len);
     assert_memory_equal(file + 8, "{\"__metadata__\":{\"run\":\"r1\"", 27);
@@ -207,13 +191,11 @@ static void test_roundtrip(void **state)
     check_sample(odd + 1, len, payloads);
     free(odd);
 
-    for (int i = 0; i < NSPECS; i++)
-        free(payloads[i]);
+    for (int i = 0; i < NSPECS; i++) free(payloads[i]);
     vl_buf_free(&out);
 }
 
-static void test_empty_file(void **state)
-{
+static void test_empty_file(void **state) {
     (void)state;
     st_writer w;
     st_writer_init(&w);
@@ -235,8 +217,7 @@ static void test_empty_file(void **state)
     expect_accept("{\"__metadata__\":{}}", 0, 0);
 }
 
-static void test_writer_rejects(void **state)
-{
+static void test_writer_rejects(void **state) {
     (void)state;
     st_writer w;
     st_writer_init(&w);
@@ -285,8 +266,7 @@ static void test_writer_rejects(void **state)
     vl_error e = {0};
     assert_int_equal(st_writer_finish(&w, &out, &e), VL_OK);
     st_file f;
-    if (st_parse(out.data, out.len, &f, &e) != VL_OK)
-        fail_msg("parse: %s", e.msg);
+    if (st_parse(out.data, out.len, &f, &e) != VL_OK) fail_msg("parse: %s", e.msg);
     assert_int_equal(f.ntensors, 2);
     assert_int_equal(f.nmeta, ST_MAX_META);
     assert_string_equal(st_meta_get(&f, key), val);
@@ -315,8 +295,7 @@ static void test_writer_rejects(void **state)
     st_writer_free(&w);
 }
 
-static void test_many_tensors(void **state)
-{
+static void test_many_tensors(void **state) {
     (void)state;
     st_writer w;
     st_writer_init(&w);
@@ -344,9 +323,10 @@ static void test_many_tensors(void **state)
     vl_buf_init(&j, 1 << 22);
     assert_int_equal(vl_buf_append_str(&j, "{"), VL_OK);
     for (int i = 0; i <= ST_MAX_TENSORS; i++)
-        assert_int_equal(vl_buf_printf(&j, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
-                                        "\"data_offsets\":[%d,%d]}",
-                                    i ? "," : "", i, i, i + 1),
+        assert_int_equal(vl_buf_printf(&j,
+                                       "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
+                                       "\"data_offsets\":[%d,%d]}",
+                                       i ? "," : "", i, i, i + 1),
                          VL_OK);
     assert_int_equal(vl_buf_append_str(&j, "}"), VL_OK);
     expect_reject((const char *)j.data, ST_MAX_TENSORS + 1, VL_ETOOBIG);
@@ -355,8 +335,7 @@ static void test_many_tensors(void **state)
 
 /* ---- rejections -------------------------------------------------------- */
 
-static void test_truncated_prefixes(void **state)
-{
+static void test_truncated_prefixes(void **state) {
     (void)state;
     uint8_t *payloads[NSPECS];
     vl_buf out;
@@ -376,15 +355,14 @@ static void test_truncated_prefixes(void **state)
     st_file f;
     vl_error e;
     assert_int_equal(st_parse(NULL, 0, &f, &e), VL_EINVAL);
-    for (int i = 0; i < NSPECS; i++)
-        free(payloads[i]);
+    for (int i = 0; i < NSPECS; i++) free(payloads[i]);
     vl_buf_free(&out);
 }
 
-#define T(dt, shape, b, e) "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+#define T(dt, shape, b, e) \
+    "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
 
-static void test_reject_layout(void **state)
-{
+static void test_reject_layout(void **state) {
     (void)state;
     /* Sanity: the pieces used below are accepted when consistent. */
     expect_accept("{\"a\":" T("F32", "[2]", 0, 8) ",\"b\":" T("F32", "[1]", 8, 12) "}", 12, 2);
@@ -406,12 +384,12 @@ static void test_reject_layout(void **state)
     expect_reject("{\"a\":" T("F32", "[2]", 4, 12) "}", 12, VL_EINVAL);
     expect_reject("{}", 1, VL_EINVAL);
     /* Misaligned: F32 at data offset 1 (after a U8), and an I64 at 4. */
-    expect_reject("{\"a\":" T("U8", "[1]", 0, 1) ",\"b\":" T("F32", "[1]", 1, 5) "}", 5,
-                  VL_EINVAL);
+    expect_reject("{\"a\":" T("U8", "[1]", 0, 1) ",\"b\":" T("F32", "[1]", 1, 5) "}", 5, VL_EINVAL);
     expect_reject("{\"a\":" T("F32", "[1]", 0, 4) ",\"b\":" T("I64", "[1]", 4, 12) "}", 12,
                   VL_EINVAL);
-    expect_reject("{\"a\":" T("U8", "[2]", 0, 2) ",\"b\":" T("F16", "[1]", 2, 4) ",\"c\":"
-                  T("U8", "[1]", 4, 5) ",\"d\":" T("F16", "[1]", 5, 7) "}", 7, VL_EINVAL);
+    expect_reject("{\"a\":" T("U8", "[2]", 0, 2) ",\"b\":" T("F16", "[1]", 2, 4) ",\"c\":" T(
+                      "U8", "[1]", 4, 5) ",\"d\":" T("F16", "[1]", 5, 7) "}",
+                  7, VL_EINVAL);
     /* Misaligned because the header is not padded: data starts at 8+3. */
     size_t len;
     uint8_t *p = make_file("{\"a\":" T("F32", "[1]", 0, 4) "}", 4, 0, &len);
@@ -445,8 +423,7 @@ static void test_reject_layout(void **state)
                   VL_EINVAL);
 }
 
-static void test_reject_entries(void **state)
-{
+static void test_reject_entries(void **state) {
     (void)state;
     /* Unknown or malformed dtype. */
     expect_reject("{\"a\":" T("Q4", "[1]", 0, 4) "}", 4, VL_EINVAL);
@@ -475,10 +452,10 @@ static void test_reject_entries(void **state)
     expect_reject("{\"a\":[1]}", 0, VL_EINVAL);
     expect_reject("{\"a\":\"U8\"}", 0, VL_EINVAL);
     /* Duplicate names, and a duplicated field inside an entry. */
-    expect_reject("{\"a\":" T("U8", "[1]", 0, 1) ",\"a\":" T("U8", "[1]", 1, 2) "}", 2,
-                  VL_EINVAL);
-    expect_reject("{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
-                  1, VL_EINVAL);
+    expect_reject("{\"a\":" T("U8", "[1]", 0, 1) ",\"a\":" T("U8", "[1]", 1, 2) "}", 2, VL_EINVAL);
+    expect_reject(
+        "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+        VL_EINVAL);
     /* Names: empty, too long for the struct, exactly the longest. */
     expect_reject("{\"\":" T("U8", "[1]", 0, 1) "}", 1, VL_EINVAL);
     char json[1024];
@@ -494,8 +471,7 @@ static void test_reject_entries(void **state)
     expect_reject("{\"a\\u0000b\":" T("U8", "[1]", 0, 1) "}", 1, VL_EINVAL);
 }
 
-static void test_reject_header(void **state)
-{
+static void test_reject_header(void **state) {
     (void)state;
     /* Not an object, or not JSON. */
     expect_reject("[1,2]", 0, VL_EINVAL);
@@ -509,8 +485,7 @@ static void test_reject_header(void **state)
     /* Header length over the cap (ETOOBIG) or past the end (EINVAL). */
     uint8_t small[64] = {0};
     uint64_t hl = (uint64_t)ST_MAX_HEADER + 1;
-    for (int i = 0; i < 8; i++)
-        small[i] = (uint8_t)(hl >> (8 * i));
+    for (int i = 0; i < 8; i++) small[i] = (uint8_t)(hl >> (8 * i));
     expect_reject_bytes(small, sizeof small, VL_ETOOBIG, "header over ST_MAX_HEADER");
     memset(small, 0xff, 8);
     expect_reject_bytes(small, sizeof small, VL_ETOOBIG, "header length 2^64-1");
@@ -527,8 +502,7 @@ static void test_reject_header(void **state)
     expect_reject_bytes(small, 7, VL_EINVAL, "7 bytes");
 }
 
-static void test_reject_metadata(void **state)
-{
+static void test_reject_metadata(void **state) {
     (void)state;
     expect_reject("{\"__metadata__\":[\"a\"]}", 0, VL_EINVAL);
     expect_reject("{\"__metadata__\":\"a\"}", 0, VL_EINVAL);
@@ -566,13 +540,11 @@ static void test_reject_metadata(void **state)
 
 /* ---- conversion -------------------------------------------------------- */
 
-static void test_to_f32(void **state)
-{
+static void test_to_f32(void **state) {
     (void)state;
     float src[5] = {1.0f, -2.5f, 0.0f, 65504.0f, 3.0e-5f};
     uint16_t half[5];
-    for (int i = 0; i < 5; i++)
-        half[i] = vl_f32_to_f16(src[i]);
+    for (int i = 0; i < 5; i++) half[i] = vl_f32_to_f16(src[i]);
     uint8_t bytes[4] = {1, 2, 3, 4};
     uint64_t five = 5, four = 4;
     st_writer w;
@@ -607,8 +579,7 @@ static void test_to_f32(void **state)
     vl_buf_free(&out);
 }
 
-static void test_dtypes(void **state)
-{
+static void test_dtypes(void **state) {
     (void)state;
     const char *names[] = {"F32", "F16", "BF16", "U32", "I32", "U16", "U8", "I64", "F64"};
     const size_t sizes[] = {4, 2, 2, 4, 4, 2, 1, 8, 8};
@@ -626,19 +597,13 @@ static void test_dtypes(void **state)
     assert_int_equal(st_dtype_size((st_dtype)42), 0);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtypes),
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_empty_file),
-        cmocka_unit_test(test_writer_rejects),
-        cmocka_unit_test(test_many_tensors),
-        cmocka_unit_test(test_truncated_prefixes),
-        cmocka_unit_test(test_reject_layout),
-        cmocka_unit_test(test_reject_entries),
-        cmocka_unit_test(test_reject_header),
-        cmocka_unit_test(test_reject_metadata),
+        cmocka_unit_test(test_dtypes),        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_empty_file),    cmocka_unit_test(test_writer_rejects),
+        cmocka_unit_test(test_many_tensors),  cmocka_unit_test(test_truncated_prefixes),
+        cmocka_unit_test(test_reject_layout), cmocka_unit_test(test_reject_entries),
+        cmocka_unit_test(test_reject_header), cmocka_unit_test(test_reject_metadata),
         cmocka_unit_test(test_to_f32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

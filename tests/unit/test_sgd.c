@@ -16,9 +16,8 @@
 
 /* Three steps of the rule written out in double: b = mu b + g;
  * d = b or g + mu b; p -= lr d + lr wd p. */
-static void reference(double *p, double *b, const float *const g[3], size_t n, double lr,
-                      double mu, double wd, int nesterov)
-{
+static void reference(double *p, double *b, const float *const g[3], size_t n, double lr, double mu,
+                      double wd, int nesterov) {
     for (int s = 0; s < 3; s++)
         for (size_t i = 0; i < n; i++) {
             b[i] = mu * b[i] + g[s][i];
@@ -27,8 +26,7 @@ static void reference(double *p, double *b, const float *const g[3], size_t n, d
         }
 }
 
-static void check_against_reference(int nesterov, int decay)
-{
+static void check_against_reference(int nesterov, int decay) {
     enum { N = 37 };
     float *p = random_vec(N, 1);
     float *g[3] = {random_vec(N, 2), random_vec(N, 3), random_vec(N, 4)};
@@ -58,16 +56,14 @@ static void check_against_reference(int nesterov, int decay)
     free(p);
 }
 
-static void test_sgd_reference(void **state)
-{
+static void test_sgd_reference(void **state) {
     (void)state;
     for (int nesterov = 0; nesterov < 2; nesterov++)
         for (int decay = 0; decay < 2; decay++) check_against_reference(nesterov, decay);
 }
 
 /* One batch of the tiny GPT: forward and backward, leaving gradients. */
-static float grads_of_batch(model_gpt *m, const int *in, const int *tg, int B, int T)
-{
+static float grads_of_batch(model_gpt *m, const int *in, const int *tg, int B, int T) {
     float loss = 0;
     OK(model_gpt_zero_grad(m, &e_));
     OK(model_gpt_forward(m, in, tg, B, T, &loss, &e_));
@@ -78,8 +74,7 @@ static float grads_of_batch(model_gpt *m, const int *in, const int *tg, int B, i
 /* On the GPT, 2-D tensors decay and 1-D ones (biases, LayerNorm) do not;
  * the first step is p - lr g - lr wd [2-D] p exactly; and momentum SGD
  * overfits one batch. */
-static void test_sgd_gpt(void **state)
-{
+static void test_sgd_gpt(void **state) {
     (void)state;
     const model_gpt_config cfg = {256, 16, 1, 2, 16};
     model_gpt *m = NULL;
@@ -109,13 +104,15 @@ static void test_sgd_gpt(void **state)
     const float *p = model_gpt_params(m);
     for (int t = 0; t < nt; t++) {
         float w = ts[t].ndim == 2 ? wd : 0.0f;
-        if (ts[t].ndim == 2) decayed++;
-        else kept++;
+        if (ts[t].ndim == 2)
+            decayed++;
+        else
+            kept++;
         for (size_t i = ts[t].offset; i < ts[t].offset + ts[t].numel; i++) {
             float want = before[i] - (lr * g[i] + lr * w * before[i]);
             if (fabsf(p[i] - want) > 1e-6f * (1 + fabsf(want)))
-                fail_msg("%s[%zu]: %.8g, want %.8g", ts[t].name, i - ts[t].offset,
-                         (double)p[i], (double)want);
+                fail_msg("%s[%zu]: %.8g, want %.8g", ts[t].name, i - ts[t].offset, (double)p[i],
+                         (double)want);
         }
     }
     assert_true(decayed > 0 && kept > 0);
@@ -131,8 +128,7 @@ static void test_sgd_gpt(void **state)
     model_gpt_destroy(m);
 }
 
-static void test_sgd_refusals(void **state)
-{
+static void test_sgd_refusals(void **state) {
     (void)state;
     model_sgd opt;
     vl_error e = {0};
@@ -163,8 +159,7 @@ static void test_sgd_refusals(void **state)
     model_gpt_destroy(m);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_reference),
         cmocka_unit_test(test_sgd_gpt),

@@ -25,21 +25,17 @@
 
 typedef test_dir_fixture fixture;
 
-static void put_i32(uint8_t *p, int32_t v)
-{
+static void put_i32(uint8_t *p, int32_t v) {
     uint32_t u = (uint32_t)v;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(u >> (8 * i));
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> (8 * i));
 }
 
 /* Writes dir/name: a header with the given magic, version and token count,
  * then ntok tokens, then extra zero bytes. Returns the path (in f). */
-static const char *write_shard_raw(fixture *f, const char *name, int32_t magic,
-                                   int32_t version, int32_t header_n, const uint16_t *tokens,
-                                   size_t ntok, size_t extra)
-{
-    assert_true(snprintf(f->path, sizeof f->path, "%s/%s", f->dir, name) <
-                (int)sizeof f->path);
+static const char *write_shard_raw(fixture *f, const char *name, int32_t magic, int32_t version,
+                                   int32_t header_n, const uint16_t *tokens, size_t ntok,
+                                   size_t extra) {
+    assert_true(snprintf(f->path, sizeof f->path, "%s/%s", f->dir, name) < (int)sizeof f->path);
     size_t len = MODEL_SHARD_HEADER_BYTES + 2 * ntok + extra;
     uint8_t *b = calloc(1, len);
     assert_non_null(b);
@@ -59,56 +55,45 @@ static const char *write_shard_raw(fixture *f, const char *name, int32_t magic,
 }
 
 /* A well-formed shard of the given tokens. */
-static const char *write_shard(fixture *f, const char *name, const uint16_t *tokens,
-                               size_t ntok)
-{
-    return write_shard_raw(f, name, MODEL_SHARD_MAGIC, MODEL_SHARD_VERSION, (int32_t)ntok,
-                           tokens, ntok, 0);
+static const char *write_shard(fixture *f, const char *name, const uint16_t *tokens, size_t ntok) {
+    return write_shard_raw(f, name, MODEL_SHARD_MAGIC, MODEL_SHARD_VERSION, (int32_t)ntok, tokens,
+                           ntok, 0);
 }
 
 /* Writes raw bytes (for files too short to have a header). */
-static const char *write_bytes(fixture *f, const char *name, const void *data, size_t len)
-{
-    assert_true(snprintf(f->path, sizeof f->path, "%s/%s", f->dir, name) <
-                (int)sizeof f->path);
+static const char *write_bytes(fixture *f, const char *name, const void *data, size_t len) {
+    assert_true(snprintf(f->path, sizeof f->path, "%s/%s", f->dir, name) < (int)sizeof f->path);
     FILE *fp = fopen(f->path, "wb");
     assert_non_null(fp);
-    if (len)
-        assert_int_equal(fwrite(data, 1, len, fp), len);
+    if (len) assert_int_equal(fwrite(data, 1, len, fp), len);
     assert_int_equal(fclose(fp), 0);
     return f->path;
 }
 
 /* token i = (i*7 + 3) % vocab */
-static uint16_t *pattern(size_t n, int vocab)
-{
+static uint16_t *pattern(size_t n, int vocab) {
     uint16_t *t = malloc(n * sizeof *t);
     assert_non_null(t);
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint16_t)((i * 7 + 3) % (size_t)vocab);
+    for (size_t i = 0; i < n; i++) t[i] = (uint16_t)((i * 7 + 3) % (size_t)vocab);
     return t;
 }
 
 /* Opening must fail with code, the message must contain want and name the
  * file, and *out must be left NULL. */
-static void expect_refused(const char *path, int vocab, int code, const char *want)
-{
+static void expect_refused(const char *path, int vocab, int code, const char *want) {
     vl_error err = {0};
     model_shard *s = (model_shard *)&err; /* must be overwritten */
     int rc = model_shard_open(path, vocab, &s, &err);
     if (rc != code || strstr(err.msg, want) == NULL || strstr(err.msg, path) == NULL)
-        fail_msg("open %s: got %d \"%s\", expected %d with \"%s\"", path, rc, err.msg, code,
-                 want);
+        fail_msg("open %s: got %d \"%s\", expected %d with \"%s\"", path, rc, err.msg, code, want);
     assert_int_equal(err.code, code);
     assert_null(s);
 }
 
-static model_shard *open_ok(const char *path, int vocab)
-{
+static model_shard *open_ok(const char *path, int vocab) {
     vl_error err = {0};
     model_shard *s = NULL;
-    if (model_shard_open(path, vocab, &s, &err) != 0)
-        fail_msg("open %s: %s", path, err.msg);
+    if (model_shard_open(path, vocab, &s, &err) != 0) fail_msg("open %s: %s", path, err.msg);
     assert_non_null(s);
     return s;
 }
@@ -118,8 +103,7 @@ static model_shard *open_ok(const char *path, int vocab)
 /* Every window must be T+1 consecutive tokens of the file, targets the
  * inputs shifted by one; returns the offset (tokens are unique here, so the
  * first one locates the window). */
-static int64_t window_offset(const uint16_t *tok, size_t n, const int *in, const int *tg, int T)
-{
+static int64_t window_offset(const uint16_t *tok, size_t n, const int *in, const int *tg, int T) {
     int64_t off = -1;
     for (size_t o = 0; o + (size_t)T < n; o++)
         if (tok[o] == in[0]) {
@@ -130,14 +114,12 @@ static int64_t window_offset(const uint16_t *tok, size_t n, const int *in, const
     for (int t = 0; t < T; t++) {
         assert_int_equal(in[t], tok[off + t]);
         assert_int_equal(tg[t], tok[off + t + 1]);
-        if (t + 1 < T)
-            assert_int_equal(tg[t], in[t + 1]);
+        if (t + 1 < T) assert_int_equal(tg[t], in[t + 1]);
     }
     return off;
 }
 
-static void test_open_and_sample(void **state)
-{
+static void test_open_and_sample(void **state) {
     fixture *f = *state;
     const int V = 50257, B = 16, T = 33;
     const size_t N = 5000; /* < V: every token is distinct */
@@ -171,16 +153,14 @@ static void test_open_and_sample(void **state)
 /* With vocab <= 256 the same tokens can be written as bytes, and then a
  * seed must give exactly model_data_sample's batch: same offsets, same
  * number of draws from the rng. */
-static void test_matches_data_sample(void **state)
-{
+static void test_matches_data_sample(void **state) {
     fixture *f = *state;
     const int V = 251, B = 8;
     const size_t N = 3001;
     uint16_t *tok = pattern(N, V);
     uint8_t *bytes = malloc(N);
     assert_non_null(bytes);
-    for (size_t i = 0; i < N; i++)
-        bytes[i] = (uint8_t)tok[i];
+    for (size_t i = 0; i < N; i++) bytes[i] = (uint8_t)tok[i];
     model_shard *s = open_ok(write_shard(f, "bytes.bin", tok, N), V);
     int T_values[] = {1, 17, 64, (int)N - 1};
     for (size_t k = 0; k < sizeof T_values / sizeof T_values[0]; k++) {
@@ -208,8 +188,7 @@ static void test_matches_data_sample(void **state)
 
 /* Offsets reach both ends: with N = T+3 there are three windows and a few
  * hundred draws hit every one; N = T+1 has only offset 0. */
-static void test_sample_edges(void **state)
-{
+static void test_sample_edges(void **state) {
     fixture *f = *state;
     const int V = 1000, T = 5;
     uint16_t *tok = pattern(T + 3, V);
@@ -236,8 +215,7 @@ static void test_sample_edges(void **state)
     free(tok);
 }
 
-static void test_sample_refused(void **state)
-{
+static void test_sample_refused(void **state) {
     fixture *f = *state;
     const int V = 300;
     uint16_t *tok = pattern(10, V);
@@ -263,8 +241,7 @@ static void test_sample_refused(void **state)
 
 /* ---- refused shards ------------------------------------------------------- */
 
-static void test_refused_headers(void **state)
-{
+static void test_refused_headers(void **state) {
     fixture *f = *state;
     const int V = 256;
     uint16_t *tok = pattern(100, V);
@@ -278,10 +255,10 @@ static void test_refused_headers(void **state)
     expect_refused(write_bytes(f, "zeros.bin", zeros, sizeof zeros), V, VL_EINVAL, "bad magic 0");
     expect_refused(write_shard_raw(f, "version.bin", MODEL_SHARD_MAGIC, 2, 100, tok, 100, 0), V,
                    VL_EINVAL, "unsupported version 2");
-    expect_refused(write_shard_raw(f, "zero.bin", MODEL_SHARD_MAGIC, 1, 0, tok, 0, 0), V,
-                   VL_EINVAL, "header says 0 tokens");
-    expect_refused(write_shard_raw(f, "neg.bin", MODEL_SHARD_MAGIC, 1, -5, tok, 0, 0), V,
-                   VL_EINVAL, "header says -5 tokens");
+    expect_refused(write_shard_raw(f, "zero.bin", MODEL_SHARD_MAGIC, 1, 0, tok, 0, 0), V, VL_EINVAL,
+                   "header says 0 tokens");
+    expect_refused(write_shard_raw(f, "neg.bin", MODEL_SHARD_MAGIC, 1, -5, tok, 0, 0), V, VL_EINVAL,
+                   "header says -5 tokens");
     /* Truncated: the header promises 100 tokens, 99 are there. */
     expect_refused(write_shard_raw(f, "trunc.bin", MODEL_SHARD_MAGIC, 1, 100, tok, 99, 0), V,
                    VL_EINVAL, "size 1222 bytes, expected 1224 (header + 100 tokens): truncated");
@@ -293,8 +270,7 @@ static void test_refused_headers(void **state)
     free(tok);
 }
 
-static void test_refused_tokens(void **state)
-{
+static void test_refused_tokens(void **state) {
     fixture *f = *state;
     const int V = 256;
     const size_t N = 1000;
@@ -318,12 +294,10 @@ static void test_refused_tokens(void **state)
     free(tok);
 }
 
-static void test_refused_other(void **state)
-{
+static void test_refused_other(void **state) {
     fixture *f = *state;
     char missing[600];
-    assert_true(snprintf(missing, sizeof missing, "%s/missing.bin", f->dir) <
-                (int)sizeof missing);
+    assert_true(snprintf(missing, sizeof missing, "%s/missing.bin", f->dir) < (int)sizeof missing);
     expect_refused(missing, 256, VL_ENOTFOUND, "cannot open");
     expect_refused(f->dir, 256, VL_EINVAL, "not a regular file");
 
@@ -343,8 +317,7 @@ static void test_refused_other(void **state)
 }
 
 /* A very long path still leaves room for the detail; the file name stays. */
-static void test_long_path_message(void **state)
-{
+static void test_long_path_message(void **state) {
     fixture *f = *state;
     char dir[700];
     int n = snprintf(dir, sizeof dir, "%s/", f->dir);
@@ -371,8 +344,7 @@ static void test_long_path_message(void **state)
 
 /* ---- streaming across chunks ---------------------------------------------- */
 
-static void test_large_shard(void **state)
-{
+static void test_large_shard(void **state) {
     fixture *f = *state;
     const int V = 50257;
     const size_t N = (size_t)3 << 19; /* 3 MiB of tokens: three chunks */
@@ -385,8 +357,7 @@ static void test_large_shard(void **state)
     vl_rng_seed(&r, 77);
     OK(model_shard_sample(s, 4, 128, &r, in, tg, &e_));
     for (int b = 0; b < 4; b++)
-        for (int t = 0; t + 1 < 128; t++)
-            assert_int_equal(tg[b * 128 + t], in[b * 128 + t + 1]);
+        for (int t = 0; t + 1 < 128; t++) assert_int_equal(tg[b * 128 + t], in[b * 128 + t + 1]);
     model_shard_close(s);
 
     /* One bad token near the end, in the last chunk. */
@@ -411,15 +382,13 @@ static void test_large_shard(void **state)
 
     /* A shard that does not end on a chunk boundary is scanned to its end. */
     tok[N - 101] = 65535;
-    expect_refused(write_shard(f, "ragged.bin", tok, N - 100), V, VL_EINVAL,
-                   "is 65535, not below");
+    expect_refused(write_shard(f, "ragged.bin", tok, N - 100), V, VL_EINVAL, "is 65535, not below");
     free(tok);
 }
 
 /* ---- reading ranges and evaluating ---------------------------------------- */
 
-static void test_read(void **state)
-{
+static void test_read(void **state) {
     fixture *f = *state;
     const int V = 50257;
     const size_t N = (size_t)CHUNK_TOKENS + 5000; /* one chunk and a bit */
@@ -460,11 +429,10 @@ static void test_read(void **state)
 /* Evaluating tokens is evaluating bytes when the values fit in a byte, bit
  * for bit; and over a wide vocabulary it is the mean of every window's loss
  * as a plain forward pass gives it. */
-static void test_eval_tokens(void **state)
-{
+static void test_eval_tokens(void **state) {
     (void)state;
-    model_gpt_config c = {.vocab_size = 300, .block_size = 16, .n_layer = 1, .n_head = 2,
-                          .n_embd = 16};
+    model_gpt_config c = {
+        .vocab_size = 300, .block_size = 16, .n_layer = 1, .n_head = 2, .n_embd = 16};
     model_gpt *m = NULL;
     OK(model_gpt_create(&c, &m, &e_));
     model_gpt_init_weights(m, 5);
@@ -472,15 +440,13 @@ static void test_eval_tokens(void **state)
     const size_t N = 8 * 11 + 1; /* 11 windows */
     uint16_t *tok = pattern(N, 256);
     uint8_t bytes[8 * 11 + 1];
-    for (size_t i = 0; i < N; i++)
-        bytes[i] = (uint8_t)tok[i];
+    for (size_t i = 0; i < N; i++) bytes[i] = (uint8_t)tok[i];
     float a, b;
     OK(model_gpt_eval_bytes(m, bytes, N, 3, T, 0, &a, &e_));
     OK(model_gpt_eval_tokens(m, tok, N, 3, T, 0, &b, &e_));
     assert_memory_equal(&a, &b, sizeof a);
 
-    for (size_t i = 0; i < N; i++)
-        tok[i] = (uint16_t)((i * 37 + 11) % 300); /* ids above 255 too */
+    for (size_t i = 0; i < N; i++) tok[i] = (uint16_t)((i * 37 + 11) % 300); /* ids above 255 too */
     OK(model_gpt_eval_tokens(m, tok, N, 4, T, 0, &b, &e_));
     double sum = 0;
     int in[8], tg[8];
@@ -508,11 +474,11 @@ static void test_eval_tokens(void **state)
     model_gpt_destroy(m);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_open_and_sample, test_dir_setup, test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_matches_data_sample, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_matches_data_sample, test_dir_setup,
+                                        test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_sample_edges, test_dir_setup, test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_sample_refused, test_dir_setup, test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_refused_headers, test_dir_setup, test_dir_teardown),

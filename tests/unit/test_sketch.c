@@ -106,8 +106,8 @@ static void check_encode(uint32_t rows, uint32_t cols, uint64_t seed, size_t d, 
  * reference's, so the tables agree bit for bit. */
 static void test_encode_small_matches_reference(void **state) {
     (void)state;
-    static const size_t ds[] = {1, 7, 15, 16, 17, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097,
-                                10000, 1000003};
+    static const size_t ds[] = {1,   7,   15,  16,   17,   63,   64,    65,
+                                127, 128, 129, 4095, 4096, 4097, 10000, 1000003};
     for (size_t t = 0; t < sizeof ds / sizeof ds[0]; t++) {
         check_encode(5, 1000, 42, ds[t], 1);
         check_encode(1, 7, 0xDEADBEEFCAFEF00Dull, ds[t], 1);

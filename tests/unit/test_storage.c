@@ -98,9 +98,16 @@ static void test_changes(void **state) {
         uint32_t idx[2] = {(uint32_t)(v % 4), 3};
         float val[2] = {(float)v, 0.5f};
         size_t nnz = v % 4 == 3 ? 1 : 2;
-        storage_version ver = {.version = v, .created_at = 2000 + v, .params = params,
-                               .n = 4, .val_loss = 1, .train_loss = 1, .has_change = 1,
-                               .change_idx = idx, .change_val = val, .change_nnz = nnz};
+        storage_version ver = {.version = v,
+                               .created_at = 2000 + v,
+                               .params = params,
+                               .n = 4,
+                               .val_loss = 1,
+                               .train_loss = 1,
+                               .has_change = 1,
+                               .change_idx = idx,
+                               .change_val = val,
+                               .change_nnz = nnz};
         assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, COMMIT_OPTS(0, 3, 0), &e),
                          VL_OK);
     }
@@ -120,10 +127,16 @@ static void test_changes(void **state) {
     /* A version that fails to commit (it skips one) stores no change. */
     uint32_t idx[1] = {1};
     float val[1] = {9};
-    storage_version bad = {.version = 7, .created_at = 1, .params = params, .n = 4,
-                           .has_change = 1, .change_idx = idx, .change_val = val,
+    storage_version bad = {.version = 7,
+                           .created_at = 1,
+                           .params = params,
+                           .n = 4,
+                           .has_change = 1,
+                           .change_idx = idx,
+                           .change_val = val,
                            .change_nnz = 1};
-    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(0, 3, 0), &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(0, 3, 0), &e),
+                     VL_ECONFLICT);
     bad.version = 6;
     bad.change_nnz = 0;
     assert_int_equal(storage_version_commit(f->st, &bad, NULL, 0, COMMIT_OPTS(0, 3, 0), &e), VL_OK);
@@ -132,8 +145,6 @@ static void test_changes(void **state) {
     assert_int_equal(last.calls, 1);
     assert_true(last.x[1] == 0.0f);
 }
-
-
 
 
 static void test_fresh_database_reaches_latest_schema(void **state) {
@@ -219,8 +230,7 @@ static void test_migration_moves_update_bodies(void **state) {
     assert_int_equal(b.last, 0x09);
     storage_close(st);
     assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
-    assert_int_not_equal(sqlite3_exec(db, "SELECT blob FROM updates", NULL, NULL, NULL),
-                         SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(db, "SELECT blob FROM updates", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     test_remove_db(old_path);
 }
@@ -248,9 +258,8 @@ static void test_failing_migration_rolls_back(void **state) {
     for (int i = 1; i <= base; i++) list[n++] = (storage_migration){i, "SELECT 1"};
     list[n++] = (storage_migration){base + 1, "CREATE TABLE extra_a (x INTEGER);"};
     /* The first statement succeeds, the second fails: neither may stay. */
-    list[n++] = (storage_migration){base + 2,
-                                    "CREATE TABLE extra_b (x INTEGER);"
-                                    "INSERT INTO no_such_table VALUES (1);"};
+    list[n++] = (storage_migration){base + 2, "CREATE TABLE extra_b (x INTEGER);"
+                                              "INSERT INTO no_such_table VALUES (1);"};
     list[n++] = (storage_migration){base + 3, "CREATE TABLE extra_c (x INTEGER);"};
     vl_error e = {0};
     assert_int_equal(storage_migrate_with(f->st, list, n, &e), VL_EDB);
@@ -319,8 +328,8 @@ static void test_peers(void **state) {
     uint8_t pk[STORAGE_PK_BYTES];
     memset(pk, 0xAB, sizeof pk);
     int64_t id = 0;
-    assert_int_equal(storage_peer_insert(f->st, pk, "lab-3", "{\"gpu\":\"none\"}", tok, 1000,
-                                         &id, &e), VL_OK);
+    assert_int_equal(
+        storage_peer_insert(f->st, pk, "lab-3", "{\"gpu\":\"none\"}", tok, 1000, &id, &e), VL_OK);
     assert_true(id > 0);
     assert_int_equal(storage_peer_insert(f->st, pk, "again", "{}", tok, 1001, NULL, &e),
                      VL_ECONFLICT);
@@ -447,8 +456,14 @@ static void test_tasks_and_slots(void **state) {
     int64_t next = 0;
     assert_int_equal(storage_task_next_id(f->st, &next, &e), VL_OK);
     assert_int_equal(next, 1);
-    storage_task t = {.id = next, .peer_id = p1, .base_version = 0, .data_offset = 7,
-                      .data_length = 64, .seed = 99, .issued_at = 1000, .deadline = 1120,
+    storage_task t = {.id = next,
+                      .peer_id = p1,
+                      .base_version = 0,
+                      .data_offset = 7,
+                      .data_length = 64,
+                      .seed = 99,
+                      .issued_at = 1000,
+                      .deadline = 1120,
                       .state = STORAGE_TASK_LEASED};
     int64_t t1 = 0;
     assert_int_equal(storage_task_insert(f->st, &t, &t1, &e), VL_OK);
@@ -516,8 +531,13 @@ static void test_updates_round_trip(void **state) {
     int64_t u1 = add_update(f->st, t1, p, 0);
     int64_t u2 = add_update(f->st, t2, p, 0);
     static const uint8_t blob[] = {9};
-    storage_update dup = {.task_id = t1, .peer_id = p, .kind = "dense", .num_samples = 1,
-                          .local_steps = 1, .nbytes = 1, .blob = blob};
+    storage_update dup = {.task_id = t1,
+                          .peer_id = p,
+                          .kind = "dense",
+                          .num_samples = 1,
+                          .local_steps = 1,
+                          .nbytes = 1,
+                          .blob = blob};
     assert_int_equal(storage_update_insert(f->st, &dup, NULL, &e), VL_ECONFLICT);
     int exists = 0;
     assert_int_equal(storage_update_exists(f->st, t1, &exists, &e), VL_OK);
@@ -578,7 +598,8 @@ static void test_version_commit_and_prune(void **state) {
     /* Version numbers must follow on. */
     float x[4] = {0};
     storage_version skip = {.version = 5, .params = x, .n = 4};
-    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, COMMIT_OPTS(2, 0, 0), &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &skip, NULL, 0, COMMIT_OPTS(2, 0, 0), &e),
+                     VL_ECONFLICT);
 }
 
 typedef struct values_seen {
@@ -618,8 +639,7 @@ static void test_rounds(void **state) {
     assert_int_equal(storage_update_find(f->st, 999, &id, &base, &merged, &e), VL_ENOTFOUND);
 
     uint32_t cand[3] = {2, 7, 11};
-    storage_round r = {.version = 0, .n = 3, .candidates = cand, .opened_at = 10,
-                       .deadline = 40};
+    storage_round r = {.version = 0, .n = 3, .candidates = cand, .opened_at = 10, .deadline = 40};
     storage_round got;
     assert_int_equal(storage_round_get(f->st, 0, &got, &e), VL_ENOTFOUND);
     assert_int_equal(storage_round_insert(f->st, &r, &e), VL_OK);
@@ -679,9 +699,15 @@ static void test_version_commit_is_atomic(void **state) {
     int64_t ub = add_update(f->st, tb, p, 0);
     int64_t bad_ids[3] = {ua, ub, ub + 1000};
     float params[4] = {1, 2, 3, 4};
-    storage_version v1 = {.version = 1, .created_at = 3000, .params = params, .n = 4,
-                          .val_loss = 1.0, .train_loss = 2.0, .num_updates = 3};
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e), VL_ECONFLICT);
+    storage_version v1 = {.version = 1,
+                          .created_at = 3000,
+                          .params = params,
+                          .n = 4,
+                          .val_loss = 1.0,
+                          .train_loss = 2.0,
+                          .num_updates = 3};
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e),
+                     VL_ECONFLICT);
     assert_false(storage_in_transaction(f->st));
     storage_version got;
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -700,7 +726,8 @@ static void test_version_commit_is_atomic(void **state) {
      * commit's savepoint; the caller's earlier write survives. */
     assert_int_equal(storage_begin(f->st, &e), VL_OK);
     assert_int_equal(storage_peer_touch(f->st, p, 7777, &e), VL_OK);
-    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e), VL_ECONFLICT);
+    assert_int_equal(storage_version_commit(f->st, &v1, bad_ids, 3, COMMIT_OPTS(4, 0, 0), &e),
+                     VL_ECONFLICT);
     assert_true(storage_in_transaction(f->st));
     assert_int_equal(storage_commit(f->st, &e), VL_OK);
     assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_ENOTFOUND);
@@ -788,12 +815,18 @@ static void test_version_refused_round_trip(void **state) {
     insert_run(f->st);
     double best = 0;
     assert_int_equal(storage_version_best_loss(f->st, &best, &e), VL_OK);
-    assert_true(isnan(best)); /* no version yet */
+    assert_true(isnan(best));                   /* no version yet */
     commit_version(f->st, 0, 0.0f, NULL, 0, 0); /* val_loss 5 */
     commit_version(f->st, 1, 1.0f, NULL, 0, 0); /* val_loss 4 */
     float params[4] = {1, 2, 3, 4}, mom[4] = {0};
-    storage_version v = {.version = 2, .created_at = 2002, .params = params, .momentum = mom,
-                         .n = 4, .val_loss = 4.0, .train_loss = 3.0, .refused = 1,
+    storage_version v = {.version = 2,
+                         .created_at = 2002,
+                         .params = params,
+                         .momentum = mom,
+                         .n = 4,
+                         .val_loss = 4.0,
+                         .train_loss = 3.0,
+                         .refused = 1,
                          .refused_val_loss = NAN};
     assert_int_equal(storage_version_commit(f->st, &v, NULL, 0, COMMIT_OPTS(0, 0, 0), &e), VL_OK);
     v.version = 3;
@@ -835,10 +868,17 @@ static void test_factors_with_versions(void **state) {
     for (int64_t v = 1; v <= 5; v++) {
         int k = v == 1 ? 0 : v == 4 ? 1 : 2;
         int has = v == 1 || v >= 4;
-        storage_version ver = {.version = v, .created_at = 3000 + v, .params = params, .n = 4,
-                               .val_loss = 1.0, .train_loss = 1.0, .has_change = 0,
-                               .factors = has ? blob[k] : NULL, .factors_len = 40,
-                               .factors_samples = 100 * v, .factors_peers = 2};
+        storage_version ver = {.version = v,
+                               .created_at = 3000 + v,
+                               .params = params,
+                               .n = 4,
+                               .val_loss = 1.0,
+                               .train_loss = 1.0,
+                               .has_change = 0,
+                               .factors = has ? blob[k] : NULL,
+                               .factors_len = 40,
+                               .factors_samples = 100 * v,
+                               .factors_peers = 2};
         assert_int_equal(storage_version_commit(f->st, &ver, NULL, 0, COMMIT_OPTS(2, 0, 0), &e),
                          VL_OK);
         assert_int_equal(storage_factors_latest(f->st, &latest, &e), VL_OK);
@@ -861,8 +901,13 @@ static void test_factors_with_versions(void **state) {
     assert_null(got);
     assert_int_equal(storage_factors_get(f->st, 3, &got, &len, NULL, NULL, &e), VL_ENOTFOUND);
     /* a commit that fails stores no factors; bad factors fail it */
-    storage_version bad = {.version = 6, .params = params, .n = 4, .factors = blob[0],
-                           .factors_len = 40, .factors_samples = 1, .factors_peers = 1};
+    storage_version bad = {.version = 6,
+                           .params = params,
+                           .n = 4,
+                           .factors = blob[0],
+                           .factors_len = 40,
+                           .factors_samples = 1,
+                           .factors_peers = 1};
     int64_t missing = 999;
     assert_int_equal(storage_version_commit(f->st, &bad, &missing, 1, COMMIT_OPTS(2, 0, 0), &e),
                      VL_ECONFLICT);
@@ -878,8 +923,7 @@ int main(void) {
     vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_modes),
-        cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migration_moves_update_bodies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoint, setup, teardown),

@@ -36,8 +36,10 @@ static int decode(const vl_buf *b, size_t n, const char **code) {
     compress_update u;
     vl_error e = {0};
     int rc = compress_update_decode(b->data, b->len, n, &u, code, &e);
-    if (rc == VL_OK) compress_update_free(&u);
-    else assert_true(e.msg[0] != '\0');
+    if (rc == VL_OK)
+        compress_update_free(&u);
+    else
+        assert_true(e.msg[0] != '\0');
     return rc;
 }
 
@@ -81,13 +83,13 @@ static void test_topk_round_trip(void **state) {
 }
 
 /* Hand-built topk updates with indices the encoder would refuse. */
-static void build_topk(vl_buf *b, const uint32_t *idx, size_t n_idx, const float *val,
-                       size_t n_val, st_dtype idx_dtype) {
+static void build_topk(vl_buf *b, const uint32_t *idx, size_t n_idx, const float *val, size_t n_val,
+                       st_dtype idx_dtype) {
     compress_update_meta m = meta(COMPRESS_TOPK);
     st_writer w;
     st_writer_init(&w);
-    const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
-                          "local_steps", "loss"};
+    const char *keys[] = {"run",  "task",        "peer",        "base_version",
+                          "kind", "num_samples", "local_steps", "loss"};
     const char *vals[] = {m.run, "9", "4", "2", "topk", "512", "20", "1.75"};
     for (int i = 0; i < 8; i++) assert_int_equal(st_writer_meta(&w, keys[i], vals[i]), VL_OK);
     uint64_t s1[1] = {n_idx}, s2[1] = {n_val};
@@ -105,10 +107,9 @@ static void test_topk_bad_indices_and_values(void **state) {
         uint32_t idx[4];
         const char *code;
     } cases[] = {
-        {{1, 2, 3, N}, "bad_indices"},      /* out of range */
-        {{1, 2, 3, 0xFFFFFFFFu}, "bad_indices"},
-        {{1, 3, 2, 4}, "bad_indices"},      /* not ascending */
-        {{1, 2, 2, 4}, "bad_indices"},      /* duplicated */
+        {{1, 2, 3, N}, "bad_indices"},                                          /* out of range */
+        {{1, 2, 3, 0xFFFFFFFFu}, "bad_indices"}, {{1, 3, 2, 4}, "bad_indices"}, /* not ascending */
+        {{1, 2, 2, 4}, "bad_indices"},                                          /* duplicated */
         {{5, 0, 1, 2}, "bad_indices"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -232,8 +233,8 @@ static void test_sketch_malformed(void **state) {
     for (int variant = 0; variant < 5; variant++) {
         st_writer w;
         st_writer_init(&w);
-        const char *keys[] = {"run", "task", "peer", "base_version", "kind", "num_samples",
-                              "local_steps", "loss"};
+        const char *keys[] = {"run",  "task",        "peer",        "base_version",
+                              "kind", "num_samples", "local_steps", "loss"};
         const char *vals[] = {"demo", "9", "4", "2", "sketch", "512", "20", "1.75"};
         for (int i = 0; i < 8; i++) assert_int_equal(st_writer_meta(&w, keys[i], vals[i]), VL_OK);
         if (variant != 0) assert_int_equal(st_writer_meta(&w, "seed", "7"), VL_OK);
@@ -316,8 +317,7 @@ static void test_value_bounds(void **state) {
         size_t n = 0;
         code = NULL;
         vl_error e = {0};
-        assert_int_equal(compress_round_decode_values(b.data, b.len, 3, &back, &got, &n, &code,
-                                                      &e),
+        assert_int_equal(compress_round_decode_values(b.data, b.len, 3, &back, &got, &n, &code, &e),
                          want);
         if (want != VL_OK) assert_string_equal(code, "out_of_bounds");
         free(got);
