@@ -9,7 +9,8 @@
 # reader's test loads; iproute2 and nftables: the emulated wide-area
 # network of tests/wan, namespaces, bandwidth and packet loss;
 # prometheus-client: its text-format parser checks the /metrics output;
-# chromium: the dashboard's test loads the page in a headless browser).
+# chromium: the dashboard's test loads the page in a headless browser;
+# clang-format: the test that the sources keep .clang-format's layout).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -22,7 +23,7 @@ PKGS=(
   libcurl4-openssl-dev curl
   libopenblas-dev
   libcmocka-dev
-  clang libclang-rt-14-dev libomp-14-dev
+  clang clang-format libclang-rt-14-dev libomp-14-dev
   fortunes-min fortunes gnuplot-nox
   python3 python3-venv python3-pip python3-requests python3-cryptography python3-prometheus-client
   zlib1g-dev libpng-dev dataset-fashion-mnist
