@@ -53,6 +53,35 @@ __device__ __forceinline__ uint64_t lane_key(const row_keys &keys, uint32_t rows
     return k;
 }
 
+/* A warp's walk over the chunks of WARP_SPAN coordinates: which chunks
+ * are its own, and its lane's row key (rows past the last: none). */
+struct warp_walk {
+    uint32_t lane, wmask, wlog, rows, cols;
+    size_t first, stride, chunks;
+    uint64_t key;
+};
+
+__device__ __forceinline__ warp_walk walk_of(const row_keys &keys, uint32_t rows, uint32_t cols,
+                                             uint32_t wlog, size_t d) {
+    warp_walk w;
+    w.lane = threadIdx.x & 31;
+    w.first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    w.stride = ((size_t)gridDim.x * blockDim.x) >> 5;
+    w.chunks = (d + WARP_SPAN - 1) / WARP_SPAN;
+    w.key = lane_key(keys, rows, w.lane);
+    w.wlog = wlog;
+    w.wmask = (1u << wlog) - 1;
+    w.rows = rows;
+    w.cols = cols;
+    return w;
+}
+
+/* Where the run of chunk i0's window starts in the lane's row (lanes past
+ * the rows: 0); __shfl_sync(.., base, j) hands row j's to every lane. */
+__device__ __forceinline__ uint32_t walk_base(const warp_walk &w, size_t i0) {
+    return w.lane < w.rows ? compress_sk_window_base(w.key, i0 >> w.wlog, w.cols) : 0;
+}
+
 /* *p += v where nothing reads the result: a fire-and-forget reduction,
  * spelled out rather than left to the compiler. */
 __device__ __forceinline__ void cell_add(float *p, float v) {
@@ -63,15 +92,11 @@ __device__ __forceinline__ void cell_add(float *p, float v) {
  * grid's warps is coordinates [128 c, 128 c + 128), all in one window. */
 __global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t cols, uint32_t wlog,
                                           uint64_t skey, row_keys keys, const float *x, size_t d) {
-    uint32_t lane = threadIdx.x & 31;
-    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
-    size_t chunks = (d + WARP_SPAN - 1) / WARP_SPAN;
-    uint64_t key = lane_key(keys, rows, lane);
-    uint32_t wmask = (1u << wlog) - 1;
-    for (size_t c = warp; c < chunks; c += nwarps) {
+    warp_walk w = walk_of(keys, rows, cols, wlog, d);
+    uint32_t lane = w.lane;
+    for (size_t c = w.first; c < w.chunks; c += w.stride) {
         size_t i0 = c * WARP_SPAN;
-        uint32_t base = lane < rows ? compress_sk_window_base(key, i0 >> wlog, cols) : 0;
+        uint32_t base = walk_base(w, i0);
         float v[4];
         uint64_t bits[4];
 #pragma unroll
@@ -80,7 +105,7 @@ __global__ static void encode_warp_kernel(float *table, uint32_t rows, uint32_t 
             v[k] = i < d ? __ldcs(x + i) : 0.0f;
             bits[k] = compress_sk_sign_bits(skey, i);
         }
-        uint32_t off = (uint32_t)(i0 & wmask) + lane;
+        uint32_t off = (uint32_t)(i0 & w.wmask) + lane;
         for (uint32_t j = 0; j < rows; j++) {
             uint32_t b = __shfl_sync(0xffffffffu, base, j);
             float *row = table + (size_t)j * cols;
@@ -165,19 +190,15 @@ extern "C" int kernels_cuda_sketch_encode_host(compress_sketch *s, const float *
 template <uint32_t R>
 __global__ static void estimate_warp_kernel(const float *table, uint32_t cols, uint32_t wlog,
                                             uint64_t skey, row_keys keys, size_t d, float *out) {
-    uint32_t lane = threadIdx.x & 31;
-    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
-    size_t chunks = (d + WARP_SPAN - 1) / WARP_SPAN;
-    uint64_t key = lane_key(keys, R, lane);
-    uint32_t wmask = (1u << wlog) - 1;
-    for (size_t c = warp; c < chunks; c += nwarps) {
+    warp_walk w = walk_of(keys, R, cols, wlog, d);
+    uint32_t lane = w.lane;
+    for (size_t c = w.first; c < w.chunks; c += w.stride) {
         size_t i0 = c * WARP_SPAN;
-        uint32_t base = lane < R ? compress_sk_window_base(key, i0 >> wlog, cols) : 0;
+        uint32_t base = walk_base(w, i0);
         uint32_t b[R];
 #pragma unroll
         for (uint32_t j = 0; j < R; j++) b[j] = __shfl_sync(0xffffffffu, base, j);
-        uint32_t off = (uint32_t)(i0 & wmask) + lane;
+        uint32_t off = (uint32_t)(i0 & w.wmask) + lane;
 #pragma unroll
         for (uint32_t k = 0; k < 4; k++) {
             size_t i = i0 + lane + 32 * k;

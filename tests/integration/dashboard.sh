@@ -19,17 +19,7 @@ IT_MODE=async IT_OUTER=default it_setup itdash 100 2 \
   '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"}, "robust": {"max_norm": 0},'
 IT_SERVE_ARGS="--admin-listen 127.0.0.1:0" it_start_coordinator
 
-admin_url() {
-  local a=""
-  for _ in $(seq 1 50); do
-    a=$(grep -o 'dashboard at http://127.0.0.1:[0-9]*/' coordinator.log | tail -n1 \
-      | sed 's/dashboard at //' || true)
-    [ -n "$a" ] && { echo "$a"; return 0; }
-    sleep 0.1
-  done
-  fail "no dashboard address in the log"
-}
-admin=$(admin_url)
+admin="$(it_admin_url)/"
 
 # browse URL OUT [OPTIONS]: the page's DOM after its first polls, as the
 # browser rendered it. Its own profile, nothing fetched but the page.
@@ -107,7 +97,7 @@ done
 it_stop_coordinator
 printf 'a-dashboard-token-of-32-characters\n' > admin.token
 IT_SERVE_ARGS="--admin-listen 127.0.0.1:0 --admin-token-file admin.token" it_serve_again
-admin=$(admin_url)
+admin="$(it_admin_url)/"
 tok=a-dashboard-token-of-32-characters
 [ "$(code "$admin" noauth.json -D noauth.head)" = 401 ] || fail "/ without the token was not 401"
 grep -q '"code":"unauthorized"' noauth.json || fail "401 without a JSON error"

@@ -87,6 +87,19 @@ it_start_coordinator() {
   URL="https://127.0.0.1:$PORT"
 }
 
+# it_admin_url: the admin listener's http://HOST:PORT (no slash after),
+# from the last start the coordinator logged (serve --admin-listen).
+it_admin_url() {
+  local a=""
+  for _ in $(seq 1 50); do
+    a=$(grep -o 'admin listener on http://[0-9.]*:[0-9]*' coordinator.log | tail -n1 \
+      | sed 's/admin listener on //' || true)
+    [ -n "$a" ] && { echo "$a"; return 0; }
+    sleep 0.1
+  done
+  fail "no admin listener in the log"
+}
+
 it_stop_coordinator() {
   kill -TERM "$CPID"
   local rc=0

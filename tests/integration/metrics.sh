@@ -16,14 +16,7 @@ fi
 grep -q "not on a loopback address: give it --admin-token-file" open.log \
   || fail "no reason given: $(tail -n 1 open.log)"
 IT_SERVE_ARGS="--admin-listen 127.0.0.1:0 --admin-token-file admin.token" it_start_coordinator
-admin=""
-for _ in $(seq 1 50); do
-  admin=$(grep -o 'admin listener on http://127.0.0.1:[0-9]*/metrics' coordinator.log | head -n1 \
-    | sed 's/admin listener on //' || true)
-  [ -n "$admin" ] && break
-  sleep 0.1
-done
-[ -n "$admin" ] || fail "no admin listener in the log"
+admin="$(it_admin_url)/metrics"
 # A refused upload: unsigned, so refused with a code (the metrics must
 # count it under that code).
 curl -s -o refused.json --cacert tls/ca.pem -X POST -H 'Content-Type: application/octet-stream' \

@@ -59,14 +59,7 @@ passed=$((passed + 1))
 echo "== the spec against a running coordinator"
 it_setup itoapi 2 2
 IT_SERVE_ARGS="--admin-listen 127.0.0.1:0" it_start_coordinator
-admin=""
-for _ in $(seq 1 50); do
-  admin=$(grep -o 'admin listener on http://127.0.0.1:[0-9]*' coordinator.log | head -n1 \
-    | sed 's/admin listener on //' || true)
-  [ -n "$admin" ] && break
-  sleep 0.1
-done
-[ -n "$admin" ] || fail "no admin listener in the log"
+admin=$(it_admin_url)
 "$PY" "$CHECK" probe "$ROOT" "$URL" tls/ca.pem "$admin" \
   || fail "the running coordinator does not answer as docs/openapi.yaml says"
 # A spec with an endpoint the coordinator does not have, and one under

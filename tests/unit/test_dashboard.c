@@ -21,6 +21,8 @@
 #include "storage/storage.h"
 #include "test_util.h"
 
+#include "storage_fixtures.h"
+
 static int upload_route(void) {
     return coord_route_index("/v1/updates");
 }
@@ -106,44 +108,22 @@ static void test_minutes_and_recent(void **state) {
     free(m);
 }
 
-typedef struct db_fixture {
-    char dir[64], path[128];
-    storage *st;
-    int64_t peer[2];
-} db_fixture;
+/* The storage tests' temporary database (storage_fixtures.h) with a run
+ * and two peers, whose ids are here. */
+static int64_t peer_ids[2];
 
 static int db_setup(void **state) {
-    db_fixture *f = calloc(1, sizeof *f);
-    if (!f) return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/volley-test-dash-XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/run.db", f->dir);
-    vl_error e = {0};
-    if (storage_open(f->path, 1, &f->st, &e) != VL_OK) return -1;
-    storage_run r;
-    memset(&r, 0, sizeof r);
-    snprintf(r.name, sizeof r.name, "dash");
-    r.config = "{}";
-    r.corpus_path = "/c";
-    snprintf(r.corpus_hash, sizeof r.corpus_hash, "%064d", 1);
-    if (storage_run_insert(f->st, &r, &e) != VL_OK) return -1;
+    if (setup(state) != 0) return -1;
+    fixture *f = *state;
+    insert_run(f->st);
     const char *hw[2] = {"{\"cpus\":8,\"gpu\":\"none\"}", "{}"};
+    vl_error e = {0};
     for (int i = 0; i < 2; i++) {
         uint8_t pk[32] = {(uint8_t)(i + 1)};
-        if (storage_peer_insert(f->st, pk, i ? "second" : "first", hw[i], 0, 100, &f->peer[i],
+        if (storage_peer_insert(f->st, pk, i ? "second" : "first", hw[i], 0, 100, &peer_ids[i],
                                 &e) != VL_OK)
             return -1;
     }
-    *state = f;
-    return 0;
-}
-
-static int db_teardown(void **state) {
-    db_fixture *f = *state;
-    storage_close(f->st);
-    test_remove_db(f->path);
-    rmdir(f->dir);
-    free(f);
     return 0;
 }
 
@@ -163,7 +143,7 @@ static int collect(void *ctx, const storage_peer_totals *t) {
 }
 
 static void test_peer_totals(void **state) {
-    db_fixture *f = *state;
+    fixture *f = *state;
     float params[4] = {0};
     storage_version v0 = {.version = 0,
                           .created_at = 100,
@@ -179,7 +159,7 @@ static void test_peer_totals(void **state) {
     uint8_t body[300] = {0};
     int64_t ids[2];
     for (int i = 0; i < 2; i++) {
-        storage_task t = {.peer_id = f->peer[0],
+        storage_task t = {.peer_id = peer_ids[0],
                           .base_version = 0,
                           .data_length = 1,
                           .issued_at = 100,
@@ -188,7 +168,7 @@ static void test_peer_totals(void **state) {
         int64_t task;
         OK(storage_task_insert(f->st, &t, &task, &e_));
         storage_update u = {.task_id = task,
-                            .peer_id = f->peer[0],
+                            .peer_id = peer_ids[0],
                             .base_version = 0,
                             .num_samples = 1,
                             .local_steps = 4,
@@ -211,13 +191,13 @@ static void test_peer_totals(void **state) {
     totals_seen s = {0};
     OK(storage_peer_totals_each(f->st, collect, &s, &e_));
     assert_int_equal(s.n, 2);
-    assert_int_equal(s.t[0].id, f->peer[0]);
+    assert_int_equal(s.t[0].id, peer_ids[0]);
     assert_int_equal(s.t[0].stored, 2);
     assert_int_equal(s.t[0].merged, 1);
     assert_int_equal(s.t[0].bytes, 400);
     assert_true(fabs(s.t[0].mean_staleness - 1.0) < 1e-12); /* (0 + 2) / 2 */
     assert_string_equal(s.hw[0], "{\"cpus\":8,\"gpu\":\"none\"}");
-    assert_int_equal(s.t[1].id, f->peer[1]);
+    assert_int_equal(s.t[1].id, peer_ids[1]);
     assert_int_equal(s.t[1].stored, 0);
     assert_int_equal(s.t[1].merged, 0);
     assert_int_equal(s.t[1].bytes, 0);
@@ -246,7 +226,7 @@ static void noop_done(coord_job *job, int rc, const vl_error *err) {
 }
 
 static void test_writer_histograms(void **state) {
-    db_fixture *f = *state;
+    fixture *f = *state;
     coord_writer *w = NULL;
     OK(coord_writer_start_sync(f->path, &w, &e_));
     /* Batches of 1, 3 and 40 jobs: buckets le 1, le 4 and le 64. */
@@ -294,8 +274,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peer_table),
         cmocka_unit_test(test_minutes_and_recent),
-        cmocka_unit_test_setup_teardown(test_peer_totals, db_setup, db_teardown),
-        cmocka_unit_test_setup_teardown(test_writer_histograms, db_setup, db_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_totals, db_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_histograms, db_setup, teardown),
         cmocka_unit_test(test_page_is_built_in),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
