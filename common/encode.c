@@ -28,6 +28,9 @@ long vl_base64_decode(const char *in, size_t n, uint8_t *out, size_t out_cap) {
     unsigned high = 0;
     for (size_t i = 0; i < n; i++) high |= (unsigned char)in[i];
     if (high & 0x80u) return -1;
+    /* Nothing to decode, and out may be NULL, which libsodium's arguments
+     * are declared never to be. */
+    if (n == 0) return 0;
     size_t got = 0;
     /* No ignore set and no end pointer: any byte outside the alphabet, any
      * missing or extra '=', and anything after the padding fail the call. */
@@ -46,6 +49,7 @@ int vl_hex_decode(const char *in, size_t in_len, uint8_t *out, size_t out_len) {
     /* The length check comes first: libsodium would take a shorter string
      * and leave the rest of out unwritten. */
     if (out_len > SIZE_MAX / 2 || in_len != 2 * out_len) return -1;
+    if (out_len == 0) return 0; /* as with base64: out may be NULL */
     size_t got = 0;
     if (sodium_hex2bin(out, out_len, in, in_len, NULL, &got, NULL) != 0 || got != out_len)
         return -1;

@@ -535,6 +535,7 @@ static void test_hex(void **state) {
     vl_hex_encode(in, 0, out);
     assert_string_equal(out, "");
     assert_int_equal(vl_hex_decode("", 0, dec, 0), 0);
+    assert_int_equal(vl_hex_decode("", 0, NULL, 0), 0);
 
     assert_int_equal(vl_hex_decode("0aFF", 4, dec, 2), 0);
     assert_int_equal(dec[0], 0x0a);
