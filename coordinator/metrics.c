@@ -197,16 +197,9 @@ static int hist_add(void *arg, int64_t value, int64_t count) {
 }
 
 static void hist_write(struct evbuffer *b, const char *name, const char *help, const int_hist *h) {
-    head(b, name, "histogram", help);
-    uint64_t cum = 0;
-    for (size_t i = 0; i < h->n_le; i++) {
-        cum += h->counts[i];
-        evbuffer_add_printf(b, "%s_bucket{le=\"%lld\"} %llu\n", name, (long long)h->le[i],
-                            (unsigned long long)cum);
-    }
-    evbuffer_add_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
-                        (unsigned long long)h->total, name, h->sum, name,
-                        (unsigned long long)h->total);
+    double le[16];
+    for (size_t i = 0; i < h->n_le; i++) le[i] = (double)h->le[i];
+    hist_fixed(b, name, help, le, h->counts, h->n_le, h->total, h->sum);
 }
 
 typedef struct peer_counts {

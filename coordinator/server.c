@@ -570,12 +570,23 @@ bad:
     return vl_fail(err, VL_EINVAL, "--listen must be HOST:PORT (got \"%s\")", s);
 }
 
-int coord_bound_port(int fd) {
+/* The local port of a listening socket (-1 when unknown) and, with addr,
+ * its address as text (left as it was when unknown); *v6 for IPv6. */
+static int bound_addr(int fd, char *addr, size_t cap, int *v6) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
-    return ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                    : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *v6 = ss.ss_family == AF_INET6;
+    const void *host = *v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if (addr) inet_ntop(*v6 ? AF_INET6 : AF_INET, host, addr, (socklen_t)cap);
+    return *v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+int coord_bound_port(int fd) {
+    int v6 = 0;
+    return bound_addr(fd, NULL, 0, &v6);
 }
 
 /* The admin listener as opts ask: the default address is given up with
@@ -624,24 +635,11 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
         vl_log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
     char addr[INET6_ADDRSTRLEN] = "?";
-    int real_port = port;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof addr);
-            real_port = ntohs(a->sin6_port);
-        } else {
-            struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &a->sin_addr, addr, sizeof addr);
-            real_port = ntohs(a->sin_port);
-        }
-    }
+    int v6 = 0, real_port = bound_addr(fd, addr, sizeof addr, &v6);
+    if (real_port < 0) real_port = port;
     /* Scripts wait for this exact line. */
-    fprintf(stderr, ss.ss_family == AF_INET6 ? "listening on [%s]:%d\n" : "listening on %s:%d\n",
-            addr, real_port);
+    fprintf(stderr, v6 ? "listening on [%s]:%d\n" : "listening on %s:%d\n", addr, real_port);
     fflush(stderr);
     return VL_OK;
 }

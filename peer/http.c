@@ -122,6 +122,12 @@ static void copy_line(const char *s, size_t n, char *out, size_t cap) {
     out[j] = '\0';
 }
 
+int peer_error_code_is(const uint8_t *body, size_t len, const char *code) {
+    char c[64], m[8];
+    peer_error_parse(body, len, c, sizeof c, m, sizeof m);
+    return strcmp(c, code) == 0;
+}
+
 void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_cap, char *msg,
                       size_t msg_cap) {
     code[0] = '\0';

@@ -80,9 +80,7 @@ static inline int refused(int rc) {
 
 /* The error code of an error body is code. */
 static inline int error_code_is(const peer_response *rs, const char *code) {
-    char c[64], m[8];
-    peer_error_parse(rs->body.data, rs->body.len, c, sizeof c, m, sizeof m);
-    return strcmp(c, code) == 0;
+    return peer_error_code_is(rs->body.data, rs->body.len, code);
 }
 
 static inline int run_finished(const peer_response *rs) {

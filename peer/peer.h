@@ -76,6 +76,8 @@ int peer_sleep(double s);
  * print on one line. */
 void peer_error_parse(const uint8_t *body, size_t len, char *code, size_t code_cap, char *msg,
                       size_t msg_cap);
+/* Whether the error body's error.code is code (peer_error_parse's). */
+int peer_error_code_is(const uint8_t *body, size_t len, const char *code);
 
 /* Records in err the one-line refusal "<what>: <status> <code>: <message>"
  * (parts the body lacks are left out) and returns PEER_EREFUSED. */

@@ -21,16 +21,6 @@ void peer_round_values(const peer_trainer *t, const uint32_t *idx, size_t n, flo
     for (size_t i = 0; i < n; i++) out[i] = t->delta[idx[i]];
 }
 
-static int error_code_is(const peer_response *rs, const char *code) {
-    char needle[64];
-    snprintf(needle, sizeof needle, "\"%s\"", code);
-    size_t nl = strlen(needle);
-    const uint8_t *p = rs->body.data;
-    for (size_t i = 0; p && i + nl <= rs->body.len; i++)
-        if (memcmp(p + i, needle, nl) == 0) return 1;
-    return 0;
-}
-
 /* Reports the values for the candidates now in rs. */
 static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const peer_task *k,
                   int64_t peer_id, vl_buf *scratch, uint64_t *up_bytes, vl_error *err) {
@@ -76,7 +66,7 @@ static int report(peer_http *h, peer_response *rs, const peer_trainer *t, const 
         vl_log_info("task %lld: reported %zu exact values for the second round of version %lld "
                     "(%zu bytes)",
                     (long long)k->task_id, n, (long long)k->base_version, scratch->len);
-    } else if (error_code_is(rs, "duplicate_values")) {
+    } else if (peer_error_code_is(rs->body.data, rs->body.len, "duplicate_values")) {
         vl_log_info("task %lld: second round values were already stored", (long long)k->task_id);
     } else {
         peer_refusal(&e, "second-round values refused", rs->status, rs->body.data, rs->body.len);
