@@ -10,7 +10,8 @@
 #define VAL_BASE 256
 #define VAL_HELP (VAL_BASE + VL_OPTS_MAX)
 
-static void vfail(const vl_opts *o, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void vfail(const vl_opts *o, const char *fmt,
+                                                        va_list ap) {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     FILE *f = o->err ? o->err : stderr;
