@@ -321,8 +321,7 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
     int rc = open_config(config_path, &cfg, &corpus, &shards, &test, err);
     if (rc != VL_OK) return rc;
     char *json = NULL;
-    if (rc == VL_OK && !(json = coord_config_to_json(&cfg, 1)))
-        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    if (!(json = coord_config_to_json(&cfg, 1))) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) {
         size_t n = coord_config_num_params(&cfg);
         int64_t dense = (int64_t)n * 4, data = coord_config_update_data_bytes(&cfg);
