@@ -54,6 +54,12 @@ struct ssl_ctx_st;
 #define COORD_MAX_BACKOFF 6
 /* Largest request head the guard accepts. */
 #define COORD_HEAD_CAP 16384
+/* Every method libevent parses (event2/http.h), let through to a
+ * listener's handler so that a wrong one gets a JSON 405 from volley
+ * rather than libevent's own HTML 501. */
+#define COORD_HTTP_ALL_METHODS                                                                 \
+    (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | \
+     EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH)
 /* Read/write inactivity timeout of a connection; above the longest wait. */
 #define COORD_IO_TIMEOUT_S 120
 /* How long a drain may take before the coordinator exits anyway. */

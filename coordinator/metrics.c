@@ -475,6 +475,8 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
     evhttp_set_max_body_size(srv->admin_http, 0);
     evhttp_set_timeout(srv->admin_http, 10);
     evhttp_set_gencb(srv->admin_http, admin_cb, srv);
+    /* Every method reaches admin_cb, so a wrong one gets its JSON 405. */
+    evhttp_set_allowed_methods(srv->admin_http, COORD_HTTP_ALL_METHODS);
     struct evhttp_bound_socket *bs =
         evhttp_bind_socket_with_handle(srv->admin_http, host, (ev_uint16_t)port);
     if (!bs) {

@@ -651,10 +651,7 @@ static int setup_http(coord_server *srv, vl_error *err) {
     if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
     evhttp_set_gencb(srv->http, coord_server_dispatch, srv);
     /* Every method reaches the handler, so even a wrong one gets JSON. */
-    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                              EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                              EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_allowed_methods(srv->http, COORD_HTTP_ALL_METHODS);
     /* Backstops behind the guard, which refuses first and in JSON. */
     evhttp_set_max_headers_size(srv->http, COORD_HEAD_CAP + 1024);
     evhttp_set_max_body_size(srv->http, srv->cfg.max_body_bytes);

@@ -39,6 +39,11 @@ code() { curl -s -o "$2" -w '%{http_code}' "${@:3}" "$1" || true; }
 grep -q '"code":"not_found"' nothing.json || fail "404 without a JSON error: $(cat nothing.json)"
 [ "$(code "$admin" post.json -X POST)" = 405 ] || fail "POST / was not 405"
 grep -q '"code":"method_not_allowed"' post.json || fail "405 without a JSON error"
+# Methods libevent knows but would answer itself (501, HTML) get the same.
+for m in PATCH OPTIONS PUT DELETE; do
+  [ "$(code "${admin}metrics" m.json -X "$m")" = 405 ] || fail "$m /metrics was not 405"
+  grep -q '"code":"method_not_allowed"' m.json || fail "$m: 405 without a JSON error: $(cat m.json)"
+done
 
 # Refusals: an unsigned upload (no peer to blame), and a registered
 # peer's second upload of one task, which must show in its row.
