@@ -1,4 +1,5 @@
 volley_unit_test(test_storage volley_storage)
+volley_unit_test(test_storage_schema volley_storage)
 volley_unit_test(test_bodies volley_storage)
 # Power cuts and disk faults at chosen moments of a transaction, with the
 # layer of tests/faults loaded into the test (absent under the sanitizers).
