@@ -45,9 +45,7 @@ static int seen(const loop *L, const peer_task *k) {
  * task: normal for volunteers whose work arrives late. */
 static int droppable_upload(const peer_response *rs) {
     switch (rs->status) {
-    case 409:
-        return error_code_is(rs, "stale_update") || error_code_is(rs, "task_expired") ||
-               error_code_is(rs, "duplicate_update");
+    case 409: return error_code_is(rs, "stale_update") || error_code_is(rs, "duplicate_update");
     case 404: return error_code_is(rs, "unknown_task");
     case 403: return error_code_is(rs, "not_your_task");
     default: return 0;

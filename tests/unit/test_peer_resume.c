@@ -488,7 +488,7 @@ static void test_upload_classify(void **state) {
     assert_int_equal(peer_upload_classify(200, NULL), PEER_UPLOAD_STORED);
     assert_int_equal(peer_upload_classify(409, "duplicate_update"), PEER_UPLOAD_STORED);
     assert_int_equal(peer_upload_classify(409, "stale_update"), PEER_UPLOAD_NOT_TAKEN);
-    assert_int_equal(peer_upload_classify(409, "task_expired"), PEER_UPLOAD_NOT_TAKEN);
+    assert_int_equal(peer_upload_classify(409, "round_not_open"), PEER_UPLOAD_NOT_TAKEN);
     assert_int_equal(peer_upload_classify(404, "unknown_task"), PEER_UPLOAD_NOT_TAKEN);
     assert_int_equal(peer_upload_classify(410, "run_finished"), PEER_UPLOAD_NOT_TAKEN);
     assert_int_equal(peer_upload_classify(422, "non_finite"), PEER_UPLOAD_NOT_TAKEN);
@@ -723,7 +723,7 @@ static void test_pending_unusable(void **state) {
     assert_int_equal(q.task_id, 43);
     assert_int_equal(q.kind, COMPRESS_DENSE);
     peer_upload_outcome out;
-    assert_int_equal(peer_pending_settle(&s, &q, 409, "task_expired", &out, &e), VL_OK);
+    assert_int_equal(peer_pending_settle(&s, &q, 409, "stale_update", &out, &e), VL_OK);
     assert_int_equal(out, PEER_UPLOAD_NOT_TAKEN);
     assert_memory_equal(s.residual, t.residual, n * sizeof(float));
     /* A sparse record with no state to put it back into is an error. */
