@@ -103,8 +103,8 @@
  * run's. On the demo task with one peer 4x slower (2 updates a version,
  * 160 merged updates, licenses and fortunes, two seeds each), the mean
  * validation loss over the last 11 versions was 2.30 at μ 0.9, 2.20 at
- * 0.8 and about the same at 0.7 (the synchronous run ends at 2.12 on
- * licenses); larger steps (η 0.6 to 1.0 with μ 0.5 to 0.9) did worse. At
+ * 0.8 and about the same at 0.7 (synchronous runs end at 2.11 to 2.67
+ * on licenses, 2.12 to 2.19 on fortunes); larger steps (η 0.6 to 1.0 with μ 0.5 to 0.9) did worse. At
  * μ 0.9, η 0.5 beat 0.35 and 0.7, and scaling each version's step by its
  * updates' mean staleness weight (FedBuff's unnormalised mean) did worse
  * than a constant η. */

@@ -77,6 +77,22 @@ static inline void commit_version(storage *st, int64_t v, float fill, const int6
     assert_int_equal(rc, VL_OK);
 }
 
+/* Stores a sketch update of task for peer whose body is the n bytes at
+ * body (the caller's); its id in *id when id is not NULL. */
+static inline int insert_update_body(storage *st, int64_t task, int64_t peer, const uint8_t *body,
+                                     size_t n, int64_t *id, vl_error *err) {
+    storage_update u = {.task_id = task,
+                        .peer_id = peer,
+                        .kind = "sketch",
+                        .num_samples = 8,
+                        .local_steps = 1,
+                        .loss = 1.0,
+                        .nbytes = (int64_t)n,
+                        .blob = body,
+                        .received_at = 1500};
+    return storage_update_insert(st, &u, id, err);
+}
+
 static inline int64_t add_peer(storage *st, uint8_t seed) {
     uint8_t pk[STORAGE_PK_BYTES];
     memset(pk, seed, sizeof pk);

@@ -33,17 +33,8 @@ static uint8_t *make_body(size_t n, uint8_t tag) {
 }
 
 static int64_t insert_body(storage *st, int64_t task, int64_t peer, const uint8_t *body, size_t n) {
-    storage_update u = {.task_id = task,
-                        .peer_id = peer,
-                        .kind = "sketch",
-                        .num_samples = 8,
-                        .local_steps = 1,
-                        .loss = 1.0,
-                        .nbytes = (int64_t)n,
-                        .blob = body,
-                        .received_at = 1500};
     int64_t id = 0;
-    OK(storage_update_insert(st, &u, &id, &e_));
+    OK(insert_update_body(st, task, peer, body, n, &id, &e_));
     return id;
 }
 

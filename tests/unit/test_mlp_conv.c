@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "mlp_config_refused.h"
+#include "mlp_fixtures.h"
 
 /* Short for mlp_config_refused: the cases below are many. */
 static void refused(const char *text, const char *needle) {
@@ -28,15 +28,6 @@ static void refused(const char *text, const char *needle) {
 #include "model/mlp_io.h"
 #include "model/model.h"
 #include "test_util.h"
-
-/* The small CNN of the Fashion-MNIST runs. */
-static const model_mlp_config FASHION_CNN = {.in_dim = 784,
-                                             .n_hidden = 1,
-                                             .hidden = {128},
-                                             .n_classes = 10,
-                                             .n_conv = 2,
-                                             .image = {1, 28, 28},
-                                             .conv = {{16, 5, 2}, {32, 5, 2}}};
 
 static const model_mlp_config SMALL = {
     .in_dim = 5, .n_hidden = 2, .hidden = {7, 3}, .n_classes = 4};

@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "mlp_config_refused.h"
+#include "mlp_fixtures.h"
 
 /* Short for mlp_config_refused: the cases below are many. */
 static void refused(const char *text, const char *needle) {
@@ -43,15 +43,6 @@ static model_mlp *make(model_mlp_config c, uint64_t seed) {
 static int config_equal(const model_mlp_config *a, const model_mlp_config *b) {
     return model_mlp_config_equal(a, b);
 }
-
-/* The small CNN of the Fashion-MNIST runs. */
-static const model_mlp_config FASHION_CNN = {.in_dim = 784,
-                                             .n_hidden = 1,
-                                             .hidden = {128},
-                                             .n_classes = 10,
-                                             .n_conv = 2,
-                                             .image = {1, 28, 28},
-                                             .conv = {{16, 5, 2}, {32, 5, 2}}};
 
 /* A small odd one: image 2x5x3, conv 3 channels k3 s1 then 2 channels k2 s2. */
 static const model_mlp_config SMALL_CNN = {.in_dim = 30,

@@ -44,26 +44,12 @@ static uint8_t *make_body(size_t n, uint8_t tag) {
     return b;
 }
 
-static int insert(storage *st, int64_t task, int64_t peer, const uint8_t *body, size_t n,
-                  vl_error *err) {
-    storage_update u = {.task_id = task,
-                        .peer_id = peer,
-                        .kind = "sketch",
-                        .num_samples = 8,
-                        .local_steps = 1,
-                        .loss = 1.0,
-                        .nbytes = (int64_t)n,
-                        .blob = body,
-                        .received_at = 1500};
-    return storage_update_insert(st, &u, NULL, err);
-}
-
 /* One job as the coordinator's writer runs it: in a savepoint, undone
  * alone when it fails. */
 static int job(storage *st, int64_t task, int64_t peer, const uint8_t *body, size_t n) {
     vl_error e = {0};
     if (storage_savepoint(st, &e) != VL_OK) return -1;
-    int rc = insert(st, task, peer, body, n, &e);
+    int rc = insert_update_body(st, task, peer, body, n, NULL, &e);
     vl_error se = {0};
     if (storage_savepoint_end(st, rc == VL_OK, &se) != VL_OK) return -2;
     return rc;
