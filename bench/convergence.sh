@@ -58,9 +58,13 @@
 #   VOLLEY_BUILD_DIR, passed to deploy/demo.sh (build)
 #
 # Wall seconds count from the coordinator's start (its last log line before
-# "listening on") to the version's log line; the peers join within the
-# first second. Merged updates are versions.num_updates summed up to the
-# version. A run that does not finish stops the benchmark; one that
+# "listening on") to the version's first log line (its val_loss, or its
+# check_loss when served on a loss check, "val_check_tokens"); the peers
+# join within the first second. Merged updates are versions.num_updates
+# summed up to the version. A version served on its check that the
+# background left unscored has no point on the curve; the loss at a
+# number of updates is read off the line between the nearest scored
+# versions. A run that does not finish stops the benchmark; one that
 # finishes without learning is a result like any other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -155,14 +159,16 @@ extract() {
       /^listening on/ { started = 1; next }
       !/^[0-9][0-9][0-9][0-9]-/ { next }
       !started || t0 == "" { t0 = secs($1) }
-      / version [0-9]+ val_loss / {
+      / version [0-9]+ (val_loss|check_loss) / {
         for (i = 2; i < NF; i++) if ($i == "version") { printf "T %d %.3f\n", $(i + 1), secs($1) - t0; break }
       }' "$dir/coordinator.log"
     sqlite3 -separator ' ' "$dir/run.db" \
-      "SELECT 'V', version, num_updates, val_loss, coalesce(train_loss, '') FROM versions ORDER BY version"
+      "SELECT 'V', version, num_updates, coalesce(val_loss, 'NULL'), coalesce(train_loss, '')
+       FROM versions ORDER BY version"
   } | awk '
-    $1 == "T" { t[$2] = $3; next }
+    $1 == "T" { if (!($2 in t)) t[$2] = $3; next }
     { cum += $3
+      if ($4 == "NULL") next
       printf "%d\t%d\t%.3f\t%.6f\t%s\n", $2, cum, ($2 in t) ? t[$2] : 0, $4, $5 }' > "$dir/curve.tsv"
   # Upload per update is what the peers sent in all (their exit lines),
   # over the updates: a sketch run's second-round values are part of it.
@@ -242,7 +248,12 @@ report() {
     $1 == "S" { ns++; sl += $2; sw += $4; su += $5; next }
     { s = $2; if (!(s in seen)) { seen[s] = 1; order[++k] = s }
       if (!(s in reach) && ns > 0 && $6 <= sl / ns) reach[s] = $5
-      if (!(s in at) && ns > 0 && $4 >= su / ns) { at[s] = $6; atu[s] = $4 } }
+      # Between two scored versions (an async run served on its loss check
+      # may leave some unscored), the loss is read off the line joining them.
+      if (!(s in at) && ns > 0 && $4 >= su / ns) {
+        at[s] = (s in pu && $4 > su / ns) ? pl[s] + ($6 - pl[s]) * (su / ns - pu[s]) / ($4 - pu[s]) : $6
+        atu[s] = $4 }
+      pu[s] = $4; pl[s] = $6 }
     END {
       L = sl / ns; W = sw / ns; U = su / ns
       printf "Slow peer (peer 1 %sx slower): sync-slow ends at val loss %.4f after %.1f s and %.0f merged updates (means over %d runs).\n\n",

@@ -11,6 +11,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/split.h"
 #include "coordinator/robust.h"
+#include "coordinator/score.h"
 #include "coordinator/scheduler.h"
 #include "kernels/kernels.h"
 
@@ -131,19 +132,6 @@ static int merge_one(void *arg, const storage_update *u) {
     m->bytes += u->nbytes;
     if (u->base_version < m->version) m->stale++;
     return VL_OK;
-}
-
-/* Validation loss of the parameters theta into *loss, on the scratch
- * model so the served one keeps the current version's until the next is
- * committed. A failure to score (not a loss that is not a number) fails
- * the merge, which is retried. */
-static int eval_val(coord_server *srv, const float *theta, float *loss, double *accuracy,
-                    vl_error *err) {
-    int rc = coord_net_params(&srv->eval) ? VL_OK : coord_net_create(&srv->cfg, &srv->eval, err);
-    if (rc != VL_OK) return rc;
-    memcpy(coord_net_params(&srv->eval), theta, srv->n_params * sizeof(float));
-    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->eval, loss,
-                           accuracy, err);
 }
 
 /* Buffers of one merge, freed together. */
@@ -429,9 +417,15 @@ typedef struct merge_job {
     compress_factors_sum fsum; /* K-FAC runs that share factors */
     vl_buf fbuf;               /* and the merged factors file */
     double compute_s, eval_s;  /* what the compute thread spent, validation included */
-    double accuracy;           /* a classifier's on the test set (NaN: none) */
-    double split_loss;         /* split runs: mean loss of the batches since the last */
-    char digest[65];           /* the version's parameter digest ("": not computed) */
+    /* Taken on the loop when the merge starts (the background scores
+     * change the server's): the loss a version is held against (the best
+     * check loss, or the best validation loss where there is no check),
+     * and the current version's validation loss when it is known. */
+    double best_loss, cur_loss;
+    double check_loss; /* the version's check loss (its validation loss without a check) */
+    double accuracy;   /* a classifier's on the test set (NaN: none) */
+    double split_loss; /* split runs: mean loss of the batches since the last */
+    char digest[65];   /* the version's parameter digest ("": not computed) */
     coord_merge_after_fn after;
 } merge_job;
 
@@ -481,7 +475,7 @@ static void log_refused(const coord_server *srv, const merge_job *j) {
                 "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
                 "updates (update:peer) were %s",
                 (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
-                srv->best_val_loss, (long long)j->ver.version - 1, 1 << k, list);
+                j->best_loss, (long long)j->ver.version - 1, 1 << k, list);
 }
 
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
@@ -508,10 +502,17 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     }
     coord_metrics_version(&srv->metrics, j->compute_s, j->ver.train_loss);
     coord_norm_bound_refresh(srv);
-    srv->val_loss = j->ver.val_loss;
+    int checked = srv->cfg.val_check_batches > 0;
+    if (isfinite(j->ver.val_loss) || !checked) {
+        srv->val_loss = j->ver.val_loss;
+        srv->val_loss_version = srv->version;
+    }
     if (isfinite(j->ver.val_loss) &&
         (!isfinite(srv->best_val_loss) || j->ver.val_loss < srv->best_val_loss))
         srv->best_val_loss = j->ver.val_loss;
+    if (checked && !j->ver.refused && isfinite(j->check_loss) &&
+        (!isfinite(srv->best_check_loss) || j->check_loss < srv->best_check_loss))
+        srv->best_check_loss = j->check_loss;
     srv->version_born = vl_clock_mono_s();
     srv->finished = j->opts.finished;
     if (srv->model_blob) {
@@ -528,6 +529,15 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
                               j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
                               j->compute_s, j->split_loss);
+    else if (checked && !isfinite(j->ver.val_loss))
+        vl_log_info("version %lld check_loss %.6f on %lld held-out %s (train_loss %.6f, %zu "
+                    "updates of which %zu stale, %.0f bytes per update, %zu coordinates "
+                    "changed; merged in %.2f s, the check %.2f s of it); its val_loss on %lld "
+                    "follows from the background",
+                    (long long)j->ver.version, j->check_loss, (long long)srv->cfg.val_check_tokens,
+                    srv->cfg.shards ? "tokens" : "bytes", j->ver.train_loss, j->m.n_ids, j->m.stale,
+                    j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
+                    j->compute_s, j->eval_s, (long long)srv->cfg.val_tokens);
     else /* bits per byte (per token in a shard run) compare across
           * vocabularies and with published figures; nats are what
           * training minimises */
@@ -539,6 +549,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
                     j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
                     srv->finished ? "; the run is finished" : "");
+    /* Served on its check: its full score follows (score.h). */
+    if (checked && !isfinite(j->ver.val_loss))
+        coord_score_queue(srv, srv->version, coord_net_params(&srv->net));
     coord_merge_after_fn after = j->after;
     merge_job_free(j);
     after(srv, VL_OK, NULL);
@@ -601,10 +614,18 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         return rc;
     }
     int64_t next = m->version + 1;
+    int finishing = next >= srv->cfg.max_versions;
+    /* A run with a loss check serves a version on it and scores it in
+     * full in the background (score.h), except the one that finishes the
+     * run, which is also scored here. */
+    int checked = srv->cfg.val_check_batches > 0;
     double t_eval = vl_clock_mono_s();
-    float val_loss = NAN;
+    float val_loss = NAN, check_loss = NAN;
     j->accuracy = NAN;
-    if ((rc = eval_val(srv, b->next, &val_loss, &j->accuracy, &j->merr)) != VL_OK) {
+    if (checked) rc = coord_score_check(srv, b->next, &check_loss, &j->merr);
+    if (rc == VL_OK && (!checked || finishing))
+        rc = coord_score_full(srv, b->next, &val_loss, &j->accuracy, &j->merr);
+    if (rc != VL_OK) {
         vl_fail(err, rc, "validating version %lld: %s", (long long)next, j->merr.msg);
         return rc;
     }
@@ -614,13 +635,15 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
     /* ... and by the accuracy they measured on their own data. */
     if (srv->net.mlp && srv->test.n == 0 && m->acc_w > 0) j->accuracy = m->acc_sum / m->acc_w;
+    if (!checked) check_loss = val_loss;
+    j->check_loss = check_loss;
     j->eval_s = vl_clock_mono_s() - t_eval;
     /* A version whose loss blew up is refused, not served: it keeps the
      * current parameters, and the outer optimiser's state (momentum, the
      * sketch's error, the delayed step's buffer) restarts from zero, since
      * that state is what carried the step that failed. Its updates count
      * as merged, so they are not offered again. */
-    int refused = coord_sched_version_refused(val_loss, srv->best_val_loss, srv->cfg.max_loss_rise);
+    int refused = coord_sched_version_refused(check_loss, j->best_loss, srv->cfg.max_loss_rise);
     if (refused) {
         memcpy(b->next, theta, n * sizeof(float));
         memset(b->state, 0, srv->n_state * sizeof(float));
@@ -634,7 +657,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         .momentum = b->state,
         .n = n,
         .n_state = srv->n_state,
-        .val_loss = refused ? srv->val_loss : val_loss,
+        .val_loss = refused ? j->cur_loss : val_loss,
         .train_loss =
             m->n_ids > m->set_aside ? m->loss_sum / (double)(m->n_ids - m->set_aside) : NAN,
         .num_updates = (int64_t)m->n_ids,
@@ -643,12 +666,12 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         .change_val = b->val,
         .change_nnz = nnz,
         .refused = refused,
-        .refused_val_loss = val_loss,
+        .refused_val_loss = check_loss,
         .update_norm = refused ? NAN : coord_robust_median_known(m->units, m->n_ids, &(double){0})};
     j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
                                     .keep_changes = srv->cfg.keep_changes,
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,
-                                    .finished = next >= srv->cfg.max_versions,
+                                    .finished = finishing,
                                     .expire_old_leases = !coord_config_is_async(&srv->cfg)};
     if (m->factors &&
         (rc = coord_factors_merged(srv, m->factors, next, &j->fbuf, &j->ver, &j->merr)) != VL_OK) {
@@ -741,6 +764,8 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
     }
     /* The state is copied here, on the loop, which alone replaces it. */
     memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));
+    j->best_loss = srv->cfg.val_check_batches > 0 ? srv->best_check_loss : srv->best_val_loss;
+    j->cur_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
     j->srv = srv;
     j->job.run = merge_compute;
     j->job.done = merge_computed;

@@ -160,20 +160,35 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 
 /* ---- parse -------------------------------------------------------------- */
 
-static const char *const TOP_KEYS[] = {"name",          "corpus",
-                                       "data",          "val_fraction",
-                                       "seed",          "model",
-                                       "mode",          "updates_per_version",
-                                       "max_versions",  "train",
-                                       "outer",         "compression",
-                                       "task_bytes",    "task_tokens",
-                                       "lease_s",       "max_body_bytes",
-                                       "val_batches",   "val_tokens",
-                                       "keep_versions", "keep_changes",
-                                       "staleness",     "round_deadline_s",
-                                       "selsync",       "keep_update_blobs",
-                                       "robust",        "max_loss_rise",
-                                       "split",         NULL};
+static const char *const TOP_KEYS[] = {"name",
+                                       "corpus",
+                                       "data",
+                                       "val_fraction",
+                                       "seed",
+                                       "model",
+                                       "mode",
+                                       "updates_per_version",
+                                       "max_versions",
+                                       "train",
+                                       "outer",
+                                       "compression",
+                                       "task_bytes",
+                                       "task_tokens",
+                                       "lease_s",
+                                       "max_body_bytes",
+                                       "val_batches",
+                                       "val_tokens",
+                                       "keep_versions",
+                                       "keep_changes",
+                                       "staleness",
+                                       "round_deadline_s",
+                                       "selsync",
+                                       "keep_update_blobs",
+                                       "robust",
+                                       "max_loss_rise",
+                                       "split",
+                                       "val_check_tokens",
+                                       NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
 static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",     "max_norm",
@@ -635,26 +650,7 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
                      (long long)(cfg->train.batch * cfg->model.block_size));
         return rc;
     }
-    /* val_batches, the exact count, is what the stored configuration
-     * keeps; val_tokens is how a person says it. */
-    if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens")) {
-        rc = vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
-        return rc;
-    }
-    int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
-    if (cfg->val_batches < 0) {
-        cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
-        if (cfg->val_batches > 1000000) {
-            rc = vl_fail(err, VL_EINVAL,
-                         "config: val_tokens %lld is more than 1000000 batches of "
-                         "validation windows",
-                         (long long)cfg->val_tokens);
-            return rc;
-        }
-    }
-    /* Either way val_tokens ends as the most the batches can score, so a
-     * configuration and its stored form compare equal. */
-    cfg->val_tokens = cfg->val_batches * per_batch;
+    if ((rc = coord_config_resolve_validation(root, cfg, err)) != VL_OK) return rc;
     int64_t per_task = cfg->shards ? cfg->task_tokens : cfg->task_bytes;
     if (!cfg->local && per_task < (int64_t)cfg->model.block_size + 1) {
         rc = vl_fail(err, VL_EINVAL, "config: %s must be at least model.block_size + 1 (%d)",
@@ -667,16 +663,12 @@ static int check_gpt(json_t *root, coord_config *cfg, vl_error *err) {
 /* A classifier run scores its whole held-out set and trains with AdamW or
  * SGD (K-FAC's peer side is the GPT's). */
 static int check_classifier(json_t *root, coord_config *cfg, vl_error *err) {
-    if (json_object_get(root, "val_batches") || json_object_get(root, "val_tokens"))
-        return vl_fail(err, VL_EINVAL,
-                       "config: val_batches and val_tokens are for text and "
-                       "token runs; an mlp run scores its whole test set");
+    int rc = coord_config_resolve_validation(root, cfg, err);
+    if (rc != VL_OK) return rc;
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
         return vl_fail(err, VL_EINVAL,
                        "config: train.optimizer of an mlp run is \"adamw\" or "
                        "\"sgd\"");
-    cfg->val_batches = 0;
-    cfg->val_tokens = 0;
     return VL_OK;
 }
 
@@ -710,6 +702,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         (rc = get_int(root, "val_batches", "val_batches", 0, 1000000, &cfg->val_batches, err)) ||
         (rc = get_int(root, "val_tokens", "val_tokens", 0, (int64_t)1 << 40, &cfg->val_tokens,
                       err)) ||
+        (rc = get_int(root, "val_check_tokens", "val_check_tokens", 0, (int64_t)1 << 40,
+                      &cfg->val_check_tokens, err)) ||
         (rc = get_int(root, "keep_versions", "keep_versions", 1, 100000000, &cfg->keep_versions,
                       err)) ||
         (rc = get_int(root, "keep_changes", "keep_changes", 1, 100000000, &cfg->keep_changes,

@@ -293,6 +293,16 @@ typedef struct coord_config {
      * parsing, val_tokens is val_batches' windows' tokens (0: all). */
     int64_t val_batches;
     int64_t val_tokens;
+    /* A version is served once it has passed the loss check on the first
+     * val_check_batches batches of the held-out data, and is scored on all
+     * val_batches in the background (versions.val_loss is NULL until
+     * then); 0 (the default): scored in full before it is served. Given
+     * as val_check_tokens, rounded up to whole batches; 0 as well when
+     * that would cover val_batches. Off by default: in an async run the
+     * versions it serves sooner are what the peers' next updates are
+     * stale against (docs/results/convergence.md). */
+    int64_t val_check_tokens;
+    int64_t val_check_batches;
     int64_t keep_versions;
     int64_t keep_changes; /* versions whose sparse change stays stored */
     /* A version whose validation loss is more than this fraction above the

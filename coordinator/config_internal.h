@@ -22,6 +22,12 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_C
  * After coord_config_resolve_compression. */
 int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
 
+/* val_batches from val_tokens (a configuration gives one of them) and
+ * val_check_batches from val_check_tokens; a
+ * classifier, which scores its whole test set, may give none of them.
+ * After the mode and the model are parsed. */
+int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+
 /* data {"kind": "local"} (config_local.c): a classifier's test set or a
  * GPT's held-out data (val: a text file, wholly held out; val_shard: a
  * token shard); refuses the fields of served data. Sets cfg->local. */

@@ -71,11 +71,14 @@ static int data_json(const coord_config *cfg, json_t *root, int with_paths) {
         json_t *data = json_pack("{s:s}", "kind", "local");
         int bad = !data || json_object_del(root, "val_fraction") != 0 ||
                   json_object_del(root, "task_bytes") != 0 ||
-                  json_object_del(root, "val_batches") != 0;
+                  json_object_del(root, "val_batches") != 0 ||
+                  json_object_del(root, "val_check_tokens") != 0;
         if (!bad && with_paths) bad = coord_config_local_json(cfg, data) != VL_OK;
         /* A GPT keeps val_batches (how much of its held-out data to score). */
         if (!bad && cfg->net != COORD_NET_MLP)
-            bad = json_object_set_new(root, "val_batches", json_integer(cfg->val_batches)) != 0;
+            bad = json_object_set_new(root, "val_batches", json_integer(cfg->val_batches)) != 0 ||
+                  json_object_set_new(root, "val_check_tokens",
+                                      json_integer(cfg->val_check_tokens)) != 0;
         if (bad) {
             json_decref(data);
             return VL_ENOMEM;
@@ -119,7 +122,7 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
         " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:b}, s:{s:f, s:f, s:I},"
         " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f},"
-        " s:I, s:I, s:I, s:I, s:I, s:I}",
+        " s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
         "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
         "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
         "n_layer", cfg->model.n_layer, "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd,
@@ -136,8 +139,8 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
         (json_int_t)cfg->comp_block, "decay", cfg->comp_decay, "task_bytes",
         (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s, "max_body_bytes",
         (json_int_t)cfg->max_body_bytes, "val_batches", (json_int_t)cfg->val_batches,
-        "keep_versions", (json_int_t)cfg->keep_versions, "keep_changes",
-        (json_int_t)cfg->keep_changes);
+        "val_check_tokens", (json_int_t)cfg->val_check_tokens, "keep_versions",
+        (json_int_t)cfg->keep_versions, "keep_changes", (json_int_t)cfg->keep_changes);
     if (!root) return NULL;
     /* Every run stores its sketch hash, so that a later hash can tell the
      * runs it cannot go on with (coord_state_load). */

@@ -230,3 +230,39 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
                        cfg->outer_momentum, COORD_ASYNC_OUTER_DELAY);
     return VL_OK;
 }
+
+int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *err) {
+    int given_check = json_object_get(root, "val_check_tokens") != NULL;
+    if (cfg->net == COORD_NET_MLP) {
+        if (json_object_get(root, "val_batches") || json_object_get(root, "val_tokens") ||
+            given_check)
+            return vl_fail(err, VL_EINVAL,
+                           "config: val_batches, val_tokens and val_check_tokens are for "
+                           "text and token runs; an mlp run scores its whole test set");
+        cfg->val_batches = cfg->val_tokens = 0;
+        cfg->val_check_batches = cfg->val_check_tokens = 0;
+        return VL_OK;
+    }
+    /* val_batches, the exact count, is what the stored configuration
+     * keeps; val_tokens is how a person says it. */
+    if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens"))
+        return vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
+    int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
+    if (cfg->val_batches < 0) {
+        cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
+        if (cfg->val_batches > 1000000)
+            return vl_fail(err, VL_EINVAL,
+                           "config: val_tokens %lld is more than 1000000 batches of "
+                           "validation windows",
+                           (long long)cfg->val_tokens);
+    }
+    /* Either way val_tokens ends as the most the batches can score, so a
+     * configuration and its stored form compare equal. */
+    cfg->val_tokens = cfg->val_batches * per_batch;
+    cfg->val_check_batches = (cfg->val_check_tokens + per_batch - 1) / per_batch;
+    /* A check as large as the full score is the full score. */
+    if (cfg->val_batches > 0 && cfg->val_check_batches >= cfg->val_batches)
+        cfg->val_check_batches = 0;
+    cfg->val_check_tokens = cfg->val_check_batches * per_batch;
+    return VL_OK;
+}

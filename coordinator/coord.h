@@ -165,11 +165,13 @@ int coord_shards_check(const coord_shards *s, int i, vl_error *err) VL_MUST_CHEC
 void coord_shards_close(coord_shards *s);
 
 /* The validation loss of m on the run's held-out data: the text corpus's
- * validation slice or the validation shard's tokens, val_batches batches
- * of COORD_VAL_BATCH windows of block_size tokens (0: every window). Runs
- * on the compute thread for every version but 0 (init's). */
+ * validation slice or the validation shard's tokens, the first batches
+ * batches of COORD_VAL_BATCH windows of block_size tokens (0: every
+ * window; val_batches for the full score, val_check_batches for the
+ * check). Reads only what is fixed once the run is open, so the compute
+ * and background threads may call it, each with its own m. */
 int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
-                   model_gpt *m, float *loss, vl_error *err) VL_MUST_CHECK;
+                   model_gpt *m, int64_t batches, float *loss, vl_error *err) VL_MUST_CHECK;
 
 /* ---- shared model bytes -------------------------------------------------- */
 
@@ -235,6 +237,13 @@ typedef struct coord_server {
     double val_loss;      /* the current version's (NaN when unknown) */
     double val_accuracy;  /* a classifier's on the test set (NaN when unknown) */
     double best_val_loss; /* the lowest of any version's (NaN when unknown) */
+    /* A run with val_check_batches > 0 (score.h): val_loss is the latest
+     * scored version's, val_loss_version; the best check loss since the
+     * start is what a version's check is held against. */
+    int64_t val_loss_version;
+    double best_check_loss;
+    int score_busy;                        /* a version is with the background thread */
+    struct coord_score_job *score_waiting; /* the version to score next (score.c) */
     /* Versions refused in a row just now: each halves the next outer step,
      * down to 1 / 2^COORD_MAX_BACKOFF (counted from 0 after a restart). */
     int refused_streak;
@@ -306,6 +315,7 @@ typedef struct coord_server {
      * age decides a sync deadline). */
     double version_born;
     coord_net eval;            /* scratch model that validates a version before it is made */
+    coord_net scorer;          /* the background thread's, for full scores (score.c) */
     struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
     int compute_threads;       /* coord_serve_opts.compute_threads (0: OpenMP's default) */
     /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row

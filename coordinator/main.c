@@ -262,8 +262,10 @@ static int cmd_sample(int argc, char **argv) {
     int64_t got = 0;
     double vloss = NAN;
     if (coord_cmd_sample(db, version, &so, stdout, &got, &vloss, &err) != VL_OK) return fail(&err);
-    fprintf(stderr, PROG ": version %lld (validation loss %.4f), temperature %g, seed %lld\n",
-            (long long)got, vloss, so.temperature, (long long)seed);
+    char loss[48] = "not scored"; /* a version served on its loss check and skipped */
+    if (isfinite(vloss)) snprintf(loss, sizeof loss, "%.4f", vloss);
+    fprintf(stderr, PROG ": version %lld (validation loss %s), temperature %g, seed %lld\n",
+            (long long)got, loss, so.temperature, (long long)seed);
     return 0;
 }
 

@@ -108,7 +108,7 @@ int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
                     const struct coord_shards *shards, const coord_testset *test, coord_net *n,
                     float *loss, double *accuracy, vl_error *err) {
     if (accuracy) *accuracy = NAN;
-    if (n->gpt) return coord_val_loss(cfg, corpus, shards, n->gpt, loss, err);
+    if (n->gpt) return coord_val_loss(cfg, corpus, shards, n->gpt, cfg->val_batches, loss, err);
     *loss = NAN;
     if (!test || test->n == 0) return VL_OK;
     double l = NAN, a = NAN;
@@ -117,6 +117,13 @@ int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
     *loss = (float)l;
     if (accuracy) *accuracy = a;
     return VL_OK;
+}
+
+int coord_net_check(const coord_config *cfg, const struct coord_corpus *corpus,
+                    const struct coord_shards *shards, coord_net *n, float *loss, vl_error *err) {
+    if (!n->gpt || cfg->val_check_batches <= 0)
+        return vl_fail(err, VL_EINVAL, "the loss check is for a GPT run with val_check_tokens");
+    return coord_val_loss(cfg, corpus, shards, n->gpt, cfg->val_check_batches, loss, err);
 }
 
 void coord_net_log_version(const coord_server *srv, const storage_version *v, size_t updates,

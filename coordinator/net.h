@@ -67,6 +67,13 @@ int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
                     const struct coord_shards *shards, const coord_testset *test, coord_net *n,
                     float *loss, double *accuracy, vl_error *err) VL_MUST_CHECK;
 
+/* The loss check a GPT run with val_check_batches > 0 makes before it
+ * serves a version: the loss on the first val_check_batches batches of
+ * the held-out data, into *loss. VL_EINVAL for any other run. */
+int coord_net_check(const coord_config *cfg, const struct coord_corpus *corpus,
+                    const struct coord_shards *shards, coord_net *n, float *loss,
+                    vl_error *err) VL_MUST_CHECK;
+
 /* Logs a classifier run's new version v: its loss, test accuracy, the
  * updates it merged, and, in a split run, the mean loss of the batches its
  * coordinator layers stepped on since the last one. Loop thread. */

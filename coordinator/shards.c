@@ -161,10 +161,10 @@ void coord_shards_close(coord_shards *s) {
 }
 
 int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
-                   model_gpt *m, float *loss, vl_error *err) {
+                   model_gpt *m, int64_t batches, float *loss, vl_error *err) {
     if (cfg->shards)
         return model_gpt_eval_tokens(m, shards->val, shards->val_len, COORD_VAL_BATCH,
-                                     cfg->model.block_size, (int)cfg->val_batches, loss, err);
+                                     cfg->model.block_size, (int)batches, loss, err);
     return model_gpt_eval_bytes(m, corpus->val, (size_t)corpus->val_len, COORD_VAL_BATCH,
-                                cfg->model.block_size, (int)cfg->val_batches, loss, err);
+                                cfg->model.block_size, (int)batches, loss, err);
 }

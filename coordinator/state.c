@@ -171,6 +171,7 @@ void coord_state_free(coord_server *srv) {
     coord_split_close(srv);
     coord_net_destroy(&srv->net);
     coord_net_destroy(&srv->eval);
+    coord_net_destroy(&srv->scorer);
     coord_testset_close(&srv->test);
     free(srv->momentum);
     json_decref(srv->status_cache);
@@ -276,8 +277,12 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version, 
 }
 
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
+    /* A version served on its loss check has no validation loss of its
+     * own yet (score.h): its file then says none, and keeps saying so,
+     * since one version's file does not change under its ETag. */
+    double val_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
     if (!srv->model_blob &&
-        build_blob(srv, &srv->net, srv->version, srv->val_loss, &srv->model_blob, err))
+        build_blob(srv, &srv->net, srv->version, val_loss, &srv->model_blob, err))
         return NULL;
     srv->model_blob->refs++;
     return srv->model_blob;

@@ -7,17 +7,35 @@
  * the database file (passive checkpoints). Left to SQLite, a commit that
  * finds the WAL past 1000 pages runs that copy itself, and every job of
  * the batch then waits for it; on its own thread it runs while the writer
- * goes on, on the other core. */
+ * goes on, on the other core.
+ *
+ * Two more threads run jobs that only compute (writer.h): the compute
+ * thread, whose results the run waits for, and the background thread,
+ * whose results nothing waits for, at a lower CPU priority. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "coordinator/writer.h"
+
+/* A thread that runs jobs outside any transaction, one at a time, in
+ * order (coord_writer_compute, coord_writer_background). */
+typedef struct lane {
+    coord_writer *w;
+    storage *db; /* its read connection (NULL: its jobs get none) */
+    int has;     /* its thread runs */
+    int nice;    /* added to the thread's nice value when it starts */
+    pthread_t thread;
+    pthread_cond_t cv;
+    coord_job *queue, *tail; /* under the writer's mu */
+} lane;
 
 struct coord_writer {
     storage *db;
@@ -39,12 +57,7 @@ struct coord_writer {
      * (under mu, with ckpt_cv to wake it). */
     storage *ckpt_db;
     int has_ckpt;
-    /* The compute thread: its read connection and queue (under mu). */
-    storage *compute_db;
-    int has_compute;
-    pthread_t compute_thread;
-    pthread_cond_t compute_cv;
-    coord_job *cqueue, *cqueue_tail;
+    lane compute, background;
     pthread_t ckpt_thread;
     pthread_cond_t ckpt_cv;
     uint64_t ckpt_due;
@@ -214,19 +227,27 @@ static void *ckpt_main(void *arg) {
     return NULL;
 }
 
-static void *compute_main(void *arg) {
-    coord_writer *w = arg;
+/* The background lane's niceness: its jobs take the CPU that the merges
+ * and, on a shared machine, the peers leave. */
+#define BACKGROUND_NICE 19
+
+static void *lane_main(void *arg) {
+    lane *l = arg;
+    coord_writer *w = l->w;
+    /* Linux keeps a nice value per thread; elsewhere this may apply to
+     * the process or fail, and the lane then runs at the usual priority. */
+    if (l->nice) (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), l->nice);
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->cqueue && !w->stopping) pthread_cond_wait(&w->compute_cv, &w->mu);
-        coord_job *j = w->cqueue;
+        while (!l->queue && !w->stopping) pthread_cond_wait(&l->cv, &w->mu);
+        coord_job *j = l->queue;
         if (!j) break;
-        w->cqueue = j->next;
-        if (!w->cqueue) w->cqueue_tail = NULL;
+        l->queue = j->next;
+        if (!l->queue) l->tail = NULL;
         j->next = NULL;
         pthread_mutex_unlock(&w->mu);
         memset(&j->err, 0, sizeof j->err);
-        j->rc = j->run(w->compute_db, j, &j->err);
+        j->rc = j->run(l->db, j, &j->err);
         if (j->rc != VL_OK && j->err.code == 0) j->err.code = j->rc;
         pthread_mutex_lock(&w->mu);
         hand_back(w, j, j);
@@ -235,13 +256,15 @@ static void *compute_main(void *arg) {
     return NULL;
 }
 
-void coord_writer_compute(coord_writer *w, coord_job *job) {
+/* Queues job to l, or runs it at once where l has no thread (a writer
+ * without threads, or one that is stopping). */
+static void lane_queue(coord_writer *w, lane *l, storage *db_now, coord_job *job) {
     job->next = NULL;
     job->rc = 0;
     w->outstanding++;
-    if (!w->has_compute) {
+    if (!l->has) {
         memset(&job->err, 0, sizeof job->err);
-        job->rc = job->run(w->db, job, &job->err);
+        job->rc = job->run(db_now, job, &job->err);
         if (job->rc != VL_OK && job->err.code == 0) job->err.code = job->rc;
         pthread_mutex_lock(&w->mu);
         hand_back(w, job, job);
@@ -249,9 +272,25 @@ void coord_writer_compute(coord_writer *w, coord_job *job) {
         return;
     }
     pthread_mutex_lock(&w->mu);
-    append(&w->cqueue, &w->cqueue_tail, job, job);
-    pthread_cond_signal(&w->compute_cv);
+    append(&l->queue, &l->tail, job, job);
+    pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+void coord_writer_compute(coord_writer *w, coord_job *job) {
+    lane_queue(w, &w->compute, w->db, job);
+}
+
+void coord_writer_background(coord_writer *w, coord_job *job) {
+    lane_queue(w, &w->background, NULL, job);
+}
+
+static int lane_start(coord_writer *w, lane *l, const char *what, vl_error *err) {
+    l->w = w;
+    if (pthread_create(&l->thread, NULL, lane_main, l) != 0)
+        return vl_fail(err, VL_ERR, "cannot start the %s thread", what);
+    l->has = 1;
+    return VL_OK;
 }
 
 /* Hands finished jobs back to their owners, oldest first. */
@@ -288,7 +327,10 @@ static int open_common(const char *db_path, coord_writer **out, vl_error *err) {
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     pthread_cond_init(&w->ckpt_cv, NULL);
-    pthread_cond_init(&w->compute_cv, NULL);
+    pthread_cond_init(&w->compute.cv, NULL);
+    pthread_cond_init(&w->background.cv, NULL);
+    w->compute.w = w->background.w = w;
+    w->background.nice = BACKGROUND_NICE;
     *out = w;
     return VL_OK;
 }
@@ -326,12 +368,10 @@ int coord_writer_start(const char *db_path, struct event_base *base, coord_write
         goto fail;
     }
     w->has_ckpt = 1;
-    if ((rc = storage_open(db_path, 0, &w->compute_db, err)) != VL_OK) goto fail;
-    if (pthread_create(&w->compute_thread, NULL, compute_main, w) != 0) {
-        rc = vl_fail(err, VL_ERR, "cannot start the compute thread");
+    if ((rc = storage_open(db_path, 0, &w->compute.db, err)) != VL_OK ||
+        (rc = lane_start(w, &w->compute, "compute", err)) != VL_OK ||
+        (rc = lane_start(w, &w->background, "background", err)) != VL_OK)
         goto fail;
-    }
-    w->has_compute = 1;
     if (pthread_create(&w->thread, NULL, thread_main, w) != 0) {
         rc = vl_fail(err, VL_ERR, "cannot start the database writer thread");
         goto fail;
@@ -396,31 +436,40 @@ size_t coord_writer_run_once(coord_writer *w) {
 
 void coord_writer_stop(coord_writer *w) {
     if (!w) return;
-    if (w->has_thread || w->has_ckpt || w->has_compute) {
+    if (w->has_thread || w->has_ckpt || w->compute.has || w->background.has) {
         pthread_mutex_lock(&w->mu);
         w->stopping = 1;
         pthread_cond_signal(&w->cv);
         pthread_cond_signal(&w->ckpt_cv);
-        pthread_cond_signal(&w->compute_cv);
+        pthread_cond_signal(&w->compute.cv);
+        pthread_cond_signal(&w->background.cv);
         pthread_mutex_unlock(&w->mu);
         /* Each thread finishes its queue before it ends (the writer's
          * commits may still wake the checkpointer, which then ends too). */
-        if (w->has_compute) pthread_join(w->compute_thread, NULL);
+        if (w->compute.has) pthread_join(w->compute.thread, NULL);
+        if (w->background.has) pthread_join(w->background.thread, NULL);
         if (w->has_thread) pthread_join(w->thread, NULL);
         if (w->has_ckpt) pthread_join(w->ckpt_thread, NULL);
-        w->has_thread = w->has_ckpt = w->has_compute = 0;
+        w->has_thread = w->has_ckpt = w->compute.has = w->background.has = 0;
     }
-    /* A delivered computation may submit its writes; they run here. */
-    do {
+    /* A delivered computation may submit its writes, and a delivered job
+     * queue more computing, which now runs at once; both end up here. */
+    for (;;) {
         deliver(w);
-    } while (coord_writer_run_once(w) > 0);
+        if (coord_writer_run_once(w) > 0) continue;
+        pthread_mutex_lock(&w->mu);
+        int more = w->done != NULL;
+        pthread_mutex_unlock(&w->mu);
+        if (!more) break;
+    }
     if (w->ev) event_free(w->ev);
     if (w->pipe_rd >= 0) close(w->pipe_rd);
     if (w->pipe_wr >= 0) close(w->pipe_wr);
-    storage_close(w->compute_db);
+    storage_close(w->compute.db);
     storage_close(w->ckpt_db);
     storage_close(w->db);
-    pthread_cond_destroy(&w->compute_cv);
+    pthread_cond_destroy(&w->background.cv);
+    pthread_cond_destroy(&w->compute.cv);
     pthread_cond_destroy(&w->ckpt_cv);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);

@@ -115,7 +115,16 @@ uint64_t coord_writer_settled(coord_writer *w);
  * Loop thread only. */
 void coord_writer_compute(coord_writer *w, coord_job *job);
 
-/* Jobs submitted (to either thread) and not yet done (the loop waits for
+/* Queues job to the background thread, which runs job->run with db NULL
+ * at a lower CPU priority than the rest of the coordinator (nice +10), for
+ * work whose result nothing waits for (scoring a served version on all of
+ * the held-out data). Jobs run one at a time, in order, beside the compute
+ * thread's; done then runs on the loop. A writer with no thread, or one
+ * being stopped, runs it at once on the calling thread. coord_writer_stop
+ * runs every queued job before it returns. Loop thread only. */
+void coord_writer_background(coord_writer *w, coord_job *job);
+
+/* Jobs submitted (to any thread) and not yet done (the loop waits for
  * 0 to drain). */
 size_t coord_writer_pending(const coord_writer *w);
 

@@ -44,10 +44,12 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 # ThreadSanitizer on the coordinator's threads (event loop, writer,
-# compute, nonce journal): its threaded unit tests, and the round, attack,
-# stale, connection, crash and split tests (the crash test's upload storm is the
-# ingest path; split_flight's peers send batches from several threads, overlap's upload
-# from a thread of its own while the next task trains).
+# compute, background scoring, nonce journal): its threaded unit tests, and
+# the round, attack, stale, connection, crash, split and loss-guard tests (the
+# crash test's upload storm is the ingest path; split_flight's peers send
+# batches from several threads, overlap's upload from a thread of its own
+# while the next task trains; loss_guard's last phase scores versions on
+# the background thread).
 # Any report aborts the process, which fails the test.
 echo "== ThreadSanitizer build (coordinator threads)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOLLEY_WERROR=ON -DVOLLEY_TSAN=ON \
@@ -57,7 +59,7 @@ cmake --build build-tsan -j"$jobs" --target test_coordinator test_auth test_merg
   volley_hostile_peer bench_ingest
 TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-  -R '^(test_(coordinator|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash|split|split_flight|overlap))$'
+  -R '^(test_(coordinator|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash|split|split_flight|overlap|loss_guard))$'
 echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null

@@ -121,6 +121,8 @@ static const char *const SQL[Q_COUNT] = {
                          " train_loss, num_updates, refused, refused_val_loss, update_norm)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_VERSION_BEST] = "SELECT min(val_loss) FROM versions",
+    [Q_VERSION_SET_LOSS] =
+        "UPDATE versions SET val_loss = ? WHERE version = ? AND val_loss IS NULL",
     [Q_VERSION_NORMS] = "SELECT update_norm FROM versions WHERE version BETWEEN 1 AND ?"
                         " AND update_norm IS NOT NULL ORDER BY update_norm",
     [Q_VERSION_GET] = "SELECT version, created_at, val_loss, train_loss, num_updates, params,"

@@ -68,6 +68,7 @@ typedef enum {
     Q_VERSION_GET,
     Q_VERSION_EACH,
     Q_VERSION_BEST,
+    Q_VERSION_SET_LOSS,
     Q_VERSION_NORMS,
     Q_BEGIN_READ,
     Q_KEY_RETIRED,

@@ -455,6 +455,14 @@ int storage_version_each(storage *st, storage_version_fn fn, void *ctx,
 int storage_version_norm_median(storage *st, int64_t upto, double *out, int64_t *count,
                                 vl_error *err) VL_MUST_CHECK;
 
+/* Records the validation loss of a version committed without one (a
+ * version served after the loss check and scored in full afterwards):
+ * sets versions.val_loss where it is NULL. *changed is 1 when it did, 0
+ * when the version has a loss already or does not exist. loss must be
+ * finite (VL_EINVAL otherwise). Writer connection only. */
+int storage_version_set_val_loss(storage *st, int64_t version, double loss, int *changed,
+                                 vl_error *err) VL_MUST_CHECK;
+
 /* The lowest validation loss of any version (refused ones record their
  * predecessor's), into *out; NaN when no version has one. */
 int storage_version_best_loss(storage *st, double *out, vl_error *err) VL_MUST_CHECK;

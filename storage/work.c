@@ -568,6 +568,21 @@ int storage_version_best_loss(storage *st, double *out, vl_error *err) {
     return VL_OK;
 }
 
+int storage_version_set_val_loss(storage *st, int64_t version, double loss, int *changed,
+                                 vl_error *err) {
+    *changed = 0;
+    if (!isfinite(loss))
+        return vl_fail(err, VL_EINVAL, "version %lld: a validation loss must be finite",
+                       (long long)version);
+    sqlite3_stmt *s = q_get(st, Q_VERSION_SET_LOSS, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_double(s, 1, loss);
+    sqlite3_bind_int64(s, 2, version);
+    int rc = q_exec(st, s, "set a version's validation loss", err);
+    if (rc == VL_OK) *changed = sqlite3_changes(st->db) > 0;
+    return rc;
+}
+
 int storage_version_norm_median(storage *st, int64_t upto, double *out, int64_t *count,
                                 vl_error *err) {
     *out = NAN;

@@ -11,11 +11,13 @@
 # ends below its initial loss. Phase 2 runs
 # the same with max_loss_rise 0 (only a loss that is not a number is
 # refused) and must go above the initial loss: what phase 1 prevents.
+# Phase 3 is phase 1 with the versions served on a loss check
+# (val_check_tokens) and scored in full in the background.
 source "$(dirname "$0")/lib.sh"
 VERSIONS=6
 LR=${LOSS_GUARD_LR:-10.0}
 
-run_once() { # run_once NAME EXTRA
+run_once() { # run_once NAME EXTRA [nocheck]
   cd "$WORK"
   rm -rf run.db run.db-* peer1 peer2 ./*.log
   IT_OUTER="{\"lr\": $LR, \"momentum\": 0.9}" it_setup "$1" "$VERSIONS" 2 "$2"
@@ -29,7 +31,7 @@ run_once() { # run_once NAME EXTRA
   it_wait_finished 1200 "$1: the run did not finish"
   it_stop_peers
   it_stop_coordinator
-  it_check_run "$VERSIONS" 2
+  [ "${3:-}" = nocheck ] || it_check_run "$VERSIONS" 2
 }
 
 # ---- phase 1: the default guard
@@ -70,4 +72,29 @@ echo "loss_guard: without it: initial $first, worst $worst," \
      "$(q 'SELECT count(*) FROM versions WHERE refused') refused (not a number)"
 awk -v a="$first" -v w="$worst" 'BEGIN { exit !(w > a) }' \
   || fail "without the guard the run did not go above its initial loss ($first, worst $worst): the test shows nothing"
+
+# ---- phase 3: the guard on the loss check (val_check_tokens), with the
+# full score in the background: the same refusals, made on the check
+# loss, and a run that ends below its start with its last version scored
+# in full before the run says it is finished.
+run_once itcheckguard '"val_check_tokens": 256,' nocheck
+[ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+grep -q "version 1 check_loss [0-9.]* on 256 held-out bytes" coordinator.log \
+  || fail "version 1 was not served on its loss check"
+[ "$(q 'SELECT count(*) FROM versions WHERE refused')" -ge 1 ] \
+  || fail "no version was refused on its check loss"
+grep -q "refused: its validation loss" coordinator.log || fail "no refusal in the coordinator's log"
+[ "$(q "SELECT val_loss IS NOT NULL FROM versions WHERE version = $VERSIONS")" = 1 ] \
+  || fail "the finishing version has no validation loss"
+[ "$(q "SELECT val_loss < (SELECT val_loss FROM versions WHERE version = 0) FROM versions
+        WHERE version = $VERSIONS")" = 1 ] || fail "the run guarded on its check ended above its start"
+# What was scored in the background is stored: every scored line's loss
+# is its version's val_loss.
+while read -r v l; do
+  [ "$(q "SELECT printf('%.6f', val_loss) FROM versions WHERE version = $v")" = "$l" ] \
+    || fail "version $v was scored $l in the background, stored $(q "SELECT val_loss FROM versions WHERE version = $v")"
+done < <(sed -n 's/.* version \([0-9]*\) val_loss \([0-9.]*\) .*in the background.*/\1 \2/p' coordinator.log)
+echo "loss_guard: on the check: $(q "SELECT group_concat(printf('%d:%s%s', version,
+  ifnull(printf('%.3f', val_loss), '-'), CASE WHEN refused THEN '(refused)' ELSE '' END), ' ')
+  FROM versions"); $(grep -c 'in the background' coordinator.log) scored in the background"
 echo "1 passed, 0 failed"

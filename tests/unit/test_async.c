@@ -9,6 +9,7 @@
  * and the writer's group commit: one transaction for a whole queue, a
  * failing job undone alone, done callbacks in submission order and only
  * after the commit, on the loop's thread. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -18,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -598,6 +601,21 @@ static void poll_done(evutil_socket_t fd, short what, void *arg) {
     if (*c->n_done >= c->want) event_base_loopbreak(c->base);
 }
 
+/* Runs base's loop until *n_done reaches want (20 s at most), and checks
+ * that it did. */
+static void run_loop_until(struct event_base *base, int *n_done, int want) {
+    loop_ctx c = {base, n_done, want};
+    struct event *tick = event_new(base, -1, EV_PERSIST, poll_done, &c);
+    assert_non_null(tick);
+    struct timeval tv = {0, 2000};
+    event_add(tick, &tv);
+    struct timeval limit = {20, 0};
+    event_base_loopexit(base, &limit);
+    event_base_dispatch(base);
+    event_free(tick);
+    assert_int_equal(*n_done, want);
+}
+
 static void test_writer_thread(void **state) {
     db_fixture *f = *state;
     struct event_base *base = event_base_new();
@@ -608,14 +626,7 @@ static void test_writer_thread(void **state) {
     int order[N], n_done = 0;
     token_job *jobs = make_jobs(N, order, &n_done);
     for (int i = 0; i < N; i++) coord_writer_submit(w, &jobs[i].job);
-    loop_ctx c = {base, &n_done, N};
-    struct event *tick = event_new(base, -1, EV_PERSIST, poll_done, &c);
-    struct timeval tv = {0, 2000};
-    event_add(tick, &tv);
-    struct timeval limit = {20, 0};
-    event_base_loopexit(base, &limit);
-    event_base_dispatch(base);
-    assert_int_equal(n_done, N);
+    run_loop_until(base, &n_done, N);
     pthread_t me = pthread_self();
     for (int i = 0; i < N; i++) {
         assert_int_equal(order[i], i);
@@ -626,7 +637,6 @@ static void test_writer_thread(void **state) {
     coord_writer_stats_get(w, &ws);
     assert_int_equal(ws.jobs, N);
     assert_true(ws.commits >= 1 && ws.commits <= N);
-    event_free(tick);
     coord_writer_stop(w);
     event_base_free(base);
     free(jobs);
@@ -650,6 +660,79 @@ static void test_writer_stop_finishes(void **state) {
     free(jobs);
 }
 
+/* ---- the background thread ------------------------------------------------ */
+
+typedef struct bg_job {
+    coord_job job;
+    int index;
+    int *order, *n_done;
+    int had_db; /* the job was given a connection (it must not be) */
+    int nice;   /* the thread's nice value while the job ran */
+    pthread_t run_thread, done_thread;
+    coord_writer *w;     /* set: the done callback queues one more job */
+    struct bg_job *then; /* that job */
+} bg_job;
+
+static int bg_run(storage *db, coord_job *job, vl_error *err) {
+    (void)err;
+    bg_job *j = (bg_job *)job;
+    j->had_db = db != NULL;
+    j->run_thread = pthread_self();
+    errno = 0;
+    j->nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    return VL_OK;
+}
+
+static void bg_done(coord_job *job, int rc, const vl_error *err) {
+    (void)err;
+    bg_job *j = (bg_job *)job;
+    assert_int_equal(rc, VL_OK);
+    j->done_thread = pthread_self();
+    j->order[(*j->n_done)++] = j->index;
+    if (j->w && j->then) coord_writer_background(j->w, &j->then->job);
+}
+
+/* Background jobs run in order on a thread of their own at nice 19, with
+ * no database connection, and come back on the loop; those queued at stop,
+ * and one queued by a done callback while stopping, run before stop
+ * returns. */
+static void test_writer_background(void **state) {
+    db_fixture *f = *state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    coord_writer *w = NULL;
+    OK(coord_writer_start(f->path, base, &w, &e_));
+    enum { N = 6 };
+    int order[N + 1], n_done = 0;
+    bg_job jobs[N + 1];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i <= N; i++)
+        jobs[i] = (bg_job){.job = {.run = bg_run, .done = bg_done},
+                           .index = i,
+                           .order = order,
+                           .n_done = &n_done,
+                           .nice = -100};
+    for (int i = 0; i < 3; i++) coord_writer_background(w, &jobs[i].job);
+    run_loop_until(base, &n_done, 3);
+    pthread_t me = pthread_self();
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(order[i], i);
+        assert_false(jobs[i].had_db);
+        assert_false(pthread_equal(jobs[i].run_thread, me));
+        assert_true(pthread_equal(jobs[i].done_thread, me));
+        assert_int_equal(jobs[i].nice, 19);
+    }
+    /* Queued, then stopped at once: all of them run, and so does the one
+     * the last done callback queues. */
+    jobs[N - 1].w = w;
+    jobs[N - 1].then = &jobs[N];
+    for (int i = 3; i < N; i++) coord_writer_background(w, &jobs[i].job);
+    coord_writer_stop(w);
+    assert_int_equal(n_done, N + 1);
+    for (int i = 3; i <= N; i++) assert_int_equal(order[i], i);
+    event_base_free(base);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_staleness_weights),
@@ -663,6 +746,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_writer_group_commit, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_thread, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_writer_stop_finishes, db_setup, db_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_background, db_setup, db_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,11 +322,16 @@ static void test_open_shards(void **state) {
     model_gpt *m = NULL;
     OK(model_gpt_create(&cfg.model, &m, &e_));
     model_gpt_init_weights(m, 3);
-    float a, b;
-    OK(coord_val_loss(&cfg, NULL, &s, m, &a, &e_));
+    float a, b, c, d;
+    OK(coord_val_loss(&cfg, NULL, &s, m, cfg.val_batches, &a, &e_));
     OK(model_gpt_eval_tokens(m, s.val, s.val_len, COORD_VAL_BATCH, 16, 2, &b, &e_));
     assert_memory_equal(&a, &b, sizeof a);
     assert_true(fabs(a - log(50257.0)) < 0.3);
+    /* The check scores the first batch only. */
+    OK(coord_val_loss(&cfg, NULL, &s, m, 1, &c, &e_));
+    OK(model_gpt_eval_tokens(m, s.val, s.val_len, COORD_VAL_BATCH, 16, 1, &d, &e_));
+    assert_memory_equal(&c, &d, sizeof c);
+    assert_true(c != a);
     model_gpt_destroy(m);
 
     /* Reopened against what was recorded: the same; a changed shard (same

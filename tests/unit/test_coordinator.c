@@ -97,31 +97,53 @@ static void expect_config_error(const char *json, const char *needle) {
 }
 
 /* How much held-out data validation scores: val_tokens rounded up to
- * whole batches of 8 windows, 0 for all, or val_batches; not both. */
+ * whole batches of 8 windows, 0 for all, or val_batches; not both. The
+ * loss check before serving (val_check_tokens): off unless given, in
+ * either mode, rounded up to whole batches, off when it would cover the
+ * full score, and the same after the stored form is parsed again. */
 static void test_config_val_tokens(void **state) {
     (void)state;
-    coord_config cfg;
-    vl_error e;
+    static const struct {
+        const char *given;
+        int64_t batches, tokens, check_batches, check_tokens;
+    } cases[] = {
+        {"\"val_tokens\": 1000", 2, 1024, 0, 0}, /* two batches of 8 x 64 */
+        {"\"val_tokens\": 0", 0, 0, 0, 0},
+        {"\"val_batches\": 3", 3, 3 * 8 * 64, 0, 0},
+        {"\"mode\": \"async\", \"val_tokens\": 65536", 128, 65536, 0, 0},
+        {"\"mode\": \"async\", \"val_tokens\": 65536, \"val_check_tokens\": 4096", 128, 65536, 8,
+         4096},
+        {"\"val_tokens\": 8192, \"val_check_tokens\": 600", 16, 8192, 2, 1024},
+        {"\"val_tokens\": 1024, \"val_check_tokens\": 600", 2, 1024, 0, 0},
+    };
     const char *base = "{\"name\": \"v\", \"corpus\": \"c.txt\", \"model\": "
                        "{\"block_size\": 64}, ";
     char json[512];
-    snprintf(json, sizeof json, "%s\"val_tokens\": 1000}", base);
-    assert_int_equal(parse(json, &cfg, &e), VL_OK);
-    assert_int_equal(cfg.val_batches, 2); /* 1000 tokens: two batches of 8 x 64 */
-    assert_int_equal(cfg.val_tokens, 1024);
-    coord_config_free(&cfg);
-    snprintf(json, sizeof json, "%s\"val_tokens\": 0}", base);
-    assert_int_equal(parse(json, &cfg, &e), VL_OK);
-    assert_int_equal(cfg.val_batches, 0);
-    coord_config_free(&cfg);
-    snprintf(json, sizeof json, "%s\"val_batches\": 3}", base);
-    assert_int_equal(parse(json, &cfg, &e), VL_OK);
-    assert_int_equal(cfg.val_tokens, 3 * 8 * 64);
-    coord_config_free(&cfg);
+    coord_config cfg, again;
+    vl_error e;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(json, sizeof json, "%s%s}", base, cases[i].given);
+        assert_int_equal(parse(json, &cfg, &e), VL_OK);
+        char *stored = coord_config_to_json(&cfg, 1);
+        assert_non_null(stored);
+        assert_int_equal(parse(stored, &again, &e), VL_OK);
+        free(stored);
+        const coord_config *c[2] = {&cfg, &again};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(c[k]->val_batches, cases[i].batches);
+            assert_int_equal(c[k]->val_tokens, cases[i].tokens);
+            assert_int_equal(c[k]->val_check_batches, cases[i].check_batches);
+            assert_int_equal(c[k]->val_check_tokens, cases[i].check_tokens);
+        }
+        coord_config_free(&again);
+        coord_config_free(&cfg);
+    }
     snprintf(json, sizeof json, "%s\"val_batches\": 3, \"val_tokens\": 100}", base);
     expect_config_error(json, "not both");
     snprintf(json, sizeof json, "%s\"val_tokens\": -1}", base);
     expect_config_error(json, "val_tokens");
+    snprintf(json, sizeof json, "%s\"val_check_tokens\": -5}", base);
+    expect_config_error(json, "val_check_tokens");
 }
 
 /* The refusal of a version whose loss blew up: the rule by hand, and its

@@ -547,6 +547,47 @@ static void test_version_refused_round_trip(void **state) {
     assert_true(best == 4.0);
 }
 
+/* A version served on its loss check gets its validation loss later,
+ * once: a loss already there, a version that does not exist and a loss
+ * that is not finite change nothing. */
+static void test_version_set_val_loss(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 0); /* val_loss 5 */
+    float params[4] = {1, 2, 3, 4}, mom[4] = {0};
+    storage_version v = {.version = 1,
+                         .created_at = 2001,
+                         .params = params,
+                         .momentum = mom,
+                         .n = 4,
+                         .val_loss = NAN,
+                         .train_loss = 3.0,
+                         .refused_val_loss = NAN};
+    assert_int_equal(storage_version_commit(f->st, &v, NULL, 0, COMMIT_OPTS(0, 0, 0), &e), VL_OK);
+    storage_version got;
+    assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_OK);
+    assert_true(isnan(got.val_loss));
+    storage_version_free(&got);
+    int changed = -1;
+    assert_int_equal(storage_version_set_val_loss(f->st, 1, NAN, &changed, &e), VL_EINVAL);
+    assert_int_equal(changed, 0);
+    assert_int_equal(storage_version_set_val_loss(f->st, 1, 3.25, &changed, &e), VL_OK);
+    assert_int_equal(changed, 1);
+    assert_int_equal(storage_version_set_val_loss(f->st, 1, 9.0, &changed, &e), VL_OK);
+    assert_int_equal(changed, 0);
+    assert_int_equal(storage_version_set_val_loss(f->st, 0, 1.0, &changed, &e), VL_OK);
+    assert_int_equal(changed, 0);
+    assert_int_equal(storage_version_set_val_loss(f->st, 7, 1.0, &changed, &e), VL_OK);
+    assert_int_equal(changed, 0);
+    assert_int_equal(storage_version_get(f->st, 1, 0, &got, &e), VL_OK);
+    assert_true(got.val_loss == 3.25);
+    storage_version_free(&got);
+    double best = 0;
+    assert_int_equal(storage_version_best_loss(f->st, &best, &e), VL_OK);
+    assert_true(best == 3.25);
+}
+
 /* Merged K-FAC factors commit with their version, or not at all, are read
  * back byte for byte, and outlive later versions that have none until
  * newer factors push them past keep_versions. */
@@ -630,6 +671,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_set_val_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_refused_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_factors_with_versions, setup, teardown),
     };
