@@ -36,6 +36,10 @@
 #                  updates, so that the time to reach the sync run's final
 #                  loss can be measured even when it takes more updates; the
 #                  loss at equal merged updates is read off their curves
+#   CONV_ASYNC_COMPRESSION  the compression object of the async runs
+#                  (default: the dense runs', F32), e.g. '{"kind": "topk",
+#                  "ratio": 100}', to measure a compressed async run against
+#                  the dense synchronous one
 #   CONV_SLOW      4: the --slowdown of peer 1 in the -slow runs
 #   CONV_ASYNC_UPV 2: updates_per_version of the async runs (half the peers,
 #                  as the async defaults expect)
@@ -83,6 +87,7 @@ plot_only=${CONV_PLOT_ONLY:-0}
 extra=${CONV_EXTRA:-}
 peers=4
 dense_comp='{"kind": "none", "dtype": "F32"}'
+async_comp=${CONV_ASYNC_COMPRESSION:-$dense_comp}
 dense_outer='{"lr": 0.7, "momentum": 0.9}'
 
 die() { echo "convergence: $*" >&2; exit 2; }
@@ -126,7 +131,7 @@ train() {
       comp="{\"kind\": \"${c%%-*}\", \"ratio\": ${c#*-}}" outer=default ;;
     sync-slow) pslow=$slow ;;
     async-slow | async)
-      mode=async outer=default upv=$async_upv v=$async_versions
+      mode=async outer=default upv=$async_upv v=$async_versions comp=$async_comp
       if [ "$c" = async-slow ]; then pslow=$slow; fi ;;
   esac
   VOLLEY_DEMO_DIR=$dir VOLLEY_DEMO_CORPUS=$corpus VOLLEY_DEMO_SEED=$seed \
