@@ -53,7 +53,8 @@ static void stored(coord_job *job, int rc, const vl_error *err) {
         score_job_free(j);
         return;
     }
-    /* A later version's score may have come first (a restart's queue). */
+    /* A newer version may have its loss already: the one that finished
+     * the run, scored before it was served. */
     if (j->version >= srv->val_loss_version) {
         srv->val_loss = j->loss;
         srv->val_loss_version = j->version;
