@@ -232,10 +232,9 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
 }
 
 int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *err) {
-    int given_check = json_object_get(root, "val_check_tokens") != NULL;
     if (cfg->net == COORD_NET_MLP) {
         if (json_object_get(root, "val_batches") || json_object_get(root, "val_tokens") ||
-            given_check)
+            json_object_get(root, "val_check_tokens"))
             return vl_fail(err, VL_EINVAL,
                            "config: val_batches, val_tokens and val_check_tokens are for "
                            "text and token runs; an mlp run scores its whole test set");

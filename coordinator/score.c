@@ -6,26 +6,29 @@
 #include "coordinator/coord.h"
 #include "coordinator/score.h"
 
-/* srv->eval, made on first use, holding theta. */
-static coord_net *eval_model(coord_server *srv, const float *theta, vl_error *err) {
-    if (!coord_net_params(&srv->eval) && coord_net_create(&srv->cfg, &srv->eval, err) != VL_OK)
-        return NULL;
-    memcpy(coord_net_params(&srv->eval), theta, srv->n_params * sizeof(float));
-    return &srv->eval;
+/* A scratch model n (srv->eval or srv->scorer), made on first use,
+ * holding theta. */
+static int load(coord_server *srv, coord_net *n, const float *theta, vl_error *err) {
+    if (!coord_net_params(n)) {
+        int rc = coord_net_create(&srv->cfg, n, err);
+        if (rc != VL_OK) return rc;
+    }
+    memcpy(coord_net_params(n), theta, srv->n_params * sizeof(float));
+    return VL_OK;
 }
 
 int coord_score_full(coord_server *srv, const float *theta, float *loss, double *accuracy,
                      vl_error *err) {
-    coord_net *n = eval_model(srv, theta, err);
-    if (!n) return err->code ? err->code : VL_ENOMEM;
-    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, n, loss, accuracy,
-                           err);
+    int rc = load(srv, &srv->eval, theta, err);
+    if (rc != VL_OK) return rc;
+    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->eval, loss,
+                           accuracy, err);
 }
 
 int coord_score_check(coord_server *srv, const float *theta, float *loss, vl_error *err) {
-    coord_net *n = eval_model(srv, theta, err);
-    if (!n) return err->code ? err->code : VL_ENOMEM;
-    return coord_net_check(&srv->cfg, &srv->corpus, &srv->shards, n, loss, err);
+    int rc = load(srv, &srv->eval, theta, err);
+    if (rc != VL_OK) return rc;
+    return coord_net_check(&srv->cfg, &srv->corpus, &srv->shards, &srv->eval, loss, err);
 }
 
 typedef struct coord_score_job {
@@ -80,10 +83,8 @@ static int score(storage *db, coord_job *job, vl_error *err) {
     score_job *j = (score_job *)job;
     coord_server *srv = j->srv;
     double t0 = vl_clock_mono_s();
-    int rc =
-        coord_net_params(&srv->scorer) ? VL_OK : coord_net_create(&srv->cfg, &srv->scorer, err);
+    int rc = load(srv, &srv->scorer, j->params, err);
     if (rc != VL_OK) return rc;
-    memcpy(coord_net_params(&srv->scorer), j->params, srv->n_params * sizeof(float));
     rc = coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->scorer, &j->loss,
                          NULL, err);
     if (rc == VL_OK && !isfinite(j->loss))
@@ -130,7 +131,7 @@ void coord_score_queue(coord_server *srv, int64_t version, const float *params) 
         j = calloc(1, sizeof *j);
         if (j) j->params = malloc(srv->n_params * sizeof(float) + 1);
         if (!j || !j->params) {
-            if (j) free(j);
+            free(j);
             vl_log_warn("version %lld is left without its full validation loss: out of memory",
                         (long long)version);
             return;

@@ -31,7 +31,7 @@ typedef struct lane {
     coord_writer *w;
     storage *db; /* its read connection (NULL: its jobs get none) */
     int has;     /* its thread runs */
-    int nice;    /* added to the thread's nice value when it starts */
+    int nice;    /* the nice value its thread sets itself to (0: left as it is) */
     pthread_t thread;
     pthread_cond_t cv;
     coord_job *queue, *tail; /* under the writer's mu */
