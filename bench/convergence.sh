@@ -31,7 +31,8 @@
 #   CONV_SEEDS     "1337 2024": every configuration runs once per seed
 #   CONV_RATIOS    "10 30 100": upload ratios of the compressed kinds
 #   CONV_VERSIONS  40: versions of a sync run; async runs get
-#                  CONV_VERSIONS * 4 * CONV_ASYNC_SPAN / CONV_ASYNC_UPV
+#                  CONV_VERSIONS * 4 * CONV_ASYNC_SPAN / CONV_ASYNC_UPV,
+#                  rounded up
 #   CONV_ASYNC_SPAN 2: async runs merge this many times the sync run's
 #                  updates, so that the time to reach the sync run's final
 #                  loss can be measured even when it takes more updates; the
@@ -41,8 +42,8 @@
 #                  "ratio": 100}', to measure a compressed async run against
 #                  the dense synchronous one
 #   CONV_SLOW      4: the --slowdown of peer 1 in the -slow runs
-#   CONV_ASYNC_UPV 2: updates_per_version of the async runs (half the peers,
-#                  as the async defaults expect)
+#   CONV_ASYNC_UPV 4: updates_per_version of the async runs (one update
+#                  from each peer, as lease_wait, on by default, expects)
 #   CONV_OUT       bench-convergence: one folder per corpus, holding each
 #                  run's folder (CONFIG-sSEED: the demo's run.db, logs and
 #                  curve.tsv, summary.tsv), its demo output (CONFIG-sSEED.log)
@@ -78,7 +79,7 @@ seeds=${CONV_SEEDS:-"1337 2024"}
 ratios=${CONV_RATIOS:-"10 30 100"}
 versions=${CONV_VERSIONS:-40}
 slow=${CONV_SLOW:-4}
-async_upv=${CONV_ASYNC_UPV:-2}
+async_upv=${CONV_ASYNC_UPV:-4}
 async_span=${CONV_ASYNC_SPAN:-2}
 out=${CONV_OUT:-$root/bench-convergence}
 plots=${CONV_PLOTS:-$root/docs/results/convergence}
@@ -96,9 +97,8 @@ posint CONV_VERSIONS "$versions"
 posint CONV_SLOW "$slow"
 posint CONV_ASYNC_UPV "$async_upv"
 posint CONV_ASYNC_SPAN "$async_span"
-[ $((versions * peers * async_span % async_upv)) = 0 ] \
-  || die "CONV_ASYNC_UPV ($async_upv) must divide $((versions * peers * async_span)) merged updates"
-async_versions=$((versions * peers * async_span / async_upv))
+# Rounded up, so that an async run merges at least the updates asked for.
+async_versions=$(((versions * peers * async_span + async_upv - 1) / async_upv))
 
 configs=()
 for c in ${1:-dense topk gaussk sketch sync-slow async-slow async}; do

@@ -225,6 +225,10 @@ typedef struct compress_update_meta {
      * peer's own data (has_accuracy 0: not reported). */
     int has_accuracy;
     double accuracy;
+    /* The wall seconds the peer's local training took, in (0, 1e7]; 0:
+     * not reported (optional). The coordinator tells a peer's pace per
+     * step from its transfers with it (dynamic local steps). */
+    double train_seconds;
     uint64_t seed; /* sketch only: the sketch's hash seed */
     /* K-FAC runs that share factors: the peer's factors, written into the
      * update beside its kind's tensors (borrowed; NULL: none). Decoding

@@ -48,6 +48,11 @@ static int write_meta(st_writer *w, const compress_update_meta *meta) {
         snprintf(acc, sizeof acc, "%.6f", meta->accuracy);
         rc = st_writer_meta(w, "accuracy", acc);
     }
+    if (!rc && meta->train_seconds > 0) {
+        char secs[32];
+        snprintf(secs, sizeof secs, "%.6g", meta->train_seconds);
+        rc = st_writer_meta(w, "train_seconds", secs);
+    }
     return rc;
 }
 
@@ -278,6 +283,12 @@ static int decode_meta(const st_file *f, compress_update_meta *m, const char **c
         }
         m->has_accuracy = 1;
     }
+    /* Optional: peers before it did not report it. */
+    const char *secs = st_meta_get(f, "train_seconds");
+    if (secs && (vl_parse_f64(secs, &m->train_seconds) != VL_OK ||
+                 !(m->train_seconds > 0 && m->train_seconds <= 1e7)))
+        return vl_fail(err, VL_EINVAL,
+                       "update metadata 'train_seconds' is not a number of seconds in (0, 1e7]");
     if (m->kind == COMPRESS_SKETCH) {
         const char *seed = st_meta_get(f, "seed");
         char *end = NULL;

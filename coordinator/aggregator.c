@@ -34,6 +34,7 @@ typedef struct merge_ctx {
     int64_t bytes;                 /* the merged updates' bodies, as uploaded */
     int64_t version;               /* the version being merged from */
     size_t stale;                  /* updates based on an older version */
+    int plain;                     /* the step left out its momentum (async, mostly stale) */
     size_t set_aside;              /* updates that could not be read (set_aside) */
     coord_round_acc *round;        /* sketch runs with a second round, else NULL */
     compress_factors_sum *factors; /* K-FAC runs that share factors, else NULL */
@@ -243,8 +244,15 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
         if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
         return coord_apply_largest(theta, e, n, (size_t)cfg->apply_k, b->cand, n_cand, err);
     }
+    /* An async version of mostly stale updates takes no momentum step. */
+    int plain = coord_config_is_async(cfg) && cfg->outer_momentum > 0 &&
+                !coord_outer_momentum_due(m->stale, m->n_ids);
+    if (plain) m->plain = 1;
     if (dense) {
-        coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
+        if (plain)
+            coord_outer_plain(theta, m->sum, n, cfg->outer_lr);
+        else
+            coord_outer_step(theta, b->state, m->sum, n, cfg->outer_lr, cfg->outer_momentum);
         *n_cand = n;
         return VL_OK;
     }
@@ -253,6 +261,9 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     size_t room = m->round && m->round->n_cand > apply_k ? m->round->n_cand : apply_k;
     b->cand = malloc(room * sizeof *b->cand + 1);
     if (!b->cand) return vl_fail(err, VL_ENOMEM, "out of memory merging");
+    if (plain && strcmp(kind, "sketch") != 0)
+        return coord_outer_plain_sparse(theta, b->state + n, m->sum, n, cfg->outer_lr, apply_k,
+                                        b->cand, n_cand, err);
     if (strcmp(kind, "sketch") != 0) {
         return coord_outer_step_sparse(theta, b->state, b->state + n, m->sum, n, cfg->outer_lr,
                                        cfg->outer_momentum, apply_k, b->cand, n_cand, err);
@@ -521,6 +532,12 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     }
     if (j->ver.factors) srv->factors_version = j->ver.version;
     if (j->ver.refused) log_refused(srv, j);
+    if (j->m.plain && !j->ver.refused && srv->plain_versions++ % 50 == 0)
+        vl_log_warn("version %lld: %zu of its %zu updates were stale, so it took its outer step "
+                    "without momentum (%lld such versions so far); updates_per_version below "
+                    "the number of peers, or peers slower than lease_wait allows, cause it",
+                    (long long)j->ver.version, j->m.stale, j->m.n_ids,
+                    (long long)srv->plain_versions);
     if (j->m.set_aside)
         vl_log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
                     "unreadable",

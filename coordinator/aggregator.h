@@ -62,6 +62,21 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
  * coord_outer_step's rule. Computed in double per element. */
 void coord_outer_delayed(float *d, float *m, float *acc, size_t n, double lr, double mu,
                          int64_t delay, int momentum_now);
+/* An async version's step without its momentum: theta −= lr·dbar
+ * (coord_outer_plain) or, in topk/gaussk runs, e += lr·dbar with the
+ * apply_k largest of e applied as in coord_outer_step_sparse; the
+ * momentum buffer is left as it was. */
+void coord_outer_plain(float *theta, const float *dbar, size_t n, double lr);
+int coord_outer_plain_sparse(float *theta, float *e, const float *dbar, size_t n, double lr,
+                             size_t apply_k, uint32_t *idx, size_t *nnz,
+                             vl_error *err) VL_MUST_CHECK;
+/* Whether an async version of n_updates updates, stale of them based on
+ * an older version, takes its momentum step (outer.delay 1): only when
+ * fewer than half are stale. Momentum on stale pseudo-gradients every
+ * version is what diverges; a run whose peers wait for their own updates'
+ * version (lease_wait) has fresh ones, unless it has more peers than
+ * updates_per_version, and then it takes plain steps. */
+int coord_outer_momentum_due(size_t stale, size_t n_updates);
 /* Whether version next_version (the one being made) takes the momentum
  * step of a delay-versions cycle: every version when delay <= 1, else
  * when next_version is a multiple of delay. A rule of the version number

@@ -56,6 +56,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->selsync_h_min = -1;
     cfg->keep_update_blobs = -1;
     cfg->max_loss_rise = COORD_MAX_LOSS_RISE_DEFAULT;
+    cfg->lease_wait = -1; /* by mode, see resolve_outer */
     cfg->task_bytes = 65536;
     cfg->task_tokens = 65536;
     cfg->lease_s = 120;
@@ -160,35 +161,21 @@ static int get_obj(json_t *root, const char *key, json_t **out, vl_error *err) {
 
 /* ---- parse -------------------------------------------------------------- */
 
-static const char *const TOP_KEYS[] = {"name",
-                                       "corpus",
-                                       "data",
-                                       "val_fraction",
-                                       "seed",
-                                       "model",
-                                       "mode",
-                                       "updates_per_version",
-                                       "max_versions",
-                                       "train",
-                                       "outer",
-                                       "compression",
-                                       "task_bytes",
-                                       "task_tokens",
-                                       "lease_s",
-                                       "max_body_bytes",
-                                       "val_batches",
-                                       "val_tokens",
-                                       "keep_versions",
-                                       "keep_changes",
-                                       "staleness",
-                                       "round_deadline_s",
-                                       "selsync",
-                                       "keep_update_blobs",
-                                       "robust",
-                                       "max_loss_rise",
-                                       "split",
-                                       "val_check_tokens",
-                                       NULL};
+static const char *const TOP_KEYS[] = {"name",          "corpus",
+                                       "data",          "val_fraction",
+                                       "seed",          "model",
+                                       "mode",          "updates_per_version",
+                                       "max_versions",  "train",
+                                       "outer",         "compression",
+                                       "task_bytes",    "task_tokens",
+                                       "lease_s",       "max_body_bytes",
+                                       "val_batches",   "val_tokens",
+                                       "keep_versions", "keep_changes",
+                                       "staleness",     "round_deadline_s",
+                                       "selsync",       "keep_update_blobs",
+                                       "robust",        "max_loss_rise",
+                                       "split",         "val_check_tokens",
+                                       "lease_wait",    NULL};
 static const char *const STALENESS_KEYS[] = {"function", "a", "b", "max", NULL};
 static const char *const SELSYNC_KEYS[] = {"delta", "h_min", NULL};
 static const char *const ROBUST_KEYS[] = {"rule",      "trim",      "clip_mult",     "max_norm",
@@ -760,7 +747,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if (!(rc = coord_config_resolve_compression(cfg, err))) default_rule(cfg);
-    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(cfg, err)))
+    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(root, cfg, err)))
         goto out;
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {

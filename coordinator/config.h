@@ -112,6 +112,28 @@
 #define COORD_ASYNC_OUTER_MOMENTUM 0.8
 #define COORD_ASYNC_OUTER_DELAY 2
 
+/* What an async run's lease_wait is when not given: a peer waits up to one
+ * task's time for the version that merges its update. On the demo task
+ * with one peer 4x slower and 4 updates a version, the peers' updates then
+ * arrived fresh in 79 of 80 versions, where without the wait a peer
+ * leased the old version as soon as its update was stored and most
+ * updates landed a version stale. */
+#define COORD_ASYNC_LEASE_WAIT 1.0
+/* The val_check_tokens of an async run that waits, when not given: its
+ * peers wait for each version, and so for its score. On the demo task
+ * (2 cores, 32 Ki held-out bytes scored) a version then took 0.9 s
+ * instead of 1.3, and the updates stayed as fresh, since the peers wait
+ * for their own updates' version either way. A 4 Ki check sees a version
+ * that blows up (a 20 % rise is refused) as well as the full score. */
+#define COORD_ASYNC_CHECK_TOKENS 4096
+/* The outer step of an async run that waits (lease_wait > 0) when its
+ * configuration has none: the synchronous run's Nesterov step every
+ * version. Its updates are fresh, so momentum needs no delay; a version
+ * whose updates are mostly stale all the same (more peers than
+ * updates_per_version) takes a plain step (coord_outer_momentum_due). */
+#define COORD_ASYNC_WAIT_OUTER_LR 0.7
+#define COORD_ASYNC_WAIT_OUTER_MOMENTUM 0.9
+
 typedef struct coord_train_config {
     int64_t steps;
     int64_t batch;
@@ -239,6 +261,14 @@ typedef struct coord_config {
     char mode[8];
     int64_t updates_per_version;
     int64_t max_versions;
+    /* Async runs: a peer whose last update waits to be merged waits up to
+     * lease_wait times a task's time (train.steps at the fastest peer's
+     * pace) for the version that merges it before it is leased its next
+     * task on the older version (0: never waits; sync runs: 0). With
+     * updates_per_version at the number of peers, the peers then start
+     * each task from a version that holds their own last update, and the
+     * updates arrive fresh (coord_sched_wait_left). */
+    double lease_wait;
     coord_train_config train;
     /* The outer step (coord_outer_step; coord_outer_delayed when
      * outer_delay > 1: momentum once per outer_delay versions). */
@@ -296,11 +326,12 @@ typedef struct coord_config {
     /* A version is served once it has passed the loss check on the first
      * val_check_batches batches of the held-out data, and is scored on all
      * val_batches in the background (versions.val_loss is NULL until
-     * then); 0 (the default): scored in full before it is served. Given
-     * as val_check_tokens, rounded up to whole batches; 0 as well when
-     * that would cover val_batches. Off by default: in an async run the
-     * versions it serves sooner are what the peers' next updates are
-     * stale against (docs/results/convergence.md). */
+     * then); 0: scored in full before it is served. Given as
+     * val_check_tokens, rounded up to whole batches; 0 as well when that
+     * would cover val_batches. Default COORD_ASYNC_CHECK_TOKENS in an
+     * async run that waits (lease_wait > 0), else 0: in an async run that
+     * does not wait, the versions it serves sooner are what the peers'
+     * next updates are stale against (docs/results/convergence.md). */
     int64_t val_check_tokens;
     int64_t val_check_batches;
     int64_t keep_versions;
@@ -393,6 +424,11 @@ void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *t
  * form peers get; its "data" holds only "kind"). Returns a heap string
  * the caller frees, or NULL when out of memory. */
 char *coord_config_to_json(const coord_config *cfg, int with_corpus);
+/* Parses a run's stored configuration (the text coord_config_to_json
+ * wrote when the run was made) like coord_config_parse, except that a run
+ * stored before lease_wait existed goes on without it, as it was made
+ * (and so without the loss check that comes with it by default). */
+int coord_config_parse_stored(const char *json, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
 
 /* The run's model configuration as the compact JSON object carried in
  * model metadata (a GPT's fields, or model_mlp_config_json's object),

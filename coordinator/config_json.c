@@ -180,13 +180,13 @@ char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
             return NULL;
         }
     }
-    json_t *merging =
-        json_pack("{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f}", "staleness", "function",
-                  stale_fn_name(cfg->staleness.fn), "a", cfg->staleness.a, "b",
-                  (json_int_t)cfg->staleness.b, "max", (json_int_t)cfg->staleness.max,
-                  "round_deadline_s", (json_int_t)cfg->round_deadline_s, "selsync", "delta",
-                  cfg->selsync_delta, "h_min", (json_int_t)cfg->selsync_h_min, "keep_update_blobs",
-                  (json_int_t)cfg->keep_update_blobs, "max_loss_rise", cfg->max_loss_rise);
+    json_t *merging = json_pack(
+        "{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f, s:f}", "staleness", "function",
+        stale_fn_name(cfg->staleness.fn), "a", cfg->staleness.a, "b", (json_int_t)cfg->staleness.b,
+        "max", (json_int_t)cfg->staleness.max, "round_deadline_s",
+        (json_int_t)cfg->round_deadline_s, "selsync", "delta", cfg->selsync_delta, "h_min",
+        (json_int_t)cfg->selsync_h_min, "keep_update_blobs", (json_int_t)cfg->keep_update_blobs,
+        "max_loss_rise", cfg->max_loss_rise, "lease_wait", cfg->lease_wait);
     if (!merging || json_object_update(root, merging) != 0) {
         json_decref(merging);
         json_decref(root);
@@ -241,4 +241,20 @@ int coord_parse_duration(const char *s, int64_t *out_s) {
     if (vl_parse_i64(num, 1, max_s, &v) != VL_OK || v > max_s / mult) return VL_EINVAL;
     *out_s = v * mult;
     return VL_OK;
+}
+
+int coord_config_parse_stored(const char *json, coord_config *cfg, vl_error *err) {
+    json_t *root = json_loads(json, 0, NULL);
+    if (!root || !json_is_object(root) || json_object_get(root, "lease_wait")) {
+        json_decref(root);
+        return coord_config_parse(json, strlen(json), cfg, err);
+    }
+    char *text = NULL;
+    if (json_object_set_new(root, "lease_wait", json_integer(0)) == 0)
+        text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text) return vl_fail(err, VL_ENOMEM, "out of memory reading the stored configuration");
+    int rc = coord_config_parse(text, strlen(text), cfg, err);
+    free(text);
+    return rc;
 }

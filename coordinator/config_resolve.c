@@ -175,14 +175,38 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
+/* lease_wait: a number of task times, 0 to 100; by mode when not given. */
+static int resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) {
+    json_t *v = json_object_get(root, "lease_wait");
+    int async = coord_config_is_async(cfg);
+    if (!v) {
+        cfg->lease_wait = async ? COORD_ASYNC_LEASE_WAIT : 0;
+        return VL_OK;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= 0 && x <= 100))
+        return vl_fail(err, VL_EINVAL,
+                       "config: lease_wait must be a number from 0 to 100 (task times)");
+    if (x > 0 && !async)
+        return vl_fail(err, VL_EINVAL,
+                       "config: lease_wait is for async runs (a sync version waits for "
+                       "all its tasks anyway)");
+    cfg->lease_wait = x;
+    return VL_OK;
+}
+
 /* The outer step of a configuration without an "outer" object, by kind
  * and mode (config.h says why each), then the outer delay and dynamic
  * steps by mode, and the async combinations refused because they are
  * known to diverge. */
-int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
+int coord_config_resolve_outer(json_t *root, coord_config *cfg, vl_error *err) {
     int async = coord_config_is_async(cfg);
     const char *kind = cfg->compression_kind;
     int sketch = strcmp(kind, "sketch") == 0;
+    int rc = resolve_lease_wait(root, cfg, err);
+    if (rc != VL_OK) return rc;
+    /* Updates that arrive fresh need no delayed momentum. */
+    int waits = cfg->lease_wait > 0;
     if (async && cfg->second_round > 0)
         return vl_fail(err, VL_EINVAL,
                        "config: compression.second_round needs a sync run (its "
@@ -198,6 +222,9 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
         } else if (strcmp(kind, "none") != 0) {
             cfg->outer_lr = COORD_SPARSE_OUTER_LR;
             cfg->outer_momentum = 0.0;
+        } else if (async && waits) {
+            cfg->outer_lr = COORD_ASYNC_WAIT_OUTER_LR;
+            cfg->outer_momentum = COORD_ASYNC_WAIT_OUTER_MOMENTUM;
         } else if (async) {
             cfg->outer_lr = COORD_ASYNC_OUTER_LR;
             cfg->outer_momentum = COORD_ASYNC_OUTER_MOMENTUM;
@@ -209,7 +236,7 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
     }
     if (cfg->outer_delay < 0)
         cfg->outer_delay =
-            async && cfg->outer_momentum > 0 && !sketch ? COORD_ASYNC_OUTER_DELAY : 1;
+            async && !waits && cfg->outer_momentum > 0 && !sketch ? COORD_ASYNC_OUTER_DELAY : 1;
     if (cfg->train.dynamic_steps < 0) cfg->train.dynamic_steps = async;
     if (cfg->train.dynamic_steps && !async)
         return vl_fail(err, VL_EINVAL,
@@ -220,13 +247,15 @@ int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
                        "config: outer.delay needs compression none, topk or "
                        "gaussk (a sketch run keeps its momentum in sketch space)");
     /* Nesterov momentum on every version of stale pseudo-gradients drove
-     * the demo model from 5.5 to 49.8 nats in 60 versions. */
-    if (async && cfg->outer_momentum > 0 && cfg->outer_delay == 1)
+     * the demo model from 5.5 to 49.8 nats in 60 versions. A run whose
+     * peers wait for their own updates' version gets fresh updates, and
+     * momentum only on versions that are (coord_outer_momentum_due). */
+    if (async && !waits && cfg->outer_momentum > 0 && cfg->outer_delay == 1)
         return vl_fail(err, VL_EINVAL,
                        "config: outer.momentum %g with outer.delay 1 diverges in "
-                       "an async run (momentum on stale updates every version); "
-                       "set outer.delay (versions per momentum step, e.g. %d) "
-                       "or outer.momentum 0",
+                       "an async run without lease_wait (momentum on stale updates "
+                       "every version); set lease_wait, outer.delay (versions per "
+                       "momentum step, e.g. %d) or outer.momentum 0",
                        cfg->outer_momentum, COORD_ASYNC_OUTER_DELAY);
     return VL_OK;
 }
@@ -247,6 +276,13 @@ int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *e
     if (json_object_get(root, "val_batches") && json_object_get(root, "val_tokens"))
         return vl_fail(err, VL_EINVAL, "config: give val_tokens or val_batches, not both");
     int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
+    /* An async run whose peers wait for their own updates' version waits
+     * for each version's score too, so it is served on a check by
+     * default. An invalid lease_wait is refused by resolve_lease_wait. */
+    json_t *lw = json_object_get(root, "lease_wait");
+    if (!json_object_get(root, "val_check_tokens") && coord_config_is_async(cfg) &&
+        (!lw || (json_is_number(lw) && json_number_value(lw) > 0)))
+        cfg->val_check_tokens = COORD_ASYNC_CHECK_TOKENS;
     if (cfg->val_batches < 0) {
         cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;
         if (cfg->val_batches > 1000000)

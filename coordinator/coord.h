@@ -217,7 +217,14 @@ typedef struct coord_speed {
     int64_t prev_task_id, prev_steps;
     double prev_leased_at;
     double sec_per_step; /* running average; 0 until the first update */
-    double seen;         /* monotonic s of the last lease or timing */
+    /* Running average of a task's seconds besides training (the peer
+     * reports its training time with the update; 0 when it does not). */
+    double overhead_s;
+    double seen; /* monotonic s of the last lease or timing */
+    /* lease_wait: the task whose update the peer's next lease waits to
+     * see merged, and since when (monotonic s). */
+    int64_t wait_task;
+    double wait_since;
 } coord_speed;
 
 typedef struct coord_server {
@@ -268,7 +275,7 @@ typedef struct coord_server {
     int64_t digest_version;   /* the version digest_hex is the SHA-256 of (-1: none) */
     char digest_hex[65];
     int64_t delta_since, delta_version;
-    coord_speed *speeds; /* async runs with dynamic steps */
+    coord_speed *speeds; /* async runs */
     size_t n_speeds, cap_speeds;
     coord_waiter *waiters, *waiters_tail;
     size_t n_waiters;
@@ -286,6 +293,8 @@ typedef struct coord_server {
     size_t n_conns;
     int64_t inflight; /* requests handed to a handler and not yet fully answered */
     struct event *lease_timer;
+    struct event *wait_timer;  /* wakes the waiters when a lease_wait ends */
+    int64_t plain_versions;    /* async versions stepped without momentum */
     struct event *round_timer; /* merges when an open second round's deadline comes */
     struct event *merge_event;
     struct event *drain_timer;
@@ -657,12 +666,22 @@ void coord_lease_abandoned(coord_server *srv, const coord_lease *l);
  * gets (train.steps unless the run has train.dynamic_steps) and starts
  * timing it. */
 int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id);
-/* The update of task_id arrived after local_steps steps: the peer's pace
- * becomes the time since the lease per step, averaged with earlier ones. */
-void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps);
+/* The update of task_id arrived after local_steps steps that took the
+ * peer train_s seconds (0: not reported): its pace becomes train_s per
+ * step, and the rest of the time since the lease its overhead (with no
+ * train_s: the whole time per step, no overhead), each averaged with
+ * earlier ones. */
+void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps,
+                      double train_s);
 /* The local steps task t was leased with (train.steps when not known,
  * such as after a restart). */
 int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
+/* lease_wait: the seconds peer_id's next lease may still wait for the
+ * version that merges the update of its last task, whose id goes to
+ * *task_id (0 when the peer is not known); the wait's clock starts at the
+ * first call for that task. 0 when the run does not wait, no peer is timed
+ * yet, or the wait is over (coord_sched_wait_left). */
+double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_id);
 
 /* ---- admin commands (admin.c) -------------------------------------------- */
 

@@ -58,7 +58,7 @@ int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
     rc = storage_run_get(db, &run, err);
     if (rc != VL_OK) goto out;
     vl_error cerr = {0};
-    rc = coord_config_parse(run.config, strlen(run.config), cfg, &cerr);
+    rc = coord_config_parse_stored(run.config, cfg, &cerr);
     if (rc != VL_OK) {
         rc = vl_fail(err, rc, "the stored run configuration is invalid: %s", cerr.msg);
         goto out;

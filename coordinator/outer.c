@@ -44,6 +44,20 @@ int coord_outer_step_sparse(float *theta, float *m, float *e, const float *dbar,
     return coord_apply_largest(theta, e, n, apply_k, idx, nnz, err);
 }
 
+void coord_outer_plain(float *theta, const float *dbar, size_t n, double lr) {
+    for (size_t i = 0; i < n; i++) theta[i] = (float)((double)theta[i] - lr * (double)dbar[i]);
+}
+
+int coord_outer_plain_sparse(float *theta, float *e, const float *dbar, size_t n, double lr,
+                             size_t apply_k, uint32_t *idx, size_t *nnz, vl_error *err) {
+    for (size_t i = 0; i < n; i++) e[i] = (float)((double)e[i] + lr * (double)dbar[i]);
+    return coord_apply_largest(theta, e, n, apply_k, idx, nnz, err);
+}
+
+int coord_outer_momentum_due(size_t stale, size_t n_updates) {
+    return 2 * stale < n_updates;
+}
+
 int coord_outer_delay_due(int64_t next_version, int64_t delay) {
     return delay <= 1 || next_version % delay == 0;
 }

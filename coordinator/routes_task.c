@@ -265,6 +265,37 @@ static int async_hold(coord_server *srv, int pending, vl_error *err) {
     return srv->merging || waiting + pending >= srv->cfg.updates_per_version;
 }
 
+/* lease_wait: 1 when peer_id's next lease waits for the version that
+ * merges the update of its last task (stored and not merged yet, or on its
+ * way when uploading names that task), with a wake-up armed for the end
+ * of the wait; 0, or a VL_E* code. The peers of a run whose versions take
+ * one update from each of them then all start from the version that holds
+ * their own last updates, so those arrive fresh, and a slow or vanished
+ * peer holds the others up for at most lease_wait task times. A peer
+ * does not wait when the updates waiting and the leases out (its own
+ * counted once, as a lease or as an update) cannot complete the version:
+ * with fewer peers than updates_per_version it would wait in vain. */
+static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, vl_error *err) {
+    int64_t task = 0;
+    double left = coord_speed_wait_left(srv, peer_id, &task);
+    if (left <= 0) return 0;
+    int rc;
+    if (task != uploading) {
+        int64_t id, base, merged;
+        rc = storage_update_find(srv->db, task, &id, &base, &merged, err);
+        if (rc == VL_ENOTFOUND) return 0; /* a task given up: nothing to wait for */
+        if (rc != VL_OK) return rc;
+        if (merged >= 0) return 0;
+    }
+    int64_t waiting = 0, leased = 0;
+    if ((rc = storage_update_count_unmerged(srv->db, &waiting, err)) != VL_OK ||
+        (rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
+        return rc;
+    if (waiting + leased < srv->cfg.updates_per_version) return 0;
+    coord_arm_wait_timer(srv, left);
+    return 1;
+}
+
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) {
     if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
@@ -276,6 +307,7 @@ int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coo
     if (rc == VL_OK && t.id != done_task) return 0;
     /* The upload completes a version: GET /v1/task waits for it. */
     if ((rc = async_hold(srv, 1, err)) != 0) return rc < 0 ? rc : 0;
+    if ((rc = own_wait(srv, peer_id, done_task, err)) != 0) return rc < 0 ? rc : 0;
     if (issuing_has(srv, peer_id) || issuing_room(srv) != 0) return 0;
     lease_prepare(srv, peer_id, now, l);
     return 1;
@@ -378,6 +410,9 @@ static int serve_task(coord_req *cr, int behind) {
                     grc == VL_OK && up.peer_id == cr->peer_id && up.state == STORAGE_TASK_LEASED;
             }
             int hold = async_hold(srv, pending, &e);
+            /* A peer that asked to train while it uploads (--overlap) is
+             * not held for that upload's version. */
+            if (hold == 0 && !pending) hold = own_wait(srv, cr->peer_id, 0, &e);
             if (hold < 0) {
                 coord_reply_internal(cr, &e);
                 return COORD_SERVED;

@@ -164,6 +164,7 @@ typedef struct upload_job {
     int64_t id;
     int has_next; /* the peer's next task is written with the update */
     coord_lease next;
+    double train_s; /* the peer's training time, as reported (0: not) */
 } upload_job;
 
 static int upload_run(storage *db, coord_job *job, vl_error *err) {
@@ -202,7 +203,7 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
         coord_reply_internal(cr, err);
     } else {
         /* Timed before the next lease, which it paces. */
-        coord_speed_note(srv, j->u.peer_id, j->u.task_id, j->u.local_steps);
+        coord_speed_note(srv, j->u.peer_id, j->u.task_id, j->u.local_steps, j->train_s);
         json_t *o =
             json_pack("{s:I, s:I, s:I}", "update_id", (json_int_t)j->id, "version",
                       (json_int_t)j->u.base_version, "staleness", (json_int_t)j->u.staleness);
@@ -317,5 +318,6 @@ void coord_route_updates(coord_req *cr) {
                             .received_at = vl_clock_unix_s(),
                             .staleness = tau};
     snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
+    j->train_s = meta.train_seconds;
     coord_writer_submit(srv->writer, &j->job);
 }

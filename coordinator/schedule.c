@@ -47,25 +47,30 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg) {
     if (rc < 0) merge_retry(srv, err.msg);
 }
 
+/* Arms ev to fire in delay_s seconds unless it is pending to fire sooner
+ * (a later one is brought forward). */
+static void arm_sooner(struct event *ev, double delay_s) {
+    if (delay_s < 0) delay_s = 0;
+    struct timeval tv = timeval_of(delay_s);
+    struct timeval left;
+    if (evtimer_pending(ev, &left)) {
+        struct timeval now;
+        evutil_gettimeofday(&now, NULL);
+        struct timeval want;
+        evutil_timeradd(&now, &tv, &want);
+        if (evutil_timercmp(&left, &want, <=)) return;
+    }
+    evtimer_del(ev);
+    evtimer_add(ev, &tv);
+}
+
 void coord_schedule_merge_in(coord_server *srv, double delay_s) {
     if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
         return;
-    if (delay_s < 0) delay_s = 0;
-    struct timeval tv = timeval_of(delay_s);
-    /* A sooner check already pending stays; a later one is brought forward. */
-    if (srv->merge_scheduled) {
-        struct timeval left;
-        if (evtimer_pending(srv->merge_event, &left)) {
-            struct timeval now;
-            evutil_gettimeofday(&now, NULL);
-            struct timeval want;
-            evutil_timeradd(&now, &tv, &want);
-            if (evutil_timercmp(&left, &want, <=)) return;
-        }
-    }
+    /* The merge callback clears merge_scheduled before it runs. */
+    if (!srv->merge_scheduled) evtimer_del(srv->merge_event);
     srv->merge_scheduled = 1;
-    evtimer_del(srv->merge_event);
-    evtimer_add(srv->merge_event, &tv);
+    arm_sooner(srv->merge_event, delay_s);
 }
 
 void coord_schedule_merge(coord_server *srv) {
@@ -236,6 +241,17 @@ void coord_expire_leases(coord_server *srv) {
     j->now = vl_clock_unix_s();
     srv->expiring = 1;
     coord_writer_submit(srv->writer, &j->job);
+}
+
+static void wait_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_wake_waiters(arg);
+}
+
+void coord_arm_wait_timer(coord_server *srv, double delay_s) {
+    if (!timer_of(srv, &srv->wait_timer, wait_timer_cb, "cannot create the wait timer")) return;
+    arm_sooner(srv->wait_timer, delay_s);
 }
 
 void coord_arm_lease_timer(coord_server *srv) {

@@ -61,6 +61,9 @@ void coord_expire_leases(struct coord_server *srv);
  * version (every version in async runs), or disarms it when there is
  * none. */
 void coord_arm_lease_timer(struct coord_server *srv);
+/* Wakes the waiters in delay_s seconds (the end of a lease_wait), or
+ * sooner if a wake-up is already due sooner. */
+void coord_arm_wait_timer(struct coord_server *srv, double delay_s);
 
 /* ---- waiting requests (schedule_wait.c) ---------------------------------- */
 

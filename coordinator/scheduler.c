@@ -29,11 +29,12 @@ int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
 }
 
 int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_step,
-                                  double fastest) {
+                                  double overhead_s, double task_s) {
     if (h_min < 1) h_min = 1;
     if (h_min > h_max) h_min = h_max;
-    if (!(sec_per_step > 0) || !(fastest > 0)) return h_max;
-    double h = floor((double)h_max * fastest / sec_per_step + 0.5);
+    if (!(sec_per_step > 0) || !(task_s > 0)) return h_max;
+    if (!(overhead_s > 0)) overhead_s = 0;
+    double h = floor((task_s - overhead_s) / sec_per_step + 0.5);
     if (h >= (double)h_max) return h_max;
     if (h <= (double)h_min) return h_min;
     return (int64_t)h;
@@ -41,6 +42,12 @@ int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_s
 
 int64_t coord_sched_dynamic_floor(int64_t h_max) {
     return h_max / 8 > 1 ? h_max / 8 : 1;
+}
+
+double coord_sched_wait_left(double since, double now, double lease_wait, double task_s) {
+    if (!(lease_wait > 0) || !(task_s > 0)) return 0;
+    double left = since + lease_wait * task_s - now;
+    return left > 0 ? left : 0;
 }
 
 /* Separate streams for ranges and seeds, so neither is a function of the

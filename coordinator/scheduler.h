@@ -49,16 +49,25 @@ int coord_sched_merge_due(int async, int64_t unmerged, int64_t done_current,
 int coord_sched_version_refused(double val_loss, double best, double max_rise);
 
 /* Dynamic local updates (DyLU, Liu et al. 2024): the local steps of a task
- * for a peer that takes sec_per_step seconds a step when the fastest
- * recent peer takes fastest: round(h_max * fastest / sec_per_step),
- * clamped to [h_min, h_max], so every peer's task takes about as long as
- * the fastest peer's. h_max when either pace is unknown (<= 0). */
+ * for a peer whose tasks take overhead_s seconds besides training (its
+ * transfers) and sec_per_step a step, when the quickest recent peer's
+ * whole task of h_max steps takes task_s: round((task_s - overhead_s) /
+ * sec_per_step), clamped to [h_min, h_max], so that every peer's task
+ * takes about as long as the quickest one's. With no overheads that is
+ * round(h_max * fastest / sec_per_step). h_max when the pace or task_s is
+ * unknown (<= 0). */
 int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_step,
-                                  double fastest);
+                                  double overhead_s, double task_s);
 /* The fewest local steps dynamic steps give: h_max / 8, at least 1. A
  * peer slower than that still sends updates worth their samples, only
  * later than the others. */
 int64_t coord_sched_dynamic_floor(int64_t h_max);
+/* lease_wait (config.h): the seconds a peer's next lease may still wait
+ * for the version that merges its last update, when that wait began at
+ * since and it is now (monotonic seconds): lease_wait times task_s, the
+ * quickest recent peer's whole task of h_max steps, from since. 0 when
+ * that is over, lease_wait is 0, or task_s is unknown (<= 0). */
+double coord_sched_wait_left(double since, double now, double lease_wait, double task_s);
 
 /* The inner learning rate of a task based on version v of a run that ends
  * at max_versions: t->lr × (v + 1) / warmup during the first t->warmup

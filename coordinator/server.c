@@ -704,6 +704,7 @@ void coord_server_close(coord_server *srv) {
     if (srv->http) evhttp_free(srv->http);
     while (srv->lingers) linger_end(srv->lingers);
     if (srv->lease_timer) event_free(srv->lease_timer);
+    if (srv->wait_timer) event_free(srv->wait_timer);
     if (srv->merge_event) event_free(srv->merge_event);
     if (srv->round_timer) event_free(srv->round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);

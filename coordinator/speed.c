@@ -1,7 +1,8 @@
 /* Dynamic local updates: what each peer's tasks took, and the local steps
  * its next task gets so that slow and fast peers' updates arrive at the
- * same pace. Kept in memory only: after a restart every peer starts again
- * at train.steps until its first update is timed. */
+ * same pace; and the pace that bounds lease_wait. Kept in memory only:
+ * after a restart every peer starts again at train.steps until its first
+ * update is timed. Async runs only: a sync version waits for its tasks. */
 #include <stdlib.h>
 
 #include "coordinator/coord.h"
@@ -43,26 +44,37 @@ static coord_speed *find_or_add(coord_server *srv, int64_t peer_id, double now) 
     return s;
 }
 
-/* The fastest recent peer's seconds per step; 0 when none is timed. */
-static double fastest(const coord_server *srv, double now) {
+/* The quickest recent peer's whole task of h_max steps, in seconds: the
+ * pace the others' steps are scaled to; 0 when none is timed. */
+static double quickest_task(const coord_server *srv, double now) {
     double best = 0;
+    double h_max = (double)srv->cfg.train.steps;
     for (size_t i = 0; i < srv->n_speeds; i++) {
         const coord_speed *s = &srv->speeds[i];
         if (s->sec_per_step <= 0 || now - s->seen > SPEED_WINDOW_S) continue;
-        if (best == 0 || s->sec_per_step < best) best = s->sec_per_step;
+        double task = h_max * s->sec_per_step + s->overhead_s;
+        if (best == 0 || task < best) best = task;
     }
     return best;
+}
+
+/* Folds a new timing into a running average; the first one sets it. */
+static double ema(double avg, double x, int first) {
+    return first ? x : SPEED_EMA * x + (1 - SPEED_EMA) * avg;
 }
 
 int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
     const coord_config *cfg = &srv->cfg;
     int64_t h_max = cfg->train.steps;
-    if (!cfg->train.dynamic_steps) return h_max;
+    if (!coord_config_is_async(cfg)) return h_max;
     double now = vl_clock_mono_s();
     coord_speed *s = find_or_add(srv, peer_id, now);
     if (!s) return h_max;
-    int64_t h = coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max), s->sec_per_step,
-                                          fastest(srv, now));
+    int64_t h =
+        cfg->train.dynamic_steps
+            ? coord_sched_dynamic_steps(h_max, coord_sched_dynamic_floor(h_max), s->sec_per_step,
+                                        s->overhead_s, quickest_task(srv, now))
+            : h_max;
     if (s->task_id != task_id) {
         s->prev_task_id = s->task_id;
         s->prev_steps = s->steps;
@@ -74,8 +86,9 @@ int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
     return h;
 }
 
-void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps) {
-    if (!srv->cfg.train.dynamic_steps || local_steps < 1) return;
+void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps,
+                      double train_s) {
+    if (!coord_config_is_async(&srv->cfg) || local_steps < 1) return;
     coord_speed *s = find(srv, peer_id);
     /* Only a task timed from its own lease tells the peer's pace. */
     if (!s) return;
@@ -84,9 +97,14 @@ void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64
                                               : NULL;
     if (!at || *at <= 0) return;
     double now = vl_clock_mono_s();
-    double per = (now - *at) / (double)local_steps;
-    s->sec_per_step =
-        s->sec_per_step > 0 ? SPEED_EMA * per + (1 - SPEED_EMA) * s->sec_per_step : per;
+    double total = now - *at;
+    /* Training time the peer reports splits the task into steps and the
+     * rest (its transfers), which does not shrink with fewer steps; a
+     * figure longer than the whole task is not believed. */
+    double train = train_s > 0 && train_s <= total ? train_s : total;
+    int first = !(s->sec_per_step > 0);
+    s->sec_per_step = ema(s->sec_per_step, train / (double)local_steps, first);
+    s->overhead_s = ema(s->overhead_s, total - train, first);
     s->seen = now;
     *at = 0;
 }
@@ -100,4 +118,18 @@ int64_t coord_speed_steps(const coord_server *srv, const storage_task *t) {
             if (srv->speeds[i].prev_task_id == t->id) return srv->speeds[i].prev_steps;
         }
     return h_max;
+}
+
+double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_id) {
+    *task_id = 0;
+    if (!(srv->cfg.lease_wait > 0)) return 0;
+    coord_speed *s = find(srv, peer_id);
+    if (!s || s->task_id <= 0) return 0;
+    double now = vl_clock_mono_s();
+    *task_id = s->task_id;
+    if (s->wait_task != s->task_id) {
+        s->wait_task = s->task_id;
+        s->wait_since = now;
+    }
+    return coord_sched_wait_left(s->wait_since, now, srv->cfg.lease_wait, quickest_task(srv, now));
 }

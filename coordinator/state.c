@@ -38,7 +38,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     int rc = storage_run_get(srv->db, &run, err);
     if (rc != VL_OK) return rc;
     vl_error cerr = {0};
-    rc = coord_config_parse(run.config, strlen(run.config), &srv->cfg, &cerr);
+    rc = coord_config_parse_stored(run.config, &srv->cfg, &cerr);
     if (rc != VL_OK) {
         vl_fail(err, rc, "the stored run configuration is invalid: %s", cerr.msg);
         goto out;

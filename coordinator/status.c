@@ -159,7 +159,7 @@ int coord_cmd_status(const char *db_path, FILE *out, vl_error *err) {
     }
     coord_config cfg;
     vl_error cerr = {0};
-    rc = coord_config_parse(run.config, strlen(run.config), &cfg, &cerr);
+    rc = coord_config_parse_stored(run.config, &cfg, &cerr);
     if (rc != VL_OK) {
         vl_fail(err, rc, "the stored run configuration: %s", cerr.msg);
     } else {

@@ -268,6 +268,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     m.loss = res->mean_loss;
     m.has_accuracy = res->has_accuracy;
     m.accuracy = res->accuracy;
+    m.train_seconds = res->seconds > 0 && res->seconds <= 1e7 ? res->seconds : 0;
     m.seed = k->comp_seed;
     vl_buf_reset(&L->upload);
     /* K-FAC runs that share factors: this peer's go with the update. */

@@ -163,50 +163,142 @@ static void test_delayed_nesterov_by_hand(void **state) {
     assert_float_equal(moved, 0.5 / (1 - 0.8), 1e-4);
 }
 
+/* lease_wait's bound and the momentum gate, against hand-worked values. */
+static void test_lease_wait_by_hand(void **state) {
+    (void)state;
+    /* 1.5 times a 2 s task: 3 s from the start. */
+    assert_true(fabs(coord_sched_wait_left(100.0, 101.0, 1.5, 2.0) - 2.0) < 1e-12);
+    assert_true(coord_sched_wait_left(100.0, 103.5, 1.5, 2.0) == 0);
+    /* Off, or no task timed yet: no wait. */
+    assert_true(coord_sched_wait_left(100.0, 100.0, 0, 2.0) == 0);
+    assert_true(coord_sched_wait_left(100.0, 100.0, 1.0, 0) == 0);
+    assert_true(coord_sched_wait_left(100.0, 100.0, 1.0, NAN) == 0);
+    /* Momentum only while fewer than half the updates are stale. */
+    assert_true(coord_outer_momentum_due(0, 4));
+    assert_true(coord_outer_momentum_due(1, 4));
+    assert_false(coord_outer_momentum_due(2, 4));
+    assert_false(coord_outer_momentum_due(1, 1));
+    assert_true(coord_outer_momentum_due(0, 1));
+    /* A plain step moves by lr times the mean and leaves no trace in the
+     * momentum; the sparse one goes through the residual. */
+    float theta[3] = {1, 2, 3}, d[3] = {0.5f, -1, 0};
+    coord_outer_plain(theta, d, 3, 0.5);
+    assert_float_equal(theta[0], 0.75, 1e-7);
+    assert_float_equal(theta[1], 2.5, 1e-7);
+    assert_float_equal(theta[2], 3, 1e-7);
+    float e[3] = {0, -0.25f, 0};
+    uint32_t idx[1];
+    size_t nnz = 0;
+    OK(coord_outer_plain_sparse(theta, e, d, 3, 0.5, 1, idx, &nnz, &e_));
+    /* e = {0.25, -0.75, 0}: the largest is applied and taken out. */
+    assert_int_equal(nnz, 1);
+    assert_int_equal(idx[0], 1);
+    assert_float_equal(theta[1], 3.25, 1e-7);
+    assert_float_equal(e[0], 0.25, 1e-7);
+    assert_float_equal(e[1], 0, 0);
+}
+
 static void test_dynamic_steps_by_hand(void **state) {
     (void)state;
-    /* A peer 4x slower than the fastest gets a quarter of the steps. */
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 4.0, 1.0), 5);
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, 1.0), 20);
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.5, 1.0), 13);  /* 13.33 */
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.6, 1.0), 13);  /* 12.5 up */
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 100.0, 1.0), 2); /* the floor */
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0.5, 1.0), 20);  /* never above h_max */
+    /* No overheads: the quickest task is 20 steps of 1 s. A peer 4x
+     * slower gets a quarter of the steps. */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 4.0, 0, 20.0), 5);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, 0, 20.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.5, 0, 20.0), 13);  /* 13.33 */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.6, 0, 20.0), 13);  /* 12.5 up */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 100.0, 0, 20.0), 2); /* the floor */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0.5, 0, 20.0), 20);  /* never above h_max */
+    /* Transfers that do not shrink with the steps: the quickest task is
+     * 20 steps of 1 s and 4 s of transfers (24 s); a peer 4x slower per
+     * step with 4 s of transfers gets (24 - 4) / 4 = 5 steps, one with
+     * 12 s gets 3, one whose transfers alone outlast the task the floor.
+     * (Timing whole tasks per step reaches the same counts only over
+     * several tasks, since that pace changes with the steps given.) */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 4.0, 4.0, 24.0), 5);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 4.0, 12.0, 24.0), 3);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0.5, 30.0, 24.0), 2);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, -1.0, 20.0), 20); /* no overhead */
     /* Unknown paces leave h_max. */
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0, 1.0), 20);
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, 3.0, 0), 20);
-    assert_int_equal(coord_sched_dynamic_steps(20, 2, NAN, 1.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 0, 0, 20.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 3.0, 0, 0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, NAN, 0, 20.0), 20);
     /* A floor above h_max is h_max; below 1 is 1. */
-    assert_int_equal(coord_sched_dynamic_steps(3, 9, 10.0, 1.0), 3);
-    assert_int_equal(coord_sched_dynamic_steps(3, 0, 10.0, 1.0), 1);
+    assert_int_equal(coord_sched_dynamic_steps(3, 9, 10.0, 0, 3.0), 3);
+    assert_int_equal(coord_sched_dynamic_steps(3, 0, 10.0, 0, 3.0), 1);
     assert_int_equal(coord_sched_dynamic_floor(20), 2);
     assert_int_equal(coord_sched_dynamic_floor(5), 1);
     assert_int_equal(coord_sched_dynamic_floor(1), 1);
+}
+
+/* Parses text, checks that its stored form parses to the same, and
+ * returns what parse returned. */
+static int parse_round_trip(const char *text, coord_config *cfg, vl_error *e) {
+    int rc = parse(text, cfg, e);
+    if (rc != VL_OK) return rc;
+    coord_config again;
+    char *json = coord_config_to_json(cfg, 1);
+    assert_non_null(json);
+    assert_int_equal(parse(json, &again, e), VL_OK);
+    assert_memory_equal(cfg, &again, sizeof *cfg);
+    free(json);
+    return VL_OK;
 }
 
 /* Async runs get an outer step that converges, and the combination that
  * diverged is refused with a line that names it. */
 static void test_config_async_outer(void **state) {
     (void)state;
-    coord_config cfg, again;
+    coord_config cfg;
     vl_error e;
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\"}", &cfg, &e), VL_OK);
+    assert_int_equal(parse_round_trip("{\"name\": \"d\", \"corpus\": \"c\"}", &cfg, &e), VL_OK);
     assert_int_equal(cfg.outer_delay, 1);
     assert_false(cfg.train.dynamic_steps);
-    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", &cfg, &e),
+    assert_true(cfg.lease_wait == 0);
+    /* By default an async run's peers wait for their own updates'
+     * version, so the updates are fresh and take the synchronous step. */
+    assert_int_equal(
+        parse_round_trip("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\"}", &cfg, &e),
+        VL_OK);
+    assert_true(cfg.lease_wait == COORD_ASYNC_LEASE_WAIT);
+    assert_true(cfg.outer_lr == COORD_ASYNC_WAIT_OUTER_LR);
+    assert_true(cfg.outer_momentum == COORD_ASYNC_WAIT_OUTER_MOMENTUM);
+    assert_int_equal(cfg.outer_delay, 1);
+    assert_true(cfg.train.dynamic_steps);
+    assert_int_equal(parse_round_trip("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                                      " \"lease_wait\": 2.5, \"outer\": {\"lr\": 0.5,"
+                                      " \"momentum\": 0.8}}",
+                                      &cfg, &e),
+                     VL_OK);
+    assert_true(cfg.lease_wait == 2.5);
+    assert_int_equal(cfg.outer_delay, 1);
+    /* A run stored before lease_wait goes on without it; one stored
+     * since keeps what it was made with. */
+    assert_int_equal(coord_config_parse_stored("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": "
+                                               "\"async\", \"outer\": {\"lr\": 0.5, "
+                                               "\"momentum\": 0.8, \"delay\": 2}}",
+                                               &cfg, &e),
+                     VL_OK);
+    assert_true(cfg.lease_wait == 0 && cfg.val_check_tokens == 0);
+    assert_int_equal(cfg.outer_delay, 2);
+    assert_int_equal(coord_config_parse_stored("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": "
+                                               "\"async\", \"lease_wait\": 1}",
+                                               &cfg, &e),
+                     VL_OK);
+    assert_true(cfg.lease_wait == 1);
+    assert_int_equal(coord_config_parse_stored(
+                         "{\"name\": \"d\", \"corpus\": \"c\", \"lease_wait\": 1}", &cfg, &e),
+                     VL_EINVAL);
+    /* Without the wait: delayed Nesterov. */
+    assert_int_equal(parse_round_trip("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                                      " \"lease_wait\": 0}",
+                                      &cfg, &e),
                      VL_OK);
     assert_true(cfg.outer_lr == COORD_ASYNC_OUTER_LR);
     assert_true(cfg.outer_momentum == COORD_ASYNC_OUTER_MOMENTUM);
     assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
-    assert_true(cfg.train.dynamic_steps);
-    char *json = coord_config_to_json(&cfg, 1);
-    assert_non_null(json);
-    assert_int_equal(parse(json, &again, &e), VL_OK);
-    assert_memory_equal(&cfg, &again, sizeof cfg);
-    free(json);
     /* Momentum without a delay gets the async delay; FedAvg needs none. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
-                           " \"outer\": {\"lr\": 0.5, \"momentum\": 0.8}}",
+                           " \"lease_wait\": 0, \"outer\": {\"lr\": 0.5, \"momentum\": 0.8}}",
                            &cfg, &e),
                      VL_OK);
     assert_int_equal(cfg.outer_delay, COORD_ASYNC_OUTER_DELAY);
@@ -220,13 +312,27 @@ static void test_config_async_outer(void **state) {
                            &cfg, &e),
                      VL_OK);
     assert_false(cfg.train.dynamic_steps);
-    /* Refused: momentum every version of an async run, a delay in a
+    /* Refused: momentum every version of an async run that does not
+     * wait, a lease_wait in a sync run or out of range, a delay in a
      * sketch run, dynamic steps in a sync run, a delay of 0. */
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\","
+                           " \"lease_wait\": 0,"
                            " \"outer\": {\"lr\": 0.7, \"momentum\": 0.9, \"delay\": 1}}",
                            &cfg, &e),
                      VL_EINVAL);
     assert_non_null(strstr(e.msg, "diverges"));
+    assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"lease_wait\": 1}", &cfg, &e),
+                     VL_EINVAL);
+    assert_non_null(strstr(e.msg, "lease_wait is for async runs"));
+    const char *bad_waits[] = {"-1", "101", "\"1\"", "true"};
+    for (size_t i = 0; i < sizeof bad_waits / sizeof *bad_waits; i++) {
+        char text[160];
+        snprintf(text, sizeof text,
+                 "{\"name\": \"d\", \"corpus\": \"c\", \"mode\": \"async\", \"lease_wait\": %s}",
+                 bad_waits[i]);
+        assert_int_equal(parse(text, &cfg, &e), VL_EINVAL);
+        assert_non_null(strstr(e.msg, "lease_wait must be"));
+    }
     assert_int_equal(parse("{\"name\": \"d\", \"corpus\": \"c\", \"outer\": {\"delay\": 3},"
                            " \"compression\": {\"kind\": \"sketch\", \"ratio\": 10}}",
                            &cfg, &e),
@@ -745,6 +851,7 @@ int main(void) {
         cmocka_unit_test(test_delayed_nesterov_by_hand),
         cmocka_unit_test(test_dynamic_steps_by_hand),
         cmocka_unit_test(test_config_async_outer),
+        cmocka_unit_test(test_lease_wait_by_hand),
         cmocka_unit_test(test_peer_states),
         cmocka_unit_test_setup_teardown(test_storage_unmerged_and_reissue, db_setup, db_teardown),
         cmocka_unit_test_setup_teardown(test_storage_buffer_order, db_setup, db_teardown),

@@ -98,9 +98,10 @@ static void expect_config_error(const char *json, const char *needle) {
 
 /* How much held-out data validation scores: val_tokens rounded up to
  * whole batches of 8 windows, 0 for all, or val_batches; not both. The
- * loss check before serving (val_check_tokens): off unless given, in
- * either mode, rounded up to whole batches, off when it would cover the
- * full score, and the same after the stored form is parsed again. */
+ * loss check before serving (val_check_tokens): 4 Ki in an async run
+ * that waits (lease_wait, on by default), else off unless given, rounded
+ * up to whole batches, off when it would cover the full score, and the
+ * same after the stored form is parsed again. */
 static void test_config_val_tokens(void **state) {
     (void)state;
     static const struct {
@@ -110,7 +111,10 @@ static void test_config_val_tokens(void **state) {
         {"\"val_tokens\": 1000", 2, 1024, 0, 0}, /* two batches of 8 x 64 */
         {"\"val_tokens\": 0", 0, 0, 0, 0},
         {"\"val_batches\": 3", 3, 3 * 8 * 64, 0, 0},
-        {"\"mode\": \"async\", \"val_tokens\": 65536", 128, 65536, 0, 0},
+        {"\"mode\": \"async\", \"val_tokens\": 65536", 128, 65536, 8, 4096},
+        {"\"mode\": \"async\", \"lease_wait\": 0, \"val_tokens\": 65536", 128, 65536, 0, 0},
+        {"\"mode\": \"async\", \"val_tokens\": 65536, \"val_check_tokens\": 0", 128, 65536, 0, 0},
+        {"\"mode\": \"async\", \"val_tokens\": 4096", 8, 4096, 0, 0},
         {"\"mode\": \"async\", \"val_tokens\": 65536, \"val_check_tokens\": 4096", 128, 65536, 8,
          4096},
         {"\"val_tokens\": 8192, \"val_check_tokens\": 600", 16, 8192, 2, 1024},

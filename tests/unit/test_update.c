@@ -367,9 +367,9 @@ static void test_round_values_f16(void **state) {
     vl_buf_free(&b);
 }
 
-/* A classifier peer's reported accuracy: absent by default, carried when
- * given, and refused (422 bad_accuracy) outside [0, 1] or (400) when not
- * a number. */
+/* What a peer may add to its update's metadata. A classifier peer's
+ * reported accuracy: absent by default, carried when given, and refused
+ * (422 bad_accuracy) outside [0, 1] or (400) when not a number. */
 static void test_reported_accuracy(void **state) {
     (void)state;
     float d[16] = {0};
@@ -405,6 +405,25 @@ static void test_reported_accuracy(void **state) {
             assert_string_equal(code, "bad_accuracy");
         }
     }
+    /* The training time: absent by default, carried when given (six
+     * significant digits), refused (400) above 1e7 seconds. */
+    m = meta(COMPRESS_DENSE);
+    b.len = 0;
+    OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+    OK(compress_update_decode(b.data, b.len, 16, &u, &code, &e));
+    assert_true(u.meta.train_seconds == 0);
+    compress_update_free(&u);
+    m.train_seconds = 3.14159265;
+    b.len = 0;
+    OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+    OK(compress_update_decode(b.data, b.len, 16, &u, &code, &e));
+    assert_true(fabs(u.meta.train_seconds - 3.14159) < 1e-9);
+    compress_update_free(&u);
+    m.train_seconds = 2e7;
+    b.len = 0;
+    OK(compress_update_encode_dense(&m, d, 16, ST_F32, &b, &e));
+    assert_int_equal(compress_update_decode(b.data, b.len, 16, &u, &code, &e), VL_EINVAL);
+    assert_non_null(strstr(e.msg, "train_seconds"));
     vl_buf_free(&b);
 }
 
