@@ -247,7 +247,7 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     /* An async version of mostly stale updates takes no momentum step. */
     int plain = coord_config_is_async(cfg) && cfg->outer_momentum > 0 &&
                 !coord_outer_momentum_due(m->stale, m->n_ids);
-    if (plain) m->plain = 1;
+    m->plain = plain;
     if (dense) {
         if (plain)
             coord_outer_plain(theta, m->sum, n, cfg->outer_lr);

@@ -56,7 +56,7 @@ void coord_config_defaults(coord_config *cfg) {
     cfg->selsync_h_min = -1;
     cfg->keep_update_blobs = -1;
     cfg->max_loss_rise = COORD_MAX_LOSS_RISE_DEFAULT;
-    cfg->lease_wait = -1; /* by mode, see resolve_outer */
+    cfg->lease_wait = -1; /* by mode, see coord_config_resolve_lease_wait */
     cfg->task_bytes = 65536;
     cfg->task_tokens = 65536;
     cfg->lease_s = 120;
@@ -700,7 +700,8 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         (rc = get_real(root, "max_loss_rise", "max_loss_rise", 0, 0, 100, 0, &cfg->max_loss_rise,
                        err)) ||
         (rc = parse_sections(root, cfg, err)) || (rc = parse_data(root, cfg, err)) ||
-        (rc = coord_config_parse_split(root, cfg, err)))
+        (rc = coord_config_parse_split(root, cfg, err)) ||
+        (rc = coord_config_resolve_lease_wait(root, cfg, err)))
         goto out;
     if (cfg->net == COORD_NET_MLP) {
         if ((rc = check_classifier(root, cfg, err))) goto out;
@@ -747,7 +748,7 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         goto out;
     }
     if (!(rc = coord_config_resolve_compression(cfg, err))) default_rule(cfg);
-    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(root, cfg, err)))
+    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(cfg, err)))
         goto out;
     int64_t need = coord_config_update_bytes(cfg);
     if (cfg->max_body_bytes < need) {

@@ -17,10 +17,15 @@
  * from what was given (a ratio R: an update R times smaller than a dense
  * F32 one), and refuses settings the kind has no use for. */
 int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
-/* lease_wait, then the outer step, delay and dynamic steps by kind and
- * mode when not given, and the async combinations refused because they
- * are known to diverge. After coord_config_resolve_compression. */
-int coord_config_resolve_outer(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* lease_wait: a number of task times, 0 to 100, above 0 only in an async
+ * run; by mode when not given. After the mode is parsed, before
+ * coord_config_resolve_validation and coord_config_resolve_outer, whose
+ * defaults depend on it. */
+int coord_config_resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* The outer step, delay and dynamic steps by kind and mode (and
+ * lease_wait) when not given, and the async combinations refused because
+ * they are known to diverge. After coord_config_resolve_compression. */
+int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
 
 /* val_batches from val_tokens (a configuration gives one of them) and
  * val_check_batches from val_check_tokens; a

@@ -175,8 +175,7 @@ int coord_config_resolve_compression(coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
-/* lease_wait: a number of task times, 0 to 100; by mode when not given. */
-static int resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) {
+int coord_config_resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) {
     json_t *v = json_object_get(root, "lease_wait");
     int async = coord_config_is_async(cfg);
     if (!v) {
@@ -199,12 +198,10 @@ static int resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) {
  * and mode (config.h says why each), then the outer delay and dynamic
  * steps by mode, and the async combinations refused because they are
  * known to diverge. */
-int coord_config_resolve_outer(json_t *root, coord_config *cfg, vl_error *err) {
+int coord_config_resolve_outer(coord_config *cfg, vl_error *err) {
     int async = coord_config_is_async(cfg);
     const char *kind = cfg->compression_kind;
     int sketch = strcmp(kind, "sketch") == 0;
-    int rc = resolve_lease_wait(root, cfg, err);
-    if (rc != VL_OK) return rc;
     /* Updates that arrive fresh need no delayed momentum. */
     int waits = cfg->lease_wait > 0;
     if (async && cfg->second_round > 0)
@@ -278,10 +275,8 @@ int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *e
     int64_t per_batch = COORD_VAL_BATCH * (int64_t)cfg->model.block_size;
     /* An async run whose peers wait for their own updates' version waits
      * for each version's score too, so it is served on a check by
-     * default. An invalid lease_wait is refused by resolve_lease_wait. */
-    json_t *lw = json_object_get(root, "lease_wait");
-    if (!json_object_get(root, "val_check_tokens") && coord_config_is_async(cfg) &&
-        (!lw || (json_is_number(lw) && json_number_value(lw) > 0)))
+     * default. */
+    if (!json_object_get(root, "val_check_tokens") && cfg->lease_wait > 0)
         cfg->val_check_tokens = COORD_ASYNC_CHECK_TOKENS;
     if (cfg->val_batches < 0) {
         cfg->val_batches = (cfg->val_tokens + per_batch - 1) / per_batch;

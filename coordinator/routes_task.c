@@ -256,13 +256,13 @@ void coord_lease_abandoned(coord_server *srv, const coord_lease *l) {
  * exactly updates_per_version updates a version would otherwise let the
  * queue, and with it every update's staleness, grow without bound.
  * pending: 1 when the peer's update is not stored yet (the upload that
- * asks for the lease) and counts as waiting. Returns 1 (wait), 0, or a
- * VL_E* code. */
-static int async_hold(coord_server *srv, int pending, vl_error *err) {
-    int64_t waiting = 0;
-    int rc = storage_update_count_unmerged(srv->db, &waiting, err);
+ * asks for the lease) and counts as waiting. *waiting gets the stored
+ * updates not merged yet. Returns 1 (wait), 0, or a VL_E* code. */
+static int async_hold(coord_server *srv, int pending, int64_t *waiting, vl_error *err) {
+    *waiting = 0;
+    int rc = storage_update_count_unmerged(srv->db, waiting, err);
     if (rc != VL_OK) return rc;
-    return srv->merging || waiting + pending >= srv->cfg.updates_per_version;
+    return srv->merging || *waiting + pending >= srv->cfg.updates_per_version;
 }
 
 /* lease_wait: 1 when peer_id's next lease waits for the version that
@@ -274,8 +274,10 @@ static int async_hold(coord_server *srv, int pending, vl_error *err) {
  * peer holds the others up for at most lease_wait task times. A peer
  * does not wait when the updates waiting and the leases out (its own
  * counted once, as a lease or as an update) cannot complete the version:
- * with fewer peers than updates_per_version it would wait in vain. */
-static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, vl_error *err) {
+ * with fewer peers than updates_per_version it would wait in vain.
+ * waiting: the stored updates not merged yet (async_hold's count). */
+static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, int64_t waiting,
+                    vl_error *err) {
     int64_t task = 0;
     double left = coord_speed_wait_left(srv, peer_id, &task);
     if (left <= 0) return 0;
@@ -287,9 +289,8 @@ static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, vl_er
         if (rc != VL_OK) return rc;
         if (merged >= 0) return 0;
     }
-    int64_t waiting = 0, leased = 0;
-    if ((rc = storage_update_count_unmerged(srv->db, &waiting, err)) != VL_OK ||
-        (rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
+    int64_t leased = 0;
+    if ((rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
         return rc;
     if (waiting + leased < srv->cfg.updates_per_version) return 0;
     coord_arm_wait_timer(srv, left);
@@ -306,8 +307,9 @@ int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coo
     /* A peer holding another live lease is sent that one by GET /v1/task. */
     if (rc == VL_OK && t.id != done_task) return 0;
     /* The upload completes a version: GET /v1/task waits for it. */
-    if ((rc = async_hold(srv, 1, err)) != 0) return rc < 0 ? rc : 0;
-    if ((rc = own_wait(srv, peer_id, done_task, err)) != 0) return rc < 0 ? rc : 0;
+    int64_t waiting;
+    if ((rc = async_hold(srv, 1, &waiting, err)) != 0) return rc < 0 ? rc : 0;
+    if ((rc = own_wait(srv, peer_id, done_task, waiting, err)) != 0) return rc < 0 ? rc : 0;
     if (issuing_has(srv, peer_id) || issuing_room(srv) != 0) return 0;
     lease_prepare(srv, peer_id, now, l);
     return 1;
@@ -409,10 +411,11 @@ static int serve_task(coord_req *cr, int behind) {
                 pending =
                     grc == VL_OK && up.peer_id == cr->peer_id && up.state == STORAGE_TASK_LEASED;
             }
-            int hold = async_hold(srv, pending, &e);
+            int64_t waiting;
+            int hold = async_hold(srv, pending, &waiting, &e);
             /* A peer that asked to train while it uploads (--overlap) is
              * not held for that upload's version. */
-            if (hold == 0 && !pending) hold = own_wait(srv, cr->peer_id, 0, &e);
+            if (hold == 0 && !pending) hold = own_wait(srv, cr->peer_id, 0, waiting, &e);
             if (hold < 0) {
                 coord_reply_internal(cr, &e);
                 return COORD_SERVED;
