@@ -34,8 +34,9 @@ int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_s
     if (h_min > h_max) h_min = h_max;
     if (!(sec_per_step > 0) || !(task_s > 0)) return h_max;
     if (!(overhead_s > 0)) overhead_s = 0;
-    double h = floor((task_s - overhead_s) / sec_per_step + 0.5);
-    if (h >= (double)h_max) return h_max;
+    double raw = (task_s - overhead_s) / sec_per_step;
+    if (raw >= (double)h_max * (1.0 - COORD_DYNAMIC_SNAP)) return h_max;
+    double h = floor(raw + 0.5);
     if (h <= (double)h_min) return h_min;
     return (int64_t)h;
 }

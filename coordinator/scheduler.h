@@ -54,8 +54,16 @@ int coord_sched_version_refused(double val_loss, double best, double max_rise);
  * whole task of h_max steps takes task_s: round((task_s - overhead_s) /
  * sec_per_step), clamped to [h_min, h_max], so that every peer's task
  * takes about as long as the quickest one's. With no overheads that is
- * round(h_max * fastest / sec_per_step). h_max when the pace or task_s is
- * unknown (<= 0). */
+ * round(h_max * fastest / sec_per_step). A count within COORD_DYNAMIC_SNAP
+ * of h_max becomes h_max. h_max when the pace or task_s is unknown (<= 0). */
+/* Peers whose pace is within this fraction of the quickest one's train
+ * every step. Measured paces of equally quick machines differ by about
+ * this much (a busy neighbour, a noisy timing), and the quickest of them
+ * sets the reference, so without it the rest lose a step or two on every
+ * task: a version then merges fewer steps than its updates could carry,
+ * which costs more loss per update than the wait for a slightly slower
+ * peer costs in time. */
+#define COORD_DYNAMIC_SNAP 0.15
 int64_t coord_sched_dynamic_steps(int64_t h_max, int64_t h_min, double sec_per_step,
                                   double overhead_s, double task_s);
 /* The fewest local steps dynamic steps give: h_max / 8, at least 1. A

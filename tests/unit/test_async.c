@@ -208,6 +208,14 @@ static void test_dynamic_steps_by_hand(void **state) {
     assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.6, 0, 20.0), 13);  /* 12.5 up */
     assert_int_equal(coord_sched_dynamic_steps(20, 2, 100.0, 0, 20.0), 2); /* the floor */
     assert_int_equal(coord_sched_dynamic_steps(20, 2, 0.5, 0, 20.0), 20);  /* never above h_max */
+    /* Within COORD_DYNAMIC_SNAP (0.15) of the quickest: every step. 20 /
+     * 1.17 = 17.09 >= 17 snaps; 20 / 1.2 = 16.67 rounds to 17 and does
+     * not, as the snap reads the pace before rounding. */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.05, 0, 20.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.17, 0, 20.0), 20);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.2, 0, 20.0), 17);
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, 2.5, 20.0), 20); /* 17.5 snaps */
+    assert_int_equal(coord_sched_dynamic_steps(20, 2, 1.0, 3.5, 20.0), 17); /* 16.5 up */
     /* Transfers that do not shrink with the steps: the quickest task is
      * 20 steps of 1 s and 4 s of transfers (24 s); a peer 4x slower per
      * step with 4 s of transfers gets (24 - 4) / 4 = 5 steps, one with
