@@ -14,9 +14,11 @@
 #   sketch  sync, Count Sketch at 30x (the highest ratio that met its
 #           quality goal in docs/results/convergence.md), WAN_H steps
 #   gaussk  sync, Gaussian-k at 100x, WAN_H steps
-#   async   async (staleness-weighted, 2 updates a version, delayed
-#           Nesterov), dense F16, WAN_H steps at most with SelSync
-#           (delta 0.05, h_min 5) and dynamic steps
+#   async   async with the defaults (peers wait for their own update's
+#           version, staleness weights, the outer step by the version's
+#           staleness), as many updates a version as peers, dense F16,
+#           WAN_H steps at most with SelSync (delta 0.05, h_min 5) and
+#           dynamic steps
 #   async-overlap  as async, with the peers' --overlap: each trains its
 #           next task while its last update uploads (what that buys, in
 #           compute share and time)
@@ -36,6 +38,11 @@
 #   (peer i takes the i-th, cycling); WAN_SCALE, WAN_TIME_SCALE 1 (the
 #   profiles as they are; docs/wan.md); WAN_BSP_VERSIONS 20; WAN_H 20;
 #   WAN_CAP_S 300; WAN_OUT bench-wan (one folder per run);
+#   WAN_ASYNC_EXTRA (top-level JSON members, each with its trailing
+#   comma, added to the async configurations: '"lease_wait": 0,' runs
+#   them without the wait, as before 2026-12-06, best with
+#   WAN_ASYNC_UPV at half the peers); WAN_ASYNC_UPV (the async
+#   configurations' updates_per_version; default WAN_PEERS);
 #   WAN_RUN_FROM 1 (the first run number: 2 runs again only the second
 #   runs, beside the first ones kept in WAN_OUT);
 #   WAN_PLOT docs/results/wan-loss.png; WAN_TARGET (a loss: skips the
@@ -108,8 +115,8 @@ write_config() {
     sketch) comp='{"kind": "sketch", "ratio": 30}' outer="" ;;
     gaussk) comp='{"kind": "gaussk", "ratio": 100}' outer="" ;;
     async | async-overlap)
-      mode=async upv=$((npeers / 2)) outer="" extra='"dynamic_steps": true'
-      outer='"selsync": {"delta": 0.05, "h_min": 5},' ;;
+      mode=async upv=${WAN_ASYNC_UPV:-$npeers} outer="" extra='"dynamic_steps": true'
+      outer='"selsync": {"delta": 0.05, "h_min": 5},'" ${WAN_ASYNC_EXTRA:-}" ;;
   esac
   cat > "$f" <<JSON
 {

@@ -682,6 +682,11 @@ int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
  * first call for that task. 0 when the run does not wait, no peer is timed
  * yet, or the wait is over (coord_sched_wait_left). */
 double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_id);
+/* How many peers other than peer_id hold a lease whose update their pace
+ * says is due within horizon_s seconds from now (overdue by less than
+ * one of their own tasks), counting those whose pace is not measured yet:
+ * the updates a wait of that long may see arrive. */
+int64_t coord_speed_due(const coord_server *srv, int64_t peer_id, double horizon_s);
 
 /* ---- admin commands (admin.c) -------------------------------------------- */
 

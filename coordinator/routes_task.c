@@ -272,9 +272,11 @@ static int async_hold(coord_server *srv, int pending, int64_t *waiting, vl_error
  * one update from each of them then all start from the version that holds
  * their own last updates, so those arrive fresh, and a slow or vanished
  * peer holds the others up for at most lease_wait task times. A peer
- * does not wait when the updates waiting and the leases out (its own
- * counted once, as a lease or as an update) cannot complete the version:
- * with fewer peers than updates_per_version it would wait in vain.
+ * does not wait when the updates waiting and the leases out whose updates
+ * are due before the wait ends (coord_speed_due; its own counted once, as
+ * a lease or as an update) cannot complete the version: with fewer peers
+ * than updates_per_version, or the others far slower than it, it would
+ * wait in vain.
  * waiting: the stored updates not merged yet (async_hold's count). */
 static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, int64_t waiting,
                     vl_error *err) {
@@ -292,6 +294,11 @@ static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, int64
     int64_t leased = 0;
     if ((rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
         return rc;
+    /* Leases whose updates are not due before the wait ends (a slow link,
+     * a slow machine) would only make the quick peer sit idle. The peer's
+     * own lease, while its upload is on its way, is among the leases. */
+    int64_t due = coord_speed_due(srv, peer_id, left) + (uploading ? 1 : 0);
+    if (due < leased) leased = due;
     if (waiting + leased < srv->cfg.updates_per_version) return 0;
     coord_arm_wait_timer(srv, left);
     return 1;

@@ -133,3 +133,23 @@ double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_i
     }
     return coord_sched_wait_left(s->wait_since, now, srv->cfg.lease_wait, quickest_task(srv, now));
 }
+
+int64_t coord_speed_due(const coord_server *srv, int64_t peer_id, double horizon_s) {
+    double now = vl_clock_mono_s();
+    int64_t due = 0;
+    for (size_t i = 0; i < srv->n_speeds; i++) {
+        const coord_speed *s = &srv->speeds[i];
+        if (s->peer_id == peer_id || !(s->leased_at > 0)) continue;
+        /* A pace not measured yet may be any: such a lease counts. */
+        if (!(s->sec_per_step > 0)) {
+            due++;
+            continue;
+        }
+        double task = (double)s->steps * s->sec_per_step + s->overhead_s;
+        double at = s->leased_at + task;
+        /* Overdue by a whole task of its own, the peer is gone or far
+         * slower than it was: its update is not counted on. */
+        if (at <= now + horizon_s && at >= now - task) due++;
+    }
+    return due;
+}
