@@ -111,6 +111,11 @@ int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_updat
     return vl_fail(err, VL_EINVAL, "unknown compression method");
 }
 
+void peer_encode_drop(peer_trainer *t, int all) {
+    if (t->residual && all) memset(t->residual, 0, t->n_params * sizeof *t->residual);
+    t->sel_nnz = 0;
+}
+
 void peer_encode_unsent(peer_trainer *t) {
     if (!t->residual) return;
     for (size_t j = 0; j < t->sel_nnz; j++) t->residual[t->sel_idx[j]] += t->sel_val[j];

@@ -53,6 +53,36 @@ static int droppable_upload(const peer_response *rs) {
 }
 
 
+/* 1 when the coordinator turned the update down for what it holds (too
+ * large for the run's bound, not finite, an impossible loss): this
+ * update is lost, but the next task, trained from the run's model, may
+ * well be taken. */
+static int judged_upload(const peer_response *rs) {
+    return rs->status == 422 && (error_code_is(rs, "norm_exceeded") ||
+                                 error_code_is(rs, "non_finite") || error_code_is(rs, "bad_loss"));
+}
+
+/* After an upload refused for its content (L->judged, err saying why):
+ * VL_OK, so the peer goes on with its next task, until PEER_MAX_REFUSALS
+ * such refusals in a row, which end the run with PEER_EREFUSED: a peer
+ * whose every update is turned down is misconfigured or broken, and its
+ * volunteer should hear of it rather than lend a machine for nothing. */
+static int judged_go_on(loop *L, vl_error *err) {
+    L->judged = 0;
+    if (++L->judged_in_row >= PEER_MAX_REFUSALS) {
+        char last[sizeof err->msg];
+        memcpy(last, err->msg, sizeof last);
+        return vl_fail(err, PEER_EREFUSED,
+                       "giving up after %d updates in a row refused for what they held; the "
+                       "last: %.150s",
+                       L->judged_in_row, last);
+    }
+    vl_log_warn("%s; going on with the next task (%d of %d such refusals in a row end the run)",
+                err->msg, L->judged_in_row, PEER_MAX_REFUSALS);
+    memset(err, 0, sizeof *err);
+    return VL_OK;
+}
+
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[96];
     peer_ui_phase(0, "waiting for a task");
@@ -178,7 +208,9 @@ static int retry_recorded(loop *L, peer_pending *p, vl_error *err) {
                     p->kind == COMPRESS_TOPK ? "its entries are back in the residual"
                                              : "it leaves nothing to put back");
     if (run_finished(rs)) return STEP_FINISHED;
-    if (out == PEER_UPLOAD_NOT_TAKEN && !droppable_upload(rs))
+    /* One recorded update turned down for what it held is no reason to
+     * stop: the warning above said so. */
+    if (out == PEER_UPLOAD_NOT_TAKEN && !droppable_upload(rs) && !judged_upload(rs))
         return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
     return VL_OK;
 }
@@ -342,11 +374,17 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         return peer_refusal(err, "upload answered ambiguously", rs->status, rs->body.data,
                             rs->body.len);
     /* What the coordinator did not take goes back into the residual, to
-     * be sent with a later task. */
-    if (out == PEER_UPLOAD_NOT_TAKEN) peer_encode_unsent(&L->tr);
+     * be sent with a later task; unless it was turned down for what it
+     * holds, which would only be sent again, larger. */
+    L->judged = out == PEER_UPLOAD_NOT_TAKEN && judged_upload(rs);
+    if (L->judged)
+        peer_encode_drop(&L->tr, error_code_is(rs, "non_finite"));
+    else if (out == PEER_UPLOAD_NOT_TAKEN)
+        peer_encode_unsent(&L->tr);
     settle_record(L, out);
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
         L->answer_round = 1;
+        L->judged_in_row = 0;
         note_progress(L, k, res, 1);
         json_error_t je;
         json_t *o = json_loadb((const char *)rs->body.data, rs->body.len, 0, &je);
@@ -382,7 +420,12 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
                      -1, -1, said);
         return VL_OK;
     }
-    return peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
+    int rc = peer_refusal(err, "upload refused", rs->status, rs->body.data, rs->body.len);
+    if (L->judged) {
+        note_progress(L, k, res, 0);
+        task_summary(L, LOG_WARN, k, res, tm, "refused", -1, -1, err->msg);
+    }
+    return rc;
 }
 
 /* Waits for the update still uploading, if any, and judges its answer as
@@ -395,6 +438,7 @@ static int land(loop *L, vl_error *err) {
     int rc = peer_http_bg_wait(&L->bg, &rs, err);
     L->fly_times.upload += L->bg.seconds;
     if (!rc) rc = upload_answer(L, &L->fly_k, &L->fly_res, &L->fly_times, rs, err);
+    if (rc == PEER_EREFUSED && L->judged) rc = judged_go_on(L, err);
     if (rc == VL_OK) remember(L, &L->fly_k);
     return rc;
 }
@@ -525,6 +569,7 @@ static int one_task(loop *L, vl_error *err) {
             rc = VL_OK;
         }
     }
+    if (rc == PEER_EREFUSED && L->judged) rc = judged_go_on(L, err);
     if (rc == VL_OK && !L->flying) remember(L, &k);
     if (rc == VL_OK && !L->flying && L->answer_round) {
         if (k.method == PEER_METHOD_SKETCH && k.second_round > 0)

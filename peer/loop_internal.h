@@ -62,6 +62,10 @@ typedef struct loop {
      * training against the loop's wall time. */
     double train_s, t_start;
     peer_progress prog; /* DIR/progress.json, for `volley-peer status` */
+    /* The last upload was refused for what it held (422 norm_exceeded,
+     * non_finite, bad_loss), and how many in a row were. */
+    int judged;
+    int judged_in_row;
 } loop;
 
 /* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the

@@ -495,6 +495,10 @@ int peer_encode_update(peer_trainer *t, const peer_task *k, const compress_updat
 /* Puts the entries of the last sparse upload back into the residual, for
  * an upload the coordinator did not take. */
 void peer_encode_unsent(peer_trainer *t);
+/* Forgets the entries of the last sparse upload, which the coordinator
+ * turned down for what they held; with all, the whole residual too (an
+ * update that was not finite leaves the rest of its delta there). */
+void peer_encode_drop(peer_trainer *t, int all);
 
 /* ---- the commands ------------------------------------------------------ */
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A peer whose updates the coordinator turns down for what they hold
+# (422 norm_exceeded here; non_finite and bad_loss alike) goes on with its
+# next task, and stops only after 5 such refusals in a row.
+#
+# The run (async, top-k, robust.max_norm 1e-9 with on_excess "refuse")
+# refuses every update. Phase 1: `--max-tasks 3` ends cleanly after three
+# tasks, each update refused and logged as such (before, the first refusal
+# ended the peer). Phase 2: the same peer without a task limit gives up
+# after the fifth refusal in a row with exit status 3 and says why.
+# Nothing refused is stored, and no version is made.
+source "$(dirname "$0")/lib.sh"
+
+IT_MODE=async IT_LEASE_S=2 it_setup itjudged 5 1 \
+  '"robust": {"max_norm": 1e-9, "on_excess": "refuse"}, "compression": {"kind": "topk", "ratio": 20},'
+it_start_coordinator
+it_peer 1
+run() { "$PEER" run --dir peer1 --threads 1 --wait 5 --retries 20 "$@"; }
+
+# ---- phase 1
+run --max-tasks 3 2> peer1a.log || { tail -5 peer1a.log; fail "peer 1 stopped at a refused update"; }
+refused=$(grep -c "; going on with the next task" peer1a.log || true)
+[ "$refused" = 3 ] || { tail -8 peer1a.log; fail "phase 1: $refused refusals gone past, want 3"; }
+grep -q "done: 3 tasks" peer1a.log || fail "phase 1: the peer did not finish its 3 tasks"
+
+# ---- phase 2
+set +e
+run 2> peer1b.log
+status=$?
+set -e
+[ "$status" = 3 ] || { tail -5 peer1b.log; fail "phase 2: exit status $status, want 3"; }
+grep -q "giving up after 5 updates in a row refused for what they held; the last: upload refused: 422 norm_exceeded" peer1b.log \
+  || { tail -3 peer1b.log; fail "phase 2: the peer did not say why it stopped"; }
+[ "$(grep -c "; going on with the next task" peer1b.log)" = 4 ] || fail "phase 2: want 4 refusals gone past"
+
+[ "$(q 'SELECT count(*) FROM updates')" = 0 ] || fail "a refused update was stored"
+[ "$(q 'SELECT count(*) FROM versions')" = 1 ] || fail "a version was made from nothing"
+echo "judged: 3 refused updates gone past, then 5 in a row ended the peer (status 3); nothing stored"
