@@ -291,14 +291,16 @@ static int own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, int64
         if (rc != VL_OK) return rc;
         if (merged >= 0) return 0;
     }
+    /* Leases whose updates are not due before the wait ends (a slow link,
+     * a slow machine) would only make the quick peer sit idle. The peer's
+     * own lease, while its upload is on its way, is among the leases.
+     * The leases the database holds bound the count (the pace table may
+     * remember a lease given up); it is read only when it can matter. */
+    int64_t due = coord_speed_due(srv, peer_id, left) + (uploading ? 1 : 0);
+    if (waiting + due < srv->cfg.updates_per_version) return 0;
     int64_t leased = 0;
     if ((rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
         return rc;
-    /* Leases whose updates are not due before the wait ends (a slow link,
-     * a slow machine) would only make the quick peer sit idle. The peer's
-     * own lease, while its upload is on its way, is among the leases. */
-    int64_t due = coord_speed_due(srv, peer_id, left) + (uploading ? 1 : 0);
-    if (due < leased) leased = due;
     if (waiting + leased < srv->cfg.updates_per_version) return 0;
     coord_arm_wait_timer(srv, left);
     return 1;
