@@ -458,13 +458,109 @@ static int lease_owed(const coord_req *cr) {
 
 /* ---- the route -------------------------------------------------------------- */
 
+/* The rest of GET /v1/task, once its query is read and a lease it
+ * released is ended. */
+static void route_task_go(coord_req *cr, int64_t wait) {
+    coord_server *srv = cr->srv;
+    if (srv->draining) {
+        coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
+        return;
+    }
+    /* Requests parked before this one go first. A slot can free with no
+     * wake-up to hand it on (a lease reaching its deadline before the
+     * lease timer has run), and a request that looked for itself alone
+     * would take it from the oldest waiter. */
+    int behind = srv->waiters ? coord_wake_waiters(srv) : 0;
+    if (serve_task(cr, behind) != COORD_WAITING) return;
+    if (wait == 0) {
+        coord_reply(cr, 204, NULL, NULL);
+        return;
+    }
+    if (coord_waiter_add_turn(cr, wait, serve_task, lease_owed) != 0) {
+        coord_reply_oom(cr, "registering a waiter");
+    }
+}
+
+/* ?release=T: the peer is done with its lease T although no update of it
+ * was taken (the coordinator turned the update down for what it held),
+ * so the lease ends now rather than at its deadline, and the peer's next
+ * lease need not wait for it. Written by the writer; the request goes on
+ * once it is committed. */
+typedef struct release_job {
+    coord_job job;
+    coord_req cr;
+    int64_t task_id, wait, n;
+} release_job;
+
+static int release_run(storage *db, coord_job *job, vl_error *err) {
+    release_job *j = (release_job *)job;
+    return storage_task_release(db, j->task_id, j->cr.peer_id, &j->n, err);
+}
+
+static void release_done(coord_job *job, int rc, const vl_error *err) {
+    release_job *j = (release_job *)job;
+    coord_server *srv = j->cr.srv;
+    if (rc != VL_OK) {
+        coord_reply_internal(&j->cr, err);
+    } else {
+        if (j->n > 0) {
+            vl_log_info("peer %lld released task %lld; its data goes to the next tasks",
+                        (long long)j->cr.peer_id, (long long)j->task_id);
+            /* A sync slot is free, and the version may wait on it. */
+            coord_arm_lease_timer(srv);
+            coord_schedule_merge(srv);
+        }
+        route_task_go(&j->cr, j->wait);
+    }
+    free(j);
+}
+
+/* Checks ?release=T against the task's owner and starts its job; with
+ * nothing to release (the lease ended already, or its update is stored)
+ * the request goes on at once. */
+static void release_lease(coord_req *cr, int64_t task_id, int64_t wait) {
+    coord_server *srv = cr->srv;
+    storage_task t;
+    vl_error e = {0};
+    int rc = storage_task_get(srv->db, task_id, &t, &e);
+    if (rc == VL_ENOTFOUND) {
+        coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task_id);
+        return;
+    }
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    if (t.peer_id != cr->peer_id) {
+        coord_reply_error(cr, 403, "not_your_task", "task %lld is not leased to you",
+                          (long long)task_id);
+        return;
+    }
+    if (t.state != STORAGE_TASK_LEASED) {
+        route_task_go(cr, wait);
+        return;
+    }
+    release_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        coord_reply_oom(cr, "releasing a task");
+        return;
+    }
+    j->job.run = release_run;
+    j->job.done = release_done;
+    j->cr = *cr;
+    j->task_id = task_id;
+    j->wait = wait;
+    coord_writer_submit(srv->writer, &j->job);
+}
+
 void coord_route_task(coord_req *cr) {
     if (coord_authenticate(cr) != 0) return;
-    const char *const keys[] = {"wait", "uploading", NULL};
-    int64_t vals[2] = {0, 0};
+    const char *const keys[] = {"wait", "uploading", "release", NULL};
+    int64_t vals[3] = {0, 0, 0};
     unsigned present = 0;
-    if (coord_req_query(cr, keys, INT64_MAX, vals, &present,
-                        "wait is 0 to " VL_STR(COORD_MAX_WAIT_S) ", uploading a task id") != 0)
+    if (coord_req_query(
+            cr, keys, INT64_MAX, vals, &present,
+            "wait is 0 to " VL_STR(COORD_MAX_WAIT_S) ", uploading and release task ids") != 0)
         return;
     coord_server *srv = cr->srv;
     if (vals[0] > COORD_MAX_WAIT_S) {
@@ -479,22 +575,22 @@ void coord_route_task(coord_req *cr) {
                           "uploading is for async runs; this run is synchronous");
         return;
     }
+    if ((present & 4u) && vals[2] <= 0) {
+        coord_reply_error(cr, 400, "bad_request", "release is a task id, 1 or more");
+        return;
+    }
+    if ((present & 4u) && vals[2] == vals[1]) {
+        coord_reply_error(cr, 400, "bad_request", "a task cannot be released while it uploads");
+        return;
+    }
     cr->uploading = vals[1];
     if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    /* Requests parked before this one go first. A slot can free with no
-     * wake-up to hand it on (a lease reaching its deadline before the
-     * lease timer has run), and a request that looked for itself alone
-     * would take it from the oldest waiter. */
-    int behind = srv->waiters ? coord_wake_waiters(srv) : 0;
-    if (serve_task(cr, behind) != COORD_WAITING) return;
-    if (vals[0] == 0) {
-        coord_reply(cr, 204, NULL, NULL);
+    if (present & 4u) {
+        release_lease(cr, vals[2], vals[0]);
         return;
     }
-    if (coord_waiter_add_turn(cr, vals[0], serve_task, lease_owed) != 0) {
-        coord_reply_oom(cr, "registering a waiter");
-    }
+    route_task_go(cr, vals[0]);
 }

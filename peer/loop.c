@@ -87,15 +87,28 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[96];
     peer_ui_phase(0, "waiting for a task");
     /* While the last update uploads, the next lease is the one past it. */
+    int at = snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
     if (L->flying)
-        snprintf(target, sizeof target, "/v1/task?wait=%d&uploading=%lld", L->o->wait_s,
-                 (long long)L->fly_k.task_id);
-    else
-        snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
+        at += snprintf(target + at, sizeof target - (size_t)at, "&uploading=%lld",
+                       (long long)L->fly_k.task_id);
+    if (L->release)
+        snprintf(target + at, sizeof target - (size_t)at, "&release=%lld", (long long)L->release);
     peer_request rq = {
         .method = "GET", .target = target, .cap = JSON_CAP, .idle_s = L->o->wait_s + 30L};
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
+    /* The coordinator ended the released lease (or found it over). One
+     * it does not know as this peer's (a database restored from a
+     * backup) is not worth stopping for: the lease ends at its deadline. */
+    if (L->release && ((L->rs.status == 404 && error_code_is(&L->rs, "unknown_task")) ||
+                       (L->rs.status == 403 && error_code_is(&L->rs, "not_your_task")))) {
+        vl_log_warn("the coordinator did not release task %lld (%ld); its lease ends at its "
+                    "deadline",
+                    (long long)L->release, (long)L->rs.status);
+        L->release = 0;
+        return STEP_AGAIN;
+    }
+    if (L->rs.status == 200 || L->rs.status == 204) L->release = 0;
     if (L->rs.status == 204) return STEP_AGAIN;
     if (run_finished(&L->rs)) return STEP_FINISHED;
     if (L->rs.status != 200)
@@ -424,6 +437,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
     if (L->judged) {
         note_progress(L, k, res, 0);
         task_summary(L, LOG_WARN, k, res, tm, "refused", -1, -1, err->msg);
+        L->release = k->task_id;
     }
     return rc;
 }

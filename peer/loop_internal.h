@@ -66,6 +66,10 @@ typedef struct loop {
      * non_finite, bad_loss), and how many in a row were. */
     int judged;
     int judged_in_row;
+    /* The lease of a task whose update was refused that way: the next
+     * task request ends it (?release=), so the coordinator does not hold
+     * the peer until its deadline. 0: none. */
+    int64_t release;
 } loop;
 
 /* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the

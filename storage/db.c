@@ -85,6 +85,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_TASK_EXPIRE_OLD] = "UPDATE tasks SET state = 'expired' WHERE state = 'leased' AND"
                           " base_version < ?",
     [Q_TASK_SET_STATE] = "UPDATE tasks SET state = ? WHERE id = ?",
+    [Q_TASK_RELEASE] = "UPDATE tasks SET state = 'expired' WHERE id = ? AND peer_id = ? AND"
+                       " state = 'leased'",
     [Q_UPDATE_INSERT] = "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples,"
                         " local_steps, loss, nbytes, received_at, staleness)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -293,6 +293,13 @@ int storage_task_next_deadline(storage *st, int64_t base_version, int64_t now, i
 /* Marks every leased task whose deadline is at or before now as expired;
  * *n (may be NULL) receives how many. */
 int storage_task_expire(storage *st, int64_t now, int64_t *n, vl_error *err) VL_MUST_CHECK;
+/* Ends peer_id's lease of task id now, before its deadline, as if it had
+ * expired (its data goes to a later task): only while the task is leased
+ * to that peer, so an update stored meanwhile keeps it done. *n (may be
+ * NULL) receives 1 when it was released, 0 when there was nothing to
+ * release. */
+int storage_task_release(storage *st, int64_t id, int64_t peer_id, int64_t *n,
+                         vl_error *err) VL_MUST_CHECK;
 /* Sets the state of task id. VL_ENOTFOUND if there is no such task. */
 int storage_task_set_state(storage *st, int64_t id, storage_task_state state,
                            vl_error *err) VL_MUST_CHECK;

@@ -175,6 +175,16 @@ int storage_task_set_state(storage *st, int64_t id, storage_task_state state, vl
     return rc;
 }
 
+int storage_task_release(storage *st, int64_t id, int64_t peer_id, int64_t *n, vl_error *err) {
+    sqlite3_stmt *s = q_get(st, Q_TASK_RELEASE, err);
+    if (!s) return VL_EDB;
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, peer_id);
+    int rc = q_exec(st, s, "release a task", err);
+    if (rc == VL_OK && n) *n = q_changes(st);
+    return rc;
+}
+
 /* ---- updates ------------------------------------------------------------ */
 
 static int update_insert_steps(storage *st, const storage_update *u, int64_t *id, vl_error *err) {

@@ -316,6 +316,11 @@ void attack_general(ctx *c, const char *badtoken) {
      * an upload is on its way. */
     request(c, "GET", "/v1/task?wait=0&uploading=1", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("uploading in a sync run", &r, 400, "bad_request");
+    request(c, "GET", "/v1/task?wait=0&release=0", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect("release of task 0", &r, 400, "bad_request");
+    request(c, "GET", "/v1/task?wait=0&release=999999", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
+            &r);
+    expect("release of a task never leased", &r, 404, "unknown_task");
     request(c, "DELETE", "/v1/task", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("wrong method", &r, 405, "method_not_allowed");
     get(c, "unknown path", "/v1/nothing-here", 404, "not_found");

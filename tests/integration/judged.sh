@@ -8,20 +8,26 @@
 # tasks, each update refused and logged as such (before, the first refusal
 # ended the peer). Phase 2: the same peer without a task limit gives up
 # after the fifth refusal in a row with exit status 3 and says why.
-# Nothing refused is stored, and no version is made.
+# Nothing refused is stored, and no version is made. Leases last 10
+# minutes: the peer releases each refused task's lease with its next task
+# request (?release=), so it never waits one out; the peers run under a
+# timeout of 2 minutes, so a wait would fail the test.
 source "$(dirname "$0")/lib.sh"
 
-IT_MODE=async IT_LEASE_S=2 it_setup itjudged 5 1 \
+IT_MODE=async IT_LEASE_S=600 it_setup itjudged 5 1 \
   '"robust": {"max_norm": 1e-9, "on_excess": "refuse"}, "compression": {"kind": "topk", "ratio": 20},'
 it_start_coordinator
 it_peer 1
-run() { "$PEER" run --dir peer1 --threads 1 --wait 5 --retries 20 "$@"; }
+run() { timeout 120 "$PEER" run --dir peer1 --threads 1 --wait 5 --retries 20 "$@"; }
+released() { grep -c "released task" coordinator.log || true; }
 
 # ---- phase 1
 run --max-tasks 3 2> peer1a.log || { tail -5 peer1a.log; fail "peer 1 stopped at a refused update"; }
 refused=$(grep -c "; going on with the next task" peer1a.log || true)
 [ "$refused" = 3 ] || { tail -8 peer1a.log; fail "phase 1: $refused refusals gone past, want 3"; }
 grep -q "done: 3 tasks" peer1a.log || fail "phase 1: the peer did not finish its 3 tasks"
+# The third task's lease is still out: the peer stopped before asking again.
+[ "$(released)" = 2 ] || fail "phase 1: $(released) leases released, want 2"
 
 # ---- phase 2
 set +e
@@ -32,7 +38,10 @@ set -e
 grep -q "giving up after 5 updates in a row refused for what they held; the last: upload refused: 422 norm_exceeded" peer1b.log \
   || { tail -3 peer1b.log; fail "phase 2: the peer did not say why it stopped"; }
 [ "$(grep -c "; going on with the next task" peer1b.log)" = 4 ] || fail "phase 2: want 4 refusals gone past"
+[ "$(released)" = 6 ] || fail "phase 2: $(released) leases released in all, want 6"
+[ "$(q "SELECT count(*) FROM tasks WHERE state = 'expired'")" = 6 ] \
+  || fail "the released tasks are not freed: $(q 'SELECT group_concat(state) FROM tasks')"
 
 [ "$(q 'SELECT count(*) FROM updates')" = 0 ] || fail "a refused update was stored"
 [ "$(q 'SELECT count(*) FROM versions')" = 1 ] || fail "a version was made from nothing"
-echo "judged: 3 refused updates gone past, then 5 in a row ended the peer (status 3); nothing stored"
+echo "judged: 3 refused updates gone past, then 5 in a row ended the peer (status 3); each refused lease released, nothing stored"

@@ -242,7 +242,21 @@ static void test_tasks_and_slots(void **state) {
     assert_int_equal(storage_task_set_state(f->st, 999, STORAGE_TASK_DONE, &e), VL_ENOTFOUND);
     assert_int_equal(storage_task_count_done(f->st, 0, &n, &e), VL_OK);
     assert_int_equal(n, 2);
-    (void)t3;
+    /* A release ends only the releasing peer's lease, and only once;
+     * a done task (t3) stays done. */
+    int64_t t4 = add_task(f->st, p1, 0, 5000, STORAGE_TASK_LEASED);
+    assert_int_equal(storage_task_release(f->st, t4, p2, &n, &e), VL_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(storage_task_release(f->st, t4, p1, &n, &e), VL_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(storage_task_get(f->st, t4, &got, &e), VL_OK);
+    assert_int_equal(got.state, STORAGE_TASK_EXPIRED);
+    assert_int_equal(storage_task_release(f->st, t4, p1, &n, &e), VL_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(storage_task_release(f->st, t3, p2, &n, &e), VL_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(storage_task_get(f->st, t3, &got, &e), VL_OK);
+    assert_int_equal(got.state, STORAGE_TASK_DONE);
     /* A task for a version that does not exist violates its foreign key. */
     storage_task bad = t;
     bad.id = 0;
