@@ -684,8 +684,7 @@ int64_t coord_speed_steps(const coord_server *srv, const storage_task *t);
 double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_id);
 /* How many peers other than peer_id hold a lease whose update their pace
  * says is due within horizon_s seconds from now (overdue by less than
- * one of their own tasks), counting those whose pace is not measured yet
- * while their lease is younger than two of the quickest peer's tasks:
+ * one of their own tasks), counting those whose pace is not measured yet:
  * the updates a wait of that long may see arrive. */
 int64_t coord_speed_due(const coord_server *srv, int64_t peer_id, double horizon_s);
 

@@ -136,18 +136,13 @@ double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_i
 
 int64_t coord_speed_due(const coord_server *srv, int64_t peer_id, double horizon_s) {
     double now = vl_clock_mono_s();
-    double quick = quickest_task(srv, now);
     int64_t due = 0;
     for (size_t i = 0; i < srv->n_speeds; i++) {
         const coord_speed *s = &srv->speeds[i];
         if (s->peer_id == peer_id || !(s->leased_at > 0)) continue;
-        /* A pace not measured yet may be any: such a lease counts until
-         * it is older than two of the quickest peer's whole tasks (due
-         * after one, late by another). A first task over a slow link
-         * (the model's download, a long upload) would otherwise hold the
-         * quick peers' waits for as long as it takes. */
+        /* A pace not measured yet may be any: such a lease counts. */
         if (!(s->sec_per_step > 0)) {
-            if (!(quick > 0) || now - s->leased_at <= 2 * quick) due++;
+            due++;
             continue;
         }
         double task = (double)s->steps * s->sec_per_step + s->overhead_s;
