@@ -482,15 +482,24 @@ static void route_task_go(coord_req *cr, int64_t wait) {
 }
 
 /* ?release=T: the peer is done with its lease T although no update of it
- * was taken (the coordinator turned the update down for what it held),
- * so the lease ends now rather than at its deadline, and the peer's next
- * lease need not wait for it. Written by the writer; the request goes on
- * once it is committed. */
+ * was taken (the coordinator turned the update down for what it held, or
+ * the peer is stopping mid-task), so the lease ends now rather than at
+ * its deadline, and the peer's next lease (or another peer's) need not
+ * wait for it. Written by the writer; the request goes on once it is
+ * committed: to a new lease, or with next=0 (a peer leaving) to 204. */
 typedef struct release_job {
     coord_job job;
     coord_req cr;
     int64_t task_id, wait, n;
+    int next;
 } release_job;
+
+static void release_then(coord_req *cr, int64_t wait, int next) {
+    if (next)
+        route_task_go(cr, wait);
+    else
+        coord_reply(cr, 204, NULL, NULL);
+}
 
 static int release_run(storage *db, coord_job *job, vl_error *err) {
     release_job *j = (release_job *)job;
@@ -510,7 +519,7 @@ static void release_done(coord_job *job, int rc, const vl_error *err) {
             coord_arm_lease_timer(srv);
             coord_schedule_merge(srv);
         }
-        route_task_go(&j->cr, j->wait);
+        release_then(&j->cr, j->wait, j->next);
     }
     free(j);
 }
@@ -518,7 +527,7 @@ static void release_done(coord_job *job, int rc, const vl_error *err) {
 /* Checks ?release=T against the task's owner and starts its job; with
  * nothing to release (the lease ended already, or its update is stored)
  * the request goes on at once. */
-static void release_lease(coord_req *cr, int64_t task_id, int64_t wait) {
+static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next) {
     coord_server *srv = cr->srv;
     storage_task t;
     vl_error e = {0};
@@ -537,7 +546,7 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait) {
         return;
     }
     if (t.state != STORAGE_TASK_LEASED) {
-        route_task_go(cr, wait);
+        release_then(cr, wait, next);
         return;
     }
     release_job *j = calloc(1, sizeof *j);
@@ -550,18 +559,18 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait) {
     j->cr = *cr;
     j->task_id = task_id;
     j->wait = wait;
+    j->next = next;
     coord_writer_submit(srv->writer, &j->job);
 }
 
 void coord_route_task(coord_req *cr) {
     if (coord_authenticate(cr) != 0) return;
-    const char *const keys[] = {"wait", "uploading", "release", NULL};
-    int64_t vals[3] = {0, 0, 0};
+    const char *const keys[] = {"wait", "uploading", "release", "next", NULL};
+    int64_t vals[4] = {0, 0, 0, 1};
     unsigned present = 0;
-    if (coord_req_query(
-            cr, keys, INT64_MAX, vals, &present,
-            "wait is 0 to " VL_STR(COORD_MAX_WAIT_S) ", uploading and release task ids") != 0)
-        return;
+    static const char hint[] =
+        "wait is 0 to " VL_STR(COORD_MAX_WAIT_S) ", uploading and release task ids, next 0 or 1";
+    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, hint) != 0) return;
     coord_server *srv = cr->srv;
     if (vals[0] > COORD_MAX_WAIT_S) {
         coord_reply_error(cr, 400, "bad_request", "wait is 0 to " VL_STR(COORD_MAX_WAIT_S));
@@ -583,13 +592,22 @@ void coord_route_task(coord_req *cr) {
         coord_reply_error(cr, 400, "bad_request", "a task cannot be released while it uploads");
         return;
     }
+    if ((present & 8u) && vals[3] > 1) {
+        coord_reply_error(cr, 400, "bad_request", "next is 0 or 1");
+        return;
+    }
+    /* next=0 asks for no lease: only a release can give it meaning. */
+    if (vals[3] == 0 && !(present & 4u)) {
+        coord_reply_error(cr, 400, "bad_request", "next=0 goes with release");
+        return;
+    }
     cr->uploading = vals[1];
     if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
     if (present & 4u) {
-        release_lease(cr, vals[2], vals[0]);
+        release_lease(cr, vals[2], vals[0], (int)vals[3]);
         return;
     }
     route_task_go(cr, vals[0]);

@@ -353,7 +353,7 @@ static void pace(const peer_http *h, curl_off_t sent, curl_off_t received) {
 
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     peer_http *h = ud;
-    if (peer_stop_requested()) return 1;
+    if (peer_stop_requested() && !(h->rq && h->rq->once)) return 1;
     if (h->rq && (h->max_up > 0 || h->max_down > 0)) pace(h, un, dn);
     /* On a slow line a model or an update takes minutes: say how far it
      * got, so a volunteer can tell a slow transfer from a stuck one. */
@@ -597,6 +597,7 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
     if (!cc) cc = curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     if (!cc) cc = curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, rq->idle_s > 0 ? rq->idle_s : 60L);
     if (!cc) cc = curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)rq->cap);
+    if (!cc) cc = curl_easy_setopt(c, CURLOPT_TIMEOUT, rq->once ? 10L : 0L);
     if (cc) {
         curl_slist_free_all(hdrs);
         *local_rc = vl_fail(err, VL_ERR, "libcurl option failed: %s", curl_easy_strerror(cc));
@@ -671,7 +672,7 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
     int answered = 0;
     h->resume_at = 0;
     for (int n = 1;; n++) {
-        if (peer_stop_requested()) return vl_fail(err, PEER_ESTOPPED, "stopped");
+        if (peer_stop_requested() && !rq->once) return vl_fail(err, PEER_ESTOPPED, "stopped");
         int local_rc;
         double t0 = vl_clock_mono_s();
         CURLcode cc = attempt(h, rq, rs, &local_rc, err);
@@ -719,7 +720,7 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             peer_ui_reached(h->base);
             return VL_OK;
         }
-        if (n >= h->retry.max_attempts) {
+        if (n >= h->retry.max_attempts || rq->once) {
             h->resume_at = 0;
             if (reason[0] && !answered)
                 return vl_fail(err, PEER_ENETWORK,

@@ -104,6 +104,10 @@ typedef struct peer_request {
     /* 1: the transfer's progress shows on the terminal's status line
      * (peer_ui_transfer): an update's upload, a model's download. */
     int show_progress;
+    /* 1: one attempt of at most 10 s, sent even after a stop was asked
+     * for and not cut short by it: a stopping peer's last word to the
+     * coordinator (ending its lease). Never retried. */
+    int once;
 } peer_request;
 
 /* The final response. body is owned by the response (peer_response_free). */

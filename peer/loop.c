@@ -480,6 +480,7 @@ static int one_task(loop *L, vl_error *err) {
         if (peer_sleep(left < 1 ? 1 : left > 30 ? 30 : left)) return PEER_ESTOPPED;
         return STEP_AGAIN;
     }
+    L->holding = k.task_id;
     peer_ui_phase(k.task_id, "fetching the model");
     peer_ui_field tf[] = {
         PEER_UI_INT("task", k.task_id),    PEER_UI_INT("base_version", k.base_version),
@@ -569,6 +570,9 @@ static int one_task(loop *L, vl_error *err) {
     /* The last update's answer first: a refusal puts its entries back in
      * the residual, which this encoding then carries. */
     if ((rc = land(L, err))) return rc;
+    /* From here on the update is written ahead and sent: a stop leaves
+     * it for the next start to send, under the same lease. */
+    L->holding = 0;
     rc = upload(L, &k, &res, 0, err);
     if (L->tamper) {
         /* A hostile peer turned away tries its next move on the same task,
@@ -605,6 +609,28 @@ static void say_finished(const loop *L) {
 
 static int run_tasks(loop *L, vl_error *err);
 
+/* Leaving with a lease it will not finish (stopped mid-task, or its last
+ * update refused for what it held), the peer ends it, so its data go to
+ * another peer now and a sync version does not wait for its deadline.
+ * One try of at most 10 s: a coordinator out of reach lets the lease run
+ * to its deadline, as it would have anyway. */
+static void leave(loop *L, int64_t task_id) {
+    char target[96];
+    snprintf(target, sizeof target, "/v1/task?release=%lld&next=0", (long long)task_id);
+    peer_request rq = {.method = "GET", .target = target, .cap = JSON_CAP, .idle_s = 10, .once = 1};
+    vl_error e = {0};
+    int rc = peer_http_do(L->http, &rq, &L->rs, &e);
+    if (rc == VL_OK && L->rs.status == 204)
+        vl_log_info("task %lld released: its data go to another peer", (long long)task_id);
+    else if (rc == VL_OK)
+        vl_log_warn("task %lld not released (the coordinator answered %ld); its lease ends at "
+                    "its deadline",
+                    (long long)task_id, L->rs.status);
+    else
+        vl_log_warn("task %lld not released (%s); its lease ends at its deadline",
+                    (long long)task_id, e.msg);
+}
+
 /* The tasks, then the update still uploading: its answer may still end
  * the run with an error, or say the run has finished. */
 static int run_loop(loop *L, vl_error *err) {
@@ -620,6 +646,12 @@ static int run_loop(loop *L, vl_error *err) {
         } else if (lrc) {
             vl_log_warn("the last update's upload: %s", e.msg);
         }
+    }
+    /* Not after an error: the coordinator may be out of reach, and the
+     * peer's exit would wait on it. */
+    if (rc == VL_OK || rc == PEER_ESTOPPED || rc == PEER_EREFUSED) {
+        if (L->release) leave(L, L->release);
+        if (rc == PEER_ESTOPPED && L->holding && L->holding != L->release) leave(L, L->holding);
     }
     double wall = vl_clock_mono_s() - L->t_start;
     if (wall > 0 && L->train_s > 0)

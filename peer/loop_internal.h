@@ -70,6 +70,11 @@ typedef struct loop {
      * task request ends it (?release=), so the coordinator does not hold
      * the peer until its deadline. 0: none. */
     int64_t release;
+    /* The task in hand from its lease until its upload begins: a peer
+     * stopped meanwhile ends that lease (?release=T&next=0) rather than
+     * leave its data and, in a sync run, its version waiting for the
+     * deadline. 0: none. */
+    int64_t holding;
 } loop;
 
 /* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the

@@ -321,6 +321,14 @@ void attack_general(ctx *c, const char *badtoken) {
     request(c, "GET", "/v1/task?wait=0&release=999999", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("release of a task never leased", &r, 404, "unknown_task");
+    request(c, "GET", "/v1/task?wait=0&next=0", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
+    expect("no next lease, and nothing released", &r, 400, "bad_request");
+    request(c, "GET", "/v1/task?wait=0&release=1&next=2", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
+            &r);
+    expect("next other than 0 or 1", &r, 400, "bad_request");
+    request(c, "GET", "/v1/task?release=999999&next=0", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0,
+            &r);
+    expect("leaving, a task never leased", &r, 404, "unknown_task");
     request(c, "DELETE", "/v1/task", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("wrong method", &r, 405, "method_not_allowed");
     get(c, "unknown path", "/v1/nothing-here", 404, "not_found");

@@ -10,8 +10,10 @@
 # after the fifth refusal in a row with exit status 3 and says why.
 # Nothing refused is stored, and no version is made. Leases last 10
 # minutes: the peer releases each refused task's lease with its next task
-# request (?release=), so it never waits one out; the peers run under a
-# timeout of 2 minutes, so a wait would fail the test.
+# request (?release=), or, after its last task, with one asking for no
+# next lease (?release=T&next=0), so it never waits one out and leaves
+# none behind; the peers run under a timeout of 2 minutes, so a wait
+# would fail the test.
 source "$(dirname "$0")/lib.sh"
 
 IT_MODE=async IT_LEASE_S=600 it_setup itjudged 5 1 \
@@ -26,8 +28,10 @@ run --max-tasks 3 2> peer1a.log || { tail -5 peer1a.log; fail "peer 1 stopped at
 refused=$(grep -c "; going on with the next task" peer1a.log || true)
 [ "$refused" = 3 ] || { tail -8 peer1a.log; fail "phase 1: $refused refusals gone past, want 3"; }
 grep -q "done: 3 tasks" peer1a.log || fail "phase 1: the peer did not finish its 3 tasks"
-# The third task's lease is still out: the peer stopped before asking again.
-[ "$(released)" = 2 ] || fail "phase 1: $(released) leases released, want 2"
+# The third task's lease too, as the peer leaves.
+[ "$(released)" = 3 ] || fail "phase 1: $(released) leases released, want 3"
+grep -q "task [0-9]* released: its data go to another peer" peer1a.log \
+  || fail "phase 1: the peer did not release its last task as it left"
 
 # ---- phase 2
 set +e
@@ -38,8 +42,8 @@ set -e
 grep -q "giving up after 5 updates in a row refused for what they held; the last: upload refused: 422 norm_exceeded" peer1b.log \
   || { tail -3 peer1b.log; fail "phase 2: the peer did not say why it stopped"; }
 [ "$(grep -c "; going on with the next task" peer1b.log)" = 4 ] || fail "phase 2: want 4 refusals gone past"
-[ "$(released)" = 6 ] || fail "phase 2: $(released) leases released in all, want 6"
-[ "$(q "SELECT count(*) FROM tasks WHERE state = 'expired'")" = 6 ] \
+[ "$(released)" = 8 ] || fail "phase 2: $(released) leases released in all, want 8"
+[ "$(q "SELECT count(*) FROM tasks WHERE state = 'expired'")" = 8 ] \
   || fail "the released tasks are not freed: $(q 'SELECT group_concat(state) FROM tasks')"
 
 [ "$(q 'SELECT count(*) FROM updates')" = 0 ] || fail "a refused update was stored"
