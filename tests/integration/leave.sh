@@ -16,12 +16,7 @@ it_peer 2
 "$PEER" run --dir peer1 --threads 1 --wait 5 --retries 20 --step-delay 1000 2> peer1.log &
 P1=$!
 PIDS+=("$P1")
-for _ in $(seq 1 300); do
-  [ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 1")" = 1 ] && break
-  sleep 0.1
-done
-[ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 1")" = 1 ] \
-  || fail "peer 1 did not take a lease"
+it_wait_leased 1 600
 task=$(q "SELECT id FROM tasks WHERE state = 'leased' AND peer_id = 1")
 # Into its training (a step takes a second): the model and data are in.
 sleep 2

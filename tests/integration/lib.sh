@@ -148,6 +148,16 @@ it_wait_finished() {
   fail "$2"
 }
 
+# it_wait_leased PEER TRIES: waits up to TRIES twentieths of a second for
+# peer PEER to hold one lease, failing if it does not.
+it_wait_leased() {
+  for _ in $(seq 1 "$2"); do
+    [ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = $1")" = 1 ] && return 0
+    sleep 0.05
+  done
+  fail "peer $1 holds no lease"
+}
+
 # it_stop_peers: SIGTERM to every process in PIDS, each waited for.
 it_stop_peers() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done

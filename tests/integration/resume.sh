@@ -39,12 +39,7 @@ for _ in $(seq 1 300); do
 done
 [ "$(q 'SELECT count(*) FROM updates WHERE peer_id = 2')" -ge 2 ] \
   || fail "peer 2 did not upload two updates"
-for _ in $(seq 1 100); do
-  [ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 2")" = 1 ] && break
-  sleep 0.05
-done
-[ "$(q "SELECT count(*) FROM tasks WHERE state = 'leased' AND peer_id = 2")" = 1 ] \
-  || fail "peer 2 holds no lease"
+it_wait_leased 2 100
 kill -9 "${PIDS[2]}"
 wait "${PIDS[2]}" 2>/dev/null || true
 [ -s peer2/trainer.st ] || fail "peer 2 left no trainer state"
