@@ -18,17 +18,11 @@
 #include "common/common.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
+#include "tests/unit/test_util.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
 /* cmocka's assert_float_equal compares in float; these checks need double. */
-#define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
-
-static void assert_near_at(double a, double b, double tol, const char *what, int line) {
-    if (!(fabs(a - b) <= tol))
-        fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
-}
-
 static float *falloc(size_t n) {
     float *p = calloc(n ? n : 1, sizeof(float));
     assert_non_null(p);

@@ -1,13 +1,10 @@
 /*
- * Unit tests for the MLP classifier and the synthetic federated data: the
- * forward pass against a naive double-precision reference, every gradient
- * against central finite differences of that reference, the loss at
- * initialisation, overfitting a batch with plain SGD, reproducibility,
- * activation re-planning, evaluation in chunks; for the data, determinism
- * per sample index, label ranges, the Dirichlet sampler's moments, label
- * skew at small alpha and near-uniformity at large alpha, the balanced
- * validation set, refusal of bad configurations, and that an MLP can learn
- * the task.
+ * Unit tests for the MLP classifier: the forward pass against a naive
+ * double-precision reference, every gradient against central finite
+ * differences of that reference, the loss at initialisation, overfitting
+ * a batch with plain SGD, reproducibility, activation re-planning,
+ * evaluation in chunks. The synthetic federated data it trains on in the
+ * runs are tested in test_fed_synth.c.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -21,22 +18,8 @@
 
 #include "common/common.h"
 #include "model/model.h"
+#include "tests/unit/mlp_fixtures.h"
 #include "tests/unit/test_util.h"
-
-#define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
-
-static void assert_near_at(double a, double b, double tol, const char *what, int line) {
-    if (!(fabs(a - b) <= tol))
-        fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
-}
-
-static model_mlp *make(model_mlp_config c, uint64_t seed) {
-    model_mlp *m = NULL;
-    vl_error err = {0};
-    if (model_mlp_create(&c, &m, &err) != 0) fail_msg("create: %s", err.msg);
-    model_mlp_init_weights(m, seed);
-    return m;
-}
 
 /* The small odd shape the exact checks use: D 5, hidden {7, 3}, C 4. */
 static model_mlp_config small_config(void) {
@@ -150,7 +133,7 @@ static void test_config_validate(void **state) {
 static void test_tensor_table(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 1);
+    model_mlp *m = mlp_make(c, 1);
     const model_tensor *t;
     int n = model_mlp_tensors(m, &t);
     assert_int_equal(n, 6);
@@ -185,7 +168,7 @@ static void test_tensor_table(void **state) {
 static void test_forward_matches_reference(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 3);
+    model_mlp *m = mlp_make(c, 3);
     randomise(m, 4);
     int B = 3, C = c.n_classes;
     float *x = random_vec((size_t)B * c.in_dim, 5);
@@ -217,7 +200,7 @@ static void test_forward_matches_reference(void **state) {
 static void test_init_loss_is_uniform(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 20, .n_hidden = 2, .hidden = {64, 32}, .n_classes = 10};
-    model_mlp *m = make(c, 42);
+    model_mlp *m = mlp_make(c, 42);
     int B = 128;
     float *x = random_vec((size_t)B * c.in_dim, 7);
     int *y = malloc((size_t)B * sizeof *y);
@@ -239,7 +222,7 @@ static void test_init_loss_is_uniform(void **state) {
 static void test_gradient_finite_differences(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 11);
+    model_mlp *m = mlp_make(c, 11);
     randomise(m, 12);
     int B = 3;
     float *x = random_vec((size_t)B * c.in_dim, 13);
@@ -291,7 +274,7 @@ static void test_gradient_finite_differences(void **state) {
 static void test_gradient_accumulates(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 21);
+    model_mlp *m = mlp_make(c, 21);
     randomise(m, 22);
     float *x = random_vec(3 * 5, 23);
     int y[3] = {0, 3, 1};
@@ -323,7 +306,7 @@ static void test_gradient_accumulates(void **state) {
 static void test_layer_io(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 31);
+    model_mlp *m = mlp_make(c, 31);
     randomise(m, 32);
     enum { B = 6 };
     float *x = random_vec(B * 5, 33);
@@ -398,7 +381,7 @@ static void test_layer_io(void **state) {
 
 static void test_forward_errors(void **state) {
     (void)state;
-    model_mlp *m = make(small_config(), 1);
+    model_mlp *m = mlp_make(small_config(), 1);
     vl_error err = {0};
     float x[4 * 5] = {0}, loss;
     int y[4] = {0, 1, 2, 3};
@@ -429,13 +412,13 @@ static void test_forward_errors(void **state) {
 static void test_replanning(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 3);
+    model_mlp *m = mlp_make(c, 3);
     float *x = random_vec(64 * 5, 9);
     const int sizes[] = {2, 8, 3, 64, 1};
     for (int s = 0; s < 5; s++) {
         int B = sizes[s];
         OK(model_mlp_forward(m, x, NULL, B, NULL, &e_));
-        model_mlp *f = make(c, 3);
+        model_mlp *f = mlp_make(c, 3);
         OK(model_mlp_forward(f, x, NULL, B, NULL, &e_));
         assert_memory_equal(model_mlp_logits(m), model_mlp_logits(f),
                             (size_t)B * 4 * sizeof(float));
@@ -447,16 +430,10 @@ static void test_replanning(void **state) {
 
 /* ---- training ------------------------------------------------------------- */
 
-static void sgd_step(model_mlp *m, float lr) {
-    float *p = model_mlp_params(m);
-    const float *g = model_mlp_grads(m);
-    for (size_t i = 0; i < model_mlp_num_params(m); i++) p[i] -= lr * g[i];
-}
-
 static void test_overfit_one_batch(void **state) {
     (void)state;
     model_mlp_config c = {.in_dim = 8, .n_hidden = 1, .hidden = {32}, .n_classes = 5};
-    model_mlp *m = make(c, 1);
+    model_mlp *m = mlp_make(c, 1);
     int B = 16;
     float *x = random_vec((size_t)B * c.in_dim, 31);
     int y[16];
@@ -467,7 +444,7 @@ static void test_overfit_one_batch(void **state) {
         OK(model_mlp_forward(m, x, y, B, &loss, &e_));
         if (step == 0) first = loss;
         OK(model_mlp_backward(m, &e_));
-        sgd_step(m, 0.5f);
+        mlp_sgd_step(m, 0.5f);
     }
     OK(model_mlp_forward(m, x, y, B, &loss, &e_));
     if (!(loss < 0.05f)) fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
@@ -481,7 +458,7 @@ static void test_overfit_one_batch(void **state) {
 /* Same seed, same data: bitwise-identical parameters and losses. */
 static float *train_run(float *losses, int steps, size_t *n_out) {
     model_mlp_config c = {.in_dim = 6, .n_hidden = 3, .hidden = {16, 9, 5}, .n_classes = 3};
-    model_mlp *m = make(c, 2024);
+    model_mlp *m = mlp_make(c, 2024);
     float *x = random_vec(10 * 6, 77);
     int y[10];
     random_labels(y, 10, 3, 78);
@@ -489,7 +466,7 @@ static float *train_run(float *losses, int steps, size_t *n_out) {
         model_mlp_zero_grad(m);
         OK(model_mlp_forward(m, x, y, 10, &losses[s], &e_));
         OK(model_mlp_backward(m, &e_));
-        sgd_step(m, 0.1f);
+        mlp_sgd_step(m, 0.1f);
     }
     *n_out = model_mlp_num_params(m);
     float *p = malloc(*n_out * sizeof(float));
@@ -503,7 +480,7 @@ static float *train_run(float *losses, int steps, size_t *n_out) {
 static void test_deterministic(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *a = make(c, 7), *b = make(c, 7), *d = make(c, 8);
+    model_mlp *a = mlp_make(c, 7), *b = mlp_make(c, 7), *d = mlp_make(c, 8);
     size_t n = model_mlp_num_params(a);
     assert_memory_equal(model_mlp_params(a), model_mlp_params(b), n * sizeof(float));
     assert_memory_not_equal(model_mlp_params(a), model_mlp_params(d), n * sizeof(float));
@@ -524,7 +501,7 @@ static void test_deterministic(void **state) {
 static void test_evaluate(void **state) {
     (void)state;
     model_mlp_config c = small_config();
-    model_mlp *m = make(c, 5);
+    model_mlp *m = mlp_make(c, 5);
     randomise(m, 6);
     int n = 601;
     float *x = random_vec((size_t)n * 5, 7);
@@ -559,244 +536,6 @@ static void test_evaluate(void **state) {
     model_mlp_destroy(m);
 }
 
-/* ---- federated data -------------------------------------------------------- */
-
-static void expect_bad_fed(model_fed_synth_config c, const char *needle) {
-    vl_error err = {0};
-    float x[64];
-    int y[2];
-    double p[64];
-    assert_int_equal(model_fed_synth_config_validate(&c, &err), VL_EINVAL);
-    if (strstr(err.msg, needle) == NULL)
-        fail_msg("message \"%s\" does not name \"%s\"", err.msg, needle);
-    assert_int_equal(model_fed_synth_peer(&c, 0, 0, 1, x, y, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_validation(&c, 0, 1, x, y, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_label_dist(&c, 0, p, &err), VL_EINVAL);
-}
-
-static void test_fed_config(void **state) {
-    (void)state;
-    model_fed_synth_config d = model_fed_synth_config_default();
-    OK(model_fed_synth_config_validate(&d, &e_));
-    model_fed_synth_config bad[12];
-    const char *field[12] = {"dim",   "n_classes",  "modes",      "modes", "alpha", "alpha",
-                             "alpha", "separation", "separation", "noise", "noise", "limit"};
-    for (int i = 0; i < 12; i++) bad[i] = d;
-    bad[0].dim = 0, bad[1].n_classes = 1, bad[2].modes = 0;
-    bad[3].modes = MODEL_FED_MAX_MODES + 1, bad[4].alpha = 0.0f, bad[5].alpha = NAN;
-    bad[6].alpha = 1e7f, bad[7].separation = 0.0f, bad[8].separation = INFINITY;
-    bad[9].noise = -1.0f, bad[10].noise = NAN;
-    bad[11].dim = 1 << 16, bad[11].n_classes = 1 << 12; /* 2^28 centre floats */
-    for (int i = 0; i < 12; i++) expect_bad_fed(bad[i], field[i]);
-
-    vl_error err = {0};
-    float x[32];
-    int y[1];
-    double p[10];
-    assert_int_equal(model_fed_synth_config_validate(NULL, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_peer(&d, -1, 0, 1, x, y, &err), VL_EINVAL);
-    assert_non_null(strstr(err.msg, "peer"));
-    assert_int_equal(model_fed_synth_label_dist(&d, 0, NULL, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_label_dist(&d, MODEL_FED_MAX_PEER + 1, p, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_peer(&d, 0, 0, 0, x, y, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_peer(&d, 0, 0, 1, NULL, y, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_peer(&d, 0, 0, 1, x, NULL, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_peer(&d, 0, UINT64_MAX, 1, x, y, &err), VL_EINVAL);
-    assert_non_null(strstr(err.msg, "range"));
-    assert_int_equal(model_fed_synth_validation(&d, (uint64_t)1 << 62, 1, x, y, &err), VL_EINVAL);
-    assert_int_equal(model_fed_synth_validation(&d, 0, -3, x, y, &err), VL_EINVAL);
-}
-
-static void test_fed_deterministic(void **state) {
-    (void)state;
-    model_fed_synth_config c = model_fed_synth_config_default();
-    c.dim = 7, c.n_classes = 5, c.modes = 3;
-    int n = 100, D = 7;
-    float *x1 = malloc((size_t)n * D * sizeof(float)), *x2 = malloc((size_t)n * D * sizeof(float));
-    int y1[100], y2[100];
-    assert_non_null(x1);
-    assert_non_null(x2);
-    OK(model_fed_synth_peer(&c, 3, 1000, n, x1, y1, &e_));
-    OK(model_fed_synth_peer(&c, 3, 1000, n, x2, y2, &e_));
-    assert_memory_equal(x1, x2, (size_t)n * D * sizeof(float));
-    assert_memory_equal(y1, y2, sizeof y1);
-    /* Sample i depends only on (seed, peer, i): two pieces make the whole. */
-    OK(model_fed_synth_peer(&c, 3, 1000, 37, x2, y2, &e_));
-    OK(model_fed_synth_peer(&c, 3, 1037, n - 37, x2 + 37 * D, y2 + 37, &e_));
-    assert_memory_equal(x1, x2, (size_t)n * D * sizeof(float));
-    assert_memory_equal(y1, y2, sizeof y1);
-    for (int i = 0; i < n; i++) assert_true(y1[i] >= 0 && y1[i] < 5);
-    /* Another peer, another seed, the validation stream: all different. */
-    OK(model_fed_synth_peer(&c, 4, 1000, n, x2, y2, &e_));
-    assert_memory_not_equal(x1, x2, (size_t)n * D * sizeof(float));
-    OK(model_fed_synth_validation(&c, 1000, n, x2, y2, &e_));
-    assert_memory_not_equal(x1, x2, (size_t)n * D * sizeof(float));
-    model_fed_synth_config c2 = c;
-    c2.seed = 2;
-    OK(model_fed_synth_peer(&c2, 3, 1000, n, x2, y2, &e_));
-    assert_memory_not_equal(x1, x2, (size_t)n * D * sizeof(float));
-    /* The validation stream is index-addressable too. */
-    OK(model_fed_synth_validation(&c, 0, n, x1, y1, &e_));
-    OK(model_fed_synth_validation(&c, 50, n - 50, x2, y2, &e_));
-    assert_memory_equal(x1 + 50 * D, x2, (size_t)(n - 50) * D * sizeof(float));
-    assert_memory_equal(y1 + 50, y2, (size_t)(n - 50) * sizeof(int));
-    free(x1);
-    free(x2);
-}
-
-/* Dirichlet(alpha) on C classes has E[p_k] = 1/C and
- * Var[p_k] = (1/C)(1 - 1/C)/(C alpha + 1); checks both Gamma branches
- * (alpha < 1 with the boost, alpha >= 1 direct) over many peers. */
-static void test_fed_dirichlet_moments(void **state) {
-    (void)state;
-    const float alphas[] = {0.3f, 2.5f};
-    for (int a = 0; a < 2; a++) {
-        model_fed_synth_config c = model_fed_synth_config_default();
-        c.n_classes = 4, c.alpha = alphas[a];
-        int peers = 20000;
-        double s = 0, ss = 0;
-        for (int p = 0; p < peers; p++) {
-            double pi[4];
-            OK(model_fed_synth_label_dist(&c, p, pi, &e_));
-            assert_near(pi[0] + pi[1] + pi[2] + pi[3], 1.0, 1e-12);
-            for (int k = 0; k < 4; k++) {
-                s += pi[k];
-                ss += pi[k] * pi[k];
-            }
-        }
-        double n = 4.0 * peers, mean = s / n, var = ss / n - mean * mean;
-        double want = 0.25 * 0.75 / (4.0 * alphas[a] + 1.0);
-        assert_near(mean, 0.25, 1e-9); /* rows sum to 1 */
-        /* Over 20000 peers the sample variance has a standard error of
-         * about 1 %; 5 % still fails a sampler with the wrong shape (a
-         * missing alpha < 1 boost is off by a factor of 3). */
-        assert_near(var, want, 0.05 * want);
-    }
-    /* A tiny alpha cannot underflow to an all-zero vector. */
-    model_fed_synth_config c = model_fed_synth_config_default();
-    c.alpha = MODEL_FED_MIN_ALPHA;
-    double pi[10], sum = 0;
-    OK(model_fed_synth_label_dist(&c, 9, pi, &e_));
-    for (int k = 0; k < 10; k++) {
-        assert_true(isfinite(pi[k]) && pi[k] >= 0);
-        sum += pi[k];
-    }
-    assert_near(sum, 1.0, 1e-12);
-}
-
-/* Per-peer label histograms: share of the most common class, and which
- * class it is. */
-static void histograms(const model_fed_synth_config *c, int peers, int n, double *max_share,
-                       int *dominant) {
-    float *x = malloc((size_t)n * c->dim * sizeof(float));
-    int *y = malloc((size_t)n * sizeof(int));
-    int *h = calloc((size_t)c->n_classes, sizeof(int));
-    double *pi = malloc((size_t)c->n_classes * sizeof(double));
-    assert_true(x && y && h && pi);
-    for (int p = 0; p < peers; p++) {
-        OK(model_fed_synth_peer(c, p, 0, n, x, y, &e_));
-        OK(model_fed_synth_label_dist(c, p, pi, &e_));
-        memset(h, 0, (size_t)c->n_classes * sizeof(int));
-        for (int i = 0; i < n; i++) {
-            assert_true(y[i] >= 0 && y[i] < c->n_classes);
-            h[y[i]]++;
-        }
-        int best = 0;
-        for (int k = 0; k < c->n_classes; k++) {
-            /* The histogram follows the peer's distribution (binomial std
-             * <= 0.5/sqrt(n) ~ 0.011; 0.05 is > 4 of those). */
-            assert_near((double)h[k] / n, pi[k], 0.05);
-            best = h[k] > h[best] ? k : best;
-        }
-        max_share[p] = (double)h[best] / n;
-        dominant[p] = best;
-    }
-    free(x), free(y), free(h), free(pi);
-}
-
-static void test_fed_label_skew(void **state) {
-    (void)state;
-    enum { PEERS = 20, N = 2000 };
-    double share[PEERS];
-    int dom[PEERS];
-    model_fed_synth_config c = model_fed_synth_config_default();
-    c.dim = 4, c.n_classes = 10;
-
-    c.alpha = 0.1f;
-    histograms(&c, PEERS, N, share, dom);
-    int skewed = 0, seen[10] = {0}, distinct = 0;
-    for (int p = 0; p < PEERS; p++) {
-        skewed += share[p] > 0.5;
-        distinct += !seen[dom[p]];
-        seen[dom[p]] = 1;
-    }
-    /* Dirichlet(0.1 x 10): P(largest share > 1/2) is about 2/3. */
-    if (skewed < PEERS / 2)
-        fail_msg("alpha 0.1: only %d of %d peers have a class over 50 %%", skewed, PEERS);
-    if (distinct < 5)
-        fail_msg("alpha 0.1: the peers' dominant classes cover only %d classes", distinct);
-
-    c.alpha = 100.0f;
-    histograms(&c, PEERS, N, share, dom);
-    for (int p = 0; p < PEERS; p++)
-        if (!(share[p] < 2.0 / c.n_classes))
-            fail_msg("alpha 100: peer %d has a class at %.3f", p, share[p]);
-}
-
-static void test_fed_validation_balanced(void **state) {
-    (void)state;
-    model_fed_synth_config c = model_fed_synth_config_default();
-    c.alpha = 0.05f; /* irrelevant to the validation set */
-    int n = 1003, C = c.n_classes;
-    float *x = malloc((size_t)n * c.dim * sizeof(float));
-    int *y = malloc((size_t)n * sizeof(int));
-    assert_true(x && y);
-    OK(model_fed_synth_validation(&c, 17, n, x, y, &e_));
-    int h[10] = {0};
-    for (int i = 0; i < n; i++) {
-        assert_true(y[i] >= 0 && y[i] < C);
-        h[y[i]]++;
-    }
-    for (int k = 0; k < C; k++)
-        if (h[k] < n / C || h[k] > n / C + 1)
-            fail_msg("validation class %d has %d of %d samples", k, h[k], n);
-    free(x);
-    free(y);
-}
-
-/* An MLP trained on near-IID peer data reaches high accuracy on the
- * validation set, so the generator produces a learnable task whose classes
- * are the same for peers and validation (mislabelled validation data would
- * score about 1/C). Three modes per class, 12 centres in 4 dimensions, so
- * the boundary is not linear. */
-static void test_fed_learnable(void **state) {
-    (void)state;
-    model_fed_synth_config fc = model_fed_synth_config_default();
-    fc.dim = 4, fc.n_classes = 4, fc.modes = 3, fc.alpha = 100.0f, fc.noise = 0.3f;
-    model_mlp_config c = {.in_dim = 4, .n_hidden = 1, .hidden = {32}, .n_classes = 4};
-    model_mlp *m = make(c, 3);
-    int B = 32, steps = 600, nv = 1000;
-    float *x = malloc((size_t)B * 4 * sizeof(float)), *xv = malloc((size_t)nv * 4 * sizeof(float));
-    int y[32], *yv = malloc((size_t)nv * sizeof(int));
-    assert_true(x && xv && yv);
-    for (int s = 0; s < steps; s++) {
-        OK(model_fed_synth_peer(&fc, 0, (uint64_t)s * B, B, x, y, &e_));
-        float loss;
-        model_mlp_zero_grad(m);
-        OK(model_mlp_forward(m, x, y, B, &loss, &e_));
-        OK(model_mlp_backward(m, &e_));
-        sgd_step(m, 0.2f);
-    }
-    OK(model_fed_synth_validation(&fc, 0, nv, xv, yv, &e_));
-    double loss, acc;
-    OK(model_mlp_evaluate(m, xv, yv, nv, &loss, &acc, &e_));
-    /* 0.966 here; the overlap of the noisy modes keeps it below 1. */
-    if (!(acc > 0.9))
-        fail_msg("validation accuracy %.3f (loss %.3f) after %d steps", acc, loss, steps);
-    free(x), free(xv), free(yv);
-    model_mlp_destroy(m);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_validate),
@@ -811,12 +550,6 @@ int main(void) {
         cmocka_unit_test(test_overfit_one_batch),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_evaluate),
-        cmocka_unit_test(test_fed_config),
-        cmocka_unit_test(test_fed_deterministic),
-        cmocka_unit_test(test_fed_dirichlet_moments),
-        cmocka_unit_test(test_fed_label_skew),
-        cmocka_unit_test(test_fed_validation_balanced),
-        cmocka_unit_test(test_fed_learnable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,14 +32,6 @@ static void refused(const char *text, const char *needle) {
 #include "model/model.h"
 #include "test_util.h"
 
-static model_mlp *make(model_mlp_config c, uint64_t seed) {
-    model_mlp *m = NULL;
-    vl_error err = {0};
-    if (model_mlp_create(&c, &m, &err) != 0) fail_msg("create: %s", err.msg);
-    model_mlp_init_weights(m, seed);
-    return m;
-}
-
 static int config_equal(const model_mlp_config *a, const model_mlp_config *b) {
     return model_mlp_config_equal(a, b);
 }
@@ -192,7 +184,7 @@ static void test_config_num_params(void **state) {
     /* By hand: (784*128 + 128) + (128*10 + 10). */
     assert_int_equal(model_mlp_config_num_params(&cases[2]), 101770);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        model_mlp *m = make(cases[i], 1);
+        model_mlp *m = mlp_make(cases[i], 1);
         assert_int_equal(model_mlp_config_num_params(&cases[i]), model_mlp_num_params(m));
         /* And the tensor table covers exactly that many floats. */
         const model_tensor *t;
@@ -223,7 +215,7 @@ static void test_safetensors_round_trip(void **state) {
     const model_mlp_config cfgs[] = {
         SMALL, {.in_dim = 784, .n_hidden = 1, .hidden = {64}, .n_classes = 10}};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
-        model_mlp *a = make(cfgs[c], 3);
+        model_mlp *a = mlp_make(cfgs[c], 3);
         randomise(a, 11 + c);
         /* A value float16 could not hold exactly: the file must be F32. */
         model_mlp_params(a)[0] = 1.0f + 0x1p-20f;
@@ -259,7 +251,7 @@ static void test_safetensors_round_trip(void **state) {
         OK(model_mlp_config_parse(js, strlen(js), &back, &e_));
         assert_true(config_equal(&back, &cfgs[c]));
 
-        model_mlp *fresh = make(back, 99);
+        model_mlp *fresh = mlp_make(back, 99);
         OK(model_mlp_load_safetensors(fresh, &f, &e_));
         assert_memory_equal(model_mlp_params(fresh), model_mlp_params(a),
                             model_mlp_num_params(a) * sizeof(float));
@@ -333,7 +325,7 @@ static void write_faulty(model_mlp *m, const file_fault *f, vl_buf *b) {
 /* Loads a faulty file into a model holding other values: the load must
  * fail with want, name needle, and change nothing. */
 static void load_refused(const file_fault *f, int want, const char *needle) {
-    model_mlp *src = make(SMALL, 1), *dst = make(SMALL, 2);
+    model_mlp *src = mlp_make(SMALL, 1), *dst = mlp_make(SMALL, 2);
     randomise(src, 5);
     randomise(dst, 6);
     size_t n = model_mlp_num_params(dst);
@@ -390,7 +382,7 @@ static void test_load_refusals(void **state) {
      * already differs. */
     model_mlp_config other = SMALL;
     other.hidden[0] = 8;
-    model_mlp *src = make(other, 1), *dst = make(SMALL, 2);
+    model_mlp *src = mlp_make(other, 1), *dst = mlp_make(SMALL, 2);
     vl_buf b;
     vl_buf_init(&b, 0);
     write_faulty(src, &none, &b);
@@ -409,7 +401,7 @@ static void test_load_refusals(void **state) {
 /* float16 tensors are accepted, widened exactly. */
 static void test_load_f16(void **state) {
     (void)state;
-    model_mlp *src = make(SMALL, 1), *dst = make(SMALL, 2);
+    model_mlp *src = mlp_make(SMALL, 1), *dst = mlp_make(SMALL, 2);
     randomise(src, 8);
     file_fault f = {.as_f16 = "fc.0.weight", .nan_at = -1, .inf_at = -1};
     vl_buf b;
@@ -438,7 +430,7 @@ static void test_load_f16(void **state) {
 
 static void test_adamw_matches_reference(void **state) {
     (void)state;
-    model_mlp *m = make(SMALL, 4);
+    model_mlp *m = mlp_make(SMALL, 4);
     randomise(m, 21);
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
@@ -520,7 +512,7 @@ static void test_adamw_matches_reference(void **state) {
 
 static void test_adamw_refusals(void **state) {
     (void)state;
-    model_mlp *m = make(SMALL, 4);
+    model_mlp *m = mlp_make(SMALL, 4);
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
     size_t n = model_mlp_num_params(m);
@@ -645,7 +637,7 @@ static void test_conv_tensors(void **state) {
     } want[] = {{"conv.0.weight", 16, 25}, {"conv.0.bias", 16, 0},     {"conv.1.weight", 32, 400},
                 {"conv.1.bias", 32, 0},    {"fc.0.weight", 1568, 128}, {"fc.0.bias", 128, 0},
                 {"fc.1.weight", 128, 10},  {"fc.1.bias", 10, 0}};
-    model_mlp *m = make(FASHION_CNN, 1);
+    model_mlp *m = mlp_make(FASHION_CNN, 1);
     const model_tensor *t;
     int nt = model_mlp_tensors(m, &t);
     assert_int_equal(nt, 8);
@@ -661,14 +653,14 @@ static void test_conv_tensors(void **state) {
     assert_int_equal(off, model_mlp_num_params(m));
     assert_int_equal(off, model_mlp_config_num_params(&FASHION_CNN));
     model_mlp_destroy(m);
-    m = make(SMALL_CNN, 1);
+    m = mlp_make(SMALL_CNN, 1);
     assert_int_equal(model_mlp_num_params(m), model_mlp_config_num_params(&SMALL_CNN));
     model_mlp_destroy(m);
 }
 
 static void test_conv_safetensors_round_trip(void **state) {
     (void)state;
-    model_mlp *a = make(SMALL_CNN, 3);
+    model_mlp *a = mlp_make(SMALL_CNN, 3);
     randomise(a, 17);
     st_writer w;
     st_writer_init(&w);
@@ -695,12 +687,12 @@ static void test_conv_safetensors_round_trip(void **state) {
     model_mlp_config back;
     OK(model_mlp_config_parse(js, strlen(js), &back, &e_));
     assert_true(config_equal(&back, &SMALL_CNN));
-    model_mlp *fresh = make(back, 99);
+    model_mlp *fresh = mlp_make(back, 99);
     OK(model_mlp_load_safetensors(fresh, &f, &e_));
     assert_memory_equal(model_mlp_params(fresh), model_mlp_params(a),
                         model_mlp_num_params(a) * sizeof(float));
     /* A plain MLP's model cannot take the CNN's file. */
-    model_mlp *plain = make(SMALL, 1);
+    model_mlp *plain = mlp_make(SMALL, 1);
     vl_error e = {0};
     assert_int_not_equal(model_mlp_load_safetensors(plain, &f, &e), 0);
     st_free(&f);

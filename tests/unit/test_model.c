@@ -18,13 +18,6 @@
 #include "common/common.h"
 #include "model/model.h"
 
-#define assert_near(a, b, tol) assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
-
-static void assert_near_at(double a, double b, double tol, const char *what, int line) {
-    if (!(fabs(a - b) <= tol))
-        fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
-}
-
 static model_gpt *make(model_gpt_config c, uint64_t seed) {
     model_gpt *m = NULL;
     vl_error err = {0};
@@ -465,15 +458,15 @@ static void test_linear_hook_matches_gradients(void **state) {
         assert_int_equal(tb->numel, h.out[c]);
         double biggest = 0;
         for (size_t j = 0; j < tw->numel; j++) {
-            assert_near_at(g[tw->offset + j], h.dw[c][j], 1e-5 * h.dw_abs[c][j] + 1e-12, want,
-                           __LINE__);
+            test_assert_near_at(g[tw->offset + j], h.dw[c][j], 1e-5 * h.dw_abs[c][j] + 1e-12, want,
+                                __LINE__);
             biggest = fmax(biggest, fabs(h.dw[c][j]));
         }
         if (!(biggest > 1e-6))
             fail_msg("%s: the hook's x^T dy is all but zero (%.3g)", want, biggest);
         for (size_t j = 0; j < tb->numel; j++)
-            assert_near_at(g[tb->offset + j], h.db[c][j], 1e-5 * fabs(h.db[c][j]) + 1e-7, bias,
-                           __LINE__);
+            test_assert_near_at(g[tb->offset + j], h.db[c][j], 1e-5 * fabs(h.db[c][j]) + 1e-7, bias,
+                                __LINE__);
     }
     free(g);
     hook_rec_free(&h);

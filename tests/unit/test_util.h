@@ -21,6 +21,16 @@
         if (rc_ != 0) fail_msg("%s failed (%d): %s", #call, rc_, e_.msg); \
     } while (0)
 
+/* Fails the test, naming the expression and the line, unless a is within
+ * tol of b (NaN never is). */
+#define assert_near(a, b, tol) \
+    test_assert_near_at((double)(a), (double)(b), (double)(tol), #a, __LINE__)
+
+static inline void test_assert_near_at(double a, double b, double tol, const char *what, int line) {
+    if (!(fabs(a - b) <= tol))
+        fail_msg("line %d: %s = %.9g, expected %.9g (tolerance %.3g)", line, what, a, b, tol);
+}
+
 /* d standard-normal floats from seed, on the heap (caller frees). */
 /* max |g - c| / max |c| (absolute when c is all zeros), NaN-proof: how far
  * a device result is from its CPU reference, on the scale of the
