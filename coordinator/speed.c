@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/robust.h"
 #include "coordinator/scheduler.h"
 
 /* Peers timed at once; beyond it the one seen longest ago is forgotten. */
@@ -44,18 +45,46 @@ static coord_speed *find_or_add(coord_server *srv, int64_t peer_id, double now) 
     return s;
 }
 
-/* The quickest recent peer's whole task of h_max steps, in seconds: the
- * pace the others' steps are scaled to; 0 when none is timed. */
+/* How many of the n quickest recent peers the pace passes over: as many
+ * as the merge rule cuts from each end of a version (the trimmed mean's
+ * share, all but the middle for the median), so that a peer the rule
+ * would not let steer the model, say a hostile one that answers each
+ * lease at once with whatever it likes, cannot shrink every other
+ * peer's steps either. */
+static size_t pace_skip(const coord_config *cfg, size_t n) {
+    if (cfg->robust.rule == COORD_RULE_TRIMMED_MEAN)
+        return coord_robust_trim_count(cfg->robust.trim, n);
+    if (cfg->robust.rule == COORD_RULE_MEDIAN) return n > 0 ? (n - 1) / 2 : 0;
+    return 0;
+}
+
+static int cmp_seconds(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The whole task of h_max steps, in seconds, of the quickest recent peer
+ * once pace_skip of them are passed over: the pace the others' steps are
+ * scaled to; 0 when none is timed. */
 static double quickest_task(const coord_server *srv, double now) {
-    double best = 0;
+    double tasks[SPEED_MAX_PEERS];
+    size_t n = 0;
     double h_max = (double)srv->cfg.train.steps;
-    for (size_t i = 0; i < srv->n_speeds; i++) {
+    for (size_t i = 0; i < srv->n_speeds && n < SPEED_MAX_PEERS; i++) {
         const coord_speed *s = &srv->speeds[i];
         if (s->sec_per_step <= 0 || now - s->seen > SPEED_WINDOW_S) continue;
-        double task = h_max * s->sec_per_step + s->overhead_s;
-        if (best == 0 || task < best) best = task;
+        tasks[n++] = h_max * s->sec_per_step + s->overhead_s;
     }
-    return best;
+    if (n == 0) return 0;
+    size_t skip = pace_skip(&srv->cfg, n);
+    if (skip == 0) {
+        double best = tasks[0];
+        for (size_t i = 1; i < n; i++)
+            if (tasks[i] < best) best = tasks[i];
+        return best;
+    }
+    qsort(tasks, n, sizeof tasks[0], cmp_seconds);
+    return tasks[skip];
 }
 
 /* Folds a new timing into a running average; the first one sets it. */

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -182,12 +183,62 @@ static void test_speed_due_by_hand(void **state) {
     assert_int_equal(coord_speed_due(&srv, 2, 5.0), 3);
 }
 
+/* The pace the others' steps are scaled to passes over as many of the
+ * quickest peers as the merge rule cuts from each end: a peer answering
+ * every lease at once (a hostile one, 0.05 s a step) sets it under the
+ * plain mean, not under the trimmed mean or the median. */
+static void test_pace_skips_what_the_rule_cuts(void **state) {
+    (void)state;
+    double now = vl_clock_mono_s();
+    coord_speed sp[] = {
+        {.peer_id = 1, .sec_per_step = 0.05, .seen = now},
+        {.peer_id = 2, .sec_per_step = 1.0, .seen = now},
+        {.peer_id = 3, .sec_per_step = 1.0, .seen = now},
+        {.peer_id = 4, .sec_per_step = 2.0, .seen = now},
+        {.peer_id = 5, .sec_per_step = 4.0, .seen = now},
+    };
+    coord_server srv;
+    memset(&srv, 0, sizeof srv);
+    coord_config_defaults(&srv.cfg);
+    snprintf(srv.cfg.mode, sizeof srv.cfg.mode, "async");
+    srv.cfg.train.steps = 20;
+    srv.cfg.train.dynamic_steps = 1;
+    srv.speeds = sp;
+    srv.n_speeds = sizeof sp / sizeof sp[0];
+    srv.cap_speeds = srv.n_speeds;
+    /* The plain mean: T = 20 x 0.05 = 1 s; peer 5 gets 1 / 4 steps, the
+     * floor of 2 (20 / 8). */
+    srv.cfg.robust.rule = COORD_RULE_MEAN;
+    assert_int_equal(coord_speed_lease(&srv, 5, 105), 2);
+    /* Trimmed mean 0.2 of 5 peers cuts 1: T = 20 x 1.0; peer 5 gets 5,
+     * peer 4 10. */
+    srv.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
+    srv.cfg.robust.trim = 0.2;
+    assert_int_equal(coord_speed_lease(&srv, 5, 205), 5);
+    assert_int_equal(coord_speed_lease(&srv, 4, 204), 10);
+    /* Trim 0.4 cuts 2: still peer 3's 1 s a step. The median keeps the
+     * middle one (the third, 1 s): the same. */
+    srv.cfg.robust.trim = 0.4;
+    assert_int_equal(coord_speed_lease(&srv, 5, 305), 5);
+    srv.cfg.robust.rule = COORD_RULE_MEDIAN;
+    assert_int_equal(coord_speed_lease(&srv, 5, 405), 5);
+    /* Peer 2 gone quiet (seen 11 minutes ago): of the 4 left, the median
+     * passes over 1, so peer 3's 1 s is the pace; trimmed 0.2 of 4 cuts
+     * none, so the hostile peer's is. */
+    sp[1].seen = now - 660;
+    assert_int_equal(coord_speed_lease(&srv, 5, 505), 5);
+    srv.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
+    srv.cfg.robust.trim = 0.2;
+    assert_int_equal(coord_speed_lease(&srv, 5, 605), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_delayed_nesterov_by_hand),
         cmocka_unit_test(test_lease_wait_by_hand),
         cmocka_unit_test(test_dynamic_steps_by_hand),
         cmocka_unit_test(test_speed_due_by_hand),
+        cmocka_unit_test(test_pace_skips_what_the_rule_cuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
