@@ -18,8 +18,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double coord_robust_median(double *x, size_t n) {
+void coord_robust_sort(double *x, size_t n) {
     qsort(x, n, sizeof *x, cmp_double);
+}
+
+double coord_robust_median(double *x, size_t n) {
+    coord_robust_sort(x, n);
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 

@@ -46,6 +46,8 @@
  * 1e-9 first, so 0.29 of 100 is 29), never so many that nothing is left. */
 size_t coord_robust_trim_count(double trim, size_t k);
 
+/* Sorts x[0..n) in ascending order, in place. */
+void coord_robust_sort(double *x, size_t n);
 /* The median of n >= 1 values (mean of the two middle ones for even n);
  * sorts x. */
 double coord_robust_median(double *x, size_t n);

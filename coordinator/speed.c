@@ -58,11 +58,6 @@ static size_t pace_skip(const coord_config *cfg, size_t n) {
     return 0;
 }
 
-static int cmp_seconds(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The whole task of h_max steps, in seconds, of the quickest recent peer
  * once pace_skip of them are passed over: the pace the others' steps are
  * scaled to; 0 when none is timed. */
@@ -83,7 +78,7 @@ static double quickest_task(const coord_server *srv, double now) {
             if (tasks[i] < best) best = tasks[i];
         return best;
     }
-    qsort(tasks, n, sizeof tasks[0], cmp_seconds);
+    coord_robust_sort(tasks, n);
     return tasks[skip];
 }
 
