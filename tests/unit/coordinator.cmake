@@ -3,7 +3,11 @@ volley_unit_test(test_guard volley_coordinator_core)
 volley_unit_test(test_auth volley_coordinator_core)
 volley_unit_test(test_merge volley_coordinator_core)
 volley_unit_test(test_longpoll volley_coordinator_core)
+# A body that does not match its Content-Digest, through a real server.
+volley_unit_test(test_upload_digest volley_coordinator_core)
 volley_unit_test(test_async volley_coordinator_core)
+# The writer when a batch's COMMIT fails.
+volley_unit_test(test_writer_commit volley_coordinator_core)
 volley_unit_test(test_async_rules volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
 volley_unit_test(test_robust volley_coordinator_core)
