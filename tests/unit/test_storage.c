@@ -442,9 +442,9 @@ static int count_cb(void *ctx, const storage_version *v) {
     return 0;
 }
 
-/* A failure after the version row is written (here: one update that is
- * already merged) must leave nothing of the commit visible: no version row,
- * the run's version unchanged, no update marked, no lease expired. */
+/* A failure after the version row is written (here: an update id that
+ * does not exist) must leave nothing of the commit visible: no version
+ * row, the run's version unchanged, no update marked, no lease expired. */
 static void test_version_commit_is_atomic(void **state) {
     fixture *f = *state;
     vl_error e = {0};
@@ -511,6 +511,113 @@ static void test_version_commit_is_atomic(void **state) {
     int nv = 0;
     assert_int_equal(storage_version_each(f->st, count_cb, &nv, &e), VL_OK);
     assert_int_equal(nv, 2);
+}
+
+/* Every row of the tables a version commit writes, in rowid order, as one
+ * byte string: two equal snapshots mean the commit changed nothing. */
+static void snapshot(storage *st, vl_buf *out) {
+    static const char *const tables[] = {"run",     "versions",     "updates", "update_blobs",
+                                         "tasks",   "changes",      "rounds",  "round_values",
+                                         "factors", "update_bodies"};
+    vl_buf_init(out, 1 << 24);
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "SELECT * FROM %s ORDER BY rowid", tables[t]);
+        sqlite3_stmt *s = NULL;
+        assert_int_equal(sqlite3_prepare_v2(st->db, sql, -1, &s, NULL), SQLITE_OK);
+        OK(vl_buf_printf(out, "[%s]", tables[t]));
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            for (int c = 0; c < sqlite3_column_count(s); c++) {
+                const void *p = sqlite3_column_blob(s, c);
+                int n = sqlite3_column_bytes(s, c);
+                OK(vl_buf_printf(out, "|%d:%d:", sqlite3_column_type(s, c), n));
+                if (p && n > 0) OK(vl_buf_append(out, p, (size_t)n));
+            }
+            OK(vl_buf_append(out, "\n", 1));
+        }
+        sqlite3_finalize(s);
+    }
+}
+
+static void expect_unchanged(storage *st, const vl_buf *before, const char *what) {
+    vl_buf after;
+    snapshot(st, &after);
+    if (after.len != before->len || memcmp(after.data, before->data, after.len) != 0)
+        fail_msg("%s changed what is stored", what);
+    vl_buf_free(&after);
+}
+
+/* An update merged into one version cannot be merged into another, nor
+ * twice into the same one: its delta would count twice in the model. The
+ * commit is refused, and its earlier steps (the version row, the other
+ * updates it marked, the leases it expired) are undone, alone or inside a
+ * caller's transaction. */
+static void test_version_refuses_merged_update(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 4);
+    int64_t p = add_peer(f->st, 6);
+    int64_t ta = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t tb = add_task(f->st, p, 0, 2000, STORAGE_TASK_DONE);
+    int64_t ua = add_update(f->st, ta, p, 0);
+    int64_t ub = add_update(f->st, tb, p, 0);
+    commit_version(f->st, 1, 10.0f, &ua, 1, 4);
+    /* A lease on version 1, which a commit of version 2 would expire. */
+    int64_t tl = add_task(f->st, p, 1, 5000, STORAGE_TASK_LEASED);
+    vl_buf before;
+    snapshot(f->st, &before);
+
+    float params[4] = {7, 7, 7, 7};
+    storage_version v2 = {.version = 2,
+                          .created_at = 4000,
+                          .params = params,
+                          .n = 4,
+                          .val_loss = 1.0,
+                          .train_loss = 1.0,
+                          .num_updates = 2};
+    /* ub first, so the commit has marked it before it reaches ua. */
+    int64_t again[2] = {ub, ua};
+    assert_int_equal(storage_version_commit(f->st, &v2, again, 2, COMMIT_OPTS(4, 0, 0), &e),
+                     VL_ECONFLICT);
+    assert_false(storage_in_transaction(f->st));
+    expect_unchanged(f->st, &before, "a commit merging an update version 1 merged");
+    int64_t twice[2] = {ub, ub};
+    assert_int_equal(storage_version_commit(f->st, &v2, twice, 2, COMMIT_OPTS(4, 0, 0), &e),
+                     VL_ECONFLICT);
+    expect_unchanged(f->st, &before, "a commit merging one update twice");
+
+    /* Inside a caller's transaction only the commit's own savepoint goes. */
+    assert_int_equal(storage_begin(f->st, &e), VL_OK);
+    assert_int_equal(storage_version_commit(f->st, &v2, again, 2, COMMIT_OPTS(4, 0, 0), &e),
+                     VL_ECONFLICT);
+    assert_true(storage_in_transaction(f->st));
+    assert_int_equal(storage_commit(f->st, &e), VL_OK);
+    expect_unchanged(f->st, &before, "a refused commit inside a transaction");
+
+    /* The typed view agrees: ua still belongs to version 1, ub to none,
+     * version 1 is current, the lease holds. */
+    int64_t id = 0, base = 0, merged = 0;
+    assert_int_equal(storage_update_find(f->st, ta, &id, &base, &merged, &e), VL_OK);
+    assert_int_equal(merged, 1);
+    assert_int_equal(storage_update_find(f->st, tb, &id, &base, &merged, &e), VL_OK);
+    assert_int_equal(merged, -1);
+    storage_run r;
+    assert_int_equal(storage_run_get(f->st, &r, &e), VL_OK);
+    assert_int_equal(r.current_version, 1);
+    storage_run_free(&r);
+    storage_version got;
+    assert_int_equal(storage_version_get(f->st, 2, 0, &got, &e), VL_ENOTFOUND);
+    storage_task t;
+    assert_int_equal(storage_task_get(f->st, tl, &t, &e), VL_OK);
+    assert_int_equal(t.state, STORAGE_TASK_LEASED);
+
+    /* Without the merged update the same version commits. */
+    v2.num_updates = 1;
+    assert_int_equal(storage_version_commit(f->st, &v2, &ub, 1, COMMIT_OPTS(4, 0, 0), &e), VL_OK);
+    assert_int_equal(storage_update_find(f->st, tb, &id, &base, &merged, &e), VL_OK);
+    assert_int_equal(merged, 2);
+    vl_buf_free(&before);
 }
 
 static int refused_cb(void *ctx, const storage_version *v) {
@@ -671,7 +778,6 @@ static void test_factors_with_versions(void **state) {
     assert_int_equal(latest, 5);
 }
 
-
 int main(void) {
     vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -684,6 +790,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_updates_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_and_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_commit_is_atomic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_refuses_merged_update, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_set_val_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_refused_round_trip, setup, teardown),
