@@ -29,3 +29,5 @@ volley_unit_test(test_coord_kfac volley_coordinator_core)
 # A classification run (model.kind "mlp", data.kind "local"): its
 # configuration, model file, test set and scoring.
 volley_unit_test(test_coord_classify volley_coordinator_core)
+# The cut-layer gradient a split run answers with, against finite differences.
+volley_unit_test(test_split_grad volley_coordinator_core)
