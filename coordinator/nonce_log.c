@@ -1,5 +1,6 @@
 /* The nonce journal (nonce_log.h): appends, the once-a-second flush, the
- * rotation every window, and reading it back on start. */
+ * rotation once the old file holds nothing live, and reading it back on
+ * start. */
 #include "coordinator/nonce_log.h"
 
 #include <errno.h>
@@ -27,6 +28,11 @@ struct coord_nonce_log {
     vl_buf pending;
     int64_t started; /* when the current file began (unix s) */
     int64_t window;
+    /* The latest timestamp in each file (0: none). A nonce is live until
+     * its own timestamp plus the window, and a timestamp may be up to a
+     * window ahead of the clock, so a file is dropped only once this has
+     * passed, however many windows that takes. */
+    int64_t cur_latest, old_latest;
     struct event *timer;
 };
 
@@ -47,10 +53,17 @@ static int is_hex(const char *s, size_t max) {
     return n > 0;
 }
 
-/* Loads the entries of one journal file still inside the window into the
- * cache, and copies their lines to keep. A missing file holds none. */
+/* Whether a nonce of timestamp ts can still be accepted at now: the
+ * coordinator takes a created as late as now - window. */
+static int live(int64_t ts, int64_t now, int64_t window) {
+    return ts >= now - window;
+}
+
+/* Loads the entries of one journal file still live into the cache, and
+ * copies their lines to keep (*latest: the latest timestamp kept). A
+ * missing file holds none. */
 static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t now,
-                     int64_t window, vl_buf *keep, size_t *loaded, vl_error *err) {
+                     int64_t window, vl_buf *keep, size_t *loaded, int64_t *latest, vl_error *err) {
     vl_buf b;
     vl_buf_init(&b, NONCE_LOG_READ_MAX);
     vl_error re = {0};
@@ -70,10 +83,11 @@ static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t
         char nonce[CRYPTO_NONCE_HEX + 2];
         int n = 0;
         if (sscanf(line, "%lld %lld %33s%n", &peer, &ts, nonce, &n) == 3 && line[n] == '\0' &&
-            is_hex(nonce, CRYPTO_NONCE_HEX) && ts >= now - window && ts <= now + window) {
+            is_hex(nonce, CRYPTO_NONCE_HEX) && live(ts, now, window) && ts <= now + window) {
             int c = crypto_nonce_check(cache, (int64_t)peer, nonce, (int64_t)ts, now);
             if (c == VL_OK) {
                 (*loaded)++;
+                if (ts > *latest) *latest = ts;
                 *nl = '\n';
                 rc = vl_buf_append(keep, line, (size_t)(nl - line) + 1);
             } else if (c == VL_ETOOBIG) {
@@ -97,6 +111,12 @@ static void tick(evutil_socket_t fd, short what, void *arg) {
 
 int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
                          struct event_base *base, coord_nonce_log **out, vl_error *err) {
+    return coord_nonce_log_open_at(db_path, cache, base, vl_clock_unix_s(), out, err);
+}
+
+int coord_nonce_log_open_at(const char *db_path, struct crypto_nonce_cache *cache,
+                            struct event_base *base, int64_t now, coord_nonce_log **out,
+                            vl_error *err) {
     *out = NULL;
     coord_nonce_log *l = calloc(1, sizeof *l);
     if (!l) return vl_fail(err, VL_ENOMEM, "out of memory");
@@ -113,13 +133,13 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         return vl_fail(err, VL_EINVAL, "database path too long for its nonce journal");
     }
     snprintf(l->dir, sizeof l->dir, "%s", dirname(copy));
-    int64_t now = vl_clock_unix_s();
     vl_buf keep;
     vl_buf_init(&keep, NONCE_LOG_READ_MAX);
     size_t loaded = 0;
-    int rc = load_file(l->old_path, cache, now, l->window, &keep, &loaded, err);
-    if (rc == VL_OK) rc = load_file(l->path, cache, now, l->window, &keep, &loaded, err);
-    /* One file with what is live, then appends to it; the old one goes. */
+    int rc = load_file(l->old_path, cache, now, l->window, &keep, &loaded, &l->cur_latest, err);
+    if (rc == VL_OK)
+        rc = load_file(l->path, cache, now, l->window, &keep, &loaded, &l->cur_latest, err);
+    /* One file with all that is live, then appends to it; the old one goes. */
     if (rc == VL_OK)
         rc = vl_file_write_atomic(l->path, keep.data ? keep.data : (uint8_t *)"", keep.len, 0600,
                                   err);
@@ -128,7 +148,7 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         rc = vl_fail(err, VL_EIO, "cannot remove %s: %s", l->old_path, strerror(errno));
     if (rc == VL_OK) rc = open_current(l, err);
     l->started = now;
-    if (rc == VL_OK) {
+    if (rc == VL_OK && base) {
         l->timer = event_new(base, -1, EV_PERSIST, tick, l);
         struct timeval tv = {1, 0};
         if (!l->timer || event_add(l->timer, &tv) != 0)
@@ -138,9 +158,7 @@ int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
         coord_nonce_log_close(l);
         return rc;
     }
-    if (loaded)
-        vl_log_info("nonce journal: %zu nonces of the last %lld s remembered", loaded,
-                    (long long)l->window);
+    if (loaded) vl_log_info("nonce journal: %zu nonces still live remembered", loaded);
     *out = l;
     return VL_OK;
 }
@@ -150,24 +168,32 @@ void coord_nonce_log_add(coord_nonce_log *l, int64_t peer_id, const char *nonce,
     if (vl_buf_printf(&l->pending, "%lld %lld %s\n", (long long)peer_id, (long long)ts, nonce) !=
         VL_OK)
         vl_log_warn("nonce journal: a nonce could not be noted (the journal is behind)");
+    else if (ts > l->cur_latest)
+        l->cur_latest = ts; /* pending is written to the current file */
     if (l->pending.len >= NONCE_LOG_PENDING_MAX) {
         vl_error e = {0};
         if (coord_nonce_log_flush(l, &e) != VL_OK) vl_log_warn("nonce journal: %s", e.msg);
     }
 }
 
-/* The current file becomes the old one (whose entries are all older than
- * a window now) and a new one starts. */
-static int rotate(coord_nonce_log *l, vl_error *err) {
+/* The current file becomes the old one, replacing a file none of whose
+ * nonces is live any more, and a new one starts. */
+static int rotate(coord_nonce_log *l, int64_t now, vl_error *err) {
     close(l->fd);
     l->fd = -1;
     if (rename(l->path, l->old_path) != 0)
         return vl_fail(err, VL_EIO, "cannot rotate %s: %s", l->path, strerror(errno));
-    l->started = vl_clock_unix_s();
+    l->old_latest = l->cur_latest;
+    l->cur_latest = 0;
+    l->started = now;
     return open_current(l, err);
 }
 
 int coord_nonce_log_flush(coord_nonce_log *l, vl_error *err) {
+    return coord_nonce_log_flush_at(l, vl_clock_unix_s(), err);
+}
+
+int coord_nonce_log_flush_at(coord_nonce_log *l, int64_t now, vl_error *err) {
     if (!l) return VL_OK;
     if (l->fd < 0) {
         int rc = open_current(l, err);
@@ -185,7 +211,13 @@ int coord_nonce_log_flush(coord_nonce_log *l, vl_error *err) {
     if (done && fdatasync(l->fd) != 0)
         return vl_fail(err, VL_EIO, "cannot sync %s: %s", l->path, strerror(errno));
     vl_buf_reset(&l->pending);
-    if (vl_clock_unix_s() - l->started >= l->window) return rotate(l, err);
+    /* A window after the current file began, and once the old file's
+     * latest nonce can no longer pass (a timestamp up to a window ahead
+     * keeps it up to two windows): so the current file holds at most
+     * about two windows of appends. */
+    if (now - l->started >= l->window &&
+        (l->old_latest == 0 || !live(l->old_latest, now, l->window)))
+        return rotate(l, now, err);
     return VL_OK;
 }
 

@@ -1,6 +1,7 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
 volley_unit_test(test_guard volley_coordinator_core)
 volley_unit_test(test_auth volley_coordinator_core)
+volley_unit_test(test_nonce_log volley_coordinator_core)
 volley_unit_test(test_merge volley_coordinator_core)
 volley_unit_test(test_longpoll volley_coordinator_core)
 # A body that does not match its Content-Digest, through a real server.
