@@ -211,8 +211,11 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
                       "the signature was created %lld s from the coordinator's clock (limit %d "
                       "s)",
                       (long long)skew, CRYPTO_TS_WINDOW_S);
-    if (s.expires != 0 && s.expires < now)
-        return refuse(r, 401, "stale_timestamp", "the signature expired");
+    /* An expires given is a time, 0 included (long past): only an absent
+     * one means none. */
+    if (s.has_expires && s.expires < now)
+        return refuse(r, 401, "stale_timestamp", "the signature expired at %lld",
+                      (long long)s.expires);
     vl_buf base;
     vl_buf_init(&base, 2 * COORD_HEAD_CAP);
     int rc = crypto_sig_base(&s, view_lookup, v, &base, &e);

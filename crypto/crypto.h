@@ -118,8 +118,8 @@ void crypto_digest_free(crypto_digest *d);
  * 0) into out (cap bytes). VL_ETOOBIG if it does not fit. */
 int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) VL_MUST_CHECK;
 
-/* One parsed signature: the first member of Signature-Input whose label
- * also appears in Signature. */
+/* One parsed signature: the Signature-Input member crypto_sig_parse
+ * chose (see there), with its Signature member. */
 typedef struct crypto_sig {
     char label[CRYPTO_SIG_NAME_MAX + 1];
     size_t n_components;
@@ -128,7 +128,8 @@ typedef struct crypto_sig {
         such as ;sf or ;req are refused) */
     int64_t created;                                                     /* required */
     int64_t expires;                                                     /* 0 when absent */
-    char keyid[CRYPTO_SIG_KEYID_MAX + 1];                                /* required */
+    int has_expires;                      /* expires was given (expires=0 is a time, long past) */
+    char keyid[CRYPTO_SIG_KEYID_MAX + 1]; /* required */
     char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* 16..64 chars of [A-Za-z0-9+/=_.-];
                                              empty when absent (RFC 9421 makes it
                                              optional; the coordinator requires it) */
@@ -141,13 +142,21 @@ typedef struct crypto_sig {
 
 /* Parses the Signature-Input and Signature field values strictly (RFC 8941
  * dictionaries; an inner list of strings with parameters, and a byte
- * sequence). The signature read is that of the first Signature-Input
- * member whose label Signature has; it must be 64 bytes (members under
- * other labels may hold any byte sequence). Unknown signature parameters,
- * component parameters, duplicate components, parameters or labels, more
- * than 8 members in either field and values over the caps above (a field
- * of CRYPTO_SIG_HEADER_MAX bytes or more) are refused. created and keyid
- * are required; nonce, alg, expires and tag are optional: an absent nonce
+ * sequence). Of the Signature-Input members whose label Signature has,
+ * the one read is the first that is volley's: it parses, its signature is
+ * 64 bytes, and its keyid has a form volley signs with (a peer id, 1 to 19
+ * decimal digits, or base64 of a 32-byte public key), preferring alg
+ * "ed25519" given over alg absent. So an intermediary's signature placed
+ * before the peer's, of any algorithm and parameters, is passed over.
+ * When no member is volley's, the first member whose label Signature has
+ * is read, and refused here or by the caller as it stands (the signature
+ * must then be 64 bytes; members not read may hold any byte sequence).
+ * In the member read, unknown signature parameters, component parameters,
+ * duplicate components or parameters and values over the caps above are
+ * refused; in either field, duplicate labels, more than 8 members, a
+ * malformed dictionary and a field of CRYPTO_SIG_HEADER_MAX bytes or more
+ * are. created and keyid are required; nonce, alg, expires and tag are
+ * optional (has_expires says whether expires was given): an absent nonce
  * leaves nonce[0] == '\0' (the caller decides whether it needs one), while
  * a nonce given outside 16..64 characters of [A-Za-z0-9+/=_.-], or an alg
  * other than "ed25519" (empty included), is refused. Either value may be
@@ -237,9 +246,11 @@ int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_i
 
 /* ---- nonce replay cache ------------------------------------------------ */
 
-/* Remembers (peer, nonce) pairs for the timestamp window in a fixed-size
- * open-addressing table, so memory stays bounded whatever clients send.
- * Entries older than the window are reused; when every slot is live the
+/* Remembers (peer, nonce) pairs in a fixed-size open-addressing table, so
+ * memory stays bounded whatever clients send, each until its own
+ * timestamp (the request's created, or the clock when that is behind)
+ * plus the window: a created up to a window ahead keeps its nonce up to
+ * two windows. Entries past that are reused; when every slot is live the
  * cache refuses new nonces (VL_ETOOBIG) rather than forgetting live ones,
  * which would reopen the replay hole. */
 typedef struct crypto_nonce_cache crypto_nonce_cache;

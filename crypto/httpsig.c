@@ -425,6 +425,7 @@ static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, i
                 *has_created = 1;
             } else {
                 out->expires = p->i;
+                out->has_expires = 1;
             }
             continue;
         }
@@ -554,6 +555,27 @@ static int parse_signatures(const char *signature, sig_members *m, vl_error *err
     return VL_OK;
 }
 
+/* How much a parsed member looks like volley's own signature: 2 for alg
+ * "ed25519" with a keyid volley signs with (a peer id, or base64 of a
+ * public key for a join), 1 for such a keyid without alg (RFC 9421 makes
+ * alg optional), 0 for anything else (an intermediary's, say). */
+static int volley_score(const crypto_sig *s) {
+    size_t n = strlen(s->keyid);
+    uint8_t pk[CRYPTO_PK_BYTES];
+    int ours = (n >= 1 && n <= 19 && strspn(s->keyid, "0123456789") == n) ||
+               (n == CRYPTO_PK_B64_LEN && crypto_pk_decode(s->keyid, pk) == VL_OK);
+    if (!ours) return 0;
+    return strcmp(s->alg, "ed25519") == 0 ? 2 : s->alg[0] == '\0' ? 1 : 0;
+}
+
+/* One Signature-Input member that has a Signature: what parsing it gave. */
+typedef struct sig_candidate {
+    int rc; /* parse_covered's, or VL_EINVAL for a signature of another length */
+    vl_error err;
+    size_t match; /* its index in the Signature members */
+    crypto_sig sig;
+} sig_candidate;
+
 int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out, vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!sig_input || !signature)
@@ -562,13 +584,19 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
         strnlen(signature, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX)
         return vl_fail(err, VL_EINVAL, "Signature-Input or Signature is longer than %d bytes",
                        CRYPTO_SIG_HEADER_MAX - 1);
-    /* The signatures first: their labels say which input to read. */
+    /* The signatures first: their labels say which inputs can be read. */
     sig_members m;
     memset(&m, 0, sizeof m);
     int rc = parse_signatures(signature, &m, err);
     if (rc != VL_OK) return rc;
     char seen[MAX_MEMBERS][CRYPTO_SIG_NAME_MAX + 1];
     size_t n_seen = 0;
+    /* The first member with a signature (what is read when none is
+     * volley's) and the best-scoring one so far. */
+    sig_candidate first, best, cur;
+    memset(&first, 0, sizeof first);
+    memset(&best, 0, sizeof best);
+    int n_matched = 0, best_score = 0;
     sf s = sf_of(sig_input);
     int more = s.p < s.end;
     if (!more) return vl_fail(err, VL_EINVAL, "Signature-Input is empty");
@@ -583,26 +611,50 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
             return vl_fail(err, VL_EINVAL, "Signature-Input: label %s given twice", label);
         n_seen++;
         ssize_t match = -1;
-        if (!out->label[0])
-            for (size_t i = 0; i < m.n; i++)
-                if (strcmp(m.labels[i], label) == 0) match = (ssize_t)i;
+        for (size_t i = 0; i < m.n; i++)
+            if (strcmp(m.labels[i], label) == 0) match = (ssize_t)i;
         if (match >= 0) {
+            /* Parsed on a copy of the cursor: a member that does not parse
+             * as ours (another algorithm's parameters) is skipped as any
+             * value, and only refuses the request if it is what is read. */
+            sf at = s;
+            memset(&cur, 0, sizeof cur);
+            cur.match = (size_t)match;
             if (m.lens[match] != CRYPTO_SIG_BYTES)
-                return vl_fail(err, VL_EINVAL,
-                               "Signature: an ed25519 signature is %d bytes, "
-                               "not %zu",
-                               CRYPTO_SIG_BYTES, m.lens[match]);
-            rc = parse_covered(&s, out, err);
-            if (rc != VL_OK) return rc;
-            memcpy(out->label, label, strnlen(label, CRYPTO_SIG_NAME_MAX)); /* out zeroed */
-            memcpy(out->sig, m.sigs[match], CRYPTO_SIG_BYTES);
+                cur.rc = vl_fail(&cur.err, VL_EINVAL,
+                                 "Signature: an ed25519 signature is %d bytes, "
+                                 "not %zu",
+                                 CRYPTO_SIG_BYTES, m.lens[match]);
+            else
+                cur.rc = parse_covered(&at, &cur.sig, &cur.err);
+            if (cur.rc == VL_OK) {
+                memcpy(cur.sig.label, label, strnlen(label, CRYPTO_SIG_NAME_MAX));
+                memcpy(cur.sig.sig, m.sigs[match], CRYPTO_SIG_BYTES);
+                s = at;
+            } else if (sf_skip_value(&s) != 0) {
+                if (n_matched == 0) return vl_fail(err, cur.rc, "%s", cur.err.msg);
+                return vl_fail(err, VL_EINVAL, "Signature-Input: malformed member %s", label);
+            }
+            if (n_matched++ == 0) first = cur;
+            int score = cur.rc == VL_OK ? volley_score(&cur.sig) : 0;
+            if (score > best_score) {
+                best_score = score;
+                best = cur;
+            }
         } else if (sf_skip_value(&s) != 0) {
             return vl_fail(err, VL_EINVAL, "Signature-Input: malformed member %s", label);
         }
+        /* A member that did not parse as ours says best what is wrong
+         * when the field breaks right after it. */
         if (sf_next_member(&s, &more) != 0)
-            return vl_fail(err, VL_EINVAL, "Signature-Input: malformed dictionary");
+            return match >= 0 && cur.rc != VL_OK
+                       ? vl_fail(err, cur.rc, "%s", cur.err.msg)
+                       : vl_fail(err, VL_EINVAL, "Signature-Input: malformed dictionary");
     }
-    if (!out->label[0]) return vl_fail(err, VL_EINVAL, "no Signature-Input member has a Signature");
+    if (n_matched == 0) return vl_fail(err, VL_EINVAL, "no Signature-Input member has a Signature");
+    const sig_candidate *c = best_score > 0 ? &best : &first;
+    if (c->rc != VL_OK) return vl_fail(err, c->rc, "%s", c->err.msg);
+    *out = c->sig;
     return VL_OK;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "test_util.h"
 #include "coordinator/coord.h"
@@ -208,6 +209,184 @@ static void test_coverage_and_digest(void **state) {
     expect_refused(fx, head, strlen(head), 401, "unauthorized");
 }
 
+/* A head signed over exactly the components given (the inner list's
+ * content) with the parameters given after it, as any RFC 9421 signer
+ * could send; a fresh nonce is added. body non-NULL makes it carry
+ * Content-Digest and Content-Length. foreign_in/foreign_sig, when set, are
+ * another signer's members put before volley's in the two fields. */
+static size_t custom_head(char *out, size_t cap, const crypto_identity *key, const char *method,
+                          const char *target, const char *body, const char *components,
+                          const char *params, const char *foreign_in, const char *foreign_sig) {
+    char nonce[CRYPTO_NONCE_HEX + 1], input[CRYPTO_SIG_HEADER_MAX],
+        digest[CRYPTO_DIGEST_HEADER_MAX];
+    char clen[24], zero_sig[CRYPTO_SIG_B64_LEN + 16], b64[CRYPTO_SIG_B64_LEN + 1];
+    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    int ni = snprintf(input, sizeof input, "sig1=(%s)%s;nonce=\"%s\"", components, params, nonce);
+    assert_true(ni > 0 && (size_t)ni < sizeof input);
+    uint8_t zero[CRYPTO_SIG_BYTES] = {0};
+    vl_base64_encode(zero, sizeof zero, b64);
+    snprintf(zero_sig, sizeof zero_sig, "sig1=:%s:", b64);
+    crypto_sig sig;
+    OK(crypto_sig_parse(input, zero_sig, &sig, &e_));
+    size_t blen = body ? strlen(body) : 0;
+    if (body) OK(crypto_content_digest(body, blen, digest, sizeof digest));
+    snprintf(clen, sizeof clen, "%zu", blen);
+    crypto_http_request rq = {.method = method,
+                              .path_query = target,
+                              .authority = "127.0.0.1",
+                              .content_digest = body ? digest : NULL,
+                              .content_length = body ? clen : NULL};
+    vl_buf base;
+    vl_buf_init(&base, 1 << 16);
+    OK(crypto_sig_base(&sig, crypto_http_request_lookup, &rq, &base, &e_));
+    uint8_t raw[CRYPTO_SIG_BYTES];
+    crypto_sign_detached(raw, NULL, base.data, base.len, key->sk);
+    vl_buf_free(&base);
+    vl_base64_encode(raw, sizeof raw, b64);
+    int len = snprintf(out, cap,
+                       "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nSignature-Input: %s%s%s\r\n"
+                       "Signature: %s%ssig1=:%s:\r\n",
+                       method, target, foreign_in ? foreign_in : "", foreign_in ? ", " : "", input,
+                       foreign_sig ? foreign_sig : "", foreign_sig ? ", " : "", b64);
+    assert_true(len > 0 && (size_t)len < cap);
+    if (body)
+        len += snprintf(out + len, cap - (size_t)len,
+                        "Content-Digest: %s\r\nContent-Length: %zu\r\n", digest, blen);
+    len += snprintf(out + len, cap - (size_t)len, "\r\n");
+    assert_true(len > 0 && (size_t)len < cap);
+    return (size_t)len;
+}
+
+/* Accepted, with the body reservation handed back. */
+static void expect_accepted(fixture *fx, const char *head, size_t len) {
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    if (auth(fx, head, len, &t, &r) != 0)
+        fail_msg("refused %d %s (%s):\n%s", r.status, r.code, r.msg, head);
+    assert_int_equal(t.peer_id, fx->peer);
+    coord_auth_release(fx->srv, &t);
+}
+
+/* Refused 401 unauthorized with a message that names what is missing. */
+static void expect_uncovered(fixture *fx, const char *head, size_t len, const char *names) {
+    coord_guard_ticket t;
+    coord_guard_refusal r;
+    if (auth(fx, head, len, &t, &r) != -1) {
+        coord_auth_release(fx->srv, &t);
+        fail_msg("accepted a signature that does not cover %s:\n%s", names, head);
+    }
+    if (r.status != 401 || strcmp(r.code, "unauthorized") != 0 || !strstr(r.msg, names))
+        fail_msg("expected 401 unauthorized naming %s, got %d %s (%s)", names, r.status, r.code,
+                 r.msg);
+}
+
+/* Each component protocol.md requires is required: a signature that
+ * verifies but leaves one out is refused, and each accepted form of the
+ * target passes. */
+static void test_required_components(void **state) {
+    fixture *fx = *state;
+    char params[200], head[4096];
+    snprintf(params, sizeof params, ";created=%lld;keyid=\"%lld\";alg=\"ed25519\"",
+             (long long)vl_clock_unix_s(), (long long)fx->peer);
+    const char *all = "\"@method\" \"@path\" \"@query\" \"content-digest\" \"content-length\"";
+#define POST_WITH(c) \
+    custom_head(head, sizeof head, &fx->key, "POST", "/v1/updates", "xyz", c, params, NULL, NULL)
+#define GET_WITH(c) \
+    custom_head(head, sizeof head, &fx->key, "GET", "/v1/task?wait=1", NULL, c, params, NULL, NULL)
+    size_t n = POST_WITH(all);
+    expect_accepted(fx, head, n);
+    /* A body's digest and length. */
+    n = POST_WITH("\"@method\" \"@path\" \"@query\" \"content-length\"");
+    expect_uncovered(fx, head, n, "content-digest");
+    n = POST_WITH("\"@method\" \"@path\" \"@query\" \"content-digest\"");
+    expect_uncovered(fx, head, n, "content-length");
+    /* The method, with and without a body. */
+    n = POST_WITH("\"@path\" \"@query\" \"content-digest\" \"content-length\"");
+    expect_uncovered(fx, head, n, "@method");
+    n = GET_WITH("\"@path\" \"@query\"");
+    expect_uncovered(fx, head, n, "@method");
+    /* The whole target: @path alone, @query alone or neither is not it. */
+    n = GET_WITH("\"@method\" \"@path\"");
+    expect_uncovered(fx, head, n, "@target-uri");
+    n = GET_WITH("\"@method\" \"@query\"");
+    expect_uncovered(fx, head, n, "@target-uri");
+    n = GET_WITH("\"@method\" \"@authority\"");
+    expect_uncovered(fx, head, n, "@target-uri");
+    n = POST_WITH("\"@method\" \"@path\" \"content-digest\" \"content-length\"");
+    expect_uncovered(fx, head, n, "@target-uri");
+    /* Each form of the whole target passes. */
+    n = GET_WITH("\"@method\" \"@target-uri\"");
+    expect_accepted(fx, head, n);
+    n = GET_WITH("\"@request-target\" \"@method\"");
+    expect_accepted(fx, head, n);
+    n = GET_WITH("\"@method\" \"@path\" \"@query\"");
+    expect_accepted(fx, head, n);
+    n = POST_WITH("\"content-length\" \"@target-uri\" \"content-digest\" \"@method\"");
+    expect_accepted(fx, head, n);
+#undef POST_WITH
+#undef GET_WITH
+}
+
+/* An expires parameter that is given is a time: in the past, 0 included,
+ * it is refused as stale; in the future it passes; absent, none. */
+static void test_expires(void **state) {
+    fixture *fx = *state;
+    char params[240], head[4096];
+    int64_t now = vl_clock_unix_s();
+    const char *cov = "\"@method\" \"@path\" \"@query\"";
+    const long long past[] = {0, 1, (long long)now - 5};
+    for (size_t i = 0; i < sizeof past / sizeof past[0]; i++) {
+        snprintf(params, sizeof params, ";created=%lld;expires=%lld;keyid=\"%lld\"", (long long)now,
+                 past[i], (long long)fx->peer);
+        size_t n = custom_head(head, sizeof head, &fx->key, "GET", "/v1/model", NULL, cov, params,
+                               NULL, NULL);
+        coord_guard_ticket t;
+        coord_guard_refusal r;
+        if (auth(fx, head, n, &t, &r) != -1) fail_msg("expires=%lld was accepted", past[i]);
+        if (r.status != 401 || strcmp(r.code, "stale_timestamp") != 0)
+            fail_msg("expires=%lld: expected 401 stale_timestamp, got %d %s (%s)", past[i],
+                     r.status, r.code, r.msg);
+    }
+    snprintf(params, sizeof params, ";created=%lld;expires=%lld;keyid=\"%lld\"", (long long)now,
+             (long long)now + 60, (long long)fx->peer);
+    size_t n =
+        custom_head(head, sizeof head, &fx->key, "GET", "/v1/model", NULL, cov, params, NULL, NULL);
+    expect_accepted(fx, head, n);
+    snprintf(params, sizeof params, ";created=%lld;keyid=\"%lld\"", (long long)now,
+             (long long)fx->peer);
+    n = custom_head(head, sizeof head, &fx->key, "GET", "/v1/model", NULL, cov, params, NULL, NULL);
+    expect_accepted(fx, head, n);
+}
+
+/* An intermediary's signature before the peer's does not make an honest
+ * request fail: the member with volley's key id and algorithm is the one
+ * checked. A request with only the foreign member is refused. */
+static void test_foreign_member_first(void **state) {
+    fixture *fx = *state;
+    char params[200], head[4096], fin[300], fsig[200], b64[CRYPTO_SIG_B64_LEN + 1];
+    int64_t now = vl_clock_unix_s();
+    snprintf(params, sizeof params, ";created=%lld;keyid=\"%lld\";alg=\"ed25519\"", (long long)now,
+             (long long)fx->peer);
+    uint8_t junk[CRYPTO_SIG_BYTES];
+    randombytes_buf(junk, sizeof junk);
+    vl_base64_encode(junk, sizeof junk, b64);
+    snprintf(fin, sizeof fin,
+             "edge=(\"@method\" \"@path\" \"@query\");created=%lld;keyid=\"edge-proxy-1\";"
+             "nonce=\"edge0123456789abcdef\";alg=\"ed25519\"",
+             (long long)now);
+    snprintf(fsig, sizeof fsig, "edge=:%s:", b64);
+    const char *cov = "\"@method\" \"@path\" \"@query\" \"content-digest\" \"content-length\"";
+    size_t n = custom_head(head, sizeof head, &fx->key, "POST", "/v1/updates", "xyz", cov, params,
+                           fin, fsig);
+    expect_accepted(fx, head, n);
+    /* The foreign member alone: its key id is no peer's. */
+    n = (size_t)snprintf(head, sizeof head,
+                         "GET /v1/model HTTP/1.1\r\nHost: 127.0.0.1\r\nSignature-Input: %s\r\n"
+                         "Signature: %s\r\n\r\n",
+                         fin, fsig);
+    expect_refused(fx, head, n, 401, "unknown_peer");
+}
+
 static void test_join_and_public(void **state) {
     fixture *fx = *state;
     char head[4096], pk[CRYPTO_PK_B64_LEN + 1];
@@ -326,6 +505,9 @@ int main(void) {
         cmocka_unit_test(test_clock_window),
         cmocka_unit_test(test_wrong_signers),
         cmocka_unit_test(test_coverage_and_digest),
+        cmocka_unit_test(test_required_components),
+        cmocka_unit_test(test_expires),
+        cmocka_unit_test(test_foreign_member_first),
         cmocka_unit_test(test_join_and_public),
         cmocka_unit_test(test_body_digest_through_guard),
         cmocka_unit_test(test_body_budget),

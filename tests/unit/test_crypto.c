@@ -376,11 +376,18 @@ static void test_header_grammar(void **state) {
                      VL_OK);
     assert_string_equal(s.nonce, "");
     assert_int_equal(s.expires, 0);
+    assert_false(s.has_expires);
+    /* expires=0 is given (a time long past), not the same as none. */
+    assert_int_equal(
+        crypto_sig_parse("sig1=(\"@method\");created=1;expires=0;keyid=\"1\"", sig, &s, &e), VL_OK);
+    assert_true(s.has_expires);
+    assert_int_equal(s.expires, 0);
     assert_int_equal(crypto_sig_parse("sig1=(\"@method\");created=1;expires=9;keyid=\"1\";"
                                       "tag=\"t\"",
                                       sig, &s, &e),
                      VL_OK);
     assert_int_equal(s.expires, 9);
+    assert_true(s.has_expires);
     assert_true(s.has_tag);
     assert_string_equal(s.tag, "t");
     /* RFC 8941 whitespace where it may be, re-serialised canonically into
@@ -410,14 +417,114 @@ static void test_header_grammar(void **state) {
     snprintf(two, sizeof two, "other=(\"@path\");created=5;keyid=\"x\", %s", ok);
     assert_int_equal(crypto_sig_parse(two, sig, &s, &e), VL_OK);
     assert_int_equal(s.created, 1);
-    /* Two inputs that both have a signature: the first is the one read. */
+    /* Two inputs that both have a signature and are both volley's: the
+     * first is the one read. */
     char sigs2[2 * 200 + 8];
     snprintf(sigs2, sizeof sigs2, "%s, sig0=%s", sig, sig + strlen("sig1="));
-    snprintf(two, sizeof two, "sig0=(\"@path\" \"@query\");created=5;keyid=\"x\", %s", ok);
+    snprintf(two, sizeof two, "sig0=(\"@path\" \"@query\");created=5;keyid=\"7\", %s", ok);
     assert_int_equal(crypto_sig_parse(two, sigs2, &s, &e), VL_OK);
     assert_string_equal(s.label, "sig0");
     assert_int_equal(s.created, 5);
     assert_int_equal(s.n_components, 2);
+}
+
+/* Signature-Input and Signature with a foreign member (an intermediary's,
+ * say) put before the members of h. */
+static void with_foreign(const crypto_signed_headers *h, const char *input, const char *sig,
+                         char *in_out, size_t in_cap, char *sig_out, size_t sig_cap) {
+    int a = snprintf(in_out, in_cap, "%s, %s", input, h->signature_input);
+    int b = snprintf(sig_out, sig_cap, "%s, %s", sig, h->signature);
+    assert_true(a > 0 && (size_t)a < in_cap && b > 0 && (size_t)b < sig_cap);
+}
+
+/* Of several members the one volley signed is checked, wherever it is:
+ * an intermediary's signature before the peer's (of ed25519 under its own
+ * key id, or of another algorithm with parameters volley does not take)
+ * does not make an honest request fail; alone, a foreign member is still
+ * refused (it parses as it stands and fails to verify, or does not parse). */
+static void test_member_selection(void **state) {
+    (void)state;
+    crypto_identity id, proxy;
+    crypto_identity_generate(&id);
+    crypto_identity_generate(&proxy);
+    signed_req r;
+    sign_post(&id, "12", "/v1/updates", BODY, sizeof BODY - 1, NOW, &r);
+    uint8_t junk[256];
+    randombytes_buf(junk, sizeof junk);
+    char b64_64[CRYPTO_SIG_B64_LEN + 1], b64_256[400], fsig[512], in[2048], sig[2048];
+    vl_base64_encode(junk, 64, b64_64);
+    vl_base64_encode(junk, sizeof junk, b64_256);
+    const struct {
+        const char *input, *sig_b64;
+    } foreign[] = {
+        /* ed25519 under a key id volley never uses */
+        {"proxy=(\"@method\" \"@path\");created=1790000000;keyid=\"edge-proxy\";"
+         "alg=\"ed25519\"",
+         b64_64},
+        /* another algorithm, a component parameter, an unknown parameter */
+        {"proxy=(\"@method\" \"@authority\";req);created=1790000000;keyid=\"edge\";"
+         "alg=\"rsa-pss-sha512\";foo=1",
+         b64_256},
+        /* ed25519 without alg and with a key id that is no peer id */
+        {"proxy=(\"@method\");created=1790000000;keyid=\"-1\"", b64_64},
+    };
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        snprintf(fsig, sizeof fsig, "proxy=:%s:", foreign[i].sig_b64);
+        with_foreign(&r.h, foreign[i].input, fsig, in, sizeof in, sig, sizeof sig);
+        crypto_sig s;
+        vl_error e = {0};
+        assert_int_equal(crypto_sig_parse(in, sig, &s, &e), VL_OK);
+        assert_string_equal(s.label, CRYPTO_SIG_LABEL);
+        assert_string_equal(s.keyid, "12");
+        if (verify_with(id.pk, in, sig, &r.rq) != VL_OK)
+            fail_msg("foreign member %zu first: the peer's signature was not the one checked", i);
+        /* The foreign member alone: refused, never taken for volley's. */
+        e.msg[0] = '\0';
+        int rc = crypto_sig_parse(foreign[i].input, fsig, &s, &e);
+        if (rc == VL_OK) {
+            assert_string_not_equal(s.keyid, "12");
+            assert_int_equal(verify_with(id.pk, foreign[i].input, fsig, &r.rq), VL_EAUTH);
+        } else {
+            assert_int_equal(rc, VL_EINVAL);
+            assert_true(e.msg[0] != '\0');
+        }
+    }
+    /* A join's key id (base64 of the key) is volley's too. */
+    char pk[CRYPTO_PK_B64_LEN + 1];
+    crypto_pk_encode(id.pk, pk);
+    signed_req j;
+    sign_post(&id, pk, "/v1/peers", BODY, sizeof BODY - 1, NOW, &j);
+    snprintf(fsig, sizeof fsig, "proxy=:%s:", b64_64);
+    with_foreign(&j.h, foreign[0].input, fsig, in, sizeof in, sig, sizeof sig);
+    assert_int_equal(verify_with(id.pk, in, sig, &j.rq), VL_OK);
+    /* A proxy's ed25519 signature first, over the same request with a key
+     * id like a 44-character key that is not base64 of one: passed over. */
+    char in2[2048];
+    snprintf(in2, sizeof in2,
+             "proxy=(\"@method\");created=1790000000;keyid=\"%044d\";alg=\"ed25519\"", 0);
+    with_foreign(&r.h, in2, fsig, in, sizeof in, sig, sizeof sig);
+    assert_int_equal(verify_with(id.pk, in, sig, &r.rq), VL_OK);
+    /* Between two members of volley's form, alg="ed25519" given wins over
+     * alg absent; the proxy's key signed the first. */
+    crypto_signed_headers ph;
+    assert_int_equal(
+        crypto_sign_http(&proxy, "13", "POST", "/v1/updates", 1, BODY, sizeof BODY - 1, NOW, &ph),
+        VL_OK);
+    char *alg = strstr(ph.signature_input, ";alg=\"ed25519\"");
+    assert_non_null(alg);
+    *alg = '\0';
+    char *eq = strchr(ph.signature_input, '=');
+    char *seq = strchr(ph.signature, '=');
+    snprintf(in2, sizeof in2, "other%s", eq);
+    snprintf(fsig, sizeof fsig, "other%s", seq);
+    with_foreign(&r.h, in2, fsig, in, sizeof in, sig, sizeof sig);
+    crypto_sig s;
+    vl_error e = {0};
+    assert_int_equal(crypto_sig_parse(in, sig, &s, &e), VL_OK);
+    assert_string_equal(s.keyid, "12");
+    assert_int_equal(verify_with(id.pk, in, sig, &r.rq), VL_OK);
+    crypto_identity_wipe(&id);
+    crypto_identity_wipe(&proxy);
 }
 
 static void test_digests(void **state) {
@@ -631,6 +738,28 @@ static void test_nonce_replay(void **state) {
     crypto_nonce_cache_free(c);
 }
 
+/* A nonce is live until its own created + window, and a created may be a
+ * window ahead: a table full of such nonces is still full a window after
+ * the clock passed them, and reusable only after their expiry. */
+static void test_nonce_cache_future_created(void **state) {
+    (void)state;
+    crypto_nonce_cache *c = crypto_nonce_cache_new(1024, CRYPTO_TS_WINDOW_S);
+    assert_non_null(c);
+    char nonce[CRYPTO_NONCE_HEX + 1];
+    const int64_t created = NOW + CRYPTO_TS_WINDOW_S;
+    int full = 0;
+    for (int i = 0; i < 5000; i++) {
+        crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+        full += crypto_nonce_check(c, 1, nonce, created, NOW) == VL_ETOOBIG;
+    }
+    assert_true(full > 0);
+    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    int64_t expiry = created + CRYPTO_TS_WINDOW_S;
+    assert_int_equal(crypto_nonce_check(c, 1, nonce, expiry, expiry), VL_ETOOBIG);
+    assert_int_equal(crypto_nonce_check(c, 1, nonce, expiry + 1, expiry + 1), VL_OK);
+    crypto_nonce_cache_free(c);
+}
+
 static void test_nonce_cache_bounded(void **state) {
     (void)state;
     crypto_nonce_cache *c = crypto_nonce_cache_new(1024, CRYPTO_TS_WINDOW_S);
@@ -777,10 +906,12 @@ int main(void) {
         cmocka_unit_test(test_rfc9421_b26),
         cmocka_unit_test(test_tampering_rejected),
         cmocka_unit_test(test_header_grammar),
+        cmocka_unit_test(test_member_selection),
         cmocka_unit_test(test_digests),
         cmocka_unit_test(test_lookup_and_signing_limits),
         cmocka_unit_test(test_nonce_replay),
         cmocka_unit_test(test_nonce_cache_bounded),
+        cmocka_unit_test(test_nonce_cache_future_created),
         cmocka_unit_test(test_key_file),
         cmocka_unit_test(test_tokens_and_keys),
         cmocka_unit_test(test_rotation_proof),
