@@ -433,10 +433,11 @@ typedef struct merge_job {
      * check loss, or the best validation loss where there is no check),
      * and the current version's validation loss when it is known. */
     double best_loss, cur_loss;
-    double check_loss; /* the version's check loss (its validation loss without a check) */
-    double accuracy;   /* a classifier's on the test set (NaN: none) */
-    double split_loss; /* split runs: mean loss of the batches since the last */
-    char digest[65];   /* the version's parameter digest ("": not computed) */
+    double check_loss;    /* the version's check loss (its validation loss without a check) */
+    double accuracy;      /* a classifier's on the test set (NaN: none) */
+    double split_loss;    /* split runs: mean loss of the batches since the last */
+    int64_t bound_quorum; /* coord_norm_bound_quorum, taken on the loop */
+    char digest[65];      /* the version's parameter digest ("": not computed) */
     coord_merge_after_fn after;
 } merge_job;
 
@@ -684,7 +685,9 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         .change_nnz = nnz,
         .refused = refused,
         .refused_val_loss = check_loss,
-        .update_norm = refused ? NAN : coord_robust_median_known(m->units, m->n_ids, &(double){0})};
+        .update_norm = refused ? NAN
+                               : coord_norm_bound_figure(srv, j->bound_quorum, next, m->peers,
+                                                         m->units, m->n_ids)};
     j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
                                     .keep_changes = srv->cfg.keep_changes,
                                     .keep_update_blobs = srv->cfg.keep_update_blobs,
@@ -783,6 +786,7 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
     memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));
     j->best_loss = srv->cfg.val_check_batches > 0 ? srv->best_check_loss : srv->best_val_loss;
     j->cur_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
+    j->bound_quorum = coord_norm_bound_quorum(srv);
     j->srv = srv;
     j->job.run = merge_compute;
     j->job.done = merge_computed;

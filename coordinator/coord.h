@@ -71,6 +71,10 @@ struct ssl_ctx_st;
  * options). A rate with rate <= 0, or slow_timeout_s <= 0, is off. */
 typedef struct coord_limits {
     coord_rate peer;       /* requests per authenticated peer */
+    /* A split run's batch requests (/v1/split/...) per peer, counted here
+     * instead of against peer; rate < 0: from the run's split settings
+     * (coord_limits_split_rate). */
+    coord_rate split;
     coord_rate addr;       /* requests per client address (IPv6: per /64) */
     double slow_timeout_s; /* a head within this; a body within this + len / min_body_rate */
     double min_body_rate;  /* bytes per second */
@@ -97,6 +101,14 @@ typedef struct coord_limits {
 #define COORD_DOWNLOAD_BUDGET_MODELS 8
 #define COORD_IDLE_FIRST_S_DEFAULT 10.0
 void coord_limits_default(coord_limits *l);
+/* The shortest round trip of a split batch the default split rate admits
+ * at full speed: split.in_flight x (1, or 2 U-shaped) / this requests a
+ * second per peer. */
+#define COORD_SPLIT_RTT_MIN_S 0.004
+/* The split batch routes' rate for a run of cfg: asked when its rate is
+ * >= 0 (serve --split-rate), else derived from split.in_flight and
+ * split.u_shape, never below peer (rates.c). Not a split run: peer. */
+coord_rate coord_limits_split_rate(const coord_config *cfg, coord_rate peer, coord_rate asked);
 
 /* ---- the corpus (corpus.c) ---------------------------------------------- */
 
@@ -261,6 +273,9 @@ typedef struct coord_server {
      * (coord_norm_bound_refresh), 0 until they exist. Written by the loop,
      * read by the compute thread too. */
     _Atomic double norm_bound;
+    /* The updates of the versions it is being learnt from (bound.c):
+     * only merges, one at a time, touch it. */
+    struct coord_bound_window *bound_window;
     int finished;
     int draining;
     double drain_deadline;
@@ -268,6 +283,7 @@ typedef struct coord_server {
     struct coord_nonce_log *nonce_log; /* the nonces, journalled across restarts */
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;
+    coord_limiter *split_limiter; /* a split run's batch routes; NULL elsewhere */
     struct event *slow_timer; /* checks every connection against the slow-client limits */
     coord_blob *model_blob;   /* current version as safetensors, built on demand */
     coord_blob *delta_blob;   /* the last delta served (its since and version below) */
@@ -508,6 +524,14 @@ typedef enum { COORD_AUTH_NONE = 0, COORD_AUTH_JOIN, COORD_AUTH_PEER } coord_aut
  * wrong method or path gets its 404 or 405 whoever signed it. */
 coord_auth_kind coord_route_auth_kind(const char *method, const char *path);
 
+/* Takes a token of peer's budget for a signed request to target at now
+ * (monotonic seconds): a split run's batch routes from split_limiter,
+ * every other route from peer_limiter. 0, or the seconds until a token
+ * is there (rates.c). */
+double coord_peer_rate_take(coord_server *srv, int64_t peer, const char *target, double now);
+/* Whether target spends the split batch budget rather than the peer's. */
+int coord_rate_is_split(const coord_server *srv, const char *target);
+
 /* The guard's authorize callback (arg: the coord_server): the address's
  * rate, then for a path that needs one the RFC 9421 signature over the
  * head (components, key, clock, peer state and rate, nonce) and the
@@ -619,11 +643,34 @@ double coord_norm_bound(const coord_server *srv);
 double coord_norm_bound_for(const coord_server *srv, int64_t local_steps);
 /* With max_norm "auto" and no bound yet: once versions 1 to
  * robust.auto_versions exist, sets the bound to robust.auto_mult times
- * the median of their median update norms (each over the square root of
- * its local steps), read on the loop's
- * connection, and logs it. Called at start and after each version; a
- * database error leaves the bound unset, to be tried again. */
+ * the figure stored with the version it was learnt at (the median of
+ * versions 1 to auto_versions' stored norms for an older database), read
+ * on the loop's connection, and logs it. Called at start and after each
+ * version; a database error leaves the bound unset, to be tried again. */
 void coord_norm_bound_refresh(coord_server *srv);
+/* Peers whose updates the learning window must hold (min(this, peers
+ * registered)), and how many times auto_versions it waits for them. */
+#define COORD_BOUND_QUORUM 3
+#define COORD_BOUND_WAIT 4
+/* Taken on the loop when a merge starts: the quorum the version's
+ * figure needs (coord_norm_bound_figure), 0 when no bound is being
+ * learnt (not "auto", or learnt already). */
+int64_t coord_norm_bound_quorum(coord_server *srv);
+/* The median over peers of each peer's median of units (NaN ones left
+ * out) of n updates whose peers are peers[i], and in *n_peers how many
+ * peers that is; NaN for none or when out of memory. */
+double coord_norm_bound_peer_median(const int64_t *peers, const double *units, size_t n,
+                                    size_t *n_peers);
+/* On the compute thread, for version (being made, not refused) with
+ * quorum from coord_norm_bound_quorum: adds its n updates' peers and
+ * unit norms to the learning window and returns the bound's figure once
+ * the window is complete (version >= auto_versions and quorum peers, or
+ * version >= COORD_BOUND_WAIT x auto_versions), to be stored as the
+ * version's update_norm; NaN otherwise. One merge at a time calls it. */
+double coord_norm_bound_figure(coord_server *srv, int64_t quorum, int64_t version,
+                               const int64_t *peers, const double *units, size_t n);
+/* Frees the learning window (server close). */
+void coord_norm_bound_window_free(coord_server *srv);
 
 /* ---- tasks (routes_task.c); waiting and timers are in schedule.h -------- */
 

@@ -50,7 +50,7 @@ static const char USAGE[] =
     "      bytes other than printable ASCII, newline and tab (and backslash) print\n"
     "      as \\xNN. Byte-level models only\n"
     "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
-    "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]]\n"
+    "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]] [--split-rate R[:BURST]]\n"
     "        [--slow-timeout S] [--min-body-rate BYTES] [--body-budget MIB]\n"
     "        [--max-conns N] [--conns-per-addr N] [--idle-first S]\n"
     "        [--admin-listen HOST:PORT|off] [--admin-token-file FILE]\n"
@@ -63,7 +63,9 @@ static const char USAGE[] =
     "      N OpenMP threads make each version (default: every core; 1 leaves more of\n"
     "      a small machine to the requests under heavy upload load).\n"
     "      Requests per second (and bursts) per peer (default 50:500) and per\n"
-    "      client address, IPv6 per /64 (default 500:5000), 0 for no limit; a\n"
+    "      client address, IPv6 per /64 (default 500:5000), and a split run's\n"
+    "      batches per peer, in place of the peer's (default: 250/s per batch in\n"
+    "      flight, twice that U-shaped, bursts of 10 s), 0 for no limit; a\n"
     "      request head must arrive within S seconds (default 30, 0 for no limit)\n"
     "      and a body within S + its length / BYTES per second (default 16384);\n"
     "      signed bodies being received at once are at most MIB MiB together\n"
@@ -282,6 +284,7 @@ static int cmd_serve(int argc, char **argv) {
         vl_opt_int("compute-threads", &threads, 1, 256),
         vl_opt_custom("peer-rate", opt_rate, &so.limits.peer, RATE_EXPECT),
         vl_opt_custom("addr-rate", opt_rate, &so.limits.addr, RATE_EXPECT),
+        vl_opt_custom("split-rate", opt_rate, &so.limits.split, RATE_EXPECT),
         vl_opt_int("slow-timeout", &slow, 0, 3600),
         vl_opt_int("min-body-rate", &body_rate, 1, (int64_t)1 << 40),
         vl_opt_int("body-budget", &budget, 1, (int64_t)1 << 20),

@@ -459,6 +459,7 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
 void coord_limits_default(coord_limits *l) {
     memset(l, 0, sizeof *l); /* a limit added later starts off, never as garbage */
     l->peer = (coord_rate){.rate = 50, .burst = 500};
+    l->split = (coord_rate){.rate = -1, .burst = -1}; /* from the run's split settings */
     l->addr = (coord_rate){.rate = 500, .burst = 5000};
     l->slow_timeout_s = 30;
     l->min_body_rate = 16384;
@@ -480,6 +481,16 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
     srv->addr_limiter = coord_limiter_new(LIMITER_SLOTS, l->addr);
     srv->peer_limiter = coord_limiter_new(LIMITER_SLOTS, l->peer);
     if (!srv->addr_limiter || !srv->peer_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
+    /* The run's configuration is loaded by now: a split run's batches get
+     * a budget sized from its split settings (rates.c). */
+    if (coord_config_is_split(&srv->cfg)) {
+        srv->limits.split = coord_limits_split_rate(&srv->cfg, l->peer, l->split);
+        srv->split_limiter = coord_limiter_new(LIMITER_SLOTS, srv->limits.split);
+        if (!srv->split_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
+        if (srv->limits.split.rate > 0)
+            vl_log_info("split batches: up to %.0f requests/s per peer, bursts of %.0f",
+                        srv->limits.split.rate, srv->limits.split.burst);
+    }
     if (l->slow_timeout_s <= 0 && l->idle_first_s <= 0 && l->conn_per_addr <= 0 &&
         l->max_conns <= 0)
         return VL_OK;
@@ -714,6 +725,8 @@ void coord_server_close(coord_server *srv) {
     srv->nonce_log = NULL;
     coord_limiter_free(srv->addr_limiter);
     coord_limiter_free(srv->peer_limiter);
+    coord_limiter_free(srv->split_limiter);
+    coord_norm_bound_window_free(srv);
     if (srv->sig_term) event_free(srv->sig_term);
     if (srv->sig_int) event_free(srv->sig_int);
     if (srv->sig_hup) event_free(srv->sig_hup);

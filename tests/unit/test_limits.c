@@ -3,7 +3,8 @@
  * table under a flood of keys, address keys), the guard's clock (a head
  * or a body that arrives too slowly, and the refusal that replaces a slow
  * head) on a clock the test drives, and the guard's refusal of request
- * targets that libevent would read as naming a host. */
+ * targets that libevent would read as naming a host; and the split batch
+ * routes' own budget beside the peer's (rates.c). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "coordinator/coord.h"
 #include "coordinator/guard.h"
 #include "coordinator/limiter.h"
 #include "crypto/crypto.h"
@@ -252,12 +254,105 @@ static void test_guard_double_slash_target(void **state) {
     }
 }
 
+/* ---- the split batch budget ---------------------------------------------- */
+
+/* A server of a run in mode (split settings in_flight and u_shape) with
+ * the default limits' buckets, as setup_limits makes them. */
+static coord_server *rate_server(const char *mode, int in_flight, int u_shape) {
+    coord_server *srv = calloc(1, sizeof *srv);
+    assert_non_null(srv);
+    snprintf(srv->cfg.mode, sizeof srv->cfg.mode, "%s", mode);
+    srv->cfg.split_in_flight = in_flight;
+    srv->cfg.split_u = u_shape;
+    coord_limits l;
+    coord_limits_default(&l);
+    srv->peer_limiter = coord_limiter_new(1024, l.peer);
+    assert_non_null(srv->peer_limiter);
+    if (coord_config_is_split(&srv->cfg)) {
+        srv->split_limiter =
+            coord_limiter_new(1024, coord_limits_split_rate(&srv->cfg, l.peer, l.split));
+        assert_non_null(srv->split_limiter);
+    }
+    return srv;
+}
+
+static void rate_server_free(coord_server *srv) {
+    coord_limiter_free(srv->peer_limiter);
+    coord_limiter_free(srv->split_limiter);
+    free(srv);
+}
+
+/* Requests of one peer to target at hz for s seconds from t0: how many
+ * were refused. */
+static int refused_at(coord_server *srv, const char *target, double hz, double s, double t0) {
+    int refused = 0;
+    for (int i = 0; i < (int)(hz * s); i++)
+        refused += coord_peer_rate_take(srv, 7, target, t0 + i / hz) > 0;
+    return refused;
+}
+
+/* A split peer's batches at 150/s for a minute, three times the per-peer
+ * rate, go through, while the same peer's other requests at that pace
+ * are refused once their burst is spent; the batches do not spend the
+ * other routes' tokens, nor those theirs. A U-shaped run (two requests a
+ * batch) and batches in flight raise the budget; past it batches are
+ * refused too. In a run that is not split, the split routes spend the
+ * peer's budget like any other. */
+static void test_split_batch_budget(void **state) {
+    (void)state;
+    coord_server *srv = rate_server("split", 1, 0);
+    coord_rate r = coord_limits_split_rate(&srv->cfg, (coord_rate){50, 500}, (coord_rate){-1, -1});
+    assert_true(r.rate == 1 / COORD_SPLIT_RTT_MIN_S && r.burst == 10 * r.rate);
+    assert_int_equal(refused_at(srv, "/v1/split/forward", 150, 60, 1000), 0);
+    assert_true(refused_at(srv, "/v1/task?wait=10", 150, 60, 1000) > 150 * 60 / 2);
+    /* Interleaved on one peer, from a fresh start: batches at 200/s and
+     * tasks at 100/s (twice their rate). */
+    rate_server_free(srv);
+    srv = rate_server("split", 1, 0);
+    int batches = 0, tasks = 0;
+    for (int i = 0; i < 200 * 60; i++) {
+        double t = 5000 + i / 200.0;
+        batches += coord_peer_rate_take(srv, 7, "/v1/split/forward", t) > 0;
+        if (i % 2 == 0) tasks += coord_peer_rate_take(srv, 7, "/v1/updates", t) > 0;
+    }
+    assert_int_equal(batches, 0);
+    assert_true(tasks > 0);
+    /* A hostile peer sending batches at 2000/s is held to the budget. */
+    assert_true(refused_at(srv, "/v1/split/forward", 2000, 30, 9000) > 2000 * 30 / 2);
+    rate_server_free(srv);
+    /* U-shaped (forward and backward) and four batches in flight. */
+    srv = rate_server("split", 1, 1);
+    assert_int_equal(refused_at(srv, "/v1/split/backward", 400, 60, 1000), 0);
+    rate_server_free(srv);
+    srv = rate_server("split", 4, 0);
+    assert_int_equal(refused_at(srv, "/v1/split/forward", 900, 60, 1000), 0);
+    rate_server_free(srv);
+    /* Not a split run: the routes are the peer's like any other. */
+    srv = rate_server("sync", 1, 0);
+    assert_null(srv->split_limiter);
+    assert_true(refused_at(srv, "/v1/split/forward", 150, 60, 1000) > 150 * 60 / 2);
+    rate_server_free(srv);
+    /* serve --split-rate: as given, 0 for none; --peer-rate 0 turns the
+     * derived one off too. */
+    coord_config cfg = {0};
+    snprintf(cfg.mode, sizeof cfg.mode, "split");
+    cfg.split_in_flight = 8;
+    r = coord_limits_split_rate(&cfg, (coord_rate){50, 500}, (coord_rate){80, 100});
+    assert_true(r.rate == 80 && r.burst == 100);
+    r = coord_limits_split_rate(&cfg, (coord_rate){50, 500}, (coord_rate){0, 1});
+    assert_true(r.rate == 0);
+    r = coord_limits_split_rate(&cfg, (coord_rate){0, 0}, (coord_rate){-1, -1});
+    assert_true(r.rate == 0);
+    r = coord_limits_split_rate(&cfg, (coord_rate){50, 500}, (coord_rate){-1, -1});
+    assert_true(r.rate == 8 / COORD_SPLIT_RTT_MIN_S);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bucket_burst_and_refill),   cmocka_unit_test(test_bucket_unlimited),
         cmocka_unit_test(test_bucket_table_bounded),      cmocka_unit_test(test_address_keys),
         cmocka_unit_test(test_guard_slow_head),           cmocka_unit_test(test_guard_slow_body),
-        cmocka_unit_test(test_guard_double_slash_target),
+        cmocka_unit_test(test_guard_double_slash_target), cmocka_unit_test(test_split_batch_budget),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

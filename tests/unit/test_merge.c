@@ -369,6 +369,95 @@ static void test_auto_norm_bound(void **state) {
     free(dir);
 }
 
+/* One fast peer filling most of the opening: versions 1 to 3 of four
+ * updates, two of each from a hostile peer at a thousand times the honest
+ * norms beside one each from two of three honest peers. Counted update
+ * by update, each version's median would be half the hostile norm; each
+ * peer counted once (the median of its norms), the bound is twice the
+ * median of the four peers' figures, which is the middle of the honest
+ * ones, and stays within what the honest peers set. The same after a
+ * restart. */
+static void test_auto_norm_bound_per_peer(void **state) {
+    (void)state;
+    char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
+    const char *robust = "{\"max_norm\": \"auto\", \"auto_mult\": 2, \"auto_versions\": 3, "
+                         "\"on_excess\": \"clip\"}";
+    coord_server *srv = open_run(dir, "none", robust);
+    size_t n = srv->n_params;
+    int64_t peer[4]; /* peer[0] hostile */
+    float *d[4];
+    double unit[4];
+    for (int k = 0; k < 4; k++) {
+        uint8_t pk[CRYPTO_PK_BYTES];
+        memset(pk, k + 1, sizeof pk);
+        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        d[k] = random_vec(n, 300 + (uint64_t)k);
+        float scale = k == 0 ? 10.0f : 0.01f * (float)k;
+        for (size_t i = 0; i < n; i++) d[k][i] *= scale;
+        unit[k] = l2(d[k], n) / sqrt(2); /* store_dense: 2 local steps */
+    }
+    assert_true(unit[0] > 300 * unit[3]);
+    static const int honest[3][2] = {{1, 2}, {2, 3}, {1, 3}};
+    int64_t task = 1;
+    for (int v = 0; v < 3; v++) {
+        assert_true(coord_norm_bound(srv) == 0);
+        store_dense(srv, task++, peer[0], 10, d[0]);
+        store_dense(srv, task++, peer[honest[v][0]], 10, d[honest[v][0]]);
+        store_dense(srv, task++, peer[0], 10, d[0]);
+        store_dense(srv, task++, peer[honest[v][1]], 10, d[honest[v][1]]);
+        merge_next(srv);
+    }
+    double want = 2 * (unit[2] + unit[3]) / 2;
+    double got = coord_norm_bound(srv);
+    if (fabs(got - want) > 1e-4 * want)
+        fail_msg("bound %.6g, want %.6g (honest unit norms %.4g %.4g %.4g, hostile %.4g)", got,
+                 want, unit[1], unit[2], unit[3], unit[0]);
+    assert_true(got <= 2 * unit[3]);
+    char db[600];
+    snprintf(db, sizeof db, "%s/run.db", dir);
+    coord_server_close(srv);
+    OK(coord_server_open(db, NULL, &srv, &e_));
+    assert_true(fabs(coord_norm_bound(srv) - want) < 1e-4 * want);
+    for (int k = 0; k < 4; k++) free(d[k]);
+    coord_server_close(srv);
+    test_remove_tree(dir);
+    free(dir);
+}
+
+/* The learning window on its own: a peer's norms count as their median;
+ * a window of one peer's updates waits for the quorum past auto_versions
+ * (here 3) and is complete once two more peers are in it, or at
+ * COORD_BOUND_WAIT x auto_versions whatever it holds. */
+static void test_bound_window(void **state) {
+    (void)state;
+    size_t np = 0;
+    const int64_t p[] = {5, 9, 5, 5, 7};
+    const double u[] = {100, 2, 100, NAN, 3};
+    assert_true(coord_norm_bound_peer_median(p, u, 5, &np) == 3);
+    assert_int_equal(np, 3);
+    assert_true(isnan(coord_norm_bound_peer_median(p, u, 0, &np)) && np == 0);
+    coord_server *srv = calloc(1, sizeof *srv);
+    assert_non_null(srv);
+    srv->cfg.robust.auto_norm = 1;
+    srv->cfg.robust.auto_versions = 3;
+    const int64_t h[] = {5, 5, 5, 5};
+    const double hu[] = {100, 100, 100, 100};
+    for (int64_t v = 1; v <= 4; v++)
+        assert_true(isnan(coord_norm_bound_figure(srv, 3, v, h, hu, 4)));
+    const int64_t two[] = {9, 7, 5};
+    const double twou[] = {2, 3, 100};
+    assert_true(coord_norm_bound_figure(srv, 3, 5, two, twou, 3) == 3);
+    assert_null(srv->bound_window);
+    /* Only ever one peer: at version 12. */
+    for (int64_t v = 1; v < COORD_BOUND_WAIT * 3; v++)
+        assert_true(isnan(coord_norm_bound_figure(srv, 3, v, h, hu, 4)));
+    assert_true(coord_norm_bound_figure(srv, 3, COORD_BOUND_WAIT * 3, h, hu, 4) == 100);
+    /* Quorum 0 (nothing being learnt): nothing held. */
+    assert_true(isnan(coord_norm_bound_figure(srv, 0, 3, two, twou, 3)));
+    assert_null(srv->bound_window);
+    free(srv);
+}
+
 /* Without a robust section a run gets the derived bound (async refusing
  * beyond it, sync clipping), and the trimmed mean where a version has the
  * updates for it; the
@@ -452,6 +541,8 @@ int main(void) {
         cmocka_unit_test(test_topk_divides_by_samples),
         cmocka_unit_test(test_sketch_divides_by_samples),
         cmocka_unit_test(test_auto_norm_bound),
+        cmocka_unit_test(test_auto_norm_bound_per_peer),
+        cmocka_unit_test(test_bound_window),
         cmocka_unit_test(test_robust_defaults),
         cmocka_unit_test(test_round_state),
     };
