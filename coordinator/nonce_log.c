@@ -158,7 +158,10 @@ int coord_nonce_log_open_at(const char *db_path, struct crypto_nonce_cache *cach
         coord_nonce_log_close(l);
         return rc;
     }
-    if (loaded) vl_log_info("nonce journal: %zu nonces still live remembered", loaded);
+    if (loaded)
+        vl_log_info("nonce journal: %zu nonces of the last %lld s remembered (each until its "
+                    "created + %lld s)",
+                    loaded, (long long)(2 * l->window), (long long)l->window);
     *out = l;
     return VL_OK;
 }
