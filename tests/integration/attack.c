@@ -506,6 +506,7 @@ int main(int argc, char **argv) {
         if (setup_access(&c, argv[5]) != 0) return 2;
     } else if (strcmp(mode, "run") == 0 && argc > 8) {
         attack_general(&c, argv[5]);
+        attack_replay(&c);
         attack_access(&c, argv[6], argv[7], argv[8]);
         attack_tls(&c);
     } else if (strcmp(mode, "limits") == 0) {

@@ -139,6 +139,8 @@ void delta(ctx *c, const char *since, long status);
 int lease(ctx *c);
 /* A token-shard run's data endpoint (attack_tokens.c). */
 void attack_tokens(ctx *c);
+/* Replays and signature members and coverage (attack_replay.c). */
+void attack_replay(ctx *c);
 /* K-FAC factor sharing (attack_kfac.c): STAGE "bad" or "finish". */
 void attack_kfac(ctx *c, const char *stage);
 /* Split learning's forward endpoint (attack_split.c): activations of
