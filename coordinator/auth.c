@@ -261,7 +261,11 @@ static int bodies_allowed(const coord_server *srv, const char *path) {
 
 /* Counts a signed body against the budget before any of it is read: one
  * body at a time per peer (a split peer's batches: split.in_flight), and
- * no more bytes at once than the budget. */
+ * only its first COORD_BODY_ADVANCE bytes at first. What a body holds is
+ * what has arrived of it (coord_auth_progress), so a head that announces
+ * a large body and then sends little holds little; the connection tick
+ * cuts off the slowest bodies when what has arrived exceeds the budget
+ * (conns.c). */
 static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowed,
                         coord_guard_ticket *t, coord_guard_refusal *r) {
     if (len <= 0) return 0;
@@ -275,8 +279,9 @@ static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowe
         return refuse(r, 429, "rate_limited", "peer %lld is already sending a body; one at a time",
                       (long long)peer);
     }
+    int64_t advance = len < COORD_BODY_ADVANCE ? len : COORD_BODY_ADVANCE;
     int64_t budget = srv->limits.body_budget;
-    if (budget > 0 && srv->body_inflight + len > budget) {
+    if (budget > 0 && srv->body_inflight + advance > budget) {
         r->retry_after = 2;
         return refuse(r, 503, "overloaded",
                       "the coordinator is receiving %lld MiB of bodies, its limit; retry "
@@ -291,9 +296,16 @@ static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowe
         srv->cap_receiving = cap;
     }
     srv->receiving_peers[srv->n_receiving++] = peer;
-    srv->body_inflight += len;
-    t->reserved = len;
+    srv->body_inflight += advance;
+    t->reserved = advance;
     return 0;
+}
+
+void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived) {
+    coord_server *srv = arg;
+    if (t->reserved <= 0 || (int64_t)arrived <= t->reserved) return;
+    srv->body_inflight += (int64_t)arrived - t->reserved;
+    t->reserved = (int64_t)arrived;
 }
 
 void coord_auth_release(void *arg, const coord_guard_ticket *t) {
@@ -361,6 +373,29 @@ int coord_authenticate(coord_req *cr) {
     if (cr->ticket.peer_id <= 0) {
         coord_reply_error(cr, 401, "unauthorized", "this request must be signed by a peer");
         return -1;
+    }
+    /* A body may take minutes to arrive after its head was checked: a
+     * peer revoked meanwhile is refused now, before anything of it is
+     * used. */
+    if (cr->ticket.want.alg != 0) {
+        storage_peer p;
+        vl_error e = {0};
+        int rc = storage_peer_get(cr->srv->db, cr->ticket.peer_id, &p, &e);
+        if (rc != VL_OK) {
+            if (rc == VL_ENOTFOUND)
+                coord_reply_error(cr, 401, "unknown_peer", "no peer %lld",
+                                  (long long)cr->ticket.peer_id);
+            else
+                coord_reply_internal(cr, &e);
+            return -1;
+        }
+        int revoked = p.revoked;
+        storage_peer_free(&p);
+        if (revoked) {
+            coord_reply_error(cr, 403, "revoked", "peer %lld has been revoked",
+                              (long long)cr->ticket.peer_id);
+            return -1;
+        }
     }
     cr->peer_id = cr->ticket.peer_id;
     return 0;

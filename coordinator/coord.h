@@ -86,6 +86,7 @@ typedef struct coord_limits {
     int64_t max_conns;
     int64_t conn_per_addr;
     double idle_first_s;
+    double idle_keepalive_s; /* a kept-alive connection with no request in progress */
     /* Bytes that built downloads (model files of old versions, deltas,
      * rounds, factors) may hold at once, shared copies counted once (0:
      * COORD_DOWNLOAD_BUDGET_MODELS model files, at least 256 MiB). */
@@ -97,6 +98,16 @@ typedef struct coord_limits {
  * with bursts of 5000, 30 s for a head, bodies at 16 KiB/s at least, and
  * 256 MiB of bodies being received at once (COORD_BODY_BUDGET_DEFAULT). */
 #define COORD_BODY_BUDGET_DEFAULT ((int64_t)256 << 20)
+/* What a signed body reserves of the budget when its head is accepted;
+ * from there on it holds what has arrived of it. */
+#define COORD_BODY_ADVANCE ((int64_t)1 << 20)
+/* A body must deliver min_body_rate over each window this long. */
+#define COORD_BODY_WINDOW_S 10.0
+/* A kept-alive connection with no request in progress is closed after
+ * this long (a tenth under descriptor pressure). */
+#define COORD_IDLE_KEEPALIVE_S_DEFAULT 30.0
+/* Connections the admin listener holds at once. */
+#define COORD_ADMIN_CONNS_MAX 16
 #define COORD_CONN_PER_ADDR_DEFAULT 64
 #define COORD_DOWNLOAD_BUDGET_MODELS 8
 #define COORD_IDLE_FIRST_S_DEFAULT 10.0
@@ -300,7 +311,10 @@ typedef struct coord_server {
     struct event *accept_timer;          /* resumes accepting after a pause */
     int64_t accept_errors, conns_closed; /* since the last log line about them */
     double accept_logged, conns_logged;
-    double pressure_until; /* descriptors ran short: silent connections go sooner */
+    double pressure_until;                   /* descriptors ran short: idle connections go sooner */
+    struct evhttp_bound_socket *admin_bound; /* the admin listener's socket */
+    struct bufferevent *admin_bevs[2 * COORD_ADMIN_CONNS_MAX]; /* its connections */
+    size_t n_admin;
     /* Signed bodies being received: their bytes, and their peers (one body
      * at a time per peer). */
     int64_t body_inflight;
@@ -507,11 +521,19 @@ int64_t coord_conns_default_max(int64_t fd_limit);
 /* Pauses accepting, with one log line per interval, when accept() fails
  * for want of descriptors. Call once srv->bound exists. 0 or VL_E*. */
 int coord_conns_listen(coord_server *srv, vl_error *err) VL_MUST_CHECK;
-/* Closes connections that sent no request for too long or beyond their
- * address's share, and holds new ones back at the total cap. Called from
- * the server's periodic tick. */
+/* Closes idle connections that waited too long or beyond their address's
+ * share, cuts off the slowest bodies while bodies hold more than the
+ * budget, counts the admin listener's connections, and holds new
+ * connections back at the caps. Called from the server's periodic tick. */
 void coord_conns_tick(coord_server *srv, double now);
-/* Releases what coord_conns_listen set up. */
+/* Puts the admin listener (bound: its socket on srv->admin_http) under
+ * the same rules: its own cap of COORD_ADMIN_CONNS_MAX connections,
+ * counted against max_conns, and the pause when accept() runs out of
+ * descriptors. Returns 0 or VL_EIO/VL_ENOMEM. */
+int coord_conns_admin(coord_server *srv, struct evhttp_bound_socket *bound,
+                      vl_error *err) VL_MUST_CHECK;
+/* Releases what coord_conns_listen and coord_conns_admin set up; call
+ * after the listeners' evhttp objects are freed. */
 void coord_conns_close(coord_server *srv);
 
 /* ---- auth (auth.c) ------------------------------------------------------- */
@@ -542,6 +564,9 @@ int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
 /* Gives back what coord_auth_head reserved for t's body (the guard's
  * release callback; the server calls it when it takes a ticket). */
 void coord_auth_release(void *arg, const coord_guard_ticket *t);
+/* The guard's progress callback: a body's reservation grows to what has
+ * arrived of it once that passes the advance reserved at its head. */
+void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived);
 
 /* For a handler that needs a registered peer: sets cr->peer_id from the
  * ticket the guard issued for the signed head and returns 0, or answers

@@ -249,6 +249,7 @@ void coord_guard_free(coord_guard *g) {
         if (g->tickets[i].live && g->caps.release)
             g->caps.release(g->caps.authorize_arg, &g->tickets[i]);
     memset(g->tickets, 0, sizeof g->tickets);
+    g->body_owner = NULL;
     vl_buf_free(&g->head);
     vl_buf_free(&g->out);
     crypto_digest_free(g->digest);
@@ -336,6 +337,7 @@ int coord_guard_ticket_take(coord_guard *g, uint64_t seq, coord_guard_ticket *ou
     coord_guard_ticket *t = &g->tickets[seq % COORD_GUARD_TICKETS];
     if (!t->live || t->seq != seq) return VL_ENOTFOUND;
     if (g->body_ticket == t) g->body_ticket = NULL;
+    if (g->body_owner == t) g->body_owner = NULL;
     *out = *t;
     memset(t, 0, sizeof *t);
     return VL_OK;
@@ -370,6 +372,24 @@ static void finish_digest(coord_guard *g) {
 /* Body bytes on their way to the parser. */
 static void body_passed(coord_guard *g, const void *p, size_t n) {
     if (g->body_ticket && n > 0) crypto_digest_update(g->digest, p, n);
+}
+
+uint64_t coord_guard_body_arrived(const coord_guard *g) {
+    return g->state == COORD_GUARD_IN_BODY ? g->body_len - g->body_left : 0;
+}
+
+/* Tells the owner how much of an accepted body has passed, once the
+ * bytes are counted off body_left. */
+static void body_progress(coord_guard *g) {
+    if (g->body_owner && g->caps.progress)
+        g->caps.progress(g->caps.authorize_arg, g->body_owner, g->body_len - g->body_left);
+}
+
+/* The body is complete: the next bytes start a head. */
+static void body_done(coord_guard *g) {
+    finish_digest(g);
+    g->body_owner = NULL;
+    g->state = COORD_GUARD_IN_HEAD;
 }
 
 /* The owner's verdict on a head that passed the guard's own checks:
@@ -416,6 +436,11 @@ static int finish_head(coord_guard *g, vl_buf *out) {
         rc = h.has_marker || ticket > 0 ? emit_stripped(g, ticket, out)
                                         : vl_buf_append(out, g->head.data, g->head.len);
         g->body_left = h.body_len;
+        g->body_len = h.body_len;
+        g->body_started = g->window_start = now_s(g);
+        g->window_bytes = 0;
+        g->body_owner =
+            ticket > 0 && h.body_len > 0 ? &g->tickets[ticket % COORD_GUARD_TICKETS] : NULL;
         if (h.body_len > 0 && g->caps.slow_timeout_s > 0)
             g->body_deadline =
                 now_s(g) + g->caps.slow_timeout_s + (double)h.body_len / g->caps.min_body_rate;
@@ -490,10 +515,8 @@ int coord_guard_feed(coord_guard *g, const uint8_t *in, size_t n, vl_buf *out) {
             body_passed(g, in + i, take);
             i += take;
             g->body_left -= take;
-            if (g->body_left == 0) {
-                finish_digest(g);
-                g->state = COORD_GUARD_IN_HEAD;
-            }
+            body_progress(g);
+            if (g->body_left == 0) body_done(g);
             break;
         }
         case COORD_GUARD_IN_HEAD: i += coord_guard_feed_head(g, in + i, n - i, out); break;
@@ -509,8 +532,22 @@ coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now) {
     if (g->state == COORD_GUARD_IN_HEAD && g->head.len > 0 &&
         now - g->head_started > g->caps.slow_timeout_s)
         return COORD_GUARD_HEAD_TIMEOUT;
-    if (g->state == COORD_GUARD_IN_BODY && now > g->body_deadline) return COORD_GUARD_BODY_TIMEOUT;
+    if (g->state != COORD_GUARD_IN_BODY) return COORD_GUARD_OK;
+    if (now > g->body_deadline) return COORD_GUARD_BODY_TIMEOUT;
+    double w = g->caps.body_window_s;
+    if (w > 0 && now - g->window_start >= w &&
+        (double)(coord_guard_body_arrived(g) - g->window_bytes) <
+            g->caps.min_body_rate * (now - g->window_start))
+        return COORD_GUARD_BODY_TIMEOUT;
     return COORD_GUARD_OK;
+}
+
+void coord_guard_advance_window(coord_guard *g, double now) {
+    double w = g->caps.body_window_s;
+    if (g->state != COORD_GUARD_IN_BODY || w <= 0 || now - g->window_start < w) return;
+    if (coord_guard_check_time(g, now) != COORD_GUARD_OK) return;
+    g->window_start = now;
+    g->window_bytes = coord_guard_body_arrived(g);
 }
 
 int coord_guard_expire_head(coord_guard *g, vl_buf *out) {
@@ -558,10 +595,8 @@ static void guard_input(struct evbuffer *input, const struct evbuffer_cb_info *i
                 continue;
             }
             g->body_left -= (uint64_t)moved;
-            if (g->body_left == 0) {
-                finish_digest(g);
-                g->state = COORD_GUARD_IN_HEAD;
-            }
+            body_progress(g);
+            if (g->body_left == 0) body_done(g);
             continue;
         }
         struct evbuffer_iovec v;
@@ -611,7 +646,7 @@ void coord_guard_detach(coord_guard *g) {
 
 /* Ends the connection from below libevent: it reads end-of-file and drops
  * the connection as it does for a client that went away. */
-static void shut_down(coord_guard *g) {
+void coord_guard_shut_down(coord_guard *g) {
     g->state = COORD_GUARD_DISCARD;
     evutil_socket_t fd = g->bev ? bufferevent_getfd(g->bev) : -1;
     if (fd >= 0) shutdown(fd, SHUT_RDWR);
@@ -619,6 +654,7 @@ static void shut_down(coord_guard *g) {
 
 coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now) {
     coord_guard_verdict v = coord_guard_check_time(g, now);
+    if (v == COORD_GUARD_OK) coord_guard_advance_window(g, now);
     if (v == COORD_GUARD_OK || !g->bev) return v;
     bufferevent_data_cb readcb = NULL;
     bufferevent_getcb(g->bev, &readcb, NULL, NULL, NULL);
@@ -628,7 +664,7 @@ coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now) {
      * callback. Running its parser at any other time aborts the process. */
     int parser_waiting = readcb && (bufferevent_get_enabled(g->bev) & EV_READ);
     if (v == COORD_GUARD_BODY_TIMEOUT || !parser_waiting) {
-        shut_down(g);
+        coord_guard_shut_down(g);
         return v;
     }
     g->in_callback = 1; /* our own edit of the input must not re-enter */
@@ -637,7 +673,7 @@ coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now) {
     vl_buf_reset(&g->out);
     g->in_callback = 0;
     if (rc != VL_OK) {
-        shut_down(g);
+        coord_guard_shut_down(g);
         return v;
     }
     if (g->linger_fd < 0) {

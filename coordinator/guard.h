@@ -128,7 +128,12 @@ typedef struct coord_guard_caps {
      * first byte, a body within slow_timeout_s + length / min_body_rate of
      * the end of its head (0: no time limits). */
     double slow_timeout_s;
-    double min_body_rate;               /* bytes per second, > 0 when slow_timeout_s is */
+    double min_body_rate; /* bytes per second, > 0 when slow_timeout_s is */
+    /* A body must also keep up min_body_rate over each window of this
+     * many seconds from the end of its head (0: only the deadline above),
+     * so a client cannot send a little and then hold its place for the
+     * rest of a long deadline. */
+    double body_window_s;
     double (*clock)(void);              /* monotonic seconds; NULL for vl_clock_mono_s */
     coord_guard_authorize_fn authorize; /* NULL: every valid head is let through */
     void *authorize_arg;
@@ -136,6 +141,11 @@ typedef struct coord_guard_caps {
      * (its connection went), so what the owner reserved for it is given
      * back; a taken ticket is the taker's to release. May be NULL. */
     void (*release)(void *arg, const coord_guard_ticket *t);
+    /* Called with authorize_arg as an accepted body arrives, with the
+     * bytes of it passed so far (its ticket is live until the handler
+     * takes it), so the owner can count what a body holds by what has
+     * arrived rather than by what its head announced. May be NULL. */
+    void (*progress)(void *arg, coord_guard_ticket *t, uint64_t arrived);
 } coord_guard_caps;
 
 /* What coord_guard_parse_head found in one complete head. */
@@ -171,9 +181,20 @@ typedef struct coord_guard {
     vl_buf out;         /* scratch for rewritten heads */
     uint64_t requests;  /* heads completed on this connection */
     coord_guard_verdict last_verdict;
-    double created;       /* when the connection was set up (caps.clock) */
-    double head_started;  /* when the first byte of the current head came */
-    double body_deadline; /* when the current body must have arrived */
+    double created;                 /* when the connection was set up (caps.clock) */
+    double head_started;            /* when the first byte of the current head came */
+    double body_deadline;           /* when the current body must have arrived */
+    uint64_t body_len;              /* the current body's announced length */
+    double body_started;            /* when its head was accepted */
+    double window_start;            /* the body-rate window in progress (caps.body_window_s) */
+    uint64_t window_bytes;          /* body bytes passed when that window began */
+    coord_guard_ticket *body_owner; /* the ticket of the body arriving (caps.progress) */
+    /* The owner's own bookkeeping of the connection, never touched by the
+     * guard: its client's address key (addr_len 0: not looked up yet) and
+     * since when it has had no request in progress. */
+    uint8_t addr[24];
+    uint8_t addr_len;
+    double idle_since;
     /* Called from the bufferevent's free path before the guard is freed,
      * so an owner can drop its reference; may be NULL. */
     void *owner;
@@ -235,8 +256,12 @@ int coord_guard_idle(const coord_guard *g);
 /* What the clock says about g at now (caps.clock's time):
  * COORD_GUARD_HEAD_TIMEOUT when a head has been arriving for longer than
  * slow_timeout_s, COORD_GUARD_BODY_TIMEOUT when a body is still arriving
- * after its deadline, else COORD_GUARD_OK. */
+ * after its deadline or delivered less than min_body_rate over a whole
+ * body window, else COORD_GUARD_OK. */
 coord_guard_verdict coord_guard_check_time(const coord_guard *g, double now);
+/* Body bytes of the current request that have passed so far (0 outside
+ * a body). */
+uint64_t coord_guard_body_arrived(const coord_guard *g);
 /* Refuses the head in progress as too slow: appends the refusal head that
  * makes the handler answer 408 to out and discards the rest of the
  * connection, like any refused head. Returns 0 or VL_ENOMEM/VL_ETOOBIG. */
@@ -262,5 +287,11 @@ void coord_guard_detach(coord_guard *g);
  * the socket down, which libevent sees as the client going away. The
  * connection (and g with it) may be freed before this returns. */
 coord_guard_verdict coord_guard_enforce_time(coord_guard *g, double now);
+/* Moves g's body-rate window on when the one in progress has ended in
+ * time (coord_guard_enforce_time does this itself). */
+void coord_guard_advance_window(coord_guard *g, double now);
+/* Ends an attached guard's connection from below libevent, which then
+ * frees it as it does when a client goes away. */
+void coord_guard_shut_down(coord_guard *g);
 
 #endif

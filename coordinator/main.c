@@ -52,7 +52,7 @@ static const char USAGE[] =
     "  serve --db FILE --cert PEM --key PEM [--listen HOST:PORT] [--compute-threads N]\n"
     "        [--peer-rate R[:BURST]] [--addr-rate R[:BURST]] [--split-rate R[:BURST]]\n"
     "        [--slow-timeout S] [--min-body-rate BYTES] [--body-budget MIB]\n"
-    "        [--max-conns N] [--conns-per-addr N] [--idle-first S]\n"
+    "        [--max-conns N] [--conns-per-addr N] [--idle-first S] [--idle-keepalive S]\n"
     "        [--admin-listen HOST:PORT|off] [--admin-token-file FILE]\n"
     "      serve the run over HTTPS (default 127.0.0.1:8443; port 0 picks a free one\n"
     "      and the real one is printed as \"listening on HOST:PORT\" on stderr);\n"
@@ -67,13 +67,17 @@ static const char USAGE[] =
     "      batches per peer, in place of the peer's (default: 250/s per batch in\n"
     "      flight, twice that U-shaped, bursts of 10 s), 0 for no limit; a\n"
     "      request head must arrive within S seconds (default 30, 0 for no limit)\n"
-    "      and a body within S + its length / BYTES per second (default 16384);\n"
-    "      signed bodies being received at once are at most MIB MiB together\n"
-    "      (default 256; beyond, 503 overloaded) and one per peer. At most N\n"
-    "      connections in all (default: the descriptor limit less 64); a\n"
-    "      connection that has sent no request is closed after S seconds (default\n"
-    "      10; a tenth of that when over half the connections are open) or when\n"
-    "      its address holds more than --conns-per-addr such (default 64)\n"
+    "      and a body within S + its length / BYTES per second (default 16384),\n"
+    "      at that rate over every 10 s; signed bodies being received hold at most\n"
+    "      MIB MiB together by what has arrived of them (default 256; beyond, 503\n"
+    "      overloaded, and the slowest is cut off), one per peer. At most N\n"
+    "      connections in all (default: the descriptor limit less 64), the admin\n"
+    "      listener's 16 included; an idle connection (no request in progress) is\n"
+    "      closed when its first head is not complete S seconds after it opened\n"
+    "      (--idle-first, default 10), when kept alive S seconds with nothing in\n"
+    "      progress (--idle-keepalive, default 30; both a tenth when over half the\n"
+    "      connections are open), or when its address holds more than\n"
+    "      --conns-per-addr idle connections (default 64)\n"
     "\n"
     "Environment: VOLLEY_LOG=debug|info|warn|error sets the log level.\n";
 
@@ -274,7 +278,8 @@ static int cmd_sample(int argc, char **argv) {
 static int cmd_serve(int argc, char **argv) {
     coord_serve_opts so = {.listen = "127.0.0.1:8443"};
     coord_limits_default(&so.limits);
-    int64_t threads = 0, slow = 0, body_rate = 0, budget = 0, conns = 0, per_addr = 0, idle = 0;
+    int64_t threads = 0, slow = 0, body_rate = 0, budget = 0, conns = 0, per_addr = 0, idle = 0,
+            keepalive = 0;
     const char *token_file = NULL;
     vl_opt t[] = {
         vl_opt_required(vl_opt_str("db", &so.db_path)),
@@ -291,6 +296,7 @@ static int cmd_serve(int argc, char **argv) {
         vl_opt_int("max-conns", &conns, 16, (int64_t)1 << 24),
         vl_opt_int("conns-per-addr", &per_addr, 0, (int64_t)1 << 24),
         vl_opt_int("idle-first", &idle, 0, 3600),
+        vl_opt_int("idle-keepalive", &keepalive, 0, 3600),
         vl_opt_str("admin-listen", &so.admin_listen),
         vl_opt_str("admin-token-file", &token_file),
     };
@@ -304,6 +310,7 @@ static int cmd_serve(int argc, char **argv) {
     if (vl_opts_given(&o, "max-conns")) so.limits.max_conns = conns;
     if (vl_opts_given(&o, "conns-per-addr")) so.limits.conn_per_addr = per_addr;
     if (vl_opts_given(&o, "idle-first")) so.limits.idle_first_s = (double)idle;
+    if (vl_opts_given(&o, "idle-keepalive")) so.limits.idle_keepalive_s = (double)keepalive;
     /* The admin token: the file's first line, kept out of the process list. */
     char token[192] = "";
     if (token_file) {

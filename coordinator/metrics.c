@@ -484,6 +484,13 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
         srv->admin_http = NULL;
         return vl_fail(err, VL_EIO, "cannot listen on %s:%d for the admin listener", host, port);
     }
+    int rc = coord_conns_admin(srv, bs, err);
+    if (rc != VL_OK) {
+        evhttp_free(srv->admin_http);
+        srv->admin_http = NULL;
+        srv->admin_bound = NULL;
+        return rc;
+    }
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
     bound_port = bound_port > 0 ? bound_port : port;
     vl_log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,

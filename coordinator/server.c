@@ -155,9 +155,12 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
                              .slow_timeout_s = srv->limits.slow_timeout_s,
                              .min_body_rate = srv->limits.min_body_rate,
+                             .body_window_s =
+                                 srv->limits.slow_timeout_s > 0 ? COORD_BODY_WINDOW_S : 0,
                              .authorize = coord_auth_head,
                              .authorize_arg = srv,
-                             .release = coord_auth_release};
+                             .release = coord_auth_release,
+                             .progress = coord_auth_progress};
     coord_guard_init(g, COORD_HEAD_CAP, &caps);
     g->owner = srv;
     struct bufferevent *bev = bufferevent_openssl_socket_new(
@@ -466,6 +469,7 @@ void coord_limits_default(coord_limits *l) {
     l->body_budget = COORD_BODY_BUDGET_DEFAULT;
     l->conn_per_addr = COORD_CONN_PER_ADDR_DEFAULT;
     l->idle_first_s = COORD_IDLE_FIRST_S_DEFAULT;
+    l->idle_keepalive_s = COORD_IDLE_KEEPALIVE_S_DEFAULT;
     /* max_conns and download_budget 0: from the descriptor limit and the
      * model's size. */
 }
@@ -491,9 +495,8 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
             vl_log_info("split batches: up to %.0f requests/s per peer, bursts of %.0f",
                         srv->limits.split.rate, srv->limits.split.burst);
     }
-    if (l->slow_timeout_s <= 0 && l->idle_first_s <= 0 && l->conn_per_addr <= 0 &&
-        l->max_conns <= 0)
-        return VL_OK;
+    /* The tick runs even with every limit off: it also counts the admin
+     * listener's connections. */
     srv->slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
     struct timeval tv = {0, (suseconds_t)(SLOW_CHECK_S * 1e6)};
     if (!srv->slow_timer || event_add(srv->slow_timer, &tv) != 0)

@@ -495,6 +495,18 @@ int main(int argc, char **argv) {
         if (burst(&c, argv[5], atoi(argv[6])) != 0) return 2;
         return table_end();
     }
+    if (strcmp(mode, "nat") == 0 && argc > 7) {
+        table_begin("attack: nat");
+        if (attack_nat(&c, argv[5], atoi(argv[6]), atoi(argv[7])) != 0) return 2;
+        return table_end();
+    }
+    if (strcmp(mode, "bodies") == 0 && argc > 8) {
+        table_begin("attack: bodies");
+        if (attack_bodies(&c, argv[5], atoi(argv[6]), (size_t)atoll(argv[7]),
+                          (size_t)atoll(argv[8])) != 0)
+            return 2;
+        return table_end();
+    }
     if (load_state(&c, argv[4]) != 0 || c.n_params == 0) {
         fprintf(stderr, "attack: no usable state in %s\n", argv[4]);
         return 2;

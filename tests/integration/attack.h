@@ -148,4 +148,11 @@ void attack_kfac(ctx *c, const char *stage);
  * STAGE "bad" or "expired". */
 void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage);
 
+/* Crowds with keys of their own, joined with token (attack_crowd.c):
+ * holders long-polls and newcomers with late heads from one address; keys
+ * that announce a body of announce bytes, send sent of it and go quiet,
+ * beside an honest upload. 0, or -1 when the set-up failed. */
+int attack_nat(ctx *c, const char *token, int holders, int newcomers);
+int attack_bodies(ctx *c, const char *token, int keys, size_t announce, size_t sent);
+
 #endif

@@ -13,6 +13,8 @@ volley_unit_test(test_async_rules volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
 volley_unit_test(test_robust volley_coordinator_core)
 volley_unit_test(test_limits volley_coordinator_core)
+# The connection rules (idle, per address, bodies over the budget).
+volley_unit_test(test_conns volley_coordinator_core)
 volley_unit_test(test_coord_shards volley_coordinator_core)
 # GPT-2 small from a run configuration; its forward and backward pass is a
 # second entry of the same program, which a sanitizer build reports skipped.
