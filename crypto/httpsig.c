@@ -572,7 +572,6 @@ static int volley_score(const crypto_sig *s) {
 typedef struct sig_candidate {
     int rc; /* parse_covered's, or VL_EINVAL for a signature of another length */
     vl_error err;
-    size_t match; /* its index in the Signature members */
     crypto_sig sig;
 } sig_candidate;
 
@@ -596,6 +595,7 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
     sig_candidate first, best, cur;
     memset(&first, 0, sizeof first);
     memset(&best, 0, sizeof best);
+    memset(&cur, 0, sizeof cur);
     int n_matched = 0, best_score = 0;
     sf s = sf_of(sig_input);
     int more = s.p < s.end;
@@ -619,7 +619,6 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
              * value, and only refuses the request if it is what is read. */
             sf at = s;
             memset(&cur, 0, sizeof cur);
-            cur.match = (size_t)match;
             if (m.lens[match] != CRYPTO_SIG_BYTES)
                 cur.rc = vl_fail(&cur.err, VL_EINVAL,
                                  "Signature: an ed25519 signature is %d bytes, "
