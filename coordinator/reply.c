@@ -193,7 +193,10 @@ int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
                            allowed[idx], (long long)max);
         *present |= 1u << idx;
         p += len;
-        if (*p == '&') p++;
+        /* A separator must be followed by another pair: "version=0&" is
+         * refused like any other query that is not exactly key=value
+         * pairs, so one target has one meaning for the signer and us. */
+        if (*p == '&' && *++p == '\0') return vl_fail(err, VL_EINVAL, "the query ends with '&'");
     }
     return VL_OK;
 }

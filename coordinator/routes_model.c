@@ -279,6 +279,12 @@ void coord_route_data(coord_req *cr) {
         coord_reply_error(cr, 404, "unknown_shard", "the only shard is \"train\"");
         return;
     }
+    /* No parameters here: any query is refused like a bad one elsewhere
+     * (protocol.md, Query strings), so a target has one meaning. */
+    static const char *const no_keys[] = {NULL};
+    unsigned present = 0;
+    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
+        return;
     vl_error e = {0};
     if (coord_corpus_check(&srv->corpus, &e) != VL_OK) {
         coord_reply_internal(cr, &e);

@@ -225,6 +225,12 @@ void coord_route_round_values(coord_req *cr) {
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr) != 0) return;
+    /* No parameters here: any query is refused like a bad one elsewhere
+     * (protocol.md, Query strings), so a target has one meaning. */
+    static const char *const no_keys[] = {NULL};
+    unsigned present = 0;
+    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
+        return;
     if (len > (uint64_t)srv->cfg.max_body_bytes) {
         coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes",
                           (long long)srv->cfg.max_body_bytes);

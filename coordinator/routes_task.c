@@ -563,6 +563,31 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next
     coord_writer_submit(srv->writer, &j->job);
 }
 
+/* ?uploading=T names a task of the caller's, as ?release=T does: one
+ * never leased is 404 unknown_task, another peer's 403 not_your_task, so
+ * a peer cannot make its lease look past someone else's task. Whatever
+ * T's state (its update stored meanwhile, its lease over), the request
+ * goes on: then no update of it is pending. 0, or answers and -1. */
+static int uploading_check(coord_req *cr, int64_t task_id) {
+    storage_task t;
+    vl_error e = {0};
+    int rc = storage_task_get(cr->srv->db, task_id, &t, &e);
+    if (rc == VL_ENOTFOUND) {
+        coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task_id);
+        return -1;
+    }
+    if (rc != VL_OK) {
+        coord_reply_internal(cr, &e);
+        return -1;
+    }
+    if (t.peer_id != cr->peer_id) {
+        coord_reply_error(cr, 403, "not_your_task", "task %lld is not leased to you",
+                          (long long)task_id);
+        return -1;
+    }
+    return 0;
+}
+
 void coord_route_task(coord_req *cr) {
     if (coord_authenticate(cr) != 0) return;
     const char *const keys[] = {"wait", "uploading", "release", "next", NULL};
@@ -584,6 +609,10 @@ void coord_route_task(coord_req *cr) {
                           "uploading is for async runs; this run is synchronous");
         return;
     }
+    if ((present & 2u) && vals[1] <= 0) {
+        coord_reply_error(cr, 400, "bad_request", "uploading is a task id, 1 or more");
+        return;
+    }
     if ((present & 4u) && vals[2] <= 0) {
         coord_reply_error(cr, 400, "bad_request", "release is a task id, 1 or more");
         return;
@@ -601,11 +630,12 @@ void coord_route_task(coord_req *cr) {
         coord_reply_error(cr, 400, "bad_request", "next=0 goes with release");
         return;
     }
-    cr->uploading = vals[1];
     if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
+    if ((present & 2u) && uploading_check(cr, vals[1]) != 0) return;
+    cr->uploading = vals[1];
     if (present & 4u) {
         release_lease(cr, vals[2], vals[0], (int)vals[3]);
         return;

@@ -97,6 +97,10 @@ void raw_conn(const ctx *c, struct ssl_ctx_st *sc, const char *head, double paus
  * A wanted status of 400 or more (or -1) also requires the database to
  * be unchanged when ATTACK_DB is set. code NULL: any code. Frees r. */
 void expect(const char *name, reply *r, long status, const char *code);
+/* The same for an upload refused for what it holds (422 non_finite,
+ * norm_exceeded, ...), which ends c->task's lease: the database must hold
+ * that task as expired (when ATTACK_DB is set). Frees r. */
+void expect_lease_ended(const ctx *c, const char *name, reply *r, long status, const char *code);
 /* Records a case whose outcome the caller judged itself. */
 void record(const char *name, const char *want, const char *got, int ok);
 /* The table's header; the summary line "attack: N passed, N failed". */
@@ -139,6 +143,8 @@ void delta(ctx *c, const char *since, long status);
 int lease(ctx *c);
 /* A token-shard run's data endpoint (attack_tokens.c). */
 void attack_tokens(ctx *c);
+/* Query strings on every route, and a join's name length (attack_query.c). */
+void attack_query(ctx *c);
 /* Replays and signature members and coverage (attack_replay.c). */
 void attack_replay(ctx *c);
 /* K-FAC factor sharing (attack_kfac.c): STAGE "bad" or "finish". */
