@@ -10,6 +10,10 @@
 
 #include "coordinator/coord.h"
 
+/* A name a join accepts is stored, listed and shown whole. */
+_Static_assert(COORD_JOIN_NAME_MAX == STORAGE_PEER_NAME_MAX,
+               "the accepted and the stored peer name lengths differ");
+
 /* Format characters (Unicode category Cf) a name could use to disguise
  * itself in a terminal or a table: bidirectional overrides and isolates,
  * zero-width characters, invisible operators, tags. */
@@ -192,6 +196,12 @@ void coord_route_join(coord_req *cr) {
                           COORD_MAX_JSON_BODY);
         return;
     }
+    /* No parameters here: any query is refused like a bad one elsewhere
+     * (protocol.md, Query strings), so a target has one meaning. */
+    static const char *const no_keys[] = {NULL};
+    unsigned present = 0;
+    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
+        return;
     vl_error e = {0};
     coord_join_body jb;
     int prc = coord_join_parse(body, len, &jb, &e);
@@ -348,6 +358,12 @@ void coord_route_rotate(coord_req *cr) {
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     if (coord_authenticate(cr) != 0) return;
+    /* No parameters here: any query is refused like a bad one elsewhere
+     * (protocol.md, Query strings), so a target has one meaning. */
+    static const char *const no_keys[] = {NULL};
+    unsigned present = 0;
+    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
+        return;
     uint8_t new_pk[CRYPTO_PK_BYTES];
     char proof[CRYPTO_SIG_B64_LEN + 8];
     vl_error e = {0};

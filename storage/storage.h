@@ -501,10 +501,14 @@ typedef int (*storage_count_fn)(void *ctx, int64_t value, int64_t count);
 int storage_update_histogram(storage *st, storage_hist what, storage_count_fn fn, void *ctx,
                              vl_error *err) VL_MUST_CHECK;
 
+/* The longest peer name, in bytes: what a join accepts (the coordinator's
+ * COORD_JOIN_NAME_MAX is this), so a stored name is never cut short. */
+#define STORAGE_PEER_NAME_MAX 64
+
 /* One peer's activity. */
 typedef struct storage_peer_activity {
     int64_t id;
-    char name[64];
+    char name[STORAGE_PEER_NAME_MAX + 1];
     uint8_t public_key[STORAGE_PK_BYTES];
     int64_t joined_at;
     int64_t last_seen;

@@ -754,6 +754,34 @@ static void test_scheduler_ranges(void **state) {
     assert_int_equal(coord_sched_task_range(7, 1, 0, 10, &off, &len), -1);
 }
 
+/* ---- join names ----------------------------------------------------------------- */
+
+/* A name of COORD_JOIN_NAME_MAX bytes is taken whole; one byte more is
+ * refused. */
+static void test_join_name_length(void **state) {
+    (void)state;
+    char pk[CRYPTO_PK_B64_LEN + 1], name[COORD_JOIN_NAME_MAX + 2], body[512];
+    uint8_t raw[CRYPTO_PK_BYTES];
+    memset(raw, 7, sizeof raw);
+    crypto_pk_encode(raw, pk);
+    for (int len = COORD_JOIN_NAME_MAX; len <= COORD_JOIN_NAME_MAX + 1; len++) {
+        memset(name, 'n', (size_t)len);
+        name[len] = '\0';
+        snprintf(body, sizeof body, "{\"public_key\":\"%s\",\"token\":\"t\",\"name\":\"%s\"}", pk,
+                 name);
+        coord_join_body jb;
+        vl_error e = {0};
+        int rc = coord_join_parse((const uint8_t *)body, strlen(body), &jb, &e);
+        if (len == COORD_JOIN_NAME_MAX) {
+            assert_int_equal(rc, VL_OK);
+            assert_string_equal(jb.name, name);
+            coord_join_body_free(&jb);
+        } else {
+            assert_int_equal(rc, VL_EINVAL);
+        }
+    }
+}
+
 /* ---- query strings ------------------------------------------------------------ */
 
 static void test_query_ints(void **state) {
@@ -768,15 +796,21 @@ static void test_query_ints(void **state) {
     assert_int_equal(present, 3);
     assert_int_equal(v[0], 20);
     assert_int_equal(v[1], 3);
-    const char *bad[] = {"wait=61", "wait=-1", "wait=",   "wait",    "wait=1&wait=2",
-                         "other=1", "wait=1x", "wait=+1", "wait=%31"};
+    const char *bad[] = {"wait=61", "wait=-1",           "wait=",   "wait",     "wait=1&wait=2",
+                         "other=1", "wait=1x",           "wait=+1", "wait=%31", "wait=1&",
+                         "&wait=1", "wait=1&&version=2", "=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(coord_query_ints(bad[i], keys, 60, v, &present, &e), VL_EINVAL);
+    /* A route that takes no parameters refuses every query. */
+    const char *const none[] = {NULL};
+    assert_int_equal(coord_query_ints("", none, 0, NULL, &present, &e), VL_OK);
+    assert_int_equal(coord_query_ints("anything=1", none, 0, NULL, &present, &e), VL_EINVAL);
 }
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_join_name_length),
         cmocka_unit_test(test_outer_step_by_hand),
         cmocka_unit_test(test_weighted_mean_of_updates),
         cmocka_unit_test(test_config_defaults),

@@ -65,6 +65,32 @@ static void test_tokens(void **state) {
     assert_int_equal(storage_token_use(f->st, rid, 1000, &e), VL_ENOTFOUND);
 }
 
+static int see_name(void *ctx, const storage_peer_activity *a) {
+    snprintf(ctx, STORAGE_PEER_NAME_MAX + 2, "%s", a->name);
+    return 0;
+}
+
+/* A name of the longest length a join takes comes back whole from every
+ * reader: the peer row and the activity the dashboard and peer list use. */
+static void test_peer_name_longest(void **state) {
+    fixture *f = *state;
+    vl_error e = {0};
+    char name[STORAGE_PEER_NAME_MAX + 1];
+    memset(name, 'n', STORAGE_PEER_NAME_MAX);
+    name[STORAGE_PEER_NAME_MAX] = '\0';
+    uint8_t pk[STORAGE_PK_BYTES];
+    memset(pk, 0xCD, sizeof pk);
+    int64_t id = 0;
+    assert_int_equal(storage_peer_insert(f->st, pk, name, "{}", 0, 1000, &id, &e), VL_OK);
+    storage_peer p;
+    assert_int_equal(storage_peer_get(f->st, id, &p, &e), VL_OK);
+    assert_string_equal(p.name, name);
+    storage_peer_free(&p);
+    char seen[STORAGE_PEER_NAME_MAX + 2] = "";
+    assert_int_equal(storage_peer_each(f->st, 1000, see_name, seen, &e), VL_OK);
+    assert_string_equal(seen, name);
+}
+
 static void test_peers(void **state) {
     fixture *f = *state;
     vl_error e = {0};
@@ -784,6 +810,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_run_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_name_longest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_list_and_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_set_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tasks_and_slots, setup, teardown),
