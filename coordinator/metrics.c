@@ -433,6 +433,17 @@ static void send_metrics(coord_server *srv, struct evhttp_request *req) {
     evbuffer_free(b);
 }
 
+/* The type libevent 2.1 gives a request whose method it has no name for
+ * (EVHTTP_REQ_UNKNOWN_ in its http-internal.h, not in the public
+ * header). Its evhttp_handle_request answers any type outside the
+ * allowed methods with an HTML 501 before a callback runs, so an unknown
+ * method reaches admin_cb only with this bit allowed. */
+#define ADMIN_UNKNOWN_METHOD (1 << 15)
+/* The largest request body the admin listener reads: every request to
+ * it is refused unless it is a GET, and a small body should not make
+ * the refusal libevent's HTML page. */
+#define ADMIN_BODY_MAX 65536
+
 static void admin_cb(struct evhttp_request *req, void *arg) {
     coord_server *srv = arg;
     struct evkeyvalq *out = evhttp_request_get_output_headers(req);
@@ -470,13 +481,18 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
 int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *err) {
     srv->admin_http = evhttp_new(srv->base);
     if (!srv->admin_http) return vl_fail(err, VL_ENOMEM, "cannot create the admin listener");
-    /* Scrapes are small GETs; nothing large is taken here. */
+    /* Scrapes are small GETs; nothing large is taken here. A body up to
+     * ADMIN_BODY_MAX is read (and ignored), so a POST or PATCH that
+     * carries one still reaches admin_cb and gets its JSON 405: with a
+     * cap of 0, libevent answers any body with its own HTML 413. */
     evhttp_set_max_headers_size(srv->admin_http, 16384);
-    evhttp_set_max_body_size(srv->admin_http, 0);
+    evhttp_set_max_body_size(srv->admin_http, ADMIN_BODY_MAX);
     evhttp_set_timeout(srv->admin_http, 10);
     evhttp_set_gencb(srv->admin_http, admin_cb, srv);
-    /* Every method reaches admin_cb, so a wrong one gets its JSON 405. */
-    evhttp_set_allowed_methods(srv->admin_http, COORD_HTTP_ALL_METHODS);
+    /* Every method reaches admin_cb, so a wrong one gets its JSON 405;
+     * ADMIN_UNKNOWN_METHOD lets in the methods libevent has no name for
+     * as well, which it would otherwise answer with an HTML 501. */
+    evhttp_set_allowed_methods(srv->admin_http, COORD_HTTP_ALL_METHODS | ADMIN_UNKNOWN_METHOD);
     struct evhttp_bound_socket *bs =
         evhttp_bind_socket_with_handle(srv->admin_http, host, (ev_uint16_t)port);
     if (!bs) {
