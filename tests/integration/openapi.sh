@@ -4,7 +4,9 @@
 # environment, VOLLEY_PYENV); its endpoints must be exactly the route
 # table's (coordinator/server.c), the admin listener's and docs/protocol.md's
 # sections; every status and error code the handlers answer (followed
-# through their calls in the source) must be listed on the operation; and a
+# through their calls in the source) must be listed on the operation, and
+# every (status, code) pair sent anywhere must be in docs/protocol.md's
+# error table and the spec, and each of theirs sent somewhere; and a
 # running coordinator must serve every operation, answer 405 with the
 # spec's Allow for every other method on those paths and 404 not_found for
 # paths the spec does not have, with bodies of the spec's schemas. The
@@ -29,8 +31,9 @@ passed=$((passed + 1))
 
 echo "== the spec against the source"
 "$PY" "$CHECK" static "$ROOT" || fail "docs/openapi.yaml and the coordinator's source disagree"
-# The same spec less an endpoint, a code and a status: each is reported,
-# and nothing else.
+# The same spec less an endpoint, a code and a status: each is reported
+# (the endpoint's and the code's also as codes sent that the spec lists
+# nowhere), and nothing else.
 "$PY" - "$SPEC" > pruned.yaml <<'PRUNE'
 import sys, yaml
 spec = yaml.safe_load(open(sys.argv[1]))
@@ -49,11 +52,61 @@ served but not in the spec: GET /v1/factors
 docs/protocol.md has a section on GET /v1/factors, which the spec lacks
 GET /v1/model (coord_route_model): the source answers 304; the spec has no 304
 POST /v1/updates (coord_route_updates): the source answers 409 stale_update
+sent by factors.c but listed on no operation of the spec: 404 unknown_factors
+sent by routes_updates.c but listed on no operation of the spec: 409 stale_update
 EXPECTED
 while IFS= read -r line; do
   grep -qF "$line" reported.txt || { cat pruned.txt; fail "the checker did not report: $line"; }
 done < expected.txt
-[ "$(wc -l < reported.txt)" = 4 ] || { cat pruned.txt; fail "the checker reported more than the 4 faults"; }
+[ "$(wc -l < reported.txt)" = 6 ] || { cat pruned.txt; fail "the checker reported more than the 6 faults"; }
+passed=$((passed + 1))
+
+echo "== the error table, the spec and the codes sent, both ways"
+# A scratch root: the sources linked, docs/ copied. A row in the table
+# that nothing sends, a code in the spec that nothing sends (reported
+# also on its operation), and a code sent (in a function of its own,
+# which no route reaches) that neither lists: each reported, and nothing
+# else.
+mkdir -p scratch/docs scratch/coordinator
+for d in compress common; do ln -s "$ROOT/$d" "scratch/$d"; done
+for f in "$ROOT"/coordinator/*; do ln -s "$f" scratch/coordinator/; done
+cp "$ROOT"/docs/protocol.md "$ROOT"/docs/openapi.yaml scratch/docs/
+rm scratch/coordinator/status.c
+{ cat "$ROOT/coordinator/status.c"
+  printf 'void coord_bogus_teapot(coord_req *cr) {\n'
+  printf '    coord_reply_error(cr,\n                      418, "teapot", "short and stout");\n}\n'
+} > scratch/coordinator/status.c
+"$PY" - scratch/docs/protocol.md <<'ROW'
+import sys
+p = sys.argv[1]
+text = open(p, encoding="utf-8").read()
+row = "| 500 | `internal` |"
+assert row in text, "no 500 row in the error table"
+open(p, "w", encoding="utf-8").write(text.replace(row, row + "\n| 507 | `no_room_here` |", 1))
+ROW
+"$PY" - scratch/docs/openapi.yaml > bogus.yaml <<'CODE'
+import sys, yaml
+spec = yaml.safe_load(open(sys.argv[1]))
+code = spec["paths"]["/v1/updates"]["post"]["responses"]["409"]["content"]["application/json"]
+code["schema"]["properties"]["error"]["properties"]["code"]["enum"].append("stale_teapot")
+print(yaml.safe_dump(spec, sort_keys=False))
+CODE
+mv bogus.yaml scratch/docs/openapi.yaml
+if "$PY" "$CHECK" static scratch > bogus.txt 2>&1; then
+  fail "the checker passed a bogus table row, spec code and sent code"
+fi
+grep '^  ' bogus.txt | sed 's/^  //' > reported.txt
+cat > expected.txt <<'EXPECTED'
+sent by status.c but not in docs/protocol.md's error table: 418 teapot
+in docs/protocol.md's error table but sent by no source: 507 no_room_here
+sent by status.c but listed on no operation of the spec: 418 teapot
+listed in the spec but sent by no source: 409 stale_teapot
+POST /v1/updates (coord_route_updates): the spec's 409 lists stale_teapot, which the source never answers
+EXPECTED
+while IFS= read -r line; do
+  grep -qF "$line" reported.txt || { cat bogus.txt; fail "the checker did not report: $line"; }
+done < expected.txt
+[ "$(wc -l < reported.txt)" = 5 ] || { cat bogus.txt; fail "the checker reported more than the 5 faults"; }
 passed=$((passed + 1))
 
 echo "== the spec against a running coordinator"

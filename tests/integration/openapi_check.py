@@ -7,7 +7,10 @@
       listener compares with (both directions), the endpoint headings of
       docs/protocol.md, and the statuses and error codes each handler can
       answer, found by following its calls through coordinator/*.c (and
-      the decoders in compress/ and common/ that hand codes back).
+      the decoders in compress/ and common/ that hand codes back). Then,
+      over the whole source, every (status, code) pair any handler, the
+      input guard or the signature check can send, against the error
+      table of docs/protocol.md and the responses of the spec, both ways.
 
   openapi_check.py probe ROOT URL CAFILE ADMIN_URL [SPEC]
       The spec against a running coordinator: every operation's path and
@@ -358,6 +361,15 @@ def check_codes(label, need, indirect, specd):
     statuses = {s for s, _ in need}
     for status in sorted(set(specd) - statuses):
         finding(f"{label}: the spec lists {status}, which the source never answers")
+    # And the codes: a code the spec lists under a status the source
+    # answers with literal codes only must be one of them (a decoder's
+    # codes, handed back through a variable, count under any status).
+    for status in sorted(set(specd) & statuses):
+        sent = {c for s, c in need if s == status}
+        if None in sent:
+            continue
+        for code in sorted(c for c in specd[status] - sent - indirect if c is not None):
+            finding(f"{label}: the spec's {status} lists {code}, which the source never answers")
 
 
 def static(root, spec_path=None):
@@ -406,6 +418,7 @@ def static(root, spec_path=None):
     # those in coord_auth_head itself and the address's rate.
     head_own, _ = src.answers([src.lookup("coord_auth_head", auth_file)])
     head_addr, _ = src.answers(src.closure("address_ok", auth_file))
+    disp |= {p for p, _ in record_pairs(src)}
     n_pairs = 0
     for r in routes:
         matched = route_ops(r, ops)
@@ -430,6 +443,187 @@ def static(root, spec_path=None):
         if w == "admin":
             check_codes(f"admin {m} {p}", admin_need, set(), response_codes(spec, op))
     print(f"statuses and codes: {n_pairs} (status, code) pairs from the source checked")
+    error_table(root, spec, src)
+
+
+# ---- every code sent, the error table and the spec ---------------------------------
+
+# Calls whose status is not a literal replay pairs collected elsewhere, so
+# they are skipped: refuse_guarded (server.c) sends g->refusal, which
+# coord_auth_head filled through auth.c's refuse() and refuse_rate(),
+# whose literal calls are collected; the wrappers themselves (refuse,
+# admin_error, coord_reply_error) pass their own status parameter on.
+#
+# A code that is not a literal comes through a variable, in a few places:
+# - split.c sends the code split_wire_decode_forward (common/split_wire.c)
+#   left in its code out-parameter, 400 when it returned VL_EINVAL and 422
+#   for VL_ERANGE;
+# - routes_updates.c sends 422 with the code of a held refusal, set by
+#   held(r, "code", ...), by its own factor checks (*code = "...") or by
+#   compress_update_decode (compress/update.c);
+# - routes_round.c sends 422 with compress_round_decode_values' code
+#   (compress/values.c), "bad_shape" when it left none.
+# Each such call's codes are the literals stored through a code pointer
+# (*code = "x", ->code = "x") in its file and in the decoders the file
+# hands &code to, the literal code arguments of the file's own setters
+# (a function taking `code` that stores ->code = code) and any literal
+# fallback in the expression (code ? code : "x"). When one file sends
+# variable codes under several statuses, a decoder's code goes with the
+# status of the VL_E* it returns next (VL_EINVAL 400, VL_ERANGE 422). A
+# declaration's initial value (const char *code = "x") is only a default
+# a decoder overwrites, and is not counted.
+RC_STATUS = {"VL_EINVAL": 400, "VL_ERANGE": 422}
+
+
+def code_stores(text):
+    """[(code, status or None)]: the literals text stores through a code
+    pointer, each with the status of the VL_E* returned next."""
+    # A decoder may also fill a local (c = "x") that it stores at the end
+    # (*code = c), as compress_update_check_spec does.
+    store = r'(?:(?<!char )\*\s*code|->code|(?<![\w.>*])c)\s*=\s*'
+    out = []
+    for m in re.finditer(store + r'"([a-z_]+)"', text):
+        nxt = re.search(r"\b(VL_EINVAL|VL_ERANGE)\b|" + store + '"', text[m.end():])
+        out.append((m.group(1), RC_STATUS.get(nxt.group(1)) if nxt and nxt.group(1) else None))
+    return out
+
+
+def sent_pairs(root, src):
+    """{(status, code): [where]} for every error any coordinator source
+    sends, and the number found through a variable code."""
+    pairs, variable = {}, 0
+    code_wrappers = {n: (si, ci) for n, (si, ci) in src.wrappers.items() if ci is not None}
+    by_file = {}
+    for f in src.funcs.values():
+        by_file.setdefault(f["file"], []).append(f)
+    for path in sorted(by_file):
+        if os.path.basename(os.path.dirname(path)) != "coordinator":
+            continue
+        text = read(path)
+        base = os.path.basename(path)
+        sites = []  # (status, expression) of the calls with a variable code
+        for f in by_file[path]:
+            for name, (si, ci) in code_wrappers.items():
+                for args in call_args(f["body"], name):
+                    if len(args) <= max(si, ci) or not re.fullmatch(r"[1-5]\d\d", args[si]):
+                        continue
+                    lit = re.fullmatch(r'"([a-z_]+)"', args[ci])
+                    if lit:
+                        pairs.setdefault((int(args[si]), lit.group(1)), []).append(base)
+                    else:
+                        sites.append((int(args[si]), args[ci]))
+        if not sites:
+            continue
+        # The file's pool of codes that reach those calls.
+        pool = code_stores(text)
+        for f in by_file[path]:
+            params = [p.strip() for p in f["params"].split(",")]
+            names = [re.sub(r".*?(\w+)\s*(\[\])?$", r"\1", p) for p in params]
+            if "code" in names and re.search(r"->code\s*=\s*code\s*;", f["body"]):
+                ci = names.index("code")
+                for g in by_file[path]:
+                    for args in call_args(g["body"], f["name"]):
+                        if len(args) > ci:
+                            pool += [(c, None) for c in re.findall(r'"([a-z_]+)"', args[ci])]
+        for callee in set(re.findall(r"(?<![\w.>])([a-z_]\w*)\s*\(", text)):
+            if not any(a == "&code" for args in call_args(text, callee) for a in args):
+                continue
+            g = src.lookup(callee, path)
+            if g is None:
+                continue
+            seen = set()
+            for fn in [g] + [src.lookup(n, g["file"]) for n in
+                             re.findall(r"(?<![\w.>])([a-z_]\w*)\s*\(", read(g["file"]))]:
+                if fn and "**code" in fn["params"].replace(" ", "") and fn["file"] not in seen:
+                    seen.add(fn["file"])
+                    pool += code_stores(read(fn["file"]))
+        statuses = sorted({s for s, _ in sites})
+        # A code stored before a failure that is not a refusal (VL_ENOMEM:
+        # 500 internal) is placed by its other stores, if any.
+        placed_elsewhere = {c for c, st in pool if st in statuses}
+        for status, expr in sites:
+            for fallback in re.findall(r'"([a-z_]+)"', expr):
+                pairs.setdefault((status, fallback), []).append(base + " (fallback)")
+        for code, rc_status in pool:
+            if len(statuses) == 1:
+                placed = statuses[0]
+            elif rc_status in statuses:
+                placed = rc_status
+            elif code in placed_elsewhere:
+                continue
+            else:
+                finding(f"{base}: cannot tell which of {statuses} code {code} is sent with")
+                continue
+            if (placed, code) not in pairs:
+                variable += 1
+            pairs.setdefault((placed, code), []).append(base + " (variable)")
+    for p, base in record_pairs(src):
+        pairs.setdefault(p, []).append(base + " (refusal record)")
+    return pairs, variable
+
+
+def record_pairs(src):
+    """[((status, code), file)]: the refusals the input guard writes into
+    its connection's refusal record itself (snprintf of the code, then the
+    status), which refuse_guarded sends for a request on any route."""
+    out = []
+    for f in src.funcs.values():
+        if os.path.basename(os.path.dirname(f["file"])) != "coordinator":
+            continue
+        for m in re.finditer(r'snprintf\(\s*([\w.>-]+)\.code\s*,[^;]*?"([a-z_]+)"\s*\);', f["body"]):
+            st = re.search(re.escape(m.group(1)) + r"\.status\s*=\s*([1-5]\d\d)\s*;",
+                           f["body"][m.end():])
+            if st:
+                out.append(((int(st.group(1)), m.group(2)), os.path.basename(f["file"])))
+    return out
+
+
+def table_pairs(root):
+    """(status, code) pairs of docs/protocol.md's error table: the codes in
+    backticks outside parentheses (which explain them)."""
+    text = read(os.path.join(root, "docs", "protocol.md"))
+    sec = re.search(r"^## Errors\n(.*?)^## ", text, re.S | re.M)
+    if not sec:
+        raise SystemExit("openapi_check: no '## Errors' section in docs/protocol.md")
+    pairs, rows = set(), 0
+    for status, cell in re.findall(r"^\|\s*([1-5]\d\d)\s*\|(.*)\|\s*$", sec.group(1), re.M):
+        rows += 1
+        prev = None
+        while prev != cell:
+            prev, cell = cell, re.sub(r"\([^()]*\)", "", cell)
+        for code in re.findall(r"`([a-z_]+)`", cell):
+            pairs.add((int(status), code))
+    return pairs, rows
+
+
+def spec_pairs(spec):
+    """(status, code) pairs the spec's responses list, on any operation,
+    and the path-level ones its description names (PATH_LEVEL)."""
+    desc = re.sub(r"\s+", " ", spec.get("info", {}).get("description", ""))
+    out = {p for p in PATH_LEVEL if f"`{p[0]} {p[1]}`" in desc}
+    for _, op in operations(spec).items():
+        for status, codes in response_codes(spec, op).items():
+            out |= {(status, c) for c in codes if c is not None}
+    return out
+
+
+def error_table(root, spec, src):
+    sent, variable = sent_pairs(root, src)
+    table, rows = table_pairs(root)
+    listed = spec_pairs(spec)
+    fmt = lambda p: f"{p[0]} {p[1]}"
+    for p in sorted(set(sent) - table):
+        finding(f"sent by {', '.join(sorted(set(sent[p])))} but not in docs/protocol.md's "
+                f"error table: {fmt(p)}")
+    for p in sorted(table - set(sent)):
+        finding(f"in docs/protocol.md's error table but sent by no source: {fmt(p)}")
+    for p in sorted(set(sent) - listed):
+        finding(f"sent by {', '.join(sorted(set(sent[p])))} but listed on no operation "
+                f"of the spec: {fmt(p)}")
+    for p in sorted(listed - set(sent)):
+        finding(f"listed in the spec but sent by no source: {fmt(p)}")
+    print(f"error table: {rows} rows, {len(table)} (status, code) pairs; source: {len(sent)} "
+          f"pairs sent ({variable} codes through variables); spec: {len(listed)} pairs listed")
 
 
 # ---- a running coordinator --------------------------------------------------------
@@ -533,12 +727,10 @@ def probe(root, url, cafile, admin_url, spec_path=None):
             finding(f"{label}: unsigned, answered {status} {error_code(data)}; "
                     "expected a refusal for its signature")
         check_answer(label, op, status, hdrs, data)
-        # Every other method on the path: 405 with Allow naming the spec's.
-        # (The admin listener is libevent's with its default methods: it
-        # answers PATCH and OPTIONS itself, 501 and no JSON.)
+        # Every other method on the path, on either listener: 405 with
+        # Allow naming the spec's.
         allowed = sorted(m for (w, m, p) in ops if w == where and p == path)
-        others = ("GET", "POST", "PUT", "DELETE")
-        for other in others + (("PATCH", "OPTIONS") if where == "public" else ()):
+        for other in ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
             if other in allowed:
                 continue
             st, h, d = client.ask(other, target)
