@@ -741,6 +741,22 @@ def probe(root, url, cafile, admin_url, spec_path=None):
             elif sorted(a.strip() for a in h.get("allow", "").split(",")) != allowed:
                 finding(f"{other} {target}: Allow is {h.get('allow')!r}, the spec has {allowed}")
 
+    # The admin listener is libevent's evhttp without the input guard: a
+    # method libevent has no name for and a refused method with a body
+    # must still get the JSON 405, not libevent's HTML 501 or 413.
+    admin = clients["admin"]
+    for method, body in (("BREW", None), ("POST", b"x" * 5), ("PATCH", b"{}")):
+        c = http.client.HTTPConnection(admin.host, admin.port, timeout=10)
+        c.request(method, "/metrics", body=body)
+        r = c.getresponse()
+        data, allow = r.read(), r.getheader("Allow", "")
+        c.close()
+        n += 1
+        if (r.status, error_code(data), allow) != (405, "method_not_allowed", "GET"):
+            finding(f"admin {method} /metrics{' with a body' if body else ''}: answered "
+                    f"{r.status} {error_code(data)} (Allow {allow!r}), expected 405 "
+                    "method_not_allowed with Allow: GET")
+
     # Paths that are not in the spec are not served, on either listener
     # (near misses: paths are matched exactly as sent).
     unknown = [("public", t) for t in ("/", "/v1", "/v1/task/", "/v1/Task", "/v1/%74ask",
