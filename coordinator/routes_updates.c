@@ -2,6 +2,7 @@
  * then the insert on the writer thread, and 202 only after the
  * transaction that holds it has committed. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,11 +106,29 @@ static int check_factors(const coord_server *srv, const compress_update *cu, con
     return VL_ERANGE;
 }
 
+/* A refusal for what an update holds (422): sending it again cannot
+ * cure it, so the task's lease ends with the answer (refuse_held). */
+typedef struct held_refusal {
+    const char *code;
+    char msg[384];
+} held_refusal;
+
+static int held(held_refusal *r, const char *code, const char *fmt, ...) VL_PRINTF(3, 4);
+static int held(held_refusal *r, const char *code, const char *fmt, ...) {
+    r->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 /* The bounds a hostile peer would exceed: the samples it claims, which
  * weigh its update in the mean, and the run's robust.max_norm when
- * excess is refused. Answers and returns -1 on a failure. */
-static int check_bounds(coord_req *cr, const compress_update_meta *m, double norm) {
-    const coord_config *cfg = &cr->srv->cfg;
+ * excess is refused. Returns -1 with r filled on a failure. */
+static int check_bounds(coord_server *srv, const compress_update_meta *m, double norm,
+                        held_refusal *r) {
+    const coord_config *cfg = &srv->cfg;
     /* What the update says of its training is shown in the version log
      * and /v1/status and averaged into a version's train loss: a task
      * takes at most train.steps local steps, and a cross-entropy is never
@@ -118,40 +137,82 @@ static int check_bounds(coord_req *cr, const compress_update_meta *m, double nor
      * attack) makes honest losses large too: the bound grows with the
      * current version's validation loss, so those peers are not refused
      * and dropped for reporting what their model scores. */
-    if (m->local_steps > cfg->train.steps) {
-        coord_reply_error(cr, 422, "too_many_steps",
-                          "the update claims %lld local steps; a "
-                          "task of this run takes at most %lld",
-                          (long long)m->local_steps, (long long)cfg->train.steps);
-        return -1;
-    }
+    if (m->local_steps > cfg->train.steps)
+        return held(r, "too_many_steps",
+                    "the update claims %lld local steps; a task of this run takes at most %lld",
+                    (long long)m->local_steps, (long long)cfg->train.steps);
     double most_loss = COORD_MAX_UPDATE_LOSS;
-    double val = cr->srv->val_loss;
+    double val = srv->val_loss;
     if (isfinite(val) && 10 * val > most_loss) most_loss = 10 * val;
-    if (!(m->loss >= 0 && m->loss <= most_loss)) {
-        coord_reply_error(cr, 422, "bad_loss",
-                          "the update's training loss %.6g is outside "
-                          "[0, %g]",
-                          m->loss, most_loss);
-        return -1;
-    }
+    if (!(m->loss >= 0 && m->loss <= most_loss))
+        return held(r, "bad_loss", "the update's training loss %.6g is outside [0, %g]", m->loss,
+                    most_loss);
     int64_t most = coord_config_max_samples(cfg);
-    if (m->num_samples > most) {
-        coord_reply_error(cr, 422, "too_many_samples",
-                          "the update claims %lld samples; a task "
-                          "of this run trains on at most %lld",
-                          (long long)m->num_samples, (long long)most);
-        return -1;
-    }
-    double bound = coord_norm_bound_for(cr->srv, m->local_steps);
-    if (cfg->robust.refuse_excess && bound > 0 && norm > bound) {
-        coord_reply_error(cr, 422, "norm_exceeded",
-                          "the update's L2 norm %.6g exceeds this "
-                          "run's bound %.6g",
-                          norm, bound);
-        return -1;
-    }
+    if (m->num_samples > most)
+        return held(r, "too_many_samples",
+                    "the update claims %lld samples; a task of this run trains on at most %lld",
+                    (long long)m->num_samples, (long long)most);
+    double bound = coord_norm_bound_for(srv, m->local_steps);
+    if (cfg->robust.refuse_excess && bound > 0 && norm > bound)
+        return held(r, "norm_exceeded", "the update's L2 norm %.6g exceeds this run's bound %.6g",
+                    norm, bound);
     return 0;
+}
+
+/* An update refused for what it holds leaves its task leased to the
+ * peer until the deadline (lease_s) unless the lease ends here: a sync
+ * version would wait that long for the slot, and an async peer's next
+ * lease for it. The peer may say so itself (GET /v1/task?release=T), but
+ * a hostile or older client would not. So the lease is ended by the
+ * writer, as ?release=T ends it (storage_task_release: only while still
+ * leased to the peer, so an update of the task stored meanwhile keeps it
+ * done), and the refusal is answered once that has committed, when the
+ * slot is already free. An update sent again for the task is still
+ * taken as a late one. */
+typedef struct refuse_job {
+    coord_job job;
+    coord_req cr;
+    int64_t task_id, n;
+    held_refusal r;
+} refuse_job;
+
+static int refuse_run(storage *db, coord_job *job, vl_error *err) {
+    refuse_job *j = (refuse_job *)job;
+    return storage_task_release(db, j->task_id, j->cr.peer_id, &j->n, err);
+}
+
+static void refuse_done(coord_job *job, int rc, const vl_error *err) {
+    refuse_job *j = (refuse_job *)job;
+    coord_server *srv = j->cr.srv;
+    if (rc != VL_OK) {
+        vl_log_warn("task %lld: the lease stays until its deadline (%s): %s", (long long)j->task_id,
+                    j->r.code, err->msg);
+    } else if (j->n > 0) {
+        vl_log_info("peer %lld's update of task %lld was refused (%s); the lease ends and its "
+                    "data goes to the next tasks",
+                    (long long)j->cr.peer_id, (long long)j->task_id, j->r.code);
+        /* A sync slot is free, and the version may wait on it. */
+        coord_arm_lease_timer(srv);
+        coord_schedule_merge(srv);
+    }
+    coord_reply_error(&j->cr, 422, j->r.code, "%s", j->r.msg);
+    free(j);
+}
+
+/* Answers 422 with r for task t's update, ending t's lease first. */
+static void refuse_held(coord_req *cr, const storage_task *t, const held_refusal *r) {
+    refuse_job *j = t->state == STORAGE_TASK_LEASED ? calloc(1, sizeof *j) : NULL;
+    if (!j) {
+        /* Nothing leased, or no memory: the lease runs out on its own. */
+        coord_reply_error(cr, 422, r->code, "%s", r->msg);
+        return;
+    }
+    j->job.run = refuse_run;
+    j->job.done = refuse_done;
+    j->cr = *cr;
+    j->task_id = t->id;
+    j->r = *r;
+    coord_writer_submit(cr->srv->writer, &j->job);
 }
 
 /* One accepted update on its way to the database. The body stays in the
@@ -268,8 +329,10 @@ void coord_route_updates(coord_req *cr) {
         if (rc == VL_OK) compress_update_free(&cu);
         return;
     }
+    held_refusal hr;
     if (rc == VL_ERANGE) {
-        coord_reply_error(cr, 422, code ? code : "bad_shape", "%s", e.msg);
+        held(&hr, code ? code : "bad_shape", "%s", e.msg);
+        refuse_held(cr, &t, &hr);
         return;
     }
     rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
@@ -286,10 +349,14 @@ void coord_route_updates(coord_req *cr) {
         return;
     }
     if (rc != VL_OK) {
-        coord_reply_error(cr, 422, code ? code : "wrong_sketch", "%s", e.msg);
+        held(&hr, code ? code : "wrong_sketch", "%s", e.msg);
+        refuse_held(cr, &t, &hr);
         return;
     }
-    if (check_bounds(cr, &meta, norm) != 0) return;
+    if (check_bounds(srv, &meta, norm, &hr) != 0) {
+        refuse_held(cr, &t, &hr);
+        return;
+    }
     upload_job *j = calloc(1, sizeof *j);
     if (!j) {
         coord_reply_oom(cr, "queueing an update");

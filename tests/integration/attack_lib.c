@@ -374,6 +374,39 @@ void record(const char *name, const char *want, const char *got, int ok) {
     row(name, want, got, "-", ok);
 }
 
+/* The state of task id in the database at path into out ("" when it
+ * cannot be read). */
+static void task_state(const char *path, int64_t id, char *out, size_t cap) {
+    out[0] = '\0';
+    sqlite3 *db = NULL;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "SELECT state FROM tasks WHERE id = ?", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 5000);
+        sqlite3_bind_int64(s, 1, id);
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+            snprintf(out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+}
+
+void expect_lease_ended(const ctx *c, const char *name, reply *r, long status, const char *code) {
+    int ok = r->status == status && (!code || strcmp(r->code, code) == 0);
+    const char *path = getenv("ATTACK_DB");
+    char state[32] = "-", db[64] = "-";
+    if (path && *path) {
+        task_state(path, c->task, state, sizeof state);
+        snprintf(db, sizeof db, "task %s", state[0] ? state : "unreadable");
+        ok = ok && strcmp(state, "expired") == 0;
+    }
+    char want[96], got[96];
+    outcome(status, code, want, sizeof want);
+    outcome(r->status, r->code, got, sizeof got);
+    row(name, want, got, db, ok);
+    vl_buf_free(&r->body);
+}
+
 void expect(const char *name, reply *r, long status, const char *code) {
     int ok = r->status == status && (!code || strcmp(r->code, code) == 0);
     /* 429 and 503 must say when to come back. */
