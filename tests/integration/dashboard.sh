@@ -13,10 +13,12 @@ source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
 BROWSER=$(command -v chromium || true)
 [ -n "$BROWSER" ] || fail "no chromium on PATH: the dashboard is tested in a real browser (deploy/install-deps.sh installs it)"
-# Compressed uploads, so the page has a compression to show. No norm
-# bound: a peer whose update exceeds one stops, and the run with it.
+# Compressed uploads, so the page has a compression to show, and the
+# default robust section (the derived norm bound, refused beyond in an
+# async run): a peer whose update exceeds it goes on with its next task
+# (judged.sh), so the run finishes with it.
 IT_MODE=async IT_OUTER=default it_setup itdash 100 2 \
-  '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"}, "robust": {"max_norm": 0},'
+  '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"},'
 IT_SERVE_ARGS="--admin-listen 127.0.0.1:0" it_start_coordinator
 
 admin="$(it_admin_url)/"
@@ -72,6 +74,14 @@ browse "$admin" live.html
 
 it_wait_finished 1800 "the run did not finish"
 it_stop_peers
+grep -q "robust: updates whose L2 norm .* are refused (422 norm_exceeded)" coordinator.log \
+  || fail "no update-norm bound was derived"
+# A peer refused for its norm trained on, and none gave up.
+for i in 1 2; do
+  n=$(grep -c "422 norm_exceeded.*; going on with the next task" "peer$i.log" || true)
+  ! grep -q "giving up after" "peer$i.log" || fail "peer $i gave up: $(grep "giving up" "peer$i.log")"
+  echo "dashboard: peer $i: $n updates refused for their norm, each followed by the next task"
+done
 sleep 0.5
 browse "$admin" final.html
 timeout 120 "$BROWSER" --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions \
