@@ -150,8 +150,13 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
     b.y[1] = -1;
     send_batch(c, "a negative label", c->run, c->peer, c->task, &b, 422, "bad_label");
     b.y[1] = 1;
+    /* Nothing refused stepped the coordinator's layers: this is step 1. */
+    int64_t step = send_batch(c, "a valid batch", c->run, c->peer, c->task, &b, 200, NULL);
+    record("the refused batches left the coordinator's layers unstepped", "step 1",
+           step == 1 ? "step 1" : "another step", step == 1);
     {
-        /* An update whose reported accuracy is no fraction. */
+        /* An update whose reported accuracy is no fraction: refused for
+         * what it holds, which ends the task's lease, so it comes last. */
         float *d = calloc(c->n_params, sizeof *d);
         if (!d) abort();
         compress_update_meta m = {0};
@@ -163,12 +168,11 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
         vl_buf_init(&u, VL_BUF_DEFAULT_CAP);
         vl_error e = {0};
         if (compress_update_encode_dense(&m, d, c->n_params, ST_F32, &u, &e) != VL_OK) abort();
-        post(c, "an update reporting an accuracy of 1.5", &u, 422, "bad_accuracy");
+        reply ur;
+        request(c, "POST", "/v1/updates", NULL, u.data, u.len, NULL, 0, NULL, c->peer, 0, &ur);
+        expect_lease_ended(c, "an update reporting an accuracy of 1.5", &ur, 422, "bad_accuracy");
+        vl_buf_free(&u);
         free(d);
     }
-    /* Nothing refused stepped the coordinator's layers: this is step 1. */
-    int64_t step = send_batch(c, "a valid batch", c->run, c->peer, c->task, &b, 200, NULL);
-    record("the refused batches left the coordinator's layers unstepped", "step 1",
-           step == 1 ? "step 1" : "another step", step == 1);
     batch_free(&b);
 }

@@ -20,10 +20,10 @@ mkdir attacker
 "$ATTACK" prepare "$URL" tls/ca.pem attacker "$t1" vlt_0 > attack-prepare.log \
   || fail "attack prepare: $(cat attack-prepare.log)"
 grep -q '"optimizer":"kfac"' <(q 'SELECT config FROM run') || fail "the run is not a K-FAC run"
-before=$(it_snapshot)
+before=$(it_snapshot_held)
 ATTACK_DB=run.db "$ATTACK" kfac "$URL" tls/ca.pem attacker bad > attack.log \
   || fail "bad factors: $(cat attack.log)"
-[ "$before" = "$(it_snapshot)" ] || fail "refused factors changed the database"
+[ "$before" = "$(it_snapshot_held)" ] || fail "refused factors changed the database"
 "$ATTACK" kfac "$URL" tls/ca.pem attacker finish >> attack.log || fail "valid factors refused"
 for i in 1 2; do it_peer "$i"; done
 for i in 1 2; do

@@ -175,6 +175,15 @@ it_snapshot() {
   done
 }
 
+# it_snapshot_held: it_snapshot with every expired task shown as leased.
+# An update refused for what it holds ends its task's lease, the one
+# change a refusal makes; tests comparing snapshots around refused
+# uploads set it aside this way (and check the lease ended on their own).
+it_snapshot_held() {
+  it_snapshot | grep -v '^tasks '
+  echo "tasks $(q 'SELECT * FROM tasks ORDER BY id' | sed -E 's/(^|\|)expired(\||$)/\1leased\2/' | sha256sum)"
+}
+
 # it_check_run VERSIONS PER_VERSION: the finished run's database is sound,
 # holds every version once with its validation loss, and every update was
 # merged exactly once, into the version after its base.
