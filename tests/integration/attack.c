@@ -508,6 +508,11 @@ int main(int argc, char **argv) {
             return 2;
         return table_end();
     }
+    if (strcmp(mode, "revoke-mid-body") == 0 && argc > 6) {
+        table_begin("attack: revoke-mid-body");
+        if (attack_revoke_mid_body(&c, argv[5], argv[6]) != 0) return 2;
+        return table_end();
+    }
     if (load_state(&c, argv[4]) != 0 || c.n_params == 0) {
         fprintf(stderr, "attack: no usable state in %s\n", argv[4]);
         return 2;

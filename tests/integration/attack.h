@@ -160,5 +160,9 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage);
  * beside an honest upload. 0, or -1 when the set-up failed. */
 int attack_nat(ctx *c, const char *token, int holders, int newcomers);
 int attack_bodies(ctx *c, const char *token, int keys, size_t announce, size_t sent);
+/* A peer joined with token starts a 2 MiB upload, revoke_cmd is run with
+ * the peer id as its last argument while the body is half sent, and the
+ * upload must then be refused 403. */
+int attack_revoke_mid_body(ctx *c, const char *token, const char *revoke_cmd);
 
 #endif

@@ -244,3 +244,31 @@ int attack_bodies(ctx *c, const char *token, int keys, size_t announce, size_t s
     SSL_CTX_free(sc);
     return 0;
 }
+
+int attack_revoke_mid_body(ctx *c, const char *token, const char *revoke_cmd) {
+    member m = {.fd = -1};
+    size_t len = 2u << 20;
+    uint8_t *body = malloc(len);
+    SSL_CTX *sc = client_ctx(c);
+    if (!body || !sc || join(c, &m, token, 0) != 0) return -1;
+    memset(body, 0x5a, len);
+    char head[ATTACK_SIG_LINES + 512], cmd[1024];
+    if (dial(c, sc, &m) != 0 ||
+        head_of(&m, "POST", "/v1/updates", body, len, head, sizeof head) != 0 ||
+        SSL_write(m.ssl, head, (int)strlen(head)) <= 0 ||
+        SSL_write(m.ssl, body, (int)(len / 2)) <= 0)
+        return -1;
+    /* The operator revokes the peer while its body is still arriving. */
+    snprintf(cmd, sizeof cmd, "%s %lld", revoke_cmd, (long long)m.peer);
+    int rc = system(cmd);
+    long st = -1;
+    if (SSL_write(m.ssl, body + len / 2, (int)(len - len / 2)) > 0) st = read_status(&m);
+    char got[64];
+    snprintf(got, sizeof got, "%ld", st);
+    record("a body finished after its peer was revoked", "403", st == 403 ? "403" : got,
+           rc == 0 && st == 403);
+    hang_up(&m);
+    free(body);
+    SSL_CTX_free(sc);
+    return 0;
+}

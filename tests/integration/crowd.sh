@@ -14,6 +14,7 @@
 #    cut off once a 10 s window passes below --min-body-rate, not after
 #    their length at that rate (68 min). The coordinator's resident memory
 #    and the honest upload's time are printed.
+# 3. A peer revoked while its upload's body arrives gets 403 revoked.
 source "$(dirname "$0")/lib.sh"
 ATTACK=${ATTACK:?}
 it_setup itcrowd 2 1
@@ -47,5 +48,13 @@ cat bodies.log
 [ "$rc" = 0 ] || fail "bodies"
 kill -0 "$CPID" 2>/dev/null || fail "the coordinator died"
 grep -q 'request body arrived slower' coordinator.log || fail "no quiet body was cut off"
+
+# 3. A peer revoked by the operator while its upload's body arrives is
+#    refused when the handler runs (the head was checked before).
+one=$("$COORD" token create --db run.db --uses 1 --ttl 1h)
+"$ATTACK" revoke-mid-body "$URL" tls/ca.pem crowd "$one" \
+  "'$COORD' peer revoke --db run.db --peer" > revoke-body.log 2>&1 \
+  || { cat revoke-body.log; fail "revoke-mid-body"; }
+cat revoke-body.log
 it_stop_coordinator
 echo "1 passed, 0 failed"
