@@ -232,9 +232,9 @@ static const char *method_name(enum evhttp_cmd_type m) {
  * reaches that. The admin listener (metrics.c, on by default on
  * 127.0.0.1:9464, a token required off loopback) only reads: the
  * dashboard, its figures (peer names, addresses, hardware, refusals, the
- * configuration) and /metrics. Each handler but the split routes' reads
- * its query through coord_req_query, which refuses any parameter it does
- * not list (a route without parameters: any query). */
+ * configuration) and /metrics. Each handler reads its query through
+ * coord_req_query, which refuses any parameter it does not list (a route
+ * without parameters: any query). */
 typedef struct route {
     const char *path;
     int prefix;

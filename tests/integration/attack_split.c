@@ -109,6 +109,10 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
     request(c, "POST", "/v1/split/forward", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer, 0,
             &r);
     expect("activations that are not safetensors", &r, 400, "malformed");
+    /* The split routes take no query, like every route without parameters. */
+    request(c, "POST", "/v1/split/forward?step=1", NULL, "not safetensors", 15, NULL, 0, NULL,
+            c->peer, 0, &r);
+    expect("a query on the forward route", &r, 400, "bad_request");
     send_batch(c, "activations for another run", "another-run", c->peer, c->task, &b, 422,
                "wrong_run");
     send_batch(c, "activations naming another peer", c->run, c->peer + 1, c->task, &b, 403,
