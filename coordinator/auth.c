@@ -230,8 +230,8 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
         /* A split run's batches have a budget of their own (rates.c). */
         double wait = coord_peer_rate_take(srv, t->peer_id, v->target, vl_clock_mono_s());
         if (wait > 0)
-            return refuse_rate(r, wait,
-                               coord_rate_is_split(srv, v->target) ? "peer (split batches)" : "peer");
+            return refuse_rate(
+                r, wait, coord_rate_is_split(srv, v->target) ? "peer (split batches)" : "peer");
     }
     snprintf(v->nonce, sizeof v->nonce, "%s", s.nonce);
     v->created = s.created;

@@ -70,7 +70,7 @@ struct ssl_ctx_st;
 /* Limits against clients that send too much or too slowly (serve
  * options). A rate with rate <= 0, or slow_timeout_s <= 0, is off. */
 typedef struct coord_limits {
-    coord_rate peer;       /* requests per authenticated peer */
+    coord_rate peer; /* requests per authenticated peer */
     /* A split run's batch requests (/v1/split/...) per peer, counted here
      * instead of against peer; rate < 0: from the run's split settings
      * (coord_limits_split_rate). */
@@ -295,11 +295,11 @@ typedef struct coord_server {
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;
     coord_limiter *split_limiter; /* a split run's batch routes; NULL elsewhere */
-    struct event *slow_timer; /* checks every connection against the slow-client limits */
-    coord_blob *model_blob;   /* current version as safetensors, built on demand */
-    coord_blob *delta_blob;   /* the last delta served (its since and version below) */
-    coord_blob *old_blob;     /* the last old version served whole, shared by its readers */
-    int64_t digest_version;   /* the version digest_hex is the SHA-256 of (-1: none) */
+    struct event *slow_timer;     /* checks every connection against the slow-client limits */
+    coord_blob *model_blob;       /* current version as safetensors, built on demand */
+    coord_blob *delta_blob;       /* the last delta served (its since and version below) */
+    coord_blob *old_blob;         /* the last old version served whole, shared by its readers */
+    int64_t digest_version;       /* the version digest_hex is the SHA-256 of (-1: none) */
     char digest_hex[65];
     int64_t delta_since, delta_version;
     coord_speed *speeds; /* async runs */
