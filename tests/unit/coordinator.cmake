@@ -1,4 +1,6 @@
 volley_unit_test(test_coordinator volley_coordinator_core)
+# The run configuration: parsing, defaults, field errors, schedule, durations.
+volley_unit_test(test_coord_config volley_coordinator_core)
 volley_unit_test(test_guard volley_coordinator_core)
 volley_unit_test(test_auth volley_coordinator_core)
 volley_unit_test(test_nonce_log volley_coordinator_core)
