@@ -1,4 +1,6 @@
 volley_unit_test(test_storage volley_storage)
+# Updates, version commits and pruning, rounds, refused versions, factors.
+volley_unit_test(test_storage_versions volley_storage)
 volley_unit_test(test_storage_schema volley_storage)
 volley_unit_test(test_bodies volley_storage)
 # Power cuts and disk faults at chosen moments of a transaction, with the
