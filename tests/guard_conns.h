@@ -11,7 +11,12 @@
 #ifndef VOLLEY_TESTS_GUARD_CONNS_H
 #define VOLLEY_TESTS_GUARD_CONNS_H
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <event2/bufferevent.h>
 #include <event2/http.h>
@@ -102,6 +107,37 @@ static inline void guard_conn_watch(struct evhttp_request *req, guard_conn *list
     struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
     for (guard_conn *c = list; c; c = c->next)
         if (c->bev == bev) evhttp_connection_set_closecb(evcon, guard_conn_closed, c);
+}
+
+/* Opens the coordinator of db with the default limits but no slow-client
+ * timeouts, and serves its evhttp on the Unix socket dir/http.sock (its
+ * path copied into sock) through bevcb and gencb, as the in-process tests
+ * drive it. Returns the server, or NULL with err set. */
+static inline coord_server *
+guard_conns_serve_unix(const char *db, const char *dir, char *sock, size_t cap, int backlog,
+                       struct bufferevent *(*bevcb)(struct event_base *, void *),
+                       void (*gencb)(struct evhttp_request *, void *), vl_error *err) {
+    coord_limits limits;
+    coord_limits_default(&limits);
+    limits.slow_timeout_s = 0;
+    coord_server *srv = NULL;
+    if (coord_server_open(db, &limits, &srv, err) != VL_OK) return NULL;
+    evhttp_set_bevcb(srv->http, bevcb, NULL);
+    evhttp_set_gencb(srv->http, gencb, srv);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sock, cap, "%s/http.sock", dir);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof sa.sun_path || fd < 0) goto fail;
+    memcpy(sa.sun_path, sock, (size_t)n + 1);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, backlog) != 0 ||
+        evhttp_accept_socket(srv->http, fd) != 0)
+        goto fail;
+    return srv;
+fail:
+    if (fd >= 0) close(fd);
+    coord_server_close(srv);
+    vl_fail(err, VL_EIO, "cannot serve on a Unix socket in %s", dir);
+    return NULL;
 }
 
 #endif

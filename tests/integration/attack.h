@@ -65,6 +65,10 @@ typedef struct req_opts {
 int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
                const void *body, size_t len, int64_t ts, char *out, size_t cap);
 
+/* lines as sign_lines writes them, each LF made CRLF, into out (cap
+ * bytes, NUL-terminated; cut short when it does not fit). */
+void crlf_lines(const char *lines, char *out, size_t cap);
+
 /* A request for raw(), signed as a join by the attacker's key over body
  * (len bytes): request line, Host, Content-Type ctype, the signature
  * lines, Content-Length, empty line, then only the first sent bytes of

@@ -82,12 +82,7 @@ static int head_of(const member *m, const char *method, const char *target, cons
     if (sign_lines(&m->id, m->peer, method, target, body, len, vl_clock_unix_s(), lines,
                    sizeof lines) != 0)
         return -1;
-    size_t k = 0;
-    for (const char *p = lines; *p && k + 3 < sizeof crlf; p++) {
-        if (*p == '\n') crlf[k++] = '\r';
-        crlf[k++] = *p;
-    }
-    crlf[k] = '\0';
+    crlf_lines(lines, crlf, sizeof crlf);
     int n = body ? snprintf(out, cap,
                             "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                             "application/octet-stream\r\n%s\r\nContent-Length: %zu\r\n\r\n",

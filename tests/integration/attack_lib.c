@@ -138,18 +138,22 @@ int sign_lines(const crypto_identity *key, int64_t peer, const char *method, con
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
+void crlf_lines(const char *lines, char *out, size_t cap) {
+    size_t k = 0;
+    for (const char *p = lines; *p && k + 3 < cap; p++) {
+        if (*p == '\n') out[k++] = '\r';
+        out[k++] = *p;
+    }
+    out[k] = '\0';
+}
+
 int signed_head(const ctx *c, const char *method, const char *target, const char *ctype,
                 const void *body, size_t len, size_t sent, char *out, size_t cap) {
     char lines[ATTACK_SIG_LINES], crlf[ATTACK_SIG_LINES + 16];
     if (sign_lines(&c->id, 0, method, target, body, len, vl_clock_unix_s(), lines, sizeof lines) !=
         0)
         return -1;
-    size_t k = 0;
-    for (const char *p = lines; *p && k + 3 < sizeof crlf; p++) {
-        if (*p == '\n') crlf[k++] = '\r';
-        crlf[k++] = *p;
-    }
-    crlf[k] = '\0';
+    crlf_lines(lines, crlf, sizeof crlf);
     int n = snprintf(out, cap,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n%s\r\n"
                      "Content-Length: %zu\r\n\r\n",

@@ -94,20 +94,10 @@ static inline void serve_open(const char *config) {
     test_write_text(cfg, (const char *)text.data);
     vl_buf_free(&text);
     OK(coord_cmd_init(db, cfg, &e_));
-    coord_limits limits;
-    coord_limits_default(&limits);
-    limits.slow_timeout_s = 0;
-    OK(coord_server_open(db, &limits, &SV.srv, &e_));
-    evhttp_set_bevcb(SV.srv->http, serve_make_bev, NULL);
-    evhttp_set_gencb(SV.srv->http, serve_on_request, SV.srv);
-    snprintf(SV.sock, sizeof SV.sock, "%s/http.sock", SV.dir);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    assert_true(fd >= 0 && strlen(SV.sock) < sizeof sa.sun_path);
-    memcpy(sa.sun_path, SV.sock, strlen(SV.sock) + 1);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    assert_int_equal(evhttp_accept_socket(SV.srv->http, fd), 0);
+    vl_error serve_err = {0};
+    SV.srv = guard_conns_serve_unix(db, SV.dir, SV.sock, sizeof SV.sock, 16, serve_make_bev,
+                                    serve_on_request, &serve_err);
+    if (!SV.srv) fail_msg("%s", serve_err.msg);
     SV.tick = evtimer_new(SV.srv->base, serve_tick, NULL);
     assert_non_null(SV.tick);
 }

@@ -161,20 +161,10 @@ static void open_run(int upv, int lease_s) {
              corpus, upv, lease_s);
     test_write_text(cfg, text);
     OK(coord_cmd_init(db, cfg, &e_));
-    coord_limits limits;
-    coord_limits_default(&limits);
-    limits.slow_timeout_s = 0;
-    OK(coord_server_open(db, &limits, &H.srv, &e_));
-    evhttp_set_bevcb(H.srv->http, make_bev, NULL);
-    evhttp_set_gencb(H.srv->http, on_request, H.srv);
-    snprintf(H.sock, sizeof H.sock, "%s/http.sock", H.dir);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    assert_true(fd >= 0 && strlen(H.sock) < sizeof sa.sun_path);
-    memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 64), 0);
-    assert_int_equal(evhttp_accept_socket(H.srv->http, fd), 0);
+    vl_error serve_err = {0};
+    H.srv = guard_conns_serve_unix(db, H.dir, H.sock, sizeof H.sock, 64, make_bev, on_request,
+                                   &serve_err);
+    if (!H.srv) fail_msg("%s", serve_err.msg);
     H.tick = evtimer_new(H.srv->base, tick, NULL);
     assert_non_null(H.tick);
 }
