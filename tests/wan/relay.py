@@ -3,7 +3,8 @@
 and benchmarks on one machine see the round trip of a wide-area link.
 
     relay.py [--listen HOST:PORT] [--port-file FILE] [--jitter MS] [--seed N]
-             [--cut-after BYTES [--cuts N]] TARGET_HOST:TARGET_PORT ONE_WAY_MS
+             [--cut-after BYTES [--cuts N]] [--sndbuf BYTES]
+             TARGET_HOST:TARGET_PORT ONE_WAY_MS
 
 Listens on --listen (default 127.0.0.1:0, any free port; the port is
 written to --port-file once listening) and relays every connection to the
@@ -18,6 +19,10 @@ gone from the target to the client over it, for the first N connections
 that get that far (--cuts, default 1): a line that drops in the middle of
 a download, whatever short exchanges came before it.
 
+--sndbuf bounds the kernel's send buffer toward the client, so a window
+that sees no round trip (the delay is this process's) cannot overflow the
+queue of the shaped link below it (tests/wan/lib.sh sizes it).
+
 The relay only delays. Bandwidth and packet loss belong to the network
 below it (tests/wan/lib.sh shapes each emulated link with tbf and drops
 packets with nftables). TLS passes through untouched; the certificate
@@ -28,6 +33,7 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import sys
 
 
@@ -100,6 +106,9 @@ async def main(args):
         except OSError:
             w.close()
             return
+        if args.sndbuf:
+            w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                                  args.sndbuf)
         budget, on_cut = None, None
         if cuts_left[0] > 0:
             budget = [args.cut_after]
@@ -142,6 +151,8 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cut-after", type=int, help="bytes to the client before a cut")
     ap.add_argument("--cuts", type=int, default=1, help="connections to cut")
+    ap.add_argument("--sndbuf", type=int, default=0,
+                    help="send buffer toward the client, bytes (0: the kernel's)")
     ap.add_argument("target", type=parse_addr)
     ap.add_argument("one_way_ms", type=float)
     a = ap.parse_args()
