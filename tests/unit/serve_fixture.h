@@ -79,12 +79,7 @@ static inline void serve_open(const char *config) {
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", SV.dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", SV.dir);
     snprintf(db, sizeof db, "%s/run.db", SV.dir);
-    vl_buf c;
-    vl_buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "what arrives is what was sent. "));
-    OK(vl_buf_append(&c, "", 1));
-    test_write_text(corpus, (const char *)c.data);
-    vl_buf_free(&c);
+    test_write_corpus(corpus, "what arrives is what was sent. ");
     vl_buf text;
     vl_buf_init(&text, 1 << 20);
     const char *at = strstr(config, "CORPUS");

@@ -39,12 +39,7 @@ static int setup(void **state) {
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", fx->dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", fx->dir);
     snprintf(fx->db, sizeof fx->db, "%s/run.db", fx->dir);
-    vl_buf c;
-    vl_buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "the quick brown fox jumps. "));
-    OK(vl_buf_append(&c, "", 1));
-    test_write_text(corpus, (const char *)c.data);
-    vl_buf_free(&c);
+    test_write_corpus(corpus, "the quick brown fox jumps. ");
     snprintf(text, sizeof text,
              "{\"name\": \"auth\", \"corpus\": \"%s\", \"model\": {\"vocab_size\": 256, "
              "\"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16}, "

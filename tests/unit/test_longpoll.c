@@ -145,12 +145,7 @@ static void open_run(int upv, int lease_s) {
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", H.dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", H.dir);
     snprintf(db, sizeof db, "%s/run.db", H.dir);
-    vl_buf c;
-    vl_buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "every request in its turn. "));
-    OK(vl_buf_append(&c, "", 1));
-    test_write_text(corpus, (const char *)c.data);
-    vl_buf_free(&c);
+    test_write_corpus(corpus, "every request in its turn. ");
     snprintf(text, sizeof text,
              "{\"name\": \"longpoll\", \"corpus\": \"%s\", \"mode\": \"sync\", \"model\": "
              "{\"vocab_size\": 256, \"block_size\": 16, \"n_layer\": 1, \"n_head\": 2, "

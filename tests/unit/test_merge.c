@@ -38,12 +38,7 @@ static coord_server *open_run(const char *dir, const char *kind, const char *rob
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     snprintf(cfg, sizeof cfg, "%s/run.json", dir);
     snprintf(db, sizeof db, "%s/run.db", dir);
-    vl_buf c;
-    vl_buf_init(&c, 1 << 20);
-    for (int i = 0; i < 2000; i++) OK(vl_buf_append_str(&c, "a quick merge of two updates. "));
-    OK(vl_buf_append(&c, "", 1));
-    test_write_text(corpus, (const char *)c.data);
-    vl_buf_free(&c);
+    test_write_corpus(corpus, "a quick merge of two updates. ");
     /* The sketch run's updates are F32, as sent here, so that the exact
      * mean is what comes back; no second round, which would apply only
      * the values its peers report. */

@@ -71,6 +71,15 @@ static inline void test_write_text(const char *path, const char *text) {
     assert_int_equal(fclose(f), 0);
 }
 
+/* Writes a small text corpus to path: phrase 2000 times over, enough
+ * bytes for a run's training and held-out slices. */
+static inline void test_write_corpus(const char *path, const char *phrase) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 2000; i++) assert_true(fputs(phrase, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* Removes a directory a test made, with everything in it. */
 static inline void test_remove_tree(const char *d) {
     char cmd[4200];
