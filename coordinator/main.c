@@ -9,11 +9,13 @@
 
 #include "common/opts.h"
 #include "coordinator/coord.h"
+#include "common/version.h"
 
 #define PROG "volley-coordinator"
 
 static const char USAGE[] =
     "usage: " PROG " COMMAND [OPTIONS]\n"
+    "       " PROG " --version   (the version, the commit, and whether CUDA is compiled in)\n"
     "\n"
     "  init --db FILE --config FILE\n"
     "      create the run database from a run configuration (docs/protocol.md)\n"
@@ -345,6 +347,11 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         fputs(USAGE, stdout);
+        return 0;
+    }
+    /* The coordinator runs no CUDA code whatever the build. */
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        vl_version_print(stdout, PROG, NULL);
         return 0;
     }
     if (crypto_init() != VL_OK) {

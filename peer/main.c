@@ -16,11 +16,13 @@
 #include "peer/peer.h"
 #include "peer/progress.h"
 #include "peer/ui.h"
+#include "common/version.h"
 
 #define PROG "volley-peer"
 
 static const char USAGE[] =
     "usage: volley-peer <command> [options]\n"
+    "       " PROG " --version   (the version, the commit, and whether CUDA is compiled in)\n"
     "\n"
     "commands:\n"
     "  keygen [--dir DIR] [--force]\n"
@@ -459,6 +461,14 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         fputs(USAGE, stdout);
+        return PEER_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+#if defined(VOLLEY_CUDA_ARCHS)
+        vl_version_print(stdout, PROG, VOLLEY_CUDA_ARCHS);
+#else
+        vl_version_print(stdout, PROG, NULL);
+#endif
         return PEER_EXIT_OK;
     }
     /* Each command parses its own options, argv[0] being its word. */
