@@ -107,7 +107,10 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     coord_net net;
     memset(&net, 0, sizeof net);
     char *config_json = NULL;
-    rc = storage_open(db_path, 1, &db, err);
+    /* A live server's database is refused before it is opened. */
+    storage_lock *lock = NULL;
+    rc = storage_lock_take(db_path, &lock, err);
+    if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
     if (rc != VL_OK) goto out;
     storage_run existing;
     vl_error probe = {0};
@@ -196,6 +199,7 @@ out:
     coord_shards_close(&shards);
     coord_config_free(&cfg);
     storage_close(db);
+    storage_lock_release(lock);
     return rc;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -478,9 +479,12 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
         admin_error(req, 404, "not_found", "this listener serves /, /dashboard.json and /metrics");
 }
 
-int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *err) {
+int coord_admin_start(coord_server *srv, const char *host, int fd, vl_error *err) {
     srv->admin_http = evhttp_new(srv->base);
-    if (!srv->admin_http) return vl_fail(err, VL_ENOMEM, "cannot create the admin listener");
+    if (!srv->admin_http) {
+        close(fd);
+        return vl_fail(err, VL_ENOMEM, "cannot create the admin listener");
+    }
     /* Scrapes are small GETs; nothing large is taken here. A body up to
      * ADMIN_BODY_MAX is read (and ignored), so a POST or PATCH that
      * carries one still reaches admin_cb and gets its JSON 405: with a
@@ -493,12 +497,12 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
      * ADMIN_UNKNOWN_METHOD lets in the methods libevent has no name for
      * as well, which it would otherwise answer with an HTML 501. */
     evhttp_set_allowed_methods(srv->admin_http, COORD_HTTP_ALL_METHODS | ADMIN_UNKNOWN_METHOD);
-    struct evhttp_bound_socket *bs =
-        evhttp_bind_socket_with_handle(srv->admin_http, host, (ev_uint16_t)port);
+    struct evhttp_bound_socket *bs = evhttp_accept_socket_with_handle(srv->admin_http, fd);
     if (!bs) {
+        close(fd);
         evhttp_free(srv->admin_http);
         srv->admin_http = NULL;
-        return vl_fail(err, VL_EIO, "cannot listen on %s:%d for the admin listener", host, port);
+        return vl_fail(err, VL_ENOMEM, "cannot serve the admin listener: out of memory");
     }
     int rc = coord_conns_admin(srv, bs, err);
     if (rc != VL_OK) {
@@ -508,7 +512,6 @@ int coord_admin_start(coord_server *srv, const char *host, int port, vl_error *e
         return rc;
     }
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
-    bound_port = bound_port > 0 ? bound_port : port;
     vl_log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
                 bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
     return VL_OK;

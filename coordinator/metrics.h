@@ -115,12 +115,12 @@ int coord_bound_port(int fd);
  * database for histograms and peers. 0 or a VL_E* code with err set. */
 int coord_metrics_write(struct coord_server *srv, struct evbuffer *b, vl_error *err) VL_MUST_CHECK;
 /* Serves /metrics, and the dashboard at / and /dashboard.json
- * (dashboard.h), in plain HTTP on host:port (port 0: any; the log names
- * it), requiring srv->admin_token on every path when it is set: as a
- * bearer token, or as the password of HTTP Basic authentication, which is
- * what a browser can be asked for. VL_EIO when the address cannot be
- * bound. */
-int coord_admin_start(struct coord_server *srv, const char *host, int port,
+ * (dashboard.h), in plain HTTP on fd, a socket listening on host
+ * (coord_listen_bind; the log names its port), requiring srv->admin_token
+ * on every path when it is set: as a bearer token, or as the password of
+ * HTTP Basic authentication, which is what a browser can be asked for.
+ * fd is libevent's from the call on, closed on failure too. */
+int coord_admin_start(struct coord_server *srv, const char *host, int fd,
                       vl_error *err) VL_MUST_CHECK;
 
 #endif

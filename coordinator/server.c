@@ -24,6 +24,7 @@
 #include <openssl/x509.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/listen.h"
 #include "coordinator/score.h"
 #include "coordinator/nonce_log.h"
 
@@ -610,24 +611,28 @@ int coord_bound_port(int fd) {
     return bound_addr(fd, NULL, 0, &v6);
 }
 
-/* The admin listener as opts ask: the default address is given up with
- * a warning when taken (two coordinators on one host), an explicit one
- * is not; anything but a loopback address needs a token. */
-static int start_admin(coord_server *srv, const coord_serve_opts *opts, vl_error *err) {
+/* The size of coord_server.admin_token, its terminator included. */
+#define ADMIN_TOKEN_CAP ((int)sizeof(((coord_server *)NULL)->admin_token))
+
+/* The admin listener as opts ask, bound into *fd (-1: none): the default
+ * address is given up with a warning when taken (two coordinators on one
+ * host), an explicit one is not; anything but a loopback address needs a
+ * token. Touches neither srv nor the database. */
+static int bind_admin(const coord_serve_opts *opts, char *host, size_t cap, int *fd,
+                      vl_error *err) {
+    *fd = -1;
     const char *listen = opts->admin_listen ? opts->admin_listen : "127.0.0.1:9464";
     if (!strcmp(listen, "off")) return VL_OK;
-    char host[256];
     int port = 0;
-    if (split_listen(listen, host, sizeof host, &port, err) != VL_OK)
+    if (split_listen(listen, host, cap, &port, err) != VL_OK)
         return vl_fail(err, VL_EINVAL, "--admin-listen must be HOST:PORT or off (got \"%s\")",
                        listen);
     int loopback = !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
     if (opts->admin_token) {
         size_t tl = strlen(opts->admin_token);
-        if (tl < 16 || tl >= sizeof srv->admin_token)
-            return vl_fail(err, VL_EINVAL, "the admin token must be 16 to %zu characters",
-                           sizeof srv->admin_token - 1);
-        memcpy(srv->admin_token, opts->admin_token, tl + 1);
+        if (tl < 16 || tl >= ADMIN_TOKEN_CAP)
+            return vl_fail(err, VL_EINVAL, "the admin token must be 16 to %d characters",
+                           ADMIN_TOKEN_CAP - 1);
     } else if (!loopback) {
         return vl_fail(err, VL_EINVAL,
                        "the admin listener on %s is not on a loopback address: "
@@ -635,21 +640,21 @@ static int start_admin(coord_server *srv, const coord_serve_opts *opts, vl_error
                        listen);
     }
     vl_error e = {0};
-    int rc = coord_admin_start(srv, host, port, &e);
+    int rc = coord_listen_bind("the admin listener", host, port, fd, &e);
     if (rc == VL_OK) return VL_OK;
     if (opts->admin_listen) return vl_fail(err, rc, "%s", e.msg);
     vl_log_warn("%s; no /metrics (serve --admin-listen picks another address)", e.msg);
     return VL_OK;
 }
 
-static int start_listening(coord_server *srv, const char *listen, vl_error *err) {
-    char host[256];
-    int port = 0;
-    int rc = split_listen(listen, host, sizeof host, &port, err);
-    if (rc != VL_OK) return rc;
-    srv->bound = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
-    if (!srv->bound) return vl_fail(err, VL_EIO, "cannot listen on %s", listen);
-    evutil_socket_t fd = evhttp_bound_socket_get_fd(srv->bound);
+/* Serves the public listener on fd, bound by coord_listen_bind (libevent
+ * owns it from here, also on failure). */
+static int start_listening(coord_server *srv, const char *listen, int fd, vl_error *err) {
+    srv->bound = evhttp_accept_socket_with_handle(srv->http, fd);
+    if (!srv->bound) {
+        close(fd);
+        return vl_fail(err, VL_ENOMEM, "cannot serve on %s: out of memory", listen);
+    }
     /* A response leaves in several TLS records; with Nagle's algorithm the
      * last one waits for the client's delayed ACK, about 40 ms a request.
      * Accepted sockets inherit the option from the listener on Linux. */
@@ -658,7 +663,6 @@ static int start_listening(coord_server *srv, const char *listen, vl_error *err)
         vl_log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));
     char addr[INET6_ADDRSTRLEN] = "?";
     int v6 = 0, real_port = bound_addr(fd, addr, sizeof addr, &v6);
-    if (real_port < 0) real_port = port;
     /* Scripts wait for this exact line. */
     fprintf(stderr, v6 ? "listening on [%s]:%d\n" : "listening on %s:%d\n", addr, real_port);
     fflush(stderr);
@@ -747,6 +751,31 @@ void coord_server_close(coord_server *srv) {
     free(srv);
 }
 
+/* What coord_serve holds before the server opens: the database's lock
+ * and the bound listeners. */
+typedef struct serve_hold {
+    storage_lock *lock;
+    int fd, admin_fd;
+    char admin_host[256];
+} serve_hold;
+
+/* The lock, then the listeners, so that a second server or a taken port
+ * is refused before anything reads or writes the database. */
+static int serve_prepare(const coord_serve_opts *opts, const char *host, int port, serve_hold *h,
+                         vl_error *err) {
+    h->fd = h->admin_fd = -1;
+    int rc = storage_lock_take(opts->db_path, &h->lock, err);
+    if (rc == VL_OK) rc = coord_listen_bind(NULL, host, port, &h->fd, err);
+    if (rc == VL_OK) rc = bind_admin(opts, h->admin_host, sizeof h->admin_host, &h->admin_fd, err);
+    return rc;
+}
+
+static void serve_hold_release(serve_hold *h) {
+    if (h->fd >= 0) close(h->fd);
+    if (h->admin_fd >= 0) close(h->admin_fd);
+    storage_lock_release(h->lock);
+}
+
 int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     /* Cheap checks first: a typo should not wait for the corpus hash. */
     char host[256];
@@ -756,15 +785,20 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
     if ((rc = guard_slot(err)) != VL_OK) return rc;
     SSL_CTX *ssl = coord_tls_ctx_new(opts->cert_path, opts->key_path, err);
     if (!ssl) return VL_EINVAL;
+    serve_hold h = {0};
     coord_server *srv = NULL;
-    rc = coord_server_open(opts->db_path, &opts->limits, &srv, err);
+    rc = serve_prepare(opts, host, port, &h, err);
+    if (rc == VL_OK) rc = coord_server_open(opts->db_path, &opts->limits, &srv, err);
     if (rc != VL_OK) {
+        serve_hold_release(&h);
         SSL_CTX_free(ssl);
         return rc;
     }
     srv->ssl = ssl;
     snprintf(srv->cert_path, sizeof srv->cert_path, "%s", opts->cert_path);
     snprintf(srv->key_path, sizeof srv->key_path, "%s", opts->key_path);
+    if (opts->admin_token)
+        snprintf(srv->admin_token, sizeof srv->admin_token, "%s", opts->admin_token);
     srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
     evhttp_set_bevcb(srv->http, make_bev, srv);
     srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
@@ -784,16 +818,22 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
                     (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
                     srv->finished ? " (finished)" : "");
         coord_expire_leases(srv);
-        rc = start_listening(srv, opts->listen, err);
+        rc = start_listening(srv, opts->listen, h.fd, err);
+        h.fd = -1; /* libevent's now */
     }
     if (rc == VL_OK) {
         int64_t fds = coord_conns_raise_limit();
         if (srv->limits.max_conns <= 0) srv->limits.max_conns = coord_conns_default_max(fds);
         rc = coord_conns_listen(srv, err);
     }
-    if (rc == VL_OK) rc = start_admin(srv, opts, err);
+    if (rc == VL_OK && h.admin_fd >= 0) {
+        rc = coord_admin_start(srv, h.admin_host, h.admin_fd, err);
+        h.admin_fd = -1;
+    }
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");
     coord_server_close(srv);
+    /* The lock goes last: the writer has committed all it will. */
+    serve_hold_release(&h);
     return rc;
 }

@@ -107,6 +107,30 @@ void storage_rollback(storage *st);
 /* 1 while an explicit transaction is open. */
 int storage_in_transaction(storage *st);
 
+/* ---- the server's lock ----------------------------------------------------- */
+
+/* An advisory lock (flock) on the file "<database>-lock" beside the
+ * database, held by the one process that may run the run: `serve`, and
+ * `init` while it creates the database. Commands of one short transaction
+ * need none. The kernel drops it when its holder exits, crash included. */
+typedef struct storage_lock storage_lock;
+
+/* Writes "<db_path>-lock" into out (cap bytes); VL_ETOOBIG when it does not
+ * fit. */
+int storage_lock_path(const char *db_path, char *out, size_t cap, vl_error *err) VL_MUST_CHECK;
+
+/* Takes the lock of the database at db_path without waiting, creating the
+ * lock file (mode 0600) when missing, and writes this process's pid and
+ * command line into it. VL_ECONFLICT when another process holds it, err
+ * then naming that process ("run.db is in use by process 1234
+ * (volley-coordinator serve --db run.db ...)"); VL_EIO when the file cannot
+ * be opened or locked. Touches nothing but the lock file. On success *out
+ * is the caller's (storage_lock_release). */
+int storage_lock_take(const char *db_path, storage_lock **out, vl_error *err) VL_MUST_CHECK;
+
+/* Empties the lock file and drops the lock. NULL is a no-op. */
+void storage_lock_release(storage_lock *l);
+
 /* ---- run ---------------------------------------------------------------- */
 
 #define STORAGE_NAME_MAX 64

@@ -27,9 +27,11 @@
  *   VOLLEY_POWERCUT_KEEP  chance that an unsynced write survives (0)
  *   VOLLEY_FAULT_RATE     chance that a database write or sync fails (0)
  *   VOLLEY_FAULT_SEGMENT_RATE  the same for a segment write or sync (as above)
- *   VOLLEY_FAULT_AFTER_MS no faults before the process listens for
- *                         connections and this many ms have passed since
- *                         (start-up is not what is tested)
+ *   VOLLEY_FAULT_AFTER_MS no faults before the process accepts its first
+ *                         connection and this many ms have passed since
+ *                         (start-up is not what is tested: the coordinator
+ *                         binds its listeners before it opens the database,
+ *                         so listen() comes too early to tell)
  *   VOLLEY_POWERCUT_AFTER_FAULT  set: the cut comes 0-29 writes and syncs
  *                         after the first fault on a segment instead, before
  *                         a merge can read what the fault put at risk
@@ -53,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,7 +100,8 @@ static int (*real_fdatasync)(int);
 static int (*real_close)(int);
 static int (*real_unlink)(const char *);
 static int (*real_mkdir)(const char *, mode_t);
-static int (*real_listen)(int, int);
+static int (*real_accept)(int, struct sockaddr *, socklen_t *);
+static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static int (*real_sqlite3_open_v2)(const char *, sqlite3 **, int, const char *);
 
 static double pc_cut_ms = -1, pc_keep, pc_fault_rate, pc_fault_seg_rate, pc_fault_after_ms;
@@ -108,7 +112,7 @@ static int pc_fail_errno;
 static uint64_t pc_rng = 88172645463325252ull;
 static struct timespec pc_t0;
 static long pc_ops, pc_faults;
-static double pc_listen_ms = -1; /* when the process began to listen */
+static double pc_listen_ms = -1; /* when the process accepted its first connection */
 
 static uint64_t rng_next(void) {
     pc_rng ^= pc_rng << 13;
@@ -140,11 +144,13 @@ __attribute__((constructor)) static void pc_init(void) {
     real_close = (int (*)(int))dlsym(RTLD_NEXT, "close");
     real_unlink = (int (*)(const char *))dlsym(RTLD_NEXT, "unlink");
     real_mkdir = (int (*)(const char *, mode_t))dlsym(RTLD_NEXT, "mkdir");
-    real_listen = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
+    real_accept = (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "accept");
+    real_accept4 = (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(RTLD_NEXT, "accept4");
     real_sqlite3_open_v2 =
         (int (*)(const char *, sqlite3 **, int, const char *))dlsym(RTLD_NEXT, "sqlite3_open_v2");
     if (!real_open || !real_openat || !real_pwrite || !real_fsync || !real_fdatasync ||
-        !real_close || !real_unlink || !real_mkdir || !real_listen || !real_sqlite3_open_v2) {
+        !real_close || !real_unlink || !real_mkdir || !real_accept || !real_accept4 ||
+        !real_sqlite3_open_v2) {
         fprintf(stderr, "powercut: cannot find the functions it wraps\n");
         _exit(2);
     }
@@ -590,11 +596,21 @@ int openat(int dirfd, const char *path, int flags, ...) {
     return path[0] == '/' || dirfd == AT_FDCWD ? follow_open(path, flags, fd) : fd;
 }
 
-int listen(int fd, int backlog) {
-    int rc = real_listen(fd, backlog);
+static void note_accept(int rc) {
     pthread_mutex_lock(&pc_mu);
-    if (rc == 0 && pc_listen_ms < 0) pc_listen_ms = elapsed_ms();
+    if (rc >= 0 && pc_listen_ms < 0) pc_listen_ms = elapsed_ms();
     pthread_mutex_unlock(&pc_mu);
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len) {
+    int rc = real_accept(fd, addr, len);
+    note_accept(rc);
+    return rc;
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
+    int rc = real_accept4(fd, addr, len, flags);
+    note_accept(rc);
     return rc;
 }
 
