@@ -297,6 +297,7 @@ typedef struct coord_server {
     double status_at;
     int expiring;      /* a lease expiry is with the writer */
     int merging;       /* a version is with the writer */
+    coord_disk disk;   /* a full disk and the merges' backoff (schedule.h) */
     int opening_round; /* a second round's candidates are with the writer */
     /* When the current version was made, on vl_clock_mono_s()'s clock (its
      * age decides a sync deadline). */
@@ -434,7 +435,8 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
 /* Sends 429 rate_limited with Retry-After: wait_s rounded up (at least
  * 1 s); who names the bucket in the message ("peer 7", "address"). */
 void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who);
-/* Sends a 500 for err and logs its message. */
+/* Sends a 500 for err and logs its message; for STORAGE_EFULL (a full
+ * disk: nothing stored) a 503 unavailable with Retry-After instead. */
 void coord_reply_internal(coord_req *cr, const vl_error *err);
 /* Sends a 500 for running out of memory while `what` ("queueing an
  * update"), and logs it. */

@@ -138,6 +138,15 @@ void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who) {
 }
 
 void coord_reply_internal(coord_req *cr, const vl_error *err) {
+    /* Nothing of the request is stored, and it may work once there is
+     * room: the client is told to come back (the log has the disk's one
+     * report, coord_disk_note). */
+    if (err && err->code == STORAGE_EFULL) {
+        coord_reply_error(cr, 503, "unavailable",
+                          "the coordinator's disk is full: nothing of this request was stored; "
+                          "retry later");
+        return;
+    }
     vl_log_error("%s %s: %s", cr->method, cr->path,
                  err && err->msg[0] ? err->msg : "internal error");
     coord_reply_error(cr, 500, "internal", "internal error");

@@ -1,6 +1,8 @@
 /* The loop's timers for merges, second rounds and leases, and what
  * follows each version, round and expiry (schedule.h). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -29,9 +31,77 @@ static struct event *timer_of(coord_server *srv, struct event **ev, event_callba
     return *ev;
 }
 
+/* ---- a full disk ----------------------------------------------------------- */
+
+/* The backoff's defaults, in seconds. */
+#define DISK_RETRY_FIRST_S 5.0
+#define DISK_RETRY_MAX_S 60.0
+
+static void disk_defaults(coord_disk *d) {
+    if (d->first_s <= 0) d->first_s = DISK_RETRY_FIRST_S;
+    if (d->max_s < d->first_s)
+        d->max_s = d->first_s > DISK_RETRY_MAX_S ? d->first_s : DISK_RETRY_MAX_S;
+}
+
+/* The disk took a write again after it was reported full. */
+static void disk_room(coord_server *srv, const char *what) {
+    coord_disk *d = &srv->disk;
+    const char *slash = strrchr(srv->db_path, '/');
+    d->full = 0;
+    vl_log_info("disk has room again for %s after %.0f s and %lld merge retries: %s",
+                slash ? slash + 1 : srv->db_path, vl_clock_mono_s() - d->since,
+                (long long)d->retries, what);
+}
+
+void coord_disk_note(void *arg, int full, const vl_error *err) {
+    coord_server *srv = arg;
+    coord_disk *d = &srv->disk;
+    disk_defaults(d);
+    if (full) {
+        if (d->full) return;
+        const char *slash = strrchr(srv->db_path, '/');
+        const char *name = slash ? slash + 1 : srv->db_path;
+        d->full = 1;
+        d->since = vl_clock_mono_s();
+        d->reports++;
+        /* A read: it needs no room. */
+        int64_t waiting = -1;
+        vl_error e = {0};
+        if (storage_update_count_unmerged(srv->db, &waiting, &e) != VL_OK) waiting = -1;
+        char what[96];
+        if (waiting >= 0)
+            snprintf(what, sizeof what,
+                     "%lld uploads acknowledged and waiting for a merge are safe",
+                     (long long)waiting);
+        else
+            snprintf(what, sizeof what,
+                     "the uploads acknowledged and waiting for a merge are safe");
+        vl_log_error("disk full writing %s: %s; merges paused, retrying after %g s and then less "
+                     "often, up to every %g s; uploads get 503 until there is room (%s)",
+                     name, what, d->first_s, d->max_s, err && err->msg[0] ? err->msg : "no detail");
+        return;
+    }
+    /* A small write may find room where a version does not: while a
+     * merge waits for room, only its own commit ends the report
+     * (disk_room), else the two would take turns in the log. */
+    if (d->full && d->retry_s <= 0) disk_room(srv, "uploads resume");
+}
+
 /* ---- the merge timer ----------------------------------------------------- */
 
-static void merge_retry(coord_server *srv, const char *why) {
+static void merge_retry(coord_server *srv, int rc, const char *why) {
+    coord_disk *d = &srv->disk;
+    if (rc == STORAGE_EFULL || d->full) {
+        /* Reported once, by coord_disk_note; retried less and less often. */
+        disk_defaults(d);
+        double delay = d->retry_s > 0 ? d->retry_s : d->first_s;
+        d->retries++;
+        d->retry_s = delay * 2 < d->max_s ? delay * 2 : d->max_s;
+        vl_log_debug("merge of version %lld waits for room, retrying in %g s: %s",
+                     (long long)srv->version, delay, why);
+        coord_schedule_merge_in(srv, delay);
+        return;
+    }
     vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
                  MERGE_RETRY_S, why);
     coord_schedule_merge_in(srv, MERGE_RETRY_S);
@@ -44,8 +114,9 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg) {
     srv->merge_scheduled = 0;
     vl_error err = {0};
     int rc = coord_merge_if_ready(srv, &err);
-    if (rc < 0) merge_retry(srv, err.msg);
+    if (rc < 0) merge_retry(srv, rc, err.msg);
 }
+
 
 /* Arms ev to fire in delay_s seconds unless it is pending to fire sooner
  * (a later one is brought forward). */
@@ -109,9 +180,11 @@ void coord_arm_round_timer(coord_server *srv, double delay_s) {
  * buffer may be full already. A failed one is tried again later. */
 static void version_made(coord_server *srv, int rc, const vl_error *err) {
     if (rc != VL_OK) {
-        merge_retry(srv, err->msg);
+        merge_retry(srv, rc, err->msg);
         return;
     }
+    srv->disk.retry_s = 0;
+    if (srv->disk.full) disk_room(srv, "the paused merge is done, merges and uploads resume");
     coord_wake_waiters(srv);
     coord_arm_lease_timer(srv);
     coord_schedule_merge(srv);

@@ -51,6 +51,27 @@ void coord_note_update(struct coord_server *srv);
 /* Schedules a merge in delay_s seconds (an open round's deadline). */
 void coord_arm_round_timer(struct coord_server *srv, double delay_s);
 
+/* ---- a full disk (schedule.c) -------------------------------------------- */
+
+/* What the coordinator knows of its disk filling up. While the writer
+ * finds the disk full, merges back off (first_s, doubling up to max_s;
+ * 5 and 60 s unless a test shortens them), uploads get 503 unavailable,
+ * and the log has one line when it fills and one when it has room again;
+ * updates acknowledged before stay stored and are merged once it has. */
+typedef struct coord_disk {
+    int full;              /* reported full, not yet found room again */
+    double since;          /* when it was found full (monotonic seconds) */
+    int64_t reports;       /* full disks reported since start */
+    int64_t retries;       /* merges tried while full, since start */
+    double retry_s;        /* the delay of the next merge retry while full */
+    double first_s, max_s; /* the backoff's first and largest delays */
+} coord_disk;
+
+/* The writer's full-disk hook (coord_writer_set_full_hook) for srv, which
+ * is arg: logs the report (what waits for a merge, what retries) or the
+ * return of room, and resets the merge backoff. Loop thread. */
+void coord_disk_note(void *arg, int full, const vl_error *err);
+
 /* ---- leases (schedule.c) ------------------------------------------------- */
 
 /* Marks the leases whose deadline has passed as expired (a writer job),

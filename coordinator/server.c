@@ -700,6 +700,7 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     if (rc == VL_OK && !(srv->base = event_base_new()))
         rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
     if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->writer, err);
+    if (rc == VL_OK) coord_writer_set_full_hook(srv->writer, coord_disk_note, srv);
     if (rc == VL_OK) rc = coord_score_start(srv, err);
     if (rc == VL_OK)
         rc = coord_nonce_log_open(db_path, srv->nonces, srv->base, &srv->nonce_log, err);

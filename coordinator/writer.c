@@ -61,6 +61,14 @@ struct coord_writer {
     pthread_t ckpt_thread;
     pthread_cond_t ckpt_cv;
     uint64_t ckpt_due;
+    /* The disk: full since a job failed for want of room, until a
+     * commit works again (under mu), with the first such error; the loop
+     * side's hook and the state it last reported. */
+    int full;
+    vl_error full_err;
+    coord_writer_full_fn full_hook;
+    void *full_arg;
+    int full_reported;
 };
 
 /* A checkpoint that leaves this many pages behind (the copy could not keep
@@ -87,6 +95,13 @@ static void append(coord_job **head, coord_job **tail, coord_job *first, coord_j
     *tail = last;
 }
 
+/* The error of the first job of jobs that failed for a full disk. */
+static vl_error first_full(const coord_job *jobs) {
+    for (const coord_job *j = jobs; j; j = j->next)
+        if (j->rc == STORAGE_EFULL) return j->err;
+    return (vl_error){0};
+}
+
 /* Runs jobs (a list) as one transaction. */
 static void run_batch(coord_writer *w, coord_job *jobs) {
     vl_error e = {0};
@@ -106,9 +121,10 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
         if (j->rc != VL_OK && j->err.code == 0) j->err.code = j->rc;
         vl_error se = {0};
         if (storage_savepoint_end(w->db, j->rc == VL_OK, &se) != VL_OK) {
-            /* The transaction is in no state to commit. */
+            /* The transaction is in no state to commit. A job whose
+             * failure rolled it all back (a full disk) is the cause. */
             broken = 1;
-            e = se;
+            e = j->rc != VL_OK ? j->err : se;
         }
     }
     double commit_s = -1;
@@ -130,8 +146,20 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
         }
         failed += j->rc != VL_OK;
     }
-    if (broken) vl_log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
+    /* A full disk is reported once by whoever watches the writer
+     * (coord_writer_set_full_hook), not on every batch it fails. */
+    int full = broken && e.code == STORAGE_EFULL;
+    if (broken && !full)
+        vl_log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
+    if (!broken)
+        for (coord_job *j = jobs; j && !full; j = j->next) full = j->rc == STORAGE_EFULL;
     pthread_mutex_lock(&w->mu);
+    if (full) {
+        if (!w->full) w->full_err = broken ? e : first_full(jobs);
+        w->full = 1;
+    } else if (!broken) {
+        w->full = 0;
+    }
     /* Batches are taken from the head of the queue, so the last job of
      * this one is the highest number that has settled. */
     if (last > w->settled) w->settled = last;
@@ -293,7 +321,8 @@ static int lane_start(coord_writer *w, lane *l, const char *what, vl_error *err)
     return VL_OK;
 }
 
-/* Hands finished jobs back to their owners, oldest first. */
+/* Hands finished jobs back to their owners, oldest first, then tells the
+ * hook when the disk has filled or found room since it last heard. */
 static void deliver(coord_writer *w) {
     pthread_mutex_lock(&w->mu);
     coord_job *j = w->done;
@@ -306,6 +335,27 @@ static void deliver(coord_writer *w) {
         j->done(j, j->rc, &j->err);
         j = next;
     }
+    pthread_mutex_lock(&w->mu);
+    int full = w->full;
+    vl_error e = w->full_err;
+    pthread_mutex_unlock(&w->mu);
+    if (full != w->full_reported && w->full_hook) {
+        w->full_reported = full;
+        w->full_hook(w->full_arg, full, &e);
+    }
+}
+
+void coord_writer_set_full_hook(coord_writer *w, coord_writer_full_fn fn, void *arg) {
+    w->full_hook = fn;
+    w->full_arg = arg;
+}
+
+int coord_writer_disk_full(coord_writer *w) {
+    if (!w) return 0;
+    pthread_mutex_lock(&w->mu);
+    int full = w->full;
+    pthread_mutex_unlock(&w->mu);
+    return full;
 }
 
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {

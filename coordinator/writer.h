@@ -130,6 +130,20 @@ size_t coord_writer_pending(const coord_writer *w);
 
 void coord_writer_stats_get(coord_writer *w, coord_writer_stats *out);
 
+/* Told on the loop thread, after the done callbacks of the jobs that
+ * showed it, when the disk has filled (full 1: a job or a commit failed
+ * with STORAGE_EFULL; err is the first such failure, valid for the call)
+ * and when it has room again (full 0: a transaction committed after
+ * that). Once per change, however many jobs fail between. */
+typedef void (*coord_writer_full_fn)(void *arg, int full, const vl_error *err);
+/* Sets the hook (NULL: none) and its argument, borrowed. Loop thread,
+ * before the first job is submitted. */
+void coord_writer_set_full_hook(coord_writer *w, coord_writer_full_fn fn, void *arg);
+/* 1 while the disk is full as the writer last found it (a write failed
+ * with STORAGE_EFULL and none has committed since); 0 otherwise and for
+ * NULL. Any thread. */
+int coord_writer_disk_full(coord_writer *w);
+
 /* Runs every queued job, stops the threads, delivers the remaining done
  * callbacks on the calling (loop) thread (running the writes those submit
  * there too), closes the connections and frees w. NULL is a no-op. */

@@ -181,7 +181,20 @@ void q_done(sqlite3_stmt *s) {
     if (s) sqlite3_reset(s);
 }
 
+/* SQLite says SQLITE_FULL when a write finds no room (or the
+ * max_page_count); a sync or truncate that fails for want of room comes as
+ * an I/O error whose errno says so. */
+static int is_full(sqlite3 *db) {
+    int ext = sqlite3_extended_errcode(db);
+    if ((ext & 0xff) == SQLITE_FULL) return 1;
+    int e = sqlite3_system_errno(db);
+    return (ext & 0xff) == SQLITE_IOERR && (e == ENOSPC || e == EDQUOT);
+}
+
 int q_fail(storage *st, vl_error *err, const char *what) {
+    if (is_full(st->db))
+        return vl_fail(err, STORAGE_EFULL, "disk full writing %s: database: %s: %s", st->name, what,
+                       sqlite3_errmsg(st->db));
     return vl_fail(err, VL_EDB, "database: %s: %s", what, sqlite3_errmsg(st->db));
 }
 
@@ -285,6 +298,9 @@ int q_tx_end(storage *st, int nested, int ok, vl_error *err) {
         storage_rollback(st);
         return VL_OK;
     }
+    /* A full disk (or an I/O error) may have made SQLite roll back the
+     * whole transaction, savepoints and all: nothing is left to undo. */
+    if (!ok && !storage_in_transaction(st)) return VL_OK;
     if (!ok && run_simple(st, Q_ROLLBACK_TO, "rollback to savepoint", NULL) != VL_OK)
         vl_log_error("database: rollback to savepoint failed: %s", sqlite3_errmsg(st->db));
     int rc = run_simple(st, Q_RELEASE, "release savepoint", err);
@@ -298,6 +314,13 @@ int storage_savepoint(storage *st, vl_error *err) {
 }
 
 int storage_savepoint_end(storage *st, int ok, vl_error *err) {
+    /* The failed statement rolled back the whole transaction (SQLite does
+     * on SQLITE_FULL and I/O errors): the savepoint is gone with it, and
+     * so is every job's work before it. */
+    if (!storage_in_transaction(st)) {
+        body_rolled_back(&st->bodies);
+        return vl_fail(err, VL_EDB, "database: the transaction was rolled back by the failure");
+    }
     if (!ok) {
         /* A failed statement may still be mid-step. */
         for (int i = 0; i < Q_COUNT; i++)
@@ -435,6 +458,8 @@ int storage_open(const char *path, int create, storage **out, vl_error *err) {
     storage *st = calloc(1, sizeof *st);
     if (!st) return vl_fail(err, VL_ENOMEM, "out of memory");
     body_init(&st->bodies, path);
+    const char *slash = strrchr(path, '/');
+    snprintf(st->name, sizeof st->name, "%s", slash ? slash + 1 : path);
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
     if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
         vl_fail(err, VL_EDB, "cannot open database %s: %s", path,

@@ -136,6 +136,7 @@ struct storage {
     sqlite3_stmt *stmts[Q_COUNT];
     body_files bodies;
     int wal_frames; /* the WAL's size after the last commit, when counted */
+    char name[128]; /* the database file's name, for messages */
 };
 
 /* The prepared statement for id, reset and with bindings cleared; NULL (and
@@ -143,7 +144,8 @@ struct storage {
 sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err);
 /* Resets s after use so it holds no lock or reference into a row. */
 void q_done(sqlite3_stmt *s);
-/* Records the connection's last error as VL_EDB, prefixed with what. */
+/* Records the connection's last error as VL_EDB (STORAGE_EFULL when the
+ * disk is full), prefixed with what. */
 int q_fail(storage *st, vl_error *err, const char *what);
 /* Steps s once expecting no row (SQLITE_DONE); a constraint violation is
  * VL_ECONFLICT. Resets s in every case. */

@@ -11,6 +11,14 @@ volley_unit_test(test_upload_digest volley_coordinator_core)
 volley_unit_test(test_async volley_coordinator_core)
 # The writer when a batch's COMMIT fails.
 volley_unit_test(test_writer_commit volley_coordinator_core)
+# A full disk under a running coordinator: one report, merges retried with
+# a capped backoff, nothing acknowledged lost.
+volley_unit_test(test_writer_full volley_coordinator_core)
+if(TARGET volley_powercut AND TARGET test_writer_full)
+  # Its upload's body fails with ENOSPC through the fault layer.
+  set_tests_properties(test_writer_full PROPERTIES ENVIRONMENT
+    "LD_PRELOAD=$<TARGET_FILE:volley_powercut>;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endif()
 volley_unit_test(test_async_rules volley_coordinator_core)
 volley_unit_test(test_export volley_coordinator_core)
 volley_unit_test(test_robust volley_coordinator_core)
