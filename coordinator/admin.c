@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coordinator/coord.h"
 
@@ -64,27 +66,164 @@ static int resolve_data(const char *config_path, coord_config *cfg, vl_error *er
                         sizeof cfg->val_shard, err);
 }
 
+/* "12.3 MB": a size in decimal units, for the progress lines. */
+static void fmt_bytes(int64_t n, char *out, size_t cap) {
+    if (n < 1000)
+        snprintf(out, cap, "%lld bytes", (long long)n);
+    else if (n < 1000000)
+        snprintf(out, cap, "%.1f KB", (double)n / 1e3);
+    else if (n < 1000000000)
+        snprintf(out, cap, "%.1f MB", (double)n / 1e6);
+    else
+        snprintf(out, cap, "%.2f GB", (double)n / 1e9);
+}
+
+/* The size of the file at path, or -1 when it cannot be read. */
+static int64_t file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
+/* Says what the data read is about to go through, and how much of it
+ * there is, since reading and hashing gigabytes of shards takes a while.
+ * The checks that need only the size come first, so that a corpus too
+ * small for the model is refused in one line. */
+static int say_reading(const coord_config *cfg, vl_error *err) {
+    char size[32];
+    if (cfg->net == COORD_NET_MLP) {
+        if (!cfg->test_images[0]) return VL_OK;
+        fmt_bytes(file_size(cfg->test_images) + file_size(cfg->test_labels), size, sizeof size);
+        vl_log_info("reading test images %s and labels %s (%s)...", cfg->test_images,
+                    cfg->test_labels, size);
+        return VL_OK;
+    }
+    if (cfg->shards) {
+        int64_t total = file_size(cfg->val_shard);
+        for (int i = 0; i < cfg->n_train_shards; i++) total += file_size(cfg->train_shards[i]);
+        fmt_bytes(total, size, sizeof size);
+        vl_log_info("reading %d training shards and validation shard %s (%s)...",
+                    cfg->n_train_shards, cfg->val_shard, size);
+        return VL_OK;
+    }
+    int64_t n = file_size(cfg->corpus);
+    if (n >= 0) {
+        int rc = coord_config_check_corpus(cfg, n, err);
+        if (rc != VL_OK) return rc;
+    }
+    fmt_bytes(n, size, sizeof size);
+    vl_log_info("reading corpus %s (%s)...", cfg->corpus, size);
+    return VL_OK;
+}
+
+/* The held-out tokens (bytes of a text run) version 0 is scored on, the
+ * way coord_val_loss takes them: val_batches batches of COORD_VAL_BATCH
+ * windows, or every window there is (0). */
+static int64_t scored_tokens(const coord_config *cfg, const coord_corpus *corpus,
+                             const coord_shards *shards) {
+    int64_t have = cfg->shards ? (int64_t)shards->val_len : corpus->val_len;
+    int64_t want = cfg->val_batches * COORD_VAL_BATCH * cfg->model.block_size;
+    return cfg->val_batches > 0 && want < have ? want : have;
+}
+
+/* How long scoring version 0 of a GPT run will take on this machine: a
+ * batch or two are scored and timed, and the rest scaled from them. 0 in *est_s
+ * for a classifier (its test set is scored in one call) or a failure. */
+static void estimate_score(const coord_config *cfg, const coord_corpus *corpus,
+                           const coord_shards *shards, coord_net *net, int64_t *tokens,
+                           double *est_s) {
+    *tokens = 0;
+    *est_s = 0;
+    if (!net->gpt) return;
+    *tokens = scored_tokens(cfg, corpus, shards);
+    int64_t per_batch = (int64_t)COORD_VAL_BATCH * cfg->model.block_size;
+    int64_t batches = (*tokens + per_batch - 1) / per_batch;
+    float loss = NAN;
+    vl_error e = {0};
+    /* The first batch pays for the threads and buffers starting up (a
+     * tenth of a second, more than a small run's whole score): timed
+     * are the two after it. */
+    if (coord_val_loss(cfg, corpus, shards, net->gpt, 1, &loss, &e) != VL_OK) return;
+    int timed = batches < 2 ? (int)batches : 2;
+    double t0 = vl_clock_mono_s();
+    if (coord_val_loss(cfg, corpus, shards, net->gpt, timed, &loss, &e) != VL_OK) return;
+    *est_s = (vl_clock_mono_s() - t0) / timed * (double)batches;
+}
+
+/* "about 12 s", "about 4.2 s", "about 0.35 s" or "less than 0.01 s". */
+static void fmt_seconds(double s, char *out, size_t cap) {
+    if (s >= 10)
+        snprintf(out, cap, "about %.0f s", s);
+    else if (s >= 1)
+        snprintf(out, cap, "about %.1f s", s);
+    else if (s >= 0.01)
+        snprintf(out, cap, "about %.2f s", s);
+    else
+        snprintf(out, cap, "less than 0.01 s");
+}
+
+/* Every field given in the configuration whose value the resolved one
+ * holds otherwise ("dense" that became "none", a relative corpus path made
+ * absolute), one line each: the field's path, what was given, what it
+ * became. Fields given but not kept as such (a ratio that became k) are
+ * the summary's to explain. Returns how many lines it wrote. */
+static int note_changes(FILE *out, const char *path, json_t *given, json_t *resolved) {
+    if (json_is_object(given) && json_is_object(resolved)) {
+        int n = 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach(given, key, v) {
+            json_t *r = json_object_get(resolved, key);
+            if (!r) continue;
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", key);
+            n += note_changes(out, sub, v, r);
+        }
+        return n;
+    }
+    if (json_is_number(given) && json_is_number(resolved) &&
+        json_number_value(given) == json_number_value(resolved))
+        return 0;
+    if (json_equal(given, resolved)) return 0;
+    char *g = json_dumps(given, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *r = json_dumps(resolved, JSON_COMPACT | JSON_ENCODE_ANY);
+    fprintf(out, "normalised %s: %s became %s\n", path, g ? g : "?", r ? r : "?");
+    free(g);
+    free(r);
+    return 1;
+}
+
 /* Reads the configuration at config_path into *cfg and reads its data
  * through as a run needs them (paths made absolute; the corpus, shards or
  * test set opened and checked): what init builds on and check --config
  * reports. On failure nothing is left open or owned; on success the
  * caller closes the three data objects and frees cfg. */
 static int open_config(const char *config_path, coord_config *cfg, coord_corpus *corpus,
-                       coord_shards *shards, coord_testset *test, vl_error *err) {
+                       coord_shards *shards, coord_testset *test, json_t **given, vl_error *err) {
     memset(corpus, 0, sizeof *corpus);
     memset(shards, 0, sizeof *shards);
     memset(test, 0, sizeof *test);
+    if (given) *given = NULL;
     vl_buf text;
     vl_buf_init(&text, CONFIG_MAX_BYTES);
     int rc = vl_buf_read_file(&text, config_path, err);
     if (rc == VL_OK) rc = coord_config_parse((const char *)text.data, text.len, cfg, err);
+    /* What was given, beside what it resolved to (check --config). */
+    if (rc == VL_OK && given)
+        *given = json_loadb((const char *)text.data, text.len, JSON_REJECT_DUPLICATES, NULL);
     vl_buf_free(&text);
     if (rc != VL_OK) return rc;
     rc = resolve_data(config_path, cfg, err);
+    double t0 = vl_clock_mono_s();
+    if (rc == VL_OK) rc = say_reading(cfg, err);
     if (rc == VL_OK)
         rc = cfg->net == COORD_NET_MLP ? coord_testset_open(test, cfg, 0, NULL, err)
              : cfg->shards             ? coord_shards_open(shards, cfg, 0, NULL, err)
                                        : coord_corpus_open(corpus, cfg->corpus, cfg, 0, NULL, err);
+    if (rc == VL_OK) vl_log_info("read and checked the data in %.2f s", vl_clock_mono_s() - t0);
+    if (rc != VL_OK && given) {
+        json_decref(*given);
+        *given = NULL;
+    }
     if (rc != VL_OK) {
         coord_testset_close(test);
         coord_shards_close(shards);
@@ -99,18 +238,27 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     coord_corpus corpus;
     coord_shards shards;
     coord_testset test;
-    /* The data are checked before the database is created, so that bad
-     * data leave nothing behind. */
-    int rc = open_config(config_path, &cfg, &corpus, &shards, &test, err);
+    /* A live server's database is refused first, before its data are
+     * read at length; the lock file a refused configuration made goes
+     * again, as the data are checked before the database is created, so
+     * that bad data leave nothing behind. */
+    char lock_path[COORD_PATH_MAX + 8];
+    storage_lock *lock = NULL;
+    int rc = storage_lock_path(db_path, lock_path, sizeof lock_path, err);
+    int had_lock = rc == VL_OK && access(lock_path, F_OK) == 0;
+    if (rc == VL_OK) rc = storage_lock_take(db_path, &lock, err);
     if (rc != VL_OK) return rc;
+    rc = open_config(config_path, &cfg, &corpus, &shards, &test, NULL, err);
+    if (rc != VL_OK) {
+        if (!had_lock) unlink(lock_path);
+        storage_lock_release(lock);
+        return rc;
+    }
     storage *db = NULL;
     coord_net net;
     memset(&net, 0, sizeof net);
     char *config_json = NULL;
-    /* A live server's database is refused before it is opened. */
-    storage_lock *lock = NULL;
-    rc = storage_lock_take(db_path, &lock, err);
-    if (rc == VL_OK) rc = storage_open(db_path, 1, &db, err);
+    rc = storage_open(db_path, 1, &db, err);
     if (rc != VL_OK) goto out;
     storage_run existing;
     vl_error probe = {0};
@@ -131,8 +279,22 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     float val_loss = NAN;
     double accuracy = NAN;
     vl_error everr = {0};
+    int64_t tokens = 0;
+    double est_s = 0;
+    estimate_score(&cfg, &corpus, &shards, &net, &tokens, &est_s);
+    char about[48];
+    fmt_seconds(est_s, about, sizeof about);
+    if (net.gpt)
+        vl_log_info("scoring version 0 on %lld held-out %s (%s on this machine)...",
+                    (long long)tokens, cfg.shards ? "tokens" : "bytes", about);
+    else if (test.n)
+        vl_log_info("scoring version 0 on %d test images...", test.n);
+    double t0 = vl_clock_mono_s();
     if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) != VL_OK)
         vl_log_warn("validation of version 0 failed: %s", everr.msg);
+    else if (net.gpt || test.n)
+        vl_log_info("scored version 0 in %.2f s (estimated %s)", vl_clock_mono_s() - t0,
+                    net.gpt ? about : "none");
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
@@ -322,14 +484,33 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
     coord_testset test;
     /* The data are read through as init reads them, so that what passes
      * here passes init. */
-    int rc = open_config(config_path, &cfg, &corpus, &shards, &test, err);
+    json_t *given = NULL;
+    int rc = open_config(config_path, &cfg, &corpus, &shards, &test, &given, err);
     if (rc != VL_OK) return rc;
-    char *json = NULL;
-    if (!(json = coord_config_to_json(&cfg, 1))) rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    char *json = NULL, *pretty = NULL;
+    json_t *resolved = NULL;
+    if (!(json = coord_config_to_json(&cfg, 1)) || !(resolved = json_loads(json, 0, NULL)) ||
+        !(pretty = json_dumps(resolved, JSON_INDENT(2) | JSON_REAL_PRECISION(15))))
+        rc = vl_fail(err, VL_ENOMEM, "out of memory");
+    /* What init would take to score version 0, measured on one batch. */
+    coord_net net;
+    memset(&net, 0, sizeof net);
+    int64_t tokens = 0;
+    double est_s = 0;
+    if (rc == VL_OK && cfg.net != COORD_NET_MLP &&
+        (rc = coord_net_create(&cfg, &net, err)) == VL_OK) {
+        coord_net_init_weights(&net, (uint64_t)cfg.seed);
+        estimate_score(&cfg, &corpus, &shards, &net, &tokens, &est_s);
+        char about[48];
+        fmt_seconds(est_s, about, sizeof about);
+        vl_log_info("init will score version 0 on %lld held-out %s (%s on this machine)",
+                    (long long)tokens, cfg.shards ? "tokens" : "bytes", about);
+    }
+    coord_net_destroy(&net);
     if (rc == VL_OK) {
         size_t n = coord_config_num_params(&cfg);
         int64_t dense = (int64_t)n * 4, data = coord_config_update_data_bytes(&cfg);
-        fprintf(out, "%s\n", json);
+        fprintf(out, "%s\n", pretty);
         fprintf(out, "model: %zu parameters; a dense F32 update is %lld bytes\n", n,
                 (long long)dense);
         fprintf(out, "updates: %s", cfg.compression_kind);
@@ -347,8 +528,12 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
                           : cfg.shards             ? "token shards, checked"
                                                    : "text corpus, checked";
         fprintf(out, "data: %s\n", src);
+        if (given) note_changes(out, "", given, resolved);
         fflush(out);
     }
+    free(pretty);
+    json_decref(resolved);
+    json_decref(given);
     free(json);
     coord_testset_close(&test);
     coord_shards_close(&shards);

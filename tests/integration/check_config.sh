@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
 # `volley-coordinator check --config FILE`: a configuration and its data
 # checked as init would check them, without a database. A good one prints
-# the resolved configuration (JSON, every default filled in) and a summary
-# whose figures must agree with it; a bad one gets one line and exit 1;
-# a wrong command line exit 2; and nothing is ever written.
+# the resolved configuration (indented JSON, every default filled in), a
+# summary whose figures must agree with it, and one line for each value
+# it normalised (what was given, what it became); it says on stderr what
+# it reads and how long init will take to score version 0, as init says
+# before and after it scores; a bad one gets one line and exit 1; a wrong
+# command line exit 2; and nothing is ever written.
 source "$(dirname "$0")/lib.sh"
 IT_MODE=async IT_OUTER=default it_setup itcheck 5 2 '"compression": {"kind": "topk", "ratio": 100},'
+# val_batches 4 of 8 windows of 32 bytes: 1024 held-out bytes scored.
+grep -q "scoring version 0 on 1024 held-out bytes (\(about\|less than\) [0-9.]* s on this machine)\.\.\." init.log \
+  || fail "init does not say what it scores: $(cat init.log)"
+grep -q "scored version 0 in [0-9.]* s (estimated \(about\|less than\) [0-9.]* s)" init.log \
+  || fail "init does not say how long scoring took: $(cat init.log)"
+grep -q "reading corpus $WORK/corpus.txt ([0-9.]* KB)\.\.\." init.log \
+  || fail "init does not say what it reads: $(cat init.log)"
 rm -f run.db run.db-* # from it_setup's init: nothing below may make one
 "$COORD" check --config run.json > out.txt 2> err.txt || fail "check --config: $(cat err.txt)"
-head -n 1 out.txt | python3 -c '
+grep -q "reading corpus $WORK/corpus.txt ([0-9.]* KB)\.\.\." err.txt \
+  || fail "check does not say what it reads: $(cat err.txt)"
+grep -q "init will score version 0 on 1024 held-out bytes (\(about\|less than\) [0-9.]* s on this machine)" \
+  err.txt || fail "check does not say what init will score: $(cat err.txt)"
+sed -n 2p out.txt | grep -q '^  "name": "itcheck",$' || fail "not indented JSON: $(head -n 3 out.txt)"
+! grep -q '^normalised' out.txt || fail "nothing was normalised: $(grep '^normalised' out.txt)"
+python3 -c '
 import json, sys
-c = json.loads(sys.stdin.readline())
+c, end = json.JSONDecoder().raw_decode(open("out.txt").read())
 assert c["mode"] == "async" and c["updates_per_version"] == 2, c
 assert c["compression"]["kind"] == "topk" and c["compression"]["k"] > 0, c["compression"]
 assert c["outer"]["lr"] > 0 and "delay" in c["outer"], c    # filled in
 assert "staleness" in c and c["staleness"]["max"] > 0, c
 assert c["corpus"].startswith("/"), c["corpus"]   # made absolute
 print(c["compression"]["k"])' > k.txt || fail "the resolved configuration: $(head -c 300 out.txt)"
+# The older name of dense updates, and a corpus relative to the file.
+sed -e 's/"kind": "topk", "ratio": 100/"kind": "dense"/' -e "s#$WORK/corpus.txt#corpus.txt#" \
+  run.json > dense.json
+"$COORD" check --config dense.json > dense.out 2> dense.err || fail "dense: $(cat dense.err)"
+grep '^normalised' dense.out > notes.txt || true
+[ "$(wc -l < notes.txt)" = 2 ] || fail "want 2 normalisations, got: $(cat notes.txt)"
+grep -qx 'normalised compression.kind: "dense" became "none"' notes.txt \
+  || fail "dense not named: $(cat notes.txt)"
+grep -qx "normalised corpus: \"corpus.txt\" became \"$WORK/corpus.txt\"" notes.txt \
+  || fail "corpus path not named: $(cat notes.txt)"
 k=$(cat k.txt)
 grep -q "^updates: topk, k $k in " out.txt || fail "summary does not name k $k: $(cat out.txt)"
 n=$(sed -n 's/^model: \([0-9]*\) parameters.*/\1/p' out.txt)
@@ -45,5 +71,6 @@ bad "no such file" 1 --config "$WORK/absent.json"
 bad "both --db and --config" 2 --config run.json --db run.db
 bad "neither" 2
 [ -z "$(ls run.db* 2> /dev/null)" ] || fail "check made a database: $(ls run.db*)"
-echo "check_config: k $k, $n parameters, ${ratio}x smaller than dense F32; 6 bad inputs refused"
+echo "check_config: k $k, $n parameters, ${ratio}x smaller than dense F32; 6 bad inputs refused;" \
+  "$(wc -l < notes.txt) normalisations named; $(grep -o 'init will score.*' err.txt)"
 echo "1 passed, 0 failed"
