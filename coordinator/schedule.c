@@ -89,6 +89,8 @@ void coord_disk_note(void *arg, int full, const vl_error *err) {
 
 /* ---- the merge timer ----------------------------------------------------- */
 
+static void merge_cb(evutil_socket_t fd, short what, void *arg);
+
 static void merge_retry(coord_server *srv, int rc, const char *why) {
     coord_disk *d = &srv->disk;
     if (rc == STORAGE_EFULL || d->full) {
@@ -99,7 +101,13 @@ static void merge_retry(coord_server *srv, int rc, const char *why) {
         d->retry_s = delay * 2 < d->max_s ? delay * 2 : d->max_s;
         vl_log_debug("merge of version %lld waits for room, retrying in %g s: %s",
                      (long long)srv->version, delay, why);
-        coord_schedule_merge_in(srv, delay);
+        if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
+            return;
+        /* At its time, whatever was asked for sooner meanwhile. */
+        evtimer_del(srv->merge_event);
+        srv->merge_scheduled = 1;
+        struct timeval tv = timeval_of(delay);
+        evtimer_add(srv->merge_event, &tv);
         return;
     }
     vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
@@ -136,6 +144,10 @@ static void arm_sooner(struct event *ev, double delay_s) {
 }
 
 void coord_schedule_merge_in(coord_server *srv, double delay_s) {
+    /* A merge waiting for room on the disk keeps its time: each upload
+     * that still fits would otherwise bring it forward, and make a version
+     * that cannot be stored once per upload. */
+    if (srv->disk.retry_s > 0 && srv->merge_scheduled) return;
     if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
         return;
     /* The merge callback clears merge_scheduled before it runs. */
