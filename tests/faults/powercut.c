@@ -32,6 +32,11 @@
  *                         (start-up is not what is tested: the coordinator
  *                         binds its listeners before it opens the database,
  *                         so listen() comes too early to tell)
+ *   VOLLEY_DISK_FULL_MS   START:LENGTH: the disk is full for LENGTH ms,
+ *                         from START ms after the first accepted
+ *                         connection: every database and segment write
+ *                         fails with ENOSPC (a line says when it fills
+ *                         and when it has room again, with the count)
  *   VOLLEY_POWERCUT_AFTER_FAULT  set: the cut comes 0-29 writes and syncs
  *                         after the first fault on a segment instead, before
  *                         a merge can read what the fault put at risk
@@ -113,6 +118,11 @@ static uint64_t pc_rng = 88172645463325252ull;
 static struct timespec pc_t0;
 static long pc_ops, pc_faults;
 static double pc_listen_ms = -1; /* when the process accepted its first connection */
+/* VOLLEY_DISK_FULL_MS: the window, after pc_listen_ms (start < 0: none),
+ * whether it has begun and ended, and the writes it failed. */
+static double pc_full_start = -1, pc_full_len;
+static int pc_full_state; /* 0 before, 1 full, 2 after */
+static long pc_full_failed;
 
 static uint64_t rng_next(void) {
     pc_rng ^= pc_rng << 13;
@@ -162,6 +172,12 @@ __attribute__((constructor)) static void pc_init(void) {
     pc_fault_seg_rate = env_num("VOLLEY_FAULT_SEGMENT_RATE", pc_fault_rate);
     pc_fault_after_ms = env_num("VOLLEY_FAULT_AFTER_MS", 0);
     pc_cut_after_fault = env_num("VOLLEY_POWERCUT_AFTER_FAULT", 0) != 0;
+    const char *full = getenv("VOLLEY_DISK_FULL_MS");
+    if (full && *full) {
+        char *end = NULL;
+        pc_full_start = strtod(full, &end);
+        pc_full_len = end && *end == ':' ? strtod(end + 1, NULL) : 0;
+    }
     uint64_t seed = (uint64_t)env_num("VOLLEY_POWERCUT_SEED", 1);
     pc_rng ^= seed * 0x9E3779B97F4A7C15ull;
     if (!pc_rng) pc_rng = 1;
@@ -344,8 +360,33 @@ static __attribute__((noreturn)) void pc_cut(void) {
 
 /* Called, with pc_mu held, before every write, truncate or sync of a
  * followed file: the cut, or a fault (returned as an errno), or 0. */
+/* Whether a write that can fail for want of room finds the disk full
+ * (VOLLEY_DISK_FULL_MS); says when the window opens and closes. Called
+ * with pc_mu held. */
+static int disk_full_now(void) {
+    if (pc_full_start < 0 || pc_listen_ms < 0 || pc_full_state == 2) return 0;
+    double t = elapsed_ms() - pc_listen_ms;
+    if (t < pc_full_start) return 0;
+    if (t >= pc_full_start + pc_full_len) {
+        if (pc_full_state == 1)
+            fprintf(stderr, "diskfault: the disk has room again; %ld writes failed with ENOSPC\n",
+                    pc_full_failed);
+        pc_full_state = 2;
+        return 0;
+    }
+    if (pc_full_state == 0)
+        fprintf(stderr, "diskfault: the disk is full for %.0f ms from now\n", pc_full_len);
+    pc_full_state = 1;
+    return 1;
+}
+
 static int pc_tick(const char *what, int can_fail_nospace, double rate) {
     pc_ops++;
+    if (can_fail_nospace && disk_full_now()) {
+        pc_faults++;
+        pc_full_failed++;
+        return ENOSPC;
+    }
     if (pc_fail_what[0] && strstr(what, pc_fail_what)) {
         pc_fail_what[0] = '\0';
         pc_faults++;
