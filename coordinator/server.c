@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -765,6 +766,10 @@ typedef struct serve_hold {
 static int serve_prepare(const coord_serve_opts *opts, const char *host, int port, serve_hold *h,
                          vl_error *err) {
     h->fd = h->admin_fd = -1;
+    /* A mistyped path leaves no lock file behind. */
+    struct stat sb;
+    if (stat(opts->db_path, &sb) != 0 && errno == ENOENT)
+        return vl_fail(err, VL_ENOTFOUND, "database %s does not exist", opts->db_path);
     int rc = storage_lock_take(opts->db_path, &h->lock, err);
     if (rc == VL_OK) rc = coord_listen_bind(NULL, host, port, &h->fd, err);
     if (rc == VL_OK) rc = bind_admin(opts, h->admin_host, sizeof h->admin_host, &h->admin_fd, err);
