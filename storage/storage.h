@@ -91,7 +91,10 @@ int storage_user_version(storage *st, int *out, vl_error *err) VL_MUST_CHECK;
 /* Inside an open transaction, a savepoint that one unit of work can be
  * undone to without the rest: storage_savepoint_end releases it when ok
  * is set and otherwise first rolls back to it. Savepoints do not nest
- * with each other (storage_version_commit nests inside one). */
+ * with each other (storage_version_commit nests inside one). When a
+ * failed statement made SQLite roll back the whole transaction (it does
+ * on SQLITE_FULL and I/O errors), storage_savepoint_end returns VL_EDB:
+ * nothing of the transaction is left, and the caller must not commit. */
 int storage_savepoint(storage *st, vl_error *err) VL_MUST_CHECK;
 int storage_savepoint_end(storage *st, int ok, vl_error *err) VL_MUST_CHECK;
 

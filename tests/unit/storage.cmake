@@ -3,6 +3,8 @@ volley_unit_test(test_storage volley_storage)
 volley_unit_test(test_storage_versions volley_storage)
 volley_unit_test(test_storage_schema volley_storage)
 volley_unit_test(test_bodies volley_storage)
+# The server's lock beside the database, and writes on a full disk.
+volley_unit_test(test_storage_lock volley_storage)
 # Power cuts and disk faults at chosen moments of a transaction, with the
 # layer of tests/faults loaded into the test (absent under the sanitizers).
 if(TARGET volley_powercut)
