@@ -84,34 +84,43 @@ static int64_t file_size(const char *path) {
     return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
-/* Says what the data read is about to go through, and how much of it
- * there is, since reading and hashing gigabytes of shards takes a while.
- * The checks that need only the size come first, so that a corpus too
- * small for the model is refused in one line. */
-static int say_reading(const coord_config *cfg, vl_error *err) {
+/* Data from this size on are announced before they are read (reading
+ * and hashing them takes a noticeable time): smaller ones are only named
+ * once read, so that a refusal of what they hold stays one line. */
+#define SAY_READING_BYTES ((int64_t)16 << 20)
+
+/* What the data of cfg are, and how much, into what ("corpus FILE (12.3
+ * MB)"); announced when large. The checks that need only the corpus's
+ * size come first, so that one too small for the model is refused in
+ * one line whatever its size. */
+static int say_reading(const coord_config *cfg, char *what, size_t cap, vl_error *err) {
     char size[32];
+    int64_t total = 0;
     if (cfg->net == COORD_NET_MLP) {
-        if (!cfg->test_images[0]) return VL_OK;
-        fmt_bytes(file_size(cfg->test_images) + file_size(cfg->test_labels), size, sizeof size);
-        vl_log_info("reading test images %s and labels %s (%s)...", cfg->test_images,
-                    cfg->test_labels, size);
-        return VL_OK;
-    }
-    if (cfg->shards) {
-        int64_t total = file_size(cfg->val_shard);
+        if (!cfg->test_images[0]) {
+            snprintf(what, cap, "no data of its own");
+            return VL_OK;
+        }
+        total = file_size(cfg->test_images) + file_size(cfg->test_labels);
+        fmt_bytes(total, size, sizeof size);
+        snprintf(what, cap, "test images %s and labels %s (%s)", cfg->test_images, cfg->test_labels,
+                 size);
+    } else if (cfg->shards) {
+        total = file_size(cfg->val_shard);
         for (int i = 0; i < cfg->n_train_shards; i++) total += file_size(cfg->train_shards[i]);
         fmt_bytes(total, size, sizeof size);
-        vl_log_info("reading %d training shards and validation shard %s (%s)...",
-                    cfg->n_train_shards, cfg->val_shard, size);
-        return VL_OK;
+        snprintf(what, cap, "%d training shards and validation shard %s (%s)", cfg->n_train_shards,
+                 cfg->val_shard, size);
+    } else {
+        total = file_size(cfg->corpus);
+        if (total >= 0) {
+            int rc = coord_config_check_corpus(cfg, total, err);
+            if (rc != VL_OK) return rc;
+        }
+        fmt_bytes(total, size, sizeof size);
+        snprintf(what, cap, "corpus %s (%s)", cfg->corpus, size);
     }
-    int64_t n = file_size(cfg->corpus);
-    if (n >= 0) {
-        int rc = coord_config_check_corpus(cfg, n, err);
-        if (rc != VL_OK) return rc;
-    }
-    fmt_bytes(n, size, sizeof size);
-    vl_log_info("reading corpus %s (%s)...", cfg->corpus, size);
+    if (total >= SAY_READING_BYTES) vl_log_info("reading %s...", what);
     return VL_OK;
 }
 
@@ -214,12 +223,13 @@ static int open_config(const char *config_path, coord_config *cfg, coord_corpus 
     if (rc != VL_OK) return rc;
     rc = resolve_data(config_path, cfg, err);
     double t0 = vl_clock_mono_s();
-    if (rc == VL_OK) rc = say_reading(cfg, err);
+    char what[COORD_PATH_MAX * 2 + 96];
+    if (rc == VL_OK) rc = say_reading(cfg, what, sizeof what, err);
     if (rc == VL_OK)
         rc = cfg->net == COORD_NET_MLP ? coord_testset_open(test, cfg, 0, NULL, err)
              : cfg->shards             ? coord_shards_open(shards, cfg, 0, NULL, err)
                                        : coord_corpus_open(corpus, cfg->corpus, cfg, 0, NULL, err);
-    if (rc == VL_OK) vl_log_info("read and checked the data in %.2f s", vl_clock_mono_s() - t0);
+    if (rc == VL_OK) vl_log_info("read and checked %s in %.2f s", what, vl_clock_mono_s() - t0);
     if (rc != VL_OK && given) {
         json_decref(*given);
         *given = NULL;

@@ -14,12 +14,14 @@ grep -q "scoring version 0 on 1024 held-out bytes (\(about\|less than\) [0-9.]* 
   || fail "init does not say what it scores: $(cat init.log)"
 grep -q "scored version 0 in [0-9.]* s (estimated \(about\|less than\) [0-9.]* s)" init.log \
   || fail "init does not say how long scoring took: $(cat init.log)"
-grep -q "reading corpus $WORK/corpus.txt ([0-9.]* KB)\.\.\." init.log \
-  || fail "init does not say what it reads: $(cat init.log)"
+grep -q "read and checked corpus $WORK/corpus.txt ([0-9.]* KB) in [0-9.]* s" init.log \
+  || fail "init does not say what it read: $(cat init.log)"
+# Below 16 MiB the data are named once read, so a refusal stays one line.
+! grep -q "reading corpus" init.log || fail "a small corpus announced: $(cat init.log)"
 rm -f run.db run.db-* # from it_setup's init: nothing below may make one
 "$COORD" check --config run.json > out.txt 2> err.txt || fail "check --config: $(cat err.txt)"
-grep -q "reading corpus $WORK/corpus.txt ([0-9.]* KB)\.\.\." err.txt \
-  || fail "check does not say what it reads: $(cat err.txt)"
+grep -q "read and checked corpus $WORK/corpus.txt ([0-9.]* KB) in [0-9.]* s" err.txt \
+  || fail "check does not say what it read: $(cat err.txt)"
 grep -q "init will score version 0 on 1024 held-out bytes (\(about\|less than\) [0-9.]* s on this machine)" \
   err.txt || fail "check does not say what init will score: $(cat err.txt)"
 sed -n 2p out.txt | grep -q '^  "name": "itcheck",$' || fail "not indented JSON: $(head -n 3 out.txt)"
@@ -33,6 +35,16 @@ assert c["outer"]["lr"] > 0 and "delay" in c["outer"], c    # filled in
 assert "staleness" in c and c["staleness"]["max"] > 0, c
 assert c["corpus"].startswith("/"), c["corpus"]   # made absolute
 print(c["compression"]["k"])' > k.txt || fail "the resolved configuration: $(head -c 300 out.txt)"
+# A corpus of 16 MiB or more is announced before it is read.
+for _ in $(seq 1 80); do cat corpus.txt; done > big.txt
+sed "s#$WORK/corpus.txt#$WORK/big.txt#" run.json > big.json
+"$COORD" check --config big.json > big.out 2> big.err || fail "big corpus: $(cat big.err)"
+grep -q "reading corpus $WORK/big.txt (1[0-9]\.[0-9] MB)\.\.\." big.err \
+  || fail "a large corpus is not announced: $(cat big.err)"
+[ "$(grep -n 'reading corpus' big.err | cut -d: -f1)" -lt "$(grep -n 'read and checked' big.err | cut -d: -f1)" ] \
+  || fail "announced after it was read: $(cat big.err)"
+announced=$(grep -o "reading corpus [^ ]* ([^)]*)" big.err)
+rm -f big.txt
 # The older name of dense updates, and a corpus relative to the file.
 sed -e 's/"kind": "topk", "ratio": 100/"kind": "dense"/' -e "s#$WORK/corpus.txt#corpus.txt#" \
   run.json > dense.json
@@ -72,5 +84,6 @@ bad "both --db and --config" 2 --config run.json --db run.db
 bad "neither" 2
 [ -z "$(ls run.db* 2> /dev/null)" ] || fail "check made a database: $(ls run.db*)"
 echo "check_config: k $k, $n parameters, ${ratio}x smaller than dense F32; 6 bad inputs refused;" \
-  "$(wc -l < notes.txt) normalisations named; $(grep -o 'init will score.*' err.txt)"
+  "$(wc -l < notes.txt) normalisations named; $(grep -o 'init will score.*' err.txt);" \
+  "$announced"
 echo "1 passed, 0 failed"
