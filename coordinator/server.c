@@ -616,12 +616,13 @@ int coord_bound_port(int fd) {
 #define ADMIN_TOKEN_CAP ((int)sizeof(((coord_server *)NULL)->admin_token))
 
 /* The admin listener as opts ask, bound into *fd (-1: none): the default
- * address is given up with a warning when taken (two coordinators on one
- * host), an explicit one is not; anything but a loopback address needs a
- * token. Touches neither srv nor the database. */
-static int bind_admin(const coord_serve_opts *opts, char *host, size_t cap, int *fd,
-                      vl_error *err) {
+ * address is given up when taken (two coordinators on one host), with the
+ * warning to log left in warning, an explicit one is not; anything but a
+ * loopback address needs a token. Touches neither srv nor the database. */
+static int bind_admin(const coord_serve_opts *opts, char *host, size_t cap, int *fd, char *warning,
+                      size_t wcap, vl_error *err) {
     *fd = -1;
+    warning[0] = '\0';
     const char *listen = opts->admin_listen ? opts->admin_listen : "127.0.0.1:9464";
     if (!strcmp(listen, "off")) return VL_OK;
     int port = 0;
@@ -644,7 +645,9 @@ static int bind_admin(const coord_serve_opts *opts, char *host, size_t cap, int 
     int rc = coord_listen_bind("the admin listener", host, port, fd, &e);
     if (rc == VL_OK) return VL_OK;
     if (opts->admin_listen) return vl_fail(err, rc, "%s", e.msg);
-    vl_log_warn("%s; no /metrics (serve --admin-listen picks another address)", e.msg);
+    /* Said once the server is up, where the admin listener would have
+     * started: a database refused at start is then the one line. */
+    snprintf(warning, wcap, "%s; no /metrics (serve --admin-listen picks another address)", e.msg);
     return VL_OK;
 }
 
@@ -759,6 +762,7 @@ typedef struct serve_hold {
     storage_lock *lock;
     int fd, admin_fd;
     char admin_host[256];
+    char admin_warning[320]; /* the default admin address was taken */
 } serve_hold;
 
 /* The lock, then the listeners, so that a second server or a taken port
@@ -772,7 +776,9 @@ static int serve_prepare(const coord_serve_opts *opts, const char *host, int por
         return vl_fail(err, VL_ENOTFOUND, "database %s does not exist", opts->db_path);
     int rc = storage_lock_take(opts->db_path, &h->lock, err);
     if (rc == VL_OK) rc = coord_listen_bind(NULL, host, port, &h->fd, err);
-    if (rc == VL_OK) rc = bind_admin(opts, h->admin_host, sizeof h->admin_host, &h->admin_fd, err);
+    if (rc == VL_OK)
+        rc = bind_admin(opts, h->admin_host, sizeof h->admin_host, &h->admin_fd, h->admin_warning,
+                        sizeof h->admin_warning, err);
     return rc;
 }
 
@@ -836,6 +842,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         rc = coord_admin_start(srv, h.admin_host, h.admin_fd, err);
         h.admin_fd = -1;
     }
+    if (rc == VL_OK && h.admin_warning[0]) vl_log_warn("%s", h.admin_warning);
     if (rc == VL_OK && event_base_dispatch(srv->base) < 0)
         rc = vl_fail(err, VL_ERR, "the event loop failed");
     coord_server_close(srv);
