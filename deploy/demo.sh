@@ -19,6 +19,12 @@
 # (the --slowdown of peer 1, 1: none), VOLLEY_DEMO_EXTRA (more members of
 # the run configuration, e.g. '"staleness": {"function": "constant", "max": 8},'),
 # VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
+#
+# It says what it does as it goes (the build and its seconds, the
+# coordinator, the peers, each version's loss as the coordinator logs it),
+# so that a newcomer is not left minutes before a silent terminal; the
+# per-version table and the summary lines at the end are what
+# bench/convergence.sh and the README read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -37,9 +43,14 @@ build=${VOLLEY_BUILD_DIR:-$root/build}
 outer_member="\"outer\": $outer,"
 [ "$outer" = default ] && outer_member=""
 
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }'; }
+echo "demo: system packages (deploy/install-deps.sh)"
 bash deploy/install-deps.sh
+t0=$(date +%s.%N)
+echo "demo: building volley-coordinator and volley-peer in $build (-j$(nproc); about a minute on 2 cores the first time)"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)" --target volley-coordinator volley-peer >/dev/null
+echo "demo: built in $(since "$t0") s"
 coord=$build/coordinator/volley-coordinator
 peer=$build/peer/volley-peer
 
@@ -48,7 +59,7 @@ mkdir -p "$work"
 cd "$work"
 pids=()
 cleanup() {
-  for p in "${pids[@]}" ${cpid:-}; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" ${cpid:-} ${fpid:-}; do kill "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
@@ -98,7 +109,22 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$port" ] || { echo "demo: coordinator did not start" >&2; exit 1; }
-echo "demo: coordinator on https://127.0.0.1:$port"
+echo "demo: coordinator on https://127.0.0.1:$port (log: $work/coordinator.log)"
+# Each version's loss as it lands, from the coordinator's log; tail stops
+# with the coordinator. A version served on its loss check shows that loss.
+# Seconds count from the log's first line, by the log's own timestamps
+# (2026-11-26T18:58:01.071Z), however late tail hands the line over.
+tail -s 0.5 -n +1 -F --pid="$cpid" coordinator.log 2>/dev/null | awk -v n="$versions" '
+  function secs(ts) { return substr(ts, 12, 2) * 3600 + substr(ts, 15, 2) * 60 + substr(ts, 18, 6) }
+  $1 ~ /^[0-9][0-9][0-9][0-9]-/ && t0 == "" { t0 = secs($1) }
+  / version [0-9]+ (val_loss|check_loss) / {
+    for (i = 1; i < NF; i++) if ($i == "version" && $(i + 1) ~ /^[0-9]+$/) break
+    if (i >= NF) next
+    t = secs($1) - t0; if (t < 0) t += 86400
+    printf "demo: version %d of %d: %s %.4f (%.0f s)\n", $(i + 1), n, $(i + 2), $(i + 3), t
+    fflush()
+  }' &
+fpid=$!
 
 threads=$(( $(nproc) / peers )); [ "$threads" -ge 1 ] || threads=1
 for i in $(seq 1 "$peers"); do
@@ -106,12 +132,13 @@ for i in $(seq 1 "$peers"); do
   "$peer" keygen --dir "$dir" >/dev/null
   token=$("$coord" token create --db run.db --uses 1 --ttl 1h)
   "$peer" join --dir "$dir" --coordinator "https://127.0.0.1:$port" --token "$token" \
-    --cacert tls/ca.pem --name "demo-peer-$i" >/dev/null
+    --cacert tls/ca.pem --name "demo-peer-$i" >/dev/null 2> "$dir.join.log" \
+    || { cat "$dir.join.log" >&2; echo "demo: peer $i could not join" >&2; exit 1; }
   slowdown=1; [ "$i" = 1 ] && slowdown=$slow
   "$peer" run --dir "$dir" --threads "$threads" --wait 20 --slowdown "$slowdown" 2> "$dir.log" &
   pids+=($!)
 done
-echo "demo: $peers peers training; each version merges $peers updates ($compression)"
+echo "demo: $peers peers training (logs: $work/peer*.log); each version merges $upv updates ($compression)"
 
 fail=0
 for p in "${pids[@]}"; do wait "$p" || fail=1; done
@@ -120,6 +147,8 @@ kill -TERM "$cpid"
 wait "$cpid" || { echo "demo: coordinator exited with an error" >&2; fail=1; }
 cpid=""
 end=$(date +%s.%N)
+wait "$fpid" 2>/dev/null || true
+fpid=""
 [ "$fail" = 0 ] || { tail -n 5 peer*.log coordinator.log >&2; exit 1; }
 
 echo
@@ -136,5 +165,7 @@ printf 'demo: validation loss %.4f -> %.4f (ln 256 = 5.5452) over %s versions in
 printf 'demo: %s updates, %.0f bytes each\n' "${up%%|*}" "${up##*|}"
 # Each peer logs its traffic when it exits.
 grep -h "traffic:" peer*.log | sed 's/^.*traffic:/demo: peer traffic:/' || true
+# And the time it spent training, against its wall time.
+grep -h "compute:" peer*.log | sed 's/^.*compute:/demo: peer compute:/' || true
 awk -v f="$final" 'BEGIN { exit !(f < 3.5) }' || { echo "demo: the model did not learn" >&2; exit 1; }
 echo "demo: ok"

@@ -2,7 +2,8 @@
 /v1/status, /metrics (read with Prometheus's own parser) and the database.
 
 Arguments: live.html final.html status.json metrics.txt dashboard.json
-refused.json coordinator.log VERSION STORED MERGED BYTES ATTACK_PEER_ID
+refused.json coordinator.log compact.html VERSION STORED MERGED BYTES
+ATTACK_PEER_ID (compact.html: the final page in a 1000 x 900 window)
 """
 import collections
 import json
@@ -74,7 +75,7 @@ class Page(HTMLParser):
 
 def main():
     (live_path, final_path, status_path, metrics_path, dash_path, refused_path, log_path,
-     version, stored, merged, total_bytes, atk) = sys.argv[1:13]
+     compact_path, version, stored, merged, total_bytes, atk) = sys.argv[1:14]
     version, stored, merged, total_bytes, atk = (int(version), int(stored), int(merged),
                                                  int(total_bytes), int(atk))
     live = Page(open(live_path).read())
@@ -97,6 +98,13 @@ def main():
     assert int(live.attr("chart-loss-version", "data-points")) >= 4
     assert len(live.peers) == 3, len(live.peers)
     assert any(r["attrs"]["data-state"] == "active" for r in live.peers)
+    # The time to the end, at the pace of the versions so far: a number of
+    # seconds, in keeping with the versions left.
+    live_status = live.value("run-status")
+    eta = int(live.value("eta"))
+    left = int(live.value("max-versions")) - int(live.value("version"))
+    assert eta >= 0 and live.by_id["eta"]["text"].startswith("in about "), (eta, live_status)
+    assert eta <= 60 * left, (eta, left)
 
     assert page.body.get("data-loaded") == "1", page.body
     # Where the run is.
@@ -171,11 +179,25 @@ def main():
     assert metric("volley_writer_batch_size", "_count") >= commits
     assert metric("volley_writer_batch_size", "_bucket", le="1") <= metric(
         "volley_writer_batch_size", "_count")
+    # Finished: no time left, and said so.
+    assert int(page.value("eta")) == 0 and page.by_id["eta"]["text"] == "finished"
+    # A compressed run shows its compression chart.
+    assert page.attr("fig-compression", "data-shown") == "1"
+    # In a 1000 x 900 window, the peers' table and both refusal tables
+    # end above the fold, with every row drawn.
+    compact = Page(open(compact_path).read())
+    assert len(compact.peers) == 3 and len(compact.recent) >= 2, (compact.peers, compact.recent)
+    fold = {}
+    for i in ("panel-peers", "panel-refused-codes", "panel-recent-refusals"):
+        top, bottom = int(compact.attr(i, "data-top")), int(compact.attr(i, "data-bottom"))
+        assert 0 < top < bottom <= 900, (i, top, bottom)
+        fold[i] = bottom
     # The configuration, as the run has it.
     assert json.loads(page.by_id["config"]["text"])["name"] == status["run"]
     print(f"dashboard: version {version}, loss {loss:.4f}, {stored} uploads accepted, "
           f"refused {shown}, peers {sorted(rows)}, {merged} merged, {total_bytes} bytes, "
-          f"compression {ratio:.1f}x, {commits:.0f} commits")
+          f"compression {ratio:.1f}x, {commits:.0f} commits; at 1000 x 900 the panels end at "
+          f"{fold} px; live estimate {eta} s for {left} versions")
 
 
 main()
