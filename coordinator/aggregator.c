@@ -312,9 +312,10 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     round_job *j = (round_job *)job;
     coord_server *srv = j->srv;
     srv->opening_round = 0;
-    if (rc != VL_OK)
-        vl_log_error("cannot open the second round of version %lld: %s", (long long)j->r.version,
-                     err->msg);
+    if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
+        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_ERROR,
+                   "cannot open the second round of version %lld: %s", (long long)j->r.version,
+                   err->msg);
     else
         vl_log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
                     "updates for %lld s",

@@ -293,8 +293,9 @@ static void expire_done(coord_job *job, int rc, const vl_error *err) {
     expire_job *j = (expire_job *)job;
     coord_server *srv = j->srv;
     srv->expiring = 0;
-    if (rc != VL_OK)
-        vl_log_error("cannot expire leases: %s", err->msg);
+    if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
+        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_ERROR, "cannot expire leases: %s",
+                   err->msg);
     else if (j->n > 0)
         vl_log_info("%lld lease(s) expired; their data goes to the next tasks", (long long)j->n);
     free(j);
