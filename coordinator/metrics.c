@@ -317,6 +317,15 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     evbuffer_add_printf(b, "volley_writer_failed_total %llu\n", (unsigned long long)ws.failed);
     gauge(b, "volley_writer_max_batch", "The most jobs one commit has carried.",
           (double)ws.max_batch);
+    /* The disk's state as the log reports it (schedule.h): for an alert
+     * on a full disk before the peers notice. */
+    gauge(b, "volley_disk_full", "1 while the disk is full as the coordinator last found it.",
+          (double)srv->disk.full);
+    head(b, "volley_disk_full_reports_total", "counter", "Times the disk was found full.");
+    evbuffer_add_printf(b, "volley_disk_full_reports_total %lld\n", (long long)srv->disk.reports);
+    head(b, "volley_merge_room_retries_total", "counter",
+         "Merges retried because the disk had no room.");
+    evbuffer_add_printf(b, "volley_merge_room_retries_total %lld\n", (long long)srv->disk.retries);
     /* The writer's histograms, copied under its lock with the counters
      * above, so a scrape sees one consistent moment of that thread. */
     uint64_t batches = 0;

@@ -6,8 +6,9 @@
 # disk with what is waiting, and once that it has room again, and never
 # "no such savepoint" or a merge failing every 5 s; requests that needed
 # room get 503 unavailable (a peer joining meanwhile retries and gets in);
-# the run then finishes with every version made of exactly its updates,
-# each merged once.
+# /metrics shows volley_disk_full 1 meanwhile and 0 after, with one
+# report; the run then finishes with every version made of exactly its
+# updates, each merged once.
 source "$(dirname "$0")/lib.sh"
 if [ -z "${POWERCUT_LIB:-}" ]; then
   echo "SKIP: the fault layer is not built here (sanitizer builds)"
@@ -16,8 +17,9 @@ fi
 # About 20 ms a version here: the run is still going when the disk fills.
 VERSIONS=300
 it_setup itfull "$VERSIONS" 2
-VOLLEY_LOG=debug IT_WRAP="env LD_PRELOAD=$POWERCUT_LIB VOLLEY_DISK_FULL_MS=1000:3000" \
-  it_start_coordinator
+VOLLEY_LOG=debug IT_SERVE_ARGS="--admin-listen 127.0.0.1:0" \
+  IT_WRAP="env LD_PRELOAD=$POWERCUT_LIB VOLLEY_DISK_FULL_MS=1000:3000" it_start_coordinator
+admin=$(it_admin_url)
 t0=$(date +%s.%N)
 for i in 1 2; do it_peer "$i"; done
 for i in 1 2; do
@@ -27,6 +29,10 @@ done
 # A third peer joins while the disk is full: refused with 503 until there
 # is room, then admitted by its own retries.
 sleep "$(awk -v t0="$t0" -v now="$(date +%s.%N)" 'BEGIN { d = 2 - (now - t0); print (d > 0 ? d : 0) }')"
+# The metrics say so while it lasts.
+curl -s "$admin/metrics" > metrics-full.txt
+grep -qx 'volley_disk_full 1' metrics-full.txt \
+  || fail "/metrics does not show the full disk: $(grep volley_disk metrics-full.txt)"
 token=$("$COORD" token create --db run.db --uses 1 --ttl 1h) || fail "token create beside serve"
 IT_TOKENS+=("$token")
 "$PEER" keygen --dir peer3 > /dev/null
@@ -36,6 +42,9 @@ for p in "${PIDS[@]}"; do
   wait "$p" || fail "a peer exited with an error"
 done
 PIDS=()
+curl -s "$admin/metrics" > metrics-after.txt
+grep -qx 'volley_disk_full 0' metrics-after.txt && grep -qx 'volley_disk_full_reports_total 1' \
+  metrics-after.txt || fail "/metrics after the full disk: $(grep volley_disk metrics-after.txt)"
 it_stop_coordinator
 
 log=coordinator.log
