@@ -63,9 +63,19 @@ refused "admin port taken" "127.0.0.1:$taken for the admin listener: address alr
 # 192.0.2.1 (TEST-NET-1) is nobody's address.
 # shellcheck disable=SC2046
 refused "foreign address" "cannot assign address" $(serve --listen 192.0.2.1:0 --admin-listen off)
+# A port below the unprivileged range, for a user who may not bind it.
+low=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start 2> /dev/null || echo 1024)
+denied="not checked (root, or no privileged ports here)"
+if [ "$(id -u)" != 0 ] && [ "$low" -gt 1 ]; then
+  # shellcheck disable=SC2046
+  refused "privileged port" "cannot listen on 127.0.0.1:1: permission denied" \
+    $(serve --listen 127.0.0.1:1 --admin-listen off)
+  denied="refused"
+fi
 [ "$(snap)" = "$before" ] || fail "a refused serve changed the database: $before / $(snap)"
 kill "$HOLDER" 2> /dev/null || true
 echo "serve_twice: the second serve and init refused, naming process $CPID_WAS ($holder);" \
   "token create, token list, peer list, status and check worked beside it; a taken public and" \
-  "admin port and a foreign address refused with the database unchanged"
+  "admin port and a foreign address refused with the database unchanged; a privileged port" \
+  "$denied"
 echo "1 passed, 0 failed"
