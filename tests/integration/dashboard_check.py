@@ -103,7 +103,7 @@ def main():
     live_status = live.value("run-status")
     eta = int(live.value("eta"))
     left = int(live.value("max-versions")) - int(live.value("version"))
-    assert eta >= 0 and live.by_id["eta"]["text"].startswith("in about "), (eta, live_status)
+    assert eta >= 0 and live.by_id["eta"]["text"].startswith("ends in about "), (eta, live_status)
     assert eta <= 60 * left, (eta, left)
 
     assert page.body.get("data-loaded") == "1", page.body
