@@ -61,13 +61,7 @@ find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat 
 # Shared libraries: everything ldd resolves for the programs, less what the
 # machine provides (machine-libs.regex, which run.sh checks against too).
 machine=$(grep -v '^#' deploy/gpu-bundle/machine-libs.regex)
-for f in "$stage"/bin/*; do
-  head -c 4 "$f" | grep -q ELF || continue
-  ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
-done | sort -u | while read -r name path; do
-  if [[ "$name" =~ $machine ]]; then continue; fi
-  cp -L "$path" "$stage/lib/$name"
-done
+bash deploy/bundle-libs.sh "$stage/lib" "$machine" "$stage"/bin/*
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
 
 {
