@@ -35,6 +35,7 @@ enum {
     VL_EAUTH = -8,     /* authentication failed */
     VL_EDB = -9,       /* database error */
     VL_ERANGE = -10,   /* value outside the allowed range (NaN, Inf, bound) */
+    VL_EFULL = -11,    /* no room on the disk (or quota): the write may work later */
 };
 
 typedef struct vl_error {

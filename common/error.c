@@ -29,6 +29,7 @@ const char *vl_strerror(int code) {
     case VL_EAUTH: return "authentication failed";
     case VL_EDB: return "database error";
     case VL_ERANGE: return "out of range";
+    case VL_EFULL: return "disk full";
     default: return "unknown error";
     }
 }

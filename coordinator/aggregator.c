@@ -313,7 +313,7 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     coord_server *srv = j->srv;
     srv->opening_round = 0;
     if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
-        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_ERROR,
+        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_ERROR,
                    "cannot open the second round of version %lld: %s", (long long)j->r.version,
                    err->msg);
     else

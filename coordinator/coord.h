@@ -435,7 +435,7 @@ void coord_reply_error(coord_req *cr, int status, const char *code, const char *
 /* Sends 429 rate_limited with Retry-After: wait_s rounded up (at least
  * 1 s); who names the bucket in the message ("peer 7", "address"). */
 void coord_reply_rate_limited(coord_req *cr, double wait_s, const char *who);
-/* Sends a 500 for err and logs its message; for STORAGE_EFULL (a full
+/* Sends a 500 for err and logs its message; for VL_EFULL (a full
  * disk: nothing stored) a 503 unavailable with Retry-After instead. */
 void coord_reply_internal(coord_req *cr, const vl_error *err);
 /* Sends a 500 for running out of memory while `what` ("queueing an

@@ -141,7 +141,7 @@ void coord_reply_internal(coord_req *cr, const vl_error *err) {
     /* Nothing of the request is stored, and it may work once there is
      * room: the client is told to come back (the log has the disk's one
      * report, coord_disk_note). */
-    if (err && err->code == STORAGE_EFULL) {
+    if (err && err->code == VL_EFULL) {
         coord_reply_error(cr, 503, "unavailable",
                           "the coordinator's disk is full: nothing of this request was stored; "
                           "retry later");

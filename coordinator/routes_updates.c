@@ -185,7 +185,7 @@ static void refuse_done(coord_job *job, int rc, const vl_error *err) {
     refuse_job *j = (refuse_job *)job;
     coord_server *srv = j->cr.srv;
     if (rc != VL_OK) {
-        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_WARN,
+        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_WARN,
                    "task %lld: the lease stays until its deadline (%s): %s", (long long)j->task_id,
                    j->r.code, err->msg);
     } else if (j->n > 0) {

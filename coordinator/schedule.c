@@ -93,7 +93,7 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg);
 
 static void merge_retry(coord_server *srv, int rc, const char *why) {
     coord_disk *d = &srv->disk;
-    if (rc == STORAGE_EFULL || d->full) {
+    if (rc == VL_EFULL || d->full) {
         /* Reported once, by coord_disk_note; retried less and less often. */
         disk_defaults(d);
         double delay = d->retry_s > 0 ? d->retry_s : d->first_s;
@@ -294,8 +294,7 @@ static void expire_done(coord_job *job, int rc, const vl_error *err) {
     coord_server *srv = j->srv;
     srv->expiring = 0;
     if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
-        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_ERROR, "cannot expire leases: %s",
-                   err->msg);
+        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_ERROR, "cannot expire leases: %s", err->msg);
     else if (j->n > 0)
         vl_log_info("%lld lease(s) expired; their data goes to the next tasks", (long long)j->n);
     free(j);

@@ -51,7 +51,7 @@ static void stored(coord_job *job, int rc, const vl_error *err) {
     score_job *j = (score_job *)job;
     coord_server *srv = j->srv;
     if (rc != VL_OK) {
-        vl_log_msg(rc == STORAGE_EFULL ? LOG_DEBUG : LOG_WARN,
+        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_WARN,
                    "version %lld: storing its validation loss failed: %s", (long long)j->version,
                    err ? err->msg : "");
         score_job_free(j);

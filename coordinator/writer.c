@@ -98,7 +98,7 @@ static void append(coord_job **head, coord_job **tail, coord_job *first, coord_j
 /* The error of the first job of jobs that failed for a full disk. */
 static vl_error first_full(const coord_job *jobs) {
     for (const coord_job *j = jobs; j; j = j->next)
-        if (j->rc == STORAGE_EFULL) return j->err;
+        if (j->rc == VL_EFULL) return j->err;
     return (vl_error){0};
 }
 
@@ -148,11 +148,11 @@ static void run_batch(coord_writer *w, coord_job *jobs) {
     }
     /* A full disk is reported once by whoever watches the writer
      * (coord_writer_set_full_hook), not on every batch it fails. */
-    int full = broken && e.code == STORAGE_EFULL;
+    int full = broken && e.code == VL_EFULL;
     if (broken && !full)
         vl_log_error("database writer: a transaction of %zu jobs failed: %s", n, e.msg);
     if (!broken)
-        for (coord_job *j = jobs; j && !full; j = j->next) full = j->rc == STORAGE_EFULL;
+        for (coord_job *j = jobs; j && !full; j = j->next) full = j->rc == VL_EFULL;
     pthread_mutex_lock(&w->mu);
     if (full) {
         if (!w->full) w->full_err = broken ? e : first_full(jobs);

@@ -132,7 +132,7 @@ void coord_writer_stats_get(coord_writer *w, coord_writer_stats *out);
 
 /* Told on the loop thread, after the done callbacks of the jobs that
  * showed it, when the disk has filled (full 1: a job or a commit failed
- * with STORAGE_EFULL; err is the first such failure, valid for the call)
+ * with VL_EFULL; err is the first such failure, valid for the call)
  * and when it has room again (full 0: a transaction committed after
  * that). Once per change, however many jobs fail between. */
 typedef void (*coord_writer_full_fn)(void *arg, int full, const vl_error *err);
@@ -140,7 +140,7 @@ typedef void (*coord_writer_full_fn)(void *arg, int full, const vl_error *err);
  * before the first job is submitted. */
 void coord_writer_set_full_hook(coord_writer *w, coord_writer_full_fn fn, void *arg);
 /* 1 while the disk is full as the writer last found it (a write failed
- * with STORAGE_EFULL and none has committed since); 0 otherwise and for
+ * with VL_EFULL and none has committed since); 0 otherwise and for
  * NULL. Any thread. */
 int coord_writer_disk_full(coord_writer *w);
 

@@ -55,11 +55,11 @@ echo "== ThreadSanitizer build (coordinator threads)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOLLEY_WERROR=ON -DVOLLEY_TSAN=ON \
   -DVOLLEY_CUDA=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_coordinator test_coord_config test_auth test_merge \
-  test_guard test_limits test_async test_longpoll volley-coordinator volley-peer volley_attack \
+  test_guard test_limits test_async test_longpoll test_writer_full volley-coordinator volley-peer volley_attack \
   volley_make_shard volley_hostile_peer bench_ingest
 TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1" \
   ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-  -R '^(test_(coordinator|coord_config|auth|merge|guard|limits|async|longpoll)|integration_(round|attack|stale|conns|crash|split|split_flight|overlap|loss_guard))$'
+  -R '^(test_(coordinator|coord_config|auth|merge|guard|limits|async|longpoll|writer_full)|integration_(round|attack|stale|conns|crash|split|split_flight|overlap|loss_guard))$'
 echo "== fuzz build (clang, libFuzzer + ASan + UBSan), ${VOLLEY_FUZZ_SECONDS:-20} s per target"
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVOLLEY_WERROR=ON -DVOLLEY_FUZZ=ON -DVOLLEY_FUZZ_SECONDS="${VOLLEY_FUZZ_SECONDS:-20}" >/dev/null

@@ -240,8 +240,8 @@ int body_append(body_files *b, const void *data, size_t len, int64_t *seg, int64
             b->wfd = -1;
             b->dirty = 0;
             if (w < 0 && (e == ENOSPC || e == EDQUOT))
-                return vl_fail(err, STORAGE_EFULL, "disk full writing an update body to %s: %s",
-                               b->dir, strerror(e));
+                return vl_fail(err, VL_EFULL, "disk full writing an update body to %s: %s", b->dir,
+                               strerror(e));
             return vl_fail(err, VL_EIO, "cannot write an update body to %s: %s", b->dir,
                            w < 0 ? strerror(e) : "no progress");
         }
@@ -270,7 +270,7 @@ int body_sync(body_files *b, vl_error *err) {
             close(b->wfd);
             b->wfd = -1;
             b->dirty = 0;
-            return vl_fail(err, e == ENOSPC || e == EDQUOT ? STORAGE_EFULL : VL_EIO,
+            return vl_fail(err, e == ENOSPC || e == EDQUOT ? VL_EFULL : VL_EIO,
                            "%scannot sync update bodies in %s: %s",
                            e == ENOSPC || e == EDQUOT ? "disk full: " : "", b->dir, strerror(e));
         }

@@ -193,7 +193,7 @@ static int is_full(sqlite3 *db) {
 
 int q_fail(storage *st, vl_error *err, const char *what) {
     if (is_full(st->db))
-        return vl_fail(err, STORAGE_EFULL, "disk full writing %s: database: %s: %s", st->name, what,
+        return vl_fail(err, VL_EFULL, "disk full writing %s: database: %s: %s", st->name, what,
                        sqlite3_errmsg(st->db));
     return vl_fail(err, VL_EDB, "database: %s: %s", what, sqlite3_errmsg(st->db));
 }

@@ -144,7 +144,7 @@ struct storage {
 sqlite3_stmt *q_get(storage *st, q_id id, vl_error *err);
 /* Resets s after use so it holds no lock or reference into a row. */
 void q_done(sqlite3_stmt *s);
-/* Records the connection's last error as VL_EDB (STORAGE_EFULL when the
+/* Records the connection's last error as VL_EDB (VL_EFULL when the
  * disk is full), prefixed with what. */
 int q_fail(storage *st, vl_error *err, const char *what);
 /* Steps s once expecting no row (SQLITE_DONE); a constraint violation is

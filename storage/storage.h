@@ -30,12 +30,6 @@
 
 #include "common/common.h"
 
-/* A negative vl_error code of storage's own: the disk (or the file
- * system's quota, or SQLite's max_page_count) is full. Whatever was being
- * written is not stored, the transaction is rolled back, and the same
- * write may work once there is room again. Returned wherever VL_EDB or
- * VL_EIO would be for a write, with a message that starts "disk full". */
-#define STORAGE_EFULL (-20)
 
 /* An open database. Not thread safe: one storage per thread. */
 typedef struct storage storage;

@@ -8,7 +8,7 @@
  * it and is killed leaves it free for the next one.
  *
  * A full disk, as SQLite's max_page_count on the connection: a write that
- * needs a new page fails with STORAGE_EFULL and a message that says so;
+ * needs a new page fails with VL_EFULL and a message that says so;
  * inside a transaction with a savepoint, that failure makes SQLite roll
  * the whole transaction back, which storage_savepoint_end reports as an
  * error instead of a "no such savepoint" from a ROLLBACK TO, and nothing of
@@ -147,7 +147,7 @@ static void test_full_disk_is_named_and_rolls_back(void **state) {
     /* Outside a transaction: the write that needs a page fails as full. */
     int n = 0;
     vl_error e = {0};
-    assert_int_equal(insert_until_full(f->st, 0, &n, &e), STORAGE_EFULL);
+    assert_int_equal(insert_until_full(f->st, 0, &n, &e), VL_EFULL);
     if (strncmp(e.msg, "disk full writing run.db", 24) != 0)
         fail_msg("the message does not say the disk is full: %s", e.msg);
     int64_t before = tokens(f->st);
@@ -158,7 +158,7 @@ static void test_full_disk_is_named_and_rolls_back(void **state) {
     OK(storage_savepoint(f->st, &e_));
     int m = 0;
     memset(&e, 0, sizeof e);
-    assert_int_equal(insert_until_full(f->st, 1000000, &m, &e), STORAGE_EFULL);
+    assert_int_equal(insert_until_full(f->st, 1000000, &m, &e), VL_EFULL);
     vl_error se = {0};
     int rc = storage_savepoint_end(f->st, 0, &se);
     assert_int_equal(rc, VL_EDB);

@@ -112,10 +112,11 @@ static inline int test_dir_teardown(void **state) {
     return 0;
 }
 
-/* Removes an SQLite database file and the -wal and -shm files beside it. */
+/* Removes an SQLite database file and the -wal, -shm and -lock files
+ * beside it. */
 static inline void test_remove_db(const char *path) {
-    const char *suffix[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
+    const char *suffix[] = {"", "-wal", "-shm", "-lock"};
+    for (int i = 0; i < 4; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s%s", path, suffix[i]);
         unlink(p);

@@ -249,7 +249,7 @@ static void test_full_disk_pauses_and_resumes(void **state) {
         coord_writer_submit(srv->writer, &up.job);
         spin(srv, 10, &up.done);
         assert_true(up.done);
-        assert_int_equal(up.rc, STORAGE_EFULL);
+        assert_int_equal(up.rc, VL_EFULL);
         assert_int_equal(count(srv, "SELECT count(*) FROM updates"), 2);
         assert_int_equal(count(srv, "SELECT count(*) FROM tasks"), 2);
         assert_int_equal(srv->disk.reports, 1);
