@@ -10,7 +10,8 @@
 # network of tests/wan, namespaces, bandwidth and packet loss;
 # prometheus-client: its text-format parser checks the /metrics output;
 # chromium: the dashboard's test loads the page in a headless browser;
-# clang-format: the test that the sources keep .clang-format's layout).
+# clang-format: the test that the sources keep .clang-format's layout;
+# debootstrap: deploy/package-test.sh's Debian 12 root).
 # Non-interactive and idempotent: packages already present
 # are left alone, so running it twice is cheap.
 set -euo pipefail
@@ -29,6 +30,7 @@ PKGS=(
   zlib1g-dev libpng-dev dataset-fashion-mnist
   iproute2 nftables
   chromium
+  debootstrap
 )
 
 SUDO=""

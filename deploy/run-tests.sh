@@ -67,4 +67,13 @@ cmake --build build-fuzz -j"$jobs"
 rm -rf build-fuzz/tests/fuzz/fuzz-results
 ctest --test-dir build-fuzz --output-on-failure -j"$jobs"
 cat build-fuzz/tests/fuzz/fuzz-results/*.txt
+# The Debian packages in a debootstrapped bookworm root (deploy/package-test.sh,
+# several minutes, the network and root): long mode only; it says SKIP
+# where it cannot run.
+if [ -n "${VOLLEY_LONG_TESTS:-}" ]; then
+  echo "== Debian packages in a fresh Debian 12 root"
+  rc=0
+  bash deploy/package-test.sh || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"
+fi
 echo "== all tests passed in the release, sanitizer and ThreadSanitizer builds, and every fuzz target ran clean"
