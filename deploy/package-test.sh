@@ -155,7 +155,9 @@ if [ -n "$cuda_deb" ]; then
     ./$(basename "$cuda_deb")" >> "$work/apt.log" 2>&1 || { tail "$work/apt.log"; fail "apt install volley-peer-cuda"; }
   in_root dpkg-query -W -f='${Status}' volley-peer 2>/dev/null | grep -q 'install ok installed' &&
     fail "volley-peer is still installed beside volley-peer-cuda"
-  in_root /usr/bin/volley-peer --version | grep -q 'CUDA' || fail "volley-peer-cuda's --version"
+  # Its CUDA runtime is not in the root, so the program itself is not run.
+  in_root dpkg -S /usr/bin/volley-peer | grep -q '^volley-peer-cuda:' ||
+    fail "/usr/bin/volley-peer is not volley-peer-cuda's"
   say "volley-peer-cuda replaced volley-peer"
 fi
 
