@@ -81,6 +81,8 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
+# rm -rf through a /dev still bound would delete the host's device nodes.
+if grep -q " $root/" /proc/self/mounts; then fail "something is still mounted under $root"; fi
 rm -rf "$root"
 cp -a "$base" "$root"
 mount -t proc proc "$root/proc"
