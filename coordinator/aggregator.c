@@ -105,9 +105,11 @@ static int merge_one(void *arg, const storage_update *u) {
     if (tau < 0) tau = 0;
     float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness, tau));
     double norm = compress_update_norm(&cu);
-    /* The bound in m->robust is per square-root step when derived. */
+    /* The bound in m->robust is per square-root step when derived, and
+     * every update is held to it at the run's full task length
+     * (coord_norm_bound_held says why). */
     double bn = m->cfg->robust.auto_norm && m->cfg->robust.max_norm <= 0
-                    ? unit_norm(norm, u->local_steps)
+                    ? unit_norm(norm, m->cfg->train.steps)
                     : norm;
     if (m->rb) {
         rc = coord_robust_acc_add(m->rb, &cu, (double)w, bn, m->err);

@@ -43,10 +43,11 @@ double coord_norm_bound(const coord_server *srv) {
     return srv->cfg.robust.auto_norm ? atomic_load(&srv->norm_bound) : 0;
 }
 
-double coord_norm_bound_for(const coord_server *srv, int64_t local_steps) {
+double coord_norm_bound_held(const coord_server *srv) {
     double b = coord_norm_bound(srv);
     if (srv->cfg.robust.max_norm > 0 || b <= 0) return b;
-    return b * sqrt((double)(local_steps > 1 ? local_steps : 1));
+    int64_t steps = srv->cfg.train.steps;
+    return b * sqrt((double)(steps > 1 ? steps : 1));
 }
 
 static int by_peer(const void *a, const void *b) {

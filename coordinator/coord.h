@@ -589,9 +589,14 @@ void coord_route_factors(coord_req *cr);        /* GET /v1/factors */
  * is known), which is per square root of the update's local steps; 0
  * means none. Any thread. */
 double coord_norm_bound(const coord_server *srv);
-/* The bound for an update that trained local_steps steps: the derived
- * one times their square root, max_norm as it is. */
-double coord_norm_bound_for(const coord_server *srv, int64_t local_steps);
+/* The bound every update is held to: the derived one times the square
+ * root of the run's train.steps (the most any task trains), max_norm as
+ * it is. Not the update's own steps: a short task (dynamic_steps) sends
+ * its residual too, whose size does not shrink with its steps, and its
+ * honest updates were refused five in a row when held to the square
+ * root of one step; a full task's allowance is what any peer may claim
+ * anyway, so this loosens nothing a hostile peer could not have. */
+double coord_norm_bound_held(const coord_server *srv);
 /* With max_norm "auto" and no bound yet: once versions 1 to
  * robust.auto_versions exist, sets the bound to robust.auto_mult times
  * the figure stored with the version it was learnt at (the median of

@@ -152,7 +152,7 @@ static int check_bounds(coord_server *srv, const compress_update_meta *m, double
         return held(r, "too_many_samples",
                     "the update claims %lld samples; a task of this run trains on at most %lld",
                     (long long)m->num_samples, (long long)most);
-    double bound = coord_norm_bound_for(srv, m->local_steps);
+    double bound = coord_norm_bound_held(srv);
     if (cfg->robust.refuse_excess && bound > 0 && norm > bound)
         return held(r, "norm_exceeded", "the update's L2 norm %.6g exceeds this run's bound %.6g",
                     norm, bound);

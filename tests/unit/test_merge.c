@@ -329,17 +329,18 @@ static void test_auto_norm_bound(void **state) {
     store_dense(srv, 1, peer[0], 10, d[0]);
     store_dense(srv, 2, peer[1], 30, d[1]);
     merge_next(srv);
-    /* Per square root of the local steps (2 here), and for 2 steps. */
+    /* Learnt per square root of the local steps (2 here); every update is
+     * held to it at the run's train.steps (4), whatever its own. */
     double bound = 2 * (n0 + n1) / 2;
     assert_true(fabs(coord_norm_bound(srv) - bound / sqrt(2)) < 1e-4 * bound);
-    assert_true(fabs(coord_norm_bound_for(srv, 2) - bound) < 1e-4 * bound);
-    assert_true(fabs(coord_norm_bound_for(srv, 8) - 2 * bound) < 1e-4 * bound);
+    bound *= sqrt(2);
+    assert_true(fabs(coord_norm_bound_held(srv) - bound) < 1e-4 * bound);
     /* Derived once and stored with the versions: the same after a restart. */
     char db[600];
     snprintf(db, sizeof db, "%s/run.db", dir);
     coord_server_close(srv);
     OK(coord_server_open(db, NULL, &srv, &e_));
-    assert_true(fabs(coord_norm_bound_for(srv, 2) - bound) < 1e-4 * bound);
+    assert_true(fabs(coord_norm_bound_held(srv) - bound) < 1e-4 * bound);
     float *theta1 = malloc(n * sizeof *theta1);
     assert_non_null(theta1);
     memcpy(theta1, coord_net_params(&srv->net), n * sizeof *theta1);
