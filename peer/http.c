@@ -64,11 +64,43 @@ int peer_exit_status(int rc) {
 /* ---- retries ----------------------------------------------------------- */
 
 void peer_retry_default(peer_retry_policy *p) {
-    p->max_attempts = PEER_RETRIES_DEFAULT;
+    p->max_attempts = 0;
+    p->give_up_s = 0;
     p->base_s = 0.5;
     p->factor = 2.0;
-    p->cap_s = 30.0;
+    p->cap_s = PEER_BACKOFF_CAP_S;
     p->retry_after_max_s = 300.0;
+    const char *env = getenv("VOLLEY_PEER_BACKOFF_CAP_S");
+    char *end;
+    double cap = env && *env ? strtod(env, &end) : 0;
+    if (env && *env && *end == '\0' && cap >= 0.1 && cap <= PEER_BACKOFF_CAP_S) p->cap_s = cap;
+}
+
+void peer_retry_for(peer_retry_policy *p, int retries, double give_up_s) {
+    peer_retry_default(p);
+    if (retries > 0) {
+        p->max_attempts = retries;
+        if (p->cap_s > PEER_RETRIES_CAP_S) p->cap_s = PEER_RETRIES_CAP_S;
+    }
+    if (give_up_s > 0) p->give_up_s = give_up_s;
+}
+
+int peer_duration_parse(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    double unit = 1;
+    if (*end == 's')
+        end++;
+    else if (*end == 'm')
+        unit = 60, end++;
+    else if (*end == 'h')
+        unit = 3600, end++;
+    if (*end != '\0' || v * unit > 30.0 * 86400) return -1;
+    *out = v * unit;
+    return 0;
 }
 
 double peer_backoff_window(const peer_retry_policy *p, int n) {
@@ -428,7 +460,7 @@ int peer_http_open(const char *base_url, const char *cacert, const crypto_identi
         h->retry = *retry;
     else
         peer_retry_default(&h->retry);
-    if (h->retry.max_attempts < 1) h->retry.max_attempts = 1;
+    if (h->retry.max_attempts < 0) h->retry.max_attempts = 0;
     vl_rng_seed(&h->jitter, (uint64_t)getpid() ^ (uint64_t)(vl_clock_mono_s() * 1e9) ^
                                 ((uint64_t)vl_clock_unix_s() << 20));
     h->curl = curl_easy_init();
@@ -671,6 +703,7 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
     char reason[96];
     int answered = 0;
     h->resume_at = 0;
+    double first_fail = -1; /* monotonic time of this request's first failure */
     for (int n = 1;; n++) {
         if (peer_stop_requested() && !rq->once) return vl_fail(err, PEER_ESTOPPED, "stopped");
         int local_rc;
@@ -720,7 +753,23 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             peer_ui_reached(h->base);
             return VL_OK;
         }
-        if (n >= h->retry.max_attempts || rq->once) {
+        double now = vl_clock_mono_s();
+        if (first_fail < 0) first_fail = now;
+        const peer_retry_policy *pol = &h->retry;
+        int timed_out = pol->give_up_s > 0 && now - first_fail >= pol->give_up_s;
+        if (timed_out && !rq->once) {
+            h->resume_at = 0;
+            if (reason[0] && !answered)
+                return vl_fail(err, PEER_ENETWORK,
+                               "gave up after %.0f s of trying to reach the coordinator at %s "
+                               "(--give-up-after; %s; %s %s: %s)",
+                               now - first_fail, h->base, reason, rq->method, rq->target, last);
+            return vl_fail(err, PEER_ENETWORK,
+                           "gave up after %.0f s (--give-up-after): the coordinator at %s kept "
+                           "answering %s (%s %s)",
+                           now - first_fail, h->base, last, rq->method, rq->target);
+        }
+        if ((pol->max_attempts > 0 && n >= pol->max_attempts) || rq->once) {
             h->resume_at = 0;
             if (reason[0] && !answered)
                 return vl_fail(err, PEER_ENETWORK,
@@ -739,15 +788,19 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
             vl_log_info("%s %s broke off after %zu bytes; the next attempt asks for the rest",
                         rq->method, rq->target, h->resume_at);
         double u = (double)(vl_rng_u64(&h->jitter) >> 11) * 0x1.0p-53;
-        double d = peer_backoff_delay(&h->retry, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
+        double d = peer_backoff_delay(pol, n, cc == CURLE_OK ? rs->retry_after_s : -1, u);
+        /* The last try falls on the deadline, not past it. */
+        if (pol->give_up_s > 0 && now + d > first_fail + pol->give_up_s)
+            d = first_fail + pol->give_up_s - now;
+        int left = pol->max_attempts > 0 ? pol->max_attempts - n : -1;
         if (reason[0]) {
             /* Said once in plain words; each retry's detail only in debug. */
-            peer_ui_unreachable(h->base, reason, answered, d, h->retry.max_attempts - n);
-            vl_log_debug("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
-                         h->retry.max_attempts - 1, d);
+            peer_ui_unreachable(h->base, reason, answered, d, left, pol->cap_s, pol->give_up_s);
+            vl_log_debug("%s %s: %s; retry %d (%d left) in %.1f s", rq->method, rq->target, last, n,
+                         left, d);
         } else {
-            vl_log_warn("%s %s: %s; retry %d/%d in %.1f s", rq->method, rq->target, last, n,
-                        h->retry.max_attempts - 1, d);
+            vl_log_warn("%s %s: %s; retry %d (%d left) in %.1f s", rq->method, rq->target, last, n,
+                        left, d);
         }
         if (peer_sleep(d)) return vl_fail(err, PEER_ESTOPPED, "stopped");
     }

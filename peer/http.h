@@ -21,20 +21,39 @@
 /* Exponential backoff with full jitter: the n-th retry (n >= 1) waits a
  * uniformly random time in [0, min(cap_s, base_s * factor^(n-1))), but
  * never less than a Retry-After the server sent (itself clamped to
- * retry_after_max_s, so a server cannot park a peer forever). */
+ * retry_after_max_s, so a server cannot park a peer forever). A volunteer's
+ * machine outlives a coordinator's restart, so by default a request is
+ * tried until it is answered; max_attempts and give_up_s bound it. */
 typedef struct peer_retry_policy {
-    int max_attempts;         /* tries in all, first included; >= 1 */
+    int max_attempts;         /* tries in all, first included; 0: no limit */
+    double give_up_s;         /* stop this long after the first failure; 0: never */
     double base_s;            /* first window, seconds */
     double factor;            /* growth per retry, >= 1 */
     double cap_s;             /* largest window, seconds */
     double retry_after_max_s; /* longest Retry-After honoured, seconds */
 } peer_retry_policy;
 
-#define PEER_RETRIES_DEFAULT 8
+/* The largest wait between tries by default, seconds. */
+#define PEER_BACKOFF_CAP_S 300.0
+/* The largest wait under --retries N, the schedule such counts were
+ * written against. */
+#define PEER_RETRIES_CAP_S 30.0
 
-/* Fills p with the defaults: 8 attempts, 0.5 s base, factor 2, 30 s cap,
- * Retry-After honoured up to 300 s. */
+/* Fills p with the defaults: no limit on attempts or time, 0.5 s base,
+ * factor 2, a PEER_BACKOFF_CAP_S cap (VOLLEY_PEER_BACKOFF_CAP_S, seconds
+ * in [0.1, 300], lowers it: tests wait seconds, not minutes, for a
+ * coordinator that starts late), Retry-After honoured up to 300 s. */
 void peer_retry_default(peer_retry_policy *p);
+
+/* The defaults, then retries > 0: that many attempts at most, with the
+ * PEER_RETRIES_CAP_S cap; give_up_s > 0: a deadline after the first
+ * failure. What the commands' --retries and --give-up-after set. */
+void peer_retry_for(peer_retry_policy *p, int retries, double give_up_s);
+
+/* Parses a --give-up-after value: a number of seconds with an optional
+ * unit s, m or h ("30s", "10m", "1.5h", "90"), 0 meaning never; at most
+ * 30 days. Returns 0 with *out in seconds, or -1. */
+int peer_duration_parse(const char *s, double *out);
 
 /* Upper bound of the jitter window before retry n (n >= 1). */
 double peer_backoff_window(const peer_retry_policy *p, int n);

@@ -73,8 +73,7 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
         return vl_fail(err, VL_ENOMEM, "cannot build the join request");
     }
     peer_retry_policy pol;
-    peer_retry_default(&pol);
-    if (o->retries > 0) pol.max_attempts = o->retries;
+    peer_retry_for(&pol, o->retries, o->give_up_s);
     peer_http *h = NULL;
     peer_response rs;
     peer_response_init(&rs);

@@ -737,8 +737,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
      * one, so no BLAS thread pool starts (and spins) beside their team. */
     if (o->threads > 0) kernels_set_num_threads(o->threads);
     peer_retry_policy pol;
-    peer_retry_default(&pol);
-    if (o->retries > 0) pol.max_attempts = o->retries;
+    peer_retry_for(&pol, o->retries, o->give_up_s);
     rc = peer_http_open(L.st.coordinator, L.st.cacert, &id, L.st.peer_id, &pol, &L.http, err);
     if (!rc && (o->max_upload_bps > 0 || o->max_download_bps > 0)) {
         rc = peer_http_set_rates(L.http, o->max_upload_bps, o->max_download_bps, err);

@@ -29,12 +29,12 @@ static const char USAGE[] =
     "      create DIR (default $HOME/.volley, mode 0700) and the Ed25519 key\n"
     "      DIR/peer.key (mode 0600); print the public key\n"
     "  join --coordinator https://HOST:PORT (--token T | --token-file FILE)\n"
-    "       [--cacert FILE] [--name NAME] [--dir DIR] [--retries N]\n"
+    "       [--cacert FILE] [--name NAME] [--dir DIR] [--give-up-after D] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
     "  status [--dir DIR]\n"
     "      what this peer knows of itself: id, coordinator, run, updates accepted\n"
     "      and dropped, the last task, device, and an upload waiting to be resent\n"
-    "  rotate-key [--dir DIR] [--retries N]\n"
+    "  rotate-key [--dir DIR] [--give-up-after D] [--retries N]\n"
     "      move the joined peer to a new key (the request is signed with the old\n"
     "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
     "      Restart a running 'run' afterwards. Print the new public key\n"
@@ -42,7 +42,8 @@ static const char USAGE[] =
     "      print the device 'run --device D' would train on, and why; exit 1 when\n"
     "      D is cuda and no GPU is usable\n"
     "  run [--dir DIR] [--device D] [--gpu-mem MIB] [--threads N] [--priority P]\n"
-    "      [--max-tasks N] [--wait S] [--retries N] [--step-delay MS] [--slowdown F]\n"
+    "      [--max-tasks N] [--wait S] [--give-up-after D] [--retries N]\n"
+    "      [--step-delay MS] [--slowdown F]\n"
     "      [--max-upload-rate R] [--max-download-rate R] [--overlap] [--log-format F]\n"
     "      [--data IMAGES [--labels FILE] [--partition i/N [--beta B]]]\n"
     "      lease tasks, train, upload updates until the run finishes, N tasks\n"
@@ -78,7 +79,14 @@ static const char USAGE[] =
     "                   itself once so the libraries read them)\n"
     "  --max-tasks N    stop after N tasks (default: no limit)\n"
     "  --wait S         long-poll seconds for a task, 0..60 (default 20)\n"
-    "  --retries N      attempts per request, 1..100 (default 8)\n"
+    "  --give-up-after D  while the coordinator is out of reach (or keeps\n"
+    "                   answering 5xx/429) a request is tried again with jittered\n"
+    "                   backoff of up to 5 min between tries, for ever by default;\n"
+    "                   D (30s, 10m, 2h; 0: never, the default) stops it that long\n"
+    "                   after the first failure, with exit status 4. Said once when\n"
+    "                   it begins and once when the coordinator answers again\n"
+    "  --retries N      instead (or as well), give up after N attempts per\n"
+    "                   request, 1..100, waiting at most 30 s between them\n"
     "  --step-delay MS  sleep MS milliseconds after every local training step,\n"
     "                   0..60000 (default 0): simulates a slow volunteer\n"
     "  --slowdown F     make every local step take F times as long, 1..100\n"
@@ -131,6 +139,7 @@ typedef struct args {
     double beta;
     int64_t partition_seed;
     int64_t max_up, max_down;
+    double give_up_s;
 } args;
 
 /* Every command takes --dir and -v/--verbose besides its own options. */
@@ -172,6 +181,12 @@ static int opt_priority(const char *s, void *dst) {
 static int opt_log_format(const char *s, void *dst) {
     return peer_log_format_parse(s, dst);
 }
+
+/* --give-up-after into a double of seconds. */
+static int opt_duration(const char *s, void *dst) {
+    return peer_duration_parse(s, dst);
+}
+#define DURATIONS "seconds, or a number with s, m or h (0: never)"
 
 /* A rate in bytes per second into an int64_t: digits with an optional k,
  * M or G (thousands), at least 1 kB/s (below that no transfer of a model
@@ -275,7 +290,8 @@ static int cmd_join(int argc, char **argv) {
                   vl_opt_str("token-file", &a->token_file),
                   vl_opt_str("cacert", &a->cacert),
                   vl_opt_str("name", &a->name),
-                  vl_opt_int("retries", &a->retries, 1, 100)};
+                  vl_opt_int("retries", &a->retries, 1, 100),
+                  vl_opt_custom("give-up-after", opt_duration, &a->give_up_s, DURATIONS)};
     vl_opts cl = COMMAND_OPTS(PROG " join", t);
     int rc = parse(&cl, argc, argv, a);
     if (rc) return vl_opts_status(rc);
@@ -291,7 +307,8 @@ static int cmd_join(int argc, char **argv) {
                         .token = a->token ? a->token : token,
                         .cacert = a->cacert,
                         .name = a->name,
-                        .retries = (int)a->retries};
+                        .retries = (int)a->retries,
+                        .give_up_s = a->give_up_s};
     peer_state st;
     rc = peer_join(&o, &st, &e);
     memset(token, 0, sizeof token);
@@ -303,14 +320,15 @@ static int cmd_join(int argc, char **argv) {
 
 static int cmd_rotate_key(int argc, char **argv) {
     args parsed = {0}, *a = &parsed;
-    vl_opt t[] = {COMMON_OPTS(a), vl_opt_int("retries", &a->retries, 1, 100)};
+    vl_opt t[] = {COMMON_OPTS(a), vl_opt_int("retries", &a->retries, 1, 100),
+                  vl_opt_custom("give-up-after", opt_duration, &a->give_up_s, DURATIONS)};
     vl_opts cl = COMMAND_OPTS(PROG " rotate-key", t);
     int rc = parse(&cl, argc, argv, a);
     if (rc) return vl_opts_status(rc);
     vl_error e = {0};
     char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
-    if ((rc = peer_rotate_key(dir, (int)a->retries, pk, &e))) return fail(&e, rc);
+    if ((rc = peer_rotate_key(dir, (int)a->retries, a->give_up_s, pk, &e))) return fail(&e, rc);
     printf("%s\n", pk);
     return PEER_EXIT_OK;
 }
@@ -380,6 +398,7 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
         vl_opt_int("max-tasks", &a->max_tasks, 1, INT64_MAX),
         vl_opt_int("wait", &a->wait_s, 0, 60),
         vl_opt_int("retries", &a->retries, 1, 100),
+        vl_opt_custom("give-up-after", opt_duration, &a->give_up_s, DURATIONS),
         vl_opt_int("step-delay", &a->step_delay_ms, 0, 60000),
         vl_opt_int("slowdown", &a->slowdown, 1, 100),
         vl_opt_custom("max-upload-rate", opt_rate, &a->max_up, RATES),
@@ -438,6 +457,7 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
                        .max_tasks = a->max_tasks,
                        .wait_s = (int)a->wait_s,
                        .retries = (int)a->retries,
+                       .give_up_s = a->give_up_s,
                        .step_delay_ms = (int)a->step_delay_ms,
                        .slowdown = (int)a->slowdown,
                        .device = a->device,

@@ -514,7 +514,8 @@ typedef struct peer_join_opts {
     const char *token;
     const char *cacert; /* NULL or "" for the system CAs */
     const char *name;   /* NULL or "" for the host name */
-    int retries;        /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+    int retries;        /* attempts per request; 0: no limit (peer_retry_for) */
+    double give_up_s;   /* stop retrying this long after a failure; 0: never */
 } peer_join_opts;
 
 /* `volley-peer join`: POST /v1/peers signed with peer=0, then writes
@@ -530,11 +531,13 @@ int peer_load_key(const char *dir, crypto_identity *id, vl_error *err) VL_MUST_C
  * key's proof (crypto_rotation_sign). The new key waits in
  * dir/peer.key.next until the coordinator has accepted it and then
  * replaces dir/peer.key; after a crash or a lost answer, calling it again
- * completes the change. retries: attempts per request (0: the default).
+ * completes the change. retries, give_up_s: attempts per request and the
+ * deadline after a failure (0: no limit; peer_retry_for).
  * The new public key goes to pk_b64 (CRYPTO_PK_B64_LEN + 1 bytes). A
  * running `run` keeps signing with the old key, which is refused from
  * then on: restart it. */
-int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) VL_MUST_CHECK;
+int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64,
+                    vl_error *err) VL_MUST_CHECK;
 
 /* Options of peer_run; dir is borrowed for the call. */
 typedef struct peer_run_opts {
@@ -542,7 +545,8 @@ typedef struct peer_run_opts {
     int threads; /* training threads (OpenMP; OpenBLAS stays single-threaded); 0: leave the defaults */
     int64_t max_tasks;       /* stop after this many tasks; 0: no limit */
     int wait_s;              /* long-poll wait for GET /v1/task, 0..60 */
-    int retries;             /* attempts per request; 0: PEER_RETRIES_DEFAULT */
+    int retries;             /* attempts per request; 0: no limit (peer_retry_for) */
+    double give_up_s;        /* stop retrying this long after a failure; 0: never */
     int step_delay_ms;       /* sleep after every local step, 0..60000 (a slow volunteer) */
     int slowdown;            /* every step takes this many times as long, 1..100; 0 means 1 */
     peer_device_want device; /* --device; the zero value is auto */

@@ -28,11 +28,10 @@ static int next_key(const char *path, crypto_identity *id, vl_error *err) {
 }
 
 /* POST /v1/peers/rotate with body, signed by `by`. */
-static int post(const peer_state *st, const crypto_identity *by, int retries, const char *body,
-                peer_response *rs, vl_error *err) {
+static int post(const peer_state *st, const crypto_identity *by, int retries, double give_up_s,
+                const char *body, peer_response *rs, vl_error *err) {
     peer_retry_policy pol;
-    peer_retry_default(&pol);
-    if (retries > 0) pol.max_attempts = retries;
+    peer_retry_for(&pol, retries, give_up_s);
     peer_http *h = NULL;
     int rc = peer_http_open(st->coordinator, st->cacert, by, st->peer_id, &pol, &h, err);
     if (!rc) {
@@ -58,7 +57,7 @@ static int check_reply(const peer_response *rs, const char *want, vl_error *err)
     return ok ? VL_OK : vl_fail(err, VL_EINVAL, "the rotation reply does not name the new key");
 }
 
-int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) {
+int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64, vl_error *err) {
     if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     peer_state st;
     int rc = peer_state_load(dir, &st, err);
@@ -82,14 +81,15 @@ int peer_rotate_key(const char *dir, int retries, char *pk_b64, vl_error *err) {
     peer_response rs;
     peer_response_init(&rs);
     if (!body) rc = vl_fail(err, VL_ENOMEM, "cannot build the rotation request");
-    if (!rc) rc = post(&st, &old_id, retries, body, &rs, err);
+    if (!rc) rc = post(&st, &old_id, retries, give_up_s, body, &rs, err);
     if (!rc && rs.status == 401) {
         /* Perhaps an earlier attempt went through and only its answer was
          * lost: then the new key is the one the coordinator knows. */
         peer_response again;
         peer_response_init(&again);
         vl_error e2 = {0};
-        if (post(&st, &new_id, retries, body, &again, &e2) == VL_OK && again.status == 200) {
+        if (post(&st, &new_id, retries, give_up_s, body, &again, &e2) == VL_OK &&
+            again.status == 200) {
             peer_response_free(&rs);
             rs = again;
         } else {

@@ -34,6 +34,7 @@ static struct {
      * said and not yet taken back. */
     char reach[320];
     int down;
+    double down_since; /* monotonic time it went out of reach */
 } U = {.st = {.loss = NAN}};
 
 /* What an event hands the writer on its way through vl_log_msg, which runs
@@ -210,36 +211,62 @@ void peer_ui_saved(int64_t bytes) {
 /* ---- reachability ---------------------------------------------------------- */
 
 void peer_ui_unreachable(const char *url, const char *reason, int answered, double retry_in_s,
-                         int tries_left) {
+                         int tries_left, double cap_s, double give_up_s) {
     char key[sizeof U.reach];
     snprintf(key, sizeof key, "%s %s", url, reason);
     pthread_mutex_lock(&ui_lock);
     int again = U.down && strcmp(U.reach, key) == 0;
     memcpy(U.reach, key, sizeof key);
+    if (!U.down) U.down_since = vl_clock_mono_s();
     U.down = 1;
     pthread_mutex_unlock(&ui_lock);
     if (again) {
         vl_log_debug("still the same (%s); retrying in %.1f s", reason, retry_in_s);
         return;
     }
-    peer_ui_field f[] = {PEER_UI_STR("url", url), PEER_UI_STR("reason", reason),
-                         PEER_UI_INT("answered", answered), PEER_UI_NUM("retry_in_s", retry_in_s),
-                         PEER_UI_INT("tries_left", tries_left)};
+    peer_ui_field f[] = {PEER_UI_STR("url", url),
+                         PEER_UI_STR("reason", reason),
+                         PEER_UI_INT("answered", answered),
+                         PEER_UI_NUM("retry_in_s", retry_in_s),
+                         PEER_UI_INT("tries_left", tries_left),
+                         PEER_UI_NUM("backoff_cap_s", cap_s),
+                         PEER_UI_NUM("give_up_after_s", give_up_s)};
+    if (tries_left >= 0) {
+        /* --retries N: the count is what the volunteer asked about. */
+        peer_ui_event(LOG_WARN, "coordinator_unreachable", f, PEER_UI_NFIELDS(f),
+                      answered ? "the coordinator at %s is not serving requests now (%s); retrying "
+                                 "in %.1f s, up to %d more time%s before giving up"
+                               : "cannot reach the coordinator at %s (%s); retrying in %.1f s, up "
+                                 "to %d more time%s before giving up",
+                      url, reason, retry_in_s, tries_left, tries_left == 1 ? "" : "s");
+        return;
+    }
+    char cap[32], deadline[64] = "--give-up-after to stop";
+    peer_ui_duration(cap_s, cap, sizeof cap);
+    if (give_up_s > 0) {
+        char d[32];
+        peer_ui_duration(give_up_s, d, sizeof d);
+        snprintf(deadline, sizeof deadline, "giving up after %s", d);
+    }
     peer_ui_event(LOG_WARN, "coordinator_unreachable", f, PEER_UI_NFIELDS(f),
-                  answered ? "the coordinator at %s is not serving requests now (%s); retrying "
-                             "in %.1f s, up to %d more time%s before giving up"
-                           : "cannot reach the coordinator at %s (%s); retrying in %.1f s, up "
-                             "to %d more time%s before giving up",
-                  url, reason, retry_in_s, tries_left, tries_left == 1 ? "" : "s");
+                  answered ? "coordinator %s not serving requests now (%s); trying again with "
+                             "backoff up to %s; %s"
+                           : "coordinator %s unreachable (%s); trying again with backoff up to "
+                             "%s; %s",
+                  url, reason, cap, deadline);
 }
 
 void peer_ui_reached(const char *url) {
     pthread_mutex_lock(&ui_lock);
     int was_down = U.down;
+    double since = U.down_since;
     U.down = 0;
     pthread_mutex_unlock(&ui_lock);
     if (!was_down) return;
-    peer_ui_field f[] = {PEER_UI_STR("url", url)};
+    double out_s = vl_clock_mono_s() - since;
+    char d[32];
+    peer_ui_duration(out_s, d, sizeof d);
+    peer_ui_field f[] = {PEER_UI_STR("url", url), PEER_UI_NUM("down_s", out_s)};
     peer_ui_event(LOG_INFO, "coordinator_reached", f, PEER_UI_NFIELDS(f),
-                  "reached the coordinator at %s again", url);
+                  "reached the coordinator at %s again; reconnected after %s", url, d);
 }

@@ -78,13 +78,15 @@ void peer_ui_saved(int64_t bytes);
 
 /* A request to url failed for reason (a few words: "connection refused";
  * answered: an HTTP status worth a retry, "503 busy") and is tried again
- * in retry_in_s, tries_left more times at most. Says so once, as a
+ * in retry_in_s, tries_left more times at most (-1: no limit, then the
+ * line names the backoff's cap_s and the deadline give_up_s, 0: none, or
+ * --give-up-after). Says so once, as a
  * warning; the same reason again is logged at debug level only, a new one
  * as a warning again. */
 void peer_ui_unreachable(const char *url, const char *reason, int answered, double retry_in_s,
-                         int tries_left);
+                         int tries_left, double cap_s, double give_up_s);
 /* A request to url was answered: after peer_ui_unreachable, says that the
- * coordinator was reached again. */
+ * coordinator was reached again and how long it was out of reach. */
 void peer_ui_reached(const char *url);
 
 /* ---- formatters (pure) --------------------------------------------------- */
@@ -118,6 +120,10 @@ size_t peer_ui_status_format(const peer_ui_status *s, size_t width, char *out, s
 size_t peer_ui_json_line(char *out, size_t cap, const struct timespec *ts, vl_log_level level,
                          const char *program, const char *event, const peer_ui_field *f, size_t nf,
                          const char *msg);
+
+/* A span of seconds as a volunteer reads it: "12 s", "3 min 12 s",
+ * "5 min", "2 h 5 min". Writes out (cap >= 1). */
+void peer_ui_duration(double s, char *out, size_t cap);
 
 /* Bytes as a volunteer reads them: "512 B", "3.2 kB", "14.0 MB". */
 void peer_ui_bytes(int64_t n, char *out, size_t cap);

@@ -17,6 +17,19 @@ int peer_log_format_parse(const char *s, peer_log_format *out) {
     return VL_OK;
 }
 
+void peer_ui_duration(double s, char *out, size_t cap) {
+    long long t = s > 0 && s < 1e12 ? (long long)(s + 0.5) : 0;
+    long long h = t / 3600, m = t / 60 % 60, sec = t % 60;
+    if (h > 0)
+        snprintf(out, cap, m ? "%lld h %lld min" : "%lld h", h, m);
+    else if (m > 0 && sec > 0)
+        snprintf(out, cap, "%lld min %lld s", m, sec);
+    else if (m > 0)
+        snprintf(out, cap, "%lld min", m);
+    else
+        snprintf(out, cap, "%lld s", sec);
+}
+
 void peer_ui_bytes(int64_t n, char *out, size_t cap) {
     double v = (double)n;
     if (n < 0) v = -v;

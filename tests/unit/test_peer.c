@@ -59,8 +59,36 @@ static void task_rejected(const char *from, const char *to, const char *needle) 
 
 static void test_backoff_window(void **state) {
     (void)state;
+    unsetenv("VOLLEY_PEER_BACKOFF_CAP_S");
     peer_retry_policy p;
+    /* By default a request is tried until it is answered, up to 5 min
+     * apart. */
     peer_retry_default(&p);
+    assert_int_equal(p.max_attempts, 0);
+    assert_float_equal(p.give_up_s, 0, 0);
+    assert_float_equal(peer_backoff_window(&p, 1), 0.5, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 10), 256.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 11), 300.0, 1e-12); /* 512 capped */
+    assert_float_equal(peer_backoff_window(&p, 1000000), 300.0, 1e-12);
+    /* --give-up-after alone keeps that schedule. */
+    peer_retry_for(&p, 0, 90);
+    assert_int_equal(p.max_attempts, 0);
+    assert_float_equal(p.give_up_s, 90, 0);
+    assert_float_equal(peer_backoff_window(&p, 11), 300.0, 1e-12);
+    /* A test's shorter cap; nonsense is ignored. */
+    setenv("VOLLEY_PEER_BACKOFF_CAP_S", "2", 1);
+    peer_retry_default(&p);
+    assert_float_equal(peer_backoff_window(&p, 3), 2.0, 1e-12);
+    assert_float_equal(peer_backoff_window(&p, 40), 2.0, 1e-12);
+    const char *bad[] = {"0", "-3", "1000", "2x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("VOLLEY_PEER_BACKOFF_CAP_S", bad[i], 1);
+        peer_retry_default(&p);
+        assert_float_equal(p.cap_s, 300.0, 0);
+    }
+    unsetenv("VOLLEY_PEER_BACKOFF_CAP_S");
+    /* --retries N: N attempts on the 30 s schedule scripts count with. */
+    peer_retry_for(&p, 8, 0);
     assert_int_equal(p.max_attempts, 8);
     assert_float_equal(peer_backoff_window(&p, 1), 0.5, 1e-12);
     assert_float_equal(peer_backoff_window(&p, 2), 1.0, 1e-12);
@@ -73,11 +101,13 @@ static void test_backoff_window(void **state) {
 
 static void test_backoff_jitter_range(void **state) {
     (void)state;
+    unsetenv("VOLLEY_PEER_BACKOFF_CAP_S");
     peer_retry_policy p;
     peer_retry_default(&p);
     vl_rng r;
     vl_rng_seed(&r, 42);
-    for (int n = 1; n <= 12; n++) {
+    /* Past the cap every delay stays under 5 min and still spreads. */
+    for (int n = 1; n <= 16; n++) {
         double w = peer_backoff_window(&p, n), lo = w, hi = 0;
         for (int i = 0; i < 2000; i++) {
             double d = peer_backoff_delay(&p, n, -1, vl_rng_uniform(&r));
@@ -89,15 +119,36 @@ static void test_backoff_jitter_range(void **state) {
         assert_true(lo < 0.05 * w);
         assert_true(hi > 0.95 * w);
     }
+    assert_true(peer_backoff_delay(&p, 30, -1, 0.999999) < 300.0);
     assert_float_equal(peer_backoff_delay(&p, 3, -1, 0.0), 0.0, 1e-12);
     assert_true(peer_backoff_delay(&p, 3, -1, 1.0) < 2.0);
     assert_float_equal(peer_backoff_delay(&p, 3, -1, 0.5), 1.0, 1e-12);
 }
 
+static void test_duration_parse(void **state) {
+    (void)state;
+    struct {
+        const char *s;
+        double want;
+    } ok[] = {{"0", 0}, {"30", 30}, {"30s", 30}, {"10m", 600}, {"1.5h", 5400}, {"720h", 2592000}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        double v = -1;
+        assert_int_equal(peer_duration_parse(ok[i].s, &v), 0);
+        assert_float_equal(v, ok[i].want, 1e-9);
+    }
+    const char *bad[] = {"", "s", "-1s", "10 m", "10x", "3d", "721h", "nan", "1e400"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        double v = 7;
+        if (peer_duration_parse(bad[i], &v) == 0) fail_msg("'%s' was taken as %g s", bad[i], v);
+        assert_float_equal(v, 7, 0);
+    }
+}
+
 static void test_backoff_retry_after(void **state) {
     (void)state;
+    unsetenv("VOLLEY_PEER_BACKOFF_CAP_S");
     peer_retry_policy p;
-    peer_retry_default(&p);
+    peer_retry_for(&p, 8, 0);
     /* Honoured when longer than the jittered delay, even past the cap. */
     assert_float_equal(peer_backoff_delay(&p, 1, 5, 0.9), 5.0, 1e-12);
     assert_float_equal(peer_backoff_delay(&p, 8, 120, 0.9), 120.0, 1e-12);
@@ -784,6 +835,7 @@ int main(void) {
         cmocka_unit_test(test_backoff_window),
         cmocka_unit_test(test_backoff_jitter_range),
         cmocka_unit_test(test_backoff_retry_after),
+        cmocka_unit_test(test_duration_parse),
         cmocka_unit_test(test_retry_after_parse),
         cmocka_unit_test(test_retryable_statuses),
         cmocka_unit_test(test_exit_status),

@@ -275,11 +275,11 @@ static void test_json_and_reach_through_log(void **state) {
     vl_log_info("plain");
     peer_ui_reached("https://c:1"); /* never out of reach: nothing to say */
     for (int i = 0; i < 3; i++)
-        peer_ui_unreachable("https://c:1", "connection refused", 0, 1.5, 5 - i);
-    peer_ui_unreachable("https://c:1", "503 busy", 1, 2.0, 2);
+        peer_ui_unreachable("https://c:1", "connection refused", 0, 1.5, 5 - i, 30, 0);
+    peer_ui_unreachable("https://c:1", "503 busy", 1, 2.0, 2, 30, 0);
     peer_ui_reached("https://c:1");
     peer_ui_reached("https://c:1");
-    peer_ui_unreachable("https://c:1", "connection refused", 0, 0.5, 7);
+    peer_ui_unreachable("https://c:1", "connection refused", 0, 0.5, 7, 30, 0);
     vl_log_set_writer(NULL, NULL);
     capture_end(out, sizeof out);
     assert_null(strstr(out, CLEAR));
@@ -288,16 +288,58 @@ static void test_json_and_reach_through_log(void **state) {
                                 "\"msg\":\"plain\"}\n"));
     assert_non_null(strstr(out, "\"event\":\"coordinator_unreachable\",\"url\":\"https://c:1\","
                                 "\"reason\":\"connection refused\",\"answered\":0,"
-                                "\"retry_in_s\":1.5,\"tries_left\":5,\"msg\":\"cannot reach the "
+                                "\"retry_in_s\":1.5,\"tries_left\":5,\"backoff_cap_s\":30,"
+                                "\"give_up_after_s\":0,\"msg\":\"cannot reach the "
                                 "coordinator at https://c:1 (connection refused); retrying in "
                                 "1.5 s, up to 5 more times before giving up\"}\n"));
     assert_non_null(strstr(out, "\"msg\":\"the coordinator at https://c:1 is not serving "
                                 "requests now (503 busy); retrying in 2.0 s, up to 2 more times "
                                 "before giving up\"}\n"));
     assert_int_equal(count(out, "\"event\":\"coordinator_reached\""), 1);
-    assert_non_null(strstr(out, "\"msg\":\"reached the coordinator at https://c:1 again\"}\n"));
+    assert_non_null(strstr(out, "\"msg\":\"reached the coordinator at https://c:1 again; "
+                                "reconnected after 0 s\"}\n"));
     /* Out of reach again after the return: said again. */
     assert_int_equal(count(out, "\"reason\":\"connection refused\""), 2);
+}
+
+/* Without an attempt limit the line names the backoff's cap and how to
+ * stop, or the deadline; the return names how long it took. */
+static void test_patience_lines(void **state) {
+    (void)state;
+    unsetenv("VOLLEY_LOG");
+    vl_log_set_program("volley-peer");
+    static char out[1 << 14];
+    peer_ui_reached("https://c:1"); /* whatever an earlier test left */
+    capture_begin();
+    peer_ui_start(PEER_LOG_TEXT, 0);
+    for (int i = 0; i < 4; i++)
+        peer_ui_unreachable("https://c:1", "connection refused", 0, 0.5 * (i + 1), -1, 300, 0);
+    peer_ui_reached("https://c:1");
+    peer_ui_unreachable("https://c:1", "503 busy", 1, 2.0, -1, 300, 600);
+    peer_ui_reached("https://c:1");
+    vl_log_set_writer(NULL, NULL);
+    capture_end(out, sizeof out);
+    assert_int_equal(count(out, "unreachable (connection refused)"), 1);
+    assert_non_null(strstr(out, "coordinator https://c:1 unreachable (connection refused); trying "
+                                "again with backoff up to 5 min; --give-up-after to stop\n"));
+    assert_non_null(strstr(out, "coordinator https://c:1 not serving requests now (503 busy); "
+                                "trying again with backoff up to 5 min; giving up after 10 min\n"));
+    assert_int_equal(count(out, "reconnected after 0 s\n"), 2);
+}
+
+static void test_duration(void **state) {
+    (void)state;
+    struct {
+        double s;
+        const char *want;
+    } c[] = {{0, "0 s"},          {12.4, "12 s"}, {59.6, "1 min"},
+             {192, "3 min 12 s"}, {300, "5 min"}, {3600, "1 h"},
+             {7500, "2 h 5 min"}, {-5, "0 s"},    {NAN, "0 s"}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        char b[32];
+        peer_ui_duration(c[i].s, b, sizeof b);
+        assert_string_equal(b, c[i].want);
+    }
 }
 
 int main(void) {
@@ -311,6 +353,8 @@ int main(void) {
         cmocka_unit_test(test_refusal_explained),
         cmocka_unit_test(test_status_through_log),
         cmocka_unit_test(test_json_and_reach_through_log),
+        cmocka_unit_test(test_patience_lines),
+        cmocka_unit_test(test_duration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
