@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/opts.h"
+#include "peer/dirlock.h"
 #include "peer/guest.h"
 #include "peer/local.h"
 #include "peer/peer.h"
@@ -54,7 +55,10 @@ static const char USAGE[] =
     "      speed, device, upload and the bytes compression saved\n"
     "\n"
     "options:\n"
-    "  --dir DIR        the peer's directory (key and state)\n"
+    "  --dir DIR        the peer's directory (key and state). keygen, join,\n"
+    "                   rotate-key and run hold DIR/peer.lock while they work; a\n"
+    "                   second of them on DIR exits 1 naming the process that has\n"
+    "                   it. status only reads and runs beside them\n"
     "  --force          replace an existing key (keygen)\n"
     "  --coordinator U  coordinator origin, https only\n"
     "  --token T        join token (visible to other local users; prefer --token-file)\n"
@@ -244,6 +248,13 @@ static int resolve_dir(const args *a, char *dir, size_t cap, vl_error *e) {
     return peer_dir_default(dir, cap, e);
 }
 
+/* Locks dir for the command that writes it (peer/dirlock.h). The lock is
+ * held until the process exits, which releases it. */
+static int lock_dir(const char *dir, const char *command, vl_error *e) {
+    int fd;
+    return peer_dir_lock(dir, command, &fd, e);
+}
+
 static int cmd_keygen(int argc, char **argv) {
     args parsed = {0}, *a = &parsed;
     vl_opt t[] = {COMMON_OPTS(a), vl_opt_flag("force", &a->force)};
@@ -257,6 +268,8 @@ static int cmd_keygen(int argc, char **argv) {
         vl_fail(&e, VL_ERR, "libsodium failed to initialise");
         return fail(&e, VL_ERR);
     }
+    if ((rc = peer_dir_create(dir, &e)) || (rc = lock_dir(dir, PROG " keygen", &e)))
+        return fail(&e, rc);
     if ((rc = peer_keygen(dir, a->force, pk, &e))) return fail(&e, rc);
     printf("%s\n", pk);
     return PEER_EXIT_OK;
@@ -300,6 +313,7 @@ static int cmd_join(int argc, char **argv) {
     vl_error e = {0};
     char dir[PEER_PATH_MAX], token[600];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if ((rc = lock_dir(dir, PROG " join", &e))) return fail(&e, rc);
     if (a->token_file && (rc = read_token(a->token_file, token, sizeof token, &e)))
         return fail(&e, rc);
     peer_join_opts o = {.dir = dir,
@@ -328,6 +342,7 @@ static int cmd_rotate_key(int argc, char **argv) {
     vl_error e = {0};
     char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if ((rc = lock_dir(dir, PROG " rotate-key", &e))) return fail(&e, rc);
     if ((rc = peer_rotate_key(dir, (int)a->retries, a->give_up_s, pk, &e))) return fail(&e, rc);
     printf("%s\n", pk);
     return PEER_EXIT_OK;
@@ -440,6 +455,7 @@ static int cmd_run(int argc, char **argv, char **whole_argv) {
         return vl_opts_status(vl_opts_fail(&cl, "%s", e.msg));
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
+    if ((rc = lock_dir(dir, PROG " run", &e))) return fail(&e, rc);
     int threads = guest_setup(a, &e);
     if (threads < 0) return fail(&e, threads);
     /* The first signal asks for a clean stop; SA_RESETHAND lets a second

@@ -4,7 +4,8 @@
 # comes up 20 s later on that port. Each command says once that the
 # coordinator is unreachable and how it retries, once that it reconnected
 # (and after how long), and then does its work: the peer joins, trains and
-# the run finishes. With --give-up-after 3s the peer stops with exit status
+# the run finishes. While `run` waits, its --dir is locked: join, keygen,
+# rotate-key and a second run there exit 1 naming it; status still answers. With --give-up-after 3s the peer stops with exit status
 # 4 within a few seconds instead.
 #
 # VOLLEY_PEER_BACKOFF_CAP_S=2 lowers the backoff's cap from 5 min to 2 s, so
@@ -70,7 +71,22 @@ check_patience join.log
 it_stop_coordinator
 "$PEER" run --dir peer1 --threads 1 --wait 5 2> run.log &
 PIDS+=($!)
-sleep "$WAIT_S"
+sleep 2
+# While run waits, its directory is its own: another writer is refused,
+# naming it, and changes nothing; status only reads and answers.
+key_before=$(sha256sum < peer1/peer.key)
+for cmd in "join --coordinator $URL --token $token" "keygen --force" "rotate-key" "run"; do
+  rc=0
+  # shellcheck disable=SC2086 # the command's words
+  "$PEER" $cmd --dir peer1 > /dev/null 2> locked.log || rc=$?
+  [ "$rc" = 1 ] || fail "'$cmd' beside a running run exited with $rc, not 1"
+  [ "$(wc -l < locked.log)" = 1 ] || fail "'$cmd' said more than one line: $(cat locked.log)"
+  grep -q "^volley-peer: peer1 is in use by process ${PIDS[0]} (volley-peer run); stop it first" locked.log \
+    || fail "'$cmd' does not name the run holding peer1: $(cat locked.log)"
+done
+[ "$(sha256sum < peer1/peer.key)" = "$key_before" ] || fail "a refused keygen changed the key"
+"$PEER" status --dir peer1 > status.out 2> status.log || fail "status beside run failed"
+sleep $((WAIT_S - 2))
 kill -0 "${PIDS[0]}" 2>/dev/null || fail "run did not wait for the coordinator: $(tail -n 3 run.log)"
 it_serve_again
 wait "${PIDS[0]}" || fail "run failed once the coordinator was back: $(tail -n 3 run.log)"

@@ -8,6 +8,8 @@ volley_unit_test(test_peer_device volley_peer)
 volley_unit_test(test_peer_progress volley_peer)
 # What a volunteer sees of a run (peer/ui.h): the status line, JSON lines.
 volley_unit_test(test_peer_ui volley_peer)
+# One process at a time in a peer's directory (peer/dirlock.h).
+volley_unit_test(test_peer_dirlock volley_peer)
 # The peer as a guest on a shared machine (peer/guest.h): priority, passive
 # waits (the test re-executes itself as volley-peer does), thread count.
 volley_unit_test(test_peer_guest volley_peer)
