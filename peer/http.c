@@ -731,6 +731,14 @@ int peer_http_do(peer_http *h, const peer_request *rq, peer_response *rs, vl_err
                      h->curl_err[0] ? h->curl_err : curl_easy_strerror(cc));
             if (!curl_retryable(cc)) {
                 h->resume_at = 0;
+                long vr = 0;
+                char advice[400];
+                if (curl_easy_getinfo(h->curl, CURLINFO_SSL_VERIFYRESULT, &vr) != CURLE_OK) vr = 0;
+                if (peer_tls_advice((int)cc, vr, last, h->cacert, h->base, advice, sizeof advice)) {
+                    vl_log_debug("%s %s: %s (verify result %ld)", rq->method, rq->target, last, vr);
+                    return vl_fail(err, VL_EIO, "cannot talk to the coordinator at %s: %s", h->base,
+                                   advice);
+                }
                 return vl_fail(err, VL_EIO, "cannot talk to the coordinator at %s: %s (%s %s)",
                                h->base, last, rq->method, rq->target);
             }

@@ -70,6 +70,15 @@ int peer_status_retryable(long status);
  * now, unix seconds). Returns seconds >= 0, or -1 when value is unusable. */
 double peer_retry_after_parse(const char *value, int64_t now);
 
+/* A TLS failure in a volunteer's words: for libcurl's curl_code (a
+ * certificate that fails verification, an unreadable CA file), OpenSSL's
+ * verify_result (CURLINFO_SSL_VERIFYRESULT) and curl's own text, says what
+ * is wrong with the coordinator's certificate and what to do, naming the
+ * --cacert file (NULL or "": none given) and base's host. Writes out and
+ * returns 1, or returns 0 for failures it has no words for. */
+int peer_tls_advice(int curl_code, long verify_result, const char *curl_text, const char *cacert,
+                    const char *base, char *out, size_t cap);
+
 /* ---- HTTP client --------------------------------------------------------- */
 
 /* One libcurl easy handle, kept alive across requests, that signs every

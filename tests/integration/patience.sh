@@ -5,8 +5,9 @@
 # coordinator is unreachable and how it retries, once that it reconnected
 # (and after how long), and then does its work: the peer joins, trains and
 # the run finishes. While `run` waits, its --dir is locked: join, keygen,
-# rotate-key and a second run there exit 1 naming it; status still answers. With --give-up-after 3s the peer stops with exit status
-# 4 within a few seconds instead.
+# rotate-key and a second run there exit 1 naming it; status still
+# answers. With --give-up-after 3s the peer stops with exit status 4
+# within a few seconds instead.
 #
 # VOLLEY_PEER_BACKOFF_CAP_S=2 lowers the backoff's cap from 5 min to 2 s, so
 # that the peer notices the coordinator within seconds of its start; the

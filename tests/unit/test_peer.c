@@ -125,6 +125,39 @@ static void test_backoff_jitter_range(void **state) {
     assert_float_equal(peer_backoff_delay(&p, 3, -1, 0.5), 1.0, 1e-12);
 }
 
+/* TLS failures in words: each verify result to its fault and fix. */
+static void test_tls_advice(void **state) {
+    (void)state;
+    char b[400];
+    const char *base = "https://[::1]:8443";
+    assert_int_equal(peer_tls_advice(60, 20, "x", "ca.pem", base, b, sizeof b), 1);
+    assert_string_equal(b, "the coordinator's certificate is not signed by the CA in --cacert "
+                           "ca.pem; use the CA file the operator gave you");
+    assert_int_equal(peer_tls_advice(60, 18, "x", NULL, base, b, sizeof b), 1);
+    assert_non_null(strstr(b, "is self-signed and no --cacert was given; join with --cacert"));
+    assert_int_equal(peer_tls_advice(60, 20, "x", "", base, b, sizeof b), 1);
+    assert_non_null(strstr(b, "not signed by a CA this system trusts and no --cacert"));
+    assert_int_equal(peer_tls_advice(60, 10, "x", "ca.pem", base, b, sizeof b), 1);
+    assert_non_null(strstr(b, "certificate has expired; tell its operator"));
+    assert_int_equal(peer_tls_advice(60, 9, "x", "ca.pem", base, b, sizeof b), 1);
+    assert_non_null(strstr(b, "is not valid yet; check this machine's clock"));
+    assert_int_equal(peer_tls_advice(60, 1,
+                                     "SSL: no alternative certificate subject name matches "
+                                     "target host name '::1'",
+                                     "ca.pem", base, b, sizeof b),
+                     1);
+    assert_string_equal(b, "the coordinator's certificate does not name ::1; use the address the "
+                           "operator gave you (the one its certificate names)");
+    assert_int_equal(peer_tls_advice(60, 62, "", NULL, "https://c.example:1/", b, sizeof b), 1);
+    assert_non_null(strstr(b, "does not name c.example;"));
+    assert_int_equal(peer_tls_advice(77, 0, "", "ca.pem", base, b, sizeof b), 1);
+    assert_non_null(strstr(b, "the CA file ca.pem (--cacert) is not a PEM certificate"));
+    /* No words for others: curl's text stands. */
+    assert_int_equal(peer_tls_advice(60, 1, "other", "ca.pem", base, b, sizeof b), 0);
+    assert_int_equal(peer_tls_advice(60, 50, "name", "ca.pem", base, b, sizeof b), 0);
+    assert_int_equal(peer_tls_advice(7, 0, "", "ca.pem", base, b, sizeof b), 0);
+}
+
 static void test_duration_parse(void **state) {
     (void)state;
     struct {
@@ -836,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_backoff_jitter_range),
         cmocka_unit_test(test_backoff_retry_after),
         cmocka_unit_test(test_duration_parse),
+        cmocka_unit_test(test_tls_advice),
         cmocka_unit_test(test_retry_after_parse),
         cmocka_unit_test(test_retryable_statuses),
         cmocka_unit_test(test_exit_status),
