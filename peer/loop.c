@@ -83,9 +83,18 @@ static int judged_go_on(loop *L, vl_error *err) {
     return VL_OK;
 }
 
+/* The status line between tasks: the version the last accepted update goes
+ * into, while one is awaited, else any task. */
+static void say_waiting(loop *L, int64_t task) {
+    char phase[48] = "waiting for a task";
+    if (L->awaited > 0)
+        snprintf(phase, sizeof phase, "waiting for version %lld", (long long)L->awaited);
+    peer_ui_phase(task, phase);
+}
+
 static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     char target[96];
-    peer_ui_phase(0, "waiting for a task");
+    say_waiting(L, 0);
     /* While the last update uploads, the next lease is the one past it. */
     int at = snprintf(target, sizeof target, "/v1/task?wait=%d", L->o->wait_s);
     if (L->flying)
@@ -117,6 +126,7 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     int prc = peer_task_parse((const char *)L->rs.body.data, L->rs.body.len, k, err);
     if (prc) return refused(prc);
     if ((prc = peer_task_check_run(k, L->st.run, err))) return refused(prc);
+    if (k->base_version >= L->awaited) L->awaited = 0;
     return VL_OK;
 }
 
@@ -369,7 +379,7 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     L->times.upload += vl_clock_mono_s() - t0;
     if (rc) return rc;
     rc = upload_answer(L, k, res, &L->times, &L->rs, err);
-    if (rc == VL_OK) peer_ui_phase(k->task_id, "update sent");
+    if (rc == VL_OK && L->awaited == 0) peer_ui_phase(k->task_id, "update sent");
     return rc;
 }
 
@@ -408,6 +418,10 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         snprintf(said, sizeof said, "update %lld accepted (version %lld)", (long long)update,
                  (long long)version);
         task_summary(L, LOG_INFO, k, res, tm, "accepted", update, version, said);
+        /* Said instead of "update sent" while the next task waits for the
+         * version this update goes into. */
+        L->awaited = version >= 0 ? version + 1 : 0;
+        if (L->awaited) say_waiting(L, k->task_id);
         json_t *next = json_object_get(o, "next_task");
         if (next) {
             /* A bad offer costs only the round trip it would have saved. */
@@ -415,6 +429,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
             L->have_next = peer_task_from_json(next, &L->next, &e) == VL_OK &&
                            peer_task_check_run(&L->next, L->st.run, &e) == VL_OK;
             if (!L->have_next) vl_log_warn("next task ignored: %s", e.msg);
+            if (L->have_next && L->next.base_version >= L->awaited) L->awaited = 0;
         }
         json_decref(o);
         return VL_OK;

@@ -33,6 +33,10 @@ typedef struct loop {
     vl_buf upload;
     int64_t done;
     int answer_round; /* the last upload was accepted: its round may follow */
+    /* The version the last accepted update goes into, until a task of it
+     * (or later) comes: what the status line says the peer waits for. 0:
+     * none. */
+    int64_t awaited;
     /* The trainer state read at start, until a model of its shape is
      * installed and takes it over. */
     peer_resume saved;

@@ -32,9 +32,12 @@ static const char USAGE[] =
     "  join --coordinator https://HOST:PORT (--token T | --token-file FILE)\n"
     "       [--cacert FILE] [--name NAME] [--dir DIR] [--give-up-after D] [--retries N]\n"
     "      register the key with a join token; write DIR/peer.json; print the peer id\n"
-    "  status [--dir DIR]\n"
-    "      what this peer knows of itself: id, coordinator, run, updates accepted\n"
-    "      and dropped, the last task, device, and an upload waiting to be resent\n"
+    "  status [--dir DIR] [--offline]\n"
+    "      what this peer knows of itself: id, coordinator, run, the run's progress\n"
+    "      (versions done of the most, losses: asked of the coordinator, one try,\n"
+    "      unless --offline; else what DIR knows, saying which), updates accepted\n"
+    "      and dropped, the last task, device, and an upload waiting to be resent.\n"
+    "      Only reads DIR, so it runs beside 'run'\n"
     "  rotate-key [--dir DIR] [--give-up-after D] [--retries N]\n"
     "      move the joined peer to a new key (the request is signed with the old\n"
     "      one); the new key replaces DIR/peer.key once the coordinator has it.\n"
@@ -350,14 +353,15 @@ static int cmd_rotate_key(int argc, char **argv) {
 
 static int cmd_status(int argc, char **argv) {
     args parsed = {0}, *a = &parsed;
-    vl_opt t[] = {COMMON_OPTS(a)};
+    int offline = 0;
+    vl_opt t[] = {COMMON_OPTS(a), vl_opt_flag("offline", &offline)};
     vl_opts cl = COMMAND_OPTS(PROG " status", t);
     int rc = parse(&cl, argc, argv, a);
     if (rc) return vl_opts_status(rc);
     vl_error e = {0};
     char dir[PEER_PATH_MAX];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
-    if ((rc = peer_status_print(dir, stdout, &e))) return fail(&e, rc);
+    if ((rc = peer_status_print(dir, !offline, stdout, &e))) return fail(&e, rc);
     return PEER_EXIT_OK;
 }
 

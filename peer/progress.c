@@ -104,7 +104,7 @@ static void describe_file(const char *dir, const char *name, char *out, size_t c
         snprintf(out, cap, "no");
 }
 
-int peer_status_print(const char *dir, FILE *out, vl_error *err) {
+int peer_status_print(const char *dir, int ask, FILE *out, vl_error *err) {
     peer_state st;
     int rc = peer_state_load(dir, &st, err);
     if (rc) return rc;
@@ -117,6 +117,15 @@ int peer_status_print(const char *dir, FILE *out, vl_error *err) {
             st.name, st.name[0] ? ")" : "");
     fprintf(out, "coordinator: %s\n", st.coordinator);
     fprintf(out, "run:         %s\n", st.run);
+    peer_response rs;
+    peer_response_init(&rs);
+    char why[sizeof err->msg + 32] = "was not asked (--offline)", line[sizeof why + 256];
+    int got = ask && peer_status_fetch(dir, st.coordinator, st.cacert, st.peer_id, &rs, why,
+                                       sizeof why) == 0;
+    peer_status_run_line(got ? (const char *)rs.body.data : NULL, got ? rs.body.len : 0, &p, why,
+                         line, sizeof line);
+    peer_response_free(&rs);
+    fprintf(out, "progress:    %s\n", line);
     fprintf(out,
             "updates:     %lld accepted, %lld dropped (the coordinator no longer "
             "wanted them); %lld bytes sent\n",

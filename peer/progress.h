@@ -36,10 +36,27 @@ int peer_progress_load(const char *dir, peer_progress *p, vl_error *err) VL_MUST
 int peer_progress_save(const char *dir, const peer_progress *p, vl_error *err) VL_MUST_CHECK;
 
 /* `volley-peer status`: prints to out what the peer in dir knows of
- * itself, one fact a line: its id, name, coordinator and run
- * (peer.json), what it has done (progress.json), whether an upload waits
- * to be sent again (pending.st) and whether training state is kept
- * (trainer.st). VL_ENOTFOUND when the peer never joined. Reads only. */
-int peer_status_print(const char *dir, FILE *out, vl_error *err) VL_MUST_CHECK;
+ * itself, one fact a line, each whole however long: its id, name,
+ * coordinator and run (peer.json), the run's progress (asked of the
+ * coordinator when ask, one try of at most 10 s, else or failing that
+ * what the directory knows, saying which), what it has done
+ * (progress.json), whether an upload waits to be sent again (pending.st)
+ * and whether training state is kept (trainer.st). VL_ENOTFOUND when the
+ * peer never joined. Writes nothing in dir. */
+int peer_status_print(const char *dir, int ask, FILE *out, vl_error *err) VL_MUST_CHECK;
+
+struct peer_response;
+/* GET /v1/status of coordinator, signed with dir's key, tried once. 0 with
+ * the answer in rs (initialised by the caller, which frees it), or
+ * non-zero with why ("did not answer (...)") written. */
+int peer_status_fetch(const char *dir, const char *coordinator, const char *cacert, int64_t peer_id,
+                      struct peer_response *rs, char *why, size_t cap);
+
+/* The run's progress in words into out: from body, a GET /v1/status
+ * answer (NULL or not one: none), "version V of MAX (running);
+ * validation loss L at version W, F at the start (from the coordinator)";
+ * else what p knows, with why the coordinator's word is missing. */
+void peer_status_run_line(const char *body, size_t len, const peer_progress *p, const char *why,
+                          char *out, size_t cap);
 
 #endif

@@ -87,6 +87,8 @@ for cmd in "join --coordinator $URL --token $token" "keygen --force" "rotate-key
 done
 [ "$(sha256sum < peer1/peer.key)" = "$key_before" ] || fail "a refused keygen changed the key"
 "$PEER" status --dir peer1 > status.out 2> status.log || fail "status beside run failed"
+grep -q "^progress:    not known: no task done yet (what this directory knows; the coordinator did not answer (" status.out \
+  || fail "status does not say the coordinator was out of reach: $(cat status.out)"
 sleep $((WAIT_S - 2))
 kill -0 "${PIDS[0]}" 2>/dev/null || fail "run did not wait for the coordinator: $(tail -n 3 run.log)"
 it_serve_again
@@ -95,6 +97,9 @@ PIDS=()
 it_wait_finished 100 "the run did not finish"
 it_check_run 2 1
 check_patience run.log
+"$PEER" status --dir peer1 > status.out 2> status.log || fail "status after the run failed"
+grep -q "^progress:    version 2 of 2 (finished); validation loss [0-9.]* at version 2, [0-9.]* at the start (from the coordinator)$" status.out \
+  || fail "status does not show the run's progress: $(cat status.out)"
 it_stop_coordinator
 it_check_no_secrets
 echo "1 passed, 0 failed"

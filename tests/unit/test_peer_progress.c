@@ -105,7 +105,7 @@ static void test_status(void **state) {
     FILE *out = tmpfile();
     assert_non_null(out);
     /* Never joined: no peer.json. */
-    assert_int_equal(peer_status_print(dir, out, &e), VL_ENOTFOUND);
+    assert_int_equal(peer_status_print(dir, 0, out, &e), VL_ENOTFOUND);
     peer_state st;
     memset(&st, 0, sizeof st);
     snprintf(st.coordinator, sizeof st.coordinator, "https://volley.example.org:8443");
@@ -121,7 +121,7 @@ static void test_status(void **state) {
                        .last_at = 1795000000,
                        .bytes_up = 4000};
     assert_int_equal(peer_progress_save(dir, &p, &e), VL_OK);
-    assert_int_equal(peer_status_print(dir, out, &e), VL_OK);
+    assert_int_equal(peer_status_print(dir, 0, out, &e), VL_OK);
     char text[2048];
     rewind(out);
     size_t n = fread(text, 1, sizeof text - 1, out);
@@ -133,6 +133,43 @@ static void test_status(void **state) {
     assert_non_null(strstr(text, "last task:   88 on version 9, training loss 3.2500"));
     assert_non_null(strstr(text, "2026-11-18T"));
     assert_non_null(strstr(text, "pending upload (sent again at the next start): no"));
+    assert_non_null(strstr(text, "progress:    at least version 9, the base of this peer's last "
+                                 "task (what this directory knows; the coordinator was not asked "
+                                 "(--offline))\n"));
+}
+
+/* The run's progress line from a GET /v1/status answer, whole however
+ * long, and without one. */
+static void test_run_line(void **state) {
+    (void)state;
+    peer_progress p = {.last_task = 4, .last_version = 15};
+    char out[1024];
+    const char *body =
+        "{\"run\": \"r\", \"status\": \"running\", \"version\": 16, "
+        "\"max_versions\": 40, \"versions\": [{\"version\": 0, \"val_loss\": 5.5268}, "
+        "{\"version\": 15, \"val_loss\": 3.25}, {\"version\": 16, \"val_loss\": null}]}";
+    peer_status_run_line(body, strlen(body), &p, "", out, sizeof out);
+    assert_string_equal(out, "version 16 of 40 (running); validation loss 3.2500 at version 15, "
+                             "5.5268 at the start (from the coordinator)");
+    const char *fresh = "{\"status\": \"running\", \"version\": 0, \"max_versions\": 3, "
+                        "\"versions\": [{\"version\": 0, \"val_loss\": null}]}";
+    peer_status_run_line(fresh, strlen(fresh), &p, "", out, sizeof out);
+    assert_string_equal(out, "version 0 of 3 (running) (from the coordinator)");
+    /* Not a status answer: what the directory knows, and why. */
+    const char *why = "did not answer (gave up after 1 attempts to reach the coordinator at "
+                      "https://volley.example.org:8443 (connection refused; GET /v1/status: "
+                      "Failed to connect))";
+    peer_status_run_line("{\"error\"", 9, &p, why, out, sizeof out);
+    char want[600];
+    snprintf(want, sizeof want,
+             "at least version 15, the base of this peer's last task (what this directory "
+             "knows; the coordinator %s)",
+             why);
+    assert_string_equal(out, want); /* whole: longer than any terminal */
+    peer_progress none = {0};
+    peer_status_run_line(NULL, 0, &none, "was not asked (--offline)", out, sizeof out);
+    assert_string_equal(out, "not known: no task done yet (what this directory knows; the "
+                             "coordinator was not asked (--offline))");
 }
 
 int main(void) {
@@ -141,6 +178,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status, setup, teardown),
+        cmocka_unit_test(test_run_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,10 @@ static void test_status_line(void **state) {
     /* No task yet, nothing known but what it does. */
     peer_ui_status idle = {.phase = "waiting for a task", .loss = NAN};
     expect_status(&idle, 80, "waiting for a task");
+    /* After an accepted update: the version it goes into, not "uploading". */
+    peer_ui_status after = {
+        .task = 12, .phase = "waiting for version 16", .loss = NAN, .saved = 2000000};
+    expect_status(&after, 80, "task 12 | waiting for version 16 | saved 2.0 MB");
     /* A download shows how far it got. */
     peer_ui_status down = {.task = 5,
                            .phase = "fetching the model",
