@@ -130,56 +130,7 @@ static int fetch_task(loop *L, peer_task *k, vl_error *err) {
     return VL_OK;
 }
 
-/* Records the upload and the state after encoding it before it is sent:
- * pending.st first, then trainer.st naming it, so a record the state does
- * not name was never sent. Failing to save ends the run before the POST,
- * leaving the files as they were, consistent with nothing sent. */
-static int write_ahead(loop *L, const peer_task *k, vl_error *err) {
-    /* A classifier's trainer keeps no state across restarts (peer.h), so
-     * there is nothing to settle an upload record against. */
-    if (L->tr.mlp) return VL_OK;
-    peer_pending p;
-    peer_pending_init(&p);
-    p.task_id = k->task_id;
-    p.deadline = k->deadline;
-    p.kind = k->kind;
-    p.bytes = L->upload.data;
-    p.len = L->upload.len;
-    snprintf(p.run, sizeof p.run, "%s", k->run);
-    vl_error e = {0};
-    int64_t mark = k->task_id;
-    int rc = peer_pending_save(L->o->dir, &p, L->tr.n_params, &e);
-    if (rc == VL_ETOOBIG && k->kind != COMPRESS_TOPK) {
-        /* A sketch larger than the model: no residual depends on it, so
-         * losing it to a crash costs only the one update. */
-        vl_log_warn("task %lld: upload not recorded before sending: %s", (long long)k->task_id,
-                    e.msg);
-        mark = 0;
-        rc = VL_OK;
-    }
-    if (rc)
-        return vl_fail(err, rc, "cannot record the upload of task %lld: %s", (long long)k->task_id,
-                       e.msg);
-    if ((rc = peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, mark, &e)))
-        return vl_fail(err, rc, "cannot save the trainer state: %s", e.msg);
-    return VL_OK;
-}
-
-/* Settles the record of an upload whose outcome is known. Failures only
- * cost a retry at the next start, which settles it the same way, so they
- * are logged, not fatal. A refused upload's state is saved before the
- * record goes: the other order could leave a state that still lacks the
- * entries put back, with nothing left to say so. */
-static void settle_record(loop *L, peer_upload_outcome out) {
-    vl_error e = {0};
-    if (out == PEER_UPLOAD_NOT_TAKEN &&
-        peer_resume_save_trainer(L->o->dir, &L->tr, &L->st, 0, &e) != VL_OK) {
-        vl_log_warn("upload record kept, the trainer state cannot be saved: %s", e.msg);
-        return;
-    }
-    if (peer_pending_clear(L->o->dir, &e) != VL_OK)
-        vl_log_warn("upload record not cleared (a restart will send it again): %s", e.msg);
-}
+static void leave(loop *L, int64_t task_id);
 
 /* Sends the upload an earlier process recorded but may not have sent, or
  * whose answer it never saw, byte for byte, and settles it in the saved
@@ -344,7 +295,18 @@ static int upload(loop *L, const peer_task *k, const peer_train_result *res, int
     free(ag);
     L->times.compress += vl_clock_mono_s() - t0;
     if (rc) return rc;
-    if ((rc = write_ahead(L, k, err))) return rc;
+    if ((rc = peer_loop_write_ahead(L, k, err))) {
+        /* Unsent and unrecorded, the update is lost either way: the
+         * lease goes back now, not at its deadline, so that another peer
+         * trains its data while this one stops. */
+        leave(L, k->task_id);
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return vl_fail(err, rc,
+                       "%.200s; task %lld handed back for another peer to train; free space in "
+                       "%.100s or make it writable, then start again",
+                       why, (long long)k->task_id, L->o->dir);
+    }
     int more = L->o->max_tasks <= 0 || L->done + 1 < L->o->max_tasks;
     /* The next task starts while this update uploads, when the run allows
      * it, the volunteer asked for it (--overlap) and nothing has to follow
@@ -404,7 +366,7 @@ static int upload_answer(loop *L, const peer_task *k, const peer_train_result *r
         peer_encode_drop(&L->tr, error_code_is(rs, "non_finite"));
     else if (out == PEER_UPLOAD_NOT_TAKEN)
         peer_encode_unsent(&L->tr);
-    settle_record(L, out);
+    peer_loop_settle(L, out);
     if (rs->status == 200 || rs->status == 201 || rs->status == 202) {
         L->answer_round = 1;
         L->judged_in_row = 0;

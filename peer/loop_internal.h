@@ -104,6 +104,14 @@ static inline int run_finished(const peer_response *rs) {
     return rs->status == 410 && error_code_is(rs, "run_finished");
 }
 
+/* record.c. Records the upload in L->upload of task k and the trainer
+ * state naming it, before the upload is sent; failing, leaves the files
+ * as they were (nothing sent) and says why in err. */
+int peer_loop_write_ahead(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+/* Settles the record of an upload whose outcome is known; failures are
+ * logged, not returned (a restart settles it the same way). */
+void peer_loop_settle(loop *L, peer_upload_outcome out);
+
 /* fetch.c. Each returns 0, STEP_AGAIN or STEP_REFUSED (the task's model
  * or data failed validation; err says why), or an error that ends the
  * loop. */
