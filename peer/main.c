@@ -126,7 +126,8 @@ static const char USAGE[] =
     "  -v, --verbose    debug logging\n"
     "\n"
     "exit status: 0 done (also: run finished, stopped by a signal), 1 failure,\n"
-    "2 usage, 3 refused by the coordinator, 4 coordinator unreachable\n";
+    "2 usage, 3 refused by the coordinator, 4 coordinator unreachable (only past\n"
+    "--give-up-after or --retries: by default the peer waits for it)\n";
 
 static const char HINT[] = "see '" PROG " --help'";
 
