@@ -639,9 +639,13 @@ int peer_round_answer(peer_http *h, peer_response *rs, const peer_trainer *t, co
 /* The trainer state as read from trainer.st, held until a model of its
  * shape is installed (peer_resume_apply). n_params 0 means empty. The state
  * belongs to one registration (peer.json's coordinator, peer id and run):
- * after a new join, even into a run of the same name, it is not used. */
+ * after a new join, even into a run of the same name, it is not used. The
+ * model is a GPT's (mlp 0, cfg) or a classifier's (mlp 1, mlp_cfg), named
+ * in the file by the same `model` JSON its model files carry. */
 typedef struct peer_resume {
+    int mlp;
     model_gpt_config cfg;
+    model_mlp_config mlp_cfg;
     size_t n_params;
     char coordinator[256];
     int64_t peer_id;
@@ -670,17 +674,17 @@ void peer_resume_free(peer_resume *r);
  * the previous file is still there, whole. */
 int peer_resume_save(const char *dir, const peer_resume *r, vl_error *err) VL_MUST_CHECK;
 
-/* Writes the state of t (which must hold a model: VL_EINVAL otherwise) to
- * DIR/trainer.st as belonging to owner's registration, with pending_task
- * (0: none). Reads t's vectors in place, without copying them first. A
- * classifier's trainer (t->mlp) is not saved: it restarts fresh. */
+/* Writes the state of t (which must hold a model, a GPT or a classifier:
+ * VL_EINVAL otherwise) to DIR/trainer.st as belonging to owner's
+ * registration, with pending_task (0: none). Reads t's vectors in place,
+ * without copying them first. */
 int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_state *owner,
                              int64_t pending_task, vl_error *err) VL_MUST_CHECK;
 
 /* Reads and strictly validates DIR/trainer.st into out (initialised here;
  * the caller frees it with peer_resume_free): format and version, owner's
  * coordinator, peer id and run, a model
- * configuration that validates, the file no larger than the cap its shape
+ * configuration (a GPT's or a classifier's) that validates, the file no larger than the cap its shape
  * allows (checked from the header before the file is read), exactly the
  * tensors adam.m, adam.v (both or neither) and residual (optional), each
  * F32 of shape [n_params] with finite values (second moments >= 0), and
@@ -693,8 +697,9 @@ int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
 
 /* Moves the state in r into t, whose model must already be installed
  * (VL_EINVAL otherwise, r untouched), replacing t's optimizer state and
- * residual, provided the shapes are the same; VL_ECONFLICT when they are
- * not, t untouched. After VL_OK or VL_ECONFLICT r is empty. An empty r is
+ * residual, provided the models are of one kind and shape; VL_ECONFLICT
+ * when they are not (a classifier's state for a GPT, or another width),
+ * t untouched. After VL_OK or VL_ECONFLICT r is empty. An empty r is
  * VL_OK and changes nothing. */
 int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) VL_MUST_CHECK;
 

@@ -14,9 +14,6 @@
  * not name was never sent. Failing to save ends the run before the POST,
  * leaving the files as they were, consistent with nothing sent. */
 int peer_loop_write_ahead(loop *L, const peer_task *k, vl_error *err) {
-    /* A classifier's trainer keeps no state across restarts (peer.h), so
-     * there is nothing to settle an upload record against. */
-    if (L->tr.mlp) return VL_OK;
     peer_pending p;
     peer_pending_init(&p);
     p.task_id = k->task_id;

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "model/mlp_io.h"
 #include "peer/kfac_internal.h"
 #include "peer/peer.h"
 
@@ -32,26 +33,60 @@ static size_t file_cap(size_t n) {
     return PEER_RESUME_HEADER_ALLOWANCE + PEER_RESUME_BYTES_PER_PARAM * n;
 }
 
+/* Room for either model's `model` JSON: a classifier's is the longer. */
+#define MODEL_JSON_MAX MODEL_MLP_JSON_MAX
+
 static int cfg_same(const model_gpt_config *a, const model_gpt_config *b) {
     return a->vocab_size == b->vocab_size && a->block_size == b->block_size &&
            a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd;
 }
 
 /* The same JSON the coordinator puts in a model file's `model` metadata,
- * so one parser (peer_model_config_parse) reads both. */
+ * so the parsers that read model files (peer_model_config_parse,
+ * model_mlp_config_parse) read these too. */
 static void cfg_json(const model_gpt_config *c, char *out, size_t cap) {
     snprintf(out, cap,
              "{\"vocab_size\":%d,\"block_size\":%d,\"n_layer\":%d,\"n_head\":%d,\"n_embd\":%d}",
              c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd);
 }
 
-static int cfg_parse(const char *json, model_gpt_config *cfg, size_t *n, vl_error *err) {
+/* The model r's state belongs to, as that JSON. */
+static void shape_json(const peer_resume *r, char *out, size_t cap) {
+    if (!r->mlp)
+        cfg_json(&r->cfg, out, cap);
+    else if (model_mlp_config_json(&r->mlp_cfg, out, cap) != VL_OK)
+        snprintf(out, cap, "(a classifier)");
+}
+
+/* The parameters of r's model; r's configuration must be valid. */
+static size_t shape_params(const peer_resume *r) {
+    return r->mlp ? model_mlp_config_num_params(&r->mlp_cfg) : model_gpt_config_num_params(&r->cfg);
+}
+
+/* Whether t holds a model of the kind and shape r's state was saved for. */
+static int shape_same(const peer_resume *r, const peer_trainer *t) {
+    if (r->n_params != t->n_params) return 0;
+    if (!r->mlp) return t->gpt && cfg_same(&r->cfg, &t->cfg);
+    if (!t->mlp) return 0;
+    model_mlp_config have = model_mlp_config_get(t->mlp);
+    return model_mlp_config_equal(&have, &r->mlp_cfg);
+}
+
+/* Reads the `model` JSON into r's kind, configuration and n_params. */
+static int shape_parse(const char *json, peer_resume *r, vl_error *err) {
     if (!json) return vl_fail(err, VL_EINVAL, "metadata lacks 'model'");
-    int rc = peer_model_config_parse(json, cfg, err);
-    if (!rc) rc = model_gpt_config_validate(cfg, err);
+    size_t len = strlen(json);
+    int rc;
+    r->mlp = model_mlp_config_is_mlp(json, len);
+    if (r->mlp) {
+        rc = model_mlp_config_parse(json, len, &r->mlp_cfg, err);
+    } else {
+        rc = peer_model_config_parse(json, &r->cfg, err);
+        if (!rc) rc = model_gpt_config_validate(&r->cfg, err);
+    }
     if (rc) return rc;
-    *n = model_gpt_config_num_params(cfg);
-    if (*n == 0) return vl_fail(err, VL_EINVAL, "model configuration has no parameters");
+    r->n_params = shape_params(r);
+    if (r->n_params == 0) return vl_fail(err, VL_EINVAL, "model configuration has no parameters");
     return VL_OK;
 }
 
@@ -99,7 +134,7 @@ static int meta_float(st_writer *w, const char *key, float x) {
  * one copy the file needs. */
 static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
     size_t n = r->n_params;
-    if (n == 0 || n != model_gpt_config_num_params(&r->cfg))
+    if (n == 0 || n != shape_params(r))
         return vl_fail(err, VL_EINVAL,
                        "trainer state: no model, or a size that does not match "
                        "its shape");
@@ -113,10 +148,12 @@ static int write_state(const char *dir, const peer_resume *r, vl_error *err) {
                        "trainer state: SGD momentum of %zu parameters for a "
                        "model of %zu",
                        r->sgd.n, n);
-    char path[PEER_PATH_MAX], model[160];
+    if (r->mlp && r->kfac_momentum)
+        return vl_fail(err, VL_EINVAL, "trainer state: K-FAC state for a classifier");
+    char path[PEER_PATH_MAX], model[MODEL_JSON_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_TRAINER_FILE, err);
     if (rc) return rc;
-    cfg_json(&r->cfg, model, sizeof model);
+    shape_json(r, model, sizeof model);
     st_writer w;
     st_writer_init(&w);
     rc = st_writer_meta(&w, "format", STATE_FORMAT);
@@ -173,14 +210,15 @@ int peer_resume_save(const char *dir, const peer_resume *r, vl_error *err) {
 
 int peer_resume_save_trainer(const char *dir, const peer_trainer *t, const peer_state *owner,
                              int64_t pending_task, vl_error *err) {
-    /* A classifier's state is small and cheap to rebuild: it starts fresh
-     * after a restart, and nothing is written. */
-    if (t->mlp) return VL_OK;
-    if (!t->gpt) return vl_fail(err, VL_EINVAL, "trainer state: no model to save");
+    if (!t->gpt && !t->mlp) return vl_fail(err, VL_EINVAL, "trainer state: no model to save");
     /* A view: the struct borrows t's vectors and is never freed. */
     peer_resume view;
     peer_resume_init(&view);
-    view.cfg = t->cfg;
+    view.mlp = t->mlp != NULL;
+    if (t->mlp)
+        view.mlp_cfg = model_mlp_config_get(t->mlp);
+    else
+        view.cfg = t->cfg;
     view.n_params = t->n_params;
     snprintf(view.coordinator, sizeof view.coordinator, "%s", owner->coordinator);
     view.peer_id = owner->peer_id;
@@ -212,7 +250,7 @@ static int read_full(int fd, void *p, size_t n) {
 /* Reads only the header of a state file for the model shape it names, so
  * the cap on the whole file can follow from that shape before a byte of
  * the data is read or allocated for. */
-static int peek_shape(const char *path, model_gpt_config *cfg, size_t *n, vl_error *err) {
+static int peek_shape(const char *path, peer_resume *shape, vl_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return vl_fail(err, errno == ENOENT ? VL_ENOTFOUND : VL_EIO, "cannot open: %s",
@@ -243,13 +281,14 @@ static int peek_shape(const char *path, model_gpt_config *cfg, size_t *n, vl_err
         if (!json_is_string(model) || strlen(json_string_value(model)) != json_string_length(model))
             rc = vl_fail(err, VL_EINVAL, "header names no model configuration");
         else
-            rc = cfg_parse(json_string_value(model), cfg, n, err);
+            rc = shape_parse(json_string_value(model), shape, err);
     }
     json_decref(o);
     free(hdr);
-    if (!rc && (uint64_t)st.st_size > file_cap(*n))
+    size_t n = shape->n_params;
+    if (!rc && (uint64_t)st.st_size > file_cap(n))
         rc = vl_fail(err, VL_ETOOBIG, "%lld bytes, over the %zu allowed for %zu parameters",
-                     (long long)st.st_size, file_cap(*n), *n);
+                     (long long)st.st_size, file_cap(n), n);
     return rc;
 }
 
@@ -347,7 +386,7 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
     int rc = check_format(f, STATE_FORMAT, err);
     if (!rc) rc = read_owner(f, owner, r, err);
     if (rc) return rc;
-    if ((rc = cfg_parse(st_meta_get(f, "model"), &r->cfg, &r->n_params, err))) return rc;
+    if ((rc = shape_parse(st_meta_get(f, "model"), r, err))) return rc;
     size_t n = r->n_params;
     const char *s = st_meta_get(f, "params");
     int64_t v;
@@ -370,6 +409,8 @@ static int read_state(const st_file *f, const peer_state *owner, peer_resume *r,
         return vl_fail(err, VL_EINVAL,
                        "the states of several optimizers (AdamW, SGD, K-FAC); "
                        "a trainer has one");
+    if (r->mlp && (st_find(f, PEER_KFAC_MOMENTUM) || compress_factors_present(f)))
+        return vl_fail(err, VL_EINVAL, "K-FAC state for a classifier, which K-FAC does not train");
     if ((rc = read_optimizer(f, n, &r->opt, err))) return rc;
     if ((rc = read_sgd(f, n, &r->sgd, err))) return rc;
     if ((rc = peer_kfac_state_read(f, r, err))) return rc;
@@ -385,12 +426,12 @@ int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
     int rc = peer_path_join(path, sizeof path, dir, PEER_TRAINER_FILE, err);
     if (rc) return rc;
     vl_error e = {0};
-    model_gpt_config cfg;
-    size_t n = 0;
-    if ((rc = peek_shape(path, &cfg, &n, &e)))
+    peer_resume shape;
+    peer_resume_init(&shape);
+    if ((rc = peek_shape(path, &shape, &e)))
         return vl_fail(err, rc, PEER_TRAINER_FILE ": %s", e.msg);
     vl_buf b;
-    vl_buf_init(&b, file_cap(n));
+    vl_buf_init(&b, file_cap(shape.n_params));
     rc = vl_buf_read_file(&b, path, &e);
     st_file f;
     memset(&f, 0, sizeof f);
@@ -407,11 +448,19 @@ int peer_resume_load(const char *dir, const peer_state *owner, peer_resume *out,
 
 int peer_resume_apply(peer_trainer *t, peer_resume *r, vl_error *err) {
     if (r->n_params == 0) return VL_OK;
-    if (!t->gpt) return vl_fail(err, VL_EINVAL, "no model to apply the trainer state to");
-    if (!cfg_same(&r->cfg, &t->cfg) || r->n_params != t->n_params) {
-        char want[160], have[160];
-        cfg_json(&r->cfg, want, sizeof want);
-        cfg_json(&t->cfg, have, sizeof have);
+    if (!t->gpt && !t->mlp)
+        return vl_fail(err, VL_EINVAL, "no model to apply the trainer state to");
+    if (!shape_same(r, t)) {
+        char want[MODEL_JSON_MAX], have[MODEL_JSON_MAX];
+        peer_resume held;
+        peer_resume_init(&held);
+        held.mlp = t->mlp != NULL;
+        if (t->mlp)
+            held.mlp_cfg = model_mlp_config_get(t->mlp);
+        else
+            held.cfg = t->cfg;
+        shape_json(r, want, sizeof want);
+        shape_json(&held, have, sizeof have);
         peer_resume_free(r);
         return vl_fail(err, VL_ECONFLICT, "saved for model %s, this is %s", want, have);
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A volunteer's machine dies: a peer in a top-k run, with its optimizer's
 # state (AdamW's moments, with `resume.sh sgd` SGD's momentum, with
-# `resume.sh kfac` K-FAC's factors and momentum, sharing factors) and an
-# error-feedback residual built up over its earlier tasks, is killed with
+# `resume.sh kfac` K-FAC's factors and momentum, sharing factors; with
+# `resume.sh classifier` a classifier's AdamW moments, trained on the
+# peer's own images) and an error-feedback residual built up over its earlier tasks, is killed with
 # SIGKILL in the middle of a task and started again with the same directory
 # and no other action. It must restore both from its state file, apply them
 # to the model it fetches, take part again with the same key, and the run
@@ -16,17 +17,45 @@ case $OPT in
   kfac) RESTORED="K-FAC factors and momentum"
         export IT_TRAIN='{"steps": 4, "batch": 4, "optimizer": "kfac", "momentum": 0,
           "kfac": {"inverse_every": 2, "kl_clip": 0.01, "share": true}}' ;;
+  classifier) RESTORED="AdamW moments" ;;
   *) fail "unknown optimizer $OPT" ;;
 esac
 VERSIONS=6
 PER=2
-it_setup itresume "$VERSIONS" "$PER" \
-  '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"},'
+DATA=()
+if [ "$OPT" = classifier ]; then
+  # Synthetic images in Fashion-MNIST's format, so the test needs no
+  # data set installed; the peers train on their own copy (--data).
+  it_files
+  mkdir images
+  python3 "$ROOT/tests/integration/synthetic_idx.py" images 1200 200 || fail "synthetic images"
+  cat > run.json <<JSON
+{
+  "name": "itresume",
+  "seed": 7,
+  "model": {"kind": "mlp", "in_dim": 784, "hidden": [32], "classes": 10},
+  "data": {"kind": "local"},
+  "mode": "sync",
+  "updates_per_version": $PER,
+  "max_versions": $VERSIONS,
+  "compression": {"kind": "topk", "ratio": 20, "dtype": "F16"},
+  "train": {"steps": 4, "batch": 16, "lr": 0.003},
+  "outer": {"lr": 1.0, "momentum": 0.0},
+  "lease_s": 60,
+  "max_body_bytes": 4194304
+}
+JSON
+  "$COORD" init --db run.db --config run.json 2> init.log || fail "init: $(cat init.log)"
+  DATA=(--data images/train-images-idx3-ubyte.gz)
+else
+  it_setup itresume "$VERSIONS" "$PER" \
+    '"compression": {"kind": "topk", "ratio": 20, "dtype": "F16"},'
+fi
 it_start_coordinator
 for i in 1 2; do it_peer "$i"; done
 start_peer() { # start_peer N DELAY_MS
   "$PEER" run --dir "peer$1" --threads 1 --wait 5 --retries 20 --step-delay "$2" \
-    2>> "peer$1.log" &
+    "${DATA[@]}" 2>> "peer$1.log" &
   PIDS[$1]=$!
 }
 start_peer 1 0

@@ -614,6 +614,112 @@ static void test_train_fashion_share(void **state) {
     peer_local_free(&l);
 }
 
+/* ---- surviving a restart ------------------------------------------------------ */
+
+/* A classifier's trainer state survives a restart as a GPT's does: saved,
+ * read back and applied to a fresh trainer of the same model, the next
+ * task trains bit for bit as it would have in the first process. A GPT,
+ * or a classifier of another width, does not take it, nor does a
+ * classifier take a GPT's. */
+static void test_state_survives_restart(void **state) {
+    test_dir_fixture *fx = *state;
+    static const peer_state owner = {
+        .coordinator = "https://127.0.0.1:8443", .peer_id = 3, .run = "fashion"};
+    write_idx(fx->dir, "mini", 24, 3, 6);
+    char images[512];
+    snprintf(images, sizeof images, "%s/mini-images-idx3-ubyte", fx->dir);
+    peer_local_opts o = {.images = images, .part = 0, .parts = 1};
+    peer_local l;
+    OK(peer_local_open(&l, &o, &e_));
+    const model_mlp_config fits = {.in_dim = 9, .n_hidden = 1, .hidden = {4}, .n_classes = 6};
+    peer_trainer t;
+    trainer_with(&t, &fits, 1);
+    const size_t n = t.n_params;
+    peer_task k = local_task();
+    k.steps = k.h_min = 4;
+    k.batch = 8;
+    peer_train_result res;
+    OK(peer_trainer_run_local(&t, &k, &l, &res, &e_));
+    /* A top-k upload of the delta leaves an error-feedback residual. */
+    peer_task up = k;
+    up.kind = COMPRESS_TOPK;
+    up.method = PEER_METHOD_TOPK;
+    up.comp_k = (int64_t)(n / 5);
+    compress_update_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.run, sizeof m.run, "fashion");
+    m.task = 9;
+    m.peer = 3;
+    m.kind = COMPRESS_TOPK;
+    m.num_samples = m.local_steps = 1;
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
+    OK(peer_encode_update(&t, &up, &m, &b, &e_));
+    vl_buf_free(&b);
+    assert_non_null(t.residual);
+
+    OK(peer_resume_save_trainer(fx->dir, &t, &owner, 0, &e_));
+    peer_resume s;
+    OK(peer_resume_load(fx->dir, &owner, &s, &e_));
+    assert_true(s.mlp);
+    assert_true(model_mlp_config_equal(&s.mlp_cfg, &fits));
+    assert_int_equal(s.n_params, n);
+    assert_int_equal(s.opt.step, 4);
+    assert_memory_equal(s.opt.m, t.opt.m, n * sizeof(float));
+    assert_memory_equal(s.opt.v, t.opt.v, n * sizeof(float));
+    assert_memory_equal(s.residual, t.residual, n * sizeof(float));
+
+    peer_trainer u;
+    trainer_with(&u, &fits, 1);
+    OK(peer_resume_apply(&u, &s, &e_));
+    assert_int_equal(s.n_params, 0);
+    assert_true(u.have_opt);
+    assert_int_equal(u.opt.step, 4);
+    k.seed++;
+    OK(peer_trainer_run_local(&t, &k, &l, &res, &e_));
+    OK(peer_trainer_run_local(&u, &k, &l, &res, &e_));
+    assert_int_equal(u.opt.step, 8);
+    assert_memory_equal(u.delta, t.delta, n * sizeof(float));
+    assert_memory_equal(u.opt.m, t.opt.m, n * sizeof(float));
+    assert_memory_equal(u.residual, t.residual, n * sizeof(float));
+
+    /* Not for a GPT, nor for a classifier of another width: refused with
+     * both models named, the trainer untouched. */
+    vl_error e = {0};
+    peer_trainer g;
+    peer_trainer_init(&g);
+    OK(peer_trainer_init_model(&g, &TINY, 0, &e_));
+    OK(peer_resume_load(fx->dir, &owner, &s, &e_));
+    assert_int_equal(peer_resume_apply(&g, &s, &e), VL_ECONFLICT);
+    assert_non_null(strstr(e.msg, "\"kind\":\"mlp\""));
+    assert_non_null(strstr(e.msg, "n_embd"));
+    assert_int_equal(s.n_params, 0);
+    assert_false(g.have_opt);
+    assert_null(g.residual);
+    const model_mlp_config wider = {.in_dim = 9, .n_hidden = 1, .hidden = {5}, .n_classes = 6};
+    peer_trainer w;
+    trainer_with(&w, &wider, 1);
+    OK(peer_resume_load(fx->dir, &owner, &s, &e_));
+    assert_int_equal(peer_resume_apply(&w, &s, &e), VL_ECONFLICT);
+    assert_false(w.have_opt);
+
+    /* A GPT's state is not a classifier's either. */
+    peer_task gk = tiny_task(2);
+    OK(peer_trainer_run(&g, &gk, TEXT, 17, &res, &e_));
+    OK(peer_resume_save_trainer(fx->dir, &g, &owner, 0, &e_));
+    OK(peer_resume_load(fx->dir, &owner, &s, &e_));
+    assert_false(s.mlp);
+    assert_int_equal(peer_resume_apply(&w, &s, &e), VL_ECONFLICT);
+    assert_non_null(strstr(e.msg, "n_embd"));
+    assert_false(w.have_opt);
+
+    peer_trainer_free(&w);
+    peer_trainer_free(&g);
+    peer_trainer_free(&u);
+    peer_trainer_free(&t);
+    peer_local_free(&l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_part),
@@ -625,6 +731,8 @@ int main(void) {
         cmocka_unit_test(test_load_mlp_file),
         cmocka_unit_test_setup_teardown(test_local_check, test_dir_setup, test_dir_teardown),
         cmocka_unit_test(test_train_fashion_share),
+        cmocka_unit_test_setup_teardown(test_state_survives_restart, test_dir_setup,
+                                        test_dir_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* Everything else passed but the data set's tests could not run: ctest
