@@ -16,7 +16,7 @@
 #include "common/common.h"
 #include "crypto/crypto.h"
 
-/* ---- retries ----------------------------------------------------------- */
+/* ---- retries (retry.c) --------------------------------------------------- */
 
 /* Exponential backoff with full jitter: the n-th retry (n >= 1) waits a
  * uniformly random time in [0, min(cap_s, base_s * factor^(n-1))), but

@@ -52,7 +52,7 @@ enum {
 /* Maps a return code of this module to the exit status above. */
 int peer_exit_status(int rc);
 
-/* ---- stopping -------------------------------------------------------- */
+/* ---- stopping (retry.c) ---------------------------------------------- */
 
 /* Asks every loop, transfer and sleep of the peer to stop at the next
  * check. Async-signal-safe: meant to be called from a SIGINT/SIGTERM
