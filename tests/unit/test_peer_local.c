@@ -431,14 +431,20 @@ static peer_task local_task(void) {
     return k;
 }
 
+/* Opens 24 small images of 3x3 pixels in 6 classes, written into dir,
+ * as the whole local share. */
+static void open_mini(const char *dir, peer_local *l) {
+    write_idx(dir, "mini", 24, 3, 6);
+    char images[512];
+    snprintf(images, sizeof images, "%s/mini-images-idx3-ubyte", dir);
+    peer_local_opts o = {.images = images, .part = 0, .parts = 1};
+    OK(peer_local_open(l, &o, &e_));
+}
+
 static void test_local_check(void **state) {
     test_dir_fixture *fx = *state;
-    write_idx(fx->dir, "mini", 24, 3, 6);
-    char images[512];
-    snprintf(images, sizeof images, "%s/mini-images-idx3-ubyte", fx->dir);
-    peer_local_opts o = {.images = images, .part = 0, .parts = 1};
     peer_local l;
-    OK(peer_local_open(&l, &o, &e_));
+    open_mini(fx->dir, &l);
     peer_task k = local_task();
     vl_error e = {0};
 
@@ -625,12 +631,8 @@ static void test_state_survives_restart(void **state) {
     test_dir_fixture *fx = *state;
     static const peer_state owner = {
         .coordinator = "https://127.0.0.1:8443", .peer_id = 3, .run = "fashion"};
-    write_idx(fx->dir, "mini", 24, 3, 6);
-    char images[512];
-    snprintf(images, sizeof images, "%s/mini-images-idx3-ubyte", fx->dir);
-    peer_local_opts o = {.images = images, .part = 0, .parts = 1};
     peer_local l;
-    OK(peer_local_open(&l, &o, &e_));
+    open_mini(fx->dir, &l);
     const model_mlp_config fits = {.in_dim = 9, .n_hidden = 1, .hidden = {4}, .n_classes = 6};
     peer_trainer t;
     trainer_with(&t, &fits, 1);
