@@ -124,16 +124,6 @@ static int say_reading(const coord_config *cfg, char *what, size_t cap, vl_error
     return VL_OK;
 }
 
-/* The held-out tokens (bytes of a text run) version 0 is scored on, the
- * way coord_val_loss takes them: val_batches batches of COORD_VAL_BATCH
- * windows, or every window there is (0). */
-static int64_t scored_tokens(const coord_config *cfg, const coord_corpus *corpus,
-                             const coord_shards *shards) {
-    int64_t have = cfg->shards ? (int64_t)shards->val_len : corpus->val_len;
-    int64_t want = cfg->val_batches * COORD_VAL_BATCH * cfg->model.block_size;
-    return cfg->val_batches > 0 && want < have ? want : have;
-}
-
 /* How long scoring version 0 of a GPT run will take on this machine: a
  * batch or two are scored and timed, and the rest scaled from them. 0 in *est_s
  * for a classifier (its test set is scored in one call) or a failure. */
@@ -143,7 +133,7 @@ static void estimate_score(const coord_config *cfg, const coord_corpus *corpus,
     *tokens = 0;
     *est_s = 0;
     if (!net->gpt) return;
-    *tokens = scored_tokens(cfg, corpus, shards);
+    *tokens = coord_val_scored_tokens(cfg, corpus, shards, cfg->val_batches);
     int64_t per_batch = (int64_t)COORD_VAL_BATCH * cfg->model.block_size;
     int64_t batches = (*tokens + per_batch - 1) / per_batch;
     float loss = NAN;

@@ -555,10 +555,14 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     "updates of which %zu stale, %.0f bytes per update, %zu coordinates "
                     "changed; merged in %.2f s, the check %.2f s of it); its val_loss on %lld "
                     "follows from the background",
-                    (long long)j->ver.version, j->check_loss, (long long)srv->cfg.val_check_tokens,
+                    (long long)j->ver.version, j->check_loss,
+                    (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
+                                                       srv->cfg.val_check_batches),
                     srv->cfg.shards ? "tokens" : "bytes", j->ver.train_loss, j->m.n_ids, j->m.stale,
                     j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-                    j->compute_s, j->eval_s, (long long)srv->cfg.val_tokens);
+                    j->compute_s, j->eval_s,
+                    (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
+                                                       srv->cfg.val_batches));
     else /* bits per byte (per token in a shard run) compare across
           * vocabularies and with published figures; nats are what
           * training minimises */

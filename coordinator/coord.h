@@ -144,6 +144,12 @@ void coord_shards_close(coord_shards *s);
 int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
                    model_gpt *m, int64_t batches, float *loss, vl_error *err) VL_MUST_CHECK;
 
+/* The held-out tokens (bytes of a text run) coord_val_loss scores for
+ * batches (0: every window): batches of COORD_VAL_BATCH windows, or the
+ * whole held-out data when that is shorter. What the logs report. */
+int64_t coord_val_scored_tokens(const coord_config *cfg, const coord_corpus *corpus,
+                                const coord_shards *shards, int64_t batches);
+
 /* ---- shared model bytes -------------------------------------------------- */
 
 /* An immutable byte string shared by responses still being sent; freed

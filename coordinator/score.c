@@ -67,7 +67,9 @@ static void stored(coord_job *job, int rc, const vl_error *err) {
     vl_log_info("version %lld val_loss %.6f (%.4f bits per %s; scored on %lld held-out %s in "
                 "the background, %.2f s)",
                 (long long)j->version, (double)j->loss, (double)j->loss / M_LN2,
-                srv->cfg.shards ? "token" : "byte", (long long)srv->cfg.val_tokens,
+                srv->cfg.shards ? "token" : "byte",
+                (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
+                                                   srv->cfg.val_batches),
                 srv->cfg.shards ? "tokens" : "bytes", j->seconds);
     score_job_free(j);
 }

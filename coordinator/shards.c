@@ -160,6 +160,13 @@ void coord_shards_close(coord_shards *s) {
     memset(s, 0, sizeof *s);
 }
 
+int64_t coord_val_scored_tokens(const coord_config *cfg, const coord_corpus *corpus,
+                                const coord_shards *shards, int64_t batches) {
+    int64_t have = cfg->shards ? (int64_t)shards->val_len : corpus->val_len;
+    int64_t want = batches * COORD_VAL_BATCH * cfg->model.block_size;
+    return batches > 0 && want < have ? want : have;
+}
+
 int coord_val_loss(const coord_config *cfg, const coord_corpus *corpus, const coord_shards *shards,
                    model_gpt *m, int64_t batches, float *loss, vl_error *err) {
     if (cfg->shards)

@@ -18,7 +18,12 @@
 # concatenated in name order; default the license texts), VOLLEY_DEMO_SLOW
 # (the --slowdown of peer 1, 1: none), VOLLEY_DEMO_EXTRA (more members of
 # the run configuration, e.g. '"staleness": {"function": "constant", "max": 8},'),
-# VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR (build).
+# VOLLEY_DEMO_CHECK (the run's val_check_tokens, 4096: each version is
+# served on a loss check of 4096 held-out bytes and scored in full in the
+# background, so the peers train rather than wait for every full score;
+# empty leaves it to the coordinator's default for the mode, as
+# bench/convergence.sh does), VOLLEY_DEMO_DIR (demo-run), VOLLEY_BUILD_DIR
+# (build).
 #
 # It says what it does as it goes (the build and its seconds, the
 # coordinator, the peers, each version's loss as the coordinator logs it),
@@ -39,6 +44,8 @@ seed=${VOLLEY_DEMO_SEED:-1337}
 source_corpus=${VOLLEY_DEMO_CORPUS:-/usr/share/common-licenses}
 slow=${VOLLEY_DEMO_SLOW:-1}
 extra=${VOLLEY_DEMO_EXTRA:-}
+check=${VOLLEY_DEMO_CHECK-4096}
+[ -n "$check" ] && extra="\"val_check_tokens\": $check, $extra"
 build=${VOLLEY_BUILD_DIR:-$root/build}
 outer_member="\"outer\": $outer,"
 [ "$outer" = default ] && outer_member=""
@@ -111,13 +118,14 @@ done
 [ -n "$port" ] || { echo "demo: coordinator did not start" >&2; exit 1; }
 echo "demo: coordinator on https://127.0.0.1:$port (log: $work/coordinator.log)"
 # Each version's loss as it lands, from the coordinator's log; tail stops
-# with the coordinator. A version served on its loss check shows that loss.
+# with the coordinator. A version served on its loss check shows its full
+# score when the background has it (the check itself is too noisy to show).
 # Seconds count from the log's first line, by the log's own timestamps
 # (2026-11-26T18:58:01.071Z), however late tail hands the line over.
 tail -s 0.5 -n +1 -F --pid="$cpid" coordinator.log 2>/dev/null | awk -v n="$versions" '
   function secs(ts) { return substr(ts, 12, 2) * 3600 + substr(ts, 15, 2) * 60 + substr(ts, 18, 6) }
   $1 ~ /^[0-9][0-9][0-9][0-9]-/ && t0 == "" { t0 = secs($1) }
-  / version [0-9]+ (val_loss|check_loss) / {
+  / version [0-9]+ val_loss / {
     for (i = 1; i < NF; i++) if ($i == "version" && $(i + 1) ~ /^[0-9]+$/) break
     if (i >= NF) next
     t = secs($1) - t0; if (t < 0) t += 86400
@@ -154,7 +162,7 @@ fpid=""
 echo
 echo "version  val_loss  train_loss  updates"
 sqlite3 -separator ' ' run.db \
-  "SELECT version, printf('%.4f', val_loss), printf('%.4f', coalesce(train_loss, 0)), num_updates
+  "SELECT version, CASE WHEN val_loss IS NULL THEN '-' ELSE printf('%.4f', val_loss) END, printf('%.4f', coalesce(train_loss, 0)), num_updates
    FROM versions ORDER BY version" | awk '{printf "%7d  %8s  %10s  %7d\n", $1, $2, $3, $4}'
 final=$(sqlite3 run.db "SELECT val_loss FROM versions ORDER BY version DESC LIMIT 1")
 first=$(sqlite3 run.db "SELECT val_loss FROM versions ORDER BY version LIMIT 1")
