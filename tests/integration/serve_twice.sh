@@ -65,12 +65,33 @@ refused "admin port taken" "127.0.0.1:$taken for the admin listener: address alr
 refused "foreign address" "cannot assign address" $(serve --listen 192.0.2.1:0 --admin-listen off)
 # A port below the unprivileged range, for a user who may not bind it.
 low=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start 2> /dev/null || echo 1024)
-denied="not checked (root, or no privileged ports here)"
+denied="not checked (no privileged ports here, or no way to drop root)"
 if [ "$(id -u)" != 0 ] && [ "$low" -gt 1 ]; then
   # shellcheck disable=SC2046
   refused "privileged port" "cannot listen on 127.0.0.1:1: permission denied" \
     $(serve --listen 127.0.0.1:1 --admin-listen off)
   denied="refused"
+elif [ "$low" -gt 1 ] && command -v setpriv > /dev/null; then
+  # As root, the same serve run as nobody, on copies nobody may read and
+  # write (the work folder and the build may be root's alone).
+  nb=$(mktemp -d /tmp/volley-nobody.XXXXXX)
+  chmod 755 "$nb"
+  cp "$COORD" run.db tls/server.pem tls/server.key "$nb/"
+  chown -R 65534:65534 "$nb"
+  nsnap() { sha256sum "$nb/run.db"; }
+  nbefore=$(nsnap)
+  rc=0
+  (cd "$nb" && setpriv --reuid=65534 --regid=65534 --clear-groups ./volley-coordinator serve \
+    --db run.db --cert server.pem --key server.key --listen 127.0.0.1:1 --admin-listen off) \
+    > ref.out 2> ref.err || rc=$?
+  [ "$rc" != 0 ] || fail "privileged port as nobody: exit 0"
+  [ "$(wc -l < ref.err)" = 1 ] || fail "privileged port as nobody: want one line, got: $(cat ref.err)"
+  grep -qi "cannot listen on 127.0.0.1:1: permission denied" ref.err \
+    || fail "privileged port as nobody: $(cat ref.err)"
+  [ "$(nsnap)" = "$nbefore" ] || fail "a serve refused its port changed the database"
+  echo "privileged port (as nobody): $(cat ref.err)"
+  rm -rf "$nb"
+  denied="refused (run as nobody)"
 fi
 [ "$(snap)" = "$before" ] || fail "a refused serve changed the database: $before / $(snap)"
 kill "$HOLDER" 2> /dev/null || true
