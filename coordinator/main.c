@@ -10,6 +10,12 @@
 #include "common/opts.h"
 #include "coordinator/coord.h"
 #include "common/version.h"
+#include "coordinator/base/limiter.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/config/config.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/ops/status.h"
+#include "coordinator/server.h"
 
 #define PROG "volley-coordinator"
 

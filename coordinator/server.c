@@ -25,9 +25,24 @@
 #include <openssl/x509.h>
 
 #include "coordinator/coord.h"
-#include "coordinator/listen.h"
-#include "coordinator/score.h"
-#include "coordinator/nonce_log.h"
+#include "coordinator/conn/listen.h"
+#include "coordinator/run/score.h"
+#include "coordinator/conn/nonce_log.h"
+#include "coordinator/api/api.h"
+#include "coordinator/base/limiter.h"
+#include "coordinator/base/routes.h"
+#include "coordinator/config/config.h"
+#include "coordinator/conn/conn.h"
+#include "coordinator/conn/guard.h"
+#include "coordinator/conn/guard_types.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/conn/limits_types.h"
+#include "coordinator/http/http.h"
+#include "coordinator/ops/metrics.h"
+#include "coordinator/run/run.h"
+#include "coordinator/run/writer.h"
+#include "coordinator/sched/schedule.h"
+#include "coordinator/server.h"
 
 /* ---- TLS ------------------------------------------------------------------ */
 
@@ -209,240 +224,6 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     return bev;
 }
 
-/* ---- dispatch ----------------------------------------------------------------- */
-
-static const char *method_name(enum evhttp_cmd_type m) {
-    switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    default: return "OTHER";
-    }
-}
-
-#define JSON "application/json"
-#define BINARY "application/octet-stream"
-
-/* Every endpoint of the public listener. None administers the run: tokens
- * and peers are managed only by the CLI on the database, so no peer key
- * reaches that. The admin listener (metrics.c, on by default on
- * 127.0.0.1:9464, a token required off loopback) only reads: the
- * dashboard, its figures (peer names, addresses, hardware, refusals, the
- * configuration) and /metrics. Each handler reads its query through
- * coord_req_query, which refuses any parameter it does not list (a route
- * without parameters: any query). */
-typedef struct route {
-    const char *path;
-    int prefix;
-    enum evhttp_cmd_type method;
-    const char *media;    /* the Content-Type a body must have; NULL: no body */
-    coord_auth_kind auth; /* who must sign it (checked on the head, by the guard) */
-    void (*fn)(coord_req *cr);
-} route;
-
-#define PEER COORD_AUTH_PEER
-static const route ROUTES[] = {
-    {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, COORD_AUTH_JOIN, coord_route_join},
-    {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, PEER, coord_route_rotate},
-    {"/v1/task", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_task},
-    {"/v1/model", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_model},
-    {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_delta},
-    {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, PEER, coord_route_data},
-    {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_updates},
-    {"/v1/status", 0, EVHTTP_REQ_GET, NULL, COORD_AUTH_NONE, coord_route_status},
-    {"/v1/round", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_round},
-    {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_round_values},
-    {"/v1/split/forward", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_split_forward},
-    {"/v1/split/backward", 0, EVHTTP_REQ_POST, BINARY, PEER, coord_route_split_backward},
-    {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, PEER, coord_route_factors},
-};
-#undef PEER
-
-static int route_matches(const route *r, const char *path) {
-    return r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0;
-}
-
-#define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
-_Static_assert(N_ROUTES < COORD_METRICS_ROUTES, "the metrics count a slot per route and one more");
-
-int coord_route_index(const char *path) {
-    for (size_t i = 0; path && i < N_ROUTES; i++)
-        if (route_matches(&ROUTES[i], path)) return (int)i;
-    return COORD_METRICS_ROUTES - 1;
-}
-
-const char *coord_route_label(int i) {
-    return i >= 0 && (size_t)i < N_ROUTES ? ROUTES[i].path : "other";
-}
-
-coord_auth_kind coord_route_auth_kind(const char *method, const char *path) {
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++)
-        if (route_matches(&ROUTES[i], path) && strcmp(method_name(ROUTES[i].method), method) == 0)
-            return ROUTES[i].auth;
-    return COORD_AUTH_NONE;
-}
-
-/* The media type of a Content-Type value matches want: compared without
- * case, parameters (";charset=utf-8") ignored. */
-static int media_matches(const char *value, const char *want) {
-    if (!value) return 0;
-    while (*value == ' ' || *value == '\t') value++;
-    size_t n = strcspn(value, ";");
-    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t')) n--;
-    return n == strlen(want) && strncasecmp(value, want, n) == 0;
-}
-
-/* The guard of the connection a request came on (NULL for none): the
- * server's list holds one per connection, whatever its transport. */
-static coord_guard *guard_of(coord_server *srv, struct evhttp_request *req) {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
-    if (!bev) return NULL;
-    for (coord_guard *g = srv->guards; g; g = g->next)
-        if (g->bev == bev) return g;
-    return NULL;
-}
-
-/* Takes the ticket the guard issued for this request's head. Answers and
- * returns -1 when there is none (it cannot be: the guard numbers every
- * head it lets through) or when the body did not match its digest. */
-static int take_ticket(coord_req *cr) {
-    const char *v = coord_get_header(cr, COORD_GUARD_TICKET_HEADER);
-    coord_guard *g = guard_of(cr->srv, cr->req);
-    int64_t seq = 0;
-    if (!v || !g || vl_parse_i64(v, 1, INT64_MAX, &seq) != 0 ||
-        coord_guard_ticket_take(g, (uint64_t)seq, &cr->ticket) != VL_OK) {
-        vl_log_error("%s %s: the request has no ticket from the input guard", cr->method, cr->path);
-        coord_reply_error(cr, 500, "internal", "internal error");
-        return -1;
-    }
-    /* The body has arrived: it no longer counts as being received. */
-    coord_auth_release(cr->srv, &cr->ticket);
-    if (cr->ticket.digest != COORD_GUARD_DIGEST_NONE &&
-        cr->ticket.digest != COORD_GUARD_DIGEST_OK) {
-        coord_reply_error(cr, 400, "digest_mismatch",
-                          "the body does not match its Content-Digest; nothing was stored");
-        return -1;
-    }
-    return 0;
-}
-
-/* A head the guard refused: answer without reading anything more, and
- * close (the guard already discards the rest of the connection). */
-static void refuse_guarded(coord_req *cr, const char *marker) {
-    coord_set_header(cr, "Connection", "close");
-    long long cap = (long long)cr->srv->cfg.max_body_bytes;
-    switch (coord_guard_verdict_parse(marker)) {
-    case COORD_GUARD_TOO_LARGE:
-        if (strcmp(cr->full_path, "/v1/updates") == 0)
-            coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes", cap);
-        else if (strcmp(cr->full_path, "/v1/round/values") == 0)
-            coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes", cap);
-        else if (strncmp(cr->full_path, "/v1/split/", 10) == 0)
-            coord_reply_error(cr, 413, "too_large",
-                              "a batch of activations is at most %lld "
-                              "bytes",
-                              cap);
-        else
-            coord_reply_error(cr, 413, "too_large", "a request body here is at most %d bytes",
-                              COORD_MAX_JSON_BODY);
-        break;
-    case COORD_GUARD_HEAD_TOO_LARGE:
-        coord_reply_error(cr, 413, "too_large", "the request head is larger than %d bytes",
-                          COORD_HEAD_CAP);
-        break;
-    case COORD_GUARD_LENGTH_REQUIRED:
-        coord_reply_error(cr, 411, "length_required",
-                          "a body needs Content-Length; chunked bodies are refused");
-        break;
-    case COORD_GUARD_BAD_LENGTH:
-        coord_reply_error(cr, 400, "bad_request", "Content-Length is duplicated or malformed");
-        break;
-    case COORD_GUARD_BAD_METHOD:
-        coord_reply_error(cr, 405, "method_not_allowed", "unknown method");
-        break;
-    case COORD_GUARD_BODY_NOT_ALLOWED:
-        coord_reply_error(cr, 400, "bad_request", "a %s request carries no body", cr->method);
-        break;
-    case COORD_GUARD_HEAD_TIMEOUT:
-        coord_reply_error(cr, 408, "request_timeout", "the request head took longer than %.0f s",
-                          cr->srv->limits.slow_timeout_s);
-        break;
-    case COORD_GUARD_PIPELINED:
-        coord_set_header(cr, "Retry-After", "1");
-        coord_reply_error(cr, 429, "rate_limited",
-                          "at most %d pipelined requests per "
-                          "connection",
-                          COORD_GUARD_TICKETS);
-        break;
-    case COORD_GUARD_REFUSED: {
-        coord_guard *g = guard_of(cr->srv, cr->req);
-        if (!g || g->refusal.status == 0) {
-            coord_reply_error(cr, 401, "unauthorized", "refused");
-            break;
-        }
-        if (g->refusal.retry_after > 0) {
-            char ra[24];
-            snprintf(ra, sizeof ra, "%.0f", g->refusal.retry_after);
-            coord_set_header(cr, "Retry-After", ra);
-        }
-        coord_reply_error(cr, g->refusal.status, g->refusal.code, "%s", g->refusal.msg);
-        break;
-    }
-    default: coord_reply_error(cr, 400, "bad_request", "malformed request head"); break;
-    }
-}
-
-void coord_server_dispatch(struct evhttp_request *req, void *arg) {
-    coord_server *srv = arg;
-    coord_req cr;
-    memset(&cr, 0, sizeof cr);
-    cr.srv = srv;
-    cr.req = req;
-    cr.t0 = vl_clock_mono_s();
-    snprintf(cr.method, sizeof cr.method, "%s", method_name(evhttp_request_get_command(req)));
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    cr.full_path = path && *path ? path : "/";
-    snprintf(cr.path, sizeof cr.path, "%s", cr.full_path);
-    coord_req_begin(&cr);
-
-    const char *marker = coord_get_header(&cr, COORD_GUARD_HEADER);
-    if (marker) {
-        refuse_guarded(&cr, marker);
-        return;
-    }
-    if (take_ticket(&cr) != 0) return;
-    enum evhttp_cmd_type method = evhttp_request_get_command(req);
-    int path_known = 0;
-    for (size_t i = 0; i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
-        const route *r = &ROUTES[i];
-        if (!route_matches(r, cr.full_path)) continue;
-        path_known = 1;
-        if (r->method == method) {
-            if (r->media && !media_matches(coord_get_header(&cr, "Content-Type"), r->media)) {
-                coord_reply_error(&cr, 415, "unsupported_media_type",
-                                  "the body of %s %s must be sent as Content-Type: %s", cr.method,
-                                  r->path, r->media);
-                return;
-            }
-            r->fn(&cr);
-            return;
-        }
-        coord_set_header(&cr, "Allow", method_name(r->method));
-    }
-    if (path_known)
-        coord_reply_error(&cr, 405, "method_not_allowed", "%s is not allowed here", cr.method);
-    else
-        coord_reply_error(&cr, 404, "not_found", "no such endpoint");
-}
-
 /* ---- slow clients ------------------------------------------------------------ */
 
 #define SLOW_CHECK_S 0.5
@@ -465,21 +246,6 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
                         srv->limits.min_body_rate);
     }
     coord_conns_tick(srv, now);
-}
-
-void coord_limits_default(coord_limits *l) {
-    memset(l, 0, sizeof *l); /* a limit added later starts off, never as garbage */
-    l->peer = (coord_rate){.rate = 50, .burst = 500};
-    l->split = (coord_rate){.rate = -1, .burst = -1}; /* from the run's split settings */
-    l->addr = (coord_rate){.rate = 500, .burst = 5000};
-    l->slow_timeout_s = 30;
-    l->min_body_rate = 16384;
-    l->body_budget = COORD_BODY_BUDGET_DEFAULT;
-    l->conn_per_addr = COORD_CONN_PER_ADDR_DEFAULT;
-    l->idle_first_s = COORD_IDLE_FIRST_S_DEFAULT;
-    l->idle_keepalive_s = COORD_IDLE_KEEPALIVE_S_DEFAULT;
-    /* max_conns and download_budget 0: from the descriptor limit and the
-     * model's size. */
 }
 
 /* Slots of the rate tables: enough for every address of a large swarm;
@@ -593,25 +359,6 @@ bad:
     return vl_fail(err, VL_EINVAL, "--listen must be HOST:PORT (got \"%s\")", s);
 }
 
-/* The local port of a listening socket (-1 when unknown) and, with addr,
- * its address as text (left as it was when unknown); *v6 for IPv6. */
-static int bound_addr(int fd, char *addr, size_t cap, int *v6) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
-    *v6 = ss.ss_family == AF_INET6;
-    const void *host = *v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                           : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-    if (addr) inet_ntop(*v6 ? AF_INET6 : AF_INET, host, addr, (socklen_t)cap);
-    return *v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
-
-int coord_bound_port(int fd) {
-    int v6 = 0;
-    return bound_addr(fd, NULL, 0, &v6);
-}
-
 /* The size of coord_server.admin_token, its terminator included. */
 #define ADMIN_TOKEN_CAP ((int)sizeof(((coord_server *)NULL)->admin_token))
 
@@ -666,7 +413,7 @@ static int start_listening(coord_server *srv, const char *listen, int fd, vl_err
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
         vl_log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));
     char addr[INET6_ADDRSTRLEN] = "?";
-    int v6 = 0, real_port = bound_addr(fd, addr, sizeof addr, &v6);
+    int v6 = 0, real_port = coord_listen_bound_addr(fd, addr, sizeof addr, &v6);
     /* Scripts wait for this exact line. */
     fprintf(stderr, v6 ? "listening on [%s]:%d\n" : "listening on %s:%d\n", addr, real_port);
     fflush(stderr);
@@ -675,10 +422,29 @@ static int start_listening(coord_server *srv, const char *listen, int fd, vl_err
 
 /* ---- serve -------------------------------------------------------------------- */
 
+/* The handler of every route of the table (base/routes.h): what binds
+ * the routes, which the layers below read, to the API above them. */
+static const coord_handler HANDLERS[COORD_ROUTE_COUNT] = {
+    [COORD_ROUTE_JOIN] = coord_route_join,
+    [COORD_ROUTE_ROTATE] = coord_route_rotate,
+    [COORD_ROUTE_TASK] = coord_route_task,
+    [COORD_ROUTE_MODEL] = coord_route_model,
+    [COORD_ROUTE_DELTA] = coord_route_delta,
+    [COORD_ROUTE_DATA] = coord_route_data,
+    [COORD_ROUTE_UPDATES] = coord_route_updates,
+    [COORD_ROUTE_STATUS] = coord_route_status,
+    [COORD_ROUTE_ROUND] = coord_route_round,
+    [COORD_ROUTE_ROUND_VALUES] = coord_route_round_values,
+    [COORD_ROUTE_SPLIT_FORWARD] = coord_route_split_forward,
+    [COORD_ROUTE_SPLIT_BACKWARD] = coord_route_split_backward,
+    [COORD_ROUTE_FACTORS] = coord_route_factors,
+};
+
 static int setup_http(coord_server *srv, vl_error *err) {
     srv->http = evhttp_new(srv->base);
     if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
-    evhttp_set_gencb(srv->http, coord_server_dispatch, srv);
+    srv->handlers = HANDLERS;
+    evhttp_set_gencb(srv->http, coord_dispatch, srv);
     /* Every method reaches the handler, so even a wrong one gets JSON. */
     evhttp_set_allowed_methods(srv->http, COORD_HTTP_ALL_METHODS);
     /* Backstops behind the guard, which refuses first and in JSON. */

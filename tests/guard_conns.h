@@ -22,6 +22,12 @@
 #include <event2/http.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/conn/guard.h"
+#include "coordinator/conn/guard_types.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/conn/limits_types.h"
+#include "coordinator/http/http.h"
+#include "coordinator/server.h"
 
 /* One connection's guard, kept until the connection is gone. */
 typedef struct guard_conn {

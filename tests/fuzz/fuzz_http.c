@@ -1,7 +1,7 @@
 /* Fuzz target: the coordinator's HTTP side in one process, through the
  * code the real server runs: a real run in a real database, the writer
  * and compute threads, libevent's evhttp, the input guard hooked on each
- * connection's input buffer, coord_server_dispatch and every route
+ * connection's input buffer, coord_dispatch and every route
  * handler. Only TLS is left out: connections come over a Unix socket,
  * one per input.
  *
@@ -43,6 +43,14 @@
 #include "coordinator/coord.h"
 #include "tests/fuzz/fuzz.h"
 #include "tests/guard_conns.h"
+#include "coordinator/base/limiter.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/conn/limits_types.h"
+#include "coordinator/http/http.h"
+#include "coordinator/run/writer.h"
+#include "coordinator/sched/schedule.h"
+#include "coordinator/server.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -71,7 +79,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
 
 static void on_request(struct evhttp_request *req, void *arg) {
     guard_conn_watch(req, H.conns);
-    coord_server_dispatch(req, arg);
+    coord_dispatch(req, arg);
 }
 
 /* ---- the run ---------------------------------------------------------- */

@@ -12,6 +12,7 @@
 
 #include "coordinator/coord.h"
 #include "tests/fuzz/fuzz.h"
+#include "coordinator/api/api.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -2,7 +2,7 @@
 # docs/openapi.yaml describes the coordinator as it is. The spec must pass
 # openapi-spec-validator (from PyPI, pinned, in the tests' Python
 # environment, VOLLEY_PYENV); its endpoints must be exactly the route
-# table's (coordinator/server.c), the admin listener's and docs/protocol.md's
+# table's (coordinator/base/routes.c), the admin listener's and docs/protocol.md's
 # sections; every status and error code the handlers answer (followed
 # through their calls in the source) must be listed on the operation, and
 # every (status, code) pair sent anywhere must be in docs/protocol.md's
@@ -52,7 +52,7 @@ served but not in the spec: GET /v1/factors
 docs/protocol.md has a section on GET /v1/factors, which the spec lacks
 GET /v1/model (coord_route_model): the source answers 304; the spec has no 304
 POST /v1/updates (coord_route_updates): the source answers 409 stale_update
-sent by factors.c but listed on no operation of the spec: 404 unknown_factors
+sent by routes_factors.c but listed on no operation of the spec: 404 unknown_factors
 sent by routes_updates.c but listed on no operation of the spec: 409 stale_update
 EXPECTED
 while IFS= read -r line; do
@@ -67,15 +67,15 @@ echo "== the error table, the spec and the codes sent, both ways"
 # also on its operation), and a code sent (in a function of its own,
 # which no route reaches) that neither lists: each reported, and nothing
 # else.
-mkdir -p scratch/docs scratch/coordinator
+mkdir -p scratch/docs
 for d in compress common; do ln -s "$ROOT/$d" "scratch/$d"; done
-for f in "$ROOT"/coordinator/*; do ln -s "$f" scratch/coordinator/; done
+cp -r "$ROOT/coordinator" scratch/coordinator
 cp "$ROOT"/docs/protocol.md "$ROOT"/docs/openapi.yaml scratch/docs/
-rm scratch/coordinator/status.c
-{ cat "$ROOT/coordinator/status.c"
+rm scratch/coordinator/ops/status.c
+{ cat "$ROOT/coordinator/ops/status.c"
   printf 'void coord_bogus_teapot(coord_req *cr) {\n'
   printf '    coord_reply_error(cr,\n                      418, "teapot", "short and stout");\n}\n'
-} > scratch/coordinator/status.c
+} > scratch/coordinator/ops/status.c
 "$PY" - scratch/docs/protocol.md <<'ROW'
 import sys
 p = sys.argv[1]

@@ -3,10 +3,11 @@
 
   openapi_check.py static ROOT [SPEC]
       The spec (SPEC, default ROOT/docs/openapi.yaml) against the source:
-      the route table of coordinator/server.c and the paths the admin
+      the route table of coordinator/base/routes.c (with the handlers server.c
+      binds to it) and the paths the admin
       listener compares with (both directions), the endpoint headings of
       docs/protocol.md, and the statuses and error codes each handler can
-      answer, found by following its calls through coordinator/*.c (and
+      answer, found by following its calls through coordinator/**/*.c (and
       the decoders in compress/ and common/ that hand codes back). Then,
       over the whole source, every (status, code) pair any handler, the
       input guard or the signature check can send, against the error
@@ -195,15 +196,22 @@ def call_args(body, name):
     return calls
 
 
+def in_coordinator(path):
+    """Whether a source file is the coordinator's (any of its folders)."""
+    return (os.sep + "coordinator" + os.sep) in os.path.normpath(path)
+
+
 class Source:
     def __init__(self, root):
         self.funcs = {}  # (file, name) for statics, name for the others
         for sub in ("coordinator", "compress", "common"):
-            d = os.path.join(root, sub)
-            for fn in sorted(os.listdir(d)):
-                if fn.endswith(".c"):
-                    for name, f in c_functions(os.path.join(d, fn)).items():
-                        self.funcs[(f["file"], name) if f["static"] else name] = dict(f, name=name)
+            for d, dirs, files in sorted(os.walk(os.path.join(root, sub), followlinks=True)):
+                dirs.sort()
+                for fn in sorted(files):
+                    if fn.endswith(".c"):
+                        for name, f in c_functions(os.path.join(d, fn)).items():
+                            key = (f["file"], name) if f["static"] else name
+                            self.funcs[key] = dict(f, name=name)
         self.wrappers = self._wrappers()
 
     def lookup(self, name, file):
@@ -261,7 +269,7 @@ class Source:
             for name in refs:
                 g = self.lookup(name, f["file"])
                 if (g and any(p in g["params"] for p in REQUEST_PARAMS)
-                        and os.path.basename(os.path.dirname(g["file"])) == "coordinator"):
+                        and in_coordinator(g["file"])):
                     pending.append(g)
         return list(seen.values())
 
@@ -308,17 +316,30 @@ class Source:
 
 
 def route_table(root):
-    text = read(os.path.join(root, "coordinator", "server.c"))
-    block = re.search(r"static const route ROUTES\[\] = \{(.*?)\n\};", text, re.S)
+    """The public routes: the table's rows (coordinator/base/routes.c)
+    joined with the handler the server binds to each (server.c)."""
+    text = read(os.path.join(root, "coordinator", "base", "routes.c"))
+    block = re.search(r"static const coord_route ROUTES\[COORD_ROUTE_COUNT\] = \{(.*?)\n\};", text, re.S)
     if not block:
-        raise SystemExit("openapi_check: no ROUTES table in coordinator/server.c")
-    rows = re.findall(r'\{\s*"([^"]+)",\s*([01]),\s*EVHTTP_REQ_(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\s*\}',
-                      block.group(1))
-    if not rows or len(rows) != block.group(1).count('{"'):
+        raise SystemExit("openapi_check: no ROUTES table in coordinator/base/routes.c")
+    rows = re.findall(r'\[(COORD_ROUTE_\w+)\]\s*=\s*\{\s*"([^"]+)",\s*([01]),\s*EVHTTP_REQ_(\w+),\s*(\w+),'
+                      r'\s*(\w+)\s*\}', block.group(1))
+    if not rows or len(rows) != block.group(1).count('= {"'):
         raise SystemExit("openapi_check: a row of the ROUTES table did not parse")
+    srv = read(os.path.join(root, "coordinator", "server.c"))
+    hblock = re.search(r"static const coord_handler HANDLERS\[COORD_ROUTE_COUNT\] = \{(.*?)\n\};", srv,
+                       re.S)
+    if not hblock:
+        raise SystemExit("openapi_check: no HANDLERS table in coordinator/server.c")
+    handlers = dict(re.findall(r"\[(COORD_ROUTE_\w+)\]\s*=\s*(\w+)", hblock.group(1)))
     auth = {"PEER": "COORD_AUTH_PEER"}
-    return [{"path": p, "prefix": pre == "1", "method": m, "media": media != "NULL",
-             "auth": auth.get(a, a), "fn": fn} for p, pre, m, media, a, fn in rows]
+    out = []
+    for rid, p, pre, m, media, a in rows:
+        if rid not in handlers:
+            raise SystemExit(f"openapi_check: no handler bound to {rid} in coordinator/server.c")
+        out.append({"path": p, "prefix": pre == "1", "method": m, "media": media != "NULL",
+                    "auth": auth.get(a, a), "fn": handlers[rid]})
+    return out
 
 
 def admin_routes(src):
@@ -411,8 +432,8 @@ def static(root, spec_path=None):
     # Statuses and codes: the handler's own, those of the checks before
     # it (the input guard's refusals, dispatch, the signature) and, for
     # the admin listener, its callback's.
-    disp, _ = src.answers(src.closure("coord_server_dispatch"))
-    auth_file = os.path.join(root, "coordinator", "auth.c")
+    disp, _ = src.answers(src.closure("coord_dispatch"))
+    auth_file = os.path.join(root, "coordinator", "http", "auth.c")
     head_full, _ = src.answers(src.closure("coord_auth_head"))
     # An unsigned route meets only the checks made before the signature's:
     # those in coord_auth_head itself and the address's rate.
@@ -497,7 +518,7 @@ def sent_pairs(root, src):
     for f in src.funcs.values():
         by_file.setdefault(f["file"], []).append(f)
     for path in sorted(by_file):
-        if os.path.basename(os.path.dirname(path)) != "coordinator":
+        if not in_coordinator(path):
             continue
         text = read(path)
         base = os.path.basename(path)
@@ -568,7 +589,7 @@ def record_pairs(src):
     status), which refuse_guarded sends for a request on any route."""
     out = []
     for f in src.funcs.values():
-        if os.path.basename(os.path.dirname(f["file"])) != "coordinator":
+        if not in_coordinator(f["file"]):
             continue
         for m in re.finditer(r'snprintf\(\s*([\w.>-]+)\.code\s*,[^;]*?"([a-z_]+)"\s*\);', f["body"]):
             st = re.search(re.escape(m.group(1)) + r"\.status\s*=\s*([1-5]\d\d)\s*;",

@@ -1,3 +1,3 @@
 # The dashboard's counting, the per-peer totals it reads and the writer's
 # histograms (the page itself: tests/integration/dashboard.sh).
-volley_unit_test(test_dashboard volley_coordinator_core)
+volley_unit_test(test_dashboard volley_coord_ops)

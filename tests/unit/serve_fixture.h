@@ -25,6 +25,9 @@
 #include "coordinator/coord.h"
 #include "crypto/crypto.h"
 #include "tests/guard_conns.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/http/http.h"
+#include "coordinator/server.h"
 
 #define SERVE_MAX_PEERS 8
 /* How long one request may take before the test gives up on it. */
@@ -60,7 +63,7 @@ static inline struct bufferevent *serve_make_bev(struct event_base *base, void *
 
 static inline void serve_on_request(struct evhttp_request *req, void *arg) {
     guard_conn_watch(req, SV.conns);
-    coord_server_dispatch(req, arg);
+    coord_dispatch(req, arg);
 }
 
 static inline void serve_tick(evutil_socket_t fd, short what, void *arg) {

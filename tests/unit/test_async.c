@@ -25,13 +25,14 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
-#include "coordinator/aggregator.h"
-#include "coordinator/config.h"
+#include "coordinator/run/aggregator.h"
+#include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/scheduler.h"
-#include "coordinator/writer.h"
+#include "coordinator/base/scheduler.h"
+#include "coordinator/run/writer.h"
 #include "storage/storage.h"
 #include "test_util.h"
+#include "coordinator/ops/status.h"
 
 /* ---- staleness and configuration ---------------------------------------- */
 

@@ -11,10 +11,13 @@
 
 #include <cmocka.h>
 
-#include "coordinator/aggregator.h"
+#include "coordinator/run/aggregator.h"
 #include "coordinator/coord.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/base/scheduler.h"
 #include "test_util.h"
+#include "coordinator/base/outer.h"
+#include "coordinator/config/config.h"
+#include "coordinator/sched/schedule.h"
 
 static void test_delayed_nesterov_by_hand(void **state) {
     (void)state;

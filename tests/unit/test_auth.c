@@ -20,6 +20,12 @@
 
 #include "test_util.h"
 #include "coordinator/coord.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/conn/guard.h"
+#include "coordinator/conn/guard_types.h"
+#include "coordinator/http/http.h"
+#include "coordinator/run/run.h"
+#include "coordinator/server.h"
 
 typedef struct fixture {
     char *dir;

@@ -21,6 +21,11 @@
 #include <event2/event.h>
 
 #include "coordinator/coord.h"
+#include "coordinator/conn/guard.h"
+#include "coordinator/conn/guard_types.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/conn/limits_types.h"
+#include "coordinator/http/http.h"
 
 #define MAX_CONNS 160
 

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "compress/compress.h"
-#include "coordinator/config.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/config/config.h"
+#include "coordinator/base/scheduler.h"
 
 /* ---- configuration ------------------------------------------------------- */
 

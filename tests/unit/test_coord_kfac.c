@@ -18,9 +18,10 @@
 
 #include <cmocka.h>
 
-#include "coordinator/aggregator.h"
+#include "coordinator/run/aggregator.h"
 #include "coordinator/coord.h"
 #include "test_util.h"
+#include "coordinator/config/config.h"
 
 static int parse(const char *json, coord_config *cfg, vl_error *e) {
     memset(e, 0, sizeof *e);

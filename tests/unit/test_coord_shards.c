@@ -19,12 +19,13 @@
 
 #include <cmocka.h>
 
-#include "coordinator/config.h"
+#include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/base/scheduler.h"
 #include "crypto/crypto.h"
 
 #include "tests/unit/test_util.h"
+#include "coordinator/run/run.h"
 
 /* ---- configuration -------------------------------------------------------- */
 

@@ -15,10 +15,13 @@
 
 #include "compress/compress.h"
 #include "test_util.h"
-#include "coordinator/aggregator.h"
-#include "coordinator/config.h"
+#include "coordinator/run/aggregator.h"
+#include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/scheduler.h"
+#include "coordinator/base/scheduler.h"
+#include "coordinator/api/api.h"
+#include "coordinator/base/outer.h"
+#include "coordinator/http/http.h"
 
 /* ---- outer step --------------------------------------------------------- */
 

@@ -17,11 +17,14 @@
 #include <cmocka.h>
 
 #include "coordinator/coord.h"
-#include "coordinator/dashboard.h"
+#include "coordinator/ops/dashboard.h"
 #include "storage/storage.h"
 #include "test_util.h"
 
 #include "storage_fixtures.h"
+#include "coordinator/base/counters.h"
+#include "coordinator/base/routes.h"
+#include "coordinator/run/writer.h"
 
 static int upload_route(void) {
     return coord_route_index("/v1/updates");

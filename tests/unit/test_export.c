@@ -22,6 +22,8 @@
 
 #include "test_util.h"
 #include "coordinator/coord.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/config/config.h"
 
 #define V_SIZE 256
 #define BLOCK 16

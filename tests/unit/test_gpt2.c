@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "coordinator/config.h"
+#include "coordinator/config/config.h"
 #include "model/model.h"
 
 #include "tests/unit/test_util.h"

@@ -11,8 +11,9 @@
 #include <cmocka.h>
 
 #include "test_util.h"
-#include "coordinator/guard.h"
+#include "coordinator/conn/guard.h"
 #include "crypto/crypto.h"
+#include "coordinator/conn/guard_types.h"
 
 #define CAP 100
 #define HEAD_CAP 256

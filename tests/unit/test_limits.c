@@ -20,9 +20,14 @@
 
 #include "test_util.h"
 #include "coordinator/coord.h"
-#include "coordinator/guard.h"
-#include "coordinator/limiter.h"
+#include "coordinator/conn/guard.h"
+#include "coordinator/base/limiter.h"
 #include "crypto/crypto.h"
+#include "coordinator/config/config.h"
+#include "coordinator/conn/conn.h"
+#include "coordinator/conn/guard_types.h"
+#include "coordinator/conn/limits.h"
+#include "coordinator/conn/limits_types.h"
 
 static int setup(void **state) {
     (void)state;

@@ -41,6 +41,11 @@
 #include "test_util.h"
 #include "coordinator/coord.h"
 #include "tests/guard_conns.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/http/http.h"
+#include "coordinator/run/writer.h"
+#include "coordinator/sched/schedule.h"
+#include "coordinator/server.h"
 
 #define MAX_PEERS 24
 #define MAX_CLIENTS 24
@@ -127,7 +132,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
         start_probe(req);
         return;
     }
-    coord_server_dispatch(req, arg);
+    coord_dispatch(req, arg);
 }
 
 static void tick(evutil_socket_t fd, short what, void *arg) {

@@ -22,8 +22,14 @@
 #include <event2/event.h>
 
 #include "test_util.h"
-#include "coordinator/aggregator.h"
+#include "coordinator/run/aggregator.h"
 #include "coordinator/coord.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/config/config.h"
+#include "coordinator/run/net.h"
+#include "coordinator/run/run.h"
+#include "coordinator/sched/schedule.h"
+#include "coordinator/server.h"
 
 /* Coordinates of the sketch case's updates, and how many. Few against the
  * sketch's columns, so that a coordinate outside them almost never meets

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
-#include "coordinator/nonce_log.h"
+#include "coordinator/conn/nonce_log.h"
 #include "crypto/crypto.h"
 
 #define W CRYPTO_TS_WINDOW_S

@@ -17,8 +17,8 @@
 
 #include "compress/compress.h"
 #include "test_util.h"
-#include "coordinator/config.h"
-#include "coordinator/robust.h"
+#include "coordinator/config/config.h"
+#include "coordinator/base/robust.h"
 
 /* ---- the naive reference ------------------------------------------------------ */
 
@@ -71,7 +71,7 @@ static void expect_like_reference(coord_rule rule, double trim, float **rows, co
     assert_non_null(out);
     assert_non_null(col);
     OK(coord_robust_combine(rule, trim, (const float *const *)rows, w, k, d, out, &e_));
-    size_t b = rule == COORD_RULE_TRIMMED_MEAN ? coord_robust_trim_count(trim, k) : 0;
+    size_t b = rule == COORD_RULE_TRIMMED_MEAN ? coord_config_trim_count(trim, k) : 0;
     for (size_t j = 0; j < d; j++) {
         for (size_t i = 0; i < k; i++) col[i] = rows[i][j];
         double want = ref_coord(rule, b, col, w, k);
@@ -85,16 +85,16 @@ static void expect_like_reference(coord_rule rule, double trim, float **rows, co
 
 static void test_trim_count(void **state) {
     (void)state;
-    assert_int_equal(coord_robust_trim_count(0.2, 10), 2);
-    assert_int_equal(coord_robust_trim_count(0.29, 100), 29); /* 0.29 * 100 = 28.999... */
-    assert_int_equal(coord_robust_trim_count(0.1, 5), 0);
-    assert_int_equal(coord_robust_trim_count(0.49, 3), 1);
-    assert_int_equal(coord_robust_trim_count(0.49, 2), 0);
-    assert_int_equal(coord_robust_trim_count(0.4, 1), 0);
+    assert_int_equal(coord_config_trim_count(0.2, 10), 2);
+    assert_int_equal(coord_config_trim_count(0.29, 100), 29); /* 0.29 * 100 = 28.999... */
+    assert_int_equal(coord_config_trim_count(0.1, 5), 0);
+    assert_int_equal(coord_config_trim_count(0.49, 3), 1);
+    assert_int_equal(coord_config_trim_count(0.49, 2), 0);
+    assert_int_equal(coord_config_trim_count(0.4, 1), 0);
     /* Never so many that nothing is left. */
-    assert_int_equal(coord_robust_trim_count(0.5, 4), 1);
-    assert_int_equal(coord_robust_trim_count(0.9, 10), 4);
-    assert_int_equal(coord_robust_trim_count(0, 10), 0);
+    assert_int_equal(coord_config_trim_count(0.5, 4), 1);
+    assert_int_equal(coord_config_trim_count(0.9, 10), 4);
+    assert_int_equal(coord_config_trim_count(0, 10), 0);
 }
 
 static void test_median_and_clip_scales(void **state) {

@@ -19,10 +19,11 @@
 #include <cmocka.h>
 
 #include "common/split_wire.h"
-#include "coordinator/split.h"
+#include "coordinator/run/split.h"
 #include "model/mlp_part.h"
 #include "test_util.h"
 #include "serve_fixture.h"
+#include "coordinator/config/config.h"
 
 /* A plain split at layer 1 of a 6 -> 5 -> 4 -> 3 classifier: the
  * coordinator holds 5 -> 4 (GELU) -> 3 and the loss. */

@@ -24,7 +24,7 @@
 
 #include <sqlite3.h>
 
-#include "coordinator/writer.h"
+#include "coordinator/run/writer.h"
 #include "storage/internal.h"
 #include "storage/storage.h"
 #include "test_util.h"

@@ -32,6 +32,10 @@
 #include "test_util.h"
 #include "coordinator/coord.h"
 #include "storage/internal.h"
+#include "coordinator/cli/cli.h"
+#include "coordinator/run/writer.h"
+#include "coordinator/sched/schedule.h"
+#include "coordinator/server.h"
 
 /* A dense run of two updates a version in dir, served with no listener. */
 static coord_server *open_run(const char *dir) {

@@ -1,0 +1,37 @@
+/* GET /v1/status: the run's summary for anyone who asks (ops/status.c
+ * builds it), made at most once per COORD_STATUS_CACHE_S on the loop. */
+#include "coordinator/coord.h"
+#include "coordinator/api/api.h"
+#include "coordinator/http/http.h"
+#include "coordinator/ops/status.h"
+#include "coordinator/run/writer.h"
+
+void coord_route_status(coord_req *cr) {
+    coord_server *srv = cr->srv;
+    /* No parameters here: any query is refused like a bad one elsewhere
+     * (protocol.md, Query strings), so a target has one meaning. */
+    static const char *const no_keys[] = {NULL};
+    unsigned present = 0;
+    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
+        return;
+    /* Anyone may ask, as often as the address limit allows: the answer
+     * is built at most once per COORD_STATUS_CACHE_S on the loop. */
+    double mono = vl_clock_mono_s();
+    if (srv->status_cache && mono - srv->status_at < COORD_STATUS_CACHE_S) {
+        coord_reply_json(cr, 200, json_incref(srv->status_cache));
+        return;
+    }
+    vl_error e = {0};
+    coord_writer_stats ws;
+    coord_writer_stats_get(srv->writer, &ws);
+    json_t *o = coord_status_json(srv->db, &srv->cfg, srv->version, srv->finished, &ws,
+                                  srv->net.mlp ? &srv->val_accuracy : NULL, &e);
+    if (!o) {
+        coord_reply_internal(cr, &e);
+        return;
+    }
+    json_decref(srv->status_cache);
+    srv->status_cache = json_incref(o);
+    srv->status_at = mono;
+    coord_reply_json(cr, 200, o);
+}

@@ -1,0 +1,54 @@
+/* Shared between config.c (parsing) and config_resolve.c (what a parsed
+ * configuration resolves to); not for use outside the configuration. */
+#ifndef VOLLEY_COORD_CONFIG_INTERNAL_H
+#define VOLLEY_COORD_CONFIG_INTERNAL_H
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "coordinator/config/config.h"
+
+/* Room for an update's safetensors header: the metadata strings and one
+ * tensor entry, padded. Generous, because refusing a valid update for a
+ * few bytes would stall the run. */
+#define UPDATE_HEADER_SLACK 8192
+
+/* Fills in dtype, block, decay, the second round, k, cols and apply_k
+ * from what was given (a ratio R: an update R times smaller than a dense
+ * F32 one), and refuses settings the kind has no use for. */
+int coord_config_resolve_compression(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* lease_wait: a number of task times, 0 to 100, above 0 only in an async
+ * run; by mode when not given. After the mode is parsed, before
+ * coord_config_resolve_validation and coord_config_resolve_outer, whose
+ * defaults depend on it. */
+int coord_config_resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* The outer step, delay and dynamic steps by kind and mode (and
+ * lease_wait) when not given, and the async combinations refused because
+ * they are known to diverge. After coord_config_resolve_compression. */
+int coord_config_resolve_outer(coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* val_batches from val_tokens (a configuration gives one of them) and
+ * val_check_batches from val_check_tokens; a
+ * classifier, which scores its whole test set, may give none of them.
+ * After the mode and the model are parsed. */
+int coord_config_resolve_validation(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+
+/* data {"kind": "local"} (config_local.c): a classifier's test set or a
+ * GPT's held-out data (val: a text file, wholly held out; val_shard: a
+ * token shard); refuses the fields of served data. Sets cfg->local. */
+int coord_config_parse_local(json_t *root, json_t *data, coord_config *cfg,
+                             vl_error *err) VL_MUST_CHECK;
+/* Adds the local data's paths to the normalised data object. */
+int coord_config_local_json(const coord_config *cfg, json_t *data) VL_MUST_CHECK;
+/* The split section and mode "split" (config_local.c): checks the cut
+ * against the model, the weights and the dtype, after the model and train
+ * sections are parsed. Returns 0 or VL_EINVAL naming the field. */
+int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
+/* Adds the split section to the normalised JSON root (split runs only). */
+int coord_config_split_json(const coord_config *cfg, json_t *root) VL_MUST_CHECK;
+
+/* The robust rules' names, in coord_rule order, NULL after the last
+ * (config_resolve.c). */
+extern const char *const coord_rule_names[];
+
+#endif

@@ -1,0 +1,191 @@
+/* The model bytes the coordinator serves, shared by the responses still
+ * sending them: blobs with their reference counts and the budget on what
+ * they may hold at once, the model file of a version (the current one
+ * built once and kept, retained ones read back from the database), a
+ * version's K-FAC factors file, and the SHA-256 digest of a version's
+ * parameters. */
+#include <stdio.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "coordinator/coord.h"
+#include "coordinator/run/split.h"
+#include "model/mlp_io.h"
+#include "coordinator/config/config.h"
+#include "coordinator/conn/limits_types.h"
+#include "coordinator/run/net.h"
+#include "coordinator/run/net_types.h"
+#include "coordinator/run/run.h"
+
+int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err) {
+    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    if (!d) return vl_fail(err, VL_ENOMEM, "out of memory hashing a version");
+    crypto_digest_update(d, theta, n * sizeof *theta);
+    uint8_t md[CRYPTO_DIGEST_MAX];
+    size_t len = crypto_digest_final(d, md);
+    crypto_digest_free(d);
+    if (len != 32) return vl_fail(err, VL_ERR, "cannot hash a version");
+    vl_hex_encode(md, 32, out);
+    return VL_OK;
+}
+
+/* Live blob bytes; blobs are made and dropped on the loop and compute
+ * threads alike. */
+static int64_t live_blob_bytes;
+
+coord_blob *coord_blob_wrap(uint8_t *data, size_t len, int64_t version) {
+    coord_blob *b = calloc(1, sizeof *b);
+    if (!b) {
+        free(data);
+        return NULL;
+    }
+    b->refs = 1;
+    b->len = len;
+    b->data = data;
+    b->version = version;
+    __atomic_add_fetch(&live_blob_bytes, (int64_t)len, __ATOMIC_RELAXED);
+    return b;
+}
+
+void coord_blob_unref(coord_blob *b) {
+    if (!b || --b->refs > 0) return;
+    __atomic_sub_fetch(&live_blob_bytes, (int64_t)b->len, __ATOMIC_RELAXED);
+    free(b->data);
+    free(b);
+}
+
+int64_t coord_blob_live_bytes(void) {
+    return __atomic_load_n(&live_blob_bytes, __ATOMIC_RELAXED);
+}
+
+int coord_download_room(const coord_server *srv, int64_t need) {
+    int64_t budget = srv->limits.download_budget;
+    if (budget <= 0) {
+        budget = COORD_DOWNLOAD_BUDGET_MODELS * (int64_t)srv->n_params * 4;
+        if (budget < ((int64_t)256 << 20)) budget = (int64_t)256 << 20;
+    }
+    return coord_blob_live_bytes() + need <= budget;
+}
+
+/* Serialises gpt as the /v1/model file: the parameters under their
+ * Hugging Face names plus run, version and model metadata. */
+int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
+                     double val_loss, vl_buf *out, vl_error *err) {
+    char vstr[24], mjson[MODEL_MLP_JSON_MAX], nats[32], bits[32];
+    snprintf(vstr, sizeof vstr, "%lld", (long long)version);
+    snprintf(nats, sizeof nats, "%.6f", val_loss);
+    snprintf(bits, sizeof bits, "%.6f", val_loss / M_LN2);
+    st_writer w;
+    st_writer_init(&w);
+    int rc = coord_config_model_json(cfg, mjson, sizeof mjson);
+    if (!rc && net->gpt) rc = model_gpt_write_config_meta(net->gpt, &w);
+    if (!rc) rc = st_writer_meta(&w, "run", cfg->name);
+    if (!rc) rc = st_writer_meta(&w, "version", vstr);
+    if (!rc) rc = st_writer_meta(&w, "model", mjson);
+    /* Bits per byte compare across vocabularies and with published
+     * figures; a token-shard run's loss is per token. */
+    if (!rc && isfinite(val_loss)) rc = st_writer_meta(&w, "val_loss", nats);
+    if (!rc && isfinite(val_loss) && net->gpt)
+        rc = st_writer_meta(&w, cfg->shards ? "val_bits_per_token" : "val_bits_per_byte", bits);
+    if (!rc) rc = coord_net_write_tensors(net, &w);
+    if (rc)
+        rc = vl_fail(err, rc, "cannot describe the model of version %lld", (long long)version);
+    else
+        rc = st_writer_finish(&w, out, err);
+    st_writer_free(&w);
+    return rc;
+}
+
+static int build_blob(coord_server *srv, const coord_net *net, int64_t version, double val_loss,
+                      coord_blob **out, vl_error *err) {
+    vl_buf b;
+    vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
+    int rc = coord_model_file(&srv->cfg, net, version, val_loss, &b, err);
+    if (rc) {
+        vl_buf_free(&b);
+        return rc;
+    }
+    size_t len;
+    uint8_t *data = vl_buf_steal(&b, &len);
+    coord_blob *blob = coord_blob_wrap(data, len, version);
+    if (!blob) return vl_fail(err, VL_ENOMEM, "out of memory");
+    *out = blob;
+    return VL_OK;
+}
+
+coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
+    /* A version served on its loss check has no validation loss of its
+     * own yet (score.h): its file then says none, and keeps saying so,
+     * since one version's file does not change under its ETag. */
+    double val_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
+    if (!srv->model_blob &&
+        build_blob(srv, &srv->net, srv->version, val_loss, &srv->model_blob, err))
+        return NULL;
+    srv->model_blob->refs++;
+    return srv->model_blob;
+}
+
+int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
+    if (version == srv->version) {
+        *out = coord_model_blob(srv, err);
+        return *out ? VL_OK : VL_ERR;
+    }
+    if (version < 0 || version > srv->version)
+        return vl_fail(err, VL_ENOTFOUND, "version %lld was never made", (long long)version);
+    /* Everyone reading one old version shares one built copy. */
+    if (srv->old_blob && srv->old_blob->version == version) {
+        srv->old_blob->refs++;
+        *out = srv->old_blob;
+        return VL_OK;
+    }
+    /* Building takes a model and its file: twice the parameters. */
+    if (!coord_download_room(srv, 2 * (int64_t)srv->n_params * 4))
+        return vl_fail(err, VL_ETOOBIG,
+                       "downloads in flight hold the coordinator's download "
+                       "budget");
+    storage_version v;
+    int rc = storage_version_get(srv->db, version, 1, &v, err);
+    if (rc != VL_OK) return rc;
+    if (!v.params || v.n != srv->n_params) {
+        storage_version_free(&v);
+        return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
+    }
+    coord_net net;
+    rc = coord_net_create(&srv->cfg, &net, err);
+    if (rc == VL_OK) {
+        memcpy(coord_net_params(&net), v.params, v.n * sizeof(float));
+        rc = build_blob(srv, &net, version, v.val_loss, out, err);
+    }
+    if (rc == VL_OK) {
+        if (srv->old_blob) coord_blob_unref(srv->old_blob);
+        srv->old_blob = *out;
+        srv->old_blob->refs++;
+    }
+    coord_net_destroy(&net);
+    storage_version_free(&v);
+    return rc;
+}
+
+int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
+    *out = NULL;
+    if (!srv->factor_layers)
+        return vl_fail(err, VL_ENOTFOUND, "this run does not share K-FAC factors");
+    if (srv->factors_blob && srv->factors_blob->version == version) {
+        srv->factors_blob->refs++;
+        *out = srv->factors_blob;
+        return VL_OK;
+    }
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc = storage_factors_get(srv->db, version, &data, &len, NULL, NULL, err);
+    if (rc != VL_OK) return rc;
+    coord_blob *b = coord_blob_wrap(data, len, version);
+    if (!b) return vl_fail(err, VL_ENOMEM, "out of memory");
+    if (version == srv->factors_version) {
+        if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
+        srv->factors_blob = b;
+        b->refs++;
+    }
+    *out = b;
+    return VL_OK;
+}

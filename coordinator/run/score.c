@@ -1,0 +1,172 @@
+/* Background scoring of served versions (score.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/coord.h"
+#include "coordinator/run/score.h"
+#include "coordinator/run/net.h"
+#include "coordinator/run/net_types.h"
+#include "coordinator/run/run.h"
+#include "coordinator/run/writer.h"
+
+/* A scratch model n (srv->eval or srv->scorer), made on first use,
+ * holding theta. */
+static int load(coord_server *srv, coord_net *n, const float *theta, vl_error *err) {
+    if (!coord_net_params(n)) {
+        int rc = coord_net_create(&srv->cfg, n, err);
+        if (rc != VL_OK) return rc;
+    }
+    memcpy(coord_net_params(n), theta, srv->n_params * sizeof(float));
+    return VL_OK;
+}
+
+int coord_score_full(coord_server *srv, const float *theta, float *loss, double *accuracy,
+                     vl_error *err) {
+    int rc = load(srv, &srv->eval, theta, err);
+    if (rc != VL_OK) return rc;
+    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->eval, loss,
+                           accuracy, err);
+}
+
+int coord_score_check(coord_server *srv, const float *theta, float *loss, vl_error *err) {
+    int rc = load(srv, &srv->eval, theta, err);
+    if (rc != VL_OK) return rc;
+    return coord_net_check(&srv->cfg, &srv->corpus, &srv->shards, &srv->eval, loss, err);
+}
+
+typedef struct coord_score_job {
+    coord_job job;
+    coord_server *srv;
+    int64_t version;
+    float *params; /* the version's, copied when it was queued */
+    float loss;
+    double seconds; /* the scoring's, on the background thread */
+} score_job;
+
+static void score_job_free(score_job *j) {
+    free(j->params);
+    free(j);
+}
+
+/* After the store: the run's figures take the score in, and it is
+ * logged. */
+static void stored(coord_job *job, int rc, const vl_error *err) {
+    score_job *j = (score_job *)job;
+    coord_server *srv = j->srv;
+    if (rc != VL_OK) {
+        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_WARN,
+                   "version %lld: storing its validation loss failed: %s", (long long)j->version,
+                   err ? err->msg : "");
+        score_job_free(j);
+        return;
+    }
+    /* A newer version may have its loss already: the one that finished
+     * the run, scored before it was served. */
+    if (j->version >= srv->val_loss_version) {
+        srv->val_loss = j->loss;
+        srv->val_loss_version = j->version;
+    }
+    if (!isfinite(srv->best_val_loss) || j->loss < srv->best_val_loss) srv->best_val_loss = j->loss;
+    vl_log_info("version %lld val_loss %.6f (%.4f bits per %s; scored on %lld held-out %s in "
+                "the background, %.2f s)",
+                (long long)j->version, (double)j->loss, (double)j->loss / M_LN2,
+                srv->cfg.shards ? "token" : "byte",
+                (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
+                                                   srv->cfg.val_batches),
+                srv->cfg.shards ? "tokens" : "bytes", j->seconds);
+    score_job_free(j);
+}
+
+static int store(storage *db, coord_job *job, vl_error *err) {
+    score_job *j = (score_job *)job;
+    int changed = 0;
+    return storage_version_set_val_loss(db, j->version, j->loss, &changed, err);
+}
+
+/* On the background thread: its own model, created on first use. */
+static int score(storage *db, coord_job *job, vl_error *err) {
+    (void)db;
+    score_job *j = (score_job *)job;
+    coord_server *srv = j->srv;
+    double t0 = vl_clock_mono_s();
+    int rc = load(srv, &srv->scorer, j->params, err);
+    if (rc != VL_OK) return rc;
+    rc = coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->scorer, &j->loss,
+                         NULL, err);
+    if (rc == VL_OK && !isfinite(j->loss))
+        rc = vl_fail(err, VL_ERANGE, "its validation loss is not finite");
+    j->seconds = vl_clock_mono_s() - t0;
+    return rc;
+}
+
+/* Back on the loop: the score goes to the writer, and the version that
+ * waits, if any, to the background thread. */
+static void scored(coord_job *job, int rc, const vl_error *err) {
+    score_job *j = (score_job *)job;
+    coord_server *srv = j->srv;
+    srv->score_busy = 0;
+    if (srv->score_waiting) {
+        score_job *next = srv->score_waiting;
+        srv->score_waiting = NULL;
+        srv->score_busy = 1;
+        coord_writer_background(srv->writer, &next->job);
+    }
+    if (rc != VL_OK) {
+        vl_log_warn("version %lld: scoring it in the background failed: %s", (long long)j->version,
+                    err ? err->msg : "");
+        score_job_free(j);
+        return;
+    }
+    free(j->params);
+    j->params = NULL;
+    j->job.run = store;
+    j->job.done = stored;
+    coord_writer_submit(srv->writer, &j->job);
+}
+
+void coord_score_queue(coord_server *srv, int64_t version, const float *params) {
+    score_job *j = srv->score_waiting;
+    if (j) {
+        /* Overtaken before its turn: the newer version is the one worth
+         * knowing, and scoring every one would take the CPU the peers and
+         * merges need whenever versions come faster than scores. */
+        vl_log_debug("version %lld is left without its full validation loss: version %lld "
+                     "came before it was scored",
+                     (long long)j->version, (long long)version);
+    } else {
+        j = calloc(1, sizeof *j);
+        if (j) j->params = malloc(srv->n_params * sizeof(float) + 1);
+        if (!j || !j->params) {
+            free(j);
+            vl_log_warn("version %lld is left without its full validation loss: out of memory",
+                        (long long)version);
+            return;
+        }
+        j->srv = srv;
+        j->job.run = score;
+        j->job.done = scored;
+    }
+    memcpy(j->params, params, srv->n_params * sizeof(float));
+    j->version = version;
+    j->loss = NAN;
+    if (srv->score_busy) {
+        srv->score_waiting = j;
+        return;
+    }
+    srv->score_waiting = NULL;
+    srv->score_busy = 1;
+    coord_writer_background(srv->writer, &j->job);
+}
+int coord_score_start(coord_server *srv, vl_error *err) {
+    srv->best_check_loss = NAN;
+    srv->val_loss_version = srv->version;
+    if (srv->cfg.val_check_batches <= 0) return VL_OK;
+    const float *theta = coord_net_params(&srv->net);
+    float check = NAN;
+    int rc = coord_score_check(srv, theta, &check, err);
+    if (rc != VL_OK) return rc;
+    srv->best_check_loss = check;
+    if (!isfinite(srv->val_loss)) coord_score_queue(srv, srv->version, theta);
+    return VL_OK;
+}
