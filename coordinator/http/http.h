@@ -82,9 +82,10 @@ void coord_auth_release(void *arg, const coord_guard_ticket *t);
  * arrived of it once that passes the advance reserved at its head. */
 void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived);
 
-/* For a handler that needs a registered peer: sets cr->peer_id from the
- * ticket the guard issued for the signed head and returns 0, or answers
- * 401 and returns -1. */
+/* For a route that needs a registered peer, called by dispatch before its
+ * handler (so no handler calls it): sets cr->peer_id from the ticket the
+ * guard issued for the signed head and returns 0, or answers 401 (403 for
+ * a peer revoked since its head was checked) and returns -1. */
 int coord_authenticate(coord_req *cr);
 /* For a join: 0 when the head was signed by pk (the key the body
  * registers); otherwise answers 401 and returns -1. */

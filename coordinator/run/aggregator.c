@@ -1,7 +1,8 @@
-/* Merging a version's updates into the next version, and opening a
- * version's second round: the jobs that compute them and the writer jobs
- * that store them. When either runs, and what follows it, is decided in
- * schedule.c, which starts them and is called back when they are over. */
+/* Merging a version's updates into the next version: the job that
+ * computes it and the writer job that stores it (opening a second round,
+ * which reads the updates the same way, is round_open.c). When either
+ * runs, and what follows it, is decided in sched/schedule.c, which starts
+ * them and is called back when they are over. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,32 +21,8 @@
 #include "coordinator/run/net.h"
 #include "coordinator/run/run.h"
 #include "coordinator/run/writer.h"
+#include "coordinator/run/merge_internal.h"
 
-typedef struct merge_ctx {
-    const coord_config *cfg;
-    size_t n_params;
-    float *sum;          /* Σ nᵢ Δᵢ (dense and topk runs) */
-    compress_sketch *sk; /* Σ nᵢ Sᵢ (sketch runs) */
-    int64_t *ids;
-    int64_t *peers; /* the peer of each */
-    double *norms;  /* each update's L2 norm as sent */
-    double *units;  /* ... over the square root of its local steps */
-    size_t n_ids, cap;
-    coord_robust_acc *rb;       /* a rule other than mean: the updates are held here */
-    coord_robust_config robust; /* the run's, max_norm the bound in force */
-    size_t bounded;             /* mean: updates scaled down to robust.max_norm */
-    double samples;             /* Σ wᵢ, wᵢ = nᵢ·s(τᵢ) */
-    double loss_sum;
-    double acc_sum, acc_w;         /* reported accuracies, weighted as the updates are */
-    int64_t bytes;                 /* the merged updates' bodies, as uploaded */
-    int64_t version;               /* the version being merged from */
-    size_t stale;                  /* updates based on an older version */
-    int plain;                     /* the step left out its momentum (async, mostly stale) */
-    size_t set_aside;              /* updates that could not be read (set_aside) */
-    coord_round_acc *round;        /* sketch runs with a second round, else NULL */
-    compress_factors_sum *factors; /* K-FAC runs that share factors, else NULL */
-    vl_error *err;
-} merge_ctx;
 
 /* An update's norm over the square root of its local steps: what
  * max_norm "auto" bounds. Honest peers that train a different number of
@@ -91,7 +68,7 @@ static int set_aside(merge_ctx *m, const storage_update *u, const char *why) {
     return note_update(m, u, NAN);
 }
 
-static int merge_one(void *arg, const storage_update *u) {
+int coord_merge_one(void *arg, const storage_update *u) {
     merge_ctx *m = arg;
     if (!u->blob) return set_aside(m, u, u->lost ? u->lost : "its stored body is gone");
     compress_update cu;
@@ -143,18 +120,8 @@ static int merge_one(void *arg, const storage_update *u) {
     return VL_OK;
 }
 
-/* Buffers of one merge, freed together. */
-typedef struct merge_bufs {
-    float *next;    /* theta after the step */
-    float *state;   /* the new optimiser state (n_state) */
-    uint32_t *cand; /* coordinates the step may have changed */
-    uint32_t *idx;  /* the change */
-    float *val;
-    float *scratch;
-    compress_sketch sk, mom, err;
-} merge_bufs;
 
-static void bufs_free(merge_bufs *b) {
+void coord_merge_bufs_free(merge_bufs *b) {
     free(b->next);
     free(b->state);
     free(b->cand);
@@ -302,125 +269,6 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
     return rc;
 }
 
-/* A round's candidates on their way to the database; after runs once
- * they are there or could not be stored. */
-typedef struct round_job {
-    coord_job job;
-    coord_server *srv;
-    storage_round r; /* candidates owned */
-    size_t n_updates;
-    coord_merge_after_fn after;
-} round_job;
-
-static int round_run(storage *db, coord_job *job, vl_error *err) {
-    return storage_round_insert(db, &((round_job *)job)->r, err);
-}
-
-static void round_done(coord_job *job, int rc, const vl_error *err) {
-    round_job *j = (round_job *)job;
-    coord_server *srv = j->srv;
-    srv->opening_round = 0;
-    if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
-        vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_ERROR,
-                   "cannot open the second round of version %lld: %s", (long long)j->r.version,
-                   err->msg);
-    else
-        vl_log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
-                    "updates for %lld s",
-                    (long long)j->r.version, j->r.n, j->n_updates, (long long)srv->cfg.round_s);
-    /* err lives in the job. */
-    j->after(srv, rc, err);
-    free(j->r.candidates);
-    free(j);
-}
-
-/* The candidates of the current version's second round: the heavy
- * hitters of E after this round's accumulation, computed on copies
- * (nothing of the state changes until the version is made). On the
- * compute thread, with its read connection db: decoding every pending
- * sketch and a pass over all coordinates is no work for the loop. The
- * served state it reads does not change meanwhile, since no version is
- * made while a round is being opened (srv->opening_round). */
-static int round_compute(storage *db, coord_job *job, vl_error *err) {
-    round_job *j = (round_job *)job;
-    coord_server *srv = j->srv;
-    const coord_config *cfg = &srv->cfg;
-    size_t n = srv->n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
-    size_t n_cand = (size_t)coord_config_round_candidates(cfg);
-    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
-    merge_ctx m = {.cfg = cfg, .n_params = n, .err = err, .robust = cfg->robust};
-    m.robust.max_norm = coord_norm_bound(srv);
-    merge_bufs b;
-    memset(&b, 0, sizeof b);
-    b.state = malloc(srv->n_state * sizeof(float) + 1);
-    b.scratch = malloc(n * sizeof(float) + 1);
-    b.cand = malloc(n_cand * sizeof *b.cand + 1);
-    b.val = malloc(n_cand * sizeof *b.val + 1);
-    int rc = compress_sketch_init(&b.sk, (uint32_t)cfg->comp_rows, (uint32_t)cfg->comp_cols,
-                                  (uint64_t)cfg->comp_seed, err);
-    if (rc == VL_OK && (!b.state || !b.scratch || !b.cand || !b.val))
-        rc = vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
-    m.sk = &b.sk;
-    if (rc == VL_OK) rc = storage_update_each_pending(db, j->r.version, merge_one, &m, err);
-    if (rc == VL_OK && m.samples <= 0)
-        rc = vl_fail(err, VL_EDB, "version %lld has no stored updates to open a round on",
-                     (long long)j->r.version);
-    size_t got = 0;
-    compress_sketch E;
-    float *mom, *age;
-    if (rc == VL_OK) {
-        coord_scale(b.sk.table, cells, 1.0 / m.samples);
-        memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
-        coord_round_views(cfg, n, b.state, &E, &mom, &age);
-        rc = coord_round_accumulate(&E, &b.sk, err);
-    }
-    if (rc == VL_OK)
-        rc = compress_round_candidates(&E, age, n, n_cand, b.scratch, b.cand, &got, err);
-    if (rc == VL_OK && got == 0) rc = vl_fail(err, VL_EINVAL, "a second round needs candidates");
-    if (rc == VL_OK) {
-        int64_t now = vl_clock_unix_s();
-        j->n_updates = m.n_ids;
-        j->r.n = got;
-        j->r.candidates = b.cand;
-        j->r.opened_at = now;
-        j->r.deadline = now + cfg->round_s;
-        b.cand = NULL; /* the job's now */
-    }
-    free(m.ids);
-    free(m.peers);
-    free(m.norms);
-    free(m.units);
-    bufs_free(&b);
-    return rc;
-}
-
-/* Back on the loop: the candidates go to the writer. */
-static void round_computed(coord_job *job, int rc, const vl_error *err) {
-    round_job *j = (round_job *)job;
-    if (rc != VL_OK) {
-        round_done(job, rc, err);
-        return;
-    }
-    j->job.run = round_run;
-    j->job.done = round_done;
-    coord_writer_submit(j->srv->writer, &j->job);
-}
-
-/* Its candidates are computed on the compute thread (round_compute),
- * then stored. */
-int coord_round_open(coord_server *srv, coord_merge_after_fn after, vl_error *err) {
-    round_job *j = calloc(1, sizeof *j);
-    if (!j) return vl_fail(err, VL_ENOMEM, "out of memory opening a second round");
-    j->job.run = round_compute;
-    j->job.done = round_computed;
-    j->srv = srv;
-    j->r.version = srv->version;
-    j->after = after;
-    srv->opening_round = 1;
-    coord_writer_compute(srv->writer, &j->job);
-    return VL_OK;
-}
-
 /* A version being made: computed on the compute thread from the updates
  * stored when it was due, then committed by the writer. */
 typedef struct merge_job {
@@ -466,7 +314,7 @@ static void merge_job_free(merge_job *j) {
     free(j->m.peers);
     free(j->m.norms);
     free(j->m.units);
-    bufs_free(&j->b);
+    coord_merge_bufs_free(&j->b);
     free(j);
 }
 
@@ -618,8 +466,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     /* Async: exactly the buffer's updates_per_version, oldest first; sync:
      * what waits, up to a bound (coord_config_merge_max). */
     double t0 = vl_clock_mono_s();
-    int rc =
-        storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), merge_one, m, &j->merr);
+    int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), coord_merge_one, m,
+                                        &j->merr);
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);

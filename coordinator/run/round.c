@@ -1,9 +1,9 @@
 /* The coordinator's side of the Sketched-SGD second round (sketch runs with
  * compression.second_round): summing the exact values peers reported (a
  * silent peer's update is left out of them) and the state a round keeps
- * between versions. Opening a round is in aggregator.c, next to the merge
- * it shares its code with; when a round opens and closes is decided in
- * schedule.c; the HTTP side is in routes_round.c. */
+ * between versions. Opening a round is round_open.c, which reads the
+ * updates as the merge does; when a round opens and closes is decided in
+ * sched/schedule.c; the HTTP side is api/routes_round.c. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -247,9 +247,10 @@ class Source:
                         break
         return w
 
-    def closure(self, start, file=None):
+    def closure(self, start, file=None, stop=()):
         """The functions a start function reaches through calls (and
-        callbacks assigned by name) into functions handed the request."""
+        callbacks assigned by name) into functions handed the request,
+        not following into the functions named in stop."""
         if file:
             first = self.lookup(start, file)
         else:
@@ -267,6 +268,8 @@ class Source:
             refs = set(re.findall(r"(?<![\w.>])([A-Za-z_]\w*)\s*\(", f["body"]))
             refs |= set(re.findall(r"=\s*([A-Za-z_]\w*)\s*;", f["body"]))
             for name in refs:
+                if name in stop:
+                    continue
                 g = self.lookup(name, f["file"])
                 if (g and any(p in g["params"] for p in REQUEST_PARAMS)
                         and in_coordinator(g["file"])):
@@ -323,7 +326,7 @@ def route_table(root):
     if not block:
         raise SystemExit("openapi_check: no ROUTES table in coordinator/base/routes.c")
     rows = re.findall(r'\[(COORD_ROUTE_\w+)\]\s*=\s*\{\s*"([^"]+)",\s*([01]),\s*EVHTTP_REQ_(\w+),\s*(\w+),'
-                      r'\s*(\w+)\s*\}', block.group(1))
+                      r'\s*(\w+)\s*,\s*[01]\s*,\s*(?:NULL|"[^"]*")\s*\}', block.group(1))
     if not rows or len(rows) != block.group(1).count('= {"'):
         raise SystemExit("openapi_check: a row of the ROUTES table did not parse")
     srv = read(os.path.join(root, "coordinator", "server.c"))
@@ -432,7 +435,11 @@ def static(root, spec_path=None):
     # Statuses and codes: the handler's own, those of the checks before
     # it (the input guard's refusals, dispatch, the signature) and, for
     # the admin listener, its callback's.
-    disp, _ = src.answers(src.closure("coord_dispatch"))
+    # Dispatch authenticates the routes that need a peer (the route
+    # table's COORD_AUTH_PEER) before their handlers: those answers count
+    # for those routes only.
+    disp, _ = src.answers(src.closure("coord_dispatch", stop=("coord_authenticate",)))
+    peer_auth, _ = src.answers(src.closure("coord_authenticate"))
     auth_file = os.path.join(root, "coordinator", "http", "auth.c")
     head_full, _ = src.answers(src.closure("coord_auth_head"))
     # An unsigned route meets only the checks made before the signature's:
@@ -447,6 +454,8 @@ def static(root, spec_path=None):
             continue
         own, indirect = src.answers(src.closure(r["fn"]))
         common = disp | (head_full if r["auth"] != "COORD_AUTH_NONE" else head_own | head_addr)
+        if r["auth"] == "COORD_AUTH_PEER":
+            common |= peer_auth
         need = {p for p in own | common if p not in PATH_LEVEL}
         if not r["media"]:
             need.discard(MEDIA)
