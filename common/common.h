@@ -36,6 +36,7 @@ enum {
     VL_EDB = -9,       /* database error */
     VL_ERANGE = -10,   /* value outside the allowed range (NaN, Inf, bound) */
     VL_EFULL = -11,    /* no room on the disk (or quota): the write may work later */
+    VL_AGAIN = -12,    /* not now, and nothing failed: wait, or ask again later */
 };
 
 typedef struct vl_error {

@@ -30,6 +30,7 @@ const char *vl_strerror(int code) {
     case VL_EDB: return "database error";
     case VL_ERANGE: return "out of range";
     case VL_EFULL: return "disk full";
+    case VL_AGAIN: return "not now";
     default: return "unknown error";
     }
 }

@@ -71,6 +71,12 @@ struct ssl_ctx_st;
 /* Retry-After for 503 draining and for 429 when the replay cache is full. */
 #define COORD_RETRY_AFTER_S "5"
 
+/* What a request helper returns when it has answered the request itself
+ * (an error sent, or a wait begun): its caller returns at once without
+ * answering again. Negative, beside vl_error's codes and apart from them,
+ * as nginx's NGX_DONE is beside NGX_ERROR. */
+#define COORD_ANSWERED (-100)
+
 /* ---- the corpus (corpus.c) ---------------------------------------------- */
 
 typedef struct coord_corpus {

@@ -60,7 +60,7 @@ static int model_range(coord_req *cr, const char *etag, int64_t total, int64_t *
         coord_reply_error(cr, 416, "bad_range",
                           "Range must be one range bytes=first-last inside 0-%lld",
                           (long long)(total - 1));
-        return -1;
+        return COORD_ANSWERED;
     }
     char hdr[96];
     snprintf(hdr, sizeof hdr, "bytes %lld-%lld/%lld", (long long)*first, (long long)*last,

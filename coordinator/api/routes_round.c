@@ -119,45 +119,46 @@ void coord_route_round(coord_req *cr) {
 }
 
 /* The checks of a values upload that come before its content, in protocol
- * order; answers and returns -1 on the first failure, else fills in the
+ * order; answers and returns COORD_ANSWERED on the first failure, else fills in the
  * update's id. */
 static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *update_id) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
     storage_task t;
-    if (coord_check_task_owner(cr, "the values file", m->run, m->peer, m->task, &t) != 0) return -1;
+    if (coord_check_task_owner(cr, "the values file", m->run, m->peer, m->task, &t) != 0)
+        return COORD_ANSWERED;
     int rc;
     int64_t base = -1, merged = -1;
     rc = storage_update_find(srv->db, t.id, update_id, &base, &merged, &e);
     if (rc != VL_OK && rc != VL_ENOTFOUND) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     int has_update = rc == VL_OK, dup = 0;
     /* Before the round's state: a retry whose 202 was lost must hear that
      * its values are stored, even once the round has closed. */
     if (has_update && storage_round_values_has(srv->db, *update_id, &dup, &e) != VL_OK) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (dup) {
         coord_reply_error(cr, 409, "duplicate_values", "task %lld already reported its values",
                           (long long)t.id);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (m->version < srv->version || srv->finished) {
         coord_reply_error(cr, 410, "round_closed",
                           "version %lld has been merged; the current "
                           "version is %lld",
                           (long long)m->version, (long long)srv->version);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (m->version > srv->version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld has not been made (current "
                           "is %lld)",
                           (long long)m->version, (long long)srv->version);
-        return -1;
+        return COORD_ANSWERED;
     }
     storage_round r;
     rc = storage_round_get(srv->db, m->version, &r, &e);
@@ -166,19 +167,19 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
                           "the round of version %lld has not opened "
                           "(it opens when the version has all its updates)",
                           (long long)m->version);
-        return -1;
+        return COORD_ANSWERED;
     }
     storage_round_free(&r);
     if (rc != VL_OK) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (!has_update || base != m->version || merged >= 0) {
         coord_reply_error(cr, 422, "not_in_round",
                           "task %lld has no update in the round of "
                           "version %lld",
                           (long long)t.id, (long long)m->version);
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }

@@ -123,13 +123,13 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
 static int check_lease(coord_req *cr, const split_wire_forward *in) {
     storage_task t;
     if (coord_check_task_owner(cr, "the activations", in->run, in->peer, in->task, &t) != 0)
-        return -1;
+        return COORD_ANSWERED;
     if (t.state != STORAGE_TASK_LEASED || t.deadline <= vl_clock_unix_s()) {
         coord_reply_error(cr, 409, "lease_expired",
                           "task %lld is not leased any more: its "
                           "batches are no longer taken",
                           (long long)t.id);
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }

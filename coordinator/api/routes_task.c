@@ -114,14 +114,14 @@ static int serve_task(coord_req *cr, int behind) {
             int hold = coord_lease_async_hold(srv, pending, &waiting, &e);
             /* A peer that asked to train while it uploads (--overlap) is
              * not held for that upload's version. */
-            if (hold == 0 && !pending)
+            if (hold == VL_OK && !pending)
                 hold = coord_lease_own_wait(srv, cr->peer_id, 0, waiting, &e);
-            if (hold < 0) {
+            /* Woken when the version is committed. */
+            if (hold == VL_AGAIN) return COORD_WAITING;
+            if (hold != VL_OK) {
                 coord_reply_internal(cr, &e);
                 return COORD_SERVED;
             }
-            /* Woken when the version is committed. */
-            if (hold) return COORD_WAITING;
         }
     }
     coord_sched_action act =
@@ -260,23 +260,23 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next
  * never leased is 404 unknown_task, another peer's 403 not_your_task, so
  * a peer cannot make its lease look past someone else's task. Whatever
  * T's state (its update stored meanwhile, its lease over), the request
- * goes on: then no update of it is pending. 0, or answers and -1. */
+ * goes on: then no update of it is pending. 0, or answers and COORD_ANSWERED. */
 static int uploading_check(coord_req *cr, int64_t task_id) {
     storage_task t;
     vl_error e = {0};
     int rc = storage_task_get(cr->srv->db, task_id, &t, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task_id);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (rc != VL_OK) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (t.peer_id != cr->peer_id) {
         coord_reply_error(cr, 403, "not_your_task", "task %lld is not leased to you",
                           (long long)task_id);
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }

@@ -38,28 +38,29 @@ static int read_meta(const uint8_t *body, size_t len, compress_update_meta *m) {
 }
 
 /* Checks the task side of an update in protocol order; answers and
- * returns -1 on the first failure. On success *tau is the update's
+ * returns COORD_ANSWERED on the first failure. On success *tau is the update's
  * staleness: how many versions were made since its base. */
 static int check_task(coord_req *cr, const compress_update_meta *m, storage_task *t, int64_t *tau) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
-    if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0) return -1;
+    if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0)
+        return COORD_ANSWERED;
     int exists = 0;
     if (storage_update_exists(srv->db, t->id, &exists, &e) != VL_OK) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (exists || t->state == STORAGE_TASK_DONE) {
         coord_reply_error(cr, 409, "duplicate_update", "task %lld already has its update",
                           (long long)t->id);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (m->base_version != t->base_version) {
         coord_reply_error(cr, 422, "wrong_version",
                           "update says base version %lld; task %lld "
                           "is based on %lld",
                           (long long)m->base_version, (long long)t->id, (long long)t->base_version);
-        return -1;
+        return COORD_ANSWERED;
     }
     /* Late and stale updates are merged, weighted down, as long as their
      * base is within the bound: an expired lease's work is not wasted,
@@ -71,13 +72,13 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
                           "versions behind the current %lld; at most %lld are taken",
                           (long long)t->base_version, (long long)*tau, (long long)srv->version,
                           (long long)srv->cfg.staleness.max);
-        return -1;
+        return COORD_ANSWERED;
     }
     const char *want = coord_config_update_kind(&srv->cfg);
     if (strcmp(compress_kind_name(m->kind), want) != 0) {
         coord_reply_error(cr, 422, "wrong_kind", "this run takes \"%s\" updates, not \"%s\"", want,
                           compress_kind_name(m->kind));
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }
@@ -365,12 +366,12 @@ void coord_route_updates(coord_req *cr) {
     }
     if (want_next) {
         int offer = coord_lease_offer(srv, t.peer_id, t.id, &j->next, &e);
-        if (offer < 0) {
+        if (offer != VL_OK && offer != VL_AGAIN) {
             free(j);
             coord_reply_internal(cr, &e);
             return;
         }
-        j->has_next = offer;
+        j->has_next = offer == VL_OK;
     }
     j->job.run = upload_run;
     j->job.done = upload_done;

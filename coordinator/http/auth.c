@@ -379,7 +379,7 @@ out:
 int coord_authenticate(coord_req *cr) {
     if (cr->ticket.peer_id <= 0) {
         coord_reply_error(cr, 401, "unauthorized", "this request must be signed by a peer");
-        return -1;
+        return COORD_ANSWERED;
     }
     /* A body may take minutes to arrive after its head was checked: a
      * peer revoked meanwhile is refused now, before anything of it is
@@ -394,14 +394,14 @@ int coord_authenticate(coord_req *cr) {
                                   (long long)cr->ticket.peer_id);
             else
                 coord_reply_internal(cr, &e);
-            return -1;
+            return COORD_ANSWERED;
         }
         int revoked = p.revoked;
         storage_peer_free(&p);
         if (revoked) {
             coord_reply_error(cr, 403, "revoked", "peer %lld has been revoked",
                               (long long)cr->ticket.peer_id);
-            return -1;
+            return COORD_ANSWERED;
         }
     }
     cr->peer_id = cr->ticket.peer_id;
@@ -412,7 +412,7 @@ int coord_authenticate_join(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES]) {
     if (!cr->ticket.join || !crypto_equal(cr->ticket.join_pk, pk, CRYPTO_PK_BYTES)) {
         coord_reply_error(cr, 401, "bad_signature",
                           "a join must be signed by the key it registers");
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }
@@ -424,28 +424,28 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
     if (strcmp(run, srv->cfg.name) != 0) {
         coord_reply_error(cr, 422, "wrong_run", "%s is for run \"%s\", this is \"%s\"", what, run,
                           srv->cfg.name);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (peer != cr->peer_id) {
         coord_reply_error(cr, 403, "not_your_task",
                           "%s names peer %lld but is signed by peer "
                           "%lld",
                           what, (long long)peer, (long long)cr->peer_id);
-        return -1;
+        return COORD_ANSWERED;
     }
     int rc = storage_task_get(srv->db, task, t, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (rc != VL_OK) {
         coord_reply_internal(cr, &e);
-        return -1;
+        return COORD_ANSWERED;
     }
     if (t->peer_id != cr->peer_id) {
         coord_reply_error(cr, 403, "not_your_task", "task %lld is leased to another peer",
                           (long long)t->id);
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }

@@ -41,7 +41,7 @@ static coord_guard *guard_of(coord_server *srv, struct evhttp_request *req) {
 }
 
 /* Takes the ticket the guard issued for this request's head. Answers and
- * returns -1 when there is none (it cannot be: the guard numbers every
+ * returns COORD_ANSWERED when there is none (it cannot be: the guard numbers every
  * head it lets through) or when the body did not match its digest. */
 static int take_ticket(coord_req *cr) {
     const char *v = coord_get_header(cr, COORD_GUARD_TICKET_HEADER);
@@ -51,7 +51,7 @@ static int take_ticket(coord_req *cr) {
         coord_guard_ticket_take(g, (uint64_t)seq, &cr->ticket) != VL_OK) {
         vl_log_error("%s %s: the request has no ticket from the input guard", cr->method, cr->path);
         coord_reply_error(cr, 500, "internal", "internal error");
-        return -1;
+        return COORD_ANSWERED;
     }
     /* The body has arrived: it no longer counts as being received. */
     coord_auth_release(cr->srv, &cr->ticket);
@@ -59,7 +59,7 @@ static int take_ticket(coord_req *cr) {
         cr->ticket.digest != COORD_GUARD_DIGEST_OK) {
         coord_reply_error(cr, 400, "digest_mismatch",
                           "the body does not match its Content-Digest; nothing was stored");
-        return -1;
+        return COORD_ANSWERED;
     }
     return 0;
 }

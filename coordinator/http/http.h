@@ -58,7 +58,7 @@ int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
                      unsigned *present, vl_error *err) VL_MUST_CHECK;
 /* coord_query_ints on cr's own query string; on failure answers 400
  * bad_request (the message, then hint in parentheses when not NULL) and
- * returns -1. */
+ * returns COORD_ANSWERED. */
 int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int64_t *values,
                     unsigned *present, const char *hint);
 
@@ -85,17 +85,17 @@ void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived);
 /* For a route that needs a registered peer, called by dispatch before its
  * handler (so no handler calls it): sets cr->peer_id from the ticket the
  * guard issued for the signed head and returns 0, or answers 401 (403 for
- * a peer revoked since its head was checked) and returns -1. */
+ * a peer revoked since its head was checked) and returns COORD_ANSWERED. */
 int coord_authenticate(coord_req *cr);
 /* For a join: 0 when the head was signed by pk (the key the body
- * registers); otherwise answers 401 and returns -1. */
+ * registers); otherwise answers 401 and returns COORD_ANSWERED. */
 int coord_authenticate_join(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES]);
 
 /* The checks every upload about a task starts with, in protocol order:
  * run is this run's (422 wrong_run), peer is the signer (403
  * not_your_task), the task exists (404 unknown_task) and is the signer's
  * (403 not_your_task). what names the upload in messages ("update").
- * Returns 0 with the task in *t, or answers and returns -1. */
+ * Returns 0 with the task in *t, or answers and returns COORD_ANSWERED. */
 int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int64_t peer,
                            int64_t task, storage_task *t);
 

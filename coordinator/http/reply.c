@@ -171,7 +171,7 @@ int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int6
         coord_reply_error(cr, 400, "bad_request", "%s (%s)", e.msg, hint);
     else
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-    return -1;
+    return COORD_ANSWERED;
 }
 
 int coord_query_ints(const char *query, const char *const *allowed, int64_t max, int64_t *values,

@@ -260,18 +260,18 @@ void coord_lease_abandoned(coord_server *srv, const coord_lease *l) {
  * queue, and with it every update's staleness, grow without bound.
  * pending: 1 when the peer's update is not stored yet (the upload that
  * asks for the lease) and counts as waiting. *waiting gets the stored
- * updates not merged yet. Returns 1 (wait), 0, or a VL_E* code. */
+ * updates not merged yet. Returns VL_AGAIN (wait), VL_OK, or a VL_E* code. */
 int coord_lease_async_hold(coord_server *srv, int pending, int64_t *waiting, vl_error *err) {
     *waiting = 0;
     int rc = storage_update_count_unmerged(srv->db, waiting, err);
     if (rc != VL_OK) return rc;
-    return srv->merging || *waiting + pending >= srv->cfg.updates_per_version;
+    return srv->merging || *waiting + pending >= srv->cfg.updates_per_version ? VL_AGAIN : VL_OK;
 }
 
-/* lease_wait: 1 when peer_id's next lease waits for the version that
+/* lease_wait: VL_AGAIN when peer_id's next lease waits for the version that
  * merges the update of its last task (stored and not merged yet, or on its
  * way when uploading names that task), with a wake-up armed for the end
- * of the wait; 0, or a VL_E* code. The peers of a run whose versions take
+ * of the wait; VL_OK, or a VL_E* code. The peers of a run whose versions take
  * one update from each of them then all start from the version that holds
  * their own last updates, so those arrive fresh, and a slow or vanished
  * peer holds the others up for at most lease_wait task times. A peer
@@ -306,24 +306,24 @@ int coord_lease_own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, 
         return rc;
     if (waiting + leased < srv->cfg.updates_per_version) return 0;
     coord_arm_wait_timer(srv, left);
-    return 1;
+    return VL_AGAIN;
 }
 
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) {
-    if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return 0;
+    if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return VL_AGAIN;
     int64_t now = vl_clock_unix_s();
     storage_task t;
     int rc = storage_task_find_any_lease(srv->db, peer_id, now, 0, &t, err);
     if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
     /* A peer holding another live lease is sent that one by GET /v1/task. */
-    if (rc == VL_OK && t.id != done_task) return 0;
+    if (rc == VL_OK && t.id != done_task) return VL_AGAIN;
     /* The upload completes a version: GET /v1/task waits for it. */
     int64_t waiting;
-    if ((rc = coord_lease_async_hold(srv, 1, &waiting, err)) != 0) return rc < 0 ? rc : 0;
-    if ((rc = coord_lease_own_wait(srv, peer_id, done_task, waiting, err)) != 0)
-        return rc < 0 ? rc : 0;
-    if (coord_lease_issuing_has(srv, peer_id) || coord_lease_issuing_room(srv) != 0) return 0;
+    if ((rc = coord_lease_async_hold(srv, 1, &waiting, err)) != VL_OK) return rc;
+    if ((rc = coord_lease_own_wait(srv, peer_id, done_task, waiting, err)) != VL_OK) return rc;
+    if (coord_lease_issuing_has(srv, peer_id) || coord_lease_issuing_room(srv) != 0)
+        return VL_AGAIN;
     coord_lease_prepare(srv, peer_id, now, l);
-    return 1;
+    return VL_OK;
 }

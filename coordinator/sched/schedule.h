@@ -127,14 +127,14 @@ int coord_lease_issuing_room(coord_server *srv);
  * version and records it with the writer; call coord_lease_issuing_room
  * first. */
 void coord_lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord_lease *l);
-/* Async: 1 when the next lease must wait for the version being made (a
- * merge runs, or a version's worth of updates waits; pending: the asking
- * upload counts as one), 0, or a VL_E* code. *waiting: stored updates
- * not merged yet. */
+/* Async: VL_AGAIN when the next lease must wait for the version being
+ * made (a merge runs, or a version's worth of updates waits; pending: the
+ * asking upload counts as one), VL_OK, or a VL_E* code. *waiting: stored
+ * updates not merged yet. */
 int coord_lease_async_hold(coord_server *srv, int pending, int64_t *waiting, vl_error *err);
-/* lease_wait: 1 when peer_id's next lease waits for the version that
- * merges its last task's update (a wake-up armed for the wait's end), 0,
- * or a VL_E* code; uploading: the task whose update is on its way (0:
+/* lease_wait: VL_AGAIN when peer_id's next lease waits for the version
+ * that merges its last task's update (a wake-up armed for the wait's
+ * end), VL_OK, or a VL_E* code; uploading: the task whose update is on its way (0:
  * none), waiting: coord_lease_async_hold's count. */
 int coord_lease_own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, int64_t waiting,
                          vl_error *err);
@@ -142,9 +142,10 @@ int coord_lease_own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, 
 /* Whether peer_id, whose lease done_task is being uploaded, gets its next
  * task with the upload's answer: only in async runs (a sync peer waits for
  * the next version), while the run goes on, and when the peer holds no
- * other live lease. Returns 1 with *l prepared (then exactly one of
- * coord_lease_committed or coord_lease_abandoned must follow), 0 when
- * not, or a VL_E* code with err set. Loop thread. */
+ * other live lease. Returns VL_OK with *l prepared (then exactly one of
+ * coord_lease_committed or coord_lease_abandoned must follow), VL_AGAIN
+ * when not (the peer asks GET /v1/task), or a VL_E* code with err set.
+ * Loop thread. */
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) VL_MUST_CHECK;
 /* Writer thread, inside the job's savepoint: inserts l's task, taking over
