@@ -37,6 +37,7 @@ enum {
     VL_ERANGE = -10,   /* value outside the allowed range (NaN, Inf, bound) */
     VL_EFULL = -11,    /* no room on the disk (or quota): the write may work later */
     VL_AGAIN = -12,    /* not now, and nothing failed: wait, or ask again later */
+    VL_DONE = -13,     /* nothing more to do (a run that has finished) */
 };
 
 typedef struct vl_error {

@@ -31,6 +31,7 @@ const char *vl_strerror(int code) {
     case VL_ERANGE: return "out of range";
     case VL_EFULL: return "disk full";
     case VL_AGAIN: return "not now";
+    case VL_DONE: return "done";
     default: return "unknown error";
     }
 }

@@ -26,7 +26,7 @@ static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
-    if (run_finished(rs)) return STEP_FINISHED;
+    if (run_finished(rs)) return VL_DONE;
     if (rs->status != 200) {
         vl_log_debug("no delta from version %lld (status %ld); fetching the model",
                      (long long)L->tr.base_version, rs->status);
@@ -82,13 +82,13 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
                                    (long long)k->base_version, (long long)L->tr.base_version));
         return VL_OK;
     }
-    if (run_finished(rs)) return STEP_FINISHED;
+    if (run_finished(rs)) return VL_DONE;
     if (rs->status == 404 && error_code_is(rs, "unknown_version")) {
         /* The base was pruned while the lease was in flight. */
         vl_error e = {0};
         peer_refusal(&e, "model request refused", rs->status, rs->body.data, rs->body.len);
         vl_log_warn("task %lld dropped: %s", (long long)k->task_id, e.msg);
-        return STEP_AGAIN;
+        return VL_AGAIN;
     }
     if (rs->status != 200)
         return peer_refusal(err, "model request refused", rs->status, rs->body.data, rs->body.len);
@@ -142,7 +142,7 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
     int rc = peer_http_do(L->http, &rq, &L->rs, err);
     if (rc) return rc;
     peer_response *rs = &L->rs;
-    if (run_finished(rs)) return STEP_FINISHED;
+    if (run_finished(rs)) return VL_DONE;
     if (rs->status != 206) {
         if (rs->status >= 400)
             return peer_refusal(err, "data request refused", rs->status, rs->body.data,
@@ -194,7 +194,7 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
         rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
     peer_response *rs = &L->rs;
     if (!rc && run_finished(rs))
-        rc = STEP_FINISHED;
+        rc = VL_DONE;
     else if (!rc && rs->status >= 400)
         rc = peer_refusal(err, "data request refused", rs->status, rs->body.data, rs->body.len);
     else if (!rc && rs->status != 200)
@@ -218,5 +218,5 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
     if (!rc) L->data_bytes += want;
     /* Data that fails validation is refused like a bad task: the peer
      * keeps its state and lets the lease go. */
-    return rc == VL_EINVAL ? STEP_REFUSED : rc;
+    return rc == VL_EINVAL ? PEER_LOOP_REFUSED : rc;
 }

@@ -122,4 +122,25 @@ int peer_trainer_run_split(peer_trainer *t, const peer_task *k, peer_local *l, p
 }
 #endif
 
+/* ---- a task in the mode it calls for (train_task.c) ---------------------- */
+
+/* What a task may train on and talk to; the mode reads the fields it
+ * needs. */
+typedef struct peer_task_data {
+    peer_local *local;    /* the peer's own data (--data): local and split tasks */
+    model_shard *tokens;  /* a token task's downloaded range (borrowed) */
+    const uint8_t *bytes; /* a text task's downloaded range (borrowed) */
+    size_t len;
+    peer_http *http; /* split tasks send their activations on it */
+    peer_response *rs;
+    int64_t peer_id;
+} peer_task_data;
+
+/* Runs task k on t in the mode the task and the model call for: split
+ * learning (a split cut), a GPT on the peer's own text or shard, the
+ * classifier on the peer's own images, a GPT on a downloaded token range
+ * or text range. Returns what that mode returns (VL_ERANGE: diverged). */
+int peer_trainer_run_task(peer_trainer *t, const peer_task *k, const peer_task_data *d,
+                          peer_train_result *res, vl_error *err) VL_MUST_CHECK;
+
 #endif

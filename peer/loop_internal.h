@@ -81,17 +81,23 @@ typedef struct loop {
     int64_t holding;
 } loop;
 
-/* Outcomes of one step of the loop besides errors. STEP_REFUSED: what the
- * coordinator sent for the task (the lease, its model, its data) failed
- * validation; err says why, and the trainer is as it was. STEP_GAVE_UP:
- * a tamper hook (tests only) had nothing more to send. */
-enum { STEP_AGAIN = 1, STEP_FINISHED = 2, STEP_REFUSED = 3, STEP_GAVE_UP = 4 };
+/* Outcomes of a step of the loop besides errors, negative codes beside
+ * vl_error's as nginx's NGX_AGAIN and NGX_DONE are: VL_AGAIN, nothing to
+ * do now (ask for a task again); VL_DONE, the run has finished;
+ * PEER_LOOP_REFUSED, what the coordinator sent for the task (the lease,
+ * its model, its data) failed validation (err says why, the trainer is as
+ * it was); PEER_LOOP_GAVE_UP, a tamper hook (tests only) had nothing more
+ * to send; PEER_LOOP_DROPPED, the task was dropped (its training
+ * diverged), and the loop goes on with the next. */
+#define PEER_LOOP_REFUSED (-70)
+#define PEER_LOOP_GAVE_UP (-71)
+#define PEER_LOOP_DROPPED (-72)
 
-/* Validation failures become STEP_REFUSED; running out of memory and
+/* Validation failures become PEER_LOOP_REFUSED; running out of memory and
  * everything else stay errors. */
 static inline int refused(int rc) {
     return rc == VL_EINVAL || rc == VL_ERANGE || rc == VL_ETOOBIG || rc == VL_ENOTFOUND
-               ? STEP_REFUSED
+               ? PEER_LOOP_REFUSED
                : rc;
 }
 
@@ -112,7 +118,7 @@ int peer_loop_write_ahead(loop *L, const peer_task *k, vl_error *err) VL_MUST_CH
  * logged, not returned (a restart settles it the same way). */
 void peer_loop_settle(loop *L, peer_upload_outcome out);
 
-/* fetch.c. Each returns 0, STEP_AGAIN or STEP_REFUSED (the task's model
+/* fetch.c. Each returns 0, VL_AGAIN or PEER_LOOP_REFUSED (the task's model
  * or data failed validation; err says why), or an error that ends the
  * loop. */
 
@@ -125,5 +131,30 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHE
  * directory and opens it; the caller owns *out (model_shard_close). */
 int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out,
                            vl_error *err) VL_MUST_CHECK;
+
+/* loop.c. Notes task k as done (a ring of the last FINISHED_RING), so an
+ * offer of it again is waited out. */
+void peer_loop_remember(loop *L, const peer_task *k);
+/* The status line between tasks: the version the last accepted update
+ * goes into, while one is awaited, else any task. */
+void peer_loop_say_waiting(loop *L, int64_t task);
+/* Ends a lease the peer leaves unfinished (one try of at most 10 s). */
+void peer_loop_leave(loop *L, int64_t task_id);
+
+/* upload.c. Step 5 of a task: records and sends task k's update (in the
+ * background with --overlap), then hears its answer; a tamper hook's
+ * later moves and an update refused for what it held are dealt with
+ * here. 0, or the code that ends or pauses the loop. */
+int peer_loop_upload(loop *L, const peer_task *k, const peer_train_result *res,
+                     vl_error *err) VL_MUST_CHECK;
+/* Step 4: waits for the upload still in the background and hears its
+ * answer (VL_OK when there is none). */
+int peer_loop_land(loop *L, vl_error *err) VL_MUST_CHECK;
+/* After an upload refused for its content (L->judged, err saying why):
+ * VL_OK, until PEER_MAX_REFUSALS in a row end the run with PEER_EREFUSED. */
+int peer_loop_judged_go_on(loop *L, vl_error *err) VL_MUST_CHECK;
+/* At start: sends again the upload an earlier process recorded (p) and
+ * settles it. */
+int peer_loop_retry_recorded(loop *L, peer_pending *p, vl_error *err) VL_MUST_CHECK;
 
 #endif
