@@ -561,7 +561,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     }
     /* Peers of a sparse run catch up by delta, whose file carries the
      * version's digest: computed here rather than by the first delta
-     * request on the loop (0.4 s at 86 M parameters). */
+     * request on the loop, since hashing every parameter takes long on a
+     * large model (docs/benchmarks.md, "Figures behind the code"). */
     if (strcmp(srv->cfg.compression_kind, "none") != 0 &&
         coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
         j->digest[0] = '\0';
