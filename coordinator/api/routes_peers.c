@@ -194,12 +194,6 @@ void coord_route_join(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    /* No parameters here: any query is refused like a bad one elsewhere
-     * (protocol.md, Query strings), so a target has one meaning. */
-    static const char *const no_keys[] = {NULL};
-    unsigned present = 0;
-    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
-        return;
     vl_error e = {0};
     coord_join_body jb;
     int prc = coord_join_parse(body, len, &jb, &e);
@@ -355,12 +349,6 @@ void coord_route_rotate(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    /* No parameters here: any query is refused like a bad one elsewhere
-     * (protocol.md, Query strings), so a target has one meaning. */
-    static const char *const no_keys[] = {NULL};
-    unsigned present = 0;
-    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
-        return;
     uint8_t new_pk[CRYPTO_PK_BYTES];
     char proof[CRYPTO_SIG_B64_LEN + 8];
     vl_error e = {0};

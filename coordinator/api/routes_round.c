@@ -230,12 +230,6 @@ void coord_route_round_values(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    /* No parameters here: any query is refused like a bad one elsewhere
-     * (protocol.md, Query strings), so a target has one meaning. */
-    static const char *const no_keys[] = {NULL};
-    unsigned present = 0;
-    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
-        return;
     if (no_round(cr)) return;
     if (!body) {
         coord_reply_error(cr, 400, "malformed_values", "the body is empty");

@@ -140,9 +140,6 @@ static void route(coord_req *cr, int backward) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    static const char *const none[] = {NULL};
-    unsigned present = 0;
-    if (coord_req_query(cr, none, 0, NULL, &present, "this endpoint takes no query") != 0) return;
     if (!srv->split || (backward && !srv->split->u_shape)) {
         coord_reply_error(cr, 404, "not_split",
                           backward ? "this run is not U-shaped split learning (split.u_shape)"

@@ -8,12 +8,6 @@
 
 void coord_route_status(coord_req *cr) {
     coord_server *srv = cr->srv;
-    /* No parameters here: any query is refused like a bad one elsewhere
-     * (protocol.md, Query strings), so a target has one meaning. */
-    static const char *const no_keys[] = {NULL};
-    unsigned present = 0;
-    if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
-        return;
     /* Anyone may ask, as often as the address limit allows: the answer
      * is built at most once per COORD_STATUS_CACHE_S on the loop. */
     double mono = vl_clock_mono_s();

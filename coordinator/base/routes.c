@@ -16,22 +16,22 @@
  * coord_req_query, which refuses any parameter it does not list (a route
  * without parameters: any query). */
 static const coord_route ROUTES[COORD_ROUTE_COUNT] = {
-    [COORD_ROUTE_JOIN] = {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, COORD_AUTH_JOIN, 0, NULL},
-    [COORD_ROUTE_ROTATE] = {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, PEER, 0, NULL},
-    [COORD_ROUTE_TASK] = {"/v1/task", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
-    [COORD_ROUTE_MODEL] = {"/v1/model", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
-    [COORD_ROUTE_DELTA] = {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
-    [COORD_ROUTE_DATA] = {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
-    [COORD_ROUTE_UPDATES] = {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, PEER, 1, "an update is"},
-    [COORD_ROUTE_STATUS] = {"/v1/status", 0, EVHTTP_REQ_GET, NULL, COORD_AUTH_NONE, 0, NULL},
-    [COORD_ROUTE_ROUND] = {"/v1/round", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
+    [COORD_ROUTE_JOIN] = {"/v1/peers", 0, EVHTTP_REQ_POST, JSON, COORD_AUTH_JOIN, 0, NULL, 1},
+    [COORD_ROUTE_ROTATE] = {"/v1/peers/rotate", 0, EVHTTP_REQ_POST, JSON, PEER, 0, NULL, 1},
+    [COORD_ROUTE_TASK] = {"/v1/task", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
+    [COORD_ROUTE_MODEL] = {"/v1/model", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
+    [COORD_ROUTE_DELTA] = {"/v1/model/delta", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
+    [COORD_ROUTE_DATA] = {"/v1/data/", 1, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
+    [COORD_ROUTE_UPDATES] = {"/v1/updates", 0, EVHTTP_REQ_POST, BINARY, PEER, 1, "an update is", 0},
+    [COORD_ROUTE_STATUS] = {"/v1/status", 0, EVHTTP_REQ_GET, NULL, COORD_AUTH_NONE, 0, NULL, 1},
+    [COORD_ROUTE_ROUND] = {"/v1/round", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
     [COORD_ROUTE_ROUND_VALUES] = {"/v1/round/values", 0, EVHTTP_REQ_POST, BINARY, PEER, 1,
-                                  "round values are"},
+                                  "round values are", 1},
     [COORD_ROUTE_SPLIT_FORWARD] = {"/v1/split/forward", 0, EVHTTP_REQ_POST, BINARY, PEER, 1,
-                                   "a batch of activations is"},
+                                   "a batch of activations is", 1},
     [COORD_ROUTE_SPLIT_BACKWARD] = {"/v1/split/backward", 0, EVHTTP_REQ_POST, BINARY, PEER, 1,
-                                    "a batch of activations is"},
-    [COORD_ROUTE_FACTORS] = {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL},
+                                    "a batch of activations is", 1},
+    [COORD_ROUTE_FACTORS] = {"/v1/factors", 0, EVHTTP_REQ_GET, NULL, PEER, 0, NULL, 0},
 };
 
 const char *const *coord_route_large_paths(void) {

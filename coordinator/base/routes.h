@@ -52,6 +52,10 @@ typedef struct coord_route {
     /* What a 413 calls its body ("an update is"); NULL: "a request body
      * here is". */
     const char *body_what;
+    /* It takes no query: dispatch refuses any (protocol.md, Query
+     * strings), so a target has one meaning. 0: the handler reads its
+     * query itself. */
+    int no_query;
 } coord_route;
 
 /* Route i (0 .. COORD_ROUTE_COUNT - 1); NULL outside. */

@@ -176,6 +176,11 @@ void coord_dispatch(struct evhttp_request *req, void *arg) {
                 reply_too_large(&cr, r);
                 return;
             }
+            static const char *const no_keys[] = {NULL};
+            unsigned present = 0;
+            if (r->no_query && coord_req_query(&cr, no_keys, 0, NULL, &present,
+                                               "this endpoint takes no query") != 0)
+                return;
             srv->handlers[i](&cr);
             return;
         }

@@ -326,7 +326,7 @@ def route_table(root):
     if not block:
         raise SystemExit("openapi_check: no ROUTES table in coordinator/base/routes.c")
     rows = re.findall(r'\[(COORD_ROUTE_\w+)\]\s*=\s*\{\s*"([^"]+)",\s*([01]),\s*EVHTTP_REQ_(\w+),\s*(\w+),'
-                      r'\s*(\w+)\s*,\s*[01]\s*,\s*(?:NULL|"[^"]*")\s*\}', block.group(1))
+                      r'\s*(\w+)\s*,\s*[01]\s*,\s*(?:NULL|"[^"]*")\s*,\s*[01]\s*\}', block.group(1))
     if not rows or len(rows) != block.group(1).count('= {"'):
         raise SystemExit("openapi_check: a row of the ROUTES table did not parse")
     srv = read(os.path.join(root, "coordinator", "server.c"))
