@@ -290,11 +290,12 @@ typedef struct merge_job {
      * check loss, or the best validation loss where there is no check),
      * and the current version's validation loss when it is known. */
     double best_loss, cur_loss;
-    double check_loss;    /* the version's check loss (its validation loss without a check) */
-    double accuracy;      /* a classifier's on the test set (NaN: none) */
-    double split_loss;    /* split runs: mean loss of the batches since the last */
-    int64_t bound_quorum; /* coord_norm_bound_quorum, taken on the loop */
-    char digest[65];      /* the version's parameter digest ("": not computed) */
+    double check_loss;      /* the version's check loss (its validation loss without a check) */
+    double accuracy;        /* a classifier's on the test set (NaN: none) */
+    double split_loss;      /* split runs: mean loss of the batches since the last */
+    int64_t bound_quorum;   /* coord_norm_bound_quorum, taken on the loop */
+    char digest[65];        /* the version's parameter digest ("": not computed) */
+    coord_blob *model_blob; /* the version's model file (NULL: built on demand) */
     coord_merge_after_fn after;
 } merge_job;
 
@@ -304,6 +305,7 @@ static int merge_run(storage *db, coord_job *job, vl_error *err) {
 }
 
 static void merge_job_free(merge_job *j) {
+    if (j->model_blob) coord_blob_unref(j->model_blob);
     compress_factors_sum_free(&j->fsum);
     vl_buf_free(&j->fbuf);
     coord_round_acc_free(&j->racc);
@@ -384,10 +386,11 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         srv->best_check_loss = j->check_loss;
     srv->version_born = vl_clock_mono_s();
     srv->finished = j->opts.finished;
-    if (srv->model_blob) {
-        coord_blob_unref(srv->model_blob);
-        srv->model_blob = NULL;
-    }
+    /* The file built with the version replaces the last one (NULL: the
+     * first download builds it). */
+    if (srv->model_blob) coord_blob_unref(srv->model_blob);
+    srv->model_blob = j->model_blob;
+    j->model_blob = NULL;
     if (j->ver.factors) srv->factors_version = j->ver.version;
     if (j->ver.refused) log_refused(srv, j);
     if (j->m.plain && !j->ver.refused && srv->plain_versions++ % 50 == 0)
@@ -566,6 +569,17 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (strcmp(srv->cfg.compression_kind, "none") != 0 &&
         coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
         j->digest[0] = '\0';
+    /* The version's file, so that the first GET /v1/model after it does
+     * not build it on the loop. Its validation loss as the loop would
+     * write it: none for a version served on its check. A failure leaves
+     * it to be built on demand, as before. */
+    vl_error be = {0};
+    double file_loss = isfinite(j->ver.val_loss) || !checked ? j->ver.val_loss : NAN;
+    if (coord_model_blob_build(srv, b->next, next, file_loss, &j->model_blob, &be) != VL_OK) {
+        vl_log_debug("version %lld: its model file is left to the first download: %s",
+                     (long long)next, be.msg);
+        j->model_blob = NULL;
+    }
     j->compute_s = vl_clock_mono_s() - t0;
     log_robust(m, next);
     if (m->round)

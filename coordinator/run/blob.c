@@ -113,6 +113,18 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version, 
     return VL_OK;
 }
 
+int coord_model_blob_build(coord_server *srv, const float *params, int64_t version, double val_loss,
+                           coord_blob **out, vl_error *err) {
+    *out = NULL;
+    coord_net *n = &srv->eval;
+    if (!coord_net_params(n)) {
+        int rc = coord_net_create(&srv->cfg, n, err);
+        if (rc != VL_OK) return rc;
+    }
+    memcpy(coord_net_params(n), params, srv->n_params * sizeof(float));
+    return build_blob(srv, n, version, val_loss, out, err);
+}
+
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
     /* A version served on its loss check has no validation loss of its
      * own yet (score.h): its file then says none, and keeps saying so,

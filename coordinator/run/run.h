@@ -91,6 +91,13 @@ void coord_state_free(coord_server *srv);
  * downloads and `export`. */
 int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
                      double val_loss, vl_buf *out, vl_error *err) VL_MUST_CHECK;
+/* On the compute thread, with the version being made (it uses
+ * srv->eval, which only merges touch): the file of version `version`
+ * from params, as coord_model_file writes it, into *out (one reference,
+ * the caller's). The merge hands it to the loop with the version, so the
+ * first download after a merge finds it built. */
+int coord_model_blob_build(coord_server *srv, const float *params, int64_t version, double val_loss,
+                           coord_blob **out, vl_error *err) VL_MUST_CHECK;
 /* The current model as safetensors, built and cached on first use; the
  * caller gets a new reference (coord_blob_unref). NULL on failure. */
 coord_blob *coord_model_blob(coord_server *srv, vl_error *err);
