@@ -36,7 +36,7 @@
 #include "coordinator/config/config.h"
 #include "coordinator/conn/guard_types.h"
 #include "coordinator/conn/limits_types.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 #include "crypto/crypto.h"
 #include "model/model.h"
 #include "storage/storage.h"

@@ -12,7 +12,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/api/api.h"
 #include "coordinator/http/http.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 #include "coordinator/run/run.h"
 
 typedef struct delta_acc {

@@ -8,7 +8,7 @@
 
 #include "coordinator/coord.h"
 #include "coordinator/sched/schedule.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/api/api.h"
 #include "coordinator/config/config.h"
 #include "coordinator/http/http.h"

@@ -17,8 +17,8 @@
 #include "coordinator/coord.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
 #define CONFIG_MAX_BYTES ((size_t)1 << 20)

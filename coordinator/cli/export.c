@@ -26,7 +26,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
 /* The tanh form of GELU (kernels/cpu/activations.c) is what transformers

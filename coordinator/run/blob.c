@@ -13,8 +13,8 @@
 #include "model/mlp_io.h"
 #include "coordinator/config/config.h"
 #include "coordinator/conn/limits_types.h"
-#include "coordinator/run/net.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
 int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err) {

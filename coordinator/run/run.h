@@ -17,7 +17,7 @@
 
 #include "coordinator/coord.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 
 /* Opens the corpus at path, hashing it and loading its validation slice
  * (split per cfg). With expect_hash set, a size or hash that differs is

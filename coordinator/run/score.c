@@ -5,8 +5,8 @@
 
 #include "coordinator/coord.h"
 #include "coordinator/run/score.h"
-#include "coordinator/run/net.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 #include "coordinator/run/writer.h"
 

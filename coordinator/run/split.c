@@ -9,7 +9,7 @@
 #include "model/mlp_io.h"
 #include "model/mlp_part.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 
 /* Outstanding batches by peer, in a fixed table made on first use: a
  * peer's entry is found within BUSY_PROBE slots of its home. Entries that

@@ -10,7 +10,7 @@
 #include "coordinator/run/split.h"
 #include "model/mlp_io.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 #include "coordinator/run/run.h"
 
 /* Replay cache slots: enough for a few thousand requests per second over

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/coord.h"
 #include "coordinator/sched/schedule.h"
 #include "coordinator/config/config.h"

@@ -10,7 +10,7 @@
 #include "coordinator/run/aggregator.h"
 #include "coordinator/coord.h"
 #include "coordinator/sched/schedule.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/config/config.h"
 #include "coordinator/run/writer.h"
 

@@ -1,7 +1,7 @@
 /*
  * When the coordinator's background work runs, on the loop: the next
  * merge, the close of a second round, the expiry of leases, and the next
- * look at requests that long-poll. scheduler.h holds the pure rules
+ * look at requests that long-poll. base/sched_rules.h holds the pure rules
  * (whether a version is due); this module applies them with the loop's
  * timers and decides what follows each piece of work: a version made
  * wakes the waiters, re-arms the lease timer and looks for the next

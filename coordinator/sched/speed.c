@@ -7,7 +7,7 @@
 
 #include "coordinator/coord.h"
 #include "coordinator/base/robust.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/config/config.h"
 #include "coordinator/sched/schedule.h"
 

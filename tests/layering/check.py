@@ -115,7 +115,7 @@ def self_test(root):
         c = os.path.join(tmp, "coordinator")
         with open(os.path.join(c, "base", "routes.c"), "a") as f:
             f.write('#include "coordinator/api/api.h"\n')
-        with open(os.path.join(c, "run", "net_types.h"), "a") as f:
+        with open(os.path.join(c, "run", "model_types.h"), "a") as f:
             f.write("int coord_planted(int x);\n")
         with open(os.path.join(c, "conn", "planted_a.h"), "w") as f:
             f.write('#include "coordinator/conn/planted_b.h"\n')
@@ -126,7 +126,7 @@ def self_test(root):
         os.remove(os.path.join(c, "ops", "README.md"))
         got = check(tmp)
         want = ["base/routes.c (base) includes api/api.h (api)",
-                "run/net_types.h: a types header declares a function: int coord_planted(int x);",
+                "run/model_types.h: a types header declares a function: int coord_planted(int x);",
                 "include cycle: conn/planted_a.h -> conn/planted_b.h -> conn/planted_a.h",
                 "stray.c: in no layer",
                 "coordinator/ops/ has no README.md"]

@@ -28,7 +28,7 @@
 #include "coordinator/run/aggregator.h"
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/run/writer.h"
 #include "storage/storage.h"
 #include "test_util.h"

@@ -13,7 +13,7 @@
 
 #include "coordinator/run/aggregator.h"
 #include "coordinator/coord.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "test_util.h"
 #include "coordinator/base/outer.h"
 #include "coordinator/config/config.h"

@@ -19,10 +19,10 @@
 #include "test_util.h"
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 #include "coordinator/run/split.h"
 #include "model/mlp_io.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
 /* Overridable so the skipped path can be tried on a machine that has

@@ -16,7 +16,7 @@
 
 #include "compress/compress.h"
 #include "coordinator/config/config.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 
 /* ---- configuration ------------------------------------------------------- */
 

@@ -21,7 +21,7 @@
 
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "crypto/crypto.h"
 
 #include "tests/unit/test_util.h"

@@ -18,7 +18,7 @@
 #include "coordinator/run/aggregator.h"
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 #include "coordinator/api/api.h"
 #include "coordinator/base/outer.h"
 #include "coordinator/http/http.h"

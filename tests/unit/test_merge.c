@@ -26,7 +26,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 #include "coordinator/run/run.h"
 #include "coordinator/sched/schedule.h"
 #include "coordinator/server.h"

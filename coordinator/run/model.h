@@ -1,5 +1,5 @@
 /*
- * net: the run's model as the coordinator holds it, whichever kind the run
+ * model (coord_net): the run's model as the coordinator holds it, whichever kind the run
  * trains: the GPT of a text or token run, or the MLP classifier of a run
  * whose peers keep their own labelled images. Versions, deltas, updates
  * and the outer step only see the flat parameter vector; what depends on
@@ -7,14 +7,14 @@
  * version on held-out data (for a classifier, the coordinator's own test
  * images, with accuracy beside the loss).
  */
-#ifndef VOLLEY_COORD_NET_H
-#define VOLLEY_COORD_NET_H
+#ifndef VOLLEY_COORD_RUN_MODEL_H
+#define VOLLEY_COORD_RUN_MODEL_H
 
 #include "common/common.h"
 #include "coordinator/config/config.h"
 #include "model/images.h"
 #include "model/model.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/coord.h"
 
 

@@ -1,4 +1,4 @@
-/* The run's model whichever its kind (coordinator/net.h). */
+/* The run's model whichever its kind (coordinator/run/model.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,10 +7,10 @@
 #include <sodium.h>
 
 #include "coordinator/coord.h"
-#include "coordinator/run/net.h"
+#include "coordinator/run/model.h"
 #include "model/mlp_io.h"
 #include "coordinator/config/config.h"
-#include "coordinator/run/net_types.h"
+#include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
 int coord_net_create(const coord_config *cfg, coord_net *n, vl_error *err) {

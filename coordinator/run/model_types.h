@@ -1,9 +1,9 @@
 /*
- * net_types: the run's model and a classifier's test set as the
- * coordinator holds them (net.h has what is done with them).
+ * model_types: the run's model and a classifier's test set as the
+ * coordinator holds them (model.h has what is done with them).
  */
-#ifndef VOLLEY_COORD_NET_TYPES_H
-#define VOLLEY_COORD_NET_TYPES_H
+#ifndef VOLLEY_COORD_MODEL_TYPES_H
+#define VOLLEY_COORD_MODEL_TYPES_H
 
 #include <stdint.h>
 

@@ -7,8 +7,8 @@
  * peer gets a task and every updates_per_version accepted updates make a
  * version. Keeping these free of I/O lets the tests pin them down exactly.
  */
-#ifndef VOLLEY_COORD_SCHEDULER_H
-#define VOLLEY_COORD_SCHEDULER_H
+#ifndef VOLLEY_COORD_SCHED_RULES_H
+#define VOLLEY_COORD_SCHED_RULES_H
 
 #include <stdint.h>
 #include "coordinator/config/config.h"

@@ -1,5 +1,5 @@
 /* Scheduling rules of sync and async runs. */
-#include "coordinator/base/scheduler.h"
+#include "coordinator/base/sched_rules.h"
 
 #include <math.h>
 #include <string.h>
