@@ -241,6 +241,19 @@ static void check_kind(const char *kind) {
     }
     merge_next(srv);
     const float *theta1 = coord_net_params(&srv->net);
+    /* The version's model file came with it, built on the compute thread:
+     * the same bytes the first download would have built on the loop. */
+    assert_non_null(srv->model_blob);
+    assert_int_equal(srv->model_blob->version, srv->version);
+    {
+        vl_buf want;
+        vl_buf_init(&want, 1 << 26);
+        double vl = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
+        OK(coord_model_file(&srv->cfg, &srv->net, srv->version, vl, &want, &e_));
+        assert_int_equal(srv->model_blob->len, want.len);
+        assert_memory_equal(srv->model_blob->data, want.data, want.len);
+        vl_buf_free(&want);
+    }
     double worst = 0, moved = 0;
     size_t worst_at = 0;
     for (size_t i = 0; i < n; i++) {
