@@ -46,8 +46,9 @@ typedef struct coord_route {
     const char *media;    /* the Content-Type a body must have; NULL: no body */
     coord_auth_kind auth; /* who must sign it (checked on the head, by the guard) */
     /* Its body may be as large as the run allows (max_body_bytes); else
-     * at most COORD_MAX_JSON_BODY. One cap, read by the guard on the head
-     * and by dispatch on the body. */
+     * at most COORD_MAX_JSON_BODY. One cap, applied by the guard on the
+     * head's Content-Length before a byte of the body is read (a body
+     * cannot outgrow it), and named in dispatch's 413. */
     int large;
     /* What a 413 calls its body ("an update is"); NULL: "a request body
      * here is". */

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
 
@@ -169,13 +168,6 @@ void coord_dispatch(struct evhttp_request *req, void *arg) {
              * here a route that needs a peer gets it, or the request its
              * 401 or 403, before the handler runs. */
             if (r->auth == COORD_AUTH_PEER && coord_authenticate(&cr) != 0) return;
-            /* The guard refused a larger body on its head; this is the
-             * same cap, once more on what arrived. */
-            size_t len = evbuffer_get_length(evhttp_request_get_input_buffer(req));
-            if ((uint64_t)len > (uint64_t)body_cap(srv, r)) {
-                reply_too_large(&cr, r);
-                return;
-            }
             static const char *const no_keys[] = {NULL};
             unsigned present = 0;
             if (r->no_query && coord_req_query(&cr, no_keys, 0, NULL, &present,
