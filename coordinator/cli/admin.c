@@ -17,6 +17,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/config/config.h"
+#include "coordinator/config/fields.h"
 #include "coordinator/run/model.h"
 #include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
@@ -533,6 +534,8 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
                           : cfg.shards             ? "token shards, checked"
                                                    : "text corpus, checked";
         fprintf(out, "data: %s\n", src);
+        if (coord_config_fields_report(&cfg, given, out) < 0)
+            rc = vl_fail(err, VL_ENOMEM, "out of memory");
         if (given) note_changes(out, "", given, resolved);
         fflush(out);
     }

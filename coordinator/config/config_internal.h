@@ -44,8 +44,31 @@ int coord_config_local_json(const coord_config *cfg, json_t *data) VL_MUST_CHECK
  * against the model, the weights and the dtype, after the model and train
  * sections are parsed. Returns 0 or VL_EINVAL naming the field. */
 int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) VL_MUST_CHECK;
-/* Adds the split section to the normalised JSON root (split runs only). */
-int coord_config_split_json(const coord_config *cfg, json_t *root) VL_MUST_CHECK;
+
+/* The table's hooks (fields.h: a row's get and put), for the rows whose
+ * form is more than their type. Readers (config.c): the name's
+ * characters, the model object (a GPT's shape or an mlp's own),
+ * compression.kind's old "dense", robust.max_norm's "auto", split.cut. */
+struct coord_config_field;
+int coord_config_get_name(json_t *v, const struct coord_config_field *f, coord_config *cfg,
+                          vl_error *err) VL_MUST_CHECK;
+int coord_config_get_model(json_t *v, const struct coord_config_field *f, coord_config *cfg,
+                           vl_error *err) VL_MUST_CHECK;
+int coord_config_get_kind(json_t *v, const struct coord_config_field *f, coord_config *cfg,
+                          vl_error *err) VL_MUST_CHECK;
+int coord_config_get_max_norm(json_t *v, const struct coord_config_field *f, coord_config *cfg,
+                              vl_error *err) VL_MUST_CHECK;
+/* split.cut against the model's layers (config_local.c). */
+int coord_config_get_split_cut(json_t *v, const struct coord_config_field *f, coord_config *cfg,
+                               vl_error *err) VL_MUST_CHECK;
+/* Writers (config_json.c): the model object, the data (or a text run's
+ * corpus), robust.max_norm. Return 0 or VL_ENOMEM. */
+int coord_config_put_model(const coord_config *cfg, json_t *parent, const char *key,
+                           int with_paths) VL_MUST_CHECK;
+int coord_config_put_data(const coord_config *cfg, json_t *parent, const char *key,
+                          int with_paths) VL_MUST_CHECK;
+int coord_config_put_max_norm(const coord_config *cfg, json_t *parent, const char *key,
+                              int with_paths) VL_MUST_CHECK;
 
 /* The robust rules' names, in coord_rule order, NULL after the last
  * (config_resolve.c). */

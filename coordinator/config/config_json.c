@@ -13,10 +13,7 @@
 #include "model/mlp_io.h"
 #include "coordinator/config/config.h"
 #include "coordinator/config/config_internal.h"
-
-static const char *stale_fn_name(coord_stale_fn f) {
-    return f == COORD_STALE_HINGE ? "hinge" : f == COORD_STALE_CONSTANT ? "constant" : "polynomial";
-}
+#include "coordinator/config/fields.h"
 
 void coord_config_split(const coord_config *cfg, int64_t corpus_size, int64_t *train_len,
                         int64_t *val_len) {
@@ -57,51 +54,54 @@ int coord_config_is_local(const coord_config *cfg) {
     return cfg->local;
 }
 
-/* The data fields of the normalised form: a text run's corpus (with_paths
- * only; val_fraction and task_bytes are in the common part), or a shard
- * run's "data" and task_tokens in place of the text fields. Peers get
- * "data" without paths, which name files on this machine. */
-static int data_json(const coord_config *cfg, json_t *root, int with_paths) {
-    if (coord_config_is_local(cfg)) {
-        json_t *data = json_pack("{s:s}", "kind", "local");
-        int bad = !data || json_object_del(root, "val_fraction") != 0 ||
-                  json_object_del(root, "task_bytes") != 0 ||
-                  json_object_del(root, "val_batches") != 0 ||
-                  json_object_del(root, "val_check_tokens") != 0;
-        if (!bad && with_paths) bad = coord_config_local_json(cfg, data) != VL_OK;
-        /* A GPT keeps val_batches (how much of its held-out data to score). */
-        if (!bad && cfg->net != COORD_NET_MLP)
-            bad = json_object_set_new(root, "val_batches", json_integer(cfg->val_batches)) != 0 ||
-                  json_object_set_new(root, "val_check_tokens",
-                                      json_integer(cfg->val_check_tokens)) != 0;
-        if (bad) {
-            json_decref(data);
-            return VL_ENOMEM;
-        }
-        return json_object_set_new(root, "data", data) != 0 ? VL_ENOMEM : VL_OK;
+/* ---- the rows the table leaves to code (fields.c) ------------------------ */
+
+int coord_config_put_model(const coord_config *cfg, json_t *parent, const char *key,
+                           int with_paths) {
+    (void)with_paths;
+    json_t *m = json_object(); /* a GPT's: the table's rows fill it */
+    if (cfg->net == COORD_NET_MLP) {
+        char mjs[MODEL_MLP_JSON_MAX];
+        json_decref(m);
+        m = model_mlp_config_json(&cfg->mlp, mjs, sizeof mjs) == VL_OK ? json_loads(mjs, 0, NULL)
+                                                                       : NULL;
     }
-    if (!cfg->shards)
-        return with_paths && json_object_set_new(root, "corpus", json_string(cfg->corpus)) != 0
+    return m && json_object_set_new(parent, key, m) == 0 ? VL_OK : VL_ENOMEM;
+}
+
+/* A text run's corpus (with_paths only), or the "data" object of token
+ * shards and local data. Peers get "data" without paths, which name
+ * files on this machine. */
+int coord_config_put_data(const coord_config *cfg, json_t *parent, const char *key,
+                          int with_paths) {
+    if (!cfg->shards && !cfg->local)
+        return with_paths && json_object_set_new(parent, "corpus", json_string(cfg->corpus)) != 0
                    ? VL_ENOMEM
                    : VL_OK;
-    json_t *data = json_pack("{s:s}", "kind", "shards");
-    json_t *train = json_array();
-    int bad = !data || !train;
-    for (int i = 0; !bad && with_paths && i < cfg->n_train_shards; i++)
-        bad = json_array_append_new(train, json_string(cfg->train_shards[i])) != 0;
-    if (!bad && with_paths)
-        bad = json_object_set_new(data, "train", json_incref(train)) != 0 ||
-              json_object_set_new(data, "val", json_string(cfg->val_shard)) != 0;
-    json_decref(train);
-    bad = bad || json_object_del(root, "val_fraction") != 0 ||
-          json_object_del(root, "task_bytes") != 0 ||
-          json_object_set_new(root, "task_tokens", json_integer(cfg->task_tokens)) != 0;
+    json_t *data = json_pack("{s:s}", "kind", cfg->local ? "local" : "shards");
+    int bad = !data;
+    if (!bad && with_paths && cfg->local) bad = coord_config_local_json(cfg, data) != VL_OK;
+    if (!bad && with_paths && !cfg->local) {
+        json_t *train = json_array();
+        bad = !train || json_object_set_new(data, "train", train) != 0;
+        for (int i = 0; !bad && i < cfg->n_train_shards; i++)
+            bad = json_array_append_new(train, json_string(cfg->train_shards[i])) != 0;
+        bad = bad || json_object_set_new(data, "val", json_string(cfg->val_shard)) != 0;
+    }
     if (bad) {
         json_decref(data);
         return VL_ENOMEM;
     }
     /* set_new takes data over, on failure too. */
-    return json_object_set_new(root, "data", data) != 0 ? VL_ENOMEM : VL_OK;
+    return json_object_set_new(parent, key, data) != 0 ? VL_ENOMEM : VL_OK;
+}
+
+int coord_config_put_max_norm(const coord_config *cfg, json_t *parent, const char *key,
+                              int with_paths) {
+    (void)with_paths;
+    const coord_robust_config *r = &cfg->robust;
+    json_t *v = r->auto_norm ? json_string("auto") : json_real(r->max_norm);
+    return json_object_set_new(parent, key, v) != 0 ? VL_ENOMEM : VL_OK;
 }
 
 int coord_config_names_hash(const char *json) {
@@ -111,95 +111,12 @@ int coord_config_names_hash(const char *json) {
     return named;
 }
 
+/* Every run stores its sketch hash (compression.hash, a row like the
+ * rest), so that a later hash can tell the runs it cannot go on with
+ * (coord_state_load). */
 char *coord_config_to_json(const coord_config *cfg, int with_corpus) {
-    const coord_train_config *t = &cfg->train;
-    json_t *root = json_pack(
-        "{s:s, s:f, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:s, s:I, s:I,"
-        " s:{s:I, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:b}, s:{s:f, s:f, s:I},"
-        " s:{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f},"
-        " s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-        "name", cfg->name, "val_fraction", cfg->val_fraction, "seed", (json_int_t)cfg->seed,
-        "model", "vocab_size", cfg->model.vocab_size, "block_size", cfg->model.block_size,
-        "n_layer", cfg->model.n_layer, "n_head", cfg->model.n_head, "n_embd", cfg->model.n_embd,
-        "mode", cfg->mode, "updates_per_version", (json_int_t)cfg->updates_per_version,
-        "max_versions", (json_int_t)cfg->max_versions, "train", "steps", (json_int_t)t->steps,
-        "batch", (json_int_t)t->batch, "optimizer", t->optimizer, "lr", t->lr, "beta1", t->beta1,
-        "beta2", t->beta2, "eps", t->eps, "weight_decay", t->weight_decay, "grad_clip",
-        t->grad_clip, "dynamic_steps", t->dynamic_steps, "outer", "lr", cfg->outer_lr, "momentum",
-        cfg->outer_momentum, "delay", (json_int_t)cfg->outer_delay, "compression", "kind",
-        cfg->compression_kind, "dtype", cfg->compression_dtype, "k", (json_int_t)cfg->comp_k,
-        "rows", (json_int_t)cfg->comp_rows, "cols", (json_int_t)cfg->comp_cols, "seed",
-        (json_int_t)cfg->comp_seed, "apply_k", (json_int_t)cfg->apply_k, "second_round",
-        (json_int_t)cfg->second_round, "round_s", (json_int_t)cfg->round_s, "block",
-        (json_int_t)cfg->comp_block, "decay", cfg->comp_decay, "task_bytes",
-        (json_int_t)cfg->task_bytes, "lease_s", (json_int_t)cfg->lease_s, "max_body_bytes",
-        (json_int_t)cfg->max_body_bytes, "val_batches", (json_int_t)cfg->val_batches,
-        "val_check_tokens", (json_int_t)cfg->val_check_tokens, "keep_versions",
-        (json_int_t)cfg->keep_versions, "keep_changes", (json_int_t)cfg->keep_changes);
-    if (!root) return NULL;
-    /* Every run stores its sketch hash, so that a later hash can tell the
-     * runs it cannot go on with (coord_state_load). */
-    if (json_object_set_new(json_object_get(root, "compression"), "hash",
-                            json_string(cfg->comp_hash)) != 0) {
-        json_decref(root);
-        return NULL;
-    }
-    /* A classifier's model object replaces the GPT's fields. */
-    char mjs[MODEL_MLP_JSON_MAX];
-    if (cfg->net == COORD_NET_MLP &&
-        (model_mlp_config_json(&cfg->mlp, mjs, sizeof mjs) != VL_OK ||
-         json_object_set_new(root, "model", json_loads(mjs, 0, NULL)) != 0)) {
-        json_decref(root);
-        return NULL;
-    }
-    if (data_json(cfg, root, with_corpus) != VL_OK || coord_config_split_json(cfg, root) != VL_OK) {
-        json_decref(root);
-        return NULL;
-    }
-    json_t *sched = json_pack("{s:s, s:I, s:f, s:f, s:b}", "schedule", cfg->train.schedule,
-                              "warmup", (json_int_t)cfg->train.warmup, "min_lr", cfg->train.min_lr,
-                              "momentum", cfg->train.momentum, "nesterov", cfg->train.nesterov);
-    if (!sched || json_object_update(json_object_get(root, "train"), sched) != 0) {
-        json_decref(sched);
-        json_decref(root);
-        return NULL;
-    }
-    json_decref(sched);
-    if (strcmp(cfg->train.optimizer, "kfac") == 0) {
-        json_t *k =
-            json_pack("{s:f, s:f, s:I, s:f, s:b, s:s}", "damping", t->kfac.damping, "decay",
-                      t->kfac.decay, "inverse_every", (json_int_t)t->kfac.inverse_every, "kl_clip",
-                      t->kfac.kl_clip, "share", t->kfac.share, "dtype", t->kfac.dtype);
-        if (!k || json_object_set_new(json_object_get(root, "train"), "kfac", k) != 0) {
-            json_decref(root);
-            return NULL;
-        }
-    }
-    json_t *merging = json_pack(
-        "{s:{s:s, s:f, s:I, s:I}, s:I, s:{s:f, s:I}, s:I, s:f, s:f}", "staleness", "function",
-        stale_fn_name(cfg->staleness.fn), "a", cfg->staleness.a, "b", (json_int_t)cfg->staleness.b,
-        "max", (json_int_t)cfg->staleness.max, "round_deadline_s",
-        (json_int_t)cfg->round_deadline_s, "selsync", "delta", cfg->selsync_delta, "h_min",
-        (json_int_t)cfg->selsync_h_min, "keep_update_blobs", (json_int_t)cfg->keep_update_blobs,
-        "max_loss_rise", cfg->max_loss_rise, "lease_wait", cfg->lease_wait);
-    if (!merging || json_object_update(root, merging) != 0) {
-        json_decref(merging);
-        json_decref(root);
-        return NULL;
-    }
-    json_decref(merging);
-    const coord_robust_config *r = &cfg->robust;
-    json_t *rb = json_pack("{s:s, s:f, s:f, s:o, s:s}", "rule", coord_rule_name(r->rule), "trim",
-                           r->trim, "clip_mult", r->clip_mult, "max_norm",
-                           r->auto_norm ? json_string("auto") : json_real(r->max_norm), "on_excess",
-                           r->refuse_excess ? "refuse" : "clip");
-    if (rb && r->auto_norm &&
-        (json_object_set_new(rb, "auto_mult", json_real(r->auto_mult)) != 0 ||
-         json_object_set_new(rb, "auto_versions", json_integer(r->auto_versions)) != 0)) {
-        json_decref(rb);
-        rb = NULL;
-    }
-    if (!rb || json_object_set_new(root, "robust", rb) != 0) {
+    json_t *root = json_object();
+    if (!root || coord_config_fields_write(cfg, root, with_corpus) != VL_OK) {
         json_decref(root);
         return NULL;
     }

@@ -9,6 +9,7 @@
 #include "common/split_wire.h"
 #include "coordinator/config/config_internal.h"
 #include "coordinator/config/config.h"
+#include "coordinator/config/fields.h"
 
 int coord_config_is_split(const coord_config *cfg) {
     return strcmp(cfg->mode, "split") == 0;
@@ -99,16 +100,23 @@ int coord_config_local_json(const coord_config *cfg, json_t *data) {
                : VL_OK;
 }
 
-static int get_number(json_t *o, const char *key, double lo, double hi, double *out,
-                      vl_error *err) {
-    json_t *v = json_object_get(o, key);
-    if (!v) return VL_OK;
-    if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi))
-        return vl_fail(err, VL_EINVAL, "config: split.%s must be a number in [%g, %g]", key, lo,
-                       hi);
-    *out = json_number_value(v);
-    return VL_OK;
+int coord_config_get_split_cut(json_t *v, const coord_config_field *f, coord_config *cfg,
+                               vl_error *err) {
+    int rc = coord_config_field_read(v, f, cfg, err);
+    /* Without an mlp model coord_config_parse_split refuses the section. */
+    if (cfg->net != COORD_NET_MLP || !json_is_integer(v)) return rc;
+    /* Every layer but the classifier may be cut after: conv and hidden
+     * (the model row, read before this one, gave the layers). */
+    const int below_head = model_mlp_config_num_layers(&cfg->mlp) - 1;
+    json_int_t cut = json_integer_value(v);
+    if (cut < 1 || cut > below_head)
+        return vl_fail(err, VL_EINVAL,
+                       "config: split.cut must be 1 to %d (the model's conv and "
+                       "hidden layers; the peers keep layers below the cut)",
+                       below_head);
+    return rc;
 }
+
 int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     json_t *sp = json_object_get(root, "split");
     int split = coord_config_is_split(cfg);
@@ -123,57 +131,16 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
         return vl_fail(err, VL_EINVAL,
                        "config: mode \"split\" needs split.cut, the number of "
                        "layers the peers keep");
-    static const char *const KEYS[] = {"cut", "alpha", "lr", "dtype", "u_shape", "in_flight", NULL};
-    const char *key;
-    json_t *v;
-    json_object_foreach(sp, key, v) {
-        int known = 0;
-        for (const char *const *k = KEYS; *k; k++) known |= strcmp(*k, key) == 0;
-        if (!known) return vl_fail(err, VL_EINVAL, "config: unknown key split.%.40s", key);
-    }
-    json_int_t cut = json_integer_value(json_object_get(sp, "cut"));
-    /* Every layer but the classifier may be cut after: conv and hidden. */
     const int below_head = model_mlp_config_num_layers(&cfg->mlp) - 1;
-    if (cut < 1 || cut > below_head)
-        return vl_fail(err, VL_EINVAL,
-                       "config: split.cut must be 1 to %d (the model's conv and "
-                       "hidden layers; the peers keep layers below the cut)",
-                       below_head);
-    cfg->split_cut = (int)cut;
-    cfg->split_alpha = 0;
-    cfg->split_lr = cfg->train.lr;
-    snprintf(cfg->split_dtype, sizeof cfg->split_dtype, "F32");
-    int rc = get_number(sp, "alpha", 0, 1e3, &cfg->split_alpha, err);
-    if (!rc) rc = get_number(sp, "lr", 0, 10, &cfg->split_lr, err);
-    if (rc) return rc;
-    json_t *dt = json_object_get(sp, "dtype");
-    if (dt) {
-        if (!json_is_string(dt) || (strcmp(json_string_value(dt), "F32") != 0 &&
-                                    strcmp(json_string_value(dt), "F16") != 0))
-            return vl_fail(err, VL_EINVAL, "config: split.dtype must be \"F32\" or \"F16\"");
-        snprintf(cfg->split_dtype, sizeof cfg->split_dtype, "%s", json_string_value(dt));
-    }
-    json_t *u = json_object_get(sp, "u_shape");
-    if (u && !json_is_boolean(u))
-        return vl_fail(err, VL_EINVAL, "config: split.u_shape must be true or false");
-    cfg->split_u = u && json_is_true(u);
+    /* The table read the section's fields and their bounds; the lr is
+     * the run's own unless given. */
+    if (!json_object_get(sp, "lr")) cfg->split_lr = cfg->train.lr;
     if (cfg->split_u && cfg->split_cut >= below_head)
         return vl_fail(err, VL_EINVAL,
                        "config: a U-shaped split leaves the coordinator the "
                        "layers from split.cut up to the last hidden one: "
                        "split.cut must be below %d",
                        below_head);
-    cfg->split_in_flight = 1;
-    json_t *inf = json_object_get(sp, "in_flight");
-    if (inf) {
-        if (!json_is_integer(inf) || json_integer_value(inf) < 1 ||
-            json_integer_value(inf) > SPLIT_WIRE_MAX_IN_FLIGHT)
-            return vl_fail(err, VL_EINVAL,
-                           "config: split.in_flight must be an integer from 1 "
-                           "to %d",
-                           SPLIT_WIRE_MAX_IN_FLIGHT);
-        cfg->split_in_flight = (int)json_integer_value(inf);
-    }
     if (cfg->split_u && cfg->split_in_flight > 1)
         return vl_fail(err, VL_EINVAL,
                        "config: split.in_flight above 1 is for plain split runs: "
@@ -182,12 +149,4 @@ int coord_config_parse_split(json_t *root, coord_config *cfg, vl_error *err) {
     if (strcmp(cfg->train.optimizer, "kfac") == 0)
         return vl_fail(err, VL_EINVAL, "config: split runs train with \"adamw\" or \"sgd\"");
     return VL_OK;
-}
-
-int coord_config_split_json(const coord_config *cfg, json_t *root) {
-    if (!coord_config_is_split(cfg)) return VL_OK;
-    json_t *sp = json_pack("{s:i, s:f, s:f, s:s, s:b, s:i}", "cut", cfg->split_cut, "alpha",
-                           cfg->split_alpha, "lr", cfg->split_lr, "dtype", cfg->split_dtype,
-                           "u_shape", cfg->split_u, "in_flight", cfg->split_in_flight);
-    return !sp || json_object_set_new(root, "split", sp) != 0 ? VL_ENOMEM : VL_OK;
 }

@@ -183,15 +183,11 @@ int coord_config_resolve_lease_wait(json_t *root, coord_config *cfg, vl_error *e
         cfg->lease_wait = async ? COORD_ASYNC_LEASE_WAIT : 0;
         return VL_OK;
     }
-    double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(x >= 0 && x <= 100))
-        return vl_fail(err, VL_EINVAL,
-                       "config: lease_wait must be a number from 0 to 100 (task times)");
-    if (x > 0 && !async)
+    /* Read and bounded by the table (fields.c). */
+    if (cfg->lease_wait > 0 && !async)
         return vl_fail(err, VL_EINVAL,
                        "config: lease_wait is for async runs (a sync version waits for "
                        "all its tasks anyway)");
-    cfg->lease_wait = x;
     return VL_OK;
 }
 

@@ -57,6 +57,12 @@ grep -qx "normalised corpus: \"corpus.txt\" became \"$WORK/corpus.txt\"" notes.t
   || fail "corpus path not named: $(cat notes.txt)"
 k=$(cat k.txt)
 grep -q "^updates: topk, k $k in " out.txt || fail "summary does not name k $k: $(cat out.txt)"
+# One line per field, from the table: given, a default, or chosen from the rest.
+grep -qx 'field mode = "async" (given)' out.txt || fail "mode not listed as given: $(grep '^field' out.txt | head)"
+grep -qx "field compression.k = $k (chosen)" out.txt || fail "k not listed as chosen: $(grep '^field comp' out.txt)"
+grep -qx 'field train.beta2 = 0.95 (default)' out.txt || fail "beta2 not listed as default: $(grep '^field train' out.txt)"
+! grep -q '^field train.kfac' out.txt || fail "K-FAC fields listed for an AdamW run"
+[ "$(grep -c '^field ' out.txt)" -gt 50 ] || fail "too few fields listed: $(grep -c '^field ' out.txt)"
 n=$(sed -n 's/^model: \([0-9]*\) parameters.*/\1/p' out.txt)
 [ "$n" = 21984 ] || fail "model size $n, want 21984"
 ratio=$(sed -n 's/.*(\([0-9.]*\)x smaller.*/\1/p' out.txt)

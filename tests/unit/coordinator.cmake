@@ -1,6 +1,8 @@
 volley_unit_test(test_coordinator volley_coord_api)
 # The run configuration: parsing, defaults, field errors, schedule, durations.
 volley_unit_test(test_coord_config volley_coord_base)
+# The table of its fields: every bound, choice, key and default, walked.
+volley_unit_test(test_config_fields volley_coord_config)
 volley_unit_test(test_guard volley_coord_conn)
 volley_unit_test(test_auth volley_coordinator_core)
 volley_unit_test(test_nonce_log volley_coord_conn)
