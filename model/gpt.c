@@ -1,5 +1,7 @@
-/* GPT object: configuration, tensor table, parameter memory and
- * initialisation. */
+/* GPT object: configuration, tensor table, parameter and activation
+ * memory, initialisation. The passes of gpt_train.c build on this file and
+ * nothing here calls them, so the object can be read (and freed) without
+ * the passes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +128,17 @@ int model_gpt_create(const model_gpt_config *cfg, model_gpt **out, vl_error *err
     }
     *out = m;
     return 0;
+}
+
+void gpt_free_acts(model_gpt *m) {
+    free(m->acts.mem);
+    free(m->acts.inputs);
+    free(m->acts.layers);
+    free(m->gacts.mem);
+    memset(&m->acts, 0, sizeof m->acts);
+    memset(&m->gacts, 0, sizeof m->gacts);
+    m->have_output = 0;
+    m->can_backward = 0;
 }
 
 void model_gpt_destroy(model_gpt *m) {

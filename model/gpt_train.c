@@ -50,17 +50,6 @@ void gpt_layout_grad_acts(const model_gpt_config *cfg, gpt_grad_acts *g, carver 
     g->scratch = carve(cv, scratch, 1);
 }
 
-void gpt_free_acts(model_gpt *m) {
-    free(m->acts.mem);
-    free(m->acts.inputs);
-    free(m->acts.layers);
-    free(m->gacts.mem);
-    memset(&m->acts, 0, sizeof m->acts);
-    memset(&m->gacts, 0, sizeof m->gacts);
-    m->have_output = 0;
-    m->can_backward = 0;
-}
-
 /* Makes sure the forward buffers hold B*T rows; grows (and forgets the
  * previous forward) only when a larger shape arrives. */
 static int plan_acts(model_gpt *m, size_t bt, size_t btt, vl_error *err) {
