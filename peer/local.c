@@ -1,4 +1,7 @@
-/* Training on the peer's own labelled images (peer/local.h). */
+/* Training on the peer's own labelled images (peer/local.h). Built on the
+ * trainer of train.c (loading a model, preparing a task, clipping, pacing),
+ * which calls nothing here: loading a classifier's model file is the
+ * trainer's, whatever data it will train on. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,58 +137,6 @@ int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) {
                 n, model_images_rows(l->images), model_images_cols(l->images),
                 model_images_classes(l->images), o->images, o->part, o->parts,
                 o->parts > 1 && o->beta > 0 ? ", label-skewed" : "");
-    return VL_OK;
-}
-
-/* Frees the trainer's model and everything shaped after it; the trainer
- * then holds the new model. */
-static void replace_model(peer_trainer *t, model_mlp *m, float *base, float *delta) {
-    peer_trainer_drop_model(t);
-    t->mlp = m;
-    t->n_params = model_mlp_num_params(m);
-    t->base = base;
-    t->delta = delta;
-}
-
-
-int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
-                          vl_error *err) {
-    model_mlp_config cfg;
-    int rc = model_mlp_config_parse(js, strlen(js), &cfg, err);
-    if (rc) return rc;
-    if (t->mlp) {
-        model_mlp_config have = model_mlp_config_get(t->mlp);
-        if (model_mlp_config_equal(&have, &cfg)) {
-            if ((rc = model_mlp_load_safetensors(t->mlp, f, err))) return rc;
-            memcpy(t->base, model_mlp_params(t->mlp), t->n_params * sizeof *t->base);
-            t->base_version = version;
-            return VL_OK;
-        }
-    }
-    /* The configuration only claims a size; the file's tensors must hold
-     * it before a model that large is allocated. */
-    uint64_t have = 0;
-    for (int i = 0; i < f->ntensors; i++) have += f->tensors[i].numel;
-    if (have != (uint64_t)model_mlp_config_num_params(&cfg))
-        return vl_fail(err, VL_EINVAL, "the file holds %llu values; its configuration needs %zu",
-                       (unsigned long long)have, model_mlp_config_num_params(&cfg));
-    model_mlp *m = NULL;
-    if ((rc = model_mlp_create(&cfg, &m, err))) return rc;
-    if ((rc = model_mlp_load_safetensors(m, f, err))) {
-        model_mlp_destroy(m);
-        return rc;
-    }
-    size_t n = model_mlp_num_params(m);
-    float *base = malloc(n * sizeof *base), *delta = malloc(n * sizeof *delta);
-    if (!base || !delta) {
-        free(base);
-        free(delta);
-        model_mlp_destroy(m);
-        return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
-    }
-    replace_model(t, m, base, delta);
-    memcpy(t->base, model_mlp_params(m), n * sizeof *t->base);
-    t->base_version = version;
     return VL_OK;
 }
 

@@ -61,13 +61,6 @@ int peer_local_parse_part(const char *s, int *part, int *parts, vl_error *err) V
 int peer_local_open(peer_local *l, const peer_local_opts *o, vl_error *err) VL_MUST_CHECK;
 void peer_local_free(peer_local *l);
 
-/* Installs a classifier's model file f (its `model` metadata js already
- * seen to be an MLP's) as the base of version, replacing a model of
- * another shape or kind and the optimizer state that went with it. On
- * failure the trainer is unchanged. Called by peer_trainer_load. */
-int peer_trainer_load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
-                          vl_error *err) VL_MUST_CHECK;
-
 /* Whether task k fits the trainer's model and the local data. For a
  * classifier: images whose size is the model's input, every label below
  * its class count, and a sparse k at most the parameter count. For a GPT:

@@ -95,6 +95,61 @@ static int adopt(peer_trainer *t, model_gpt *g, int64_t version, vl_error *err) 
     return VL_OK;
 }
 
+/* Frees the trainer's model and everything shaped after it; the trainer
+ * then holds the new model. */
+static void replace_model(peer_trainer *t, model_mlp *m, float *base, float *delta) {
+    peer_trainer_drop_model(t);
+    t->mlp = m;
+    t->n_params = model_mlp_num_params(m);
+    t->base = base;
+    t->delta = delta;
+}
+
+/* Installs a classifier's model file f (its `model` metadata js already
+ * seen to be an MLP's) as the base of version, replacing a model of
+ * another shape or kind and the optimizer state that went with it. On
+ * failure the trainer is unchanged. */
+static int load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t version,
+                    vl_error *err) {
+    model_mlp_config cfg;
+    int rc = model_mlp_config_parse(js, strlen(js), &cfg, err);
+    if (rc) return rc;
+    if (t->mlp) {
+        model_mlp_config have = model_mlp_config_get(t->mlp);
+        if (model_mlp_config_equal(&have, &cfg)) {
+            if ((rc = model_mlp_load_safetensors(t->mlp, f, err))) return rc;
+            memcpy(t->base, model_mlp_params(t->mlp), t->n_params * sizeof *t->base);
+            t->base_version = version;
+            return VL_OK;
+        }
+    }
+    /* The configuration only claims a size; the file's tensors must hold
+     * it before a model that large is allocated. */
+    uint64_t have = 0;
+    for (int i = 0; i < f->ntensors; i++) have += f->tensors[i].numel;
+    if (have != (uint64_t)model_mlp_config_num_params(&cfg))
+        return vl_fail(err, VL_EINVAL, "the file holds %llu values; its configuration needs %zu",
+                       (unsigned long long)have, model_mlp_config_num_params(&cfg));
+    model_mlp *m = NULL;
+    if ((rc = model_mlp_create(&cfg, &m, err))) return rc;
+    if ((rc = model_mlp_load_safetensors(m, f, err))) {
+        model_mlp_destroy(m);
+        return rc;
+    }
+    size_t n = model_mlp_num_params(m);
+    float *base = malloc(n * sizeof *base), *delta = malloc(n * sizeof *delta);
+    if (!base || !delta) {
+        free(base);
+        free(delta);
+        model_mlp_destroy(m);
+        return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
+    }
+    replace_model(t, m, base, delta);
+    memcpy(t->base, model_mlp_params(m), n * sizeof *t->base);
+    t->base_version = version;
+    return VL_OK;
+}
+
 /* The configuration a model file describes: the protocol's `model`
  * metadata (JSON), or else the per-field keys checkpoints carry. */
 static int file_config(const st_file *f, model_gpt_config *cfg, vl_error *err) {
@@ -117,8 +172,7 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
         return vl_fail(err, VL_EINVAL, "metadata lacks a valid 'version'");
     if (v != version) return vl_fail(err, VL_EINVAL, "file holds version %lld", (long long)v);
     const char *js = st_meta_get(f, "model");
-    if (js && model_mlp_config_is_mlp(js, strlen(js)))
-        return peer_trainer_load_mlp(t, f, js, version, err);
+    if (js && model_mlp_config_is_mlp(js, strlen(js))) return load_mlp(t, f, js, version, err);
     model_gpt_config cfg;
     int rc = file_config(f, &cfg, err);
     if (rc) return rc;
