@@ -115,7 +115,7 @@ typedef struct status_count {
 typedef struct client {
     const char *dir;
     peer_state st;
-    crypto_identity id;
+    vcrypto_identity id;
     peer_http *http;
     peer_response rs;
     vl_buf upload;
@@ -369,12 +369,12 @@ static void on_signal(int sig) {
 }
 
 static int client_open(client *C, const char *acks, vl_error *err) {
-    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    if (vcrypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     int rc = peer_state_load(C->dir, &C->st, err);
     if (rc) return rc;
     char key[PEER_PATH_MAX];
     if ((rc = peer_path_join(key, sizeof key, C->dir, PEER_KEY_FILE, err))) return rc;
-    if ((rc = crypto_identity_load(&C->id, key, err))) return rc;
+    if ((rc = vcrypto_identity_load(&C->id, key, err))) return rc;
     /* Few attempts per request: the loop does its own retrying, so a dead
      * coordinator costs a short pause instead of the peer's long backoff. */
     peer_retry_policy pol = {
@@ -392,7 +392,7 @@ static int client_open(client *C, const char *acks, vl_error *err) {
 static void client_close(client *C) {
     if (C->acks) fclose(C->acks);
     peer_http_close(C->http);
-    crypto_identity_wipe(&C->id);
+    vcrypto_identity_wipe(&C->id);
     compress_sketch_free(&C->sk);
     vl_buf_free(&C->lat);
     vl_buf_free(&C->upload);

@@ -224,7 +224,7 @@ typedef struct coord_server {
     int finished;
     int draining;
     double drain_deadline;
-    crypto_nonce_cache *nonces;
+    vcrypto_nonce_cache *nonces;
     struct coord_nonce_log *nonce_log; /* the nonces, journalled across restarts */
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;

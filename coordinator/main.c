@@ -163,7 +163,7 @@ static int cmd_token_create(int argc, char **argv) {
     vl_opts o = COMMAND_OPTS(PROG " token create", t);
     int rc = vl_opts_parse(&o, argc, argv, NULL);
     if (rc) return vl_opts_status(rc);
-    char token[CRYPTO_TOKEN_LEN + 1];
+    char token[VCRYPTO_TOKEN_LEN + 1];
     vl_error err = {0};
     if (coord_cmd_token_create(db, uses, ttl, token, &err) != VL_OK) return fail(&err);
     printf("%s\n", token);
@@ -361,7 +361,7 @@ int main(int argc, char **argv) {
         vl_version_print(stdout, PROG, NULL);
         return 0;
     }
-    if (crypto_init() != VL_OK) {
+    if (vcrypto_init() != VL_OK) {
         fprintf(stderr, PROG ": cannot initialise libsodium\n");
         return 1;
     }

@@ -10,6 +10,11 @@
  * time window). Join tokens are random strings of which only a BLAKE2b
  * hash is ever stored. A peer that changes its key proves it holds the new
  * one with a rotation proof.
+ *
+ * The module's names take the prefix vcrypto_ (VCRYPTO_ for macros), not
+ * crypto_: libsodium owns crypto_ (crypto_sign_detached, crypto_generichash,
+ * ...) and the files here call it beside their own functions, so the prefix
+ * tells a reader which are ours.
  */
 #ifndef VOLLEY_CRYPTO_H
 #define VOLLEY_CRYPTO_H
@@ -19,42 +24,42 @@
 
 #include "common/common.h"
 
-#define CRYPTO_PK_BYTES 32
-#define CRYPTO_SK_BYTES 64
-#define CRYPTO_SIG_BYTES 64
-#define CRYPTO_PK_B64_LEN 44   /* base64 of 32 bytes, without NUL */
-#define CRYPTO_NONCE_HEX 32    /* 16 random bytes as hex */
-#define CRYPTO_HASH_HEX 64     /* BLAKE2b-256 as hex */
-#define CRYPTO_TOKEN_LEN 68    /* "vlt_" + 64 hex */
-#define CRYPTO_SIG_B64_LEN 88  /* base64 of a 64-byte signature, without NUL */
-#define CRYPTO_TS_WINDOW_S 300 /* allowed clock difference, seconds */
+#define VCRYPTO_PK_BYTES 32
+#define VCRYPTO_SK_BYTES 64
+#define VCRYPTO_SIG_BYTES 64
+#define VCRYPTO_PK_B64_LEN 44   /* base64 of 32 bytes, without NUL */
+#define VCRYPTO_NONCE_HEX 32    /* 16 random bytes as hex */
+#define VCRYPTO_HASH_HEX 64     /* BLAKE2b-256 as hex */
+#define VCRYPTO_TOKEN_LEN 68    /* "vlt_" + 64 hex */
+#define VCRYPTO_SIG_B64_LEN 88  /* base64 of a 64-byte signature, without NUL */
+#define VCRYPTO_TS_WINDOW_S 300 /* allowed clock difference, seconds */
 
 /* Initialises libsodium; call once at start-up. Returns 0 or VL_ERR. */
-int crypto_init(void) VL_MUST_CHECK;
+int vcrypto_init(void) VL_MUST_CHECK;
 
 /* ---- identity ---------------------------------------------------------- */
 
-typedef struct crypto_identity {
-    uint8_t pk[CRYPTO_PK_BYTES];
-    uint8_t sk[CRYPTO_SK_BYTES];
-} crypto_identity;
+typedef struct vcrypto_identity {
+    uint8_t pk[VCRYPTO_PK_BYTES];
+    uint8_t sk[VCRYPTO_SK_BYTES];
+} vcrypto_identity;
 
 /* Fresh random key pair. */
-void crypto_identity_generate(crypto_identity *id);
+void vcrypto_identity_generate(vcrypto_identity *id);
 /* Writes the secret key to path with mode 0600 (atomically). Refuses to
  * replace an existing file unless overwrite is set. */
-int crypto_identity_save(const crypto_identity *id, const char *path, int overwrite,
-                         vl_error *err) VL_MUST_CHECK;
-/* Loads a key written by crypto_identity_save; refuses a file that other
+int vcrypto_identity_save(const vcrypto_identity *id, const char *path, int overwrite,
+                          vl_error *err) VL_MUST_CHECK;
+/* Loads a key written by vcrypto_identity_save; refuses a file that other
  * users can read, a malformed file, or a key whose public half does not
  * match its secret half. */
-int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) VL_MUST_CHECK;
+int vcrypto_identity_load(vcrypto_identity *id, const char *path, vl_error *err) VL_MUST_CHECK;
 /* Wipes the secret key from memory. */
-void crypto_identity_wipe(crypto_identity *id);
+void vcrypto_identity_wipe(vcrypto_identity *id);
 
-/* Public key as base64 (out holds CRYPTO_PK_B64_LEN + 1 bytes) and back. */
-void crypto_pk_encode(const uint8_t pk[CRYPTO_PK_BYTES], char *out);
-int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) VL_MUST_CHECK;
+/* Public key as base64 (out holds VCRYPTO_PK_B64_LEN + 1 bytes) and back. */
+void vcrypto_pk_encode(const uint8_t pk[VCRYPTO_PK_BYTES], char *out);
+int vcrypto_pk_decode(const char *b64, uint8_t pk[VCRYPTO_PK_BYTES]) VL_MUST_CHECK;
 
 /* ---- request signatures (RFC 9421 with RFC 9530 Content-Digest) ----------
  *
@@ -76,69 +81,69 @@ int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) VL_MUST_CHECK
  * it registers. SHA-256 comes from OpenSSL (the CPU's SHA extensions where
  * present); sha-512 is accepted too. */
 
-#define CRYPTO_SIG_MAX_COMPONENTS 16
-#define CRYPTO_SIG_NAME_MAX 48  /* longest covered component name */
-#define CRYPTO_SIG_NONCE_MAX 64 /* longest nonce parameter accepted */
-#define CRYPTO_SIG_KEYID_MAX 64
-#define CRYPTO_SIG_HEADER_MAX 1024 /* longest Signature-Input / Signature value */
-#define CRYPTO_DIGEST_HEADER_MAX 200
-#define CRYPTO_SIG_LABEL "sig1"
+#define VCRYPTO_SIG_MAX_COMPONENTS 16
+#define VCRYPTO_SIG_NAME_MAX 48  /* longest covered component name */
+#define VCRYPTO_SIG_NONCE_MAX 64 /* longest nonce parameter accepted */
+#define VCRYPTO_SIG_KEYID_MAX 64
+#define VCRYPTO_SIG_HEADER_MAX 1024 /* longest Signature-Input / Signature value */
+#define VCRYPTO_DIGEST_HEADER_MAX 200
+#define VCRYPTO_SIG_LABEL "sig1"
 
 /* Streaming body digests. */
-typedef enum { CRYPTO_DIGEST_SHA256 = 1, CRYPTO_DIGEST_SHA512 = 2 } crypto_digest_alg;
-#define CRYPTO_DIGEST_MAX 64
+typedef enum { VCRYPTO_DIGEST_SHA256 = 1, VCRYPTO_DIGEST_SHA512 = 2 } vcrypto_digest_alg;
+#define VCRYPTO_DIGEST_MAX 64
 
 /* A Content-Digest value's chosen digest (sha-256 preferred, else
  * sha-512; other algorithms in the field are ignored). */
-typedef struct crypto_digest_want {
-    crypto_digest_alg alg;
+typedef struct vcrypto_digest_want {
+    vcrypto_digest_alg alg;
     size_t len; /* 32 or 64 */
-    uint8_t bytes[CRYPTO_DIGEST_MAX];
-} crypto_digest_want;
+    uint8_t bytes[VCRYPTO_DIGEST_MAX];
+} vcrypto_digest_want;
 
 /* Parses a Content-Digest field value (an RFC 8941 dictionary of byte
  * sequences). Members of other algorithms are skipped whatever they hold.
  * VL_EINVAL with a message when it is malformed, longer than
- * CRYPTO_DIGEST_HEADER_MAX - 1 bytes, or names neither sha-256 nor sha-512
+ * VCRYPTO_DIGEST_HEADER_MAX - 1 bytes, or names neither sha-256 nor sha-512
  * with a digest of the right length. */
-int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err) VL_MUST_CHECK;
+int vcrypto_digest_parse(const char *value, vcrypto_digest_want *out, vl_error *err) VL_MUST_CHECK;
 
 /* An incremental digest (OpenSSL EVP). Owned by the caller: free with
- * crypto_digest_free (NULL is fine). NULL on allocation failure. */
-typedef struct crypto_digest crypto_digest;
-crypto_digest *crypto_digest_new(crypto_digest_alg alg);
-void crypto_digest_update(crypto_digest *d, const void *data, size_t len);
+ * vcrypto_digest_free (NULL is fine). NULL on allocation failure. */
+typedef struct vcrypto_digest vcrypto_digest;
+vcrypto_digest *vcrypto_digest_new(vcrypto_digest_alg alg);
+void vcrypto_digest_update(vcrypto_digest *d, const void *data, size_t len);
 /* Writes the digest (32 or 64 bytes) to out and returns its length; the
- * context can then be reused after crypto_digest_reset. */
-size_t crypto_digest_final(crypto_digest *d, uint8_t out[CRYPTO_DIGEST_MAX]);
-int crypto_digest_reset(crypto_digest *d, crypto_digest_alg alg) VL_MUST_CHECK;
-void crypto_digest_free(crypto_digest *d);
+ * context can then be reused after vcrypto_digest_reset. */
+size_t vcrypto_digest_final(vcrypto_digest *d, uint8_t out[VCRYPTO_DIGEST_MAX]);
+int vcrypto_digest_reset(vcrypto_digest *d, vcrypto_digest_alg alg) VL_MUST_CHECK;
+void vcrypto_digest_free(vcrypto_digest *d);
 
 /* "sha-256=:<base64>:" for body (len bytes; body may be NULL when len is
  * 0) into out (cap bytes). VL_ETOOBIG if it does not fit. */
-int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) VL_MUST_CHECK;
+int vcrypto_content_digest(const void *body, size_t len, char *out, size_t cap) VL_MUST_CHECK;
 
-/* One parsed signature: the Signature-Input member crypto_sig_parse
+/* One parsed signature: the Signature-Input member vcrypto_sig_parse
  * chose (see there), with its Signature member. */
-typedef struct crypto_sig {
-    char label[CRYPTO_SIG_NAME_MAX + 1];
+typedef struct vcrypto_sig {
+    char label[VCRYPTO_SIG_NAME_MAX + 1];
     size_t n_components;
-    char components[CRYPTO_SIG_MAX_COMPONENTS][CRYPTO_SIG_NAME_MAX + 1]; /* as written:
+    char components[VCRYPTO_SIG_MAX_COMPONENTS][VCRYPTO_SIG_NAME_MAX + 1]; /* as written:
         "@method", "content-digest", ... (names only: component parameters
         such as ;sf or ;req are refused) */
-    int64_t created;                                                     /* required */
-    int64_t expires;                                                     /* 0 when absent */
-    int has_expires;                      /* expires was given (expires=0 is a time, long past) */
-    char keyid[CRYPTO_SIG_KEYID_MAX + 1]; /* required */
-    char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* 16..64 chars of [A-Za-z0-9+/=_.-];
+    int64_t created;                                                       /* required */
+    int64_t expires;                                                       /* 0 when absent */
+    int has_expires;                       /* expires was given (expires=0 is a time, long past) */
+    char keyid[VCRYPTO_SIG_KEYID_MAX + 1]; /* required */
+    char nonce[VCRYPTO_SIG_NONCE_MAX + 1]; /* 16..64 chars of [A-Za-z0-9+/=_.-];
                                              empty when absent (RFC 9421 makes it
                                              optional; the coordinator requires it) */
-    char alg[24];                       /* "ed25519", or empty when absent (any other is refused) */
-    char tag[CRYPTO_SIG_KEYID_MAX + 1]; /* optional, carried into the base */
+    char alg[24]; /* "ed25519", or empty when absent (any other is refused) */
+    char tag[VCRYPTO_SIG_KEYID_MAX + 1]; /* optional, carried into the base */
     int has_tag;
-    char params[CRYPTO_SIG_HEADER_MAX]; /* the serialised @signature-params value */
-    uint8_t sig[CRYPTO_SIG_BYTES];
-} crypto_sig;
+    char params[VCRYPTO_SIG_HEADER_MAX]; /* the serialised @signature-params value */
+    uint8_t sig[VCRYPTO_SIG_BYTES];
+} vcrypto_sig;
 
 /* Parses the Signature-Input and Signature field values strictly (RFC 8941
  * dictionaries; an inner list of strings with parameters, and a byte
@@ -154,15 +159,15 @@ typedef struct crypto_sig {
  * In the member read, unknown signature parameters, component parameters,
  * duplicate components or parameters and values over the caps above are
  * refused; in either field, duplicate labels, more than 8 members, a
- * malformed dictionary and a field of CRYPTO_SIG_HEADER_MAX bytes or more
+ * malformed dictionary and a field of VCRYPTO_SIG_HEADER_MAX bytes or more
  * are. created and keyid are required; nonce, alg, expires and tag are
  * optional (has_expires says whether expires was given): an absent nonce
  * leaves nonce[0] == '\0' (the caller decides whether it needs one), while
  * a nonce given outside 16..64 characters of [A-Za-z0-9+/=_.-], or an alg
  * other than "ed25519" (empty included), is refused. Either value may be
  * NULL (missing header). Returns 0 or VL_EINVAL with a one-line message. */
-int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out,
-                     vl_error *err) VL_MUST_CHECK;
+int vcrypto_sig_parse(const char *sig_input, const char *signature, vcrypto_sig *out,
+                      vl_error *err) VL_MUST_CHECK;
 
 /* Looks up one covered component's value for the request being verified:
  * a derived component ("@method", "@path", "@query", "@target-uri",
@@ -170,26 +175,26 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
  * Returns a NUL-terminated value (valid until the next call), or NULL
  * when the request has no such component. A lookup that cannot hold a
  * value whole must return NULL, never a truncated value. */
-typedef const char *(*crypto_sig_lookup)(void *arg, const char *component);
+typedef const char *(*vcrypto_sig_lookup)(void *arg, const char *component);
 
 /* Builds the signature base for s from the request's component values into
  * out (reset first; out's own cap bounds it). VL_EINVAL with a message
  * when a covered component is missing or holds a byte a field value
  * cannot (control characters), VL_ETOOBIG when the base exceeds the cap. */
-int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl_buf *out,
-                    vl_error *err) VL_MUST_CHECK;
+int vcrypto_sig_base(const vcrypto_sig *s, vcrypto_sig_lookup lookup, void *arg, vl_buf *out,
+                     vl_error *err) VL_MUST_CHECK;
 
 /* Verifies s's signature over base with pk: 0 or VL_EAUTH. Checks nothing
  * about time, nonce or components (the caller's policy). */
-int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const vl_buf *base,
-                      vl_error *err) VL_MUST_CHECK;
+int vcrypto_sig_verify(const uint8_t pk[VCRYPTO_PK_BYTES], const vcrypto_sig *s, const vl_buf *base,
+                       vl_error *err) VL_MUST_CHECK;
 
 /* The headers a client adds to one request. */
-typedef struct crypto_signed_headers {
-    char content_digest[CRYPTO_DIGEST_HEADER_MAX]; /* empty when the request has no body */
-    char signature_input[CRYPTO_SIG_HEADER_MAX];
-    char signature[CRYPTO_SIG_B64_LEN + 16];
-} crypto_signed_headers;
+typedef struct vcrypto_signed_headers {
+    char content_digest[VCRYPTO_DIGEST_HEADER_MAX]; /* empty when the request has no body */
+    char signature_input[VCRYPTO_SIG_HEADER_MAX];
+    char signature[VCRYPTO_SIG_B64_LEN + 16];
+} vcrypto_signed_headers;
 
 /* Signs one request as volley's clients do. path_query is the request
  * target as sent ("/v1/task?wait=20"). has_body: the request carries a
@@ -200,32 +205,32 @@ typedef struct crypto_signed_headers {
  * random. Returns 0; VL_EINVAL for a target that does not start with '/'
  * or holds a byte a request line cannot (control characters, space,
  * non-ASCII), an empty method or one with such a byte, a keyid that is
- * empty, over CRYPTO_SIG_KEYID_MAX or not printable ASCII, a created
+ * empty, over VCRYPTO_SIG_KEYID_MAX or not printable ASCII, a created
  * outside 0..999999999999999, or body NULL with len > 0; VL_ETOOBIG for a
- * target of more than sizeof(crypto_http_request.scratch) - 2 bytes. */
-int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *method,
-                     const char *path_query, int has_body, const void *body, size_t len,
-                     int64_t created, crypto_signed_headers *out) VL_MUST_CHECK;
+ * target of more than sizeof(vcrypto_http_request.scratch) - 2 bytes. */
+int vcrypto_sign_http(const vcrypto_identity *id, const char *keyid, const char *method,
+                      const char *path_query, int has_body, const void *body, size_t len,
+                      int64_t created, vcrypto_signed_headers *out) VL_MUST_CHECK;
 
-/* The lookup crypto_sign_http signs with, for a request given as method,
+/* The lookup vcrypto_sign_http signs with, for a request given as method,
  * target and (for a body) the Content-Digest and Content-Length values;
  * tests and tools use it to verify what they signed. Every component is
  * NULL when path_query is; @path, @query, @authority or @target-uri too
  * long for scratch is NULL, never truncated. */
-typedef struct crypto_http_request {
+typedef struct vcrypto_http_request {
     const char *method;
     const char *path_query;
     const char *authority;      /* Host, for @authority and @target-uri; may be NULL */
     const char *content_digest; /* NULL when absent */
     const char *content_length; /* NULL when absent */
     char scratch[2048];
-} crypto_http_request;
-const char *crypto_http_request_lookup(void *arg, const char *component);
+} vcrypto_http_request;
+const char *vcrypto_http_request_lookup(void *arg, const char *component);
 
 /* A nonce as the replay cache keys it: hex of the first 16 bytes of
  * SHA-256(nonce), so any nonce format fits the cache's fixed slots. out
- * holds CRYPTO_NONCE_HEX + 1 bytes. */
-void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]);
+ * holds VCRYPTO_NONCE_HEX + 1 bytes. */
+void vcrypto_nonce_key(const char *nonce, char out[VCRYPTO_NONCE_HEX + 1]);
 
 /* ---- key rotation ------------------------------------------------------ */
 
@@ -235,14 +240,14 @@ void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]);
  * signature over "VOLLEY1-ROTATE\n" peer_id "\n" base64(old_pk) "\n"
  * base64(new_pk). It shows the caller holds the new key, and binding the
  * peer and the old key keeps a proof from serving any other rotation.
- * Writes base64 of the signature to out (CRYPTO_SIG_B64_LEN + 1 bytes). */
-void crypto_rotation_sign(const crypto_identity *new_id, int64_t peer_id,
-                          const uint8_t old_pk[CRYPTO_PK_BYTES], char *out);
-/* Checks a proof made by crypto_rotation_sign: 0, VL_EINVAL for a proof
+ * Writes base64 of the signature to out (VCRYPTO_SIG_B64_LEN + 1 bytes). */
+void vcrypto_rotation_sign(const vcrypto_identity *new_id, int64_t peer_id,
+                           const uint8_t old_pk[VCRYPTO_PK_BYTES], char *out);
+/* Checks a proof made by vcrypto_rotation_sign: 0, VL_EINVAL for a proof
  * that is not base64 of 64 bytes, VL_EAUTH for one that does not verify. */
-int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_id,
-                           const uint8_t old_pk[CRYPTO_PK_BYTES], const char *proof,
-                           vl_error *err) VL_MUST_CHECK;
+int vcrypto_rotation_verify(const uint8_t new_pk[VCRYPTO_PK_BYTES], int64_t peer_id,
+                            const uint8_t old_pk[VCRYPTO_PK_BYTES], const char *proof,
+                            vl_error *err) VL_MUST_CHECK;
 
 /* ---- nonce replay cache ------------------------------------------------ */
 
@@ -253,27 +258,27 @@ int crypto_rotation_verify(const uint8_t new_pk[CRYPTO_PK_BYTES], int64_t peer_i
  * two windows. Entries past that are reused; when every slot is live the
  * cache refuses new nonces (VL_ETOOBIG) rather than forgetting live ones,
  * which would reopen the replay hole. */
-typedef struct crypto_nonce_cache crypto_nonce_cache;
+typedef struct vcrypto_nonce_cache vcrypto_nonce_cache;
 
 /* capacity: number of slots (rounded up to a power of two). Owned by the
- * caller; free with crypto_nonce_cache_free. NULL on allocation failure. */
-crypto_nonce_cache *crypto_nonce_cache_new(size_t capacity, int64_t window_s);
-void crypto_nonce_cache_free(crypto_nonce_cache *c);
+ * caller; free with vcrypto_nonce_cache_free. NULL on allocation failure. */
+vcrypto_nonce_cache *vcrypto_nonce_cache_new(size_t capacity, int64_t window_s);
+void vcrypto_nonce_cache_free(vcrypto_nonce_cache *c);
 /* 0 when the nonce is new (and now remembered), VL_ECONFLICT when seen
  * inside the window, VL_ETOOBIG when the cache is full of live entries. */
-int crypto_nonce_check(crypto_nonce_cache *c, int64_t peer_id, const char *nonce, int64_t ts,
-                       int64_t now) VL_MUST_CHECK;
+int vcrypto_nonce_check(vcrypto_nonce_cache *c, int64_t peer_id, const char *nonce, int64_t ts,
+                        int64_t now) VL_MUST_CHECK;
 
 /* ---- tokens and hashes --------------------------------------------------- */
 
-/* A new join token "vlt_<64 hex>" in out (CRYPTO_TOKEN_LEN + 1 bytes). */
-void crypto_token_generate(char *out);
-/* hex(BLAKE2b-256(s)) in out (CRYPTO_HASH_HEX + 1 bytes): what is stored
+/* A new join token "vlt_<64 hex>" in out (VCRYPTO_TOKEN_LEN + 1 bytes). */
+void vcrypto_token_generate(char *out);
+/* hex(BLAKE2b-256(s)) in out (VCRYPTO_HASH_HEX + 1 bytes): what is stored
  * instead of a token. */
-void crypto_hash_hex(const void *data, size_t len, char *out);
+void vcrypto_hash_hex(const void *data, size_t len, char *out);
 /* Constant-time comparison of two equal-length strings/byte arrays. */
-int crypto_equal(const void *a, const void *b, size_t n);
+int vcrypto_equal(const void *a, const void *b, size_t n);
 /* n random bytes as 2n hex characters plus NUL in out. */
-void crypto_random_hex(size_t n, char *out);
+void vcrypto_random_hex(size_t n, char *out);
 
 #endif

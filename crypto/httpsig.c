@@ -15,51 +15,51 @@
 
 /* ---- body digests ---------------------------------------------------------- */
 
-struct crypto_digest {
+struct vcrypto_digest {
     EVP_MD_CTX *ctx;
 };
 
-static const EVP_MD *digest_md(crypto_digest_alg alg) {
-    return alg == CRYPTO_DIGEST_SHA512   ? EVP_sha512()
-           : alg == CRYPTO_DIGEST_SHA256 ? EVP_sha256()
-                                         : NULL;
+static const EVP_MD *digest_md(vcrypto_digest_alg alg) {
+    return alg == VCRYPTO_DIGEST_SHA512   ? EVP_sha512()
+           : alg == VCRYPTO_DIGEST_SHA256 ? EVP_sha256()
+                                          : NULL;
 }
 
-crypto_digest *crypto_digest_new(crypto_digest_alg alg) {
-    crypto_digest *d = calloc(1, sizeof *d);
+vcrypto_digest *vcrypto_digest_new(vcrypto_digest_alg alg) {
+    vcrypto_digest *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->ctx = EVP_MD_CTX_new();
-    if (!d->ctx || crypto_digest_reset(d, alg) != VL_OK) {
-        crypto_digest_free(d);
+    if (!d->ctx || vcrypto_digest_reset(d, alg) != VL_OK) {
+        vcrypto_digest_free(d);
         return NULL;
     }
     return d;
 }
 
-int crypto_digest_reset(crypto_digest *d, crypto_digest_alg alg) {
+int vcrypto_digest_reset(vcrypto_digest *d, vcrypto_digest_alg alg) {
     const EVP_MD *md = digest_md(alg);
     if (!md || EVP_DigestInit_ex(d->ctx, md, NULL) != 1) return VL_ERR;
     return VL_OK;
 }
 
-void crypto_digest_update(crypto_digest *d, const void *data, size_t len) {
+void vcrypto_digest_update(vcrypto_digest *d, const void *data, size_t len) {
     if (len > 0) EVP_DigestUpdate(d->ctx, data, len);
 }
 
-size_t crypto_digest_final(crypto_digest *d, uint8_t out[CRYPTO_DIGEST_MAX]) {
+size_t vcrypto_digest_final(vcrypto_digest *d, uint8_t out[VCRYPTO_DIGEST_MAX]) {
     unsigned n = 0;
     if (EVP_DigestFinal_ex(d->ctx, out, &n) != 1) return 0;
     return n;
 }
 
-void crypto_digest_free(crypto_digest *d) {
+void vcrypto_digest_free(vcrypto_digest *d) {
     if (!d) return;
     EVP_MD_CTX_free(d->ctx);
     free(d);
 }
 
-int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) {
-    uint8_t md[CRYPTO_DIGEST_MAX];
+int vcrypto_content_digest(const void *body, size_t len, char *out, size_t cap) {
+    uint8_t md[VCRYPTO_DIGEST_MAX];
     unsigned n = 0;
     if (EVP_Digest(len ? body : "", len, md, &n, EVP_sha256(), NULL) != 1) return VL_ERR;
     char b64[96];
@@ -68,12 +68,12 @@ int crypto_content_digest(const void *body, size_t len, char *out, size_t cap) {
     return w < 0 || (size_t)w >= cap ? VL_ETOOBIG : VL_OK;
 }
 
-void crypto_nonce_key(const char *nonce, char out[CRYPTO_NONCE_HEX + 1]) {
-    uint8_t md[CRYPTO_DIGEST_MAX];
+void vcrypto_nonce_key(const char *nonce, char out[VCRYPTO_NONCE_HEX + 1]) {
+    uint8_t md[VCRYPTO_DIGEST_MAX];
     unsigned n = 0;
     if (EVP_Digest(nonce, strlen(nonce), md, &n, EVP_sha256(), NULL) != 1)
         memset(md, 0, sizeof md); /* cannot happen with a built-in digest */
-    vl_hex_encode(md, CRYPTO_NONCE_HEX / 2, out);
+    vl_hex_encode(md, VCRYPTO_NONCE_HEX / 2, out);
 }
 
 /* ---- RFC 8941 structured fields, as far as these headers need ---------- */
@@ -267,13 +267,13 @@ static sf sf_of(const char *v) {
 
 /* ---- Content-Digest ----------------------------------------------------- */
 
-int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *err) {
+int vcrypto_digest_parse(const char *value, vcrypto_digest_want *out, vl_error *err) {
     memset(out, 0, sizeof *out);
-    if (!value || strnlen(value, CRYPTO_DIGEST_HEADER_MAX) >= CRYPTO_DIGEST_HEADER_MAX)
+    if (!value || strnlen(value, VCRYPTO_DIGEST_HEADER_MAX) >= VCRYPTO_DIGEST_HEADER_MAX)
         return vl_fail(err, VL_EINVAL, "missing, or longer than %d bytes",
-                       CRYPTO_DIGEST_HEADER_MAX - 1);
+                       VCRYPTO_DIGEST_HEADER_MAX - 1);
     sf s = sf_of(value);
-    crypto_digest_want sha512 = {0};
+    vcrypto_digest_want sha512 = {0};
     int more = s.p < s.end;
     if (!more) return vl_fail(err, VL_EINVAL, "empty");
     while (more) {
@@ -289,14 +289,14 @@ int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *er
         } else if (bare) {
             if (sf_skip_params(&s) != 0) return vl_fail(err, VL_EINVAL, "malformed member %s", key);
         } else if (is256 || is512) {
-            uint8_t b[CRYPTO_DIGEST_MAX + 4];
+            uint8_t b[VCRYPTO_DIGEST_MAX + 4];
             size_t n = 0;
             if (sf_bytes(&s, b, sizeof b, &n) != 0 || n != (is256 ? 32u : 64u) ||
                 sf_skip_params(&s) != 0)
                 return vl_fail(err, VL_EINVAL, "%s must be a byte sequence of %d bytes", key,
                                is256 ? 32 : 64);
-            crypto_digest_want *w = is256 ? out : &sha512;
-            w->alg = is256 ? CRYPTO_DIGEST_SHA256 : CRYPTO_DIGEST_SHA512;
+            vcrypto_digest_want *w = is256 ? out : &sha512;
+            w->alg = is256 ? VCRYPTO_DIGEST_SHA256 : VCRYPTO_DIGEST_SHA512;
             w->len = n;
             memcpy(w->bytes, b, n);
         } else if (sf_skip_value(&s) != 0) {
@@ -313,7 +313,7 @@ int crypto_digest_parse(const char *value, crypto_digest_want *out, vl_error *er
 
 static int nonce_ok(const char *n) {
     size_t len = strlen(n);
-    if (len < 16 || len > CRYPTO_SIG_NONCE_MAX) return 0;
+    if (len < 16 || len > VCRYPTO_SIG_NONCE_MAX) return 0;
     for (size_t i = 0; i < len; i++)
         if (!isalnum((unsigned char)n[i]) && !strchr("+/=_.-", n[i])) return 0;
     return 1;
@@ -361,7 +361,7 @@ typedef struct sig_param {
     const char *str;
 } sig_param;
 
-static int serialise_params(crypto_sig *s, const sig_param *ps, size_t n) {
+static int serialise_params(vcrypto_sig *s, const sig_param *ps, size_t n) {
     size_t at = 0;
     char *out = s->params;
     size_t cap = sizeof s->params;
@@ -390,7 +390,7 @@ static int serialise_params(crypto_sig *s, const sig_param *ps, size_t n) {
 }
 
 /* The signature parameters after the inner list. */
-static int parse_sig_params(sf *s, crypto_sig *out, sig_param *ps, size_t *np, int *has_created,
+static int parse_sig_params(sf *s, vcrypto_sig *out, sig_param *ps, size_t *np, int *has_created,
                             vl_error *err) {
     *np = 0;
     while (sf_at(s, ';')) {
@@ -458,7 +458,7 @@ static const sig_param *param_given(const sig_param *ps, size_t n, const char *k
 /* The inner list of covered components, its parameters, and the checks on
  * them. Presence is judged by the parameter, not its value, so nonce="" or
  * alg="" cannot pass for an absent one. */
-static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
+static int parse_covered(sf *s, vcrypto_sig *out, vl_error *err) {
     if (!sf_at(s, '('))
         return vl_fail(err, VL_EINVAL, "Signature-Input: a member must be an inner list");
     s->p++;
@@ -468,15 +468,15 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
             s->p++;
             break;
         }
-        if (out->n_components >= CRYPTO_SIG_MAX_COMPONENTS)
+        if (out->n_components >= VCRYPTO_SIG_MAX_COMPONENTS)
             return vl_fail(err, VL_EINVAL, "Signature-Input: more than %d components",
-                           CRYPTO_SIG_MAX_COMPONENTS);
+                           VCRYPTO_SIG_MAX_COMPONENTS);
         char *c = out->components[out->n_components];
-        if (sf_string(s, c, CRYPTO_SIG_NAME_MAX + 1) != 0 || !component_ok(c))
+        if (sf_string(s, c, VCRYPTO_SIG_NAME_MAX + 1) != 0 || !component_ok(c))
             return vl_fail(err, VL_EINVAL,
                            "Signature-Input: a component must be a quoted "
                            "lowercase name of at most %d characters",
-                           CRYPTO_SIG_NAME_MAX);
+                           VCRYPTO_SIG_NAME_MAX);
         if (sf_at(s, ';'))
             return vl_fail(err, VL_EINVAL,
                            "Signature-Input: component parameters (%s;...) "
@@ -500,7 +500,7 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
         return vl_fail(err, VL_EINVAL,
                        "Signature-Input: a nonce is 16 to %d characters of "
                        "A-Z a-z 0-9 + / = _ . -",
-                       CRYPTO_SIG_NONCE_MAX);
+                       VCRYPTO_SIG_NONCE_MAX);
     if (param_given(ps, np, "alg") && strcmp(out->alg, "ed25519") != 0)
         return vl_fail(err, VL_EINVAL, "Signature-Input: alg must be ed25519");
     if (serialise_params(out, ps, np) != 0)
@@ -512,7 +512,7 @@ static int parse_covered(sf *s, crypto_sig *out, vl_error *err) {
  * work and the label tables below. */
 #define MAX_MEMBERS 8
 
-static int label_seen(char (*labels)[CRYPTO_SIG_NAME_MAX + 1], size_t n, const char *label) {
+static int label_seen(char (*labels)[VCRYPTO_SIG_NAME_MAX + 1], size_t n, const char *label) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(labels[i], label) == 0) return 1;
     return 0;
@@ -524,9 +524,9 @@ static int label_seen(char (*labels)[CRYPTO_SIG_NAME_MAX + 1], size_t n, const c
  * and a proxy that lets the first win would see another signature. */
 typedef struct sig_members {
     size_t n;
-    char labels[MAX_MEMBERS][CRYPTO_SIG_NAME_MAX + 1];
+    char labels[MAX_MEMBERS][VCRYPTO_SIG_NAME_MAX + 1];
     size_t lens[MAX_MEMBERS];
-    uint8_t sigs[MAX_MEMBERS][CRYPTO_SIG_BYTES];
+    uint8_t sigs[MAX_MEMBERS][VCRYPTO_SIG_BYTES];
 } sig_members;
 
 static int parse_signatures(const char *signature, sig_members *m, vl_error *err) {
@@ -542,12 +542,12 @@ static int parse_signatures(const char *signature, sig_members *m, vl_error *err
         s.p++;
         if (label_seen(m->labels, m->n, label))
             return vl_fail(err, VL_EINVAL, "Signature: label %s given twice", label);
-        uint8_t b[CRYPTO_SIG_HEADER_MAX];
+        uint8_t b[VCRYPTO_SIG_HEADER_MAX];
         size_t n = 0;
         if (sf_bytes(&s, b, sizeof b, &n) != 0 || sf_skip_params(&s) != 0)
             return vl_fail(err, VL_EINVAL, "Signature: a member must be a byte sequence");
         m->lens[m->n] = n;
-        if (n == CRYPTO_SIG_BYTES) memcpy(m->sigs[m->n], b, CRYPTO_SIG_BYTES);
+        if (n == VCRYPTO_SIG_BYTES) memcpy(m->sigs[m->n], b, VCRYPTO_SIG_BYTES);
         m->n++;
         if (sf_next_member(&s, &more) != 0)
             return vl_fail(err, VL_EINVAL, "Signature: malformed dictionary");
@@ -559,11 +559,11 @@ static int parse_signatures(const char *signature, sig_members *m, vl_error *err
  * "ed25519" with a keyid volley signs with (a peer id, or base64 of a
  * public key for a join), 1 for such a keyid without alg (RFC 9421 makes
  * alg optional), 0 for anything else (an intermediary's, say). */
-static int volley_score(const crypto_sig *s) {
+static int volley_score(const vcrypto_sig *s) {
     size_t n = strlen(s->keyid);
-    uint8_t pk[CRYPTO_PK_BYTES];
+    uint8_t pk[VCRYPTO_PK_BYTES];
     int ours = (n >= 1 && n <= 19 && strspn(s->keyid, "0123456789") == n) ||
-               (n == CRYPTO_PK_B64_LEN && crypto_pk_decode(s->keyid, pk) == VL_OK);
+               (n == VCRYPTO_PK_B64_LEN && vcrypto_pk_decode(s->keyid, pk) == VL_OK);
     if (!ours) return 0;
     return strcmp(s->alg, "ed25519") == 0 ? 2 : s->alg[0] == '\0' ? 1 : 0;
 }
@@ -572,23 +572,24 @@ static int volley_score(const crypto_sig *s) {
 typedef struct sig_candidate {
     int rc; /* parse_covered's, or VL_EINVAL for a signature of another length */
     vl_error err;
-    crypto_sig sig;
+    vcrypto_sig sig;
 } sig_candidate;
 
-int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *out, vl_error *err) {
+int vcrypto_sig_parse(const char *sig_input, const char *signature, vcrypto_sig *out,
+                      vl_error *err) {
     memset(out, 0, sizeof *out);
     if (!sig_input || !signature)
         return vl_fail(err, VL_EINVAL, "missing Signature-Input or Signature");
-    if (strnlen(sig_input, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX ||
-        strnlen(signature, CRYPTO_SIG_HEADER_MAX) >= CRYPTO_SIG_HEADER_MAX)
+    if (strnlen(sig_input, VCRYPTO_SIG_HEADER_MAX) >= VCRYPTO_SIG_HEADER_MAX ||
+        strnlen(signature, VCRYPTO_SIG_HEADER_MAX) >= VCRYPTO_SIG_HEADER_MAX)
         return vl_fail(err, VL_EINVAL, "Signature-Input or Signature is longer than %d bytes",
-                       CRYPTO_SIG_HEADER_MAX - 1);
+                       VCRYPTO_SIG_HEADER_MAX - 1);
     /* The signatures first: their labels say which inputs can be read. */
     sig_members m;
     memset(&m, 0, sizeof m);
     int rc = parse_signatures(signature, &m, err);
     if (rc != VL_OK) return rc;
-    char seen[MAX_MEMBERS][CRYPTO_SIG_NAME_MAX + 1];
+    char seen[MAX_MEMBERS][VCRYPTO_SIG_NAME_MAX + 1];
     size_t n_seen = 0;
     /* The first member with a signature (what is read when none is
      * volley's) and the best-scoring one so far. */
@@ -619,16 +620,16 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
              * value, and only refuses the request if it is what is read. */
             sf at = s;
             memset(&cur, 0, sizeof cur);
-            if (m.lens[match] != CRYPTO_SIG_BYTES)
+            if (m.lens[match] != VCRYPTO_SIG_BYTES)
                 cur.rc = vl_fail(&cur.err, VL_EINVAL,
                                  "Signature: an ed25519 signature is %d bytes, "
                                  "not %zu",
-                                 CRYPTO_SIG_BYTES, m.lens[match]);
+                                 VCRYPTO_SIG_BYTES, m.lens[match]);
             else
                 cur.rc = parse_covered(&at, &cur.sig, &cur.err);
             if (cur.rc == VL_OK) {
-                memcpy(cur.sig.label, label, strnlen(label, CRYPTO_SIG_NAME_MAX));
-                memcpy(cur.sig.sig, m.sigs[match], CRYPTO_SIG_BYTES);
+                memcpy(cur.sig.label, label, strnlen(label, VCRYPTO_SIG_NAME_MAX));
+                memcpy(cur.sig.sig, m.sigs[match], VCRYPTO_SIG_BYTES);
                 s = at;
             } else if (sf_skip_value(&s) != 0) {
                 if (n_matched == 0) return vl_fail(err, cur.rc, "%s", cur.err.msg);
@@ -659,8 +660,8 @@ int crypto_sig_parse(const char *sig_input, const char *signature, crypto_sig *o
 
 /* ---- the signature base ---------------------------------------------------- */
 
-int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl_buf *out,
-                    vl_error *err) {
+int vcrypto_sig_base(const vcrypto_sig *s, vcrypto_sig_lookup lookup, void *arg, vl_buf *out,
+                     vl_error *err) {
     vl_buf_reset(out);
     for (size_t i = 0; i < s->n_components; i++) {
         const char *c = s->components[i];
@@ -678,8 +679,8 @@ int crypto_sig_base(const crypto_sig *s, crypto_sig_lookup lookup, void *arg, vl
     return VL_OK;
 }
 
-int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, const vl_buf *base,
-                      vl_error *err) {
+int vcrypto_sig_verify(const uint8_t pk[VCRYPTO_PK_BYTES], const vcrypto_sig *s, const vl_buf *base,
+                       vl_error *err) {
     if (crypto_sign_verify_detached(s->sig, base->data, base->len, pk) != 0)
         return vl_fail(err, VL_EAUTH, "the signature does not verify");
     return VL_OK;
@@ -690,8 +691,8 @@ int crypto_sig_verify(const uint8_t pk[CRYPTO_PK_BYTES], const crypto_sig *s, co
 /* A value that does not fit the scratch is no value (NULL) rather than a
  * truncated one: a signature over part of a path would cover nothing after
  * the cut. */
-const char *crypto_http_request_lookup(void *arg, const char *c) {
-    crypto_http_request *r = arg;
+const char *vcrypto_http_request_lookup(void *arg, const char *c) {
+    vcrypto_http_request *r = arg;
     size_t cap = sizeof r->scratch;
     if (!r->path_query) return NULL;
     const char *q = strchr(r->path_query, '?');
@@ -724,14 +725,14 @@ const char *crypto_http_request_lookup(void *arg, const char *c) {
     return NULL;
 }
 
-int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *method,
-                     const char *path_query, int has_body, const void *body, size_t len,
-                     int64_t created, crypto_signed_headers *out) {
+int vcrypto_sign_http(const vcrypto_identity *id, const char *keyid, const char *method,
+                      const char *path_query, int has_body, const void *body, size_t len,
+                      int64_t created, vcrypto_signed_headers *out) {
     memset(out, 0, sizeof *out);
     /* created is bounded as the parser bounds integers (15 digits, not
      * negative), so what is signed here always parses there. */
     if (!method || !method[0] || !path_query || path_query[0] != '/' || !keyid || !keyid[0] ||
-        strlen(keyid) > CRYPTO_SIG_KEYID_MAX || (has_body && len > 0 && !body) || created < 0 ||
+        strlen(keyid) > VCRYPTO_SIG_KEYID_MAX || (has_body && len > 0 && !body) || created < 0 ||
         created > INT64_C(999999999999999))
         return VL_EINVAL;
     for (const char *p = path_query; *p; p++)
@@ -741,15 +742,15 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
     /* keyid becomes a quoted string: printable ASCII only. */
     for (const char *p = keyid; *p; p++)
         if (*p < 0x20 || *p > 0x7e) return VL_EINVAL;
-    crypto_sig s;
+    vcrypto_sig s;
     memset(&s, 0, sizeof s);
     static const char *const names[] = {"@method", "@path", "@query", "content-digest",
                                         "content-length"};
     s.n_components = has_body ? 5 : 3;
     for (size_t i = 0; i < s.n_components; i++)
         snprintf(s.components[i], sizeof s.components[i], "%s", names[i]);
-    char nonce[CRYPTO_NONCE_HEX + 1];
-    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    char nonce[VCRYPTO_NONCE_HEX + 1];
+    vcrypto_random_hex(VCRYPTO_NONCE_HEX / 2, nonce);
     snprintf(s.keyid, sizeof s.keyid, "%s", keyid);
     snprintf(s.nonce, sizeof s.nonce, "%s", nonce);
     snprintf(s.alg, sizeof s.alg, "ed25519");
@@ -761,27 +762,27 @@ int crypto_sign_http(const crypto_identity *id, const char *keyid, const char *m
     char clen[24];
     snprintf(clen, sizeof clen, "%zu", len);
     if (has_body &&
-        crypto_content_digest(body, len, out->content_digest, sizeof out->content_digest) != 0)
+        vcrypto_content_digest(body, len, out->content_digest, sizeof out->content_digest) != 0)
         return VL_ETOOBIG;
-    crypto_http_request rq = {.method = method,
-                              .path_query = path_query,
-                              .content_digest = has_body ? out->content_digest : NULL,
-                              .content_length = has_body ? clen : NULL};
+    vcrypto_http_request rq = {.method = method,
+                               .path_query = path_query,
+                               .content_digest = has_body ? out->content_digest : NULL,
+                               .content_length = has_body ? clen : NULL};
     /* What the lookup cannot hold it would not sign (see above). */
     if (strlen(path_query) + 2 > sizeof rq.scratch) return VL_ETOOBIG;
     vl_buf base;
-    vl_buf_init(&base, 4 * CRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
+    vl_buf_init(&base, 4 * VCRYPTO_SIG_HEADER_MAX + strlen(path_query) * 2);
     vl_error e = {0};
-    int rc = crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e);
-    uint8_t sig[CRYPTO_SIG_BYTES];
+    int rc = vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e);
+    uint8_t sig[VCRYPTO_SIG_BYTES];
     if (rc == VL_OK) crypto_sign_detached(sig, NULL, base.data, base.len, id->sk);
     vl_buf_free(&base);
     if (rc != VL_OK) return rc == VL_ETOOBIG ? VL_ETOOBIG : VL_EINVAL;
-    char b64[CRYPTO_SIG_B64_LEN + 1];
+    char b64[VCRYPTO_SIG_B64_LEN + 1];
     vl_base64_encode(sig, sizeof sig, b64);
-    int n1 = snprintf(out->signature_input, sizeof out->signature_input, CRYPTO_SIG_LABEL "=%s",
+    int n1 = snprintf(out->signature_input, sizeof out->signature_input, VCRYPTO_SIG_LABEL "=%s",
                       s.params);
-    int n2 = snprintf(out->signature, sizeof out->signature, CRYPTO_SIG_LABEL "=:%s:", b64);
+    int n2 = snprintf(out->signature, sizeof out->signature, VCRYPTO_SIG_LABEL "=:%s:", b64);
     if (n1 < 0 || (size_t)n1 >= sizeof out->signature_input || n2 < 0 ||
         (size_t)n2 >= sizeof out->signature)
         return VL_ETOOBIG;

@@ -12,27 +12,27 @@
 
 #define KEY_FILE_MAGIC "volley-ed25519-secret-key v1\n"
 
-int crypto_init(void) {
+int vcrypto_init(void) {
     return sodium_init() < 0 ? VL_ERR : VL_OK;
 }
 
-void crypto_identity_generate(crypto_identity *id) {
+void vcrypto_identity_generate(vcrypto_identity *id) {
     crypto_sign_keypair(id->pk, id->sk);
 }
 
-void crypto_identity_wipe(crypto_identity *id) {
+void vcrypto_identity_wipe(vcrypto_identity *id) {
     sodium_memzero(id, sizeof *id);
 }
 
-int crypto_identity_save(const crypto_identity *id, const char *path, int overwrite,
-                         vl_error *err) {
+int vcrypto_identity_save(const vcrypto_identity *id, const char *path, int overwrite,
+                          vl_error *err) {
     struct stat st;
     if (!overwrite && stat(path, &st) == 0)
         return vl_fail(err, VL_ECONFLICT, "%s already exists; refusing to replace a key", path);
     char text[sizeof KEY_FILE_MAGIC + 100];
     size_t m = sizeof KEY_FILE_MAGIC - 1;
     memcpy(text, KEY_FILE_MAGIC, m);
-    vl_base64_encode(id->sk, CRYPTO_SK_BYTES, text + m);
+    vl_base64_encode(id->sk, VCRYPTO_SK_BYTES, text + m);
     size_t n = strlen(text);
     text[n++] = '\n';
     int rc = vl_file_write_atomic(path, text, n, 0600, err);
@@ -40,7 +40,7 @@ int crypto_identity_save(const crypto_identity *id, const char *path, int overwr
     return rc;
 }
 
-int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
+int vcrypto_identity_load(vcrypto_identity *id, const char *path, vl_error *err) {
     struct stat st;
     if (stat(path, &st) != 0)
         return vl_fail(err, VL_ENOTFOUND, "cannot open key file %s: %s", path, strerror(errno));
@@ -61,17 +61,17 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
         size_t n = b.len - m;
         const char *p = (const char *)b.data + m;
         while (n > 0 && (p[n - 1] == '\n' || p[n - 1] == '\r')) n--;
-        uint8_t sk[CRYPTO_SK_BYTES + 8];
-        uint8_t seed[crypto_sign_SEEDBYTES], pk[CRYPTO_PK_BYTES], sk2[CRYPTO_SK_BYTES];
+        uint8_t sk[VCRYPTO_SK_BYTES + 8];
+        uint8_t seed[crypto_sign_SEEDBYTES], pk[VCRYPTO_PK_BYTES], sk2[VCRYPTO_SK_BYTES];
         long got = vl_base64_decode(p, n, sk, sizeof sk);
-        if (got == CRYPTO_SK_BYTES) {
+        if (got == VCRYPTO_SK_BYTES) {
             /* The stored public half must be the one the seed derives;
              * libsodium's sk_to_pk only copies it, so derive afresh. */
             if (crypto_sign_ed25519_sk_to_seed(seed, sk) == 0 &&
                 crypto_sign_seed_keypair(pk, sk2, seed) == 0 &&
-                crypto_equal(pk, sk + 32, CRYPTO_PK_BYTES)) {
-                memcpy(id->sk, sk2, CRYPTO_SK_BYTES);
-                memcpy(id->pk, pk, CRYPTO_PK_BYTES);
+                vcrypto_equal(pk, sk + 32, VCRYPTO_PK_BYTES)) {
+                memcpy(id->sk, sk2, VCRYPTO_SK_BYTES);
+                memcpy(id->pk, pk, VCRYPTO_PK_BYTES);
                 rc = VL_OK;
             } else {
                 rc = vl_fail(err, VL_EINVAL, "key file %s is corrupt", path);
@@ -86,20 +86,20 @@ int crypto_identity_load(crypto_identity *id, const char *path, vl_error *err) {
     return rc;
 }
 
-void crypto_pk_encode(const uint8_t pk[CRYPTO_PK_BYTES], char *out) {
-    vl_base64_encode(pk, CRYPTO_PK_BYTES, out);
+void vcrypto_pk_encode(const uint8_t pk[VCRYPTO_PK_BYTES], char *out) {
+    vl_base64_encode(pk, VCRYPTO_PK_BYTES, out);
 }
 
-int crypto_pk_decode(const char *b64, uint8_t pk[CRYPTO_PK_BYTES]) {
-    size_t n = strnlen(b64, CRYPTO_PK_B64_LEN + 1);
-    if (n != CRYPTO_PK_B64_LEN) return VL_EINVAL;
-    uint8_t tmp[CRYPTO_PK_BYTES + 4];
-    if (vl_base64_decode(b64, n, tmp, sizeof tmp) != CRYPTO_PK_BYTES) return VL_EINVAL;
-    memcpy(pk, tmp, CRYPTO_PK_BYTES);
+int vcrypto_pk_decode(const char *b64, uint8_t pk[VCRYPTO_PK_BYTES]) {
+    size_t n = strnlen(b64, VCRYPTO_PK_B64_LEN + 1);
+    if (n != VCRYPTO_PK_B64_LEN) return VL_EINVAL;
+    uint8_t tmp[VCRYPTO_PK_BYTES + 4];
+    if (vl_base64_decode(b64, n, tmp, sizeof tmp) != VCRYPTO_PK_BYTES) return VL_EINVAL;
+    memcpy(pk, tmp, VCRYPTO_PK_BYTES);
     return VL_OK;
 }
 
-void crypto_token_generate(char *out) {
+void vcrypto_token_generate(char *out) {
     uint8_t r[32];
     randombytes_buf(r, sizeof r);
     memcpy(out, "vlt_", 4);
@@ -107,17 +107,17 @@ void crypto_token_generate(char *out) {
     sodium_memzero(r, sizeof r);
 }
 
-void crypto_hash_hex(const void *data, size_t len, char *out) {
+void vcrypto_hash_hex(const void *data, size_t len, char *out) {
     uint8_t h[32];
     crypto_generichash(h, sizeof h, data, len, NULL, 0);
     vl_hex_encode(h, sizeof h, out);
 }
 
-int crypto_equal(const void *a, const void *b, size_t n) {
+int vcrypto_equal(const void *a, const void *b, size_t n) {
     return sodium_memcmp(a, b, n) == 0;
 }
 
-void crypto_random_hex(size_t n, char *out) {
+void vcrypto_random_hex(size_t n, char *out) {
     uint8_t r[64];
     while (n > 0) {
         size_t k = n < sizeof r ? n : sizeof r;

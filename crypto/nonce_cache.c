@@ -15,17 +15,17 @@ struct slot {
     int64_t ts;
 };
 
-struct crypto_nonce_cache {
+struct vcrypto_nonce_cache {
     struct slot *slots;
     size_t mask;
     int64_t window;
     uint8_t hash_key[crypto_shorthash_KEYBYTES];
 };
 
-crypto_nonce_cache *crypto_nonce_cache_new(size_t capacity, int64_t window_s) {
+vcrypto_nonce_cache *vcrypto_nonce_cache_new(size_t capacity, int64_t window_s) {
     size_t n = 1024;
     while (n < capacity && n < ((size_t)1 << 30)) n <<= 1;
-    crypto_nonce_cache *c = calloc(1, sizeof *c);
+    vcrypto_nonce_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->slots = calloc(n, sizeof *c->slots);
     if (!c->slots) {
@@ -38,16 +38,16 @@ crypto_nonce_cache *crypto_nonce_cache_new(size_t capacity, int64_t window_s) {
     return c;
 }
 
-void crypto_nonce_cache_free(crypto_nonce_cache *c) {
+void vcrypto_nonce_cache_free(vcrypto_nonce_cache *c) {
     if (!c) return;
     free(c->slots);
     free(c);
 }
 
-int crypto_nonce_check(crypto_nonce_cache *c, int64_t peer_id, const char *nonce, int64_t ts,
-                       int64_t now) {
-    uint8_t in[8 + CRYPTO_NONCE_HEX];
-    size_t nl = strnlen(nonce, CRYPTO_NONCE_HEX);
+int vcrypto_nonce_check(vcrypto_nonce_cache *c, int64_t peer_id, const char *nonce, int64_t ts,
+                        int64_t now) {
+    uint8_t in[8 + VCRYPTO_NONCE_HEX];
+    size_t nl = strnlen(nonce, VCRYPTO_NONCE_HEX);
     memcpy(in, &peer_id, 8);
     memcpy(in + 8, nonce, nl);
     uint8_t h[crypto_shorthash_BYTES];

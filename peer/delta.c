@@ -67,22 +67,22 @@ static int check_delta(const peer_trainer *t, const st_file *f, const char *run,
  * compares with the version's digest in the file. */
 static int check_result(const peer_trainer *t, const st_file *f, const st_tensor *idx,
                         const st_tensor *val, int64_t version, vl_error *err) {
-    uint8_t want[32], got[CRYPTO_DIGEST_MAX];
+    uint8_t want[32], got[VCRYPTO_DIGEST_MAX];
     if (vl_hex_decode(st_meta_get(f, "sha256"), 64, want, sizeof want) != 0)
         return vl_fail(err, VL_EINVAL, "delta: metadata lacks the version's sha256");
-    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    vcrypto_digest *d = vcrypto_digest_new(VCRYPTO_DIGEST_SHA256);
     if (!d) return vl_fail(err, VL_ENOMEM, "delta: out of memory");
     size_t at = 0;
     for (size_t j = 0; j < (size_t)idx->numel; j++) {
         uint32_t i;
         memcpy(&i, idx->data + 4 * j, 4);
-        crypto_digest_update(d, t->base + at, (i - at) * sizeof *t->base);
-        crypto_digest_update(d, val->data + 4 * j, 4);
+        vcrypto_digest_update(d, t->base + at, (i - at) * sizeof *t->base);
+        vcrypto_digest_update(d, val->data + 4 * j, 4);
         at = (size_t)i + 1;
     }
-    crypto_digest_update(d, t->base + at, (t->n_params - at) * sizeof *t->base);
-    size_t n = crypto_digest_final(d, got);
-    crypto_digest_free(d);
+    vcrypto_digest_update(d, t->base + at, (t->n_params - at) * sizeof *t->base);
+    size_t n = vcrypto_digest_final(d, got);
+    vcrypto_digest_free(d);
     if (n != 32 || memcmp(got, want, 32) != 0)
         return vl_fail(err, VL_EINVAL,
                        "delta: the result would not match version %lld's "

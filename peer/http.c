@@ -113,7 +113,7 @@ struct peer_http {
     CURL *curl;
     char base[256];
     char cacert[PEER_PATH_MAX];
-    const crypto_identity *id;
+    const vcrypto_identity *id;
     int64_t peer_id;
     peer_retry_policy retry;
     vl_rng jitter;
@@ -312,7 +312,7 @@ static int setopt_ok(CURL *c) {
     return !bad;
 }
 
-int peer_http_open(const char *base_url, const char *cacert, const crypto_identity *id,
+int peer_http_open(const char *base_url, const char *cacert, const vcrypto_identity *id,
                    int64_t peer_id, const peer_retry_policy *retry, peer_http **out,
                    vl_error *err) {
     *out = NULL;
@@ -445,20 +445,20 @@ static CURLcode attempt(peer_http *h, const peer_request *rq, peer_response *rs,
         return CURLE_OK;
     }
     /* A join has no peer id yet: it is signed by the key it registers. */
-    char keyid[CRYPTO_PK_B64_LEN + 24];
+    char keyid[VCRYPTO_PK_B64_LEN + 24];
     if (h->peer_id > 0)
         snprintf(keyid, sizeof keyid, "%lld", (long long)h->peer_id);
     else
-        crypto_pk_encode(h->id->pk, keyid);
+        vcrypto_pk_encode(h->id->pk, keyid);
     int post = strcmp(rq->method, "POST") == 0;
-    crypto_signed_headers sh;
-    if (crypto_sign_http(h->id, keyid, rq->method, rq->target, post, rq->body, rq->body_len,
-                         vl_clock_unix_s(), &sh) != VL_OK) {
+    vcrypto_signed_headers sh;
+    if (vcrypto_sign_http(h->id, keyid, rq->method, rq->target, post, rq->body, rq->body_len,
+                          vl_clock_unix_s(), &sh) != VL_OK) {
         *local_rc = vl_fail(err, VL_EINVAL, "cannot sign %s %s", rq->method, rq->target);
         return CURLE_OK;
     }
-    char si[CRYPTO_SIG_HEADER_MAX + 32], sg[sizeof sh.signature + 32];
-    char cd[CRYPTO_DIGEST_HEADER_MAX + 32];
+    char si[VCRYPTO_SIG_HEADER_MAX + 32], sg[sizeof sh.signature + 32];
+    char cd[VCRYPTO_DIGEST_HEADER_MAX + 32];
     snprintf(si, sizeof si, "Signature-Input: %s", sh.signature_input);
     snprintf(sg, sizeof sg, "Signature: %s", sh.signature);
     snprintf(cd, sizeof cd, "Content-Digest: %s", sh.content_digest);

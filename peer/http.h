@@ -89,7 +89,7 @@ typedef struct peer_http peer_http;
 /* Opens a client for base_url (checked by peer_url_check). cacert: a PEM
  * file to trust instead of the system store, or NULL/"". id is borrowed
  * and must outlive the client. The caller owns *out; peer_http_close. */
-int peer_http_open(const char *base_url, const char *cacert, const crypto_identity *id,
+int peer_http_open(const char *base_url, const char *cacert, const vcrypto_identity *id,
                    int64_t peer_id, const peer_retry_policy *retry, peer_http **out,
                    vl_error *err) VL_MUST_CHECK;
 /* Closes the connection and frees h (NULL is fine). */

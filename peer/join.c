@@ -16,14 +16,14 @@
 
 /* ---- join -------------------------------------------------------------- */
 
-int peer_load_key(const char *dir, crypto_identity *id, vl_error *err) {
+int peer_load_key(const char *dir, vcrypto_identity *id, vl_error *err) {
     char path[PEER_PATH_MAX];
     int rc = peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, err);
     if (rc) return rc;
     if (access(path, F_OK) != 0)
         return vl_fail(err, VL_ENOTFOUND, "no key at %s; run 'volley-peer keygen --dir %s' first",
                        path, dir);
-    return crypto_identity_load(id, path, err);
+    return vcrypto_identity_load(id, path, err);
 }
 
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
@@ -56,12 +56,12 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
             peer_clean_copy(host, st.name, sizeof st.name);
         }
     }
-    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
-    crypto_identity id;
+    if (vcrypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    vcrypto_identity id;
     if ((rc = peer_load_key(o->dir, &id, err))) return rc;
 
-    char pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(id.pk, pk);
+    char pk[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(id.pk, pk);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     json_t *body =
         json_pack("{s:s, s:s, s:s, s:{s:I, s:s}}", "public_key", pk, "token", o->token, "name",
@@ -69,7 +69,7 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
-        crypto_identity_wipe(&id);
+        vcrypto_identity_wipe(&id);
         return vl_fail(err, VL_ENOMEM, "cannot build the join request");
     }
     peer_retry_policy pol;
@@ -96,6 +96,6 @@ int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) {
     if (!rc) *out = st;
     peer_response_free(&rs);
     peer_http_close(h);
-    crypto_identity_wipe(&id);
+    vcrypto_identity_wipe(&id);
     return rc;
 }

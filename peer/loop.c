@@ -353,7 +353,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
         return vl_fail(err, VL_EINVAL, "--slowdown must be 1..100");
     if (o->gpu_mem_mib < 0 || o->gpu_mem_mib > (INT64_C(1) << 30))
         return vl_fail(err, VL_EINVAL, "--gpu-mem must be 1..%lld MiB", 1LL << 30);
-    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    if (vcrypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     loop L;
     memset(&L, 0, sizeof L);
     L.o = o;
@@ -380,7 +380,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     peer_clean_copy(dev.desc, L.prog.device, sizeof L.prog.device);
     /* Read before anything else: bad data fail the start, not a task. */
     if (o->local && (rc = peer_local_open(&L.local, o->local, err))) return rc;
-    crypto_identity id;
+    vcrypto_identity id;
     if ((rc = peer_load_key(o->dir, &id, err))) {
         peer_local_free(&L.local);
         return rc;
@@ -400,7 +400,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
         if (rc) peer_http_close(L.http);
     }
     if (rc) {
-        crypto_identity_wipe(&id);
+        vcrypto_identity_wipe(&id);
         peer_local_free(&L.local);
         return rc;
     }
@@ -436,7 +436,7 @@ static int run_with(const peer_run_opts *o, peer_tamper_fn tamper, void *tamper_
     peer_trainer_free(&L.tr);
     peer_local_free(&L.local);
     peer_http_close(L.http);
-    crypto_identity_wipe(&id);
+    vcrypto_identity_wipe(&id);
     return rc == PEER_ESTOPPED ? VL_OK : rc;
 }
 

@@ -266,9 +266,9 @@ static int cmd_keygen(int argc, char **argv) {
     int rc = parse(&cl, argc, argv, a);
     if (rc) return vl_opts_status(rc);
     vl_error e = {0};
-    char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
+    char dir[PEER_PATH_MAX], pk[VCRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
-    if (crypto_init() != VL_OK) {
+    if (vcrypto_init() != VL_OK) {
         vl_fail(&e, VL_ERR, "libsodium failed to initialise");
         return fail(&e, VL_ERR);
     }
@@ -344,7 +344,7 @@ static int cmd_rotate_key(int argc, char **argv) {
     int rc = parse(&cl, argc, argv, a);
     if (rc) return vl_opts_status(rc);
     vl_error e = {0};
-    char dir[PEER_PATH_MAX], pk[CRYPTO_PK_B64_LEN + 1];
+    char dir[PEER_PATH_MAX], pk[VCRYPTO_PK_B64_LEN + 1];
     if ((rc = resolve_dir(a, dir, sizeof dir, &e))) return fail(&e, rc);
     if ((rc = lock_dir(dir, PROG " rotate-key", &e))) return fail(&e, rc);
     if ((rc = peer_rotate_key(dir, (int)a->retries, a->give_up_s, pk, &e))) return fail(&e, rc);

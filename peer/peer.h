@@ -504,7 +504,7 @@ void peer_encode_drop(peer_trainer *t, int all);
 
 /* `volley-peer keygen`: creates dir (0700) and dir/peer.key (0600); refuses
  * to replace a key unless force. The base64 public key goes to pk_b64
- * (CRYPTO_PK_B64_LEN + 1 bytes). */
+ * (VCRYPTO_PK_B64_LEN + 1 bytes). */
 int peer_keygen(const char *dir, int force, char *pk_b64, vl_error *err) VL_MUST_CHECK;
 
 /* Options of peer_join; the strings are borrowed for the call. */
@@ -523,17 +523,17 @@ typedef struct peer_join_opts {
 int peer_join(const peer_join_opts *o, peer_state *out, vl_error *err) VL_MUST_CHECK;
 /* Loads the peer's key pair from DIR/key (peer_join, peer_run); a missing
  * key is VL_ENOTFOUND with a message naming `volley-peer keygen`. The
- * caller owns *id and wipes it (crypto_identity_wipe). */
-int peer_load_key(const char *dir, crypto_identity *id, vl_error *err) VL_MUST_CHECK;
+ * caller owns *id and wipes it (vcrypto_identity_wipe). */
+int peer_load_key(const char *dir, vcrypto_identity *id, vl_error *err) VL_MUST_CHECK;
 
 /* `volley-peer rotate-key`: moves the joined peer in dir to a new key,
  * by POST /v1/peers/rotate signed with the old key and carrying the new
- * key's proof (crypto_rotation_sign). The new key waits in
+ * key's proof (vcrypto_rotation_sign). The new key waits in
  * dir/peer.key.next until the coordinator has accepted it and then
  * replaces dir/peer.key; after a crash or a lost answer, calling it again
  * completes the change. retries, give_up_s: attempts per request and the
  * deadline after a failure (0: no limit; peer_retry_for).
- * The new public key goes to pk_b64 (CRYPTO_PK_B64_LEN + 1 bytes). A
+ * The new public key goes to pk_b64 (VCRYPTO_PK_B64_LEN + 1 bytes). A
  * running `run` keeps signing with the old key, which is refused from
  * then on: restart it. */
 int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64,

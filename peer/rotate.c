@@ -21,14 +21,14 @@
 
 /* The pending new key: the one a previous attempt left, else a fresh one
  * saved before use. */
-static int next_key(const char *path, crypto_identity *id, vl_error *err) {
-    if (access(path, F_OK) == 0) return crypto_identity_load(id, path, err);
-    crypto_identity_generate(id);
-    return crypto_identity_save(id, path, 0, err);
+static int next_key(const char *path, vcrypto_identity *id, vl_error *err) {
+    if (access(path, F_OK) == 0) return vcrypto_identity_load(id, path, err);
+    vcrypto_identity_generate(id);
+    return vcrypto_identity_save(id, path, 0, err);
 }
 
 /* POST /v1/peers/rotate with body, signed by `by`. */
-static int post(const peer_state *st, const crypto_identity *by, int retries, double give_up_s,
+static int post(const peer_state *st, const vcrypto_identity *by, int retries, double give_up_s,
                 const char *body, peer_response *rs, vl_error *err) {
     peer_retry_policy pol;
     peer_retry_for(&pol, retries, give_up_s);
@@ -58,7 +58,7 @@ static int check_reply(const peer_response *rs, const char *want, vl_error *err)
 }
 
 int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64, vl_error *err) {
-    if (crypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
+    if (vcrypto_init() != VL_OK) return vl_fail(err, VL_ERR, "libsodium failed to initialise");
     peer_state st;
     int rc = peer_state_load(dir, &st, err);
     if (rc) return rc;
@@ -66,15 +66,15 @@ int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64
     if ((rc = peer_path_join(key_path, sizeof key_path, dir, PEER_KEY_FILE, err)) ||
         (rc = peer_path_join(next_path, sizeof next_path, dir, NEXT_KEY_FILE, err)))
         return rc;
-    crypto_identity old_id, new_id;
-    if ((rc = crypto_identity_load(&old_id, key_path, err))) return rc;
+    vcrypto_identity old_id, new_id;
+    if ((rc = vcrypto_identity_load(&old_id, key_path, err))) return rc;
     if ((rc = next_key(next_path, &new_id, err))) {
-        crypto_identity_wipe(&old_id);
+        vcrypto_identity_wipe(&old_id);
         return rc;
     }
-    char pk[CRYPTO_PK_B64_LEN + 1], proof[CRYPTO_SIG_B64_LEN + 1];
-    crypto_pk_encode(new_id.pk, pk);
-    crypto_rotation_sign(&new_id, st.peer_id, old_id.pk, proof);
+    char pk[VCRYPTO_PK_B64_LEN + 1], proof[VCRYPTO_SIG_B64_LEN + 1];
+    vcrypto_pk_encode(new_id.pk, pk);
+    vcrypto_rotation_sign(&new_id, st.peer_id, old_id.pk, proof);
     json_t *o = json_pack("{s:s, s:s}", "public_key", pk, "proof", proof);
     char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -107,7 +107,7 @@ int peer_rotate_key(const char *dir, int retries, double give_up_s, char *pk_b64
     if (!rc) memcpy(pk_b64, pk, sizeof pk);
     free(body);
     peer_response_free(&rs);
-    crypto_identity_wipe(&old_id);
-    crypto_identity_wipe(&new_id);
+    vcrypto_identity_wipe(&old_id);
+    vcrypto_identity_wipe(&new_id);
     return rc;
 }

@@ -197,12 +197,12 @@ int peer_keygen(const char *dir, int force, char *pk_b64, vl_error *err) {
     char path[PEER_PATH_MAX];
     rc = peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, err);
     if (rc) return rc;
-    crypto_identity id;
-    crypto_identity_generate(&id);
-    rc = crypto_identity_save(&id, path, force, err);
+    vcrypto_identity id;
+    vcrypto_identity_generate(&id);
+    rc = vcrypto_identity_save(&id, path, force, err);
     if (rc == VL_ECONFLICT)
         rc = vl_fail(err, VL_ECONFLICT, "%s already exists; pass --force to replace it", path);
-    if (!rc) crypto_pk_encode(id.pk, pk_b64);
-    crypto_identity_wipe(&id);
+    if (!rc) vcrypto_pk_encode(id.pk, pk_b64);
+    vcrypto_identity_wipe(&id);
     return rc;
 }

@@ -18,7 +18,7 @@
 
 int peer_status_fetch(const char *dir, const char *coordinator, const char *cacert, int64_t peer_id,
                       peer_response *rs, char *why, size_t cap) {
-    crypto_identity id;
+    vcrypto_identity id;
     vl_error e = {0};
     peer_http *h = NULL;
     peer_retry_policy pol;
@@ -34,7 +34,7 @@ int peer_status_fetch(const char *dir, const char *coordinator, const char *cace
             rc = VL_EIO;
         }
         peer_http_close(h);
-        crypto_identity_wipe(&id);
+        vcrypto_identity_wipe(&id);
     }
     if (rc) snprintf(why, cap, "did not answer (%s)", e.msg);
     return rc;

@@ -19,7 +19,7 @@
 
 /* A join request body, {public_key, token, name, hardware}. */
 typedef struct coord_join_body {
-    uint8_t pk[CRYPTO_PK_BYTES];
+    uint8_t pk[VCRYPTO_PK_BYTES];
     char token[COORD_JOIN_TOKEN_MAX + 1];
     size_t token_len;
     char name[COORD_JOIN_NAME_MAX + 1]; /* printable, non-empty */
@@ -40,11 +40,11 @@ void coord_join_body_free(coord_join_body *b);
 
 /* Parses a key rotation body {"public_key", "proof"} (exactly those two,
  * strings) without any connection: the new key into pk, the proof text
- * (not yet checked; crypto_rotation_verify does that) into proof.
+ * (not yet checked; vcrypto_rotation_verify does that) into proof.
  * VL_EINVAL with a message for anything else, a body over
  * COORD_MAX_JSON_BODY included. */
-int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
-                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) VL_MUST_CHECK;
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[VCRYPTO_PK_BYTES],
+                       char proof[VCRYPTO_SIG_B64_LEN + 8], vl_error *err) VL_MUST_CHECK;
 
 
 void coord_route_join(coord_req *cr);           /* POST /v1/peers */

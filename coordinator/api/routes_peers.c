@@ -82,7 +82,7 @@ int coord_join_parse(const uint8_t *body, size_t len, coord_join_body *out, vl_e
         }
     }
     json_t *pk = json_object_get(root, "public_key");
-    if (!json_is_string(pk) || crypto_pk_decode(json_string_value(pk), out->pk) != VL_OK) {
+    if (!json_is_string(pk) || vcrypto_pk_decode(json_string_value(pk), out->pk) != VL_OK) {
         rc = vl_fail(err, VL_EINVAL, "public_key must be base64 of 32 bytes");
         goto out;
     }
@@ -153,7 +153,7 @@ static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
 typedef struct join_job {
     coord_job job;
     coord_req cr;
-    uint8_t pk[CRYPTO_PK_BYTES];
+    uint8_t pk[VCRYPTO_PK_BYTES];
     char name[COORD_JOIN_NAME_MAX + 1];
     char *hardware; /* owned */
     int64_t token_id, now, id;
@@ -233,8 +233,8 @@ void coord_route_join(coord_req *cr) {
                           "another; make a new key");
         goto out;
     }
-    char hash[CRYPTO_HASH_HEX + 1];
-    crypto_hash_hex(jb.token, jb.token_len, hash);
+    char hash[VCRYPTO_HASH_HEX + 1];
+    vcrypto_hash_hex(jb.token, jb.token_len, hash);
     int64_t token_id = 0;
     int64_t now = vl_clock_unix_s();
     if (known) {
@@ -288,7 +288,7 @@ out:
 typedef struct rotate_job {
     coord_job job;
     coord_req cr;
-    uint8_t old_pk[CRYPTO_PK_BYTES], new_pk[CRYPTO_PK_BYTES];
+    uint8_t old_pk[VCRYPTO_PK_BYTES], new_pk[VCRYPTO_PK_BYTES];
 } rotate_job;
 
 static int rotate_run(storage *db, coord_job *job, vl_error *err) {
@@ -296,9 +296,9 @@ static int rotate_run(storage *db, coord_job *job, vl_error *err) {
     return storage_peer_set_key(db, j->cr.peer_id, j->old_pk, j->new_pk, err);
 }
 
-static void reply_key(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES], int rotated) {
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(pk, b64);
+static void reply_key(coord_req *cr, const uint8_t pk[VCRYPTO_PK_BYTES], int rotated) {
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(pk, b64);
     coord_reply_json(cr, 200,
                      json_pack("{s:I, s:s, s:b}", "peer_id", (json_int_t)cr->peer_id, "public_key",
                                b64, "rotated", rotated));
@@ -324,8 +324,8 @@ static void rotate_done(coord_job *job, int rc, const vl_error *err) {
     free(j);
 }
 
-int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYTES],
-                       char proof[CRYPTO_SIG_B64_LEN + 8], vl_error *err) {
+int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[VCRYPTO_PK_BYTES],
+                       char proof[VCRYPTO_SIG_B64_LEN + 8], vl_error *err) {
     json_error_t jerr;
     json_t *root = body && len > 0 && len <= COORD_MAX_JSON_BODY
                        ? json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr)
@@ -334,9 +334,9 @@ int coord_rotate_parse(const uint8_t *body, size_t len, uint8_t pk[CRYPTO_PK_BYT
     json_t *k = ok ? json_object_get(root, "public_key") : NULL;
     json_t *p = ok ? json_object_get(root, "proof") : NULL;
     ok = json_is_string(k) && json_is_string(p) &&
-         crypto_pk_decode(json_string_value(k), pk) == VL_OK &&
-         json_string_length(p) < CRYPTO_SIG_B64_LEN + 8;
-    if (ok) snprintf(proof, CRYPTO_SIG_B64_LEN + 8, "%s", json_string_value(p));
+         vcrypto_pk_decode(json_string_value(k), pk) == VL_OK &&
+         json_string_length(p) < VCRYPTO_SIG_B64_LEN + 8;
+    if (ok) snprintf(proof, VCRYPTO_SIG_B64_LEN + 8, "%s", json_string_value(p));
     json_decref(root);
     if (!ok)
         return vl_fail(err, VL_EINVAL,
@@ -349,8 +349,8 @@ void coord_route_rotate(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    uint8_t new_pk[CRYPTO_PK_BYTES];
-    char proof[CRYPTO_SIG_B64_LEN + 8];
+    uint8_t new_pk[VCRYPTO_PK_BYTES];
+    char proof[VCRYPTO_SIG_B64_LEN + 8];
     vl_error e = {0};
     if (coord_rotate_parse(body, len, new_pk, proof, &e) != VL_OK) {
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
@@ -362,16 +362,16 @@ void coord_route_rotate(coord_req *cr) {
         coord_reply_internal(cr, &e);
         return;
     }
-    uint8_t old_pk[CRYPTO_PK_BYTES];
+    uint8_t old_pk[VCRYPTO_PK_BYTES];
     memcpy(old_pk, p.public_key, sizeof old_pk);
     storage_peer_free(&p);
     /* Signed by the key it names: a retry whose answer was lost, after
      * the change. The signature already proves the key; nothing to do. */
-    if (crypto_equal(new_pk, old_pk, sizeof old_pk)) {
+    if (vcrypto_equal(new_pk, old_pk, sizeof old_pk)) {
         reply_key(cr, old_pk, 0);
         return;
     }
-    rc = crypto_rotation_verify(new_pk, cr->peer_id, old_pk, proof, &e);
+    rc = vcrypto_rotation_verify(new_pk, cr->peer_id, old_pk, proof, &e);
     if (rc == VL_EINVAL) {
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
         return;

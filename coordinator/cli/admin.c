@@ -390,10 +390,10 @@ int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, cha
     storage *db = NULL;
     int rc = coord_open_initialised(db_path, &db, err);
     if (rc != VL_OK) return rc;
-    char token[CRYPTO_TOKEN_LEN + 1];
-    crypto_token_generate(token);
-    char hash[CRYPTO_HASH_HEX + 1];
-    crypto_hash_hex(token, strlen(token), hash);
+    char token[VCRYPTO_TOKEN_LEN + 1];
+    vcrypto_token_generate(token);
+    char hash[VCRYPTO_HASH_HEX + 1];
+    vcrypto_hash_hex(token, strlen(token), hash);
     int64_t now = vl_clock_unix_s();
     rc = storage_token_insert(db, hash, uses, now + ttl_s, now, NULL, err);
     storage_close(db);
@@ -461,8 +461,8 @@ int coord_cmd_token_list(const char *db_path, FILE *out, vl_error *err) {
 
 static int print_peer(void *arg, const storage_peer_activity *a) {
     list_ctx *c = arg;
-    char pk[CRYPTO_PK_B64_LEN + 1], joined[32], seen[32];
-    crypto_pk_encode(a->public_key, pk);
+    char pk[VCRYPTO_PK_B64_LEN + 1], joined[32], seen[32];
+    vcrypto_pk_encode(a->public_key, pk);
     utc(a->joined_at, joined, sizeof joined);
     utc(a->last_seen, seen, sizeof seen);
     fprintf(c->out, "%-6lld %-44s %-20s %-20s %6lld %7lld %-7s %s\n", (long long)a->id, pk, joined,

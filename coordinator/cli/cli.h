@@ -17,7 +17,7 @@
 /* `init`: creates the database for the run described by config_path. */
 int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) VL_MUST_CHECK;
 /* `token create`: stores a new token's hash and writes the token to out
- * (CRYPTO_TOKEN_LEN + 1 bytes). */
+ * (VCRYPTO_TOKEN_LEN + 1 bytes). */
 int coord_cmd_token_create(const char *db_path, int64_t uses, int64_t ttl_s, char *out,
                            vl_error *err) VL_MUST_CHECK;
 /* `token list`: one line per stored token on out: id, the start of its

@@ -253,7 +253,7 @@ void coord_guard_free(coord_guard *g) {
     g->body_owner = NULL;
     vl_buf_free(&g->head);
     vl_buf_free(&g->out);
-    crypto_digest_free(g->digest);
+    vcrypto_digest_free(g->digest);
     g->digest = NULL;
     g->body_ticket = NULL;
 }
@@ -352,8 +352,8 @@ static double now_s(const coord_guard *g) {
  * digest; a body of length 0 is judged at once. */
 static int start_digest(coord_guard *g, coord_guard_ticket *t, uint64_t body_len) {
     if (t->want.alg == 0) return VL_OK;
-    if (!g->digest) g->digest = crypto_digest_new(t->want.alg);
-    if (!g->digest || crypto_digest_reset(g->digest, t->want.alg) != VL_OK) return VL_ENOMEM;
+    if (!g->digest) g->digest = vcrypto_digest_new(t->want.alg);
+    if (!g->digest || vcrypto_digest_reset(g->digest, t->want.alg) != VL_OK) return VL_ENOMEM;
     t->digest = COORD_GUARD_DIGEST_PENDING;
     g->body_ticket = t;
     return VL_OK;
@@ -362,9 +362,9 @@ static int start_digest(coord_guard *g, coord_guard_ticket *t, uint64_t body_len
 static void finish_digest(coord_guard *g) {
     coord_guard_ticket *t = g->body_ticket;
     if (!t) return;
-    uint8_t got[CRYPTO_DIGEST_MAX];
-    size_t n = crypto_digest_final(g->digest, got);
-    t->digest = n == t->want.len && crypto_equal(got, t->want.bytes, n)
+    uint8_t got[VCRYPTO_DIGEST_MAX];
+    size_t n = vcrypto_digest_final(g->digest, got);
+    t->digest = n == t->want.len && vcrypto_equal(got, t->want.bytes, n)
                     ? COORD_GUARD_DIGEST_OK
                     : COORD_GUARD_DIGEST_MISMATCH;
     g->body_ticket = NULL;
@@ -372,7 +372,7 @@ static void finish_digest(coord_guard *g) {
 
 /* Body bytes on their way to the parser. */
 static void body_passed(coord_guard *g, const void *p, size_t n) {
-    if (g->body_ticket && n > 0) crypto_digest_update(g->digest, p, n);
+    if (g->body_ticket && n > 0) vcrypto_digest_update(g->digest, p, n);
 }
 
 uint64_t coord_guard_body_arrived(const coord_guard *g) {

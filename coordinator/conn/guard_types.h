@@ -58,8 +58,8 @@ typedef struct coord_guard_ticket {
     int live;        /* held by the guard until coord_guard_ticket_take */
     int64_t peer_id; /* the signing peer; 0 when none */
     int join;        /* signed by join_pk (a join request) */
-    uint8_t join_pk[CRYPTO_PK_BYTES];
-    crypto_digest_want want; /* want.alg 0: no digest to check */
+    uint8_t join_pk[VCRYPTO_PK_BYTES];
+    vcrypto_digest_want want; /* want.alg 0: no digest to check */
     coord_guard_digest_state digest;
     int64_t reserved; /* body bytes the owner counted against its budget */
 } coord_guard_ticket;
@@ -176,7 +176,7 @@ typedef struct coord_guard {
      * hash in progress, and the refusal of the last refused head. */
     coord_guard_ticket tickets[COORD_GUARD_TICKETS];
     coord_guard_ticket *body_ticket;
-    crypto_digest *digest;
+    vcrypto_digest *digest;
     coord_guard_refusal refusal;
 } coord_guard;
 

@@ -62,7 +62,7 @@ static int live(int64_t ts, int64_t now, int64_t window) {
 /* Loads the entries of one journal file still live into the cache, and
  * copies their lines to keep (*latest: the latest timestamp kept). A
  * missing file holds none. */
-static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t now,
+static int load_file(const char *path, struct vcrypto_nonce_cache *cache, int64_t now,
                      int64_t window, vl_buf *keep, size_t *loaded, int64_t *latest, vl_error *err) {
     vl_buf b;
     vl_buf_init(&b, NONCE_LOG_READ_MAX);
@@ -80,11 +80,11 @@ static int load_file(const char *path, struct crypto_nonce_cache *cache, int64_t
         if (!nl) break; /* a torn last line */
         *nl = '\0';
         long long peer, ts;
-        char nonce[CRYPTO_NONCE_HEX + 2];
+        char nonce[VCRYPTO_NONCE_HEX + 2];
         int n = 0;
         if (sscanf(line, "%lld %lld %33s%n", &peer, &ts, nonce, &n) == 3 && line[n] == '\0' &&
-            is_hex(nonce, CRYPTO_NONCE_HEX) && live(ts, now, window) && ts <= now + window) {
-            int c = crypto_nonce_check(cache, (int64_t)peer, nonce, (int64_t)ts, now);
+            is_hex(nonce, VCRYPTO_NONCE_HEX) && live(ts, now, window) && ts <= now + window) {
+            int c = vcrypto_nonce_check(cache, (int64_t)peer, nonce, (int64_t)ts, now);
             if (c == VL_OK) {
                 (*loaded)++;
                 if (ts > *latest) *latest = ts;
@@ -109,19 +109,19 @@ static void tick(evutil_socket_t fd, short what, void *arg) {
     if (coord_nonce_log_flush(arg, &e) != VL_OK) vl_log_warn("nonce journal: %s", e.msg);
 }
 
-int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
+int coord_nonce_log_open(const char *db_path, struct vcrypto_nonce_cache *cache,
                          struct event_base *base, coord_nonce_log **out, vl_error *err) {
     return coord_nonce_log_open_at(db_path, cache, base, vl_clock_unix_s(), out, err);
 }
 
-int coord_nonce_log_open_at(const char *db_path, struct crypto_nonce_cache *cache,
+int coord_nonce_log_open_at(const char *db_path, struct vcrypto_nonce_cache *cache,
                             struct event_base *base, int64_t now, coord_nonce_log **out,
                             vl_error *err) {
     *out = NULL;
     coord_nonce_log *l = calloc(1, sizeof *l);
     if (!l) return vl_fail(err, VL_ENOMEM, "out of memory");
     l->fd = -1;
-    l->window = CRYPTO_TS_WINDOW_S;
+    l->window = VCRYPTO_TS_WINDOW_S;
     vl_buf_init(&l->pending, NONCE_LOG_PENDING_MAX * 2);
     char copy[sizeof l->dir];
     int n1 = snprintf(l->path, sizeof l->path, "%s-nonces", db_path);
@@ -167,7 +167,7 @@ int coord_nonce_log_open_at(const char *db_path, struct crypto_nonce_cache *cach
 }
 
 void coord_nonce_log_add(coord_nonce_log *l, int64_t peer_id, const char *nonce, int64_t ts) {
-    if (!l || !is_hex(nonce, CRYPTO_NONCE_HEX)) return;
+    if (!l || !is_hex(nonce, VCRYPTO_NONCE_HEX)) return;
     if (vl_buf_printf(&l->pending, "%lld %lld %s\n", (long long)peer_id, (long long)ts, nonce) !=
         VL_OK)
         vl_log_warn("nonce journal: a nonce could not be noted (the journal is behind)");

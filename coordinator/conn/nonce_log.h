@@ -2,8 +2,8 @@
  * The nonce journal: the request nonces the coordinator has accepted,
  * kept on disk beside the database so that a restart does not forget them.
  *
- * The replay cache (crypto_nonce_cache) lives in memory. Were it lost on a
- * restart, a request captured in the last CRYPTO_TS_WINDOW_S seconds would
+ * The replay cache (vcrypto_nonce_cache) lives in memory. Were it lost on a
+ * restart, a request captured in the last VCRYPTO_TS_WINDOW_S seconds would
  * be accepted again, while refusing every timestamp from before the
  * restart would refuse honest peers whose clocks run a little behind.
  * So each accepted nonce is appended to `<database>-nonces`, the appends
@@ -11,7 +11,7 @@
  * files are read back into the cache (the entries still live).
  *
  * A nonce is live until its own timestamp (the request's created) plus
- * CRYPTO_TS_WINDOW_S: a created may be up to a window ahead of the clock,
+ * VCRYPTO_TS_WINDOW_S: a created may be up to a window ahead of the clock,
  * so a request can be valid up to two windows after it arrived. The
  * current file becomes `<database>-nonces.old` (and a new one starts) at
  * least a window after it began and only once the latest timestamp in the
@@ -31,7 +31,7 @@
 
 #include "common/common.h"
 
-struct crypto_nonce_cache;
+struct vcrypto_nonce_cache;
 struct event_base;
 
 typedef struct coord_nonce_log coord_nonce_log;
@@ -41,17 +41,17 @@ typedef struct coord_nonce_log coord_nonce_log;
  * the flush timer on base (none when base is NULL: the caller flushes).
  * *out is the caller's; close it with coord_nonce_log_close. A journal
  * line that does not parse (a torn last line) is skipped. */
-int coord_nonce_log_open(const char *db_path, struct crypto_nonce_cache *cache,
+int coord_nonce_log_open(const char *db_path, struct vcrypto_nonce_cache *cache,
                          struct event_base *base, coord_nonce_log **out,
                          vl_error *err) VL_MUST_CHECK;
 /* The same at a given clock (unix s), for tests that step through
  * rotations; the timer's flushes still read the real clock. */
-int coord_nonce_log_open_at(const char *db_path, struct crypto_nonce_cache *cache,
+int coord_nonce_log_open_at(const char *db_path, struct vcrypto_nonce_cache *cache,
                             struct event_base *base, int64_t now, coord_nonce_log **out,
                             vl_error *err) VL_MUST_CHECK;
 
 /* Notes a nonce the cache has just accepted (nonce: hex, at most
- * CRYPTO_NONCE_HEX characters; anything else is not journalled). Written
+ * VCRYPTO_NONCE_HEX characters; anything else is not journalled). Written
  * at the next flush. */
 void coord_nonce_log_add(coord_nonce_log *l, int64_t peer_id, const char *nonce, int64_t ts);
 

@@ -25,7 +25,7 @@
 #include "coordinator/conn/limits_types.h"
 #include "coordinator/http/http.h"
 
-#define FIELD_CAP CRYPTO_SIG_HEADER_MAX
+#define FIELD_CAP VCRYPTO_SIG_HEADER_MAX
 
 static int refuse(coord_guard_refusal *r, int status, const char *code, const char *fmt, ...)
     VL_PRINTF(4, 5);
@@ -50,15 +50,15 @@ static int refuse_rate(coord_guard_refusal *r, double wait, const char *who) {
 
 /* ---- the head as the signature sees it ---------------------------------- */
 
-/* The request line and fields of one head, for crypto_sig_base. */
+/* The request line and fields of one head, for vcrypto_sig_base. */
 typedef struct head_view {
     const uint8_t *head;
     size_t len;
     char method[12];
     char target[COORD_HEAD_CAP];
-    char input[FIELD_CAP];                /* Signature-Input */
-    char sig[FIELD_CAP];                  /* Signature */
-    char nonce[CRYPTO_SIG_NONCE_MAX + 1]; /* of a verified signature */
+    char input[FIELD_CAP];                 /* Signature-Input */
+    char sig[FIELD_CAP];                   /* Signature */
+    char nonce[VCRYPTO_SIG_NONCE_MAX + 1]; /* of a verified signature */
     int64_t created;
     char scratch[COORD_HEAD_CAP + 64];
 } head_view;
@@ -109,7 +109,7 @@ static const char *view_lookup(void *arg, const char *c) {
     return n > 0 ? v->scratch : NULL;
 }
 
-static int covers(const crypto_sig *s, const char *name) {
+static int covers(const vcrypto_sig *s, const char *name) {
     for (size_t i = 0; i < s->n_components; i++)
         if (strcmp(s->components[i], name) == 0) return 1;
     return 0;
@@ -118,7 +118,7 @@ static int covers(const crypto_sig *s, const char *name) {
 /* What the signature must cover: the method and the whole target, and for
  * a request with a body its digest and length, so no part that changes
  * what the request does can be swapped. */
-static int check_coverage(const crypto_sig *s, int has_body, coord_guard_refusal *r) {
+static int check_coverage(const vcrypto_sig *s, int has_body, coord_guard_refusal *r) {
     if (!covers(s, "@method"))
         return refuse(r, 401, "unauthorized", "the signature must cover @method");
     if (!covers(s, "@target-uri") && !covers(s, "@request-target") &&
@@ -148,15 +148,15 @@ static int address_ok(coord_server *srv, coord_guard *g, coord_guard_refusal *r)
 
 /* The key that must have signed: a registered peer's (keyid is its id),
  * or for a join the key being registered (keyid is that key). */
-static int signer_key(coord_server *srv, const crypto_sig *s, coord_auth_kind kind,
-                      uint8_t pk[CRYPTO_PK_BYTES], coord_guard_ticket *t, int *revoked,
+static int signer_key(coord_server *srv, const vcrypto_sig *s, coord_auth_kind kind,
+                      uint8_t pk[VCRYPTO_PK_BYTES], coord_guard_ticket *t, int *revoked,
                       coord_guard_refusal *r) {
     if (kind == COORD_AUTH_JOIN) {
-        if (strlen(s->keyid) != CRYPTO_PK_B64_LEN || crypto_pk_decode(s->keyid, pk) != VL_OK)
+        if (strlen(s->keyid) != VCRYPTO_PK_B64_LEN || vcrypto_pk_decode(s->keyid, pk) != VL_OK)
             return refuse(r, 401, "unauthorized",
                           "a join is signed with keyid = base64 of the key it registers");
         t->join = 1;
-        memcpy(t->join_pk, pk, CRYPTO_PK_BYTES);
+        memcpy(t->join_pk, pk, VCRYPTO_PK_BYTES);
         return 0;
     }
     int64_t id = 0;
@@ -171,7 +171,7 @@ static int signer_key(coord_server *srv, const crypto_sig *s, coord_auth_kind ki
         return refuse(r, 500, "internal", "internal error");
     }
     *revoked = p.revoked;
-    memcpy(pk, p.public_key, CRYPTO_PK_BYTES);
+    memcpy(pk, p.public_key, VCRYPTO_PK_BYTES);
     storage_peer_free(&p);
     t->peer_id = id;
     return 0;
@@ -180,9 +180,9 @@ static int signer_key(coord_server *srv, const crypto_sig *s, coord_auth_kind ki
 /* The nonce, once the request has proved who sent it, so forged requests
  * cannot fill the cache. */
 static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v, coord_guard_refusal *r) {
-    char key[CRYPTO_NONCE_HEX + 1];
-    crypto_nonce_key(v->nonce, key);
-    int rc = crypto_nonce_check(srv->nonces, peer, key, v->created, vl_clock_unix_s());
+    char key[VCRYPTO_NONCE_HEX + 1];
+    vcrypto_nonce_key(v->nonce, key);
+    int rc = vcrypto_nonce_check(srv->nonces, peer, key, v->created, vl_clock_unix_s());
     if (rc == VL_ECONFLICT) return refuse(r, 401, "replayed_nonce", "this nonce was already used");
     if (rc != VL_OK) return refuse_rate(r, 1, "coordinator");
     coord_nonce_log_add(srv->nonce_log, peer, key, v->created);
@@ -202,22 +202,22 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
     if (ni == 0 || ns == 0)
         return refuse(r, 401, "unauthorized",
                       "missing Signature-Input and Signature (RFC 9421, alg ed25519)");
-    crypto_sig s;
-    if (crypto_sig_parse(v->input, v->sig, &s, &e) != VL_OK)
+    vcrypto_sig s;
+    if (vcrypto_sig_parse(v->input, v->sig, &s, &e) != VL_OK)
         return refuse(r, 401, "unauthorized", "%s", e.msg);
     if (s.nonce[0] == '\0')
         return refuse(r, 401, "unauthorized", "the signature needs a nonce parameter");
     if (check_coverage(&s, has_body, r) != 0) return -1;
-    uint8_t pk[CRYPTO_PK_BYTES];
+    uint8_t pk[VCRYPTO_PK_BYTES];
     int revoked = 0;
     if (signer_key(srv, &s, kind, pk, t, &revoked, r) != 0) return -1;
     int64_t now = vl_clock_unix_s();
     int64_t skew = s.created - now;
-    if (skew > CRYPTO_TS_WINDOW_S || skew < -CRYPTO_TS_WINDOW_S)
+    if (skew > VCRYPTO_TS_WINDOW_S || skew < -VCRYPTO_TS_WINDOW_S)
         return refuse(r, 401, "stale_timestamp",
                       "the signature was created %lld s from the coordinator's clock (limit %d "
                       "s)",
-                      (long long)skew, CRYPTO_TS_WINDOW_S);
+                      (long long)skew, VCRYPTO_TS_WINDOW_S);
     /* An expires given is a time, 0 included (long past): only an absent
      * one means none. */
     if (s.has_expires && s.expires < now)
@@ -225,8 +225,8 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
                       (long long)s.expires);
     vl_buf base;
     vl_buf_init(&base, 2 * COORD_HEAD_CAP);
-    int rc = crypto_sig_base(&s, view_lookup, v, &base, &e);
-    if (rc == VL_OK) rc = crypto_sig_verify(pk, &s, &base, &e);
+    int rc = vcrypto_sig_base(&s, view_lookup, v, &base, &e);
+    if (rc == VL_OK) rc = vcrypto_sig_verify(pk, &s, &base, &e);
     vl_buf_free(&base);
     if (rc == VL_EINVAL) return refuse(r, 401, "bad_signature", "%s", e.msg);
     if (rc != VL_OK)
@@ -337,13 +337,13 @@ int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
     char path[COORD_HEAD_CAP];
     snprintf(path, sizeof path, "%.*s", (int)strcspn(v->target, "?"), v->target);
     coord_auth_kind kind = coord_route_auth_kind(v->method, path);
-    char digest[CRYPTO_DIGEST_HEADER_MAX];
+    char digest[VCRYPTO_DIGEST_HEADER_MAX];
     int nd = coord_guard_head_field(head, len, "Content-Digest", digest, sizeof digest);
     char clen[32];
     int has_body = coord_guard_head_field(head, len, "Content-Length", clen, sizeof clen) != 0 ||
                    strcmp(v->method, "POST") == 0;
     vl_error e = {0};
-    if (nd < 0 || (nd > 0 && crypto_digest_parse(digest, &t->want, &e) != VL_OK)) {
+    if (nd < 0 || (nd > 0 && vcrypto_digest_parse(digest, &t->want, &e) != VL_OK)) {
         refuse(r, 400, "bad_digest", "Content-Digest: %s", nd < 0 ? "too long" : e.msg);
         goto out;
     }
@@ -408,8 +408,8 @@ int coord_authenticate(coord_req *cr) {
     return 0;
 }
 
-int coord_authenticate_join(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES]) {
-    if (!cr->ticket.join || !crypto_equal(cr->ticket.join_pk, pk, CRYPTO_PK_BYTES)) {
+int coord_authenticate_join(coord_req *cr, const uint8_t pk[VCRYPTO_PK_BYTES]) {
+    if (!cr->ticket.join || !vcrypto_equal(cr->ticket.join_pk, pk, VCRYPTO_PK_BYTES)) {
         coord_reply_error(cr, 401, "bad_signature",
                           "a join must be signed by the key it registers");
         return COORD_ANSWERED;

@@ -89,7 +89,7 @@ void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived);
 int coord_authenticate(coord_req *cr);
 /* For a join: 0 when the head was signed by pk (the key the body
  * registers); otherwise answers 401 and returns COORD_ANSWERED. */
-int coord_authenticate_join(coord_req *cr, const uint8_t pk[CRYPTO_PK_BYTES]);
+int coord_authenticate_join(coord_req *cr, const uint8_t pk[VCRYPTO_PK_BYTES]);
 
 /* The checks every upload about a task starts with, in protocol order:
  * run is this run's (422 wrong_run), peer is the signer (403

@@ -32,7 +32,7 @@ static void admin_error(struct evhttp_request *req, int status, const char *code
  * differ. */
 static int token_matches(const coord_server *srv, const char *secret, size_t len) {
     size_t tl = strlen(srv->admin_token);
-    return len == tl && crypto_equal(secret, srv->admin_token, tl);
+    return len == tl && vcrypto_equal(secret, srv->admin_token, tl);
 }
 
 /* The token as a bearer token (scrapers, curl), or as the password of

@@ -18,12 +18,12 @@
 #include "coordinator/run/run.h"
 
 int coord_params_digest(const float *theta, size_t n, char out[65], vl_error *err) {
-    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    vcrypto_digest *d = vcrypto_digest_new(VCRYPTO_DIGEST_SHA256);
     if (!d) return vl_fail(err, VL_ENOMEM, "out of memory hashing a version");
-    crypto_digest_update(d, theta, n * sizeof *theta);
-    uint8_t md[CRYPTO_DIGEST_MAX];
-    size_t len = crypto_digest_final(d, md);
-    crypto_digest_free(d);
+    vcrypto_digest_update(d, theta, n * sizeof *theta);
+    uint8_t md[VCRYPTO_DIGEST_MAX];
+    size_t len = vcrypto_digest_final(d, md);
+    vcrypto_digest_free(d);
     if (len != 32) return vl_fail(err, VL_ERR, "cannot hash a version");
     vl_hex_encode(md, 32, out);
     return VL_OK;

@@ -141,7 +141,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     srv->version_born = vl_clock_mono_s() - (double)(stored_age > 0 ? stored_age : 0);
     srv->finished =
         run.status == STORAGE_RUN_FINISHED || run.current_version >= srv->cfg.max_versions;
-    srv->nonces = crypto_nonce_cache_new(NONCE_SLOTS, CRYPTO_TS_WINDOW_S);
+    srv->nonces = vcrypto_nonce_cache_new(NONCE_SLOTS, VCRYPTO_TS_WINDOW_S);
     if (!srv->nonces) rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc == VL_OK) rc = load_factors(srv, err);
     if (rc == VL_OK) rc = coord_split_open(srv, err);
@@ -191,6 +191,6 @@ void coord_state_free(coord_server *srv) {
     coord_corpus_close(&srv->corpus);
     coord_shards_close(&srv->shards);
     coord_config_free(&srv->cfg);
-    crypto_nonce_cache_free(srv->nonces);
+    vcrypto_nonce_cache_free(srv->nonces);
     srv->nonces = NULL;
 }

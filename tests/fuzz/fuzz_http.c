@@ -62,7 +62,7 @@ static struct {
     char dir[512];
     char sock[600];
     coord_server *srv;
-    crypto_identity keys[3]; /* peer 1, peer 2, the joining key */
+    vcrypto_identity keys[3]; /* peer 1, peer 2, the joining key */
     guard_conn *conns;
     struct event *tick;
     vl_buf resp;
@@ -163,8 +163,8 @@ static void setup_run(void) {
      * would leave them. */
     storage *st = NULL;
     FUZZ_CHECK(storage_open(db, 0, &st, &e) == VL_OK, "%s", e.msg);
-    char hash[CRYPTO_HASH_HEX + 1];
-    crypto_hash_hex(FUZZ_HTTP_TOKEN, strlen(FUZZ_HTTP_TOKEN), hash);
+    char hash[VCRYPTO_HASH_HEX + 1];
+    vcrypto_hash_hex(FUZZ_HTTP_TOKEN, strlen(FUZZ_HTTP_TOKEN), hash);
     int64_t now = vl_clock_unix_s(), token = 0;
     FUZZ_CHECK(storage_token_insert(st, hash, INT32_MAX, now + 86400 * 365, now, &token, &e) ==
                    VL_OK,
@@ -212,7 +212,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     fuzz_quiet();
-    FUZZ_CHECK(crypto_init() == VL_OK, "libsodium");
+    FUZZ_CHECK(vcrypto_init() == VL_OK, "libsodium");
     setup_run();
     return 0;
 }
@@ -369,17 +369,17 @@ static int build_signed(const uint8_t *data, size_t n, vl_buf *out, int *head) {
         *sp = '\0';
         const char *method = line, *target = sp + 1;
         *head = strcmp(method, "HEAD") == 0;
-        const crypto_identity *id = &H.keys[who == 1 ? 1 : who == 2 ? 2 : 0];
+        const vcrypto_identity *id = &H.keys[who == 1 ? 1 : who == 2 ? 2 : 0];
         int64_t peer = who == 0 ? 1 : who == 1 ? 2 : who == 2 ? 0 : 3;
-        char keyid[CRYPTO_PK_B64_LEN + 24];
+        char keyid[VCRYPTO_PK_B64_LEN + 24];
         if (peer > 0)
             snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
         else
-            crypto_pk_encode(id->pk, keyid);
+            vcrypto_pk_encode(id->pk, keyid);
         int has_body = blen > 0 || strcmp(method, "POST") == 0;
-        crypto_signed_headers sh;
-        ok = crypto_sign_http(id, keyid, method, target, has_body, body, blen, vl_clock_unix_s(),
-                              &sh) == VL_OK;
+        vcrypto_signed_headers sh;
+        ok = vcrypto_sign_http(id, keyid, method, target, has_body, body, blen, vl_clock_unix_s(),
+                               &sh) == VL_OK;
         if (ok)
             ok = vl_buf_printf(out,
                                "%s %s HTTP/1.1\r\nHost: fuzz\r\nSignature-Input: %s\r\n"

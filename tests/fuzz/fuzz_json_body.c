@@ -17,22 +17,22 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static uint8_t old_pk[CRYPTO_PK_BYTES];
+static uint8_t old_pk[VCRYPTO_PK_BYTES];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     fuzz_quiet();
-    if (crypto_init() != VL_OK) abort();
-    crypto_identity id;
-    crypto_identity_generate(&id);
+    if (vcrypto_init() != VL_OK) abort();
+    vcrypto_identity id;
+    vcrypto_identity_generate(&id);
     memcpy(old_pk, id.pk, sizeof old_pk);
     return 0;
 }
 
 static void rotate(const uint8_t *data, size_t size) {
-    uint8_t pk[CRYPTO_PK_BYTES];
-    char proof[CRYPTO_SIG_B64_LEN + 8];
+    uint8_t pk[VCRYPTO_PK_BYTES];
+    char proof[VCRYPTO_SIG_B64_LEN + 8];
     vl_error e = {0};
     if (coord_rotate_parse(size ? data : NULL, size, pk, proof, &e) != VL_OK) {
         FUZZ_CHECK(e.msg[0] != '\0', "a refused rotation without a message");
@@ -40,7 +40,7 @@ static void rotate(const uint8_t *data, size_t size) {
     }
     FUZZ_CHECK(memchr(proof, '\0', sizeof proof) != NULL, "an unterminated proof");
     /* old_pk is fresh and random: no input holds a proof made for it. */
-    FUZZ_CHECK(crypto_rotation_verify(pk, 7, old_pk, proof, &e) != VL_OK,
+    FUZZ_CHECK(vcrypto_rotation_verify(pk, 7, old_pk, proof, &e) != VL_OK,
                "a rotation proof verifies without the key");
 }
 

@@ -363,13 +363,13 @@ static void seeds_json(void) {
 /* ---- request signatures --------------------------------------------------- */
 
 static void seeds_auth(void) {
-    crypto_identity id;
+    vcrypto_identity id;
     uint8_t seed[32];
     memset(seed, 7, sizeof seed);
     if (crypto_sign_seed_keypair(id.pk, id.sk, seed) != 0) fail("key");
-    crypto_signed_headers h;
-    ok(crypto_sign_http(&id, "12", "POST", "/v1/updates", 1, "x", 1, 1700000000, &h), "sign");
-    char two[2 * CRYPTO_SIG_HEADER_MAX];
+    vcrypto_signed_headers h;
+    ok(vcrypto_sign_http(&id, "12", "POST", "/v1/updates", 1, "x", 1, 1700000000, &h), "sign");
+    char two[2 * VCRYPTO_SIG_HEADER_MAX];
     snprintf(two, sizeof two, "%s\n%s", h.signature_input, h.signature);
     put_str("fuzz_auth", "signature", 0, two);
     put_str("fuzz_auth", "signature-rfc9421-b26", 0,
@@ -385,9 +385,9 @@ static void seeds_auth(void) {
     /* Every optional parameter, RFC 8941 whitespace, escapes, an unsigned
      * member before ours and a signature of another length, under a label
      * with no input, beside it. */
-    char b64[CRYPTO_SIG_B64_LEN + 1], many[3 * CRYPTO_SIG_HEADER_MAX];
-    memcpy(b64, h.signature + strlen("sig1=:"), CRYPTO_SIG_B64_LEN);
-    b64[CRYPTO_SIG_B64_LEN] = '\0';
+    char b64[VCRYPTO_SIG_B64_LEN + 1], many[3 * VCRYPTO_SIG_HEADER_MAX];
+    memcpy(b64, h.signature + strlen("sig1=:"), VCRYPTO_SIG_B64_LEN);
+    b64[VCRYPTO_SIG_B64_LEN] = '\0';
     snprintf(many, sizeof many,
              "other=(\"@path\";sf \"x\");created=1, sig1=( \"@method\"  \"@target-uri\" "
              "\"@authority\" \"content-digest\");created=1700000000; expires=1700000300;"
@@ -505,12 +505,12 @@ static void seeds_http(void) {
     http_signed("round-values", 0,
                 "POST /v1/round/values\nContent-Type: application/octet-stream\n\n", b.data, b.len);
 
-    crypto_identity joiner;
+    vcrypto_identity joiner;
     uint8_t seed[32];
     memset(seed, FUZZ_HTTP_KEY_SEED(2), sizeof seed);
     if (crypto_sign_seed_keypair(joiner.pk, joiner.sk, seed) != 0) fail("key");
-    char pk[CRYPTO_PK_B64_LEN + 1], body[512];
-    crypto_pk_encode(joiner.pk, pk);
+    char pk[VCRYPTO_PK_B64_LEN + 1], body[512];
+    vcrypto_pk_encode(joiner.pk, pk);
     snprintf(body, sizeof body,
              "{\"public_key\": \"%s\", \"token\": \"" FUZZ_HTTP_TOKEN "\", \"name\": \"joiner\","
              " \"hardware\": {\"cpus\": 2}}",
@@ -521,16 +521,16 @@ static void seeds_http(void) {
      * with them): peer 2 "moving" to its own key, which is answered as a
      * retry of a rotation already made, and a move to the joining key
      * with a proof made for another peer, refused. */
-    char proof[CRYPTO_SIG_B64_LEN + 1], own[CRYPTO_PK_B64_LEN + 1];
-    crypto_identity peer2;
+    char proof[VCRYPTO_SIG_B64_LEN + 1], own[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_identity peer2;
     memset(seed, FUZZ_HTTP_KEY_SEED(1), sizeof seed);
     if (crypto_sign_seed_keypair(peer2.pk, peer2.sk, seed) != 0) fail("key");
-    crypto_pk_encode(peer2.pk, own);
-    crypto_rotation_sign(&peer2, 2, peer2.pk, proof);
+    vcrypto_pk_encode(peer2.pk, own);
+    vcrypto_rotation_sign(&peer2, 2, peer2.pk, proof);
     snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", own, proof);
     http_signed("rotate-same", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n", body,
                 strlen(body));
-    crypto_rotation_sign(&joiner, 1, peer2.pk, proof);
+    vcrypto_rotation_sign(&joiner, 1, peer2.pk, proof);
     snprintf(body, sizeof body, "{\"public_key\": \"%s\", \"proof\": \"%s\"}", pk, proof);
     http_signed("rotate-bad-proof", 1, "POST /v1/peers/rotate\nContent-Type: application/json\n\n",
                 body, strlen(body));
@@ -576,7 +576,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     root = argv[1];
-    if (crypto_init() != VL_OK) fail("libsodium");
+    if (vcrypto_init() != VL_OK) fail("libsodium");
     if (mkdir(root, 0755) != 0 && errno != EEXIST) fail(root);
     seeds_updates();
     seeds_peer_files();

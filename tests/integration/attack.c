@@ -63,10 +63,10 @@
 #include "tests/integration/attack.h"
 
 /* A join body for key pk with token, as JSON text in out. */
-static void join_body(char *out, size_t cap, const uint8_t pk[CRYPTO_PK_BYTES], const char *token,
+static void join_body(char *out, size_t cap, const uint8_t pk[VCRYPTO_PK_BYTES], const char *token,
                       const char *name) {
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(pk, b64);
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(pk, b64);
     snprintf(out, cap, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"%s\"}", b64, token,
              name);
 }
@@ -88,9 +88,9 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
     reply r;
     char path[1024];
     snprintf(path, sizeof path, "%s/attack.key", c->dir);
-    crypto_identity_generate(&c->id);
+    vcrypto_identity_generate(&c->id);
     vl_error e;
-    if (crypto_identity_save(&c->id, path, 1, &e) != VL_OK) return -1;
+    if (vcrypto_identity_save(&c->id, path, 1, &e) != VL_OK) return -1;
     char body[512];
     /* A bad token first: refused, and it must not register the key. */
     join_body(body, sizeof body, c->id.pk, badtoken, "attacker");
@@ -145,8 +145,8 @@ int prepare(ctx *c, const char *token, const char *badtoken) {
 void attack_general(ctx *c, const char *badtoken) {
     reply r;
     char hdr[ATTACK_SIG_LINES];
-    crypto_identity other;
-    crypto_identity_generate(&other);
+    vcrypto_identity other;
+    vcrypto_identity_generate(&other);
 
     request(c, "GET", "/v1/task", "", NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("no signature", &r, 401, "unauthorized");
@@ -178,7 +178,7 @@ void attack_general(ctx *c, const char *badtoken) {
             &r);
     expect("timestamp 1000 s old", &r, 401, "stale_timestamp");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer,
-            vl_clock_unix_s() - CRYPTO_TS_WINDOW_S - 5, &r);
+            vl_clock_unix_s() - VCRYPTO_TS_WINDOW_S - 5, &r);
     expect("timestamp just outside the 300 s window", &r, 401, "stale_timestamp");
     request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, NULL, c->peer, vl_clock_unix_s() + 1000,
             &r);
@@ -403,7 +403,7 @@ void attack_general(ctx *c, const char *badtoken) {
  * process and connection: one lease must be written, and every request
  * answered with it (a peer holds one lease per version). */
 static int burst(ctx *c, const char *token, int n) {
-    crypto_identity_generate(&c->id);
+    vcrypto_identity_generate(&c->id);
     join_new(c, token, "burst", "join for the burst");
     int fds[2];
     if (n < 1 || n > 64 || pipe(fds) != 0) return -1;
@@ -483,7 +483,7 @@ int main(int argc, char **argv) {
      * an error to look at, not a signal that kills the client. */
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (crypto_init() != VL_OK || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 2;
+    if (vcrypto_init() != VL_OK || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 2;
     ctx c = {.url = argv[2], .ca = argv[3], .dir = argv[4]};
     const char *mode = argv[1];
     if (strcmp(mode, "prepare") == 0) {

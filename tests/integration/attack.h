@@ -17,8 +17,8 @@
 
 typedef struct ctx {
     const char *url, *ca, *dir;
-    char token[CRYPTO_TOKEN_LEN + 1];
-    crypto_identity id;
+    char token[VCRYPTO_TOKEN_LEN + 1];
+    vcrypto_identity id;
     int64_t peer, task, base_version;
     size_t n_params;
     char run[64];
@@ -36,7 +36,7 @@ typedef struct reply {
     char retry_after[32]; /* the Retry-After header, "" when absent */
     vl_buf body;
     int have_digest;
-    char digest[CRYPTO_HASH_HEX + 1]; /* the database before the request */
+    char digest[VCRYPTO_HASH_HEX + 1]; /* the database before the request */
 } reply;
 
 /* Everything about one request; zero fields take the honest default. */
@@ -49,20 +49,20 @@ typedef struct req_opts {
     const void *sign_body; /* what the signature covers instead of body (NULL: body) */
     size_t sign_len;
     const char *sign_method, *sign_target; /* likewise (NULL: the real ones) */
-    const crypto_identity *key;            /* NULL: the attacker's own */
+    const vcrypto_identity *key;           /* NULL: the attacker's own */
     int64_t peer;                          /* the peer id signed as */
     int64_t ts;                            /* 0: now */
     const char *ctype;                     /* NULL: the route's type; "": no Content-Type */
 } req_opts;
 
 /* Room for the signature lines of one request. */
-#define ATTACK_SIG_LINES (2 * CRYPTO_SIG_HEADER_MAX + CRYPTO_DIGEST_HEADER_MAX + 64)
+#define ATTACK_SIG_LINES (2 * VCRYPTO_SIG_HEADER_MAX + VCRYPTO_DIGEST_HEADER_MAX + 64)
 
 /* The header lines that sign one request as peer (0: a join, signed with
  * keyid = key's public key), as volley-peer sends them: Signature-Input,
  * Signature and, for a body (body non-NULL or a POST), Content-Digest of
  * body, separated by LF, into out. 0, or -1 when they do not fit. */
-int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
+int sign_lines(const vcrypto_identity *key, int64_t peer, const char *method, const char *target,
                const void *body, size_t len, int64_t ts, char *out, size_t cap);
 
 /* lines as sign_lines writes them, each LF made CRLF, into out (cap
@@ -84,7 +84,7 @@ void send_req(const ctx *c, const req_opts *o, reply *r);
  * and what the signature covers, the key and peer to sign as, ts. */
 void request(const ctx *c, const char *method, const char *target, const char *auth,
              const void *body, size_t len, const void *sign_body, size_t sign_len,
-             const crypto_identity *key, int64_t peer, int64_t ts, reply *r);
+             const vcrypto_identity *key, int64_t peer, int64_t ts, reply *r);
 /* Writes head and then tail (may be NULL) on a fresh TLS connection,
  * exactly as given, and reads until the server closes. With pause_s > 0
  * it waits that long between head and tail, and with tail_close set it
@@ -130,8 +130,8 @@ void update_body_meta(const ctx *c, vl_buf *out, const char *run, int64_t base, 
 /* dir/attack.state and dir/attack.key. */
 int load_state(ctx *c, const char *dir);
 int save_state(const ctx *c, json_t *compression);
-/* Loads a key file written by crypto_identity_save; aborts when missing. */
-void load_key(const char *dir, const char *file, crypto_identity *id);
+/* Loads a key file written by vcrypto_identity_save; aborts when missing. */
+void load_key(const char *dir, const char *file, vcrypto_identity *id);
 
 /* The phases (attack_*.c). */
 int prepare(ctx *c, const char *token, const char *badtoken);

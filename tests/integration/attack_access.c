@@ -13,16 +13,16 @@
 
 #include "tests/integration/attack.h"
 
-static void join_json(char *out, size_t cap, const uint8_t pk[CRYPTO_PK_BYTES], const char *token,
+static void join_json(char *out, size_t cap, const uint8_t pk[VCRYPTO_PK_BYTES], const char *token,
                       const char *extra) {
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(pk, b64);
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(pk, b64);
     snprintf(out, cap, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"x\"%s}", b64, token,
              extra);
 }
 
 /* A join signed with peer=0 by key, for pk with token. */
-static void join_as(const ctx *c, const crypto_identity *key, const uint8_t pk[CRYPTO_PK_BYTES],
+static void join_as(const ctx *c, const vcrypto_identity *key, const uint8_t pk[VCRYPTO_PK_BYTES],
                     const char *token, const char *extra, reply *r) {
     char body[512];
     join_json(body, sizeof body, pk, token, extra);
@@ -51,12 +51,12 @@ static void write_id(const char *dir, const char *file, int64_t id) {
 
 /* A second peer, joined and served once, for the script to revoke. */
 int setup_access(ctx *c, const char *victim_token) {
-    crypto_identity v;
-    crypto_identity_generate(&v);
+    vcrypto_identity v;
+    vcrypto_identity_generate(&v);
     char path[1024];
     snprintf(path, sizeof path, "%s/victim.key", c->dir);
     vl_error e;
-    if (crypto_identity_save(&v, path, 1, &e) != VL_OK) return -1;
+    if (vcrypto_identity_save(&v, path, 1, &e) != VL_OK) return -1;
     reply r;
     join_as(c, &v, v.pk, victim_token, "", &r);
     json_t *j = json_loadb((const char *)r.body.data, r.body.len, 0, NULL);
@@ -70,7 +70,7 @@ int setup_access(ctx *c, const char *victim_token) {
     return 0;
 }
 
-static void rotate_req(const ctx *c, const crypto_identity *signer, int64_t peer, const char *body,
+static void rotate_req(const ctx *c, const vcrypto_identity *signer, int64_t peer, const char *body,
                        const char *ctype, reply *r) {
     req_opts o = {.method = "POST",
                   .target = "/v1/peers/rotate",
@@ -83,20 +83,20 @@ static void rotate_req(const ctx *c, const crypto_identity *signer, int64_t peer
 }
 
 /* {"public_key": pk, "proof": by's proof for (peer, old)} */
-static void rotate_body(char *out, size_t cap, const uint8_t pk[CRYPTO_PK_BYTES],
-                        const crypto_identity *by, int64_t peer,
-                        const uint8_t old[CRYPTO_PK_BYTES]) {
-    char b64[CRYPTO_PK_B64_LEN + 1], proof[CRYPTO_SIG_B64_LEN + 1];
-    crypto_pk_encode(pk, b64);
-    crypto_rotation_sign(by, peer, old, proof);
+static void rotate_body(char *out, size_t cap, const uint8_t pk[VCRYPTO_PK_BYTES],
+                        const vcrypto_identity *by, int64_t peer,
+                        const uint8_t old[VCRYPTO_PK_BYTES]) {
+    char b64[VCRYPTO_PK_B64_LEN + 1], proof[VCRYPTO_SIG_B64_LEN + 1];
+    vcrypto_pk_encode(pk, b64);
+    vcrypto_rotation_sign(by, peer, old, proof);
     snprintf(out, cap, "{\"public_key\":\"%s\",\"proof\":\"%s\"}", b64, proof);
 }
 
 void attack_access(ctx *c, const char *spare, const char *revoked, const char *expired) {
     reply r;
-    crypto_identity other, victim, rot_old, rot_new, fresh;
-    crypto_identity_generate(&other);
-    crypto_identity_generate(&fresh);
+    vcrypto_identity other, victim, rot_old, rot_new, fresh;
+    vcrypto_identity_generate(&other);
+    vcrypto_identity_generate(&fresh);
     load_key(c->dir, "victim.key", &victim);
     int64_t victim_id = read_id(c->dir, "victim.id");
 
@@ -156,8 +156,8 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
     rotate_body(body, sizeof body, fresh.pk, &fresh, c->peer, rot_new.pk);
     rotate_req(c, &rot_new, rot, body, NULL, &r);
     expect("rotation proof made for another peer", &r, 401, "bad_proof");
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(fresh.pk, b64);
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(fresh.pk, b64);
     snprintf(body, sizeof body, "{\"public_key\":\"%s\"}", b64);
     rotate_req(c, &rot_new, rot, body, NULL, &r);
     expect("rotation without a proof", &r, 400, "bad_request");
@@ -195,9 +195,9 @@ void attack_access(ctx *c, const char *spare, const char *revoked, const char *e
     expect("peer-signed DELETE /v1/peers", &r, 405, "method_not_allowed");
     request(c, "GET", "/v1/peers", NULL, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);
     expect("peer-signed GET /v1/peers", &r, 405, "method_not_allowed");
-    crypto_identity_wipe(&victim);
-    crypto_identity_wipe(&rot_old);
-    crypto_identity_wipe(&rot_new);
+    vcrypto_identity_wipe(&victim);
+    vcrypto_identity_wipe(&rot_old);
+    vcrypto_identity_wipe(&rot_new);
 }
 
 /* ---- TLS ------------------------------------------------------------------ */
@@ -276,8 +276,8 @@ void attack_limits(ctx *c) {
     timed("slow body cut off after its deadline", t0, SLOW_TIMEOUT_S + 1, SLOW_TIMEOUT_S + 5);
 
     /* Forged requests in a peer's name are refused before its bucket. */
-    crypto_identity other;
-    crypto_identity_generate(&other);
+    vcrypto_identity other;
+    vcrypto_identity_generate(&other);
     int forged_401 = 0;
     for (int i = 0; i < 8; i++) {
         request(c, "GET", "/v1/model", NULL, NULL, 0, NULL, 0, &other, c->peer, 0, &r);

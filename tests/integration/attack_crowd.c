@@ -21,7 +21,7 @@
 #include "attack.h"
 
 typedef struct member {
-    crypto_identity id;
+    vcrypto_identity id;
     int64_t peer;
     int fd;
     SSL *ssl;
@@ -35,9 +35,9 @@ static void pause_s(double s) {
 /* Joins m with a fresh key; 0, or -1 when the coordinator did not
  * answer 201. */
 static int join(const ctx *c, member *m, const char *token, int i) {
-    crypto_identity_generate(&m->id);
-    char b64[CRYPTO_PK_B64_LEN + 1], body[512];
-    crypto_pk_encode(m->id.pk, b64);
+    vcrypto_identity_generate(&m->id);
+    char b64[VCRYPTO_PK_B64_LEN + 1], body[512];
+    vcrypto_pk_encode(m->id.pk, b64);
     snprintf(body, sizeof body, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"crowd-%d\"}",
              b64, token, i);
     reply r;

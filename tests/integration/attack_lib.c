@@ -46,7 +46,7 @@ static void hash_row(crypto_generichash_state *st, sqlite3_stmt *s) {
 
 /* hex BLAKE2b-256 of every table's rows in rowid order; 0, or -1 when the
  * database cannot be read. */
-static int db_digest(const char *path, char out[CRYPTO_HASH_HEX + 1]) {
+static int db_digest(const char *path, char out[VCRYPTO_HASH_HEX + 1]) {
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         sqlite3_close(db);
@@ -121,16 +121,16 @@ static const char *route_type(const char *target) {
     return strncmp(target, "/v1/peers", 9) == 0 ? "application/json" : "application/octet-stream";
 }
 
-int sign_lines(const crypto_identity *key, int64_t peer, const char *method, const char *target,
+int sign_lines(const vcrypto_identity *key, int64_t peer, const char *method, const char *target,
                const void *body, size_t len, int64_t ts, char *out, size_t cap) {
-    char keyid[CRYPTO_PK_B64_LEN + 24];
+    char keyid[VCRYPTO_PK_B64_LEN + 24];
     if (peer > 0)
         snprintf(keyid, sizeof keyid, "%lld", (long long)peer);
     else
-        crypto_pk_encode(key->pk, keyid);
+        vcrypto_pk_encode(key->pk, keyid);
     int has_body = body != NULL || strcmp(method, "POST") == 0;
-    crypto_signed_headers sh;
-    if (crypto_sign_http(key, keyid, method, target, has_body, body, len, ts, &sh) != VL_OK)
+    vcrypto_signed_headers sh;
+    if (vcrypto_sign_http(key, keyid, method, target, has_body, body, len, ts, &sh) != VL_OK)
         return -1;
     int n = snprintf(out, cap, "Signature-Input: %s\nSignature: %s%s%s", sh.signature_input,
                      sh.signature, has_body ? "\nContent-Digest: " : "",
@@ -166,7 +166,7 @@ int signed_head(const ctx *c, const char *method, const char *target, const char
 
 /* Appends each line of lines ("Name: value" separated by LF) as a header. */
 static struct curl_slist *add_lines(struct curl_slist *hs, const char *lines) {
-    char line[CRYPTO_SIG_HEADER_MAX + 64];
+    char line[VCRYPTO_SIG_HEADER_MAX + 64];
     while (*lines) {
         size_t n = strcspn(lines, "\n");
         if (n < sizeof line) {
@@ -233,7 +233,7 @@ void send_req(const ctx *c, const req_opts *o, reply *r) {
 
 void request(const ctx *c, const char *method, const char *target, const char *auth,
              const void *body, size_t len, const void *sign_body, size_t sign_len,
-             const crypto_identity *key, int64_t peer, int64_t ts, reply *r) {
+             const vcrypto_identity *key, int64_t peer, int64_t ts, reply *r) {
     req_opts o = {.method = method,
                   .target = target,
                   .auth = auth,
@@ -417,7 +417,7 @@ void expect(const char *name, reply *r, long status, const char *code) {
     if (r->status == 429 || r->status == 503) ok = ok && atol(r->retry_after) >= 1;
     const char *db = "-";
     if (status >= 400 || status == -1) {
-        char now[CRYPTO_HASH_HEX + 1];
+        char now[VCRYPTO_HASH_HEX + 1];
         if (r->have_digest && db_digest(getenv("ATTACK_DB"), now) == 0) {
             int same = strcmp(now, r->digest) == 0;
             db = same ? "unchanged" : "CHANGED";
@@ -483,11 +483,11 @@ void update_body_meta(const ctx *c, vl_buf *out, const char *run, int64_t base, 
 
 /* ---- state ------------------------------------------------------------------ */
 
-void load_key(const char *dir, const char *file, crypto_identity *id) {
+void load_key(const char *dir, const char *file, vcrypto_identity *id) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     vl_error e;
-    if (crypto_identity_load(id, path, &e) != VL_OK) {
+    if (vcrypto_identity_load(id, path, &e) != VL_OK) {
         fprintf(stderr, "attack: %s\n", e.msg);
         exit(2);
     }

@@ -12,17 +12,17 @@
 
 /* A signed POST of body (text) to target with the route's content type. */
 static void post_text(const ctx *c, const char *name, const char *target, const char *body,
-                      const crypto_identity *key, int64_t peer, long status, const char *code) {
+                      const vcrypto_identity *key, int64_t peer, long status, const char *code) {
     reply r;
     request(c, "POST", target, NULL, body, strlen(body), NULL, 0, key, peer, 0, &r);
     expect(name, &r, status, code);
 }
 
 /* A join body for key's public key with name (NULL: none) and token. */
-static void join_body(char *out, size_t cap, const crypto_identity *key, const char *token,
+static void join_body(char *out, size_t cap, const vcrypto_identity *key, const char *token,
                       const char *name) {
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(key->pk, b64);
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(key->pk, b64);
     snprintf(out, cap, "{\"public_key\":\"%s\",\"token\":\"%s\",\"name\":\"%s\"}", b64, token,
              name);
 }
@@ -74,8 +74,8 @@ void attack_query(ctx *c) {
     /* A join with a query, and a name one byte over 64: both refused
      * before the token is looked at, so the attacker's used-up token
      * serves. */
-    crypto_identity fresh;
-    crypto_identity_generate(&fresh);
+    vcrypto_identity fresh;
+    vcrypto_identity_generate(&fresh);
     join_body(body, sizeof body, &fresh, c->token, "ok");
     post_text(c, "join: an unknown parameter", "/v1/peers?anything=1", body, &fresh, 0, 400,
               "bad_request");
@@ -84,5 +84,5 @@ void attack_query(ctx *c) {
     name[65] = '\0';
     join_body(body, sizeof body, &fresh, c->token, name);
     post_text(c, "join: a name of 65 bytes", "/v1/peers", body, &fresh, 0, 400, "bad_request");
-    crypto_identity_wipe(&fresh);
+    vcrypto_identity_wipe(&fresh);
 }

@@ -22,26 +22,26 @@
 static int custom_lines(const ctx *c, const char *method, const char *target, const void *body,
                         size_t len, const char *components, const char *params,
                         const char *foreign_in, const char *foreign_sig, char *out, size_t cap) {
-    char nonce[CRYPTO_NONCE_HEX + 1], input[CRYPTO_SIG_HEADER_MAX], b64[CRYPTO_SIG_B64_LEN + 1];
-    char digest[CRYPTO_DIGEST_HEADER_MAX] = "", clen[24], zero_sig[CRYPTO_SIG_B64_LEN + 16];
-    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    char nonce[VCRYPTO_NONCE_HEX + 1], input[VCRYPTO_SIG_HEADER_MAX], b64[VCRYPTO_SIG_B64_LEN + 1];
+    char digest[VCRYPTO_DIGEST_HEADER_MAX] = "", clen[24], zero_sig[VCRYPTO_SIG_B64_LEN + 16];
+    vcrypto_random_hex(VCRYPTO_NONCE_HEX / 2, nonce);
     int n = snprintf(input, sizeof input, "sig1=(%s)%s;nonce=\"%s\"", components, params, nonce);
     if (n < 0 || (size_t)n >= sizeof input) return -1;
-    uint8_t raw[CRYPTO_SIG_BYTES] = {0};
+    uint8_t raw[VCRYPTO_SIG_BYTES] = {0};
     vl_base64_encode(raw, sizeof raw, b64);
     snprintf(zero_sig, sizeof zero_sig, "sig1=:%s:", b64);
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    if (crypto_sig_parse(input, zero_sig, &s, &e) != VL_OK) return -1;
-    if (body && crypto_content_digest(body, len, digest, sizeof digest) != VL_OK) return -1;
+    if (vcrypto_sig_parse(input, zero_sig, &s, &e) != VL_OK) return -1;
+    if (body && vcrypto_content_digest(body, len, digest, sizeof digest) != VL_OK) return -1;
     snprintf(clen, sizeof clen, "%zu", len);
-    crypto_http_request rq = {.method = method,
-                              .path_query = target,
-                              .content_digest = body ? digest : NULL,
-                              .content_length = body ? clen : NULL};
+    vcrypto_http_request rq = {.method = method,
+                               .path_query = target,
+                               .content_digest = body ? digest : NULL,
+                               .content_length = body ? clen : NULL};
     vl_buf base;
     vl_buf_init(&base, 1 << 16);
-    int rc = crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e);
+    int rc = vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e);
     if (rc == VL_OK) crypto_sign_detached(raw, NULL, base.data, base.len, c->id.sk);
     vl_buf_free(&base);
     if (rc != VL_OK) return -1;
@@ -90,7 +90,7 @@ void attack_replay(ctx *c) {
      * and one of another algorithm; then the proxy's alone. */
     uint8_t junk[256];
     randombytes_buf(junk, sizeof junk);
-    char b64_64[CRYPTO_SIG_B64_LEN + 1], b64_256[400], fin[512], fsig[512];
+    char b64_64[VCRYPTO_SIG_B64_LEN + 1], b64_256[400], fin[512], fsig[512];
     vl_base64_encode(junk, 64, b64_64);
     vl_base64_encode(junk, sizeof junk, b64_256);
     snprintf(params, sizeof params, ";created=%lld;keyid=\"%lld\";alg=\"ed25519\"", (long long)now,
@@ -142,7 +142,7 @@ void attack_replay(ctx *c) {
     /* Created near the far edge of the window: accepted once, then a
      * replay (its nonce is kept until created + window, not arrival +
      * window). */
-    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, now + CRYPTO_TS_WINDOW_S - 10,
+    if (sign_lines(&c->id, c->peer, "GET", "/v1/model", NULL, 0, now + VCRYPTO_TS_WINDOW_S - 10,
                    lines, sizeof lines) != 0)
         abort();
     request(c, "GET", "/v1/model", lines, NULL, 0, NULL, 0, NULL, c->peer, 0, &r);

@@ -102,8 +102,8 @@ void attack_split(ctx *c, int q, int max_batch, int classes, const char *stage) 
         return;
     }
     reply r;
-    crypto_identity other;
-    crypto_identity_generate(&other);
+    vcrypto_identity other;
+    vcrypto_identity_generate(&other);
     request(c, "POST", "/v1/split/forward", NULL, b.z, 64, NULL, 0, &other, c->peer, 0, &r);
     expect("activations signed with another key", &r, 401, "bad_signature");
     request(c, "POST", "/v1/split/forward", NULL, "not safetensors", 15, NULL, 0, NULL, c->peer, 0,

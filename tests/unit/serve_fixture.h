@@ -49,7 +49,7 @@ static struct {
     coord_server *srv;
     guard_conn *conns;
     struct event *tick;
-    crypto_identity keys[SERVE_MAX_PEERS];
+    vcrypto_identity keys[SERVE_MAX_PEERS];
     int64_t ids[SERVE_MAX_PEERS];
     int n_peers;
 } SV;
@@ -188,7 +188,7 @@ static inline void serve_done(serve_client *c) {
 static inline int serve_add_peer(void) {
     assert_true(SV.n_peers < SERVE_MAX_PEERS);
     int i = SV.n_peers++;
-    crypto_identity_generate(&SV.keys[i]);
+    vcrypto_identity_generate(&SV.keys[i]);
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
     OK(storage_peer_insert(SV.srv->db, SV.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &SV.ids[i],
@@ -220,9 +220,9 @@ static inline serve_client *serve_post(int i, const char *path, const char *medi
                                        size_t len, const void *signed_body) {
     char keyid[24];
     snprintf(keyid, sizeof keyid, "%lld", (long long)SV.ids[i]);
-    crypto_signed_headers sh;
-    OK(crypto_sign_http(&SV.keys[i], keyid, "POST", path, 1, signed_body ? signed_body : body, len,
-                        vl_clock_unix_s(), &sh));
+    vcrypto_signed_headers sh;
+    OK(vcrypto_sign_http(&SV.keys[i], keyid, "POST", path, 1, signed_body ? signed_body : body, len,
+                         vl_clock_unix_s(), &sh));
     char head[4096];
     int n = snprintf(head, sizeof head,
                      "POST %s HTTP/1.1\r\nHost: serve\r\nContent-Type: %s\r\nContent-Length: "

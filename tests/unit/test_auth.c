@@ -31,13 +31,13 @@ typedef struct fixture {
     char *dir;
     char db[600];
     coord_server *srv;
-    crypto_identity key, other;
+    vcrypto_identity key, other;
     int64_t peer, revoked_peer;
-    crypto_identity revoked_key;
+    vcrypto_identity revoked_key;
 } fixture;
 
 static int setup(void **state) {
-    if (crypto_init() != VL_OK) return -1;
+    if (vcrypto_init() != VL_OK) return -1;
     fixture *fx = calloc(1, sizeof *fx);
     assert_non_null(fx);
     fx->dir = test_temp_dir("/tmp/volley-auth.XXXXXX");
@@ -54,9 +54,9 @@ static int setup(void **state) {
     test_write_text(cfg, text);
     OK(coord_cmd_init(fx->db, cfg, &e_));
     OK(coord_server_open(fx->db, NULL, &fx->srv, &e_));
-    crypto_identity_generate(&fx->key);
-    crypto_identity_generate(&fx->other);
-    crypto_identity_generate(&fx->revoked_key);
+    vcrypto_identity_generate(&fx->key);
+    vcrypto_identity_generate(&fx->other);
+    vcrypto_identity_generate(&fx->revoked_key);
     OK(storage_peer_insert(fx->srv->db, fx->key.pk, "p", "{}", 0, vl_clock_unix_s(), &fx->peer,
                            &e_));
     OK(storage_peer_insert(fx->srv->db, fx->revoked_key.pk, "r", "{}", 0, vl_clock_unix_s(),
@@ -78,15 +78,15 @@ static int teardown(void **state) {
 /* A head as volley-peer sends it, signed by key as keyid at created;
  * body non-NULL makes it a POST with Content-Length and Content-Digest.
  * drop, when set, is a header line prefix left out after signing. */
-static size_t make_head(char *out, size_t cap, const crypto_identity *key, const char *keyid,
+static size_t make_head(char *out, size_t cap, const vcrypto_identity *key, const char *keyid,
                         const char *method, const char *target, const char *body, int64_t created,
                         const char *drop) {
-    crypto_signed_headers sh;
+    vcrypto_signed_headers sh;
     size_t blen = body ? strlen(body) : 0;
     assert_int_equal(
-        crypto_sign_http(key, keyid, method, target, body != NULL, body, blen, created, &sh),
+        vcrypto_sign_http(key, keyid, method, target, body != NULL, body, blen, created, &sh),
         VL_OK);
-    char lines[4][CRYPTO_SIG_HEADER_MAX + 64];
+    char lines[4][VCRYPTO_SIG_HEADER_MAX + 64];
     int n = 0;
     snprintf(lines[n++], sizeof lines[0], "Signature-Input: %s\r\n", sh.signature_input);
     snprintf(lines[n++], sizeof lines[0], "Signature: %s\r\n", sh.signature);
@@ -146,10 +146,10 @@ static void test_clock_window(void **state) {
     snprintf(id, sizeof id, "%lld", (long long)fx->peer);
     int64_t now = vl_clock_unix_s();
     size_t n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL,
-                         now - CRYPTO_TS_WINDOW_S - 5, NULL);
+                         now - VCRYPTO_TS_WINDOW_S - 5, NULL);
     expect_refused(fx, head, n, 401, "stale_timestamp");
     n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL,
-                  now + CRYPTO_TS_WINDOW_S + 5, NULL);
+                  now + VCRYPTO_TS_WINDOW_S + 5, NULL);
     expect_refused(fx, head, n, 401, "stale_timestamp");
     /* Inside the window, a little behind: accepted. */
     n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL, now - 200, NULL);
@@ -171,8 +171,8 @@ static void test_wrong_signers(void **state) {
     n = make_head(head, sizeof head, &fx->revoked_key, id, "GET", "/v1/model", NULL, now, NULL);
     expect_refused(fx, head, n, 403, "revoked");
     /* A join's key id (the key itself) names no peer elsewhere. */
-    char pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(fx->key.pk, pk);
+    char pk[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(fx->key.pk, pk);
     n = make_head(head, sizeof head, &fx->key, pk, "GET", "/v1/model", NULL, now, NULL);
     expect_refused(fx, head, n, 401, "unknown_peer");
     /* No signature at all. */
@@ -200,7 +200,7 @@ static void test_coverage_and_digest(void **state) {
     coord_guard_ticket t;
     coord_guard_refusal r;
     assert_int_equal(auth(fx, head, n, &t, &r), 0);
-    assert_int_equal(t.want.alg, CRYPTO_DIGEST_SHA256);
+    assert_int_equal(t.want.alg, VCRYPTO_DIGEST_SHA256);
     coord_auth_release(fx->srv, &t);
     /* A signature over fewer components than the policy asks for. */
     n = make_head(head, sizeof head, &fx->key, id, "GET", "/v1/model", NULL, now, NULL);
@@ -215,32 +215,32 @@ static void test_coverage_and_digest(void **state) {
  * could send; a fresh nonce is added. body non-NULL makes it carry
  * Content-Digest and Content-Length. foreign_in/foreign_sig, when set, are
  * another signer's members put before volley's in the two fields. */
-static size_t custom_head(char *out, size_t cap, const crypto_identity *key, const char *method,
+static size_t custom_head(char *out, size_t cap, const vcrypto_identity *key, const char *method,
                           const char *target, const char *body, const char *components,
                           const char *params, const char *foreign_in, const char *foreign_sig) {
-    char nonce[CRYPTO_NONCE_HEX + 1], input[CRYPTO_SIG_HEADER_MAX],
-        digest[CRYPTO_DIGEST_HEADER_MAX];
-    char clen[24], zero_sig[CRYPTO_SIG_B64_LEN + 16], b64[CRYPTO_SIG_B64_LEN + 1];
-    crypto_random_hex(CRYPTO_NONCE_HEX / 2, nonce);
+    char nonce[VCRYPTO_NONCE_HEX + 1], input[VCRYPTO_SIG_HEADER_MAX],
+        digest[VCRYPTO_DIGEST_HEADER_MAX];
+    char clen[24], zero_sig[VCRYPTO_SIG_B64_LEN + 16], b64[VCRYPTO_SIG_B64_LEN + 1];
+    vcrypto_random_hex(VCRYPTO_NONCE_HEX / 2, nonce);
     int ni = snprintf(input, sizeof input, "sig1=(%s)%s;nonce=\"%s\"", components, params, nonce);
     assert_true(ni > 0 && (size_t)ni < sizeof input);
-    uint8_t zero[CRYPTO_SIG_BYTES] = {0};
+    uint8_t zero[VCRYPTO_SIG_BYTES] = {0};
     vl_base64_encode(zero, sizeof zero, b64);
     snprintf(zero_sig, sizeof zero_sig, "sig1=:%s:", b64);
-    crypto_sig sig;
-    OK(crypto_sig_parse(input, zero_sig, &sig, &e_));
+    vcrypto_sig sig;
+    OK(vcrypto_sig_parse(input, zero_sig, &sig, &e_));
     size_t blen = body ? strlen(body) : 0;
-    if (body) OK(crypto_content_digest(body, blen, digest, sizeof digest));
+    if (body) OK(vcrypto_content_digest(body, blen, digest, sizeof digest));
     snprintf(clen, sizeof clen, "%zu", blen);
-    crypto_http_request rq = {.method = method,
-                              .path_query = target,
-                              .authority = "127.0.0.1",
-                              .content_digest = body ? digest : NULL,
-                              .content_length = body ? clen : NULL};
+    vcrypto_http_request rq = {.method = method,
+                               .path_query = target,
+                               .authority = "127.0.0.1",
+                               .content_digest = body ? digest : NULL,
+                               .content_length = body ? clen : NULL};
     vl_buf base;
     vl_buf_init(&base, 1 << 16);
-    OK(crypto_sig_base(&sig, crypto_http_request_lookup, &rq, &base, &e_));
-    uint8_t raw[CRYPTO_SIG_BYTES];
+    OK(vcrypto_sig_base(&sig, vcrypto_http_request_lookup, &rq, &base, &e_));
+    uint8_t raw[VCRYPTO_SIG_BYTES];
     crypto_sign_detached(raw, NULL, base.data, base.len, key->sk);
     vl_buf_free(&base);
     vl_base64_encode(raw, sizeof raw, b64);
@@ -364,11 +364,11 @@ static void test_expires(void **state) {
  * checked. A request with only the foreign member is refused. */
 static void test_foreign_member_first(void **state) {
     fixture *fx = *state;
-    char params[200], head[4096], fin[300], fsig[200], b64[CRYPTO_SIG_B64_LEN + 1];
+    char params[200], head[4096], fin[300], fsig[200], b64[VCRYPTO_SIG_B64_LEN + 1];
     int64_t now = vl_clock_unix_s();
     snprintf(params, sizeof params, ";created=%lld;keyid=\"%lld\";alg=\"ed25519\"", (long long)now,
              (long long)fx->peer);
-    uint8_t junk[CRYPTO_SIG_BYTES];
+    uint8_t junk[VCRYPTO_SIG_BYTES];
     randombytes_buf(junk, sizeof junk);
     vl_base64_encode(junk, sizeof junk, b64);
     snprintf(fin, sizeof fin,
@@ -390,8 +390,8 @@ static void test_foreign_member_first(void **state) {
 
 static void test_join_and_public(void **state) {
     fixture *fx = *state;
-    char head[4096], pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(fx->other.pk, pk);
+    char head[4096], pk[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(fx->other.pk, pk);
     size_t n = make_head(head, sizeof head, &fx->other, pk, "POST", "/v1/peers", "{}",
                          vl_clock_unix_s(), NULL);
     coord_guard_ticket t;
@@ -399,7 +399,7 @@ static void test_join_and_public(void **state) {
     assert_int_equal(auth(fx, head, n, &t, &r), 0);
     assert_int_equal(t.join, 1);
     assert_int_equal(t.peer_id, 0);
-    assert_memory_equal(t.join_pk, fx->other.pk, CRYPTO_PK_BYTES);
+    assert_memory_equal(t.join_pk, fx->other.pk, VCRYPTO_PK_BYTES);
     /* The status needs no signature. */
     const char *status = "GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n";
     assert_int_equal(auth(fx, status, strlen(status), &t, &r), 0);

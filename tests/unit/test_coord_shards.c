@@ -301,7 +301,7 @@ static void expect_open_error(const coord_config *cfg, int code, const char *nee
 
 static void test_open_shards(void **state) {
     fixture *f = *state;
-    assert_int_equal(crypto_init(), VL_OK);
+    assert_int_equal(vcrypto_init(), VL_OK);
     coord_config cfg;
     char *val = write_tokens(f, "val.bin", 1000, 5);
     shard_config(&cfg, write_tokens(f, "a.bin", 700, 1), write_tokens(f, "b.bin", 300, 2), val);
@@ -365,7 +365,7 @@ static void test_open_shards(void **state) {
 
 static void test_open_shards_refused(void **state) {
     fixture *f = *state;
-    assert_int_equal(crypto_init(), VL_OK);
+    assert_int_equal(vcrypto_init(), VL_OK);
     coord_config cfg;
     char *val = write_tokens(f, "val.bin", 1000, 5);
     char *b = write_tokens(f, "b.bin", 300, 2);

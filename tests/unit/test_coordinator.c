@@ -205,10 +205,10 @@ static void test_scheduler_ranges(void **state) {
  * refused. */
 static void test_join_name_length(void **state) {
     (void)state;
-    char pk[CRYPTO_PK_B64_LEN + 1], name[COORD_JOIN_NAME_MAX + 2], body[512];
-    uint8_t raw[CRYPTO_PK_BYTES];
+    char pk[VCRYPTO_PK_B64_LEN + 1], name[COORD_JOIN_NAME_MAX + 2], body[512];
+    uint8_t raw[VCRYPTO_PK_BYTES];
     memset(raw, 7, sizeof raw);
-    crypto_pk_encode(raw, pk);
+    vcrypto_pk_encode(raw, pk);
     for (int len = COORD_JOIN_NAME_MAX; len <= COORD_JOIN_NAME_MAX + 1; len++) {
         memset(name, 'n', (size_t)len);
         name[len] = '\0';

@@ -278,10 +278,10 @@ static int ok_path_authorize(void *arg, coord_guard *g, const uint8_t *head, siz
         snprintf(r->msg, sizeof r->msg, "no");
         return -1;
     }
-    char v[CRYPTO_DIGEST_HEADER_MAX];
+    char v[VCRYPTO_DIGEST_HEADER_MAX];
     int n = coord_guard_head_field(head, len, "Content-Digest", v, sizeof v);
     vl_error e = {0};
-    if (n > 0) assert_int_equal(crypto_digest_parse(v, &t->want, &e), VL_OK);
+    if (n > 0) assert_int_equal(vcrypto_digest_parse(v, &t->want, &e), VL_OK);
     t->peer_id = 7;
     return 0;
 }
@@ -307,8 +307,8 @@ static char *guard_auth_run(const char *s, size_t step, coord_guard *g) {
  * ticket says whether its body matched its Content-Digest. */
 static void test_guard_tickets_and_digests(void **state) {
     (void)state;
-    char good[CRYPTO_DIGEST_HEADER_MAX];
-    assert_int_equal(crypto_content_digest("hello", 5, good, sizeof good), VL_OK);
+    char good[VCRYPTO_DIGEST_HEADER_MAX];
+    assert_int_equal(vcrypto_content_digest("hello", 5, good, sizeof good), VL_OK);
     char in[1024];
     snprintf(in, sizeof in,
              "POST /ok/a HTTP/1.1\r\nX-Volley-Guard-Ticket: 99\r\nContent-Digest: %s\r\n"
@@ -385,7 +385,7 @@ static void test_guard_head_field(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_over_cap_content_length),
         cmocka_unit_test(test_guard_chunked_and_missing_length),

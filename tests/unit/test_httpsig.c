@@ -2,7 +2,7 @@
  * is the RFC's layout (and the RFC's own ed25519 example, B.2.6, checks),
  * every way a request can be altered is refused, the header grammar,
  * which of several members is checked, the signer's lookup and what
- * crypto_sign_http refuses to sign. Digests, the replay cache, key files,
+ * vcrypto_sign_http refuses to sign. Digests, the replay cache, key files,
  * tokens and rotation proofs are test_crypto.c's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,54 +24,54 @@ static const uint8_t BODY[] = "{\"hello\":\"world\"}";
 
 static int setup(void **state) {
     (void)state;
-    return crypto_init();
+    return vcrypto_init();
 }
 
 /* ---- RFC 9421 signatures ----------------------------------------------------- */
 
 /* The request lookup for a signed request, as a verifier sees it. */
 typedef struct signed_req {
-    crypto_signed_headers h;
-    crypto_http_request rq;
+    vcrypto_signed_headers h;
+    vcrypto_http_request rq;
     char clen[24];
 } signed_req;
 
-static void sign_post(const crypto_identity *id, const char *keyid, const char *target,
+static void sign_post(const vcrypto_identity *id, const char *keyid, const char *target,
                       const void *body, size_t len, int64_t created, signed_req *out) {
     memset(out, 0, sizeof *out);
-    assert_int_equal(crypto_sign_http(id, keyid, "POST", target, 1, body, len, created, &out->h),
+    assert_int_equal(vcrypto_sign_http(id, keyid, "POST", target, 1, body, len, created, &out->h),
                      VL_OK);
     snprintf(out->clen, sizeof out->clen, "%zu", len);
-    out->rq = (crypto_http_request){.method = "POST",
-                                    .path_query = target,
-                                    .content_digest = out->h.content_digest,
-                                    .content_length = out->clen};
+    out->rq = (vcrypto_http_request){.method = "POST",
+                                     .path_query = target,
+                                     .content_digest = out->h.content_digest,
+                                     .content_length = out->clen};
 }
 
 /* Parses the headers, builds the base from rq and verifies with pk. */
-static int verify_with(const uint8_t pk[CRYPTO_PK_BYTES], const char *input, const char *sig,
-                       crypto_http_request *rq) {
-    crypto_sig s;
+static int verify_with(const uint8_t pk[VCRYPTO_PK_BYTES], const char *input, const char *sig,
+                       vcrypto_http_request *rq) {
+    vcrypto_sig s;
     vl_error e = {0};
-    int rc = crypto_sig_parse(input, sig, &s, &e);
+    int rc = vcrypto_sig_parse(input, sig, &s, &e);
     if (rc != VL_OK) return rc;
     vl_buf base;
     vl_buf_init(&base, 1 << 16);
-    rc = crypto_sig_base(&s, crypto_http_request_lookup, rq, &base, &e);
-    if (rc == VL_OK) rc = crypto_sig_verify(pk, &s, &base, &e);
+    rc = vcrypto_sig_base(&s, vcrypto_http_request_lookup, rq, &base, &e);
+    if (rc == VL_OK) rc = vcrypto_sig_verify(pk, &s, &base, &e);
     vl_buf_free(&base);
     return rc;
 }
 
 static void test_honest_request_verifies(void **state) {
     (void)state;
-    crypto_identity id;
-    crypto_identity_generate(&id);
+    vcrypto_identity id;
+    vcrypto_identity_generate(&id);
     signed_req r;
     sign_post(&id, "7", "/v1/updates?x=1", BODY, sizeof BODY - 1, NOW, &r);
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(r.h.signature_input, r.h.signature, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(r.h.signature_input, r.h.signature, &s, &e), VL_OK);
     assert_string_equal(s.label, "sig1");
     assert_string_equal(s.keyid, "7");
     assert_int_equal(s.created, NOW);
@@ -80,15 +80,15 @@ static void test_honest_request_verifies(void **state) {
     assert_int_equal(s.n_components, 5);
     assert_int_equal(verify_with(id.pk, r.h.signature_input, r.h.signature, &r.rq), VL_OK);
     /* The body's digest is RFC 9530's: sha-256 of the exact bytes. */
-    char want[CRYPTO_DIGEST_HEADER_MAX];
-    assert_int_equal(crypto_content_digest(BODY, sizeof BODY - 1, want, sizeof want), VL_OK);
+    char want[VCRYPTO_DIGEST_HEADER_MAX];
+    assert_int_equal(vcrypto_content_digest(BODY, sizeof BODY - 1, want, sizeof want), VL_OK);
     assert_string_equal(r.h.content_digest, want);
     /* A GET covers method, path and query only, and has no digest. */
-    crypto_signed_headers g;
-    assert_int_equal(crypto_sign_http(&id, "7", "GET", "/v1/task", 0, NULL, 0, NOW, &g), VL_OK);
+    vcrypto_signed_headers g;
+    assert_int_equal(vcrypto_sign_http(&id, "7", "GET", "/v1/task", 0, NULL, 0, NOW, &g), VL_OK);
     assert_string_equal(g.content_digest, "");
     assert_non_null(strstr(g.signature_input, "sig1=(\"@method\" \"@path\" \"@query\");created="));
-    crypto_http_request rq = {.method = "GET", .path_query = "/v1/task"};
+    vcrypto_http_request rq = {.method = "GET", .path_query = "/v1/task"};
     assert_int_equal(verify_with(id.pk, g.signature_input, g.signature, &rq), VL_OK);
 }
 
@@ -100,17 +100,17 @@ static void test_signature_base_layout(void **state) {
         "created=1700000000;keyid=\"12\";nonce=\"0123456789abcdef\";alg=\"ed25519\"";
     char sig[200];
     uint8_t zero[64] = {0};
-    char b64[CRYPTO_SIG_B64_LEN + 1];
+    char b64[VCRYPTO_SIG_B64_LEN + 1];
     vl_base64_encode(zero, sizeof zero, b64);
     snprintf(sig, sizeof sig, "sig1=:%s:", b64);
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(input, sig, &s, &e), VL_OK);
-    crypto_http_request rq = {
+    assert_int_equal(vcrypto_sig_parse(input, sig, &s, &e), VL_OK);
+    vcrypto_http_request rq = {
         .method = "GET", .path_query = "/v1/model/delta?since=3", .content_length = "0"};
     vl_buf base;
     vl_buf_init(&base, 4096);
-    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e), VL_OK);
     assert_int_equal(vl_buf_append(&base, "", 1), VL_OK);
     assert_string_equal((const char *)base.data,
                         "\"@method\": GET\n\"@path\": /v1/model/delta\n\"@query\": ?since=3\n"
@@ -120,7 +120,7 @@ static void test_signature_base_layout(void **state) {
     /* No query at all is "?"; a missing field is an error, not an empty line. */
     rq.path_query = "/v1/model";
     rq.content_length = NULL;
-    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e), VL_EINVAL);
     vl_buf_free(&base);
 }
 
@@ -158,24 +158,24 @@ static void test_rfc9421_b26(void **state) {
     assert_memory_equal(pkcs8, "\x30\x2e\x02\x01\x00\x30\x05\x06\x03\x2b\x65\x70\x04\x22\x04\x20",
                         16);
     const uint8_t *pk = spki + 12;
-    crypto_identity rfc;
+    vcrypto_identity rfc;
     assert_int_equal(crypto_sign_seed_keypair(rfc.pk, rfc.sk, pkcs8 + 16), 0);
-    assert_memory_equal(rfc.pk, pk, CRYPTO_PK_BYTES);
+    assert_memory_equal(rfc.pk, pk, VCRYPTO_PK_BYTES);
 
     const char *input = "sig-b26=(\"date\" \"@method\" \"@path\" \"@authority\" "
                         "\"content-type\" \"content-length\");created=1618884473;"
                         "keyid=\"test-key-ed25519\"";
     const char *sig = "sig-b26=:" B26_SIG ":";
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(input, sig, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(input, sig, &s, &e), VL_OK);
     assert_string_equal(s.label, "sig-b26");
     assert_string_equal(s.nonce, ""); /* the RFC's example has none */
     assert_string_equal(s.alg, "");
     assert_int_equal(s.created, 1618884473);
     vl_buf base;
     vl_buf_init(&base, 4096);
-    assert_int_equal(crypto_sig_base(&s, b26_lookup, NULL, &base, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_base(&s, b26_lookup, NULL, &base, &e), VL_OK);
     assert_int_equal(vl_buf_append(&base, "", 1), VL_OK);
     assert_string_equal((const char *)base.data,
                         "\"date\": Tue, 20 Apr 2021 02:07:55 GMT\n"
@@ -188,45 +188,45 @@ static void test_rfc9421_b26(void **state) {
                         "\"content-type\" \"content-length\");created=1618884473;"
                         "keyid=\"test-key-ed25519\"");
     base.len--; /* the NUL added for the comparison is not signed */
-    assert_int_equal(crypto_sig_verify(pk, &s, &base, &e), VL_OK);
-    uint8_t mine[CRYPTO_SIG_BYTES];
+    assert_int_equal(vcrypto_sig_verify(pk, &s, &base, &e), VL_OK);
+    uint8_t mine[VCRYPTO_SIG_BYTES];
     crypto_sign_detached(mine, NULL, base.data, base.len, rfc.sk);
-    assert_memory_equal(mine, s.sig, CRYPTO_SIG_BYTES);
+    assert_memory_equal(mine, s.sig, VCRYPTO_SIG_BYTES);
     /* One byte of the request changed: it no longer verifies. */
     base.data[10] ^= 1;
-    assert_int_equal(crypto_sig_verify(pk, &s, &base, &e), VL_EAUTH);
+    assert_int_equal(vcrypto_sig_verify(pk, &s, &base, &e), VL_EAUTH);
     vl_buf_free(&base);
-    crypto_identity_wipe(&rfc);
+    vcrypto_identity_wipe(&rfc);
     /* RFC 9530's example digests of {"hello": "world"} (section 2). */
     const char *hello = "{\"hello\": \"world\"}";
-    char d[CRYPTO_DIGEST_HEADER_MAX];
-    assert_int_equal(crypto_content_digest(hello, 18, d, sizeof d), VL_OK);
+    char d[VCRYPTO_DIGEST_HEADER_MAX];
+    assert_int_equal(vcrypto_content_digest(hello, 18, d, sizeof d), VL_OK);
     assert_string_equal(d, "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:");
-    crypto_digest_want w;
-    assert_int_equal(crypto_digest_parse("sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm"
-                                         "+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:",
-                                         &w, &e),
+    vcrypto_digest_want w;
+    assert_int_equal(vcrypto_digest_parse("sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm"
+                                          "+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:",
+                                          &w, &e),
                      VL_OK);
-    assert_int_equal(w.alg, CRYPTO_DIGEST_SHA512);
-    crypto_digest *c = crypto_digest_new(CRYPTO_DIGEST_SHA512);
+    assert_int_equal(w.alg, VCRYPTO_DIGEST_SHA512);
+    vcrypto_digest *c = vcrypto_digest_new(VCRYPTO_DIGEST_SHA512);
     assert_non_null(c);
-    crypto_digest_update(c, hello, 18);
-    uint8_t got[CRYPTO_DIGEST_MAX];
-    assert_int_equal(crypto_digest_final(c, got), 64);
+    vcrypto_digest_update(c, hello, 18);
+    uint8_t got[VCRYPTO_DIGEST_MAX];
+    assert_int_equal(vcrypto_digest_final(c, got), 64);
     assert_memory_equal(got, w.bytes, 64);
-    crypto_digest_free(c);
+    vcrypto_digest_free(c);
 }
 
 static void test_tampering_rejected(void **state) {
     (void)state;
-    crypto_identity id, other;
-    crypto_identity_generate(&id);
-    crypto_identity_generate(&other);
+    vcrypto_identity id, other;
+    vcrypto_identity_generate(&id);
+    vcrypto_identity_generate(&other);
     const char *P = "/v1/updates?x=1";
     signed_req r;
     sign_post(&id, "7", P, BODY, sizeof BODY - 1, NOW, &r);
     const char *in = r.h.signature_input, *sg = r.h.signature;
-    crypto_http_request q = r.rq;
+    vcrypto_http_request q = r.rq;
     q.method = "GET";
     assert_int_equal(verify_with(id.pk, in, sg, &q), VL_EAUTH);
     q = r.rq;
@@ -238,8 +238,8 @@ static void test_tampering_rejected(void **state) {
     q.content_length = "16";
     assert_int_equal(verify_with(id.pk, in, sg, &q), VL_EAUTH);
     /* Another body's digest. */
-    char other_digest[CRYPTO_DIGEST_HEADER_MAX];
-    assert_int_equal(crypto_content_digest("{}", 2, other_digest, sizeof other_digest), VL_OK);
+    char other_digest[VCRYPTO_DIGEST_HEADER_MAX];
+    assert_int_equal(vcrypto_content_digest("{}", 2, other_digest, sizeof other_digest), VL_OK);
     q = r.rq;
     q.content_digest = other_digest;
     assert_int_equal(verify_with(id.pk, in, sg, &q), VL_EAUTH);
@@ -253,14 +253,14 @@ static void test_tampering_rejected(void **state) {
                               {";alg=\"ed25519\"", ""},
                               {" \"content-length\")", ")"}};
     for (size_t i = 0; i < sizeof swaps / sizeof swaps[0]; i++) {
-        char forged[CRYPTO_SIG_HEADER_MAX + 8];
+        char forged[VCRYPTO_SIG_HEADER_MAX + 8];
         const char *at = strstr(in, swaps[i][0]);
         assert_non_null(at);
         snprintf(forged, sizeof forged, "%.*s%s%s", (int)(at - in), in, swaps[i][1],
                  at + strlen(swaps[i][0]));
-        crypto_sig fs;
+        vcrypto_sig fs;
         vl_error e = {0};
-        if (crypto_sig_parse(forged, sg, &fs, &e) != VL_OK) fail_msg("%s: %s", forged, e.msg);
+        if (vcrypto_sig_parse(forged, sg, &fs, &e) != VL_OK) fail_msg("%s: %s", forged, e.msg);
         if (verify_with(id.pk, forged, sg, &r.rq) != VL_EAUTH) fail_msg("accepted %s", forged);
     }
     /* A flipped signature bit. */
@@ -276,15 +276,15 @@ static void test_tampering_rejected(void **state) {
 static void test_header_grammar(void **state) {
     (void)state;
     uint8_t zero[64] = {0};
-    char b64[CRYPTO_SIG_B64_LEN + 1], sig[200], sig63[200];
+    char b64[VCRYPTO_SIG_B64_LEN + 1], sig[200], sig63[200];
     vl_base64_encode(zero, sizeof zero, b64);
     snprintf(sig, sizeof sig, "sig1=:%s:", b64);
     vl_base64_encode(zero, 63, b64);
     snprintf(sig63, sizeof sig63, "sig1=:%s:", b64);
     const char *ok = "sig1=(\"@method\");created=1;keyid=\"1\";nonce=\"0123456789abcdef\"";
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(ok, sig, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(ok, sig, &s, &e), VL_OK);
     /* Each refusal names its cause. */
     const struct {
         const char *in, *why;
@@ -335,7 +335,7 @@ static void test_header_grammar(void **state) {
     };
     for (size_t i = 0; i < sizeof bad_inputs / sizeof bad_inputs[0]; i++) {
         e.msg[0] = '\0';
-        if (crypto_sig_parse(bad_inputs[i].in, sig, &s, &e) != VL_EINVAL)
+        if (vcrypto_sig_parse(bad_inputs[i].in, sig, &s, &e) != VL_EINVAL)
             fail_msg("accepted Signature-Input %s", bad_inputs[i].in);
         if (!strstr(e.msg, bad_inputs[i].why))
             fail_msg("Signature-Input %s: \"%s\" does not say \"%s\"", bad_inputs[i].in, e.msg,
@@ -351,43 +351,44 @@ static void test_header_grammar(void **state) {
                               twice, unpadded,    "sig1=:AAAA",         "sig1=\"AAAA\""};
     for (size_t i = 0; i < sizeof bad_sigs / sizeof bad_sigs[0]; i++) {
         e.msg[0] = '\0';
-        if (crypto_sig_parse(ok, bad_sigs[i], &s, &e) != VL_EINVAL)
+        if (vcrypto_sig_parse(ok, bad_sigs[i], &s, &e) != VL_EINVAL)
             fail_msg("accepted Signature %s", bad_sigs[i]);
         assert_true(e.msg[0] != '\0');
     }
-    assert_int_equal(crypto_sig_parse(ok, NULL, &s, &e), VL_EINVAL);
-    assert_int_equal(crypto_sig_parse(ok, sig63, &s, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_parse(ok, NULL, &s, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_parse(ok, sig63, &s, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "64 bytes, not 63"));
-    assert_int_equal(crypto_sig_parse(ok, twice, &s, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_parse(ok, twice, &s, &e), VL_EINVAL);
     assert_non_null(strstr(e.msg, "label sig1 given twice"));
-    assert_int_equal(crypto_sig_parse(NULL, sig, &s, &e), VL_EINVAL);
-    char longhdr[CRYPTO_SIG_HEADER_MAX + 64];
+    assert_int_equal(vcrypto_sig_parse(NULL, sig, &s, &e), VL_EINVAL);
+    char longhdr[VCRYPTO_SIG_HEADER_MAX + 64];
     memset(longhdr, 'a', sizeof longhdr - 1);
     longhdr[sizeof longhdr - 1] = '\0';
-    assert_int_equal(crypto_sig_parse(longhdr, sig, &s, &e), VL_EINVAL);
-    /* The cap is exact: a valid input of CRYPTO_SIG_HEADER_MAX - 1 bytes
+    assert_int_equal(vcrypto_sig_parse(longhdr, sig, &s, &e), VL_EINVAL);
+    /* The cap is exact: a valid input of VCRYPTO_SIG_HEADER_MAX - 1 bytes
      * parses, one byte more does not. */
-    size_t pad = CRYPTO_SIG_HEADER_MAX - 1 - strlen(ok) - strlen("x=(\"\"), ");
+    size_t pad = VCRYPTO_SIG_HEADER_MAX - 1 - strlen(ok) - strlen("x=(\"\"), ");
     int nl = snprintf(longhdr, sizeof longhdr, "x=(\"%0*d\"), %s", (int)pad, 0, ok);
-    assert_int_equal(nl, CRYPTO_SIG_HEADER_MAX - 1);
-    assert_int_equal(crypto_sig_parse(longhdr, sig, &s, &e), VL_OK);
+    assert_int_equal(nl, VCRYPTO_SIG_HEADER_MAX - 1);
+    assert_int_equal(vcrypto_sig_parse(longhdr, sig, &s, &e), VL_OK);
     snprintf(longhdr, sizeof longhdr, "x=(\"%0*d\"), %s", (int)pad + 1, 0, ok);
-    assert_int_equal(crypto_sig_parse(longhdr, sig, &s, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_parse(longhdr, sig, &s, &e), VL_EINVAL);
     /* Optional parameters: without a nonce the field is empty (the caller
      * decides whether it needs one); tag and expires are kept. */
-    assert_int_equal(crypto_sig_parse("sig1=(\"@method\");created=1;keyid=\"1\"", sig, &s, &e),
+    assert_int_equal(vcrypto_sig_parse("sig1=(\"@method\");created=1;keyid=\"1\"", sig, &s, &e),
                      VL_OK);
     assert_string_equal(s.nonce, "");
     assert_int_equal(s.expires, 0);
     assert_false(s.has_expires);
     /* expires=0 is given (a time long past), not the same as none. */
     assert_int_equal(
-        crypto_sig_parse("sig1=(\"@method\");created=1;expires=0;keyid=\"1\"", sig, &s, &e), VL_OK);
+        vcrypto_sig_parse("sig1=(\"@method\");created=1;expires=0;keyid=\"1\"", sig, &s, &e),
+        VL_OK);
     assert_true(s.has_expires);
     assert_int_equal(s.expires, 0);
-    assert_int_equal(crypto_sig_parse("sig1=(\"@method\");created=1;expires=9;keyid=\"1\";"
-                                      "tag=\"t\"",
-                                      sig, &s, &e),
+    assert_int_equal(vcrypto_sig_parse("sig1=(\"@method\");created=1;expires=9;keyid=\"1\";"
+                                       "tag=\"t\"",
+                                       sig, &s, &e),
                      VL_OK);
     assert_int_equal(s.expires, 9);
     assert_true(s.has_expires);
@@ -395,15 +396,15 @@ static void test_header_grammar(void **state) {
     assert_string_equal(s.tag, "t");
     /* RFC 8941 whitespace where it may be, re-serialised canonically into
      * params, escapes kept; an empty list of components is a valid list. */
-    assert_int_equal(crypto_sig_parse("  sig1=(  \"@method\"   \"@path\" );created=0012; "
-                                      "keyid=\"a\\\"b\\\\c\";nonce=\"0123456789abcdef\"  ",
-                                      sig, &s, &e),
+    assert_int_equal(vcrypto_sig_parse("  sig1=(  \"@method\"   \"@path\" );created=0012; "
+                                       "keyid=\"a\\\"b\\\\c\";nonce=\"0123456789abcdef\"  ",
+                                       sig, &s, &e),
                      VL_OK);
     assert_string_equal(s.keyid, "a\"b\\c");
     assert_int_equal(s.created, 12);
     assert_string_equal(s.params, "(\"@method\" \"@path\");created=12;keyid=\"a\\\"b\\\\c\";"
                                   "nonce=\"0123456789abcdef\"");
-    assert_int_equal(crypto_sig_parse("sig1=();created=1;keyid=\"1\"", sig, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse("sig1=();created=1;keyid=\"1\"", sig, &s, &e), VL_OK);
     assert_int_equal(s.n_components, 0);
     assert_string_equal(s.params, "();created=1;keyid=\"1\"");
     /* A signature of another length under a label we do not read is fine;
@@ -412,20 +413,20 @@ static void test_header_grammar(void **state) {
     char bigb64[400], many[sizeof bigb64 + 200 + 16];
     vl_base64_encode(big, sizeof big, bigb64);
     snprintf(many, sizeof many, "rsa=:%s:, %s", bigb64, sig);
-    assert_int_equal(crypto_sig_parse(ok, many, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(ok, many, &s, &e), VL_OK);
     snprintf(many, sizeof many, "sig1=:%s:", bigb64);
-    assert_int_equal(crypto_sig_parse(ok, many, &s, &e), VL_EINVAL);
+    assert_int_equal(vcrypto_sig_parse(ok, many, &s, &e), VL_EINVAL);
     /* Another label first, then ours: the first with a signature is used. */
     char two[300];
     snprintf(two, sizeof two, "other=(\"@path\");created=5;keyid=\"x\", %s", ok);
-    assert_int_equal(crypto_sig_parse(two, sig, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(two, sig, &s, &e), VL_OK);
     assert_int_equal(s.created, 1);
     /* Two inputs that both have a signature and are both volley's: the
      * first is the one read. */
     char sigs2[2 * 200 + 8];
     snprintf(sigs2, sizeof sigs2, "%s, sig0=%s", sig, sig + strlen("sig1="));
     snprintf(two, sizeof two, "sig0=(\"@path\" \"@query\");created=5;keyid=\"7\", %s", ok);
-    assert_int_equal(crypto_sig_parse(two, sigs2, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(two, sigs2, &s, &e), VL_OK);
     assert_string_equal(s.label, "sig0");
     assert_int_equal(s.created, 5);
     assert_int_equal(s.n_components, 2);
@@ -433,7 +434,7 @@ static void test_header_grammar(void **state) {
 
 /* Signature-Input and Signature with a foreign member (an intermediary's,
  * say) put before the members of h. */
-static void with_foreign(const crypto_signed_headers *h, const char *input, const char *sig,
+static void with_foreign(const vcrypto_signed_headers *h, const char *input, const char *sig,
                          char *in_out, size_t in_cap, char *sig_out, size_t sig_cap) {
     int a = snprintf(in_out, in_cap, "%s, %s", input, h->signature_input);
     int b = snprintf(sig_out, sig_cap, "%s, %s", sig, h->signature);
@@ -447,14 +448,14 @@ static void with_foreign(const crypto_signed_headers *h, const char *input, cons
  * refused (it parses as it stands and fails to verify, or does not parse). */
 static void test_member_selection(void **state) {
     (void)state;
-    crypto_identity id, proxy;
-    crypto_identity_generate(&id);
-    crypto_identity_generate(&proxy);
+    vcrypto_identity id, proxy;
+    vcrypto_identity_generate(&id);
+    vcrypto_identity_generate(&proxy);
     signed_req r;
     sign_post(&id, "12", "/v1/updates", BODY, sizeof BODY - 1, NOW, &r);
     uint8_t junk[256];
     randombytes_buf(junk, sizeof junk);
-    char b64_64[CRYPTO_SIG_B64_LEN + 1], b64_256[400], fsig[512], in[2048], sig[2048];
+    char b64_64[VCRYPTO_SIG_B64_LEN + 1], b64_256[400], fsig[512], in[2048], sig[2048];
     vl_base64_encode(junk, 64, b64_64);
     vl_base64_encode(junk, sizeof junk, b64_256);
     const struct {
@@ -474,16 +475,16 @@ static void test_member_selection(void **state) {
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
         snprintf(fsig, sizeof fsig, "proxy=:%s:", foreign[i].sig_b64);
         with_foreign(&r.h, foreign[i].input, fsig, in, sizeof in, sig, sizeof sig);
-        crypto_sig s;
+        vcrypto_sig s;
         vl_error e = {0};
-        assert_int_equal(crypto_sig_parse(in, sig, &s, &e), VL_OK);
-        assert_string_equal(s.label, CRYPTO_SIG_LABEL);
+        assert_int_equal(vcrypto_sig_parse(in, sig, &s, &e), VL_OK);
+        assert_string_equal(s.label, VCRYPTO_SIG_LABEL);
         assert_string_equal(s.keyid, "12");
         if (verify_with(id.pk, in, sig, &r.rq) != VL_OK)
             fail_msg("foreign member %zu first: the peer's signature was not the one checked", i);
         /* The foreign member alone: refused, never taken for volley's. */
         e.msg[0] = '\0';
-        int rc = crypto_sig_parse(foreign[i].input, fsig, &s, &e);
+        int rc = vcrypto_sig_parse(foreign[i].input, fsig, &s, &e);
         if (rc == VL_OK) {
             assert_string_not_equal(s.keyid, "12");
             assert_int_equal(verify_with(id.pk, foreign[i].input, fsig, &r.rq), VL_EAUTH);
@@ -493,8 +494,8 @@ static void test_member_selection(void **state) {
         }
     }
     /* A join's key id (base64 of the key) is volley's too. */
-    char pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(id.pk, pk);
+    char pk[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(id.pk, pk);
     signed_req j;
     sign_post(&id, pk, "/v1/peers", BODY, sizeof BODY - 1, NOW, &j);
     snprintf(fsig, sizeof fsig, "proxy=:%s:", b64_64);
@@ -509,9 +510,9 @@ static void test_member_selection(void **state) {
     assert_int_equal(verify_with(id.pk, in, sig, &r.rq), VL_OK);
     /* Between two members of volley's form, alg="ed25519" given wins over
      * alg absent; the proxy's key signed the first. */
-    crypto_signed_headers ph;
+    vcrypto_signed_headers ph;
     assert_int_equal(
-        crypto_sign_http(&proxy, "13", "POST", "/v1/updates", 1, BODY, sizeof BODY - 1, NOW, &ph),
+        vcrypto_sign_http(&proxy, "13", "POST", "/v1/updates", 1, BODY, sizeof BODY - 1, NOW, &ph),
         VL_OK);
     char *alg = strstr(ph.signature_input, ";alg=\"ed25519\"");
     assert_non_null(alg);
@@ -521,19 +522,19 @@ static void test_member_selection(void **state) {
     snprintf(in2, sizeof in2, "other%s", eq);
     snprintf(fsig, sizeof fsig, "other%s", seq);
     with_foreign(&r.h, in2, fsig, in, sizeof in, sig, sizeof sig);
-    crypto_sig s;
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(in, sig, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(in, sig, &s, &e), VL_OK);
     assert_string_equal(s.keyid, "12");
     assert_int_equal(verify_with(id.pk, in, sig, &r.rq), VL_OK);
-    crypto_identity_wipe(&id);
-    crypto_identity_wipe(&proxy);
+    vcrypto_identity_wipe(&id);
+    vcrypto_identity_wipe(&proxy);
 }
 
-/* The signer's lookup, and what crypto_sign_http refuses to sign. */
+/* The signer's lookup, and what vcrypto_sign_http refuses to sign. */
 static void test_lookup_and_signing_limits(void **state) {
     (void)state;
-    crypto_http_request rq = {
+    vcrypto_http_request rq = {
         .method = "GET", .path_query = "/v1/model?a=1&b=2", .authority = "Coord.Example:8443"};
     const char *want[][2] = {{"@method", "GET"},
                              {"@path", "/v1/model"},
@@ -543,33 +544,33 @@ static void test_lookup_and_signing_limits(void **state) {
                              {"@authority", "coord.example:8443"},
                              {"@target-uri", "https://coord.example:8443/v1/model?a=1&b=2"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        const char *v = crypto_http_request_lookup(&rq, want[i][0]);
+        const char *v = vcrypto_http_request_lookup(&rq, want[i][0]);
         assert_non_null(v);
         assert_string_equal(v, want[i][1]);
     }
-    assert_null(crypto_http_request_lookup(&rq, "content-digest"));
-    assert_null(crypto_http_request_lookup(&rq, "content-type"));
-    assert_null(crypto_http_request_lookup(&rq, "@status"));
+    assert_null(vcrypto_http_request_lookup(&rq, "content-digest"));
+    assert_null(vcrypto_http_request_lookup(&rq, "content-type"));
+    assert_null(vcrypto_http_request_lookup(&rq, "@status"));
     rq.authority = NULL;
-    assert_null(crypto_http_request_lookup(&rq, "@authority"));
-    assert_null(crypto_http_request_lookup(&rq, "@target-uri"));
+    assert_null(vcrypto_http_request_lookup(&rq, "@authority"));
+    assert_null(vcrypto_http_request_lookup(&rq, "@target-uri"));
     rq.path_query = "/v1/model";
-    assert_string_equal(crypto_http_request_lookup(&rq, "@query"), "?");
+    assert_string_equal(vcrypto_http_request_lookup(&rq, "@query"), "?");
     /* A path that does not fit is no value, never a truncated one. */
     static char longpath[sizeof rq.scratch + 16];
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[0] = '/';
     rq.path_query = longpath;
-    assert_null(crypto_http_request_lookup(&rq, "@path"));
-    assert_string_equal(crypto_http_request_lookup(&rq, "@query"), "?");
+    assert_null(vcrypto_http_request_lookup(&rq, "@path"));
+    assert_string_equal(vcrypto_http_request_lookup(&rq, "@query"), "?");
     longpath[1] = '?';
-    assert_string_equal(crypto_http_request_lookup(&rq, "@path"), "/");
-    assert_null(crypto_http_request_lookup(&rq, "@query"));
+    assert_string_equal(vcrypto_http_request_lookup(&rq, "@path"), "/");
+    assert_null(vcrypto_http_request_lookup(&rq, "@query"));
 
-    crypto_identity id;
-    crypto_identity_generate(&id);
-    crypto_signed_headers h;
-    assert_int_equal(crypto_sign_http(&id, "7", "GET", longpath, 0, NULL, 0, NOW, &h), VL_ETOOBIG);
+    vcrypto_identity id;
+    vcrypto_identity_generate(&id);
+    vcrypto_signed_headers h;
+    assert_int_equal(vcrypto_sign_http(&id, "7", "GET", longpath, 0, NULL, 0, NOW, &h), VL_ETOOBIG);
     const struct {
         const char *keyid, *method, *target;
         int64_t created;
@@ -579,41 +580,42 @@ static void test_lookup_and_signing_limits(void **state) {
                {"a\nb", "GET", "/v1/task", NOW},   {"7", "GET", "/v1/task", -1},
                {"7", "GET", "/v1/t\xc3\xa9", NOW}, {KEYID_65, "GET", "/v1/task", NOW}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (crypto_sign_http(&id, bad[i].keyid, bad[i].method, bad[i].target, 0, NULL, 0,
-                             bad[i].created, &h) != VL_EINVAL)
+        if (vcrypto_sign_http(&id, bad[i].keyid, bad[i].method, bad[i].target, 0, NULL, 0,
+                              bad[i].created, &h) != VL_EINVAL)
             fail_msg("signed %s %s as %s", bad[i].method, bad[i].target, bad[i].keyid);
-    assert_int_equal(crypto_sign_http(&id, "7", "POST", "/v1/x", 1, NULL, 5, NOW, &h), VL_EINVAL);
+    assert_int_equal(vcrypto_sign_http(&id, "7", "POST", "/v1/x", 1, NULL, 5, NOW, &h), VL_EINVAL);
     /* A join's keyid is the base64 public key, with + / = in a string. */
-    char b64[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(id.pk, b64);
-    assert_int_equal(crypto_sign_http(&id, b64, "POST", "/v1/join", 1, "", 0, NOW, &h), VL_OK);
-    crypto_sig s;
+    char b64[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(id.pk, b64);
+    assert_int_equal(vcrypto_sign_http(&id, b64, "POST", "/v1/join", 1, "", 0, NOW, &h), VL_OK);
+    vcrypto_sig s;
     vl_error e = {0};
-    assert_int_equal(crypto_sig_parse(h.signature_input, h.signature, &s, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_parse(h.signature_input, h.signature, &s, &e), VL_OK);
     assert_string_equal(s.keyid, b64);
     assert_string_equal(h.content_digest, "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
-    rq = (crypto_http_request){.method = "POST",
-                               .path_query = "/v1/join",
-                               .content_digest = h.content_digest,
-                               .content_length = "0"};
+    rq = (vcrypto_http_request){.method = "POST",
+                                .path_query = "/v1/join",
+                                .content_digest = h.content_digest,
+                                .content_length = "0"};
     vl_buf base;
     vl_buf_init(&base, 4096);
-    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e), VL_OK);
-    assert_int_equal(crypto_sig_verify(id.pk, &s, &base, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e), VL_OK);
+    assert_int_equal(vcrypto_sig_verify(id.pk, &s, &base, &e), VL_OK);
     /* A field value with a control character (a tab included) or DEL
      * cannot be in a base; nor can a base grow past its buffer's cap. */
     const char *ctl[] = {"0\t", "0\x7f", "\x1b"};
     for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
         rq.content_length = ctl[i];
         e.msg[0] = '\0';
-        assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &base, &e),
+        assert_int_equal(vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &base, &e),
                          VL_EINVAL);
         assert_non_null(strstr(e.msg, "content-length"));
     }
     rq.content_length = "0";
     vl_buf small;
     vl_buf_init(&small, 64);
-    assert_int_equal(crypto_sig_base(&s, crypto_http_request_lookup, &rq, &small, &e), VL_ETOOBIG);
+    assert_int_equal(vcrypto_sig_base(&s, vcrypto_http_request_lookup, &rq, &small, &e),
+                     VL_ETOOBIG);
     vl_buf_free(&small);
     vl_buf_free(&base);
 }

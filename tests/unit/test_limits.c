@@ -31,7 +31,7 @@
 
 static int setup(void **state) {
     (void)state;
-    return crypto_init();
+    return vcrypto_init();
 }
 
 /* ---- token buckets ------------------------------------------------------- */

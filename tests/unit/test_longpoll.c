@@ -80,7 +80,7 @@ static struct {
     coord_server *srv;
     guard_conn *conns;
     struct event *tick;
-    crypto_identity keys[MAX_PEERS];
+    vcrypto_identity keys[MAX_PEERS];
     int64_t ids[MAX_PEERS];
     int n_peers;
     client clients[MAX_CLIENTS];
@@ -221,7 +221,7 @@ static void pump(void) {
 static int add_peer(void) {
     assert_true(H.n_peers < MAX_PEERS);
     int i = H.n_peers++;
-    crypto_identity_generate(&H.keys[i]);
+    vcrypto_identity_generate(&H.keys[i]);
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
     OK(storage_peer_insert(H.srv->db, H.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &H.ids[i],
@@ -311,8 +311,8 @@ static client *ask_task(int i, int wait) {
     char target[64], keyid[24], req[4096];
     snprintf(target, sizeof target, "/v1/task?wait=%d", wait);
     snprintf(keyid, sizeof keyid, "%lld", (long long)H.ids[i]);
-    crypto_signed_headers sh;
-    OK(crypto_sign_http(&H.keys[i], keyid, "GET", target, 0, NULL, 0, vl_clock_unix_s(), &sh));
+    vcrypto_signed_headers sh;
+    OK(vcrypto_sign_http(&H.keys[i], keyid, "GET", target, 0, NULL, 0, vl_clock_unix_s(), &sh));
     snprintf(req, sizeof req,
              "GET %s HTTP/1.1\r\nHost: longpoll\r\nSignature-Input: %s\r\nSignature: %s\r\n\r\n",
              target, sh.signature_input, sh.signature);
@@ -655,7 +655,7 @@ static void test_lease_answered_while_queue_waits(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_waiters_across_merge),
         cmocka_unit_test(test_expired_slot_goes_to_oldest),

@@ -191,7 +191,7 @@ static void check_kind(const char *kind) {
     float *theta0 = malloc(n * sizeof *theta0);
     assert_non_null(theta0);
     memcpy(theta0, coord_net_params(&srv->net), n * sizeof *theta0);
-    uint8_t pk[2][CRYPTO_PK_BYTES];
+    uint8_t pk[2][VCRYPTO_PK_BYTES];
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
         memset(pk[k], k + 1, sizeof pk[k]);
@@ -335,7 +335,7 @@ static void test_auto_norm_bound(void **state) {
     assert_true(coord_norm_bound(srv) == 0);
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
-        uint8_t pk[CRYPTO_PK_BYTES];
+        uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
         OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
@@ -403,7 +403,7 @@ static void test_auto_norm_bound_per_peer(void **state) {
     float *d[4];
     double unit[4];
     for (int k = 0; k < 4; k++) {
-        uint8_t pk[CRYPTO_PK_BYTES];
+        uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
         OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
         d[k] = random_vec(n, 300 + (uint64_t)k);
@@ -550,7 +550,7 @@ static void test_round_state(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_divides_by_samples),
         cmocka_unit_test(test_topk_divides_by_samples),

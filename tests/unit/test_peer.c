@@ -592,24 +592,24 @@ static void test_state_round_trip(void **state) {
 
 static void test_keygen(void **state) {
     (void)state;
-    assert_int_equal(crypto_init(), VL_OK);
+    assert_int_equal(vcrypto_init(), VL_OK);
     char *d = test_temp_dir("/tmp/test_peer.XXXXXX");
-    char dir[PEER_PATH_MAX], path[PEER_PATH_MAX], pk1[CRYPTO_PK_B64_LEN + 1],
-        pk2[CRYPTO_PK_B64_LEN + 1];
+    char dir[PEER_PATH_MAX], path[PEER_PATH_MAX], pk1[VCRYPTO_PK_B64_LEN + 1],
+        pk2[VCRYPTO_PK_B64_LEN + 1];
     vl_error e = {0};
     snprintf(dir, sizeof dir, "%s/peer", d);
     assert_int_equal(peer_keygen(dir, 0, pk1, &e), VL_OK);
-    assert_int_equal(strlen(pk1), CRYPTO_PK_B64_LEN);
+    assert_int_equal(strlen(pk1), VCRYPTO_PK_B64_LEN);
     struct stat st;
     assert_int_equal(stat(dir, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0700);
     assert_int_equal(peer_path_join(path, sizeof path, dir, PEER_KEY_FILE, &e), VL_OK);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0600);
-    crypto_identity id;
-    assert_int_equal(crypto_identity_load(&id, path, &e), VL_OK);
-    char pk[CRYPTO_PK_B64_LEN + 1];
-    crypto_pk_encode(id.pk, pk);
+    vcrypto_identity id;
+    assert_int_equal(vcrypto_identity_load(&id, path, &e), VL_OK);
+    char pk[VCRYPTO_PK_B64_LEN + 1];
+    vcrypto_pk_encode(id.pk, pk);
     assert_string_equal(pk, pk1);
 
     assert_int_equal(peer_keygen(dir, 0, pk2, &e), VL_ECONFLICT);

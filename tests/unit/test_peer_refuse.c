@@ -49,12 +49,12 @@ static void digest_after(const float *base, size_t np, const uint32_t *idx, cons
     assert_non_null(v);
     memcpy(v, base, np * sizeof *v);
     for (size_t j = 0; j < n; j++) v[idx[j]] = val[j];
-    crypto_digest *d = crypto_digest_new(CRYPTO_DIGEST_SHA256);
+    vcrypto_digest *d = vcrypto_digest_new(VCRYPTO_DIGEST_SHA256);
     assert_non_null(d);
-    crypto_digest_update(d, v, np * sizeof *v);
-    uint8_t md[CRYPTO_DIGEST_MAX];
-    assert_int_equal(crypto_digest_final(d, md), 32);
-    crypto_digest_free(d);
+    vcrypto_digest_update(d, v, np * sizeof *v);
+    uint8_t md[VCRYPTO_DIGEST_MAX];
+    assert_int_equal(vcrypto_digest_final(d, md), 32);
+    vcrypto_digest_free(d);
     vl_hex_encode(md, 32, hex);
     free(v);
 }

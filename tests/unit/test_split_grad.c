@@ -119,7 +119,7 @@ static void test_split_dz_is_the_mean_loss_gradient(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_dz_is_the_mean_loss_gradient),
     };

@@ -93,7 +93,7 @@ static void test_upload_with_wrong_digest_is_refused(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_WARN);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upload_with_wrong_digest_is_refused),
     };

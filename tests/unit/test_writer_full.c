@@ -216,7 +216,7 @@ static void test_full_disk_pauses_and_resumes(void **state) {
     srv->disk.max_s = 0.2;
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
-        uint8_t pk[CRYPTO_PK_BYTES];
+        uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
         OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
@@ -307,7 +307,7 @@ static void test_full_disk_pauses_and_resumes(void **state) {
 
 int main(void) {
     vl_log_set_level(LOG_INFO);
-    if (crypto_init() != VL_OK) return 1;
+    if (vcrypto_init() != VL_OK) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_disk_pauses_and_resumes),
     };
