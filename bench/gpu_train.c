@@ -134,7 +134,7 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
     model_gpt_cuda *g = NULL;
     if (model_gpt_cuda_create(host, math, &g, &err) != 0) die("create on the device", &err);
     size_t np = model_gpt_num_params(host);
-    model_gpt_destroy(host);
+    model_gpt_free(host);
     int *in = malloc(bt * sizeof(int)), *tg = malloc(bt * sizeof(int));
     if (!in || !tg) {
         fprintf(stderr, "bench_gpu_train: out of memory\n");
@@ -167,7 +167,7 @@ static void bench_one(const bench_cfg *bc, kernels_cuda_math math, double min_s)
     }
     free(in);
     free(tg);
-    model_gpt_cuda_destroy(g);
+    model_gpt_cuda_free(g);
 
     double step_s = elapsed / steps;
     double mflops = model_flops(c, B, T) / step_s;

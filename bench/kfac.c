@@ -145,7 +145,7 @@ static void work_free(work *wk) {
     for (int l = 0; l < wk->L; l++) model_kfac_layer_free(wk->kf[l]);
     free(wk->yhat), free(wk->nat), free(wk->adam_m), free(wk->adam_v);
     model_sgd_free(&wk->sgd);
-    model_mlp_destroy(wk->m);
+    model_mlp_free(wk->m);
     memset(wk, 0, sizeof *wk);
 }
 

@@ -197,7 +197,7 @@ static void run_one(const gprob *p, const gcfg *c, gres *r) {
     }
     model_adamw_free(&adam);
     model_kfac_gpt_free(&kf);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static int hit(const gres *r, double target) {

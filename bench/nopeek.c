@@ -109,9 +109,9 @@ static void eval_free(eval_state *s) {
     storage_close(s->st);
     model_images_free(s->train);
     model_images_free(s->test);
-    model_mlp_destroy(s->mlp);
-    model_mlp_part_destroy(s->lower);
-    model_recon_destroy(s->dec);
+    model_mlp_free(s->mlp);
+    model_mlp_part_free(s->lower);
+    model_recon_free(s->dec);
     free(s->xt), free(s->zt), free(s->xl), free(s->zl), free(s->xhat), free(s->mean);
     free(s->yt), free(s->scratch);
     free(s->labels_path[0]), free(s->labels_path[1]);

@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         free(in), free(tg);
         model_adamw_free(&opt);
-        model_gpt_destroy(m);
+        model_gpt_free(m);
     }
     free(data);
     return 0;

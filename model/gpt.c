@@ -123,7 +123,7 @@ int model_gpt_create(const model_gpt_config *cfg, model_gpt **out, vl_error *err
             rc = vl_fail(err, VL_ENOMEM, "gpt: out of memory for %zu parameters", m->num_params);
     }
     if (rc != 0) {
-        model_gpt_destroy(m);
+        model_gpt_free(m);
         return rc;
     }
     *out = m;
@@ -141,7 +141,7 @@ void gpt_free_acts(model_gpt *m) {
     m->can_backward = 0;
 }
 
-void model_gpt_destroy(model_gpt *m) {
+void model_gpt_free(model_gpt *m) {
     if (m == NULL) return;
     gpt_free_acts(m);
     free(m->tensors);

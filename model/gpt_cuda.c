@@ -30,7 +30,7 @@ static void free_acts(model_gpt_cuda *g) {
     g->can_backward = 0;
 }
 
-void model_gpt_cuda_destroy(model_gpt_cuda *g) {
+void model_gpt_cuda_free(model_gpt_cuda *g) {
     if (g == NULL) return;
     free_acts(g);
     kernels_cuda_free(g->params_h);
@@ -106,7 +106,7 @@ int model_gpt_cuda_create(const model_gpt *host, kernels_cuda_math math, model_g
     if (rc == 0) rc = model_gpt_cuda_upload_params(g, host, err);
     if (rc == 0) rc = kernels_cuda_sync(err);
     if (rc != 0) {
-        model_gpt_cuda_destroy(g);
+        model_gpt_cuda_free(g);
         return rc;
     }
     *out = g;

@@ -39,13 +39,13 @@ typedef struct model_gpt_cuda model_gpt_cuda;
 /* A device copy of host: its configuration, tensor table and current
  * parameters; zeroed gradients and AdamW state (step 0). host is only read
  * and may be destroyed afterwards. On success *out is owned by the caller
- * and released with model_gpt_cuda_destroy. Returns 0, VL_EINVAL, VL_ENOMEM
+ * and released with model_gpt_cuda_free. Returns 0, VL_EINVAL, VL_ENOMEM
  * (host or device memory) or VL_ERR (no usable device). */
 int model_gpt_cuda_create(const model_gpt *host, kernels_cuda_math math, model_gpt_cuda **out,
                           vl_error *err) VL_MUST_CHECK;
 
 /* Frees all device and host memory of g. NULL is a no-op. */
-void model_gpt_cuda_destroy(model_gpt_cuda *g);
+void model_gpt_cuda_free(model_gpt_cuda *g);
 
 /* Number of parameters (the host model's model_gpt_num_params). */
 size_t model_gpt_cuda_num_params(const model_gpt_cuda *g);

@@ -142,7 +142,7 @@ static int check_comms(model_gpt_cuda_dp *dp, vl_error *err) {
 
 #endif /* VOLLEY_HAVE_NCCL */
 
-void model_gpt_cuda_dp_destroy(model_gpt_cuda_dp *dp) {
+void model_gpt_cuda_dp_free(model_gpt_cuda_dp *dp) {
     if (dp == NULL) return;
 #if defined(VOLLEY_HAVE_NCCL)
     destroy_comms(dp);
@@ -152,7 +152,7 @@ void model_gpt_cuda_dp_destroy(model_gpt_cuda_dp *dp) {
             if (dp->rep[r] == NULL) continue;
             /* Its cuBLAS handle and memory belong to device r. */
             vl_error ignored;
-            if (kernels_cuda_set_device(r, &ignored) == 0) model_gpt_cuda_destroy(dp->rep[r]);
+            if (kernels_cuda_set_device(r, &ignored) == 0) model_gpt_cuda_free(dp->rep[r]);
         }
         free(dp->rep);
     }
@@ -201,7 +201,7 @@ int model_gpt_cuda_dp_create(const model_gpt *host, kernels_cuda_math math, int 
 #endif
     rc = leave(rc, err);
     if (rc != 0) {
-        model_gpt_cuda_dp_destroy(dp);
+        model_gpt_cuda_dp_free(dp);
         return rc;
     }
     *out = dp;

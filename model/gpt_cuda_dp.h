@@ -49,7 +49,7 @@ typedef struct model_gpt_cuda_dp model_gpt_cuda_dp;
  * communicator per device when ndev > 1. ndev <= 0 takes every visible
  * device (one in builds without NCCL). host is only read and may be
  * destroyed afterwards. On success *out is owned by the caller and
- * released with model_gpt_cuda_dp_destroy; on failure everything made so
+ * released with model_gpt_cuda_dp_free; on failure everything made so
  * far is released and *out is NULL. Returns 0; VL_EINVAL for NULL
  * arguments, more devices than are visible, or ndev > 1 in a build
  * without NCCL; VL_ENOMEM; VL_ERR when there is no usable device or NCCL
@@ -59,7 +59,7 @@ int model_gpt_cuda_dp_create(const model_gpt *host, kernels_cuda_math math, int 
 
 /* Releases the communicators, the replicas and dp itself. NULL is a
  * no-op. */
-void model_gpt_cuda_dp_destroy(model_gpt_cuda_dp *dp);
+void model_gpt_cuda_dp_free(model_gpt_cuda_dp *dp);
 
 /* Number of devices (replicas) dp trains on; 0 for NULL. */
 int model_gpt_cuda_dp_devices(const model_gpt_cuda_dp *dp);

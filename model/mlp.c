@@ -113,14 +113,14 @@ int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err
     m->params = calloc(off, sizeof(float));
     m->grads = calloc(off, sizeof(float));
     if (m->params == NULL || m->grads == NULL) {
-        model_mlp_destroy(m);
+        model_mlp_free(m);
         return vl_fail(err, VL_ENOMEM, "mlp: out of memory for %zu parameters", off);
     }
     *out = m;
     return 0;
 }
 
-void model_mlp_destroy(model_mlp *m) {
+void model_mlp_free(model_mlp *m) {
     if (m == NULL) return;
     free_acts(m);
     free(m->params);

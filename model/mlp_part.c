@@ -145,14 +145,14 @@ int model_mlp_part_create(const model_mlp_config *cfg, int first, int last, mode
     p->params = calloc(off, sizeof(float));
     p->grads = calloc(off, sizeof(float));
     if (p->params == NULL || p->grads == NULL) {
-        model_mlp_part_destroy(p);
+        model_mlp_part_free(p);
         return vl_fail(err, VL_ENOMEM, "mlp part: out of memory for %zu parameters", off);
     }
     *out = p;
     return 0;
 }
 
-void model_mlp_part_destroy(model_mlp_part *p) {
+void model_mlp_part_free(model_mlp_part *p) {
     if (p == NULL) return;
     free_acts(p);
     free(p->params);

@@ -68,13 +68,13 @@ int model_mlp_part_dims(const model_mlp_config *cfg, int first, int last, int *i
  * parameter and gradient vectors (model_mlp_part_num_params floats each;
  * copy the slice of a model's parameters in through model_mlp_part_params).
  * Activations are planned on the first forward. On success *out is owned
- * by the caller (model_mlp_part_destroy); on failure it is NULL. Returns 0,
+ * by the caller (model_mlp_part_free); on failure it is NULL. Returns 0,
  * VL_EINVAL, VL_ENOMEM. */
 int model_mlp_part_create(const model_mlp_config *cfg, int first, int last, model_mlp_part **out,
                           vl_error *err) VL_MUST_CHECK;
 
 /* Frees everything the part owns. NULL is a no-op. */
-void model_mlp_part_destroy(model_mlp_part *p);
+void model_mlp_part_free(model_mlp_part *p);
 
 /* The flat parameter and gradient vectors (model_mlp_part_num_params floats
  * each, laid out as the whole model's slice), owned by the part; read and

@@ -88,11 +88,11 @@ typedef struct model_gpt model_gpt;
  * model_gpt_init_weights or model_gpt_load_safetensors next). Gradients and
  * activations are allocated on first use, so a model that is only
  * evaluated never pays for gradient memory. On success *out is owned by the
- * caller and released with model_gpt_destroy. */
+ * caller and released with model_gpt_free. */
 int model_gpt_create(const model_gpt_config *cfg, model_gpt **out, vl_error *err) VL_MUST_CHECK;
 
 /* Frees everything the model owns. NULL is a no-op. */
-void model_gpt_destroy(model_gpt *m);
+void model_gpt_free(model_gpt *m);
 
 /* GPT-2 initialisation from the deterministic common vl_rng (same seed, same
  * weights on every machine): weights normal(0, 0.02), the residual output
@@ -387,12 +387,12 @@ int model_mlp_config_equal(const model_mlp_config *a, const model_mlp_config *b)
 /* Validates cfg and creates a model with zeroed parameters and zeroed
  * gradients (both allocated here, so model_mlp_grads is never NULL);
  * activations are planned on the first forward. On success *out is owned by
- * the caller (model_mlp_destroy); on failure *out is NULL. Returns 0,
+ * the caller (model_mlp_free); on failure *out is NULL. Returns 0,
  * VL_EINVAL, VL_ENOMEM. */
 int model_mlp_create(const model_mlp_config *cfg, model_mlp **out, vl_error *err) VL_MUST_CHECK;
 
 /* Frees everything the model owns. NULL is a no-op. */
-void model_mlp_destroy(model_mlp *m);
+void model_mlp_free(model_mlp *m);
 
 /* Deterministic initialisation from the common vl_rng (same seed, same weights
  * everywhere), layer by layer in table order: conv and hidden weights

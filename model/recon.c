@@ -99,7 +99,7 @@ int model_recon_create(int q, int hidden, int p, uint64_t seed, model_recon **ou
     return 0;
 }
 
-void model_recon_destroy(model_recon *d) {
+void model_recon_free(model_recon *d) {
     if (d == NULL) return;
     free(d->act_mem);
     free(d->mem);

@@ -44,14 +44,14 @@ typedef struct model_recon model_recon;
  * units, initialised from the common vl_rng seeded with seed: weights
  * normal with mean 0 and variance 1/fan_in, biases 0, so the output starts near 0.5. The same
  * seed also drives the minibatch order of model_recon_train. On success
- * *out is the caller's, released with model_recon_destroy; on failure it
+ * *out is the caller's, released with model_recon_free; on failure it
  * is NULL. Returns 0, VL_EINVAL (a width outside [1, MODEL_RECON_MAX_WIDTH],
  * too many parameters, out NULL), VL_ENOMEM. */
 int model_recon_create(int q, int hidden, int p, uint64_t seed, model_recon **out,
                        vl_error *err) VL_MUST_CHECK;
 
 /* Frees everything the decoder owns. NULL is a no-op. */
-void model_recon_destroy(model_recon *d);
+void model_recon_free(model_recon *d);
 
 /* Trains on n pairs: row i of Z (n*q floats, row-major) should decode to
  * row i of X (n*p floats, each in [0, 1]). Each of `epochs` epochs visits

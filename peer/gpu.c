@@ -23,7 +23,7 @@
 #include "model/gpt_cuda_dp.h"
 
 void peer_gpu_free(peer_trainer *t) {
-    model_gpt_cuda_dp_destroy(t->gpu);
+    model_gpt_cuda_dp_free(t->gpu);
     kernels_cuda_free(t->gpu_vec);
     t->gpu = NULL;
     t->gpu_vec = NULL;

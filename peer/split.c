@@ -42,8 +42,8 @@ typedef struct split_bufs {
 } split_bufs;
 
 static void bufs_free(split_bufs *b) {
-    model_mlp_part_destroy(b->lower.part);
-    model_mlp_part_destroy(b->head.part);
+    model_mlp_part_free(b->lower.part);
+    model_mlp_part_free(b->head.part);
     free(b->dz);
     free(b->y);
     free(b->dy);

@@ -26,8 +26,8 @@ void peer_trainer_init(peer_trainer *t) {
 
 void peer_trainer_free(peer_trainer *t) {
     peer_gpu_free(t);
-    model_gpt_destroy(t->gpt);
-    model_mlp_destroy(t->mlp);
+    model_gpt_free(t->gpt);
+    model_mlp_free(t->mlp);
     free(t->base);
     free(t->delta);
     model_adamw_free(&t->opt);
@@ -48,10 +48,10 @@ static int cfg_equal(const model_gpt_config *a, const model_gpt_config *b) {
 
 void peer_trainer_drop_model(peer_trainer *t) {
     peer_gpu_free(t); /* a copy of the model being replaced */
-    model_gpt_destroy(t->gpt);
+    model_gpt_free(t->gpt);
     t->gpt = NULL;
     memset(&t->cfg, 0, sizeof t->cfg);
-    model_mlp_destroy(t->mlp);
+    model_mlp_free(t->mlp);
     t->mlp = NULL;
     free(t->base);
     free(t->delta);
@@ -133,7 +133,7 @@ static int load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t v
     model_mlp *m = NULL;
     if ((rc = model_mlp_create(&cfg, &m, err))) return rc;
     if ((rc = model_mlp_load_safetensors(m, f, err))) {
-        model_mlp_destroy(m);
+        model_mlp_free(m);
         return rc;
     }
     size_t n = model_mlp_num_params(m);
@@ -141,7 +141,7 @@ static int load_mlp(peer_trainer *t, const st_file *f, const char *js, int64_t v
     if (!base || !delta) {
         free(base);
         free(delta);
-        model_mlp_destroy(m);
+        model_mlp_free(m);
         return vl_fail(err, VL_ENOMEM, "out of memory for a model of %zu parameters", n);
     }
     replace_model(t, m, base, delta);
@@ -192,7 +192,7 @@ static int load_file(peer_trainer *t, const st_file *f, const char *run, int64_t
     rc = model_gpt_create(&cfg, &g, err);
     if (!rc) rc = model_gpt_load_safetensors(g, f, err);
     if (!rc) rc = adopt(t, g, version, err);
-    if (rc) model_gpt_destroy(g);
+    if (rc) model_gpt_free(g);
     return rc;
 }
 
@@ -215,7 +215,7 @@ int peer_trainer_init_model(peer_trainer *t, const model_gpt_config *cfg, int64_
     if (rc) return rc;
     model_gpt_init_weights(g, LOCAL_INIT_SEED);
     rc = adopt(t, g, version, err);
-    if (rc) model_gpt_destroy(g);
+    if (rc) model_gpt_free(g);
     return rc;
 }
 

@@ -57,7 +57,7 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) VL
 /* The parameters of stored version *version (< 0: the current one) of the
  * run in db_path, opened read-only, in a new model of the run's
  * configuration, which goes to *cfg (its data paths freed: the caller
- * reads no data). On success *gpt is owned by the caller (model_gpt_destroy)
+ * reads no data). On success *gpt is owned by the caller (model_gpt_free)
  * and *version holds the version read, *val_loss (may be NULL) its stored
  * validation loss (NaN when unknown). An unknown or pruned version is
  * VL_ENOTFOUND. */

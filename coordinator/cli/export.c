@@ -106,7 +106,7 @@ int coord_load_version(const char *db_path, int64_t *version, coord_config *cfg,
     if (val_loss) *val_loss = v.val_loss;
 out:
     if (rc != VL_OK) {
-        model_gpt_destroy(*gpt);
+        model_gpt_free(*gpt);
         *gpt = NULL;
     }
     storage_version_free(&v);
@@ -205,7 +205,7 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     vl_buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
     coord_net net = {.gpt = gpt};
     rc = coord_model_file(&cfg, &net, version, val_loss, &file, err);
-    model_gpt_destroy(gpt);
+    model_gpt_free(gpt);
     if (rc == VL_OK && !(config_json = build_config_json(&cfg.model)))
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
     if (rc != VL_OK) goto out;

@@ -62,7 +62,7 @@ int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_op
     if (rc != VL_OK) return rc;
     int V = cfg.model.vocab_size, T = cfg.model.block_size;
     if (V != 256) {
-        model_gpt_destroy(gpt);
+        model_gpt_free(gpt);
         return vl_fail(err, VL_EINVAL,
                        "sample: the run's model has a vocabulary of %d tokens; sample reads and "
                        "writes bytes (vocabulary 256). Export it and use a GPT-2 tokenizer",
@@ -72,7 +72,7 @@ int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_op
     size_t cap = plen + (size_t)o->tokens;
     int *toks = malloc(cap * sizeof *toks);
     if (!toks) {
-        model_gpt_destroy(gpt);
+        model_gpt_free(gpt);
         return vl_fail(err, VL_ENOMEM, "sample: out of memory");
     }
     for (size_t i = 0; i < plen; i++) toks[i] = (unsigned char)o->prompt[i];
@@ -91,7 +91,7 @@ int coord_cmd_sample(const char *db_path, int64_t version, const coord_sample_op
     }
     fputc('\n', out);
     free(toks);
-    model_gpt_destroy(gpt);
+    model_gpt_free(gpt);
     if (rc != VL_OK) return rc;
     if (fflush(out) != 0 || ferror(out)) return vl_fail(err, VL_EIO, "sample: writing failed");
     if (sampled) *sampled = version;

@@ -20,8 +20,8 @@ int coord_net_create(const coord_config *cfg, coord_net *n, vl_error *err) {
 }
 
 void coord_net_destroy(coord_net *n) {
-    model_gpt_destroy(n->gpt);
-    model_mlp_destroy(n->mlp);
+    model_gpt_free(n->gpt);
+    model_mlp_free(n->mlp);
     memset(n, 0, sizeof *n);
 }
 

@@ -65,7 +65,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
         rc = model_adamw_init(&s->opt, s->count, (float)cfg->split_lr, (float)cfg->train.beta1,
                               (float)cfg->train.beta2, (float)cfg->train.eps, 0.0f, err);
     if (rc) {
-        model_mlp_part_destroy(s->upper);
+        model_mlp_part_free(s->upper);
         model_adamw_free(&s->opt);
         free(s);
         return rc;
@@ -86,7 +86,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
 void coord_split_close(coord_server *srv) {
     coord_split *s = srv->split;
     if (!s) return;
-    model_mlp_part_destroy(s->upper);
+    model_mlp_part_free(s->upper);
     model_adamw_free(&s->opt);
     free(s->busy);
     free(s);

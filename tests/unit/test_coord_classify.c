@@ -393,7 +393,7 @@ static void test_model_file(void **state) {
     assert_null(st_meta_get(&f, "val_loss"));
     st_free(&f);
     vl_buf_free(&b);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
     coord_net_destroy(&net);
     assert_null(net.mlp);
     coord_net_destroy(&net); /* safe twice */

@@ -333,7 +333,7 @@ static void test_open_shards(void **state) {
     OK(model_gpt_eval_tokens(m, s.val, s.val_len, COORD_VAL_BATCH, 16, 1, &d, &e_));
     assert_memory_equal(&c, &d, sizeof c);
     assert_true(c != a);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 
     /* Reopened against what was recorded: the same; a changed shard (same
      * size) is refused. */

@@ -321,8 +321,8 @@ static void export_and_check(const fixture *f, int64_t v, const char *out) {
     assert_memory_equal(model_gpt_params(loaded), model_gpt_params(orig), n * sizeof(float));
     float lo = batch_loss(orig, f), ll = batch_loss(loaded, f);
     assert_true(lo == ll);
-    model_gpt_destroy(loaded);
-    model_gpt_destroy(orig);
+    model_gpt_free(loaded);
+    model_gpt_free(orig);
 }
 
 static void test_export_current(void **state) {
@@ -463,7 +463,7 @@ static void test_sample_greedy_is_argmax(void **state) {
             if (l[i] > l[best]) best = i;
         assert_int_equal(toks[t + 1], best);
     }
-    model_gpt_destroy(gpt);
+    model_gpt_free(gpt);
     free(text);
 }
 

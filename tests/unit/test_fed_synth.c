@@ -254,7 +254,7 @@ static void test_fed_learnable(void **state) {
     if (!(acc > 0.9))
         fail_msg("validation accuracy %.3f (loss %.3f) after %d steps", acc, loss, steps);
     free(x), free(xv), free(yv);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 int main(void) {

@@ -133,7 +133,7 @@ static void test_tensor_table(void **state) {
     assert_int_equal(wte->shape[0], 50257);
     assert_int_equal(wte->shape[1], 768);
     assert_null(model_gpt_find_tensor(m, "lm_head.weight"));
-    model_gpt_destroy(m);
+    model_gpt_free(m);
     coord_config_free(&cfg);
 }
 
@@ -219,7 +219,7 @@ static void test_forward_backward(void **state) {
         for (size_t i = 0; i < t[k].numel; i++) s += fabs(g[t[k].offset + i]);
         if (!(s > 0)) fail_msg("tensor %s has no gradient", t[k].name);
     }
-    model_gpt_destroy(m);
+    model_gpt_free(m);
     coord_config_free(&cfg);
 }
 

@@ -68,9 +68,9 @@ static void test_model_under_cap(void **state) {
     kernels_cuda_set_mem_cap(0);
     assert_int_equal(model_gpt_cuda_create(cpu, KERNELS_CUDA_BF16, &g, &e), VL_OK);
     assert_true(kernels_cuda_mem_in_use() > base + (1u << 20));
-    model_gpt_cuda_destroy(g);
+    model_gpt_cuda_free(g);
     assert_int_equal(kernels_cuda_mem_in_use(), base);
-    model_gpt_destroy(cpu);
+    model_gpt_free(cpu);
 }
 
 /* A 5-step task under a 1 MiB cap: auto trains it on the CPU, bit for bit

@@ -471,7 +471,7 @@ static double train(int kfac, float lr, float damping, float kl_clip, double *fi
     OK(model_mlp_evaluate(m, tr->x, tr->y, TR_N, &final_loss, NULL, &e_));
     model_kfac_layer_free(layer[0]);
     model_kfac_layer_free(layer[1]);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
     free(grad), free(nat), free(tr);
     return final_loss;
 }

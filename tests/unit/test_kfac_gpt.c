@@ -252,7 +252,7 @@ static void test_step_equals_explicit(void **state) {
     /* The same with KL clipping tight enough to bite: ν from
      * q = lr² Σ <∇, nat> over the linear layers only. */
     model_kfac_gpt_free(&o);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
     m = make_gpt();
     double dot = 0.0;
     for (int i = 0; i < NL; i++)
@@ -267,8 +267,8 @@ static void test_step_equals_explicit(void **state) {
     check_step(R, before, model_gpt_params(m), grads, n, c.lr, nu);
 
     model_kfac_gpt_free(&o);
-    model_gpt_destroy(m);
-    model_gpt_destroy(ref);
+    model_gpt_free(m);
+    model_gpt_free(ref);
     ref_free(R);
     rec_free(&r);
     free(before);
@@ -346,8 +346,8 @@ static void test_second_step_and_refresh(void **state) {
     assert_int_equal(o.rows, 3 * B * T);
 
     model_kfac_gpt_free(&o);
-    model_gpt_destroy(m);
-    model_gpt_destroy(ref);
+    model_gpt_free(m);
+    model_gpt_free(ref);
     ref_free(R1);
     ref_free(R2);
     rec_free(&r1);
@@ -403,7 +403,7 @@ static void test_layers_and_config(void **state) {
         assert_int_equal(model_kfac_gpt_init(&o, m, &bad[i].c, &err), VL_EINVAL);
         model_kfac_gpt_free(&o); /* safe after a failed init */
     }
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_refusals_and_reset(void **state) {
@@ -466,8 +466,8 @@ static void test_refusals_and_reset(void **state) {
 
     model_kfac_gpt_free(&o);
     model_kfac_gpt_free(&o); /* twice is safe */
-    model_gpt_destroy(m);
-    model_gpt_destroy(small);
+    model_gpt_free(m);
+    model_gpt_free(small);
     free(A), free(G);
 }
 
@@ -513,7 +513,7 @@ static float train_tiny(int kfac, float *first) {
     assert_int_equal(o.kept_inverses, 0);
     model_sgd_free(&sgd);
     model_kfac_gpt_free(&o);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
     return last;
 }
 

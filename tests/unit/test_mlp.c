@@ -159,8 +159,8 @@ static void test_tensor_table(void **state) {
     for (size_t i = 0; i < off; i++) assert_true(g[i] == 0.0f);
     assert_null(model_mlp_logits(m));
     assert_null(model_mlp_probs(m));
-    model_mlp_destroy(m);
-    model_mlp_destroy(NULL);
+    model_mlp_free(m);
+    model_mlp_free(NULL);
 }
 
 /* ---- forward -------------------------------------------------------------- */
@@ -194,7 +194,7 @@ static void test_forward_matches_reference(void **state) {
     for (int i = 0; i < B * C; i++) assert_near(model_mlp_probs(m)[i], pr[i], 1e-6);
     free(p);
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_init_loss_is_uniform(void **state) {
@@ -214,7 +214,7 @@ static void test_init_loss_is_uniform(void **state) {
     assert_near(loss, log(10.0), 0.03);
     free(x);
     free(y);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* ---- gradient ------------------------------------------------------------- */
@@ -268,7 +268,7 @@ static void test_gradient_finite_differences(void **state) {
     }
     free(p);
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_gradient_accumulates(void **state) {
@@ -295,7 +295,7 @@ static void test_gradient_accumulates(void **state) {
     for (size_t i = 0; i < n; i++) assert_true(g[i] == 0.0f);
     free(once);
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* What each layer saw and the gradient at its output, as K-FAC reads them:
@@ -376,7 +376,7 @@ static void test_layer_io(void **state) {
     assert_int_equal(model_mlp_layer_io(m, 0, &lx, &ly, &nb, &e), VL_EINVAL);
     free(before);
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_forward_errors(void **state) {
@@ -404,7 +404,7 @@ static void test_forward_errors(void **state) {
     OK(model_mlp_backward(m, &e_));
     assert_non_null(model_mlp_probs(m));                      /* backward leaves the outputs */
     assert_int_equal(model_mlp_backward(m, &err), VL_EINVAL); /* consumed */
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* Growing, shrinking and regrowing the batch gives the same outputs as a
@@ -422,10 +422,10 @@ static void test_replanning(void **state) {
         OK(model_mlp_forward(f, x, NULL, B, NULL, &e_));
         assert_memory_equal(model_mlp_logits(m), model_mlp_logits(f),
                             (size_t)B * 4 * sizeof(float));
-        model_mlp_destroy(f);
+        model_mlp_free(f);
     }
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* ---- training ------------------------------------------------------------- */
@@ -452,7 +452,7 @@ static void test_overfit_one_batch(void **state) {
     OK(model_mlp_accuracy(m, x, y, B, &acc, &e_));
     assert_near(acc, 1.0, 0);
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* Same seed, same data: bitwise-identical parameters and losses. */
@@ -473,7 +473,7 @@ static float *train_run(float *losses, int steps, size_t *n_out) {
     assert_non_null(p);
     memcpy(p, model_mlp_params(m), *n_out * sizeof(float));
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
     return p;
 }
 
@@ -484,7 +484,7 @@ static void test_deterministic(void **state) {
     size_t n = model_mlp_num_params(a);
     assert_memory_equal(model_mlp_params(a), model_mlp_params(b), n * sizeof(float));
     assert_memory_not_equal(model_mlp_params(a), model_mlp_params(d), n * sizeof(float));
-    model_mlp_destroy(a), model_mlp_destroy(b), model_mlp_destroy(d);
+    model_mlp_free(a), model_mlp_free(b), model_mlp_free(d);
 
     float l1[12], l2[12];
     size_t n1, n2;
@@ -533,7 +533,7 @@ static void test_evaluate(void **state) {
     assert_non_null(strstr(err.msg, "labels[400]")); /* the index in the set, not the chunk */
     free(x);
     free(y);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 int main(void) {

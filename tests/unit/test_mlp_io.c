@@ -192,7 +192,7 @@ static void test_config_num_params(void **state) {
         size_t sum = 0;
         for (int k = 0; k < nt; k++) sum += t[k].numel;
         assert_int_equal(sum, model_mlp_num_params(m));
-        model_mlp_destroy(m);
+        model_mlp_free(m);
     }
 }
 
@@ -257,8 +257,8 @@ static void test_safetensors_round_trip(void **state) {
                             model_mlp_num_params(a) * sizeof(float));
         st_free(&f);
         vl_buf_free(&b);
-        model_mlp_destroy(fresh);
-        model_mlp_destroy(a);
+        model_mlp_free(fresh);
+        model_mlp_free(a);
     }
 }
 
@@ -345,8 +345,8 @@ static void load_refused(const file_fault *f, int want, const char *needle) {
     st_free(&sf);
     vl_buf_free(&b);
     free(before);
-    model_mlp_destroy(src);
-    model_mlp_destroy(dst);
+    model_mlp_free(src);
+    model_mlp_free(dst);
 }
 
 static void test_load_refusals(void **state) {
@@ -394,8 +394,8 @@ static void test_load_refusals(void **state) {
     assert_int_equal(model_mlp_load_safetensors(dst, NULL, &e), VL_EINVAL);
     st_free(&sf);
     vl_buf_free(&b);
-    model_mlp_destroy(src);
-    model_mlp_destroy(dst);
+    model_mlp_free(src);
+    model_mlp_free(dst);
 }
 
 /* float16 tensors are accepted, widened exactly. */
@@ -422,8 +422,8 @@ static void test_load_f16(void **state) {
         }
     st_free(&sf);
     vl_buf_free(&b);
-    model_mlp_destroy(src);
-    model_mlp_destroy(dst);
+    model_mlp_free(src);
+    model_mlp_free(dst);
 }
 
 /* ---- AdamW over a tensor table ------------------------------------------- */
@@ -507,7 +507,7 @@ static void test_adamw_matches_reference(void **state) {
     free(vv);
     free(g);
     model_adamw_free(&opt);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_adamw_refusals(void **state) {
@@ -549,7 +549,7 @@ static void test_adamw_refusals(void **state) {
     assert_memory_equal(model_mlp_params(m), keep, n * sizeof *keep);
     free(g);
     free(keep);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* ---- the convolution front end --------------------------------------------- */
@@ -652,10 +652,10 @@ static void test_conv_tensors(void **state) {
     }
     assert_int_equal(off, model_mlp_num_params(m));
     assert_int_equal(off, model_mlp_config_num_params(&FASHION_CNN));
-    model_mlp_destroy(m);
+    model_mlp_free(m);
     m = mlp_make(SMALL_CNN, 1);
     assert_int_equal(model_mlp_num_params(m), model_mlp_config_num_params(&SMALL_CNN));
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_conv_safetensors_round_trip(void **state) {
@@ -697,9 +697,9 @@ static void test_conv_safetensors_round_trip(void **state) {
     assert_int_not_equal(model_mlp_load_safetensors(plain, &f, &e), 0);
     st_free(&f);
     vl_buf_free(&b);
-    model_mlp_destroy(plain);
-    model_mlp_destroy(fresh);
-    model_mlp_destroy(a);
+    model_mlp_free(plain);
+    model_mlp_free(fresh);
+    model_mlp_free(a);
 }
 
 int main(void) {

@@ -152,7 +152,7 @@ static void check_chain(model_mlp *m, const int *first, int n, int B, int rounds
     e = test_max_rel_err(g, want, np);
     if (!(e <= 1e-5))
         fail_msg("split at %d (%d parts): gradients differ by %.3g relative", first[n - 1], n, e);
-    for (int i = 0; i < n; i++) model_mlp_part_destroy(parts[i]);
+    for (int i = 0; i < n; i++) model_mlp_part_free(parts[i]);
     free(g), free(want), free(x), free(y);
 }
 
@@ -169,7 +169,7 @@ static void test_every_cut(void **state) {
     /* Backward adds: two passes without zeroing give twice the gradient. */
     int first[2] = {0, 1};
     check_chain(m, first, 2, 6, 2);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_u_shape(void **state) {
@@ -179,7 +179,7 @@ static void test_u_shape(void **state) {
     model_mlp *m = make_model(c, 5);
     int first[3] = {0, 1, c.n_hidden};
     check_chain(m, first, 3, 6, 1);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* Slices and widths agree with the whole model's tensor table. */
@@ -212,10 +212,10 @@ static void test_slices(void **state) {
             assert_int_equal(pl, l);
             assert_null(model_mlp_part_output(p));
             assert_int_equal(model_mlp_part_batch(p), 0);
-            model_mlp_part_destroy(p);
+            model_mlp_part_free(p);
         }
     assert_int_equal(nt, 2 * (c.n_hidden + 1));
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* ---- NoPeek inside the peer's step ---------------------------------------------- */
@@ -302,8 +302,8 @@ static void test_nopeek_finite_differences(void **state) {
                   n, worst, without);
     /* The dCor term matters: leaving it out misses many parameters. */
     assert_true(without > n / 4);
-    model_mlp_part_destroy(p);
-    model_mlp_destroy(m);
+    model_mlp_part_free(p);
+    model_mlp_free(m);
     free(X), free(R), free(g), free(g0), free(scratch);
 }
 
@@ -377,9 +377,9 @@ static void test_refusals(void **state) {
                   "nopeek p 0");
     expect_einval(model_mlp_part_nopeek(x, 4, z, 3, 4, NAN, z, NULL, NULL, &err), &err,
                   "nopeek alpha NaN");
-    model_mlp_part_destroy(lo);
-    model_mlp_part_destroy(hi);
-    model_mlp_part_destroy(NULL);
+    model_mlp_part_free(lo);
+    model_mlp_part_free(hi);
+    model_mlp_part_free(NULL);
 }
 
 /* ---- the convolution front end ------------------------------------------------ */
@@ -521,7 +521,7 @@ static void test_conv_model_finite_differences(void **state) {
     print_message("conv model: %zu parameters, worst tensor's gradient error %.3g relative\n", np,
                   worst_rel);
     free(p), free(x), free(y);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_conv_every_cut(void **state) {
@@ -542,7 +542,7 @@ static void test_conv_every_cut(void **state) {
     check_chain(m, u, 3, 5, 1);
     check_chain(m, u2, 3, 5, 1);
     check_chain(m, four, 4, 5, 2);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 static void test_conv_slices(void **state) {
@@ -568,14 +568,14 @@ static void test_conv_slices(void **state) {
             assert_int_equal(model_mlp_part_out_dim(p), out);
             assert_int_equal(model_mlp_part_num_params(p), n);
             assert_int_equal(model_mlp_part_has_head(p), l == L);
-            model_mlp_part_destroy(p);
+            model_mlp_part_free(p);
         }
     vl_error err = {0};
     model_mlp_part *p = NULL;
     assert_int_equal(model_mlp_part_create(&CNN, 0, L + 1, &p, &err), VL_EINVAL);
     assert_null(p);
     assert_int_equal(model_mlp_part_offset(&CNN, L, L + 1, NULL, NULL, &err), VL_EINVAL);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* A conv layer whose scratch per image (81 + 4) * 32 * 32 floats makes it
@@ -617,7 +617,7 @@ static void test_conv_chunked_batch(void **state) {
     int first[2] = {0, 1};
     check_chain(m, first, 2, B, 1);
     free(x), free(y), free(g), free(lg), free(mean);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* K-FAC's per-layer accessors are for dense-only models. */
@@ -637,7 +637,7 @@ static void test_conv_kfac_refused(void **state) {
     assert_int_equal(model_mlp_output_grads(m, y, &err), VL_EINVAL);
     assert_non_null(strstr(err.msg, "dense-only"));
     free(x);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 int main(void) {

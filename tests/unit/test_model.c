@@ -92,8 +92,8 @@ static void test_tensor_table(void **state) {
     assert_memory_equal(&got, &c, sizeof c);
     assert_null(model_gpt_grads(m)); /* allocated lazily */
     assert_null(model_gpt_output(m));
-    model_gpt_destroy(m);
-    model_gpt_destroy(NULL);
+    model_gpt_free(m);
+    model_gpt_free(NULL);
 }
 
 static double tensor_std(model_gpt *m, const char *name, double *mean) {
@@ -132,7 +132,7 @@ static void test_init(void **state) {
     }
     assert_near(tensor_std(a, "ln_f.weight", &mean), 0.0, 0);
     assert_near(mean, 1.0, 0);
-    model_gpt_destroy(a), model_gpt_destroy(b), model_gpt_destroy(d);
+    model_gpt_free(a), model_gpt_free(b), model_gpt_free(d);
 }
 
 /* The initialisation drawn in chunks on several threads is, bit for bit,
@@ -167,7 +167,7 @@ static void test_init_sequential(void **state) {
                          (double)p[t[i].offset + k], (double)want);
         }
     }
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* ---- forward -------------------------------------------------------------- */
@@ -194,7 +194,7 @@ static void test_init_loss_is_uniform(void **state) {
     double s = 0;
     for (int v = 0; v < 256; v++) s += p[v];
     assert_near(s, 1.0, 1e-5);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_forward_errors(void **state) {
@@ -224,7 +224,7 @@ static void test_forward_errors(void **state) {
     OK(model_gpt_forward(m, in, tg, 2, 8, &loss, &e_));
     OK(model_gpt_backward(m, &e_));
     assert_int_equal(model_gpt_backward(m, &err), VL_EINVAL); /* consumed */
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* Shapes that grow B*T, then B*T*T with the same B*T, then shrink, all give
@@ -246,9 +246,9 @@ static void test_replanning(void **state) {
         OK(model_gpt_forward(f, in, NULL, B, T, NULL, &e_));
         assert_memory_equal(model_gpt_output(m), model_gpt_output(f),
                             (size_t)B * T * 256 * sizeof(float));
-        model_gpt_destroy(f);
+        model_gpt_free(f);
     }
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* ---- gradient ------------------------------------------------------------- */
@@ -310,7 +310,7 @@ static void test_full_model_gradient(void **state) {
         if (sqrt(aa) == 0.0 && strcmp(t[i].name, "wte.weight") != 0)
             fail_msg("gradient of %s is identically zero", t[i].name);
     }
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_gradient_accumulates(void **state) {
@@ -339,7 +339,7 @@ static void test_gradient_accumulates(void **state) {
     OK(model_gpt_zero_grad(m, &e_));
     for (size_t i = 0; i < n; i++) assert_true(g[i] == 0.0f);
     free(once);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* ---- linear-layer hook ------------------------------------------------------ */
@@ -478,7 +478,7 @@ static void test_linear_hook_matches_gradients(void **state) {
     model_gpt_set_linear_hook(m, NULL, &h);
     free(hook_pass(m, in, tg, B, T));
     assert_int_equal(h.calls, 0);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_linear_hook_only_observes(void **state) {
@@ -501,7 +501,7 @@ static void test_linear_hook_only_observes(void **state) {
     free(hooked);
     free(unset);
     hook_rec_free(&h);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* ---- training ------------------------------------------------------------- */
@@ -531,7 +531,7 @@ static void test_overfit_one_batch(void **state) {
     if (!(loss < first / 20)) fail_msg("did not overfit: loss %.4f -> %.4f", first, loss);
     assert_int_equal(opt.step, 200);
     model_adamw_free(&opt);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* Same seed, same data: bitwise-identical losses and parameters. */
@@ -558,7 +558,7 @@ static void train_run(float *losses, int steps, float **params_out, size_t *n_ou
     assert_non_null(*params_out);
     memcpy(*params_out, model_gpt_params(m), *n_out * sizeof(float));
     model_adamw_free(&opt);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_deterministic_training(void **state) {
@@ -610,11 +610,11 @@ static void test_eval_bytes(void **state) {
     assert_int_equal(model_gpt_eval_bytes(m, data, 8, 1, 8, 0, &d, &err), VL_EINVAL);
     assert_int_equal(model_gpt_eval_bytes(m, data, 100, 1, 9, 0, &d, &err), VL_EINVAL);
     assert_int_equal(model_gpt_backward(m, &err), VL_EINVAL);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
     c.vocab_size = 100;
     m = make(c, 6);
     assert_int_equal(model_gpt_eval_bytes(m, data, 100, 1, 8, 0, &d, &err), VL_EINVAL);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 /* ---- AdamW policy and data ------------------------------------------------ */
@@ -660,7 +660,7 @@ static void test_adamw_decay_policy(void **state) {
     model_adamw_free(&opt);
     model_adamw_free(&opt); /* twice is safe */
     free(before);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_data_sample(void **state) {

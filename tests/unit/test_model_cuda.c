@@ -529,9 +529,9 @@ static void gpt_compare(kernels_cuda_math math) {
     }
     free(in), free(tg), free(g_grads), free(g_out);
     model_adamw_free(&opt);
-    model_gpt_destroy(dl);
-    model_gpt_destroy(cpu);
-    model_gpt_cuda_destroy(gpu);
+    model_gpt_free(dl);
+    model_gpt_free(cpu);
+    model_gpt_cuda_free(gpu);
 }
 
 static void test_gpt_step_fp32(void **state) {
@@ -636,7 +636,7 @@ static void test_clip_and_adamw_state(void **state) {
     if (!(pw <= 1))
         fail_msg("parameter %zu after AdamW: %.9g on the GPU, %.9g on the CPU", at, (double)gp[at],
                  (double)cp[at]);
-    model_gpt_destroy(dl);
+    model_gpt_free(dl);
     assert_int_equal(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 2, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_get_adamw(gpu, m, v, np - 1, &step, &err), VL_EINVAL);
     ok(model_gpt_cuda_set_adamw(gpu, NULL, NULL, np, 0, &err), &err, "reset");
@@ -645,8 +645,8 @@ static void test_clip_and_adamw_state(void **state) {
     for (size_t i = 0; i < np; i++) assert_true(m[i] == 0 && v[i] == 0);
     free(g), free(gc), free(m), free(v);
     model_adamw_free(&opt);
-    model_gpt_cuda_destroy(gpu);
-    model_gpt_destroy(cpu);
+    model_gpt_cuda_free(gpu);
+    model_gpt_free(cpu);
 }
 
 /* ---- refusals --------------------------------------------------------------------------- */
@@ -690,9 +690,9 @@ static void test_bad_args(void **state) {
     /* Without targets there is an output but nothing to differentiate. */
     ok(model_gpt_cuda_forward(gpu, in, NULL, 1, 8, NULL, &err), &err, "forward");
     assert_int_equal(model_gpt_cuda_backward(gpu, &err), VL_EINVAL);
-    model_gpt_cuda_destroy(gpu);
-    model_gpt_destroy(cpu);
-    model_gpt_destroy(other);
+    model_gpt_cuda_free(gpu);
+    model_gpt_free(cpu);
+    model_gpt_free(other);
 }
 
 int main(void) {

@@ -94,10 +94,10 @@ static void test_one_device_is_the_plain_model(void **state) {
     ok(model_gpt_cuda_dp_download_replica(dp, 0, NULL, dg, np, &err), &err, "replica 0");
     for (size_t i = 0; i < np; i++) assert_true(dg[i] == 0.0f);
     free(pg), free(dg), free(pp), free(pm), free(pv), free(dm), free(dv);
-    model_gpt_cuda_dp_destroy(dp);
-    model_gpt_cuda_destroy(plain);
-    model_gpt_destroy(host);
-    model_gpt_destroy(dl);
+    model_gpt_cuda_dp_free(dp);
+    model_gpt_cuda_free(plain);
+    model_gpt_free(host);
+    model_gpt_free(dl);
 }
 
 /* ---- refusals --------------------------------------------------------------------- */
@@ -138,7 +138,7 @@ static void test_bad_args(void **state) {
     assert_int_equal(model_gpt_cuda_dp_adamw_step(NULL, LR, B1, B2, EPS, WD, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_set_adamw(NULL, NULL, NULL, 1, 0, &err), VL_EINVAL);
     assert_int_equal(model_gpt_cuda_dp_get_adamw(NULL, &f, &f, 1, &step, &err), VL_EINVAL);
-    model_gpt_cuda_dp_destroy(NULL);
+    model_gpt_cuda_dp_free(NULL);
 
     ok(model_gpt_cuda_dp_create(host, KERNELS_CUDA_FP32, 1, &dp, &err), &err, "dp model");
     size_t np = model_gpt_cuda_dp_num_params(dp);
@@ -168,9 +168,9 @@ static void test_bad_args(void **state) {
     /* Refusals left it usable. */
     ok(model_gpt_cuda_dp_grads(dp, in, tg, 1, 8, &f, &err), &err, "grads after refusals");
     assert_true(isfinite(f));
-    model_gpt_destroy(wrong);
-    model_gpt_cuda_dp_destroy(dp);
-    model_gpt_destroy(host);
+    model_gpt_free(wrong);
+    model_gpt_cuda_dp_free(dp);
+    model_gpt_free(host);
 }
 
 int main(void) {

@@ -129,11 +129,11 @@ static void two_devices(int B) {
         ok(model_gpt_cuda_dp_upload_params(dp, dl, &err), &err, "upload");
     }
     free(pg), free(dg), free(pp);
-    model_gpt_cuda_dp_destroy(dp);
+    model_gpt_cuda_dp_free(dp);
     expect_device_0("destroy");
-    model_gpt_cuda_destroy(plain);
-    model_gpt_destroy(host);
-    model_gpt_destroy(dl);
+    model_gpt_cuda_free(plain);
+    model_gpt_free(host);
+    model_gpt_free(dl);
 }
 
 static void test_uneven_split(void **state) {

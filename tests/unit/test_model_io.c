@@ -76,8 +76,8 @@ static void test_round_trip(void **state) {
     assert_int_equal(model_gpt_config_from_safetensors(&f, &c, &err), VL_ENOTFOUND);
     st_free(&f);
     vl_buf_free(&file);
-    model_gpt_destroy(a);
-    model_gpt_destroy(b);
+    model_gpt_free(a);
+    model_gpt_free(b);
 }
 
 /* Builds a file from the model's tensors with one tensor altered:
@@ -169,8 +169,8 @@ static void test_rejects_bad_checkpoints(void **state) {
     assert_int_equal(model_gpt_load_safetensors(dst, NULL, &err), VL_EINVAL);
     free(before);
     free(scratch);
-    model_gpt_destroy(src);
-    model_gpt_destroy(dst);
+    model_gpt_free(src);
+    model_gpt_free(dst);
 }
 
 static void test_load_f16(void **state) {
@@ -186,8 +186,8 @@ static void test_load_f16(void **state) {
         assert_true(b[i] == vl_f16_to_f32(vl_f32_to_f16(a[i])));
     st_free(&f);
     vl_buf_free(&file);
-    model_gpt_destroy(src);
-    model_gpt_destroy(dst);
+    model_gpt_free(src);
+    model_gpt_free(dst);
 }
 
 static void test_shape_mismatch_between_configs(void **state) {
@@ -208,8 +208,8 @@ static void test_shape_mismatch_between_configs(void **state) {
     assert_non_null(strstr(err.msg, "wte.weight"));
     st_free(&f);
     vl_buf_free(&file);
-    model_gpt_destroy(w);
-    model_gpt_destroy(m);
+    model_gpt_free(w);
+    model_gpt_free(m);
 }
 
 int main(void) {

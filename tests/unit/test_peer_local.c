@@ -329,7 +329,7 @@ static void model_file(const model_mlp_config *cfg, uint64_t seed, const char *r
     vl_buf_init(out, 0);
     OK(st_writer_finish(&w, out, &e_));
     st_writer_free(&w);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
 }
 
 /* The parameters model_file writes, for comparing with a trainer's base. */
@@ -341,7 +341,7 @@ static float *file_params(const model_mlp_config *cfg, uint64_t seed, size_t *n)
     float *p = malloc(*n * sizeof *p);
     assert_non_null(p);
     memcpy(p, model_mlp_params(m), *n * sizeof *p);
-    model_mlp_destroy(m);
+    model_mlp_free(m);
     return p;
 }
 

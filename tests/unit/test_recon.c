@@ -86,7 +86,7 @@ static void test_gradient_finite_differences(void **state) {
     free(g);
     free(Z);
     free(X);
-    model_recon_destroy(d);
+    model_recon_free(d);
 }
 
 /* X = sigmoid(Z A) for a fixed random A [q, p]: learnable by the decoder. */
@@ -152,7 +152,7 @@ static void test_learns_toy_problem(void **state) {
     free(X);
     free(Zt);
     free(Xt);
-    model_recon_destroy(d);
+    model_recon_free(d);
 }
 
 static void test_reproducible_and_split(void **state) {
@@ -179,9 +179,9 @@ static void test_reproducible_and_split(void **state) {
     assert_true(mse > 0 && mse < 1);
     free(Z);
     free(X);
-    model_recon_destroy(a);
-    model_recon_destroy(b);
-    model_recon_destroy(c);
+    model_recon_free(a);
+    model_recon_free(b);
+    model_recon_free(c);
 }
 
 static void test_mse_helper(void **state) {
@@ -244,13 +244,13 @@ static void test_decoder_refuses(void **state) {
     FAILS(VL_EINVAL, model_recon_train(wide, Z, X, 16384, 1, 16384, 1e-3f, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_loss_grad(wide, Z, X, 16384, NULL, &e_));
     FAILS(VL_EINVAL, model_recon_loss_grad(d, Z, X, MODEL_RECON_MAX_BATCH + 1, NULL, &e_));
-    model_recon_destroy(wide);
+    model_recon_free(wide);
     /* Still usable after the refusals. */
     OK(model_recon_train(d, Z, X, N, 1, 2, 1e-3f, NULL, &e_));
     OK(model_recon_predict(d, Z, N, out, &e_));
     free(before);
-    model_recon_destroy(d);
-    model_recon_destroy(NULL);
+    model_recon_free(d);
+    model_recon_free(NULL);
 }
 
 /* ---- SSIM ----------------------------------------------------------------------------- */

@@ -125,7 +125,7 @@ static void test_sgd_gpt(void **state) {
     if (!(loss < 0.5f * first)) fail_msg("loss %.4f -> %.4f: did not halve", first, loss);
     model_sgd_free(&opt);
     free(before);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 static void test_sgd_refusals(void **state) {
@@ -156,7 +156,7 @@ static void test_sgd_refusals(void **state) {
     assert_int_equal(model_sgd_step_gpt(&opt, m, &e), VL_EINVAL); /* no gradients yet */
     assert_non_null(strstr(e.msg, "gradients"));
     model_sgd_free(&opt);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 int main(void) {

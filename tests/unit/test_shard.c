@@ -471,7 +471,7 @@ static void test_eval_tokens(void **state) {
     tok[3] = 300; /* not below vocab_size */
     assert_int_equal(model_gpt_eval_tokens(m, tok, N, 1, T, 0, &a, &err), VL_EINVAL);
     free(tok);
-    model_gpt_destroy(m);
+    model_gpt_free(m);
 }
 
 int main(void) {

@@ -111,7 +111,7 @@ static void test_split_dz_is_the_mean_loss_gradient(void **state) {
     /* The whole gradient too, on its own scale. */
     assert_true(worst <= 5e-3 * fmax);
 
-    model_mlp_part_destroy(ref);
+    model_mlp_part_free(ref);
     vl_buf_free(&body);
     free(z);
     serve_close();
