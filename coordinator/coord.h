@@ -182,14 +182,48 @@ typedef struct coord_speed {
     double wait_since;
 } coord_speed;
 
-typedef struct coord_server {
-    struct event_base *base;
+/* coord_server's parts, one per job, so that a reader sees which layer
+ * owns a field: the connections (conn/), the run (run/), the scheduling
+ * (sched/), the caches of what is served (run/blob.c, ops/status.c) and
+ * the operator's side (ops/). */
+
+/* What the connections hold: listeners, TLS, the guards, the caps and
+ * budgets, the nonces (conn/). */
+typedef struct coord_srv_conns {
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
     struct ssl_ctx_st *ssl;
-    /* Each route's handler, indexed by coord_route_id (base/routes.h). */
-    const coord_handler *handlers;
+    /* Where the certificate chain and key are read from, again on SIGHUP
+     * (tls.c). */
+    char cert_path[COORD_PATH_MAX], key_path[COORD_PATH_MAX];
+    vcrypto_nonce_cache *nonces;
+    struct coord_nonce_log *nonce_log; /* the nonces, journalled across restarts */
+    coord_limits limits;
+    coord_limiter *addr_limiter, *peer_limiter;
+    coord_limiter *split_limiter; /* a split run's batch routes; NULL elsewhere */
+    struct event *slow_timer;     /* checks every connection against the slow-client limits */
+    coord_guard *guards;          /* one per open connection */
+    /* Connections under pressure (conns.c). */
+    struct event *accept_timer;          /* resumes accepting after a pause */
+    int64_t accept_errors, conns_closed; /* since the last log line about them */
+    double accept_logged, conns_logged;
+    double pressure_until; /* descriptors ran short: idle connections go sooner */
+    /* Signed bodies being received: their bytes, and their peers (one body
+     * at a time per peer). */
+    int64_t body_inflight;
+    int64_t *receiving_peers;
+    size_t n_receiving, cap_receiving;
+    size_t n_conns;
+    int64_t inflight;             /* requests handed to a handler and not yet fully answered */
+    struct coord_linger *lingers; /* refused connections being drained */
+} coord_srv_conns;
+
+/* The run: its configuration, data, model, versions, scores and the
+ * threads that change them (run/). */
+typedef struct coord_srv_run {
     storage *db;
+    char db_path[COORD_PATH_MAX];
+    struct coord_writer *writer; /* runs every write (group commit) */
     coord_config cfg;
     char *peer_config;   /* run configuration as peers get it (JSON text) */
     coord_corpus corpus; /* text runs */
@@ -197,7 +231,15 @@ typedef struct coord_server {
     coord_testset test;  /* a classifier run's held-out images (may be empty) */
     coord_net net;       /* its parameters are the current version's */
     size_t n_params;
-    float *momentum;      /* outer optimiser state after the current version (n_state) */
+    float *momentum;    /* outer optimiser state after the current version (n_state) */
+    size_t n_state;     /* coord_state_size() of the run */
+    compress_spec spec; /* what uploads must look like */
+    int64_t version;
+    /* When the current version was made, on vl_clock_mono_s()'s clock (its
+     * age decides a sync deadline). */
+    double version_born;
+    int64_t plain_versions; /* async versions stepped without momentum */
+    int finished;
     double val_loss;      /* the current version's (NaN when unknown) */
     double val_accuracy;  /* a classifier's on the test set (NaN when unknown) */
     double best_val_loss; /* the lowest of any version's (NaN when unknown) */
@@ -211,9 +253,6 @@ typedef struct coord_server {
     /* Versions refused in a row just now: each halves the next outer step,
      * down to 1 / 2^COORD_MAX_BACKOFF (counted from 0 after a restart). */
     int refused_streak;
-    size_t n_state;     /* coord_state_size() of the run */
-    compress_spec spec; /* what uploads must look like */
-    int64_t version;
     /* robust.max_norm "auto": the bound derived from the first versions
      * (coord_norm_bound_refresh), 0 until they exist. Written by the loop,
      * read by the compute thread too. */
@@ -221,88 +260,83 @@ typedef struct coord_server {
     /* The updates of the versions it is being learnt from (bound.c):
      * only merges, one at a time, touch it. */
     struct coord_bound_window *bound_window;
-    int finished;
-    int draining;
-    double drain_deadline;
-    vcrypto_nonce_cache *nonces;
-    struct coord_nonce_log *nonce_log; /* the nonces, journalled across restarts */
-    coord_limits limits;
-    coord_limiter *addr_limiter, *peer_limiter;
-    coord_limiter *split_limiter; /* a split run's batch routes; NULL elsewhere */
-    struct event *slow_timer;     /* checks every connection against the slow-client limits */
-    coord_blob *model_blob;       /* current version as safetensors, built on demand */
-    coord_blob *delta_blob;       /* the last delta served (its since and version below) */
-    coord_blob *old_blob;         /* the last old version served whole, shared by its readers */
-    int64_t digest_version;       /* the version digest_hex is the SHA-256 of (-1: none) */
-    char digest_hex[65];
-    int64_t delta_since, delta_version;
+    coord_net eval;            /* scratch model that validates a version before it is made */
+    coord_net scorer;          /* the background thread's, for full scores (score.c) */
+    struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
+    int compute_threads;       /* coord_serve_opts.compute_threads (0: OpenMP's default) */
+    /* K-FAC runs that share factors: the layers every factor file must
+     * have, and the newest version with merged factors (-1: none yet). */
+    compress_factor_layer *factor_layers;
+    int n_factor_layers;
+    int64_t factors_version;
+    /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row
+     * must be visible to this thread's own database connection, a second
+     * one beside the writer's, or the process aborts. */
+    int ack_check;
+} coord_srv_run;
+
+/* When things happen: leases on their way, waiting peers, paces, the
+ * timers of merges, rounds and expiries, and what is with the writer
+ * (sched/). */
+typedef struct coord_srv_sched {
     coord_speed *speeds; /* async runs */
     size_t n_speeds, cap_speeds;
     coord_waiter *waiters, *waiters_tail;
     size_t n_waiters;
-    coord_guard *guards; /* one per open connection */
-    /* Connections under pressure (conns.c). */
-    struct event *accept_timer;          /* resumes accepting after a pause */
-    int64_t accept_errors, conns_closed; /* since the last log line about them */
-    double accept_logged, conns_logged;
-    double pressure_until;                   /* descriptors ran short: idle connections go sooner */
-    struct evhttp_bound_socket *admin_bound; /* the admin listener's socket */
-    struct bufferevent *admin_bevs[2 * COORD_ADMIN_CONNS_MAX]; /* its connections */
-    size_t n_admin;
-    /* Signed bodies being received: their bytes, and their peers (one body
-     * at a time per peer). */
-    int64_t body_inflight;
-    int64_t *receiving_peers;
-    size_t n_receiving, cap_receiving;
-    size_t n_conns;
-    int64_t inflight; /* requests handed to a handler and not yet fully answered */
     struct event *lease_timer;
     struct event *wait_timer;  /* wakes the waiters when a lease_wait ends */
-    int64_t plain_versions;    /* async versions stepped without momentum */
     struct event *round_timer; /* merges when an open second round's deadline comes */
     struct event *merge_event;
-    struct event *drain_timer;
-    struct event *sig_term, *sig_int, *sig_hup;
-    /* Where the certificate chain and key are read from, again on SIGHUP
-     * (tls.c). */
-    char cert_path[COORD_PATH_MAX], key_path[COORD_PATH_MAX];
-    char db_path[COORD_PATH_MAX];
-    coord_metrics metrics;     /* base/counters.c */
-    struct evhttp *admin_http; /* the admin listener; NULL when off */
-    char admin_token[160];     /* its bearer token; "" for none */
     int merge_scheduled;
-    struct coord_linger *lingers; /* refused connections being drained */
-    struct coord_writer *writer;  /* runs every write (group commit) */
     /* Leases handed to the writer whose done callback has not run yet
      * (some may be committed already), and each one's peer, version and
      * job (cap_issuing entries). */
     int64_t issuing;
     coord_issuing *issuing_leases;
     size_t cap_issuing;
-    json_t *status_cache; /* the last GET /v1/status answer, and when it was made */
-    double status_at;
     int expiring;      /* a lease expiry is with the writer */
     int merging;       /* a version is with the writer */
-    coord_disk disk;   /* a full disk and the merges' backoff (schedule.h) */
     int opening_round; /* a second round's candidates are with the writer */
-    /* When the current version was made, on vl_clock_mono_s()'s clock (its
-     * age decides a sync deadline). */
-    double version_born;
-    coord_net eval;            /* scratch model that validates a version before it is made */
-    coord_net scorer;          /* the background thread's, for full scores (score.c) */
-    struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
-    int compute_threads;       /* coord_serve_opts.compute_threads (0: OpenMP's default) */
-    /* VOLLEY_ACK_CHECK=1 (the tests): before each 202, the upload's row
-     * must be visible to this thread's own database connection, a second
-     * one beside the writer's, or the process aborts. */
-    int ack_check;
-    /* K-FAC runs that share factors: the layers every factor file must
-     * have, the newest version with merged factors (-1: none yet), and
-     * that version's file, built on first request. */
-    compress_factor_layer *factor_layers;
-    int n_factor_layers;
-    int64_t factors_version;
-    coord_blob *factors_blob;
+    coord_disk disk;   /* a full disk and the merges' backoff (schedule.h) */
+} coord_srv_sched;
+
+/* What is served again and again, kept built (run/blob.c, ops/status.c). */
+typedef struct coord_srv_caches {
+    coord_blob *model_blob;   /* current version as safetensors, built on demand */
+    coord_blob *delta_blob;   /* the last delta served (its since and version below) */
+    coord_blob *old_blob;     /* the last old version served whole, shared by its readers */
+    coord_blob *factors_blob; /* factors_version's factor file, built on first request */
+    int64_t digest_version;   /* the version digest_hex is the SHA-256 of (-1: none) */
+    char digest_hex[65];
+    int64_t delta_since, delta_version;
+    json_t *status_cache; /* the last GET /v1/status answer, and when it was made */
+    double status_at;
+} coord_srv_caches;
+
+/* The operator's side: counters and the admin listener (ops/). */
+typedef struct coord_srv_ops {
+    coord_metrics metrics;                   /* base/counters.c */
+    struct evhttp *admin_http;               /* the admin listener; NULL when off */
+    struct evhttp_bound_socket *admin_bound; /* its socket */
+    struct bufferevent *admin_bevs[2 * COORD_ADMIN_CONNS_MAX]; /* its connections */
+    size_t n_admin;
+    char admin_token[160]; /* its bearer token; "" for none */
+} coord_srv_ops;
+
+/* The server: the event loop, the handlers and the drain, and its parts. */
+typedef struct coord_server {
+    struct event_base *base;
+    /* Each route's handler, indexed by coord_route_id (base/routes.h). */
+    const coord_handler *handlers;
+    int draining;
+    double drain_deadline;
+    struct event *drain_timer;
+    struct event *sig_term, *sig_int, *sig_hup;
+    coord_srv_conns conns;
+    coord_srv_run run;
+    coord_srv_sched sched;
+    coord_srv_caches caches;
+    coord_srv_ops ops;
 } coord_server;
 
 /* One request as a handler sees it. */

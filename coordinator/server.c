@@ -84,7 +84,7 @@ static void linger_end(coord_linger *l) {
     if (l->prev)
         l->prev->next = l->next;
     else
-        srv->lingers = l->next;
+        srv->conns.lingers = l->next;
     if (l->next) l->next->prev = l->prev;
     event_free(l->ev);
     close(l->fd);
@@ -123,9 +123,9 @@ static void linger_start(coord_server *srv, int fd) {
     l->fd = fd;
     l->srv = srv;
     l->deadline = vl_clock_mono_s() + LINGER_S;
-    l->next = srv->lingers;
-    if (srv->lingers) srv->lingers->prev = l;
-    srv->lingers = l;
+    l->next = srv->conns.lingers;
+    if (srv->conns.lingers) srv->conns.lingers->prev = l;
+    srv->conns.lingers = l;
 }
 
 /* ---- connections ---------------------------------------------------------- */
@@ -143,9 +143,9 @@ static void guard_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, 
     if (g->prev)
         g->prev->next = g->next;
     else
-        srv->guards = g->next;
+        srv->conns.guards = g->next;
     if (g->next) g->next->prev = g->prev;
-    srv->n_conns--;
+    srv->conns.n_conns--;
     if (g->linger_fd >= 0) {
         linger_start(srv, g->linger_fd);
         g->linger_fd = -1;
@@ -161,18 +161,18 @@ static void discard_input(struct evbuffer *input, const struct evbuffer_cb_info 
 }
 
 static struct bufferevent *guarded_tls(struct event_base *base, coord_server *srv) {
-    SSL *ssl = SSL_new(srv->ssl);
+    SSL *ssl = SSL_new(srv->conns.ssl);
     coord_guard *g = malloc(sizeof *g);
     if (!ssl || !g) goto fail;
     /* The routes whose bodies may be as large as the run allows (updates,
      * second-round values, split batches) come from the route table. */
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY,
                              .large_paths = coord_route_large_paths(),
-                             .large_cap = (uint64_t)srv->cfg.max_body_bytes,
-                             .slow_timeout_s = srv->limits.slow_timeout_s,
-                             .min_body_rate = srv->limits.min_body_rate,
+                             .large_cap = (uint64_t)srv->run.cfg.max_body_bytes,
+                             .slow_timeout_s = srv->conns.limits.slow_timeout_s,
+                             .min_body_rate = srv->conns.limits.min_body_rate,
                              .body_window_s =
-                                 srv->limits.slow_timeout_s > 0 ? COORD_BODY_WINDOW_S : 0,
+                                 srv->conns.limits.slow_timeout_s > 0 ? COORD_BODY_WINDOW_S : 0,
                              .authorize = coord_auth_head,
                              .authorize_arg = srv,
                              .release = coord_auth_release,
@@ -193,10 +193,10 @@ static struct bufferevent *guarded_tls(struct event_base *base, coord_server *sr
         bufferevent_free(bev);
         return NULL;
     }
-    g->next = srv->guards;
-    if (srv->guards) srv->guards->prev = g;
-    srv->guards = g;
-    srv->n_conns++;
+    g->next = srv->conns.guards;
+    if (srv->conns.guards) srv->conns.guards->prev = g;
+    srv->conns.guards = g;
+    srv->conns.n_conns++;
     /* Clients that drop the TCP connection without close_notify are
      * normal (a killed peer), not errors worth a log line. */
     bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
@@ -234,15 +234,15 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
     double now = vl_clock_mono_s();
     /* Enforcing may free that guard's connection (and unlink the guard),
      * never another one, so the next pointer is taken first. */
-    for (coord_guard *g = srv->guards, *next; g; g = next) {
+    for (coord_guard *g = srv->conns.guards, *next; g; g = next) {
         next = g->next;
         coord_guard_verdict v = coord_guard_enforce_time(g, now);
         if (v == COORD_GUARD_HEAD_TIMEOUT)
             vl_log_info("a request head took longer than %.0f s; refused",
-                        srv->limits.slow_timeout_s);
+                        srv->conns.limits.slow_timeout_s);
         else if (v == COORD_GUARD_BODY_TIMEOUT)
             vl_log_info("a request body arrived slower than %.0f bytes/s; connection closed",
-                        srv->limits.min_body_rate);
+                        srv->conns.limits.min_body_rate);
     }
     coord_conns_tick(srv, now);
 }
@@ -252,27 +252,28 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
 #define LIMITER_SLOTS ((size_t)1 << 16)
 
 static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err) {
-    srv->limits = *l;
-    if (srv->limits.slow_timeout_s > 0 && !(srv->limits.min_body_rate > 0))
+    srv->conns.limits = *l;
+    if (srv->conns.limits.slow_timeout_s > 0 && !(srv->conns.limits.min_body_rate > 0))
         return vl_fail(err, VL_EINVAL, "the minimum body rate must be > 0");
-    srv->addr_limiter = coord_limiter_new(LIMITER_SLOTS, l->addr);
-    srv->peer_limiter = coord_limiter_new(LIMITER_SLOTS, l->peer);
-    if (!srv->addr_limiter || !srv->peer_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
+    srv->conns.addr_limiter = coord_limiter_new(LIMITER_SLOTS, l->addr);
+    srv->conns.peer_limiter = coord_limiter_new(LIMITER_SLOTS, l->peer);
+    if (!srv->conns.addr_limiter || !srv->conns.peer_limiter)
+        return vl_fail(err, VL_ENOMEM, "out of memory");
     /* The run's configuration is loaded by now: a split run's batches get
      * a budget sized from its split settings (rates.c). */
-    if (coord_config_is_split(&srv->cfg)) {
-        srv->limits.split = coord_limits_split_rate(&srv->cfg, l->peer, l->split);
-        srv->split_limiter = coord_limiter_new(LIMITER_SLOTS, srv->limits.split);
-        if (!srv->split_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
-        if (srv->limits.split.rate > 0)
+    if (coord_config_is_split(&srv->run.cfg)) {
+        srv->conns.limits.split = coord_limits_split_rate(&srv->run.cfg, l->peer, l->split);
+        srv->conns.split_limiter = coord_limiter_new(LIMITER_SLOTS, srv->conns.limits.split);
+        if (!srv->conns.split_limiter) return vl_fail(err, VL_ENOMEM, "out of memory");
+        if (srv->conns.limits.split.rate > 0)
             vl_log_info("split batches: up to %.0f requests/s per peer, bursts of %.0f",
-                        srv->limits.split.rate, srv->limits.split.burst);
+                        srv->conns.limits.split.rate, srv->conns.limits.split.burst);
     }
     /* The tick runs even with every limit off: it also counts the admin
      * listener's connections. */
-    srv->slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
+    srv->conns.slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
     struct timeval tv = {0, (suseconds_t)(SLOW_CHECK_S * 1e6)};
-    if (!srv->slow_timer || event_add(srv->slow_timer, &tv) != 0)
+    if (!srv->conns.slow_timer || event_add(srv->conns.slow_timer, &tv) != 0)
         return vl_fail(err, VL_ENOMEM, "cannot start the slow-client timer");
     return VL_OK;
 }
@@ -280,8 +281,10 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
 /* ---- draining --------------------------------------------------------------- */
 
 static int all_idle(coord_server *srv) {
-    if (srv->n_waiters > 0 || srv->inflight > 0 || coord_writer_pending(srv->writer) > 0) return 0;
-    for (coord_guard *g = srv->guards; g; g = g->next)
+    if (srv->sched.n_waiters > 0 || srv->conns.inflight > 0 ||
+        coord_writer_pending(srv->run.writer) > 0)
+        return 0;
+    for (coord_guard *g = srv->conns.guards; g; g = g->next)
         if (!coord_guard_idle(g)) return 0;
     return 1;
 }
@@ -297,7 +300,7 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg) {
     }
     if (vl_clock_mono_s() >= srv->drain_deadline) {
         vl_log_warn("drain grace of %d s over with %lld request(s) unfinished; shutting down",
-                    COORD_DRAIN_GRACE_S, (long long)srv->inflight);
+                    COORD_DRAIN_GRACE_S, (long long)srv->conns.inflight);
         event_base_loopexit(srv->base, NULL);
         return;
     }
@@ -316,9 +319,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
     vl_log_info("signal %d: draining (no new connections; finishing requests in flight)", (int)sig);
     srv->draining = 1;
     srv->drain_deadline = vl_clock_mono_s() + COORD_DRAIN_GRACE_S;
-    if (srv->bound) {
-        evhttp_del_accept_socket(srv->http, srv->bound);
-        srv->bound = NULL;
+    if (srv->conns.bound) {
+        evhttp_del_accept_socket(srv->conns.http, srv->conns.bound);
+        srv->conns.bound = NULL;
     }
     coord_drain_waiters(srv);
     srv->drain_timer = evtimer_new(srv->base, drain_tick, srv);
@@ -359,7 +362,7 @@ bad:
 }
 
 /* The size of coord_server.admin_token, its terminator included. */
-#define ADMIN_TOKEN_CAP ((int)sizeof(((coord_server *)NULL)->admin_token))
+#define ADMIN_TOKEN_CAP ((int)sizeof(((coord_server *)NULL)->ops.admin_token))
 
 /* The admin listener as opts ask, bound into *fd (-1: none): the default
  * address is given up when taken (two coordinators on one host), with the
@@ -400,8 +403,8 @@ static int bind_admin(const coord_serve_opts *opts, char *host, size_t cap, int 
 /* Serves the public listener on fd, bound by coord_listen_bind (libevent
  * owns it from here, also on failure). */
 static int start_listening(coord_server *srv, const char *listen, int fd, vl_error *err) {
-    srv->bound = evhttp_accept_socket_with_handle(srv->http, fd);
-    if (!srv->bound) {
+    srv->conns.bound = evhttp_accept_socket_with_handle(srv->conns.http, fd);
+    if (!srv->conns.bound) {
         close(fd);
         return vl_fail(err, VL_ENOMEM, "cannot serve on %s: out of memory", listen);
     }
@@ -440,16 +443,16 @@ static const coord_handler HANDLERS[COORD_ROUTE_COUNT] = {
 };
 
 static int setup_http(coord_server *srv, vl_error *err) {
-    srv->http = evhttp_new(srv->base);
-    if (!srv->http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
+    srv->conns.http = evhttp_new(srv->base);
+    if (!srv->conns.http) return vl_fail(err, VL_ENOMEM, "cannot create the HTTP server");
     srv->handlers = HANDLERS;
-    evhttp_set_gencb(srv->http, coord_dispatch, srv);
+    evhttp_set_gencb(srv->conns.http, coord_dispatch, srv);
     /* Every method reaches the handler, so even a wrong one gets JSON. */
-    evhttp_set_allowed_methods(srv->http, COORD_HTTP_ALL_METHODS);
+    evhttp_set_allowed_methods(srv->conns.http, COORD_HTTP_ALL_METHODS);
     /* Backstops behind the guard, which refuses first and in JSON. */
-    evhttp_set_max_headers_size(srv->http, COORD_HEAD_CAP + 1024);
-    evhttp_set_max_body_size(srv->http, srv->cfg.max_body_bytes);
-    evhttp_set_timeout(srv->http, COORD_IO_TIMEOUT_S);
+    evhttp_set_max_headers_size(srv->conns.http, COORD_HEAD_CAP + 1024);
+    evhttp_set_max_body_size(srv->conns.http, srv->run.cfg.max_body_bytes);
+    evhttp_set_timeout(srv->conns.http, COORD_IO_TIMEOUT_S);
     return VL_OK;
 }
 
@@ -459,20 +462,21 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     coord_server *srv = calloc(1, sizeof *srv);
     if (!srv) return vl_fail(err, VL_ENOMEM, "out of memory");
     /* One thread makes versions unless coord_serve is told otherwise. */
-    srv->compute_threads = 1;
+    srv->run.compute_threads = 1;
     const char *ack = getenv("VOLLEY_ACK_CHECK");
-    srv->ack_check = ack && strcmp(ack, "1") == 0;
-    snprintf(srv->db_path, sizeof srv->db_path, "%s", db_path);
-    srv->metrics.train_loss = NAN;
-    int rc = storage_open(db_path, 0, &srv->db, err);
+    srv->run.ack_check = ack && strcmp(ack, "1") == 0;
+    snprintf(srv->run.db_path, sizeof srv->run.db_path, "%s", db_path);
+    srv->ops.metrics.train_loss = NAN;
+    int rc = storage_open(db_path, 0, &srv->run.db, err);
     if (rc == VL_OK) rc = coord_state_load(srv, err);
     if (rc == VL_OK && !(srv->base = event_base_new()))
         rc = vl_fail(err, VL_ENOMEM, "cannot create the event loop");
-    if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->writer, err);
-    if (rc == VL_OK) coord_writer_set_full_hook(srv->writer, coord_disk_note, srv);
+    if (rc == VL_OK) rc = coord_writer_start(db_path, srv->base, &srv->run.writer, err);
+    if (rc == VL_OK) coord_writer_set_full_hook(srv->run.writer, coord_disk_note, srv);
     if (rc == VL_OK) rc = coord_score_start(srv, err);
     if (rc == VL_OK)
-        rc = coord_nonce_log_open(db_path, srv->nonces, srv->base, &srv->nonce_log, err);
+        rc =
+            coord_nonce_log_open(db_path, srv->conns.nonces, srv->base, &srv->conns.nonce_log, err);
     if (rc == VL_OK) {
         coord_limits def;
         coord_limits_default(&def);
@@ -492,32 +496,32 @@ void coord_server_close(coord_server *srv) {
     coord_drain_waiters(srv);
     /* Queued writes still commit, and their requests are answered, before
      * the connections go. */
-    coord_writer_stop(srv->writer);
-    srv->writer = NULL;
-    if (srv->admin_http) evhttp_free(srv->admin_http);
-    if (srv->http) evhttp_free(srv->http);
-    while (srv->lingers) linger_end(srv->lingers);
-    if (srv->lease_timer) event_free(srv->lease_timer);
-    if (srv->wait_timer) event_free(srv->wait_timer);
-    if (srv->merge_event) event_free(srv->merge_event);
-    if (srv->round_timer) event_free(srv->round_timer);
+    coord_writer_stop(srv->run.writer);
+    srv->run.writer = NULL;
+    if (srv->ops.admin_http) evhttp_free(srv->ops.admin_http);
+    if (srv->conns.http) evhttp_free(srv->conns.http);
+    while (srv->conns.lingers) linger_end(srv->conns.lingers);
+    if (srv->sched.lease_timer) event_free(srv->sched.lease_timer);
+    if (srv->sched.wait_timer) event_free(srv->sched.wait_timer);
+    if (srv->sched.merge_event) event_free(srv->sched.merge_event);
+    if (srv->sched.round_timer) event_free(srv->sched.round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);
-    if (srv->slow_timer) event_free(srv->slow_timer);
+    if (srv->conns.slow_timer) event_free(srv->conns.slow_timer);
     coord_conns_close(srv);
-    coord_nonce_log_close(srv->nonce_log);
-    srv->nonce_log = NULL;
-    coord_limiter_free(srv->addr_limiter);
-    coord_limiter_free(srv->peer_limiter);
-    coord_limiter_free(srv->split_limiter);
+    coord_nonce_log_close(srv->conns.nonce_log);
+    srv->conns.nonce_log = NULL;
+    coord_limiter_free(srv->conns.addr_limiter);
+    coord_limiter_free(srv->conns.peer_limiter);
+    coord_limiter_free(srv->conns.split_limiter);
     coord_norm_bound_window_free(srv);
     if (srv->sig_term) event_free(srv->sig_term);
     if (srv->sig_int) event_free(srv->sig_int);
     if (srv->sig_hup) event_free(srv->sig_hup);
     if (srv->base) event_base_free(srv->base);
-    if (srv->ssl) SSL_CTX_free(srv->ssl);
+    if (srv->conns.ssl) SSL_CTX_free(srv->conns.ssl);
     coord_state_free(srv);
-    storage_close(srv->db);
-    free(srv->receiving_peers);
+    storage_close(srv->run.db);
+    free(srv->conns.receiving_peers);
     free(srv);
 }
 
@@ -571,13 +575,13 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         SSL_CTX_free(ssl);
         return rc;
     }
-    srv->ssl = ssl;
-    snprintf(srv->cert_path, sizeof srv->cert_path, "%s", opts->cert_path);
-    snprintf(srv->key_path, sizeof srv->key_path, "%s", opts->key_path);
+    srv->conns.ssl = ssl;
+    snprintf(srv->conns.cert_path, sizeof srv->conns.cert_path, "%s", opts->cert_path);
+    snprintf(srv->conns.key_path, sizeof srv->conns.key_path, "%s", opts->key_path);
     if (opts->admin_token)
-        snprintf(srv->admin_token, sizeof srv->admin_token, "%s", opts->admin_token);
-    srv->compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
-    evhttp_set_bevcb(srv->http, make_bev, srv);
+        snprintf(srv->ops.admin_token, sizeof srv->ops.admin_token, "%s", opts->admin_token);
+    srv->run.compute_threads = opts->compute_threads > 0 ? opts->compute_threads : 0;
+    evhttp_set_bevcb(srv->conns.http, make_bev, srv);
     srv->sig_term = evsignal_new(srv->base, SIGTERM, on_signal, srv);
     srv->sig_int = evsignal_new(srv->base, SIGINT, on_signal, srv);
     srv->sig_hup = evsignal_new(srv->base, SIGHUP, coord_tls_on_sighup, srv);
@@ -591,16 +595,17 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
     }
     if (rc == VL_OK) {
-        vl_log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->cfg.name,
-                    (long long)srv->version, (long long)srv->cfg.max_versions, srv->n_params,
-                    srv->finished ? " (finished)" : "");
+        vl_log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->run.cfg.name,
+                    (long long)srv->run.version, (long long)srv->run.cfg.max_versions,
+                    srv->run.n_params, srv->run.finished ? " (finished)" : "");
         coord_expire_leases(srv);
         rc = start_listening(srv, opts->listen, h.fd, err);
         h.fd = -1; /* libevent's now */
     }
     if (rc == VL_OK) {
         int64_t fds = coord_conns_raise_limit();
-        if (srv->limits.max_conns <= 0) srv->limits.max_conns = coord_conns_default_max(fds);
+        if (srv->conns.limits.max_conns <= 0)
+            srv->conns.limits.max_conns = coord_conns_default_max(fds);
         rc = coord_conns_listen(srv, err);
     }
     if (rc == VL_OK && h.admin_fd >= 0) {

@@ -38,7 +38,7 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) VL_MUST_CHECK;
 /* The server without its network side: opens the database at db_path,
  * loads the run's state, and sets up the event loop, the writer thread,
  * the rate limits and slow-client timer of limits (NULL: the defaults)
- * and an evhttp (srv->http) that hands every request to
+ * and an evhttp (srv->conns.http) that hands every request to
  * coord_server_dispatch. No TLS, no listening socket, no signal
  * handlers: coord_serve adds those, and test harnesses attach
  * connections of their own. *out is the caller's (coord_server_close). */

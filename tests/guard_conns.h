@@ -53,8 +53,8 @@ static inline void guard_conn_release(guard_conn *c, coord_server *srv) {
     if (srv) {
         if (c->g.prev)
             c->g.prev->next = c->g.next;
-        else if (srv->guards == &c->g)
-            srv->guards = c->g.next;
+        else if (srv->conns.guards == &c->g)
+            srv->conns.guards = c->g.next;
         if (c->g.next) c->g.next->prev = c->g.prev;
     }
     coord_guard_detach(&c->g);
@@ -84,7 +84,7 @@ static inline guard_conn *guard_conn_new(struct event_base *base, coord_server *
     if (!c) return NULL;
     coord_guard_caps caps = {.body_cap = COORD_MAX_JSON_BODY,
                              .large_paths = large_paths,
-                             .large_cap = (uint64_t)srv->cfg.max_body_bytes,
+                             .large_cap = (uint64_t)srv->run.cfg.max_body_bytes,
                              .authorize = coord_auth_head,
                              .authorize_arg = srv,
                              .release = coord_auth_release};
@@ -97,9 +97,9 @@ static inline guard_conn *guard_conn_new(struct event_base *base, coord_server *
         return NULL;
     }
     c->srv = srv;
-    c->g.next = srv->guards;
-    if (srv->guards) srv->guards->prev = &c->g;
-    srv->guards = &c->g;
+    c->g.next = srv->conns.guards;
+    if (srv->conns.guards) srv->conns.guards->prev = &c->g;
+    srv->conns.guards = &c->g;
     c->list = list;
     c->next = *list;
     *list = c;
@@ -128,15 +128,15 @@ guard_conns_serve_unix(const char *db, const char *dir, char *sock, size_t cap, 
     limits.slow_timeout_s = 0;
     coord_server *srv = NULL;
     if (coord_server_open(db, &limits, &srv, err) != VL_OK) return NULL;
-    evhttp_set_bevcb(srv->http, bevcb, NULL);
-    evhttp_set_gencb(srv->http, gencb, srv);
+    evhttp_set_bevcb(srv->conns.http, bevcb, NULL);
+    evhttp_set_gencb(srv->conns.http, gencb, srv);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     int n = snprintf(sock, cap, "%s/http.sock", dir);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof sa.sun_path || fd < 0) goto fail;
     memcpy(sa.sun_path, sock, (size_t)n + 1);
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, backlog) != 0 ||
-        evhttp_accept_socket(srv->http, fd) != 0)
+        evhttp_accept_socket(srv->conns.http, fd) != 0)
         goto fail;
     return srv;
 fail:

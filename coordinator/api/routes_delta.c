@@ -44,32 +44,32 @@ static int add_change(void *arg, const storage_change *c) {
 static int version_params(coord_server *srv, int64_t version, const float **theta,
                           storage_version *owned, char digest[65], vl_error *err) {
     memset(owned, 0, sizeof *owned);
-    if (version == srv->version) {
-        *theta = coord_net_params(&srv->net);
-        if (srv->digest_version != version) {
-            int rc = coord_params_digest(*theta, srv->n_params, srv->digest_hex, err);
+    if (version == srv->run.version) {
+        *theta = coord_net_params(&srv->run.net);
+        if (srv->caches.digest_version != version) {
+            int rc = coord_params_digest(*theta, srv->run.n_params, srv->caches.digest_hex, err);
             if (rc != VL_OK) return rc;
-            srv->digest_version = version;
+            srv->caches.digest_version = version;
         }
-        memcpy(digest, srv->digest_hex, 65);
+        memcpy(digest, srv->caches.digest_hex, 65);
         return VL_OK;
     }
-    int rc = storage_version_get(srv->db, version, 1, owned, err);
+    int rc = storage_version_get(srv->run.db, version, 1, owned, err);
     if (rc != VL_OK) return rc;
-    if (!owned->params || owned->n != srv->n_params) {
+    if (!owned->params || owned->n != srv->run.n_params) {
         storage_version_free(owned);
         memset(owned, 0, sizeof *owned);
         return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
     }
     *theta = owned->params;
-    return coord_params_digest(*theta, srv->n_params, digest, err);
+    return coord_params_digest(*theta, srv->run.n_params, digest, err);
 }
 
 /* Builds the delta file: metadata run/since/version/sha256, U32 `indices`
  * (ascending) and F32 `values` (version W's own at those indices). */
 static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_blob **out,
                        vl_error *err) {
-    size_t n = srv->n_params;
+    size_t n = srv->run.n_params;
     delta_acc a = {.n = n, .err = err};
     a.touched = calloc(n ? n : 1, 1);
     uint32_t *idx = NULL;
@@ -84,7 +84,7 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
     int rc = VL_OK;
     if (!a.touched) rc = vl_fail(err, VL_ENOMEM, "out of memory building a delta");
-    if (rc == VL_OK) rc = storage_change_each(srv->db, since, version, add_change, &a, err);
+    if (rc == VL_OK) rc = storage_change_each(srv->run.db, since, version, add_change, &a, err);
     if (rc == VL_OK) rc = version_params(srv, version, &theta, &owned, digest, err);
     if (rc == VL_OK) {
         idx = malloc(a.nnz * sizeof *idx + 1);
@@ -102,7 +102,7 @@ static int build_delta(coord_server *srv, int64_t since, int64_t version, coord_
         snprintf(s1, sizeof s1, "%lld", (long long)since);
         snprintf(s2, sizeof s2, "%lld", (long long)version);
         uint64_t shape[1] = {a.nnz};
-        rc = st_writer_meta(&w, "run", srv->cfg.name);
+        rc = st_writer_meta(&w, "run", srv->run.cfg.name);
         if (!rc) rc = st_writer_meta(&w, "since", s1);
         if (!rc) rc = st_writer_meta(&w, "version", s2);
         if (!rc) rc = st_writer_meta(&w, "sha256", digest);
@@ -140,12 +140,12 @@ void coord_route_delta(coord_req *cr) {
         return;
     }
     int64_t since = vals[0];
-    int64_t version = (present & 2u) ? vals[1] : srv->version;
-    if (version > srv->version) {
+    int64_t version = (present & 2u) ? vals[1] : srv->run.version;
+    if (version > srv->run.version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld has not been made (current "
                           "is %lld)",
-                          (long long)version, (long long)srv->version);
+                          (long long)version, (long long)srv->run.version);
         return;
     }
     if (since >= version) {
@@ -157,13 +157,14 @@ void coord_route_delta(coord_req *cr) {
     snprintf(etag, sizeof etag, "\"%lld\"", (long long)version);
     coord_set_header(cr, "ETag", etag);
     coord_blob *blob = NULL;
-    if (srv->delta_blob && srv->delta_since == since && srv->delta_version == version) {
-        blob = srv->delta_blob;
+    if (srv->caches.delta_blob && srv->caches.delta_since == since &&
+        srv->caches.delta_version == version) {
+        blob = srv->caches.delta_blob;
         blob->refs++;
     } else {
         /* Building marks the changed parameters (a byte each) and may
          * read a retained version (4 bytes each) before the file exists. */
-        if (!coord_download_room(srv, 5 * (int64_t)srv->n_params)) {
+        if (!coord_download_room(srv, 5 * (int64_t)srv->run.n_params)) {
             coord_set_header(cr, "Retry-After", "2");
             coord_reply_error(cr, 503, "overloaded",
                               "downloads in flight hold the coordinator's "
@@ -179,10 +180,10 @@ void coord_route_delta(coord_req *cr) {
             coord_reply_internal(cr, &e);
             return;
         }
-        if (srv->delta_blob) coord_blob_unref(srv->delta_blob);
-        srv->delta_blob = blob;
-        srv->delta_since = since;
-        srv->delta_version = version;
+        if (srv->caches.delta_blob) coord_blob_unref(srv->caches.delta_blob);
+        srv->caches.delta_blob = blob;
+        srv->caches.delta_since = since;
+        srv->caches.delta_version = version;
         blob->refs++;
     }
     coord_reply_blob(cr, blob);

@@ -19,16 +19,16 @@ void coord_route_factors(coord_req *cr) {
     unsigned present = 0;
     vl_error e = {0};
     if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
-    if (!coord_config_shares_factors(&srv->cfg)) {
+    if (!coord_config_shares_factors(&srv->run.cfg)) {
         coord_reply_error(cr, 404, "unknown_factors", "this run does not share K-FAC factors");
         return;
     }
-    int64_t version = present ? vals[0] : srv->factors_version;
-    if (version < 0 || version > srv->factors_version) {
+    int64_t version = present ? vals[0] : srv->run.factors_version;
+    if (version < 0 || version > srv->run.factors_version) {
         coord_reply_error(cr, 404, "unknown_factors",
                           "no merged factors for version %lld "
                           "(the newest are version %lld's)",
-                          (long long)version, (long long)srv->factors_version);
+                          (long long)version, (long long)srv->run.factors_version);
         return;
     }
     coord_blob *blob = NULL;

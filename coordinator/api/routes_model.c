@@ -76,12 +76,12 @@ void coord_route_model(coord_req *cr) {
     unsigned present = 0;
     vl_error e = {0};
     if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
-    int64_t version = present ? vals[0] : srv->version;
-    if (version > srv->version) {
+    int64_t version = present ? vals[0] : srv->run.version;
+    if (version > srv->run.version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld has not been made (current "
                           "is %lld)",
-                          (long long)version, (long long)srv->version);
+                          (long long)version, (long long)srv->run.version);
         return;
     }
     char etag[32];
@@ -93,9 +93,9 @@ void coord_route_model(coord_req *cr) {
     }
     /* A peer trains from the current version or, in a run that takes
      * stale updates, from one at most the staleness bound behind. */
-    int64_t oldest =
-        srv->cfg.staleness.max > 0 ? srv->version - srv->cfg.staleness.max : srv->version;
-    if (version < oldest && version != srv->version) {
+    int64_t oldest = srv->run.cfg.staleness.max > 0 ? srv->run.version - srv->run.cfg.staleness.max
+                                                    : srv->run.version;
+    if (version < oldest && version != srv->run.version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld is older than any a peer "
                           "can train from (the oldest is %lld)",
@@ -178,7 +178,7 @@ static int parse_range(const char *h, int64_t total, int64_t *first, int64_t *la
  * read into memory here. */
 static void serve_tokens(coord_req *cr, const char *name) {
     coord_server *srv = cr->srv;
-    const coord_shards *s = &srv->shards;
+    const coord_shards *s = &srv->run.shards;
     int64_t idx = -1;
     const char *digits = strncmp(name, "tokens/", 7) == 0 ? name + 7 : NULL;
     if (!digits || parse_pos(digits, strlen(digits), &idx) != 0 || idx >= s->n) {
@@ -194,11 +194,11 @@ static void serve_tokens(coord_req *cr, const char *name) {
     vl_error e = {0};
     if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
     int64_t offset = vals[0], count = vals[1], ntok = s->ntok[idx];
-    if (present != 3u || count < 1 || count > srv->cfg.task_tokens) {
+    if (present != 3u || count < 1 || count > srv->run.cfg.task_tokens) {
         coord_reply_error(cr, 400, "bad_request",
                           "token data needs offset and count, with "
                           "count from 1 to task_tokens (%lld)",
-                          (long long)srv->cfg.task_tokens);
+                          (long long)srv->run.cfg.task_tokens);
         return;
     }
     if (offset >= ntok || count > ntok - offset) {
@@ -239,13 +239,13 @@ static void serve_tokens(coord_req *cr, const char *name) {
 void coord_route_data(coord_req *cr) {
     coord_server *srv = cr->srv;
     const char *shard = cr->full_path + strlen("/v1/data/");
-    if (coord_config_is_local(&srv->cfg)) {
+    if (coord_config_is_local(&srv->run.cfg)) {
         coord_reply_error(cr, 404, "no_data",
                           "this run's data stay on the peers; the "
                           "coordinator serves none");
         return;
     }
-    if (srv->cfg.shards) {
+    if (srv->run.cfg.shards) {
         serve_tokens(cr, shard);
         return;
     }
@@ -260,11 +260,11 @@ void coord_route_data(coord_req *cr) {
     if (coord_req_query(cr, no_keys, 0, NULL, &present, "this endpoint takes no query") != 0)
         return;
     vl_error e = {0};
-    if (coord_corpus_check(&srv->corpus, &e) != VL_OK) {
+    if (coord_corpus_check(&srv->run.corpus, &e) != VL_OK) {
         coord_reply_internal(cr, &e);
         return;
     }
-    int64_t total = srv->corpus.train_len;
+    int64_t total = srv->run.corpus.train_len;
     int64_t first = 0, last = total - 1;
     int status = 200;
     const char *range = coord_get_header(cr, "Range");
@@ -288,7 +288,7 @@ void coord_route_data(coord_req *cr) {
     /* Served from the file by reference: the corpus descriptor stays ours
      * (no close on free) and lives until shutdown. */
     struct evbuffer_file_segment *seg =
-        b ? evbuffer_file_segment_new(srv->corpus.fd, first, last - first + 1,
+        b ? evbuffer_file_segment_new(srv->run.corpus.fd, first, last - first + 1,
                                       EVBUF_FS_DISABLE_SENDFILE)
           : NULL;
     int ok = seg && evbuffer_add_file_segment(b, seg, 0, last - first + 1) == 0;

@@ -137,7 +137,7 @@ void coord_join_body_free(coord_join_body *b) {
 }
 
 static void reply_joined(coord_req *cr, int status, int64_t peer_id) {
-    json_t *run = json_loads(cr->srv->peer_config, 0, NULL);
+    json_t *run = json_loads(cr->srv->run.peer_config, 0, NULL);
     if (!run) {
         vl_error e = {.code = VL_ENOMEM};
         snprintf(e.msg, sizeof e.msg, "cannot rebuild the run configuration");
@@ -208,7 +208,7 @@ void coord_route_join(coord_req *cr) {
     if (coord_authenticate_join(cr, jb.pk) != 0) goto out;
 
     storage_peer existing;
-    int rc = storage_peer_find_key(srv->db, jb.pk, &existing, &e);
+    int rc = storage_peer_find_key(srv->run.db, jb.pk, &existing, &e);
     if (rc != VL_OK && rc != VL_ENOTFOUND) {
         coord_reply_internal(cr, &e);
         goto out;
@@ -223,7 +223,7 @@ void coord_route_join(coord_req *cr) {
         goto out;
     }
     int retired = 0;
-    if (!known && (rc = storage_key_retired(srv->db, jb.pk, &retired, &e)) != VL_OK) {
+    if (!known && (rc = storage_key_retired(srv->run.db, jb.pk, &retired, &e)) != VL_OK) {
         coord_reply_internal(cr, &e);
         goto out;
     }
@@ -241,7 +241,7 @@ void coord_route_join(coord_req *cr) {
         /* A peer whose join reply was lost retries with the token that
          * registered it, which may have no uses left by now: the same token
          * and the same key prove it is the same join. */
-        rc = storage_token_find(srv->db, hash, &token_id, &e);
+        rc = storage_token_find(srv->run.db, hash, &token_id, &e);
         if (rc != VL_OK && rc != VL_ENOTFOUND) {
             coord_reply_internal(cr, &e);
             goto out;
@@ -251,7 +251,7 @@ void coord_route_join(coord_req *cr) {
             goto out;
         }
     }
-    rc = storage_token_check(srv->db, hash, now, &token_id, &e);
+    rc = storage_token_check(srv->run.db, hash, now, &token_id, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 403, "invalid_token", "the token is unknown, expired or used up");
         goto out;
@@ -278,7 +278,7 @@ void coord_route_join(coord_req *cr) {
     jb.hardware = NULL;
     j->token_id = token_id;
     j->now = now;
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 out:
     coord_join_body_free(&jb);
 }
@@ -357,7 +357,7 @@ void coord_route_rotate(coord_req *cr) {
         return;
     }
     storage_peer p;
-    int rc = storage_peer_get(srv->db, cr->peer_id, &p, &e);
+    int rc = storage_peer_get(srv->run.db, cr->peer_id, &p, &e);
     if (rc != VL_OK) {
         coord_reply_internal(cr, &e);
         return;
@@ -382,7 +382,7 @@ void coord_route_rotate(coord_req *cr) {
                           "this rotation");
         return;
     }
-    rc = storage_peer_find_key(srv->db, new_pk, &p, &e);
+    rc = storage_peer_find_key(srv->run.db, new_pk, &p, &e);
     if (rc == VL_OK) {
         storage_peer_free(&p);
         coord_reply_error(cr, 409, "key_in_use", "the new key is registered already");
@@ -395,7 +395,7 @@ void coord_route_rotate(coord_req *cr) {
     /* A key the peer (or another) has left stays left: a rotation back to
      * it would let a replay of the rotation away from it flip the key. */
     int retired = 0;
-    if ((rc = storage_key_retired(srv->db, new_pk, &retired, &e)) != VL_OK) {
+    if ((rc = storage_key_retired(srv->run.db, new_pk, &retired, &e)) != VL_OK) {
         coord_reply_internal(cr, &e);
         return;
     }
@@ -415,5 +415,5 @@ void coord_route_rotate(coord_req *cr) {
     j->cr = *cr;
     memcpy(j->old_pk, old_pk, sizeof old_pk);
     memcpy(j->new_pk, new_pk, sizeof new_pk);
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 }

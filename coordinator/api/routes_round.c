@@ -18,7 +18,7 @@
 #include "coordinator/sched/schedule.h"
 
 static int no_round(coord_req *cr) {
-    if (coord_config_round_candidates(&cr->srv->cfg) > 0) return 0;
+    if (coord_config_round_candidates(&cr->srv->run.cfg) > 0) return 0;
     coord_reply_error(cr, 404, "no_round",
                       "this run has no second round "
                       "(compression.second_round is 0)");
@@ -52,24 +52,24 @@ static int serve_round(coord_req *cr) {
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
         return 1;
     }
-    if (version < srv->version || srv->finished) {
+    if (version < srv->run.version || srv->run.finished) {
         coord_reply_error(cr, 410, "round_closed",
                           "version %lld has been merged; the current "
                           "version is %lld",
-                          (long long)version, (long long)srv->version);
+                          (long long)version, (long long)srv->run.version);
         return 1;
     }
     storage_round r;
-    int rc = storage_round_get(srv->db, version, &r, &e);
+    int rc = storage_round_get(srv->run.db, version, &r, &e);
     if (rc == VL_ENOTFOUND) return 0;
     if (rc != VL_OK) {
         coord_reply_internal(cr, &e);
         return 1;
     }
     compress_round_meta m = {.version = version, .deadline = r.deadline};
-    snprintf(m.run, sizeof m.run, "%s", srv->cfg.name);
+    snprintf(m.run, sizeof m.run, "%s", srv->run.cfg.name);
     vl_buf b;
-    vl_buf_init(&b, (size_t)srv->cfg.max_body_bytes);
+    vl_buf_init(&b, (size_t)srv->run.cfg.max_body_bytes);
     rc = compress_round_encode_candidates(&m, r.candidates, r.n, &b, &e);
     storage_round_free(&r);
     coord_blob *blob = NULL;
@@ -101,11 +101,11 @@ void coord_route_round(coord_req *cr) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    if (version > srv->version) {
+    if (version > srv->run.version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld has not been made (current "
                           "is %lld)",
-                          (long long)version, (long long)srv->version);
+                          (long long)version, (long long)srv->run.version);
         return;
     }
     if (serve_round(cr)) return;
@@ -129,7 +129,7 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
         return COORD_ANSWERED;
     int rc;
     int64_t base = -1, merged = -1;
-    rc = storage_update_find(srv->db, t.id, update_id, &base, &merged, &e);
+    rc = storage_update_find(srv->run.db, t.id, update_id, &base, &merged, &e);
     if (rc != VL_OK && rc != VL_ENOTFOUND) {
         coord_reply_internal(cr, &e);
         return COORD_ANSWERED;
@@ -137,7 +137,7 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
     int has_update = rc == VL_OK, dup = 0;
     /* Before the round's state: a retry whose 202 was lost must hear that
      * its values are stored, even once the round has closed. */
-    if (has_update && storage_round_values_has(srv->db, *update_id, &dup, &e) != VL_OK) {
+    if (has_update && storage_round_values_has(srv->run.db, *update_id, &dup, &e) != VL_OK) {
         coord_reply_internal(cr, &e);
         return COORD_ANSWERED;
     }
@@ -146,22 +146,22 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
                           (long long)t.id);
         return COORD_ANSWERED;
     }
-    if (m->version < srv->version || srv->finished) {
+    if (m->version < srv->run.version || srv->run.finished) {
         coord_reply_error(cr, 410, "round_closed",
                           "version %lld has been merged; the current "
                           "version is %lld",
-                          (long long)m->version, (long long)srv->version);
+                          (long long)m->version, (long long)srv->run.version);
         return COORD_ANSWERED;
     }
-    if (m->version > srv->version) {
+    if (m->version > srv->run.version) {
         coord_reply_error(cr, 404, "unknown_version",
                           "version %lld has not been made (current "
                           "is %lld)",
-                          (long long)m->version, (long long)srv->version);
+                          (long long)m->version, (long long)srv->run.version);
         return COORD_ANSWERED;
     }
     storage_round r;
-    rc = storage_round_get(srv->db, m->version, &r, &e);
+    rc = storage_round_get(srv->run.db, m->version, &r, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 409, "round_not_open",
                           "the round of version %lld has not opened "
@@ -210,8 +210,8 @@ static void values_done(coord_job *job, int rc, const vl_error *err) {
     } else {
         int64_t have = 0, done = 0;
         vl_error se = {0};
-        if (storage_round_values_count(srv->db, j->version, &have, &se) != VL_OK ||
-            storage_task_count_done(srv->db, j->version, &done, &se) != VL_OK) {
+        if (storage_round_values_count(srv->run.db, j->version, &have, &se) != VL_OK ||
+            storage_task_count_done(srv->run.db, j->version, &done, &se) != VL_OK) {
             /* Stored all the same; the deadline merges the round. */
             vl_log_error("cannot count round values: %s", se.msg);
             coord_reply_json(cr, 202, json_pack("{s:I}", "version", (json_int_t)j->version));
@@ -235,7 +235,7 @@ void coord_route_round_values(coord_req *cr) {
         coord_reply_error(cr, 400, "malformed_values", "the body is empty");
         return;
     }
-    size_t want = (size_t)coord_config_round_candidates(&srv->cfg);
+    size_t want = (size_t)coord_config_round_candidates(&srv->run.cfg);
     compress_round_meta m;
     float *vals = NULL;
     size_t n = 0;
@@ -274,5 +274,5 @@ void coord_route_round_values(coord_req *cr) {
     j->vals = vals;
     j->n = n;
     j->now = vl_clock_unix_s();
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 }

@@ -52,7 +52,7 @@ static int step_layers(coord_split *s, vl_error *err) {
 static int split_run(storage *db, coord_job *job, vl_error *err) {
     (void)db;
     split_job *j = (split_job *)job;
-    coord_split *s = j->cr.srv->split;
+    coord_split *s = j->cr.srv->run.split;
     const int B = j->in.B;
     model_mlp_part *p = s->upper;
     int only_forward = s->u_shape && !j->backward;
@@ -90,7 +90,7 @@ static int split_run(storage *db, coord_job *job, vl_error *err) {
 static void split_done(coord_job *job, int rc, const vl_error *err) {
     split_job *j = (split_job *)job;
     coord_req *cr = &j->cr;
-    if (cr->srv->split) coord_split_batch_give(cr->srv->split, j->in.peer);
+    if (cr->srv->run.split) coord_split_batch_give(cr->srv->run.split, j->in.peer);
     if (rc == VL_ERANGE) {
         coord_reply_error(cr, 422, "non_finite", "%s", err->msg);
     } else if (rc != VL_OK) {
@@ -100,12 +100,12 @@ static void split_done(coord_job *job, int rc, const vl_error *err) {
         vl_buf_init(&b, SPLIT_WIRE_MAX_VALUES * sizeof(float) + 4096);
         vl_error e = {0};
         coord_blob *blob = NULL;
-        int y = cr->srv->split->u_shape && !j->backward;
+        int y = cr->srv->run.split->u_shape && !j->backward;
         if (split_wire_encode_reply(y ? "y" : "dz", j->out, j->in.B, y ? j->in.h : j->in.q,
                                     j->in.dtype, j->loss, j->step, &b, &e) == VL_OK) {
             size_t len;
             uint8_t *data = vl_buf_steal(&b, &len);
-            blob = coord_blob_wrap(data, len, cr->srv->version);
+            blob = coord_blob_wrap(data, len, cr->srv->run.version);
             if (!blob) vl_fail(&e, VL_ENOMEM, "out of memory sending a gradient");
         }
         vl_buf_free(&b);
@@ -140,7 +140,7 @@ static void route(coord_req *cr, int backward) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
-    if (!srv->split || (backward && !srv->split->u_shape)) {
+    if (!srv->run.split || (backward && !srv->run.split->u_shape)) {
         coord_reply_error(cr, 404, "not_split",
                           backward ? "this run is not U-shaped split learning (split.u_shape)"
                                    : "this run is not split learning (mode \"split\")");
@@ -150,9 +150,9 @@ static void route(coord_req *cr, int backward) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    if (srv->finished) {
+    if (srv->run.finished) {
         coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld)",
-                          (long long)srv->version);
+                          (long long)srv->run.version);
         return;
     }
     split_job *j = calloc(1, sizeof *j);
@@ -162,11 +162,11 @@ static void route(coord_req *cr, int backward) {
     }
     const char *code = NULL;
     vl_error e = {0};
-    const coord_split *s = srv->split;
+    const coord_split *s = srv->run.split;
     /* Labels travel only to a plain split's forward. */
-    int classes = s->u_shape ? 0 : srv->cfg.mlp.n_classes;
+    int classes = s->u_shape ? 0 : srv->run.cfg.mlp.n_classes;
     int rc = split_wire_decode_forward(body, len, s->q, backward ? s->h : 0,
-                                       (int)srv->cfg.train.batch, classes, &j->in, &code, &e);
+                                       (int)srv->run.cfg.train.batch, classes, &j->in, &code, &e);
     if (rc == VL_ENOMEM)
         coord_reply_internal(cr, &e);
     else if (rc == VL_EINVAL)
@@ -177,13 +177,13 @@ static void route(coord_req *cr, int backward) {
         rc = VL_ERR;
     else if (rc == VL_ERANGE)
         coord_reply_error(cr, 422, code, "%s", e.msg);
-    else if ((rc = coord_split_batch_take(srv->split, j->in.peer)) != 0) {
+    else if ((rc = coord_split_batch_take(srv->run.split, j->in.peer)) != 0) {
         coord_set_header(cr, "Retry-After", "1");
         if (rc == -1)
             coord_reply_error(cr, 429, "too_many_batches",
                               "this peer already has %d batches "
                               "at the coordinator (split.in_flight)",
-                              srv->split->in_flight);
+                              srv->run.split->in_flight);
         else
             coord_reply_error(cr, 503, "busy", "too many peers have batches at the coordinator");
     }
@@ -197,7 +197,7 @@ static void route(coord_req *cr, int backward) {
     j->job.run = split_run;
     j->job.done = split_done;
     j->cr = *cr;
-    coord_writer_compute(srv->writer, &j->job);
+    coord_writer_compute(srv->run.writer, &j->job);
 }
 
 void coord_route_split_forward(coord_req *cr) {

@@ -11,21 +11,21 @@ void coord_route_status(coord_req *cr) {
     /* Anyone may ask, as often as the address limit allows: the answer
      * is built at most once per COORD_STATUS_CACHE_S on the loop. */
     double mono = vl_clock_mono_s();
-    if (srv->status_cache && mono - srv->status_at < COORD_STATUS_CACHE_S) {
-        coord_reply_json(cr, 200, json_incref(srv->status_cache));
+    if (srv->caches.status_cache && mono - srv->caches.status_at < COORD_STATUS_CACHE_S) {
+        coord_reply_json(cr, 200, json_incref(srv->caches.status_cache));
         return;
     }
     vl_error e = {0};
     coord_writer_stats ws;
-    coord_writer_stats_get(srv->writer, &ws);
-    json_t *o = coord_status_json(srv->db, &srv->cfg, srv->version, srv->finished, &ws,
-                                  srv->net.mlp ? &srv->val_accuracy : NULL, &e);
+    coord_writer_stats_get(srv->run.writer, &ws);
+    json_t *o = coord_status_json(srv->run.db, &srv->run.cfg, srv->run.version, srv->run.finished,
+                                  &ws, srv->run.net.mlp ? &srv->run.val_accuracy : NULL, &e);
     if (!o) {
         coord_reply_internal(cr, &e);
         return;
     }
-    json_decref(srv->status_cache);
-    srv->status_cache = json_incref(o);
-    srv->status_at = mono;
+    json_decref(srv->caches.status_cache);
+    srv->caches.status_cache = json_incref(o);
+    srv->caches.status_at = mono;
     coord_reply_json(cr, 200, o);
 }

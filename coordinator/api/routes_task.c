@@ -52,7 +52,7 @@ static int issue_task(coord_req *cr, int64_t now) {
     j->job.done = issue_done;
     j->cr = *cr;
     coord_lease_prepare(srv, cr->peer_id, now, &j->lease);
-    uint64_t seq = coord_writer_submit(srv->writer, &j->job);
+    uint64_t seq = coord_writer_submit(srv->run.writer, &j->job);
     coord_issuing *l = coord_lease_issuing_find(srv, cr->peer_id);
     if (l) l->seq = seq;
     return COORD_DEFERRED;
@@ -70,30 +70,31 @@ static int serve_task(coord_req *cr, int behind) {
     storage_task t;
     int has_lease = 0;
     int64_t slots = 0;
-    int async = coord_config_is_async(&srv->cfg);
+    int async = coord_config_is_async(&srv->run.cfg);
     /* Before any read of the database (coord_lease_issuing_unsettled). */
-    uint64_t settled = coord_writer_settled(srv->writer);
+    uint64_t settled = coord_writer_settled(srv->run.writer);
     /* The peer's lease is being written: this request gets it once it is
      * committed (issue_done wakes the waiters). */
-    if (!srv->finished && coord_lease_issuing_has(srv, cr->peer_id)) return COORD_WAITING;
-    if (!srv->finished) {
+    if (!srv->run.finished && coord_lease_issuing_has(srv, cr->peer_id)) return COORD_WAITING;
+    if (!srv->run.finished) {
         /* An async peer keeps its lease across versions; a sync lease is
          * for the current version only. */
-        int rc = async
-                     ? storage_task_find_any_lease(srv->db, cr->peer_id, now, cr->uploading, &t, &e)
-                     : storage_task_find_lease(srv->db, cr->peer_id, srv->version, now, &t, &e);
+        int rc =
+            async
+                ? storage_task_find_any_lease(srv->run.db, cr->peer_id, now, cr->uploading, &t, &e)
+                : storage_task_find_lease(srv->run.db, cr->peer_id, srv->run.version, now, &t, &e);
         if (rc != VL_OK && rc != VL_ENOTFOUND) {
             coord_reply_internal(cr, &e);
             return COORD_SERVED;
         }
         has_lease = rc == VL_OK;
         if (!has_lease && !async) {
-            if (storage_task_count_slots(srv->db, srv->version, now, &slots, &e)) {
+            if (storage_task_count_slots(srv->run.db, srv->run.version, now, &slots, &e)) {
                 coord_reply_internal(cr, &e);
                 return COORD_SERVED;
             }
             /* Leases being written hold their slots already. */
-            slots += coord_lease_issuing_unsettled(srv, srv->version, settled);
+            slots += coord_lease_issuing_unsettled(srv, srv->run.version, settled);
         }
         if (async && !has_lease) {
             /* An update on its way (?uploading=) counts as waiting, as
@@ -102,7 +103,7 @@ static int serve_task(coord_req *cr, int behind) {
             int pending = 0;
             if (cr->uploading) {
                 storage_task up;
-                int grc = storage_task_get(srv->db, cr->uploading, &up, &e);
+                int grc = storage_task_get(srv->run.db, cr->uploading, &up, &e);
                 if (grc != VL_OK && grc != VL_ENOTFOUND) {
                     coord_reply_internal(cr, &e);
                     return COORD_SERVED;
@@ -124,13 +125,13 @@ static int serve_task(coord_req *cr, int behind) {
             }
         }
     }
-    coord_sched_action act =
-        async ? coord_sched_decide_async(srv->finished, has_lease)
-              : coord_sched_decide(srv->finished, has_lease, slots, srv->cfg.updates_per_version);
+    coord_sched_action act = async ? coord_sched_decide_async(srv->run.finished, has_lease)
+                                   : coord_sched_decide(srv->run.finished, has_lease, slots,
+                                                        srv->run.cfg.updates_per_version);
     switch (act) {
     case COORD_SCHED_FINISHED:
         coord_reply_error(cr, 410, "run_finished", "the run reached its last version (%lld)",
-                          (long long)srv->version);
+                          (long long)srv->run.version);
         return COORD_SERVED;
     case COORD_SCHED_SAME_TASK:
         coord_reply_json(cr, 200, coord_lease_task_json(srv, &t));
@@ -163,7 +164,7 @@ static void route_task_go(coord_req *cr, int64_t wait) {
      * wake-up to hand it on (a lease reaching its deadline before the
      * lease timer has run), and a request that looked for itself alone
      * would take it from the oldest waiter. */
-    int behind = srv->waiters ? coord_wake_waiters(srv) : 0;
+    int behind = srv->sched.waiters ? coord_wake_waiters(srv) : 0;
     if (serve_task(cr, behind) != COORD_WAITING) return;
     if (wait == 0) {
         coord_reply(cr, 204, NULL, NULL);
@@ -224,7 +225,7 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next
     coord_server *srv = cr->srv;
     storage_task t;
     vl_error e = {0};
-    int rc = storage_task_get(srv->db, task_id, &t, &e);
+    int rc = storage_task_get(srv->run.db, task_id, &t, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task_id);
         return;
@@ -253,7 +254,7 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next
     j->task_id = task_id;
     j->wait = wait;
     j->next = next;
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 }
 
 /* ?uploading=T names a task of the caller's, as ?release=T does: one
@@ -264,7 +265,7 @@ static void release_lease(coord_req *cr, int64_t task_id, int64_t wait, int next
 static int uploading_check(coord_req *cr, int64_t task_id) {
     storage_task t;
     vl_error e = {0};
-    int rc = storage_task_get(cr->srv->db, task_id, &t, &e);
+    int rc = storage_task_get(cr->srv->run.db, task_id, &t, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task_id);
         return COORD_ANSWERED;
@@ -296,7 +297,7 @@ void coord_route_task(coord_req *cr) {
     /* Only an async run lets a peer's next lease overlap its last upload:
      * a sync version takes one update per lease and would count the two
      * leases as two of its slots. */
-    if ((present & 2u) && !coord_config_is_async(&srv->cfg)) {
+    if ((present & 2u) && !coord_config_is_async(&srv->run.cfg)) {
         coord_reply_error(cr, 400, "bad_request",
                           "uploading is for async runs; this run is synchronous");
         return;

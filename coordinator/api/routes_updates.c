@@ -46,7 +46,7 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     if (coord_check_task_owner(cr, "update", m->run, m->peer, m->task, t) != 0)
         return COORD_ANSWERED;
     int exists = 0;
-    if (storage_update_exists(srv->db, t->id, &exists, &e) != VL_OK) {
+    if (storage_update_exists(srv->run.db, t->id, &exists, &e) != VL_OK) {
         coord_reply_internal(cr, &e);
         return COORD_ANSWERED;
     }
@@ -65,16 +65,16 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
     /* Late and stale updates are merged, weighted down, as long as their
      * base is within the bound: an expired lease's work is not wasted,
      * and the task has no update yet, so it cannot be merged twice. */
-    *tau = srv->version - t->base_version;
-    if (*tau > srv->cfg.staleness.max) {
+    *tau = srv->run.version - t->base_version;
+    if (*tau > srv->run.cfg.staleness.max) {
         coord_reply_error(cr, 409, "stale_update",
                           "update is based on version %lld, %lld "
                           "versions behind the current %lld; at most %lld are taken",
-                          (long long)t->base_version, (long long)*tau, (long long)srv->version,
-                          (long long)srv->cfg.staleness.max);
+                          (long long)t->base_version, (long long)*tau, (long long)srv->run.version,
+                          (long long)srv->run.cfg.staleness.max);
         return COORD_ANSWERED;
     }
-    const char *want = coord_config_update_kind(&srv->cfg);
+    const char *want = coord_config_update_kind(&srv->run.cfg);
     if (strcmp(compress_kind_name(m->kind), want) != 0) {
         coord_reply_error(cr, 422, "wrong_kind", "this run takes \"%s\" updates, not \"%s\"", want,
                           compress_kind_name(m->kind));
@@ -88,7 +88,7 @@ static int check_task(coord_req *cr, const compress_update_meta *m, storage_task
 static int check_factors(const coord_server *srv, const compress_update *cu, const char **code,
                          vl_error *e) {
     *code = NULL;
-    if (!coord_config_shares_factors(&srv->cfg)) {
+    if (!coord_config_shares_factors(&srv->run.cfg)) {
         if (!cu->has_factors) return VL_OK;
         *code = "unexpected_factors";
         return vl_fail(e, VL_ERANGE,
@@ -102,8 +102,8 @@ static int check_factors(const coord_server *srv, const compress_update *cu, con
                        "peer's (tensors kfac.<layer>.A and .G)");
     }
     compress_factors_view v;
-    int rc =
-        compress_factors_decode(&cu->file, srv->factor_layers, srv->n_factor_layers, &v, code, e);
+    int rc = compress_factors_decode(&cu->file, srv->run.factor_layers, srv->run.n_factor_layers,
+                                     &v, code, e);
     if (rc == VL_OK) {
         compress_factors_view_free(&v);
         return VL_OK;
@@ -135,7 +135,7 @@ static int held(held_refusal *r, const char *code, const char *fmt, ...) {
  * excess is refused. Returns -1 with r filled on a failure. */
 static int check_bounds(coord_server *srv, const compress_update_meta *m, double norm,
                         held_refusal *r) {
-    const coord_config *cfg = &srv->cfg;
+    const coord_config *cfg = &srv->run.cfg;
     /* What the update says of its training is shown in the version log
      * and /v1/status and averaged into a version's train loss: a task
      * takes at most train.steps local steps, and a cross-entropy is never
@@ -149,7 +149,7 @@ static int check_bounds(coord_server *srv, const compress_update_meta *m, double
                     "the update claims %lld local steps; a task of this run takes at most %lld",
                     (long long)m->local_steps, (long long)cfg->train.steps);
     double most_loss = COORD_MAX_UPDATE_LOSS;
-    double val = srv->val_loss;
+    double val = srv->run.val_loss;
     if (isfinite(val) && 10 * val > most_loss) most_loss = 10 * val;
     if (!(m->loss >= 0 && m->loss <= most_loss))
         return held(r, "bad_loss", "the update's training loss %.6g is outside [0, %g]", m->loss,
@@ -220,7 +220,7 @@ static void refuse_held(coord_req *cr, const storage_task *t, const held_refusal
     j->cr = *cr;
     j->task_id = t->id;
     j->r = *r;
-    coord_writer_submit(cr->srv->writer, &j->job);
+    coord_writer_submit(cr->srv->run.writer, &j->job);
 }
 
 /* One accepted update on its way to the database. The body stays in the
@@ -252,7 +252,7 @@ static int upload_run(storage *db, coord_job *job, vl_error *err) {
 static void check_acknowledged(coord_server *srv, int64_t task_id) {
     int exists = 0;
     vl_error e = {0};
-    if (storage_update_exists(srv->db, task_id, &exists, &e) != VL_OK || !exists) {
+    if (storage_update_exists(srv->run.db, task_id, &exists, &e) != VL_OK || !exists) {
         vl_log_error("about to acknowledge the update of task %lld, which another connection "
                      "cannot read: %s",
                      (long long)task_id, e.msg[0] ? e.msg : "no such row");
@@ -283,7 +283,7 @@ static void upload_done(coord_job *job, int rc, const vl_error *err) {
             json_decref(o);
             o = NULL;
         }
-        if (srv->ack_check) check_acknowledged(srv, j->u.task_id);
+        if (srv->run.ack_check) check_acknowledged(srv, j->u.task_id);
         coord_reply_json(cr, 202, o);
         coord_note_update(srv);
     }
@@ -302,11 +302,11 @@ void coord_route_updates(coord_req *cr) {
     unsigned present = 0;
     if (coord_req_query(cr, keys, 1, &want_next, &present, "next is 0 or 1") != 0) return;
     /* Stored after the last version, an update could never be merged. */
-    if (srv->finished) {
+    if (srv->run.finished) {
         coord_reply_error(cr, 410, "run_finished",
                           "the run reached its last version (%lld); "
                           "it takes no more updates",
-                          (long long)srv->version);
+                          (long long)srv->run.version);
         return;
     }
     if (!body) {
@@ -316,7 +316,7 @@ void coord_route_updates(coord_req *cr) {
     compress_update cu;
     vl_error e = {0};
     const char *code = "malformed_update";
-    int rc = compress_update_decode(body, len, srv->n_params, &cu, &code, &e);
+    int rc = compress_update_decode(body, len, srv->run.n_params, &cu, &code, &e);
     compress_update_meta meta;
     memset(&meta, 0, sizeof meta);
     if (rc == VL_OK) {
@@ -337,11 +337,11 @@ void coord_route_updates(coord_req *cr) {
         refuse_held(cr, &t, &hr);
         return;
     }
-    rc = compress_update_check_spec(&cu, &srv->spec, &code, &e);
+    rc = compress_update_check_spec(&cu, &srv->run.spec, &code, &e);
     if (rc == VL_OK) rc = check_factors(srv, &cu, &code, &e);
     /* The norm costs a pass over the values: only a refusing bound needs
      * it here (a clipping one is applied at merge time). */
-    const coord_robust_config *rb = &srv->cfg.robust;
+    const coord_robust_config *rb = &srv->run.cfg.robust;
     double norm = rc == VL_OK && rb->refuse_excess && coord_norm_bound(srv) > 0
                       ? compress_update_norm(&cu)
                       : 0;
@@ -388,5 +388,5 @@ void coord_route_updates(coord_req *cr) {
                             .staleness = tau};
     snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
     j->train_s = meta.train_seconds;
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 }

@@ -26,7 +26,7 @@ int coord_rate_is_split(const coord_server *srv, const char *target);
  * caller owns the context (SSL_CTX_free). */
 struct ssl_ctx_st *coord_tls_ctx_new(const char *cert, const char *key, vl_error *err);
 /* The SIGHUP handler (an event callback, arg the server): reads the
- * certificate and key again from srv->cert_path and srv->key_path and
+ * certificate and key again from srv->conns.cert_path and srv->conns.key_path and
  * serves them to new connections; a pair that does not load keeps the
  * old context, and the log says why. */
 void coord_tls_on_sighup(evutil_socket_t sig, short what, void *arg);

@@ -69,27 +69,27 @@ int64_t coord_conns_default_max(int64_t fd_limit) {
 /* ---- accept backoff ------------------------------------------------------ */
 
 static struct evconnlistener *public_listener(coord_server *srv) {
-    return srv->bound ? evhttp_bound_socket_get_listener(srv->bound) : NULL;
+    return srv->conns.bound ? evhttp_bound_socket_get_listener(srv->conns.bound) : NULL;
 }
 
 static struct evconnlistener *admin_listener(coord_server *srv) {
-    return srv->admin_bound ? evhttp_bound_socket_get_listener(srv->admin_bound) : NULL;
+    return srv->ops.admin_bound ? evhttp_bound_socket_get_listener(srv->ops.admin_bound) : NULL;
 }
 
 /* Connections that count against max_conns: the public ones and the
  * admin listener's. */
 static int64_t open_conns(const coord_server *srv) {
-    return (int64_t)srv->n_conns + (int64_t)srv->n_admin;
+    return (int64_t)srv->conns.n_conns + (int64_t)srv->ops.n_admin;
 }
 
 static int at_max(const coord_server *srv) {
-    return srv->limits.max_conns > 0 && open_conns(srv) >= srv->limits.max_conns;
+    return srv->conns.limits.max_conns > 0 && open_conns(srv) >= srv->conns.limits.max_conns;
 }
 
 /* Both listeners as the counts allow; the tick calls it too, so a pause
  * that ended while a cap held is taken up again later. */
 static void listeners_resume(coord_server *srv) {
-    if (srv->accept_timer && evtimer_pending(srv->accept_timer, NULL)) return;
+    if (srv->conns.accept_timer && evtimer_pending(srv->conns.accept_timer, NULL)) return;
     struct evconnlistener *l = public_listener(srv);
     if (l) {
         if (at_max(srv))
@@ -99,7 +99,7 @@ static void listeners_resume(coord_server *srv) {
     }
     struct evconnlistener *a = admin_listener(srv);
     if (a) {
-        if (at_max(srv) || srv->n_admin >= COORD_ADMIN_CONNS_MAX)
+        if (at_max(srv) || srv->ops.n_admin >= COORD_ADMIN_CONNS_MAX)
             evconnlistener_disable(a);
         else
             evconnlistener_enable(a);
@@ -123,15 +123,15 @@ static void accept_error(struct evconnlistener *l, void *arg) {
     if (!srv) return;
     int err = EVUTIL_SOCKET_ERROR();
     double now = vl_clock_mono_s();
-    srv->accept_errors++;
-    if (now - srv->accept_logged >= ACCEPT_LOG_EVERY_S) {
+    srv->conns.accept_errors++;
+    if (now - srv->conns.accept_logged >= ACCEPT_LOG_EVERY_S) {
         vl_log_warn("accept() failed %lld time(s) since the last report (%s) with %zu "
                     "connections open (%zu on the admin listener); new connections pause "
                     "%.2f s after each failure",
-                    (long long)srv->accept_errors, evutil_socket_error_to_string(err), srv->n_conns,
-                    srv->n_admin, ACCEPT_PAUSE_S);
-        srv->accept_logged = now;
-        srv->accept_errors = 0;
+                    (long long)srv->conns.accept_errors, evutil_socket_error_to_string(err),
+                    srv->conns.n_conns, srv->ops.n_admin, ACCEPT_PAUSE_S);
+        srv->conns.accept_logged = now;
+        srv->conns.accept_errors = 0;
     }
     /* Out of descriptors or memory, accept() fails at once for as long as
      * the connection waits: stop asking for a moment, on both listeners
@@ -143,19 +143,20 @@ static void accept_error(struct evconnlistener *l, void *arg) {
         if (a) evconnlistener_disable(a);
         if (l != p && l != a) evconnlistener_disable(l);
         struct timeval tv = {0, (suseconds_t)(ACCEPT_PAUSE_S * 1e6)};
-        if (srv->accept_timer)
-            event_add(srv->accept_timer, &tv);
+        if (srv->conns.accept_timer)
+            event_add(srv->conns.accept_timer, &tv);
         else
             evconnlistener_enable(l);
-        srv->pressure_until = now + PRESSURE_HOLD_S;
+        srv->conns.pressure_until = now + PRESSURE_HOLD_S;
     }
 }
 
 int coord_conns_listen(coord_server *srv, vl_error *err) {
     struct evconnlistener *l = public_listener(srv);
     if (!l) return vl_fail(err, VL_EIO, "the listener is missing");
-    if (!srv->accept_timer) srv->accept_timer = evtimer_new(srv->base, accept_resume, srv);
-    if (!srv->accept_timer) return vl_fail(err, VL_ENOMEM, "out of memory");
+    if (!srv->conns.accept_timer)
+        srv->conns.accept_timer = evtimer_new(srv->base, accept_resume, srv);
+    if (!srv->conns.accept_timer) return vl_fail(err, VL_ENOMEM, "out of memory");
     accept_srv = srv;
     evconnlistener_set_error_cb(l, accept_error);
     return VL_OK;
@@ -172,33 +173,34 @@ static struct bufferevent *admin_bev(struct event_base *base, void *arg) {
     coord_server *srv = arg;
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) return NULL;
-    if (srv->n_admin < COORD_ADMIN_CONNS_MAX * 2) {
+    if (srv->ops.n_admin < COORD_ADMIN_CONNS_MAX * 2) {
         bufferevent_incref(bev);
-        srv->admin_bevs[srv->n_admin++] = bev;
+        srv->ops.admin_bevs[srv->ops.n_admin++] = bev;
     }
     /* At the cap, further connections wait in the kernel's backlog; the
      * listener stops accepting within the burst that reached it. */
     struct evconnlistener *a = admin_listener(srv);
-    if (a && (srv->n_admin >= COORD_ADMIN_CONNS_MAX || at_max(srv))) evconnlistener_disable(a);
+    if (a && (srv->ops.n_admin >= COORD_ADMIN_CONNS_MAX || at_max(srv))) evconnlistener_disable(a);
     return bev;
 }
 
 int coord_conns_admin(coord_server *srv, struct evhttp_bound_socket *bound, vl_error *err) {
-    srv->admin_bound = bound;
+    srv->ops.admin_bound = bound;
     struct evconnlistener *a = admin_listener(srv);
     if (!a) return vl_fail(err, VL_EIO, "the admin listener is missing");
-    if (!srv->accept_timer) srv->accept_timer = evtimer_new(srv->base, accept_resume, srv);
-    if (!srv->accept_timer) return vl_fail(err, VL_ENOMEM, "out of memory");
+    if (!srv->conns.accept_timer)
+        srv->conns.accept_timer = evtimer_new(srv->base, accept_resume, srv);
+    if (!srv->conns.accept_timer) return vl_fail(err, VL_ENOMEM, "out of memory");
     accept_srv = srv;
     evconnlistener_set_error_cb(a, accept_error);
-    evhttp_set_bevcb(srv->admin_http, admin_bev, srv);
+    evhttp_set_bevcb(srv->ops.admin_http, admin_bev, srv);
     return VL_OK;
 }
 
 /* Drops our reference to each admin connection evhttp has freed. */
 static void admin_reap(coord_server *srv) {
-    for (size_t i = 0; i < srv->n_admin;) {
-        struct bufferevent *bev = srv->admin_bevs[i];
+    for (size_t i = 0; i < srv->ops.n_admin;) {
+        struct bufferevent *bev = srv->ops.admin_bevs[i];
         bufferevent_event_cb eventcb = NULL;
         bufferevent_getcb(bev, NULL, NULL, &eventcb, NULL);
         if (eventcb) {
@@ -206,18 +208,18 @@ static void admin_reap(coord_server *srv) {
             continue;
         }
         bufferevent_decref(bev);
-        srv->admin_bevs[i] = srv->admin_bevs[--srv->n_admin];
+        srv->ops.admin_bevs[i] = srv->ops.admin_bevs[--srv->ops.n_admin];
     }
 }
 
 void coord_conns_close(coord_server *srv) {
     if (accept_srv == srv) accept_srv = NULL;
-    if (srv->accept_timer) event_free(srv->accept_timer);
-    srv->accept_timer = NULL;
+    if (srv->conns.accept_timer) event_free(srv->conns.accept_timer);
+    srv->conns.accept_timer = NULL;
     /* evhttp_free has freed every connection by now; what is left is our
      * reference. */
-    for (size_t i = 0; i < srv->n_admin; i++) bufferevent_decref(srv->admin_bevs[i]);
-    srv->n_admin = 0;
+    for (size_t i = 0; i < srv->ops.n_admin; i++) bufferevent_decref(srv->ops.admin_bevs[i]);
+    srv->ops.n_admin = 0;
 }
 
 /* ---- idle connections ---------------------------------------------------- */
@@ -286,18 +288,18 @@ static int by_idle_since(const void *a, const void *b) {
  * connections. Returns the number closed. */
 static size_t cap_addresses(coord_server *srv, int64_t cap) {
     size_t slots = 1;
-    while (slots < 2 * srv->n_conns + 2) slots <<= 1;
+    while (slots < 2 * srv->conns.n_conns + 2) slots <<= 1;
     addr_slot *tab = calloc(slots, sizeof *tab);
-    coord_guard **kept = calloc(srv->n_conns + 1, sizeof *kept);
+    coord_guard **kept = calloc(srv->conns.n_conns + 1, sizeof *kept);
     size_t n_kept = 0, closed = 0;
     if (!tab || !kept) goto out;
-    for (coord_guard *g = srv->guards; g; g = g->next) {
+    for (coord_guard *g = srv->conns.guards; g; g = g->next) {
         if (g->state == COORD_GUARD_DISCARD || kind_of(g) == CONN_BUSY) continue;
         size_t kl = guard_addr(g);
         if (kl) slot_of(tab, slots, g->addr, kl)->n++;
     }
     for (size_t i = 0; i < slots; i++) tab[i].n = tab[i].len && tab[i].n > cap ? tab[i].n - cap : 0;
-    for (coord_guard *g = srv->guards; g && n_kept < srv->n_conns; g = g->next)
+    for (coord_guard *g = srv->conns.guards; g && n_kept < srv->conns.n_conns; g = g->next)
         if (g->state != COORD_GUARD_DISCARD && kind_of(g) == CONN_KEPT && guard_addr(g) &&
             slot_of(tab, slots, g->addr, g->addr_len)->n > 0)
             kept[n_kept++] = g;
@@ -310,7 +312,7 @@ static size_t cap_addresses(coord_server *srv, int64_t cap) {
         closed++;
     }
     /* The list is newest first. */
-    for (coord_guard *g = srv->guards; g; g = g->next) {
+    for (coord_guard *g = srv->conns.guards; g; g = g->next) {
         if (g->state == COORD_GUARD_DISCARD || kind_of(g) != CONN_FIRST || !guard_addr(g)) continue;
         addr_slot *s = slot_of(tab, slots, g->addr, g->addr_len);
         if (s->n <= 0) continue;
@@ -328,14 +330,14 @@ out:
  * slowest of them (the fewest bytes a second since its head), until
  * what the cut ones held covers the excess. Returns the number cut. */
 static size_t cut_slow_bodies(coord_server *srv, double now) {
-    int64_t budget = srv->limits.body_budget;
+    int64_t budget = srv->conns.limits.body_budget;
     if (budget <= 0) return 0;
-    int64_t excess = srv->body_inflight - budget;
+    int64_t excess = srv->conns.body_inflight - budget;
     size_t cut = 0;
     while (excess > 0) {
         coord_guard *slowest = NULL;
         double slowest_rate = 0;
-        for (coord_guard *g = srv->guards; g; g = g->next) {
+        for (coord_guard *g = srv->conns.guards; g; g = g->next) {
             if (g->state != COORD_GUARD_IN_BODY || !g->body_owner || g->body_owner->reserved <= 0)
                 continue;
             double t = now - g->body_started;
@@ -352,14 +354,14 @@ static size_t cut_slow_bodies(coord_server *srv, double now) {
 }
 
 void coord_conns_tick(coord_server *srv, double now) {
-    const coord_limits *lim = &srv->limits;
+    const coord_limits *lim = &srv->conns.limits;
     admin_reap(srv);
-    int pressed =
-        now < srv->pressure_until || (lim->max_conns > 0 && open_conns(srv) * 2 > lim->max_conns);
+    int pressed = now < srv->conns.pressure_until ||
+                  (lim->max_conns > 0 && open_conns(srv) * 2 > lim->max_conns);
     double first = lim->idle_first_s, kept = lim->idle_keepalive_s;
     if (pressed) first /= 10, kept /= 10;
     size_t closed = 0;
-    for (coord_guard *g = srv->guards, *next; g; g = next) {
+    for (coord_guard *g = srv->conns.guards, *next; g; g = next) {
         next = g->next;
         if (g->state == COORD_GUARD_DISCARD) continue;
         conn_kind k = kind_of(g);
@@ -380,19 +382,20 @@ void coord_conns_tick(coord_server *srv, double now) {
     if (cut > 0)
         vl_log_info("cut off %zu request bod%s arriving slowest while bodies held %lld MiB, over "
                     "the %lld MiB budget",
-                    cut, cut == 1 ? "y" : "ies", (long long)(srv->body_inflight >> 20),
+                    cut, cut == 1 ? "y" : "ies", (long long)(srv->conns.body_inflight >> 20),
                     (long long)(lim->body_budget >> 20));
     if (closed > 0) {
-        srv->conns_closed += (int64_t)closed;
-        if (now - srv->conns_logged >= ACCEPT_LOG_EVERY_S) {
-            vl_log_info("closed %lld idle connection(s) (%zu open%s)", (long long)srv->conns_closed,
-                        srv->n_conns, pressed ? ", under descriptor pressure" : "");
-            srv->conns_logged = now;
-            srv->conns_closed = 0;
+        srv->conns.conns_closed += (int64_t)closed;
+        if (now - srv->conns.conns_logged >= ACCEPT_LOG_EVERY_S) {
+            vl_log_info("closed %lld idle connection(s) (%zu open%s)",
+                        (long long)srv->conns.conns_closed, srv->conns.n_conns,
+                        pressed ? ", under descriptor pressure" : "");
+            srv->conns.conns_logged = now;
+            srv->conns.conns_closed = 0;
         }
     }
     /* At the total cap new connections wait in the kernel's backlog. */
-    if (at_max(srv)) srv->pressure_until = now + PRESSURE_HOLD_S;
+    if (at_max(srv)) srv->conns.pressure_until = now + PRESSURE_HOLD_S;
     listeners_resume(srv);
 }
 

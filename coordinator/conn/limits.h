@@ -36,14 +36,14 @@ int64_t coord_conns_raise_limit(void);
 /* The total connection cap for a descriptor limit (some kept in reserve). */
 int64_t coord_conns_default_max(int64_t fd_limit);
 /* Pauses accepting, with one log line per interval, when accept() fails
- * for want of descriptors. Call once srv->bound exists. 0 or VL_E*. */
+ * for want of descriptors. Call once srv->conns.bound exists. 0 or VL_E*. */
 int coord_conns_listen(struct coord_server *srv, vl_error *err) VL_MUST_CHECK;
 /* Closes idle connections that waited too long or beyond their address's
  * share, cuts off the slowest bodies while bodies hold more than the
  * budget, counts the admin listener's connections, and holds new
  * connections back at the caps. Called from the server's periodic tick. */
 void coord_conns_tick(struct coord_server *srv, double now);
-/* Puts the admin listener (bound: its socket on srv->admin_http) under
+/* Puts the admin listener (bound: its socket on srv->ops.admin_http) under
  * the same rules: its own cap of COORD_ADMIN_CONNS_MAX connections,
  * counted against max_conns, and the pause when accept() runs out of
  * descriptors. Returns 0 or VL_EIO/VL_ENOMEM. */

@@ -35,10 +35,11 @@ coord_rate coord_limits_split_rate(const coord_config *cfg, coord_rate peer, coo
 }
 
 int coord_rate_is_split(const coord_server *srv, const char *target) {
-    return srv->split_limiter && strncmp(target, "/v1/split/", 10) == 0;
+    return srv->conns.split_limiter && strncmp(target, "/v1/split/", 10) == 0;
 }
 
 double coord_peer_rate_take(coord_server *srv, int64_t peer, const char *target, double now) {
-    coord_limiter *l = coord_rate_is_split(srv, target) ? srv->split_limiter : srv->peer_limiter;
+    coord_limiter *l =
+        coord_rate_is_split(srv, target) ? srv->conns.split_limiter : srv->conns.peer_limiter;
     return coord_limiter_take(l, &peer, sizeof peer, now);
 }

@@ -87,15 +87,15 @@ void coord_tls_on_sighup(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     coord_server *srv = arg;
     vl_error err = {0};
-    SSL_CTX *ctx = coord_tls_ctx_new(srv->cert_path, srv->key_path, &err);
+    SSL_CTX *ctx = coord_tls_ctx_new(srv->conns.cert_path, srv->conns.key_path, &err);
     if (!ctx) {
         vl_log_error("SIGHUP: certificate not reloaded, still serving the old one: %s", err.msg);
         return;
     }
-    SSL_CTX_free(srv->ssl);
-    srv->ssl = ctx;
+    SSL_CTX_free(srv->conns.ssl);
+    srv->conns.ssl = ctx;
     char what_now[256];
     describe(ctx, what_now, sizeof what_now);
-    vl_log_info("SIGHUP: certificate reloaded from %s (%s); new connections get it", srv->cert_path,
-                what_now);
+    vl_log_info("SIGHUP: certificate reloaded from %s (%s); new connections get it",
+                srv->conns.cert_path, what_now);
 }

@@ -142,7 +142,7 @@ static int address_ok(coord_server *srv, coord_guard *g, coord_guard_refusal *r)
     uint8_t key[COORD_ADDR_KEY_MAX];
     size_t n = coord_limiter_addr_key((const struct sockaddr *)&ss, key);
     if (n == 0) return 0;
-    double wait = coord_limiter_take(srv->addr_limiter, key, n, vl_clock_mono_s());
+    double wait = coord_limiter_take(srv->conns.addr_limiter, key, n, vl_clock_mono_s());
     return wait > 0 ? refuse_rate(r, wait, "address") : 0;
 }
 
@@ -164,7 +164,7 @@ static int signer_key(coord_server *srv, const vcrypto_sig *s, coord_auth_kind k
         return refuse(r, 401, "unknown_peer", "keyid must be a peer id");
     storage_peer p;
     vl_error e = {0};
-    int rc = storage_peer_get(srv->db, id, &p, &e);
+    int rc = storage_peer_get(srv->run.db, id, &p, &e);
     if (rc == VL_ENOTFOUND) return refuse(r, 401, "unknown_peer", "no peer %lld", (long long)id);
     if (rc != VL_OK) {
         vl_log_error("authenticating peer %lld: %s", (long long)id, e.msg);
@@ -182,10 +182,10 @@ static int signer_key(coord_server *srv, const vcrypto_sig *s, coord_auth_kind k
 static int nonce_ok(coord_server *srv, int64_t peer, const head_view *v, coord_guard_refusal *r) {
     char key[VCRYPTO_NONCE_HEX + 1];
     vcrypto_nonce_key(v->nonce, key);
-    int rc = vcrypto_nonce_check(srv->nonces, peer, key, v->created, vl_clock_unix_s());
+    int rc = vcrypto_nonce_check(srv->conns.nonces, peer, key, v->created, vl_clock_unix_s());
     if (rc == VL_ECONFLICT) return refuse(r, 401, "replayed_nonce", "this nonce was already used");
     if (rc != VL_OK) return refuse_rate(r, 1, "coordinator");
-    coord_nonce_log_add(srv->nonce_log, peer, key, v->created);
+    coord_nonce_log_add(srv->conns.nonce_log, peer, key, v->created);
     return 0;
 }
 
@@ -248,21 +248,21 @@ static int signed_ok(coord_server *srv, head_view *v, coord_auth_kind kind, int 
 /* ---- bodies being received ---------------------------------------------- */
 
 static ssize_t receiving_index(const coord_server *srv, int64_t peer) {
-    for (size_t i = 0; i < srv->n_receiving; i++)
-        if (srv->receiving_peers[i] == peer) return (ssize_t)i;
+    for (size_t i = 0; i < srv->conns.n_receiving; i++)
+        if (srv->conns.receiving_peers[i] == peer) return (ssize_t)i;
     return -1;
 }
 
 static int receiving_count(const coord_server *srv, int64_t peer) {
     int n = 0;
-    for (size_t i = 0; i < srv->n_receiving; i++) n += srv->receiving_peers[i] == peer;
+    for (size_t i = 0; i < srv->conns.n_receiving; i++) n += srv->conns.receiving_peers[i] == peer;
     return n;
 }
 
 /* Bodies a peer may send at once to path: a split run's batches as many
  * as split.in_flight, anything else one. */
 static int bodies_allowed(const coord_server *srv, const char *path) {
-    if (srv->split && strncmp(path, "/v1/split/", 10) == 0) return srv->split->in_flight;
+    if (srv->run.split && strncmp(path, "/v1/split/", 10) == 0) return srv->run.split->in_flight;
     return 1;
 }
 
@@ -287,23 +287,23 @@ static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowe
                       (long long)peer);
     }
     int64_t advance = len < COORD_BODY_ADVANCE ? len : COORD_BODY_ADVANCE;
-    int64_t budget = srv->limits.body_budget;
-    if (budget > 0 && srv->body_inflight + advance > budget) {
+    int64_t budget = srv->conns.limits.body_budget;
+    if (budget > 0 && srv->conns.body_inflight + advance > budget) {
         r->retry_after = 2;
         return refuse(r, 503, "overloaded",
                       "the coordinator is receiving %lld MiB of bodies, its limit; retry "
                       "shortly",
-                      (long long)(srv->body_inflight >> 20));
+                      (long long)(srv->conns.body_inflight >> 20));
     }
-    if (srv->n_receiving == srv->cap_receiving) {
-        size_t cap = srv->cap_receiving ? 2 * srv->cap_receiving : 64;
-        int64_t *p = realloc(srv->receiving_peers, cap * sizeof *p);
+    if (srv->conns.n_receiving == srv->conns.cap_receiving) {
+        size_t cap = srv->conns.cap_receiving ? 2 * srv->conns.cap_receiving : 64;
+        int64_t *p = realloc(srv->conns.receiving_peers, cap * sizeof *p);
         if (!p) return refuse(r, 503, "overloaded", "out of memory");
-        srv->receiving_peers = p;
-        srv->cap_receiving = cap;
+        srv->conns.receiving_peers = p;
+        srv->conns.cap_receiving = cap;
     }
-    srv->receiving_peers[srv->n_receiving++] = peer;
-    srv->body_inflight += advance;
+    srv->conns.receiving_peers[srv->conns.n_receiving++] = peer;
+    srv->conns.body_inflight += advance;
     t->reserved = advance;
     return 0;
 }
@@ -311,16 +311,17 @@ static int reserve_body(coord_server *srv, int64_t peer, int64_t len, int allowe
 void coord_auth_progress(void *arg, coord_guard_ticket *t, uint64_t arrived) {
     coord_server *srv = arg;
     if (t->reserved <= 0 || (int64_t)arrived <= t->reserved) return;
-    srv->body_inflight += (int64_t)arrived - t->reserved;
+    srv->conns.body_inflight += (int64_t)arrived - t->reserved;
     t->reserved = (int64_t)arrived;
 }
 
 void coord_auth_release(void *arg, const coord_guard_ticket *t) {
     coord_server *srv = arg;
     if (t->reserved <= 0) return;
-    srv->body_inflight -= t->reserved;
+    srv->conns.body_inflight -= t->reserved;
     ssize_t i = receiving_index(srv, t->peer_id);
-    if (i >= 0) srv->receiving_peers[i] = srv->receiving_peers[--srv->n_receiving];
+    if (i >= 0)
+        srv->conns.receiving_peers[i] = srv->conns.receiving_peers[--srv->conns.n_receiving];
 }
 
 int coord_auth_head(void *arg, coord_guard *g, const uint8_t *head, size_t len,
@@ -387,7 +388,7 @@ int coord_authenticate(coord_req *cr) {
     if (cr->ticket.want.alg != 0) {
         storage_peer p;
         vl_error e = {0};
-        int rc = storage_peer_get(cr->srv->db, cr->ticket.peer_id, &p, &e);
+        int rc = storage_peer_get(cr->srv->run.db, cr->ticket.peer_id, &p, &e);
         if (rc != VL_OK) {
             if (rc == VL_ENOTFOUND)
                 coord_reply_error(cr, 401, "unknown_peer", "no peer %lld",
@@ -421,9 +422,9 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
                            int64_t task, storage_task *t) {
     coord_server *srv = cr->srv;
     vl_error e = {0};
-    if (strcmp(run, srv->cfg.name) != 0) {
+    if (strcmp(run, srv->run.cfg.name) != 0) {
         coord_reply_error(cr, 422, "wrong_run", "%s is for run \"%s\", this is \"%s\"", what, run,
-                          srv->cfg.name);
+                          srv->run.cfg.name);
         return COORD_ANSWERED;
     }
     if (peer != cr->peer_id) {
@@ -433,7 +434,7 @@ int coord_check_task_owner(coord_req *cr, const char *what, const char *run, int
                           what, (long long)peer, (long long)cr->peer_id);
         return COORD_ANSWERED;
     }
-    int rc = storage_task_get(srv->db, task, t, &e);
+    int rc = storage_task_get(srv->run.db, task, t, &e);
     if (rc == VL_ENOTFOUND) {
         coord_reply_error(cr, 404, "unknown_task", "no task %lld", (long long)task);
         return COORD_ANSWERED;

@@ -34,7 +34,7 @@ static coord_guard *guard_of(coord_server *srv, struct evhttp_request *req) {
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
     if (!bev) return NULL;
-    for (coord_guard *g = srv->guards; g; g = g->next)
+    for (coord_guard *g = srv->conns.guards; g; g = g->next)
         if (g->bev == bev) return g;
     return NULL;
 }
@@ -67,7 +67,7 @@ static int take_ticket(coord_req *cr) {
  * head: the run's max_body_bytes for a large body, COORD_MAX_JSON_BODY for
  * any other. */
 static int64_t body_cap(const coord_server *srv, const coord_route *r) {
-    return r && r->large ? srv->cfg.max_body_bytes : COORD_MAX_JSON_BODY;
+    return r && r->large ? srv->run.cfg.max_body_bytes : COORD_MAX_JSON_BODY;
 }
 
 /* 413 for a body over route r's cap, naming what the body is. */
@@ -104,7 +104,7 @@ static void refuse_guarded(coord_req *cr, const char *marker) {
         break;
     case COORD_GUARD_HEAD_TIMEOUT:
         coord_reply_error(cr, 408, "request_timeout", "the request head took longer than %.0f s",
-                          cr->srv->limits.slow_timeout_s);
+                          cr->srv->conns.limits.slow_timeout_s);
         break;
     case COORD_GUARD_PIPELINED:
         coord_set_header(cr, "Retry-After", "1");

@@ -60,11 +60,11 @@ const uint8_t *coord_body(coord_req *cr, size_t *len) {
 static void on_complete(struct evhttp_request *req, void *arg) {
     (void)req;
     coord_server *srv = arg;
-    if (srv->inflight > 0) srv->inflight--;
+    if (srv->conns.inflight > 0) srv->conns.inflight--;
 }
 
 void coord_req_begin(coord_req *cr) {
-    cr->srv->inflight++;
+    cr->srv->conns.inflight++;
     evhttp_request_set_on_complete_cb(cr->req, on_complete, cr->srv);
 }
 
@@ -86,14 +86,15 @@ void coord_reply(coord_req *cr, int status, const char *content_type, struct evb
         vl_log_info("%s %s %d %zuB in=%zuB %.1fms", cr->method, cr->path, status, nbytes, in_bytes,
                     ms);
     int route = coord_route_index(cr->full_path);
-    coord_metrics_request(&cr->srv->metrics, route, status, in_bytes, nbytes);
+    coord_metrics_request(&cr->srv->ops.metrics, route, status, in_bytes, nbytes);
     if (cr->full_path && !strcmp(cr->full_path, "/v1/updates"))
-        coord_metrics_upload(&cr->srv->metrics, status, cr->err_code);
-    coord_metrics_answer(&cr->srv->metrics, route, status, cr->err_code, cr->peer_id,
+        coord_metrics_upload(&cr->srv->ops.metrics, status, cr->err_code);
+    coord_metrics_answer(&cr->srv->ops.metrics, route, status, cr->err_code, cr->peer_id,
                          coord_request_addr(cr->req), in_bytes, vl_clock_unix_s());
     /* A request whose client went away has no connection; sending frees
      * it without running the completion callback, so account for it here. */
-    if (!evhttp_request_get_connection(cr->req) && cr->srv->inflight > 0) cr->srv->inflight--;
+    if (!evhttp_request_get_connection(cr->req) && cr->srv->conns.inflight > 0)
+        cr->srv->conns.inflight--;
     evhttp_send_reply(cr->req, status, reason(status), body);
 }
 

@@ -31,8 +31,8 @@ static void admin_error(struct evhttp_request *req, int status, const char *code
 /* Whether secret is the token, in time that does not depend on where they
  * differ. */
 static int token_matches(const coord_server *srv, const char *secret, size_t len) {
-    size_t tl = strlen(srv->admin_token);
-    return len == tl && vcrypto_equal(secret, srv->admin_token, tl);
+    size_t tl = strlen(srv->ops.admin_token);
+    return len == tl && vcrypto_equal(secret, srv->ops.admin_token, tl);
 }
 
 /* The token as a bearer token (scrapers, curl), or as the password of
@@ -130,7 +130,7 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
      * read as another type than it says. */
     evhttp_add_header(out, "Cache-Control", "no-store");
     evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
-    if (srv->admin_token[0] &&
+    if (srv->ops.admin_token[0] &&
         !authorised(srv,
                     evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"))) {
         evhttp_add_header(out, "WWW-Authenticate", "Bearer");
@@ -158,8 +158,8 @@ static void admin_cb(struct evhttp_request *req, void *arg) {
 }
 
 int coord_admin_start(coord_server *srv, const char *host, int fd, vl_error *err) {
-    srv->admin_http = evhttp_new(srv->base);
-    if (!srv->admin_http) {
+    srv->ops.admin_http = evhttp_new(srv->base);
+    if (!srv->ops.admin_http) {
         close(fd);
         return vl_fail(err, VL_ENOMEM, "cannot create the admin listener");
     }
@@ -167,30 +167,30 @@ int coord_admin_start(coord_server *srv, const char *host, int fd, vl_error *err
      * ADMIN_BODY_MAX is read (and ignored), so a POST or PATCH that
      * carries one still reaches admin_cb and gets its JSON 405: with a
      * cap of 0, libevent answers any body with its own HTML 413. */
-    evhttp_set_max_headers_size(srv->admin_http, 16384);
-    evhttp_set_max_body_size(srv->admin_http, ADMIN_BODY_MAX);
-    evhttp_set_timeout(srv->admin_http, 10);
-    evhttp_set_gencb(srv->admin_http, admin_cb, srv);
+    evhttp_set_max_headers_size(srv->ops.admin_http, 16384);
+    evhttp_set_max_body_size(srv->ops.admin_http, ADMIN_BODY_MAX);
+    evhttp_set_timeout(srv->ops.admin_http, 10);
+    evhttp_set_gencb(srv->ops.admin_http, admin_cb, srv);
     /* Every method reaches admin_cb, so a wrong one gets its JSON 405;
      * ADMIN_UNKNOWN_METHOD lets in the methods libevent has no name for
      * as well, which it would otherwise answer with an HTML 501. */
-    evhttp_set_allowed_methods(srv->admin_http, COORD_HTTP_ALL_METHODS | ADMIN_UNKNOWN_METHOD);
-    struct evhttp_bound_socket *bs = evhttp_accept_socket_with_handle(srv->admin_http, fd);
+    evhttp_set_allowed_methods(srv->ops.admin_http, COORD_HTTP_ALL_METHODS | ADMIN_UNKNOWN_METHOD);
+    struct evhttp_bound_socket *bs = evhttp_accept_socket_with_handle(srv->ops.admin_http, fd);
     if (!bs) {
         close(fd);
-        evhttp_free(srv->admin_http);
-        srv->admin_http = NULL;
+        evhttp_free(srv->ops.admin_http);
+        srv->ops.admin_http = NULL;
         return vl_fail(err, VL_ENOMEM, "cannot serve the admin listener: out of memory");
     }
     int rc = coord_conns_admin(srv, bs, err);
     if (rc != VL_OK) {
-        evhttp_free(srv->admin_http);
-        srv->admin_http = NULL;
-        srv->admin_bound = NULL;
+        evhttp_free(srv->ops.admin_http);
+        srv->ops.admin_http = NULL;
+        srv->ops.admin_bound = NULL;
         return rc;
     }
     int bound_port = coord_bound_port(evhttp_bound_socket_get_fd(bs));
     vl_log_info("admin listener on http://%s:%d/metrics, dashboard at http://%s:%d/%s", host,
-                bound_port, host, bound_port, srv->admin_token[0] ? " (token required)" : "");
+                bound_port, host, bound_port, srv->ops.admin_token[0] ? " (token required)" : "");
     return VL_OK;
 }

@@ -61,18 +61,18 @@ static json_t *writer_json(const coord_writer_stats *ws) {
 }
 
 static json_t *metrics_json(const coord_server *srv, const coord_writer_stats *ws) {
-    const coord_metrics *m = &srv->metrics;
+    const coord_metrics *m = &srv->ops.metrics;
     json_t *refused = json_object();
     for (size_t i = 0; refused && i < m->n_refused; i++)
         json_object_set_new(refused, m->refused[i].code, json_integer((json_int_t)m->refused[i].n));
-    json_t *o = json_pack("{s:I, s:o, s:I, s:I, s:I, s:f, s:o}", "uploads_accepted",
-                          (json_int_t)m->uploads_accepted, "uploads_refused", refused,
-                          "requests_in_flight", (json_int_t)srv->inflight, "connections",
-                          (json_int_t)srv->n_conns, "versions_made", (json_int_t)m->merge_count,
-                          "version_seconds", m->merge_sum, "writer", writer_json(ws));
+    json_t *o = json_pack(
+        "{s:I, s:o, s:I, s:I, s:I, s:f, s:o}", "uploads_accepted", (json_int_t)m->uploads_accepted,
+        "uploads_refused", refused, "requests_in_flight", (json_int_t)srv->conns.inflight,
+        "connections", (json_int_t)srv->conns.n_conns, "versions_made", (json_int_t)m->merge_count,
+        "version_seconds", m->merge_sum, "writer", writer_json(ws));
     if (!o) return NULL;
-    json_object_set_new(o, "validation_loss", real_or_null(srv->val_loss));
-    json_object_set_new(o, "best_validation_loss", real_or_null(srv->best_val_loss));
+    json_object_set_new(o, "validation_loss", real_or_null(srv->run.val_loss));
+    json_object_set_new(o, "best_validation_loss", real_or_null(srv->run.best_val_loss));
     json_object_set_new(o, "training_loss", real_or_null(m->train_loss));
     return o;
 }
@@ -123,10 +123,10 @@ typedef struct peers_ctx {
 
 static int add_peer(void *arg, const storage_peer_activity *a) {
     peers_ctx *c = arg;
-    const coord_metrics_peer *mp = coord_metrics_peer_find(&c->srv->metrics, a->id);
+    const coord_metrics_peer *mp = coord_metrics_peer_find(&c->srv->ops.metrics, a->id);
     json_t *o =
         json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:b, s:I}", "id", (json_int_t)a->id, "name",
-                  name_json(a->name), "state", coord_peer_state(a, c->now, c->srv->cfg.lease_s),
+                  name_json(a->name), "state", coord_peer_state(a, c->now, c->srv->run.cfg.lease_s),
                   "joined_at", (json_int_t)a->joined_at, "last_seen", (json_int_t)a->last_seen,
                   "leases", (json_int_t)a->leases, "updates", (json_int_t)a->updates, "revoked",
                   a->revoked, "refused", (json_int_t)(mp ? mp->refused : 0));
@@ -164,29 +164,30 @@ static int add_totals(void *arg, const storage_peer_totals *t) {
 json_t *coord_dashboard_json(coord_server *srv, vl_error *err) {
     int64_t now = vl_clock_unix_s();
     coord_writer_stats ws;
-    coord_writer_stats_get(srv->writer, &ws);
-    json_t *status = coord_status_json(srv->db, &srv->cfg, srv->version, srv->finished, &ws,
-                                       srv->net.mlp ? &srv->val_accuracy : NULL, err);
+    coord_writer_stats_get(srv->run.writer, &ws);
+    json_t *status =
+        coord_status_json(srv->run.db, &srv->run.cfg, srv->run.version, srv->run.finished, &ws,
+                          srv->run.net.mlp ? &srv->run.val_accuracy : NULL, err);
     if (!status) return NULL;
     peers_ctx pc = {.srv = srv, .list = json_array(), .now = now};
     int rc = pc.list ? VL_OK : vl_fail(err, VL_ENOMEM, "out of memory");
-    if (rc == VL_OK) rc = storage_peer_each(srv->db, now, add_peer, &pc, err);
-    if (rc == VL_OK) rc = storage_peer_totals_each(srv->db, add_totals, &pc, err);
+    if (rc == VL_OK) rc = storage_peer_each(srv->run.db, now, add_peer, &pc, err);
+    if (rc == VL_OK) rc = storage_peer_totals_each(srv->run.db, add_totals, &pc, err);
     if (rc != VL_OK) {
         if (!err->code) vl_fail(err, rc, "out of memory");
         json_decref(status);
         json_decref(pc.list);
         return NULL;
     }
-    char *cfg_text = coord_config_to_json(&srv->cfg, 1);
+    char *cfg_text = coord_config_to_json(&srv->run.cfg, 1);
     json_t *cfg = cfg_text ? json_loads(cfg_text, 0, NULL) : NULL;
     free(cfg_text);
-    json_t *o =
-        json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "now", (json_int_t)now, "status",
-                  status, "metrics", metrics_json(srv, &ws), "peers", pc.list, "minutes",
-                  minutes_json(&srv->metrics, now), "refusals", refusals_json(&srv->metrics),
-                  "config", cfg ? cfg : json_null(), "dense_update_bytes",
-                  (json_int_t)(coord_config_num_params(&srv->cfg) * sizeof(float)));
+    json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:I}", "now", (json_int_t)now,
+                          "status", status, "metrics", metrics_json(srv, &ws), "peers", pc.list,
+                          "minutes", minutes_json(&srv->ops.metrics, now), "refusals",
+                          refusals_json(&srv->ops.metrics), "config", cfg ? cfg : json_null(),
+                          "dense_update_bytes",
+                          (json_int_t)(coord_config_num_params(&srv->run.cfg) * sizeof(float)));
     if (!o) vl_fail(err, VL_ENOMEM, "out of memory");
     return o;
 }

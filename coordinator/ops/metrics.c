@@ -121,7 +121,7 @@ static double dir_bytes(const char *dir) {
 }
 
 int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
-    const coord_metrics *m = &srv->metrics;
+    const coord_metrics *m = &srv->ops.metrics;
     head(b, "volley_requests_total", "counter",
          "Requests answered on the public port, by route and status class.");
     for (int r = 0; r < COORD_METRICS_ROUTES; r++)
@@ -148,14 +148,15 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
         evbuffer_add_printf(b, "volley_uploads_total{result=\"refused\",code=\"%s\"} %llu\n",
                             m->refused[i].code, (unsigned long long)m->refused[i].n);
     gauge(b, "volley_requests_in_flight", "Requests handed to a handler and not yet answered.",
-          (double)srv->inflight);
-    gauge(b, "volley_connections", "Open connections on the public port.", (double)srv->n_conns);
-    gauge(b, "volley_version", "The current model version.", (double)srv->version);
-    gauge(b, "volley_max_versions", "The run's last version.", (double)srv->cfg.max_versions);
+          (double)srv->conns.inflight);
+    gauge(b, "volley_connections", "Open connections on the public port.",
+          (double)srv->conns.n_conns);
+    gauge(b, "volley_version", "The current model version.", (double)srv->run.version);
+    gauge(b, "volley_max_versions", "The run's last version.", (double)srv->run.cfg.max_versions);
     gauge(b, "volley_run_finished", "1 once the run reached its last version.",
-          srv->finished ? 1.0 : 0.0);
+          srv->run.finished ? 1.0 : 0.0);
     gauge(b, "volley_validation_loss", "The current version's validation loss (nats).",
-          srv->val_loss);
+          srv->run.val_loss);
     gauge(b, "volley_training_loss",
           "The last version's mean training loss over its updates (nats).", m->train_loss);
     hist_fixed(b, "volley_version_seconds",
@@ -166,13 +167,13 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     static const int64_t STEPS_LE[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
     int_hist stale = {.le = STALE_LE, .n_le = sizeof STALE_LE / sizeof STALE_LE[0]};
     int_hist steps = {.le = STEPS_LE, .n_le = sizeof STEPS_LE / sizeof STEPS_LE[0]};
-    peer_counts pc = {.now = vl_clock_unix_s(), .lease_s = srv->cfg.lease_s};
+    peer_counts pc = {.now = vl_clock_unix_s(), .lease_s = srv->run.cfg.lease_s};
     int64_t unmerged = 0;
-    int rc = storage_update_histogram(srv->db, STORAGE_HIST_STALENESS, hist_add, &stale, err);
+    int rc = storage_update_histogram(srv->run.db, STORAGE_HIST_STALENESS, hist_add, &stale, err);
     if (rc == VL_OK)
-        rc = storage_update_histogram(srv->db, STORAGE_HIST_LOCAL_STEPS, hist_add, &steps, err);
-    if (rc == VL_OK) rc = storage_peer_each(srv->db, pc.now, count_peer, &pc, err);
-    if (rc == VL_OK) rc = storage_update_count_unmerged(srv->db, &unmerged, err);
+        rc = storage_update_histogram(srv->run.db, STORAGE_HIST_LOCAL_STEPS, hist_add, &steps, err);
+    if (rc == VL_OK) rc = storage_peer_each(srv->run.db, pc.now, count_peer, &pc, err);
+    if (rc == VL_OK) rc = storage_update_count_unmerged(srv->run.db, &unmerged, err);
     if (rc != VL_OK) return rc;
     hist_write(b, "volley_staleness", "Staleness of the stored updates (versions).", &stale);
     hist_write(b, "volley_local_steps", "Local steps of the stored updates.", &steps);
@@ -184,7 +185,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
                         (unsigned long long)pc.gone, (unsigned long long)pc.revoked);
     gauge(b, "volley_updates_unmerged", "Stored updates waiting for a version.", (double)unmerged);
     coord_writer_stats ws;
-    coord_writer_stats_get(srv->writer, &ws);
+    coord_writer_stats_get(srv->run.writer, &ws);
     head(b, "volley_writer_jobs_total", "counter", "Jobs the database writer ran.");
     evbuffer_add_printf(b, "volley_writer_jobs_total %llu\n", (unsigned long long)ws.jobs);
     head(b, "volley_writer_commits_total", "counter", "Transactions the writer committed.");
@@ -196,12 +197,14 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     /* The disk's state as the log reports it (schedule.h): for an alert
      * on a full disk before the peers notice. */
     gauge(b, "volley_disk_full", "1 while the disk is full as the coordinator last found it.",
-          (double)srv->disk.full);
+          (double)srv->sched.disk.full);
     head(b, "volley_disk_full_reports_total", "counter", "Times the disk was found full.");
-    evbuffer_add_printf(b, "volley_disk_full_reports_total %lld\n", (long long)srv->disk.reports);
+    evbuffer_add_printf(b, "volley_disk_full_reports_total %lld\n",
+                        (long long)srv->sched.disk.reports);
     head(b, "volley_merge_room_retries_total", "counter",
          "Merges retried because the disk had no room.");
-    evbuffer_add_printf(b, "volley_merge_room_retries_total %lld\n", (long long)srv->disk.retries);
+    evbuffer_add_printf(b, "volley_merge_room_retries_total %lld\n",
+                        (long long)srv->sched.disk.retries);
     /* The writer's histograms, copied under its lock with the counters
      * above, so a scrape sees one consistent moment of that thread. */
     uint64_t batches = 0;
@@ -215,11 +218,11 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
                ws.commit_seconds);
     char path[COORD_PATH_MAX + 16];
     head(b, "volley_database_bytes", "gauge", "Size of the SQLite database and its WAL.");
-    snprintf(path, sizeof path, "%s", srv->db_path);
+    snprintf(path, sizeof path, "%s", srv->run.db_path);
     evbuffer_add_printf(b, "volley_database_bytes{file=\"db\"} %.0f\n", file_bytes(path));
-    snprintf(path, sizeof path, "%s-wal", srv->db_path);
+    snprintf(path, sizeof path, "%s-wal", srv->run.db_path);
     evbuffer_add_printf(b, "volley_database_bytes{file=\"wal\"} %.0f\n", file_bytes(path));
-    snprintf(path, sizeof path, "%s-bodies", srv->db_path);
+    snprintf(path, sizeof path, "%s-bodies", srv->run.db_path);
     gauge(b, "volley_body_store_bytes", "Size of the stored update bodies' segments.",
           dir_bytes(path));
     return VL_OK;

@@ -29,7 +29,7 @@ struct evhttp_request;
 int coord_metrics_write(struct coord_server *srv, struct evbuffer *b, vl_error *err) VL_MUST_CHECK;
 /* Serves /metrics, and the dashboard at / and /dashboard.json
  * (dashboard.h), in plain HTTP on fd, a socket listening on host
- * (coord_listen_bind; the log names its port), requiring srv->admin_token
+ * (coord_listen_bind; the log names its port), requiring srv->ops.admin_token
  * on every path when it is set: as a bearer token, or as the password of
  * HTTP Basic authentication, which is what a browser can be asked for.
  * fd is libevent's from the call on, closed on failure too. */

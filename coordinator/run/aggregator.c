@@ -174,8 +174,8 @@ static int round_step(const coord_config *cfg, size_t n, const merge_ctx *m, mer
  * b->cand (NULL: all of them). */
 static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *theta, size_t *n_cand,
                       vl_error *err) {
-    const coord_config *cfg = &srv->cfg;
-    size_t n = srv->n_params;
+    const coord_config *cfg = &srv->run.cfg;
+    size_t n = srv->run.n_params;
     const char *kind = cfg->compression_kind;
     /* The weighted sum becomes the weighted mean, in vector or sketch; a
      * robust rule writes its combination there instead. */
@@ -192,8 +192,9 @@ static int apply_step(coord_server *srv, merge_ctx *m, merge_bufs *b, float *the
      * from rest (1 + mu times the mean update) can overshoot the guard
      * again and again on skewed updates, which would hold the run at its
      * version forever. */
-    if (srv->refused_streak > 0) {
-        int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
+    if (srv->run.refused_streak > 0) {
+        int k = srv->run.refused_streak < COORD_MAX_BACKOFF ? srv->run.refused_streak
+                                                            : COORD_MAX_BACKOFF;
         double s = ldexp(1.0, -k);
         if (m->sk)
             coord_scale(m->sk->table, (size_t)m->sk->rows * m->sk->cols, s);
@@ -321,7 +322,7 @@ static void merge_job_free(merge_job *j) {
 }
 
 static void merge_failed(coord_server *srv, merge_job *j, int rc, const vl_error *err) {
-    srv->merging = 0;
+    srv->sched.merging = 0;
     /* Before the job goes: err lives in it. */
     j->after(srv, rc, err);
     merge_job_free(j);
@@ -340,13 +341,15 @@ static void log_refused(const coord_server *srv, const merge_job *j) {
     }
     if (used >= sizeof list) memcpy(list + sizeof list - 4, "...", 4);
     /* merge_done has counted this refusal already. */
-    int k = srv->refused_streak < COORD_MAX_BACKOFF ? srv->refused_streak : COORD_MAX_BACKOFF;
+    int k =
+        srv->run.refused_streak < COORD_MAX_BACKOFF ? srv->run.refused_streak : COORD_MAX_BACKOFF;
     vl_log_warn("version %lld refused: its validation loss %.6f is not finite or more than "
                 "%.0f%% above the best so far (%.6f); it keeps version %lld's parameters, the "
                 "outer optimiser restarts from zero and the next step is scaled by 1/%d; its "
                 "updates (update:peer) were %s",
-                (long long)j->ver.version, j->ver.refused_val_loss, srv->cfg.max_loss_rise * 100.0,
-                j->best_loss, (long long)j->ver.version - 1, 1 << k, list);
+                (long long)j->ver.version, j->ver.refused_val_loss,
+                srv->run.cfg.max_loss_rise * 100.0, j->best_loss, (long long)j->ver.version - 1,
+                1 << k, list);
 }
 
 static void merge_done(coord_job *job, int rc, const vl_error *err) {
@@ -356,54 +359,54 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
         merge_failed(srv, j, rc, err);
         return;
     }
-    srv->merging = 0;
+    srv->sched.merging = 0;
     /* Committed: the served model, optimiser state and version move on. */
-    memcpy(coord_net_params(&srv->net), j->b.next, srv->n_params * sizeof(float));
+    memcpy(coord_net_params(&srv->run.net), j->b.next, srv->run.n_params * sizeof(float));
     /* A refused version keeps its predecessor's parameters and so its
      * accuracy; the next step backs off (apply_step). */
-    if (!j->ver.refused) srv->val_accuracy = j->accuracy;
-    srv->refused_streak = j->ver.refused ? srv->refused_streak + 1 : 0;
-    float *old = srv->momentum;
-    srv->momentum = j->b.state;
+    if (!j->ver.refused) srv->run.val_accuracy = j->accuracy;
+    srv->run.refused_streak = j->ver.refused ? srv->run.refused_streak + 1 : 0;
+    float *old = srv->run.momentum;
+    srv->run.momentum = j->b.state;
     j->b.state = old;
-    srv->version = j->ver.version;
+    srv->run.version = j->ver.version;
     if (j->digest[0]) {
-        memcpy(srv->digest_hex, j->digest, sizeof j->digest);
-        srv->digest_version = srv->version;
+        memcpy(srv->caches.digest_hex, j->digest, sizeof j->digest);
+        srv->caches.digest_version = srv->run.version;
     }
-    coord_metrics_version(&srv->metrics, j->compute_s, j->ver.train_loss);
+    coord_metrics_version(&srv->ops.metrics, j->compute_s, j->ver.train_loss);
     coord_norm_bound_refresh(srv);
-    int checked = srv->cfg.val_check_batches > 0;
+    int checked = srv->run.cfg.val_check_batches > 0;
     if (isfinite(j->ver.val_loss) || !checked) {
-        srv->val_loss = j->ver.val_loss;
-        srv->val_loss_version = srv->version;
+        srv->run.val_loss = j->ver.val_loss;
+        srv->run.val_loss_version = srv->run.version;
     }
     if (isfinite(j->ver.val_loss) &&
-        (!isfinite(srv->best_val_loss) || j->ver.val_loss < srv->best_val_loss))
-        srv->best_val_loss = j->ver.val_loss;
+        (!isfinite(srv->run.best_val_loss) || j->ver.val_loss < srv->run.best_val_loss))
+        srv->run.best_val_loss = j->ver.val_loss;
     if (checked && !j->ver.refused && isfinite(j->check_loss) &&
-        (!isfinite(srv->best_check_loss) || j->check_loss < srv->best_check_loss))
-        srv->best_check_loss = j->check_loss;
-    srv->version_born = vl_clock_mono_s();
-    srv->finished = j->opts.finished;
+        (!isfinite(srv->run.best_check_loss) || j->check_loss < srv->run.best_check_loss))
+        srv->run.best_check_loss = j->check_loss;
+    srv->run.version_born = vl_clock_mono_s();
+    srv->run.finished = j->opts.finished;
     /* The file built with the version replaces the last one (NULL: the
      * first download builds it). */
-    if (srv->model_blob) coord_blob_unref(srv->model_blob);
-    srv->model_blob = j->model_blob;
+    if (srv->caches.model_blob) coord_blob_unref(srv->caches.model_blob);
+    srv->caches.model_blob = j->model_blob;
     j->model_blob = NULL;
-    if (j->ver.factors) srv->factors_version = j->ver.version;
+    if (j->ver.factors) srv->run.factors_version = j->ver.version;
     if (j->ver.refused) log_refused(srv, j);
-    if (j->m.plain && !j->ver.refused && srv->plain_versions++ % 50 == 0)
+    if (j->m.plain && !j->ver.refused && srv->run.plain_versions++ % 50 == 0)
         vl_log_warn("version %lld: %zu of its %zu updates were stale, so it took its outer step "
                     "without momentum (%lld such versions so far); updates_per_version below "
                     "the number of peers, or peers slower than lease_wait allows, cause it",
                     (long long)j->ver.version, j->m.stale, j->m.n_ids,
-                    (long long)srv->plain_versions);
+                    (long long)srv->run.plain_versions);
     if (j->m.set_aside)
         vl_log_warn("version %lld: %zu of its %zu updates were set aside, their stored bodies "
                     "unreadable",
                     (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
-    if (srv->net.mlp)
+    if (srv->run.net.mlp)
         coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
                               j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
                               j->compute_s, j->split_loss);
@@ -413,13 +416,14 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     "changed; merged in %.2f s, the check %.2f s of it); its val_loss on %lld "
                     "follows from the background",
                     (long long)j->ver.version, j->check_loss,
-                    (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
-                                                       srv->cfg.val_check_batches),
-                    srv->cfg.shards ? "tokens" : "bytes", j->ver.train_loss, j->m.n_ids, j->m.stale,
-                    j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-                    j->compute_s, j->eval_s,
-                    (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
-                                                       srv->cfg.val_batches));
+                    (long long)coord_val_scored_tokens(&srv->run.cfg, &srv->run.corpus,
+                                                       &srv->run.shards,
+                                                       srv->run.cfg.val_check_batches),
+                    srv->run.cfg.shards ? "tokens" : "bytes", j->ver.train_loss, j->m.n_ids,
+                    j->m.stale, j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
+                    j->ver.change_nnz, j->compute_s, j->eval_s,
+                    (long long)coord_val_scored_tokens(&srv->run.cfg, &srv->run.corpus,
+                                                       &srv->run.shards, srv->run.cfg.val_batches));
     else /* bits per byte (per token in a shard run) compare across
           * vocabularies and with published figures; nats are what
           * training minimises */
@@ -427,13 +431,13 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     "which %zu stale, %.0f bytes per update, %zu coordinates changed%s; merged in "
                     "%.2f s, validation %.2f s of it)%s",
                     (long long)j->ver.version, j->ver.val_loss, j->ver.val_loss / M_LN2,
-                    srv->cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids, j->m.stale,
-                    j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0, j->ver.change_nnz,
-                    j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s, j->eval_s,
-                    srv->finished ? "; the run is finished" : "");
+                    srv->run.cfg.shards ? "token" : "byte", j->ver.train_loss, j->m.n_ids,
+                    j->m.stale, j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
+                    j->ver.change_nnz, j->ver.factors ? ", K-FAC factors merged" : "", j->compute_s,
+                    j->eval_s, srv->run.finished ? "; the run is finished" : "");
     /* Served on its check: its full score follows (score.h). */
     if (checked && !isfinite(j->ver.val_loss))
-        coord_score_queue(srv, srv->version, coord_net_params(&srv->net));
+        coord_score_queue(srv, srv->run.version, coord_net_params(&srv->run.net));
     coord_merge_after_fn after = j->after;
     merge_job_free(j);
     after(srv, VL_OK, NULL);
@@ -462,19 +466,19 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     coord_server *srv = j->srv;
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
-    size_t n = srv->n_params;
+    size_t n = srv->run.n_params;
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
-    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
+    if (srv->run.compute_threads > 0) kernels_set_num_threads(srv->run.compute_threads);
     /* Async: exactly the buffer's updates_per_version, oldest first; sync:
      * what waits, up to a bound (coord_config_merge_max). */
     double t0 = vl_clock_mono_s();
-    int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->cfg), coord_merge_one, m,
-                                        &j->merr);
+    int rc = storage_update_each_oldest(db, coord_config_merge_max(&srv->run.cfg), coord_merge_one,
+                                        m, &j->merr);
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
-    const float *theta = coord_net_params(&srv->net);
+    const float *theta = coord_net_params(&srv->run.net);
     size_t n_cand = 0;
     if (rc == VL_OK) {
         memcpy(b->next, theta, n * sizeof(float));
@@ -483,8 +487,8 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
          * goes on past the damaged bodies. */
         if (m->samples > 0) rc = apply_step(srv, m, b, b->next, &n_cand, &j->merr);
         /* The coordinator's own layers go into the version as they are. */
-        if (rc == VL_OK && srv->split) {
-            j->split_loss = coord_split_into(srv->split, b->next);
+        if (rc == VL_OK && srv->run.split) {
+            j->split_loss = coord_split_into(srv->run.split, b->next);
             /* Its change lies outside any candidate list: compare all. */
             free(b->cand);
             b->cand = NULL;
@@ -496,11 +500,11 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         return rc;
     }
     int64_t next = m->version + 1;
-    int finishing = next >= srv->cfg.max_versions;
+    int finishing = next >= srv->run.cfg.max_versions;
     /* A run with a loss check serves a version on it and scores it in
      * full in the background (score.h), except the one that finishes the
      * run, which is also scored here. */
-    int checked = srv->cfg.val_check_batches > 0;
+    int checked = srv->run.cfg.val_check_batches > 0;
     double t_eval = vl_clock_mono_s();
     float val_loss = NAN, check_loss = NAN;
     j->accuracy = NAN;
@@ -513,10 +517,11 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     }
     /* A classifier without a test set of its own is judged by the mean
      * loss its peers report (on their batches, before the step). */
-    if (srv->net.mlp && srv->test.n == 0 && m->n_ids > m->set_aside)
+    if (srv->run.net.mlp && srv->run.test.n == 0 && m->n_ids > m->set_aside)
         val_loss = (float)(m->loss_sum / (double)(m->n_ids - m->set_aside));
     /* ... and by the accuracy they measured on their own data. */
-    if (srv->net.mlp && srv->test.n == 0 && m->acc_w > 0) j->accuracy = m->acc_sum / m->acc_w;
+    if (srv->run.net.mlp && srv->run.test.n == 0 && m->acc_w > 0)
+        j->accuracy = m->acc_sum / m->acc_w;
     if (!checked) check_loss = val_loss;
     j->check_loss = check_loss;
     j->eval_s = vl_clock_mono_s() - t_eval;
@@ -525,10 +530,10 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
      * sketch's error, the delayed step's buffer) restarts from zero, since
      * that state is what carried the step that failed. Its updates count
      * as merged, so they are not offered again. */
-    int refused = coord_sched_version_refused(check_loss, j->best_loss, srv->cfg.max_loss_rise);
+    int refused = coord_sched_version_refused(check_loss, j->best_loss, srv->run.cfg.max_loss_rise);
     if (refused) {
         memcpy(b->next, theta, n * sizeof(float));
-        memset(b->state, 0, srv->n_state * sizeof(float));
+        memset(b->state, 0, srv->run.n_state * sizeof(float));
         n_cand = 0;
     }
     size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
@@ -538,7 +543,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         .params = b->next,
         .momentum = b->state,
         .n = n,
-        .n_state = srv->n_state,
+        .n_state = srv->run.n_state,
         .val_loss = refused ? j->cur_loss : val_loss,
         .train_loss =
             m->n_ids > m->set_aside ? m->loss_sum / (double)(m->n_ids - m->set_aside) : NAN,
@@ -552,11 +557,11 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         .update_norm = refused ? NAN
                                : coord_norm_bound_figure(srv, j->bound_quorum, next, m->peers,
                                                          m->units, m->n_ids)};
-    j->opts = (storage_commit_opts){.keep_versions = srv->cfg.keep_versions,
-                                    .keep_changes = srv->cfg.keep_changes,
-                                    .keep_update_blobs = srv->cfg.keep_update_blobs,
+    j->opts = (storage_commit_opts){.keep_versions = srv->run.cfg.keep_versions,
+                                    .keep_changes = srv->run.cfg.keep_changes,
+                                    .keep_update_blobs = srv->run.cfg.keep_update_blobs,
                                     .finished = finishing,
-                                    .expire_old_leases = !coord_config_is_async(&srv->cfg)};
+                                    .expire_old_leases = !coord_config_is_async(&srv->run.cfg)};
     if (m->factors &&
         (rc = coord_factors_merged(srv, m->factors, next, &j->fbuf, &j->ver, &j->merr)) != VL_OK) {
         *err = j->merr;
@@ -566,7 +571,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
      * version's digest: computed here rather than by the first delta
      * request on the loop, since hashing every parameter takes long on a
      * large model (docs/benchmarks.md, "Figures behind the code"). */
-    if (strcmp(srv->cfg.compression_kind, "none") != 0 &&
+    if (strcmp(srv->run.cfg.compression_kind, "none") != 0 &&
         coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
         j->digest[0] = '\0';
     /* The version's file, so that the first GET /v1/model after it does
@@ -598,18 +603,18 @@ static void merge_computed(coord_job *job, int rc, const vl_error *err) {
     }
     j->job.run = merge_run;
     j->job.done = merge_done;
-    coord_writer_submit(j->srv->writer, &j->job);
+    coord_writer_submit(j->srv->run.writer, &j->job);
 }
 
 int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn after,
                       vl_error *err) {
-    size_t n = srv->n_params;
-    int is_sketch = strcmp(srv->cfg.compression_kind, "sketch") == 0;
+    size_t n = srv->run.n_params;
+    int is_sketch = strcmp(srv->run.cfg.compression_kind, "sketch") == 0;
     merge_job *j = calloc(1, sizeof *j);
     if (!j) {
         if (r) storage_round_free(r);
         return vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
-                       (long long)srv->version);
+                       (long long)srv->run.version);
     }
     j->after = after;
     int rc = VL_OK;
@@ -625,24 +630,25 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
     }
     merge_ctx *m = &j->m;
     merge_bufs *b = &j->b;
-    *m = (merge_ctx){.cfg = &srv->cfg,
+    *m = (merge_ctx){.cfg = &srv->run.cfg,
                      .n_params = n,
                      .err = &j->merr,
-                     .version = srv->version,
-                     .robust = srv->cfg.robust};
+                     .version = srv->run.version,
+                     .robust = srv->run.cfg.robust};
     m->robust.max_norm = coord_norm_bound(srv);
-    if (srv->cfg.robust.rule != COORD_RULE_MEAN) {
-        size_t d = is_sketch ? (size_t)srv->cfg.comp_rows * (size_t)srv->cfg.comp_cols : n;
-        coord_robust_acc_init(&j->rb, &m->robust, srv->spec.kind, d);
+    if (srv->run.cfg.robust.rule != COORD_RULE_MEAN) {
+        size_t d = is_sketch ? (size_t)srv->run.cfg.comp_rows * (size_t)srv->run.cfg.comp_cols : n;
+        coord_robust_acc_init(&j->rb, &m->robust, srv->run.spec.kind, d);
         m->rb = &j->rb;
     }
     b->next = malloc(n * sizeof(float) + 1);
-    b->state = malloc(srv->n_state * sizeof(float) + 1);
+    b->state = malloc(srv->run.n_state * sizeof(float) + 1);
     b->idx = malloc(n * sizeof *b->idx + 1);
     b->val = malloc(n * sizeof *b->val + 1);
     if (is_sketch) {
-        rc = compress_sketch_init(&b->sk, (uint32_t)srv->cfg.comp_rows,
-                                  (uint32_t)srv->cfg.comp_cols, (uint64_t)srv->cfg.comp_seed, err);
+        rc = compress_sketch_init(&b->sk, (uint32_t)srv->run.cfg.comp_rows,
+                                  (uint32_t)srv->run.cfg.comp_cols,
+                                  (uint64_t)srv->run.cfg.comp_seed, err);
         if (rc != VL_OK) goto fail;
         m->sk = &b->sk;
         if (j->rnd.n) m->round = &j->racc;
@@ -650,24 +656,27 @@ int coord_merge_start(coord_server *srv, storage_round *r, coord_merge_after_fn 
         m->sum = calloc(n, sizeof(float));
     }
     if (!b->next || !b->state || !b->idx || !b->val || (!is_sketch && !m->sum)) {
-        rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld", (long long)srv->version);
+        rc = vl_fail(err, VL_ENOMEM, "out of memory merging version %lld",
+                     (long long)srv->run.version);
         goto fail;
     }
-    if (srv->factor_layers) {
-        rc = compress_factors_sum_init(&j->fsum, srv->factor_layers, srv->n_factor_layers, err);
+    if (srv->run.factor_layers) {
+        rc = compress_factors_sum_init(&j->fsum, srv->run.factor_layers, srv->run.n_factor_layers,
+                                       err);
         if (rc != VL_OK) goto fail;
         m->factors = &j->fsum;
     }
     /* The state is copied here, on the loop, which alone replaces it. */
-    memcpy(b->state, srv->momentum, srv->n_state * sizeof(float));
-    j->best_loss = srv->cfg.val_check_batches > 0 ? srv->best_check_loss : srv->best_val_loss;
-    j->cur_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
+    memcpy(b->state, srv->run.momentum, srv->run.n_state * sizeof(float));
+    j->best_loss =
+        srv->run.cfg.val_check_batches > 0 ? srv->run.best_check_loss : srv->run.best_val_loss;
+    j->cur_loss = srv->run.val_loss_version == srv->run.version ? srv->run.val_loss : NAN;
     j->bound_quorum = coord_norm_bound_quorum(srv);
     j->srv = srv;
     j->job.run = merge_compute;
     j->job.done = merge_computed;
-    srv->merging = 1;
-    coord_writer_compute(srv->writer, &j->job);
+    srv->sched.merging = 1;
+    coord_writer_compute(srv->run.writer, &j->job);
     return VL_OK;
 fail:
     merge_job_free(j);

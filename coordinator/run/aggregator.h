@@ -102,7 +102,7 @@ typedef void (*coord_merge_after_fn)(struct coord_server *srv, int rc, const vl_
 
 /* Starts making the next version of the updates stored now: computed on
  * the compute thread, then committed by the writer, after which the
- * server moves to it and after runs; srv->merging is set until then. r,
+ * server moves to it and after runs; srv->sched.merging is set until then. r,
  * the current version's second round (NULL: none), is taken over, with
  * the values reported in it so far, whether or not this succeeds.
  * Returns VL_OK once the job is handed over, or a VL_E* code. */
@@ -110,7 +110,7 @@ int coord_merge_start(struct coord_server *srv, struct storage_round *r, coord_m
                       vl_error *err) VL_MUST_CHECK;
 
 /* Opens the second round of the current version: its candidates are
- * computed and stored, after which after runs; srv->opening_round is set
+ * computed and stored, after which after runs; srv->sched.opening_round is set
  * until then. VL_ENOMEM when the job cannot be made. */
 int coord_round_open(struct coord_server *srv, coord_merge_after_fn after,
                      vl_error *err) VL_MUST_CHECK;

@@ -59,9 +59,9 @@ int64_t coord_blob_live_bytes(void) {
 }
 
 int coord_download_room(const coord_server *srv, int64_t need) {
-    int64_t budget = srv->limits.download_budget;
+    int64_t budget = srv->conns.limits.download_budget;
     if (budget <= 0) {
-        budget = COORD_DOWNLOAD_BUDGET_MODELS * (int64_t)srv->n_params * 4;
+        budget = COORD_DOWNLOAD_BUDGET_MODELS * (int64_t)srv->run.n_params * 4;
         if (budget < ((int64_t)256 << 20)) budget = (int64_t)256 << 20;
     }
     return coord_blob_live_bytes() + need <= budget;
@@ -100,7 +100,7 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version, 
                       coord_blob **out, vl_error *err) {
     vl_buf b;
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
-    int rc = coord_model_file(&srv->cfg, net, version, val_loss, &b, err);
+    int rc = coord_model_file(&srv->run.cfg, net, version, val_loss, &b, err);
     if (rc) {
         vl_buf_free(&b);
         return rc;
@@ -116,12 +116,12 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version, 
 int coord_model_blob_build(coord_server *srv, const float *params, int64_t version, double val_loss,
                            coord_blob **out, vl_error *err) {
     *out = NULL;
-    coord_net *n = &srv->eval;
+    coord_net *n = &srv->run.eval;
     if (!coord_net_params(n)) {
-        int rc = coord_net_create(&srv->cfg, n, err);
+        int rc = coord_net_create(&srv->run.cfg, n, err);
         if (rc != VL_OK) return rc;
     }
-    memcpy(coord_net_params(n), params, srv->n_params * sizeof(float));
+    memcpy(coord_net_params(n), params, srv->run.n_params * sizeof(float));
     return build_blob(srv, n, version, val_loss, out, err);
 }
 
@@ -129,49 +129,49 @@ coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
     /* A version served on its loss check has no validation loss of its
      * own yet (score.h): its file then says none, and keeps saying so,
      * since one version's file does not change under its ETag. */
-    double val_loss = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
-    if (!srv->model_blob &&
-        build_blob(srv, &srv->net, srv->version, val_loss, &srv->model_blob, err))
+    double val_loss = srv->run.val_loss_version == srv->run.version ? srv->run.val_loss : NAN;
+    if (!srv->caches.model_blob &&
+        build_blob(srv, &srv->run.net, srv->run.version, val_loss, &srv->caches.model_blob, err))
         return NULL;
-    srv->model_blob->refs++;
-    return srv->model_blob;
+    srv->caches.model_blob->refs++;
+    return srv->caches.model_blob;
 }
 
 int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
-    if (version == srv->version) {
+    if (version == srv->run.version) {
         *out = coord_model_blob(srv, err);
         return *out ? VL_OK : VL_ERR;
     }
-    if (version < 0 || version > srv->version)
+    if (version < 0 || version > srv->run.version)
         return vl_fail(err, VL_ENOTFOUND, "version %lld was never made", (long long)version);
     /* Everyone reading one old version shares one built copy. */
-    if (srv->old_blob && srv->old_blob->version == version) {
-        srv->old_blob->refs++;
-        *out = srv->old_blob;
+    if (srv->caches.old_blob && srv->caches.old_blob->version == version) {
+        srv->caches.old_blob->refs++;
+        *out = srv->caches.old_blob;
         return VL_OK;
     }
     /* Building takes a model and its file: twice the parameters. */
-    if (!coord_download_room(srv, 2 * (int64_t)srv->n_params * 4))
+    if (!coord_download_room(srv, 2 * (int64_t)srv->run.n_params * 4))
         return vl_fail(err, VL_ETOOBIG,
                        "downloads in flight hold the coordinator's download "
                        "budget");
     storage_version v;
-    int rc = storage_version_get(srv->db, version, 1, &v, err);
+    int rc = storage_version_get(srv->run.db, version, 1, &v, err);
     if (rc != VL_OK) return rc;
-    if (!v.params || v.n != srv->n_params) {
+    if (!v.params || v.n != srv->run.n_params) {
         storage_version_free(&v);
         return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
     }
     coord_net net;
-    rc = coord_net_create(&srv->cfg, &net, err);
+    rc = coord_net_create(&srv->run.cfg, &net, err);
     if (rc == VL_OK) {
         memcpy(coord_net_params(&net), v.params, v.n * sizeof(float));
         rc = build_blob(srv, &net, version, v.val_loss, out, err);
     }
     if (rc == VL_OK) {
-        if (srv->old_blob) coord_blob_unref(srv->old_blob);
-        srv->old_blob = *out;
-        srv->old_blob->refs++;
+        if (srv->caches.old_blob) coord_blob_unref(srv->caches.old_blob);
+        srv->caches.old_blob = *out;
+        srv->caches.old_blob->refs++;
     }
     coord_net_destroy(&net);
     storage_version_free(&v);
@@ -180,22 +180,22 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
 
 int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
     *out = NULL;
-    if (!srv->factor_layers)
+    if (!srv->run.factor_layers)
         return vl_fail(err, VL_ENOTFOUND, "this run does not share K-FAC factors");
-    if (srv->factors_blob && srv->factors_blob->version == version) {
-        srv->factors_blob->refs++;
-        *out = srv->factors_blob;
+    if (srv->caches.factors_blob && srv->caches.factors_blob->version == version) {
+        srv->caches.factors_blob->refs++;
+        *out = srv->caches.factors_blob;
         return VL_OK;
     }
     uint8_t *data = NULL;
     size_t len = 0;
-    int rc = storage_factors_get(srv->db, version, &data, &len, NULL, NULL, err);
+    int rc = storage_factors_get(srv->run.db, version, &data, &len, NULL, NULL, err);
     if (rc != VL_OK) return rc;
     coord_blob *b = coord_blob_wrap(data, len, version);
     if (!b) return vl_fail(err, VL_ENOMEM, "out of memory");
-    if (version == srv->factors_version) {
-        if (srv->factors_blob) coord_blob_unref(srv->factors_blob);
-        srv->factors_blob = b;
+    if (version == srv->run.factors_version) {
+        if (srv->caches.factors_blob) coord_blob_unref(srv->caches.factors_blob);
+        srv->caches.factors_blob = b;
         b->refs++;
     }
     *out = b;

@@ -41,14 +41,14 @@ typedef struct coord_bound_window {
 } coord_bound_window;
 
 double coord_norm_bound(const coord_server *srv) {
-    if (srv->cfg.robust.max_norm > 0) return srv->cfg.robust.max_norm;
-    return srv->cfg.robust.auto_norm ? atomic_load(&srv->norm_bound) : 0;
+    if (srv->run.cfg.robust.max_norm > 0) return srv->run.cfg.robust.max_norm;
+    return srv->run.cfg.robust.auto_norm ? atomic_load(&srv->run.norm_bound) : 0;
 }
 
 double coord_norm_bound_held(const coord_server *srv) {
     double b = coord_norm_bound(srv);
-    if (srv->cfg.robust.max_norm > 0 || b <= 0) return b;
-    int64_t steps = srv->cfg.train.steps;
+    if (srv->run.cfg.robust.max_norm > 0 || b <= 0) return b;
+    int64_t steps = srv->run.cfg.train.steps;
     return b * sqrt((double)(steps > 1 ? steps : 1));
 }
 
@@ -93,22 +93,22 @@ out:
 }
 
 int64_t coord_norm_bound_quorum(coord_server *srv) {
-    const coord_robust_config *r = &srv->cfg.robust;
-    if (!r->auto_norm || r->max_norm > 0 || atomic_load(&srv->norm_bound) > 0) return 0;
+    const coord_robust_config *r = &srv->run.cfg.robust;
+    if (!r->auto_norm || r->max_norm > 0 || atomic_load(&srv->run.norm_bound) > 0) return 0;
     int64_t peers = 0;
     vl_error e = {0};
-    if (storage_peer_count(srv->db, &peers, &e) != VL_OK) peers = COORD_BOUND_QUORUM;
+    if (storage_peer_count(srv->run.db, &peers, &e) != VL_OK) peers = COORD_BOUND_QUORUM;
     if (peers > COORD_BOUND_QUORUM) peers = COORD_BOUND_QUORUM;
     return peers > 1 ? peers : 1;
 }
 
 void coord_norm_bound_window_free(coord_server *srv) {
-    coord_bound_window *w = srv->bound_window;
+    coord_bound_window *w = srv->run.bound_window;
     if (!w) return;
     free(w->peers);
     free(w->units);
     free(w);
-    srv->bound_window = NULL;
+    srv->run.bound_window = NULL;
 }
 
 static int window_add(coord_bound_window *w, const int64_t *peers, const double *units, size_t n) {
@@ -130,17 +130,18 @@ static int window_add(coord_bound_window *w, const int64_t *peers, const double 
 
 double coord_norm_bound_figure(coord_server *srv, int64_t quorum, int64_t version,
                                const int64_t *peers, const double *units, size_t n) {
-    const coord_robust_config *r = &srv->cfg.robust;
+    const coord_robust_config *r = &srv->run.cfg.robust;
     if (quorum <= 0) {
         coord_norm_bound_window_free(srv);
         return NAN;
     }
-    if (!srv->bound_window && !(srv->bound_window = calloc(1, sizeof *srv->bound_window))) {
+    if (!srv->run.bound_window &&
+        !(srv->run.bound_window = calloc(1, sizeof *srv->run.bound_window))) {
         vl_log_warn("robust: no memory to hold version %lld's norms for the update-norm bound",
                     (long long)version);
         return NAN;
     }
-    coord_bound_window *w = srv->bound_window;
+    coord_bound_window *w = srv->run.bound_window;
     if (window_add(w, peers, units, n) != VL_OK) {
         vl_log_warn("robust: no memory to hold version %lld's norms for the update-norm bound",
                     (long long)version);
@@ -164,16 +165,17 @@ double coord_norm_bound_figure(coord_server *srv, int64_t quorum, int64_t versio
 }
 
 void coord_norm_bound_refresh(coord_server *srv) {
-    const coord_robust_config *r = &srv->cfg.robust;
-    if (!r->auto_norm || atomic_load(&srv->norm_bound) > 0 || srv->version < r->auto_versions)
+    const coord_robust_config *r = &srv->run.cfg.robust;
+    if (!r->auto_norm || atomic_load(&srv->run.norm_bound) > 0 ||
+        srv->run.version < r->auto_versions)
         return;
     double med;
     int64_t n, upto = r->auto_versions;
     vl_error e = {0};
-    int rc = storage_version_norm_median(srv->db, upto, &med, &n, &e);
+    int rc = storage_version_norm_median(srv->run.db, upto, &med, &n, &e);
     /* A window that grew past auto_versions stored its figure later. */
-    if (rc == VL_OK && n == 0 && srv->version > upto)
-        rc = storage_version_norm_median(srv->db, upto = srv->version, &med, &n, &e);
+    if (rc == VL_OK && n == 0 && srv->run.version > upto)
+        rc = storage_version_norm_median(srv->run.db, upto = srv->run.version, &med, &n, &e);
     if (rc != VL_OK) {
         vl_log_warn("robust: the update-norm bound could not be derived yet: %s", e.msg);
         return;
@@ -181,7 +183,7 @@ void coord_norm_bound_refresh(coord_server *srv) {
     /* Versions made before the norms were recorded (an older coordinator)
      * have none; with none at all the run goes on without a bound. */
     if (n == 0 || !(med > 0) || !isfinite(med)) return;
-    atomic_store(&srv->norm_bound, r->auto_mult * med);
+    atomic_store(&srv->run.norm_bound, r->auto_mult * med);
     vl_log_info("robust: updates whose L2 norm over the square root of their local steps "
                 "exceeds %.6g (%g times the median of versions 1 to %lld, %.6g) are %s from now "
                 "on",

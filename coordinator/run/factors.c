@@ -27,17 +27,17 @@ int coord_factors_add(compress_factors_sum *s, const compress_update *u, int64_t
 
 int coord_factors_merged(coord_server *srv, compress_factors_sum *s, int64_t version, vl_buf *out,
                          storage_version *v, vl_error *err) {
-    vl_buf_init(out, (size_t)coord_config_factor_bytes(&srv->cfg) + ((size_t)1 << 20));
+    vl_buf_init(out, (size_t)coord_config_factor_bytes(&srv->run.cfg) + ((size_t)1 << 20));
     if (s->count == 0) return VL_OK;
     const float **A = calloc(2 * (size_t)s->n, sizeof *A);
     if (!A) return vl_fail(err, VL_ENOMEM, "out of memory merging factors");
     const float **G = A + s->n;
     int rc = compress_factors_sum_mean(s, A, G, err);
     if (rc == VL_OK) {
-        st_dtype dt = strcmp(srv->cfg.train.kfac.dtype, "F16") == 0 ? ST_F16 : ST_F32;
+        st_dtype dt = strcmp(srv->run.cfg.train.kfac.dtype, "F16") == 0 ? ST_F16 : ST_F32;
         compress_factors f = {
             .layers = s->layers, .n = s->n, .A = A, .G = G, .samples = s->samples, .dtype = dt};
-        rc = compress_factors_encode_file(&f, srv->cfg.name, version, out, err);
+        rc = compress_factors_encode_file(&f, srv->run.cfg.name, version, out, err);
     }
     free(A);
     if (rc != VL_OK) return rc;

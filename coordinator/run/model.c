@@ -133,14 +133,14 @@ void coord_net_log_version(const coord_server *srv, const storage_version *v, si
                            size_t stale, double bytes_per_update, double merge_s,
                            double split_loss) {
     char split_note[64] = "";
-    if (srv->split && isfinite(split_loss))
+    if (srv->run.split && isfinite(split_loss))
         snprintf(split_note, sizeof split_note, "; split batches' mean loss %.4f", split_loss);
     /* Without a test set the accuracy is the peers', measured on their own
      * data with the versions they trained from. */
     vl_log_info("version %lld %s %.6f, %s %.4f (train_loss %.6f, %zu updates of which %zu stale, "
                 "%.0f bytes per update; merged in %.2f s)%s%s",
-                (long long)v->version, srv->test.n ? "test_loss" : "reported loss", v->val_loss,
-                srv->test.n ? "test accuracy" : "peers' accuracy of their base versions",
-                srv->val_accuracy, v->train_loss, updates, stale, bytes_per_update, merge_s,
-                split_note, srv->finished ? "; the run is finished" : "");
+                (long long)v->version, srv->run.test.n ? "test_loss" : "reported loss", v->val_loss,
+                srv->run.test.n ? "test accuracy" : "peers' accuracy of their base versions",
+                srv->run.val_accuracy, v->train_loss, updates, stale, bytes_per_update, merge_s,
+                split_note, srv->run.finished ? "; the run is finished" : "");
 }

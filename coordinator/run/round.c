@@ -42,7 +42,7 @@ int coord_round_acc_init(coord_round_acc *a, coord_server *srv, const storage_ro
     a->cand = r->candidates;
     a->n_cand = r->n;
     int64_t have = 0;
-    int rc = storage_round_values_count(srv->db, r->version, &have, err);
+    int rc = storage_round_values_count(srv->run.db, r->version, &have, err);
     if (rc != VL_OK) return rc;
     a->sum = calloc(r->n, sizeof *a->sum);
     a->ids = malloc(((size_t)have + 1) * sizeof *a->ids);
@@ -53,7 +53,7 @@ int coord_round_acc_init(coord_round_acc *a, coord_server *srv, const storage_ro
     }
     load_ctx c = {a, (size_t)have, err};
     /* Rows come by update id, so a->ids ascends. */
-    rc = storage_round_values_each(srv->db, r->version, load_values, &c, err);
+    rc = storage_round_values_each(srv->run.db, r->version, load_values, &c, err);
     if (rc != VL_OK) coord_round_acc_free(a);
     return rc;
 }

@@ -39,7 +39,7 @@ static int round_run(storage *db, coord_job *job, vl_error *err) {
 static void round_done(coord_job *job, int rc, const vl_error *err) {
     round_job *j = (round_job *)job;
     coord_server *srv = j->srv;
-    srv->opening_round = 0;
+    srv->sched.opening_round = 0;
     if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
         vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_ERROR,
                    "cannot open the second round of version %lld: %s", (long long)j->r.version,
@@ -47,7 +47,7 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
     else
         vl_log_info("version %lld: second round open, %zu candidates, asking the peers of its %zu "
                     "updates for %lld s",
-                    (long long)j->r.version, j->r.n, j->n_updates, (long long)srv->cfg.round_s);
+                    (long long)j->r.version, j->r.n, j->n_updates, (long long)srv->run.cfg.round_s);
     /* err lives in the job. */
     j->after(srv, rc, err);
     free(j->r.candidates);
@@ -60,19 +60,19 @@ static void round_done(coord_job *job, int rc, const vl_error *err) {
  * compute thread, with its read connection db: decoding every pending
  * sketch and a pass over all coordinates is no work for the loop. The
  * served state it reads does not change meanwhile, since no version is
- * made while a round is being opened (srv->opening_round). */
+ * made while a round is being opened (srv->sched.opening_round). */
 static int round_compute(storage *db, coord_job *job, vl_error *err) {
     round_job *j = (round_job *)job;
     coord_server *srv = j->srv;
-    const coord_config *cfg = &srv->cfg;
-    size_t n = srv->n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
+    const coord_config *cfg = &srv->run.cfg;
+    size_t n = srv->run.n_params, cells = (size_t)cfg->comp_rows * (size_t)cfg->comp_cols;
     size_t n_cand = (size_t)coord_config_round_candidates(cfg);
-    if (srv->compute_threads > 0) kernels_set_num_threads(srv->compute_threads);
+    if (srv->run.compute_threads > 0) kernels_set_num_threads(srv->run.compute_threads);
     merge_ctx m = {.cfg = cfg, .n_params = n, .err = err, .robust = cfg->robust};
     m.robust.max_norm = coord_norm_bound(srv);
     merge_bufs b;
     memset(&b, 0, sizeof b);
-    b.state = malloc(srv->n_state * sizeof(float) + 1);
+    b.state = malloc(srv->run.n_state * sizeof(float) + 1);
     b.scratch = malloc(n * sizeof(float) + 1);
     b.cand = malloc(n_cand * sizeof *b.cand + 1);
     b.val = malloc(n_cand * sizeof *b.val + 1);
@@ -90,7 +90,7 @@ static int round_compute(storage *db, coord_job *job, vl_error *err) {
     float *mom, *age;
     if (rc == VL_OK) {
         coord_scale(b.sk.table, cells, 1.0 / m.samples);
-        memcpy(b.state, srv->momentum, srv->n_state * sizeof(float));
+        memcpy(b.state, srv->run.momentum, srv->run.n_state * sizeof(float));
         coord_round_views(cfg, n, b.state, &E, &mom, &age);
         rc = coord_round_accumulate(&E, &b.sk, err);
     }
@@ -123,7 +123,7 @@ static void round_computed(coord_job *job, int rc, const vl_error *err) {
     }
     j->job.run = round_run;
     j->job.done = round_done;
-    coord_writer_submit(j->srv->writer, &j->job);
+    coord_writer_submit(j->srv->run.writer, &j->job);
 }
 
 /* Its candidates are computed on the compute thread (round_compute),
@@ -134,9 +134,9 @@ int coord_round_open(coord_server *srv, coord_merge_after_fn after, vl_error *er
     j->job.run = round_compute;
     j->job.done = round_computed;
     j->srv = srv;
-    j->r.version = srv->version;
+    j->r.version = srv->run.version;
     j->after = after;
-    srv->opening_round = 1;
-    coord_writer_compute(srv->writer, &j->job);
+    srv->sched.opening_round = 1;
+    coord_writer_compute(srv->run.writer, &j->job);
     return VL_OK;
 }

@@ -70,7 +70,7 @@ void coord_blob_unref(coord_blob *b);
 int64_t coord_blob_live_bytes(void);
 
 /* Loads the run, its corpus (verified), the model and momentum of the
- * latest version from srv->db into srv. */
+ * latest version from srv->run.db into srv. */
 int coord_state_load(coord_server *srv, vl_error *err) VL_MUST_CHECK;
 /* Floats of outer optimiser state the run's compression keeps: momentum
  * (none), momentum and error vectors (topk, gaussk), momentum and error
@@ -92,7 +92,7 @@ void coord_state_free(coord_server *srv);
 int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
                      double val_loss, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* On the compute thread, with the version being made (it uses
- * srv->eval, which only merges touch): the file of version `version`
+ * srv->run.eval, which only merges touch): the file of version `version`
  * from params, as coord_model_file writes it, into *out (one reference,
  * the caller's). The merge hands it to the loop with the version, so the
  * first download after a merge finds it built. */

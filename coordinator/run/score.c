@@ -10,29 +10,30 @@
 #include "coordinator/run/run.h"
 #include "coordinator/run/writer.h"
 
-/* A scratch model n (srv->eval or srv->scorer), made on first use,
+/* A scratch model n (srv->run.eval or srv->run.scorer), made on first use,
  * holding theta. */
 static int load(coord_server *srv, coord_net *n, const float *theta, vl_error *err) {
     if (!coord_net_params(n)) {
-        int rc = coord_net_create(&srv->cfg, n, err);
+        int rc = coord_net_create(&srv->run.cfg, n, err);
         if (rc != VL_OK) return rc;
     }
-    memcpy(coord_net_params(n), theta, srv->n_params * sizeof(float));
+    memcpy(coord_net_params(n), theta, srv->run.n_params * sizeof(float));
     return VL_OK;
 }
 
 int coord_score_full(coord_server *srv, const float *theta, float *loss, double *accuracy,
                      vl_error *err) {
-    int rc = load(srv, &srv->eval, theta, err);
+    int rc = load(srv, &srv->run.eval, theta, err);
     if (rc != VL_OK) return rc;
-    return coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->eval, loss,
-                           accuracy, err);
+    return coord_net_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
+                           &srv->run.eval, loss, accuracy, err);
 }
 
 int coord_score_check(coord_server *srv, const float *theta, float *loss, vl_error *err) {
-    int rc = load(srv, &srv->eval, theta, err);
+    int rc = load(srv, &srv->run.eval, theta, err);
     if (rc != VL_OK) return rc;
-    return coord_net_check(&srv->cfg, &srv->corpus, &srv->shards, &srv->eval, loss, err);
+    return coord_net_check(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.eval, loss,
+                           err);
 }
 
 typedef struct coord_score_job {
@@ -63,18 +64,19 @@ static void stored(coord_job *job, int rc, const vl_error *err) {
     }
     /* A newer version may have its loss already: the one that finished
      * the run, scored before it was served. */
-    if (j->version >= srv->val_loss_version) {
-        srv->val_loss = j->loss;
-        srv->val_loss_version = j->version;
+    if (j->version >= srv->run.val_loss_version) {
+        srv->run.val_loss = j->loss;
+        srv->run.val_loss_version = j->version;
     }
-    if (!isfinite(srv->best_val_loss) || j->loss < srv->best_val_loss) srv->best_val_loss = j->loss;
+    if (!isfinite(srv->run.best_val_loss) || j->loss < srv->run.best_val_loss)
+        srv->run.best_val_loss = j->loss;
     vl_log_info("version %lld val_loss %.6f (%.4f bits per %s; scored on %lld held-out %s in "
                 "the background, %.2f s)",
                 (long long)j->version, (double)j->loss, (double)j->loss / M_LN2,
-                srv->cfg.shards ? "token" : "byte",
-                (long long)coord_val_scored_tokens(&srv->cfg, &srv->corpus, &srv->shards,
-                                                   srv->cfg.val_batches),
-                srv->cfg.shards ? "tokens" : "bytes", j->seconds);
+                srv->run.cfg.shards ? "token" : "byte",
+                (long long)coord_val_scored_tokens(&srv->run.cfg, &srv->run.corpus,
+                                                   &srv->run.shards, srv->run.cfg.val_batches),
+                srv->run.cfg.shards ? "tokens" : "bytes", j->seconds);
     score_job_free(j);
 }
 
@@ -90,10 +92,10 @@ static int score(storage *db, coord_job *job, vl_error *err) {
     score_job *j = (score_job *)job;
     coord_server *srv = j->srv;
     double t0 = vl_clock_mono_s();
-    int rc = load(srv, &srv->scorer, j->params, err);
+    int rc = load(srv, &srv->run.scorer, j->params, err);
     if (rc != VL_OK) return rc;
-    rc = coord_net_score(&srv->cfg, &srv->corpus, &srv->shards, &srv->test, &srv->scorer, &j->loss,
-                         NULL, err);
+    rc = coord_net_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
+                         &srv->run.scorer, &j->loss, NULL, err);
     if (rc == VL_OK && !isfinite(j->loss))
         rc = vl_fail(err, VL_ERANGE, "its validation loss is not finite");
     j->seconds = vl_clock_mono_s() - t0;
@@ -105,12 +107,12 @@ static int score(storage *db, coord_job *job, vl_error *err) {
 static void scored(coord_job *job, int rc, const vl_error *err) {
     score_job *j = (score_job *)job;
     coord_server *srv = j->srv;
-    srv->score_busy = 0;
-    if (srv->score_waiting) {
-        score_job *next = srv->score_waiting;
-        srv->score_waiting = NULL;
-        srv->score_busy = 1;
-        coord_writer_background(srv->writer, &next->job);
+    srv->run.score_busy = 0;
+    if (srv->run.score_waiting) {
+        score_job *next = srv->run.score_waiting;
+        srv->run.score_waiting = NULL;
+        srv->run.score_busy = 1;
+        coord_writer_background(srv->run.writer, &next->job);
     }
     if (rc != VL_OK) {
         vl_log_warn("version %lld: scoring it in the background failed: %s", (long long)j->version,
@@ -122,11 +124,11 @@ static void scored(coord_job *job, int rc, const vl_error *err) {
     j->params = NULL;
     j->job.run = store;
     j->job.done = stored;
-    coord_writer_submit(srv->writer, &j->job);
+    coord_writer_submit(srv->run.writer, &j->job);
 }
 
 void coord_score_queue(coord_server *srv, int64_t version, const float *params) {
-    score_job *j = srv->score_waiting;
+    score_job *j = srv->run.score_waiting;
     if (j) {
         /* Overtaken before its turn: the newer version is the one worth
          * knowing, and scoring every one would take the CPU the peers and
@@ -136,7 +138,7 @@ void coord_score_queue(coord_server *srv, int64_t version, const float *params) 
                      (long long)j->version, (long long)version);
     } else {
         j = calloc(1, sizeof *j);
-        if (j) j->params = malloc(srv->n_params * sizeof(float) + 1);
+        if (j) j->params = malloc(srv->run.n_params * sizeof(float) + 1);
         if (!j || !j->params) {
             free(j);
             vl_log_warn("version %lld is left without its full validation loss: out of memory",
@@ -147,26 +149,26 @@ void coord_score_queue(coord_server *srv, int64_t version, const float *params) 
         j->job.run = score;
         j->job.done = scored;
     }
-    memcpy(j->params, params, srv->n_params * sizeof(float));
+    memcpy(j->params, params, srv->run.n_params * sizeof(float));
     j->version = version;
     j->loss = NAN;
-    if (srv->score_busy) {
-        srv->score_waiting = j;
+    if (srv->run.score_busy) {
+        srv->run.score_waiting = j;
         return;
     }
-    srv->score_waiting = NULL;
-    srv->score_busy = 1;
-    coord_writer_background(srv->writer, &j->job);
+    srv->run.score_waiting = NULL;
+    srv->run.score_busy = 1;
+    coord_writer_background(srv->run.writer, &j->job);
 }
 int coord_score_start(coord_server *srv, vl_error *err) {
-    srv->best_check_loss = NAN;
-    srv->val_loss_version = srv->version;
-    if (srv->cfg.val_check_batches <= 0) return VL_OK;
-    const float *theta = coord_net_params(&srv->net);
+    srv->run.best_check_loss = NAN;
+    srv->run.val_loss_version = srv->run.version;
+    if (srv->run.cfg.val_check_batches <= 0) return VL_OK;
+    const float *theta = coord_net_params(&srv->run.net);
     float check = NAN;
     int rc = coord_score_check(srv, theta, &check, err);
     if (rc != VL_OK) return rc;
-    srv->best_check_loss = check;
-    if (!isfinite(srv->val_loss)) coord_score_queue(srv, srv->version, theta);
+    srv->run.best_check_loss = check;
+    if (!isfinite(srv->run.val_loss)) coord_score_queue(srv, srv->run.version, theta);
     return VL_OK;
 }

@@ -24,14 +24,14 @@ struct coord_server;
 
 /* The validation loss of the parameters theta (n_params floats) into
  * *loss and, for a classifier with a test set, its accuracy into
- * *accuracy (may be NULL), on the scratch model srv->eval, so the served
+ * *accuracy (may be NULL), on the scratch model srv->run.eval, so the served
  * one keeps the current version's until the next is committed. A failure
  * to score (not a loss that is not a number) is returned. Compute thread,
  * or the loop while no merge runs. */
 int coord_score_full(struct coord_server *srv, const float *theta, float *loss, double *accuracy,
                      vl_error *err) VL_MUST_CHECK;
 
-/* The loss check of theta on srv->eval (coord_net_check): the first
+/* The loss check of theta on srv->run.eval (coord_net_check): the first
  * val_check_batches batches. Same threads as coord_score_full. */
 int coord_score_check(struct coord_server *srv, const float *theta, float *loss,
                       vl_error *err) VL_MUST_CHECK;

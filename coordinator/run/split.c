@@ -52,8 +52,8 @@ void coord_split_batch_give(coord_split *s, int64_t peer) {
 }
 
 int coord_split_open(coord_server *srv, vl_error *err) {
-    srv->split = NULL;
-    const coord_config *cfg = &srv->cfg;
+    srv->run.split = NULL;
+    const coord_config *cfg = &srv->run.cfg;
     if (!coord_config_is_split(cfg)) return VL_OK;
     coord_split *s = calloc(1, sizeof *s);
     if (!s) return vl_fail(err, VL_ENOMEM, "out of memory");
@@ -70,27 +70,27 @@ int coord_split_open(coord_server *srv, vl_error *err) {
         free(s);
         return rc;
     }
-    memcpy(model_mlp_part_params(s->upper), coord_net_params(&srv->net) + s->offset,
+    memcpy(model_mlp_part_params(s->upper), coord_net_params(&srv->run.net) + s->offset,
            s->count * sizeof(float));
     s->q = model_mlp_part_in_dim(s->upper);
     s->h = model_mlp_part_out_dim(s->upper);
     s->u_shape = cfg->split_u;
     s->in_flight = cfg->split_in_flight > 0 ? cfg->split_in_flight : 1;
-    srv->split = s;
+    srv->run.split = s;
     vl_log_info("split learning: the peers keep layers below %d and send %d activations a row; "
                 "the coordinator's %zu parameters start from version %lld",
-                cfg->split_cut, s->q, s->count, (long long)srv->version);
+                cfg->split_cut, s->q, s->count, (long long)srv->run.version);
     return VL_OK;
 }
 
 void coord_split_close(coord_server *srv) {
-    coord_split *s = srv->split;
+    coord_split *s = srv->run.split;
     if (!s) return;
     model_mlp_part_free(s->upper);
     model_adamw_free(&s->opt);
     free(s->busy);
     free(s);
-    srv->split = NULL;
+    srv->run.split = NULL;
 }
 
 double coord_split_into(coord_split *s, float *theta) {

@@ -45,11 +45,11 @@ typedef struct coord_split {
     int64_t batches;
 } coord_split;
 
-/* Sets up srv->split from the current version's parameters (srv->net),
+/* Sets up srv->run.split from the current version's parameters (srv->run.net),
  * for split runs; nothing for the others. Loop thread, before serving.
  * Returns 0, VL_EINVAL, VL_ENOMEM. */
 int coord_split_open(struct coord_server *srv, vl_error *err) VL_MUST_CHECK;
-/* Frees srv->split (NULL is a no-op). */
+/* Frees srv->run.split (NULL is a no-op). */
 void coord_split_close(struct coord_server *srv);
 /* Copies the coordinator's layers as they are now into their slice of
  * theta (a version about to be made), and returns the mean loss of the

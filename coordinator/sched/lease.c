@@ -19,16 +19,16 @@
  * which only a damaged database could give. */
 static json_t *data_json(const coord_server *srv, const storage_task *t) {
     /* A classifier's coordinator without a test set asks its peers. */
-    if (coord_config_is_local(&srv->cfg))
+    if (coord_config_is_local(&srv->run.cfg))
         return json_pack("{s:s, s:b}", "kind", "local", "report_accuracy",
-                         srv->net.mlp && srv->test.n == 0);
-    if (!srv->cfg.shards)
+                         srv->run.net.mlp && srv->run.test.n == 0);
+    if (!srv->run.cfg.shards)
         return json_pack("{s:s, s:s, s:I, s:I}", "kind", "bytes", "shard", "train", "offset",
                          (json_int_t)t->data_offset, "length", (json_int_t)t->data_length);
     int shard;
     int64_t local;
-    if (coord_sched_token_locate(srv->shards.ntok, srv->shards.n, t->data_offset, t->data_length,
-                                 &shard, &local) != 0) {
+    if (coord_sched_token_locate(srv->run.shards.ntok, srv->run.shards.n, t->data_offset,
+                                 t->data_length, &shard, &local) != 0) {
         vl_log_error("task %lld: its token range %lld+%lld lies in no training shard",
                      (long long)t->id, (long long)t->data_offset, (long long)t->data_length);
         return NULL;
@@ -38,7 +38,7 @@ static json_t *data_json(const coord_server *srv, const storage_task *t) {
 }
 
 json_t *coord_lease_task_json(const coord_server *srv, const storage_task *t) {
-    const coord_config *c = &srv->cfg;
+    const coord_config *c = &srv->run.cfg;
     const coord_train_config *tr = &c->train;
     json_t *data = data_json(srv, t);
     if (!data) return NULL;
@@ -75,9 +75,9 @@ json_t *coord_lease_task_json(const coord_server *srv, const storage_task *t) {
                               "kfac", "damping", tr->kfac.damping, "decay", tr->kfac.decay,
                               "inverse_every", (json_int_t)tr->kfac.inverse_every, "kl_clip",
                               tr->kfac.kl_clip, "share", tr->kfac.share, "dtype", tr->kfac.dtype);
-        if (k && tr->kfac.share && srv->factors_version >= 0 &&
+        if (k && tr->kfac.share && srv->run.factors_version >= 0 &&
             json_object_set_new(json_object_get(k, "kfac"), "factors_version",
-                                json_integer((json_int_t)srv->factors_version)) != 0) {
+                                json_integer((json_int_t)srv->run.factors_version)) != 0) {
             json_decref(k);
             k = NULL;
         }
@@ -126,8 +126,8 @@ json_t *coord_lease_task_json(const coord_server *srv, const storage_task *t) {
 #define COORD_MAX_ISSUING 65536
 
 coord_issuing *coord_lease_issuing_find(const coord_server *srv, int64_t peer_id) {
-    for (int64_t i = 0; i < srv->issuing; i++)
-        if (srv->issuing_leases[i].peer_id == peer_id) return &srv->issuing_leases[i];
+    for (int64_t i = 0; i < srv->sched.issuing; i++)
+        if (srv->sched.issuing_leases[i].peer_id == peer_id) return &srv->sched.issuing_leases[i];
     return NULL;
 }
 
@@ -138,7 +138,7 @@ int coord_lease_issuing_has(const coord_server *srv, int64_t peer_id) {
 static void issuing_remove(coord_server *srv, int64_t peer_id) {
     coord_issuing *l = coord_lease_issuing_find(srv, peer_id);
     if (!l) return;
-    *l = srv->issuing_leases[--srv->issuing];
+    *l = srv->sched.issuing_leases[--srv->sched.issuing];
 }
 
 /* Slots of version v held by leases on their way to the database that
@@ -152,45 +152,46 @@ static void issuing_remove(coord_server *srv, int64_t peer_id) {
  * waiters were left for a later wake-up while new requests took them. */
 int64_t coord_lease_issuing_unsettled(const coord_server *srv, int64_t version, uint64_t settled) {
     int64_t n = 0;
-    for (int64_t i = 0; i < srv->issuing; i++)
-        n += srv->issuing_leases[i].version == version && srv->issuing_leases[i].seq > settled;
+    for (int64_t i = 0; i < srv->sched.issuing; i++)
+        n += srv->sched.issuing_leases[i].version == version &&
+             srv->sched.issuing_leases[i].seq > settled;
     return n;
 }
 
 /* Room for one more lease in flight: 0, or -1 when there is none. */
 int coord_lease_issuing_room(coord_server *srv) {
-    if ((size_t)srv->issuing < srv->cap_issuing) return 0;
-    if (srv->cap_issuing >= COORD_MAX_ISSUING) return -1;
-    size_t cap = srv->cap_issuing ? srv->cap_issuing * 2 : 16;
-    coord_issuing *p = realloc(srv->issuing_leases, cap * sizeof *p);
+    if ((size_t)srv->sched.issuing < srv->sched.cap_issuing) return 0;
+    if (srv->sched.cap_issuing >= COORD_MAX_ISSUING) return -1;
+    size_t cap = srv->sched.cap_issuing ? srv->sched.cap_issuing * 2 : 16;
+    coord_issuing *p = realloc(srv->sched.issuing_leases, cap * sizeof *p);
     if (!p) return -1;
-    srv->issuing_leases = p;
-    srv->cap_issuing = cap;
+    srv->sched.issuing_leases = p;
+    srv->sched.cap_issuing = cap;
     return 0;
 }
 
 /* Call coord_lease_issuing_room first. */
 void coord_lease_prepare(coord_server *srv, int64_t peer_id, int64_t now, coord_lease *l) {
     *l = (coord_lease){.t = {.peer_id = peer_id,
-                             .base_version = srv->version,
+                             .base_version = srv->run.version,
                              .issued_at = now,
-                             .deadline = now + srv->cfg.lease_s,
+                             .deadline = now + srv->run.cfg.lease_s,
                              .state = STORAGE_TASK_LEASED},
-                       .run_seed = (uint64_t)srv->cfg.seed,
-                       .train_len = srv->corpus.train_len,
-                       .task_bytes = srv->cfg.task_bytes};
-    l->local = coord_config_is_local(&srv->cfg);
-    if (l->local) l->task_bytes = srv->cfg.train.steps * srv->cfg.train.batch;
-    if (srv->cfg.shards) {
-        l->ntok = srv->shards.ntok;
-        l->n_shards = srv->shards.n;
-        l->task_tokens = srv->cfg.task_tokens;
+                       .run_seed = (uint64_t)srv->run.cfg.seed,
+                       .train_len = srv->run.corpus.train_len,
+                       .task_bytes = srv->run.cfg.task_bytes};
+    l->local = coord_config_is_local(&srv->run.cfg);
+    if (l->local) l->task_bytes = srv->run.cfg.train.steps * srv->run.cfg.train.batch;
+    if (srv->run.cfg.shards) {
+        l->ntok = srv->run.shards.ntok;
+        l->n_shards = srv->run.shards.n;
+        l->task_tokens = srv->run.cfg.task_tokens;
     }
     /* Its job's number is known once submitted (issue_task); an offered
      * lease rides in its upload's job and keeps UINT64_MAX, in flight
      * until done, which only async runs offer and they count no slots. */
-    srv->issuing_leases[srv->issuing++] =
-        (coord_issuing){.peer_id = peer_id, .version = srv->version, .seq = UINT64_MAX};
+    srv->sched.issuing_leases[srv->sched.issuing++] =
+        (coord_issuing){.peer_id = peer_id, .version = srv->run.version, .seq = UINT64_MAX};
 }
 
 /* Takes over the data range and seed of the oldest expired lease that
@@ -263,9 +264,10 @@ void coord_lease_abandoned(coord_server *srv, const coord_lease *l) {
  * updates not merged yet. Returns VL_AGAIN (wait), VL_OK, or a VL_E* code. */
 int coord_lease_async_hold(coord_server *srv, int pending, int64_t *waiting, vl_error *err) {
     *waiting = 0;
-    int rc = storage_update_count_unmerged(srv->db, waiting, err);
+    int rc = storage_update_count_unmerged(srv->run.db, waiting, err);
     if (rc != VL_OK) return rc;
-    return srv->merging || *waiting + pending >= srv->cfg.updates_per_version ? VL_AGAIN : VL_OK;
+    return srv->sched.merging || *waiting + pending >= srv->run.cfg.updates_per_version ? VL_AGAIN
+                                                                                        : VL_OK;
 }
 
 /* lease_wait: VL_AGAIN when peer_id's next lease waits for the version that
@@ -289,7 +291,7 @@ int coord_lease_own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, 
     int rc;
     if (task != uploading) {
         int64_t id, base, merged;
-        rc = storage_update_find(srv->db, task, &id, &base, &merged, err);
+        rc = storage_update_find(srv->run.db, task, &id, &base, &merged, err);
         if (rc == VL_ENOTFOUND) return 0; /* a task given up: nothing to wait for */
         if (rc != VL_OK) return rc;
         if (merged >= 0) return 0;
@@ -300,21 +302,22 @@ int coord_lease_own_wait(coord_server *srv, int64_t peer_id, int64_t uploading, 
      * The leases the database holds bound the count (the pace table may
      * remember a lease given up); it is read only when it can matter. */
     int64_t due = coord_speed_due(srv, peer_id, left) + (uploading ? 1 : 0);
-    if (waiting + due < srv->cfg.updates_per_version) return 0;
+    if (waiting + due < srv->run.cfg.updates_per_version) return 0;
     int64_t leased = 0;
-    if ((rc = storage_task_count_leased(srv->db, vl_clock_unix_s(), &leased, err)) != VL_OK)
+    if ((rc = storage_task_count_leased(srv->run.db, vl_clock_unix_s(), &leased, err)) != VL_OK)
         return rc;
-    if (waiting + leased < srv->cfg.updates_per_version) return 0;
+    if (waiting + leased < srv->run.cfg.updates_per_version) return 0;
     coord_arm_wait_timer(srv, left);
     return VL_AGAIN;
 }
 
 int coord_lease_offer(coord_server *srv, int64_t peer_id, int64_t done_task, coord_lease *l,
                       vl_error *err) {
-    if (!coord_config_is_async(&srv->cfg) || srv->finished || srv->draining) return VL_AGAIN;
+    if (!coord_config_is_async(&srv->run.cfg) || srv->run.finished || srv->draining)
+        return VL_AGAIN;
     int64_t now = vl_clock_unix_s();
     storage_task t;
-    int rc = storage_task_find_any_lease(srv->db, peer_id, now, 0, &t, err);
+    int rc = storage_task_find_any_lease(srv->run.db, peer_id, now, 0, &t, err);
     if (rc != VL_OK && rc != VL_ENOTFOUND) return rc;
     /* A peer holding another live lease is sent that one by GET /v1/task. */
     if (rc == VL_OK && t.id != done_task) return VL_AGAIN;

@@ -47,29 +47,29 @@ static void disk_defaults(coord_disk *d) {
 
 /* The disk took a write again after it was reported full. */
 static void disk_room(coord_server *srv, const char *what) {
-    coord_disk *d = &srv->disk;
-    const char *slash = strrchr(srv->db_path, '/');
+    coord_disk *d = &srv->sched.disk;
+    const char *slash = strrchr(srv->run.db_path, '/');
     d->full = 0;
     vl_log_info("disk has room again for %s after %.0f s and %lld merge retries: %s",
-                slash ? slash + 1 : srv->db_path, vl_clock_mono_s() - d->since,
+                slash ? slash + 1 : srv->run.db_path, vl_clock_mono_s() - d->since,
                 (long long)d->retries, what);
 }
 
 void coord_disk_note(void *arg, int full, const vl_error *err) {
     coord_server *srv = arg;
-    coord_disk *d = &srv->disk;
+    coord_disk *d = &srv->sched.disk;
     disk_defaults(d);
     if (full) {
         if (d->full) return;
-        const char *slash = strrchr(srv->db_path, '/');
-        const char *name = slash ? slash + 1 : srv->db_path;
+        const char *slash = strrchr(srv->run.db_path, '/');
+        const char *name = slash ? slash + 1 : srv->run.db_path;
         d->full = 1;
         d->since = vl_clock_mono_s();
         d->reports++;
         /* A read: it needs no room. */
         int64_t waiting = -1;
         vl_error e = {0};
-        if (storage_update_count_unmerged(srv->db, &waiting, &e) != VL_OK) waiting = -1;
+        if (storage_update_count_unmerged(srv->run.db, &waiting, &e) != VL_OK) waiting = -1;
         char what[96];
         if (waiting >= 0)
             snprintf(what, sizeof what,
@@ -94,7 +94,7 @@ void coord_disk_note(void *arg, int full, const vl_error *err) {
 static void merge_cb(evutil_socket_t fd, short what, void *arg);
 
 static void merge_retry(coord_server *srv, int rc, const char *why) {
-    coord_disk *d = &srv->disk;
+    coord_disk *d = &srv->sched.disk;
     if (rc == VL_EFULL || d->full) {
         /* Reported once, by coord_disk_note; retried less and less often. */
         disk_defaults(d);
@@ -102,17 +102,18 @@ static void merge_retry(coord_server *srv, int rc, const char *why) {
         d->retries++;
         d->retry_s = delay * 2 < d->max_s ? delay * 2 : d->max_s;
         vl_log_debug("merge of version %lld waits for room, retrying in %g s: %s",
-                     (long long)srv->version, delay, why);
-        if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
+                     (long long)srv->run.version, delay, why);
+        if (!timer_of(srv, &srv->sched.merge_event, merge_cb,
+                      "cannot schedule a merge: out of memory"))
             return;
         /* At its time, whatever was asked for sooner meanwhile. */
-        evtimer_del(srv->merge_event);
-        srv->merge_scheduled = 1;
+        evtimer_del(srv->sched.merge_event);
+        srv->sched.merge_scheduled = 1;
         struct timeval tv = timeval_of(delay);
-        evtimer_add(srv->merge_event, &tv);
+        evtimer_add(srv->sched.merge_event, &tv);
         return;
     }
-    vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->version,
+    vl_log_error("merge of version %lld failed, retrying in %d s: %s", (long long)srv->run.version,
                  MERGE_RETRY_S, why);
     coord_schedule_merge_in(srv, MERGE_RETRY_S);
 }
@@ -121,7 +122,7 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     coord_server *srv = arg;
-    srv->merge_scheduled = 0;
+    srv->sched.merge_scheduled = 0;
     vl_error err = {0};
     int rc = coord_merge_if_ready(srv, &err);
     if (rc < 0) merge_retry(srv, rc, err.msg);
@@ -149,13 +150,13 @@ void coord_schedule_merge_in(coord_server *srv, double delay_s) {
     /* A merge waiting for room on the disk keeps its time: each upload
      * that still fits would otherwise bring it forward, and make a version
      * that cannot be stored once per upload. */
-    if (srv->disk.retry_s > 0 && srv->merge_scheduled) return;
-    if (!timer_of(srv, &srv->merge_event, merge_cb, "cannot schedule a merge: out of memory"))
+    if (srv->sched.disk.retry_s > 0 && srv->sched.merge_scheduled) return;
+    if (!timer_of(srv, &srv->sched.merge_event, merge_cb, "cannot schedule a merge: out of memory"))
         return;
     /* The merge callback clears merge_scheduled before it runs. */
-    if (!srv->merge_scheduled) evtimer_del(srv->merge_event);
-    srv->merge_scheduled = 1;
-    arm_sooner(srv->merge_event, delay_s);
+    if (!srv->sched.merge_scheduled) evtimer_del(srv->sched.merge_event);
+    srv->sched.merge_scheduled = 1;
+    arm_sooner(srv->sched.merge_event, delay_s);
 }
 
 void coord_schedule_merge(coord_server *srv) {
@@ -177,14 +178,15 @@ static void round_timer_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void coord_arm_round_timer(coord_server *srv, double delay_s) {
-    if (!timer_of(srv, &srv->round_timer, round_timer_cb, "cannot create the round timer")) return;
+    if (!timer_of(srv, &srv->sched.round_timer, round_timer_cb, "cannot create the round timer"))
+        return;
     /* Deadlines are whole seconds of the coordinator's clock; a little
      * past it the round is surely over. */
     if (delay_s < 0) delay_s = 0;
     delay_s += 0.05;
     struct timeval tv = timeval_of(delay_s);
-    evtimer_del(srv->round_timer);
-    evtimer_add(srv->round_timer, &tv);
+    evtimer_del(srv->sched.round_timer);
+    evtimer_add(srv->sched.round_timer, &tv);
 }
 
 /* ---- when a version is made ---------------------------------------------- */
@@ -197,8 +199,8 @@ static void version_made(coord_server *srv, int rc, const vl_error *err) {
         merge_retry(srv, rc, err->msg);
         return;
     }
-    srv->disk.retry_s = 0;
-    if (srv->disk.full) disk_room(srv, "the paused merge is done, merges and uploads resume");
+    srv->sched.disk.retry_s = 0;
+    if (srv->sched.disk.full) disk_room(srv, "the paused merge is done, merges and uploads resume");
     coord_wake_waiters(srv);
     coord_arm_lease_timer(srv);
     coord_schedule_merge(srv);
@@ -213,7 +215,7 @@ static void round_opened(coord_server *srv, int rc, const vl_error *err) {
         return;
     }
     coord_wake_waiters(srv);
-    coord_arm_round_timer(srv, (double)srv->cfg.round_s);
+    coord_arm_round_timer(srv, (double)srv->run.cfg.round_s);
 }
 
 /* Whether the waiting updates are due; when they are not but a sync
@@ -221,11 +223,11 @@ static void round_opened(coord_server *srv, int rc, const vl_error *err) {
 static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
     int64_t unmerged = 0;
     *done = 0;
-    int rc = storage_update_count_unmerged(srv->db, &unmerged, err);
-    if (rc == VL_OK) rc = storage_task_count_done(srv->db, srv->version, done, err);
+    int rc = storage_update_count_unmerged(srv->run.db, &unmerged, err);
+    if (rc == VL_OK) rc = storage_task_count_done(srv->run.db, srv->run.version, done, err);
     if (rc != VL_OK) return rc;
-    const coord_config *cfg = &srv->cfg;
-    double age = vl_clock_mono_s() - srv->version_born;
+    const coord_config *cfg = &srv->run.cfg;
+    double age = vl_clock_mono_s() - srv->run.version_born;
     int async = coord_config_is_async(cfg);
     if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
                               cfg->round_deadline_s))
@@ -242,12 +244,12 @@ static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
  * still open: the round timer merges at its deadline), or a negative
  * VL_E* code. */
 static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
-    if (srv->opening_round) return 0; /* its job re-arms the timer */
-    int rc = storage_round_get(srv->db, srv->version, r, err);
+    if (srv->sched.opening_round) return 0; /* its job re-arms the timer */
+    int rc = storage_round_get(srv->run.db, srv->run.version, r, err);
     if (rc == VL_ENOTFOUND) return coord_round_open(srv, round_opened, err) == VL_OK ? 0 : VL_ERR;
     if (rc != VL_OK) return rc;
     int64_t have = 0;
-    if ((rc = storage_round_values_count(srv->db, srv->version, &have, err)) != VL_OK) {
+    if ((rc = storage_round_values_count(srv->run.db, srv->run.version, &have, err)) != VL_OK) {
         storage_round_free(r);
         return rc;
     }
@@ -261,7 +263,7 @@ static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, v
 }
 
 int coord_merge_if_ready(coord_server *srv, vl_error *err) {
-    if (srv->finished || srv->merging) return 0;
+    if (srv->run.finished || srv->sched.merging) return 0;
     int64_t done = 0;
     int rc = merge_due(srv, &done, err);
     if (rc <= 0) return rc;
@@ -269,7 +271,7 @@ int coord_merge_if_ready(coord_server *srv, vl_error *err) {
      * by a deadline before they all came has none. */
     storage_round r = {0};
     int with_round = 0;
-    if (coord_config_round_candidates(&srv->cfg) > 0 && done > 0) {
+    if (coord_config_round_candidates(&srv->run.cfg) > 0 && done > 0) {
         rc = round_ready(srv, done, &r, err);
         if (rc <= 0) return rc;
         with_round = 1;
@@ -294,7 +296,7 @@ static int expire_run(storage *db, coord_job *job, vl_error *err) {
 static void expire_done(coord_job *job, int rc, const vl_error *err) {
     expire_job *j = (expire_job *)job;
     coord_server *srv = j->srv;
-    srv->expiring = 0;
+    srv->sched.expiring = 0;
     if (rc != VL_OK) /* a full disk is reported once, by coord_disk_note */
         vl_log_msg(rc == VL_EFULL ? LOG_DEBUG : LOG_ERROR, "cannot expire leases: %s", err->msg);
     else if (j->n > 0)
@@ -313,21 +315,22 @@ static void lease_timer_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void coord_expire_leases(coord_server *srv) {
-    if (srv->expiring) return; /* the job in flight re-arms the timer */
-    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer")) return;
+    if (srv->sched.expiring) return; /* the job in flight re-arms the timer */
+    if (!timer_of(srv, &srv->sched.lease_timer, lease_timer_cb, "cannot create the lease timer"))
+        return;
     expire_job *j = calloc(1, sizeof *j);
     if (!j) {
         vl_log_error("cannot expire leases: out of memory; retrying");
         struct timeval tv = {1, 0};
-        evtimer_add(srv->lease_timer, &tv);
+        evtimer_add(srv->sched.lease_timer, &tv);
         return;
     }
     j->job.run = expire_run;
     j->job.done = expire_done;
     j->srv = srv;
     j->now = vl_clock_unix_s();
-    srv->expiring = 1;
-    coord_writer_submit(srv->writer, &j->job);
+    srv->sched.expiring = 1;
+    coord_writer_submit(srv->run.writer, &j->job);
 }
 
 static void wait_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -337,19 +340,22 @@ static void wait_timer_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void coord_arm_wait_timer(coord_server *srv, double delay_s) {
-    if (!timer_of(srv, &srv->wait_timer, wait_timer_cb, "cannot create the wait timer")) return;
-    arm_sooner(srv->wait_timer, delay_s);
+    if (!timer_of(srv, &srv->sched.wait_timer, wait_timer_cb, "cannot create the wait timer"))
+        return;
+    arm_sooner(srv->sched.wait_timer, delay_s);
 }
 
 void coord_arm_lease_timer(coord_server *srv) {
-    if (!timer_of(srv, &srv->lease_timer, lease_timer_cb, "cannot create the lease timer")) return;
-    evtimer_del(srv->lease_timer);
-    if (srv->finished) return;
+    if (!timer_of(srv, &srv->sched.lease_timer, lease_timer_cb, "cannot create the lease timer"))
+        return;
+    evtimer_del(srv->sched.lease_timer);
+    if (srv->run.finished) return;
     vl_error e = {0};
     int64_t next = 0;
-    int rc = coord_config_is_async(&srv->cfg)
-                 ? storage_task_next_deadline_any(srv->db, vl_clock_unix_s(), &next, &e)
-                 : storage_task_next_deadline(srv->db, srv->version, vl_clock_unix_s(), &next, &e);
+    int rc = coord_config_is_async(&srv->run.cfg)
+                 ? storage_task_next_deadline_any(srv->run.db, vl_clock_unix_s(), &next, &e)
+                 : storage_task_next_deadline(srv->run.db, srv->run.version, vl_clock_unix_s(),
+                                              &next, &e);
     if (rc != VL_OK) {
         vl_log_error("cannot find the next lease deadline: %s", e.msg);
         return;
@@ -362,5 +368,5 @@ void coord_arm_lease_timer(coord_server *srv) {
     double delay = (double)next - now + 0.01;
     if (delay < 0.01) delay = 0.01;
     struct timeval tv = timeval_of(delay);
-    evtimer_add(srv->lease_timer, &tv);
+    evtimer_add(srv->sched.lease_timer, &tv);
 }

@@ -46,12 +46,12 @@ static void waiter_unlink(coord_server *srv, coord_waiter *w) {
     if (w->prev)
         w->prev->next = w->next;
     else
-        srv->waiters = w->next;
+        srv->sched.waiters = w->next;
     if (w->next)
         w->next->prev = w->prev;
     else
-        srv->waiters_tail = w->prev;
-    srv->n_waiters--;
+        srv->sched.waiters_tail = w->prev;
+    srv->sched.n_waiters--;
     if (w->evcon) evhttp_connection_set_closecb(w->evcon, NULL, NULL);
     if (w->timer) event_free(w->timer);
     free(w);
@@ -77,12 +77,12 @@ static void waiter_closed(struct evhttp_connection *evcon, void *arg) {
     if (evhttp_request_get_connection(w->cr.req)) {
         /* libevent frees a request still attached to a dying connection,
          * without its completion callback. */
-        if (srv->inflight > 0) srv->inflight--;
+        if (srv->conns.inflight > 0) srv->conns.inflight--;
         vl_log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
     } else {
         /* A detached request is ours to free; sending does that. */
         vl_log_info("%s %s client gone while waiting", w->cr.method, w->cr.path);
-        if (srv->inflight > 0) srv->inflight--;
+        if (srv->conns.inflight > 0) srv->conns.inflight--;
         evhttp_send_reply(w->cr.req, 204, "No Content", NULL);
     }
     waiter_unlink(srv, w);
@@ -120,13 +120,13 @@ static int waiter_add(coord_req *cr, int64_t wait_s, coord_serve_fn serve, coord
         bufferevent_setcb(bev, NULL, w->wr, w->ev, w->cbarg);
         bufferevent_enable(bev, EV_READ);
     }
-    w->prev = srv->waiters_tail;
-    if (srv->waiters_tail)
-        srv->waiters_tail->next = w;
+    w->prev = srv->sched.waiters_tail;
+    if (srv->sched.waiters_tail)
+        srv->sched.waiters_tail->next = w;
     else
-        srv->waiters = w;
-    srv->waiters_tail = w;
-    srv->n_waiters++;
+        srv->sched.waiters = w;
+    srv->sched.waiters_tail = w;
+    srv->sched.n_waiters++;
     return 0;
 }
 
@@ -151,7 +151,7 @@ int coord_wake_waiters(coord_server *srv) {
      * after this one parked. Other requests are each served as soon as
      * they can be. */
     int tasks_blocked = 0;
-    coord_waiter *w = srv->waiters;
+    coord_waiter *w = srv->sched.waiters;
     while (w) {
         coord_waiter *next = w->next;
         int r = COORD_WAITING;
@@ -176,8 +176,8 @@ int coord_wake_waiters(coord_server *srv) {
 }
 
 void coord_drain_waiters(coord_server *srv) {
-    while (srv->waiters) {
-        coord_waiter *w = srv->waiters;
+    while (srv->sched.waiters) {
+        coord_waiter *w = srv->sched.waiters;
         coord_reply_error(&w->cr, 503, "draining", "the coordinator is shutting down");
         waiter_unlink(srv, w);
     }

@@ -20,28 +20,28 @@
 #define SPEED_EMA 0.5
 
 static coord_speed *find(coord_server *srv, int64_t peer_id) {
-    for (size_t i = 0; i < srv->n_speeds; i++)
-        if (srv->speeds[i].peer_id == peer_id) return &srv->speeds[i];
+    for (size_t i = 0; i < srv->sched.n_speeds; i++)
+        if (srv->sched.speeds[i].peer_id == peer_id) return &srv->sched.speeds[i];
     return NULL;
 }
 
 static coord_speed *find_or_add(coord_server *srv, int64_t peer_id, double now) {
     coord_speed *s = find(srv, peer_id);
     if (s) return s;
-    if (srv->n_speeds == srv->cap_speeds && srv->cap_speeds < SPEED_MAX_PEERS) {
-        size_t cap = srv->cap_speeds ? srv->cap_speeds * 2 : 16;
+    if (srv->sched.n_speeds == srv->sched.cap_speeds && srv->sched.cap_speeds < SPEED_MAX_PEERS) {
+        size_t cap = srv->sched.cap_speeds ? srv->sched.cap_speeds * 2 : 16;
         if (cap > SPEED_MAX_PEERS) cap = SPEED_MAX_PEERS;
-        coord_speed *p = realloc(srv->speeds, cap * sizeof *p);
+        coord_speed *p = realloc(srv->sched.speeds, cap * sizeof *p);
         if (!p) return NULL; /* the peer just runs at train.steps */
-        srv->speeds = p;
-        srv->cap_speeds = cap;
+        srv->sched.speeds = p;
+        srv->sched.cap_speeds = cap;
     }
-    if (srv->n_speeds < srv->cap_speeds) {
-        s = &srv->speeds[srv->n_speeds++];
+    if (srv->sched.n_speeds < srv->sched.cap_speeds) {
+        s = &srv->sched.speeds[srv->sched.n_speeds++];
     } else {
-        s = &srv->speeds[0];
-        for (size_t i = 1; i < srv->n_speeds; i++)
-            if (srv->speeds[i].seen < s->seen) s = &srv->speeds[i];
+        s = &srv->sched.speeds[0];
+        for (size_t i = 1; i < srv->sched.n_speeds; i++)
+            if (srv->sched.speeds[i].seen < s->seen) s = &srv->sched.speeds[i];
     }
     *s = (coord_speed){.peer_id = peer_id, .seen = now};
     return s;
@@ -66,14 +66,14 @@ static size_t pace_skip(const coord_config *cfg, size_t n) {
 static double quickest_task(const coord_server *srv, double now) {
     double tasks[SPEED_MAX_PEERS];
     size_t n = 0;
-    double h_max = (double)srv->cfg.train.steps;
-    for (size_t i = 0; i < srv->n_speeds && n < SPEED_MAX_PEERS; i++) {
-        const coord_speed *s = &srv->speeds[i];
+    double h_max = (double)srv->run.cfg.train.steps;
+    for (size_t i = 0; i < srv->sched.n_speeds && n < SPEED_MAX_PEERS; i++) {
+        const coord_speed *s = &srv->sched.speeds[i];
         if (s->sec_per_step <= 0 || now - s->seen > SPEED_WINDOW_S) continue;
         tasks[n++] = h_max * s->sec_per_step + s->overhead_s;
     }
     if (n == 0) return 0;
-    size_t skip = pace_skip(&srv->cfg, n);
+    size_t skip = pace_skip(&srv->run.cfg, n);
     if (skip == 0) {
         double best = tasks[0];
         for (size_t i = 1; i < n; i++)
@@ -90,7 +90,7 @@ static double ema(double avg, double x, int first) {
 }
 
 int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
-    const coord_config *cfg = &srv->cfg;
+    const coord_config *cfg = &srv->run.cfg;
     int64_t h_max = cfg->train.steps;
     if (!coord_config_is_async(cfg)) return h_max;
     double now = vl_clock_mono_s();
@@ -114,7 +114,7 @@ int64_t coord_speed_lease(coord_server *srv, int64_t peer_id, int64_t task_id) {
 
 void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64_t local_steps,
                       double train_s) {
-    if (!coord_config_is_async(&srv->cfg) || local_steps < 1) return;
+    if (!coord_config_is_async(&srv->run.cfg) || local_steps < 1) return;
     coord_speed *s = find(srv, peer_id);
     /* Only a task timed from its own lease tells the peer's pace. */
     if (!s) return;
@@ -136,19 +136,19 @@ void coord_speed_note(coord_server *srv, int64_t peer_id, int64_t task_id, int64
 }
 
 int64_t coord_speed_steps(const coord_server *srv, const storage_task *t) {
-    int64_t h_max = srv->cfg.train.steps;
-    if (!srv->cfg.train.dynamic_steps) return h_max;
-    for (size_t i = 0; i < srv->n_speeds; i++)
-        if (srv->speeds[i].peer_id == t->peer_id) {
-            if (srv->speeds[i].task_id == t->id) return srv->speeds[i].steps;
-            if (srv->speeds[i].prev_task_id == t->id) return srv->speeds[i].prev_steps;
+    int64_t h_max = srv->run.cfg.train.steps;
+    if (!srv->run.cfg.train.dynamic_steps) return h_max;
+    for (size_t i = 0; i < srv->sched.n_speeds; i++)
+        if (srv->sched.speeds[i].peer_id == t->peer_id) {
+            if (srv->sched.speeds[i].task_id == t->id) return srv->sched.speeds[i].steps;
+            if (srv->sched.speeds[i].prev_task_id == t->id) return srv->sched.speeds[i].prev_steps;
         }
     return h_max;
 }
 
 double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_id) {
     *task_id = 0;
-    if (!(srv->cfg.lease_wait > 0)) return 0;
+    if (!(srv->run.cfg.lease_wait > 0)) return 0;
     coord_speed *s = find(srv, peer_id);
     if (!s || s->task_id <= 0) return 0;
     double now = vl_clock_mono_s();
@@ -157,14 +157,15 @@ double coord_speed_wait_left(coord_server *srv, int64_t peer_id, int64_t *task_i
         s->wait_task = s->task_id;
         s->wait_since = now;
     }
-    return coord_sched_wait_left(s->wait_since, now, srv->cfg.lease_wait, quickest_task(srv, now));
+    return coord_sched_wait_left(s->wait_since, now, srv->run.cfg.lease_wait,
+                                 quickest_task(srv, now));
 }
 
 int64_t coord_speed_due(const coord_server *srv, int64_t peer_id, double horizon_s) {
     double now = vl_clock_mono_s();
     int64_t due = 0;
-    for (size_t i = 0; i < srv->n_speeds; i++) {
-        const coord_speed *s = &srv->speeds[i];
+    for (size_t i = 0; i < srv->sched.n_speeds; i++) {
+        const coord_speed *s = &srv->sched.speeds[i];
         if (s->peer_id == peer_id || !(s->leased_at > 0)) continue;
         /* A pace not measured yet may be any: such a lease counts. */
         if (!(s->sec_per_step > 0)) {

@@ -192,8 +192,8 @@ static void setup_run(void) {
     limits.addr = (coord_rate){.rate = 1e9, .burst = 1e9};
     limits.slow_timeout_s = 0;
     FUZZ_CHECK(coord_server_open(db, &limits, &H.srv, &e) == VL_OK, "open: %s", e.msg);
-    evhttp_set_bevcb(H.srv->http, make_bev, NULL);
-    evhttp_set_gencb(H.srv->http, on_request, H.srv);
+    evhttp_set_bevcb(H.srv->conns.http, make_bev, NULL);
+    evhttp_set_gencb(H.srv->conns.http, on_request, H.srv);
     snprintf(H.sock, sizeof H.sock, "%s/http.sock", H.dir);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -201,7 +201,7 @@ static void setup_run(void) {
     memcpy(sa.sun_path, H.sock, strlen(H.sock) + 1);
     FUZZ_CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(fd, 64) == 0,
                "listen on %s: %s", H.sock, strerror(errno));
-    FUZZ_CHECK(evhttp_accept_socket(H.srv->http, fd) == 0, "evhttp_accept_socket");
+    FUZZ_CHECK(evhttp_accept_socket(H.srv->conns.http, fd) == 0, "evhttp_accept_socket");
     coord_expire_leases(H.srv);
     H.tick = evtimer_new(H.srv->base, tick, NULL);
     FUZZ_CHECK(H.tick != NULL, "timer");
@@ -221,7 +221,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static int server_busy(void) {
     coord_server *s = H.srv;
-    return s->inflight > 0 || s->n_waiters > 0 || coord_writer_pending(s->writer) > 0;
+    return s->conns.inflight > 0 || s->sched.n_waiters > 0 ||
+           coord_writer_pending(s->run.writer) > 0;
 }
 
 /* Bytes the server has not read from the socket yet. */
@@ -279,7 +280,8 @@ static void exchange(const uint8_t *data, size_t n) {
         }
         if (eof) break;
         /* Long polls would hold the exchange for their whole wait. */
-        if (off == n && H.srv->n_waiters > 0 && (int64_t)H.srv->n_waiters == H.srv->inflight)
+        if (off == n && H.srv->sched.n_waiters > 0 &&
+            (int64_t)H.srv->sched.n_waiters == H.srv->conns.inflight)
             coord_drain_waiters(H.srv);
         if (off == n && !shut && !server_busy() && unread(c) == 0) {
             if (++quiet >= 2) {

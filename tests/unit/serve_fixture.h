@@ -191,8 +191,8 @@ static inline int serve_add_peer(void) {
     vcrypto_identity_generate(&SV.keys[i]);
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
-    OK(storage_peer_insert(SV.srv->db, SV.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &SV.ids[i],
-                           &e_));
+    OK(storage_peer_insert(SV.srv->run.db, SV.keys[i].pk, name, "{}", 0, vl_clock_unix_s(),
+                           &SV.ids[i], &e_));
     return i;
 }
 
@@ -200,7 +200,7 @@ static inline int serve_add_peer(void) {
  * would have stored it. */
 static inline int64_t serve_add_lease(int i) {
     storage_task t = {.peer_id = SV.ids[i],
-                      .base_version = SV.srv->version,
+                      .base_version = SV.srv->run.version,
                       .data_offset = 0,
                       .data_length = 4096,
                       .seed = 1,
@@ -208,7 +208,7 @@ static inline int64_t serve_add_lease(int i) {
                       .deadline = vl_clock_unix_s() + 600,
                       .state = STORAGE_TASK_LEASED};
     int64_t id = 0;
-    OK(storage_task_insert(SV.srv->db, &t, &id, &e_));
+    OK(storage_task_insert(SV.srv->run.db, &t, &id, &e_));
     return id;
 }
 

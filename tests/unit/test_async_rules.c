@@ -176,9 +176,9 @@ static void test_speed_due_by_hand(void **state) {
     };
     coord_server srv;
     memset(&srv, 0, sizeof srv);
-    srv.speeds = sp;
-    srv.n_speeds = sizeof sp / sizeof sp[0];
-    srv.cap_speeds = srv.n_speeds;
+    srv.sched.speeds = sp;
+    srv.sched.n_speeds = sizeof sp / sizeof sp[0];
+    srv.sched.cap_speeds = srv.sched.n_speeds;
     assert_int_equal(coord_speed_due(&srv, 1, 10.0), 3); /* peers 2, 3, 5 */
     assert_int_equal(coord_speed_due(&srv, 1, 5.0), 2);  /* peer 2 not yet */
     assert_int_equal(coord_speed_due(&srv, 1, 0), 2);
@@ -202,36 +202,36 @@ static void test_pace_skips_what_the_rule_cuts(void **state) {
     };
     coord_server srv;
     memset(&srv, 0, sizeof srv);
-    coord_config_defaults(&srv.cfg);
-    snprintf(srv.cfg.mode, sizeof srv.cfg.mode, "async");
-    srv.cfg.train.steps = 20;
-    srv.cfg.train.dynamic_steps = 1;
-    srv.speeds = sp;
-    srv.n_speeds = sizeof sp / sizeof sp[0];
-    srv.cap_speeds = srv.n_speeds;
+    coord_config_defaults(&srv.run.cfg);
+    snprintf(srv.run.cfg.mode, sizeof srv.run.cfg.mode, "async");
+    srv.run.cfg.train.steps = 20;
+    srv.run.cfg.train.dynamic_steps = 1;
+    srv.sched.speeds = sp;
+    srv.sched.n_speeds = sizeof sp / sizeof sp[0];
+    srv.sched.cap_speeds = srv.sched.n_speeds;
     /* The plain mean: T = 20 x 0.05 = 1 s; peer 5 gets 1 / 4 steps, the
      * floor of 2 (20 / 8). */
-    srv.cfg.robust.rule = COORD_RULE_MEAN;
+    srv.run.cfg.robust.rule = COORD_RULE_MEAN;
     assert_int_equal(coord_speed_lease(&srv, 5, 105), 2);
     /* Trimmed mean 0.2 of 5 peers cuts 1: T = 20 x 1.0; peer 5 gets 5,
      * peer 4 10. */
-    srv.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
-    srv.cfg.robust.trim = 0.2;
+    srv.run.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
+    srv.run.cfg.robust.trim = 0.2;
     assert_int_equal(coord_speed_lease(&srv, 5, 205), 5);
     assert_int_equal(coord_speed_lease(&srv, 4, 204), 10);
     /* Trim 0.4 cuts 2: still peer 3's 1 s a step. The median keeps the
      * middle one (the third, 1 s): the same. */
-    srv.cfg.robust.trim = 0.4;
+    srv.run.cfg.robust.trim = 0.4;
     assert_int_equal(coord_speed_lease(&srv, 5, 305), 5);
-    srv.cfg.robust.rule = COORD_RULE_MEDIAN;
+    srv.run.cfg.robust.rule = COORD_RULE_MEDIAN;
     assert_int_equal(coord_speed_lease(&srv, 5, 405), 5);
     /* Peer 2 gone quiet (seen 11 minutes ago): of the 4 left, the median
      * passes over 1, so peer 3's 1 s is the pace; trimmed 0.2 of 4 cuts
      * none, so the hostile peer's is. */
     sp[1].seen = now - 660;
     assert_int_equal(coord_speed_lease(&srv, 5, 505), 5);
-    srv.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
-    srv.cfg.robust.trim = 0.2;
+    srv.run.cfg.robust.rule = COORD_RULE_TRIMMED_MEAN;
+    srv.run.cfg.robust.trim = 0.2;
     assert_int_equal(coord_speed_lease(&srv, 5, 605), 2);
 }
 

@@ -57,11 +57,11 @@ static int setup(void **state) {
     vcrypto_identity_generate(&fx->key);
     vcrypto_identity_generate(&fx->other);
     vcrypto_identity_generate(&fx->revoked_key);
-    OK(storage_peer_insert(fx->srv->db, fx->key.pk, "p", "{}", 0, vl_clock_unix_s(), &fx->peer,
+    OK(storage_peer_insert(fx->srv->run.db, fx->key.pk, "p", "{}", 0, vl_clock_unix_s(), &fx->peer,
                            &e_));
-    OK(storage_peer_insert(fx->srv->db, fx->revoked_key.pk, "r", "{}", 0, vl_clock_unix_s(),
+    OK(storage_peer_insert(fx->srv->run.db, fx->revoked_key.pk, "r", "{}", 0, vl_clock_unix_s(),
                            &fx->revoked_peer, &e_));
-    OK(storage_peer_revoke(fx->srv->db, fx->revoked_peer, &e_));
+    OK(storage_peer_revoke(fx->srv->run.db, fx->revoked_peer, &e_));
     *state = fx;
     return 0;
 }
@@ -451,24 +451,24 @@ static void test_body_budget(void **state) {
     coord_guard_refusal r;
     assert_int_equal(auth(fx, head, n, &t1, &r), 0);
     assert_int_equal(t1.reserved, 10);
-    assert_int_equal(fx->srv->body_inflight, 10);
+    assert_int_equal(fx->srv->conns.body_inflight, 10);
     size_t m = make_head(again, sizeof again, &fx->key, id, "POST", "/v1/updates", "abcdefghij",
                          now, NULL);
     expect_refused(fx, again, m, 429, "rate_limited");
     coord_auth_release(fx->srv, &t1);
-    assert_int_equal(fx->srv->body_inflight, 0);
+    assert_int_equal(fx->srv->conns.body_inflight, 0);
     /* Refused for the peer's other body, not spent: the same head passes now. */
     assert_int_equal(auth(fx, again, m, &t, &r), 0);
     coord_auth_release(fx->srv, &t);
-    int64_t budget = fx->srv->limits.body_budget;
-    fx->srv->limits.body_budget = 5;
+    int64_t budget = fx->srv->conns.limits.body_budget;
+    fx->srv->conns.limits.body_budget = 5;
     n = make_head(head, sizeof head, &fx->key, id, "POST", "/v1/updates", "0123456789", now, NULL);
     expect_refused(fx, head, n, 503, "overloaded");
-    fx->srv->limits.body_budget = budget;
+    fx->srv->conns.limits.body_budget = budget;
     assert_int_equal(auth(fx, head, n, &t, &r), 0);
     coord_auth_release(fx->srv, &t);
-    assert_int_equal(fx->srv->body_inflight, 0);
-    assert_int_equal(fx->srv->n_receiving, 0);
+    assert_int_equal(fx->srv->conns.body_inflight, 0);
+    assert_int_equal(fx->srv->conns.n_receiving, 0);
 }
 
 /* Readers of one old version share one built file, and building another
@@ -476,8 +476,8 @@ static void test_body_budget(void **state) {
 static void test_download_sharing_and_budget(void **state) {
     fixture *fx = *state;
     coord_server *srv = fx->srv;
-    int64_t current = srv->version;
-    srv->version = current + 1; /* version 0 becomes an old one */
+    int64_t current = srv->run.version;
+    srv->run.version = current + 1; /* version 0 becomes an old one */
     coord_blob *a = NULL, *b = NULL;
     int64_t before = coord_blob_live_bytes();
     OK(coord_model_blob_version(srv, current, &a, &e_));
@@ -486,17 +486,17 @@ static void test_download_sharing_and_budget(void **state) {
     assert_true(coord_blob_live_bytes() - before == (int64_t)a->len); /* counted once */
     coord_blob_unref(a);
     coord_blob_unref(b);
-    coord_blob_unref(srv->old_blob);
-    srv->old_blob = NULL;
+    coord_blob_unref(srv->caches.old_blob);
+    srv->caches.old_blob = NULL;
     assert_int_equal(coord_blob_live_bytes(), before);
-    int64_t budget = srv->limits.download_budget;
-    srv->limits.download_budget = before + 1;
+    int64_t budget = srv->conns.limits.download_budget;
+    srv->conns.limits.download_budget = before + 1;
     assert_false(coord_download_room(srv, 2));
     vl_error e = {0};
     assert_int_equal(coord_model_blob_version(srv, current, &a, &e), VL_ETOOBIG);
-    srv->limits.download_budget = budget;
+    srv->conns.limits.download_budget = budget;
     assert_true(coord_download_room(srv, 2));
-    srv->version = current;
+    srv->run.version = current;
 }
 
 int main(void) {

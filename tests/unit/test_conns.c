@@ -55,8 +55,8 @@ static int setup(void **state) {
     assert_non_null(f);
     f->base = event_base_new();
     assert_non_null(f->base);
-    coord_limits_default(&f->srv.limits);
-    f->srv.limits.max_conns = 100000;
+    coord_limits_default(&f->srv.conns.limits);
+    f->srv.conns.limits.max_conns = 100000;
     f->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
     f->addr.sin_family = AF_INET;
     f->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -107,10 +107,10 @@ static coord_guard *conn(fixture *f, uint64_t requests, conn_state st) {
     g->bev = bev;
     g->requests = requests;
     g->owner = &f->srv;
-    g->next = f->srv.guards;
-    if (f->srv.guards) f->srv.guards->prev = g;
-    f->srv.guards = g;
-    f->srv.n_conns++;
+    g->next = f->srv.conns.guards;
+    if (f->srv.conns.guards) f->srv.conns.guards->prev = g;
+    f->srv.conns.guards = g;
+    f->srv.conns.n_conns++;
     f->g[f->n] = g;
     f->bev[f->n] = bev;
     f->client[f->n] = c;
@@ -132,7 +132,7 @@ static int count_closed(fixture *f, int from, int to) {
  * are closed and the oldest kept. */
 static void test_cap_keeps_the_oldest(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 4;
+    f->srv.conns.limits.conn_per_addr = 4;
     for (int i = 0; i < 10; i++) {
         fake_now = 100 + i * 0.01;
         conn(f, 0, WAITING);
@@ -147,7 +147,7 @@ static void test_cap_keeps_the_oldest(void **state) {
  * address, still waiting for their heads, are all kept. */
 static void test_requests_in_progress_do_not_count(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 8;
+    f->srv.conns.limits.conn_per_addr = 8;
     fake_now = 100;
     for (int i = 0; i < 100; i++) conn(f, 1, IN_HANDLER);
     fake_now = 101;
@@ -166,7 +166,7 @@ static void test_requests_in_progress_do_not_count(void **state) {
  * first head, the longest idle first. */
 static void test_kept_alive_go_first(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 0; /* first record when each became idle */
+    f->srv.conns.limits.conn_per_addr = 0; /* first record when each became idle */
     fake_now = 100;
     coord_guard *k0 = conn(f, 3, WAITING);
     coord_conns_tick(&f->srv, 100);
@@ -176,7 +176,7 @@ static void test_kept_alive_go_first(void **state) {
     coord_conns_tick(&f->srv, 102);
     fake_now = 102;
     for (int i = 0; i < 3; i++) conn(f, 0, WAITING);
-    f->srv.limits.conn_per_addr = 4;
+    f->srv.conns.limits.conn_per_addr = 4;
     coord_conns_tick(&f->srv, 102.5);
     assert_true(closed(k0));
     assert_true(closed(k1));
@@ -190,9 +190,9 @@ static void test_kept_alive_go_first(void **state) {
  * progress; a request in a handler is never timed here. */
 static void test_idle_limits(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 0;
-    f->srv.limits.idle_first_s = 10;
-    f->srv.limits.idle_keepalive_s = 30;
+    f->srv.conns.limits.conn_per_addr = 0;
+    f->srv.conns.limits.idle_first_s = 10;
+    f->srv.conns.limits.idle_keepalive_s = 30;
     fake_now = 100;
     coord_guard *silent = conn(f, 0, WAITING);
     coord_guard *one_byte = conn(f, 0, WAITING);
@@ -221,10 +221,10 @@ static void test_idle_limits(void **state) {
 /* Over half of max_conns open, both idle limits are a tenth. */
 static void test_pressure_shortens_the_limits(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 0;
-    f->srv.limits.idle_first_s = 10;
-    f->srv.limits.idle_keepalive_s = 30;
-    f->srv.limits.max_conns = 5;
+    f->srv.conns.limits.conn_per_addr = 0;
+    f->srv.conns.limits.idle_first_s = 10;
+    f->srv.conns.limits.idle_keepalive_s = 30;
+    f->srv.conns.limits.max_conns = 5;
     fake_now = 100;
     coord_guard *first = conn(f, 0, WAITING);
     coord_guard *kept = conn(f, 1, WAITING);
@@ -241,9 +241,9 @@ static void test_pressure_shortens_the_limits(void **state) {
  * slowest is cut off and the others go on. */
 static void test_slowest_body_is_cut(void **state) {
     fixture *f = *state;
-    f->srv.limits.conn_per_addr = 0;
-    f->srv.limits.idle_first_s = 0;
-    f->srv.limits.body_budget = 10 << 20;
+    f->srv.conns.limits.conn_per_addr = 0;
+    f->srv.conns.limits.idle_first_s = 0;
+    f->srv.conns.limits.body_budget = 10 << 20;
     fake_now = 100;
     coord_guard *fast = conn(f, 0, IN_HANDLER);
     coord_guard *slow = conn(f, 0, IN_HANDLER);
@@ -256,11 +256,11 @@ static void test_slowest_body_is_cut(void **state) {
     slow->body_started = 100;
     fast->body_owner = &tf;
     slow->body_owner = &ts;
-    f->srv.body_inflight = 9 << 20;
+    f->srv.conns.body_inflight = 9 << 20;
     coord_conns_tick(&f->srv, 110);
     assert_false(closed(fast));
     assert_false(closed(slow));
-    f->srv.body_inflight = 11 << 20;
+    f->srv.conns.body_inflight = 11 << 20;
     coord_conns_tick(&f->srv, 110);
     assert_false(closed(fast));
     assert_true(closed(slow));
@@ -272,18 +272,18 @@ static void test_reservation_follows_arrival(void **state) {
     fixture *f = *state;
     coord_guard_ticket t = {.peer_id = 7, .reserved = COORD_BODY_ADVANCE};
     int64_t peers[1] = {7};
-    f->srv.receiving_peers = peers;
-    f->srv.n_receiving = 1;
-    f->srv.body_inflight = COORD_BODY_ADVANCE;
+    f->srv.conns.receiving_peers = peers;
+    f->srv.conns.n_receiving = 1;
+    f->srv.conns.body_inflight = COORD_BODY_ADVANCE;
     coord_auth_progress(&f->srv, &t, 1000);
-    assert_int_equal(f->srv.body_inflight, COORD_BODY_ADVANCE);
+    assert_int_equal(f->srv.conns.body_inflight, COORD_BODY_ADVANCE);
     coord_auth_progress(&f->srv, &t, (uint64_t)COORD_BODY_ADVANCE * 3);
     assert_int_equal(t.reserved, COORD_BODY_ADVANCE * 3);
-    assert_int_equal(f->srv.body_inflight, COORD_BODY_ADVANCE * 3);
+    assert_int_equal(f->srv.conns.body_inflight, COORD_BODY_ADVANCE * 3);
     coord_auth_release(&f->srv, &t);
-    assert_int_equal(f->srv.body_inflight, 0);
-    assert_int_equal(f->srv.n_receiving, 0);
-    f->srv.receiving_peers = NULL;
+    assert_int_equal(f->srv.conns.body_inflight, 0);
+    assert_int_equal(f->srv.conns.n_receiving, 0);
+    f->srv.conns.receiving_peers = NULL;
 }
 
 /* The guard's own view of a body: it reports what has arrived to the

@@ -146,7 +146,7 @@ static void test_merge_factors(void **state) {
     assert_int_equal(parse("{\"name\": \"k\", \"corpus\": \"c\", \"model\": {\"block_size\": 8, "
                            "\"n_layer\": 1, \"n_head\": 2, \"n_embd\": 8}, \"train\": "
                            "{\"optimizer\": \"kfac\", \"kfac\": {\"share\": true}}}",
-                           &srv.cfg, &e),
+                           &srv.run.cfg, &e),
                      VL_OK);
     int n = model_gpt_kfac_layer_count(&SMALL);
     compress_factor_layer fl[4];

@@ -266,24 +266,24 @@ static void test_guard_double_slash_target(void **state) {
 static coord_server *rate_server(const char *mode, int in_flight, int u_shape) {
     coord_server *srv = calloc(1, sizeof *srv);
     assert_non_null(srv);
-    snprintf(srv->cfg.mode, sizeof srv->cfg.mode, "%s", mode);
-    srv->cfg.split_in_flight = in_flight;
-    srv->cfg.split_u = u_shape;
+    snprintf(srv->run.cfg.mode, sizeof srv->run.cfg.mode, "%s", mode);
+    srv->run.cfg.split_in_flight = in_flight;
+    srv->run.cfg.split_u = u_shape;
     coord_limits l;
     coord_limits_default(&l);
-    srv->peer_limiter = coord_limiter_new(1024, l.peer);
-    assert_non_null(srv->peer_limiter);
-    if (coord_config_is_split(&srv->cfg)) {
-        srv->split_limiter =
-            coord_limiter_new(1024, coord_limits_split_rate(&srv->cfg, l.peer, l.split));
-        assert_non_null(srv->split_limiter);
+    srv->conns.peer_limiter = coord_limiter_new(1024, l.peer);
+    assert_non_null(srv->conns.peer_limiter);
+    if (coord_config_is_split(&srv->run.cfg)) {
+        srv->conns.split_limiter =
+            coord_limiter_new(1024, coord_limits_split_rate(&srv->run.cfg, l.peer, l.split));
+        assert_non_null(srv->conns.split_limiter);
     }
     return srv;
 }
 
 static void rate_server_free(coord_server *srv) {
-    coord_limiter_free(srv->peer_limiter);
-    coord_limiter_free(srv->split_limiter);
+    coord_limiter_free(srv->conns.peer_limiter);
+    coord_limiter_free(srv->conns.split_limiter);
     free(srv);
 }
 
@@ -306,7 +306,8 @@ static int refused_at(coord_server *srv, const char *target, double hz, double s
 static void test_split_batch_budget(void **state) {
     (void)state;
     coord_server *srv = rate_server("split", 1, 0);
-    coord_rate r = coord_limits_split_rate(&srv->cfg, (coord_rate){50, 500}, (coord_rate){-1, -1});
+    coord_rate r =
+        coord_limits_split_rate(&srv->run.cfg, (coord_rate){50, 500}, (coord_rate){-1, -1});
     assert_true(r.rate == 1 / COORD_SPLIT_RTT_MIN_S && r.burst == 10 * r.rate);
     assert_int_equal(refused_at(srv, "/v1/split/forward", 150, 60, 1000), 0);
     assert_true(refused_at(srv, "/v1/task?wait=10", 150, 60, 1000) > 150 * 60 / 2);
@@ -334,7 +335,7 @@ static void test_split_batch_budget(void **state) {
     rate_server_free(srv);
     /* Not a split run: the routes are the peer's like any other. */
     srv = rate_server("sync", 1, 0);
-    assert_null(srv->split_limiter);
+    assert_null(srv->conns.split_limiter);
     assert_true(refused_at(srv, "/v1/split/forward", 150, 60, 1000) > 150 * 60 / 2);
     rate_server_free(srv);
     /* serve --split-rate: as given, 0 for none; --peer-rate 0 turns the

@@ -99,7 +99,7 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
 static int probe_serve(coord_req *cr) {
     for (int i = 0; i < H.n_probes; i++) {
         probe *p = &H.probes[i];
-        if (p->req != cr->req || p->ran || cr->srv->version < 1) continue;
+        if (p->req != cr->req || p->ran || cr->srv->run.version < 1) continue;
         p->ran = 1;
         p->at_version(p);
     }
@@ -224,7 +224,7 @@ static int add_peer(void) {
     vcrypto_identity_generate(&H.keys[i]);
     char name[16];
     snprintf(name, sizeof name, "p%d", i);
-    OK(storage_peer_insert(H.srv->db, H.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &H.ids[i],
+    OK(storage_peer_insert(H.srv->run.db, H.keys[i].pk, name, "{}", 0, vl_clock_unix_s(), &H.ids[i],
                            &e_));
     return i;
 }
@@ -240,7 +240,7 @@ static int64_t add_task(int i, storage_task_state state, int64_t deadline) {
                       .deadline = deadline,
                       .state = state};
     int64_t id = 0;
-    OK(storage_task_insert(H.srv->db, &t, &id, &e_));
+    OK(storage_task_insert(H.srv->run.db, &t, &id, &e_));
     return id;
 }
 
@@ -248,7 +248,7 @@ static int64_t add_task(int i, storage_task_state state, int64_t deadline) {
  * updates the merge takes. */
 static void add_update(int i) {
     int64_t task = add_task(i, STORAGE_TASK_DONE, vl_clock_unix_s() + 600);
-    size_t n = H.srv->n_params;
+    size_t n = H.srv->run.n_params;
     float *d = random_vec(n, 50 + (uint64_t)i);
     for (size_t k = 0; k < n; k++) d[k] *= 1e-3f;
     compress_update_meta m = {.task = task,
@@ -272,7 +272,7 @@ static void add_update(int i) {
                         .blob = b.data,
                         .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(COMPRESS_DENSE));
-    OK(storage_update_insert(H.srv->db, &u, NULL, &e_));
+    OK(storage_update_insert(H.srv->run.db, &u, NULL, &e_));
     vl_buf_free(&b);
     free(d);
 }
@@ -323,9 +323,9 @@ static client *ask_task(int i, int wait) {
 /* Sends a request that may wait wait seconds and returns once it is
  * parked. */
 static client *park_task_for(int i, int wait) {
-    size_t before = H.srv->n_waiters;
+    size_t before = H.srv->sched.n_waiters;
     client *c = ask_task(i, wait);
-    PUMP_UNTIL(H.srv->n_waiters == before + 1 || c->status, "a task request to park");
+    PUMP_UNTIL(H.srv->sched.n_waiters == before + 1 || c->status, "a task request to park");
     if (c->status) fail_msg("peer %d was answered %d instead of waiting", i, c->status);
     return c;
 }
@@ -338,9 +338,9 @@ static probe *park_probe(void (*at_version)(probe *p)) {
     assert_true(H.n_probes < MAX_PROBES);
     probe *p = &H.probes[H.n_probes++];
     p->at_version = at_version;
-    size_t before = H.srv->n_waiters;
+    size_t before = H.srv->sched.n_waiters;
     send_all(connect_client(), "GET /test/probe HTTP/1.1\r\nHost: longpoll\r\n\r\n");
-    PUMP_UNTIL(H.srv->n_waiters == before + 1, "the test's waiter to park");
+    PUMP_UNTIL(H.srv->sched.n_waiters == before + 1, "the test's waiter to park");
     return p;
 }
 
@@ -401,9 +401,9 @@ static void gate_close(gate *g, int compute) {
     g->job.run = gate_run;
     g->job.done = gate_done;
     if (compute)
-        coord_writer_compute(H.srv->writer, &g->job);
+        coord_writer_compute(H.srv->run.writer, &g->job);
     else
-        coord_writer_submit(H.srv->writer, &g->job);
+        coord_writer_submit(H.srv->run.writer, &g->job);
     pthread_mutex_lock(&g->mu);
     while (!g->entered) pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
@@ -423,7 +423,7 @@ static void gate_free(gate *g) {
 
 static size_t writer_queued(void) {
     coord_writer_stats st;
-    coord_writer_stats_get(H.srv->writer, &st);
+    coord_writer_stats_get(H.srv->run.writer, &st);
     return (size_t)st.queued;
 }
 
@@ -435,22 +435,22 @@ static size_t writer_queued(void) {
 static void hold_for_commits(probe *p) {
     (void)p;
     coord_server *srv = H.srv;
-    assert_true(srv->issuing > 0);
+    assert_true(srv->sched.issuing > 0);
     uint64_t last = 0;
-    for (int64_t i = 0; i < srv->issuing; i++)
-        if (srv->issuing_leases[i].seq > last) last = srv->issuing_leases[i].seq;
+    for (int64_t i = 0; i < srv->sched.issuing; i++)
+        if (srv->sched.issuing_leases[i].seq > last) last = srv->sched.issuing_leases[i].seq;
     double end = vl_clock_mono_s() + STEP_S;
-    while (coord_writer_settled(srv->writer) < last) {
+    while (coord_writer_settled(srv->run.writer) < last) {
         if (vl_clock_mono_s() > end) fail_msg("the writer did not commit the leases");
         usleep(1000);
     }
     int64_t held = 0;
-    OK(storage_task_count_slots(srv->db, srv->version, vl_clock_unix_s(), &held, &e_));
-    assert_int_equal(held, srv->issuing);
+    OK(storage_task_count_slots(srv->run.db, srv->run.version, vl_clock_unix_s(), &held, &e_));
+    assert_int_equal(held, srv->sched.issuing);
 }
 
 static void record_issuing(probe *p) {
-    p->issuing = H.srv->issuing;
+    p->issuing = H.srv->sched.issuing;
 }
 
 /* ---- the tests ---------------------------------------------------------------- */
@@ -478,7 +478,7 @@ static void test_waiters_across_merge(void **state) {
     gate_close(&compute, 1);
     vl_error e = {0};
     assert_int_equal(coord_merge_if_ready(H.srv, &e), 1);
-    assert_true(H.srv->merging);
+    assert_true(H.srv->sched.merging);
     c[2] = park_task(w[2]);
     park_probe(hold_for_commits);
     c[3] = park_task(w[3]);
@@ -489,7 +489,7 @@ static void test_waiters_across_merge(void **state) {
     c[4] = park_task(w[4]);
     c[5] = park_task(w[5]);
     probe *rec = park_probe(record_issuing);
-    assert_int_equal(H.srv->version, 0);
+    assert_int_equal(H.srv->run.version, 0);
 
     gate_open(&writer);
     PUMP_UNTIL(all_answered(c, SLOTS), "every parked request to be answered");
@@ -556,7 +556,7 @@ static void test_expired_slot_goes_to_oldest(void **state) {
     int64_t deadline = 0;
     int late = 0;
     client *w = slot_about_to_free(&writer, &deadline, &late);
-    PUMP_UNTIL(vl_clock_unix_s() >= deadline && H.srv->expiring, "the lease to run out");
+    PUMP_UNTIL(vl_clock_unix_s() >= deadline && H.srv->sched.expiring, "the lease to run out");
     /* Refused on the loop, with the writer still held, when the slot went
      * to the parked request; answered after the writer when it took it. */
     client *z = ask_task(late, 0);
@@ -611,7 +611,7 @@ static void test_second_request_holds_up_nobody(void **state) {
     probe *rec = park_probe(record_issuing);
     vl_error e = {0};
     assert_int_equal(coord_merge_if_ready(H.srv, &e), 1);
-    PUMP_UNTIL(H.srv->version == 1, "version 1");
+    PUMP_UNTIL(H.srv->run.version == 1, "version 1");
     if (rec->issuing != 2)
         fail_msg("the wake-up after version 1 handed out %lld leases to the two peers waiting, "
                  "not 2",
@@ -636,7 +636,7 @@ static void test_lease_answered_while_queue_waits(void **state) {
     gate writer;
     gate_close(&writer, 0);
     client *a = ask_task(first, WAIT_S);
-    PUMP_UNTIL(H.srv->issuing == 1, "the only slot's lease to be on its way");
+    PUMP_UNTIL(H.srv->sched.issuing == 1, "the only slot's lease to be on its way");
     client *o = park_task(other);
     client *b = park_task(first);
     gate_open(&writer);

@@ -83,7 +83,7 @@ static void store_update(coord_server *srv, int64_t peer, const compress_update_
                       .deadline = vl_clock_unix_s() + 600,
                       .state = STORAGE_TASK_DONE};
     int64_t tid = 0;
-    OK(storage_task_insert(srv->db, &t, &tid, &e_));
+    OK(storage_task_insert(srv->run.db, &t, &tid, &e_));
     assert_int_equal(tid, m->task);
     storage_update u = {.task_id = tid,
                         .peer_id = peer,
@@ -95,34 +95,34 @@ static void store_update(coord_server *srv, int64_t peer, const compress_update_
                         .blob = body->data,
                         .received_at = vl_clock_unix_s()};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(m->kind));
-    OK(storage_update_insert(srv->db, &u, NULL, &e_));
+    OK(storage_update_insert(srv->run.db, &u, NULL, &e_));
 }
 
 /* Runs the loop until the next version is committed (or gives up). */
 static void merge_next(coord_server *srv) {
     vl_error e = {0};
-    int64_t next = srv->version + 1;
+    int64_t next = srv->run.version + 1;
     /* 1: a merge was started. */
     assert_int_equal(coord_merge_if_ready(srv, &e), 1);
-    for (int i = 0; i < 2000 && srv->version < next; i++) {
+    for (int i = 0; i < 2000 && srv->run.version < next; i++) {
         struct timeval tv = {0, 5000};
         event_base_loopexit(srv->base, &tv);
         event_base_dispatch(srv->base);
     }
-    assert_int_equal(srv->version, next);
+    assert_int_equal(srv->run.version, next);
 }
 
 /* The run's sketch shape, zeroed. */
 static void run_sketch(const coord_server *srv, compress_sketch *s) {
-    OK(compress_sketch_init(s, (uint32_t)srv->cfg.comp_rows, (uint32_t)srv->cfg.comp_cols,
-                            (uint64_t)srv->cfg.comp_seed, &e_));
+    OK(compress_sketch_init(s, (uint32_t)srv->run.cfg.comp_rows, (uint32_t)srv->run.cfg.comp_cols,
+                            (uint64_t)srv->run.cfg.comp_seed, &e_));
 }
 
 /* SKETCH_SUPPORT coordinates, spread over the model, no two of which
  * share a bucket in any row: each is alone in its buckets, so its
  * estimate is its value, whatever the weights. */
 static void pick_support(const coord_server *srv, size_t n, uint32_t *idx) {
-    uint32_t rows = (uint32_t)srv->cfg.comp_rows, cols = (uint32_t)srv->cfg.comp_cols;
+    uint32_t rows = (uint32_t)srv->run.cfg.comp_rows, cols = (uint32_t)srv->run.cfg.comp_cols;
     uint8_t *used = calloc((size_t)rows * cols, 1);
     assert_non_null(used);
     size_t got = 0;
@@ -130,7 +130,7 @@ static void pick_support(const coord_server *srv, size_t n, uint32_t *idx) {
         uint32_t bucket[COMPRESS_SKETCH_MAX_ROWS];
         int sign, alone = 1;
         for (uint32_t j = 0; j < rows; j++) {
-            compress_sketch_hash((uint64_t)srv->cfg.comp_seed, j, cols, i, &bucket[j], &sign);
+            compress_sketch_hash((uint64_t)srv->run.cfg.comp_seed, j, cols, i, &bucket[j], &sign);
             alone = alone && !used[(size_t)j * cols + bucket[j]];
         }
         if (!alone) continue;
@@ -186,16 +186,16 @@ static void encode_update(const coord_server *srv, const char *kind, compress_up
 static void check_kind(const char *kind) {
     char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
     coord_server *srv = open_run(dir, kind, NULL);
-    size_t n = srv->n_params;
+    size_t n = srv->run.n_params;
     int sketch = strcmp(kind, "sketch") == 0;
     float *theta0 = malloc(n * sizeof *theta0);
     assert_non_null(theta0);
-    memcpy(theta0, coord_net_params(&srv->net), n * sizeof *theta0);
+    memcpy(theta0, coord_net_params(&srv->run.net), n * sizeof *theta0);
     uint8_t pk[2][VCRYPTO_PK_BYTES];
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
         memset(pk[k], k + 1, sizeof pk[k]);
-        OK(storage_peer_insert(srv->db, pk[k], "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->run.db, pk[k], "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
     int64_t samples[2] = {10, 30};
     float *d[2];
@@ -240,18 +240,18 @@ static void check_kind(const char *kind) {
         vl_buf_free(&b);
     }
     merge_next(srv);
-    const float *theta1 = coord_net_params(&srv->net);
+    const float *theta1 = coord_net_params(&srv->run.net);
     /* The version's model file came with it, built on the compute thread:
      * the same bytes the first download would have built on the loop. */
-    assert_non_null(srv->model_blob);
-    assert_int_equal(srv->model_blob->version, srv->version);
+    assert_non_null(srv->caches.model_blob);
+    assert_int_equal(srv->caches.model_blob->version, srv->run.version);
     {
         vl_buf want;
         vl_buf_init(&want, 1 << 26);
-        double vl = srv->val_loss_version == srv->version ? srv->val_loss : NAN;
-        OK(coord_model_file(&srv->cfg, &srv->net, srv->version, vl, &want, &e_));
-        assert_int_equal(srv->model_blob->len, want.len);
-        assert_memory_equal(srv->model_blob->data, want.data, want.len);
+        double vl = srv->run.val_loss_version == srv->run.version ? srv->run.val_loss : NAN;
+        OK(coord_model_file(&srv->run.cfg, &srv->run.net, srv->run.version, vl, &want, &e_));
+        assert_int_equal(srv->caches.model_blob->len, want.len);
+        assert_memory_equal(srv->caches.model_blob->data, want.data, want.len);
         vl_buf_free(&want);
     }
     double worst = 0, moved = 0;
@@ -301,14 +301,14 @@ static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t s
                         const float *d) {
     compress_update_meta m = {.task = task,
                               .peer = peer,
-                              .base_version = srv->version,
+                              .base_version = srv->run.version,
                               .num_samples = samples,
                               .local_steps = 2,
                               .loss = 3.0};
     snprintf(m.run, sizeof m.run, "merge");
     vl_buf b;
     vl_buf_init(&b, 1 << 24);
-    encode_update(srv, "none", &m, NULL, d, srv->n_params, &b);
+    encode_update(srv, "none", &m, NULL, d, srv->run.n_params, &b);
     store_update(srv, peer, &m, &b);
     vl_buf_free(&b);
 }
@@ -330,14 +330,14 @@ static void test_auto_norm_bound(void **state) {
     const char *robust = "{\"max_norm\": \"auto\", \"auto_mult\": 2, \"auto_versions\": 1, "
                          "\"on_excess\": \"clip\"}";
     coord_server *srv = open_run(dir, "none", robust);
-    size_t n = srv->n_params;
-    assert_true(srv->cfg.robust.auto_norm && srv->cfg.robust.rule == COORD_RULE_MEAN);
+    size_t n = srv->run.n_params;
+    assert_true(srv->run.cfg.robust.auto_norm && srv->run.cfg.robust.rule == COORD_RULE_MEAN);
     assert_true(coord_norm_bound(srv) == 0);
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
         uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
-        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->run.db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
     float *d[2];
     for (int k = 0; k < 2; k++) {
@@ -362,7 +362,7 @@ static void test_auto_norm_bound(void **state) {
     assert_true(fabs(coord_norm_bound_held(srv) - bound) < 1e-4 * bound);
     float *theta1 = malloc(n * sizeof *theta1);
     assert_non_null(theta1);
-    memcpy(theta1, coord_net_params(&srv->net), n * sizeof *theta1);
+    memcpy(theta1, coord_net_params(&srv->run.net), n * sizeof *theta1);
     /* Version 2: peer 0's update ten times longer than the bound allows. */
     for (size_t i = 0; i < n; i++) d[0][i] *= 10.0f;
     double s = bound / l2(d[0], n);
@@ -370,7 +370,7 @@ static void test_auto_norm_bound(void **state) {
     store_dense(srv, 3, peer[0], 10, d[0]);
     store_dense(srv, 4, peer[1], 30, d[1]);
     merge_next(srv);
-    const float *theta2 = coord_net_params(&srv->net);
+    const float *theta2 = coord_net_params(&srv->run.net);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double want = theta1[i] - (10 * s * d[0][i] + 30.0 * d[1][i]) / 40.0;
@@ -398,14 +398,14 @@ static void test_auto_norm_bound_per_peer(void **state) {
     const char *robust = "{\"max_norm\": \"auto\", \"auto_mult\": 2, \"auto_versions\": 3, "
                          "\"on_excess\": \"clip\"}";
     coord_server *srv = open_run(dir, "none", robust);
-    size_t n = srv->n_params;
+    size_t n = srv->run.n_params;
     int64_t peer[4]; /* peer[0] hostile */
     float *d[4];
     double unit[4];
     for (int k = 0; k < 4; k++) {
         uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
-        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->run.db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
         d[k] = random_vec(n, 300 + (uint64_t)k);
         float scale = k == 0 ? 10.0f : 0.01f * (float)k;
         for (size_t i = 0; i < n; i++) d[k][i] *= scale;
@@ -453,8 +453,8 @@ static void test_bound_window(void **state) {
     assert_true(isnan(coord_norm_bound_peer_median(p, u, 0, &np)) && np == 0);
     coord_server *srv = calloc(1, sizeof *srv);
     assert_non_null(srv);
-    srv->cfg.robust.auto_norm = 1;
-    srv->cfg.robust.auto_versions = 3;
+    srv->run.cfg.robust.auto_norm = 1;
+    srv->run.cfg.robust.auto_versions = 3;
     const int64_t h[] = {5, 5, 5, 5};
     const double hu[] = {100, 100, 100, 100};
     for (int64_t v = 1; v <= 4; v++)
@@ -462,14 +462,14 @@ static void test_bound_window(void **state) {
     const int64_t two[] = {9, 7, 5};
     const double twou[] = {2, 3, 100};
     assert_true(coord_norm_bound_figure(srv, 3, 5, two, twou, 3) == 3);
-    assert_null(srv->bound_window);
+    assert_null(srv->run.bound_window);
     /* Only ever one peer: at version 12. */
     for (int64_t v = 1; v < COORD_BOUND_WAIT * 3; v++)
         assert_true(isnan(coord_norm_bound_figure(srv, 3, v, h, hu, 4)));
     assert_true(coord_norm_bound_figure(srv, 3, COORD_BOUND_WAIT * 3, h, hu, 4) == 100);
     /* Quorum 0 (nothing being learnt): nothing held. */
     assert_true(isnan(coord_norm_bound_figure(srv, 0, 3, two, twou, 3)));
-    assert_null(srv->bound_window);
+    assert_null(srv->run.bound_window);
     free(srv);
 }
 

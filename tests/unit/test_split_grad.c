@@ -47,14 +47,14 @@ static double mean_loss(model_mlp_part *p, const float *z, const int *y) {
 static void test_split_dz_is_the_mean_loss_gradient(void **state) {
     (void)state;
     serve_open(RUN_CONFIG);
-    coord_split *s = SV.srv->split;
+    coord_split *s = SV.srv->run.split;
     assert_non_null(s);
     const int q = s->q;
     assert_int_equal(q, 5);
     /* The layers as the batch will find them; the answer is computed
      * before the step that batch then takes. */
     model_mlp_part *ref = NULL;
-    const coord_config *cfg = &SV.srv->cfg;
+    const coord_config *cfg = &SV.srv->run.cfg;
     OK(model_mlp_part_create(&cfg->mlp, cfg->split_cut, model_mlp_config_num_layers(&cfg->mlp),
                              &ref, &e_));
     assert_int_equal(model_mlp_part_num_params(ref), s->count);

@@ -30,7 +30,7 @@
 /* A dense update of task by peer i whose values are scale times a fixed
  * small random vector: any two scales encode to bodies of one length. */
 static void encode_update(int i, int64_t task, float scale, vl_buf *out) {
-    size_t n = SV.srv->n_params;
+    size_t n = SV.srv->run.n_params;
     float *d = random_vec(n, 77);
     for (size_t k = 0; k < n; k++) d[k] *= 1e-3f * scale;
     compress_update_meta m = {.task = task,
@@ -48,7 +48,7 @@ static void encode_update(int i, int64_t task, float scale, vl_buf *out) {
 
 static int64_t updates_stored(void) {
     int64_t n = -1;
-    OK(storage_update_count(SV.srv->db, &n, &e_));
+    OK(storage_update_count(SV.srv->run.db, &n, &e_));
     return n;
 }
 
@@ -76,7 +76,7 @@ static void test_upload_with_wrong_digest_is_refused(void **state) {
     /* Nothing of it reached the database: no update, the lease still open. */
     assert_int_equal(updates_stored(), 0);
     storage_task t;
-    OK(storage_task_get(SV.srv->db, task, &t, &e_));
+    OK(storage_task_get(SV.srv->run.db, task, &t, &e_));
     assert_int_equal(t.state, STORAGE_TASK_LEASED);
 
     /* The same body with its own digest is taken: the refusal above was

@@ -62,7 +62,7 @@ static coord_server *open_run(const char *dir) {
  * acknowledged upload leaves them; returns the task's id. */
 static int64_t store_update(coord_server *srv, storage *db, int64_t peer, uint64_t seed) {
     storage_task t = {.peer_id = peer,
-                      .base_version = srv->version,
+                      .base_version = srv->run.version,
                       .data_offset = 0,
                       .data_length = 4096,
                       .seed = 1,
@@ -73,22 +73,22 @@ static int64_t store_update(coord_server *srv, storage *db, int64_t peer, uint64
     vl_error e = {0};
     int rc = storage_task_insert(db, &t, &tid, &e);
     if (rc != VL_OK) return rc;
-    float *d = random_vec(srv->n_params, seed);
-    for (size_t i = 0; i < srv->n_params; i++) d[i] *= 0.01f;
+    float *d = random_vec(srv->run.n_params, seed);
+    for (size_t i = 0; i < srv->run.n_params; i++) d[i] *= 0.01f;
     compress_update_meta m = {.task = tid,
                               .peer = peer,
-                              .base_version = srv->version,
+                              .base_version = srv->run.version,
                               .num_samples = 10,
                               .local_steps = 2,
                               .loss = 3.0};
     snprintf(m.run, sizeof m.run, "full");
     vl_buf b;
     vl_buf_init(&b, 1 << 24);
-    OK(compress_update_encode_dense(&m, d, srv->n_params, ST_F32, &b, &e_));
+    OK(compress_update_encode_dense(&m, d, srv->run.n_params, ST_F32, &b, &e_));
     free(d);
     storage_update u = {.task_id = tid,
                         .peer_id = peer,
-                        .base_version = srv->version,
+                        .base_version = srv->run.version,
                         .num_samples = 10,
                         .local_steps = 2,
                         .loss = 3.0,
@@ -168,7 +168,7 @@ static void spin(coord_server *srv, double s, const int *flag) {
 
 static void set_limit(coord_server *srv, int64_t pages) {
     limit_job j = {.job = {.run = limit_run, .done = job_done}, .pages = pages};
-    coord_writer_submit(srv->writer, &j.job);
+    coord_writer_submit(srv->run.writer, &j.job);
     spin(srv, 10, &j.done);
     assert_true(j.done);
     assert_int_equal(j.rc, VL_OK);
@@ -176,7 +176,7 @@ static void set_limit(coord_server *srv, int64_t pages) {
 
 static int64_t count(coord_server *srv, const char *sql) {
     sqlite3_stmt *s = NULL;
-    assert_int_equal(sqlite3_prepare_v2(srv->db->db, sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(srv->run.db->db, sql, -1, &s, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(s), SQLITE_ROW);
     int64_t n = sqlite3_column_int64(s, 0);
     sqlite3_finalize(s);
@@ -212,17 +212,17 @@ static void test_full_disk_pauses_and_resumes(void **state) {
     setvbuf(stderr, NULL, _IONBF, 0);
 
     coord_server *srv = open_run(dir);
-    srv->disk.first_s = 0.05;
-    srv->disk.max_s = 0.2;
+    srv->sched.disk.first_s = 0.05;
+    srv->sched.disk.max_s = 0.2;
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
         uint8_t pk[VCRYPTO_PK_BYTES];
         memset(pk, k + 1, sizeof pk);
-        OK(storage_peer_insert(srv->db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        OK(storage_peer_insert(srv->run.db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
     }
     /* Two acknowledged updates, then the disk fills. */
-    assert_true(store_update(srv, srv->db, peer[0], 1) > 0);
-    assert_true(store_update(srv, srv->db, peer[1], 2) > 0);
+    assert_true(store_update(srv, srv->run.db, peer[0], 1) > 0);
+    assert_true(store_update(srv, srv->run.db, peer[1], 2) > 0);
     set_limit(srv, 0);
     vl_error e = {0};
     assert_int_equal(coord_merge_if_ready(srv, &e), 1);
@@ -233,15 +233,15 @@ static void test_full_disk_pauses_and_resumes(void **state) {
         spin(srv, 0.01, NULL);
         coord_note_update(srv);
     }
-    assert_int_equal(srv->version, 0);
-    assert_true(srv->disk.full);
-    assert_int_equal(srv->disk.reports, 1);
-    int64_t retries = srv->disk.retries;
+    assert_int_equal(srv->run.version, 0);
+    assert_true(srv->sched.disk.full);
+    assert_int_equal(srv->sched.disk.reports, 1);
+    int64_t retries = srv->sched.disk.retries;
     /* 0.05, 0.1, 0.2, 0.2, ... s: about 8 in 1.5 s; one every 5 ms
      * without the backoff, none without the retry. */
     if (retries < 3 || retries > 12) fail_msg("%lld merge retries in 1.5 s", (long long)retries);
-    assert_true(srv->disk.retry_s <= srv->disk.max_s);
-    assert_true(coord_writer_disk_full(srv->writer));
+    assert_true(srv->sched.disk.retry_s <= srv->sched.disk.max_s);
+    assert_true(coord_writer_disk_full(srv->run.writer));
     /* An upload now is never told it is stored, and is not. Its body
      * goes to a segment file, not to a page: with the fault layer loaded
      * (LD_PRELOAD, the optimised build), that write fails with ENOSPC. */
@@ -250,35 +250,35 @@ static void test_full_disk_pauses_and_resumes(void **state) {
     if (fail_next) {
         fail_next("segment write", ENOSPC);
         upload_job up = {.job = {.run = upload_run, .done = job_done}, .srv = srv, .peer = peer[0]};
-        coord_writer_submit(srv->writer, &up.job);
+        coord_writer_submit(srv->run.writer, &up.job);
         spin(srv, 10, &up.done);
         assert_true(up.done);
         assert_int_equal(up.rc, VL_EFULL);
         assert_int_equal(count(srv, "SELECT count(*) FROM updates"), 2);
         assert_int_equal(count(srv, "SELECT count(*) FROM tasks"), 2);
-        assert_int_equal(srv->disk.reports, 1);
+        assert_int_equal(srv->sched.disk.reports, 1);
         uploads_checked = 1;
     }
 
     /* Room again: the next retry makes version 1 of exactly the two. */
     set_limit(srv, (int64_t)1 << 30);
-    for (int i = 0; i < 400 && srv->version < 1; i++) spin(srv, 0.05, NULL);
-    assert_int_equal(srv->version, 1);
-    assert_false(srv->disk.full);
+    for (int i = 0; i < 400 && srv->run.version < 1; i++) spin(srv, 0.05, NULL);
+    assert_int_equal(srv->run.version, 1);
+    assert_false(srv->sched.disk.full);
     assert_int_equal(count(srv, "SELECT count(*) FROM updates WHERE merged_version = 1"), 2);
     assert_int_equal(count(srv, "SELECT count(*) FROM updates WHERE merged_version IS NULL"), 0);
     assert_int_equal(count(srv, "SELECT count(*) FROM versions"), 2);
 
     /* And the run goes on: version 2 from two more. */
-    assert_true(store_update(srv, srv->db, peer[0], 3) > 0);
-    assert_true(store_update(srv, srv->db, peer[1], 4) > 0);
+    assert_true(store_update(srv, srv->run.db, peer[0], 3) > 0);
+    assert_true(store_update(srv, srv->run.db, peer[1], 4) > 0);
     assert_int_equal(coord_merge_if_ready(srv, &e), 1);
-    for (int i = 0; i < 400 && srv->version < 2; i++) spin(srv, 0.05, NULL);
-    assert_int_equal(srv->version, 2);
+    for (int i = 0; i < 400 && srv->run.version < 2; i++) spin(srv, 0.05, NULL);
+    assert_int_equal(srv->run.version, 2);
     assert_int_equal(count(srv, "SELECT count(*) FROM updates WHERE merged_version = 2"), 2);
     assert_int_equal(count(srv, "SELECT count(*) FROM updates WHERE merged_version IS NULL"), 0);
-    assert_int_equal(srv->disk.reports, 1);
-    retries = srv->disk.retries;
+    assert_int_equal(srv->sched.disk.reports, 1);
+    retries = srv->sched.disk.retries;
     coord_server_close(srv);
 
     fflush(stderr);
