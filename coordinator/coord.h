@@ -229,7 +229,7 @@ typedef struct coord_srv_run {
     coord_corpus corpus; /* text runs */
     coord_shards shards; /* token-shard runs */
     coord_testset test;  /* a classifier run's held-out images (may be empty) */
-    coord_net net;       /* its parameters are the current version's */
+    coord_model net;     /* its parameters are the current version's */
     size_t n_params;
     float *momentum;    /* outer optimiser state after the current version (n_state) */
     size_t n_state;     /* coord_state_size() of the run */
@@ -260,8 +260,8 @@ typedef struct coord_srv_run {
     /* The updates of the versions it is being learnt from (bound.c):
      * only merges, one at a time, touch it. */
     struct coord_bound_window *bound_window;
-    coord_net eval;            /* scratch model that validates a version before it is made */
-    coord_net scorer;          /* the background thread's, for full scores (score.c) */
+    coord_model eval;          /* scratch model that validates a version before it is made */
+    coord_model scorer;        /* the background thread's, for full scores (score.c) */
     struct coord_split *split; /* split runs: the coordinator's layers (split.h) */
     int compute_threads;       /* coord_serve_opts.compute_threads (0: OpenMP's default) */
     /* K-FAC runs that share factors: the layers every factor file must

@@ -45,7 +45,7 @@ static int version_params(coord_server *srv, int64_t version, const float **thet
                           storage_version *owned, char digest[65], vl_error *err) {
     memset(owned, 0, sizeof *owned);
     if (version == srv->run.version) {
-        *theta = coord_net_params(&srv->run.net);
+        *theta = coord_model_params(&srv->run.net);
         if (srv->caches.digest_version != version) {
             int rc = coord_params_digest(*theta, srv->run.n_params, srv->caches.digest_hex, err);
             if (rc != VL_OK) return rc;

@@ -134,7 +134,7 @@ static int say_reading(const coord_config *cfg, char *what, size_t cap, vl_error
  * batch or two are scored and timed, and the rest scaled from them. 0 in *est_s
  * for a classifier (its test set is scored in one call) or a failure. */
 static void estimate_score(const coord_config *cfg, const coord_corpus *corpus,
-                           const coord_shards *shards, coord_net *net, int64_t *tokens,
+                           const coord_shards *shards, coord_model *net, int64_t *tokens,
                            double *est_s) {
     *tokens = 0;
     *est_s = 0;
@@ -261,7 +261,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         return rc;
     }
     storage *db = NULL;
-    coord_net net;
+    coord_model net;
     memset(&net, 0, sizeof net);
     char *config_json = NULL;
     rc = storage_open(db_path, 1, &db, err);
@@ -279,9 +279,9 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = vl_fail(err, prc, "%s", probe.msg);
         goto out;
     }
-    rc = coord_net_create(&cfg, &net, err);
+    rc = coord_model_create(&cfg, &net, err);
     if (rc != VL_OK) goto out;
-    coord_net_init_weights(&net, (uint64_t)cfg.seed);
+    coord_model_init_weights(&net, (uint64_t)cfg.seed);
     float val_loss = NAN;
     double accuracy = NAN;
     vl_error everr = {0};
@@ -296,7 +296,8 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     else if (test.n)
         vl_log_info("scoring version 0 on %d test images...", test.n);
     double t0 = vl_clock_mono_s();
-    if (coord_net_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) != VL_OK)
+    if (coord_model_score(&cfg, &corpus, &shards, &test, &net, &val_loss, &accuracy, &everr) !=
+        VL_OK)
         vl_log_warn("validation of version 0 failed: %s", everr.msg);
     else if (net.gpt || test.n)
         vl_log_info("scored version 0 in %.2f s (estimated %s)", vl_clock_mono_s() - t0,
@@ -325,9 +326,9 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     run.created_at = vl_clock_unix_s();
     storage_version v0 = {.version = 0,
                           .created_at = run.created_at,
-                          .params = coord_net_params(&net),
+                          .params = coord_model_params(&net),
                           .momentum = NULL,
-                          .n = coord_net_num_params(&net),
+                          .n = coord_model_num_params(&net),
                           .val_loss = val_loss,
                           .train_loss = NAN,
                           .num_updates = 0};
@@ -361,7 +362,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
             (double)val_loss, (double)val_loss / M_LN2);
 out:
     free(config_json);
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     coord_testset_close(&test);
     coord_corpus_close(&corpus);
     coord_shards_close(&shards);
@@ -499,20 +500,20 @@ int coord_cmd_check_config(const char *config_path, FILE *out, vl_error *err) {
         !(pretty = json_dumps(resolved, JSON_INDENT(2) | JSON_REAL_PRECISION(15))))
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
     /* What init would take to score version 0, measured on one batch. */
-    coord_net net;
+    coord_model net;
     memset(&net, 0, sizeof net);
     int64_t tokens = 0;
     double est_s = 0;
     if (rc == VL_OK && cfg.net != COORD_NET_MLP &&
-        (rc = coord_net_create(&cfg, &net, err)) == VL_OK) {
-        coord_net_init_weights(&net, (uint64_t)cfg.seed);
+        (rc = coord_model_create(&cfg, &net, err)) == VL_OK) {
+        coord_model_init_weights(&net, (uint64_t)cfg.seed);
         estimate_score(&cfg, &corpus, &shards, &net, &tokens, &est_s);
         char about[48];
         fmt_seconds(est_s, about, sizeof about);
         vl_log_info("init will score version 0 on %lld held-out %s (%s on this machine)",
                     (long long)tokens, cfg.shards ? "tokens" : "bytes", about);
     }
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     if (rc == VL_OK) {
         size_t n = coord_config_num_params(&cfg);
         int64_t dense = (int64_t)n * 4, data = coord_config_update_data_bytes(&cfg);

@@ -203,7 +203,7 @@ int coord_cmd_export(const char *db_path, int64_t version, const char *out_dir, 
     size_t n = model_gpt_num_params(gpt);
     vl_buf file;
     vl_buf_init(&file, n * sizeof(float) + ST_MAX_HEADER + 64);
-    coord_net net = {.gpt = gpt};
+    coord_model net = {.gpt = gpt};
     rc = coord_model_file(&cfg, &net, version, val_loss, &file, err);
     model_gpt_free(gpt);
     if (rc == VL_OK && !(config_json = build_config_json(&cfg.model)))

@@ -361,7 +361,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
     }
     srv->sched.merging = 0;
     /* Committed: the served model, optimiser state and version move on. */
-    memcpy(coord_net_params(&srv->run.net), j->b.next, srv->run.n_params * sizeof(float));
+    memcpy(coord_model_params(&srv->run.net), j->b.next, srv->run.n_params * sizeof(float));
     /* A refused version keeps its predecessor's parameters and so its
      * accuracy; the next step backs off (apply_step). */
     if (!j->ver.refused) srv->run.val_accuracy = j->accuracy;
@@ -407,9 +407,9 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     "unreadable",
                     (long long)j->ver.version, j->m.set_aside, j->m.n_ids);
     if (srv->run.net.mlp)
-        coord_net_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
-                              j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
-                              j->compute_s, j->split_loss);
+        coord_model_log_version(srv, &j->ver, j->m.n_ids, j->m.stale,
+                                j->m.n_ids ? (double)j->m.bytes / (double)j->m.n_ids : 0.0,
+                                j->compute_s, j->split_loss);
     else if (checked && !isfinite(j->ver.val_loss))
         vl_log_info("version %lld check_loss %.6f on %lld held-out %s (train_loss %.6f, %zu "
                     "updates of which %zu stale, %.0f bytes per update, %zu coordinates "
@@ -437,7 +437,7 @@ static void merge_done(coord_job *job, int rc, const vl_error *err) {
                     j->eval_s, srv->run.finished ? "; the run is finished" : "");
     /* Served on its check: its full score follows (score.h). */
     if (checked && !isfinite(j->ver.val_loss))
-        coord_score_queue(srv, srv->run.version, coord_net_params(&srv->run.net));
+        coord_score_queue(srv, srv->run.version, coord_model_params(&srv->run.net));
     coord_merge_after_fn after = j->after;
     merge_job_free(j);
     after(srv, VL_OK, NULL);
@@ -478,7 +478,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
-    const float *theta = coord_net_params(&srv->run.net);
+    const float *theta = coord_model_params(&srv->run.net);
     size_t n_cand = 0;
     if (rc == VL_OK) {
         memcpy(b->next, theta, n * sizeof(float));

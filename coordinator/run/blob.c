@@ -69,7 +69,7 @@ int coord_download_room(const coord_server *srv, int64_t need) {
 
 /* Serialises gpt as the /v1/model file: the parameters under their
  * Hugging Face names plus run, version and model metadata. */
-int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
+int coord_model_file(const coord_config *cfg, const coord_model *net, int64_t version,
                      double val_loss, vl_buf *out, vl_error *err) {
     char vstr[24], mjson[MODEL_MLP_JSON_MAX], nats[32], bits[32];
     snprintf(vstr, sizeof vstr, "%lld", (long long)version);
@@ -87,7 +87,7 @@ int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t vers
     if (!rc && isfinite(val_loss)) rc = st_writer_meta(&w, "val_loss", nats);
     if (!rc && isfinite(val_loss) && net->gpt)
         rc = st_writer_meta(&w, cfg->shards ? "val_bits_per_token" : "val_bits_per_byte", bits);
-    if (!rc) rc = coord_net_write_tensors(net, &w);
+    if (!rc) rc = coord_model_write_tensors(net, &w);
     if (rc)
         rc = vl_fail(err, rc, "cannot describe the model of version %lld", (long long)version);
     else
@@ -96,7 +96,7 @@ int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t vers
     return rc;
 }
 
-static int build_blob(coord_server *srv, const coord_net *net, int64_t version, double val_loss,
+static int build_blob(coord_server *srv, const coord_model *net, int64_t version, double val_loss,
                       coord_blob **out, vl_error *err) {
     vl_buf b;
     vl_buf_init(&b, VL_BUF_DEFAULT_CAP);
@@ -116,12 +116,12 @@ static int build_blob(coord_server *srv, const coord_net *net, int64_t version, 
 int coord_model_blob_build(coord_server *srv, const float *params, int64_t version, double val_loss,
                            coord_blob **out, vl_error *err) {
     *out = NULL;
-    coord_net *n = &srv->run.eval;
-    if (!coord_net_params(n)) {
-        int rc = coord_net_create(&srv->run.cfg, n, err);
+    coord_model *n = &srv->run.eval;
+    if (!coord_model_params(n)) {
+        int rc = coord_model_create(&srv->run.cfg, n, err);
         if (rc != VL_OK) return rc;
     }
-    memcpy(coord_net_params(n), params, srv->run.n_params * sizeof(float));
+    memcpy(coord_model_params(n), params, srv->run.n_params * sizeof(float));
     return build_blob(srv, n, version, val_loss, out, err);
 }
 
@@ -162,10 +162,10 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
         storage_version_free(&v);
         return vl_fail(err, VL_ENOTFOUND, "version %lld is no longer retained", (long long)version);
     }
-    coord_net net;
-    rc = coord_net_create(&srv->run.cfg, &net, err);
+    coord_model net;
+    rc = coord_model_create(&srv->run.cfg, &net, err);
     if (rc == VL_OK) {
-        memcpy(coord_net_params(&net), v.params, v.n * sizeof(float));
+        memcpy(coord_model_params(&net), v.params, v.n * sizeof(float));
         rc = build_blob(srv, &net, version, v.val_loss, out, err);
     }
     if (rc == VL_OK) {
@@ -173,7 +173,7 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
         srv->caches.old_blob = *out;
         srv->caches.old_blob->refs++;
     }
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     storage_version_free(&v);
     return rc;
 }

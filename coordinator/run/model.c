@@ -13,32 +13,32 @@
 #include "coordinator/run/model_types.h"
 #include "coordinator/run/run.h"
 
-int coord_net_create(const coord_config *cfg, coord_net *n, vl_error *err) {
+int coord_model_create(const coord_config *cfg, coord_model *n, vl_error *err) {
     memset(n, 0, sizeof *n);
     return cfg->net == COORD_NET_MLP ? model_mlp_create(&cfg->mlp, &n->mlp, err)
                                      : model_gpt_create(&cfg->model, &n->gpt, err);
 }
 
-void coord_net_destroy(coord_net *n) {
+void coord_model_free(coord_model *n) {
     model_gpt_free(n->gpt);
     model_mlp_free(n->mlp);
     memset(n, 0, sizeof *n);
 }
 
-void coord_net_init_weights(coord_net *n, uint64_t seed) {
+void coord_model_init_weights(coord_model *n, uint64_t seed) {
     if (n->mlp) model_mlp_init_weights(n->mlp, seed);
     if (n->gpt) model_gpt_init_weights(n->gpt, seed);
 }
 
-size_t coord_net_num_params(const coord_net *n) {
+size_t coord_model_num_params(const coord_model *n) {
     return n->mlp ? model_mlp_num_params(n->mlp) : n->gpt ? model_gpt_num_params(n->gpt) : 0;
 }
 
-float *coord_net_params(coord_net *n) {
+float *coord_model_params(coord_model *n) {
     return n->mlp ? model_mlp_params(n->mlp) : n->gpt ? model_gpt_params(n->gpt) : NULL;
 }
 
-int coord_net_write_tensors(const coord_net *n, st_writer *w) {
+int coord_model_write_tensors(const coord_model *n, st_writer *w) {
     if (n->gpt) return model_gpt_write_safetensors(n->gpt, w);
     const model_tensor *t;
     int nt = model_mlp_tensors(n->mlp, &t);
@@ -107,9 +107,9 @@ int coord_testset_open(coord_testset *t, const coord_config *cfg, int64_t expect
     return rc;
 }
 
-int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
-                    const struct coord_shards *shards, const coord_testset *test, coord_net *n,
-                    float *loss, double *accuracy, vl_error *err) {
+int coord_model_score(const coord_config *cfg, const struct coord_corpus *corpus,
+                      const struct coord_shards *shards, const coord_testset *test, coord_model *n,
+                      float *loss, double *accuracy, vl_error *err) {
     if (accuracy) *accuracy = NAN;
     if (n->gpt) return coord_val_loss(cfg, corpus, shards, n->gpt, cfg->val_batches, loss, err);
     *loss = NAN;
@@ -122,16 +122,17 @@ int coord_net_score(const coord_config *cfg, const struct coord_corpus *corpus,
     return VL_OK;
 }
 
-int coord_net_check(const coord_config *cfg, const struct coord_corpus *corpus,
-                    const struct coord_shards *shards, coord_net *n, float *loss, vl_error *err) {
+int coord_model_check(const coord_config *cfg, const struct coord_corpus *corpus,
+                      const struct coord_shards *shards, coord_model *n, float *loss,
+                      vl_error *err) {
     if (!n->gpt || cfg->val_check_batches <= 0)
         return vl_fail(err, VL_EINVAL, "the loss check is for a GPT run with val_check_tokens");
     return coord_val_loss(cfg, corpus, shards, n->gpt, cfg->val_check_batches, loss, err);
 }
 
-void coord_net_log_version(const coord_server *srv, const storage_version *v, size_t updates,
-                           size_t stale, double bytes_per_update, double merge_s,
-                           double split_loss) {
+void coord_model_log_version(const coord_server *srv, const storage_version *v, size_t updates,
+                             size_t stale, double bytes_per_update, double merge_s,
+                             double split_loss) {
     char split_note[64] = "";
     if (srv->run.split && isfinite(split_loss))
         snprintf(split_note, sizeof split_note, "; split batches' mean loss %.4f", split_loss);

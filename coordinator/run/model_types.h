@@ -10,10 +10,10 @@
 #include "model/model.h"
 
 /* The run's model; exactly one of gpt and mlp is set once created. */
-typedef struct coord_net {
+typedef struct coord_model {
     model_gpt *gpt;
     model_mlp *mlp;
-} coord_net;
+} coord_model;
 
 /* A classifier run's held-out test set, in memory as the floats the
  * model reads. size and hash (hex BLAKE2b-256 over pixels and labels)

@@ -89,7 +89,7 @@ void coord_state_free(coord_server *srv);
  * (transformers refuses a file without it) and the volley.* keys; a
  * classifier's under fc.<layer>.weight/bias. The same bytes serve
  * downloads and `export`. */
-int coord_model_file(const coord_config *cfg, const coord_net *net, int64_t version,
+int coord_model_file(const coord_config *cfg, const coord_model *net, int64_t version,
                      double val_loss, vl_buf *out, vl_error *err) VL_MUST_CHECK;
 /* On the compute thread, with the version being made (it uses
  * srv->run.eval, which only merges touch): the file of version `version`

@@ -12,12 +12,12 @@
 
 /* A scratch model n (srv->run.eval or srv->run.scorer), made on first use,
  * holding theta. */
-static int load(coord_server *srv, coord_net *n, const float *theta, vl_error *err) {
-    if (!coord_net_params(n)) {
-        int rc = coord_net_create(&srv->run.cfg, n, err);
+static int load(coord_server *srv, coord_model *n, const float *theta, vl_error *err) {
+    if (!coord_model_params(n)) {
+        int rc = coord_model_create(&srv->run.cfg, n, err);
         if (rc != VL_OK) return rc;
     }
-    memcpy(coord_net_params(n), theta, srv->run.n_params * sizeof(float));
+    memcpy(coord_model_params(n), theta, srv->run.n_params * sizeof(float));
     return VL_OK;
 }
 
@@ -25,15 +25,15 @@ int coord_score_full(coord_server *srv, const float *theta, float *loss, double 
                      vl_error *err) {
     int rc = load(srv, &srv->run.eval, theta, err);
     if (rc != VL_OK) return rc;
-    return coord_net_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
-                           &srv->run.eval, loss, accuracy, err);
+    return coord_model_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
+                             &srv->run.eval, loss, accuracy, err);
 }
 
 int coord_score_check(coord_server *srv, const float *theta, float *loss, vl_error *err) {
     int rc = load(srv, &srv->run.eval, theta, err);
     if (rc != VL_OK) return rc;
-    return coord_net_check(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.eval, loss,
-                           err);
+    return coord_model_check(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.eval,
+                             loss, err);
 }
 
 typedef struct coord_score_job {
@@ -94,8 +94,8 @@ static int score(storage *db, coord_job *job, vl_error *err) {
     double t0 = vl_clock_mono_s();
     int rc = load(srv, &srv->run.scorer, j->params, err);
     if (rc != VL_OK) return rc;
-    rc = coord_net_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
-                         &srv->run.scorer, &j->loss, NULL, err);
+    rc = coord_model_score(&srv->run.cfg, &srv->run.corpus, &srv->run.shards, &srv->run.test,
+                           &srv->run.scorer, &j->loss, NULL, err);
     if (rc == VL_OK && !isfinite(j->loss))
         rc = vl_fail(err, VL_ERANGE, "its validation loss is not finite");
     j->seconds = vl_clock_mono_s() - t0;
@@ -164,7 +164,7 @@ int coord_score_start(coord_server *srv, vl_error *err) {
     srv->run.best_check_loss = NAN;
     srv->run.val_loss_version = srv->run.version;
     if (srv->run.cfg.val_check_batches <= 0) return VL_OK;
-    const float *theta = coord_net_params(&srv->run.net);
+    const float *theta = coord_model_params(&srv->run.net);
     float check = NAN;
     int rc = coord_score_check(srv, theta, &check, err);
     if (rc != VL_OK) return rc;

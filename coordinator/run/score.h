@@ -31,7 +31,7 @@ struct coord_server;
 int coord_score_full(struct coord_server *srv, const float *theta, float *loss, double *accuracy,
                      vl_error *err) VL_MUST_CHECK;
 
-/* The loss check of theta on srv->run.eval (coord_net_check): the first
+/* The loss check of theta on srv->run.eval (coord_model_check): the first
  * val_check_batches batches. Same threads as coord_score_full. */
 int coord_score_check(struct coord_server *srv, const float *theta, float *loss,
                       vl_error *err) VL_MUST_CHECK;

@@ -70,7 +70,7 @@ int coord_split_open(coord_server *srv, vl_error *err) {
         free(s);
         return rc;
     }
-    memcpy(model_mlp_part_params(s->upper), coord_net_params(&srv->run.net) + s->offset,
+    memcpy(model_mlp_part_params(s->upper), coord_model_params(&srv->run.net) + s->offset,
            s->count * sizeof(float));
     s->q = model_mlp_part_in_dim(s->upper);
     s->h = model_mlp_part_out_dim(s->upper);

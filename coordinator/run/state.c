@@ -71,9 +71,9 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                                : coord_corpus_open(&srv->run.corpus, run.corpus_path, &srv->run.cfg,
                                                    run.corpus_size, run.corpus_hash, err);
     if (rc != VL_OK) goto out;
-    rc = coord_net_create(&srv->run.cfg, &srv->run.net, err);
+    rc = coord_model_create(&srv->run.cfg, &srv->run.net, err);
     if (rc != VL_OK) goto out;
-    srv->run.n_params = coord_net_num_params(&srv->run.net);
+    srv->run.n_params = coord_model_num_params(&srv->run.net);
 
     storage_version v;
     rc = storage_version_get(srv->run.db, run.current_version, 1, &v, err);
@@ -84,7 +84,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                      (long long)run.current_version);
         goto out;
     }
-    memcpy(coord_net_params(&srv->run.net), v.params, v.n * sizeof(float));
+    memcpy(coord_model_params(&srv->run.net), v.params, v.n * sizeof(float));
     srv->run.val_loss = v.val_loss;
     srv->run.val_accuracy = NAN;
     /* Accuracy is not stored with a version: a classifier's is scored
@@ -92,8 +92,8 @@ int coord_state_load(coord_server *srv, vl_error *err) {
     if (srv->run.net.mlp && srv->run.test.n > 0) {
         float ignored;
         vl_error serr = {0};
-        if (coord_net_score(&srv->run.cfg, NULL, NULL, &srv->run.test, &srv->run.net, &ignored,
-                            &srv->run.val_accuracy, &serr) != VL_OK)
+        if (coord_model_score(&srv->run.cfg, NULL, NULL, &srv->run.test, &srv->run.net, &ignored,
+                              &srv->run.val_accuracy, &serr) != VL_OK)
             vl_log_warn("scoring version %lld: %s", (long long)run.current_version, serr.msg);
     }
     if ((rc = storage_version_best_loss(srv->run.db, &srv->run.best_val_loss, err)) != VL_OK) {
@@ -176,9 +176,9 @@ void coord_state_free(coord_server *srv) {
     srv->run.factor_layers = NULL;
     srv->run.n_factor_layers = 0;
     coord_split_close(srv);
-    coord_net_destroy(&srv->run.net);
-    coord_net_destroy(&srv->run.eval);
-    coord_net_destroy(&srv->run.scorer);
+    coord_model_free(&srv->run.net);
+    coord_model_free(&srv->run.eval);
+    coord_model_free(&srv->run.scorer);
     coord_testset_close(&srv->run.test);
     free(srv->run.momentum);
     json_decref(srv->caches.status_cache);

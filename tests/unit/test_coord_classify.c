@@ -359,12 +359,12 @@ static void test_model_file(void **state) {
     char *js = config_text(MODEL_784, "{\"kind\": \"local\"}", "");
     coord_config cfg;
     parse_ok(js, &cfg);
-    coord_net net;
-    OK(coord_net_create(&cfg, &net, &e_));
+    coord_model net;
+    OK(coord_model_create(&cfg, &net, &e_));
     assert_non_null(net.mlp);
     assert_null(net.gpt);
-    coord_net_init_weights(&net, 42);
-    assert_int_equal(coord_net_num_params(&net), 50890);
+    coord_model_init_weights(&net, 42);
+    assert_int_equal(coord_model_num_params(&net), 50890);
     vl_buf b;
     vl_buf_init(&b, 0);
     OK(coord_model_file(&cfg, &net, 7, 1.5, &b, &e_));
@@ -382,8 +382,8 @@ static void test_model_file(void **state) {
     model_mlp *m = NULL;
     OK(model_mlp_create(&back, &m, &e_));
     OK(model_mlp_load_safetensors(m, &f, &e_));
-    assert_memory_equal(model_mlp_params(m), coord_net_params(&net),
-                        coord_net_num_params(&net) * sizeof(float));
+    assert_memory_equal(model_mlp_params(m), coord_model_params(&net),
+                        coord_model_num_params(&net) * sizeof(float));
     /* A NaN loss (no test set yet) is left out rather than written. */
     st_free(&f);
     vl_buf_free(&b);
@@ -394,9 +394,9 @@ static void test_model_file(void **state) {
     st_free(&f);
     vl_buf_free(&b);
     model_mlp_free(m);
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     assert_null(net.mlp);
-    coord_net_destroy(&net); /* safe twice */
+    coord_model_free(&net); /* safe twice */
     coord_config_free(&cfg);
     free(js);
 }
@@ -507,30 +507,30 @@ static void test_score_fresh_model(void **state) {
     char *js = config_text(MODEL_784, "{\"kind\": \"local\"}", "");
     coord_config cfg;
     parse_ok(js, &cfg);
-    coord_net net;
-    OK(coord_net_create(&cfg, &net, &e_));
-    coord_net_init_weights(&net, 1);
+    coord_model net;
+    OK(coord_model_create(&cfg, &net, &e_));
+    coord_model_init_weights(&net, 1);
     coord_testset none;
     OK(coord_testset_open(&none, &cfg, 0, NULL, &e_));
     float loss = 0;
     double acc = 0;
-    OK(coord_net_score(&cfg, NULL, NULL, &none, &net, &loss, &acc, &e_));
+    OK(coord_model_score(&cfg, NULL, NULL, &none, &net, &loss, &acc, &e_));
     assert_true(isnan(loss));
     assert_true(isnan(acc));
-    OK(coord_net_score(&cfg, NULL, NULL, NULL, &net, &loss, NULL, &e_));
+    OK(coord_model_score(&cfg, NULL, NULL, NULL, &net, &loss, NULL, &e_));
     assert_true(isnan(loss));
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     coord_config_free(&cfg);
     free(js);
 
     if (!have_fashion()) skip();
     js = config_text(MODEL_784, DATA_LOCAL, "");
     parse_ok(js, &cfg);
-    OK(coord_net_create(&cfg, &net, &e_));
-    coord_net_init_weights(&net, 1);
+    OK(coord_model_create(&cfg, &net, &e_));
+    coord_model_init_weights(&net, 1);
     coord_testset t;
     OK(coord_testset_open(&t, &cfg, 0, NULL, &e_));
-    OK(coord_net_score(&cfg, NULL, NULL, &t, &net, &loss, &acc, &e_));
+    OK(coord_model_score(&cfg, NULL, NULL, &t, &net, &loss, &acc, &e_));
     printf("fresh mlp on t10k: loss %.4f (ln 10 = %.4f), accuracy %.4f\n", loss, log(10.0), acc);
     /* Small output weights make the first logits nearly equal. */
     assert_true(fabs(loss - log(10.0)) < 0.1);
@@ -538,19 +538,19 @@ static void test_score_fresh_model(void **state) {
     /* The same version scores the same. */
     float again;
     double acc2;
-    OK(coord_net_score(&cfg, NULL, NULL, &t, &net, &again, &acc2, &e_));
+    OK(coord_model_score(&cfg, NULL, NULL, &t, &net, &again, &acc2, &e_));
     assert_memory_equal(&again, &loss, sizeof loss);
     assert_true(acc2 == acc);
     /* A model that always says class 3 (its bias alone) is right on the
      * tenth of the balanced test set that is class 3. */
-    float *p = coord_net_params(&net);
-    memset(p, 0, coord_net_num_params(&net) * sizeof *p);
-    p[coord_net_num_params(&net) - 10 + 3] = 5.0f;
-    OK(coord_net_score(&cfg, NULL, NULL, &t, &net, &loss, &acc, &e_));
+    float *p = coord_model_params(&net);
+    memset(p, 0, coord_model_num_params(&net) * sizeof *p);
+    p[coord_model_num_params(&net) - 10 + 3] = 5.0f;
+    OK(coord_model_score(&cfg, NULL, NULL, &t, &net, &loss, &acc, &e_));
     assert_float_equal(acc, 0.1, 1e-12);
     assert_true(loss > log(10.0));
     coord_testset_close(&t);
-    coord_net_destroy(&net);
+    coord_model_free(&net);
     coord_config_free(&cfg);
     free(js);
 }

@@ -190,7 +190,7 @@ static void check_kind(const char *kind) {
     int sketch = strcmp(kind, "sketch") == 0;
     float *theta0 = malloc(n * sizeof *theta0);
     assert_non_null(theta0);
-    memcpy(theta0, coord_net_params(&srv->run.net), n * sizeof *theta0);
+    memcpy(theta0, coord_model_params(&srv->run.net), n * sizeof *theta0);
     uint8_t pk[2][VCRYPTO_PK_BYTES];
     int64_t peer[2];
     for (int k = 0; k < 2; k++) {
@@ -240,7 +240,7 @@ static void check_kind(const char *kind) {
         vl_buf_free(&b);
     }
     merge_next(srv);
-    const float *theta1 = coord_net_params(&srv->run.net);
+    const float *theta1 = coord_model_params(&srv->run.net);
     /* The version's model file came with it, built on the compute thread:
      * the same bytes the first download would have built on the loop. */
     assert_non_null(srv->caches.model_blob);
@@ -362,7 +362,7 @@ static void test_auto_norm_bound(void **state) {
     assert_true(fabs(coord_norm_bound_held(srv) - bound) < 1e-4 * bound);
     float *theta1 = malloc(n * sizeof *theta1);
     assert_non_null(theta1);
-    memcpy(theta1, coord_net_params(&srv->run.net), n * sizeof *theta1);
+    memcpy(theta1, coord_model_params(&srv->run.net), n * sizeof *theta1);
     /* Version 2: peer 0's update ten times longer than the bound allows. */
     for (size_t i = 0; i < n; i++) d[0][i] *= 10.0f;
     double s = bound / l2(d[0], n);
@@ -370,7 +370,7 @@ static void test_auto_norm_bound(void **state) {
     store_dense(srv, 3, peer[0], 10, d[0]);
     store_dense(srv, 4, peer[1], 30, d[1]);
     merge_next(srv);
-    const float *theta2 = coord_net_params(&srv->run.net);
+    const float *theta2 = coord_model_params(&srv->run.net);
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
         double want = theta1[i] - (10 * s * d[0][i] + 30.0 * d[1][i]) / 40.0;
