@@ -159,8 +159,7 @@ void coord_route_delta(coord_req *cr) {
     coord_blob *blob = NULL;
     if (srv->caches.delta_blob && srv->caches.delta_since == since &&
         srv->caches.delta_version == version) {
-        blob = srv->caches.delta_blob;
-        blob->refs++;
+        blob = coord_blob_ref(srv->caches.delta_blob);
     } else {
         /* Building marks the changed parameters (a byte each) and may
          * read a retained version (4 bytes each) before the file exists. */
@@ -181,10 +180,9 @@ void coord_route_delta(coord_req *cr) {
             return;
         }
         if (srv->caches.delta_blob) coord_blob_unref(srv->caches.delta_blob);
-        srv->caches.delta_blob = blob;
+        srv->caches.delta_blob = coord_blob_ref(blob);
         srv->caches.delta_since = since;
         srv->caches.delta_version = version;
-        blob->refs++;
     }
     coord_reply_blob(cr, blob);
 }

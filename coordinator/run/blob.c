@@ -47,6 +47,11 @@ coord_blob *coord_blob_wrap(uint8_t *data, size_t len, int64_t version) {
     return b;
 }
 
+coord_blob *coord_blob_ref(coord_blob *b) {
+    b->refs++;
+    return b;
+}
+
 void coord_blob_unref(coord_blob *b) {
     if (!b || --b->refs > 0) return;
     __atomic_sub_fetch(&live_blob_bytes, (int64_t)b->len, __ATOMIC_RELAXED);
@@ -133,8 +138,7 @@ coord_blob *coord_model_blob(coord_server *srv, vl_error *err) {
     if (!srv->caches.model_blob &&
         build_blob(srv, &srv->run.net, srv->run.version, val_loss, &srv->caches.model_blob, err))
         return NULL;
-    srv->caches.model_blob->refs++;
-    return srv->caches.model_blob;
+    return coord_blob_ref(srv->caches.model_blob);
 }
 
 int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **out, vl_error *err) {
@@ -146,8 +150,7 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
         return vl_fail(err, VL_ENOTFOUND, "version %lld was never made", (long long)version);
     /* Everyone reading one old version shares one built copy. */
     if (srv->caches.old_blob && srv->caches.old_blob->version == version) {
-        srv->caches.old_blob->refs++;
-        *out = srv->caches.old_blob;
+        *out = coord_blob_ref(srv->caches.old_blob);
         return VL_OK;
     }
     /* Building takes a model and its file: twice the parameters. */
@@ -170,8 +173,7 @@ int coord_model_blob_version(coord_server *srv, int64_t version, coord_blob **ou
     }
     if (rc == VL_OK) {
         if (srv->caches.old_blob) coord_blob_unref(srv->caches.old_blob);
-        srv->caches.old_blob = *out;
-        srv->caches.old_blob->refs++;
+        srv->caches.old_blob = coord_blob_ref(*out);
     }
     coord_model_free(&net);
     storage_version_free(&v);
@@ -183,8 +185,7 @@ int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_
     if (!srv->run.factor_layers)
         return vl_fail(err, VL_ENOTFOUND, "this run does not share K-FAC factors");
     if (srv->caches.factors_blob && srv->caches.factors_blob->version == version) {
-        srv->caches.factors_blob->refs++;
-        *out = srv->caches.factors_blob;
+        *out = coord_blob_ref(srv->caches.factors_blob);
         return VL_OK;
     }
     uint8_t *data = NULL;
@@ -195,8 +196,7 @@ int coord_factors_blob(coord_server *srv, int64_t version, coord_blob **out, vl_
     if (!b) return vl_fail(err, VL_ENOMEM, "out of memory");
     if (version == srv->run.factors_version) {
         if (srv->caches.factors_blob) coord_blob_unref(srv->caches.factors_blob);
-        srv->caches.factors_blob = b;
-        b->refs++;
+        srv->caches.factors_blob = coord_blob_ref(b);
     }
     *out = b;
     return VL_OK;

@@ -65,6 +65,13 @@ int64_t coord_val_scored_tokens(const coord_config *cfg, const coord_corpus *cor
  * bytes are counted (coord_blob_live_bytes), so what downloads in flight
  * hold can be bounded. */
 coord_blob *coord_blob_wrap(uint8_t *data, size_t len, int64_t version);
+/* Takes one more reference to b and returns b, so that sharing a blob is
+ * one expression (*out = coord_blob_ref(srv->old_blob)). The count is not
+ * atomic: blobs are shared and dropped on the loop thread only (one built
+ * on a compute thread is handed over with its single reference). */
+coord_blob *coord_blob_ref(coord_blob *b);
+/* Drops one reference to b, freeing it and its bytes with the last.
+ * Safe on NULL. */
 void coord_blob_unref(coord_blob *b);
 /* Bytes held by all live blobs (any thread). */
 int64_t coord_blob_live_bytes(void);
