@@ -133,21 +133,15 @@ void coord_route_delta(coord_req *cr) {
     const char *const keys[] = {"since", "version", NULL};
     int64_t vals[2] = {0, 0};
     unsigned present = 0;
+    int64_t version = 0;
     vl_error e = {0};
-    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
+    if (coord_req_version(cr, keys, vals, &present, srv->run.version, &version) != 0) return;
     if (!(present & 1u)) {
         coord_reply_error(cr, 400, "bad_request", "the query needs since=VERSION");
         return;
     }
     int64_t since = vals[0];
-    int64_t version = (present & 2u) ? vals[1] : srv->run.version;
-    if (version > srv->run.version) {
-        coord_reply_error(cr, 404, "unknown_version",
-                          "version %lld has not been made (current "
-                          "is %lld)",
-                          (long long)version, (long long)srv->run.version);
-        return;
-    }
+    if (coord_req_version_made(cr, version) != 0) return;
     if (since >= version) {
         coord_reply_error(cr, 400, "bad_request", "since (%lld) must be below version (%lld)",
                           (long long)since, (long long)version);

@@ -17,13 +17,14 @@ void coord_route_factors(coord_req *cr) {
     const char *const keys[] = {"version", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;
+    int64_t version = 0;
     vl_error e = {0};
-    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
+    if (coord_req_version(cr, keys, vals, &present, srv->run.factors_version, &version) != 0)
+        return;
     if (!coord_config_shares_factors(&srv->run.cfg)) {
         coord_reply_error(cr, 404, "unknown_factors", "this run does not share K-FAC factors");
         return;
     }
-    int64_t version = present ? vals[0] : srv->run.factors_version;
     if (version < 0 || version > srv->run.factors_version) {
         coord_reply_error(cr, 404, "unknown_factors",
                           "no merged factors for version %lld "

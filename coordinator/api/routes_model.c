@@ -74,16 +74,10 @@ void coord_route_model(coord_req *cr) {
     const char *const keys[] = {"version", NULL};
     int64_t vals[1] = {0};
     unsigned present = 0;
+    int64_t version = 0;
     vl_error e = {0};
-    if (coord_req_query(cr, keys, INT64_MAX, vals, &present, NULL) != 0) return;
-    int64_t version = present ? vals[0] : srv->run.version;
-    if (version > srv->run.version) {
-        coord_reply_error(cr, 404, "unknown_version",
-                          "version %lld has not been made (current "
-                          "is %lld)",
-                          (long long)version, (long long)srv->run.version);
-        return;
-    }
+    if (coord_req_version(cr, keys, vals, &present, srv->run.version, &version) != 0) return;
+    if (coord_req_version_made(cr, version) != 0) return;
     char etag[32];
     snprintf(etag, sizeof etag, "\"%lld\"", (long long)version);
     coord_set_header(cr, "ETag", etag);

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/http.h>
-
 #include "compress/compress.h"
 #include "coordinator/coord.h"
 #include "coordinator/api/api.h"
@@ -26,20 +24,20 @@ static int no_round(coord_req *cr) {
 }
 
 /* The version a round request names, parsed again on every try (a waiting
- * request keeps only its coord_req). */
-static int round_query(coord_req *cr, int64_t *version, int64_t *wait, vl_error *e) {
+ * request keeps only its coord_req); a bad query is answered 400. Returns
+ * 0 or COORD_ANSWERED. */
+static int round_query(coord_req *cr, int64_t *version, int64_t *wait) {
     const char *const keys[] = {"version", "wait", NULL};
     int64_t vals[2] = {0, 0};
     unsigned present = 0;
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(cr->req));
-    int rc = coord_query_ints(query, keys, INT64_MAX, vals, &present, e);
-    if (rc != VL_OK) return rc;
-    if (!(present & 1u)) return vl_fail(e, VL_EINVAL, "the query needs version=VERSION");
-    if (vals[1] > COORD_MAX_WAIT_S)
-        return vl_fail(e, VL_EINVAL, "wait is 0 to %d", COORD_MAX_WAIT_S);
-    *version = vals[0];
+    if (coord_req_version(cr, keys, vals, &present, COORD_VERSION_NEEDED, version) != 0)
+        return COORD_ANSWERED;
+    if (vals[1] > COORD_MAX_WAIT_S) {
+        coord_reply_error(cr, 400, "bad_request", "wait is 0 to %d", COORD_MAX_WAIT_S);
+        return COORD_ANSWERED;
+    }
     *wait = vals[1];
-    return VL_OK;
+    return 0;
 }
 
 /* Answers with the round's candidates, or 410 once it is over; 0 (keep
@@ -48,10 +46,7 @@ static int serve_round(coord_req *cr) {
     coord_server *srv = cr->srv;
     int64_t version = 0, wait = 0;
     vl_error e = {0};
-    if (round_query(cr, &version, &wait, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return 1;
-    }
+    if (round_query(cr, &version, &wait) != 0) return 1;
     if (version < srv->run.version || srv->run.finished) {
         coord_reply_error(cr, 410, "round_closed",
                           "version %lld has been merged; the current "
@@ -91,23 +86,13 @@ static int serve_round(coord_req *cr) {
 void coord_route_round(coord_req *cr) {
     coord_server *srv = cr->srv;
     int64_t version = 0, wait = 0;
-    vl_error e = {0};
-    if (round_query(cr, &version, &wait, &e) != VL_OK) {
-        coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
-        return;
-    }
+    if (round_query(cr, &version, &wait) != 0) return;
     if (no_round(cr)) return;
     if (srv->draining) {
         coord_reply_error(cr, 503, "draining", "the coordinator is shutting down");
         return;
     }
-    if (version > srv->run.version) {
-        coord_reply_error(cr, 404, "unknown_version",
-                          "version %lld has not been made (current "
-                          "is %lld)",
-                          (long long)version, (long long)srv->run.version);
-        return;
-    }
+    if (coord_req_version_made(cr, version) != 0) return;
     if (serve_round(cr)) return;
     if (wait == 0) {
         coord_reply(cr, 204, NULL, NULL);
@@ -153,13 +138,7 @@ static int check_round(coord_req *cr, const compress_round_meta *m, int64_t *upd
                           (long long)m->version, (long long)srv->run.version);
         return COORD_ANSWERED;
     }
-    if (m->version > srv->run.version) {
-        coord_reply_error(cr, 404, "unknown_version",
-                          "version %lld has not been made (current "
-                          "is %lld)",
-                          (long long)m->version, (long long)srv->run.version);
-        return COORD_ANSWERED;
-    }
+    if (coord_req_version_made(cr, m->version) != 0) return COORD_ANSWERED;
     storage_round r;
     rc = storage_round_get(srv->run.db, m->version, &r, &e);
     if (rc == VL_ENOTFOUND) {

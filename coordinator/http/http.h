@@ -6,7 +6,7 @@
  * request authentication (auth.c) checks the signature on the head, for
  * the guard, and gives a handler its peer.
  *
- * Contents: replies; query strings; shared bytes; the client's address;
+ * Contents: replies; query strings and the version they name; shared bytes; the client's address;
  * authentication; dispatch.
  */
 #ifndef VOLLEY_COORD_HTTP_HTTP_H
@@ -61,6 +61,25 @@ int coord_query_ints(const char *query, const char *const *allowed, int64_t max,
  * returns COORD_ANSWERED. */
 int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int64_t *values,
                     unsigned *present, const char *hint);
+
+/* coord_req_version's fallback for a route whose query must name the
+ * version (no version is ever negative, but factors_version can be -1). */
+#define COORD_VERSION_NEEDED INT64_MIN
+/* The version cr's query names, for a route whose query keys are allowed
+ * (NULL-terminated, "version" among them): parses the query as
+ * coord_req_query does (values and present as there, any value up to
+ * INT64_MAX, a bad query answered 400 bad_request), then sets *version to
+ * the query's version or, when it names none, to fallback. With fallback
+ * COORD_VERSION_NEEDED a query without one is answered 400 bad_request
+ * ("the query needs version=VERSION"). Whether the run has that version
+ * is the route's to check, in its order (coord_req_version_made). Returns
+ * 0 or COORD_ANSWERED. */
+int coord_req_version(coord_req *cr, const char *const *allowed, int64_t *values, unsigned *present,
+                      int64_t fallback, int64_t *version);
+/* 0 when the run has made version (it is at most srv->version); otherwise
+ * answers 404 unknown_version ("version V has not been made (current is
+ * C)") and returns COORD_ANSWERED. */
+int coord_req_version_made(coord_req *cr, int64_t version);
 
 
 /* The numeric address of req's client, owned by its connection; NULL when

@@ -1,5 +1,5 @@
 /* Answering requests: JSON and error bodies, headers, the per-request log
- * line, and strict query-string parsing. */
+ * line, strict query-string parsing and the version a query names. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +172,32 @@ int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int6
         coord_reply_error(cr, 400, "bad_request", "%s (%s)", e.msg, hint);
     else
         coord_reply_error(cr, 400, "bad_request", "%s", e.msg);
+    return COORD_ANSWERED;
+}
+
+int coord_req_version(coord_req *cr, const char *const *allowed, int64_t *values, unsigned *present,
+                      int64_t fallback, int64_t *version) {
+    if (coord_req_query(cr, allowed, INT64_MAX, values, present, NULL) != 0) return COORD_ANSWERED;
+    int at = 0;
+    while (allowed[at] && strcmp(allowed[at], "version") != 0) at++;
+    if (*present & (1u << at)) {
+        *version = values[at];
+        return 0;
+    }
+    if (fallback == COORD_VERSION_NEEDED) {
+        coord_reply_error(cr, 400, "bad_request", "the query needs version=VERSION");
+        return COORD_ANSWERED;
+    }
+    *version = fallback;
+    return 0;
+}
+
+int coord_req_version_made(coord_req *cr, int64_t version) {
+    const coord_server *srv = cr->srv;
+    if (version <= srv->run.version) return 0;
+    coord_reply_error(cr, 404, "unknown_version",
+                      "version %lld has not been made (current is %lld)", (long long)version,
+                      (long long)srv->run.version);
     return COORD_ANSWERED;
 }
 
