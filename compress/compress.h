@@ -112,10 +112,10 @@ int compress_fetchsgd_accumulate(compress_sketch *V, compress_sketch *E, const c
  * is E's estimate, σ its collision noise (compress_sketch_noise) and
  * ageᵢ the versions since coordinate i was last applied (d entries, >= 0).
  * On pseudo-gradients after many local steps most estimates are noise, and
- * ranking by them alone kept choosing the same coordinates: half of them
- * were never applied in 25 versions at 30x. Flooring at the noise lets
- * age rotate every coordinate through while an estimate that stands out
- * still goes first. scratch: d floats. VL_EINVAL for d > 2^32 - 1. */
+ * ranking by them alone kept choosing the same coordinates, and much of
+ * the model was never applied at all (docs/benchmarks.md). Flooring at
+ * the noise lets age rotate every coordinate through while an estimate
+ * that stands out still goes first. scratch: d floats. VL_EINVAL for d > 2^32 - 1. */
 int compress_round_candidates(const compress_sketch *E, const float *age, size_t d, size_t k,
                               float *scratch, uint32_t *idx, size_t *nnz,
                               vl_error *err) VL_MUST_CHECK;

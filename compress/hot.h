@@ -10,7 +10,8 @@
 #define COMPRESS_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 /* x86-64-v4 comes before plain AVX-512F for AVX-512DQ's 64-bit multiply,
  * which the sketch hash needs twice per coordinate and row; without it each
- * multiply is emulated with three 32-bit ones (about 30 % slower). */
+ * multiply is emulated with three 32-bit ones, which slows the hash down
+ * markedly (docs/benchmarks.md). */
 #define COMPRESS_HOT_V4 \
     __attribute__((target_clones("arch=x86-64-v4", "avx512f", "avx2", "default")))
 #else

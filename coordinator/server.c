@@ -409,8 +409,9 @@ static int start_listening(coord_server *srv, const char *listen, int fd, vl_err
         return vl_fail(err, VL_ENOMEM, "cannot serve on %s: out of memory", listen);
     }
     /* A response leaves in several TLS records; with Nagle's algorithm the
-     * last one waits for the client's delayed ACK, about 40 ms a request.
-     * Accepted sockets inherit the option from the listener on Linux. */
+     * last one waits for the client's delayed ACK, long enough to cap what
+     * one client can upload (docs/benchmarks.md). Accepted sockets inherit
+     * the option from the listener on Linux. */
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
         vl_log_warn("cannot set TCP_NODELAY on %s: %s", listen, strerror(errno));

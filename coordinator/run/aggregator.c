@@ -570,7 +570,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     /* Peers of a sparse run catch up by delta, whose file carries the
      * version's digest: computed here rather than by the first delta
      * request on the loop, since hashing every parameter takes long on a
-     * large model (docs/benchmarks.md, "Figures behind the code"). */
+     * large model (docs/benchmarks.md, "Figures the code relies on"). */
     if (strcmp(srv->run.cfg.compression_kind, "none") != 0 &&
         coord_params_digest(b->next, n, j->digest, &j->merr) != VL_OK)
         j->digest[0] = '\0';

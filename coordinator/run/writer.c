@@ -77,8 +77,8 @@ struct coord_writer {
 /* The checkpoint thread runs once the WAL holds this many frames (SQLite's
  * own default). After every commit instead, it copied the same hot pages
  * (the tasks and updates tables' last leaves and their indexes) back and
- * synced the database file once per commit: 7 % of the coordinator's CPU
- * under an upload storm. */
+ * synced the database file once per commit, a visible share of the
+ * coordinator's CPU under an upload storm (docs/benchmarks.md). */
 #define CKPT_FRAMES 1000
 
 const double coord_writer_batch_le[COORD_WRITER_BATCH_BUCKETS] = {1,  2,  4,   8,   16,
