@@ -192,6 +192,7 @@ static void join_done(coord_job *job, int rc, const vl_error *err) {
 
 void coord_route_join(coord_req *cr) {
     coord_server *srv = cr->srv;
+    /* 1. The body, and the head signed by the key it registers. */
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
     vl_error e = {0};
@@ -207,6 +208,7 @@ void coord_route_join(coord_req *cr) {
     }
     if (coord_authenticate_join(cr, jb.pk) != 0) goto out;
 
+    /* 2. The key: one of a revoked peer, or retired by a rotation, is refused. */
     storage_peer existing;
     int rc = storage_peer_find_key(srv->run.db, jb.pk, &existing, &e);
     if (rc != VL_OK && rc != VL_ENOTFOUND) {
@@ -233,6 +235,7 @@ void coord_route_join(coord_req *cr) {
                           "another; make a new key");
         goto out;
     }
+    /* 3. The token: a lost reply's retry, else one with uses left. */
     char hash[VCRYPTO_HASH_HEX + 1];
     vcrypto_hash_hex(jb.token, jb.token_len, hash);
     int64_t token_id = 0;
@@ -264,6 +267,7 @@ void coord_route_join(coord_req *cr) {
         reply_joined(cr, 200, known_id);
         goto out;
     }
+    /* 4. A new peer: the writer registers it, and the reply waits for the commit. */
     join_job *j = calloc(1, sizeof *j);
     if (!j) {
         coord_reply_oom(cr, "queueing a join");

@@ -244,6 +244,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     coord_corpus corpus;
     coord_shards shards;
     coord_testset test;
+    /* 1. The lock, then the configuration and its data. */
     /* A live server's database is refused first, before its data are
      * read at length; the lock file a refused configuration made goes
      * again, as the data are checked before the database is created, so
@@ -264,6 +265,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     coord_model net;
     memset(&net, 0, sizeof net);
     char *config_json = NULL;
+    /* 2. The database, which must not hold a run yet. */
     rc = storage_open(db_path, 1, &db, err);
     if (rc != VL_OK) goto out;
     storage_run existing;
@@ -279,6 +281,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = vl_fail(err, prc, "%s", probe.msg);
         goto out;
     }
+    /* 3. Version 0: its weights and its score. */
     rc = coord_model_create(&cfg, &net, err);
     if (rc != VL_OK) goto out;
     coord_model_init_weights(&net, (uint64_t)cfg.seed);
@@ -302,6 +305,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
     else if (net.gpt || test.n)
         vl_log_info("scored version 0 in %.2f s (estimated %s)", vl_clock_mono_s() - t0,
                     net.gpt ? about : "none");
+    /* 4. The run and version 0, stored in one transaction. */
     config_json = coord_config_to_json(&cfg, 1);
     if (!config_json) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
@@ -343,6 +347,7 @@ int coord_cmd_init(const char *db_path, const char *config_path, vl_error *err) 
         rc = storage_commit(db, err);
     else
         storage_rollback(db);
+    /* 5. What was made, in the log. */
     if (rc == VL_OK && cfg.net == COORD_NET_MLP)
         vl_log_info("initialised run \"%s\": an mlp classifier of %zu parameters on the peers' "
                     "own data; %s%d test images, version 0 loss %.6f, accuracy %.4f",

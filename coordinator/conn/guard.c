@@ -147,6 +147,7 @@ static uint64_t cap_for(const uint8_t *line, size_t n, const coord_guard_caps *c
 void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_caps *caps,
                             coord_guard_head *out) {
     memset(out, 0, sizeof *out);
+    /* 1. The request line. */
     size_t adv = 0;
     long l = line_at(head, len, &adv);
     if (l <= 0) {
@@ -163,6 +164,7 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
     }
     out->reqline_len = (size_t)l;
     uint64_t body_cap = cap_for(head, (size_t)l, caps);
+    /* 2. The header fields, a line at a time, to the empty line. */
     int n_cl = 0, has_te = 0, bad_cl = 0, bad_expect = 0;
     uint64_t cl = 0;
     size_t pos = adv;
@@ -211,6 +213,7 @@ void coord_guard_parse_head(const uint8_t *head, size_t len, const coord_guard_c
                 bad_expect = 1;
         }
     }
+    /* 3. The verdict on what the fields said. */
     if (pos != len) {
         out->verdict = COORD_GUARD_BAD_HEAD; /* bytes after the closing line */
         return;

@@ -122,6 +122,7 @@ static double dir_bytes(const char *dir) {
 
 int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     const coord_metrics *m = &srv->ops.metrics;
+    /* 1. Requests and uploads, as the loop counted them. */
     head(b, "volley_requests_total", "counter",
          "Requests answered on the public port, by route and status class.");
     for (int r = 0; r < COORD_METRICS_ROUTES; r++)
@@ -147,6 +148,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     for (size_t i = 0; i < m->n_refused; i++)
         evbuffer_add_printf(b, "volley_uploads_total{result=\"refused\",code=\"%s\"} %llu\n",
                             m->refused[i].code, (unsigned long long)m->refused[i].n);
+    /* 2. The run as the loop holds it. */
     gauge(b, "volley_requests_in_flight", "Requests handed to a handler and not yet answered.",
           (double)srv->conns.inflight);
     gauge(b, "volley_connections", "Open connections on the public port.",
@@ -162,7 +164,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
     hist_fixed(b, "volley_version_seconds",
                "Time to make a version: merge, outer step and validation.", coord_metrics_merge_le,
                m->merge_buckets, COORD_METRICS_MERGE_BUCKETS, m->merge_count, m->merge_sum);
-    /* From the database: what every stored update recorded. */
+    /* 3. From the database: what every stored update recorded. */
     static const int64_t STALE_LE[] = {0, 1, 2, 4, 8, 16, 32, 64};
     static const int64_t STEPS_LE[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000};
     int_hist stale = {.le = STALE_LE, .n_le = sizeof STALE_LE / sizeof STALE_LE[0]};
@@ -184,6 +186,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
                         (unsigned long long)pc.active, (unsigned long long)pc.idle,
                         (unsigned long long)pc.gone, (unsigned long long)pc.revoked);
     gauge(b, "volley_updates_unmerged", "Stored updates waiting for a version.", (double)unmerged);
+    /* 4. The writer and the disk. */
     coord_writer_stats ws;
     coord_writer_stats_get(srv->run.writer, &ws);
     head(b, "volley_writer_jobs_total", "counter", "Jobs the database writer ran.");
@@ -216,6 +219,7 @@ int coord_metrics_write(coord_server *srv, struct evbuffer *b, vl_error *err) {
                "Time a commit took, the fsyncs of the update bodies and the WAL included.",
                coord_writer_commit_le, ws.commit_hist, COORD_WRITER_COMMIT_BUCKETS, ws.commits,
                ws.commit_seconds);
+    /* 5. The files the run keeps on disk. */
     char path[COORD_PATH_MAX + 16];
     head(b, "volley_database_bytes", "gauge", "Size of the SQLite database and its WAL.");
     snprintf(path, sizeof path, "%s", srv->run.db_path);

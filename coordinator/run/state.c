@@ -37,6 +37,7 @@ static int load_factors(coord_server *srv, vl_error *err) {
 }
 
 int coord_state_load(coord_server *srv, vl_error *err) {
+    /* 1. The run's stored configuration, and what the peers are sent of it. */
     storage_run run;
     int rc = storage_run_get(srv->run.db, &run, err);
     if (rc != VL_OK) return rc;
@@ -63,6 +64,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
         goto out;
     }
+    /* 2. Its data, checked against the run record. */
     rc = srv->run.cfg.net == COORD_NET_MLP
              ? coord_testset_open(&srv->run.test, &srv->run.cfg, run.corpus_size, run.corpus_hash,
                                   err)
@@ -71,6 +73,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
                                : coord_corpus_open(&srv->run.corpus, run.corpus_path, &srv->run.cfg,
                                                    run.corpus_size, run.corpus_hash, err);
     if (rc != VL_OK) goto out;
+    /* 3. The model, from the current version's parameters. */
     rc = coord_model_create(&srv->run.cfg, &srv->run.net, err);
     if (rc != VL_OK) goto out;
     srv->run.n_params = coord_model_num_params(&srv->run.net);
@@ -100,6 +103,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         storage_version_free(&v);
         goto out;
     }
+    /* 4. The outer optimiser's state, of the size the configuration needs. */
     srv->run.n_state = coord_state_size(&srv->run.cfg, srv->run.n_params);
     coord_config_spec(&srv->run.cfg, &srv->run.spec);
     /* A run stored before outer.delay existed has no delayed-Nesterov
@@ -135,6 +139,7 @@ int coord_state_load(coord_server *srv, vl_error *err) {
         rc = vl_fail(err, VL_ENOMEM, "out of memory");
         goto out;
     }
+    /* 5. The version's clock, the replay cache, factors and split layers. */
     srv->run.version = run.current_version;
     coord_norm_bound_refresh(srv);
     srv->caches.digest_version = -1;
