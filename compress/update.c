@@ -544,8 +544,11 @@ double compress_update_norm(const compress_update *u) {
     const st_tensor *t = values_tensor(u);
     size_t n = compress_update_count(u);
     if (!t) return 0;
-    /* Summed in any order (the norm bounds and reports an update; it is
-     * not part of any result that must be reproducible bit for bit). */
+    /* Summed in the order the vectorised reduction takes, which as built
+     * depends on n alone, not on where the values lie: the norm stored
+     * with an upload is then the one the merge would compute from the
+     * body it reads back into another buffer (test_update checks every
+     * offset). */
     double s = 0;
     if (t->dtype == ST_F32) {
         const uint8_t *d = t->data;

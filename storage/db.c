@@ -19,7 +19,7 @@
     " coalesce(reissue_of, 0)"
 #define UPDATE_COLS                                                                           \
     "id, task_id, peer_id, base_version, kind, num_samples, local_steps, loss, nbytes, blob," \
-    " received_at, staleness, seg, off"
+    " received_at, staleness, seg, off, norm"
 #define UPDATE_FROM                                        \
     "updates LEFT JOIN update_blobs b ON b.update_id = id" \
     " LEFT JOIN update_bodies s ON s.update_id = id"
@@ -88,8 +88,8 @@ static const char *const SQL[Q_COUNT] = {
     [Q_TASK_RELEASE] = "UPDATE tasks SET state = 'expired' WHERE id = ? AND peer_id = ? AND"
                        " state = 'leased'",
     [Q_UPDATE_INSERT] = "INSERT INTO updates (task_id, peer_id, base_version, kind, num_samples,"
-                        " local_steps, loss, nbytes, received_at, staleness)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " local_steps, loss, nbytes, received_at, staleness, norm)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [Q_UPDATE_BLOB_INSERT] = "INSERT INTO update_blobs (update_id, blob) VALUES (?, ?)",
     [Q_UPDATE_BODY_INSERT] = "INSERT INTO update_bodies (update_id, seg, off) VALUES (?, ?, ?)",
     [Q_UPDATE_PRUNE_BODIES] = "DELETE FROM update_bodies WHERE update_id IN"

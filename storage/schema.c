@@ -193,6 +193,13 @@ static const storage_migration MIGRATIONS[] = {
       * "auto" derives its bound from the first versions' (NULL for
       * version 0 and versions made before). */
      "ALTER TABLE versions ADD COLUMN update_norm REAL;"},
+    {14,
+     /* Each update's L2 norm (compress_update_norm of its body as decoded
+      * on arrival), computed once when it is accepted: the merge used to
+      * decode every body and make a second pass over its values for the
+      * same number. NULL for updates stored before, whose norm the merge
+      * still computes itself. */
+     "ALTER TABLE updates ADD COLUMN norm REAL CHECK (norm >= 0);"},
 };
 
 const storage_migration *storage_builtin_migrations(size_t *n) {

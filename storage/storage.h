@@ -360,10 +360,17 @@ typedef struct storage_update {
      * merged into: the current version minus base_version on arrival,
      * raised to (merged_version - 1) - base_version when it is merged. */
     int64_t staleness;
+    /* The update's L2 norm, compress_update_norm of its body as decoded
+     * when it was accepted, when has_norm is set (schema migration 14).
+     * Unset for updates stored before that migration, and by a caller
+     * that did not compute it: the merge computes the norm itself then. */
+    int has_norm;
+    double norm;
 } storage_update;
 
 /* Inserts u (id and merged_version are ignored); *id (may be NULL) receives
- * the id. VL_ECONFLICT if the task already has an update. */
+ * the id. VL_ECONFLICT if the task already has an update; VL_EINVAL when
+ * has_norm is set with a norm that is negative or not finite. */
 int storage_update_insert(storage *st, const storage_update *u, int64_t *id,
                           vl_error *err) VL_MUST_CHECK;
 /* Sets *out to 1 if task_id has an update, else 0. */

@@ -200,6 +200,10 @@ static int update_insert_steps(storage *st, const storage_update *u, int64_t *id
     sqlite3_bind_int64(s, 8, u->nbytes);
     sqlite3_bind_int64(s, 9, u->received_at);
     sqlite3_bind_int64(s, 10, u->staleness);
+    if (u->has_norm)
+        sqlite3_bind_double(s, 11, u->norm);
+    else
+        sqlite3_bind_null(s, 11);
     int rc = q_exec(st, s, "insert update", err);
     if (rc == VL_ECONFLICT) return vl_fail(err, VL_ECONFLICT, "the task already has an update");
     if (rc != VL_OK) return rc;
@@ -226,6 +230,11 @@ static int update_insert_steps(storage *st, const storage_update *u, int64_t *id
 int storage_update_insert(storage *st, const storage_update *u, int64_t *id, vl_error *err) {
     if (u->nbytes < 0 || (u->nbytes > 0 && !u->blob))
         return vl_fail(err, VL_EINVAL, "update blob missing");
+    /* SQLite would store a NaN as NULL, which reads back as "not known",
+     * and the schema's CHECK refuses a negative one as a database error:
+     * both are the caller's mistake, and said so. */
+    if (u->has_norm && !(isfinite(u->norm) && u->norm >= 0))
+        return vl_fail(err, VL_EINVAL, "update norm %g is not a norm", u->norm);
     /* The row and its body are stored together or not at all. */
     int nested;
     int rc = q_tx_begin(st, &nested, err);
@@ -300,6 +309,9 @@ static int each_update(storage *st, sqlite3_stmt *s, storage_update_fn fn, void 
         }
         u.received_at = sqlite3_column_int64(s, 10);
         u.staleness = sqlite3_column_int64(s, 11);
+        /* NULL: stored without one (before migration 14). */
+        u.has_norm = sqlite3_column_type(s, 14) != SQLITE_NULL;
+        if (u.has_norm) u.norm = sqlite3_column_double(s, 14);
         u.merged_version = -1;
         int r = fn(ctx, &u);
         if (r != 0) {

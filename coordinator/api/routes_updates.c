@@ -339,12 +339,12 @@ void coord_route_updates(coord_req *cr) {
     }
     rc = compress_update_check_spec(&cu, &srv->run.spec, &code, &e);
     if (rc == VL_OK) rc = check_factors(srv, &cu, &code, &e);
-    /* The norm costs a pass over the values: only a refusing bound needs
-     * it here (a clipping one is applied at merge time). */
-    const coord_robust_config *rb = &srv->run.cfg.robust;
-    double norm = rc == VL_OK && rb->refuse_excess && coord_norm_bound(srv) > 0
-                      ? compress_update_norm(&cu)
-                      : 0;
+    /* Computed once, here, for every update that is stored: a refusing
+     * bound needs it now, and the merge reads it back instead of making a
+     * second pass over the values. It is compress_update_norm of what the
+     * merge will decode from the same bytes, so a version is the same
+     * bit for bit as when the merge computed it. */
+    double norm = rc == VL_OK ? compress_update_norm(&cu) : 0;
     compress_update_free(&cu);
     if (rc == VL_ENOMEM) {
         coord_reply_oom(cr, "checking an update's factors");
@@ -385,7 +385,9 @@ void coord_route_updates(coord_req *cr) {
                             .nbytes = (int64_t)len,
                             .blob = body,
                             .received_at = vl_clock_unix_s(),
-                            .staleness = tau};
+                            .staleness = tau,
+                            .has_norm = 1,
+                            .norm = norm};
     snprintf(j->u.kind, sizeof j->u.kind, "%s", compress_kind_name(meta.kind));
     j->train_s = meta.train_seconds;
     coord_writer_submit(srv->run.writer, &j->job);

@@ -87,7 +87,9 @@ int coord_merge_one(void *arg, const storage_update *u) {
     int64_t tau = m->version - u->base_version;
     if (tau < 0) tau = 0;
     float w = (float)((double)u->num_samples * coord_staleness_weight(&m->cfg->staleness, tau));
-    double norm = compress_update_norm(&cu);
+    /* Stored with the update when it was accepted (the same function on
+     * the same bytes); an update stored before migration 14 has none. */
+    double norm = u->has_norm ? u->norm : compress_update_norm(&cu);
     /* The bound in m->robust is per square-root step when derived, and
      * every update is held to it at the run's full task length
      * (coord_norm_bound_held says why). */

@@ -185,8 +185,9 @@ it_snapshot_held() {
 }
 
 # it_check_run VERSIONS PER_VERSION: the finished run's database is sound,
-# holds every version once with its validation loss, and every update was
-# merged exactly once, into the version after its base.
+# holds every version once with its validation loss, every update was
+# merged exactly once, into the version after its base, and was stored
+# with its norm (the merge uses it rather than computing it again).
 it_check_run() {
   local versions=$1 per=$2
   [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
@@ -199,6 +200,7 @@ it_check_run() {
     || fail "an update was not merged into the version after its base"
   [ "$(q 'SELECT count(*) FROM (SELECT task_id FROM updates GROUP BY task_id HAVING count(*) > 1)')" = 0 ] \
     || fail "a task has two updates"
+  [ "$(q 'SELECT count(*) FROM updates WHERE norm IS NULL')" = 0 ] || fail "an update was stored without its norm"
 }
 
 # it_check_no_secrets: no log of the run holds a secret: a join token, a

@@ -82,6 +82,7 @@ done
 [ "$(grep -c 'reported [0-9]* exact values' peer1.log peer2.log | awk -F: '{s += $2} END {print s}')" -ge 7 ] \
   || fail "peers did not report their values"
 [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+[ "$(q 'SELECT count(*) FROM updates WHERE norm IS NULL')" = 0 ] || fail "an update was stored without its norm"
 v0=$(q 'SELECT val_loss FROM versions WHERE version = 0')
 vN=$(q "SELECT val_loss FROM versions WHERE version = $VERSIONS")
 awk -v a="$v0" -v b="$vN" 'BEGIN { exit !(b < a) }' || fail "validation loss did not fall ($v0 -> $vN)"

@@ -85,6 +85,7 @@ done
 it_restart_midway 2
 it_stop_coordinator
 [ "$(q 'PRAGMA integrity_check')" = ok ] || fail "integrity_check"
+[ "$(q 'SELECT count(*) FROM updates WHERE norm IS NULL')" = 0 ] || fail "an update was stored without its norm"
 [ "$(q 'SELECT current_version FROM run')" = "$VERSIONS" ] || fail "the run did not finish"
 it_check_accuracy 0.55
 batches=$(cat coordinator*.log | grep -c 'POST /v1/split/forward 200' || true)

@@ -10,6 +10,8 @@ volley_unit_test(test_merge volley_coordinator_core)
 volley_unit_test(test_longpoll volley_coordinator_core)
 # A body that does not match its Content-Digest, through a real server.
 volley_unit_test(test_upload_digest volley_coordinator_core)
+# An upload's norm, stored with it by the route: the number the merge uses.
+volley_unit_test(test_upload_norm volley_coordinator_core)
 volley_unit_test(test_async volley_coord_ops)
 # The writer when a batch's COMMIT fails.
 volley_unit_test(test_writer_commit volley_coord_run)

@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 #include <event2/event.h>
+#include <sqlite3.h>
 
 #include "test_util.h"
 #include "coordinator/run/aggregator.h"
@@ -71,9 +72,11 @@ static coord_server *open_run(const char *dir, const char *kind, const char *rob
     return srv;
 }
 
-/* Stores a done task of peer for m's base version and its update (body). */
-static void store_update(coord_server *srv, int64_t peer, const compress_update_meta *m,
-                         const vl_buf *body) {
+/* Stores a done task of peer for m's base version and its update (body)
+ * with *norm as its stored norm (NULL: none, as stored before migration
+ * 14). */
+static void store_update_as(coord_server *srv, int64_t peer, const compress_update_meta *m,
+                            const vl_buf *body, const double *norm) {
     storage_task t = {.peer_id = peer,
                       .base_version = m->base_version,
                       .data_offset = 0,
@@ -93,9 +96,40 @@ static void store_update(coord_server *srv, int64_t peer, const compress_update_
                         .loss = m->loss,
                         .nbytes = (int64_t)body->len,
                         .blob = body->data,
-                        .received_at = vl_clock_unix_s()};
+                        .received_at = vl_clock_unix_s(),
+                        .has_norm = norm != NULL,
+                        .norm = norm ? *norm : 0};
     snprintf(u.kind, sizeof u.kind, "%s", compress_kind_name(m->kind));
     OK(storage_update_insert(srv->run.db, &u, NULL, &e_));
+}
+
+/* The norm the upload route stores with body: compress_update_norm of the
+ * body as decoded. */
+static double upload_norm(const coord_server *srv, const vl_buf *body) {
+    compress_update cu;
+    OK(compress_update_decode(body->data, body->len, srv->run.n_params, &cu, NULL, &e_));
+    double norm = compress_update_norm(&cu);
+    compress_update_free(&cu);
+    return norm;
+}
+
+/* How many of the updates a walk saw had a stored norm. */
+typedef struct norm_count {
+    int updates, with_norm;
+} norm_count;
+
+static int count_norms(void *ctx, const storage_update *u) {
+    norm_count *c = ctx;
+    c->updates++;
+    c->with_norm += u->has_norm;
+    return 0;
+}
+
+/* Stores the update as an accepted upload is stored: with its norm. */
+static void store_update(coord_server *srv, int64_t peer, const compress_update_meta *m,
+                         const vl_buf *body) {
+    double norm = upload_norm(srv, body);
+    store_update_as(srv, peer, m, body, &norm);
 }
 
 /* Runs the loop until the next version is committed (or gives up). */
@@ -296,9 +330,11 @@ static void test_sketch_divides_by_samples(void **state) {
     check_kind("sketch");
 }
 
-/* Stores a dense update of peer, based on the current version. */
-static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t samples,
-                        const float *d) {
+/* Stores a dense update of peer, based on the current version, with its
+ * norm when with_norm is set and without (as before migration 14)
+ * otherwise. */
+static void store_dense_how(coord_server *srv, int64_t task, int64_t peer, int64_t samples,
+                            const float *d, int with_norm) {
     compress_update_meta m = {.task = task,
                               .peer = peer,
                               .base_version = srv->run.version,
@@ -309,8 +345,17 @@ static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t s
     vl_buf b;
     vl_buf_init(&b, 1 << 24);
     encode_update(srv, "none", &m, NULL, d, srv->run.n_params, &b);
-    store_update(srv, peer, &m, &b);
+    if (with_norm)
+        store_update(srv, peer, &m, &b);
+    else
+        store_update_as(srv, peer, &m, &b, NULL);
     vl_buf_free(&b);
+}
+
+/* Stores a dense update of peer as an upload is stored. */
+static void store_dense(coord_server *srv, int64_t task, int64_t peer, int64_t samples,
+                        const float *d) {
+    store_dense_how(srv, task, peer, samples, d, 1);
 }
 
 static double l2(const float *d, size_t n) {
@@ -439,6 +484,148 @@ static void test_auto_norm_bound_per_peer(void **state) {
     free(dir);
 }
 
+/* A fixed clipping bound of 1 for the stored-norm cases. */
+#define CLIP_AT_ONE "{\"max_norm\": 1, \"on_excess\": \"clip\"}"
+
+/* Two peers of srv, and their dense updates scaled to L2 norms 0.5 and 4
+ * (seeded by seed): under and over CLIP_AT_ONE. */
+static void two_updates(coord_server *srv, uint64_t seed, int64_t peer[2], float *d[2]) {
+    size_t n = srv->run.n_params;
+    const double want[2] = {0.5, 4};
+    for (int k = 0; k < 2; k++) {
+        uint8_t pk[VCRYPTO_PK_BYTES];
+        memset(pk, k + 1, sizeof pk);
+        OK(storage_peer_insert(srv->run.db, pk, "p", "{}", 0, vl_clock_unix_s(), &peer[k], &e_));
+        d[k] = random_vec(n, seed + (uint64_t)k);
+        double l = l2(d[k], n);
+        for (size_t i = 0; i < n; i++) d[k][i] = (float)(d[k][i] * (want[k] / l));
+    }
+}
+
+/* How far theta1 is from theta0 minus the mean of the two updates of
+ * two_updates (10 and 30 samples) with d[k] scaled by s[k]. */
+static double off_step(const float *theta0, const float *theta1, float *const d[2],
+                       const double s[2], size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double want = theta0[i] - (10 * s[0] * d[0][i] + 30 * s[1] * d[1][i]) / 40.0;
+        worst = fmax(worst, fabs(theta1[i] - want));
+    }
+    return worst;
+}
+
+/* The merge bounds an update by the norm stored with it on arrival and
+ * does not compute it again: with max_norm 1 (clip), an update of norm
+ * 0.5 stored as 10 is scaled down tenfold, and one of norm 4 stored as
+ * 0.25 goes in whole. Had the merge computed the norms, the first would
+ * have gone in whole and the second been scaled by a quarter. */
+static void test_merge_uses_stored_norm(void **state) {
+    (void)state;
+    char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
+    coord_server *srv = open_run(dir, "none", CLIP_AT_ONE);
+    size_t n = srv->run.n_params;
+    const coord_robust_config *rb = &srv->run.cfg.robust;
+    assert_true(!rb->auto_norm && rb->max_norm == 1 && !rb->refuse_excess &&
+                rb->rule == COORD_RULE_MEAN);
+    int64_t peer[2];
+    float *d[2];
+    two_updates(srv, 500, peer, d);
+    float *theta0 = malloc(n * sizeof *theta0);
+    assert_non_null(theta0);
+    memcpy(theta0, coord_model_params(&srv->run.net), n * sizeof *theta0);
+    const double stored[2] = {10, 0.25};
+    for (int k = 0; k < 2; k++) {
+        compress_update_meta m = {.task = k + 1,
+                                  .peer = peer[k],
+                                  .base_version = 0,
+                                  .num_samples = k ? 30 : 10,
+                                  .local_steps = 2,
+                                  .loss = 3.0};
+        snprintf(m.run, sizeof m.run, "merge");
+        vl_buf b;
+        vl_buf_init(&b, 1 << 24);
+        encode_update(srv, "none", &m, NULL, d[k], n, &b);
+        assert_true(fabs(upload_norm(srv, &b) - (k ? 4 : 0.5)) < 1e-5);
+        store_update_as(srv, peer[k], &m, &b, &stored[k]);
+        vl_buf_free(&b);
+    }
+    merge_next(srv);
+    const float *theta1 = coord_model_params(&srv->run.net);
+    const double by_stored[2] = {0.1, 1}, by_computed[2] = {1, 0.25};
+    double worst = off_step(theta0, theta1, d, by_stored, n);
+    if (worst > 1e-6) fail_msg("version 1 is %.3g from the step the stored norms bound", worst);
+    /* The other reading is far off, so the check above tells them apart. */
+    assert_true(off_step(theta0, theta1, d, by_computed, n) > 1e-3);
+    free(theta0);
+    for (int k = 0; k < 2; k++) free(d[k]);
+    coord_server_close(srv);
+    test_remove_tree(dir);
+    free(dir);
+}
+
+/* The updates of a database from before migration 14 have no stored norm,
+ * and the merge computes each one itself, as it always did. The same two
+ * updates, the longer one clipped to max_norm, make the same version, bit
+ * for bit, stored with their norms as uploads are, or in a database taken
+ * back to schema 13 (the column dropped, user_version 13) that the
+ * coordinator then opens and migrates. */
+static void test_old_schema_norms_fall_back(void **state) {
+    (void)state;
+    float *theta0[2], *theta1[2];
+    float *d[2] = {0};
+    size_t n = 0;
+    for (int old = 0; old < 2; old++) {
+        char *dir = test_temp_dir("/tmp/volley-merge.XXXXXX");
+        coord_server *srv = open_run(dir, "none", CLIP_AT_ONE);
+        n = srv->run.n_params;
+        int64_t peer[2];
+        for (int k = 0; k < 2; k++) free(d[k]);
+        two_updates(srv, 600, peer, d);
+        theta0[old] = malloc(n * sizeof *theta0[old]);
+        theta1[old] = malloc(n * sizeof *theta1[old]);
+        assert_true(theta0[old] && theta1[old]);
+        memcpy(theta0[old], coord_model_params(&srv->run.net), n * sizeof *theta0[old]);
+        store_dense_how(srv, 1, peer[0], 10, d[0], !old);
+        store_dense_how(srv, 2, peer[1], 30, d[1], !old);
+        char db[600];
+        snprintf(db, sizeof db, "%s/run.db", dir);
+        if (old) {
+            coord_server_close(srv);
+            sqlite3 *raw = NULL;
+            assert_int_equal(sqlite3_open(db, &raw), SQLITE_OK);
+            const char *back = "ALTER TABLE updates DROP COLUMN norm; PRAGMA user_version = 13;";
+            if (sqlite3_exec(raw, back, NULL, NULL, NULL) != SQLITE_OK)
+                fail_msg("back to schema 13: %s", sqlite3_errmsg(raw));
+            assert_int_equal(sqlite3_close(raw), SQLITE_OK);
+            OK(coord_server_open(db, NULL, &srv, &e_));
+            int v = 0;
+            OK(storage_user_version(srv->run.db, &v, &e_));
+            assert_int_equal(v, storage_schema_version());
+        }
+        norm_count c = {0};
+        OK(storage_update_each_unmerged(srv->run.db, count_norms, &c, &e_));
+        assert_int_equal(c.updates, 2);
+        assert_int_equal(c.with_norm, old ? 0 : 2);
+        merge_next(srv);
+        memcpy(theta1[old], coord_model_params(&srv->run.net), n * sizeof *theta1[old]);
+        coord_server_close(srv);
+        test_remove_tree(dir);
+        free(dir);
+    }
+    assert_memory_equal(theta0[0], theta0[1], n * sizeof *theta0[0]);
+    assert_memory_equal(theta1[0], theta1[1], n * sizeof *theta1[0]);
+    /* And the version is the clipped mean: the longer update at 1/4. */
+    const double s[2] = {1, 1.0 / l2(d[1], n)};
+    assert_true(s[1] < 0.3);
+    double worst = off_step(theta0[1], theta1[1], d, s, n);
+    if (worst > 1e-6) fail_msg("version 1 is %.3g from the clipped mean's step", worst);
+    for (int k = 0; k < 2; k++) {
+        free(d[k]);
+        free(theta0[k]);
+        free(theta1[k]);
+    }
+}
+
 /* The learning window on its own: a peer's norms count as their median;
  * a window of one peer's updates waits for the quorum past auto_versions
  * (here 3) and is complete once two more peers are in it, or at
@@ -557,6 +744,8 @@ int main(void) {
         cmocka_unit_test(test_sketch_divides_by_samples),
         cmocka_unit_test(test_auto_norm_bound),
         cmocka_unit_test(test_auto_norm_bound_per_peer),
+        cmocka_unit_test(test_merge_uses_stored_norm),
+        cmocka_unit_test(test_old_schema_norms_fall_back),
         cmocka_unit_test(test_bound_window),
         cmocka_unit_test(test_robust_defaults),
         cmocka_unit_test(test_round_state),

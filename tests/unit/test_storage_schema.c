@@ -236,6 +236,156 @@ static void test_migration_moves_update_bodies(void **state) {
     test_remove_db(old_path);
 }
 
+typedef struct norms_seen {
+    int n;
+    int64_t id[4];
+    int has[4];
+    double norm[4];
+} norms_seen;
+
+static int see_norm(void *ctx, const storage_update *u) {
+    norms_seen *s = ctx;
+    assert_true(s->n < 4);
+    s->id[s->n] = u->id;
+    s->has[s->n] = u->has_norm;
+    s->norm[s->n++] = u->norm;
+    return 0;
+}
+
+/* An update's norm (migration 14) reads back with the same bits it was
+ * stored with, since the merge uses it where it computed the number
+ * before; an update stored without one reads back without one; and what
+ * is not a norm is refused before anything is stored. */
+static void test_update_norm_round_trip(void **state) {
+    fixture *f = *state;
+    insert_run(f->st);
+    commit_version(f->st, 0, 0.0f, NULL, 0, 0);
+    int64_t p = add_peer(f->st, 4);
+    /* A third, a subnormal and the largest double: no decimal rounding,
+     * no loss at either end of the range. */
+    const double norms[3] = {1.0 / 3.0, 4.9406564584124654e-324, 1.7976931348623157e308};
+    static const uint8_t blob[] = {1, 2, 3};
+    vl_error e = {0};
+    for (int i = 0; i < 4; i++) {
+        storage_update u = {.task_id = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE),
+                            .peer_id = p,
+                            .kind = "dense",
+                            .num_samples = 1,
+                            .local_steps = 1,
+                            .nbytes = sizeof blob,
+                            .blob = blob,
+                            .has_norm = i < 3,
+                            .norm = i < 3 ? norms[i] : 0};
+        assert_int_equal(storage_update_insert(f->st, &u, NULL, &e), VL_OK);
+    }
+    norms_seen s = {0};
+    assert_int_equal(storage_update_each_unmerged(f->st, see_norm, &s, &e), VL_OK);
+    assert_int_equal(s.n, 4);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(s.has[i], 1);
+        assert_memory_equal(&s.norm[i], &norms[i], sizeof norms[i]);
+    }
+    assert_int_equal(s.has[3], 0);
+    const double bad[] = {-1.0, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        storage_update u = {.task_id = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE),
+                            .peer_id = p,
+                            .kind = "dense",
+                            .num_samples = 1,
+                            .local_steps = 1,
+                            .nbytes = sizeof blob,
+                            .blob = blob,
+                            .has_norm = 1,
+                            .norm = bad[i]};
+        assert_int_equal(storage_update_insert(f->st, &u, NULL, &e), VL_EINVAL);
+    }
+    int64_t total = 0;
+    assert_int_equal(storage_update_count(f->st, &total, &e), VL_OK);
+    assert_int_equal(total, 4);
+}
+
+/* Migration 14 adds the norm column: a database made at schema 13 with an
+ * unmerged update opens at the latest schema with that update's norm
+ * unknown (NULL, which the merge computes itself) and its body intact,
+ * and takes new updates with their norms beside it. */
+static void test_migration_adds_update_norms(void **state) {
+    fixture *f = *state;
+    char old_path[160];
+    snprintf(old_path, sizeof old_path, "%s/old.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
+    size_t n = 0;
+    const storage_migration *m = storage_builtin_migrations(&n);
+    for (size_t i = 0; i < n && m[i].version <= 13; i++)
+        assert_int_equal(sqlite3_exec(db, m[i].sql, NULL, NULL, NULL), SQLITE_OK);
+    const char *rows =
+        "PRAGMA user_version = 13;"
+        "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash, created_at)"
+        " VALUES (1, 'r', '{}', '/c', 1, 'h', 1);"
+        "INSERT INTO peers (id, public_key, name, hardware, joined_at, last_seen)"
+        " VALUES (1, zeroblob(32), 'p', '', 1, 1);"
+        "INSERT INTO versions (version, created_at) VALUES (0, 1);"
+        "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length, seed,"
+        " issued_at, deadline, state) VALUES (1, 1, 0, 0, 10, 1, 1, 2, 'done');"
+        "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
+        " local_steps, loss, nbytes, received_at)"
+        " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, 1);"
+        "INSERT INTO update_blobs (update_id, blob) VALUES (1, X'07FF09');";
+    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    storage *st = NULL;
+    vl_error e = {0};
+    assert_int_equal(storage_open(old_path, 0, &st, &e), VL_OK);
+    int v = 0;
+    assert_int_equal(storage_user_version(st, &v, &e), VL_OK);
+    assert_int_equal(v, storage_schema_version());
+    body_seen b = {0};
+    assert_int_equal(storage_update_each_unmerged(st, see_body, &b, &e), VL_OK);
+    assert_true(b.n == 1 && b.nbytes == 3 && b.first == 0x07 && b.last == 0x09);
+    storage_task t = {.peer_id = 1,
+                      .base_version = 0,
+                      .data_offset = 10,
+                      .data_length = 10,
+                      .seed = 1,
+                      .issued_at = 1,
+                      .deadline = 2,
+                      .state = STORAGE_TASK_DONE};
+    int64_t tid = 0;
+    assert_int_equal(storage_task_insert(st, &t, &tid, &e), VL_OK);
+    static const uint8_t blob[] = {5};
+    storage_update u = {.task_id = tid,
+                        .peer_id = 1,
+                        .kind = "dense",
+                        .num_samples = 1,
+                        .local_steps = 1,
+                        .nbytes = sizeof blob,
+                        .blob = blob,
+                        .has_norm = 1,
+                        .norm = 0.75};
+    int64_t uid = 0;
+    assert_int_equal(storage_update_insert(st, &u, &uid, &e), VL_OK);
+    norms_seen s = {0};
+    assert_int_equal(storage_update_each_unmerged(st, see_norm, &s, &e), VL_OK);
+    assert_int_equal(s.n, 2);
+    assert_true(s.id[0] == 1 && s.has[0] == 0);
+    assert_true(s.id[1] == uid && s.has[1] == 1 && s.norm[1] == 0.75);
+    storage_close(st);
+    /* What the migration added is a column of its own, NULL for the old
+     * row rather than some number that could pass for a norm. */
+    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(
+        sqlite3_prepare_v2(db, "SELECT id FROM updates WHERE norm IS NULL", -1, &q, NULL),
+        SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(q, 0), 1);
+    assert_int_equal(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    test_remove_db(old_path);
+}
+
 /* With its own checkpoints off, a connection's commits leave pages in the
  * WAL; a passive checkpoint then copies every one of them back. */
 static void test_checkpoint(void **state) {
@@ -333,6 +483,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_fresh_database_reaches_latest_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failing_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migration_moves_update_bodies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_update_norm_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migration_adds_update_norms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_merged_once_in_schema, setup, teardown),

@@ -1,6 +1,7 @@
-/* Sparse (topk) and sketch updates: round trips in F32 and F16, and every
+/* Sparse (topk) and sketch updates: round trips in F32 and F16, every
  * way an update can be wrong refused with the status class and the error
- * code the coordinator answers with. */
+ * code the coordinator answers with, and a norm that does not depend on
+ * where the body lies. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -224,6 +225,49 @@ static void test_sketch_round_trip_and_spec(void **state) {
     compress_sketch_free(&acc);
 }
 
+/* The norm an upload stores is what the merge would compute from the same
+ * bytes read back into another buffer: compress_update_norm must not
+ * depend on where the body lies (a vectorised sum that first stepped to
+ * an aligned address would add in another order). Every offset within
+ * 64 bytes, for a sketch (the ingest benchmark's update) and a dense
+ * update of odd length, F32 and F16. */
+static void test_norm_same_at_any_address(void **state) {
+    (void)state;
+    compress_sketch s;
+    OK(compress_sketch_init(&s, 5, 1001, 77, &e_));
+    float *x = random_vec(N, 31);
+    compress_sketch_encode(&s, x, N);
+    for (int c = 0; c < 4; c++) {
+        st_dtype dt = c & 1 ? ST_F16 : ST_F32;
+        vl_buf b;
+        vl_buf_init(&b, 1 << 20);
+        compress_update_meta m = meta(c < 2 ? COMPRESS_SKETCH : COMPRESS_DENSE);
+        if (c < 2)
+            OK(compress_update_encode_sketch(&m, &s, dt, &b, &e_));
+        else
+            OK(compress_update_encode_dense(&m, x, N, dt, &b, &e_));
+        uint8_t *buf = malloc(b.len + 64);
+        assert_non_null(buf);
+        double first = 0;
+        for (size_t off = 0; off < 64; off++) {
+            memcpy(buf + off, b.data, b.len);
+            compress_update u;
+            OK(compress_update_decode(buf + off, b.len, N, &u, NULL, &e_));
+            double norm = compress_update_norm(&u);
+            compress_update_free(&u);
+            assert_true(norm > 0);
+            if (off == 0) first = norm;
+            if (memcmp(&norm, &first, sizeof norm) != 0)
+                fail_msg("case %d: the norm at offset %zu is %.17g, at 0 %.17g", c, off, norm,
+                         first);
+        }
+        free(buf);
+        vl_buf_free(&b);
+    }
+    free(x);
+    compress_sketch_free(&s);
+}
+
 /* A sketch update without its seed, or with a table of the wrong rank,
  * is malformed or misshapen; one made with no hash named (as volley made
  * them before the windowed hash) or another hash is the wrong sketch. */
@@ -432,6 +476,7 @@ int main(void) {
         cmocka_unit_test(test_topk_round_trip),
         cmocka_unit_test(test_topk_bad_indices_and_values),
         cmocka_unit_test(test_sketch_round_trip_and_spec),
+        cmocka_unit_test(test_norm_same_at_any_address),
         cmocka_unit_test(test_sketch_malformed),
         cmocka_unit_test(test_value_bounds),
         cmocka_unit_test(test_round_values_f16),
