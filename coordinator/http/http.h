@@ -6,8 +6,8 @@
  * request authentication (auth.c) checks the signature on the head, for
  * the guard, and gives a handler its peer.
  *
- * Contents: replies; query strings and the version they name; shared bytes; the client's address;
- * authentication; dispatch.
+ * Contents: replies; query strings and the version they name; shared
+ * bytes; the client's address; authentication; dispatch.
  */
 #ifndef VOLLEY_COORD_HTTP_HTTP_H
 #define VOLLEY_COORD_HTTP_HTTP_H

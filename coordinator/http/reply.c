@@ -180,7 +180,7 @@ int coord_req_version(coord_req *cr, const char *const *allowed, int64_t *values
     if (coord_req_query(cr, allowed, INT64_MAX, values, present, NULL) != 0) return COORD_ANSWERED;
     int at = 0;
     while (allowed[at] && strcmp(allowed[at], "version") != 0) at++;
-    if (*present & (1u << at)) {
+    if (at < 32 && (*present & (1u << at))) {
         *version = values[at];
         return 0;
     }

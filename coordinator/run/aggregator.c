@@ -9,6 +9,8 @@
 
 #include "compress/compress.h"
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/run/split.h"
 #include "coordinator/base/robust.h"

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/config/config.h"
 

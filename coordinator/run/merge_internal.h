@@ -13,6 +13,8 @@
 #include "coordinator/base/robust.h"
 #include "coordinator/coord.h"
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 
 /* The updates of a version being read: their sums, or (a rule other than
  * mean) the updates themselves, and what is reported of them. */

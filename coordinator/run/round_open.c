@@ -8,6 +8,8 @@
 #include <string.h>
 #include "compress/compress.h"
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/run/split.h"
 #include "coordinator/base/robust.h"

@@ -8,6 +8,8 @@
 #include <event2/event.h>
 
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/sched/schedule.h"
 #include "coordinator/base/sched_rules.h"

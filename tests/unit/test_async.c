@@ -26,6 +26,8 @@
 #include <event2/event.h>
 
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
 #include "coordinator/base/sched_rules.h"

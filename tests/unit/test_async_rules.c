@@ -12,6 +12,8 @@
 #include <cmocka.h>
 
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/base/sched_rules.h"
 #include "test_util.h"

@@ -19,6 +19,8 @@
 #include <cmocka.h>
 
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "test_util.h"
 #include "coordinator/config/config.h"

@@ -16,6 +16,8 @@
 #include "compress/compress.h"
 #include "test_util.h"
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/config/config.h"
 #include "coordinator/coord.h"
 #include "coordinator/base/sched_rules.h"

@@ -24,6 +24,8 @@
 
 #include "test_util.h"
 #include "coordinator/run/aggregator.h"
+#include "coordinator/run/factors.h"
+#include "coordinator/run/round.h"
 #include "coordinator/coord.h"
 #include "coordinator/cli/cli.h"
 #include "coordinator/config/config.h"
