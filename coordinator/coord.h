@@ -201,7 +201,6 @@ typedef struct coord_srv_conns {
     coord_limits limits;
     coord_limiter *addr_limiter, *peer_limiter;
     coord_limiter *split_limiter; /* a split run's batch routes; NULL elsewhere */
-    struct event *slow_timer;     /* checks every connection against the slow-client limits */
     coord_guard *guards;          /* one per open connection */
     /* Connections under pressure (conns.c). */
     struct event *accept_timer;          /* resumes accepting after a pause */
@@ -332,6 +331,10 @@ typedef struct coord_server {
     double drain_deadline;
     struct event *drain_timer;
     struct event *sig_term, *sig_int, *sig_hup;
+    /* The housekeeping tick (server.c's serve_cron), and how many times
+     * it has run: what runs at a longer period counts its ticks. */
+    struct event *cron;
+    uint64_t cron_loops;
     coord_srv_conns conns;
     coord_srv_run run;
     coord_srv_sched sched;

@@ -223,15 +223,17 @@ static struct bufferevent *make_bev(struct event_base *base, void *arg) {
     return bev;
 }
 
-/* ---- slow clients ------------------------------------------------------------ */
+/* ---- housekeeping ------------------------------------------------------------ */
 
-#define SLOW_CHECK_S 0.5
+/* One tick for everything the server does by the clock rather than by an
+ * event, as redis's serverCron: each job runs every period_ms of it. */
+#define CRON_MS 500
+#define RUN_WITH_PERIOD(srv, period_ms) \
+    ((period_ms) <= CRON_MS || (srv)->cron_loops % ((period_ms) / CRON_MS) == 0)
 
-static void slow_tick(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    coord_server *srv = arg;
-    double now = vl_clock_mono_s();
+/* Every connection against the slow-client limits, then the connection
+ * counts and the descriptor pressure (conns.c). */
+static void check_connections(coord_server *srv, double now) {
     /* Enforcing may free that guard's connection (and unlink the guard),
      * never another one, so the next pointer is taken first. */
     for (coord_guard *g = srv->conns.guards, *next; g; g = next) {
@@ -245,6 +247,32 @@ static void slow_tick(evutil_socket_t fd, short what, void *arg) {
                         srv->conns.limits.min_body_rate);
     }
     coord_conns_tick(srv, now);
+}
+
+static void serve_cron(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    coord_server *srv = arg;
+    /* 1. connections: every tick, so a slow client is cut within CRON_MS
+     *    of its limit (the tick runs with every limit off too: it also
+     *    counts the admin listener's connections) */
+    check_connections(srv, vl_clock_mono_s());
+    /* 2. the nonce journal: the nonces seen since the last flush, once a
+     *    second, so a restart within the window still refuses a replay */
+    if (RUN_WITH_PERIOD(srv, 1000) && srv->conns.nonce_log) {
+        vl_error e = {0};
+        if (coord_nonce_log_flush(srv->conns.nonce_log, &e) != VL_OK)
+            vl_log_warn("nonce journal: %s", e.msg);
+    }
+    srv->cron_loops++;
+}
+
+static int start_cron(coord_server *srv, vl_error *err) {
+    srv->cron = event_new(srv->base, -1, EV_PERSIST, serve_cron, srv);
+    struct timeval tv = {0, (suseconds_t)CRON_MS * 1000};
+    if (!srv->cron || event_add(srv->cron, &tv) != 0)
+        return vl_fail(err, VL_ENOMEM, "cannot start the housekeeping timer");
+    return VL_OK;
 }
 
 /* Slots of the rate tables: enough for every address of a large swarm;
@@ -269,13 +297,7 @@ static int setup_limits(coord_server *srv, const coord_limits *l, vl_error *err)
             vl_log_info("split batches: up to %.0f requests/s per peer, bursts of %.0f",
                         srv->conns.limits.split.rate, srv->conns.limits.split.burst);
     }
-    /* The tick runs even with every limit off: it also counts the admin
-     * listener's connections. */
-    srv->conns.slow_timer = event_new(srv->base, -1, EV_PERSIST, slow_tick, srv);
-    struct timeval tv = {0, (suseconds_t)(SLOW_CHECK_S * 1e6)};
-    if (!srv->conns.slow_timer || event_add(srv->conns.slow_timer, &tv) != 0)
-        return vl_fail(err, VL_ENOMEM, "cannot start the slow-client timer");
-    return VL_OK;
+    return start_cron(srv, err);
 }
 
 /* ---- draining --------------------------------------------------------------- */
@@ -476,8 +498,7 @@ int coord_server_open(const char *db_path, const coord_limits *limits, coord_ser
     if (rc == VL_OK) coord_writer_set_full_hook(srv->run.writer, coord_disk_note, srv);
     if (rc == VL_OK) rc = coord_score_start(srv, err);
     if (rc == VL_OK)
-        rc =
-            coord_nonce_log_open(db_path, srv->conns.nonces, srv->base, &srv->conns.nonce_log, err);
+        rc = coord_nonce_log_open(db_path, srv->conns.nonces, NULL, &srv->conns.nonce_log, err);
     if (rc == VL_OK) {
         coord_limits def;
         coord_limits_default(&def);
@@ -507,7 +528,7 @@ void coord_server_close(coord_server *srv) {
     if (srv->sched.merge_event) event_free(srv->sched.merge_event);
     if (srv->sched.round_timer) event_free(srv->sched.round_timer);
     if (srv->drain_timer) event_free(srv->drain_timer);
-    if (srv->conns.slow_timer) event_free(srv->conns.slow_timer);
+    if (srv->cron) event_free(srv->cron);
     coord_conns_close(srv);
     coord_nonce_log_close(srv->conns.nonce_log);
     srv->conns.nonce_log = NULL;

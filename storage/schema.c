@@ -185,7 +185,8 @@ static const storage_migration MIGRATIONS[] = {
      " END;"},
     {12,
      /* GET /v1/status counts every peer's updates: without this, a scan of
-      * all updates per peer (1 s at 300 peers and 50 000 updates). */
+      * all updates per peer, which grows with a swarm's size
+      * (docs/benchmarks.md, "Figures the code relies on"). */
      "CREATE INDEX updates_by_peer ON updates(peer_id);"},
     {13,
      /* The median L2 norm of the updates a version merged, as they were

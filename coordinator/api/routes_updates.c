@@ -297,6 +297,7 @@ void coord_route_updates(coord_req *cr) {
     coord_server *srv = cr->srv;
     size_t len;
     const uint8_t *body = coord_body(cr, &len);
+    /* 1. the query and the run: is an update still taken */
     const char *const keys[] = {"next", NULL};
     int64_t want_next = 0;
     unsigned present = 0;
@@ -313,6 +314,7 @@ void coord_route_updates(coord_req *cr) {
         coord_reply_error(cr, 400, "malformed_update", "the body is empty");
         return;
     }
+    /* 2. the body decoded, and the task it answers */
     compress_update cu;
     vl_error e = {0};
     const char *code = "malformed_update";
@@ -337,6 +339,8 @@ void coord_route_updates(coord_req *cr) {
         refuse_held(cr, &t, &hr);
         return;
     }
+    /* 3. against the run's shape, factors and bounds (refusals are held
+     *    against the task) */
     rc = compress_update_check_spec(&cu, &srv->run.spec, &code, &e);
     if (rc == VL_OK) rc = check_factors(srv, &cu, &code, &e);
     /* Computed once, here, for every update that is stored: a refusing
@@ -359,6 +363,8 @@ void coord_route_updates(coord_req *cr) {
         refuse_held(cr, &t, &hr);
         return;
     }
+    /* 4. to the writer, with the next lease when asked; the 202 goes out
+     *    once it committed */
     upload_job *j = calloc(1, sizeof *j);
     if (!j) {
         coord_reply_oom(cr, "queueing an update");

@@ -159,7 +159,7 @@ static int check_robust(const coord_config *cfg, vl_error *err);
  * Beyond the bound an async run refuses (the buffer fills from others);
  * a sync run clips, since a refused update leaves its slot leased until
  * the lease ends and every peer would wait that long for the version
- * (the hostile-peer test: 604 s against 13). */
+ * (docs/benchmarks.md, "Figures the code relies on"). */
 static void default_rule(coord_config *cfg) {
     if (!cfg->robust.by_default) return;
     cfg->robust.by_default = 0; /* the normalised JSON says all of it */
@@ -340,7 +340,69 @@ static int check_classifier(json_t *root, coord_config *cfg, vl_error *err) {
     return VL_OK;
 }
 
+/* The rules between fields of the training and merging sections, and
+ * the defaults taken from other fields. */
+static int check_rules(coord_config *cfg, vl_error *err) {
+    if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;
+    if (cfg->selsync_h_min > cfg->train.steps) {
+        return vl_fail(err, VL_EINVAL,
+                       "config: selsync.h_min (%lld) exceeds train.steps (%lld), "
+                       "which is H_max",
+                       (long long)cfg->selsync_h_min, (long long)cfg->train.steps);
+    }
+    if (cfg->train.nesterov &&
+        (strcmp(cfg->train.optimizer, "sgd") != 0 || cfg->train.momentum == 0)) {
+        return vl_fail(err, VL_EINVAL,
+                       "config: train.nesterov needs optimizer \"sgd\" with "
+                       "train.momentum > 0");
+    }
+    if (cfg->train.min_lr > cfg->train.lr) {
+        return vl_fail(err, VL_EINVAL, "config: train.min_lr (%g) exceeds train.lr (%g)",
+                       cfg->train.min_lr, cfg->train.lr);
+    }
+    if (cfg->train.warmup >= cfg->max_versions) {
+        return vl_fail(err, VL_EINVAL,
+                       "config: train.warmup (%lld versions) must be below "
+                       "max_versions (%lld)",
+                       (long long)cfg->train.warmup, (long long)cfg->max_versions);
+    }
+    if (cfg->keep_update_blobs < 0) cfg->keep_update_blobs = cfg->keep_versions;
+    if (cfg->staleness.fn == COORD_STALE_HINGE && cfg->staleness.b > cfg->staleness.max) {
+        return vl_fail(err, VL_EINVAL, "config: staleness.b (%lld) exceeds staleness.max (%lld)",
+                       (long long)cfg->staleness.b, (long long)cfg->staleness.max);
+    }
+    if (coord_config_is_async(cfg) && cfg->round_deadline_s > 0) {
+        return vl_fail(err, VL_EINVAL,
+                       "config: round_deadline_s is for sync runs; an async run "
+                       "merges every updates_per_version updates");
+    }
+    return VL_OK;
+}
+
+/* What one upload may weigh against what it must be able to carry. */
+static int check_sizes(const coord_config *cfg, vl_error *err) {
+    int64_t need = coord_config_update_bytes(cfg);
+    if (cfg->max_body_bytes < need) {
+        return vl_fail(
+            err, VL_EINVAL,
+            "config: max_body_bytes (%lld) is smaller than one %s "
+            "%s update of this model%s (%lld bytes)",
+            (long long)cfg->max_body_bytes, cfg->compression_dtype, cfg->compression_kind,
+            coord_config_shares_factors(cfg) ? " with its K-FAC factors" : "", (long long)need);
+    }
+    /* The values of a second round travel under the same cap. */
+    int64_t values = 4 * coord_config_round_candidates(cfg) + 8 + UPDATE_HEADER_SLACK;
+    if (cfg->second_round > 0 && cfg->max_body_bytes < values) {
+        return vl_fail(err, VL_EINVAL,
+                       "config: max_body_bytes (%lld) is smaller than the values "
+                       "of one second round (%lld bytes)",
+                       (long long)cfg->max_body_bytes, (long long)values);
+    }
+    return VL_OK;
+}
+
 int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error *err) {
+    /* 1. the defaults, the JSON, its top level */
     coord_config_defaults(cfg);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -356,76 +418,21 @@ int coord_config_parse(const char *json, size_t len, coord_config *cfg, vl_error
         rc = vl_fail(err, VL_EINVAL, "config: name is required");
         goto out;
     }
+    /* 2. every field of the table, then what the sections and the data
+     *    say beyond their fields */
     if ((rc = coord_config_fields_read(root, cfg, err)) || (rc = parse_sections(root, cfg, err)) ||
         (rc = parse_data(root, cfg, err)) || (rc = coord_config_parse_split(root, cfg, err)) ||
         (rc = coord_config_resolve_lease_wait(root, cfg, err)))
         goto out;
-    if (cfg->net == COORD_NET_MLP) {
-        if ((rc = check_classifier(root, cfg, err))) goto out;
-    } else if ((rc = check_gpt(root, cfg, err))) {
-        goto out;
-    }
-    if (cfg->selsync_h_min < 0) cfg->selsync_h_min = cfg->train.steps;
-    if (cfg->selsync_h_min > cfg->train.steps) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: selsync.h_min (%lld) exceeds train.steps (%lld), "
-                     "which is H_max",
-                     (long long)cfg->selsync_h_min, (long long)cfg->train.steps);
-        goto out;
-    }
-    if (cfg->train.nesterov &&
-        (strcmp(cfg->train.optimizer, "sgd") != 0 || cfg->train.momentum == 0)) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: train.nesterov needs optimizer \"sgd\" with "
-                     "train.momentum > 0");
-        goto out;
-    }
-    if (cfg->train.min_lr > cfg->train.lr) {
-        rc = vl_fail(err, VL_EINVAL, "config: train.min_lr (%g) exceeds train.lr (%g)",
-                     cfg->train.min_lr, cfg->train.lr);
-        goto out;
-    }
-    if (cfg->train.warmup >= cfg->max_versions) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: train.warmup (%lld versions) must be below "
-                     "max_versions (%lld)",
-                     (long long)cfg->train.warmup, (long long)cfg->max_versions);
-        goto out;
-    }
-    if (cfg->keep_update_blobs < 0) cfg->keep_update_blobs = cfg->keep_versions;
-    if (cfg->staleness.fn == COORD_STALE_HINGE && cfg->staleness.b > cfg->staleness.max) {
-        rc = vl_fail(err, VL_EINVAL, "config: staleness.b (%lld) exceeds staleness.max (%lld)",
-                     (long long)cfg->staleness.b, (long long)cfg->staleness.max);
-        goto out;
-    }
-    if (coord_config_is_async(cfg) && cfg->round_deadline_s > 0) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: round_deadline_s is for sync runs; an async run "
-                     "merges every updates_per_version updates");
-        goto out;
-    }
+    /* 3. the model's kind, then the rules between fields */
+    rc = cfg->net == COORD_NET_MLP ? check_classifier(root, cfg, err) : check_gpt(root, cfg, err);
+    if (rc || (rc = check_rules(cfg, err))) goto out;
+    /* 4. what the run resolves to: compression sizes, the robust rule,
+     *    the outer step; then what an upload must carry */
     if (!(rc = coord_config_resolve_compression(cfg, err))) default_rule(cfg);
-    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(cfg, err)))
+    if (rc || (rc = check_robust(cfg, err)) || (rc = coord_config_resolve_outer(cfg, err)) ||
+        (rc = check_sizes(cfg, err)))
         goto out;
-    int64_t need = coord_config_update_bytes(cfg);
-    if (cfg->max_body_bytes < need) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: max_body_bytes (%lld) is smaller than one %s "
-                     "%s update of this model%s (%lld bytes)",
-                     (long long)cfg->max_body_bytes, cfg->compression_dtype, cfg->compression_kind,
-                     coord_config_shares_factors(cfg) ? " with its K-FAC factors" : "",
-                     (long long)need);
-        goto out;
-    }
-    /* The values of a second round travel under the same cap. */
-    int64_t values = 4 * coord_config_round_candidates(cfg) + 8 + UPDATE_HEADER_SLACK;
-    if (cfg->second_round > 0 && cfg->max_body_bytes < values) {
-        rc = vl_fail(err, VL_EINVAL,
-                     "config: max_body_bytes (%lld) is smaller than the values "
-                     "of one second round (%lld bytes)",
-                     (long long)cfg->max_body_bytes, (long long)values);
-        goto out;
-    }
 out:
     json_decref(root);
     if (rc != VL_OK) coord_config_free(cfg);

@@ -37,12 +37,11 @@
 /* The outer step of a sketch run whose configuration has no "outer"
  * object: with a second round, DiLoCo's momentum with a smaller step and
  * a shorter memory (the exact values go through the dense step, but a
- * value standing in for several versions arrives as a burst: at 0.7 the
- * 30x run jumped back up late, and momentum 0.9 carried each burst on for
- * about ten versions where 0.8 carries it for five: 1.06-1.07 of dense
- * against 1.00-1.03 at 30x; docs/results/convergence.md); without one, FedAvg's, since
- * what passes the noise threshold is already the accumulated error
- * feedback and momentum would apply it again. */
+ * value standing in for several versions arrives as a burst, which a
+ * larger step and a longer memory carry on for too long:
+ * docs/benchmarks.md, "Figures the code relies on"); without one,
+ * FedAvg's, since what passes the noise threshold is already the
+ * accumulated error feedback and momentum would apply it again. */
 #define COORD_SKETCH_ROUND_LR 0.5
 #define COORD_SKETCH_ROUND_MOMENTUM 0.8
 #define COORD_SKETCH_LR 1.0
@@ -63,10 +62,10 @@
  * the training changed it. */
 #define COORD_VAL_TOKENS_DEFAULT 262144
 /* A version more than 20 % above the best validation loss so far is
- * refused. In the benchmark's runs that learn, no version was more than
- * 3.4 % above the best in a synchronous run or 17 % in an asynchronous one
- * (whose single versions are noisier), while a diverging sketch or outer
- * step went from 5.5 to 10 or 50 within a few versions. */
+ * refused: well above how far the versions of runs that learn stray
+ * from their best (asynchronous ones, whose single versions are noisier,
+ * included), well below where a diverging run goes within a few versions
+ * (docs/benchmarks.md, "Figures the code relies on"). */
 #define COORD_MAX_LOSS_RISE_DEFAULT 0.2
 
 /* The outer optimiser an async run gets when its configuration has no
@@ -74,17 +73,16 @@
  * converges on stale pseudo-gradients where momentum every version
  * diverges. An async run given momentum without a delay gets this delay.
  * A cycle of delay versions should hold about one update per peer (one
- * synchronous round): with updates_per_version at half the peers, 2. On
- * the demo task (4 peers, one 4x slower) 2 updates a version with delay 2
- * matched the synchronous run per merged update; 4 a version (delay 1 or
- * 4) and 1 a version with delay 4 fell far behind. */
+ * synchronous round): with updates_per_version at half the peers, 2, the
+ * setting that matched the synchronous run where others fell behind
+ * (docs/benchmarks.md, "Figures the code relies on"). */
 /* What a topk or gaussk run gets when its configuration names only the
  * kind and the ratio: slices of about COORD_TOPK_BLOCK coordinates
  * (topk), a residual decaying by COORD_SPARSE_DECAY per task, and, without
  * an "outer" object, outer lr COORD_SPARSE_OUTER_LR with no momentum: a
  * coordinate one peer of four sends is averaged down fourfold, which the
  * larger step makes up for, and server momentum on error-feedback bursts
- * overshoots (top-k 100x: 0.999 of dense over three runs). */
+ * overshoots (top-k at 100x then matches dense: docs/benchmarks.md). */
 #define COORD_TOPK_BLOCK 512
 #define COORD_SPARSE_DECAY 0.9
 #define COORD_SPARSE_OUTER_LR 3.0
@@ -100,31 +98,28 @@
  * delayed Nesterov (momentum once per 2 versions) with η 0.5 and μ 0.8.
  * Staleness itself acts as momentum (an update lands after steps it did
  * not see), so the explicit momentum must be lower than a synchronous
- * run's. On the demo task with one peer 4x slower (2 updates a version,
- * 160 merged updates, licenses and fortunes, two seeds each), the mean
- * validation loss over the last 11 versions was 2.30 at μ 0.9, 2.20 at
- * 0.8 and about the same at 0.7 (synchronous runs end at 2.11 to 2.67
- * on licenses, 2.12 to 2.19 on fortunes); larger steps (η 0.6 to 1.0 with μ 0.5 to 0.9) did worse. At
- * μ 0.9, η 0.5 beat 0.35 and 0.7, and scaling each version's step by its
- * updates' mean staleness weight (FedBuff's unnormalised mean) did worse
- * than a constant η. */
+ * run's. The values were chosen on the demo task with one peer 4x
+ * slower, against larger and smaller steps and memories and against
+ * scaling each version's step by its staleness weight (FedBuff's
+ * unnormalised mean), which did worse than a constant η
+ * (docs/benchmarks.md, "Figures the code relies on"). */
 #define COORD_ASYNC_OUTER_LR 0.5
 #define COORD_ASYNC_OUTER_MOMENTUM 0.8
 #define COORD_ASYNC_OUTER_DELAY 2
 
 /* What an async run's lease_wait is when not given: a peer waits up to one
- * task's time for the version that merges its update. On the demo task
- * with one peer 4x slower and 4 updates a version, the peers' updates then
- * arrived fresh in 79 of 80 versions, where without the wait a peer
- * leased the old version as soon as its update was stored and most
- * updates landed a version stale. */
+ * task's time for the version that merges its update, so that its
+ * updates arrive fresh; without the wait a peer leases the old version
+ * as soon as its update is stored and most updates land a version stale
+ * (docs/benchmarks.md, "Figures the code relies on"). */
 #define COORD_ASYNC_LEASE_WAIT 1.0
 /* The val_check_tokens of an async run that waits, when not given: its
- * peers wait for each version, and so for its score. On the demo task
- * (2 cores, 32 Ki held-out bytes scored) a version then took 0.9 s
- * instead of 1.3, and the updates stayed as fresh, since the peers wait
- * for their own updates' version either way. A 4 Ki check sees a version
- * that blows up (a 20 % rise is refused) as well as the full score. */
+ * peers wait for each version, and so for its score, and a version
+ * served on a check comes sooner while the updates stay as fresh, since
+ * the peers wait for their own updates' version either way
+ * (docs/benchmarks.md, "Figures the code relies on"). A 4 Ki check sees
+ * a version that blows up (a 20 % rise is refused) as well as the full
+ * score. */
 #define COORD_ASYNC_CHECK_TOKENS 4096
 /* The outer step of an async run that waits (lease_wait > 0) when its
  * configuration has none: the synchronous run's Nesterov step every

@@ -474,6 +474,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     m->err = &j->merr;
     /* Per thread: only the compute thread's parallel regions change. */
     if (srv->run.compute_threads > 0) kernels_set_num_threads(srv->run.compute_threads);
+    /* 1. the updates, decoded, weighed and summed */
     /* Async: exactly the buffer's updates_per_version, oldest first; sync:
      * what waits, up to a bound (coord_config_merge_max). */
     double t0 = vl_clock_mono_s();
@@ -482,6 +483,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (rc == VL_OK && m->n_ids == 0)
         rc = vl_fail(&j->merr, VL_EDB, "version %lld was due but no stored update was found",
                      (long long)m->version);
+    /* 2. the outer step from the current parameters */
     const float *theta = coord_model_params(&srv->run.net);
     size_t n_cand = 0;
     if (rc == VL_OK) {
@@ -503,6 +505,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
+    /* 3. the version scored: its loss check, or its full score */
     int64_t next = m->version + 1;
     int finishing = next >= srv->run.cfg.max_versions;
     /* A run with a loss check serves a version on it and scores it in
@@ -529,6 +532,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
     if (!checked) check_loss = val_loss;
     j->check_loss = check_loss;
     j->eval_s = vl_clock_mono_s() - t_eval;
+    /* 4. refused or kept */
     /* A version whose loss blew up is refused, not served: it keeps the
      * current parameters, and the outer optimiser's state (momentum, the
      * sketch's error, the delayed step's buffer) restarts from zero, since
@@ -540,6 +544,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         memset(b->state, 0, srv->run.n_state * sizeof(float));
         n_cand = 0;
     }
+    /* 5. the version as the writer stores it */
     size_t nnz = coord_change(theta, b->next, n, b->cand, n_cand, b->idx, b->val);
     j->ver = (storage_version){
         .version = next,
@@ -571,6 +576,7 @@ static int merge_compute(storage *db, coord_job *job, vl_error *err) {
         *err = j->merr;
         return rc;
     }
+    /* 6. what is served with it, built here rather than on the loop */
     /* Peers of a sparse run catch up by delta, whose file carries the
      * version's digest: computed here rather than by the first delta
      * request on the loop, since hashing every parameter takes long on a
