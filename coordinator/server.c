@@ -614,7 +614,8 @@ int coord_serve(const coord_serve_opts *opts, vl_error *err) {
         /* Updates committed just before a crash may complete a version. */
         vl_error merr = {0};
         int m = coord_merge_if_ready(srv, &merr);
-        if (m < 0) rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
+        if (m != VL_OK && m != VL_AGAIN)
+            rc = vl_fail(err, m, "cannot merge pending updates: %s", merr.msg);
     }
     if (rc == VL_OK) {
         vl_log_info("run \"%s\": version %lld of %lld, %zu parameters%s", srv->run.cfg.name,

@@ -14,47 +14,46 @@
 #include "peer/loop_internal.h"
 
 /* Brings an older cached base up to the task's version with the sum of
- * the changes in between. Returns 1 when that worked, 0 when the whole
- * model has to be fetched instead (the changes were pruned, or the delta
- * did not apply), or an error that ends the loop. */
-static int fetch_delta(loop *L, const peer_task *k, vl_error *err) {
+ * the changes in between. Returns VL_OK when that worked, VL_AGAIN when
+ * the whole model has to be fetched instead (the changes were pruned, or
+ * the delta did not apply), or an error that ends the loop. */
+static int fetch_delta(peer_fetch *f, const peer_task *k, vl_error *err) {
     char target[96];
     snprintf(target, sizeof target, "/v1/model/delta?since=%lld&version=%lld",
-             (long long)L->tr.base_version, (long long)k->base_version);
+             (long long)f->tr->base_version, (long long)k->base_version);
     peer_request rq = {
         .method = "GET", .target = target, .cap = MODEL_CAP, .idle_s = IDLE_S, .show_progress = 1};
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    int rc = peer_http_do(f->http, &rq, f->rs, err);
     if (rc) return rc;
-    peer_response *rs = &L->rs;
+    peer_response *rs = f->rs;
     if (run_finished(rs)) return VL_DONE;
     if (rs->status != 200) {
         vl_log_debug("no delta from version %lld (status %ld); fetching the model",
-                     (long long)L->tr.base_version, rs->status);
-        return 0;
+                     (long long)f->tr->base_version, rs->status);
+        return VL_AGAIN;
     }
-    int64_t from = L->tr.base_version;
+    int64_t from = f->tr->base_version;
     vl_error e = {0};
-    if (peer_trainer_apply_delta(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version,
-                                 &e) != VL_OK) {
+    if (peer_trainer_apply_delta(f->tr, rs->body.data, rs->body.len, k->run, k->base_version, &e) !=
+        VL_OK) {
         vl_log_warn("delta from version %lld refused (%s); fetching the model", (long long)from,
                     e.msg);
-        return 0;
+        return VL_AGAIN;
     }
     vl_log_info("model version %lld from version %lld by delta: %zu bytes",
                 (long long)k->base_version, (long long)from, rs->body.len);
-    L->delta_bytes += rs->body.len;
-    return 1;
+    *f->delta_bytes += rs->body.len;
+    return VL_OK;
 }
 
 /* Makes the trainer hold the task's base version, downloading it only when
  * the cached one differs (If-None-Match), and only the changes when the
  * run's updates are sparse. */
-int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
-    if (k->method != PEER_METHOD_NONE && L->tr.base_version >= 0 &&
-        L->tr.base_version < k->base_version) {
-        int rc = fetch_delta(L, k, err);
-        if (rc == 1) return VL_OK;
-        if (rc) return rc;
+int peer_fetch_model(peer_fetch *f, const peer_task *k, vl_error *err) {
+    if (k->method != PEER_METHOD_NONE && f->tr->base_version >= 0 &&
+        f->tr->base_version < k->base_version) {
+        int rc = fetch_delta(f, k, err);
+        if (rc != VL_AGAIN) return rc; /* caught up, or an error */
     }
     char target[64], inm[32], want[32];
     snprintf(target, sizeof target, "/v1/model?version=%lld", (long long)k->base_version);
@@ -67,19 +66,19 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
                        .idle_s = IDLE_S,
                        .resume = 1,
                        .show_progress = 1};
-    if (L->tr.base_version >= 0) {
-        snprintf(inm, sizeof inm, "\"%lld\"", (long long)L->tr.base_version);
+    if (f->tr->base_version >= 0) {
+        snprintf(inm, sizeof inm, "\"%lld\"", (long long)f->tr->base_version);
         rq.if_none_match = inm;
     }
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    int rc = peer_http_do(f->http, &rq, f->rs, err);
     if (rc) return rc;
-    peer_response *rs = &L->rs;
+    peer_response *rs = f->rs;
     if (rs->status == 304) {
-        if (L->tr.base_version != k->base_version)
+        if (f->tr->base_version != k->base_version)
             return refused(vl_fail(err, VL_EINVAL,
                                    "model: 304 Not Modified for version %lld, "
                                    "but the cached model is version %lld",
-                                   (long long)k->base_version, (long long)L->tr.base_version));
+                                   (long long)k->base_version, (long long)f->tr->base_version));
         return VL_OK;
     }
     if (run_finished(rs)) return VL_DONE;
@@ -96,15 +95,15 @@ int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) {
         return refused(vl_fail(err, VL_EINVAL, "model: asked for version %lld, got ETag %s",
                                (long long)k->base_version, rs->etag));
     double t0 = vl_clock_mono_s();
-    rc = peer_trainer_load(&L->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
+    rc = peer_trainer_load(f->tr, rs->body.data, rs->body.len, k->run, k->base_version, err);
     size_t bytes = rs->body.len;
     /* The trainer holds its own copy; keeping a model-sized response
      * buffer through training would double the peer's footprint. */
     vl_buf_free(&rs->body);
     if (rc) return refused(rc);
-    L->model_bytes += bytes;
+    *f->model_bytes += bytes;
     vl_log_info("model version %lld: %zu parameters, %zu bytes, loaded in %.2f s",
-                (long long)k->base_version, L->tr.n_params, bytes, vl_clock_mono_s() - t0);
+                (long long)k->base_version, f->tr->n_params, bytes, vl_clock_mono_s() - t0);
     return VL_OK;
 }
 
@@ -128,7 +127,7 @@ static int content_range(const char *s, int64_t *first, int64_t *last) {
     return VL_OK;
 }
 
-int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
+int peer_fetch_data(peer_fetch *f, const peer_task *k, vl_error *err) {
     char target[64], range[64];
     int64_t last = k->offset + k->length - 1;
     snprintf(target, sizeof target, "/v1/data/%s", k->shard);
@@ -139,9 +138,9 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
                        .cap = (size_t)k->length,
                        .idle_s = IDLE_S,
                        .show_progress = 1};
-    int rc = peer_http_do(L->http, &rq, &L->rs, err);
+    int rc = peer_http_do(f->http, &rq, f->rs, err);
     if (rc) return rc;
-    peer_response *rs = &L->rs;
+    peer_response *rs = f->rs;
     if (run_finished(rs)) return VL_DONE;
     if (rs->status != 206) {
         if (rs->status >= 400)
@@ -150,14 +149,15 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
         return refused(
             vl_fail(err, VL_EINVAL, "data: expected 206 for %s, got %ld", range, rs->status));
     }
-    int64_t f, l;
-    if (content_range(rs->content_range, &f, &l) != VL_OK || f != k->offset || l != last)
+    int64_t first, last_got;
+    if (content_range(rs->content_range, &first, &last_got) != VL_OK || first != k->offset ||
+        last_got != last)
         return refused(vl_fail(err, VL_EINVAL, "data: Content-Range '%s' does not match %s",
                                rs->content_range, range));
     if (rs->body.len != (size_t)k->length)
         return refused(vl_fail(err, VL_EINVAL, "data: got %zu bytes for a %lld-byte range",
                                rs->body.len, (long long)k->length));
-    L->data_bytes += rs->body.len;
+    *f->data_bytes += rs->body.len;
     return VL_OK;
 }
 
@@ -168,16 +168,16 @@ int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) {
  * It must hold exactly the task's tokens. The file is unlinked once open
  * (the open shard keeps reading it) or on failure, so only a peer killed
  * mid-download leaves one behind, which the next download empties. */
-int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_error *err) {
+int peer_fetch_tokens(peer_fetch *f, const peer_task *k, model_shard **out, vl_error *err) {
     *out = NULL;
     char target[128], path[PEER_PATH_MAX];
-    int rc = peer_path_join(path, sizeof path, L->o->dir, TOKENS_FILE, err);
+    int rc = peer_path_join(path, sizeof path, f->dir, TOKENS_FILE, err);
     if (rc) return rc;
     snprintf(target, sizeof target, "/v1/data/tokens/%lld?offset=%lld&count=%lld",
              (long long)k->shard_index, (long long)k->offset, (long long)k->length);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    FILE *f = fd >= 0 ? fdopen(fd, "w+b") : NULL;
-    if (!f) {
+    FILE *sink = fd >= 0 ? fdopen(fd, "w+b") : NULL;
+    if (!sink) {
         rc = vl_fail(err, VL_EIO, "cannot create %s: %s", path, strerror(errno));
         if (fd >= 0) close(fd);
         return rc;
@@ -187,12 +187,12 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
                        .target = target,
                        .cap = want,
                        .idle_s = IDLE_S,
-                       .sink = f,
+                       .sink = sink,
                        .show_progress = 1};
-    rc = peer_http_do(L->http, &rq, &L->rs, err);
-    if (fclose(f) != 0 && !rc)
+    rc = peer_http_do(f->http, &rq, f->rs, err);
+    if (fclose(sink) != 0 && !rc)
         rc = vl_fail(err, VL_EIO, "cannot write %s: %s", path, strerror(errno));
-    peer_response *rs = &L->rs;
+    peer_response *rs = f->rs;
     if (!rc && run_finished(rs))
         rc = VL_DONE;
     else if (!rc && rs->status >= 400)
@@ -205,7 +205,7 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
                      "%zu bytes)",
                      (unsigned long long)rs->sunk, (long long)k->length, want);
     vl_error e = {0};
-    if (!rc && model_shard_open(path, L->tr.cfg.vocab_size, out, &e) != VL_OK)
+    if (!rc && model_shard_open(path, f->tr->cfg.vocab_size, out, &e) != VL_OK)
         rc = vl_fail(err, VL_EINVAL, "data from the coordinator refused: %s", e.msg);
     if (!rc && model_shard_tokens(*out) != k->length)
         rc = vl_fail(err, VL_EINVAL, "data: the shard holds %lld tokens, the task %lld",
@@ -215,7 +215,7 @@ int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out, vl_er
         *out = NULL;
     }
     unlink(path);
-    if (!rc) L->data_bytes += want;
+    if (!rc) *f->data_bytes += want;
     /* Data that fails validation is refused like a bad task: the peer
      * keeps its state and lets the lease go. */
     return rc == VL_EINVAL ? PEER_LOOP_REFUSED : rc;

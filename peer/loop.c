@@ -162,7 +162,14 @@ static int apply_saved(loop *L, vl_error *err) {
  * remembered. */
 static int fetch(loop *L, const peer_task *k, model_shard **data, vl_error *err) {
     double t_fetch = vl_clock_mono_s();
-    int rc = peer_loop_fetch_model(L, k, err);
+    peer_fetch f = {.http = L->http,
+                    .rs = &L->rs,
+                    .tr = &L->tr,
+                    .dir = L->o->dir,
+                    .model_bytes = &L->model_bytes,
+                    .delta_bytes = &L->delta_bytes,
+                    .data_bytes = &L->data_bytes};
+    int rc = peer_fetch_model(&f, k, err);
     if (rc == VL_OK)
         rc = k->local    ? peer_local_check(&L->tr, k, &L->local, err)
              : L->tr.mlp ? vl_fail(err, VL_EINVAL,
@@ -180,8 +187,8 @@ static int fetch(loop *L, const peer_task *k, model_shard **data, vl_error *err)
     if ((rc = peer_kfac_sync(L->http, &L->rs, &L->tr, k, &L->factor_bytes, err))) return rc;
     if (!k->local) peer_ui_phase(k->task_id, "fetching data");
     rc = k->local    ? VL_OK
-         : k->tokens ? peer_loop_fetch_tokens(L, k, data, err)
-                     : peer_loop_fetch_data(L, k, err);
+         : k->tokens ? peer_fetch_tokens(&f, k, data, err)
+                     : peer_fetch_data(&f, k, err);
     if (rc == PEER_LOOP_REFUSED) {
         peer_loop_remember(L, k);
         vl_log_warn("task %lld refused: %s", (long long)k->task_id, err->msg);

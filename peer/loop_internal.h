@@ -118,19 +118,28 @@ int peer_loop_write_ahead(loop *L, const peer_task *k, vl_error *err) VL_MUST_CH
  * logged, not returned (a restart settles it the same way). */
 void peer_loop_settle(loop *L, peer_upload_outcome out);
 
-/* fetch.c. Each returns 0, VL_AGAIN or PEER_LOOP_REFUSED (the task's model
- * or data failed validation; err says why), or an error that ends the
- * loop. */
+/* fetch.c: a task's model and data, fetched with what that needs of the
+ * loop and nothing more. */
+typedef struct peer_fetch {
+    peer_http *http;
+    peer_response *rs; /* every response lands here (the loop's, reused) */
+    peer_trainer *tr;  /* the model is installed here */
+    const char *dir;   /* the peer's directory: a token task's shard goes there */
+    uint64_t *model_bytes, *delta_bytes, *data_bytes; /* what the loop reports */
+} peer_fetch;
 
-/* Installs the task's base version in L->tr: kept, brought up to date
+/* Each returns 0, VL_AGAIN or PEER_LOOP_REFUSED (the task's model or data
+ * failed validation; err says why), or an error that ends the loop. */
+
+/* Installs the task's base version in f->tr: kept, brought up to date
  * with a delta, or downloaded (resuming a broken download). */
-int peer_loop_fetch_model(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHECK;
-/* Downloads a text task's byte range into L->rs.body. */
-int peer_loop_fetch_data(loop *L, const peer_task *k, vl_error *err) VL_MUST_CHECK;
-/* Downloads a token task's range to a small shard in the peer's
- * directory and opens it; the caller owns *out (model_shard_close). */
-int peer_loop_fetch_tokens(loop *L, const peer_task *k, model_shard **out,
-                           vl_error *err) VL_MUST_CHECK;
+int peer_fetch_model(peer_fetch *f, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+/* Downloads a text task's byte range into f->rs->body. */
+int peer_fetch_data(peer_fetch *f, const peer_task *k, vl_error *err) VL_MUST_CHECK;
+/* Downloads a token task's range to a small shard in f->dir and opens
+ * it; the caller owns *out (model_shard_close). */
+int peer_fetch_tokens(peer_fetch *f, const peer_task *k, model_shard **out,
+                      vl_error *err) VL_MUST_CHECK;
 
 /* loop.c. Notes task k as done (a ring of the last FINISHED_RING), so an
  * offer of it again is waited out. */

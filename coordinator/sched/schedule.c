@@ -127,7 +127,7 @@ static void merge_cb(evutil_socket_t fd, short what, void *arg) {
     srv->sched.merge_scheduled = 0;
     vl_error err = {0};
     int rc = coord_merge_if_ready(srv, &err);
-    if (rc < 0) merge_retry(srv, rc, err.msg);
+    if (rc != VL_OK && rc != VL_AGAIN) merge_retry(srv, rc, err.msg);
 }
 
 
@@ -233,22 +233,23 @@ static int merge_due(coord_server *srv, int64_t *done, vl_error *err) {
     int async = coord_config_is_async(cfg);
     if (coord_sched_merge_due(async, unmerged, *done, cfg->updates_per_version, age,
                               cfg->round_deadline_s))
-        return 1;
+        return VL_OK;
     if (!async && cfg->round_deadline_s > 0 && unmerged > 0)
         coord_schedule_merge_in(srv, (double)cfg->round_deadline_s - age + 0.05);
-    return 0;
+    return VL_AGAIN;
 }
 
 /* Where the current version stands with its second round, once all its
- * n_updates updates are in: 1 when it can be merged now (every update has
- * its values or the deadline passed; *r then holds the round, which the
- * caller frees), 0 when it must wait (the round was just opened, or is
- * still open: the round timer merges at its deadline), or a negative
- * VL_E* code. */
+ * n_updates updates are in: VL_OK when it can be merged now (every update
+ * has its values or the deadline passed; *r then holds the round, which
+ * the caller frees), VL_AGAIN when it must wait (the round was just
+ * opened, or is still open: the round timer merges at its deadline), or
+ * another VL_E* code. */
 static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, vl_error *err) {
-    if (srv->sched.opening_round) return 0; /* its job re-arms the timer */
+    if (srv->sched.opening_round) return VL_AGAIN; /* its job re-arms the timer */
     int rc = storage_round_get(srv->run.db, srv->run.version, r, err);
-    if (rc == VL_ENOTFOUND) return coord_round_open(srv, round_opened, err) == VL_OK ? 0 : VL_ERR;
+    if (rc == VL_ENOTFOUND)
+        return coord_round_open(srv, round_opened, err) == VL_OK ? VL_AGAIN : VL_ERR;
     if (rc != VL_OK) return rc;
     int64_t have = 0;
     if ((rc = storage_round_values_count(srv->run.db, srv->run.version, &have, err)) != VL_OK) {
@@ -259,27 +260,26 @@ static int round_ready(coord_server *srv, int64_t n_updates, storage_round *r, v
     if (have < n_updates && now < r->deadline) {
         coord_arm_round_timer(srv, (double)(r->deadline - now));
         storage_round_free(r);
-        return 0;
+        return VL_AGAIN;
     }
-    return 1;
+    return VL_OK;
 }
 
 int coord_merge_if_ready(coord_server *srv, vl_error *err) {
-    if (srv->run.finished || srv->sched.merging) return 0;
+    if (srv->run.finished || srv->sched.merging) return VL_AGAIN;
     int64_t done = 0;
     int rc = merge_due(srv, &done, err);
-    if (rc <= 0) return rc;
+    if (rc != VL_OK) return rc;
     /* A second round is for the current version's own updates; one closed
      * by a deadline before they all came has none. */
     storage_round r = {0};
     int with_round = 0;
     if (coord_config_round_candidates(&srv->run.cfg) > 0 && done > 0) {
         rc = round_ready(srv, done, &r, err);
-        if (rc <= 0) return rc;
+        if (rc != VL_OK) return rc;
         with_round = 1;
     }
-    rc = coord_merge_start(srv, with_round ? &r : NULL, version_made, err);
-    return rc == VL_OK ? 1 : rc;
+    return coord_merge_start(srv, with_round ? &r : NULL, version_made, err);
 }
 
 /* ---- lease expiry ---------------------------------------------------------- */

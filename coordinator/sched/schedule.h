@@ -38,8 +38,8 @@ struct coord_req;
  * own updates are in, first opens the round or waits for its values or
  * its deadline. The version is computed and handed to the writer
  * (coord_merge_start); the server moves to it once that has committed.
- * Returns 1 when a version was handed over, 0 when not due (or one is
- * already being written), or a negative VL_E* code. */
+ * Returns VL_OK when a version was handed over, VL_AGAIN when none is
+ * due (or one is already being written), or another VL_E* code. */
 int coord_merge_if_ready(struct coord_server *srv, vl_error *err);
 /* Runs coord_merge_if_ready from the loop soon (after pending replies are
  * flushed). */

@@ -139,7 +139,7 @@ static void merge_next(coord_server *srv) {
     vl_error e = {0};
     int64_t next = srv->run.version + 1;
     /* 1: a merge was started. */
-    assert_int_equal(coord_merge_if_ready(srv, &e), 1);
+    assert_int_equal(coord_merge_if_ready(srv, &e), VL_OK);
     for (int i = 0; i < 2000 && srv->run.version < next; i++) {
         struct timeval tv = {0, 5000};
         event_base_loopexit(srv->base, &tv);

@@ -225,7 +225,7 @@ static void test_full_disk_pauses_and_resumes(void **state) {
     assert_true(store_update(srv, srv->run.db, peer[1], 2) > 0);
     set_limit(srv, 0);
     vl_error e = {0};
-    assert_int_equal(coord_merge_if_ready(srv, &e), 1);
+    assert_int_equal(coord_merge_if_ready(srv, &e), VL_OK);
     /* The first try fails, and the retries that follow, each one later,
      * however often an update that fits asks for a merge meanwhile. */
     double until = vl_clock_mono_s() + 1.5;
@@ -272,7 +272,7 @@ static void test_full_disk_pauses_and_resumes(void **state) {
     /* And the run goes on: version 2 from two more. */
     assert_true(store_update(srv, srv->run.db, peer[0], 3) > 0);
     assert_true(store_update(srv, srv->run.db, peer[1], 4) > 0);
-    assert_int_equal(coord_merge_if_ready(srv, &e), 1);
+    assert_int_equal(coord_merge_if_ready(srv, &e), VL_OK);
     for (int i = 0; i < 400 && srv->run.version < 2; i++) spin(srv, 0.05, NULL);
     assert_int_equal(srv->run.version, 2);
     assert_int_equal(count(srv, "SELECT count(*) FROM updates WHERE merged_version = 2"), 2);
