@@ -2,6 +2,9 @@
  * server: the HTTPS server's life: open (database, state, loop, writer),
  * bind the handlers to the routes, listen, serve, drain on SIGTERM, and
  * close. What each request does is below it (http/, api/).
+ *
+ * Contents: coord_serve_opts, coord_serve, coord_server_open,
+ * coord_server_close.
  */
 #ifndef VOLLEY_COORD_SERVER_H
 #define VOLLEY_COORD_SERVER_H

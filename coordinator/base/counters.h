@@ -3,6 +3,11 @@
  * versions are made. Plain arithmetic on coord_metrics, no I/O: the
  * replies count their answers, the merge its versions, and the admin
  * listener (ops/) reads the figures.
+ *
+ * Contents: coord_metrics_peer, coord_metrics_minute,
+ * coord_metrics_refusal, coord_metrics, coord_metrics_request,
+ * coord_metrics_upload, coord_metrics_answer, coord_metrics_peer_find,
+ * coord_metrics_version.
  */
 #ifndef VOLLEY_COORD_COUNTERS_H
 #define VOLLEY_COORD_COUNTERS_H

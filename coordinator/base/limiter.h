@@ -13,6 +13,10 @@
  * overflowing table does is grant one client an extra burst.
  * Keys are hashed with a random key (SipHash), so a client cannot aim its
  * keys at one run of slots.
+ *
+ * Contents: coord_rate, coord_limiter, coord_limiter_new,
+ * coord_limiter_free, coord_limiter_take, coord_limiter_addr_key,
+ * COORD_ADDR_KEY_MAX.
  */
 #ifndef VOLLEY_COORD_LIMITER_H
 #define VOLLEY_COORD_LIMITER_H

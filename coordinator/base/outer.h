@@ -17,6 +17,11 @@
  * the collision noise); with one, the sketch only chooses the candidates
  * and the step is the dense one over their exact values
  * (compress_round_take).
+ *
+ * Contents: coord_outer_step, coord_scale, coord_apply_largest,
+ * coord_outer_step_sparse, coord_outer_delayed, coord_outer_plain,
+ * coord_outer_plain_sparse, coord_outer_momentum_due,
+ * coord_outer_delay_due, coord_change.
  */
 #ifndef VOLLEY_COORD_OUTER_H
 #define VOLLEY_COORD_OUTER_H

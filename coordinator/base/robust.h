@@ -29,6 +29,12 @@
  * Independently of the rule, robust.max_norm bounds each update's L2 norm
  * (compress_update_norm): refused at upload (on_excess "refuse") or scaled
  * down to the bound when merged ("clip"; the stored body stays as sent).
+ *
+ * Contents: coord_robust_sort, coord_robust_median,
+ * coord_robust_median_known, coord_robust_clip_scales,
+ * coord_robust_bound_scale, coord_robust_combine, coord_robust_acc,
+ * coord_robust_acc_init, coord_robust_acc_add, coord_robust_acc_finish,
+ * coord_robust_acc_free.
  */
 #ifndef VOLLEY_COORD_ROBUST_H
 #define VOLLEY_COORD_ROBUST_H

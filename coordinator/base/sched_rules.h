@@ -6,6 +6,13 @@
  * a new task is issued only while a slot is free. In an async run every
  * peer gets a task and every updates_per_version accepted updates make a
  * version. Keeping these free of I/O lets the tests pin them down exactly.
+ *
+ * Contents: coord_sched_action, coord_sched_decide,
+ * coord_sched_decide_async, coord_sched_merge_due,
+ * coord_sched_version_refused, coord_sched_dynamic_steps,
+ * coord_sched_dynamic_floor, coord_sched_wait_left, coord_sched_lr,
+ * coord_sched_task_range, coord_sched_token_range,
+ * coord_sched_token_locate, coord_sched_task_seed, COORD_DYNAMIC_SNAP.
  */
 #ifndef VOLLEY_COORD_SCHED_RULES_H
 #define VOLLEY_COORD_SCHED_RULES_H

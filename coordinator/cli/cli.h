@@ -4,6 +4,12 @@
  * check --config (check.c, admin.c), export (export.c) and sample
  * (sample.c). They are the only administration there is: no HTTP route
  * changes tokens or peers.
+ *
+ * Contents: coord_cmd_init, coord_cmd_token_create, coord_cmd_token_list,
+ * coord_cmd_token_revoke, coord_cmd_peer_revoke, coord_cmd_peer_list,
+ * coord_open_initialised, coord_cmd_check, coord_cmd_check_config,
+ * coord_load_version, coord_cmd_export, coord_sample_opts,
+ * coord_cmd_sample, COORD_SAMPLE_MAX_TOKENS, COORD_SAMPLE_MAX_TEMP.
  */
 #ifndef VOLLEY_COORD_CLI_CLI_H
 #define VOLLEY_COORD_CLI_CLI_H

@@ -2,6 +2,19 @@
  * The run configuration (docs/protocol.md, "Run configuration"): parsing
  * with defaults, validation that names the offending field, and the
  * normalised JSON form stored in the database and sent to joining peers.
+ *
+ * Contents: coord_train_config, coord_stale_fn, coord_staleness, coord_rule,
+ * coord_robust_config, coord_net_kind, coord_config,
+ * coord_staleness_weight, coord_config_is_async, coord_config_update_kind,
+ * coord_config_round_candidates, coord_config_spec,
+ * coord_config_update_bytes, coord_config_update_data_bytes,
+ * coord_config_shares_factors, coord_config_factor_bytes,
+ * coord_config_merge_max, coord_config_max_samples, coord_rule_name,
+ * coord_config_defaults, coord_config_names_hash, coord_config_parse,
+ * coord_config_free, coord_config_check_corpus, coord_config_split,
+ * coord_config_to_json, coord_config_parse_stored, coord_config_model_json,
+ * coord_config_num_params, coord_config_is_local, coord_config_is_split,
+ * coord_parse_duration, coord_config_trim_count.
  */
 #ifndef VOLLEY_COORD_CONFIG_H
 #define VOLLEY_COORD_CONFIG_H

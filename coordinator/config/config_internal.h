@@ -1,5 +1,14 @@
 /* Shared between config.c (parsing) and config_resolve.c (what a parsed
- * configuration resolves to); not for use outside the configuration. */
+ * configuration resolves to); not for use outside the configuration.
+ *
+ * Contents: coord_config_resolve_compression,
+ * coord_config_resolve_lease_wait, coord_config_resolve_outer,
+ * coord_config_resolve_validation, coord_config_parse_local,
+ * coord_config_local_json, coord_config_parse_split, coord_config_get_name,
+ * coord_config_get_model, coord_config_get_kind, coord_config_get_max_norm,
+ * coord_config_get_split_cut, coord_config_put_model,
+ * coord_config_put_data, coord_config_put_max_norm, UPDATE_HEADER_SLACK.
+ */
 #ifndef VOLLEY_COORD_CONFIG_INTERNAL_H
 #define VOLLEY_COORD_CONFIG_INTERNAL_H
 

@@ -4,6 +4,9 @@
  * (rates.c) and the TLS context, made at start and again on SIGHUP
  * (tls.c). The input guard is guard.h, the listeners listen.h, the
  * connection rules limits.h, the nonce journal nonce_log.h.
+ *
+ * Contents: coord_peer_rate_take, coord_rate_is_split, coord_tls_ctx_new,
+ * coord_tls_on_sighup.
  */
 #ifndef VOLLEY_COORD_CONN_CONN_H
 #define VOLLEY_COORD_CONN_CONN_H

@@ -34,6 +34,14 @@
  * the clock says and has it act: a head that is too slow is replaced by a
  * refusal like the others (408), a body that is too slow ends the
  * connection, since the HTTP parser is then mid-request and cannot answer.
+ *
+ * Contents: coord_guard_verdict_name, coord_guard_verdict_parse,
+ * coord_guard_parse_head, coord_guard_init, coord_guard_free,
+ * coord_guard_ticket_take, coord_guard_head_field, coord_guard_feed_head,
+ * coord_guard_feed, coord_guard_idle, coord_guard_check_time,
+ * coord_guard_body_arrived, coord_guard_expire_head, coord_guard_attach,
+ * coord_guard_detach, coord_guard_enforce_time, coord_guard_advance_window,
+ * coord_guard_shut_down.
  */
 #ifndef VOLLEY_COORD_GUARD_H
 #define VOLLEY_COORD_GUARD_H

@@ -2,6 +2,11 @@
  * guard_types: the input guard's types (guard.h has its functions and
  * what it does): its verdicts, the ticket of an accepted head, the
  * owner's hooks and caps, and the per-connection state.
+ *
+ * Contents: coord_guard_verdict, coord_guard_digest_state,
+ * coord_guard_ticket, coord_guard_refusal, coord_guard_authorize_fn,
+ * coord_guard_caps, coord_guard_head, coord_guard_state, coord_guard,
+ * COORD_GUARD_HEADER, COORD_GUARD_TICKET_HEADER, COORD_GUARD_TICKETS.
  */
 #ifndef VOLLEY_COORD_GUARD_TYPES_H
 #define VOLLEY_COORD_GUARD_TYPES_H

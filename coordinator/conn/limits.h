@@ -4,6 +4,11 @@
  * to the listeners: idle connections per address and in time, bodies
  * over the budget, the admin listener's share of the descriptors, and
  * the pause when accept() runs out of them.
+ *
+ * Contents: coord_limits_default, coord_limits_split_rate,
+ * coord_conns_raise_limit, coord_conns_default_max, coord_conns_listen,
+ * coord_conns_tick, coord_conns_admin, coord_conns_close,
+ * COORD_SPLIT_RTT_MIN_S.
  */
 #ifndef VOLLEY_COORD_LIMITS_H
 #define VOLLEY_COORD_LIMITS_H

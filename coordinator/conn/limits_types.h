@@ -2,6 +2,8 @@
  * limits_types: what a client may send and hold (the serve options'
  * limits, limits.h has their defaults and the connection rules), and the
  * constants those defaults are made of.
+ *
+ * Contents: coord_limits.
  */
 #ifndef VOLLEY_COORD_LIMITS_TYPES_H
 #define VOLLEY_COORD_LIMITS_TYPES_H

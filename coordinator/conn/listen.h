@@ -3,6 +3,8 @@
  * touches the database, so that a server that cannot listen changes
  * nothing stored (no merge of waiting updates, no expired leases) and says
  * why it cannot, from the system's own reason.
+ *
+ * Contents: coord_listen_bind, coord_listen_bound_addr, coord_bound_port.
  */
 #ifndef VOLLEY_COORD_LISTEN_H
 #define VOLLEY_COORD_LISTEN_H

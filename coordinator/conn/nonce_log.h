@@ -23,6 +23,10 @@
  * or power cut (the flush interval). Uploads and key rotations are safe
  * against such a replay on their own (a task takes one update; a key a
  * peer left is retired).
+ *
+ * Contents: coord_nonce_log, coord_nonce_log_open, coord_nonce_log_open_at,
+ * coord_nonce_log_add, coord_nonce_log_flush, coord_nonce_log_flush_at,
+ * coord_nonce_log_close.
  */
 #ifndef VOLLEY_COORD_NONCE_LOG_H
 #define VOLLEY_COORD_NONCE_LOG_H

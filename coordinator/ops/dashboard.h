@@ -7,6 +7,8 @@
  * peer's name, address, hardware and figures, and the recent refusals
  * with the address they came from. None of it is served on the public
  * port.
+ *
+ * Contents: coord_dashboard_json.
  */
 #ifndef VOLLEY_COORD_DASHBOARD_H
 #define VOLLEY_COORD_DASHBOARD_H

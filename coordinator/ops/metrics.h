@@ -8,6 +8,8 @@
  * listener (serve --admin-listen), never on the public port: per-peer
  * figures and sizes are the operator's. The same listener serves the
  * dashboard (dashboard.h), which reads these counters too.
+ *
+ * Contents: coord_metrics_write, coord_admin_start.
  */
 #ifndef VOLLEY_COORD_METRICS_H
 #define VOLLEY_COORD_METRICS_H

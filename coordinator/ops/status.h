@@ -1,6 +1,9 @@
 /*
  * status: the run's summary as GET /v1/status and `volley-coordinator
  * status` show it (status.c), and a peer's state by its activity.
+ *
+ * Contents: coord_peer_state, coord_status_json, coord_cmd_status,
+ * COORD_GONE_LEASES, COORD_STATUS_CACHE_S.
  */
 #ifndef VOLLEY_COORD_OPS_STATUS_H
 #define VOLLEY_COORD_OPS_STATUS_H

@@ -2,6 +2,8 @@
  * merge_internal: what making a version (aggregator.c) and opening its
  * second round (round_open.c) share: the accumulation of a version's
  * stored updates and the buffers of one merge.
+ *
+ * Contents: merge_ctx, merge_bufs, coord_merge_one, coord_merge_bufs_free.
  */
 #ifndef VOLLEY_COORD_MERGE_INTERNAL_H
 #define VOLLEY_COORD_MERGE_INTERNAL_H

@@ -6,6 +6,11 @@
  * the kind is here: creating the model, writing its file, and scoring a
  * version on held-out data (for a classifier, the coordinator's own test
  * images, with accuracy beside the loss).
+ *
+ * Contents: coord_model_create, coord_model_free, coord_model_init_weights,
+ * coord_model_num_params, coord_model_params, coord_model_write_tensors,
+ * coord_testset_open, coord_testset_close, coord_model_score,
+ * coord_model_check, coord_model_log_version.
  */
 #ifndef VOLLEY_COORD_RUN_MODEL_H
 #define VOLLEY_COORD_RUN_MODEL_H

@@ -1,6 +1,8 @@
 /*
  * model_types: the run's model and a classifier's test set as the
  * coordinator holds them (model.h has what is done with them).
+ *
+ * Contents: coord_model, coord_testset.
  */
 #ifndef VOLLEY_COORD_MODEL_TYPES_H
 #define VOLLEY_COORD_MODEL_TYPES_H

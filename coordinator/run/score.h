@@ -11,6 +11,9 @@
  * come faster than they can be scored are skipped (coord_score_queue);
  * what is queued when the coordinator stops is scored before it exits
  * (coord_writer_stop runs it).
+ *
+ * Contents: coord_score_full, coord_score_check, coord_score_queue,
+ * coord_score_start.
  */
 #ifndef VOLLEY_COORD_SCORE_H
 #define VOLLEY_COORD_SCORE_H

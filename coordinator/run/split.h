@@ -19,6 +19,9 @@
  * A peer may have split.in_flight batches queued or running at once (a
  * peer on a slow link sends the next before the last one's answer is
  * back); one more is refused with 429, so no peer can fill the queue.
+ *
+ * Contents: coord_split, coord_split_open, coord_split_close,
+ * coord_split_into, coord_split_batch_take, coord_split_batch_give.
  */
 #ifndef VOLLEY_COORD_SPLIT_H
 #define VOLLEY_COORD_SPLIT_H

@@ -21,6 +21,15 @@
  * updates, the outer step, the validation loss) go to a compute thread
  * with a read connection of its own, so the loop keeps answering while
  * they run; their done callbacks come back to the loop the same way.
+ *
+ * Contents: coord_job, coord_job_run_fn, coord_job_done_fn, coord_writer,
+ * coord_writer_stats, coord_writer_start, coord_writer_submit,
+ * coord_writer_settled, coord_writer_compute, coord_writer_background,
+ * coord_writer_pending, coord_writer_stats_get, coord_writer_full_fn,
+ * coord_writer_set_full_hook, coord_writer_disk_full, coord_writer_stop,
+ * coord_writer_run_once, coord_writer_start_sync,
+ * COORD_WRITER_BATCH_BUCKETS, COORD_WRITER_COMMIT_BUCKETS,
+ * COORD_WRITER_MAX_BATCH.
  */
 #ifndef VOLLEY_COORD_WRITER_H
 #define VOLLEY_COORD_WRITER_H

@@ -18,6 +18,20 @@
  *
  * (routes_updates.c and routes_round.c call into schedule.c and
  * schedule_wait.c as well, server.c at start and at close.)
+ *
+ * Contents: coord_merge_if_ready, coord_schedule_merge,
+ * coord_schedule_merge_in, coord_note_update, coord_arm_round_timer,
+ * coord_disk_note, coord_expire_leases, coord_arm_lease_timer,
+ * coord_arm_wait_timer, coord_serve_fn, coord_waiter_add,
+ * coord_serve_turn_fn, coord_owed_fn, coord_waiter_add_turn,
+ * coord_wake_waiters, coord_drain_waiters, coord_lease_task_json,
+ * coord_lease_issuing_find, coord_lease_issuing_has,
+ * coord_lease_issuing_unsettled, coord_lease_issuing_room,
+ * coord_lease_prepare, coord_lease_async_hold, coord_lease_own_wait,
+ * coord_lease_offer, coord_lease_write, coord_lease_committed,
+ * coord_lease_abandoned, coord_speed_lease, coord_speed_note,
+ * coord_speed_steps, coord_speed_wait_left, coord_speed_due, COORD_WAITING,
+ * COORD_SERVED, COORD_DEFERRED.
  */
 #ifndef VOLLEY_COORD_SCHEDULE_H
 #define VOLLEY_COORD_SCHEDULE_H
