@@ -22,6 +22,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "compress/compress.h"
 #include "coordinator/coord.h"
 #include "crypto/crypto.h"
 #include "tests/guard_conns.h"
@@ -230,6 +231,23 @@ static inline serve_client *serve_post(int i, const char *path, const char *medi
                      path, media, len, sh.content_digest, sh.signature_input, sh.signature);
     assert_true(n > 0 && n < (int)sizeof head);
     return serve_send(head, body, len);
+}
+
+/* A dense update of task by fixture peer i for run (its name), with the
+ * values d (the run's n_params of them) as dtype, into out (initialised
+ * here; the caller frees it). */
+static inline void serve_dense_update(int i, int64_t task, const char *run, const float *d,
+                                      st_dtype dtype, vl_buf *out) {
+    compress_update_meta m = {.task = task,
+                              .peer = SV.ids[i],
+                              .base_version = 0,
+                              .num_samples = 16,
+                              .local_steps = 4,
+                              .loss = 3.0,
+                              .kind = COMPRESS_DENSE};
+    snprintf(m.run, sizeof m.run, "%s", run);
+    vl_buf_init(out, 1 << 24);
+    OK(compress_update_encode_dense(&m, d, SV.srv->run.n_params, dtype, out, &e_));
 }
 
 #endif

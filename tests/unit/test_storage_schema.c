@@ -189,40 +189,51 @@ static int see_body(void *ctx, const storage_update *u) {
     return 0;
 }
 
+/* A run, a peer, version 0 and a done task, as every schema since the
+ * first stores them: what an old database's update belongs to. */
+#define OLD_ROWS                                                                            \
+    "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash, created_at)" \
+    " VALUES (1, 'r', '{}', '/c', 1, 'h', 1);"                                              \
+    "INSERT INTO peers (id, public_key, name, hardware, joined_at, last_seen)"              \
+    " VALUES (1, zeroblob(32), 'p', '', 1, 1);"                                             \
+    "INSERT INTO versions (version, created_at) VALUES (0, 1);"                             \
+    "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length, seed,"         \
+    " issued_at, deadline, state) VALUES (1, 1, 0, 0, 10, 1, 1, 2, 'done');"
+
+/* A database built by the real migrations up to schema upto, holding
+ * rows (SQL), in the fixture's folder at old_path, then opened as the
+ * coordinator opens it: it must reach the latest schema. */
+static void open_migrated(fixture *f, int upto, const char *rows, char *old_path, size_t cap,
+                          storage **st) {
+    snprintf(old_path, cap, "%s/old.db", f->dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
+    size_t n = 0;
+    const storage_migration *m = storage_builtin_migrations(&n);
+    for (size_t i = 0; i < n && m[i].version <= upto; i++)
+        assert_int_equal(sqlite3_exec(db, m[i].sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+    vl_error e = {0};
+    assert_int_equal(storage_open(old_path, 0, st, &e), VL_OK);
+    int v = 0;
+    assert_int_equal(storage_user_version(*st, &v, &e), VL_OK);
+    assert_int_equal(v, storage_schema_version());
+}
+
 /* Migration 5 moves update bodies out of `updates`: a database made at
  * schema 4 with a stored body opens at the latest schema with the same
  * bytes readable, and the old column is gone. */
 static void test_migration_moves_update_bodies(void **state) {
     fixture *f = *state;
-    char old_path[160];
-    snprintf(old_path, sizeof old_path, "%s/old.db", f->dir);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
-    size_t n = 0;
-    const storage_migration *m = storage_builtin_migrations(&n);
-    for (size_t i = 0; i < n && m[i].version <= 4; i++)
-        assert_int_equal(sqlite3_exec(db, m[i].sql, NULL, NULL, NULL), SQLITE_OK);
-    const char *rows =
-        "PRAGMA user_version = 4;"
-        "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash, created_at)"
-        " VALUES (1, 'r', '{}', '/c', 1, 'h', 1);"
-        "INSERT INTO peers (id, public_key, name, hardware, joined_at, last_seen)"
-        " VALUES (1, zeroblob(32), 'p', '', 1, 1);"
-        "INSERT INTO versions (version, created_at) VALUES (0, 1);"
-        "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length, seed,"
-        " issued_at, deadline, state) VALUES (1, 1, 0, 0, 10, 1, 1, 2, 'done');"
-        "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
-        " local_steps, loss, nbytes, blob, received_at)"
-        " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, X'07FF09', 1);";
-    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_close(db), SQLITE_OK);
-
+    const char *rows = "PRAGMA user_version = 4;" OLD_ROWS
+                       "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
+                       " local_steps, loss, nbytes, blob, received_at)"
+                       " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, X'07FF09', 1);";
     storage *st = NULL;
     vl_error e = {0};
-    assert_int_equal(storage_open(old_path, 0, &st, &e), VL_OK);
-    int v = 0;
-    assert_int_equal(storage_user_version(st, &v, &e), VL_OK);
-    assert_int_equal(v, storage_schema_version());
+    char old_path[160];
+    open_migrated(f, 4, rows, old_path, sizeof old_path, &st);
     body_seen b = {0};
     assert_int_equal(storage_update_each_unmerged(st, see_body, &b, &e), VL_OK);
     assert_int_equal(b.n, 1);
@@ -230,6 +241,7 @@ static void test_migration_moves_update_bodies(void **state) {
     assert_int_equal(b.first, 0x07);
     assert_int_equal(b.last, 0x09);
     storage_close(st);
+    sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
     assert_int_not_equal(sqlite3_exec(db, "SELECT blob FROM updates", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
@@ -252,6 +264,21 @@ static int see_norm(void *ctx, const storage_update *u) {
     return 0;
 }
 
+/* An update of a new done task by peer p with body blob and, when
+ * has_norm, that norm. */
+static storage_update norm_update(fixture *f, int64_t p, const uint8_t *blob, size_t len,
+                                  int has_norm, double norm) {
+    return (storage_update){.task_id = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE),
+                            .peer_id = p,
+                            .kind = "dense",
+                            .num_samples = 1,
+                            .local_steps = 1,
+                            .nbytes = (int64_t)len,
+                            .blob = blob,
+                            .has_norm = has_norm,
+                            .norm = norm};
+}
+
 /* An update's norm (migration 14) reads back with the same bits it was
  * stored with, since the merge uses it where it computed the number
  * before; an update stored without one reads back without one; and what
@@ -267,15 +294,7 @@ static void test_update_norm_round_trip(void **state) {
     static const uint8_t blob[] = {1, 2, 3};
     vl_error e = {0};
     for (int i = 0; i < 4; i++) {
-        storage_update u = {.task_id = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE),
-                            .peer_id = p,
-                            .kind = "dense",
-                            .num_samples = 1,
-                            .local_steps = 1,
-                            .nbytes = sizeof blob,
-                            .blob = blob,
-                            .has_norm = i < 3,
-                            .norm = i < 3 ? norms[i] : 0};
+        storage_update u = norm_update(f, p, blob, sizeof blob, i < 3, i < 3 ? norms[i] : 0);
         assert_int_equal(storage_update_insert(f->st, &u, NULL, &e), VL_OK);
     }
     norms_seen s = {0};
@@ -288,15 +307,7 @@ static void test_update_norm_round_trip(void **state) {
     assert_int_equal(s.has[3], 0);
     const double bad[] = {-1.0, NAN, INFINITY};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        storage_update u = {.task_id = add_task(f->st, p, 0, 5000, STORAGE_TASK_DONE),
-                            .peer_id = p,
-                            .kind = "dense",
-                            .num_samples = 1,
-                            .local_steps = 1,
-                            .nbytes = sizeof blob,
-                            .blob = blob,
-                            .has_norm = 1,
-                            .norm = bad[i]};
+        storage_update u = norm_update(f, p, blob, sizeof blob, 1, bad[i]);
         assert_int_equal(storage_update_insert(f->st, &u, NULL, &e), VL_EINVAL);
     }
     int64_t total = 0;
@@ -310,36 +321,15 @@ static void test_update_norm_round_trip(void **state) {
  * and takes new updates with their norms beside it. */
 static void test_migration_adds_update_norms(void **state) {
     fixture *f = *state;
-    char old_path[160];
-    snprintf(old_path, sizeof old_path, "%s/old.db", f->dir);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
-    size_t n = 0;
-    const storage_migration *m = storage_builtin_migrations(&n);
-    for (size_t i = 0; i < n && m[i].version <= 13; i++)
-        assert_int_equal(sqlite3_exec(db, m[i].sql, NULL, NULL, NULL), SQLITE_OK);
-    const char *rows =
-        "PRAGMA user_version = 13;"
-        "INSERT INTO run (id, name, config, corpus_path, corpus_size, corpus_hash, created_at)"
-        " VALUES (1, 'r', '{}', '/c', 1, 'h', 1);"
-        "INSERT INTO peers (id, public_key, name, hardware, joined_at, last_seen)"
-        " VALUES (1, zeroblob(32), 'p', '', 1, 1);"
-        "INSERT INTO versions (version, created_at) VALUES (0, 1);"
-        "INSERT INTO tasks (id, peer_id, base_version, data_offset, data_length, seed,"
-        " issued_at, deadline, state) VALUES (1, 1, 0, 0, 10, 1, 1, 2, 'done');"
-        "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
-        " local_steps, loss, nbytes, received_at)"
-        " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, 1);"
-        "INSERT INTO update_blobs (update_id, blob) VALUES (1, X'07FF09');";
-    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_close(db), SQLITE_OK);
-
+    const char *rows = "PRAGMA user_version = 13;" OLD_ROWS
+                       "INSERT INTO updates (id, task_id, peer_id, base_version, kind, num_samples,"
+                       " local_steps, loss, nbytes, received_at)"
+                       " VALUES (1, 1, 1, 0, 'dense', 1, 1, 1.0, 3, 1);"
+                       "INSERT INTO update_blobs (update_id, blob) VALUES (1, X'07FF09');";
     storage *st = NULL;
     vl_error e = {0};
-    assert_int_equal(storage_open(old_path, 0, &st, &e), VL_OK);
-    int v = 0;
-    assert_int_equal(storage_user_version(st, &v, &e), VL_OK);
-    assert_int_equal(v, storage_schema_version());
+    char old_path[160];
+    open_migrated(f, 13, rows, old_path, sizeof old_path, &st);
     body_seen b = {0};
     assert_int_equal(storage_update_each_unmerged(st, see_body, &b, &e), VL_OK);
     assert_true(b.n == 1 && b.nbytes == 3 && b.first == 0x07 && b.last == 0x09);
@@ -373,6 +363,7 @@ static void test_migration_adds_update_norms(void **state) {
     storage_close(st);
     /* What the migration added is a column of its own, NULL for the old
      * row rather than some number that could pass for a norm. */
+    sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(old_path, &db), SQLITE_OK);
     sqlite3_stmt *q = NULL;
     assert_int_equal(

@@ -33,16 +33,7 @@ static void encode_update(int i, int64_t task, float scale, vl_buf *out) {
     size_t n = SV.srv->run.n_params;
     float *d = random_vec(n, 77);
     for (size_t k = 0; k < n; k++) d[k] *= 1e-3f * scale;
-    compress_update_meta m = {.task = task,
-                              .peer = SV.ids[i],
-                              .base_version = 0,
-                              .num_samples = 16,
-                              .local_steps = 4,
-                              .loss = 3.0,
-                              .kind = COMPRESS_DENSE};
-    snprintf(m.run, sizeof m.run, "digest");
-    vl_buf_init(out, 1 << 24);
-    OK(compress_update_encode_dense(&m, d, n, ST_F32, out, &e_));
+    serve_dense_update(i, task, "digest", d, ST_F32, out);
     free(d);
 }
 

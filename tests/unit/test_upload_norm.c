@@ -46,16 +46,7 @@ static void encode_update(int i, int64_t task, double norm, st_dtype dtype, vl_b
     double s = 0;
     for (size_t k = 0; k < n; k++) s += (double)d[k] * d[k];
     for (size_t k = 0; k < n; k++) d[k] = (float)(d[k] * (norm / sqrt(s)));
-    compress_update_meta m = {.task = task,
-                              .peer = SV.ids[i],
-                              .base_version = 0,
-                              .num_samples = 16,
-                              .local_steps = 4,
-                              .loss = 3.0,
-                              .kind = COMPRESS_DENSE};
-    snprintf(m.run, sizeof m.run, "norms");
-    vl_buf_init(out, 1 << 24);
-    OK(compress_update_encode_dense(&m, d, n, dtype, out, &e_));
+    serve_dense_update(i, task, "norms", d, dtype, out);
     free(d);
 }
 
