@@ -202,9 +202,9 @@ static void test_written_reads_back(void **state) {
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         coord_config cfg, again;
         vl_error e = {0};
-        if (coord_config_parse(runs[r], strlen(runs[r]), &cfg, &e) != VL_OK)
-            fprintf(stderr, "run %zu: %s\n", r, e.msg);
-        assert_int_equal(coord_config_parse(runs[r], strlen(runs[r]), &cfg, &e), VL_OK);
+        int rc = coord_config_parse(runs[r], strlen(runs[r]), &cfg, &e);
+        if (rc != VL_OK) fprintf(stderr, "run %zu: %s\n", r, e.msg);
+        assert_int_equal(rc, VL_OK);
         char *js = coord_config_to_json(&cfg, 1);
         assert_non_null(js);
         assert_int_equal(coord_config_parse(js, strlen(js), &again, &e), VL_OK);
