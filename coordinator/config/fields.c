@@ -336,7 +336,7 @@ static json_t *parent_of(json_t *root, const char *name, const char **key) {
 int coord_config_fields_read(json_t *root, coord_config *cfg, vl_error *err) {
     for (size_t i = 0; i < N_FIELDS; i++) {
         const coord_config_field *f = &FIELDS[i];
-        if (f->type == COORD_FIELD_CODE && !f->get) continue;
+        if (f->type == COORD_FIELD_CODE) continue;
         if ((f->flags & COORD_FIELD_GPT) && cfg->net == COORD_NET_MLP) continue;
         const char *key;
         json_t *parent = parent_of(root, f->name, &key);
@@ -408,13 +408,10 @@ int coord_config_fields_report(const coord_config *cfg, json_t *given, FILE *out
         if (f->written && !f->written(cfg)) continue;
         /* A field whose section the run does not write (K-FAC's without
          * K-FAC, the split's in a plain run) is not the run's. */
-        const coord_config_field *sec = NULL;
         const char *dot = strrchr(f->name, '.');
-        for (size_t j = 0; dot && j < i; j++)
-            if (FIELDS[j].type == COORD_FIELD_SECTION &&
-                strncmp(FIELDS[j].name, f->name, (size_t)(dot - f->name)) == 0 &&
-                FIELDS[j].name[dot - f->name] == '\0')
-                sec = &FIELDS[j];
+        char section[64] = "";
+        if (dot) snprintf(section, sizeof section, "%.*s", (int)(dot - f->name), f->name);
+        const coord_config_field *sec = dot ? coord_config_field_find(section) : NULL;
         if (sec && sec->written && !sec->written(cfg)) continue;
         json_t *v = f->put ? NULL : coord_config_field_json(cfg, f);
         if (f->put) {

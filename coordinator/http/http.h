@@ -76,7 +76,7 @@ int coord_req_query(coord_req *cr, const char *const *allowed, int64_t max, int6
  * 0 or COORD_ANSWERED. */
 int coord_req_version(coord_req *cr, const char *const *allowed, int64_t *values, unsigned *present,
                       int64_t fallback, int64_t *version);
-/* 0 when the run has made version (it is at most srv->version); otherwise
+/* 0 when the run has made version (it is at most srv->run.version); otherwise
  * answers 404 unknown_version ("version V has not been made (current is
  * C)") and returns COORD_ANSWERED. */
 int coord_req_version_made(coord_req *cr, int64_t version);
